@@ -1,0 +1,1 @@
+"""Keyed state: key groups and the state file format."""

@@ -1,0 +1,120 @@
+"""Key groups, as in Flink's KeyGroupRangeAssignment.
+
+A key hashes to one of `max_parallelism` key groups; subtask i of an operator with
+parallelism p owns a contiguous range of them. The hash must be the same in every
+process, machine and Python version (Python's hash() is salted per process), so it is
+computed from a canonical byte encoding of the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from batchpoint.errors import PipelineSpecError
+
+#: Flink's upper bound for max parallelism (2^15).
+UPPER_BOUND_MAX_PARALLELISM = 1 << 15
+
+
+@dataclass(frozen=True, order=True)
+class KeyGroupRange:
+    """Inclusive range [start, end] of key groups; empty when end < start."""
+
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start + 1)
+
+    def __contains__(self, key_group: object) -> bool:
+        return isinstance(key_group, int) and self.start <= key_group <= self.end
+
+    def intersection(self, other: KeyGroupRange) -> KeyGroupRange:
+        return KeyGroupRange(max(self.start, other.start), min(self.end, other.end))
+
+    def overlaps(self, other: KeyGroupRange) -> bool:
+        return self.intersection(other).size > 0
+
+    def to_json(self) -> list[int]:
+        return [self.start, self.end]
+
+    @classmethod
+    def from_json(cls, value: Sequence[int]) -> KeyGroupRange:
+        start, end = value
+        return cls(int(start), int(end))
+
+    def __str__(self) -> str:
+        return f"[{self.start}, {self.end}]"
+
+
+def canonical_key_bytes(key: Any) -> bytes:
+    """A byte encoding of a key (a scalar or a tuple of scalars) that does not depend on
+    the process: ints and their float equivalents differ on purpose, as in SQL."""
+    if isinstance(key, tuple | list):
+        parts = list(key)
+    else:
+        parts = [key]
+    normalised = []
+    for part in parts:
+        if part is None:
+            raise ValueError("a key column is null")
+        if hasattr(part, "item") and not isinstance(part, str | bytes):  # numpy scalars
+            part = part.item()
+        if isinstance(part, bytes):
+            normalised.append(["b", part.hex()])
+        elif isinstance(part, bool):
+            normalised.append(["o", part])
+        elif isinstance(part, int):
+            normalised.append(["i", str(part)])
+        elif isinstance(part, float):
+            normalised.append(["f", repr(part)])
+        else:
+            normalised.append(["s", str(part)])
+    return json.dumps(normalised, separators=(",", ":")).encode()
+
+
+def key_hash(key: Any) -> int:
+    return int.from_bytes(hashlib.blake2b(canonical_key_bytes(key), digest_size=8).digest(), "big")
+
+
+def assign_to_key_group(key: Any, max_parallelism: int) -> int:
+    return key_hash(key) % max_parallelism
+
+
+def check_parallelism(parallelism: int, max_parallelism: int, what: str) -> None:
+    if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+        raise PipelineSpecError(
+            f"{what}: max_parallelism {max_parallelism} must be in 1..{UPPER_BOUND_MAX_PARALLELISM}"
+        )
+    if not 1 <= parallelism <= max_parallelism:
+        raise PipelineSpecError(
+            f"{what}: parallelism {parallelism} must be in 1..max_parallelism ({max_parallelism})"
+        )
+
+
+def key_group_range_for_subtask(
+    max_parallelism: int, parallelism: int, subtask: int
+) -> KeyGroupRange:
+    """Flink's computeKeyGroupRangeForOperatorIndex."""
+    check_parallelism(parallelism, max_parallelism, "key group assignment")
+    if not 0 <= subtask < parallelism:
+        raise ValueError(f"subtask {subtask} out of range for parallelism {parallelism}")
+    start = (subtask * max_parallelism + parallelism - 1) // parallelism
+    end = ((subtask + 1) * max_parallelism - 1) // parallelism
+    return KeyGroupRange(start, end)
+
+
+def subtask_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
+    """Flink's computeOperatorIndexForKeyGroup: the inverse of the range assignment."""
+    return key_group * parallelism // max_parallelism
+
+
+def subtask_for_key(key: Any, max_parallelism: int, parallelism: int) -> int:
+    return subtask_for_key_group(
+        max_parallelism, parallelism, assign_to_key_group(key, max_parallelism)
+    )

@@ -1,0 +1,43 @@
+"""Storage: one interface (`ObjectStore`), two backends, chosen by URI."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import urlparse
+
+from batchpoint.errors import ConfigError
+from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
+
+__all__ = ["ObjectInfo", "ObjectStore", "StoredObject", "open_store"]
+
+
+def open_store(uri: str, options: Mapping[str, str] | None = None) -> ObjectStore:
+    """Open the store behind a root URI: ``s3://bucket/prefix`` or ``file:///path``.
+
+    `options` carries S3 settings (endpoint_url, region, access_key_id, secret_access_key,
+    ...); anything not given falls back to the standard AWS environment and files.
+    """
+    if not uri or not isinstance(uri, str):
+        raise ConfigError("storage root URI is empty: set it to s3://bucket/prefix or file:///path")
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise ConfigError(f"storage URI '{uri}': file URIs must be file:///absolute/path")
+        from batchpoint.storage.local import LocalObjectStore
+
+        return LocalObjectStore(parsed.path)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ConfigError(f"storage URI '{uri}' names no bucket: use s3://bucket/prefix")
+        from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+
+        settings = S3Settings.from_options(options or {})
+        return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), settings)
+    if parsed.scheme == "s3a":
+        raise ConfigError(
+            f"storage URI '{uri}': use s3:// (batchpoint moves bytes with boto3/pyarrow, "
+            "not Hadoop's s3a)"
+        )
+    if not parsed.scheme and uri.startswith("/"):
+        raise ConfigError(f"storage URI '{uri}' has no scheme: did you mean file://{uri}?")
+    raise ConfigError(f"storage URI '{uri}': unsupported scheme (use s3:// or file://)")
