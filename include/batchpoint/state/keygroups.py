@@ -55,10 +55,7 @@ class KeyGroupRange:
 def canonical_key_bytes(key: Any) -> bytes:
     """A byte encoding of a key (a scalar or a tuple of scalars) that does not depend on
     the process: ints and their float equivalents differ on purpose, as in SQL."""
-    if isinstance(key, tuple | list):
-        parts = list(key)
-    else:
-        parts = [key]
+    parts = list(key) if isinstance(key, tuple | list) else [key]
     normalised = []
     for part in parts:
         if part is None:

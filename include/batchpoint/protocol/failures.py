@@ -1,0 +1,129 @@
+"""Flink's CheckpointFailureManager, kept in storage: consecutive failed checkpoints are
+counted per checkpoint id (so counting twice is impossible), a completion resets the
+count, and past `tolerable_failed_checkpoints` the pipeline is FAILED until an explicit
+reset or restore."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from batchpoint.errors import CorruptRecord
+from batchpoint.protocol import records
+from batchpoint.protocol.cas import read_record, update_record
+from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint.storage.base import ObjectStore
+
+
+class PipelineStatus(enum.StrEnum):
+    RUNNING = "RUNNING"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class FailureState:
+    KIND = "failure-state"
+    VERSION = 1
+
+    status: PipelineStatus = PipelineStatus.RUNNING
+    failed_ids: tuple[int, ...] = ()  # consecutive failures since the last completion
+    last_completed_id: int = 0
+    reason: str = ""
+    updated_at: float = 0.0
+
+    @property
+    def consecutive_failures(self) -> int:
+        return len(self.failed_ids)
+
+    def encode(self) -> bytes:
+        return records.encode(
+            self.KIND,
+            self.VERSION,
+            {
+                "status": self.status.value,
+                "failed_ids": list(self.failed_ids),
+                "last_completed_id": self.last_completed_id,
+                "reason": self.reason,
+                "updated_at": to_iso(self.updated_at),
+            },
+        )
+
+    @classmethod
+    def decode(cls, key: str, data: bytes) -> FailureState:
+        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+        try:
+            status = PipelineStatus(body.get("status"))
+        except ValueError:
+            raise CorruptRecord(key, f"bad status {body.get('status')!r}") from None
+        return cls(
+            status,
+            tuple(records.field(key, body, "failed_ids", list)),
+            records.field(key, body, "last_completed_id", int),
+            str(body.get("reason", "")),
+            from_iso(key, body.get("updated_at")),
+        )
+
+
+class CheckpointFailureManager:
+    def __init__(self, store: ObjectStore, layout: PipelineLayout, tolerable: int) -> None:
+        self._store = store
+        self._key = layout.failures
+        self._tolerable = tolerable
+
+    def state(self) -> FailureState:
+        current = read_record(self._store, self._key, FailureState.decode)
+        return current[0] if current else FailureState()
+
+    def record_failure(
+        self, checkpoint_id: int, reason: CheckpointFailureReason, message: str, now: float
+    ) -> FailureState:
+        def count(current: FailureState | None) -> FailureState | None:
+            state = current or FailureState()
+            if not reason.counts_as_failure:
+                return None
+            if checkpoint_id <= state.last_completed_id or checkpoint_id in state.failed_ids:
+                return None
+            failed = tuple(sorted((*state.failed_ids, checkpoint_id)))
+            new = replace(state, failed_ids=failed, updated_at=now)
+            if len(failed) > self._tolerable and state.status is PipelineStatus.RUNNING:
+                new = replace(
+                    new,
+                    status=PipelineStatus.FAILED,
+                    reason=(
+                        f"{len(failed)} consecutive checkpoints failed (tolerable: "
+                        f"{self._tolerable}); last: checkpoint {checkpoint_id} "
+                        f"{reason.code}: {message}"
+                    ),
+                )
+            return new
+
+        return self._update(count)
+
+    def record_success(self, checkpoint_id: int, now: float) -> FailureState:
+        def reset(current: FailureState | None) -> FailureState | None:
+            state = current or FailureState()
+            if checkpoint_id <= state.last_completed_id:
+                return None
+            # failures of newer checkpoints (concurrent ones) still count
+            newer = tuple(i for i in state.failed_ids if i > checkpoint_id)
+            return replace(state, failed_ids=newer, last_completed_id=checkpoint_id, updated_at=now)
+
+        return self._update(reset)
+
+    def reset(self, now: float, reason: str = "reset") -> FailureState:
+        def clear(current: FailureState | None) -> FailureState:
+            state = current or FailureState()
+            return replace(
+                state, status=PipelineStatus.RUNNING, failed_ids=(), reason=reason, updated_at=now
+            )
+
+        return self._update(clear)
+
+    def _update(self, mutate: Callable[[FailureState | None], FailureState | None]) -> FailureState:
+        result = update_record(
+            self._store, self._key, FailureState.decode, FailureState.encode, mutate
+        )
+        return result or FailureState()

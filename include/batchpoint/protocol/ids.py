@@ -1,0 +1,48 @@
+"""Flink's CheckpointIDCounter, kept in storage: ids only grow and are never reused,
+whatever aborts, restores or racing triggers happen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchpoint.protocol import records
+from batchpoint.protocol.cas import read_record, update_record
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.storage.base import ObjectStore
+
+
+@dataclass(frozen=True)
+class _Counter:
+    KIND = "checkpoint-id-counter"
+    VERSION = 1
+    next_id: int
+
+    def encode(self) -> bytes:
+        return records.encode(self.KIND, self.VERSION, {"next_id": self.next_id})
+
+    @classmethod
+    def decode(cls, key: str, data: bytes) -> _Counter:
+        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+        return cls(records.field(key, body, "next_id", int))
+
+
+class CheckpointIDCounter:
+    def __init__(self, store: ObjectStore, layout: PipelineLayout) -> None:
+        self._store = store
+        self._key = layout.id_counter
+
+    def get_and_increment(self) -> int:
+        allocated: list[int] = []
+
+        def bump(current: _Counter | None) -> _Counter:
+            value = current.next_id if current else 1
+            allocated[:] = [value]
+            return _Counter(value + 1)
+
+        update_record(self._store, self._key, _Counter.decode, _Counter.encode, bump)
+        return allocated[0]
+
+    def peek(self) -> int:
+        """The id the next allocation will return."""
+        current = read_record(self._store, self._key, _Counter.decode)
+        return current[0].next_id if current else 1

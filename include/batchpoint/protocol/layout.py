@@ -1,0 +1,135 @@
+"""Where each record lives under the storage root. One place, so nothing else builds keys.
+
+pipelines/<p>/spec.json                 the registered pipeline spec
+pipelines/<p>/ids.json                  the checkpoint id counter (CAS)
+pipelines/<p>/head.json                 the head pointer (CAS)
+pipelines/<p>/failures.json             the failure manager's counters (CAS)
+pipelines/<p>/active/chk-N.json         a pending checkpoint, until its outcome is settled
+pipelines/<p>/retained/chk-N.json       membership in the completed-checkpoint store
+pipelines/<p>/restores/gen-G.json       one record per explicit restore
+pipelines/<p>/checkpoints/chk-N/outcome.json                 write-once outcome
+pipelines/<p>/checkpoints/chk-N/acks/<operator>/<subtask>.json  write-once ack
+pipelines/<p>/checkpoints/chk-N/declines/<operator>/<subtask>/<attempt>.json
+pipelines/<p>/checkpoints/chk-N/data/...  state and staged sink files (GC-able)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from batchpoint.errors import ConfigError
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_ID_DIGITS = 10
+
+
+def check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(
+            f"{what} name {name!r} is invalid: use a letter followed by up to 63 letters, "
+            "digits, '_' or '-'"
+        )
+    return name
+
+
+def checkpoint_dir_name(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id:0{_ID_DIGITS}d}"
+
+
+def parse_checkpoint_dir_name(name: str) -> int | None:
+    match = re.fullmatch(r"chk-(\d+)(?:\.json)?/?", name)
+    return int(match.group(1)) if match else None
+
+
+def task_name(operator: str, subtask: int) -> str:
+    return f"{operator}#{subtask}"
+
+
+def split_task_name(task: str) -> tuple[str, int]:
+    operator, _, subtask = task.rpartition("#")
+    if not operator or not subtask.isdigit():
+        raise ValueError(f"task name {task!r} is not of the form operator#subtask")
+    return operator, int(subtask)
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    pipeline: str
+
+    def __post_init__(self) -> None:
+        check_name(self.pipeline, "pipeline")
+
+    @property
+    def root(self) -> str:
+        return f"pipelines/{self.pipeline}/"
+
+    @property
+    def spec(self) -> str:
+        return self.root + "spec.json"
+
+    @property
+    def id_counter(self) -> str:
+        return self.root + "ids.json"
+
+    @property
+    def head(self) -> str:
+        return self.root + "head.json"
+
+    @property
+    def failures(self) -> str:
+        return self.root + "failures.json"
+
+    @property
+    def active_prefix(self) -> str:
+        return self.root + "active/"
+
+    def active(self, checkpoint_id: int) -> str:
+        return f"{self.active_prefix}{checkpoint_dir_name(checkpoint_id)}.json"
+
+    @property
+    def retained_prefix(self) -> str:
+        return self.root + "retained/"
+
+    def retained(self, checkpoint_id: int) -> str:
+        return f"{self.retained_prefix}{checkpoint_dir_name(checkpoint_id)}.json"
+
+    @property
+    def restores_prefix(self) -> str:
+        return self.root + "restores/"
+
+    def restore(self, generation: int) -> str:
+        return f"{self.restores_prefix}gen-{generation:0{_ID_DIGITS}d}.json"
+
+    @property
+    def checkpoints_prefix(self) -> str:
+        return self.root + "checkpoints/"
+
+    def checkpoint(self, checkpoint_id: int) -> str:
+        return f"{self.checkpoints_prefix}{checkpoint_dir_name(checkpoint_id)}/"
+
+    def outcome(self, checkpoint_id: int) -> str:
+        return self.checkpoint(checkpoint_id) + "outcome.json"
+
+    def acks_prefix(self, checkpoint_id: int) -> str:
+        return self.checkpoint(checkpoint_id) + "acks/"
+
+    def ack(self, checkpoint_id: int, task: str) -> str:
+        operator, subtask = split_task_name(task)
+        return f"{self.acks_prefix(checkpoint_id)}{operator}/{subtask}.json"
+
+    def declines_prefix(self, checkpoint_id: int) -> str:
+        return self.checkpoint(checkpoint_id) + "declines/"
+
+    def decline(self, checkpoint_id: int, task: str, attempt: str) -> str:
+        operator, subtask = split_task_name(task)
+        return f"{self.declines_prefix(checkpoint_id)}{operator}/{subtask}/{attempt}.json"
+
+    def data_prefix(self, checkpoint_id: int) -> str:
+        return self.checkpoint(checkpoint_id) + "data/"
+
+    def task_data_prefix(self, checkpoint_id: int, task: str, attempt: str) -> str:
+        """Where one attempt of one task writes its files: attempt-scoped, so retries and
+        speculative attempts never overwrite each other."""
+        operator, subtask = split_task_name(task)
+        return f"{self.data_prefix(checkpoint_id)}{operator}/{subtask}/{attempt}/"

@@ -1,0 +1,69 @@
+"""Versioned JSON records.
+
+Every record is one JSON object with a `kind` and a `version`; readers accept only the
+versions they know, so a newer writer can never be misread by an older reader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from batchpoint.errors import CorruptRecord, UnsupportedRecordVersion
+
+
+def encode(kind: str, version: int, body: Mapping[str, Any]) -> bytes:
+    document = {"kind": kind, "version": version, **body}
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode(key: str, data: bytes, kind: str, supported: tuple[int, ...]) -> tuple[int, dict]:
+    """Parse and check a record; returns (version, body)."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise CorruptRecord(key, "not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        problem = "empty" if not data.strip() else f"invalid JSON ({exc.msg} at char {exc.pos})"
+        if data.strip() and exc.pos >= len(data.rstrip()) - 1:
+            problem = f"truncated JSON ({exc.msg} at char {exc.pos})"
+        raise CorruptRecord(key, problem) from None
+    if not isinstance(document, dict):
+        raise CorruptRecord(key, f"expected a JSON object, found {type(document).__name__}")
+    found_kind = document.pop("kind", None)
+    if found_kind != kind:
+        raise CorruptRecord(key, f"expected a '{kind}' record, found kind {found_kind!r}")
+    version = document.pop("version", None)
+    if version not in supported:
+        raise UnsupportedRecordVersion(key, kind, version, supported)
+    return version, document
+
+
+def field(key: str, body: Mapping[str, Any], name: str, types: type | tuple[type, ...]) -> Any:
+    """A required field of a record, type-checked, with a message naming the record."""
+    if name not in body:
+        raise CorruptRecord(key, f"missing field '{name}'")
+    value = body[name]
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):
+        expected = " or ".join(t.__name__ for t in _as_tuple(types))
+        raise CorruptRecord(key, f"field '{name}' should be {expected}, found {value!r}")
+    return value
+
+
+def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def to_iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def from_iso(key: str, value: Any) -> float:
+    if not isinstance(value, str):
+        raise CorruptRecord(key, f"expected an ISO-8601 time, found {value!r}")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise CorruptRecord(key, f"invalid time {value!r}") from None
