@@ -1,0 +1,126 @@
+"""Checkpoint statistics, like Flink's web UI: per checkpoint, per task, and a summary.
+Derived from the records themselves, so they can never disagree with them."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from batchpoint.protocol.checkpoint import (
+    AckRecord,
+    CheckpointStatus,
+    CheckpointType,
+    PendingCheckpoint,
+)
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    task: str
+    attempt: str
+    ack_time: float
+    end_to_end_s: float  # trigger to ack
+    sync_ms: float
+    async_ms: float
+    state_size: int
+    rows: int
+
+    @classmethod
+    def of(cls, pending: PendingCheckpoint, ack: AckRecord) -> TaskStats:
+        return cls(
+            ack.task,
+            ack.attempt,
+            ack.acked_at,
+            ack.acked_at - pending.trigger_time,
+            ack.metrics.sync_ms,
+            ack.metrics.async_ms,
+            ack.state_size,
+            ack.rows,
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointStats:
+    checkpoint_id: int
+    type: CheckpointType
+    status: CheckpointStatus
+    trigger_time: float
+    end_time: float | None
+    state_size: int
+    rows: int
+    acknowledged: int
+    expected: int
+    base_checkpoint_id: int | None
+    failure_reason: str = ""
+    failure_message: str = ""
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.end_time is None else self.end_time - self.trigger_time
+
+
+@dataclass(frozen=True)
+class Summary:
+    count: int
+    completed: int
+    failed: int
+    in_progress: int
+    duration_s: tuple[float, float, float] | None  # min, avg, max of completed
+    state_size: tuple[float, float, float] | None
+
+
+class CheckpointStatsTracker:
+    def __init__(self, coordinator: CheckpointCoordinator) -> None:
+        self._c = coordinator
+
+    def checkpoint(self, checkpoint_id: int) -> tuple[CheckpointStats, list[TaskStats]]:
+        c = self._c
+        outcome = c.get_outcome(checkpoint_id)
+        pending = c.get_checkpoint(checkpoint_id)
+        if outcome is not None and outcome.completed is not None:
+            acks = list(outcome.completed.acks)
+        else:
+            acks = list(c.acks(checkpoint_id).values())
+        tasks = [TaskStats.of(pending, a) for a in acks]
+        stats = CheckpointStats(
+            checkpoint_id=checkpoint_id,
+            type=pending.type,
+            status=outcome.status if outcome else CheckpointStatus.PENDING,
+            trigger_time=pending.trigger_time,
+            end_time=outcome.decided_at if outcome else None,
+            state_size=sum(t.state_size for t in tasks),
+            rows=sum(t.rows for t in tasks),
+            acknowledged=len(tasks),
+            expected=len(pending.expected_tasks),
+            base_checkpoint_id=pending.base_checkpoint_id,
+            failure_reason=outcome.reason.code if outcome and outcome.reason else "",
+            failure_message=outcome.message if outcome else "",
+        )
+        return stats, tasks
+
+    def history(self, limit: int | None = None) -> list[CheckpointStats]:
+        ids = self._c.checkpoint_ids()
+        if limit is not None:
+            ids = ids[-limit:]
+        return [self.checkpoint(cid)[0] for cid in ids]
+
+    @staticmethod
+    def summary(history: list[CheckpointStats]) -> Summary:
+        done = [s for s in history if s.status is CheckpointStatus.COMPLETED]
+        durations = [s.duration_s for s in done if s.duration_s is not None]
+        sizes = [float(s.state_size) for s in done]
+        return Summary(
+            count=len(history),
+            completed=len(done),
+            failed=sum(1 for s in history if s.status is CheckpointStatus.ABORTED),
+            in_progress=sum(1 for s in history if s.status is CheckpointStatus.PENDING),
+            duration_s=_min_avg_max(durations),
+            state_size=_min_avg_max(sizes),
+        )
+
+
+def _min_avg_max(values: list[float]) -> tuple[float, float, float] | None:
+    if not values:
+        return None
+    return min(values), statistics.fmean(values), max(values)
