@@ -125,6 +125,9 @@ class PipelineLayout:
         operator, subtask = split_task_name(task)
         return f"{self.declines_prefix(checkpoint_id)}{operator}/{subtask}/{attempt}.json"
 
+    def sink_manifest(self, sink: str) -> str:
+        return f"{self.root}sinks/{sink}/manifest.json"
+
     def data_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "data/"
 

@@ -22,13 +22,20 @@ def encode(kind: str, version: int, body: Mapping[str, Any]) -> bytes:
 def decode(key: str, data: bytes, kind: str, supported: tuple[int, ...]) -> tuple[int, dict]:
     """Parse and check a record; returns (version, body)."""
     try:
-        document = json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise CorruptRecord(key, "not UTF-8 text") from None
+    try:
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
-        problem = "empty" if not data.strip() else f"invalid JSON ({exc.msg} at char {exc.pos})"
-        if data.strip() and exc.pos >= len(data.rstrip()) - 1:
-            problem = f"truncated JSON ({exc.msg} at char {exc.pos})"
+        # json's own messages end in " at" for some errors ("... starting at").
+        detail = f"{exc.msg.removesuffix(' at')} at char {exc.pos}"
+        if not text.strip():
+            problem = "empty"
+        elif _looks_truncated(text, exc):
+            problem = f"truncated JSON ({detail})"
+        else:
+            problem = f"invalid JSON ({detail})"
         raise CorruptRecord(key, problem) from None
     if not isinstance(document, dict):
         raise CorruptRecord(key, f"expected a JSON object, found {type(document).__name__}")
@@ -39,6 +46,19 @@ def decode(key: str, data: bytes, kind: str, supported: tuple[int, ...]) -> tupl
     if version not in supported:
         raise UnsupportedRecordVersion(key, kind, version, supported)
     return version, document
+
+
+def _looks_truncated(text: str, exc: json.JSONDecodeError) -> bool:
+    """Whether the text is a cut-off prefix of a JSON document (a partial write or
+    download): json reports an unterminated string at the string's *start*, and a cut
+    literal (`tru`) at the literal's start, so the error position alone is not enough."""
+    end = len(text.rstrip())
+    if exc.pos >= end - 1 or exc.msg.startswith("Unterminated string"):
+        return True
+    tail = text[exc.pos : end]
+    return exc.msg == "Expecting value" and any(
+        literal.startswith(tail) for literal in ("true", "false", "null")
+    )
 
 
 def field(key: str, body: Mapping[str, Any], name: str, types: type | tuple[type, ...]) -> Any:

@@ -3,12 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 
-__all__ = ["ObjectInfo", "ObjectStore", "StoredObject", "open_store"]
+__all__ = ["ObjectInfo", "ObjectStore", "StoreRef", "StoredObject", "open_store"]
+
+_OPEN: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """How to open a store: what Spark executors and Airflow workers receive instead of
+    a live client, so each process opens (and caches) its own."""
+
+    uri: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, uri: str, options: Mapping[str, str] | None = None) -> StoreRef:
+        return cls(uri, tuple(sorted((options or {}).items())))
+
+    def open(self) -> ObjectStore:
+        key = (self.uri, self.options)
+        store = _OPEN.get(key)
+        if store is None:
+            store = _OPEN[key] = open_store(self.uri, dict(self.options))
+        return store
 
 
 def open_store(uri: str, options: Mapping[str, str] | None = None) -> ObjectStore:

@@ -1,0 +1,121 @@
+"""The `payments` demo pipeline, declared with the authoring API.
+
+    events (source, 4 partitions of JSON lines)
+      -> dedup     keyed by event_id,   state `seen`: every event id counted so far
+      -> balances  keyed by account_id, state `balances`: balance, event_count, last_ts
+      -> sinks     `balances_table` (the published balances) and `alerts` (accounts whose
+                   balance is below the limit), both republished whole each epoch
+
+Sink names differ from the operator's because every node's tasks share one namespace.
+The expected results come from `payments_reference`, which reads all input with pandas.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from batchpoint.demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
+from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+SOURCE_ROOT = "sources/payments"
+
+SEEN_SCHEMA = pa.schema([pa.field("event_id", pa.string(), nullable=False)])
+BALANCE_SCHEMA = pa.schema(
+    [
+        pa.field("account_id", pa.string(), nullable=False),
+        pa.field("balance", pa.int64(), nullable=False),
+        pa.field("event_count", pa.int64(), nullable=False),
+        pa.field("last_ts", pa.int64(), nullable=False),
+    ]
+)
+
+
+def dedup(ctx: OperatorContext) -> DataFrame:
+    """Pass on each event id once, ever: re-deliveries within the epoch and of events
+    seen in earlier epochs are dropped."""
+    seen = ctx.state("seen")
+    fresh = ctx.input("events").dropDuplicates(["event_id"]).join(seen, "event_id", "left_anti")
+    ctx.set_state("seen", seen.unionByName(fresh.select("event_id")))
+    return fresh
+
+
+def balances(ctx: OperatorContext) -> DataFrame:
+    """Fold this epoch's new events into each account's balance."""
+    from pyspark.sql import functions as F
+
+    delta = (
+        ctx.input("dedup")
+        .groupBy("account_id")
+        .agg(
+            F.sum("amount").alias("balance"),
+            F.count("*").alias("event_count"),
+            F.max("ts").alias("last_ts"),
+        )
+    )
+    merged = (
+        ctx.state("balances")
+        .unionByName(delta)
+        .groupBy("account_id")
+        .agg(
+            F.sum("balance").alias("balance"),
+            F.sum("event_count").alias("event_count"),
+            F.max("last_ts").alias("last_ts"),
+        )
+    )
+    ctx.set_state("balances", merged)
+    return merged
+
+
+def build_pipeline(
+    *,
+    source_root: str = SOURCE_ROOT,
+    parallelism: int = 2,
+    alert_limit: int = ALERT_LIMIT,
+    max_parallelism: int = 128,
+) -> Pipeline:
+    pipeline = Pipeline("payments", max_parallelism=max_parallelism)
+    pipeline.source("events", root=source_root, schema=PAYMENTS_SCHEMA, key=["event_id"])
+    pipeline.operator(
+        "dedup",
+        inputs=["events"],
+        key=["event_id"],
+        states={"seen": SEEN_SCHEMA},
+        parallelism=parallelism,
+    )(dedup)
+    pipeline.operator(
+        "balances",
+        inputs=["dedup"],
+        key=["account_id"],
+        states={"balances": BALANCE_SCHEMA},
+        parallelism=parallelism,
+    )(balances)
+    pipeline.sink(
+        "balances_table",
+        inputs=["balances"],
+        key=["account_id"],
+        mode=SinkMode.SNAPSHOT,
+        parallelism=1,
+    )
+
+    def alerts(ctx: OperatorContext) -> DataFrame:
+        rows = ctx.input("balances")
+        return rows.where(rows.balance < alert_limit).select("account_id", "balance", "last_ts")
+
+    pipeline.sink(
+        "alerts",
+        inputs=["balances"],
+        key=["account_id"],
+        mode=SinkMode.SNAPSHOT,
+        parallelism=1,
+        fn=alerts,
+    )
+    return pipeline
+
+
+#: What `spark_jobs/run_operator.py --pipeline batchpoint.demo.payments:pipeline` loads.
+pipeline = build_pipeline()

@@ -1,0 +1,267 @@
+"""The authoring API, in the spirit of Flink's CheckpointedFunction.
+
+    pipeline = Pipeline("payments", max_parallelism=128)
+    pipeline.source("events", root="sources/payments", format="jsonl", schema=SCHEMA)
+
+    @pipeline.operator(inputs=["events"], key=["account_id"], parallelism=2,
+                       states={"balances": BALANCE_SCHEMA})
+    def balances(ctx: OperatorContext) -> DataFrame:
+        ...  # ctx.input("events"), ctx.state("balances"), ctx.set_state("balances", df)
+        return changed_rows  # this epoch's output, for downstream operators and sinks
+
+    pipeline.sink("balances_table", inputs=["balances"], key=["account_id"], mode="snapshot")
+
+Nobody writes a storage path or an ack: the runtime does, from the declarations.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from batchpoint.errors import PipelineSpecError
+from batchpoint.protocol.layout import check_name
+from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class SinkMode(enum.StrEnum):
+    APPEND = "append"  # readers see every published epoch's rows
+    SNAPSHOT = "snapshot"  # readers see the newest published epoch's rows only
+
+
+class OperatorContext:
+    """What an operator function sees for one epoch: its input and restored state as
+    Spark DataFrames, and where to put its new state."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        checkpoint_id: int,
+        operator: str,
+        inputs: Mapping[str, DataFrame],
+        states: Mapping[str, DataFrame],
+        properties: Mapping[str, Any],
+    ) -> None:
+        self.spark = spark
+        self.checkpoint_id = checkpoint_id
+        self.operator = operator
+        self.properties = properties
+        self._inputs = dict(inputs)
+        self._states = dict(states)
+        self._new_states: dict[str, DataFrame] = {}
+
+    def input(self, name: str | None = None) -> DataFrame:
+        if name is None:
+            if len(self._inputs) != 1:
+                raise PipelineSpecError(
+                    f"operator '{self.operator}' has inputs {sorted(self._inputs)}: name one"
+                )
+            return next(iter(self._inputs.values()))
+        if name not in self._inputs:
+            raise PipelineSpecError(
+                f"operator '{self.operator}' has no input '{name}' (inputs: {sorted(self._inputs)})"
+            )
+        return self._inputs[name]
+
+    def state(self, name: str) -> DataFrame:
+        if name not in self._states:
+            raise PipelineSpecError(
+                f"operator '{self.operator}' declares no state '{name}' "
+                f"(states: {sorted(self._states)})"
+            )
+        return self._states[name]
+
+    def set_state(self, name: str, df: DataFrame) -> None:
+        self.state(name)  # validates the name
+        self._new_states[name] = df
+
+    def new_state(self, name: str) -> DataFrame:
+        """The state to snapshot: what the function set, else the restored state."""
+        return self._new_states.get(name, self._states[name])
+
+
+OperatorFn = Callable[[OperatorContext], "DataFrame | None"]
+
+
+@dataclass(frozen=True)
+class SourceDef:
+    name: str
+    root: str  # key prefix under the storage root: <root>/<partition>/<files>
+    format: str
+    schema: pa.Schema
+    key_columns: tuple[str, ...] = ()  # columns that must never be null
+
+
+@dataclass(frozen=True)
+class OperatorDef:
+    name: str
+    fn: OperatorFn
+    inputs: tuple[str, ...]
+    key_columns: tuple[str, ...]
+    states: Mapping[str, pa.Schema]
+    parallelism: int
+    max_parallelism: int
+    output_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class SinkDef:
+    name: str
+    inputs: tuple[str, ...]
+    key_columns: tuple[str, ...]
+    mode: SinkMode
+    parallelism: int
+    max_parallelism: int
+    fn: OperatorFn | None = None  # optional last transformation before staging
+
+
+@dataclass
+class Pipeline:
+    name: str
+    max_parallelism: int = 128
+    properties: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, SourceDef] = field(default_factory=dict)
+    operators: dict[str, OperatorDef] = field(default_factory=dict)
+    sinks: dict[str, SinkDef] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "pipeline")
+
+    # -- declaration ----------------------------------------------------------------------
+
+    def source(
+        self,
+        name: str,
+        *,
+        root: str,
+        schema: pa.Schema,
+        format: str = "jsonl",
+        key: Sequence[str] = (),
+    ) -> SourceDef:
+        self._check_new(name)
+        missing = [c for c in key if c not in schema.names]
+        if missing:
+            raise PipelineSpecError(f"source '{name}': key columns {missing} not in its schema")
+        source = SourceDef(name, root.strip("/"), format, schema, tuple(key))
+        self.sources[name] = source
+        return source
+
+    def operator(
+        self,
+        name: str | None = None,
+        *,
+        inputs: Sequence[str],
+        key: Sequence[str],
+        states: Mapping[str, pa.Schema] | None = None,
+        parallelism: int = 1,
+        max_parallelism: int | None = None,
+    ) -> Callable[[OperatorFn], OperatorFn]:
+        def register(fn: OperatorFn) -> OperatorFn:
+            op_name = name or fn.__name__
+            self._check_new(op_name)
+            for state_name, schema in (states or {}).items():
+                check_name(state_name, f"operator '{op_name}': state")
+                missing = [c for c in key if c not in schema.names]
+                if missing:
+                    raise PipelineSpecError(
+                        f"operator '{op_name}': state '{state_name}' lacks key columns {missing}"
+                    )
+            self.operators[op_name] = OperatorDef(
+                op_name,
+                fn,
+                tuple(inputs),
+                tuple(key),
+                dict(states or {}),
+                parallelism,
+                max_parallelism or self.max_parallelism,
+            )
+            return fn
+
+        return register
+
+    def sink(
+        self,
+        name: str,
+        *,
+        inputs: Sequence[str],
+        key: Sequence[str],
+        mode: SinkMode | str = SinkMode.APPEND,
+        parallelism: int = 1,
+        max_parallelism: int | None = None,
+        fn: OperatorFn | None = None,
+    ) -> SinkDef:
+        self._check_new(name)
+        try:
+            sink_mode = SinkMode(mode)
+        except ValueError:
+            raise PipelineSpecError(
+                f"sink '{name}': mode {mode!r} is not one of {[m.value for m in SinkMode]}"
+            ) from None
+        sink = SinkDef(
+            name,
+            tuple(inputs),
+            tuple(key),
+            sink_mode,
+            parallelism,
+            max_parallelism or self.max_parallelism,
+            fn,
+        )
+        self.sinks[name] = sink
+        return sink
+
+    def _check_new(self, name: str) -> None:
+        check_name(name, f"pipeline '{self.name}': operator")
+        if name in self.sources or name in self.operators or name in self.sinks:
+            raise PipelineSpecError(f"pipeline '{self.name}': '{name}' is declared twice")
+
+    # -- the protocol's view --------------------------------------------------------------
+
+    def spec(self, parallelism: Mapping[str, int] | None = None) -> PipelineSpec:
+        """The graph the coordinator knows; `parallelism` overrides (rescaling)."""
+        parallelism = dict(parallelism or {})
+        ops: list[OperatorSpec] = [
+            OperatorSpec(s.name, OperatorKind.SOURCE, key_columns=s.key_columns)
+            for s in self.sources.values()
+        ]
+        for op in self.operators.values():
+            ops.append(
+                OperatorSpec(
+                    op.name,
+                    OperatorKind.OPERATOR,
+                    op.inputs,
+                    parallelism.pop(op.name, op.parallelism),
+                    op.max_parallelism,
+                    op.key_columns,
+                    tuple(op.states),
+                )
+            )
+        for sink in self.sinks.values():
+            ops.append(
+                OperatorSpec(
+                    sink.name,
+                    OperatorKind.SINK,
+                    sink.inputs,
+                    parallelism.pop(sink.name, sink.parallelism),
+                    sink.max_parallelism,
+                    sink.key_columns,
+                    properties={"mode": sink.mode.value},
+                )
+            )
+        if parallelism:
+            raise PipelineSpecError(
+                f"pipeline '{self.name}': cannot set parallelism of unknown {sorted(parallelism)}"
+            )
+        return PipelineSpec(self.name, tuple(ops))
+
+    def node(self, name: str) -> SourceDef | OperatorDef | SinkDef:
+        for table in (self.sources, self.operators, self.sinks):
+            if name in table:
+                return table[name]
+        raise PipelineSpecError(f"pipeline '{self.name}' has no operator, source or sink '{name}'")

@@ -1,0 +1,142 @@
+"""The coordinator's side of an epoch, outside any scheduler: trigger (capturing every
+source's barrier), settle, publish. The Airflow DAG calls these same steps as tasks;
+tests, the bench scripts and the CLI call them directly."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from batchpoint.errors import ObjectNotFound, RestoreRefused
+from batchpoint.protocol.checkpoint import (
+    CheckpointOutcome,
+    CheckpointStatus,
+    CheckpointType,
+    PendingCheckpoint,
+)
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
+from batchpoint.protocol.gc import GarbageCollector, GcReport
+from batchpoint.protocol.head import HeadPointer
+from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.sinks import SinkPublisher
+from batchpoint.sources.files import PartitionedFileSource
+from batchpoint.storage import StoreRef
+
+
+class PipelineDriver:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        store_ref: StoreRef,
+        config: CheckpointConfig | None = None,
+        clock: Clock = time.time,
+    ) -> None:
+        self.pipeline = pipeline
+        self.store_ref = store_ref
+        self.store = store_ref.open()
+        self.config = config or CheckpointConfig()
+        self.coordinator = CheckpointCoordinator(self.store, pipeline.name, self.config, clock)
+        self.sinks = SinkPublisher(self.store, self.coordinator.layout)
+
+    # -- the graph in force ---------------------------------------------------------------
+
+    def current_spec(self) -> PipelineSpec:
+        """The pipeline from code, with the parallelism last set by a rescaling restore."""
+        try:
+            stored = PipelineSpec.decode(
+                self.coordinator.layout.spec, self.store.get(self.coordinator.layout.spec).data
+            )
+            overrides = {
+                op.name: op.parallelism
+                for op in stored.operators
+                if op.name in self.pipeline.operators or op.name in self.pipeline.sinks
+            }
+        except ObjectNotFound:
+            overrides = {}
+        return self.pipeline.spec(overrides)
+
+    def rescale(self, parallelism: Mapping[str, int]) -> PipelineSpec:
+        current = {op.name: op.parallelism for op in self.current_spec().operators if op.has_tasks}
+        spec = self.pipeline.spec({**current, **parallelism})
+        self.coordinator.register(spec)
+        return spec
+
+    # -- trigger --------------------------------------------------------------------------
+
+    def capture_barrier(self) -> dict[str, Any]:
+        barrier = {}
+        for source in self.pipeline.sources.values():
+            files = PartitionedFileSource(self.store, source.root, source.format)
+            barrier[source.name] = files.capture_barrier().to_json()
+        return barrier
+
+    def trigger(
+        self,
+        checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
+        properties: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> PendingCheckpoint:
+        self.coordinator.register(self.current_spec())
+        return self.coordinator.trigger(
+            self.capture_barrier(),
+            checkpoint_type=checkpoint_type,
+            properties=properties,
+            timeout=timeout,
+        )
+
+    # -- settle and publish ---------------------------------------------------------------
+
+    def finalize(self, checkpoint_id: int) -> CheckpointOutcome | None:
+        """Complete the checkpoint if every ack is in, then publish its sinks."""
+        outcome = self.coordinator.try_finalize(checkpoint_id)
+        if outcome is not None and outcome.status is CheckpointStatus.COMPLETED:
+            self.notify_complete(checkpoint_id)
+        return outcome
+
+    def notify_complete(self, checkpoint_id: int) -> list[str]:
+        """Publish every sink's staged output of a completed checkpoint and of any
+        unpublished completed checkpoint it builds on. Idempotent."""
+        chain = []
+        cid: int | None = checkpoint_id
+        while cid is not None:
+            outcome = self.coordinator.get_outcome(cid)
+            if outcome is None or outcome.completed is None:
+                break
+            chain.append(outcome.completed)
+            cid = outcome.pending.base_checkpoint_id
+            if all(
+                (m := self.sinks.manifest(s)) is not None and cid in m.epochs
+                for s in self.pipeline.sinks
+            ):
+                break
+        published = []
+        for completed in reversed(chain):
+            for sink in self.pipeline.sinks.values():
+                if self.sinks.publish(completed, sink.name, sink.mode.value, sink.key_columns):
+                    published.append(f"{sink.name}@{completed.checkpoint_id}")
+        return published
+
+    # -- restore and gc -------------------------------------------------------------------
+
+    def restore(
+        self, checkpoint_id: int | None = None, parallelism: Mapping[str, int] | None = None
+    ) -> HeadPointer:
+        if checkpoint_id is not None and self.coordinator.status(checkpoint_id) is None:
+            raise RestoreRefused(
+                f"pipeline '{self.pipeline.name}' has no checkpoint {checkpoint_id}"
+            )
+        head = self.coordinator.restore(checkpoint_id)
+        for sink in self.pipeline.sinks:
+            self.sinks.rewind(sink, head.checkpoint_id)
+        if parallelism:
+            self.rescale(parallelism)
+        return head
+
+    def gc(self, *, dry_run: bool = False, history_limit: int | None = None) -> GcReport:
+        collector = GarbageCollector(
+            self.coordinator, lambda: self.sinks.referenced_files(self.pipeline.sinks)
+        )
+        return collector.collect(dry_run=dry_run, history_limit=history_limit)

@@ -1,0 +1,59 @@
+"""Fault injection for exactly-once tests: a task dies at a named point.
+
+A killed task cannot be produced on demand at a precise protocol step, so tests set
+BATCHPOINT_FAULT to `<operator>:<point>` or `<operator>:<point>:<checkpoint_id>`, and the
+runtime calls `maybe_fail(...)` at each point. Nothing happens unless the variable names
+this operator, point (and checkpoint).
+
+BATCHPOINT_FAULT_MODE chooses how the task dies: `exit` (default) ends the process at
+once like SIGKILL; `raise` throws InjectedKill, a BaseException that no cleanup code
+catches, so an in-process test can "restart" the task without a new Spark session.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ENV = "BATCHPOINT_FAULT"
+MODE_ENV = "BATCHPOINT_FAULT_MODE"
+
+#: The points the runtime passes, in order.
+POINTS = (
+    "before-snapshot",  # input processed, nothing written
+    "after-snapshot",  # state and output files written, no ack
+    "after-ack",  # acknowledged, the job has not returned
+    "spark-task",  # inside the first attempt of a Spark task writing files (Spark retries)
+)
+
+
+class InjectedKill(BaseException):
+    """The task 'died': deliberately not an Exception, so no handler declines."""
+
+
+def current_spec() -> str:
+    return os.environ.get(ENV, "")
+
+
+def fault_matches(operator: str, point: str, checkpoint_id: int, spec: str | None = None) -> bool:
+    spec = current_spec() if spec is None else spec
+    if not spec:
+        return False
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or parts[1] not in POINTS:
+        raise ValueError(
+            f"{ENV}={spec!r}: expected <operator>:<point>[:<checkpoint>], points {POINTS}"
+        )
+    if parts[0] != operator or parts[1] != point:
+        return False
+    return len(parts) == 2 or parts[2] == str(checkpoint_id)
+
+
+def maybe_fail(operator: str, point: str, checkpoint_id: int) -> None:
+    if not fault_matches(operator, point, checkpoint_id):
+        return
+    message = f"batchpoint: injected fault: {operator} dies at {point} of {checkpoint_id}"
+    if os.environ.get(MODE_ENV, "exit") == "raise":
+        raise InjectedKill(message)
+    print(message, file=sys.stderr, flush=True)
+    os._exit(137)  # like SIGKILL: no cleanup, no finally blocks

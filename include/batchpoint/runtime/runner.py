@@ -1,0 +1,356 @@
+"""Runs one operator (all its subtasks) of one checkpoint as a PySpark micro-job.
+
+    align     wait until every upstream task of this epoch acknowledged, and the base
+              checkpoint completed (its state is what this epoch starts from)
+    restore   read the base checkpoint's state of this operator, rescaled by key group
+    process   call the operator function on this epoch's input
+    snapshot  write new state, and output for each consumer, per subtask, from executors
+    ack       one ack per subtask; a later attempt learns DUPLICATE and cleans up
+
+Any error before the acks declines the subtasks that have not acknowledged, so the
+checkpoint aborts at once and nothing of it is ever published.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from batchpoint.errors import BatchpointError, CheckpointError
+from batchpoint.protocol.checkpoint import (
+    CheckpointStatus,
+    CompletedCheckpoint,
+    FileHandle,
+    PendingCheckpoint,
+    TaskAcknowledgeResult,
+    TaskMetrics,
+)
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import split_task_name, task_name
+from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkDef, SourceDef
+from batchpoint.runtime.faults import maybe_fail
+from batchpoint.sources.files import PartitionedFileSource
+from batchpoint.storage import StoreRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+Log = Callable[[str], None]
+
+
+class OperatorFailed(BatchpointError):
+    """The operator could not process the epoch; its subtasks declined."""
+
+
+class CheckpointAlreadySettled(CheckpointError):
+    pass
+
+
+def state_stream(name: str) -> str:
+    return f"state:{name}"
+
+
+def channel_stream(consumer: str) -> str:
+    return f"channel:{consumer}"
+
+
+SINK_STREAM = "sink"
+
+
+@dataclass
+class OperatorRunReport:
+    checkpoint_id: int
+    operator: str
+    attempt: str
+    results: dict[str, TaskAcknowledgeResult] = field(default_factory=dict)
+    skipped: str = ""  # why nothing ran, when nothing did
+    rows_in: int = 0
+    seconds: float = 0.0
+
+
+class OperatorRunner:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        store_ref: StoreRef,
+        spark: SparkSession,
+        *,
+        config: CheckpointConfig | None = None,
+        attempt: str | None = None,
+        align_timeout: float = 600.0,
+        poll_interval: float = 0.5,
+        log: Log = print,
+    ) -> None:
+        self.pipeline = pipeline
+        self.store_ref = store_ref
+        self.store = store_ref.open()
+        self.spark = spark
+        self.coordinator = CheckpointCoordinator(self.store, pipeline.name, config)
+        self.attempt = attempt or f"a{uuid.uuid4().hex[:12]}"
+        self.align_timeout = align_timeout
+        self.poll_interval = poll_interval
+        self.log = log
+
+    # -- entry point ----------------------------------------------------------------------
+
+    def run(self, checkpoint_id: int, name: str) -> OperatorRunReport:
+        started = time.monotonic()
+        node = self.pipeline.node(name)
+        if isinstance(node, SourceDef):
+            raise CheckpointError(f"'{name}' is a source: sources run no task")
+        report = OperatorRunReport(checkpoint_id, name, self.attempt)
+        pending = self._pending_or_skip(checkpoint_id, report)
+        if pending is None:
+            return report
+        tasks = [t for t in pending.expected_tasks if split_task_name(t)[0] == name]
+        if not tasks:
+            raise CheckpointError(f"checkpoint {checkpoint_id} expects no task of '{name}'")
+        acked = self.coordinator.acks(checkpoint_id)
+        if all(t in acked for t in tasks):
+            report.skipped = "every subtask acknowledged already (a retry after the ack)"
+            report.results = {t: TaskAcknowledgeResult.DUPLICATE for t in tasks}
+            return report
+        try:
+            handles = self._process_and_snapshot(pending, node, len(tasks), report)
+        except BatchpointError as exc:
+            self._decline(pending, tasks, str(exc))
+            raise OperatorFailed(f"{name} failed in checkpoint {checkpoint_id}: {exc}") from exc
+        except Exception as exc:
+            self._decline(pending, tasks, f"{type(exc).__name__}: {exc}")
+            raise OperatorFailed(
+                f"{name} failed in checkpoint {checkpoint_id}: {type(exc).__name__}: {exc}"
+            ) from exc
+        maybe_fail(name, "after-snapshot", checkpoint_id)
+        report.results = self._acknowledge(pending, tasks, handles, report)
+        maybe_fail(name, "after-ack", checkpoint_id)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _pending_or_skip(
+        self, checkpoint_id: int, report: OperatorRunReport
+    ) -> PendingCheckpoint | None:
+        pending = self.coordinator.get_pending(checkpoint_id)
+        if pending is not None:
+            return pending
+        outcome = self.coordinator.get_outcome(checkpoint_id)
+        if outcome is None:
+            raise CheckpointError(
+                f"pipeline '{self.pipeline.name}' has no checkpoint {checkpoint_id}"
+            )
+        if outcome.status is CheckpointStatus.COMPLETED:
+            report.skipped = "the checkpoint completed already"
+            return None
+        raise CheckpointAlreadySettled(
+            f"checkpoint {checkpoint_id} was aborted ({outcome.message}); nothing to run"
+        )
+
+    # -- align ----------------------------------------------------------------------------
+
+    def _align(
+        self, pending: PendingCheckpoint, inputs: tuple[str, ...]
+    ) -> CompletedCheckpoint | None:
+        """Block until upstream tasks acked and the base completed; returns the base."""
+        cid = pending.checkpoint_id
+        upstream_ops = {i for i in inputs if i in self.pipeline.operators}
+        deadline = time.monotonic() + self.align_timeout
+        announced = False
+        while True:
+            progress = self.coordinator.progress(cid)
+            if progress.status is not CheckpointStatus.PENDING:
+                reason = progress.outcome.message if progress.outcome else "gone"
+                raise CheckpointError(f"checkpoint {cid} was settled while aligning: {reason}")
+            if progress.declines:
+                d = progress.declines[0]
+                raise CheckpointError(f"checkpoint {cid} was declined by {d.task}: {d.reason}")
+            waiting = [t for t in progress.missing if split_task_name(t)[0] in upstream_ops]
+            base = self._base_state(pending)
+            if not waiting and base is not False:
+                return base  # type: ignore[return-value]
+            if time.monotonic() > deadline:
+                what = waiting or [f"base checkpoint {pending.base_checkpoint_id}"]
+                raise CheckpointError(f"alignment timed out waiting for {', '.join(what)}")
+            if not announced:
+                self.log(f"aligning: waiting for {', '.join(waiting) or 'the base checkpoint'}")
+                announced = True
+            time.sleep(self.poll_interval)
+
+    def _base_state(self, pending: PendingCheckpoint) -> CompletedCheckpoint | bool | None:
+        """The base checkpoint's metadata; None with no base; False while it is pending."""
+        if pending.base_checkpoint_id is None:
+            return None
+        outcome = self.coordinator.get_outcome(pending.base_checkpoint_id)
+        if outcome is None:
+            return False
+        if outcome.completed is None:
+            raise CheckpointError(
+                f"base checkpoint {pending.base_checkpoint_id} was aborted: {outcome.message}"
+            )
+        return outcome.completed
+
+    # -- process and snapshot -------------------------------------------------------------
+
+    def _process_and_snapshot(
+        self,
+        pending: PendingCheckpoint,
+        node: OperatorDef | SinkDef,
+        parallelism: int,
+        report: OperatorRunReport,
+    ) -> dict[int, list[FileHandle]]:
+        from batchpoint.spark import keyed_io
+
+        cid = pending.checkpoint_id
+        base = self._align(pending, node.inputs)
+        inputs = {name: self._input_df(pending, name, node.name) for name in node.inputs}
+        handles: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
+
+        def prefix(stream: str) -> Callable[[int], str]:
+            def for_subtask(subtask: int) -> str:
+                task = task_name(node.name, subtask)
+                base_prefix = self.coordinator.layout.task_data_prefix(cid, task, self.attempt)
+                return f"{base_prefix}{stream.replace(':', '-')}/"
+
+            return for_subtask
+
+        def write(df: DataFrame, stream: str, key: tuple[str, ...], max_par: int) -> None:
+            written = keyed_io.write_keyed(
+                df,
+                self.store_ref,
+                prefix(stream),
+                name=stream,
+                key_columns=key,
+                max_parallelism=max_par,
+                parallelism=parallelism,
+                fault=(node.name, cid),
+            )
+            for subtask, files in written.items():
+                handles[subtask].extend(files)
+
+        if isinstance(node, SinkDef):
+            df = inputs[node.inputs[0]] if len(inputs) == 1 else _union(list(inputs.values()))
+            if node.fn is not None:
+                ctx = OperatorContext(self.spark, cid, node.name, inputs, {}, pending.properties)
+                df = node.fn(ctx) or df
+            maybe_fail(node.name, "before-snapshot", cid)
+            write(df, SINK_STREAM, node.key_columns, node.max_parallelism)
+            return handles
+
+        states = {
+            state: self._restored_state(base, node, state, schema)
+            for state, schema in node.states.items()
+        }
+        ctx = OperatorContext(self.spark, cid, node.name, inputs, states, pending.properties)
+        output = node.fn(ctx)
+        maybe_fail(node.name, "before-snapshot", cid)
+        for state in node.states:
+            write(ctx.new_state(state), state_stream(state), node.key_columns, node.max_parallelism)
+        consumers = [
+            c
+            for c in (*self.pipeline.operators.values(), *self.pipeline.sinks.values())
+            if node.name in c.inputs
+        ]
+        if consumers and output is None:
+            raise CheckpointError(
+                f"operator '{node.name}' returned no output but feeds "
+                f"{', '.join(c.name for c in consumers)}"
+            )
+        for consumer in consumers:
+            write(
+                output,
+                channel_stream(consumer.name),
+                consumer.key_columns,
+                consumer.max_parallelism,
+            )
+        return handles
+
+    def _input_df(self, pending: PendingCheckpoint, name: str, consumer: str) -> DataFrame:
+        from batchpoint.spark import keyed_io
+
+        node = self.pipeline.node(name)
+        if isinstance(node, SourceDef):
+            source = PartitionedFileSource(self.store, node.root, node.format, schema=node.schema)
+            splits = source.files_between(
+                pending.base_barrier.get(name), pending.barrier.get(name, {})
+            )
+            self.log(f"{consumer}: reading {len(splits)} new file(s) of source '{name}'")
+            return keyed_io.read_source(self.spark, self.store_ref, node, splits)
+        acks = self.coordinator.acks(pending.checkpoint_id)
+        files = [
+            h
+            for task, ack in acks.items()
+            if split_task_name(task)[0] == name
+            for h in ack.handles
+            if h.name == channel_stream(consumer)
+        ]
+        return keyed_io.read_keyed(self.spark, self.store_ref, files)
+
+    def _restored_state(
+        self, base: CompletedCheckpoint | None, node: OperatorDef, state: str, schema
+    ) -> DataFrame:
+        from batchpoint.spark import keyed_io
+
+        if base is None:
+            return keyed_io.empty(self.spark, schema)
+        files = [
+            h
+            for ack in base.acks
+            if split_task_name(ack.task)[0] == node.name
+            for h in ack.handles
+            if h.name == state_stream(state)
+        ]
+        if not files and any(split_task_name(a.task)[0] == node.name for a in base.acks):
+            raise CheckpointError(
+                f"base checkpoint {base.checkpoint_id} has no files of state '{state}' "
+                f"of operator '{node.name}'"
+            )
+        if not files:
+            return keyed_io.empty(self.spark, schema)  # the operator is new in this version
+        return keyed_io.read_keyed(
+            self.spark,
+            self.store_ref,
+            files,
+            schema=schema,
+            what=f"state '{state}' of '{node.name}' in checkpoint {base.checkpoint_id}",
+        )
+
+    # -- ack and decline ------------------------------------------------------------------
+
+    def _acknowledge(
+        self,
+        pending: PendingCheckpoint,
+        tasks: list[str],
+        handles: dict[int, list[FileHandle]],
+        report: OperatorRunReport,
+    ) -> dict[str, TaskAcknowledgeResult]:
+        def ack(task: str) -> tuple[str, TaskAcknowledgeResult]:
+            subtask = split_task_name(task)[1]
+            files = handles.get(subtask, [])
+            metrics = TaskMetrics(records_out=sum(f.rows for f in files))
+            result = self.coordinator.acknowledge(
+                pending.checkpoint_id, task, self.attempt, files, metrics
+            )
+            return task, result
+
+        with ThreadPoolExecutor(max_workers=min(8, len(tasks))) as pool:
+            results = dict(pool.map(ack, tasks))
+        summary = ", ".join(f"{t}={r.value}" for t, r in results.items())
+        self.log(f"checkpoint {pending.checkpoint_id}: acks {summary}")
+        return results
+
+    def _decline(self, pending: PendingCheckpoint, tasks: list[str], reason: str) -> None:
+        for task in tasks:
+            self.coordinator.decline(pending.checkpoint_id, task, self.attempt, reason)
+        self.log(
+            f"checkpoint {pending.checkpoint_id}: declined by {tasks[0].split('#')[0]}: {reason}"
+        )
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
