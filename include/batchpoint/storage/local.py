@@ -56,6 +56,16 @@ class LocalObjectStore(ObjectStore):
             raise ConfigError(f"storage root '{self.root}' is not a directory")
         self._thread_lock = threading.Lock()
 
+    # The store is shipped to Spark executors and worker processes: locks do not pickle.
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        del state["_thread_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._thread_lock = threading.Lock()
+
     # -- paths --------------------------------------------------------------------------
 
     def _path(self, key: str) -> Path:
@@ -155,10 +165,11 @@ class LocalObjectStore(ObjectStore):
         if not directory.is_dir():
             return []
         out = []
-        for entry in sorted(directory.iterdir()):
+        for entry in directory.iterdir():
             if entry.is_dir() and entry.name != _LOCK_DIR and any(self._has_objects(entry)):
                 out.append(f"{prefix.rstrip('/')}/{entry.name}/".lstrip("/"))
-        return out
+        # Sort the prefixes with their trailing '/', as S3 does: 'a-b/' comes before 'a/'.
+        return sorted(out)
 
     def _has_objects(self, directory: Path) -> Iterator[bool]:
         for _dirpath, _dirnames, filenames in os.walk(directory):
@@ -193,7 +204,8 @@ class LocalObjectStore(ObjectStore):
         with self._key_lock(key):
             try:
                 current = _etag(path.read_bytes())
-            except FileNotFoundError:
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                # A 'directory' (a prefix of other keys) is no object either.
                 raise PreconditionFailed(key) from None
             if current != etag:
                 raise PreconditionFailed(key)
@@ -206,9 +218,7 @@ class LocalObjectStore(ObjectStore):
         path = self._path(key)
         try:
             os.unlink(path)
-        except FileNotFoundError:
-            return
-        except IsADirectoryError:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return
         self._prune_empty_dirs(path.parent)
 

