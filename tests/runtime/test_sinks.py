@@ -8,7 +8,7 @@ import hashlib
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle, TaskMetrics
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
-from batchpoint.runtime.sinks import SinkPublisher, visible_files
+from batchpoint.protocol.sinks import SinkPublisher, visible_files
 from batchpoint.storage.base import ObjectStore
 
 SPEC = PipelineSpec(

@@ -392,7 +392,7 @@ class CheckpointCoordinator:
                 pending, CheckpointFailureReason.DECLINED, f"task {task} declined: {reason}"
             )
         )
-        self._after_outcome(outcome)
+        self._settle_outcome(outcome, won)
         if won:
             return DeclineResult.ABORTED
         if outcome.status is CheckpointStatus.COMPLETED:
@@ -407,7 +407,7 @@ class CheckpointCoordinator:
         outcome, after finishing any step a crash left undone."""
         outcome = self.get_outcome(checkpoint_id)
         if outcome is not None:
-            self._after_outcome(outcome)
+            self._settle_outcome(outcome, won=False)
             return outcome
         pending = self.get_pending(checkpoint_id)
         if pending is None:
@@ -449,10 +449,10 @@ class CheckpointCoordinator:
                 f"{len(problems)} referenced file(s) are not intact: {listed}{more}",
             )
         completed = CompletedCheckpoint(pending, ordered, now)
-        _, outcome = self._decide(
+        won, outcome = self._decide(
             CheckpointOutcome(CheckpointStatus.COMPLETED, pending, now, completed=completed)
         )
-        self._after_outcome(outcome)
+        self._settle_outcome(outcome, won)
         return outcome
 
     def _finalize_blocker(
@@ -486,14 +486,15 @@ class CheckpointCoordinator:
         """Abort a pending checkpoint; returns the outcome that holds (maybe a
         COMPLETED one that won the race)."""
         outcome = self.get_outcome(checkpoint_id)
+        won = False
         if outcome is None:
             pending = self.get_pending(checkpoint_id)
             if pending is None:
                 raise CheckpointNotFound(
                     f"pipeline '{self.pipeline}' has no checkpoint {checkpoint_id}"
                 )
-            _, outcome = self._decide(self._aborted(pending, reason, message))
-        self._after_outcome(outcome)
+            won, outcome = self._decide(self._aborted(pending, reason, message))
+        self._settle_outcome(outcome, won)
         return outcome
 
     def _aborted(
@@ -530,6 +531,15 @@ class CheckpointCoordinator:
         return [o for o in self.settle() if o.reason is CheckpointFailureReason.EXPIRED]
 
     # == after the outcome ===============================================================
+
+    def _settle_outcome(self, outcome: CheckpointOutcome, won: bool) -> None:
+        """Run the settling steps for an outcome we just wrote, or finish them for one
+        someone else wrote, but only while its active marker says they are unfinished:
+        redoing them later would undo newer decisions (count a failure again after a
+        reset or restore, re-add the retained marker of a checkpoint that was subsumed
+        and whose files GC deleted since)."""
+        if won or self.store.exists(self.layout.active(outcome.checkpoint_id)):
+            self._after_outcome(outcome)
 
     def _after_outcome(self, outcome: CheckpointOutcome) -> None:
         """Every step here is idempotent; the active marker goes last, so it stays as a

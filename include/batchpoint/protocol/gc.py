@@ -1,8 +1,8 @@
 """Garbage collection of checkpoint files (Flink's discard of subsumed and aborted
 checkpoints, with a shared-state registry's rule).
 
-A data file is deleted only when no retained checkpoint or savepoint, no head, and no
-pending checkpoint references it. Folders of pending checkpoints, and of checkpoints
+A data file is deleted only when no retained checkpoint or savepoint, no head, no
+pending checkpoint and no sink manifest references it. Folders of pending checkpoints, and of checkpoints
 with no outcome, are never touched: tasks may still be writing there. Each pass
 recomputes everything from storage, so it is idempotent and safe to interrupt.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import parse_checkpoint_dir_name
+from batchpoint.protocol.sinks import SinkPublisher
 
 ProgressFn = Callable[[str], None]
 
@@ -48,6 +49,7 @@ class GarbageCollector:
             outcome = c.get_outcome(cid)
             if outcome is not None and outcome.completed is not None:
                 referenced.update(h.path for h in outcome.completed.handles)
+        referenced.update(SinkPublisher(c.store, c.layout).referenced_files())
         if self._extra_references is not None:
             referenced.update(self._extra_references())
         return referenced

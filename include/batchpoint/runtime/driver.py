@@ -20,8 +20,8 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
 from batchpoint.protocol.gc import GarbageCollector, GcReport
 from batchpoint.protocol.head import HeadPointer
 from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.runtime.api import Pipeline
-from batchpoint.runtime.sinks import SinkPublisher
 from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
 
@@ -136,7 +136,5 @@ class PipelineDriver:
         return head
 
     def gc(self, *, dry_run: bool = False, history_limit: int | None = None) -> GcReport:
-        collector = GarbageCollector(
-            self.coordinator, lambda: self.sinks.referenced_files(self.pipeline.sinks)
-        )
+        collector = GarbageCollector(self.coordinator)
         return collector.collect(dry_run=dry_run, history_limit=history_limit)

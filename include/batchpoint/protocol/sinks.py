@@ -165,10 +165,15 @@ class SinkPublisher:
             self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, move
         )
 
-    def referenced_files(self, sinks: Iterable[str]) -> set[str]:
-        """Every published file: GC must keep them while a manifest lists them."""
+    def sink_names(self) -> list[str]:
+        prefix = self._layout.root + "sinks/"
+        return [p[len(prefix) :].rstrip("/") for p in self._store.list_dirs(prefix)]
+
+    def referenced_files(self, sinks: Iterable[str] | None = None) -> set[str]:
+        """Every published file (of the named sinks, or of all): GC must keep them while
+        a manifest lists them."""
         out: set[str] = set()
-        for sink in sinks:
+        for sink in self.sink_names() if sinks is None else sinks:
             manifest = self.manifest(sink)
             if manifest is not None:
                 out.update(f.path for e in manifest.epochs.values() for f in e.files)
