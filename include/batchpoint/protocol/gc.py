@@ -2,8 +2,8 @@
 checkpoints, with a shared-state registry's rule).
 
 A data file is deleted only when no retained checkpoint or savepoint, no head, no
-pending checkpoint and no sink manifest references it. Folders of pending checkpoints, and of checkpoints
-with no outcome, are never touched: tasks may still be writing there. Each pass
+pending checkpoint and no sink manifest references it. Folders of pending checkpoints,
+and of checkpoints with no outcome, are never touched: tasks may still be writing there. Each pass
 recomputes everything from storage, so it is idempotent and safe to interrupt.
 """
 
