@@ -78,19 +78,26 @@ class DeclineResult(enum.StrEnum):
     UNKNOWN = "UNKNOWN"  # no such checkpoint or task
 
 
+_HANDLE_FIELDS = ("path", "size", "sha256", "rows", "name", "key_group_range")
+
+
 @dataclass(frozen=True)
 class FileHandle:
-    """A file a checkpoint references: state of one subtask, or a sink's staged output."""
+    """A file a checkpoint references: state of one subtask, a channel to a downstream
+    operator, or a sink's staged output. `meta` keeps what the writer adds (schema
+    fingerprint, subtask, parallelism, ...) so a reader gets it back unchanged."""
 
     path: str  # key relative to the storage root
     size: int
     sha256: str
     rows: int = 0
     key_group_range: tuple[int, int] | None = None
-    name: str = ""  # the state or sink the file belongs to
+    name: str = ""  # the stream: state-<name>, channel-<consumer> or sink
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
+            **self.meta,
             "path": self.path,
             "size": self.size,
             "sha256": self.sha256,
@@ -115,6 +122,7 @@ class FileHandle:
             rows=int(body.get("rows", 0)),
             key_group_range=(kgr[0], kgr[1]) if kgr else None,
             name=str(body.get("name", "")),
+            meta={k: v for k, v in body.items() if k not in _HANDLE_FIELDS},
         )
 
 

@@ -362,10 +362,16 @@ class CheckpointCoordinator:
         return TaskAcknowledgeResult.DUPLICATE
 
     def _discard_attempt_files(self, ack: AckRecord) -> None:
-        # Only files inside this attempt's own folder: a handle pointing anywhere else
-        # could be another checkpoint's file, which is never ours to delete.
-        own = self.layout.task_data_prefix(ack.checkpoint_id, ack.task, ack.attempt)
-        self.store.delete_many(h.path for h in ack.handles if h.path.startswith(own))
+        # Only this attempt's own files: under this checkpoint's data folder, in a folder
+        # named by the attempt id. A handle pointing anywhere else could be another
+        # checkpoint's or another attempt's file, which is never ours to delete.
+        data = self.layout.data_prefix(ack.checkpoint_id)
+        own = [
+            h.path
+            for h in ack.handles
+            if h.path.startswith(data) and ack.attempt in h.path[len(data) :].split("/")[:-1]
+        ]
+        self.store.delete_many(own)
 
     def decline(self, checkpoint_id: int, task: str, attempt: str, reason: str) -> DeclineResult:
         """A task cannot take part: abort the checkpoint at once rather than waiting for

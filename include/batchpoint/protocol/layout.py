@@ -131,8 +131,11 @@ class PipelineLayout:
     def data_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "data/"
 
+    def operator_data_prefix(self, checkpoint_id: int, operator: str) -> str:
+        return f"{self.data_prefix(checkpoint_id)}{operator}/"
+
     def task_data_prefix(self, checkpoint_id: int, task: str, attempt: str) -> str:
-        """Where one attempt of one task writes its files: attempt-scoped, so retries and
+        """A folder for one attempt of one task: attempt-scoped, so retries and
         speculative attempts never overwrite each other."""
         operator, subtask = split_task_name(task)
-        return f"{self.data_prefix(checkpoint_id)}{operator}/{subtask}/{attempt}/"
+        return f"{self.operator_data_prefix(checkpoint_id, operator)}{subtask}/{attempt}/"
