@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
@@ -12,6 +13,7 @@ from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 __all__ = ["ObjectInfo", "ObjectStore", "StoreRef", "StoredObject", "open_store"]
 
 _OPEN: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
+_OPEN_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,13 @@ class StoreRef:
         return cls(uri, tuple(sorted((options or {}).items())))
 
     def open(self) -> ObjectStore:
+        # One store per process: S3 clients are costly to build and thread-safe.
         key = (self.uri, self.options)
-        store = _OPEN.get(key)
-        if store is None:
-            store = _OPEN[key] = open_store(self.uri, dict(self.options))
-        return store
+        with _OPEN_LOCK:
+            store = _OPEN.get(key)
+            if store is None:
+                store = _OPEN[key] = open_store(self.uri, dict(self.options))
+            return store
 
 
 def open_store(uri: str, options: Mapping[str, str] | None = None) -> ObjectStore:

@@ -1,0 +1,398 @@
+"""The keyed-state file format: Parquet files, one operator state per file, each file
+owning a contiguous range of key groups.
+
+A file holds the state's own columns plus ``_key_group`` (int32, the key group of the
+row's key, computed once at write time so restores and rescales filter on a plain int
+column instead of re-hashing keys). Rows are sorted by key group. The file's Parquet
+schema metadata carries a small JSON header (format version, state name, key columns,
+key-group range, schema fingerprint) so a file is self-describing even without its
+handle, which is what makes savepoints relocatable.
+
+A `StateHandle` is what a writer reports per file and what the protocol layer embeds in
+ack records. Its JSON is a superset of `protocol.checkpoint.FileHandle`'s (same keys for
+path, size, sha256, rows, key_group_range, name), so either side can read the other's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from batchpoint.errors import BatchpointError
+from batchpoint.state.keygroups import KeyGroupRange, key_group_range_for_subtask
+
+FORMAT_VERSION = 1
+KEY_GROUP_COLUMN = "_key_group"
+#: Used while writing and when reading for a new parallelism; never stored in files.
+SUBTASK_COLUMN = "_subtask"
+RESERVED_COLUMNS = frozenset({KEY_GROUP_COLUMN, SUBTASK_COLUMN})
+METADATA_KEY = b"batchpoint.state"
+FILE_SUFFIX = ".parquet"
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,127}$")
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+class StateError(BatchpointError):
+    """Keyed state that cannot be written or restored as asked."""
+
+
+class StateSchemaMismatch(StateError):
+    def __init__(self, path: str, differences: Sequence[str]) -> None:
+        self.path = path
+        self.differences = list(differences)
+        super().__init__(
+            f"state file '{path}' does not have the requested schema: " + "; ".join(differences)
+        )
+
+
+class StateFileCorrupt(StateError):
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"state file '{path}' is corrupt: {problem}")
+
+
+class StateCoverageError(StateError):
+    """The handles do not cover the asked-for key groups exactly once."""
+
+
+# --- names ----------------------------------------------------------------------------
+
+
+def check_segment(value: str, what: str) -> str:
+    """State names and attempt ids become key segments: keep them path- and S3-safe."""
+    if not isinstance(value, str) or not _SEGMENT.match(value):
+        raise StateError(
+            f"{what} {value!r} is invalid: use letters, digits, '.', '_', '=' or '-' "
+            "(starting with a letter or digit, at most 128 characters)"
+        )
+    return value
+
+
+def check_base_key(base_key: str) -> str:
+    base = base_key.strip("/")
+    if not base or ".." in base.split("/"):
+        raise StateError(f"state base key {base_key!r} is invalid: give a relative key prefix")
+    return base
+
+
+def subtask_prefix(base_key: str, state_name: str, subtask: int, attempt_id: str) -> str:
+    """The folder one write attempt of one subtask puts its files in (ends with '/')."""
+    return f"{check_base_key(base_key)}/{state_name}/subtask-{subtask}/{attempt_id}/"
+
+
+def state_file_key(
+    base_key: str, state_name: str, subtask: int, attempt_id: str, part: int, task_attempt: str
+) -> str:
+    """`task_attempt` (the Spark task attempt id) keeps a retried or speculative copy of
+    a task from overwriting a file another attempt's handle already points at."""
+    prefix = subtask_prefix(base_key, state_name, subtask, attempt_id)
+    return f"{prefix}part-{part:05d}-{task_attempt}{FILE_SUFFIX}"
+
+
+# --- schemas --------------------------------------------------------------------------
+
+
+def _canonical_type(arrow_type: pa.DataType) -> str:
+    # Spark may ship strings as large_string (useLargeVarTypes) and timestamps in the
+    # session time zone; neither changes what is stored, so neither changes the schema.
+    text = str(arrow_type).replace("large_", "")
+    return re.sub(r"tz=[^,\]>]+", "tz=UTC", text)
+
+
+def canonical_schema(schema: pa.Schema) -> list[tuple[str, str]]:
+    """(name, type) of the state's own columns, in order; nullability is left out on
+    purpose because Spark loses it through most transformations."""
+    return [(f.name, _canonical_type(f.type)) for f in schema if f.name not in RESERVED_COLUMNS]
+
+
+def schema_fingerprint(schema: pa.Schema) -> str:
+    text = json.dumps(canonical_schema(schema), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def schema_differences(expected: pa.Schema, actual: pa.Schema) -> list[str]:
+    """Human-readable differences between a requested and a stored schema."""
+    want = dict(canonical_schema(expected))
+    have = dict(canonical_schema(actual))
+    out = [f"column '{n}' ({t}) is missing" for n, t in want.items() if n not in have]
+    out += [f"column '{n}' ({t}) is not requested" for n, t in have.items() if n not in want]
+    out += [
+        f"column '{n}' is {have[n]}, requested {t}"
+        for n, t in want.items()
+        if n in have and have[n] != t
+    ]
+    if not out and list(want) != list(have):
+        out.append(f"columns are in order {list(have)}, requested {list(want)}")
+    return out
+
+
+def file_schema(state_schema: pa.Schema, header: Mapping[str, Any]) -> pa.Schema:
+    """The Parquet schema of a state file: the state columns, then `_key_group`."""
+    fields = [f for f in state_schema if f.name not in RESERVED_COLUMNS]
+    fields.append(pa.field(KEY_GROUP_COLUMN, pa.int32(), nullable=False))
+    return pa.schema(fields, metadata={METADATA_KEY: json.dumps(header).encode()})
+
+
+def read_header(schema: pa.Schema, path: str) -> dict[str, Any]:
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise StateFileCorrupt(path, "it has no batchpoint header: not a state file")
+    try:
+        header = json.loads(raw)
+    except ValueError as exc:
+        raise StateFileCorrupt(path, f"unreadable header ({exc})") from None
+    if header.get("format") != FORMAT_VERSION:
+        raise StateFileCorrupt(
+            path, f"format version {header.get('format')!r}, this batchpoint reads {FORMAT_VERSION}"
+        )
+    return header
+
+
+# --- handles --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateHandle:
+    """One state file, as acknowledged by the task that wrote it."""
+
+    path: str  # key relative to the store root
+    size: int  # bytes
+    sha256: str
+    rows: int
+    key_group_range: KeyGroupRange
+    name: str  # the operator state this file belongs to
+    schema_fingerprint: str = ""
+    subtask: int = -1
+    parallelism: int = 0
+    max_parallelism: int = 0
+    task_attempt: str = ""
+    format: int = FORMAT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "size": self.size,
+            "sha256": self.sha256,
+            "rows": self.rows,
+            "key_group_range": self.key_group_range.to_json(),
+            "name": self.name,
+            "schema_fingerprint": self.schema_fingerprint,
+            "subtask": self.subtask,
+            "parallelism": self.parallelism,
+            "max_parallelism": self.max_parallelism,
+            "task_attempt": self.task_attempt,
+            "format": self.format,
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> StateHandle:
+        try:
+            return cls(
+                path=str(body["path"]),
+                size=int(body["size"]),
+                sha256=str(body["sha256"]),
+                rows=int(body.get("rows", 0)),
+                key_group_range=KeyGroupRange.from_json(body["key_group_range"]),
+                name=str(body.get("name", "")),
+                schema_fingerprint=str(body.get("schema_fingerprint", "")),
+                subtask=int(body.get("subtask", -1)),
+                parallelism=int(body.get("parallelism", 0)),
+                max_parallelism=int(body.get("max_parallelism", 0)),
+                task_attempt=str(body.get("task_attempt", "")),
+                format=int(body.get("format", FORMAT_VERSION)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"state handle {dict(body)!r} is malformed: {exc!r}") from None
+
+    @classmethod
+    def coerce(cls, value: StateHandle | Mapping[str, Any] | Any) -> StateHandle:
+        """Accept a StateHandle, its JSON, or any object with `to_json()` (FileHandle)."""
+        if isinstance(value, StateHandle):
+            return value
+        if isinstance(value, Mapping):
+            return cls.from_json(value)
+        if hasattr(value, "to_json"):
+            return cls.from_json(value.to_json())
+        raise StateError(f"not a state handle: {value!r}")
+
+
+def check_coverage(
+    handles: Sequence[StateHandle], wanted: KeyGroupRange, what: str
+) -> list[StateHandle]:
+    """The handles overlapping `wanted`, after checking that together they cover every
+    key group of `wanted` exactly once (a gap would silently lose state, an overlap
+    would duplicate it)."""
+    chosen = sorted(
+        (h for h in handles if h.key_group_range.overlaps(wanted)),
+        key=lambda h: (h.key_group_range.start, h.key_group_range.end),
+    )
+    next_group = wanted.start
+    previous: StateHandle | None = None
+    for handle in chosen:
+        kgr = handle.key_group_range
+        if kgr.start > next_group:
+            raise StateCoverageError(
+                f"{what}: no state file covers key groups [{next_group}, {kgr.start - 1}]"
+            )
+        if previous is not None and kgr.start <= previous.key_group_range.end:
+            raise StateCoverageError(
+                f"{what}: key groups [{kgr.start}, {min(kgr.end, previous.key_group_range.end)}]"
+                f" are covered by both '{previous.path}' and '{handle.path}'"
+            )
+        next_group = kgr.end + 1
+        previous = handle
+    if next_group <= wanted.end:
+        raise StateCoverageError(
+            f"{what}: no state file covers key groups [{next_group}, {wanted.end}]"
+        )
+    return chosen
+
+
+def check_written_handles(
+    handles: Sequence[StateHandle], parallelism: int, max_parallelism: int, state_name: str
+) -> None:
+    """After a write: each subtask's files tile exactly that subtask's key-group range."""
+    for subtask in range(parallelism):
+        own = [h for h in handles if h.subtask == subtask]
+        if not own:
+            raise StateCoverageError(f"state '{state_name}': subtask {subtask} wrote no file")
+        wanted = key_group_range_for_subtask(max_parallelism, parallelism, subtask)
+        stray = [h.path for h in own if not (wanted.start <= h.key_group_range.start)]
+        stray += [h.path for h in own if h.key_group_range.end > wanted.end]
+        if stray:
+            raise StateCoverageError(
+                f"state '{state_name}': files {stray} reach outside subtask {subtask}'s "
+                f"key groups {wanted}"
+            )
+        check_coverage(own, wanted, f"state '{state_name}' subtask {subtask}")
+
+
+# --- writing one file -----------------------------------------------------------------
+
+
+class _HashingSink(io.RawIOBase):
+    """A write-only file that hashes and counts what passes through, so the checksum
+    costs no second read of the file."""
+
+    def __init__(self, target: BinaryIO) -> None:
+        super().__init__()
+        self._target = target
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._target.write(view)
+        self.digest.update(view)
+        self.size += len(view)
+        return len(view)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        if not self._target.closed:
+            self._target.flush()
+
+    def close(self) -> None:
+        # ParquetWriter.close() closes its sink too; a second close must be harmless.
+        if not self.closed:
+            super().close()
+            self._target.close()
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    local_path: Path
+    size: int
+    sha256: str
+    rows: int
+
+
+class StateFileWriter:
+    """Streams record batches of one state into one local Parquet file.
+
+    Batches are buffered up to `row_group_bytes` and written as one row group, so the
+    memory held is bounded by that buffer plus Parquet's per-row-group encoding buffers,
+    whatever the file's final size.
+    """
+
+    def __init__(
+        self,
+        local_path: Path,
+        schema: pa.Schema,
+        *,
+        row_group_bytes: int = 8 << 20,
+        compression: str = "zstd",
+    ) -> None:
+        self.local_path = local_path
+        self.schema = schema
+        self._sink = _HashingSink(open(local_path, "wb"))  # noqa: SIM115 - closed in close()
+        self._writer = pq.ParquetWriter(self._sink, schema, compression=compression)
+        self._row_group_bytes = row_group_bytes
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered = 0
+        self.rows = 0
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes flushed to disk so far (buffered rows not included)."""
+        return self._sink.size
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self._buffer.append(batch)
+        self._buffered += batch.nbytes
+        self.rows += batch.num_rows
+        if self._buffered >= self._row_group_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            self._writer.write_table(pa.Table.from_batches(self._buffer, schema=self.schema))
+            self._buffer.clear()
+            self._buffered = 0
+
+    def close(self, extra_metadata: Mapping[str, str] | None = None) -> WrittenFile:
+        """Finish the file; `extra_metadata` goes into the footer (things only known at
+        the end, such as where a rolled file's key-group range ends)."""
+        self.flush()
+        if extra_metadata:
+            self._writer.add_key_value_metadata(dict(extra_metadata))
+        self._writer.close()  # an empty file still gets the schema and the header
+        self._sink.close()
+        return WrittenFile(
+            self.local_path, self._sink.size, self._sink.digest.hexdigest(), self.rows
+        )
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self._sink.close()
+            self.local_path.unlink(missing_ok=True)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
