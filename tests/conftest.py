@@ -97,6 +97,19 @@ def process_pool() -> Iterator[ProcessPoolExecutor]:
         yield pool
 
 
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark for the whole run (starting Spark costs seconds). `local[2,2]`:
+    two cores, and a failed task is retried once, as on a cluster."""
+    from batchpoint.spark.session import spark_session
+
+    started = time.monotonic()
+    session = spark_session("batchpoint-tests", "local[2,2]")
+    print(f"\nSpark session started in {time.monotonic() - started:.1f}s")
+    yield session
+    session.stop()
+
+
 def unique_prefix(request: pytest.FixtureRequest) -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")[:60]
     return f"tests/{name}-{uuid.uuid4().hex[:8]}"

@@ -1,28 +1,14 @@
-"""Spark fixtures: one local session for the whole test run (starting Spark costs
-seconds), and the store that state tests write to."""
+"""The store that state tests write to (the `spark` session fixture is in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    from batchpoint.spark.session import spark_session
-
-    started = time.monotonic()
-    session = spark_session("batchpoint-tests", "local[2]")
-    print(f"\nSpark session started in {time.monotonic() - started:.1f}s")
-    yield session
-    session.stop()
 
 
 def _state_backends() -> list[object]:

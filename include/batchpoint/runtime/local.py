@@ -73,9 +73,10 @@ class LocalEpochRunner:
         return [runner.run(checkpoint_id, name) for name in self.task_order()]
 
     def complete(self, checkpoint_id: int) -> tuple[CheckpointOutcome | None, list[str]]:
-        outcome = self.driver.finalize(checkpoint_id)
-        published = self.driver.notify_complete(checkpoint_id) if outcome else []
-        return outcome, published
+        outcome = self.driver.coordinator.try_finalize(checkpoint_id)
+        if outcome is None or outcome.completed is None:
+            return outcome, []
+        return outcome, self.driver.notify_complete(checkpoint_id)
 
     def run_epoch(self, checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT) -> EpochResult:
         pending = self.driver.trigger(checkpoint_type)

@@ -31,8 +31,9 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import split_task_name, task_name
+from batchpoint.protocol.layout import split_task_name
 from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkDef, SourceDef
+from batchpoint.runtime.faults import current_spec as current_fault_spec
 from batchpoint.runtime.faults import maybe_fail
 from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
@@ -52,11 +53,11 @@ class CheckpointAlreadySettled(CheckpointError):
 
 
 def state_stream(name: str) -> str:
-    return f"state:{name}"
+    return f"state-{name}"
 
 
 def channel_stream(consumer: str) -> str:
-    return f"channel:{consumer}"
+    return f"channel-{consumer}"
 
 
 SINK_STREAM = "sink"
@@ -201,6 +202,8 @@ class OperatorRunner:
         parallelism: int,
         report: OperatorRunReport,
     ) -> dict[int, list[FileHandle]]:
+        from pyspark import StorageLevel
+
         from batchpoint.spark import keyed_io
 
         cid = pending.checkpoint_id
@@ -208,24 +211,20 @@ class OperatorRunner:
         inputs = {name: self._input_df(pending, name, node.name) for name in node.inputs}
         handles: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
 
-        def prefix(stream: str) -> Callable[[int], str]:
-            def for_subtask(subtask: int) -> str:
-                task = task_name(node.name, subtask)
-                base_prefix = self.coordinator.layout.task_data_prefix(cid, task, self.attempt)
-                return f"{base_prefix}{stream.replace(':', '-')}/"
-
-            return for_subtask
+        base_key = self.coordinator.layout.operator_data_prefix(cid, node.name)
+        fault = (node.name, cid, current_fault_spec())
 
         def write(df: DataFrame, stream: str, key: tuple[str, ...], max_par: int) -> None:
             written = keyed_io.write_keyed(
                 df,
                 self.store_ref,
-                prefix(stream),
-                name=stream,
+                base_key=base_key,
+                stream=stream,
+                attempt=self.attempt,
                 key_columns=key,
                 max_parallelism=max_par,
                 parallelism=parallelism,
-                fault=(node.name, cid),
+                fault=fault,
             )
             for subtask, files in written.items():
                 handles[subtask].extend(files)
@@ -246,6 +245,26 @@ class OperatorRunner:
         ctx = OperatorContext(self.spark, cid, node.name, inputs, states, pending.properties)
         output = node.fn(ctx)
         maybe_fail(node.name, "before-snapshot", cid)
+        # New state and output usually share most of their plan, and each is written
+        # once per consumer: computing them once (spilling to disk if large) saves work.
+        cached = [ctx.new_state(s).persist(StorageLevel.MEMORY_AND_DISK) for s in node.states]
+        if output is not None:
+            output = output.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(output)
+        try:
+            self._write_operator(node, ctx, output, write)
+        finally:
+            for frame in cached:
+                frame.unpersist()
+        return handles
+
+    def _write_operator(
+        self,
+        node: OperatorDef,
+        ctx: OperatorContext,
+        output: DataFrame | None,
+        write: Callable[[DataFrame, str, tuple[str, ...], int], None],
+    ) -> None:
         for state in node.states:
             write(ctx.new_state(state), state_stream(state), node.key_columns, node.max_parallelism)
         consumers = [
@@ -265,7 +284,6 @@ class OperatorRunner:
                 consumer.key_columns,
                 consumer.max_parallelism,
             )
-        return handles
 
     def _input_df(self, pending: PendingCheckpoint, name: str, consumer: str) -> DataFrame:
         from batchpoint.spark import keyed_io

@@ -1,0 +1,130 @@
+"""What the operator runner needs from Spark, on top of state_io: keyed streams (state,
+channels to downstream operators, staged sink output) written per subtask and read back,
+and a source epoch read by executors. Everything here moves bytes inside Spark tasks."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from batchpoint.protocol.checkpoint import FileHandle
+from batchpoint.runtime.api import SourceDef
+from batchpoint.runtime.faults import InjectedKill, fault_matches
+from batchpoint.sources.files import PartitionedFileSource, SourceSplit
+from batchpoint.spark import state_io
+from batchpoint.state.format import StateHandle
+from batchpoint.storage import StoreRef
+
+Fault = tuple[str, int, str]  # operator, checkpoint id, the driver's BATCHPOINT_FAULT
+
+
+def spark_schema(schema: pa.Schema):
+    # Nullability is a data-quality rule (checked by sources and gates), not a reason
+    # to refuse a DataFrame whose plan cannot prove it.
+    return from_arrow_schema(pa.schema([f.with_nullable(True) for f in schema]))
+
+
+def empty(spark: SparkSession, schema: pa.Schema) -> DataFrame:
+    return spark.createDataFrame([], spark_schema(schema))
+
+
+def _to_file_handle(handle: StateHandle) -> FileHandle:
+    body = handle.to_json()
+    return FileHandle.from_json(handle.path, body)
+
+
+def _fail_first_attempt(fault: Fault, subtask: int, task_attempt: str, handles: object) -> None:
+    """Runs in the Spark task after its files are uploaded: the first attempt of the
+    task dies, so Spark retries it (a `local[n,retries]` master is needed)."""
+    from pyspark import TaskContext
+
+    operator, checkpoint_id, spec = fault
+    ctx = TaskContext.get()
+    first = ctx is None or ctx.attemptNumber() == 0
+    if first and fault_matches(operator, "spark-task", checkpoint_id, spec):
+        raise RuntimeError(f"injected Spark task failure in {operator} subtask {subtask}")
+
+
+def write_keyed(
+    df: DataFrame,
+    store_ref: StoreRef,
+    *,
+    base_key: str,
+    stream: str,
+    attempt: str,
+    key_columns: Sequence[str],
+    max_parallelism: int,
+    parallelism: int,
+    fault: Fault | None = None,
+) -> dict[int, list[FileHandle]]:
+    """Write `df` partitioned by key group for `parallelism` subtasks; every subtask gets
+    at least one file. Returns the handles per subtask."""
+    hook = functools.partial(_fail_first_attempt, fault) if fault and fault[2] else None
+    handles = state_io.write_keyed_state(
+        df,
+        store_ref,
+        base_key,
+        stream,
+        key_columns,
+        max_parallelism,
+        parallelism,
+        attempt,
+        on_subtask_written=hook,
+    )
+    out: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
+    for handle in handles:
+        out[handle.subtask].append(_to_file_handle(handle))
+    return out
+
+
+def read_keyed(
+    spark: SparkSession,
+    store_ref: StoreRef,
+    files: Sequence[FileHandle],
+    schema: pa.Schema | None = None,
+    what: str = "",
+) -> DataFrame:
+    """Every row of the files (one keyed stream), read by executors."""
+    if not files:
+        if schema is None:
+            raise ValueError(f"no files to read for {what or 'a stream'} and no schema")
+        return empty(spark, schema)
+    handles = [StateHandle.coerce(f) for f in files]
+    struct = spark_schema(schema) if schema is not None else None
+    return state_io.read_keyed_state(spark, store_ref, handles, None, struct)
+
+
+# -- sources ------------------------------------------------------------------------------
+
+
+def _read_splits_task(
+    store_ref: StoreRef, source: SourceDef, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    files = PartitionedFileSource(
+        store_ref.open(), source.root, source.format, schema=source.schema
+    )
+    target = pa.schema([f.with_nullable(True) for f in source.schema])
+    for batch in batches:
+        for text in batch.column("split").to_pylist():
+            table = files.read_split(SourceSplit.from_json(json.loads(text)))
+            yield from table.cast(target).to_batches(max_chunksize=10_000)
+
+
+def read_source(
+    spark: SparkSession, store_ref: StoreRef, source: SourceDef, splits: Sequence[SourceSplit]
+) -> DataFrame:
+    """This epoch's input of a source: one Spark task per file."""
+    if not splits:
+        return empty(spark, source.schema)
+    rows = [(i, json.dumps(s.to_json())) for i, s in enumerate(splits)]
+    tasks = spark.createDataFrame(rows, "idx int, split string").repartitionById(len(rows), "idx")
+    reader = functools.partial(_read_splits_task, store_ref, source)
+    return tasks.mapInArrow(reader, spark_schema(source.schema))
+
+
+__all__ = ["InjectedKill", "empty", "read_keyed", "read_source", "write_keyed"]
