@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,14 +145,18 @@ class CheckpointCoordinator:
         return CheckpointStatus.PENDING if self.get_pending(checkpoint_id) else None
 
     def acks(self, checkpoint_id: int) -> dict[str, AckRecord]:
-        out = {}
-        for info in self.store.list(self.layout.acks_prefix(checkpoint_id)):
+        keys = [info.key for info in self.store.list(self.layout.acks_prefix(checkpoint_id))]
+
+        def read(key: str) -> AckRecord | None:
             try:
-                ack = AckRecord.decode(info.key, self.store.get(info.key).data)
+                return AckRecord.decode(key, self.store.get(key).data)
             except ObjectNotFound:
-                continue
-            out[ack.task] = ack
-        return out
+                return None
+
+        # One GET per ack: in parallel, finalizing 1,000 tasks is not 1,000 round trips.
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(keys)))) as pool:
+            found = [a for a in pool.map(read, keys) if a is not None]
+        return {ack.task: ack for ack in found}
 
     def declines(self, checkpoint_id: int) -> list[DeclineRecord]:
         out = []

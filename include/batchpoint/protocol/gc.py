@@ -50,6 +50,10 @@ class GarbageCollector:
             if outcome is not None and outcome.completed is not None:
                 referenced.update(h.path for h in outcome.completed.handles)
         referenced.update(SinkPublisher(c.store, c.layout).referenced_files())
+        for pending in c.pending_checkpoints():
+            # a pending checkpoint's acks may point outside its own folder (at its base)
+            for ack in c.acks(pending.checkpoint_id).values():
+                referenced.update(h.path for h in ack.handles)
         if self._extra_references is not None:
             referenced.update(self._extra_references())
         return referenced

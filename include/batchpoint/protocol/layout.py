@@ -11,6 +11,8 @@ pipelines/<p>/checkpoints/chk-N/outcome.json                 write-once outcome
 pipelines/<p>/checkpoints/chk-N/acks/<operator>/<subtask>.json  write-once ack
 pipelines/<p>/checkpoints/chk-N/declines/<operator>/<subtask>/<attempt>.json
 pipelines/<p>/checkpoints/chk-N/data/...  state and staged sink files (GC-able)
+pipelines/<p>/checkpoints/chk-N/quality.json               the quality gate's last report
+pipelines/<p>/quarantine/chk-N.json     write-once: the checkpoint failed the quality gate
 """
 
 from __future__ import annotations
@@ -124,6 +126,16 @@ class PipelineLayout:
     def decline(self, checkpoint_id: int, task: str, attempt: str) -> str:
         operator, subtask = split_task_name(task)
         return f"{self.declines_prefix(checkpoint_id)}{operator}/{subtask}/{attempt}.json"
+
+    def quality_report(self, checkpoint_id: int) -> str:
+        return self.checkpoint(checkpoint_id) + "quality.json"
+
+    @property
+    def quarantine_prefix(self) -> str:
+        return self.root + "quarantine/"
+
+    def quarantine(self, checkpoint_id: int) -> str:
+        return f"{self.quarantine_prefix}{checkpoint_dir_name(checkpoint_id)}.json"
 
     def sink_manifest(self, sink: str) -> str:
         return f"{self.root}sinks/{sink}/manifest.json"

@@ -1,0 +1,193 @@
+"""What the quality gate costs on a large state, next to a plain Spark count of it.
+
+Generates a balances-like state of `--keys` accounts with Spark, writes it as keyed
+state (keyed_io.write_keyed) into a local store (or a SeaweedFS it starts with `--s3`),
+completes a checkpoint referencing those files through the coordinator, then times:
+
+  gate     QualityGate.run on that checkpoint: integrity (metadata, every file's size and
+           sha256 on executors, key-group coverage), the state's row count against its
+           handles, and the demo's `payments_balances` GX suite (not-null, unique keys,
+           ranges) on Spark
+  count    the baseline: the same state files read by executors and counted
+
+and prints the ratio gate / count. Neither collects state to the driver, only metrics:
+the table shows how much the driver's Python process grew at peak while they ran (a
+collected state would show as about its size). Nothing is asserted about time; the table
+is the output.
+
+    .venv/bin/python bench/bench_quality_gate.py                  # 1,000,000 keys, local
+    .venv/bin/python bench/bench_quality_gate.py --keys 2000000 --s3 --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from batchpoint.demo.payments import BALANCE_SCHEMA
+from batchpoint.demo.payments_data import PAYMENTS_SCHEMA
+from batchpoint.demo.payments_quality import SUITES_DIR
+from batchpoint.protocol.checkpoint import CheckpointStatus, FileHandle
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import task_name
+from batchpoint.quality.gate import QualityGate
+from batchpoint.quality.suites import PipelineQuality, StateQuality
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.runner import state_stream
+from batchpoint.storage import StoreRef
+
+PIPELINE = "bench_quality"
+
+
+def bench_pipeline(parallelism: int, max_parallelism: int) -> Pipeline:
+    pipeline = Pipeline(PIPELINE, max_parallelism=max_parallelism)
+    pipeline.source("events", root="sources/bench", schema=PAYMENTS_SCHEMA)
+    pipeline.operator(
+        "balances",
+        inputs=["events"],
+        key=["account_id"],
+        states={"balances": BALANCE_SCHEMA},
+        parallelism=parallelism,
+    )(lambda ctx: None)
+    return pipeline
+
+
+def generate_state(spark: Any, keys: int) -> Any:
+    """Accounts acct-0 .. acct-<keys-1> with deterministic balances, straight in Spark."""
+    from pyspark.sql import functions as F
+
+    return spark.range(keys).select(
+        F.concat(F.lit("acct-"), F.col("id").cast("string")).alias("account_id"),
+        ((F.col("id") * 7919) % 200_000 - 100_000).alias("balance"),
+        (F.col("id") % 50 + 1).alias("event_count"),
+        (F.lit(1_735_689_600_000) + F.col("id")).alias("last_ts"),
+    )
+
+
+def complete_checkpoint(
+    spark: Any, store_ref: StoreRef, pipeline: Pipeline, keys: int
+) -> tuple[int, list[FileHandle]]:
+    """Write the state through executors and complete a checkpoint that references it."""
+    from batchpoint.spark import keyed_io
+
+    coordinator = CheckpointCoordinator(store_ref.open(), PIPELINE)
+    coordinator.register(pipeline.spec())
+    pending = coordinator.trigger({})
+    op = pipeline.operators["balances"]
+    written = keyed_io.write_keyed(
+        generate_state(spark, keys),
+        store_ref,
+        base_key=coordinator.layout.operator_data_prefix(pending.checkpoint_id, "balances"),
+        stream=state_stream("balances"),
+        attempt="bench",
+        key_columns=op.key_columns,
+        max_parallelism=op.max_parallelism,
+        parallelism=op.parallelism,
+    )
+    for subtask, handles in written.items():
+        coordinator.acknowledge(
+            pending.checkpoint_id, task_name("balances", subtask), "bench", handles
+        )
+    outcome = coordinator.try_finalize(pending.checkpoint_id)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED, outcome
+    return pending.checkpoint_id, [h for hs in written.values() for h in hs]
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - started, value
+
+
+def driver_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run(store_ref: StoreRef, args: argparse.Namespace) -> int:
+    from batchpoint.spark import keyed_io
+    from batchpoint.spark.session import spark_session
+
+    spark = spark_session("bench-quality-gate", args.master)
+    pipeline = bench_pipeline(args.parallelism, args.max_parallelism)
+    say(f"writing {args.keys:,} keys as keyed state ({args.parallelism} subtasks) ...")
+    seconds, (cid, handles) = timed(
+        lambda: complete_checkpoint(spark, store_ref, pipeline, args.keys)
+    )
+    size = sum(h.size for h in handles)
+    say(f"  checkpoint {cid}: {len(handles)} files, {size / 2**20:.1f} MiB, in {seconds:.1f}s")
+
+    quality = PipelineQuality(
+        states=(StateQuality("balances", "balances", suite="payments_balances"),),
+        suites_dir=SUITES_DIR,
+    )
+    gate = QualityGate(pipeline, store_ref, spark=spark, quality=quality)
+    rss_before = driver_rss_mib()
+    gate_times, count_times = [], []
+    for i in range(args.repeat):
+        seconds, report = timed(lambda: gate.run(cid, dry_run=True))
+        assert report.chosen == cid, report.render()
+        gate_times.append(seconds)
+        seconds, rows = timed(
+            lambda: keyed_io.read_keyed(spark, store_ref, handles, schema=BALANCE_SCHEMA).count()
+        )
+        assert rows == args.keys, rows
+        count_times.append(seconds)
+        say(f"  round {i + 1}: gate {gate_times[-1]:.1f}s, count {count_times[-1]:.1f}s")
+    grown = driver_rss_mib() - rss_before
+
+    gate_s, count_s = statistics.median(gate_times), statistics.median(count_times)
+    print(
+        f"{'keys':>10} {'files':>6} {'MiB':>7} {'gate s':>8} {'count s':>8} {'ratio':>6} "
+        f"{'driver +MiB':>11}"
+    )
+    print(
+        f"{args.keys:>10,} {len(handles):>6} {size / 2**20:>7.1f} {gate_s:>8.1f} "
+        f"{count_s:>8.1f} {gate_s / count_s:>6.1f} {grown:>11.0f}"
+    )
+    print()
+    print(report.render())
+    return 0
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--parallelism", type=int, default=4)
+    parser.add_argument("--max-parallelism", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=1, help="gate and count rounds")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--s3", action="store_true", help="on a SeaweedFS it starts")
+    parser.add_argument("--keep", action="store_true", help="keep the store's directory")
+    args = parser.parse_args(argv)
+
+    data_dir = Path(tempfile.mkdtemp(prefix="bp-bench-quality-"))
+    try:
+        if not args.s3:
+            return run(StoreRef.of((data_dir / "store").as_uri()), args)
+        from batchpoint.devstack.seaweed import SeaweedServer
+
+        with SeaweedServer(data_dir / "seaweed") as server:
+            uri = server.uri(f"bench-{uuid.uuid4().hex[:8]}")
+            return run(StoreRef.of(uri, server.storage_options()), args)
+    finally:
+        if args.keep:
+            say(f"kept {data_dir}")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
