@@ -353,7 +353,9 @@ def test_finalize_races_expire(
                 assert digest == truth["digest"], f"{where}: saw another outcome"
             if role == FINALIZE:
                 if result == "none":
-                    assert r.kind == 1 and digest is None, f"{where}: finalize said none"
+                    # only while the racing last ack was missing; an expirer may still
+                    # have settled it before this worker read the outcome back
+                    assert r.kind == 1, f"{where}: finalize said none"
                 else:
                     assert digest is not None, f"{where}: finalize wrote no outcome"
                     assert result == outcome.status.value, f"{where}: finalize said {result}"
