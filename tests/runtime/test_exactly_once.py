@@ -1,0 +1,210 @@
+"""Exactly-once under failures, in the manner of Flink's FailingSource/ValidatingSink
+ITCases: run the payments pipeline for several epochs, kill or fail it at each point in
+turn, recover the way a scheduler would (retry the task, or run the next epoch), and
+check that the state and the published sinks equal the pandas reference.
+
+A killed task is simulated with InjectedKill (BATCHPOINT_FAULT_MODE=raise): it unwinds
+the task without any of its error handling, like SIGKILL, but keeps the Spark session.
+One test kills a real spark_jobs process instead (tests/runtime/test_spark_job.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointStatus,
+    TaskAcknowledgeResult,
+)
+from batchpoint.runtime.faults import InjectedKill
+
+from .conftest import PaymentsRun
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _faults_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATCHPOINT_FAULT_MODE", "raise")
+
+
+def _data_files(run: PaymentsRun, checkpoint_id: int) -> set[str]:
+    layout = run.runner.driver.coordinator.layout
+    return {i.key for i in run.store.list(layout.data_prefix(checkpoint_id))}
+
+
+def _referenced(run: PaymentsRun, checkpoint_id: int) -> set[str]:
+    completed = run.runner.driver.coordinator.completed.get(checkpoint_id)
+    return {h.path for h in completed.handles}
+
+
+@pytest.mark.parametrize(
+    ("operator", "point"),
+    [
+        ("dedup", "before-snapshot"),
+        ("balances", "after-snapshot"),
+        ("alerts", "after-ack"),
+    ],
+)
+def test_task_killed_then_retried(
+    make_run: Callable[..., PaymentsRun],
+    after_first_epoch: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    operator: str,
+    point: str,
+) -> None:
+    run = make_run(copy_from=after_first_epoch)
+    run.add_input(1)
+    pending = run.runner.driver.trigger()
+    cid = pending.checkpoint_id
+    monkeypatch.setenv("BATCHPOINT_FAULT", f"{operator}:{point}:{cid}")
+    with pytest.raises(InjectedKill):
+        run.runner.run_operators(cid, attempt="first")
+    assert run.runner.driver.coordinator.status(cid) is CheckpointStatus.PENDING
+
+    monkeypatch.delenv("BATCHPOINT_FAULT")
+    reports = run.runner.run_operators(cid, attempt="retry")  # what an Airflow retry does
+    outcome, _ = run.runner.complete(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    by_op = {r.operator: r for r in reports}
+    if point == "after-ack":
+        assert by_op[operator].skipped  # its acks survived the kill: nothing to redo
+    # files the killed attempt wrote but never acknowledged are garbage, and only them
+    leftovers = _data_files(run, cid) - _referenced(run, cid)
+    run.runner.driver.gc()
+    assert _data_files(run, cid) == _referenced(run, cid)
+    if point == "after-snapshot":
+        assert any("/first/" in key for key in leftovers)
+
+    run.epoch(2)
+    run.assert_matches_reference()
+
+
+def test_duplicate_attempt_learns_duplicate_and_removes_its_files(
+    make_run: Callable[..., PaymentsRun],
+    after_first_epoch: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two attempts of balances run at once (a zombie after a lost heartbeat, or Spark
+    speculation at the job level): the winner acknowledges between the zombie's snapshot
+    and its ack, so every zombie ack is DUPLICATE and its files go."""
+    import batchpoint.runtime.runner as runner_module
+
+    run = make_run(copy_from=after_first_epoch)
+    run.add_input(1)
+    cid = run.runner.driver.trigger().checkpoint_id
+    run.runner.operator_runner(attempt="up").run(cid, "dedup")
+    real_maybe_fail = runner_module.maybe_fail
+    winner_files: set[str] = set()
+
+    def interleave(operator: str, point: str, checkpoint_id: int) -> None:
+        if (operator, point) == ("balances", "after-snapshot") and not winner_files:
+            monkeypatch.setattr(runner_module, "maybe_fail", real_maybe_fail)
+            run.runner.operator_runner(attempt="winner").run(cid, "balances")
+            winner_files.update(_data_files(run, cid))
+
+    monkeypatch.setattr(runner_module, "maybe_fail", interleave)
+    zombie = run.runner.operator_runner(attempt="zombie").run(cid, "balances")
+    assert set(zombie.results.values()) == {TaskAcknowledgeResult.DUPLICATE}
+    assert not any("/zombie/" in key for key in _data_files(run, cid))
+    assert any("/winner/" in key for key in winner_files)
+    run.runner.run_operators(cid)
+    outcome, _ = run.runner.complete(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    run.epoch(2)
+    run.assert_matches_reference()
+
+
+def test_spark_task_failure_is_retried_by_spark(
+    make_run: Callable[..., PaymentsRun],
+    after_first_epoch: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = make_run(copy_from=after_first_epoch)
+    run.add_input(1)
+    cid = run.runner.driver.trigger().checkpoint_id
+    monkeypatch.setenv("BATCHPOINT_FAULT", f"balances:spark-task:{cid}")
+    run.runner.run_operators(cid)
+    outcome, _ = run.runner.complete(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    # every subtask's files come from the retried Spark attempt; the first attempt's
+    # uploads were deleted by the failing task itself or are unreferenced garbage
+    run.runner.driver.gc()
+    assert _data_files(run, cid) == _referenced(run, cid)
+    monkeypatch.delenv("BATCHPOINT_FAULT")
+    run.epoch(2)
+    run.assert_matches_reference()
+
+
+def test_decline_aborts_and_the_next_epoch_catches_up(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    from batchpoint.runtime.runner import OperatorFailed
+
+    run = make_run(copy_from=after_first_epoch)
+    published_before = run.runner.driver.sinks.manifest("balances_table")
+    run.add_input(1)
+    # a record without its key: dedup must decline, naming the file
+    bad = "sources/payments/p0/e00001-f99.jsonl"
+    run.store.put(bad, b'{"account_id": "a", "amount": 1, "ts": 1}\n')
+    cid = run.runner.driver.trigger().checkpoint_id
+    with pytest.raises(OperatorFailed, match=r"e00001-f99\.jsonl.*event_id"):
+        run.runner.run_operators(cid)
+    outcome = run.runner.driver.coordinator.get_outcome(cid)
+    assert outcome is not None and outcome.reason is CheckpointFailureReason.DECLINED
+    assert "e00001-f99.jsonl" in outcome.message
+    assert run.runner.driver.sinks.manifest("balances_table") == published_before
+    assert run.runner.driver.coordinator.head.get().checkpoint_id == cid - 1
+    # the producer withdraws the bad file; the aborted epoch's barrier is never used
+    # again, and the next epoch reads epochs 1 and 2 together: nothing is lost
+    run.store.delete(bad)
+    result = run.epoch(2)
+    assert result.pending.base_checkpoint_id == cid - 1
+    run.assert_matches_reference()
+
+
+def test_expired_checkpoint_then_next_epoch(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch, timeout=60)
+    run.add_input(1)
+    cid = run.runner.driver.trigger().checkpoint_id
+    run.runner.operator_runner().run(cid, "dedup")  # the rest never runs
+    run.clock.advance(61)
+    expired = run.runner.driver.coordinator.expire_overdue()
+    assert [o.checkpoint_id for o in expired] == [cid]
+    assert expired[0].reason is CheckpointFailureReason.EXPIRED
+    result = run.epoch(2)
+    assert result.pending.base_checkpoint_id == cid - 1
+    run.assert_matches_reference()
+
+
+def test_coordinator_killed_before_publishing(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch)
+    run.add_input(1)
+    cid = run.runner.driver.trigger().checkpoint_id
+    run.runner.run_operators(cid)
+    run.runner.driver.coordinator.try_finalize(cid)  # completes, then "dies": no publish
+    manifest = run.runner.driver.sinks.manifest("alerts")
+    assert manifest is not None and cid not in manifest.epochs
+    result = run.epoch(2)  # notify-complete of the next checkpoint publishes the chain
+    manifest = run.runner.driver.sinks.manifest("alerts")
+    assert manifest is not None
+    assert [e.checkpoint_id for e in manifest.chain()][-2:] == [cid, result.checkpoint_id]
+    run.assert_matches_reference()
+
+
+def test_rescaling_4_to_3_to_6(make_run: Callable[..., PaymentsRun]) -> None:
+    run = make_run(parallelism=4)
+    run.epoch(0)
+    run.epoch(1)
+    for parallelism in (3, 6):
+        run.runner.driver.restore(None, {"dedup": parallelism, "balances": parallelism})
+        result = run.epoch(2 if parallelism == 3 else 3)
+        assert sum(t.startswith("dedup#") for t in result.pending.expected_tasks) == parallelism
+        run.assert_matches_reference()
