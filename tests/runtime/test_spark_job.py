@@ -1,0 +1,83 @@
+"""The spark-submit entry point, killed for real: the process dies after writing its
+snapshot and before acknowledging; a second submission (the scheduler's retry)
+completes the checkpoint, and the result is still exactly once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from batchpoint.protocol.checkpoint import CheckpointStatus
+
+from .conftest import PaymentsRun
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _submit(
+    run: PaymentsRun, checkpoint_id: int, operator: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    bin_dir = Path(sys.executable).parent
+    environment = {
+        **os.environ,
+        "BATCHPOINT_ROOT": run.store_ref.uri,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        **env,
+    }
+    environment.pop("BATCHPOINT_FAULT_MODE", None)
+    return subprocess.run(
+        [
+            str(bin_dir / "spark-submit"),
+            "--master",
+            "local[1]",
+            str(ROOT / "spark_jobs" / "run_operator.py"),
+            "--pipeline",
+            "batchpoint.demo.payments:pipeline",
+            "--checkpoint-id",
+            str(checkpoint_id),
+            "--operator",
+            operator,
+            "--master",
+            "local[1]",
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_killed_spark_job_is_resubmitted(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch)
+    run.add_input(1)
+    cid = run.runner.driver.trigger().checkpoint_id
+    killed = _submit(run, cid, "dedup", BATCHPOINT_FAULT=f"dedup:after-snapshot:{cid}")
+    assert killed.returncode == 137, killed.stderr[-2000:]
+    coordinator = run.runner.driver.coordinator
+    assert not any(t.startswith("dedup#") for t in coordinator.acks(cid))
+
+    retried = _submit(run, cid, "dedup")
+    assert retried.returncode == 0, retried.stderr[-2000:]
+    assert "acks dedup#0=SUCCESS" in retried.stdout
+
+    bad = _submit(run, cid, "nope")
+    assert bad.returncode == 3
+    assert "no operator, source or sink 'nope'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+    run.runner.run_operators(cid)
+    outcome, _ = run.runner.complete(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    run.assert_matches_reference()
