@@ -72,12 +72,30 @@ def test_killed_spark_job_is_resubmitted(
     assert retried.returncode == 0, retried.stderr[-2000:]
     assert "acks dedup#0=SUCCESS" in retried.stdout
 
-    bad = _submit(run, cid, "nope")
-    assert bad.returncode == 3
-    assert "no operator, source or sink 'nope'" in bad.stderr
-    assert "Traceback" not in bad.stderr
-
     run.runner.run_operators(cid)
     outcome, _ = run.runner.complete(cid)
     assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
     run.assert_matches_reference()
+
+
+def test_entry_point_names_a_bad_operator_without_a_traceback(
+    make_run: Callable[..., PaymentsRun],
+    after_first_epoch: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sys.path.insert(0, str(ROOT / "spark_jobs"))
+    try:
+        import run_operator
+    finally:
+        sys.path.pop(0)
+    run = make_run(copy_from=after_first_epoch)
+    monkeypatch.setenv("BATCHPOINT_ROOT", run.store_ref.uri)
+    args = ["--pipeline", "batchpoint.demo.payments:pipeline", "--checkpoint-id", "1"]
+    assert run_operator.main([*args, "--operator", "nope"]) == 2
+    assert "no operator, source or sink 'nope'" in capsys.readouterr().err
+    assert run_operator.main([*args, "--operator", "dedup", "--pipeline", "no.such:thing"]) == 2
+    assert "cannot import" in capsys.readouterr().err
+    # a checkpoint that completed already: nothing to do, success
+    assert run_operator.main([*args, "--operator", "dedup"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
