@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from batchpoint.demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
+from batchpoint.demo.payments_quality import payments_quality
+from batchpoint.quality.suites import declare_quality
 from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode
 
 if TYPE_CHECKING:
@@ -114,7 +116,8 @@ def build_pipeline(
         parallelism=1,
         fn=alerts,
     )
-    return pipeline
+    # Suites load lazily: declaring them imports neither Spark nor Great Expectations.
+    return declare_quality(pipeline, payments_quality())
 
 
 #: What `spark_jobs/run_operator.py --pipeline batchpoint.demo.payments:pipeline` loads.

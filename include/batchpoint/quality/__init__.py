@@ -1,0 +1,53 @@
+"""The data-quality gate: integrity checks and Great Expectations suites on checkpoint
+state, quarantine of the checkpoints that fail, gated restores and audited checkpoints.
+
+No Airflow here, and neither Spark nor Great Expectations is imported until a gate
+validates state: importing this package is cheap.
+"""
+
+from batchpoint.quality.audit import AuditResult, audit_then_finalize, run_audited_epoch
+from batchpoint.quality.checks import CheckResult, RecomputeSample, StateCheck, StateTarget
+from batchpoint.quality.findings import Check, Finding
+from batchpoint.quality.gate import GatedRestore, QualityGate, QualityGateRefused, gated_restore
+from batchpoint.quality.integrity import IntegrityReport, check_checkpoint, check_completed
+from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore, release
+from batchpoint.quality.report import CandidateReport, GateMode, GateReport
+from batchpoint.quality.suites import (
+    PipelineQuality,
+    StateQuality,
+    SuiteRef,
+    audit_enabled,
+    declare_quality,
+    quality_of,
+)
+
+__all__ = [
+    "AuditResult",
+    "CandidateReport",
+    "Check",
+    "CheckResult",
+    "Finding",
+    "GateMode",
+    "GateReport",
+    "GatedRestore",
+    "IntegrityReport",
+    "PipelineQuality",
+    "QualityGate",
+    "QualityGateRefused",
+    "QuarantineRecord",
+    "QuarantineStore",
+    "RecomputeSample",
+    "StateCheck",
+    "StateQuality",
+    "StateTarget",
+    "SuiteRef",
+    "audit_enabled",
+    "audit_then_finalize",
+    "check_checkpoint",
+    "check_completed",
+    "declare_quality",
+    "gated_restore",
+    "quality_of",
+    "release",
+    "run_audited_epoch",
+]

@@ -1,0 +1,112 @@
+"""Audited checkpoints (write-audit-publish): a checkpoint's state is validated after
+every task acknowledged it and before it completes.
+
+Passing, it completes and its sinks publish, as usual. Failing, it is aborted with
+CheckpointFailureReason.QUALITY_GATE: nothing of it is ever published, it counts as a
+failed checkpoint (towards tolerable_failed_checkpoints), and the previous checkpoint
+stays the head, so the next epoch reads on from there. The report is stored beside it.
+
+Call `audit_then_finalize` where an unaudited pipeline calls `PipelineDriver.finalize`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointOutcome,
+    CompletedCheckpoint,
+)
+from batchpoint.quality.findings import summarize
+from batchpoint.quality.gate import QualityGate
+from batchpoint.quality.report import CandidateReport, GateMode, GateReport
+
+if TYPE_CHECKING:
+    from batchpoint.runtime.driver import PipelineDriver
+    from batchpoint.runtime.local import EpochResult, LocalEpochRunner
+
+
+@dataclass
+class AuditResult:
+    checkpoint_id: int
+    outcome: CheckpointOutcome | None  # None: acks still missing, nothing decided
+    report: CandidateReport | None = None  # None when no audit ran (settled, or waiting)
+    published: list[str] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> bool:
+        return (
+            self.outcome is not None and self.outcome.reason is CheckpointFailureReason.QUALITY_GATE
+        )
+
+    def render(self) -> str:
+        if self.report is None:
+            state = self.outcome.status.value if self.outcome else "waiting for acks"
+            return f"audit of checkpoint {self.checkpoint_id}: not run ({state})"
+        gate = GateReport(self.report.pipeline, GateMode.AUDIT, self.report.evaluated_at)
+        gate.candidates.append(self.report)
+        gate.chosen = self.checkpoint_id if self.report.passed else None
+        return gate.render()
+
+
+def audit_then_finalize(
+    driver: PipelineDriver, checkpoint_id: int, gate: QualityGate
+) -> AuditResult:
+    """Validate the checkpoint once all its acks are in; then complete and publish it,
+    or abort it with reason QUALITY_GATE. Idempotent, like `finalize`: a settled
+    checkpoint is only finished off (published if it completed)."""
+    coordinator = driver.coordinator
+    outcome = coordinator.get_outcome(checkpoint_id)
+    if outcome is not None:
+        return AuditResult(checkpoint_id, driver.finalize(checkpoint_id))
+    progress = coordinator.progress(checkpoint_id)
+    pending = coordinator.get_checkpoint(checkpoint_id)
+    if progress.missing:
+        if coordinator.clock() <= pending.deadline:
+            return AuditResult(checkpoint_id, None)
+        # Not try_finalize: if the last ack landed meanwhile it would complete the
+        # checkpoint unaudited. Expiring it is what try_finalize would have done.
+        missing = ", ".join(progress.missing[:5])
+        expired = coordinator.abort(
+            checkpoint_id,
+            CheckpointFailureReason.EXPIRED,
+            f"not acknowledged within {pending.deadline - pending.trigger_time:g}s by: {missing}",
+        )
+        return AuditResult(checkpoint_id, expired)
+
+    acks = coordinator.acks(checkpoint_id)
+    ordered = tuple(acks[t] for t in pending.expected_tasks)
+    completed = CompletedCheckpoint(pending, ordered, coordinator.clock())
+    report = gate.evaluate_completed(completed, GateMode.AUDIT)
+    key = gate.store_report(report)
+    for line in report.render():
+        gate.log(line)
+    if not report.passed:
+        aborted = coordinator.abort(
+            checkpoint_id,
+            CheckpointFailureReason.QUALITY_GATE,
+            f"the state failed the quality gate: {summarize(report.findings)}; "
+            f"report: {driver.store.child(key)}",
+        )
+        return AuditResult(checkpoint_id, aborted, report)
+    finalized = coordinator.try_finalize(checkpoint_id)
+    published = []
+    if finalized is not None and finalized.completed is not None:
+        published = driver.notify_complete(checkpoint_id)
+    return AuditResult(checkpoint_id, finalized, report, published)
+
+
+def run_audited_epoch(
+    runner: LocalEpochRunner, gate: QualityGate
+) -> tuple[EpochResult, AuditResult]:
+    """One in-process epoch whose checkpoint is audited before it completes."""
+    from batchpoint.runtime.local import EpochResult
+
+    pending = runner.driver.trigger()
+    result = EpochResult(pending, None)
+    result.reports = runner.run_operators(pending.checkpoint_id)
+    audit = audit_then_finalize(runner.driver, pending.checkpoint_id, gate)
+    result.outcome, result.published = audit.outcome, audit.published
+    return result, audit

@@ -1,0 +1,201 @@
+"""batchpoint's own state checks, beside the Great Expectations suites: things a suite
+cannot express because they compare the state with something outside it (the metadata,
+the source input). Every one computes with Spark on executors; only counts and a few
+example rows come back to the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
+from batchpoint.quality.findings import Check, Finding
+from batchpoint.runtime.api import Pipeline
+from batchpoint.storage import StoreRef
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Example rows shown in a finding.
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class StateTarget:
+    """One state of one operator in one checkpoint, as a check sees it."""
+
+    spark: SparkSession
+    store_ref: StoreRef
+    pipeline: Pipeline
+    checkpoint: CompletedCheckpoint
+    operator: str
+    state: str
+    handles: tuple[FileHandle, ...]
+    max_parallelism: int
+    df: DataFrame  # every row of the state, read by executors (persisted by the validator)
+
+    @property
+    def key(self) -> str:
+        return f"{self.operator}/{self.state}"
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return self.pipeline.operators[self.operator].key_columns
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.pipeline.operators[self.operator].states[self.state]
+
+    def with_key_groups(self) -> DataFrame:
+        """The state with its `_key_group` column, as stored (no re-hashing of keys)."""
+        from batchpoint.spark import keyed_io, state_io
+        from batchpoint.state.format import StateHandle
+
+        return state_io.read_keyed_state(
+            self.spark,
+            self.store_ref,
+            [StateHandle.coerce(h) for h in self.handles],
+            schema=keyed_io.spark_schema(self.schema),
+            keep_key_group=True,
+            max_parallelism=self.max_parallelism,
+        )
+
+
+@dataclass
+class CheckResult:
+    findings: list[Finding] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)  # JSON, kept in the report
+
+
+class StateCheck(Protocol):
+    name: str
+
+    def run(self, target: StateTarget) -> CheckResult: ...
+
+
+def count_rows(target: StateTarget) -> CheckResult:
+    """Rows in the files against rows their handles record. Also what fills the
+    validator's cache, so the suites that follow read the state from memory."""
+    counted = target.df.count()
+    recorded = sum(h.rows for h in target.handles)
+    result = CheckResult(details={"rows": counted, "recorded_rows": recorded})
+    if counted != recorded:
+        result.findings.append(
+            Finding(
+                target.key,
+                Check.ROW_COUNT,
+                f"{counted} rows in its files, but the checkpoint's metadata records {recorded}",
+            )
+        )
+    return result
+
+
+def sample_key_groups(max_parallelism: int, count: int) -> list[int]:
+    """`count` key groups spread evenly over 0..max_parallelism-1, so that a sample
+    touches every subtask's files, and the same ones on every run."""
+    count = max(1, min(count, max_parallelism))
+    return sorted({i * max_parallelism // count for i in range(count)})
+
+
+@dataclass(frozen=True)
+class RecomputeSample:
+    """Recompute the state of a deterministic sample of keys (those in a few key groups)
+    from the source input up to the checkpoint's barrier, and compare.
+
+    `recompute` turns the sampled keys' source rows into the rows the state should hold
+    for them (with the state's key columns and `compare` columns); `source_key` names the
+    source columns that hash like the state's key (the operator's key columns if None).
+    A state that only records keys (a dedup set) compares keys alone: `compare=()`.
+    """
+
+    name: str
+    source: str
+    recompute: Callable[[DataFrame], DataFrame]
+    compare: tuple[str, ...] = ()
+    source_key: tuple[str, ...] | None = None
+    key_groups: int = 16
+
+    def run(self, target: StateTarget) -> CheckResult:
+        from pyspark.sql import functions as F
+
+        from batchpoint.spark import state_io
+        from batchpoint.state.format import KEY_GROUP_COLUMN
+
+        groups = sample_key_groups(target.max_parallelism, self.key_groups)
+        keys = list(target.key_columns)
+        state = (
+            target.with_key_groups()
+            .where(F.col(KEY_GROUP_COLUMN).isin(groups))
+            .select(*keys, *self.compare)
+        )
+        events = self._source_rows(target)
+        group = state_io.key_group_column(self.source_key or keys, target.max_parallelism)
+        sampled = events.where(group.isin(groups))
+        expected = self.recompute(sampled).select(
+            *keys, *[F.col(c).alias(f"_expected_{c}") for c in self.compare]
+        )
+        joined = state.withColumn("_in_state", F.lit(True)).join(
+            expected.withColumn("_in_expected", F.lit(True)), on=keys, how="full_outer"
+        )
+        differs = F.col("_in_state").isNull() | F.col("_in_expected").isNull()
+        for column in self.compare:
+            differs = differs | ~F.col(column).eqNullSafe(F.col(f"_expected_{column}"))
+        joined = joined.withColumn("_differs", differs)
+        totals = joined.agg(
+            F.count(F.lit(1)).alias("keys"),
+            F.sum(F.col("_differs").cast("int")).alias("differ"),
+        ).first()
+        assert totals is not None
+        compared, differ = int(totals["keys"]), int(totals["differ"] or 0)
+        details = {
+            "source": self.source,
+            "key_groups": groups,
+            "keys_compared": compared,
+            "keys_differing": differ,
+        }
+        result = CheckResult(details=details)
+        if differ:
+            examples = joined.where("_differs").limit(EXAMPLES).collect()
+            shown = "; ".join(self._describe(row.asDict(), keys) for row in examples)
+            result.findings.append(
+                Finding(
+                    target.key,
+                    f"{Check.SAMPLE}:{self.name}",
+                    f"{differ} of {compared} sampled keys (key groups {_groups(groups)}) differ "
+                    f"from a recomputation from source '{self.source}' up to the checkpoint's "
+                    f"barrier: {shown}",
+                )
+            )
+        return result
+
+    def _source_rows(self, target: StateTarget) -> DataFrame:
+        from batchpoint.sources.files import PartitionedFileSource
+        from batchpoint.spark import keyed_io
+
+        source = target.pipeline.sources[self.source]
+        files = PartitionedFileSource(
+            target.store_ref.open(), source.root, source.format, schema=source.schema
+        )
+        barrier = target.checkpoint.pending.barrier.get(self.source, {})
+        splits = files.files_between(None, barrier)
+        return keyed_io.read_source(target.spark, target.store_ref, source, splits)
+
+    def _describe(self, row: dict[str, Any], keys: Sequence[str]) -> str:
+        key = ", ".join(f"{k}={row[k]!r}" for k in keys)
+        if row["_in_state"] is None:
+            return f"{key} is missing from the state"
+        if row["_in_expected"] is None:
+            return f"{key} is in the state but not in the source"
+        diffs = [
+            f"{c} {row[c]!r} (expected {row[f'_expected_{c}']!r})"
+            for c in self.compare
+            if row[c] != row[f"_expected_{c}"]
+        ]
+        return f"{key}: " + ", ".join(diffs)
+
+
+def _groups(groups: Sequence[int]) -> str:
+    return ", ".join(map(str, groups[:8])) + (", ..." if len(groups) > 8 else "")

@@ -1,0 +1,51 @@
+"""A finding: one thing wrong with a checkpoint, named so that an operator can act on it.
+
+Integrity checks, Great Expectations suites and batchpoint's own state checks all
+report findings of this one shape, so the gate, the stored report, the task log and
+the CLI render them alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class Check:
+    """The names of the checks that produce findings (`check` of a Finding). Suites and
+    state checks add their own name after a colon: `suite:payments_balances`."""
+
+    METADATA = "metadata"  # the outcome record: parses, known version, COMPLETED, every ack
+    FILE = "file"  # a referenced file exists with its recorded size and sha256
+    KEY_GROUPS = "key-groups"  # every key group of every state covered exactly once
+    SOURCE_OFFSETS = "source-offsets"  # barriers consistent along the base chain
+    SINK_MANIFEST = "sink-manifest"  # files a sink published from the checkpoint exist
+    READ = "read"  # the state could not be read at all
+    ROW_COUNT = "row-count"  # rows counted vs rows recorded in the handles
+    SUITE = "suite"  # a Great Expectations suite
+    SAMPLE = "sample"  # a recomputation of sampled keys from the source
+
+
+@dataclass(frozen=True)
+class Finding:
+    object: str  # what is wrong: a record key, a file, `operator/state`, a source partition
+    check: str  # which check found it (see Check)
+    problem: str  # what is wrong with it, in words
+
+    def __str__(self) -> str:
+        return f"[{self.check}] {self.object}: {self.problem}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"object": self.object, "check": self.check, "problem": self.problem}
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Finding:
+        return cls(str(body.get("object", "")), str(body.get("check", "")), str(body["problem"]))
+
+
+def summarize(findings: list[Finding], limit: int = 3) -> str:
+    """The first few findings on one line, for error messages."""
+    shown = "; ".join(str(f) for f in findings[:limit])
+    more = f" (and {len(findings) - limit} more)" if len(findings) > limit else ""
+    return shown + more

@@ -1,0 +1,283 @@
+"""The quality gate: which checkpoint may a pipeline be rolled back to?
+
+Candidates are the retained completed checkpoints and savepoints, newest first (or one
+named checkpoint), minus those quarantined earlier, at most `max_candidates` of them.
+Each is checked for integrity first (its metadata, files, key groups, offsets, sinks) and,
+only if that holds, its state is validated with the pipeline's declared suites and
+checks. The first candidate that passes is the one to restore. Every failing candidate is
+quarantined, so no later restore is offered it again until it is released.
+
+Every candidate's report is stored beside it (`checkpoints/chk-N/quality.json`); a dry
+run writes nothing and restores nothing, it only reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from batchpoint.errors import ConfigError, RestoreRefused
+from batchpoint.protocol.checkpoint import CompletedCheckpoint
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.head import HeadPointer
+from batchpoint.quality.findings import Finding
+from batchpoint.quality.integrity import (
+    FileChecker,
+    check_checkpoint,
+    check_completed,
+    driver_file_checker,
+)
+from batchpoint.quality.quarantine import QuarantineStore
+from batchpoint.quality.report import CandidateReport, GateMode, GateReport
+from batchpoint.quality.suites import PipelineQuality, quality_of, validate_declaration
+from batchpoint.runtime.api import Pipeline
+from batchpoint.storage import StoreRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from batchpoint.quality.validation import StateValidator
+    from batchpoint.runtime.driver import PipelineDriver
+
+Log = Callable[[str], None]
+
+
+class QualityGateRefused(RestoreRefused):
+    """No candidate passed; the message says why for each, `report` has everything."""
+
+    def __init__(self, report: GateReport) -> None:
+        self.report = report
+        super().__init__(report.refusal())
+
+
+class QualityGate:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        store_ref: StoreRef,
+        *,
+        spark: SparkSession | None = None,
+        quality: PipelineQuality | None = None,
+        max_candidates: int = 3,
+        skip_suites: Collection[str] = (),
+        checksums: bool = True,
+        clock: Callable[[], float] = time.time,
+        log: Log = lambda _line: None,
+    ) -> None:
+        if max_candidates < 1:
+            raise ConfigError(f"quality gate: max_candidates must be >= 1, got {max_candidates}")
+        self.pipeline = pipeline
+        self.store_ref = store_ref
+        self.store = store_ref.open()
+        self.quality = quality if quality is not None else quality_of(pipeline)
+        validate_declaration(pipeline, self.quality)
+        self.max_candidates = max_candidates
+        self.skip_suites = frozenset(skip_suites)
+        self.checksums = checksums
+        self.clock = clock
+        self.log = log
+        self.coordinator = CheckpointCoordinator(self.store, pipeline.name)
+        self.layout = self.coordinator.layout
+        self.quarantine = QuarantineStore(self.store, self.layout)
+        self._spark = spark
+        self._validator: StateValidator | None = None
+
+    # -- collaborators, built on first use ----------------------------------------------
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from batchpoint.settings import Settings
+            from batchpoint.spark.session import spark_session
+
+            self._spark = spark_session("batchpoint-quality-gate", Settings.from_env().spark_master)
+        return self._spark
+
+    def _needs_spark(self) -> bool:
+        return bool(self.quality.states) or self.quality.count_rows
+
+    def file_checker(self) -> FileChecker:
+        """Checksums on executors when the gate uses Spark anyway, else on the driver."""
+        if self._needs_spark() and self.checksums:
+            from batchpoint.quality.spark_files import executor_file_checker
+
+            return executor_file_checker(self.spark, self.store_ref)
+        return driver_file_checker(self.store, self.checksums)
+
+    def validator(self) -> StateValidator:
+        if self._validator is None:
+            from batchpoint.quality.validation import StateValidator
+
+            self._validator = StateValidator(
+                self.spark, self.store_ref, self.pipeline, self.quality, skip=self.skip_suites
+            )
+        return self._validator
+
+    # -- candidates ---------------------------------------------------------------------
+
+    def candidates(
+        self, checkpoint_id: int | None = None
+    ) -> tuple[list[int], list[int], list[int]]:
+        """(to examine, newest first; quarantined, so skipped; beyond max_candidates)."""
+        if checkpoint_id is not None:
+            if not self.coordinator.completed.is_retained(checkpoint_id):
+                # Only what a restore accepts is judged: nothing else gets a verdict.
+                retained = self.coordinator.completed.retained_ids()
+                raise RestoreRefused(
+                    f"checkpoint {checkpoint_id} of pipeline '{self.pipeline.name}' is not a "
+                    f"retained checkpoint or savepoint (retained: {retained or 'none'})"
+                )
+            ids = [checkpoint_id]
+        else:
+            ids = sorted(self.coordinator.completed.retained_ids(), reverse=True)
+        held = set(self.quarantine.ids())
+        eligible = [cid for cid in ids if cid not in held]
+        skipped = [cid for cid in ids if cid in held]
+        return eligible[: self.max_candidates], skipped, eligible[self.max_candidates :]
+
+    # -- judging one candidate ----------------------------------------------------------
+
+    def evaluate(self, checkpoint_id: int) -> CandidateReport:
+        """Integrity, then the suites, of a settled checkpoint. Writes nothing."""
+        started = time.monotonic()
+        integrity = check_checkpoint(
+            self.store,
+            self.layout,
+            checkpoint_id,
+            spec=self.pipeline.spec(),
+            sources=self.pipeline.sources,
+            file_checker=self.file_checker(),
+        )
+        return self._judge(
+            checkpoint_id, integrity.completed, integrity.findings, GateMode.RESTORE, started
+        )
+
+    def evaluate_completed(
+        self, completed: CompletedCheckpoint, mode: GateMode = GateMode.AUDIT
+    ) -> CandidateReport:
+        """The same, for metadata held in memory: a checkpoint whose acks are all in
+        but whose outcome is not written yet (an audit)."""
+        started = time.monotonic()
+        findings = check_completed(
+            self.store,
+            self.layout,
+            completed,
+            spec=self.pipeline.spec(),
+            sources=self.pipeline.sources,
+            file_checker=self.file_checker(),
+        )
+        return self._judge(completed.checkpoint_id, completed, findings, mode, started)
+
+    def _judge(
+        self,
+        checkpoint_id: int,
+        completed: CompletedCheckpoint | None,
+        findings: list[Finding],
+        mode: GateMode,
+        started: float,
+    ) -> CandidateReport:
+        report = CandidateReport(
+            pipeline=self.pipeline.name,
+            checkpoint_id=checkpoint_id,
+            checkpoint_type=completed.pending.type.value if completed else "checkpoint",
+            mode=mode,
+            evaluated_at=self.clock(),
+            findings=list(findings),
+        )
+        # State whose files or metadata are broken is not worth reading: integrity first.
+        if completed is not None and not findings and self._needs_spark():
+            run = self.validator().validate(completed)
+            report.suites_run = True
+            for state in run.states:
+                report.findings += state.findings
+                if state.gx_results:
+                    report.gx_results[state.key] = state.gx_results
+                if state.checks:
+                    report.checks[state.key] = state.checks
+                report.skipped += state.skipped
+        report.seconds = time.monotonic() - started
+        return report
+
+    # -- the gate -----------------------------------------------------------------------
+
+    def run(self, checkpoint_id: int | None = None, *, dry_run: bool = False) -> GateReport:
+        """Find the checkpoint to restore: the first candidate that passes. Raises
+        QualityGateRefused (after storing the reports and quarantines) when none does."""
+        report = GateReport(self.pipeline.name, GateMode.RESTORE, self.clock(), dry_run)
+        eligible, report.quarantined_skipped, beyond = self.candidates(checkpoint_id)
+        if eligible and self.quality.states:
+            self.validator().load_suites()  # a bad declaration is a ConfigError, not a verdict
+        for cid in eligible:
+            self.log(f"quality gate: examining checkpoint {cid}")
+            candidate = self.evaluate(cid)
+            if not dry_run:
+                self.record(candidate)
+            report.candidates.append(candidate)
+            for line in candidate.render():
+                self.log(line)
+            if candidate.passed:
+                report.chosen = cid
+                break
+        else:
+            report.not_reached = beyond
+        self.log(report.render())
+        if report.chosen is None:
+            raise QualityGateRefused(report)
+        return report
+
+    def record(self, candidate: CandidateReport) -> None:
+        """Store the candidate's report; quarantine it if it failed."""
+        if not candidate.passed:
+            candidate.quarantined = True  # set first: both records say so
+            if self.quarantine.add(candidate, self.clock()):
+                self.log(f"quality gate: checkpoint {candidate.checkpoint_id} quarantined")
+        self.store_report(candidate)
+
+    def store_report(self, candidate: CandidateReport) -> str:
+        """Write the candidate's report beside it (overwriting an older one); its key."""
+        key = self.layout.quality_report(candidate.checkpoint_id)
+        self.store.put(key, candidate.encode())
+        return key
+
+    def stored_report(self, checkpoint_id: int) -> CandidateReport | None:
+        key = self.layout.quality_report(checkpoint_id)
+        info = self.store.head(key)
+        if info is None:
+            return None
+        return CandidateReport.decode(key, self.store.get(key).data)
+
+    def release(self, checkpoint_id: int) -> bool:
+        """Let a quarantined checkpoint be a candidate again."""
+        return self.quarantine.release(checkpoint_id)
+
+
+@dataclass(frozen=True)
+class GatedRestore:
+    report: GateReport
+    head: HeadPointer | None  # None on a dry run
+
+
+def gated_restore(
+    driver: PipelineDriver,
+    gate: QualityGate,
+    checkpoint_id: int | None = None,
+    *,
+    parallelism: Mapping[str, int] | None = None,
+    dry_run: bool = False,
+) -> GatedRestore:
+    """Run the gate, then restore every job to the checkpoint it chose (unless a dry
+    run). Raises QualityGateRefused, restoring nothing, when no candidate passes."""
+    if driver.pipeline.name != gate.pipeline.name:
+        raise ConfigError(
+            f"gated restore: the driver runs '{driver.pipeline.name}' but the gate judges "
+            f"'{gate.pipeline.name}'"
+        )
+    report = gate.run(checkpoint_id, dry_run=dry_run)
+    if dry_run:
+        return GatedRestore(report, None)
+    assert report.chosen is not None
+    head = driver.restore(report.chosen, parallelism)
+    gate.log(f"restored pipeline '{driver.pipeline.name}' to checkpoint {report.chosen}")
+    return GatedRestore(report, head)

@@ -1,0 +1,434 @@
+"""Integrity of a completed checkpoint or savepoint, before anyone trusts its state.
+
+Each check answers one question and reports what it finds as `Finding`s instead of
+raising, so that one run names every problem of a candidate (the gate then falls back to
+an older one):
+
+  metadata        the outcome record parses, has a known version, says COMPLETED, and
+                  holds exactly one ack per expected task
+  file            every referenced file exists with its recorded size and sha256
+  key-groups      every key group 0..max_parallelism-1 of every state of every stateful
+                  operator is covered by exactly one state file
+  source-offsets  the barriers agree with the base chain (each base_barrier is the base's
+                  barrier; offsets never go backwards) and the source still holds the
+                  files they cover
+  sink-manifest   the files a sink published from the checkpoint exist
+
+Nothing here imports Spark or Great Expectations; checksums are computed by a pluggable
+`FileChecker` (on the driver by default, on executors when the gate has Spark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchpoint.errors import ConfigError, ObjectNotFound, RecordError, UnsupportedRecordVersion
+from batchpoint.protocol.checkpoint import (
+    CheckpointOutcome,
+    CheckpointStatus,
+    CompletedCheckpoint,
+    FileHandle,
+    PendingCheckpoint,
+)
+from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
+from batchpoint.protocol.sinks import SinkPublisher
+from batchpoint.protocol.verify import FileProblem, check_handles
+from batchpoint.quality.findings import Check, Finding
+from batchpoint.runtime.api import SourceDef
+from batchpoint.runtime.runner import state_stream
+from batchpoint.sources.barrier import PartitionOffset
+from batchpoint.sources.errors import SourceOffsetError
+from batchpoint.sources.files import PartitionedFileSource
+from batchpoint.storage.base import ObjectStore
+
+#: Checks the files of a checkpoint; returns the problems found.
+FileChecker = Callable[[Sequence[FileHandle]], list[FileProblem]]
+
+#: How many base links to follow: enough for any real chain, bounded for a looping one.
+MAX_CHAIN = 1000
+
+
+@dataclass
+class IntegrityReport:
+    checkpoint_id: int
+    completed: CompletedCheckpoint | None  # None when the metadata cannot be read
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+
+def driver_file_checker(store: ObjectStore, checksums: bool = True) -> FileChecker:
+    """Size (and sha256) of every file, checked by threads of this process."""
+
+    def check(handles: Sequence[FileHandle]) -> list[FileProblem]:
+        return check_handles(store, handles, checksums=checksums)
+
+    return check
+
+
+# -- entry points ---------------------------------------------------------------------
+
+
+def check_checkpoint(
+    store: ObjectStore,
+    layout: PipelineLayout,
+    checkpoint_id: int,
+    *,
+    spec: PipelineSpec | None = None,
+    sources: Mapping[str, SourceDef] | None = None,
+    file_checker: FileChecker | None = None,
+) -> IntegrityReport:
+    """Every integrity check of a settled checkpoint, starting from its outcome record."""
+    completed, findings = read_metadata(store, layout, checkpoint_id)
+    report = IntegrityReport(checkpoint_id, completed, findings)
+    if completed is not None:
+        report.findings += check_completed(
+            store,
+            layout,
+            completed,
+            spec=spec,
+            sources=sources,
+            file_checker=file_checker,
+        )
+    return report
+
+
+def check_completed(
+    store: ObjectStore,
+    layout: PipelineLayout,
+    completed: CompletedCheckpoint,
+    *,
+    spec: PipelineSpec | None = None,
+    sources: Mapping[str, SourceDef] | None = None,
+    file_checker: FileChecker | None = None,
+) -> list[Finding]:
+    """The checks that need the metadata but not the record it came from: an audit runs
+    them on a checkpoint whose acks are in but whose outcome is not yet written."""
+    checker = file_checker or driver_file_checker(store)
+    findings = check_acks(completed)
+    findings += check_files(completed.handles, checker)
+    findings += check_key_groups(completed, spec)
+    findings += check_source_offsets(store, layout, completed.pending, sources)
+    findings += check_sinks(store, layout, completed, checker)
+    return findings
+
+
+# -- metadata -------------------------------------------------------------------------
+
+
+def read_metadata(
+    store: ObjectStore, layout: PipelineLayout, checkpoint_id: int
+) -> tuple[CompletedCheckpoint | None, list[Finding]]:
+    key = layout.outcome(checkpoint_id)
+    try:
+        data = store.get(key).data
+    except ObjectNotFound:
+        return None, [Finding(key, Check.METADATA, "missing: the checkpoint has no outcome record")]
+    try:
+        outcome = CheckpointOutcome.decode(key, data)
+    except UnsupportedRecordVersion as exc:
+        problem = f"unknown record version {exc.version!r}: this batchpoint cannot read it"
+        return None, [Finding(key, Check.METADATA, problem)]
+    except RecordError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        return None, [Finding(key, Check.METADATA, f"unreadable: {problem}")]
+    if outcome.status is not CheckpointStatus.COMPLETED or outcome.completed is None:
+        why = f" ({outcome.reason.code}: {outcome.message})" if outcome.reason else ""
+        problem = f"the checkpoint did not complete: it is {outcome.status.value}{why}"
+        return None, [Finding(key, Check.METADATA, problem)]
+    return outcome.completed, []
+
+
+def check_acks(completed: CompletedCheckpoint) -> list[Finding]:
+    """Exactly one ack per expected task: a missing ack means a task's state or output
+    is missing from the metadata altogether."""
+    expected = completed.pending.expected_tasks
+    seen: dict[str, int] = {}
+    for ack in completed.acks:
+        seen[ack.task] = seen.get(ack.task, 0) + 1
+    what = f"checkpoint {completed.checkpoint_id}"
+    findings = [
+        Finding(what, Check.METADATA, f"no acknowledgement of expected task {task}")
+        for task in expected
+        if task not in seen
+    ]
+    findings += [
+        Finding(what, Check.METADATA, f"{n} acknowledgements of task {task}")
+        for task, n in seen.items()
+        if n > 1
+    ]
+    findings += [
+        Finding(what, Check.METADATA, f"an acknowledgement of unexpected task {task}")
+        for task in seen
+        if task not in expected
+    ]
+    return findings
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+def check_files(handles: Iterable[FileHandle], checker: FileChecker) -> list[Finding]:
+    unique = list({h.path: h for h in handles}.values())
+    return [Finding(p.path, Check.FILE, p.problem) for p in checker(unique)]
+
+
+# -- key groups -----------------------------------------------------------------------
+
+
+def stateful_streams(
+    completed: CompletedCheckpoint, spec: PipelineSpec | None
+) -> dict[tuple[str, str], list[FileHandle]]:
+    """(operator, state) -> its state files in the checkpoint: every state the pipeline
+    declares for an operator that took part, and any state stream found in the acks."""
+    present = {split_task_name(t)[0] for t in completed.pending.expected_tasks}
+    streams: dict[tuple[str, str], list[FileHandle]] = {}
+    if spec is not None:
+        for op in spec.operators:
+            if op.kind is OperatorKind.OPERATOR and op.name in present:
+                for state in op.states:
+                    streams[(op.name, state)] = []
+    prefix = state_stream("")
+    for ack in completed.acks:
+        operator = split_task_name(ack.task)[0]
+        for handle in ack.handles:
+            if handle.name.startswith(prefix):
+                key = (operator, handle.name[len(prefix) :])
+                streams.setdefault(key, []).append(handle)
+    return streams
+
+
+def max_parallelism_of(
+    operator: str, handles: Sequence[FileHandle], spec: PipelineSpec | None
+) -> tuple[int | None, str]:
+    """The max parallelism the state files were written with (their meta), else the
+    pipeline's; with a problem when they disagree or it is unknown."""
+    recorded = {int(h.meta["max_parallelism"]) for h in handles if h.meta.get("max_parallelism")}
+    if len(recorded) > 1:
+        return None, f"its files disagree on max_parallelism: {sorted(recorded)}"
+    if recorded:
+        return recorded.pop(), ""
+    if spec is not None:
+        for op in spec.operators:
+            if op.name == operator:
+                return op.max_parallelism, ""
+    return None, "max_parallelism is recorded nowhere (no file meta, no pipeline spec)"
+
+
+def check_key_groups(completed: CompletedCheckpoint, spec: PipelineSpec | None) -> list[Finding]:
+    findings = []
+    for (operator, state), handles in sorted(stateful_streams(completed, spec).items()):
+        what = f"{operator}/{state}"
+        max_par, problem = max_parallelism_of(operator, handles, spec)
+        if max_par is None:
+            findings.append(Finding(what, Check.KEY_GROUPS, problem))
+            continue
+        findings += [
+            Finding(what, Check.KEY_GROUPS, p) for p in coverage_problems(handles, max_par)
+        ]
+    return findings
+
+
+def coverage_problems(handles: Sequence[FileHandle], max_parallelism: int) -> list[str]:
+    """Every gap, overlap and out-of-range key group of one state's files (unlike
+    format.check_coverage, which stops at the first)."""
+    problems = [
+        f"file '{h.path}' records no key-group range" for h in handles if h.key_group_range is None
+    ]
+    ranged = sorted(
+        (h for h in handles if h.key_group_range is not None),
+        key=lambda h: h.key_group_range,  # type: ignore[arg-type,return-value]
+    )
+    last = max_parallelism - 1
+    next_group = 0
+    previous: FileHandle | None = None
+    for handle in ranged:
+        start, end = handle.key_group_range  # type: ignore[misc]
+        if start > end or start < 0 or end > last:
+            problems.append(
+                f"file '{handle.path}' claims key groups [{start}, {end}], outside 0..{last}"
+            )
+            continue
+        if start > next_group:
+            problems.append(f"key groups [{next_group}, {start - 1}] are covered by no file")
+        elif previous is not None and start < next_group:
+            problems.append(
+                f"key groups [{start}, {min(end, next_group - 1)}] are covered by both "
+                f"'{previous.path}' and '{handle.path}'"
+            )
+        if end + 1 > next_group:
+            next_group, previous = end + 1, handle
+    if next_group <= last:
+        problems.append(f"key groups [{next_group}, {last}] are covered by no file")
+    return problems
+
+
+# -- source offsets -------------------------------------------------------------------
+
+
+def check_source_offsets(
+    store: ObjectStore,
+    layout: PipelineLayout,
+    pending: PendingCheckpoint,
+    sources: Mapping[str, SourceDef] | None = None,
+) -> list[Finding]:
+    """Walk the base chain while its records exist: each link's base_barrier must be
+    its base's barrier, and no offset may go backwards along it. Then check that the
+    source still holds exactly the files the checkpoint's barrier covers."""
+    findings = []
+    current, steps = pending, 0
+    while True:
+        findings += _backwards(current)
+        if current.base_checkpoint_id is None or steps >= MAX_CHAIN:
+            break
+        base = _outcome_or_none(store, layout, current.base_checkpoint_id)
+        if base is None:
+            break  # pruned from history, or unreadable: nothing left to compare with
+        what = f"checkpoint {current.checkpoint_id}"
+        if base.status is not CheckpointStatus.COMPLETED:
+            findings.append(
+                Finding(
+                    what,
+                    Check.SOURCE_OFFSETS,
+                    f"builds on checkpoint {base.checkpoint_id}, which is {base.status.value}",
+                )
+            )
+            break
+        if _normal(current.base_barrier) != _normal(base.pending.barrier):
+            findings.append(
+                Finding(
+                    what,
+                    Check.SOURCE_OFFSETS,
+                    f"its base_barrier is not the barrier of its base checkpoint "
+                    f"{base.checkpoint_id}: "
+                    + _barrier_difference(current.base_barrier, base.pending.barrier),
+                )
+            )
+        current, steps = base.pending, steps + 1
+    findings += _source_files(store, pending, sources or {})
+    return findings
+
+
+def _outcome_or_none(
+    store: ObjectStore, layout: PipelineLayout, checkpoint_id: int
+) -> CheckpointOutcome | None:
+    key = layout.outcome(checkpoint_id)
+    try:
+        return CheckpointOutcome.decode(key, store.get(key).data)
+    except (ObjectNotFound, RecordError):
+        return None
+
+
+def _offsets(barrier: Mapping[str, Any], source: str) -> dict[str, PartitionOffset]:
+    partitions = barrier.get(source) or {}
+    return {p: PartitionOffset.from_json(v) for p, v in partitions.items()}
+
+
+def _normal(barrier: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Barriers compared by offsets: the name and digest follow from them on one source."""
+    try:
+        return {s: {p: o.offset for p, o in _offsets(barrier, s).items()} for s in barrier}
+    except (ConfigError, AttributeError, TypeError, ValueError):
+        return {"<unparseable>": {repr(barrier): -1}}
+
+
+def _barrier_difference(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> str:
+    a, b = _normal(ours), _normal(theirs)
+    parts = []
+    for source in sorted(set(a) | set(b)):
+        for partition in sorted(set(a.get(source, {})) | set(b.get(source, {}))):
+            x, y = a.get(source, {}).get(partition), b.get(source, {}).get(partition)
+            if x != y:
+                parts.append(f"{source}/{partition} at {x}, the base read up to {y}")
+    return "; ".join(parts) or "they differ"
+
+
+def _backwards(pending: PendingCheckpoint) -> list[Finding]:
+    findings = []
+    for source in sorted(set(pending.base_barrier) | set(pending.barrier)):
+        what = f"source {source} (checkpoint {pending.checkpoint_id})"
+        try:
+            start = _offsets(pending.base_barrier, source)
+            end = _offsets(pending.barrier, source)
+        except (ConfigError, AttributeError, TypeError, ValueError) as exc:
+            findings.append(Finding(what, Check.SOURCE_OFFSETS, f"unreadable barrier: {exc}"))
+            continue
+        for partition, offset in sorted(start.items()):
+            reached = end[partition].offset if partition in end else 0
+            if reached < offset.offset:
+                findings.append(
+                    Finding(
+                        f"{what} partition {partition}",
+                        Check.SOURCE_OFFSETS,
+                        f"the offset goes backwards: {offset.offset} in its base, {reached} "
+                        "in its barrier",
+                    )
+                )
+    return findings
+
+
+def _source_files(
+    store: ObjectStore, pending: PendingCheckpoint, sources: Mapping[str, SourceDef]
+) -> list[Finding]:
+    findings = []
+    for name, source in sorted(sources.items()):
+        if name not in pending.barrier:
+            continue
+        files = PartitionedFileSource(store, source.root, source.format)
+        try:
+            files.verify_barrier(pending.barrier[name])
+        except (SourceOffsetError, ConfigError) as exc:
+            findings.append(Finding(f"source {name}", Check.SOURCE_OFFSETS, str(exc)))
+    return findings
+
+
+# -- sinks ----------------------------------------------------------------------------
+
+
+def check_sinks(
+    store: ObjectStore,
+    layout: PipelineLayout,
+    completed: CompletedCheckpoint,
+    checker: FileChecker,
+) -> list[Finding]:
+    """The files each sink's manifest says it published from this checkpoint: they must
+    be the ones the checkpoint staged, and exist. A checkpoint not published yet (or an
+    audited one) has nothing to check here."""
+    publisher = SinkPublisher(store, layout)
+    staged: dict[str, set[str]] = {}
+    for ack in completed.acks:
+        for handle in ack.handles:
+            staged.setdefault(split_task_name(ack.task)[0], set()).add(handle.path)
+    checked = {h.path for h in completed.handles}  # check_files covered them already
+    findings = []
+    for sink in publisher.sink_names():
+        key = layout.sink_manifest(sink)
+        try:
+            manifest = publisher.manifest(sink)
+        except RecordError as exc:
+            findings.append(Finding(key, Check.SINK_MANIFEST, f"unreadable: {exc}"))
+            continue
+        epoch = manifest.epochs.get(completed.checkpoint_id) if manifest else None
+        if epoch is None:
+            continue
+        published = {f.path for f in epoch.files}
+        stray = sorted(published - staged.get(sink, set()))
+        if stray:
+            findings.append(
+                Finding(
+                    f"sink {sink}",
+                    Check.SINK_MANIFEST,
+                    f"published {len(stray)} file(s) the checkpoint did not stage: {stray[:3]}",
+                )
+            )
+        missing = [f for f in epoch.files if f.path not in checked]
+        findings += [
+            Finding(p.path, Check.SINK_MANIFEST, f"published by sink {sink}: {p.problem}")
+            for p in checker(missing)
+        ]
+    return findings

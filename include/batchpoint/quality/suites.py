@@ -1,0 +1,212 @@
+"""How a pipeline declares what its state must look like: per operator state, a Great
+Expectations 1.x ExpectationSuite (built in code, or stored as JSON and loaded by name)
+and batchpoint's own state checks.
+
+    quality = PipelineQuality(
+        states=(
+            StateQuality("balances", "balances", suite="payments_balances",
+                         checks=(RecomputeSample(...),)),
+            StateQuality("dedup", "seen", suite=lambda: gx.ExpectationSuite(...)),
+        ),
+        suites_dir=Path(__file__).parent / "suites",
+    )
+    declare_quality(pipeline, quality)
+
+Declaring imports nothing heavy: a suite given by name or by a function is only built
+when a gate loads it (importing great_expectations takes seconds, and Airflow and the CLI
+import pipelines at start).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from batchpoint.errors import ConfigError
+
+if TYPE_CHECKING:
+    from great_expectations import ExpectationSuite
+
+    from batchpoint.quality.checks import StateCheck
+    from batchpoint.runtime.api import Pipeline
+
+#: Where a pipeline keeps its quality declaration (`Pipeline.properties`).
+QUALITY_PROPERTY = "quality"
+
+
+@dataclass(frozen=True)
+class SuiteRef:
+    """A suite stored as JSON: `<directory>/<name>.json`, with a `name` and a list of
+    `expectations` ({"type": "expect_...", "kwargs": {...}}) as GX 1.x serialises them."""
+
+    name: str
+    directory: Path
+
+    @property
+    def path(self) -> Path:
+        return Path(self.directory) / f"{self.name}.json"
+
+    def load(self) -> ExpectationSuite:
+        try:
+            body = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            known = sorted(p.stem for p in Path(self.directory).glob("*.json"))
+            raise ConfigError(
+                f"quality suite '{self.name}' not found: no {self.path} "
+                f"(suites there: {', '.join(known) or 'none'})"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"quality suite {self.path} is not readable JSON: {exc}") from None
+        return suite_from_json(body, str(self.path), default_name=self.name)
+
+
+def suite_from_json(body: Any, where: str, default_name: str = "") -> ExpectationSuite:
+    """An ExpectationSuite from its JSON form, refusing any expectation GX cannot build
+    (GX itself only logs and drops those, which would silently weaken the gate)."""
+    import great_expectations as gx
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
+
+    if not isinstance(body, dict) or not isinstance(body.get("expectations"), list):
+        raise ConfigError(f"quality suite {where}: expected an object with an 'expectations' list")
+    built, problems = [], []
+    for i, spec in enumerate(body["expectations"]):
+        try:
+            if not isinstance(spec, dict):
+                raise TypeError(f"expected an object, found {spec!r}")
+            built.append(ExpectationConfiguration(**spec).to_domain_obj())
+        except Exception as exc:  # GX raises many types here; all mean "bad config"
+            problems.append(f"expectation {i} ({_type_of(spec)}): {exc}")
+    if problems:
+        raise ConfigError(f"quality suite {where} has invalid expectations: " + "; ".join(problems))
+    name = body.get("name") or default_name
+    if not name:
+        raise ConfigError(f"quality suite {where} has no name")
+    return gx.ExpectationSuite(
+        name=name, expectations=built, meta=body.get("meta"), notes=body.get("notes")
+    )
+
+
+def _type_of(spec: Any) -> str:
+    return str(spec.get("type", "?")) if isinstance(spec, dict) else "?"
+
+
+@dataclass(frozen=True)
+class StateQuality:
+    """What one state of one operator must satisfy."""
+
+    operator: str
+    state: str
+    # A stored suite's name, a SuiteRef, a function that builds an ExpectationSuite, or
+    # the suite itself; None for batchpoint's checks only.
+    suite: str | SuiteRef | Callable[[], ExpectationSuite] | ExpectationSuite | None = None
+    checks: tuple[StateCheck, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.operator}/{self.state}"
+
+
+@dataclass(frozen=True)
+class LoadedSuite:
+    key: str  # operator/state
+    name: str
+    suite: ExpectationSuite
+
+
+@dataclass(frozen=True)
+class PipelineQuality:
+    states: tuple[StateQuality, ...] = ()
+    suites_dir: Path | None = None  # where suites given by name are found
+    count_rows: bool = True  # count every state's rows against its handles
+    audit: bool = False  # audited checkpoints: run the suites before completing
+
+    def for_state(self, operator: str, state: str) -> list[StateQuality]:
+        return [s for s in self.states if s.operator == operator and s.state == state]
+
+    def suite_name(self, declared: StateQuality) -> str | None:
+        """The suite's name without building it (for skipping and reports)."""
+        suite = declared.suite
+        if suite is None:
+            return None
+        if isinstance(suite, str):
+            return suite
+        if isinstance(suite, SuiteRef):
+            return suite.name
+        if callable(suite):
+            return getattr(suite, "__name__", declared.key)
+        return str(getattr(suite, "name", declared.key))
+
+    def load(self, declared: StateQuality) -> LoadedSuite | None:
+        """Build the declared suite (this imports Great Expectations)."""
+        suite = declared.suite
+        if suite is None:
+            return None
+        if isinstance(suite, str):
+            if self.suites_dir is None:
+                raise ConfigError(
+                    f"quality of {declared.key}: suite '{suite}' is given by name but no "
+                    "suites_dir says where to find it"
+                )
+            suite = SuiteRef(suite, self.suites_dir)
+        if isinstance(suite, SuiteRef):
+            built = suite.load()
+        elif callable(suite):
+            built = suite()
+        else:
+            built = suite
+        import great_expectations as gx
+
+        if not isinstance(built, gx.ExpectationSuite):
+            raise ConfigError(
+                f"quality of {declared.key}: expected an ExpectationSuite, got "
+                f"{type(built).__name__}"
+            )
+        return LoadedSuite(declared.key, built.name, built)
+
+
+def is_skipped(skip: Collection[str], *names: str | None) -> bool:
+    """Skip by suite or check name, or by `operator/state` for everything on a state."""
+    return any(n is not None and n in skip for n in names)
+
+
+def declare_quality(pipeline: Pipeline, quality: PipelineQuality) -> Pipeline:
+    pipeline.properties[QUALITY_PROPERTY] = quality
+    return pipeline
+
+
+def quality_of(pipeline: Pipeline) -> PipelineQuality:
+    found = pipeline.properties.get(QUALITY_PROPERTY)
+    if found is None:
+        return PipelineQuality()
+    if not isinstance(found, PipelineQuality):
+        raise ConfigError(
+            f"pipeline '{pipeline.name}': property '{QUALITY_PROPERTY}' should be a "
+            f"PipelineQuality, found {type(found).__name__}"
+        )
+    return found
+
+
+def audit_enabled(pipeline: Pipeline) -> bool:
+    """Whether the pipeline asked for audited checkpoints (write-audit-publish)."""
+    return quality_of(pipeline).audit
+
+
+def validate_declaration(pipeline: Pipeline, quality: PipelineQuality) -> None:
+    """Every declared state exists in the pipeline: a typo must not pass as 'no suite'."""
+    for declared in quality.states:
+        op = pipeline.operators.get(declared.operator)
+        if op is None:
+            raise ConfigError(
+                f"quality of {declared.key}: pipeline '{pipeline.name}' has no operator "
+                f"'{declared.operator}' (operators: {sorted(pipeline.operators)})"
+            )
+        if declared.state not in op.states:
+            raise ConfigError(
+                f"quality of {declared.key}: operator '{declared.operator}' has no state "
+                f"'{declared.state}' (states: {sorted(op.states)})"
+            )

@@ -1,0 +1,330 @@
+"""Validation of a checkpoint's state: each state is read as a Spark DataFrame by
+executors (keyed_io.read_keyed), its rows are counted against the metadata, then its
+declared Great Expectations suite and batchpoint checks run on it.
+
+Great Expectations runs with an ephemeral context and a Spark data source: its Spark
+execution engine computes every metric as a Spark job, so the state is never collected to
+the driver; only the metrics (counts, a few unexpected values) come back. GX is imported
+here, inside functions, never when batchpoint is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from batchpoint.errors import (
+    BucketNotFound,
+    ConfigError,
+    StorageAccessDenied,
+    StorageUnavailable,
+)
+from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
+from batchpoint.protocol.layout import split_task_name
+from batchpoint.quality.checks import CheckResult, StateTarget, count_rows
+from batchpoint.quality.findings import Check, Finding
+from batchpoint.quality.integrity import max_parallelism_of
+from batchpoint.quality.suites import LoadedSuite, PipelineQuality, StateQuality, is_skipped
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.runner import state_stream
+from batchpoint.storage import StoreRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: First pass: success only, which GX computes in a few Spark jobs for the whole suite.
+QUICK_FORMAT = "BOOLEAN_ONLY"
+#: Second pass, only when the first failed: counts and up to 20 unexpected values per
+#: expectation, which cost a job or two per expectation.
+DETAIL_FORMAT = "SUMMARY"
+
+
+class GxValidator:
+    """One ephemeral GX context with one Spark data source, reused for every state a gate
+    validates (building a context costs about a second)."""
+
+    DATASOURCE = "batchpoint"
+
+    def __init__(self) -> None:
+        self._context: Any = None
+        self._batches: dict[str, Any] = {}
+
+    def _datasource(self) -> Any:
+        if self._context is None:
+            import great_expectations as gx
+            from great_expectations.data_context.types.base import ProgressBarsConfig
+
+            self._context = gx.get_context(mode="ephemeral")
+            # Progress bars would fill the task log with one line per metric.
+            self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
+            # persist=False: the validator persists (and unpersists) the state itself;
+            # GX would cache every DataFrame it sees for the life of the session.
+            self._context.data_sources.add_spark(name=self.DATASOURCE, persist=False)
+        return self._context.data_sources.get(self.DATASOURCE)
+
+    def _batch_definition(self, asset: str) -> Any:
+        if asset not in self._batches:
+            source = self._datasource()
+            data_asset = source.add_dataframe_asset(name=asset)
+            self._batches[asset] = data_asset.add_batch_definition_whole_dataframe("whole")
+        return self._batches[asset]
+
+    def validate(self, asset: str, df: DataFrame, suite: Any) -> dict[str, Any]:
+        """The suite's result on the whole DataFrame, as JSON: with details (counts,
+        examples) when it failed. A passing state, the common case, costs one cheap pass."""
+        definition = self._batch_definition(_asset_name(asset))
+        batch = definition.get_batch(batch_parameters={"dataframe": df})
+        result = batch.validate(suite, result_format=QUICK_FORMAT)
+        if not result.success:
+            result = batch.validate(suite, result_format=DETAIL_FORMAT)
+        # Round-trip through json: GX's dict may hold numpy and Decimal values.
+        return json.loads(json.dumps(result.to_json_dict(), default=str))
+
+
+def _asset_name(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", key)
+
+
+def findings_from_result(key: str, suite: str, result: dict[str, Any]) -> list[Finding]:
+    """One finding per failed expectation, in words an operator can act on."""
+    findings = []
+    for item in result.get("results", []):
+        if item.get("success"):
+            continue
+        config = item.get("expectation_config") or {}
+        kwargs = {k: v for k, v in (config.get("kwargs") or {}).items() if k != "batch_id"}
+        what = config.get("type", "expectation")
+        column = kwargs.pop("column", None)
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        expectation = f"{what}({args})" + (f" on column '{column}'" if column else "")
+        findings.append(
+            Finding(key, f"{Check.SUITE}:{suite}", f"{expectation} failed: {_observed(item)}")
+        )
+    return findings
+
+
+def _observed(item: dict[str, Any]) -> str:
+    info = item.get("exception_info") or {}
+    if info.get("raised_exception"):
+        return f"it raised {info.get('exception_message')}"
+    result = item.get("result") or {}
+    if "unexpected_count" in result:
+        examples = result.get("partial_unexpected_list") or []
+        shown = f" (e.g. {examples[:5]!r})" if examples else ""
+        total = result.get("element_count")
+        of = f" of {total}" if total is not None else ""
+        return f"{result['unexpected_count']}{of} values unexpected{shown}"
+    if "observed_value" in result:
+        return f"observed {result['observed_value']!r}"
+    return json.dumps(result)[:200]
+
+
+@dataclass
+class StateValidation:
+    """What the suites and checks found on one state."""
+
+    key: str
+    findings: list[Finding] = field(default_factory=list)
+    gx_results: dict[str, Any] = field(default_factory=dict)  # suite name -> result JSON
+    checks: dict[str, Any] = field(default_factory=dict)  # check name -> details
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ValidationRun:
+    states: list[StateValidation] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for s in self.states for f in s.findings]
+
+
+class StateValidator:
+    """Runs a pipeline's declared quality on the states of a checkpoint."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        store_ref: StoreRef,
+        pipeline: Pipeline,
+        quality: PipelineQuality,
+        *,
+        skip: Collection[str] = (),
+    ) -> None:
+        self.spark = spark
+        self.store_ref = store_ref
+        self.pipeline = pipeline
+        self.quality = quality
+        self.skip = frozenset(skip)
+        self.gx = GxValidator()
+        self._suites: dict[int, LoadedSuite | None] = {}
+
+    def load_suites(self) -> None:
+        """Build every declared suite now, so a bad declaration fails the gate as a
+        configuration error before any candidate is judged (and quarantined) by it:
+        GX would report an expectation on a misspelt column as a failure of every one."""
+        for declared in self.quality.states:
+            loaded = self._suite(declared)
+            if loaded is not None:
+                schema = self.pipeline.operators[declared.operator].states[declared.state]
+                _check_columns(loaded, set(schema.names))
+
+    def _suite(self, declared: StateQuality) -> LoadedSuite | None:
+        if id(declared) not in self._suites:
+            skipped = is_skipped(self.skip, declared.key, self.quality.suite_name(declared))
+            self._suites[id(declared)] = None if skipped else self.quality.load(declared)
+        return self._suites[id(declared)]
+
+    def validate(self, completed: CompletedCheckpoint) -> ValidationRun:
+        run = ValidationRun()
+        for (operator, state), handles in self._states(completed).items():
+            declared = self.quality.for_state(operator, state)
+            if not declared and not self.quality.count_rows:
+                continue
+            run.states.append(self._validate_state(completed, operator, state, handles, declared))
+        return run
+
+    def _states(self, completed: CompletedCheckpoint) -> dict[tuple[str, str], list[FileHandle]]:
+        present = {split_task_name(t)[0] for t in completed.pending.expected_tasks}
+        out: dict[tuple[str, str], list[FileHandle]] = {}
+        for op in self.pipeline.operators.values():
+            if op.name not in present:
+                continue  # new in this version of the pipeline: nothing to validate
+            for state in op.states:
+                stream = state_stream(state)
+                out[(op.name, state)] = [
+                    h
+                    for ack in completed.acks
+                    if split_task_name(ack.task)[0] == op.name
+                    for h in ack.handles
+                    if h.name == stream
+                ]
+        return out
+
+    def _validate_state(
+        self,
+        completed: CompletedCheckpoint,
+        operator: str,
+        state: str,
+        handles: Sequence[FileHandle],
+        declared: Sequence[StateQuality],
+    ) -> StateValidation:
+        key = f"{operator}/{state}"
+        outcome = StateValidation(key)
+        if is_skipped(self.skip, key):
+            outcome.skipped.append(key)
+            return outcome
+        max_par, _ = max_parallelism_of(operator, handles, self.pipeline.spec())
+        try:
+            with self._state_frame(operator, state, handles) as df:
+                target = StateTarget(
+                    self.spark,
+                    self.store_ref,
+                    self.pipeline,
+                    completed,
+                    operator,
+                    state,
+                    tuple(handles),
+                    max_par or self.pipeline.operators[operator].max_parallelism,
+                    df,
+                )
+                self._record(outcome, Check.ROW_COUNT, count_rows(target))
+                for item in declared:
+                    self._run_declared(outcome, target, item)
+        except Exception as exc:  # unreadable state fails the candidate, not the gate
+            if _is_outage(exc):
+                raise  # the store is unreachable: no verdict on the state, no quarantine
+            outcome.findings.append(Finding(key, Check.READ, _first_line(exc)))
+        return outcome
+
+    def _run_declared(
+        self, outcome: StateValidation, target: StateTarget, declared: StateQuality
+    ) -> None:
+        suite = self._suite(declared)
+        if suite is not None:
+            result = self.gx.validate(target.key, target.df, suite.suite)
+            outcome.gx_results[suite.name] = result
+            outcome.findings += findings_from_result(target.key, suite.name, result)
+        elif declared.suite is not None:
+            outcome.skipped.append(self.quality.suite_name(declared) or declared.key)
+        for check in declared.checks:
+            if is_skipped(self.skip, check.name):
+                outcome.skipped.append(check.name)
+                continue
+            try:
+                self._record(outcome, check.name, check.run(target))
+            except Exception as exc:  # a check that cannot run on this state fails it
+                outcome.findings.append(
+                    Finding(target.key, f"{Check.SAMPLE}:{check.name}", _first_line(exc))
+                )
+
+    @staticmethod
+    def _record(outcome: StateValidation, name: str, result: CheckResult) -> None:
+        outcome.findings += result.findings
+        outcome.checks[name] = result.details
+
+    @contextmanager
+    def _state_frame(
+        self, operator: str, state: str, handles: Sequence[FileHandle]
+    ) -> Iterator[DataFrame]:
+        from pyspark import StorageLevel
+
+        from batchpoint.spark import keyed_io
+
+        schema = self.pipeline.operators[operator].states[state]
+        df = keyed_io.read_keyed(
+            self.spark,
+            self.store_ref,
+            list(handles),
+            schema=schema,
+            what=f"state '{state}' of '{operator}'",
+        )
+        # Every metric is a pass over the state: read the files once, spill if large.
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            yield df
+        finally:
+            df.unpersist()
+
+
+_COLUMN_KWARGS = ("column", "column_A", "column_B", "column_list")
+
+
+def _check_columns(loaded: LoadedSuite, columns: set[str]) -> None:
+    for expectation in loaded.suite.expectations:
+        kwargs = expectation.configuration.kwargs
+        named = []
+        for kwarg in _COLUMN_KWARGS:
+            value = kwargs.get(kwarg)
+            named += value if isinstance(value, list) else [value] if value else []
+        unknown = [c for c in named if c not in columns]
+        if unknown:
+            raise ConfigError(
+                f"quality suite '{loaded.name}' for {loaded.key}: "
+                f"{expectation.expectation_type} names column(s) {unknown}, which the state "
+                f"does not have (columns: {sorted(columns)})"
+            )
+
+
+#: Errors that say the store could not be reached, as opposed to what is in it.
+_OUTAGES = (StorageUnavailable, StorageAccessDenied, BucketNotFound)
+
+
+def _is_outage(exc: BaseException) -> bool:
+    # Raised in a Spark task, they reach the driver only as text inside a Spark error.
+    return isinstance(exc, _OUTAGES) or any(e.__name__ in str(exc) for e in _OUTAGES)
+
+
+def _first_line(exc: BaseException) -> str:
+    """Spark wraps a task's exception in pages of JVM trace: keep the Python error."""
+    text = str(exc)
+    for line in text.splitlines():
+        stripped = line.strip()
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Corrupt|Mismatch)\b.*:", stripped):
+            return stripped[:500]
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first}"[:500]
