@@ -1,21 +1,27 @@
 """`batchpoint` command line. Every command reads the same storage as the Airflow DAGs
-(BATCHPOINT_ROOT and BATCHPOINT_S3_* or --root), prints a table, or JSON with --json."""
+(BATCHPOINT_ROOT and BATCHPOINT_S3_* or --root), prints a table, or JSON with --json.
+
+`savepoint` and `restore` also need the pipeline's code: --pipeline-ref module:attr or
+BATCHPOINT_PIPELINE_REF. Long operations print their progress (to stderr with --json,
+so the JSON on stdout stays parseable)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from batchpoint.cli import tables
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker
 from batchpoint.protocol.verify import check_handles
+from batchpoint.runtime.api import Pipeline
 from batchpoint.settings import Settings
 
 
@@ -39,7 +45,7 @@ def _coordinator(args: argparse.Namespace) -> CheckpointCoordinator:
     return CheckpointCoordinator(settings.store_ref.open(), name, settings.checkpoint)
 
 
-def _stats_row(s: CheckpointStats) -> list[Any]:
+def history_row(s: CheckpointStats) -> list[Any]:
     return [
         s.checkpoint_id,
         s.type.value,
@@ -98,7 +104,7 @@ def cmd_list(args: argparse.Namespace) -> Any:
         f"pipeline {c.pipeline}: head = checkpoint {head.checkpoint_id}, "
         f"retained = {c.completed.retained_ids()}"
     )
-    print(tables.render(HISTORY_HEADERS, [_stats_row(s) for s in history]))
+    print(tables.render(HISTORY_HEADERS, [history_row(s) for s in history]))
     return None
 
 
@@ -111,7 +117,7 @@ def cmd_show(args: argparse.Namespace) -> Any:
         out["barrier"] = dict(pending.barrier)
         out["tasks"] = [t.__dict__ for t in tasks]
         return out
-    print(tables.render(HISTORY_HEADERS, [_stats_row(stats)]))
+    print(tables.render(HISTORY_HEADERS, [history_row(stats)]))
     print(
         f"\nbase: {pending.base_checkpoint_id}   restore generation: {pending.restore_generation}"
     )
@@ -219,11 +225,188 @@ def cmd_reset(args: argparse.Namespace) -> Any:
     )
 
 
+# -- savepoint and restore ----------------------------------------------------------------
+
+
+def _progress(args: argparse.Namespace) -> Callable[[str], None]:
+    stream = sys.stderr if args.json else sys.stdout
+    return lambda line: print(line, file=stream, flush=True)
+
+
+def _pipeline(args: argparse.Namespace) -> Pipeline:
+    """The pipeline's code, from --pipeline-ref or BATCHPOINT_PIPELINE_REF (a
+    comma-separated list there; --pipeline picks one when it names several)."""
+    from batchpoint.runtime.loader import load_pipeline
+
+    refs = [r.strip() for r in (args.pipeline_ref or "").split(",") if r.strip()]
+    if not refs:
+        raise ConfigError(
+            f"'{args.command}' needs the pipeline's code: give --pipeline-ref module:attr "
+            "or set BATCHPOINT_PIPELINE_REF"
+        )
+    pipelines = [load_pipeline(r) for r in refs]
+    if args.pipeline:
+        pipelines = [p for p in pipelines if p.name == args.pipeline]
+    if len(pipelines) != 1:
+        names = ", ".join(load_pipeline(r).name for r in refs)
+        raise ConfigError(
+            f"{len(pipelines)} of the referenced pipelines ({names}) match: "
+            "name one with --pipeline"
+        )
+    return pipelines[0]
+
+
+def cmd_savepoint(args: argparse.Namespace) -> Any:
+    """Run one epoch as a savepoint (in-process Spark), then export it; or, with
+    --checkpoint-id, export an existing completed checkpoint."""
+    import time
+
+    from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
+    from batchpoint.protocol.savepoints import (
+        SavepointLocation,
+        default_savepoint_prefix,
+        export_savepoint,
+    )
+    from batchpoint.runtime.driver import PipelineDriver
+    from batchpoint.runtime.restore import savepoint_location
+
+    settings: Settings = args.settings
+    say = _progress(args)
+    pipeline = _pipeline(args)
+    driver = PipelineDriver(pipeline, settings.store_ref, settings.checkpoint)
+    checkpoint_id = args.checkpoint_id
+    if checkpoint_id is None:
+        checkpoint_id = _run_savepoint_epoch(args, pipeline, say)
+    outcome = driver.coordinator.get_outcome(checkpoint_id)
+    if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
+        raise BatchpointError(f"checkpoint {checkpoint_id} did not complete: nothing to export")
+    store = driver.store
+    if args.target:
+        target = savepoint_location(args.target, store, settings.store_options)
+    else:
+        prefix = default_savepoint_prefix(pipeline.name, checkpoint_id, time.time())
+        target = SavepointLocation(store, prefix)
+    started = time.monotonic()
+    report = export_savepoint(
+        driver.coordinator, checkpoint_id, target, description=args.description, progress=say
+    )
+    summary = {
+        "pipeline": pipeline.name,
+        "checkpoint_id": checkpoint_id,
+        "type": outcome.pending.type.value,
+        "savepoint": CheckpointType.SAVEPOINT is outcome.pending.type,
+        "location": report.location.uri,
+        "files": report.files,
+        "bytes": report.bytes,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    if args.json:
+        return summary
+    print(
+        f"savepoint of checkpoint {checkpoint_id}: {report.location.uri} "
+        f"({report.files} file(s), {tables.size(report.bytes)})"
+    )
+    return None
+
+
+def _run_savepoint_epoch(
+    args: argparse.Namespace, pipeline: Pipeline, say: Callable[[str], None]
+) -> int:
+    import time
+
+    from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
+    from batchpoint.runtime.local import LocalEpochRunner
+    from batchpoint.runtime.runner import OperatorFailed
+    from batchpoint.spark.session import spark_session
+
+    settings: Settings = args.settings
+    say(f"starting Spark ({settings.spark_master})")
+    spark = spark_session(f"batchpoint-savepoint-{pipeline.name}", settings.spark_master)
+    runner = LocalEpochRunner(
+        pipeline, settings.store_ref, spark, settings.checkpoint, log=lambda line: say(f"  {line}")
+    )
+    pending = runner.driver.trigger(
+        CheckpointType.SAVEPOINT, properties={"description": args.description, "via": "cli"}
+    )
+    cid = pending.checkpoint_id
+    say(f"savepoint {cid} triggered (base {pending.base_checkpoint_id})")
+    operator_runner = runner.operator_runner()
+    order = runner.task_order()
+    for number, name in enumerate(order, 1):
+        started = time.monotonic()
+        say(f"[{number}/{len(order)}] {name} ...")
+        try:
+            report = operator_runner.run(cid, name)
+        except OperatorFailed as exc:
+            raise BatchpointError(f"savepoint {cid} declined: {exc}") from None
+        say(f"[{number}/{len(order)}] {name} done in {time.monotonic() - started:.1f}s")
+        if report.skipped:
+            say(f"  ({report.skipped})")
+    outcome, published = runner.complete(cid)
+    if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
+        message = outcome.message if outcome else "not every task acknowledged"
+        raise BatchpointError(f"savepoint {cid} did not complete: {message}")
+    say(f"savepoint {cid} completed; published {', '.join(published) or 'nothing new'}")
+    return cid
+
+
+def cmd_restore(args: argparse.Namespace) -> Any:
+    from batchpoint.runtime.driver import PipelineDriver
+    from batchpoint.runtime.restore import RestorePlanner
+
+    settings: Settings = args.settings
+    say = _progress(args)
+    pipeline = _pipeline(args)
+    driver = PipelineDriver(pipeline, settings.store_ref, settings.checkpoint)
+    planner = RestorePlanner(
+        driver, checksums=args.checksums, store_options=settings.store_options, progress=say
+    )
+    plan = planner.plan(args.source, args.parallelism)
+    result = None
+    if plan.chosen is not None and not args.dry_run:
+        result = planner.apply(plan)
+    if args.json:
+        out = plan.to_json()
+        out["dry_run"] = args.dry_run
+        out["result"] = result.to_json() if result else None
+        print(json.dumps(out, indent=2, default=str))
+        return 0 if plan.chosen is not None else 1
+    rows = [
+        [
+            c.candidate.description,
+            len(c.candidate.completed.handles),
+            tables.size(c.candidate.completed.state_size),
+            "ok" if c.passed else "; ".join(c.problems[:2]) or "gate failed",
+        ]
+        for c in plan.checks
+    ]
+    print(tables.render(["candidate", "files", "size", "check"], rows))
+    if plan.chosen is None:
+        print(plan.refusal(), file=sys.stderr)
+        return 1
+    if result is None:
+        print(f"dry run: would restore {plan.chosen.description}; nothing changed")
+        return None
+    print(
+        f"restored pipeline {result.pipeline} to checkpoint {result.checkpoint_id} "
+        f"(restore generation {result.restore_generation})"
+        + (f", imported from {result.imported_from}" if result.imported_from else "")
+        + (f", parallelism {result.parallelism}" if result.parallelism else "")
+    )
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="batchpoint", description=__doc__)
     parser.add_argument("--root", help="storage root URI (default: $BATCHPOINT_ROOT)")
     parser.add_argument("--pipeline", help="pipeline name (default: the only one)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--pipeline-ref",
+        default=os.environ.get("BATCHPOINT_PIPELINE_REF"),
+        help="module:attr of the pipeline code, for savepoint and restore "
+        "(default: $BATCHPOINT_PIPELINE_REF)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     checkpoints = sub.add_parser("checkpoints", help="list or show checkpoints")
@@ -247,6 +430,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_gc)
     p = sub.add_parser("reset", help="clear a FAILED pipeline's failure counter")
     p.set_defaults(fn=cmd_reset)
+    p = sub.add_parser(
+        "savepoint",
+        help="run one epoch as a savepoint (local Spark) and export it to a folder",
+    )
+    p.add_argument("--target", help="s3://..., file:///... or a path under the root")
+    p.add_argument("--description", default="", help="stored in the savepoint's _metadata")
+    p.add_argument(
+        "--checkpoint-id",
+        type=int,
+        default=None,
+        help="export this completed checkpoint instead of running an epoch",
+    )
+    p.set_defaults(fn=cmd_savepoint)
+    p = sub.add_parser("restore", help="restore from a checkpoint or a savepoint")
+    p.add_argument(
+        "source", nargs="?", default="latest", help="latest, a checkpoint id, or a savepoint"
+    )
+    p.add_argument(
+        "--parallelism", default=None, help='new parallelism: an integer or {"op": n, ...}'
+    )
+    p.add_argument("--dry-run", action="store_true", help="check and report only")
+    p.add_argument("--checksums", action="store_true", help="also verify every checksum")
+    p.set_defaults(fn=cmd_restore)
     return parser
 
 

@@ -1,0 +1,457 @@
+"""Render a pipeline into its three DAGs (as cosmos renders a dbt project):
+
+    <pipeline>_checkpoint   scheduled: every run is one epoch and, if all goes well, one
+                            completed checkpoint
+    <pipeline>_savepoint    manual, with a form: a retained, exported savepoint; can stop
+                            (pause) the pipeline afterwards
+    <pipeline>_restore      manual, with a form: restore from the latest checkpoint, a
+                            checkpoint id or a savepoint, optionally with a new parallelism
+
+The checkpoint DAG (the savepoint DAG is the same with export and stop added):
+
+    trigger ─┬─> operators.<a> ─> operators.<b> ─> ...   (spark-submit, topological order)
+             └─> wait_for_acks ─> finalize ─────────────> cleanup (all_done)
+
+Nothing here imports pyspark or great_expectations: parsing a DAG file stays cheap.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import (
+    DAG,
+    CronTriggerTimetable,
+    DeltaTriggerTimetable,
+    Param,
+    TaskGroup,
+    TriggerRule,
+)
+
+from batchpoint.airflow.config import AirflowDeployment
+from batchpoint.airflow.operators import (
+    CheckpointCleanupOperator,
+    ExportSavepointOperator,
+    FinalizeCheckpointOperator,
+    PausePipelineOperator,
+    RestoreCheckOperator,
+    RestoreOperator,
+    SparkOperatorJob,
+    TriggerCheckpointOperator,
+    TriggerSavepointOperator,
+)
+from batchpoint.airflow.sensors import CheckpointAckSensor
+from batchpoint.errors import ConfigError
+from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.loader import load_pipeline
+from batchpoint.runtime.restore import RestoreGate
+
+OPERATOR_GROUP = "operators"
+
+
+def dag_ids(pipeline: str) -> dict[str, str]:
+    return {
+        "checkpoint": f"{pipeline}_checkpoint",
+        "savepoint": f"{pipeline}_savepoint",
+        "restore": f"{pipeline}_restore",
+    }
+
+
+def build_pipeline_dags(
+    pipeline: Pipeline,
+    pipeline_ref: str,
+    deployment: AirflowDeployment,
+    *,
+    gate: RestoreGate | None = None,
+) -> dict[str, DAG]:
+    """The three DAGs of one pipeline, by dag_id. `pipeline_ref` is how workers import
+    the same pipeline (`module:attribute`); `gate` is the restore quality gate (else
+    BATCHPOINT_QUALITY_GATE, loaded at run time)."""
+    spec = pipeline.spec()  # validates the graph now, at parse time
+    dags = [
+        build_checkpoint_dag(pipeline, pipeline_ref, deployment, spec),
+        build_savepoint_dag(pipeline, pipeline_ref, deployment, spec),
+        build_restore_dag(pipeline, pipeline_ref, deployment, gate=gate),
+    ]
+    return {dag.dag_id: dag for dag in dags}
+
+
+def load_dags(deployment: AirflowDeployment | None = None) -> dict[str, DAG]:
+    """Every DAG of every pipeline named by BATCHPOINT_PIPELINE_REF."""
+    deployment = deployment or AirflowDeployment.from_env()
+    out: dict[str, DAG] = {}
+    names: dict[str, str] = {}
+    for ref in deployment.pipeline_refs:
+        try:
+            pipeline = load_pipeline(ref)
+        except ConfigError as exc:
+            raise ConfigError(f"BATCHPOINT_PIPELINE_REF: {exc}") from None
+        if pipeline.name in names:
+            raise ConfigError(
+                f"BATCHPOINT_PIPELINE_REF: {names[pipeline.name]} and {ref} are both "
+                f"pipeline '{pipeline.name}'"
+            )
+        names[pipeline.name] = ref
+        out.update(build_pipeline_dags(pipeline, ref, deployment))
+    return out
+
+
+# -- the DAGs ---------------------------------------------------------------------------
+
+
+def _timetable(schedule: timedelta | str | None) -> Any:
+    # Passed explicitly: a bare timedelta schedule in Airflow 3.3.2 picks its timetable
+    # from the wrong config option ([scheduler] create_cron_data_intervals).
+    if schedule is None:
+        return None
+    if isinstance(schedule, timedelta):
+        return DeltaTriggerTimetable(schedule)
+    return CronTriggerTimetable(schedule, timezone="UTC")
+
+
+def _common(deployment: AirflowDeployment, pipeline: str) -> dict[str, Any]:
+    return {
+        "start_date": deployment.start_date,
+        "catchup": False,
+        "tags": ["batchpoint", pipeline],
+    }
+
+
+def _run_timeout(deployment: AirflowDeployment) -> timedelta:
+    # The run outlives its checkpoint by a grace period, so that when the checkpoint
+    # expires the cleanup task still gets to record why and remove what it staged.
+    return timedelta(seconds=deployment.checkpoint.timeout + deployment.cleanup_grace)
+
+
+def _epoch_tasks(
+    dag: DAG,
+    pipeline: Pipeline,
+    ref: str,
+    deployment: AirflowDeployment,
+    spec: PipelineSpec,
+    trigger: Any,
+) -> tuple[Any, Any, list[Any]]:
+    """operators.* and wait_for_acks -> finalize, after `trigger`."""
+    timeout = deployment.checkpoint.timeout
+    common = {"pipeline_ref": ref, "storage_conn_id": deployment.storage_conn_id}
+    jobs: dict[str, Any] = {}
+    with TaskGroup(OPERATOR_GROUP, tooltip="one Spark job per pipeline operator", dag=dag):
+        for op in spec.topological_order():
+            if not op.has_tasks:
+                continue
+            jobs[op.name] = SparkOperatorJob(
+                task_id=op.name,
+                operator=op.name,
+                deployment=deployment,
+                retries=deployment.task_retries,
+                retry_delay=timedelta(seconds=deployment.retry_delay),
+                execution_timeout=timedelta(seconds=timeout),
+                doc_md=_operator_doc(op.name, op.kind, op.inputs, op.parallelism),
+                **common,
+            )
+    for name, job in jobs.items():
+        upstream = [jobs[i] for i in spec.operator(name).inputs if i in jobs]
+        if upstream:
+            upstream >> job
+        else:
+            trigger >> job
+    sensor_mode = deployment.sensor_mode
+    wait = CheckpointAckSensor(
+        task_id="wait_for_acks",
+        pipeline=pipeline.name,
+        storage_conn_id=deployment.storage_conn_id,
+        deferrable=sensor_mode == "deferrable",
+        mode="reschedule" if sensor_mode == "reschedule" else "poke",
+        poll_interval=deployment.poll_interval,
+        timeout=timeout + deployment.cleanup_grace,
+        doc_md="Waits for every expected task's ack; fails at once on a decline.",
+    )
+    finalize = FinalizeCheckpointOperator(
+        task_id="finalize",
+        retries=2,
+        retry_delay=timedelta(seconds=5),
+        doc_md="Writes the COMPLETED outcome (after checking every file) and publishes sinks.",
+        **common,
+    )
+    trigger >> wait >> finalize
+    return wait, finalize, list(jobs.values())
+
+
+def build_checkpoint_dag(
+    pipeline: Pipeline,
+    ref: str,
+    deployment: AirflowDeployment,
+    spec: PipelineSpec | None = None,
+) -> DAG:
+    spec = spec or pipeline.spec()
+    config = deployment.checkpoint
+    with DAG(
+        dag_id=dag_ids(pipeline.name)["checkpoint"],
+        schedule=_timetable(deployment.schedule),
+        max_active_runs=config.max_concurrent,
+        dagrun_timeout=_run_timeout(deployment),
+        doc_md=_checkpoint_doc(pipeline, spec, deployment),
+        description=f"Scheduled checkpoints of pipeline {pipeline.name}",
+        **_common(deployment, pipeline.name),
+    ) as dag:
+        trigger = TriggerCheckpointOperator(
+            task_id="trigger",
+            pipeline_ref=ref,
+            storage_conn_id=deployment.storage_conn_id,
+            doc_md="Captures the sources' barrier and writes the pending checkpoint; "
+            "skips the run when min-pause or max-concurrent says no.",
+        )
+        wait, finalize, jobs = _epoch_tasks(dag, pipeline, ref, deployment, spec, trigger)
+        cleanup = CheckpointCleanupOperator(
+            task_id="cleanup",
+            pipeline_ref=ref,
+            storage_conn_id=deployment.storage_conn_id,
+            trigger_rule=TriggerRule.ALL_DONE,
+            operator_group=OPERATOR_GROUP,
+            doc_md="Always runs: aborts a checkpoint left pending (declined or expired), "
+            "removes what it staged, collects garbage; fails the run if it aborted.",
+        )
+        [trigger, wait, finalize, *jobs] >> cleanup
+    return dag
+
+
+def build_savepoint_dag(
+    pipeline: Pipeline,
+    ref: str,
+    deployment: AirflowDeployment,
+    spec: PipelineSpec | None = None,
+) -> DAG:
+    spec = spec or pipeline.spec()
+    ids = dag_ids(pipeline.name)
+    with DAG(
+        dag_id=ids["savepoint"],
+        schedule=None,
+        max_active_runs=1,
+        dagrun_timeout=_run_timeout(deployment),
+        doc_md=_savepoint_doc(pipeline, deployment),
+        description=f"Manual savepoints of pipeline {pipeline.name}",
+        params={
+            "target": Param(
+                "",
+                type="string",
+                title="Target location",
+                description=(
+                    "Folder for the savepoint: s3://bucket/prefix, file:///path, or a path "
+                    "under the storage root. Empty: savepoints/"
+                    f"{pipeline.name}/savepoint-<id>-<time> under the storage root."
+                ),
+            ),
+            "stop_pipeline": Param(
+                False,
+                type="boolean",
+                title="Stop the pipeline afterwards",
+                description=(
+                    f"Pause {ids['checkpoint']} once the savepoint is written (needs the "
+                    f"Airflow connection '{deployment.api_conn_id}')."
+                ),
+            ),
+            "description": Param(
+                "",
+                type="string",
+                title="Description",
+                description="Why this savepoint is taken; stored in its _metadata.",
+            ),
+        },
+        **_common(deployment, pipeline.name),
+    ) as dag:
+        trigger = TriggerSavepointOperator(
+            task_id="trigger",
+            pipeline_ref=ref,
+            storage_conn_id=deployment.storage_conn_id,
+            api_conn_id=deployment.api_conn_id,
+        )
+        wait, finalize, jobs = _epoch_tasks(dag, pipeline, ref, deployment, spec, trigger)
+        export = ExportSavepointOperator(
+            task_id="export_savepoint",
+            pipeline_ref=ref,
+            storage_conn_id=deployment.storage_conn_id,
+            target="{{ params.target }}",
+            description="{{ params.description }}",
+            doc_md="Copies every file of the savepoint with relative paths, then _metadata.",
+        )
+        stop = PausePipelineOperator(
+            task_id="stop_pipeline",
+            dag_to_pause=ids["checkpoint"],
+            api_conn_id=deployment.api_conn_id,
+            doc_md="Pauses the checkpoint DAG through the REST API when the form asks to.",
+        )
+        cleanup = CheckpointCleanupOperator(
+            task_id="cleanup",
+            pipeline_ref=ref,
+            storage_conn_id=deployment.storage_conn_id,
+            trigger_rule=TriggerRule.ALL_DONE,
+            operator_group=OPERATOR_GROUP,
+        )
+        finalize >> export >> stop
+        [trigger, wait, finalize, *jobs] >> cleanup
+    return dag
+
+
+def build_restore_dag(
+    pipeline: Pipeline,
+    ref: str,
+    deployment: AirflowDeployment,
+    *,
+    gate: RestoreGate | None = None,
+) -> DAG:
+    common = {"pipeline_ref": ref, "storage_conn_id": deployment.storage_conn_id}
+    with DAG(
+        dag_id=dag_ids(pipeline.name)["restore"],
+        schedule=None,
+        max_active_runs=1,
+        doc_md=_restore_doc(pipeline, deployment),
+        description=f"Restore pipeline {pipeline.name} from a checkpoint or savepoint",
+        params={
+            "source": Param(
+                "latest",
+                type="string",
+                minLength=1,
+                title="Restore from",
+                description=(
+                    "latest (the newest retained checkpoint that passes the checks, else "
+                    "older ones), a checkpoint id, or a savepoint folder (s3://..., "
+                    "file:///..., or a path under the storage root)."
+                ),
+            ),
+            "parallelism": Param(
+                None,
+                type=["null", "integer", "object"],
+                title="New parallelism",
+                description=(
+                    "Empty: keep it. An integer: every operator and sink. An object: "
+                    'per operator, e.g. {"balances": 4}.'
+                ),
+            ),
+            "dry_run": Param(
+                False,
+                type="boolean",
+                title="Dry run",
+                description="Only check the candidate and report; change nothing.",
+            ),
+        },
+        **_common(deployment, pipeline.name),
+    ) as dag:
+        check = RestoreCheckOperator(
+            task_id="check",
+            source="{{ params.source }}",
+            gate=gate,
+            gate_ref=deployment.quality_gate_ref,
+            doc_md="Resolves the source and checks it: files and sizes, then the quality gate.",
+            **common,
+        )
+        restore = RestoreOperator(
+            task_id="restore",
+            check_task_id="check",
+            dry_run="{{ params.dry_run }}",
+            doc_md="Moves the head (sinks rewound, parallelism registered) unless dry run.",
+            **common,
+        )
+        check >> restore
+    return dag
+
+
+# -- documentation shown in the UI ------------------------------------------------------
+
+
+def _graph_line(spec: PipelineSpec) -> str:
+    parts = []
+    for op in spec.topological_order():
+        label = f"`{op.name}`"
+        if op.kind is OperatorKind.SOURCE:
+            label += " (source)"
+        else:
+            label += (
+                f" ({op.kind.value}, parallelism {op.parallelism}, from {', '.join(op.inputs)})"
+            )
+        parts.append(label)
+    return " → ".join(parts)
+
+
+def _settings_table(deployment: AirflowDeployment) -> str:
+    c = deployment.checkpoint
+    schedule = deployment.schedule
+    if isinstance(schedule, timedelta):
+        every = f"every {schedule.total_seconds():g}s"
+    else:
+        every = f"cron `{schedule}`" if schedule else "manual only"
+    rows = [
+        ("interval", every),
+        ("timeout", f"{c.timeout:g}s"),
+        ("min pause", f"{c.min_pause:g}s"),
+        ("max concurrent", c.max_concurrent),
+        ("tolerable failed checkpoints", c.tolerable_failed_checkpoints),
+        ("retained checkpoints", c.num_retained),
+        (
+            "storage",
+            f"`{deployment.settings.root}` "
+            f"(the connection `{deployment.storage_conn_id}` overrides it)",
+        ),
+        ("Spark master", f"`{deployment.settings.spark_master}`"),
+    ]
+    return "| setting | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _operator_doc(name: str, kind: OperatorKind, inputs: tuple[str, ...], parallelism: int) -> str:
+    return (
+        f"Runs {kind.value} `{name}` (parallelism {parallelism}, reads {', '.join(inputs)}) "
+        "for this run's checkpoint with spark-submit: align, restore state, process, "
+        "snapshot, acknowledge (or decline)."
+    )
+
+
+def _checkpoint_doc(pipeline: Pipeline, spec: PipelineSpec, deployment: AirflowDeployment) -> str:
+    return f"""\
+### Checkpoints of pipeline `{pipeline.name}`
+
+Every run is one **epoch**: `trigger` records how far each source may be read (the
+barrier), each operator task runs its Spark job on the input between the base
+checkpoint's barrier and this one, and snapshots its state; `wait_for_acks` waits for
+every subtask's acknowledgement and `finalize` makes the checkpoint **COMPLETED** and
+publishes the sinks. Any failure aborts the checkpoint as a whole (`cleanup` says why);
+the next run starts again from the last completed one, so sinks see every input exactly once.
+
+Graph: {_graph_line(spec)}
+
+{_settings_table(deployment)}
+
+A run is *skipped* when the minimum pause or the concurrency limit says no; it *fails*
+when the pipeline is FAILED after too many failed checkpoints (`batchpoint reset` or a
+restore clears that). See also `{pipeline.name}_savepoint` and `{pipeline.name}_restore`.
+"""
+
+
+def _savepoint_doc(pipeline: Pipeline, deployment: AirflowDeployment) -> str:
+    return f"""\
+### Savepoint of pipeline `{pipeline.name}`
+
+Trigger with config. Runs one epoch as a **savepoint** (retained for ever, never
+subsumed, not refused by the checkpoint schedule's limits), then exports it: every file
+it references is copied under the target folder with relative paths, plus `_metadata`.
+The folder is self-contained: move it anywhere and restore from it with
+`{pipeline.name}_restore`.
+
+*Stop the pipeline afterwards* pauses `{pipeline.name}_checkpoint` through the REST API
+with the Airflow connection `{deployment.api_conn_id}` (http: host, port, login, password).
+"""
+
+
+def _restore_doc(pipeline: Pipeline, deployment: AirflowDeployment) -> str:
+    gate = f"`{deployment.quality_gate_ref}`" if deployment.quality_gate_ref else "none configured"
+    return f"""\
+### Restore pipeline `{pipeline.name}`
+
+Trigger with config. `check` resolves the source (*latest*, a checkpoint id, or a
+savepoint folder) and checks it: every referenced file must exist with its recorded size,
+then the quality gate ({gate}) must pass; for *latest*, older checkpoints are tried when
+the newest fails. `restore` then points the pipeline's head at it (pending checkpoints
+are aborted, sinks rewound, a savepoint imported under a new id) and registers the new
+parallelism. The next `{pipeline.name}_checkpoint` run continues from there.
+*Dry run* stops after `check`.
+"""

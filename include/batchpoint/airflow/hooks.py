@@ -1,0 +1,334 @@
+"""Hooks: what talks to the outside world. `BatchpointHook` resolves the storage (an
+Airflow connection, else the environment) and opens the core objects on it;
+`SparkSubmitLauncher` runs one operator's Spark job; `AirflowApiHook` calls Airflow's
+public REST API (the only way a task can pause another DAG in Airflow 3).
+
+The trigger imports this module inside the triggerer's event loop, so heavy imports
+(pyarrow through the runtime, boto3 through the S3 store) happen lazily, in the calls that
+need them, which the trigger runs in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from batchpoint.airflow.config import AirflowDeployment, package_root
+from batchpoint.errors import ConfigError
+from batchpoint.settings import Settings
+
+if TYPE_CHECKING:
+    from batchpoint.protocol.coordinator import CheckpointCoordinator
+    from batchpoint.runtime.api import Pipeline
+    from batchpoint.runtime.driver import PipelineDriver
+
+# Connection extras the storage connection understands; the aws_* spellings are those of
+# Airflow's own "aws" connection type, so an existing AWS connection can be reused.
+_EXTRA_OPTIONS = {
+    "endpoint_url": "endpoint_url",
+    "region": "region",
+    "region_name": "region",
+    "aws_access_key_id": "access_key_id",
+    "aws_secret_access_key": "secret_access_key",
+}
+_EXTRA_KNOWN = {"root", *_EXTRA_OPTIONS}
+
+
+@functools.lru_cache(maxsize=16)
+def cached_pipeline(reference: str) -> Pipeline:
+    """Tasks of one worker process share the imported pipeline definition."""
+    from batchpoint.runtime.loader import load_pipeline
+
+    return load_pipeline(reference)
+
+
+def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Settings:
+    """Storage settings from an Airflow connection (aws or generic): host = endpoint,
+    login/password = access keys, extra = {"root": "s3://bucket/prefix", "region": ...}.
+    Anything the connection leaves out comes from `base` (the environment)."""
+    extra = conn.extra_dejson or {}
+    unknown = sorted(set(extra) - _EXTRA_KNOWN)
+    if unknown:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': unknown extra field(s) {unknown} "
+            f"(known: {', '.join(sorted(_EXTRA_KNOWN))})"
+        )
+    options = dict(base.store_options)
+    for name, option in _EXTRA_OPTIONS.items():
+        if extra.get(name):
+            options[option] = str(extra[name])
+    if conn.host:
+        options["endpoint_url"] = _endpoint(conn)
+    if conn.login or conn.password:
+        options["access_key_id"] = conn.login or ""
+        options["secret_access_key"] = conn.password or ""
+    root = str(extra.get("root") or base.root)
+    if not root.startswith(("s3://", "file://")):
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': extra root={root!r} must be s3://bucket/prefix "
+            "or file:///absolute/path"
+        )
+    from batchpoint.storage.s3 import S3Settings
+
+    try:
+        S3Settings.from_options(options)
+    except ConfigError as exc:
+        raise ConfigError(f"Airflow connection '{conn_id}': {exc}") from None
+    return Settings(root, options, base.spark_master, base.checkpoint)
+
+
+def _endpoint(conn: Any) -> str:
+    host = str(conn.host)
+    if "://" not in host:
+        host = f"{conn.schema or 'http'}://{host}"
+    parsed = urlparse(host)
+    if conn.port and parsed.port is None:
+        host = f"{parsed.scheme}://{parsed.hostname}:{conn.port}{parsed.path}"
+    return host.rstrip("/")
+
+
+class BatchpointHook(BaseHook):
+    """Storage for batchpoint tasks, sensors and triggers. The connection is optional:
+    without it every setting comes from BATCHPOINT_* variables."""
+
+    conn_name_attr = "storage_conn_id"
+    default_conn_name = "batchpoint_storage"
+    conn_type = "aws"
+    hook_name = "batchpoint storage"
+
+    def __init__(
+        self, storage_conn_id: str = default_conn_name, base_settings: Settings | None = None
+    ) -> None:
+        super().__init__()
+        self.storage_conn_id = storage_conn_id
+        self._base = base_settings
+
+    @property
+    def base_settings(self) -> Settings:
+        return self._base or Settings.from_env()
+
+    def get_settings(self) -> Settings:
+        try:
+            conn = self.get_connection(self.storage_conn_id)
+        except AirflowNotFoundException:
+            return self.base_settings
+        return settings_from_connection(conn, self.base_settings, self.storage_conn_id)
+
+    async def aget_settings(self) -> Settings:
+        """For triggers: nothing here may block the triggerer's event loop."""
+        try:
+            conn = await self.aget_connection(self.storage_conn_id)
+        except AirflowNotFoundException:
+            return self.base_settings
+        return await asyncio.to_thread(
+            settings_from_connection, conn, self.base_settings, self.storage_conn_id
+        )
+
+    def driver(self, pipeline: Pipeline, settings: Settings | None = None) -> PipelineDriver:
+        from batchpoint.runtime.driver import PipelineDriver
+
+        settings = settings or self.get_settings()
+        return PipelineDriver(pipeline, settings.store_ref, settings.checkpoint)
+
+    @staticmethod
+    def coordinator(pipeline: str, settings: Settings) -> CheckpointCoordinator:
+        from batchpoint.protocol.coordinator import CheckpointCoordinator
+
+        return CheckpointCoordinator(settings.store_ref.open(), pipeline, settings.checkpoint)
+
+
+# -- Spark -------------------------------------------------------------------------------
+
+
+@dataclass
+class SparkJobResult:
+    returncode: int
+    seconds: float
+    tail: list[str]
+
+    @property
+    def killed(self) -> bool:
+        return self.returncode < 0 or self.returncode in (137, 143)
+
+
+class SparkSubmitLauncher:
+    """Builds and runs `spark-submit spark_jobs/run_operator.py ...` for one operator of
+    one checkpoint. The job gets the storage settings through BATCHPOINT_* variables, so
+    credentials from a connection never appear on a command line."""
+
+    def __init__(self, deployment: AirflowDeployment, pipeline_ref: str) -> None:
+        self.deployment = deployment
+        self.pipeline_ref = pipeline_ref
+        self._process: subprocess.Popen[str] | None = None
+
+    def command(
+        self, settings: Settings, checkpoint_id: int, operator: str, attempt: str
+    ) -> list[str]:
+        d = self.deployment
+        return [
+            d.spark_submit,
+            "--master",
+            settings.spark_master,
+            "--name",
+            f"batchpoint-{operator}-chk{checkpoint_id}",
+            *d.spark_submit_args,
+            d.spark_job,
+            "--pipeline",
+            self.pipeline_ref,
+            "--checkpoint-id",
+            str(checkpoint_id),
+            "--operator",
+            operator,
+            "--master",
+            settings.spark_master,
+            "--attempt",
+            attempt,
+        ]
+
+    def environment(
+        self, settings: Settings, base: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        env.update(settings.as_env())
+        python = self.deployment.pyspark_python
+        env["PYSPARK_PYTHON"] = python
+        env["PYSPARK_DRIVER_PYTHON"] = python
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # The job imports batchpoint and the pipeline module; a deployment that mounts
+        # include/ rather than installing the package still finds them.
+        paths = [str(package_root()), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        # The Airflow worker's own settings mean nothing to the Spark job.
+        for name in [k for k in env if k.startswith("AIRFLOW__DATABASE__")]:
+            del env[name]
+        return env
+
+    def run(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        log: Callable[[str], None],
+        tail_lines: int = 40,
+    ) -> SparkJobResult:
+        """Run to the end, streaming every output line to `log`; the job runs in its own
+        process group so `kill` stops Spark's JVM and Python workers with it."""
+        started = time.monotonic()
+        tail: deque[str] = deque(maxlen=tail_lines)
+        self._process = subprocess.Popen(
+            argv,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            log(line)
+        returncode = self._process.wait()
+        self._process = None
+        return SparkJobResult(returncode, time.monotonic() - started, list(tail))
+
+    def kill(self, grace: float = 10.0) -> None:
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# -- Airflow's REST API --------------------------------------------------------------------
+
+
+class AirflowApiHook(BaseHook):
+    """Airflow's public REST API with credentials from an http connection: host, port,
+    schema (http/https), login and password of a user allowed to pause DAGs."""
+
+    conn_name_attr = "api_conn_id"
+    default_conn_name = "batchpoint_airflow_api"
+    conn_type = "http"
+    hook_name = "Airflow REST API (batchpoint)"
+
+    def __init__(self, api_conn_id: str = default_conn_name, timeout: float = 15.0) -> None:
+        super().__init__()
+        self.api_conn_id = api_conn_id
+        self.timeout = timeout
+
+    def check_configured(self) -> None:
+        """Raise ConfigError with how to configure it when the connection is missing."""
+        self._connection()
+
+    def _connection(self) -> Any:
+        try:
+            return self.get_connection(self.api_conn_id)
+        except AirflowNotFoundException:
+            raise ConfigError(
+                f"stopping the pipeline needs the Airflow connection '{self.api_conn_id}' "
+                "(type http: host and port of the Airflow API server, login and password of "
+                "a user allowed to pause DAGs), e.g. AIRFLOW_CONN_"
+                f'{self.api_conn_id.upper()}=\'{{"conn_type": "http", "host": '
+                '"airflow-apiserver", "port": 8080, "login": "admin", "password": "..."}\' '
+                "or Admin > Connections in the UI"
+            ) from None
+
+    def base_url(self, conn: Any | None = None) -> str:
+        conn = conn or self._connection()
+        if not conn.host:
+            raise ConfigError(f"Airflow connection '{self.api_conn_id}' has no host")
+        return _endpoint(conn)
+
+    def _headers(self, base: str, conn: Any) -> dict[str, str]:
+        import httpx
+
+        if not conn.login:
+            return {}  # e.g. SimpleAuthManager with all users admin: no token needed
+        response = httpx.post(
+            f"{base}/auth/token",
+            json={"username": conn.login, "password": conn.password or ""},
+            timeout=self.timeout,
+        )
+        if response.status_code >= 400:
+            raise ConfigError(
+                f"Airflow API at {base} refused the credentials of connection "
+                f"'{self.api_conn_id}': HTTP {response.status_code} {response.text[:200]}"
+            )
+        return {"Authorization": f"Bearer {response.json()['access_token']}"}
+
+    def set_paused(self, dag_id: str, paused: bool = True) -> dict[str, Any]:
+        import httpx
+
+        conn = self._connection()
+        base = self.base_url(conn)
+        response = httpx.patch(
+            f"{base}/api/v2/dags/{dag_id}",
+            params={"update_mask": "is_paused"},
+            json={"is_paused": paused},
+            headers=self._headers(base, conn),
+            timeout=self.timeout,
+        )
+        if response.status_code >= 400:
+            raise ConfigError(
+                f"Airflow API at {base} could not {'pause' if paused else 'unpause'} "
+                f"'{dag_id}': HTTP {response.status_code} {response.text[:300]}"
+            )
+        body = response.json()
+        return {"dag_id": body.get("dag_id", dag_id), "is_paused": body.get("is_paused")}

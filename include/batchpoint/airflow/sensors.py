@@ -1,0 +1,145 @@
+"""The ack sensor: waits beside the operator tasks until every expected task of the
+run's checkpoint has acknowledged it (then `finalize` may run), or fails fast when a task
+declines it, or expires it at its deadline.
+
+Like the Amazon provider's sensors it looks once, and if the answer is not there yet it
+defers to `CheckpointAckTrigger` (deferrable=True, the default) or falls back to the
+ordinary poke/reschedule loop. Reschedule mode suits executors that run one task at a
+time (`dag.test()` runs a deferred trigger inline, which would block the very operator
+tasks whose acks it waits for).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
+
+from batchpoint.airflow.hooks import BatchpointHook
+from batchpoint.airflow.triggers import (
+    ABORTED,
+    DECLINED,
+    DONE,
+    TIMEOUT,
+    CheckpointAckTrigger,
+    ack_event,
+)
+from batchpoint.errors import ConfigError
+from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+
+#: How much longer than the checkpoint's own deadline the deferral may last: the trigger
+#: fires at the deadline itself; Airflow's deferral timeout is only the backstop.
+DEFERRAL_GRACE = 60.0
+
+
+def checkpoint_id_from(context: Context, trigger_task_id: str) -> int | None:
+    """The checkpoint the run's trigger task started (its XCom), if it started one."""
+    value = context["ti"].xcom_pull(task_ids=trigger_task_id)
+    if isinstance(value, dict):
+        value = value.get("checkpoint_id")
+    return None if value is None else int(value)
+
+
+class CheckpointAckSensor(BaseSensorOperator):
+    ui_color = "#e0ecff"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        storage_conn_id: str = "batchpoint_storage",
+        trigger_task_id: str = "trigger",
+        deferrable: bool = True,
+        poll_interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("poke_interval", poll_interval)
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.storage_conn_id = storage_conn_id
+        self.trigger_task_id = trigger_task_id
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+
+    def _coordinator(self) -> CheckpointCoordinator:
+        try:
+            settings = BatchpointHook(self.storage_conn_id).get_settings()
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+        return BatchpointHook.coordinator(self.pipeline, settings)
+
+    def _checkpoint_id(self, context: Context) -> int:
+        checkpoint_id = checkpoint_id_from(context, self.trigger_task_id)
+        if checkpoint_id is None:
+            raise AirflowFailException(f"task '{self.trigger_task_id}' started no checkpoint")
+        return checkpoint_id
+
+    def _look(self, context: Context) -> dict[str, Any] | None:
+        coordinator = self._coordinator()
+        checkpoint_id = self._checkpoint_id(context)
+        pending = coordinator.get_checkpoint(checkpoint_id)
+        return ack_event(coordinator.progress(checkpoint_id), pending.deadline, time.time())
+
+    def execute(self, context: Context) -> Any:
+        event = self._look(context)
+        if event is not None:
+            return self.execute_complete(context, event)
+        if not self.deferrable:
+            return super().execute(context)
+        checkpoint_id = self._checkpoint_id(context)
+        deadline = self._coordinator().get_checkpoint(checkpoint_id).deadline
+        self.log.info(
+            "checkpoint %s: waiting for acks until %s",
+            checkpoint_id,
+            time.strftime("%H:%M:%S", time.localtime(deadline)),
+        )
+        self.defer(
+            trigger=CheckpointAckTrigger(
+                pipeline=self.pipeline,
+                checkpoint_id=checkpoint_id,
+                deadline=deadline,
+                storage_conn_id=self.storage_conn_id,
+                poll_interval=self.poll_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=max(1.0, deadline - time.time()) + DEFERRAL_GRACE),
+        )
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        event = self._look(context)
+        if event is None:
+            return False
+        return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event))
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        event = event or {}
+        status = event.get("status")
+        message = event.get("message", "")
+        checkpoint_id = event.get("checkpoint_id")
+        if status == DONE:
+            self.log.info("checkpoint %s: %s", checkpoint_id, message)
+            return event
+        if status in (DECLINED, ABORTED):
+            # The decline aborted the checkpoint already; a retry could not revive it.
+            raise AirflowFailException(f"checkpoint {checkpoint_id} {status}: {message}")
+        if status == TIMEOUT:
+            return self._expire(int(checkpoint_id), event)
+        raise AirflowException(f"checkpoint {checkpoint_id}: {message or event}")
+
+    def _expire(self, checkpoint_id: int, event: dict[str, Any]) -> Any:
+        coordinator = self._coordinator()
+        outcome = coordinator.get_outcome(checkpoint_id)
+        if outcome is None:
+            missing = ", ".join(event.get("missing", [])[:5])
+            outcome = coordinator.abort(
+                checkpoint_id,
+                CheckpointFailureReason.EXPIRED,
+                f"not acknowledged before the deadline by: {missing or 'unknown tasks'}",
+            )
+        if outcome.status is CheckpointStatus.COMPLETED:
+            return {**event, "status": DONE, "message": "completed at the deadline"}
+        raise AirflowSensorTimeout(f"checkpoint {checkpoint_id} expired: {outcome.message}")

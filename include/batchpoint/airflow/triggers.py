@@ -1,0 +1,119 @@
+"""The ack trigger: a small async loop in the triggerer that watches one checkpoint's
+acks and declines and fires once with its status. It decides nothing; the sensor that
+deferred to it does, in `execute_complete`.
+
+Must stay importable by the triggerer (an installed module, not the DAGs folder), and
+carries its own absolute deadline: `dag.test()` runs triggers inline and ignores the
+deferral timeout, and a trigger that can only wait would then hang forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from batchpoint.airflow.hooks import BatchpointHook
+from batchpoint.errors import BatchpointError
+from batchpoint.protocol.checkpoint import CheckpointStatus
+from batchpoint.protocol.coordinator import AckProgress, CheckpointCoordinator
+
+DONE = "done"
+DECLINED = "declined"
+ABORTED = "aborted"
+TIMEOUT = "timeout"
+ERROR = "error"
+
+
+def ack_event(progress: AckProgress, deadline: float, now: float) -> dict[str, Any] | None:
+    """What one look at the storage says, as a trigger event payload; None: keep waiting.
+    Shared by the trigger and the sensor's non-deferrable modes."""
+    base: dict[str, Any] = {
+        "checkpoint_id": progress.checkpoint_id,
+        "acknowledged": len(progress.acknowledged),
+        "expected": len(progress.acknowledged) + len(progress.missing),
+    }
+    outcome = progress.outcome
+    if progress.status is None:
+        return {**base, "status": ABORTED, "message": "the checkpoint does not exist"}
+    if progress.status is CheckpointStatus.COMPLETED:
+        return {**base, "status": DONE, "message": "completed"}
+    if progress.declines:
+        first = progress.declines[0]
+        return {
+            **base,
+            "status": DECLINED,
+            "task": first.task,
+            "message": f"task {first.task} declined: {first.reason}",
+        }
+    if progress.status is CheckpointStatus.ABORTED and outcome is not None:
+        reason = outcome.reason.code if outcome.reason else "aborted"
+        return {**base, "status": ABORTED, "reason": reason, "message": outcome.message}
+    if progress.all_acknowledged:
+        return {**base, "status": DONE, "message": "every task acknowledged"}
+    if now >= deadline:
+        return {
+            **base,
+            "status": TIMEOUT,
+            "missing": list(progress.missing[:20]),
+            "message": f"{len(progress.missing)} task(s) had not acknowledged by the deadline",
+        }
+    return None
+
+
+class CheckpointAckTrigger(BaseTrigger):
+    """Fires {"status": done|declined|aborted|timeout|error, ...} for one checkpoint."""
+
+    def __init__(
+        self,
+        pipeline: str,
+        checkpoint_id: int,
+        deadline: float,
+        storage_conn_id: str = "batchpoint_storage",
+        poll_interval: float = 5.0,
+    ) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.checkpoint_id = int(checkpoint_id)
+        self.deadline = float(deadline)
+        self.storage_conn_id = storage_conn_id
+        self.poll_interval = float(poll_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "pipeline": self.pipeline,
+                "checkpoint_id": self.checkpoint_id,
+                "deadline": self.deadline,
+                "storage_conn_id": self.storage_conn_id,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    async def _coordinator(self) -> CheckpointCoordinator:
+        settings = await BatchpointHook(self.storage_conn_id).aget_settings()
+        # Opening an S3 store imports boto3 and checks the bucket: off the event loop.
+        store = await asyncio.to_thread(settings.store_ref.open)
+        return CheckpointCoordinator(store, self.pipeline, settings.checkpoint)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            coordinator = await self._coordinator()
+            while True:
+                progress = await asyncio.to_thread(coordinator.progress, self.checkpoint_id)
+                event = ack_event(progress, self.deadline, time.time())
+                if event is not None:
+                    self.log.info("checkpoint %s: %s", self.checkpoint_id, event["message"])
+                    yield TriggerEvent(event)
+                    return
+                await asyncio.sleep(self.poll_interval)
+        except BatchpointError as exc:
+            # Storage that stays unreachable after the store's own retries: let the
+            # sensor fail (and Airflow retry it) with the message, not a triggerer crash.
+            yield TriggerEvent(
+                {"checkpoint_id": self.checkpoint_id, "status": ERROR, "message": str(exc)}
+            )

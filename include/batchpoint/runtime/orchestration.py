@@ -1,0 +1,206 @@
+"""The coordinator's steps around one epoch when a scheduler runs it as separate tasks
+(the Airflow DAGs; any other orchestrator could call the same functions).
+
+A scheduler adds two problems the in-process `LocalEpochRunner` does not have: a task may
+run again (retries, a re-run of the run), so the trigger must be idempotent per run and
+every try must be a new *attempt*; and a run may end with the checkpoint still pending
+(a task killed for good, a timeout), so something must settle it with the right reason
+and remove what it staged. No Airflow import here: these are plain protocol steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointOutcome,
+    CheckpointStatus,
+    CheckpointType,
+    DeclineResult,
+    PendingCheckpoint,
+)
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.gc import GarbageCollector
+from batchpoint.protocol.layout import split_task_name
+from batchpoint.runtime.driver import PipelineDriver
+
+#: The pending checkpoint's property that names the scheduler run which triggered it.
+RUN_PROPERTY = "scheduler_run_id"
+
+
+def attempt_id(run_id: str, try_number: int, map_index: int = -1) -> str:
+    """A storage-safe attempt id, the same for one try of one run and new for each retry:
+    acks and staged files of different tries then never collide (a retry after an ack
+    learns DUPLICATE; a retry after a crash writes next to, not over, the dead try)."""
+    digest = hashlib.sha1(run_id.encode(), usedforsecurity=False).hexdigest()[:10]
+    suffix = f"-m{map_index}" if map_index >= 0 else ""
+    return f"af-{digest}-t{try_number}{suffix}"
+
+
+def trigger_for_run(
+    driver: PipelineDriver,
+    run_id: str,
+    checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
+    properties: Mapping[str, Any] | None = None,
+) -> PendingCheckpoint:
+    """Trigger the run's checkpoint, or return the one it triggered already: a retried
+    trigger task must not start a second epoch (nor be refused by max-concurrent because
+    of its own first try). Raises TriggerRefused like `PipelineDriver.trigger`."""
+    for pending in driver.coordinator.pending_checkpoints():
+        if pending.properties.get(RUN_PROPERTY) == run_id:
+            return pending
+    return driver.trigger(checkpoint_type, properties={**(properties or {}), RUN_PROPERTY: run_id})
+
+
+def decline_operator(
+    coordinator: CheckpointCoordinator,
+    checkpoint_id: int,
+    operator: str,
+    attempt: str,
+    reason: str,
+) -> list[DeclineResult]:
+    """Decline, on behalf of an operator whose job died without declining (killed, out of
+    memory, lost executor) and will not be retried, every subtask that has not acked: the
+    checkpoint then aborts at once instead of waiting for its timeout."""
+    progress = coordinator.progress(checkpoint_id)
+    tasks = [t for t in progress.missing if split_task_name(t)[0] == operator]
+    return [coordinator.decline(checkpoint_id, t, attempt, reason) for t in tasks]
+
+
+@dataclass
+class RunSettlement:
+    """How a scheduler run left its checkpoint."""
+
+    checkpoint_id: int
+    outcome: CheckpointOutcome | None
+    action: str  # what settle_run did: "none", "finalized", "declined", "expired", "aborted"
+    discarded_files: list[str] = field(default_factory=list)
+    published: list[str] = field(default_factory=list)
+    gc_deleted: int = 0
+
+    @property
+    def status(self) -> CheckpointStatus | None:
+        return self.outcome.status if self.outcome else None
+
+    @property
+    def message(self) -> str:
+        if self.outcome is None:
+            return "no outcome"
+        if self.outcome.status is CheckpointStatus.COMPLETED:
+            return f"checkpoint {self.checkpoint_id} completed"
+        reason = self.outcome.reason.code if self.outcome.reason else "aborted"
+        return f"checkpoint {self.checkpoint_id} aborted ({reason}): {self.outcome.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "status": self.status.value if self.status else None,
+            "reason": self.outcome.reason.code if self.outcome and self.outcome.reason else None,
+            "message": self.message,
+            "action": self.action,
+            "discarded_files": len(self.discarded_files),
+            "published": self.published,
+            "gc_deleted": self.gc_deleted,
+        }
+
+
+def settle_run(
+    driver: PipelineDriver,
+    checkpoint_id: int,
+    failed_operators: Mapping[str, str] | None = None,
+    *,
+    attempt: str = "scheduler-cleanup",
+    now: float | None = None,
+) -> RunSettlement:
+    """Called once the run is over, whatever happened. Leaves the checkpoint settled:
+
+    * no outcome yet, but a decline exists, or an operator failed for good: abort it as
+      DECLINED (declining on behalf of the failed operator's missing subtasks);
+    * no outcome and past its deadline: abort it as EXPIRED;
+    * no outcome, every task acked (the finalize task itself failed): finalize now;
+    * no outcome otherwise (the run was stopped early): abort it, as the run that owned
+      it is gone and nothing else would ever finish it before its deadline;
+    then, if ABORTED, delete what it staged; if COMPLETED, publish its sinks (idempotent)
+    and collect garbage (files of checkpoints it subsumed). Failures are counted by the
+    coordinator when it writes the ABORTED outcome, once per checkpoint."""
+    c = driver.coordinator
+    failed_operators = dict(failed_operators or {})
+    now = c.clock() if now is None else now
+    outcome = c.get_outcome(checkpoint_id)
+    action = "none"
+    if outcome is None:
+        pending = c.get_pending(checkpoint_id)
+        if pending is None:
+            return RunSettlement(checkpoint_id, None, "none")
+        progress = c.progress(checkpoint_id)
+        if progress.declines:
+            d = progress.declines[0]
+            message = f"task {d.task} declined: {d.reason}"
+            outcome = c.abort(checkpoint_id, CheckpointFailureReason.DECLINED, message)
+            action = "declined"
+        elif failed_operators:
+            for operator, reason in failed_operators.items():
+                decline_operator(c, checkpoint_id, operator, attempt, reason)
+            outcome = c.get_outcome(checkpoint_id)
+            action = "declined"
+        if outcome is None:
+            # Nobody declined (or the failed operators had acked everything already).
+            progress = c.progress(checkpoint_id)
+            if progress.all_acknowledged:
+                # The finalize task failed or never ran. None if the checkpoint waits
+                # for its base (concurrent checkpoints): that one's settling finishes it.
+                outcome, action = c.try_finalize(checkpoint_id), "finalized"
+            elif now >= pending.deadline:
+                message = _missing_message(pending, progress.missing)
+                outcome = c.abort(checkpoint_id, CheckpointFailureReason.EXPIRED, message)
+                action = "expired"
+            else:
+                message = (
+                    "the run that triggered it ended before every task acknowledged "
+                    f"(missing: {', '.join(progress.missing[:5])})"
+                )
+                outcome = c.abort(checkpoint_id, CheckpointFailureReason.EXPIRED, message)
+                action = "aborted"
+    settlement = RunSettlement(checkpoint_id, outcome, action)
+    if outcome is None:
+        return settlement
+    if outcome.status is CheckpointStatus.ABORTED:
+        settlement.discarded_files = discard_checkpoint_data(c, checkpoint_id)
+    else:
+        settlement.published = driver.notify_complete(checkpoint_id)
+        settlement.gc_deleted = len(GarbageCollector(c).collect().deleted_files)
+    return settlement
+
+
+def discard_checkpoint_data(coordinator: CheckpointCoordinator, checkpoint_id: int) -> list[str]:
+    """GC restricted to one settled checkpoint: delete its data files that nothing
+    retained references (all of them, for an aborted checkpoint)."""
+    if coordinator.get_outcome(checkpoint_id) is None:
+        return []  # pending: its tasks may still be writing there
+    referenced = GarbageCollector(coordinator).referenced_files()
+    doomed = [
+        info.key
+        for info in coordinator.store.list(coordinator.layout.data_prefix(checkpoint_id))
+        if info.key not in referenced
+    ]
+    coordinator.store.delete_many(doomed)
+    return doomed
+
+
+def expired_message(pending: PendingCheckpoint, missing: Iterable[str]) -> str:
+    return _missing_message(pending, tuple(missing))
+
+
+def _missing_message(pending: PendingCheckpoint, missing: tuple[str, ...]) -> str:
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    timeout = pending.deadline - pending.trigger_time
+    return f"not acknowledged within {timeout:g}s by: {shown or 'nobody missing'}"
+
+
+def seconds_left(pending: PendingCheckpoint, now: float | None = None) -> float:
+    return pending.deadline - (time.time() if now is None else now)

@@ -1,0 +1,348 @@
+"""Restores: choose what to roll back to, check it is fit, then move the pipeline there.
+
+    planner = RestorePlanner(driver, gate=my_gate)
+    plan = planner.plan("latest", parallelism={"balances": 4})   # reads only
+    result = planner.apply(plan)                                # head, sinks, parallelism
+
+A source is `latest` (the newest retained checkpoint or savepoint that passes the checks,
+falling back to older ones when it does not), a checkpoint id, or a savepoint folder (a
+URI, or a path under the storage root). Every candidate is checked for integrity (each
+referenced file exists with its recorded size, and checksum when asked) and then by the
+optional quality gate: any callable that takes the candidate and returns a GateResult.
+The restore DAG and `batchpoint restore` share this module; neither imports Airflow here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
+from batchpoint.protocol.checkpoint import CheckpointType, CompletedCheckpoint
+from batchpoint.protocol.head import HeadPointer
+from batchpoint.protocol.savepoints import (
+    SavepointLocation,
+    check_savepoint,
+    import_savepoint,
+    located_checkpoint,
+    read_savepoint,
+)
+from batchpoint.protocol.verify import check_handles
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.storage import open_store
+from batchpoint.storage.base import ObjectStore
+
+ProgressFn = Callable[[str], None]
+
+
+# -- what to restore from ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RestoreSource:
+    kind: str  # "latest" | "checkpoint" | "savepoint"
+    checkpoint_id: int | None = None
+    location: str = ""
+
+    @classmethod
+    def parse(cls, value: str | int | None) -> RestoreSource:
+        """`latest` (or empty), a checkpoint id, or a savepoint location."""
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "latest")):
+            return cls("latest")
+        if isinstance(value, bool):
+            raise ConfigError(f"restore source {value!r}: expected latest, an id or a path")
+        if isinstance(value, int) or value.strip().isdigit():
+            checkpoint_id = int(value)
+            if checkpoint_id < 1:
+                raise ConfigError(f"restore source {value!r}: checkpoint ids start at 1")
+            return cls("checkpoint", checkpoint_id=checkpoint_id)
+        return cls("savepoint", location=value.strip())
+
+    def __str__(self) -> str:
+        if self.kind == "checkpoint":
+            return f"checkpoint {self.checkpoint_id}"
+        if self.kind == "savepoint":
+            return f"savepoint {self.location}"
+        return "the latest retained checkpoint"
+
+
+def savepoint_location(
+    text: str, root_store: ObjectStore, options: Mapping[str, str] | None = None
+) -> SavepointLocation:
+    """A savepoint folder named by a URI (s3://bucket/prefix, file:///path, opened with
+    the deployment's S3 options) or by a key prefix under the storage root."""
+    if "://" in text:
+        return SavepointLocation(open_store(text.rstrip("/"), options or {}))
+    return SavepointLocation(root_store, text.strip("/"))
+
+
+def parse_parallelism(value: Any, operators: list[str]) -> dict[str, int]:
+    """The `new parallelism` of a restore: None, an int (every operator and sink), or a
+    mapping operator -> int (also as JSON text)."""
+    if value is None or value == "" or value == {}:
+        return {}
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise ConfigError(
+                f'parallelism {text!r}: give an integer or a JSON object like {{"balances": 4}}'
+            ) from None
+    if isinstance(value, bool):
+        raise ConfigError(f"parallelism {value!r}: expected an integer or an object")
+    if isinstance(value, int):
+        return {name: _positive(name, value) for name in operators}
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(operators))
+        if unknown:
+            raise ConfigError(
+                f"parallelism names unknown operator(s) {unknown}; operators: {operators}"
+            )
+        return {str(name): _positive(str(name), v) for name, v in value.items()}
+    raise ConfigError(f"parallelism {value!r}: expected an integer or an object")
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"parallelism of '{name}' must be a positive integer, got {value!r}")
+    return value
+
+
+# -- candidates, checks and the quality gate --------------------------------------------
+
+
+@dataclass(frozen=True)
+class RestoreCandidate:
+    """A checkpoint a restore could go to. `completed.handles` are keys of `store`: the
+    pipeline's store for a checkpoint, the savepoint's folder for a savepoint (which is
+    only imported once chosen)."""
+
+    pipeline: str
+    kind: str  # "checkpoint" | "savepoint"
+    checkpoint_id: int  # the id in the store it comes from
+    completed: CompletedCheckpoint
+    store: ObjectStore
+    savepoint: SavepointLocation | None = None
+
+    @property
+    def description(self) -> str:
+        if self.savepoint is not None:
+            return f"savepoint {self.savepoint.uri} (its checkpoint {self.checkpoint_id})"
+        is_savepoint = self.completed.pending.type is CheckpointType.SAVEPOINT
+        kind = "savepoint" if is_savepoint else "checkpoint"
+        return f"{kind} {self.checkpoint_id}"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    report: Mapping[str, Any] | str = ""
+    name: str = "quality gate"
+
+
+#: The quality-gate hook: Great Expectations suites, row-count checks, anything that
+#: reads the candidate's state and says whether it may be restored.
+RestoreGate = Callable[[RestoreCandidate], GateResult]
+
+
+@dataclass
+class CandidateCheck:
+    candidate: RestoreCandidate
+    problems: list[str] = field(default_factory=list)
+    gate: GateResult | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems and (self.gate is None or self.gate.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate.description,
+            "checkpoint_id": self.candidate.checkpoint_id,
+            "kind": self.candidate.kind,
+            "files": len(self.candidate.completed.handles),
+            "state_size": self.candidate.completed.state_size,
+            "problems": self.problems,
+            "gate": None
+            if self.gate is None
+            else {"name": self.gate.name, "passed": self.gate.passed, "report": self.gate.report},
+            "passed": self.passed,
+        }
+
+
+@dataclass
+class RestorePlan:
+    pipeline: str
+    source: RestoreSource
+    parallelism: dict[str, int]
+    checks: list[CandidateCheck]
+
+    @property
+    def chosen(self) -> RestoreCandidate | None:
+        return next((c.candidate for c in self.checks if c.passed), None)
+
+    def to_json(self) -> dict[str, Any]:
+        chosen = self.chosen
+        return {
+            "pipeline": self.pipeline,
+            "source": str(self.source),
+            "chosen": chosen.description if chosen else None,
+            "checkpoint_id": chosen.checkpoint_id if chosen else None,
+            "parallelism": self.parallelism,
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+    def refusal(self) -> str:
+        lines = [f"no candidate for a restore of pipeline '{self.pipeline}' from {self.source}"]
+        for check in self.checks:
+            why = "; ".join(check.problems[:3])
+            if check.gate is not None and not check.gate.passed:
+                why = (why + "; " if why else "") + f"{check.gate.name} failed: {check.gate.report}"
+            lines.append(f"  {check.candidate.description}: {why}")
+        return "\n".join(lines)
+
+
+@dataclass
+class RestoreResult:
+    pipeline: str
+    checkpoint_id: int  # the checkpoint the head now points at
+    restore_generation: int
+    imported_from: str | None
+    parallelism: dict[str, int]
+    published: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class RestorePlanner:
+    def __init__(
+        self,
+        driver: PipelineDriver,
+        *,
+        gate: RestoreGate | None = None,
+        checksums: bool = False,
+        store_options: Mapping[str, str] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.driver = driver
+        self.gate = gate
+        self.checksums = checksums
+        self.store_options = dict(store_options or {})
+        self.progress = progress or (lambda _line: None)
+
+    @property
+    def pipeline(self) -> str:
+        return self.driver.pipeline.name
+
+    def plan(
+        self, source: RestoreSource | str | int | None, parallelism: Any = None
+    ) -> RestorePlan:
+        """Find and check candidates; writes nothing. For `latest`, candidates are checked
+        newest first and checking stops at the first that passes."""
+        source = source if isinstance(source, RestoreSource) else RestoreSource.parse(source)
+        operators = [op.name for op in self.driver.current_spec().operators if op.has_tasks]
+        wanted = parse_parallelism(parallelism, operators)
+        if wanted:
+            self.driver.pipeline.spec(wanted)  # validates against max_parallelism now
+        plan = RestorePlan(self.pipeline, source, wanted, [])
+        for candidate in self._candidates(source):
+            check = self.check(candidate)
+            plan.checks.append(check)
+            verdict = "passed" if check.passed else "failed"
+            self.progress(f"{candidate.description}: {verdict}")
+            if check.passed:
+                break
+        return plan
+
+    def _candidates(self, source: RestoreSource):  # -> Iterator[RestoreCandidate]
+        c = self.driver.coordinator
+        if source.kind == "savepoint":
+            location = savepoint_location(source.location, c.store, self.store_options)
+            metadata = read_savepoint(location)
+            if metadata.pipeline != self.pipeline:
+                raise RestoreRefused(
+                    f"{location.uri} is a savepoint of pipeline '{metadata.pipeline}', "
+                    f"not of '{self.pipeline}'"
+                )
+            yield RestoreCandidate(
+                self.pipeline,
+                "savepoint",
+                metadata.checkpoint_id,
+                located_checkpoint(location, metadata),
+                location.store,
+                location,
+            )
+            return
+        retained = c.completed.retained_ids()
+        if source.kind == "checkpoint":
+            if source.checkpoint_id not in retained:
+                raise RestoreRefused(
+                    f"checkpoint {source.checkpoint_id} of pipeline '{self.pipeline}' is not "
+                    f"retained (retained: {retained or 'none'})"
+                )
+            ids = [source.checkpoint_id]
+        else:
+            if not retained:
+                raise RestoreRefused(f"pipeline '{self.pipeline}' has no retained checkpoint")
+            ids = sorted(retained, reverse=True)
+        for checkpoint_id in ids:
+            assert checkpoint_id is not None
+            yield RestoreCandidate(
+                self.pipeline, "checkpoint", checkpoint_id, c.completed.get(checkpoint_id), c.store
+            )
+
+    def check(self, candidate: RestoreCandidate) -> CandidateCheck:
+        self.progress(
+            f"checking {candidate.description}: {len(candidate.completed.handles)} file(s)"
+        )
+        if candidate.savepoint is not None:
+            problems = check_savepoint(candidate.savepoint, checksums=self.checksums)
+        else:
+            problems = check_handles(
+                candidate.store, candidate.completed.handles, checksums=self.checksums
+            )
+        check = CandidateCheck(candidate, [str(p) for p in problems])
+        if self.gate is not None and not check.problems:
+            self.progress(f"running the quality gate on {candidate.description}")
+            try:
+                check.gate = self.gate(candidate)
+            except BatchpointError as exc:
+                check.gate = GateResult(False, f"the gate raised: {exc}")
+        return check
+
+    def apply(self, plan: RestorePlan) -> RestoreResult:
+        """Restore to the plan's chosen candidate: import a savepoint first (new id),
+        then move the head (new restore generation, pending checkpoints aborted), rewind
+        the sinks to it, and register the new parallelism."""
+        chosen = plan.chosen
+        if chosen is None:
+            raise RestoreRefused(plan.refusal())
+        imported_from = None
+        checkpoint_id = chosen.checkpoint_id
+        if chosen.savepoint is not None:
+            completed = import_savepoint(
+                self.driver.coordinator,
+                chosen.savepoint,
+                checksums=self.checksums,
+                progress=self.progress,
+            )
+            checkpoint_id, imported_from = completed.checkpoint_id, chosen.savepoint.uri
+        self.progress(f"moving the head of '{self.pipeline}' to checkpoint {checkpoint_id}")
+        head: HeadPointer = self.driver.restore(checkpoint_id, plan.parallelism or None)
+        # A savepoint's (or a never-published checkpoint's) sink output becomes visible
+        # now, not only with the next epoch; publishing is idempotent otherwise.
+        published = self.driver.notify_complete(checkpoint_id)
+        if plan.parallelism:
+            self.progress(f"parallelism set to {plan.parallelism}")
+        return RestoreResult(
+            self.pipeline,
+            checkpoint_id,
+            head.restore_generation,
+            imported_from,
+            plan.parallelism,
+            published,
+        )

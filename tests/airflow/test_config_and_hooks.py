@@ -1,0 +1,219 @@
+"""Configuration (one place, clear messages) and the hooks: storage settings from an
+Airflow connection, the spark-submit command line and environment, the REST API hook."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from batchpoint.airflow.config import AirflowDeployment, parse_interval
+from batchpoint.errors import ConfigError
+from batchpoint.settings import Settings
+
+pytestmark = pytest.mark.airflow
+
+
+def env(**values: str) -> dict[str, str]:
+    return {"BATCHPOINT_ROOT": "file:///tmp/bp-config-test", **values}
+
+
+def test_defaults():
+    d = AirflowDeployment.from_env(env())
+    assert d.pipeline_refs == ("batchpoint.demo.payments:pipeline",)
+    assert d.schedule == timedelta(seconds=300)
+    assert d.spark_submit == os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    assert d.spark_job.endswith("spark_jobs/run_operator.py")
+    assert d.sensor_mode == "deferrable"
+    assert (d.storage_conn_id, d.api_conn_id) == ("batchpoint_storage", "batchpoint_airflow_api")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("300", timedelta(seconds=300)),
+        ("90s", timedelta(seconds=90)),
+        ("5m", timedelta(minutes=5)),
+        ("1.5h", timedelta(minutes=90)),
+        ("none", None),
+        ("*/10 * * * *", "*/10 * * * *"),
+        ("@hourly", "@hourly"),
+    ],
+)
+def test_intervals(text, expected):
+    assert parse_interval(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"BATCHPOINT_CHECKPOINT_INTERVAL": "0"}, "BATCHPOINT_CHECKPOINT_INTERVAL"),
+        ({"BATCHPOINT_CHECKPOINT_INTERVAL": "@once"}, "BATCHPOINT_CHECKPOINT_INTERVAL"),
+        ({"BATCHPOINT_MAX_CONCURRENT": "0"}, "BATCHPOINT_MAX_CONCURRENT"),
+        ({"BATCHPOINT_MIN_PAUSE": "soon"}, "BATCHPOINT_MIN_PAUSE"),
+        ({"BATCHPOINT_ACK_SENSOR_MODE": "sleepy"}, "BATCHPOINT_ACK_SENSOR_MODE"),
+        ({"BATCHPOINT_TASK_RETRIES": "1.5"}, "BATCHPOINT_TASK_RETRIES"),
+        ({"BATCHPOINT_PIPELINE_REF": "just_a_module"}, "BATCHPOINT_PIPELINE_REF"),
+        ({"BATCHPOINT_SPARK_JOB": "/nope/run.py"}, "BATCHPOINT_SPARK_JOB"),
+        ({"BATCHPOINT_SPARK_SUBMIT_ARGS": "--conf 'unclosed"}, "BATCHPOINT_SPARK_SUBMIT_ARGS"),
+        ({"BATCHPOINT_QUALITY_GATE": "no_colon"}, "BATCHPOINT_QUALITY_GATE"),
+    ],
+)
+def test_each_bad_setting_is_named(values, named):
+    with pytest.raises(ConfigError, match=named):
+        AirflowDeployment.from_env(env(**values))
+
+
+# -- storage from a connection --------------------------------------------------------------
+
+
+def conn(**fields):
+    extra = fields.pop("extra", {})
+    defaults = {"host": None, "port": None, "schema": None, "login": None, "password": None}
+    return SimpleNamespace(**{**defaults, **fields}, extra_dejson=extra)
+
+
+def test_storage_settings_from_a_connection():
+    from batchpoint.airflow.hooks import settings_from_connection
+
+    base = Settings("file:///tmp/base", {}, "local[1]")
+    s = settings_from_connection(
+        conn(
+            host="seaweed",
+            port=8333,
+            login="AK",
+            password="SK",
+            extra={"root": "s3://bucket/prefix", "region": "eu-1"},
+        ),
+        base,
+        "batchpoint_storage",
+    )
+    assert s.root == "s3://bucket/prefix"
+    assert dict(s.store_options) == {
+        "endpoint_url": "http://seaweed:8333",
+        "access_key_id": "AK",
+        "secret_access_key": "SK",
+        "region": "eu-1",
+    }
+    assert s.spark_master == "local[1]"
+    # what the Spark job gets: the connection's values, as BATCHPOINT_* variables
+    assert s.as_env()["BATCHPOINT_S3_ENDPOINT_URL"] == "http://seaweed:8333"
+
+
+def test_an_aws_style_connection_works_too_and_the_root_may_come_from_the_env():
+    from batchpoint.airflow.hooks import settings_from_connection
+
+    base = Settings("s3://from-env/p", {"region": "us-east-1"}, "local[1]")
+    s = settings_from_connection(
+        conn(
+            extra={
+                "endpoint_url": "https://s3.example.com",
+                "aws_access_key_id": "AK",
+                "aws_secret_access_key": "SK",
+            }
+        ),
+        base,
+        "c",
+    )
+    assert s.root == "s3://from-env/p"
+    assert s.store_options["endpoint_url"] == "https://s3.example.com"
+    assert s.store_options["region"] == "us-east-1"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"extra": {"bucket": "x"}}, "unknown extra field"),
+        ({"extra": {"root": "s3a://b/p"}}, "extra root"),
+        ({"login": "AK"}, "together"),
+        ({"host": "ftp://x"}, "http"),
+    ],
+)
+def test_a_bad_connection_is_named(fields, message):
+    from batchpoint.airflow.hooks import settings_from_connection
+
+    with pytest.raises(ConfigError, match=f"Airflow connection 'bp_conn'.*{message}"):
+        settings_from_connection(conn(**fields), Settings("file:///tmp/x"), "bp_conn")
+
+
+def test_the_hook_reads_the_connection_from_airflow(monkeypatch):
+    from batchpoint.airflow.hooks import BatchpointHook
+
+    monkeypatch.setenv("BATCHPOINT_ROOT", "file:///tmp/from-env")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BP_TEST_STORAGE",
+        json.dumps({"conn_type": "aws", "extra": {"root": "file:///tmp/from-conn"}}),
+    )
+    assert BatchpointHook("bp_test_storage").get_settings().root == "file:///tmp/from-conn"
+    assert BatchpointHook("bp_no_such_conn").get_settings().root == "file:///tmp/from-env"
+
+
+# -- spark-submit ---------------------------------------------------------------------------
+
+
+def test_the_spark_submit_command_and_environment():
+    from batchpoint.airflow.config import package_root
+    from batchpoint.airflow.hooks import SparkSubmitLauncher
+
+    deployment = AirflowDeployment.from_env(
+        env(BATCHPOINT_SPARK_SUBMIT_ARGS="--conf spark.executor.memory=1g")
+    )
+    launcher = SparkSubmitLauncher(deployment, "batchpoint.demo.payments:pipeline")
+    settings = Settings(
+        "s3://b/p",
+        {"endpoint_url": "http://s3:8333", "access_key_id": "AK", "secret_access_key": "SK"},
+        "spark://master:7077",
+    )
+    argv = launcher.command(settings, 12, "dedup", "af-1-t2")
+    assert argv[:3] == [deployment.spark_submit, "--master", "spark://master:7077"]
+    assert argv[argv.index("--conf") + 1] == "spark.executor.memory=1g"
+    job = argv.index(deployment.spark_job)
+    assert argv[job + 1 :] == [
+        "--pipeline",
+        "batchpoint.demo.payments:pipeline",
+        "--checkpoint-id",
+        "12",
+        "--operator",
+        "dedup",
+        "--master",
+        "spark://master:7077",
+        "--attempt",
+        "af-1-t2",
+    ]
+    assert "SK" not in " ".join(argv)  # credentials travel in the environment only
+    child = launcher.environment(settings, {"PATH": "/bin", "PYTHONPATH": "/x"})
+    assert child["BATCHPOINT_ROOT"] == "s3://b/p"
+    assert child["BATCHPOINT_S3_SECRET_ACCESS_KEY"] == "SK"
+    assert child["PYSPARK_PYTHON"] == child["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    assert child["PYTHONPATH"].split(os.pathsep) == [str(package_root()), "/x"]
+
+
+def test_the_launcher_streams_output_and_reports_the_exit_code(tmp_path):
+    from batchpoint.airflow.hooks import SparkSubmitLauncher
+
+    launcher = SparkSubmitLauncher(AirflowDeployment.from_env(env()), "m:p")
+    lines: list[str] = []
+    result = launcher.run(
+        [sys.executable, "-c", "print('one'); print('two'); raise SystemExit(3)"],
+        dict(os.environ),
+        lines.append,
+    )
+    assert result.returncode == 3 and lines == ["one", "two"] and result.tail == lines
+
+
+# -- the REST API hook ----------------------------------------------------------------------
+
+
+def test_a_missing_api_connection_says_how_to_configure_it(monkeypatch):
+    from batchpoint.airflow.hooks import AirflowApiHook
+
+    monkeypatch.delenv("AIRFLOW_CONN_BP_NO_API", raising=False)
+    with pytest.raises(ConfigError) as raised:
+        AirflowApiHook("bp_no_api").check_configured()
+    message = str(raised.value)
+    assert "'bp_no_api'" in message and "AIRFLOW_CONN_BP_NO_API" in message
+    assert "Admin > Connections" in message

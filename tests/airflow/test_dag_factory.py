@@ -1,0 +1,76 @@
+"""The factory's rendering choices, without running anything: schedules, sensor modes,
+the quality-gate hook, and several pipelines in one deployment."""
+
+from __future__ import annotations
+
+import pytest
+
+from batchpoint.airflow.config import AirflowDeployment
+from batchpoint.airflow.dag_factory import build_pipeline_dags, load_dags
+from batchpoint.demo.payments import build_pipeline
+from batchpoint.errors import ConfigError
+from batchpoint.runtime.restore import GateResult
+
+pytestmark = pytest.mark.airflow
+
+REF = "batchpoint.demo.payments:pipeline"
+
+
+def deployment(**values: str) -> AirflowDeployment:
+    return AirflowDeployment.from_env({"BATCHPOINT_ROOT": "file:///tmp/bp-factory", **values})
+
+
+@pytest.mark.parametrize(
+    ("interval", "timetable"),
+    [
+        ("90s", "DeltaTriggerTimetable"),
+        ("*/10 * * * *", "CronTriggerTimetable"),
+        ("none", "NullTimetable"),
+    ],
+)
+def test_the_interval_becomes_the_timetable(interval, timetable):
+    dags = build_pipeline_dags(
+        build_pipeline(), REF, deployment(BATCHPOINT_CHECKPOINT_INTERVAL=interval)
+    )
+    assert type(dags["payments_checkpoint"].timetable).__name__ == timetable
+
+
+@pytest.mark.parametrize(
+    ("mode", "deferrable", "sensor_mode"),
+    [("deferrable", True, "poke"), ("reschedule", False, "reschedule"), ("poke", False, "poke")],
+)
+def test_sensor_modes(mode, deferrable, sensor_mode):
+    dags = build_pipeline_dags(build_pipeline(), REF, deployment(BATCHPOINT_ACK_SENSOR_MODE=mode))
+    sensor = dags["payments_checkpoint"].get_task("wait_for_acks")
+    assert (sensor.deferrable, sensor.mode) == (deferrable, sensor_mode)
+
+
+def test_operator_tasks_get_retries_and_the_checkpoint_timeout():
+    dags = build_pipeline_dags(
+        build_pipeline(),
+        REF,
+        deployment(BATCHPOINT_TASK_RETRIES="2", BATCHPOINT_CHECKPOINT_TIMEOUT="120"),
+    )
+    job = dags["payments_savepoint"].get_task("operators.balances")
+    assert job.retries == 2 and job.execution_timeout.total_seconds() == 120
+
+
+def test_the_restore_gate_is_plumbed_to_the_check_task():
+    def gate(candidate):
+        return GateResult(True)
+
+    dags = build_pipeline_dags(build_pipeline(), REF, deployment(), gate=gate)
+    assert dags["payments_restore"].get_task("check").gate is gate
+    dags = build_pipeline_dags(
+        build_pipeline(), REF, deployment(BATCHPOINT_QUALITY_GATE="my.gates:payments")
+    )
+    check = dags["payments_restore"].get_task("check")
+    assert check.gate is None and check.gate_ref == "my.gates:payments"  # loaded at run time
+
+
+def test_two_references_to_one_pipeline_name_are_refused():
+    both = f"{REF},batchpoint.demo.payments:build_pipeline"
+    with pytest.raises(
+        ConfigError, match=r"BATCHPOINT_PIPELINE_REF: .* are both pipeline 'payments'"
+    ):
+        load_dags(deployment(BATCHPOINT_PIPELINE_REF=both))

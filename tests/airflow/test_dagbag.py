@@ -1,0 +1,160 @@
+"""The DAG file as Airflow's parser sees it: every DAG imports, with no import error and
+no deprecation warning, only airflow.sdk APIs, nothing heavy at parse time, the settings
+the factory promises; and a bad setting fails the import with a message naming it."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.airflow
+
+PROJECT = Path(__file__).resolve().parents[2]
+DAGS = PROJECT / "dags"
+
+# Parsed in a fresh interpreter, so that the modules it leaves imported and the warnings
+# it raises are the DAG file's alone (this test process has imported all sorts).
+PROBE = textwrap.dedent(
+    """
+    import json, sys, warnings
+    import airflow.sdk  # first: Airflow installs its warning hooks when imported
+    from airflow.dag_processing.dagbag import DagBag
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bag = DagBag(dag_folder=sys.argv[1], safe_mode=False)
+    deprecations = [str(w.message) for w in caught
+                    if issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    dags = {}
+    for dag_id, dag in bag.dags.items():
+        dags[dag_id] = {
+            "timetable": type(dag.timetable).__name__,
+            "delta": getattr(dag.timetable, "delta", None) and dag.timetable.delta.total_seconds(),
+            "max_active_runs": dag.max_active_runs,
+            "catchup": dag.catchup,
+            "dagrun_timeout": dag.dagrun_timeout and dag.dagrun_timeout.total_seconds(),
+            "params": sorted(dag.params.keys()),
+            "doc_md": bool(dag.doc_md and len(dag.doc_md) > 200),
+            "tasks": {t.task_id: {"upstream": sorted(t.upstream_task_ids),
+                                  "trigger_rule": getattr(t.trigger_rule, "value", "")}
+                      for t in dag.tasks},
+        }
+    heavy = sorted(m for m in ("pyspark", "great_expectations") if m in sys.modules)
+    print(json.dumps({"errors": bag.import_errors, "captured": {k: list(v) for k, v in
+                      bag.captured_warnings.items()}, "deprecations": deprecations,
+                      "dags": dags, "heavy": heavy}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHPOINT_")}
+    env.update(
+        BATCHPOINT_ROOT=tmp_path_factory.mktemp("root").as_uri(),
+        BATCHPOINT_CHECKPOINT_TIMEOUT="600",
+        BATCHPOINT_MAX_CONCURRENT="2",
+        BATCHPOINT_CHECKPOINT_INTERVAL="5m",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(DAGS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_every_dag_imports_without_errors_or_deprecations(parsed):
+    assert parsed["errors"] == {}
+    assert parsed["captured"] == {}
+    assert parsed["deprecations"] == []
+    assert sorted(parsed["dags"]) == [
+        "payments_checkpoint",
+        "payments_restore",
+        "payments_savepoint",
+    ]
+
+
+def test_parsing_imports_neither_spark_nor_great_expectations(parsed):
+    assert parsed["heavy"] == []
+
+
+def test_the_checkpoint_dag_is_the_coordinator(parsed):
+    dag = parsed["dags"]["payments_checkpoint"]
+    assert dag["timetable"] == "DeltaTriggerTimetable" and dag["delta"] == 300
+    assert dag["max_active_runs"] == 2 and dag["catchup"] is False
+    assert dag["dagrun_timeout"] == 600 + 120  # checkpoint timeout + cleanup grace
+    assert dag["doc_md"]
+    tasks = dag["tasks"]
+    assert tasks["operators.dedup"]["upstream"] == ["trigger"]
+    assert tasks["operators.balances"]["upstream"] == ["operators.dedup"]
+    assert tasks["operators.alerts"]["upstream"] == ["operators.balances"]
+    assert tasks["wait_for_acks"]["upstream"] == ["trigger"]  # beside the operators
+    assert tasks["finalize"]["upstream"] == ["wait_for_acks"]
+    assert tasks["cleanup"]["trigger_rule"] == "all_done"
+    assert set(tasks["cleanup"]["upstream"]) == set(tasks) - {"cleanup"}
+
+
+def test_the_manual_dags_have_their_forms(parsed):
+    savepoint = parsed["dags"]["payments_savepoint"]
+    restore = parsed["dags"]["payments_restore"]
+    assert savepoint["timetable"] == "NullTimetable" and restore["timetable"] == "NullTimetable"
+    assert savepoint["params"] == ["description", "stop_pipeline", "target"]
+    assert restore["params"] == ["dry_run", "parallelism", "source"]
+    assert savepoint["tasks"]["stop_pipeline"]["upstream"] == ["export_savepoint"]
+    assert restore["tasks"]["restore"]["upstream"] == ["check"]
+    assert savepoint["doc_md"] and restore["doc_md"]
+
+
+def _airflow_imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+    return [n for n in names if n == "airflow" or n.startswith("airflow.")]
+
+
+def test_only_task_sdk_apis_are_used():
+    # airflow.triggers.base is the one exception: 3.3.2 has no trigger base in the SDK.
+    allowed = ("airflow.sdk", "airflow.triggers.base")
+    files = [*sorted((PROJECT / "include/batchpoint/airflow").glob("*.py")), *DAGS.glob("*.py")]
+    used = {str(f.relative_to(PROJECT)): _airflow_imports(f) for f in files}
+    wrong = {f: [n for n in names if not n.startswith(allowed)] for f, names in used.items()}
+    assert {f: n for f, n in wrong.items() if n} == {}
+    assert any(used.values())
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("BATCHPOINT_CHECKPOINT_INTERVAL", "every tuesday"),
+        ("BATCHPOINT_CHECKPOINT_TIMEOUT", "-5"),
+        ("BATCHPOINT_ROOT", "/no/scheme"),
+        ("BATCHPOINT_PIPELINE_REF", "no.such.module:pipeline"),
+        ("BATCHPOINT_SPARK_SUBMIT", "/nonexistent/spark-submit"),
+    ],
+)
+def test_a_bad_setting_fails_the_import_naming_it(variable, value, monkeypatch, tmp_path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("BATCHPOINT_ROOT", tmp_path.as_uri())
+    monkeypatch.setenv(variable, value)
+    bag = DagBag(dag_folder=str(DAGS), safe_mode=False)
+    assert bag.dag_ids == []
+    (error,) = bag.import_errors.values()
+    last_line = error.strip().splitlines()[-1]
+    assert last_line.startswith("batchpoint.errors.ConfigError: batchpoint DAGs not loaded: ")
+    assert variable in last_line
+    # raised from the DAG file itself, not a walk through the factory's frames
+    assert "include/batchpoint" not in error

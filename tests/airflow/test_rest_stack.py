@@ -1,0 +1,67 @@
+"""A real deployment end to end: api-server + scheduler (LocalExecutor) + triggerer.
+The savepoint DAG is triggered through the REST API with the conf the UI's trigger form
+sends; its ack sensor defers to the real triggerer, and `stop_pipeline` pauses the
+checkpoint DAG through the REST API with the `batchpoint_airflow_api` connection. Operator
+jobs use the fake spark-submit: this test is about Airflow, test_end_to_end.py about Spark."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from airflow_stack import AirflowStack
+
+from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
+from batchpoint.protocol.savepoints import SavepointLocation, read_savepoint
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.s3]
+
+
+def test_savepoint_with_stop_through_the_rest_api(bp, write_epoch, airflow_home, tmp_path):
+    write_epoch(0)
+    # Deferrable sensor (the real triggerer); a checkpoint DAG without a schedule, so
+    # unpausing it starts no run and the only thing that happens to it is the pause.
+    bp.set(ack_sensor_mode="deferrable", ack_poll_interval=1, checkpoint_interval="none")
+    stack = AirflowStack(tmp_path / "airflow", Path(airflow_home) / "airflow.db", dict(os.environ))
+    serialized = stack.airflow("dags", "reserialize")
+    assert serialized.returncode == 0, serialized.stderr[-2000:]
+
+    with stack:
+        stack.start()
+        stack.wait_healthy()
+        for dag_id in ("payments_savepoint", "payments_checkpoint"):
+            stack.api(
+                "PATCH",
+                f"/dags/{dag_id}",
+                params={"update_mask": "is_paused"},
+                json={"is_paused": False},
+            )
+        assert stack.api("GET", "/dags/payments_checkpoint")["is_paused"] is False
+
+        run = stack.api(
+            "POST",
+            "/dags/payments_savepoint/dagRuns",
+            json={
+                "logical_date": None,
+                "conf": {"target": "", "stop_pipeline": True, "description": "from the form"},
+            },
+        )
+        state = stack.wait_for_run("payments_savepoint", run["dag_run_id"])
+        states = stack.task_states("payments_savepoint", run["dag_run_id"])
+        assert state == "success", (states, stack.tail("scheduler"), stack.tail("triggerer"))
+        assert states["stop_pipeline"] == "success"
+        assert states["wait_for_acks"] == "success"
+        assert stack.api("GET", "/dags/payments_checkpoint")["is_paused"] is True
+
+        # the sensor really deferred: the triggerer ran the trigger and logged its event
+        logs = tmp_path / "airflow" / "logs" / "dag_id=payments_savepoint"
+        (trigger_log,) = logs.glob("run_id=*/task_id=wait_for_acks/attempt=1.log.trigger.*.log")
+        assert "checkpoint 1: every task acknowledged" in trigger_log.read_text()
+
+    c = bp.driver().coordinator
+    outcome = c.get_outcome(1)
+    assert outcome.status is CheckpointStatus.COMPLETED
+    assert outcome.pending.type is CheckpointType.SAVEPOINT
+    (folder,) = c.store.list_dirs("savepoints/payments/")
+    assert read_savepoint(SavepointLocation(c.store, folder)).description == "from the form"

@@ -1,0 +1,105 @@
+"""CheckpointAckTrigger: serialization round trip (what the triggerer stores and
+re-creates) and each event it can fire, driven against a local store."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import pytest
+
+from batchpoint.airflow.triggers import CheckpointAckTrigger, ack_event
+from batchpoint.protocol.checkpoint import CheckpointFailureReason, FileHandle
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.storage.local import LocalObjectStore
+
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture
+def coordinator(tmp_path, monkeypatch):
+    store = LocalObjectStore(tmp_path / "store")
+    monkeypatch.setenv("BATCHPOINT_ROOT", store.uri)
+    monkeypatch.delenv("AIRFLOW_CONN_BATCHPOINT_STORAGE", raising=False)
+    c = CheckpointCoordinator(store, "p")
+    c.register(simple_pipeline("p", [("op", 2)]))
+    return c
+
+
+def ack(c: CheckpointCoordinator, checkpoint_id: int, task: str) -> None:
+    key = c.layout.task_data_prefix(checkpoint_id, task, "a1") + "f"
+    c.store.put(key, b"x")
+    c.acknowledge(checkpoint_id, task, "a1", [FileHandle(key, 1, hashlib.sha256(b"x").hexdigest())])
+
+
+def fire(trigger: CheckpointAckTrigger, timeout: float = 20) -> dict:
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(asyncio.wait_for(first(), timeout))
+
+
+def trigger_for(c, checkpoint_id, deadline=None):
+    return CheckpointAckTrigger(
+        "p", checkpoint_id, deadline or time.time() + 30, "batchpoint_storage", poll_interval=0.05
+    )
+
+
+def test_serialization_round_trip():
+    trigger = CheckpointAckTrigger("payments", 7, 1234.5, "my_conn", poll_interval=2)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "batchpoint.airflow.triggers.CheckpointAckTrigger"
+    from airflow.sdk.serde import deserialize, serialize
+
+    # what the triggerer does: serde-encode the kwargs, import the class, rebuild it
+    restored_kwargs = deserialize(serialize(kwargs))
+    module, _, name = classpath.rpartition(".")
+    cls = getattr(__import__(module, fromlist=[name]), name)
+    again = cls(**restored_kwargs)
+    assert again.serialize() == (classpath, kwargs)
+    assert (again.checkpoint_id, again.deadline, again.poll_interval) == (7, 1234.5, 2.0)
+
+
+def test_fires_done_once_every_task_acked(coordinator):
+    pending = coordinator.trigger({})
+    trigger = trigger_for(coordinator, pending.checkpoint_id)
+    ack(coordinator, pending.checkpoint_id, "op#0")
+    assert ack_event(coordinator.progress(1), pending.deadline, time.time()) is None
+    ack(coordinator, pending.checkpoint_id, "op#1")
+    event = fire(trigger)
+    assert event["status"] == "done" and event["acknowledged"] == event["expected"] == 2
+
+
+def test_fires_declined_with_the_reason(coordinator):
+    pending = coordinator.trigger({})
+    coordinator.decline(pending.checkpoint_id, "op#1", "a1", "disk full")
+    event = fire(trigger_for(coordinator, pending.checkpoint_id))
+    assert event["status"] == "declined"
+    assert event["task"] == "op#1" and "disk full" in event["message"]
+
+
+def test_fires_aborted_for_an_aborted_checkpoint(coordinator):
+    pending = coordinator.trigger({})
+    coordinator.abort(pending.checkpoint_id, CheckpointFailureReason.RESTORED, "restore")
+    event = fire(trigger_for(coordinator, pending.checkpoint_id))
+    assert event == {**event, "status": "aborted", "reason": "restored"}
+
+
+def test_fires_timeout_at_its_own_deadline(coordinator):
+    """dag.test() ignores the deferral timeout: the trigger must end the wait itself."""
+    pending = coordinator.trigger({})
+    ack(coordinator, pending.checkpoint_id, "op#0")
+    started = time.monotonic()
+    event = fire(trigger_for(coordinator, pending.checkpoint_id, deadline=time.time() + 0.3))
+    assert event["status"] == "timeout" and event["missing"] == ["op#1"]
+    assert time.monotonic() - started < 5
+
+
+def test_fires_error_when_the_storage_is_unusable(coordinator, monkeypatch):
+    monkeypatch.setenv("BATCHPOINT_ROOT", "s3a://nope/x")
+    event = fire(trigger_for(coordinator, 1))
+    assert event["status"] == "error" and "s3a" in event["message"]

@@ -1,0 +1,136 @@
+"""`batchpoint savepoint` and `batchpoint restore`, with progress lines, tables and JSON.
+The checkpoints are made by tasks that ack a small file each, except in the one slow
+test that runs a real savepoint epoch on local Spark."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from batchpoint.cli.main import main
+from batchpoint.demo.payments import build_pipeline
+from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.storage import StoreRef
+
+REF = "batchpoint.demo.payments:pipeline"
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch) -> str:
+    uri = (tmp_path / "store").as_uri()
+    for name in ("BATCHPOINT_ROOT", "BATCHPOINT_PIPELINE_REF"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BATCHPOINT_ROOT", uri)
+    return uri
+
+
+@pytest.fixture
+def driver(root) -> PipelineDriver:
+    return PipelineDriver(build_pipeline(), StoreRef.of(root))
+
+
+def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
+    pending = driver.trigger(kind)
+    c = driver.coordinator
+    for task in pending.expected_tasks:
+        key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a") + "f"
+        c.store.put(key, task.encode())
+        digest = hashlib.sha256(task.encode()).hexdigest()
+        c.acknowledge(pending.checkpoint_id, task, "a", [FileHandle(key, len(task), digest)])
+    driver.finalize(pending.checkpoint_id)
+    return pending.checkpoint_id
+
+
+def test_savepoint_exports_a_completed_checkpoint_with_progress(driver, capsys, tmp_path):
+    cid = epoch(driver, CheckpointType.SAVEPOINT)
+    target = (tmp_path / "exported").as_uri()
+    code = main(
+        [
+            "--pipeline-ref",
+            REF,
+            "savepoint",
+            "--checkpoint-id",
+            str(cid),
+            "--target",
+            target,
+            "--description",
+            "before the deploy",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"exporting checkpoint {cid}: 6 file(s) to {target}" in out
+    assert "copied 6/6 file(s)" in out
+    assert f"savepoint of checkpoint {cid}: {target} (6 file(s)" in out
+    assert (tmp_path / "exported" / "_metadata").is_file()
+
+
+def test_savepoint_json_keeps_stdout_parseable(driver, capsys, monkeypatch):
+    cid = epoch(driver)
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
+    assert main(["--json", "savepoint", "--checkpoint-id", str(cid)]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["checkpoint_id"] == cid and summary["files"] == 6
+    assert "/savepoints/payments/savepoint-0000000001-" in summary["location"]
+    assert "exporting checkpoint" in captured.err  # progress went to stderr
+
+
+def test_restore_dry_run_changes_nothing(driver, capsys):
+    epoch(driver)
+    epoch(driver)
+    code = main(["--pipeline-ref", REF, "restore", "1", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "checkpoint 1" in out and "ok" in out
+    assert "dry run: would restore checkpoint 1; nothing changed" in out
+    assert driver.coordinator.head.get().checkpoint_id == 2
+
+
+def test_restore_from_a_savepoint_with_a_new_parallelism(driver, capsys, tmp_path):
+    sp = epoch(driver, CheckpointType.SAVEPOINT)
+    target = (tmp_path / "sp").as_uri()
+    main(["--pipeline-ref", REF, "savepoint", "--checkpoint-id", str(sp), "--target", target])
+    epoch(driver)
+    capsys.readouterr()
+    code = main(
+        ["--pipeline-ref", REF, "--json", "restore", target, "--parallelism", '{"balances": 3}']
+    )
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 0
+    assert report["result"]["checkpoint_id"] == 3 and report["result"]["imported_from"] == target
+    assert report["parallelism"] == {"balances": 3}
+    assert "importing savepoint" in captured.err
+    assert driver.current_spec().operator("balances").parallelism == 3
+
+
+def test_restore_explains_a_refusal(driver, capsys):
+    epoch(driver)
+    assert main(["--pipeline-ref", REF, "restore", "5"]) == 2
+    assert "checkpoint 5 of pipeline 'payments' is not retained" in capsys.readouterr().err
+
+
+def test_savepoint_and_restore_need_the_pipeline_code(driver, capsys):
+    assert main(["restore"]) == 2
+    assert "--pipeline-ref" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_savepoint_runs_an_epoch_on_local_spark(driver, capsys, tmp_path):
+    from batchpoint.demo.payments import SOURCE_ROOT
+    from batchpoint.demo.payments_data import write_epoch_files
+
+    write_epoch_files(driver.store, SOURCE_ROOT, 0, accounts=40, events_per_epoch=300)
+    code = main(["--pipeline-ref", REF, "savepoint", "--target", (tmp_path / "sp").as_uri()])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "[1/4] dedup ..." in out and "[4/4]" in out
+    assert "savepoint 1 completed" in out
+    outcome = driver.coordinator.get_outcome(1)
+    assert outcome.pending.type is CheckpointType.SAVEPOINT
+    assert (tmp_path / "sp" / "_metadata").is_file()

@@ -1,0 +1,127 @@
+"""What a scheduler needs around an epoch: attempt ids, an idempotent trigger per run,
+declining for a dead job, and settling a run that ended (no Spark, no Airflow)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from batchpoint.demo.payments import build_pipeline
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointStatus,
+    FileHandle,
+)
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.runtime.orchestration import (
+    attempt_id,
+    decline_operator,
+    settle_run,
+    trigger_for_run,
+)
+from batchpoint.storage import StoreRef
+
+
+class Clock:
+    now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def driver(tmp_path, clock) -> PipelineDriver:
+    ref = StoreRef.of((tmp_path / "store").as_uri())
+    return PipelineDriver(build_pipeline(), ref, CheckpointConfig(timeout=60), clock=clock)
+
+
+def ack(driver, checkpoint_id, tasks, attempt="a"):
+    c = driver.coordinator
+    for task in tasks:
+        key = c.layout.task_data_prefix(checkpoint_id, task, attempt) + "f"
+        c.store.put(key, b"x")
+        c.acknowledge(
+            checkpoint_id, task, attempt, [FileHandle(key, 1, hashlib.sha256(b"x").hexdigest())]
+        )
+
+
+def test_attempt_ids_are_per_try_and_storage_safe():
+    a1 = attempt_id("scheduled__2025-01-01T00:00:00+00:00", 1)
+    assert a1 == attempt_id("scheduled__2025-01-01T00:00:00+00:00", 1)
+    assert a1 != attempt_id("scheduled__2025-01-01T00:00:00+00:00", 2)
+    assert a1 != attempt_id("manual__2025-01-01T00:00:00+00:00", 1)
+    assert all(ch.isalnum() or ch == "-" for ch in a1)
+
+
+def test_a_retried_trigger_returns_the_runs_checkpoint(driver):
+    first = trigger_for_run(driver, "run-1")
+    again = trigger_for_run(driver, "run-1")  # max_concurrent=1 would refuse a new one
+    assert again.checkpoint_id == first.checkpoint_id
+    assert first.properties["scheduler_run_id"] == "run-1"
+
+
+def test_settle_a_completed_run_publishes_and_collects(driver):
+    pending = trigger_for_run(driver, "r")
+    ack(driver, pending.checkpoint_id, pending.expected_tasks)
+    driver.finalize(pending.checkpoint_id)
+    settled = settle_run(driver, pending.checkpoint_id)
+    assert settled.status is CheckpointStatus.COMPLETED and settled.action == "none"
+
+
+def test_settle_finalizes_when_the_finalize_task_never_ran(driver):
+    pending = trigger_for_run(driver, "r")
+    ack(driver, pending.checkpoint_id, pending.expected_tasks)
+    settled = settle_run(driver, pending.checkpoint_id)
+    assert (settled.status, settled.action) == (CheckpointStatus.COMPLETED, "finalized")
+    assert driver.sinks.manifest("alerts").current == pending.checkpoint_id
+
+
+def test_settle_declines_for_a_failed_operator_and_discards_its_output(driver):
+    pending = trigger_for_run(driver, "r")
+    cid = pending.checkpoint_id
+    ack(driver, cid, ["dedup#0", "dedup#1"])
+    settled = settle_run(driver, cid, {"balances": "Airflow task operators.balances failed"})
+    assert settled.outcome.reason is CheckpointFailureReason.DECLINED
+    assert "operators.balances failed" in settled.outcome.message
+    assert len(settled.discarded_files) == 2
+    assert list(driver.store.list(driver.coordinator.layout.data_prefix(cid))) == []
+    assert driver.coordinator.failures.state().consecutive_failures == 1
+
+
+def test_settle_expires_an_overdue_checkpoint(driver, clock):
+    pending = trigger_for_run(driver, "r")
+    ack(driver, pending.checkpoint_id, ["dedup#0"])
+    clock.now += 61
+    settled = settle_run(driver, pending.checkpoint_id)
+    assert (settled.action, settled.outcome.reason) == ("expired", CheckpointFailureReason.EXPIRED)
+    assert "dedup#1" in settled.outcome.message
+
+
+def test_settle_aborts_a_checkpoint_its_run_left_behind(driver):
+    pending = trigger_for_run(driver, "r")
+    settled = settle_run(driver, pending.checkpoint_id)
+    assert settled.status is CheckpointStatus.ABORTED and settled.action == "aborted"
+    assert "ended before every task acknowledged" in settled.outcome.message
+
+
+def test_decline_operator_declines_only_missing_subtasks(driver):
+    pending = trigger_for_run(driver, "r")
+    ack(driver, pending.checkpoint_id, ["dedup#0"])
+    results = decline_operator(driver.coordinator, pending.checkpoint_id, "dedup", "x", "killed")
+    assert [r.value for r in results] == ["ABORTED"]
+    assert driver.coordinator.status(pending.checkpoint_id) is CheckpointStatus.ABORTED
+
+
+def test_a_failed_operator_that_had_acked_does_not_block_finalizing(driver):
+    """The job acked every subtask, then died before returning (after-ack)."""
+    pending = trigger_for_run(driver, "r")
+    ack(driver, pending.checkpoint_id, pending.expected_tasks)
+    settled = settle_run(driver, pending.checkpoint_id, {"alerts": "Airflow task failed"})
+    assert (settled.status, settled.action) == (CheckpointStatus.COMPLETED, "finalized")

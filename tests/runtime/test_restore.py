@@ -1,0 +1,137 @@
+"""RestorePlanner: sources, integrity checks, the quality-gate hook with fallback for
+`latest`, rescaling, and savepoint import, on payments checkpoints whose tasks ack a small
+file each (no Spark: what is restored is the protocol's view, not the state's content)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from batchpoint.demo.payments import build_pipeline
+from batchpoint.errors import ConfigError, RestoreRefused
+from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
+from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.runtime.restore import (
+    GateResult,
+    RestorePlanner,
+    RestoreSource,
+    parse_parallelism,
+)
+from batchpoint.storage import StoreRef
+
+
+@pytest.fixture
+def driver(tmp_path) -> PipelineDriver:
+    return PipelineDriver(build_pipeline(), StoreRef.of((tmp_path / "store").as_uri()))
+
+
+def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
+    pending = driver.trigger(kind)
+    c = driver.coordinator
+    for task in pending.expected_tasks:
+        key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a") + "f.parquet"
+        data = task.encode()
+        c.store.put(key, data)
+        c.acknowledge(
+            pending.checkpoint_id,
+            task,
+            "a",
+            [FileHandle(key, len(data), hashlib.sha256(data).hexdigest())],
+        )
+    assert driver.finalize(pending.checkpoint_id).completed is not None
+    return pending.checkpoint_id
+
+
+def test_sources_parse():
+    assert RestoreSource.parse(None).kind == "latest"
+    assert RestoreSource.parse(" Latest ").kind == "latest"
+    assert RestoreSource.parse("12") == RestoreSource("checkpoint", 12)
+    assert RestoreSource.parse(3) == RestoreSource("checkpoint", 3)
+    assert RestoreSource.parse("s3://b/sp/x") == RestoreSource("savepoint", location="s3://b/sp/x")
+    with pytest.raises(ConfigError):
+        RestoreSource.parse("0")
+
+
+def test_parallelism_forms():
+    ops = ["dedup", "balances", "alerts"]
+    assert parse_parallelism(None, ops) == {}
+    assert parse_parallelism(3, ops) == {"dedup": 3, "balances": 3, "alerts": 3}
+    assert parse_parallelism('{"balances": 4}', ops) == {"balances": 4}
+    assert parse_parallelism("2", ops) == {"dedup": 2, "balances": 2, "alerts": 2}
+    for bad, message in [
+        ({"nope": 1}, "unknown operator"),
+        ({"dedup": 0}, "positive"),
+        ("x", "JSON"),
+        (True, "integer"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_parallelism(bad, ops)
+
+
+def test_latest_restores_the_newest_and_rescales(driver):
+    epoch(driver)
+    epoch(driver)
+    planner = RestorePlanner(driver)
+    plan = planner.plan("latest", {"balances": 3})
+    assert plan.chosen.checkpoint_id == 2 and len(plan.checks) == 1
+    result = planner.apply(plan)
+    assert (result.checkpoint_id, result.restore_generation) == (2, 1)
+    assert driver.current_spec().operator("balances").parallelism == 3
+    assert driver.coordinator.head.get().checkpoint_id == 2
+
+
+def test_parallelism_beyond_max_parallelism_is_refused_at_planning(driver):
+    epoch(driver)
+    with pytest.raises(ConfigError, match="max"):
+        RestorePlanner(driver).plan("latest", {"balances": 1000})
+
+
+def test_the_gate_falls_back_to_older_checkpoints_for_latest(driver):
+    for _ in range(3):
+        epoch(driver)
+    seen = []
+
+    def gate(candidate):
+        seen.append(candidate.checkpoint_id)
+        ok = candidate.checkpoint_id == 1
+        return GateResult(ok, {"rows_ok": ok}, name="row counts")
+
+    plan = RestorePlanner(driver, gate=gate).plan("latest")
+    assert seen == [3, 2, 1]
+    assert plan.chosen.checkpoint_id == 1
+    assert [c.passed for c in plan.checks] == [False, False, True]
+    assert plan.to_json()["checks"][0]["gate"] == {
+        "name": "row counts",
+        "passed": False,
+        "report": {"rows_ok": False},
+    }
+
+
+def test_an_explicit_checkpoint_that_fails_is_not_replaced_by_another(driver):
+    epoch(driver)
+    epoch(driver)
+    completed = driver.coordinator.completed.get(1)
+    driver.store.delete(completed.handles[0].path)
+    plan = RestorePlanner(driver).plan("1")
+    assert plan.chosen is None and "missing" in plan.checks[0].problems[0]
+    with pytest.raises(RestoreRefused, match="no candidate"):
+        RestorePlanner(driver).apply(plan)
+    with pytest.raises(RestoreRefused, match="not retained"):
+        RestorePlanner(driver).plan("9")
+
+
+def test_a_savepoint_path_is_imported_then_restored(driver):
+    epoch(driver)
+    sp = epoch(driver, CheckpointType.SAVEPOINT)
+    export_savepoint(driver.coordinator, sp, SavepointLocation(driver.store, "savepoints/x"))
+    epoch(driver)
+    planner = RestorePlanner(driver)
+    plan = planner.plan("savepoints/x")  # a path under the root
+    assert plan.chosen.kind == "savepoint" and plan.chosen.checkpoint_id == sp
+    result = planner.apply(plan)
+    assert result.checkpoint_id == 4 and result.imported_from.endswith("savepoints/x")
+    assert driver.sinks.manifest("balances_table").current == 4  # published at once
+    uri = driver.store.child("savepoints/x")
+    assert RestorePlanner(driver).plan(uri).chosen.kind == "savepoint"  # or a URI
