@@ -179,6 +179,19 @@ def _epoch_tasks(
     return wait, finalize, list(jobs.values())
 
 
+def _cleanup_task(ref: str, deployment: AirflowDeployment) -> CheckpointCleanupOperator:
+    """The failure path every epoch DAG ends with, whatever happened before it."""
+    return CheckpointCleanupOperator(
+        task_id="cleanup",
+        pipeline_ref=ref,
+        storage_conn_id=deployment.storage_conn_id,
+        trigger_rule=TriggerRule.ALL_DONE,
+        operator_group=OPERATOR_GROUP,
+        doc_md="Always runs: aborts a checkpoint left pending (declined or expired), "
+        "removes what it staged, collects garbage; fails the run if it aborted.",
+    )
+
+
 def build_checkpoint_dag(
     pipeline: Pipeline,
     ref: str,
@@ -204,16 +217,7 @@ def build_checkpoint_dag(
             "skips the run when min-pause or max-concurrent says no.",
         )
         wait, finalize, jobs = _epoch_tasks(dag, pipeline, ref, deployment, spec, trigger)
-        cleanup = CheckpointCleanupOperator(
-            task_id="cleanup",
-            pipeline_ref=ref,
-            storage_conn_id=deployment.storage_conn_id,
-            trigger_rule=TriggerRule.ALL_DONE,
-            operator_group=OPERATOR_GROUP,
-            doc_md="Always runs: aborts a checkpoint left pending (declined or expired), "
-            "removes what it staged, collects garbage; fails the run if it aborted.",
-        )
-        [trigger, wait, finalize, *jobs] >> cleanup
+        [trigger, wait, finalize, *jobs] >> _cleanup_task(ref, deployment)
     return dag
 
 
@@ -282,15 +286,8 @@ def build_savepoint_dag(
             api_conn_id=deployment.api_conn_id,
             doc_md="Pauses the checkpoint DAG through the REST API when the form asks to.",
         )
-        cleanup = CheckpointCleanupOperator(
-            task_id="cleanup",
-            pipeline_ref=ref,
-            storage_conn_id=deployment.storage_conn_id,
-            trigger_rule=TriggerRule.ALL_DONE,
-            operator_group=OPERATOR_GROUP,
-        )
         finalize >> export >> stop
-        [trigger, wait, finalize, *jobs] >> cleanup
+        [trigger, wait, finalize, *jobs] >> _cleanup_task(ref, deployment)
     return dag
 
 
