@@ -101,8 +101,16 @@ def process_pool() -> Iterator[ProcessPoolExecutor]:
 def spark() -> Iterator[Any]:
     """One local Spark for the whole run (starting Spark costs seconds). `local[2,2]`:
     two cores, and a failed task is retried once, as on a cluster."""
+    from pyspark.sql import SparkSession
+
     from batchpoint.spark.session import spark_session
 
+    # An in-process caller (the CLI, the quality gate inside dag.test()) may have started
+    # Spark first with the deployment's master, e.g. `local[1]`, which never retries a
+    # failed task; the retry tests need this session's master.
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext.master != "local[2,2]":
+        active.stop()
     started = time.monotonic()
     session = spark_session("batchpoint-tests", "local[2,2]")
     print(f"\nSpark session started in {time.monotonic() - started:.1f}s")

@@ -31,6 +31,7 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
 DAGS = PROJECT / "dags"
+PLUGINS = PROJECT / "plugins"
 FAKE_SPARK_SUBMIT = Path(__file__).resolve().parent / "fake_spark" / "spark-submit"
 
 _HOME = Path(tempfile.mkdtemp(prefix="bp-airflow-home-"))
@@ -41,6 +42,7 @@ os.environ.update(
         "AIRFLOW_HOME": str(_HOME),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(_HOME / "logs"),

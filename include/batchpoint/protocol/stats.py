@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from batchpoint.protocol.checkpoint import (
     AckRecord,
@@ -58,6 +59,23 @@ class CheckpointStats:
     @property
     def duration_s(self) -> float | None:
         return None if self.end_time is None else self.end_time - self.trigger_time
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "type": self.type.value,
+            "status": self.status.value,
+            "trigger_time": self.trigger_time,
+            "end_time": self.end_time,
+            "duration_s": self.duration_s,
+            "state_size": self.state_size,
+            "rows": self.rows,
+            "acknowledged": self.acknowledged,
+            "expected": self.expected,
+            "base_checkpoint_id": self.base_checkpoint_id,
+            "failure_reason": self.failure_reason,
+            "failure_message": self.failure_message,
+        }
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,15 @@ def spark_session(
         builder = builder.config(key, value)
     started = time.monotonic()
     session = builder.getOrCreate()
+    running = session.sparkContext.master
+    if running != master:
+        log.warning(
+            "Spark session %r asked for master %s but the process already runs one on %s; "
+            "using that",
+            app_name,
+            master,
+            running,
+        )
     session.sparkContext.setLogLevel(log_level)
     log.info("Spark session %r (%s) ready in %.1fs", app_name, master, time.monotonic() - started)
     return session
