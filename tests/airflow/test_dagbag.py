@@ -109,7 +109,15 @@ def test_the_manual_dags_have_their_forms(parsed):
     restore = parsed["dags"]["payments_restore"]
     assert savepoint["timetable"] == "NullTimetable" and restore["timetable"] == "NullTimetable"
     assert savepoint["params"] == ["description", "stop_pipeline", "target"]
-    assert restore["params"] == ["dry_run", "parallelism", "source"]
+    assert restore["params"] == [
+        "confirm_ungated",
+        "dry_run",
+        "max_candidates",
+        "parallelism",
+        "quality_gate",
+        "skip_suites",
+        "source",
+    ]
     assert savepoint["tasks"]["stop_pipeline"]["upstream"] == ["export_savepoint"]
     assert restore["tasks"]["restore"]["upstream"] == ["check"]
     assert savepoint["doc_md"] and restore["doc_md"]

@@ -4,6 +4,8 @@ serves it under /batchpoint, reading the records a real checkpoint run wrote."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
@@ -46,11 +48,23 @@ def test_the_history_page_shows_completed_and_aborted_checkpoints(
     assert [(r["checkpoint_id"], r["status"]) for r in rows] == [(2, "ABORTED"), (1, "COMPLETED")]
     assert rows[0]["failure_reason"] and "injected failure" in rows[0]["failure_message"]
     assert rows[1]["acknowledged"] == rows[1]["expected"] > 0
+    assert [r["quarantined"] for r in rows] == [False, False]
 
     page = api.get("/batchpoint/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "head: checkpoint 1" in page.text
     assert "<tr class='aborted'>" in page.text and "injected failure" in page.text
+
+    # the quality gate quarantines checkpoint 1: the history says so
+    from batchpoint.protocol.layout import PipelineLayout
+    from batchpoint.quality.quarantine import QuarantineStore
+    from batchpoint.quality.report import CandidateReport, GateMode
+
+    report = CandidateReport("payments", 1, "checkpoint", GateMode.RESTORE, time.time())
+    QuarantineStore(bp.store, PipelineLayout("payments")).add(report, time.time())
+    rows = api.get("/batchpoint/api/payments/checkpoints").json()
+    assert [r["quarantined"] for r in rows] == [False, True]
+    assert "<td>quarantined</td>" in api.get("/batchpoint/").text
 
 
 def test_unknown_pipeline_and_unreachable_storage_are_clear_errors(bp, api, monkeypatch):

@@ -5,7 +5,9 @@
     <pipeline>_savepoint    manual, with a form: a retained, exported savepoint; can stop
                             (pause) the pipeline afterwards
     <pipeline>_restore      manual, with a form: restore from the latest checkpoint, a
-                            checkpoint id or a savepoint, optionally with a new parallelism
+                            checkpoint id or a savepoint, optionally with a new parallelism,
+                            through the quality gate (which the form can tune, or turn off
+                            with a typed confirmation)
 
 The checkpoint DAG (the savepoint DAG is the same with export and stop added):
 
@@ -44,9 +46,10 @@ from batchpoint.airflow.operators import (
 from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
+from batchpoint.quality.suites import quality_of, skippable_names
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.loader import load_pipeline
-from batchpoint.runtime.restore import RestoreGate
+from batchpoint.runtime.restore import RestoreGate, ungated_phrase
 
 OPERATOR_GROUP = "operators"
 
@@ -291,6 +294,95 @@ def build_savepoint_dag(
     return dag
 
 
+GATE_SECTION = "Quality gate"
+
+
+def restore_params(pipeline: Pipeline) -> dict[str, Param]:
+    """The restore DAG's trigger form. Every value is plain JSON (the Airflow 3 UI builds
+    the form from the params' JSON schema); the check task validates them again."""
+    skippable = skippable_names(pipeline, quality_of(pipeline))
+    skip_extra: dict[str, Any] = {"examples": skippable} if skippable else {}
+    return {
+        "source": Param(
+            "latest",
+            type="string",
+            minLength=1,
+            title="Restore from",
+            description=(
+                "latest (the newest retained checkpoint that passes the checks, else "
+                "older ones), a checkpoint id, or a savepoint folder (s3://..., "
+                "file:///..., or a path under the storage root)."
+            ),
+        ),
+        "parallelism": Param(
+            None,
+            type=["null", "integer", "object"],
+            title="New parallelism",
+            description=(
+                "Empty: keep it. An integer: every operator and sink. An object: "
+                'per operator, e.g. {"balances": 4}.'
+            ),
+        ),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            title="Dry run",
+            description=(
+                "Only check the candidates and report; change nothing: no restore, no "
+                "quarantine, no stored quality report."
+            ),
+        ),
+        "quality_gate": Param(
+            True,
+            type="boolean",
+            title="Quality gate",
+            description=(
+                "Check each candidate's integrity and state suites before restoring it. "
+                "Turning it off checks only that the files are there, and needs the "
+                "confirmation below."
+            ),
+            section=GATE_SECTION,
+        ),
+        "confirm_ungated": Param(
+            "",
+            type="string",
+            title="Confirm a restore without the gate",
+            description=(
+                f'Only with the quality gate off: type exactly "{ungated_phrase(pipeline.name)}".'
+            ),
+            section=GATE_SECTION,
+        ),
+        "max_candidates": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="How far back",
+            description=(
+                "For latest: examine at most this many of the newest retained checkpoints "
+                "(quarantined ones included). Empty: all of them."
+            ),
+            section=GATE_SECTION,
+        ),
+        "skip_suites": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            title="Suites to skip",
+            description=(
+                "Suites, checks or operator/state names the gate does not run for this "
+                "restore. "
+                + (
+                    f"Declared: {', '.join(skippable)}."
+                    if skippable
+                    else "This pipeline declares none."
+                )
+            ),
+            section=GATE_SECTION,
+            **skip_extra,
+        ),
+    }
+
+
 def build_restore_dag(
     pipeline: Pipeline,
     ref: str,
@@ -305,34 +397,7 @@ def build_restore_dag(
         max_active_runs=1,
         doc_md=_restore_doc(pipeline, deployment),
         description=f"Restore pipeline {pipeline.name} from a checkpoint or savepoint",
-        params={
-            "source": Param(
-                "latest",
-                type="string",
-                minLength=1,
-                title="Restore from",
-                description=(
-                    "latest (the newest retained checkpoint that passes the checks, else "
-                    "older ones), a checkpoint id, or a savepoint folder (s3://..., "
-                    "file:///..., or a path under the storage root)."
-                ),
-            ),
-            "parallelism": Param(
-                None,
-                type=["null", "integer", "object"],
-                title="New parallelism",
-                description=(
-                    "Empty: keep it. An integer: every operator and sink. An object: "
-                    'per operator, e.g. {"balances": 4}.'
-                ),
-            ),
-            "dry_run": Param(
-                False,
-                type="boolean",
-                title="Dry run",
-                description="Only check the candidate and report; change nothing.",
-            ),
-        },
+        params=restore_params(pipeline),
         **_common(deployment, pipeline.name),
     ) as dag:
         check = RestoreCheckOperator(
@@ -340,7 +405,8 @@ def build_restore_dag(
             source="{{ params.source }}",
             gate=gate,
             gate_ref=deployment.quality_gate_ref,
-            doc_md="Resolves the source and checks it: files and sizes, then the quality gate.",
+            doc_md="Resolves the source and checks it: files and sizes, then the quality "
+            "gate as the form set it up (off, how far back, suites skipped, dry run).",
             **common,
         )
         restore = RestoreOperator(
@@ -439,16 +505,49 @@ with the Airflow connection `{deployment.api_conn_id}` (http: host, port, login,
 """
 
 
+def _restore_form_table(pipeline: Pipeline) -> str:
+    rows = [
+        ("Dry run", "check and report only: nothing restored, quarantined or stored"),
+        (
+            "Quality gate",
+            "on by default; a candidate the gate fails is quarantined (never offered "
+            "again until released)",
+        ),
+        (
+            "Confirm a restore without the gate",
+            f"with the gate off, type exactly `{ungated_phrase(pipeline.name)}`, "
+            "else `check` fails at once",
+        ),
+        (
+            "How far back",
+            "for *latest*: at most this many of the newest retained checkpoints (empty: all)",
+        ),
+        (
+            "Suites to skip",
+            "suite, check or `operator/state` names the gate does not run; unknown names "
+            "fail `check`",
+        ),
+    ]
+    return "| field | meaning |\n|---|---|\n" + "\n".join(f"| *{k}* | {v} |" for k, v in rows)
+
+
 def _restore_doc(pipeline: Pipeline, deployment: AirflowDeployment) -> str:
-    gate = f"`{deployment.quality_gate_ref}`" if deployment.quality_gate_ref else "none configured"
+    if deployment.quality_gate_ref:
+        gate = f"the quality gate `{deployment.quality_gate_ref}` must pass"
+    else:
+        gate = (
+            "the quality gate would judge its state, but none is configured "
+            "(`BATCHPOINT_QUALITY_GATE`), so only the files are checked"
+        )
     return f"""\
 ### Restore pipeline `{pipeline.name}`
 
 Trigger with config. `check` resolves the source (*latest*, a checkpoint id, or a
 savepoint folder) and checks it: every referenced file must exist with its recorded size,
-then the quality gate ({gate}) must pass; for *latest*, older checkpoints are tried when
-the newest fails. `restore` then points the pipeline's head at it (pending checkpoints
-are aborted, sinks rewound, a savepoint imported under a new id) and registers the new
-parallelism. The next `{pipeline.name}_checkpoint` run continues from there.
-*Dry run* stops after `check`.
+then {gate}; for *latest*, older checkpoints are tried when the newest fails.
+`restore` then points the pipeline's head at it (pending checkpoints are aborted, sinks
+rewound, a savepoint imported under a new id) and registers the new parallelism. The
+next `{pipeline.name}_checkpoint` run continues from there.
+
+{_restore_form_table(pipeline)}
 """

@@ -9,7 +9,7 @@ Airflow "operators" here run batchpoint *operators* (pipeline nodes) among other
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -34,6 +34,8 @@ from batchpoint.protocol.savepoints import (
     default_savepoint_prefix,
     export_savepoint,
 )
+from batchpoint.quality.suites import check_skip_names, quality_of
+from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.orchestration import (
     attempt_id,
@@ -42,10 +44,15 @@ from batchpoint.runtime.orchestration import (
     trigger_for_run,
 )
 from batchpoint.runtime.restore import (
+    ConfigurableGate,
+    GateOptions,
     RestoreGate,
     RestorePlanner,
     RestoreSource,
+    configure_gate,
+    parse_flag,
     savepoint_location,
+    ungated_phrase,
 )
 from batchpoint.settings import Settings
 
@@ -390,7 +397,13 @@ class PausePipelineOperator(BaseOperator):
 
 class RestoreCheckOperator(_BatchpointOperator):
     """Resolve the restore source to a candidate and check it: every file present with
-    its recorded size, then the quality gate if one is configured. Writes nothing."""
+    its recorded size, then the quality gate if one is configured. Writes nothing, except
+    that the gate quarantines (and stores the report of) each candidate it fails, unless
+    this is a dry run.
+
+    The form's gate fields (`quality_gate`, `confirm_ungated`, `max_candidates`,
+    `skip_suites`, `dry_run`) are read from the run's params; the arguments of the same
+    names are the values used when a param is absent."""
 
     template_fields = ("source", "parallelism")
 
@@ -401,6 +414,11 @@ class RestoreCheckOperator(_BatchpointOperator):
         parallelism: Any = None,
         gate: RestoreGate | None = None,
         gate_ref: str | None = None,
+        quality_gate: bool = True,
+        confirm_ungated: str = "",
+        max_candidates: int | None = None,
+        skip_suites: Sequence[str] = (),
+        dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -408,6 +426,11 @@ class RestoreCheckOperator(_BatchpointOperator):
         self.parallelism = parallelism
         self.gate = gate
         self.gate_ref = gate_ref
+        self.quality_gate = quality_gate
+        self.confirm_ungated = confirm_ungated
+        self.max_candidates = max_candidates
+        self.skip_suites = list(skip_suites)
+        self.dry_run = dry_run
 
     def _gate(self) -> RestoreGate | None:
         if self.gate is not None:
@@ -418,17 +441,64 @@ class RestoreCheckOperator(_BatchpointOperator):
             return _load_callable(self.gate_ref)
         return None
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        parallelism = _params(context).get("parallelism", self.parallelism)
-        settings = self.settings()
-        planner = RestorePlanner(
-            self.driver(settings),
-            gate=self._gate(),
-            checksums=settings.checkpoint.verify_checksums,
-            store_options=settings.store_options,
-            progress=self.log.info,
+    def _gate_for_run(
+        self, options: GateOptions, dry_run: bool, pipeline: Pipeline
+    ) -> RestoreGate | None:
+        if not options.enabled:
+            self.log.warning(
+                "quality gate OFF for this restore (confirmed: %r): only the candidates' "
+                "files are checked",
+                ungated_phrase(pipeline.name),
+            )
+            if options.skip_suites:
+                self.log.info("skip_suites ignored: no suite runs with the gate off")
+            return None
+        gate = self._gate()
+        if gate is None:
+            # Still checked: a name the pipeline does not declare is a mistake either way.
+            check_skip_names(pipeline, quality_of(pipeline), options.skip_suites)
+            self.log.info(
+                "no quality gate is configured (BATCHPOINT_QUALITY_GATE is not set), so no "
+                "suites are configured: only the candidates' files are checked"
+            )
+            return None
+        if dry_run and not isinstance(gate, ConfigurableGate):
+            self.log.warning("dry run: the quality gate %s cannot be told to record nothing", gate)
+        self.log.info(
+            "quality gate: %s%s%s",
+            self.gate_ref or gate,
+            f"; skipping {', '.join(options.skip_suites)}" if options.skip_suites else "",
+            "; dry run: nothing is quarantined or stored" if dry_run else "",
         )
+        return configure_gate(gate, record=not dry_run, skip_suites=options.skip_suites)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        params = _params(context)
+        # The form is checked before anything is read: a missing confirmation fails the
+        # task at once, with the phrase to type.
         try:
+            pipeline = cached_pipeline(self.pipeline_ref)
+            options = GateOptions.from_form(
+                pipeline.name,
+                quality_gate=params.get("quality_gate", self.quality_gate),
+                confirm_ungated=params.get("confirm_ungated", self.confirm_ungated),
+                max_candidates=params.get("max_candidates", self.max_candidates),
+                skip_suites=params.get("skip_suites", self.skip_suites),
+            )
+            dry_run = parse_flag("dry_run", params.get("dry_run", self.dry_run))
+        except BatchpointError as exc:
+            raise AirflowFailException(str(exc)) from None
+        parallelism = params.get("parallelism", self.parallelism)
+        settings = self.settings()
+        try:
+            planner = RestorePlanner(
+                self.driver(settings),
+                gate=self._gate_for_run(options, dry_run, pipeline),
+                checksums=settings.checkpoint.verify_checksums,
+                store_options=settings.store_options,
+                progress=self.log.info,
+                max_candidates=options.max_candidates,
+            )
             plan = planner.plan(self.source, parallelism)
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
@@ -436,6 +506,12 @@ class RestoreCheckOperator(_BatchpointOperator):
         chosen = plan.chosen
         if chosen is None:
             raise AirflowFailException(plan.refusal())
+        report["quality_gate"] = {
+            "enabled": options.enabled,
+            "gate": self.gate_ref or (None if self.gate is None else str(self.gate)),
+            "skip_suites": list(options.skip_suites),
+            "dry_run": dry_run,
+        }
         report["restore"] = {
             "kind": chosen.kind,
             "checkpoint_id": chosen.checkpoint_id,

@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.stats import CheckpointStatsTracker
+from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.settings import Settings
 
 URL_PREFIX = "/batchpoint"
@@ -79,7 +80,10 @@ class HistoryReader:
             settings.store_ref.open(), pipeline, settings.checkpoint
         )
         history = CheckpointStatsTracker(coordinator).history()
-        return [s.to_json() for s in history[-limit:][::-1]]
+        held = set(QuarantineStore(coordinator.store, coordinator.layout).ids())
+        return [
+            {**s.to_json(), "quarantined": s.checkpoint_id in held} for s in history[-limit:][::-1]
+        ]
 
 
 def create_app(
@@ -128,6 +132,7 @@ COLUMNS = [
     ("rows", "rows"),
     ("acks", "acks"),
     ("reason", "reason"),
+    ("quarantined", "gate"),
 ]
 
 
@@ -139,6 +144,8 @@ def _cell(row: dict[str, Any], key: str) -> str:
         return f"{row[key] / 1024:.0f} KiB"
     if key == "acks":
         return f"{row['acknowledged']}/{row['expected']}"
+    if key == "quarantined":
+        return "quarantined" if row[key] else ""
     if key == "reason":
         reason = row["failure_reason"]
         return f"{reason}: {row['failure_message']}" if reason else ""

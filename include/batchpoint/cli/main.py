@@ -1,9 +1,11 @@
 """`batchpoint` command line. Every command reads the same storage as the Airflow DAGs
 (BATCHPOINT_ROOT and BATCHPOINT_S3_* or --root), prints a table, or JSON with --json.
 
-`savepoint` and `restore` also need the pipeline's code: --pipeline-ref module:attr or
-BATCHPOINT_PIPELINE_REF. Long operations print their progress (to stderr with --json,
-so the JSON on stdout stays parseable)."""
+`savepoint`, `restore` and `verify` also need the pipeline's code: --pipeline-ref
+module:attr or BATCHPOINT_PIPELINE_REF (`verify` finds it in the quality gate named by
+BATCHPOINT_QUALITY_GATE too). Long operations print their progress (to stderr with
+--json, so the JSON on stdout stays parseable). Exit codes: 0 done (or passed), 1 a
+check failed or a restore was refused, 2 a mistake in the command or the setup."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from batchpoint.cli import tables
-from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.layout import PipelineLayout
@@ -23,6 +25,11 @@ from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker
 from batchpoint.protocol.verify import check_handles
 from batchpoint.runtime.api import Pipeline
 from batchpoint.settings import Settings
+
+if TYPE_CHECKING:
+    from batchpoint.protocol.savepoints import SavepointLocation
+    from batchpoint.quality.gate import QualityGate
+    from batchpoint.quality.report import CandidateReport
 
 
 def _pipelines(settings: Settings) -> list[str]:
@@ -171,23 +178,201 @@ def cmd_stats(args: argparse.Namespace) -> Any:
     return None
 
 
-def cmd_verify(args: argparse.Namespace) -> Any:
+# -- verify -------------------------------------------------------------------------------
+
+
+def _verify_target(args: argparse.Namespace, c: CheckpointCoordinator) -> int | SavepointLocation:
+    """The checkpoint id (settled) or savepoint folder `verify` was given; the head when
+    none. Whatever the user typed wrong is a BatchpointError (exit 2), not a report."""
+    from batchpoint.runtime.restore import savepoint_location
+
+    text = (args.target or "").strip()
+    if text.lower() in ("", "head"):
+        head = c.head.get().checkpoint_id
+        if head is None:
+            raise BatchpointError(f"pipeline '{c.pipeline}' has no completed checkpoint yet")
+        return head
+    if text.isdigit():
+        checkpoint_id = int(text)
+        # The outcome record may be unreadable (that is a finding); it must exist.
+        if not c.store.exists(c.layout.outcome(checkpoint_id)):
+            if c.get_pending(checkpoint_id) is not None:
+                raise BatchpointError(
+                    f"checkpoint {checkpoint_id} of pipeline '{c.pipeline}' is still pending: "
+                    "verify it once it has completed"
+                )
+            known = c.checkpoint_ids()
+            shown = ", ".join(map(str, known[-10:])) if known else "none"
+            raise CheckpointNotFound(
+                f"pipeline '{c.pipeline}' has no checkpoint {checkpoint_id} (checkpoints: {shown})"
+            )
+        return checkpoint_id
+    return savepoint_location(text, c.store, args.settings.store_options)
+
+
+def _verify_files(args: argparse.Namespace) -> Any:
+    """--integrity-only: every referenced file exists with its size (and checksum)."""
+    from batchpoint.protocol.savepoints import check_savepoint
+
     c = _coordinator(args)
-    completed = c.completed.get(args.checkpoint_id)
-    problems = check_handles(c.store, completed.handles, checksums=not args.quick)
+    target = _verify_target(args, c)
+    if isinstance(target, int):
+        completed = c.completed.get(target)
+        what, files = f"checkpoint {target}", len(completed.handles)
+        problems = [
+            str(p) for p in check_handles(c.store, completed.handles, checksums=not args.quick)
+        ]
+    else:
+        from batchpoint.protocol.savepoints import read_savepoint
+
+        metadata = read_savepoint(target)
+        what, files = f"savepoint {target.uri}", len(metadata.handles)
+        problems = [str(p) for p in check_savepoint(target, metadata, checksums=not args.quick)]
     if args.json:
-        return {
-            "checkpoint_id": args.checkpoint_id,
-            "files": len(completed.handles),
-            "problems": [str(p) for p in problems],
-        }
-    print(
-        f"checkpoint {args.checkpoint_id}: {len(completed.handles)} file(s), "
-        f"{len(problems)} problem(s)"
-    )
+        out = {"target": what, "files": files, "problems": problems}
+        if isinstance(target, int):
+            out["checkpoint_id"] = target
+        print(json.dumps(out, indent=2))
+        return 1 if problems else 0
+    print(f"{what}: {files} file(s), {len(problems)} problem(s)")
     for p in problems:
         print(f"  {p}")
     return 1 if problems else None
+
+
+def _load_object(reference: str) -> Any:
+    import importlib
+
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"quality gate {reference!r}: expected 'package.module:attr'")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"quality gate {reference!r}: {exc}") from None
+
+
+def _verify_gate(args: argparse.Namespace) -> QualityGate:
+    """The quality gate the restore DAG would use (--gate or BATCHPOINT_QUALITY_GATE),
+    else one from the pipeline's declared suites; on this command's storage root, with
+    every GX result in full (observed values even for passing expectations)."""
+    from batchpoint.quality.gate import QualityGate
+    from batchpoint.quality.hook import QualityRestoreGate
+    from batchpoint.quality.suites import quality_of
+
+    if args.gate:
+        found = _load_object(args.gate)
+        if isinstance(found, QualityRestoreGate):
+            found = found.gate
+        if not isinstance(found, QualityGate):
+            raise ConfigError(
+                f"quality gate {args.gate!r} is a {type(found).__name__}, not a QualityGate or "
+                "QualityRestoreGate: verify cannot report with it (give --pipeline-ref and "
+                "no --gate to use the pipeline's declared suites, or --integrity-only)"
+            )
+        pipeline, quality = found.pipeline, found.quality
+        if args.pipeline and args.pipeline != pipeline.name:
+            raise ConfigError(
+                f"quality gate {args.gate!r} judges pipeline '{pipeline.name}', "
+                f"not '{args.pipeline}'"
+            )
+    else:
+        try:
+            pipeline = _pipeline(args)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (or --integrity-only to check the files only)") from None
+        quality = quality_of(pipeline)
+    return QualityGate(
+        pipeline,
+        args.settings.store_ref,
+        quality=quality,
+        skip_suites=args.skip_suite,
+        checksums=not args.quick,
+        detailed=True,
+        log=_progress(args),
+    )
+
+
+def cmd_verify(args: argparse.Namespace) -> Any:
+    """The quality gate's full report on one checkpoint or savepoint folder: integrity,
+    then the suites and checks. Read-only unless --quarantine."""
+    from batchpoint.protocol.savepoints import located_checkpoint, read_savepoint
+
+    if args.integrity_only:
+        return _verify_files(args)
+    say = _progress(args)
+    gate = _verify_gate(args)
+    target = _verify_target(args, gate.coordinator)
+    if isinstance(target, int):
+        what = f"checkpoint {target} of pipeline '{gate.pipeline.name}'"
+        say(f"verifying {what}")
+        gate.prepare()  # a broken suite is a setup error (exit 2), not a failed checkpoint
+        report = gate.evaluate(target)
+        if args.quarantine:
+            gate.record(report)
+    else:
+        metadata = read_savepoint(target)
+        if metadata.pipeline != gate.pipeline.name:
+            raise BatchpointError(
+                f"{target.uri} is a savepoint of pipeline '{metadata.pipeline}', "
+                f"not of '{gate.pipeline.name}'"
+            )
+        what = f"savepoint {target.uri} (checkpoint {metadata.checkpoint_id})"
+        say(f"verifying {what}")
+        report = gate.evaluate_savepoint(located_checkpoint(target, metadata), target.store)
+        if args.quarantine:
+            say("not quarantined: a savepoint folder is quarantined once imported")
+    code = 0 if report.passed else 1
+    if args.json:
+        print(json.dumps({"target": what, **report.to_body()}, indent=2, default=str))
+        return code
+    print(render_report(what, report))
+    return code
+
+
+def render_report(what: str, report: CandidateReport) -> str:
+    """The report as tables: every expectation and check with what it observed, then
+    the findings (integrity first: a checkpoint whose files are broken is not read)."""
+    verdict = report.verdict()
+    lines = [
+        f"{what}: {verdict} ({len(report.findings)} finding(s), {tables.seconds(report.seconds)})"
+    ]
+    rows = report.result_rows()
+    if rows:
+        lines += [
+            "",
+            tables.render(
+                ["state", "suite / check", "expectation", "result", "observed"],
+                [
+                    [r.state, r.source, r.item, "passed" if r.passed else "FAILED", r.observed]
+                    for r in rows
+                ],
+            ),
+        ]
+    elif report.passed:
+        lines.append(
+            "integrity ok; " + ("every suite skipped" if report.skipped else "no suites declared")
+        )
+    for title, findings in (
+        ("integrity findings", report.integrity_findings),
+        ("state findings", report.state_findings),
+    ):
+        if findings:
+            lines += [
+                "",
+                f"{title}:",
+                tables.render(
+                    ["object", "check", "problem"],
+                    [[f.object, f.check, f.problem] for f in findings],
+                ),
+            ]
+    if report.integrity_findings and not report.suites_run:
+        lines.append("\nsuites not run: integrity failed first")
+    if report.skipped:
+        lines.append(f"\nskipped: {', '.join(sorted(report.skipped))}")
+    if report.quarantined:
+        lines.append("quarantined: no restore will offer it until it is released")
+    return "\n".join(lines)
 
 
 def cmd_gc(args: argparse.Namespace) -> Any:
@@ -420,9 +605,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stats", help="summary statistics and the failure counter")
     p.set_defaults(fn=cmd_stats)
-    p = sub.add_parser("verify", help="check a completed checkpoint's files")
-    p.add_argument("checkpoint_id", type=int)
+    p = sub.add_parser(
+        "verify",
+        help="the quality gate's report on a checkpoint or savepoint (integrity, suites)",
+    )
+    p.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        help="a checkpoint id, or a savepoint folder (s3://..., file:///..., or a path "
+        "under the root); default: the head",
+    )
+    p.add_argument(
+        "--integrity-only",
+        action="store_true",
+        help="only check that every file exists with its size and checksum (fast; "
+        "needs no pipeline code)",
+    )
     p.add_argument("--quick", action="store_true", help="sizes only, no checksums")
+    p.add_argument(
+        "--skip-suite",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a suite, check or operator/state not to run (repeatable)",
+    )
+    p.add_argument(
+        "--gate",
+        default=os.environ.get("BATCHPOINT_QUALITY_GATE"),
+        help="module:attr of the quality gate (default: $BATCHPOINT_QUALITY_GATE, else "
+        "the pipeline's declared suites)",
+    )
+    p.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="store the report beside the checkpoint and quarantine it if it fails "
+        "(verify writes nothing otherwise)",
+    )
     p.set_defaults(fn=cmd_verify)
     p = sub.add_parser("gc", help="delete files no retained checkpoint references")
     p.add_argument("--dry-run", action="store_true")

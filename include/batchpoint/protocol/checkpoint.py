@@ -80,6 +80,14 @@ class DeclineResult(enum.StrEnum):
 
 _HANDLE_FIELDS = ("path", "size", "sha256", "rows", "name", "key_group_range")
 
+#: The pending record's property that marks an audited checkpoint (write-audit-publish):
+#: once every task acknowledged it, only the audit's verdict may complete it
+#: (`CheckpointCoordinator.try_finalize(..., audited=True)`). A property rather than a new
+#: field, so that the record format (and every record already stored) stays version 1.
+AUDIT_PROPERTY = "audit"
+#: Set by a savepoint import on the checkpoint it creates.
+IMPORTED_FROM_PROPERTY = "imported_from"
+
 
 @dataclass(frozen=True)
 class FileHandle:
@@ -174,6 +182,16 @@ class PendingCheckpoint:
     @property
     def is_savepoint(self) -> bool:
         return self.type is CheckpointType.SAVEPOINT
+
+    @property
+    def requires_audit(self) -> bool:
+        """Whether only an audit may complete this checkpoint. An imported savepoint
+        copies the properties of the checkpoint it was taken from, which completed (and
+        passed its audit, if it had one) back then: importing it is no new audit."""
+        return (
+            self.properties.get(AUDIT_PROPERTY) is True
+            and IMPORTED_FROM_PROPERTY not in self.properties
+        )
 
     def to_body(self) -> dict[str, Any]:
         return {

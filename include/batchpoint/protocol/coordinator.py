@@ -412,10 +412,18 @@ class CheckpointCoordinator:
 
     # == finalize, abort, expire =========================================================
 
-    def try_finalize(self, checkpoint_id: int) -> CheckpointOutcome | None:
+    def try_finalize(
+        self, checkpoint_id: int, *, audited: bool = False
+    ) -> CheckpointOutcome | None:
         """Complete the checkpoint if every expected task acknowledged; None while some
         have not (and it has not expired). Idempotent: a settled checkpoint returns its
-        outcome, after finishing any step a crash left undone."""
+        outcome, after finishing any step a crash left undone.
+
+        A checkpoint that requires an audit (`PendingCheckpoint.requires_audit`) is
+        completed only by its audit, which passes `audited=True` once its state passed
+        the quality gate. Anyone else (`settle` at the next trigger, a cleanup task)
+        leaves it pending for the audit to be retried, and expires it past its deadline:
+        completing it would publish state nobody validated."""
         outcome = self.get_outcome(checkpoint_id)
         if outcome is not None:
             self._settle_outcome(outcome, won=False)
@@ -436,6 +444,15 @@ class CheckpointCoordinator:
                 _expired_message(pending, missing or late),
             )
         if missing:
+            return None
+        if pending.requires_audit and not audited:
+            if now > pending.deadline:
+                return self.abort(
+                    checkpoint_id,
+                    CheckpointFailureReason.EXPIRED,
+                    f"every task acknowledged it, but its audit gave no verdict within "
+                    f"{pending.deadline - pending.trigger_time:g}s",
+                )
             return None
 
         blocker = self._finalize_blocker(pending)
@@ -529,8 +546,9 @@ class CheckpointCoordinator:
             return False, CheckpointOutcome.decode(key, self.store.get(key).data)
 
     def settle(self) -> list[CheckpointOutcome]:
-        """Expire overdue checkpoints, finalize complete ones, and finish the settling
-        steps of any checkpoint a crash left half-done."""
+        """Expire overdue checkpoints, finalize complete ones (except those that await
+        their audit), and finish the settling steps of any checkpoint a crash left
+        half-done."""
         settled = []
         for pending in self.pending_checkpoints():
             outcome = self.try_finalize(pending.checkpoint_id)

@@ -5,7 +5,12 @@ No Airflow here, and neither Spark nor Great Expectations is imported until a ga
 validates state: importing this package is cheap.
 """
 
-from batchpoint.quality.audit import AuditResult, audit_then_finalize, run_audited_epoch
+from batchpoint.quality.audit import (
+    AuditResult,
+    audit_then_finalize,
+    run_audited_epoch,
+    trigger_audited,
+)
 from batchpoint.quality.checks import CheckResult, RecomputeSample, StateCheck, StateTarget
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.gate import GatedRestore, QualityGate, QualityGateRefused, gated_restore
@@ -19,6 +24,7 @@ from batchpoint.quality.suites import (
     audit_enabled,
     declare_quality,
     quality_of,
+    skippable_names,
 )
 
 __all__ = [
@@ -50,4 +56,6 @@ __all__ = [
     "quality_of",
     "release",
     "run_audited_epoch",
+    "skippable_names",
+    "trigger_audited",
 ]

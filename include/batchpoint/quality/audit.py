@@ -6,18 +6,26 @@ CheckpointFailureReason.QUALITY_GATE: nothing of it is ever published, it counts
 failed checkpoint (towards tolerable_failed_checkpoints), and the previous checkpoint
 stays the head, so the next epoch reads on from there. The report is stored beside it.
 
-Call `audit_then_finalize` where an unaudited pipeline calls `PipelineDriver.finalize`.
+Trigger with `trigger_audited` (it marks the pending record with `{"audit": true}`) and
+call `audit_then_finalize` where an unaudited pipeline calls `PipelineDriver.finalize`.
+The mark is what keeps anyone else from completing the checkpoint unaudited: if the
+audit dies after every ack is in, the next trigger's `settle` leaves the checkpoint
+pending for a retried audit, and expires it at its deadline.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from batchpoint.protocol.checkpoint import (
+    AUDIT_PROPERTY,
     CheckpointFailureReason,
     CheckpointOutcome,
+    CheckpointType,
     CompletedCheckpoint,
+    PendingCheckpoint,
 )
 from batchpoint.quality.findings import summarize
 from batchpoint.quality.gate import QualityGate
@@ -49,6 +57,17 @@ class AuditResult:
         gate.candidates.append(self.report)
         gate.chosen = self.checkpoint_id if self.report.passed else None
         return gate.render()
+
+
+def trigger_audited(
+    driver: PipelineDriver,
+    checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
+    properties: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+) -> PendingCheckpoint:
+    """Trigger a checkpoint that only `audit_then_finalize` may complete."""
+    marked = {**(properties or {}), AUDIT_PROPERTY: True}
+    return driver.trigger(checkpoint_type, marked, timeout)
 
 
 def audit_then_finalize(
@@ -91,7 +110,8 @@ def audit_then_finalize(
             f"report: {driver.store.child(key)}",
         )
         return AuditResult(checkpoint_id, aborted, report)
-    finalized = coordinator.try_finalize(checkpoint_id)
+    # The verdict is in: this is the one call that may complete an audited checkpoint.
+    finalized = coordinator.try_finalize(checkpoint_id, audited=True)
     published = []
     if finalized is not None and finalized.completed is not None:
         published = driver.notify_complete(checkpoint_id)
@@ -104,7 +124,7 @@ def run_audited_epoch(
     """One in-process epoch whose checkpoint is audited before it completes."""
     from batchpoint.runtime.local import EpochResult
 
-    pending = runner.driver.trigger()
+    pending = trigger_audited(runner.driver)
     result = EpochResult(pending, None)
     result.reports = runner.run_operators(pending.checkpoint_id)
     audit = audit_then_finalize(runner.driver, pending.checkpoint_id, gate)

@@ -9,6 +9,9 @@ quarantined, so no later restore is offered it again until it is released.
 
 Every candidate's report is stored beside it (`checkpoints/chk-N/quality.json`); a dry
 run writes nothing and restores nothing, it only reports.
+
+Suites, checks and whole states can be skipped by name for one gate (`skip_suites`,
+checked against what the pipeline declares); the report lists what was skipped.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.protocol.checkpoint import CompletedCheckpoint
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.head import HeadPointer
+from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.findings import Finding
 from batchpoint.quality.integrity import (
     FileChecker,
@@ -31,9 +35,17 @@ from batchpoint.quality.integrity import (
 )
 from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.quality.report import CandidateReport, GateMode, GateReport
-from batchpoint.quality.suites import PipelineQuality, quality_of, validate_declaration
+from batchpoint.quality.suites import (
+    PipelineQuality,
+    StateQuality,
+    check_skip_names,
+    is_skipped,
+    quality_of,
+    validate_declaration,
+)
 from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
+from batchpoint.storage.base import ObjectStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,6 +54,9 @@ if TYPE_CHECKING:
     from batchpoint.runtime.driver import PipelineDriver
 
 Log = Callable[[str], None]
+
+#: Why a savepoint folder's report has no suite results.
+FOLDER_SUITES_NOTE = "suites: a savepoint folder is validated once imported"
 
 
 class QualityGateRefused(RestoreRefused):
@@ -63,6 +78,7 @@ class QualityGate:
         max_candidates: int = 3,
         skip_suites: Collection[str] = (),
         checksums: bool = True,
+        detailed: bool = False,
         clock: Callable[[], float] = time.time,
         log: Log = lambda _line: None,
     ) -> None:
@@ -73,9 +89,13 @@ class QualityGate:
         self.store = store_ref.open()
         self.quality = quality if quality is not None else quality_of(pipeline)
         validate_declaration(pipeline, self.quality)
+        check_skip_names(pipeline, self.quality, skip_suites)
         self.max_candidates = max_candidates
         self.skip_suites = frozenset(skip_suites)
         self.checksums = checksums
+        # Full GX results (observed values, unexpected counts) even for passing suites:
+        # what `batchpoint verify` shows; a restore only needs them for failures.
+        self.detailed = detailed
         self.clock = clock
         self.log = log
         self.coordinator = CheckpointCoordinator(self.store, pipeline.name)
@@ -95,8 +115,38 @@ class QualityGate:
             self._spark = spark_session("batchpoint-quality-gate", Settings.from_env().spark_master)
         return self._spark
 
+    def skipping(self, names: Collection[str]) -> QualityGate:
+        """This gate, also skipping `names` (suites, checks or `operator/state`)."""
+        return QualityGate(
+            self.pipeline,
+            self.store_ref,
+            spark=self._spark,
+            quality=self.quality,
+            max_candidates=self.max_candidates,
+            skip_suites=self.skip_suites | set(names),
+            checksums=self.checksums,
+            detailed=self.detailed,
+            clock=self.clock,
+            log=self.log,
+        )
+
+    def _runs_something(self, declared: StateQuality) -> bool:
+        if is_skipped(self.skip_suites, declared.key):
+            return False
+        suite = self.quality.suite_name(declared)
+        if declared.suite is not None and not is_skipped(self.skip_suites, suite):
+            return True
+        return any(not is_skipped(self.skip_suites, c.name) for c in declared.checks)
+
     def _needs_spark(self) -> bool:
-        return bool(self.quality.states) or self.quality.count_rows
+        # Skipping every declared suite and check, and row counts (off, or every state
+        # skipped by name), leaves integrity alone, which needs no Spark.
+        counted = self.quality.count_rows and any(
+            not is_skipped(self.skip_suites, f"{op.name}/{state}")
+            for op in self.pipeline.operators.values()
+            for state in op.states
+        )
+        return counted or any(map(self._runs_something, self.quality.states))
 
     def file_checker(self) -> FileChecker:
         """Checksums on executors when the gate uses Spark anyway, else on the driver."""
@@ -111,9 +161,28 @@ class QualityGate:
             from batchpoint.quality.validation import StateValidator
 
             self._validator = StateValidator(
-                self.spark, self.store_ref, self.pipeline, self.quality, skip=self.skip_suites
+                self.spark,
+                self.store_ref,
+                self.pipeline,
+                self.quality,
+                skip=self.skip_suites,
+                detailed=self.detailed,
             )
         return self._validator
+
+    def prepare(self) -> None:
+        """Build every suite that will run now, before any candidate is judged: a suite
+        that cannot be built, or names a column the state lacks, is a ConfigError, not a
+        verdict (GX would fail every candidate on it, and each would be quarantined)."""
+        from batchpoint.quality.validation import load_suite
+
+        # Built here and again by the validator (they are cheap to build): this needs no
+        # Spark, which a savepoint folder or a candidate with broken files never needs.
+        for declared in self.quality.states:
+            if declared.suite is not None and self._runs_something(declared):
+                load_suite(self.pipeline, self.quality, declared, self.skip_suites)
+        if self.skip_suites:
+            self.log(f"quality gate: skipping {', '.join(sorted(self.skip_suites))} on request")
 
     # -- candidates ---------------------------------------------------------------------
 
@@ -170,6 +239,32 @@ class QualityGate:
         )
         return self._judge(completed.checkpoint_id, completed, findings, mode, started)
 
+    def evaluate_savepoint(
+        self, completed: CompletedCheckpoint, store: ObjectStore
+    ) -> CandidateReport:
+        """The integrity of a savepoint folder not imported yet (`completed` as
+        `located_checkpoint` gives it, its paths keys of `store`). Its suites run once it
+        is imported: checks such as a recomputed sample read the pipeline's sources,
+        which a folder that was moved elsewhere does not hold."""
+        started = time.monotonic()
+        findings = check_completed(
+            store,
+            PipelineLayout(self.pipeline.name),
+            completed,
+            spec=self.pipeline.spec(),
+            file_checker=driver_file_checker(store, self.checksums),
+        )
+        return CandidateReport(
+            pipeline=self.pipeline.name,
+            checkpoint_id=completed.checkpoint_id,
+            checkpoint_type=completed.pending.type.value,
+            mode=GateMode.RESTORE,
+            evaluated_at=self.clock(),
+            seconds=time.monotonic() - started,
+            findings=findings,
+            skipped=[FOLDER_SUITES_NOTE],
+        )
+
     def _judge(
         self,
         checkpoint_id: int,
@@ -197,6 +292,8 @@ class QualityGate:
                 if state.checks:
                     report.checks[state.key] = state.checks
                 report.skipped += state.skipped
+        else:
+            report.skipped = sorted(self.skip_suites)
         report.seconds = time.monotonic() - started
         return report
 
@@ -207,8 +304,8 @@ class QualityGate:
         QualityGateRefused (after storing the reports and quarantines) when none does."""
         report = GateReport(self.pipeline.name, GateMode.RESTORE, self.clock(), dry_run)
         eligible, report.quarantined_skipped, beyond = self.candidates(checkpoint_id)
-        if eligible and self.quality.states:
-            self.validator().load_suites()  # a bad declaration is a ConfigError, not a verdict
+        if eligible:
+            self.prepare()
         for cid in eligible:
             self.log(f"quality gate: examining checkpoint {cid}")
             candidate = self.evaluate(cid)

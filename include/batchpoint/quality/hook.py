@@ -8,18 +8,20 @@ files are intact; the hook answers with the gate's verdict and full report. A
 quarantined checkpoint is refused without being read. A savepoint folder (not yet
 imported) gets the integrity checks only: its state is validated once imported, as a
 checkpoint of the pipeline.
+
+One hook object serves every restore of a deployment; what a single restore asks for (a
+dry run that records nothing, suites to skip) is a copy made by `configured`, so that
+one run's choices never leak into the next.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.records import to_iso
 from batchpoint.quality.gate import QualityGate
-from batchpoint.quality.integrity import check_completed, driver_file_checker
-from batchpoint.quality.report import CandidateReport, GateMode
+from batchpoint.quality.report import CandidateReport
 
 if TYPE_CHECKING:
     from batchpoint.runtime.restore import GateResult, RestoreCandidate
@@ -31,18 +33,50 @@ class QualityRestoreGate:
     """Calls a QualityGate (built on first use: it may start Spark and import Great
     Expectations) on each restore candidate. With `record`, failing checkpoints are
     quarantined and every report is stored beside its checkpoint; without, it writes
-    nothing (for dry runs)."""
+    nothing (for dry runs). `skip_suites` are skipped by the gate (and checked against
+    what the pipeline declares when the gate is built)."""
 
-    def __init__(self, make_gate: Callable[[], QualityGate], *, record: bool = True) -> None:
+    def __init__(
+        self,
+        make_gate: Callable[[], QualityGate],
+        *,
+        record: bool = True,
+        skip_suites: Collection[str] = (),
+    ) -> None:
         self._make_gate = make_gate
         self._gate: QualityGate | None = None
         self.record = record
+        self.skip_suites = tuple(sorted(set(skip_suites)))
+
+    def configured(
+        self, *, record: bool | None = None, skip_suites: Collection[str] | None = None
+    ) -> QualityRestoreGate:
+        """A copy for one restore: `record=False` for a dry run, suites to skip. The copy
+        builds its own gate, so nothing of this run's choice sticks to this object."""
+        return QualityRestoreGate(
+            self._make_gate,
+            record=self.record if record is None else record,
+            skip_suites=self.skip_suites if skip_suites is None else skip_suites,
+        )
+
+    def __repr__(self) -> str:  # what the restore task's log names
+        skip = f", skip_suites={list(self.skip_suites)}" if self.skip_suites else ""
+        return f"QualityRestoreGate(record={self.record}{skip})"
 
     @property
     def gate(self) -> QualityGate:
         if self._gate is None:
-            self._gate = self._make_gate()
+            gate = self._make_gate()
+            self._gate = gate.skipping(self.skip_suites) if self.skip_suites else gate
         return self._gate
+
+    def prepare(self) -> None:
+        """Build the gate and its suites before the first candidate: an unknown suite
+        name or a broken suite fails the restore as a ConfigError, instead of failing
+        (and quarantining) every candidate."""
+        self.gate.prepare()
+        if not self.record:
+            self.gate.log("quality gate: dry run, nothing is quarantined or stored")
 
     def __call__(self, candidate: RestoreCandidate) -> GateResult:
         from batchpoint.runtime.restore import GateResult
@@ -67,24 +101,7 @@ class QualityRestoreGate:
         return GateResult(report.passed, report.to_body(), NAME)
 
     def _folder_report(self, candidate: RestoreCandidate) -> CandidateReport:
-        gate = self.gate
-        completed = candidate.completed
-        findings = check_completed(
-            candidate.store,
-            PipelineLayout(gate.pipeline.name),
-            completed,
-            spec=gate.pipeline.spec(),
-            file_checker=driver_file_checker(candidate.store, gate.checksums),
-        )
-        return CandidateReport(
-            pipeline=gate.pipeline.name,
-            checkpoint_id=candidate.checkpoint_id,
-            checkpoint_type=completed.pending.type.value,
-            mode=GateMode.RESTORE,
-            evaluated_at=gate.clock(),
-            findings=findings,
-            skipped=["suites: a savepoint folder is validated once imported"],
-        )
+        return self.gate.evaluate_savepoint(candidate.completed, candidate.store)
 
 
 def restore_gate(pipeline_ref: str, *, record: bool = True, **options: Any) -> QualityRestoreGate:

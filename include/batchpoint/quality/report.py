@@ -4,18 +4,63 @@ checkpoint and inside quarantine records) and as text (for the task log and the 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint.protocol import records
 from batchpoint.protocol.records import from_iso, to_iso
-from batchpoint.quality.findings import Finding
+from batchpoint.quality.findings import Check, Finding
+
+#: The checks that judge a checkpoint's records and files, not its state's content.
+INTEGRITY_CHECKS = frozenset(
+    {Check.METADATA, Check.FILE, Check.KEY_GROUPS, Check.SOURCE_OFFSETS, Check.SINK_MANIFEST}
+)
 
 
 class GateMode(enum.StrEnum):
     RESTORE = "restore"  # choosing a checkpoint to restore
     AUDIT = "audit"  # a checkpoint whose acks are in, before it may complete
+
+
+def describe_expectation(item: Mapping[str, Any]) -> str:
+    """One expectation of a GX result, as `type(kwargs) on column 'c'`."""
+    config = item.get("expectation_config") or {}
+    kwargs = {k: v for k, v in (config.get("kwargs") or {}).items() if k != "batch_id"}
+    column = kwargs.pop("column", None)
+    args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    described = f"{config.get('type', 'expectation')}({args})"
+    return described + (f" on column '{column}'" if column else "")
+
+
+def observed_text(item: Mapping[str, Any]) -> str:
+    """What GX saw for one expectation: unexpected values, an observed value, or the
+    error it raised; empty when the result has no details (a passing quick pass)."""
+    info = item.get("exception_info") or {}
+    if info.get("raised_exception"):
+        return f"it raised {info.get('exception_message')}"
+    result = item.get("result") or {}
+    if "unexpected_count" in result:
+        examples = result.get("partial_unexpected_list") or []
+        shown = f" (e.g. {examples[:5]!r})" if examples else ""
+        total = result.get("element_count")
+        of = f" of {total}" if total is not None else ""
+        return f"{result['unexpected_count']}{of} values unexpected{shown}"
+    if "observed_value" in result:
+        return f"observed {result['observed_value']!r}"
+    return json.dumps(result)[:200] if result else ""
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One line of a report's table: an expectation of a suite, or a batchpoint check."""
+
+    state: str  # operator/state
+    source: str  # `suite <name>` or `check <name>`
+    item: str  # the expectation, or what the check compares
+    passed: bool
+    observed: str
 
 
 @dataclass
@@ -84,6 +129,44 @@ class CandidateReport:
         _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
         return cls.from_body(key, body)
 
+    @property
+    def integrity_findings(self) -> list[Finding]:
+        return [f for f in self.findings if f.check in INTEGRITY_CHECKS]
+
+    @property
+    def state_findings(self) -> list[Finding]:
+        return [f for f in self.findings if f.check not in INTEGRITY_CHECKS]
+
+    def result_rows(self) -> list[ResultRow]:
+        """Every expectation and check that ran, passed or not, with what it observed."""
+        rows = []
+        for state, suites in sorted(self.gx_results.items()):
+            for name, result in sorted(suites.items()):
+                rows += [
+                    ResultRow(
+                        state,
+                        f"suite {name}",
+                        describe_expectation(item),
+                        bool(item.get("success")),
+                        observed_text(item),
+                    )
+                    for item in result.get("results", [])
+                ]
+        failed = {(f.object, f.check) for f in self.findings}
+        for state, checks in sorted(self.checks.items()):
+            for name, details in sorted(checks.items()):
+                check = name if name == Check.ROW_COUNT else f"{Check.SAMPLE}:{name}"
+                rows.append(
+                    ResultRow(
+                        state,
+                        f"check {name}",
+                        _check_item(name, details),
+                        (state, check) not in failed,
+                        _check_observed(details),
+                    )
+                )
+        return rows
+
     def verdict(self) -> str:
         if self.passed:
             return "passed"
@@ -120,7 +203,27 @@ class CandidateReport:
                     parts.append(f"{state} {name} {details['keys_compared']} keys")
                 elif "rows" in details:
                     parts.append(f"{state} {details['rows']} rows")
-        return "; ".join(parts) if parts else "no suites declared"
+        if parts:
+            return "; ".join(parts)
+        return "every suite skipped" if self.skipped else "no suites declared"
+
+
+def _check_item(name: str, details: Mapping[str, Any]) -> str:
+    if name == Check.ROW_COUNT:
+        return "rows in the files = rows in the metadata"
+    if "source" in details:
+        return f"sampled keys = recomputed from source '{details['source']}'"
+    return name
+
+
+def _check_observed(details: Mapping[str, Any]) -> str:
+    if "recorded_rows" in details:
+        return f"{details.get('rows')} rows, {details['recorded_rows']} recorded"
+    if "keys_compared" in details:
+        return (
+            f"{details['keys_compared']} keys compared, {details.get('keys_differing', 0)} differ"
+        )
+    return json.dumps(details, default=str)[:200]
 
 
 @dataclass

@@ -174,6 +174,31 @@ def is_skipped(skip: Collection[str], *names: str | None) -> bool:
     return any(n is not None and n in skip for n in names)
 
 
+def skippable_names(pipeline: Pipeline, quality: PipelineQuality) -> list[str]:
+    """What a gate may be asked to skip: every declared suite and check by name, and
+    every state of the pipeline as `operator/state` (everything on it, its row count too)."""
+    names = {f"{op.name}/{state}" for op in pipeline.operators.values() for state in op.states}
+    for declared in quality.states:
+        names.add(declared.key)
+        suite = quality.suite_name(declared)
+        if suite is not None:
+            names.add(suite)
+        names.update(check.name for check in declared.checks)
+    return sorted(names)
+
+
+def check_skip_names(pipeline: Pipeline, quality: PipelineQuality, skip: Collection[str]) -> None:
+    """A misspelt name would otherwise skip nothing, silently: the suite the operator
+    meant to skip would still run (and could quarantine the candidate)."""
+    valid = skippable_names(pipeline, quality)
+    unknown = sorted(set(skip) - set(valid))
+    if unknown:
+        raise ConfigError(
+            f"skip_suites: pipeline '{pipeline.name}' declares no suite, check or state named "
+            f"{', '.join(repr(n) for n in unknown)}; valid names: {', '.join(valid) or 'none'}"
+        )
+
+
 def declare_quality(pipeline: Pipeline, quality: PipelineQuality) -> Pipeline:
     pipeline.properties[QUALITY_PROPERTY] = quality
     return pipeline

@@ -28,6 +28,7 @@ from batchpoint.protocol.layout import split_task_name
 from batchpoint.quality.checks import CheckResult, StateTarget, count_rows
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.integrity import max_parallelism_of
+from batchpoint.quality.report import describe_expectation, observed_text
 from batchpoint.quality.suites import LoadedSuite, PipelineQuality, StateQuality, is_skipped
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.runner import state_stream
@@ -49,7 +50,8 @@ class GxValidator:
 
     DATASOURCE = "batchpoint"
 
-    def __init__(self) -> None:
+    def __init__(self, *, detailed: bool = False) -> None:
+        self.detailed = detailed
         self._context: Any = None
         self._batches: dict[str, Any] = {}
 
@@ -78,8 +80,10 @@ class GxValidator:
         examples) when it failed. A passing state, the common case, costs one cheap pass."""
         definition = self._batch_definition(_asset_name(asset))
         batch = definition.get_batch(batch_parameters={"dataframe": df})
-        result = batch.validate(suite, result_format=QUICK_FORMAT)
-        if not result.success:
+        result = batch.validate(
+            suite, result_format=DETAIL_FORMAT if self.detailed else QUICK_FORMAT
+        )
+        if not result.success and not self.detailed:
             result = batch.validate(suite, result_format=DETAIL_FORMAT)
         # Round-trip through json: GX's dict may hold numpy and Decimal values.
         return json.loads(json.dumps(result.to_json_dict(), default=str))
@@ -91,36 +95,15 @@ def _asset_name(key: str) -> str:
 
 def findings_from_result(key: str, suite: str, result: dict[str, Any]) -> list[Finding]:
     """One finding per failed expectation, in words an operator can act on."""
-    findings = []
-    for item in result.get("results", []):
-        if item.get("success"):
-            continue
-        config = item.get("expectation_config") or {}
-        kwargs = {k: v for k, v in (config.get("kwargs") or {}).items() if k != "batch_id"}
-        what = config.get("type", "expectation")
-        column = kwargs.pop("column", None)
-        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-        expectation = f"{what}({args})" + (f" on column '{column}'" if column else "")
-        findings.append(
-            Finding(key, f"{Check.SUITE}:{suite}", f"{expectation} failed: {_observed(item)}")
+    return [
+        Finding(
+            key,
+            f"{Check.SUITE}:{suite}",
+            f"{describe_expectation(item)} failed: {observed_text(item)}",
         )
-    return findings
-
-
-def _observed(item: dict[str, Any]) -> str:
-    info = item.get("exception_info") or {}
-    if info.get("raised_exception"):
-        return f"it raised {info.get('exception_message')}"
-    result = item.get("result") or {}
-    if "unexpected_count" in result:
-        examples = result.get("partial_unexpected_list") or []
-        shown = f" (e.g. {examples[:5]!r})" if examples else ""
-        total = result.get("element_count")
-        of = f" of {total}" if total is not None else ""
-        return f"{result['unexpected_count']}{of} values unexpected{shown}"
-    if "observed_value" in result:
-        return f"observed {result['observed_value']!r}"
-    return json.dumps(result)[:200]
+        for item in result.get("results", [])
+        if not item.get("success")
+    ]
 
 
 @dataclass
@@ -154,13 +137,14 @@ class StateValidator:
         quality: PipelineQuality,
         *,
         skip: Collection[str] = (),
+        detailed: bool = False,
     ) -> None:
         self.spark = spark
         self.store_ref = store_ref
         self.pipeline = pipeline
         self.quality = quality
         self.skip = frozenset(skip)
-        self.gx = GxValidator()
+        self.gx = GxValidator(detailed=detailed)
         self._suites: dict[int, LoadedSuite | None] = {}
 
     def load_suites(self) -> None:
@@ -168,15 +152,13 @@ class StateValidator:
         configuration error before any candidate is judged (and quarantined) by it:
         GX would report an expectation on a misspelt column as a failure of every one."""
         for declared in self.quality.states:
-            loaded = self._suite(declared)
-            if loaded is not None:
-                schema = self.pipeline.operators[declared.operator].states[declared.state]
-                _check_columns(loaded, set(schema.names))
+            self._suite(declared)
 
     def _suite(self, declared: StateQuality) -> LoadedSuite | None:
         if id(declared) not in self._suites:
-            skipped = is_skipped(self.skip, declared.key, self.quality.suite_name(declared))
-            self._suites[id(declared)] = None if skipped else self.quality.load(declared)
+            self._suites[id(declared)] = load_suite(
+                self.pipeline, self.quality, declared, self.skip
+            )
         return self._suites[id(declared)]
 
     def validate(self, completed: CompletedCheckpoint) -> ValidationRun:
@@ -289,6 +271,20 @@ class StateValidator:
             yield df
         finally:
             df.unpersist()
+
+
+def load_suite(
+    pipeline: Pipeline, quality: PipelineQuality, declared: StateQuality, skip: Collection[str]
+) -> LoadedSuite | None:
+    """The declared suite, built and checked against its state's columns; None when it
+    is skipped or there is none. Needs Great Expectations, not Spark."""
+    if is_skipped(skip, declared.key, quality.suite_name(declared)):
+        return None
+    loaded = quality.load(declared)
+    if loaded is not None:
+        schema = pipeline.operators[declared.operator].states[declared.state]
+        _check_columns(loaded, set(schema.names))
+    return loaded
 
 
 _COLUMN_KWARGS = ("column", "column_A", "column_B", "column_list")

@@ -8,6 +8,10 @@ this operator, point (and checkpoint).
 BATCHPOINT_FAULT_MODE chooses how the task dies: `exit` (default) ends the process at
 once like SIGKILL; `raise` throws InjectedKill, a BaseException that no cleanup code
 catches, so an in-process test can "restart" the task without a new Spark session.
+
+BATCHPOINT_FAULT_ONCE=<path> makes the fault fire once, across processes: the first
+task to reach the point creates the file and dies, and later attempts (a scheduler's
+retry) find the file and carry on. This is how a demo shows a retry recovering.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 
 ENV = "BATCHPOINT_FAULT"
 MODE_ENV = "BATCHPOINT_FAULT_MODE"
+ONCE_ENV = "BATCHPOINT_FAULT_ONCE"
 
 #: The points the runtime passes, in order.
 POINTS = (
@@ -49,8 +54,20 @@ def fault_matches(operator: str, point: str, checkpoint_id: int, spec: str | Non
     return len(parts) == 2 or parts[2] == str(checkpoint_id)
 
 
+def _first_time(marker: str) -> bool:
+    try:
+        # O_EXCL: of concurrent attempts exactly one creates the file.
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def maybe_fail(operator: str, point: str, checkpoint_id: int) -> None:
     if not fault_matches(operator, point, checkpoint_id):
+        return
+    marker = os.environ.get(ONCE_ENV)
+    if marker and not _first_time(marker):
         return
     message = f"batchpoint: injected fault: {operator} dies at {point} of {checkpoint_id}"
     if os.environ.get(MODE_ENV, "exit") == "raise":

@@ -10,14 +10,20 @@ URI, or a path under the storage root). Every candidate is checked for integrity
 referenced file exists with its recorded size, and checksum when asked) and then by the
 optional quality gate: any callable that takes the candidate and returns a GateResult.
 The restore DAG and `batchpoint restore` share this module; neither imports Airflow here.
+
+What the restore form asks of the gate is a `GateOptions`: the gate on (default) or off,
+which needs a typed confirmation (`ungated_phrase`); how far back `latest` may look
+(`max_candidates`, enforced by the planner); suites to skip; and whether this is a dry
+run, which a configurable gate (`ConfigurableGate`) is told so that it records nothing.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
 from batchpoint.protocol.checkpoint import CheckpointType, CompletedCheckpoint
@@ -148,6 +154,118 @@ class GateResult:
 RestoreGate = Callable[[RestoreCandidate], GateResult]
 
 
+@runtime_checkable
+class ConfigurableGate(Protocol):
+    """A gate hook that can be set up for one restore (batchpoint's own,
+    `batchpoint.quality.hook.QualityRestoreGate`, is one)."""
+
+    def __call__(self, candidate: RestoreCandidate) -> GateResult: ...
+
+    def configured(
+        self, *, record: bool | None = None, skip_suites: Collection[str] | None = None
+    ) -> ConfigurableGate:
+        """A copy that records nothing when `record` is False (a dry run: no
+        quarantine, no stored report) and skips `skip_suites`."""
+        ...
+
+    def prepare(self) -> None:
+        """Check the gate's configuration before the first candidate; raise ConfigError."""
+        ...
+
+
+def ungated_phrase(pipeline: str) -> str:
+    """What to type to restore `pipeline` with the quality gate off."""
+    return f"restore {pipeline} without the gate"
+
+
+def parse_max_candidates(value: Any) -> int | None:
+    """How many of the newest retained checkpoints `latest` may examine: None (or
+    empty) for all of them, else an integer >= 1."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"max_candidates must be an integer >= 1 (or empty for every retained "
+            f"checkpoint), got {value!r}"
+        )
+    return value
+
+
+def parse_skip_suites(value: Any) -> tuple[str, ...]:
+    """Names to skip: a list of strings, or one string of names separated by commas or
+    new lines (what a text field sends). Order kept, duplicates dropped."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = re.split(r"[,\n]", value)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"skip_suites must be a list of suite names, got {value!r}")
+    names = [v.strip() for v in value if v.strip()]
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """What one restore asks of the quality gate."""
+
+    enabled: bool = True
+    max_candidates: int | None = None
+    skip_suites: tuple[str, ...] = ()
+
+    @classmethod
+    def from_form(
+        cls,
+        pipeline: str,
+        *,
+        quality_gate: Any = True,
+        confirm_ungated: Any = "",
+        max_candidates: Any = None,
+        skip_suites: Any = (),
+    ) -> GateOptions:
+        """Checked before anything is read: turning the gate off must be confirmed by
+        typing `ungated_phrase(pipeline)` (surrounding spaces ignored), so that a
+        restore that may bring back broken state is never one click away."""
+        enabled = parse_flag("quality_gate", quality_gate)
+        if not enabled:
+            phrase = ungated_phrase(pipeline)
+            typed = confirm_ungated.strip() if isinstance(confirm_ungated, str) else ""
+            if typed != phrase:
+                got = f"got {confirm_ungated!r}" if typed else "it is empty"
+                raise RestoreRefused(
+                    f"the quality gate is off for this restore of '{pipeline}', which needs a "
+                    f'typed confirmation: set confirm_ungated to exactly "{phrase}" ({got}), '
+                    "or turn quality_gate back on"
+                )
+        return cls(enabled, parse_max_candidates(max_candidates), parse_skip_suites(skip_suites))
+
+
+def parse_flag(name: str, value: Any) -> bool:
+    """A boolean form field, also as the text a template renders ("True", "false")."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"{name} must be true or false, got {value!r}")
+
+
+def configure_gate(
+    gate: RestoreGate, *, record: bool, skip_suites: Collection[str] = ()
+) -> RestoreGate:
+    """The gate for one restore. A plain callable cannot be told to skip suites (an
+    error: the restore would run what was asked to be skipped) nor to record nothing
+    (it is called as it is; what it writes is its own business)."""
+    if isinstance(gate, ConfigurableGate):
+        return gate.configured(record=record, skip_suites=skip_suites)
+    if skip_suites:
+        raise ConfigError(
+            f"the quality gate {getattr(gate, '__name__', type(gate).__name__)} cannot skip "
+            f"suites ({', '.join(skip_suites)}): only a batchpoint QualityRestoreGate can"
+        )
+    return gate
+
+
 @dataclass
 class CandidateCheck:
     candidate: RestoreCandidate
@@ -179,6 +297,8 @@ class RestorePlan:
     source: RestoreSource
     parallelism: dict[str, int]
     checks: list[CandidateCheck]
+    max_candidates: int | None = None
+    not_examined: list[int] = field(default_factory=list)  # older than max_candidates
 
     @property
     def chosen(self) -> RestoreCandidate | None:
@@ -193,10 +313,18 @@ class RestorePlan:
             "checkpoint_id": chosen.checkpoint_id if chosen else None,
             "parallelism": self.parallelism,
             "checks": [c.to_json() for c in self.checks],
+            "max_candidates": self.max_candidates,
+            "not_examined": self.not_examined,
         }
 
     def refusal(self) -> str:
-        lines = [f"no candidate for a restore of pipeline '{self.pipeline}' from {self.source}"]
+        head = f"no candidate for a restore of pipeline '{self.pipeline}' from {self.source}"
+        if self.max_candidates is not None and self.source.kind == "latest":
+            head += f": looked at the {len(self.checks)} newest; none passed"
+            if self.not_examined:
+                older = ", ".join(map(str, self.not_examined))
+                head += f" (max_candidates is {self.max_candidates}; older, not examined: {older})"
+        lines = [head]
         for check in self.checks:
             why = "; ".join(check.problems[:3])
             if check.gate is not None and not check.gate.passed:
@@ -227,9 +355,11 @@ class RestorePlanner:
         checksums: bool = False,
         store_options: Mapping[str, str] | None = None,
         progress: ProgressFn | None = None,
+        max_candidates: int | None = None,
     ) -> None:
         self.driver = driver
         self.gate = gate
+        self.max_candidates = parse_max_candidates(max_candidates)
         self.checksums = checksums
         self.store_options = dict(store_options or {})
         self.progress = progress or (lambda _line: None)
@@ -241,15 +371,18 @@ class RestorePlanner:
     def plan(
         self, source: RestoreSource | str | int | None, parallelism: Any = None
     ) -> RestorePlan:
-        """Find and check candidates; writes nothing. For `latest`, candidates are checked
-        newest first and checking stops at the first that passes."""
+        """Find and check candidates; writes nothing (but a gate may quarantine the ones
+        it fails). For `latest`, candidates are checked newest first, at most
+        `max_candidates` of them, and checking stops at the first that passes."""
         source = source if isinstance(source, RestoreSource) else RestoreSource.parse(source)
         operators = [op.name for op in self.driver.current_spec().operators if op.has_tasks]
         wanted = parse_parallelism(parallelism, operators)
         if wanted:
             self.driver.pipeline.spec(wanted)  # validates against max_parallelism now
-        plan = RestorePlan(self.pipeline, source, wanted, [])
-        for candidate in self._candidates(source):
+        plan = RestorePlan(self.pipeline, source, wanted, [], self.max_candidates)
+        if isinstance(self.gate, ConfigurableGate):
+            self.gate.prepare()
+        for candidate in self._candidates(source, plan):
             check = self.check(candidate)
             plan.checks.append(check)
             verdict = "passed" if check.passed else "failed"
@@ -258,7 +391,7 @@ class RestorePlanner:
                 break
         return plan
 
-    def _candidates(self, source: RestoreSource):  # -> Iterator[RestoreCandidate]
+    def _candidates(self, source: RestoreSource, plan: RestorePlan) -> Iterator[RestoreCandidate]:
         c = self.driver.coordinator
         if source.kind == "savepoint":
             location = savepoint_location(source.location, c.store, self.store_options)
@@ -289,6 +422,8 @@ class RestorePlanner:
             if not retained:
                 raise RestoreRefused(f"pipeline '{self.pipeline}' has no retained checkpoint")
             ids = sorted(retained, reverse=True)
+            if self.max_candidates is not None:
+                ids, plan.not_examined = ids[: self.max_candidates], ids[self.max_candidates :]
         for checkpoint_id in ids:
             assert checkpoint_id is not None
             yield RestoreCandidate(
@@ -310,6 +445,8 @@ class RestorePlanner:
             self.progress(f"running the quality gate on {candidate.description}")
             try:
                 check.gate = self.gate(candidate)
+            except ConfigError:
+                raise  # the gate is misconfigured: no verdict on this or any candidate
             except BatchpointError as exc:
                 check.gate = GateResult(False, f"the gate raised: {exc}")
         return check

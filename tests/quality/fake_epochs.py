@@ -1,0 +1,63 @@
+"""Checkpoints of the payments pipeline whose tasks ack small stand-in files, laid out so
+that the quality gate's integrity checks pass (each state file records its subtask's
+key-group range), without Spark. Good for everything about the gate but the content of
+the state: the restore form, dry runs, how far back, the audit guard, `verify` tables.
+
+tests/cli and tests/airflow load this file by path (they are not packages), so one
+definition serves the three suites.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from batchpoint.protocol.checkpoint import CheckpointType, FileHandle, PendingCheckpoint
+from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.pipeline import OperatorKind
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.runtime.runner import state_stream
+from batchpoint.state.keygroups import key_group_range_for_subtask
+
+ATTEMPT = "fake"
+
+
+def ack_all(driver: PipelineDriver, pending: PendingCheckpoint) -> None:
+    """Every expected task acks: one file per state (with its key groups), else one."""
+    c = driver.coordinator
+    spec = c.load_spec()
+    cid = pending.checkpoint_id
+    for task in pending.expected_tasks:
+        name, subtask = split_task_name(task)
+        op = spec.operator(name)
+        streams: list[tuple[str, tuple[int, int] | None]] = [("out", None)]
+        if op.kind is OperatorKind.OPERATOR and op.states:
+            groups = key_group_range_for_subtask(op.max_parallelism, op.parallelism, subtask)
+            streams = [(state_stream(s), (groups.start, groups.end)) for s in op.states]
+        handles = []
+        for stream, groups in streams:
+            data = f"{task} {stream} checkpoint {cid}\n".encode()
+            key = c.layout.task_data_prefix(cid, task, ATTEMPT) + f"{stream}/part-0.bin"
+            c.store.put(key, data)
+            digest = hashlib.sha256(data).hexdigest()
+            handles.append(FileHandle(key, len(data), digest, 1, groups, stream))
+        c.acknowledge(cid, task, ATTEMPT, handles)
+
+
+def epoch(driver: PipelineDriver, kind: CheckpointType = CheckpointType.CHECKPOINT) -> int:
+    """One completed (and published) checkpoint; its id."""
+    pending = driver.trigger(kind)
+    ack_all(driver, pending)
+    outcome = driver.finalize(pending.checkpoint_id)
+    assert outcome is not None and outcome.completed is not None, outcome
+    return pending.checkpoint_id
+
+
+def break_a_file(driver: PipelineDriver, checkpoint_id: int) -> str:
+    """Flip a byte of one of the checkpoint's state files (same size: only a checksum
+    sees it); its path."""
+    completed = driver.coordinator.completed.get(checkpoint_id)
+    path = next(h.path for h in completed.handles if h.name.startswith("state-"))
+    data = bytearray(driver.store.get(path).data)
+    data[0] ^= 0xFF
+    driver.store.put(path, bytes(data))
+    return path
