@@ -18,6 +18,7 @@ from batchpoint.demo.payments import SOURCE_ROOT
 from batchpoint.demo.payments_reference import compute_reference
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.sinks import read_sink_table
+from batchpoint.spark.fast_start import submit_args
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
@@ -40,12 +41,8 @@ def test_spark_jobs_failure_recovery_and_rescaling_restore(bp, write_epoch, monk
     bp.set(
         spark_submit=SPARK_SUBMIT,
         spark_master="local[2]",
-        # Short jobs on tiny data: the JVM's quick (C1) compiler and no adaptive query
-        # planning make each job start and finish markedly faster (about 40% here).
-        spark_submit_args=(
-            "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' "
-            "--conf spark.sql.adaptive.enabled=false --conf spark.sql.shuffle.partitions=2"
-        ),
+        # Short jobs on tiny data: start-up dominates (see batchpoint.spark.fast_start).
+        spark_submit_args=submit_args(),
         checkpoint_timeout=1800,
         ack_poll_interval=1,
     )

@@ -21,7 +21,7 @@ REF = "batchpoint.demo.payments:pipeline"
 @pytest.fixture
 def root(tmp_path, monkeypatch) -> str:
     uri = (tmp_path / "store").as_uri()
-    for name in ("BATCHPOINT_ROOT", "BATCHPOINT_PIPELINE_REF"):
+    for name in ("BATCHPOINT_ROOT", "BATCHPOINT_PIPELINE_REF", "BATCHPOINT_QUALITY_GATE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("BATCHPOINT_ROOT", uri)
     return uri

@@ -3,9 +3,11 @@
 
 `savepoint`, `restore` and `verify` also need the pipeline's code: --pipeline-ref
 module:attr or BATCHPOINT_PIPELINE_REF (`verify` finds it in the quality gate named by
-BATCHPOINT_QUALITY_GATE too). Long operations print their progress (to stderr with
---json, so the JSON on stdout stays parseable). Exit codes: 0 done (or passed), 1 a
-check failed or a restore was refused, 2 a mistake in the command or the setup."""
+BATCHPOINT_QUALITY_GATE too). `restore` runs that quality gate too, as the restore DAG
+does. Long operations print their progress (to stderr with --json, so the JSON on stdout
+stays parseable; always to stderr for `restore`, whose report is stdout). Exit codes: 0
+done (or passed), 1 a check failed or a restore was refused, 2 a mistake in the command
+or the setup."""
 
 from __future__ import annotations
 
@@ -13,11 +15,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from batchpoint.cli import tables
-from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
+from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError, RestoreRefused
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.layout import PipelineLayout
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from batchpoint.protocol.savepoints import SavepointLocation
     from batchpoint.quality.gate import QualityGate
     from batchpoint.quality.report import CandidateReport
+    from batchpoint.runtime.restore import CandidateCheck, GateOptions, RestoreGate
 
 
 def _pipelines(settings: Settings) -> list[str]:
@@ -66,24 +69,6 @@ def history_row(s: CheckpointStats) -> list[Any]:
     ]
 
 
-def _stats_json(s: CheckpointStats) -> dict[str, Any]:
-    return {
-        "checkpoint_id": s.checkpoint_id,
-        "type": s.type.value,
-        "status": s.status.value,
-        "trigger_time": s.trigger_time,
-        "end_time": s.end_time,
-        "duration_s": s.duration_s,
-        "state_size": s.state_size,
-        "rows": s.rows,
-        "acknowledged": s.acknowledged,
-        "expected": s.expected,
-        "base_checkpoint_id": s.base_checkpoint_id,
-        "failure_reason": s.failure_reason,
-        "failure_message": s.failure_message,
-    }
-
-
 HISTORY_HEADERS = [
     "id",
     "type",
@@ -105,7 +90,7 @@ def cmd_list(args: argparse.Namespace) -> Any:
         return {
             "pipeline": c.pipeline,
             "head": head.checkpoint_id,
-            "checkpoints": [_stats_json(s) for s in history],
+            "checkpoints": [s.to_json() for s in history],
         }
     print(
         f"pipeline {c.pipeline}: head = checkpoint {head.checkpoint_id}, "
@@ -120,7 +105,7 @@ def cmd_show(args: argparse.Namespace) -> Any:
     stats, tasks = CheckpointStatsTracker(c).checkpoint(args.checkpoint_id)
     pending = c.get_checkpoint(args.checkpoint_id)
     if args.json:
-        out = _stats_json(stats)
+        out = stats.to_json()
         out["barrier"] = dict(pending.barrier)
         out["tasks"] = [t.__dict__ for t in tasks]
         return out
@@ -252,45 +237,60 @@ def _load_object(reference: str) -> Any:
         raise ConfigError(f"quality gate {reference!r}: {exc}") from None
 
 
+def _named_gate(args: argparse.Namespace) -> Any:
+    """What --gate (default $BATCHPOINT_QUALITY_GATE) names, loaded; None when neither is
+    set. A QualityRestoreGate, what the restore DAG loads, gives its QualityGate: its
+    pipeline and suites are what `verify` and `restore` judge with (see _rooted_gate)."""
+    from batchpoint.quality.hook import QualityRestoreGate
+
+    if not args.gate:
+        return None
+    found = _load_object(args.gate)
+    return found.gate if isinstance(found, QualityRestoreGate) else found
+
+
+def _rooted_gate(args: argparse.Namespace, found: QualityGate, **options: Any) -> QualityGate:
+    """`found`'s pipeline and suites on this command's storage root: a gate built from the
+    environment judges $BATCHPOINT_ROOT, which --root may not be."""
+    from batchpoint.quality.gate import QualityGate
+
+    return QualityGate(found.pipeline, args.settings.store_ref, quality=found.quality, **options)
+
+
 def _verify_gate(args: argparse.Namespace) -> QualityGate:
     """The quality gate the restore DAG would use (--gate or BATCHPOINT_QUALITY_GATE),
     else one from the pipeline's declared suites; on this command's storage root, with
     every GX result in full (observed values even for passing expectations)."""
     from batchpoint.quality.gate import QualityGate
-    from batchpoint.quality.hook import QualityRestoreGate
     from batchpoint.quality.suites import quality_of
 
-    if args.gate:
-        found = _load_object(args.gate)
-        if isinstance(found, QualityRestoreGate):
-            found = found.gate
-        if not isinstance(found, QualityGate):
-            raise ConfigError(
-                f"quality gate {args.gate!r} is a {type(found).__name__}, not a QualityGate or "
-                "QualityRestoreGate: verify cannot report with it (give --pipeline-ref and "
-                "no --gate to use the pipeline's declared suites, or --integrity-only)"
-            )
-        pipeline, quality = found.pipeline, found.quality
-        if args.pipeline and args.pipeline != pipeline.name:
-            raise ConfigError(
-                f"quality gate {args.gate!r} judges pipeline '{pipeline.name}', "
-                f"not '{args.pipeline}'"
-            )
-    else:
+    options: dict[str, Any] = {
+        "skip_suites": args.skip_suite,
+        "checksums": not args.quick,
+        "detailed": True,
+        "log": _progress(args),
+    }
+    found = _named_gate(args)
+    if found is None:
         try:
             pipeline = _pipeline(args)
         except ConfigError as exc:
             raise ConfigError(f"{exc} (or --integrity-only to check the files only)") from None
-        quality = quality_of(pipeline)
-    return QualityGate(
-        pipeline,
-        args.settings.store_ref,
-        quality=quality,
-        skip_suites=args.skip_suite,
-        checksums=not args.quick,
-        detailed=True,
-        log=_progress(args),
-    )
+        return QualityGate(
+            pipeline, args.settings.store_ref, quality=quality_of(pipeline), **options
+        )
+    if not isinstance(found, QualityGate):
+        raise ConfigError(
+            f"quality gate {args.gate!r} is a {type(found).__name__}, not a QualityGate or "
+            "QualityRestoreGate: verify cannot report with it (give --pipeline-ref and "
+            "no --gate to use the pipeline's declared suites, or --integrity-only)"
+        )
+    if args.pipeline and args.pipeline != found.pipeline.name:
+        raise ConfigError(
+            f"quality gate {args.gate!r} judges pipeline '{found.pipeline.name}', "
+            f"not '{args.pipeline}'"
+        )
+    return _rooted_gate(args, found, **options)
 
 
 def cmd_verify(args: argparse.Namespace) -> Any:
@@ -408,6 +408,55 @@ def cmd_reset(args: argparse.Namespace) -> Any:
         if args.json
         else print(f"pipeline {c.pipeline}: {state.status.value}")
     )
+
+
+def cmd_quarantine_list(args: argparse.Namespace) -> Any:
+    from batchpoint.quality.quarantine import QuarantineStore
+
+    c = _coordinator(args)
+    quarantine = QuarantineStore(c.store, c.layout)
+    held = [r for r in (quarantine.get(i) for i in quarantine.ids()) if r is not None]
+    if args.json:
+        return {
+            "pipeline": c.pipeline,
+            "quarantined": [
+                {
+                    "checkpoint_id": r.checkpoint_id,
+                    "quarantined_at": r.quarantined_at,
+                    "report": r.report.to_body(),
+                }
+                for r in held
+            ],
+        }
+    if not held:
+        print(f"pipeline {c.pipeline}: no checkpoint is quarantined")
+        return None
+    rows = [
+        [r.checkpoint_id, tables.when(r.quarantined_at), str(r.report.findings[0])]
+        if r.report.findings
+        else [r.checkpoint_id, tables.when(r.quarantined_at), ""]
+        for r in held
+    ]
+    print(tables.render(["id", "quarantined", "first finding"], rows))
+    return None
+
+
+def cmd_quarantine_release(args: argparse.Namespace) -> Any:
+    from batchpoint.quality.quarantine import QuarantineStore
+
+    c = _coordinator(args)
+    released = QuarantineStore(c.store, c.layout).release(args.checkpoint_id)
+    if not released:
+        raise BatchpointError(
+            f"checkpoint {args.checkpoint_id} of pipeline {c.pipeline} is not quarantined"
+        )
+    if args.json:
+        return {"pipeline": c.pipeline, "released": args.checkpoint_id}
+    print(
+        f"checkpoint {args.checkpoint_id} released: restores may offer it again "
+        "(the gate checks it afresh)"
+    )
+    return None
 
 
 # -- savepoint and restore ----------------------------------------------------------------
@@ -535,50 +584,187 @@ def _run_savepoint_epoch(
     return cid
 
 
+def _stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _restore_options(args: argparse.Namespace, pipeline: Pipeline) -> GateOptions:
+    """The restore form's gate fields, from the flags, checked by the same code as the
+    DAG's form (GateOptions.from_form) before anything is read; only the wording of the
+    missing confirmation changes, to name the flag to add."""
+    from batchpoint.runtime.restore import GateOptions, parse_max_candidates, ungated_phrase
+
+    try:
+        max_candidates = parse_max_candidates(args.max_candidates)
+    except ConfigError as exc:
+        raise ConfigError(f"--max-candidates: {exc}") from None
+    try:
+        return GateOptions.from_form(
+            pipeline.name,
+            quality_gate=not args.no_gate,
+            confirm_ungated=args.confirm or "",
+            max_candidates=max_candidates,
+            skip_suites=args.skip_suite,
+        )
+    except RestoreRefused:
+        phrase = ungated_phrase(pipeline.name)
+        typed = (args.confirm or "").strip()
+        got = f"got --confirm {args.confirm!r}" if typed else "no --confirm was given"
+        raise ConfigError(
+            f"--no-gate restores pipeline '{pipeline.name}' without the quality gate, which "
+            f'may bring back broken state: add exactly --confirm "{phrase}" ({got}), or '
+            "leave out --no-gate"
+        ) from None
+
+
+def _restore_gate(
+    args: argparse.Namespace, pipeline: Pipeline, options: GateOptions
+) -> tuple[RestoreGate | None, str]:
+    """The gate for this restore and a line saying what it is, set up as the restore
+    DAG's check task sets up its own: configure_gate (a dry run records nothing, the
+    skipped names are checked against what the pipeline declares)."""
+    from batchpoint.quality.gate import QualityGate
+    from batchpoint.quality.hook import QualityRestoreGate
+    from batchpoint.quality.suites import check_skip_names, quality_of
+    from batchpoint.runtime.restore import ConfigurableGate, configure_gate
+
+    if not options.enabled:
+        if options.skip_suites:
+            _stderr_progress("--skip-suite ignored: no suite runs with the gate off")
+        return None, "quality gate OFF (confirmed): only the candidates' files are checked"
+    found = _named_gate(args)
+    if found is None:
+        # Still checked: a name the pipeline does not declare is a mistake either way.
+        check_skip_names(pipeline, quality_of(pipeline), options.skip_suites)
+        return None, (
+            "no quality gate configured (--gate or BATCHPOINT_QUALITY_GATE): only the "
+            "candidates' files are checked"
+        )
+    if isinstance(found, QualityGate):
+        if found.pipeline.name != pipeline.name:
+            raise ConfigError(
+                f"quality gate {args.gate!r} judges pipeline '{found.pipeline.name}', "
+                f"not '{pipeline.name}'"
+            )
+        # The gate checks them too, once built; checked here as well so a misspelt name
+        # fails before the gate is announced and Great Expectations is imported.
+        check_skip_names(found.pipeline, found.quality, options.skip_suites)
+        checksums = found.checksums
+        hook: RestoreGate = QualityRestoreGate(
+            lambda: _rooted_gate(args, found, checksums=checksums, log=_stderr_progress)
+        )
+    elif callable(found):
+        hook = found  # any RestoreGate, called as it is, on whatever store it was built for
+        if args.dry_run and not isinstance(found, ConfigurableGate):
+            _stderr_progress(
+                f"dry run: the quality gate {args.gate} cannot be told to record nothing"
+            )
+    else:
+        raise ConfigError(
+            f"quality gate {args.gate!r} is a {type(found).__name__}, not a QualityRestoreGate, "
+            "a QualityGate or a callable restore gate"
+        )
+    what = f"quality gate {args.gate}"
+    if options.skip_suites:
+        what += f", skipping {', '.join(options.skip_suites)}"
+    if args.dry_run:
+        what += "; dry run: nothing is quarantined or stored"
+    return configure_gate(hook, record=not args.dry_run, skip_suites=options.skip_suites), what
+
+
+def _check_lines(check: CandidateCheck) -> list[str]:
+    """One candidate's verdict: the gate report's own lines when the gate judged it."""
+    from batchpoint.quality.report import CandidateReport
+
+    candidate = check.candidate
+    files = (
+        f"{len(candidate.completed.handles)} file(s), {tables.size(candidate.completed.state_size)}"
+    )
+    if check.problems:
+        lines = [f"  {candidate.description}: FAILED, {len(check.problems)} file problem(s)"]
+        lines += [f"      - {p}" for p in check.problems[:5]]
+        if len(check.problems) > 5:
+            lines.append(f"      (and {len(check.problems) - 5} more)")
+        return lines
+    gate = check.gate
+    if gate is None:
+        return [f"  {candidate.description}: ok ({files}; files checked, no quality gate)"]
+    if isinstance(gate.report, Mapping):
+        try:
+            key = f"{gate.name} report on {candidate.description}"
+            return CandidateReport.from_body(key, gate.report).render()
+        except (BatchpointError, KeyError, TypeError, ValueError):
+            pass  # a gate of the user's own with a report of its own shape: shown as JSON
+    verdict = "passed" if gate.passed else "FAILED"
+    text = gate.report if isinstance(gate.report, str) else json.dumps(gate.report, default=str)
+    return [f"  {candidate.description}: {gate.name} {verdict}" + (f": {text}" if text else "")]
+
+
 def cmd_restore(args: argparse.Namespace) -> Any:
+    """The restore DAG's check and restore tasks in one command: candidates newest first
+    (or the one named), the files then the quality gate, the first that passes restored;
+    the gate quarantines each one it fails, unless this is a dry run. Progress goes to
+    stderr (the gate can take minutes), the report to stdout."""
     from batchpoint.runtime.driver import PipelineDriver
     from batchpoint.runtime.restore import RestorePlanner
 
     settings: Settings = args.settings
-    say = _progress(args)
     pipeline = _pipeline(args)
+    options = _restore_options(args, pipeline)
+    gate, gate_text = _restore_gate(args, pipeline, options)
+    _stderr_progress(gate_text)
     driver = PipelineDriver(pipeline, settings.store_ref, settings.checkpoint)
     planner = RestorePlanner(
-        driver, checksums=args.checksums, store_options=settings.store_options, progress=say
+        driver,
+        gate=gate,
+        checksums=args.checksums,
+        store_options=settings.store_options,
+        progress=_stderr_progress,
+        max_candidates=options.max_candidates,
     )
     plan = planner.plan(args.source, args.parallelism)
     result = None
     if plan.chosen is not None and not args.dry_run:
         result = planner.apply(plan)
+    code = 0 if plan.chosen is not None else 1
     if args.json:
         out = plan.to_json()
+        out["quality_gate"] = {
+            "enabled": options.enabled,
+            "gate": args.gate if gate is not None else None,
+            "skip_suites": list(options.skip_suites),
+            "dry_run": args.dry_run,
+        }
         out["dry_run"] = args.dry_run
+        out["refused"] = plan.refusal_headline() if plan.chosen is None else None
         out["result"] = result.to_json() if result else None
         print(json.dumps(out, indent=2, default=str))
-        return 0 if plan.chosen is not None else 1
-    rows = [
-        [
-            c.candidate.description,
-            len(c.candidate.completed.handles),
-            tables.size(c.candidate.completed.state_size),
-            "ok" if c.passed else "; ".join(c.problems[:2]) or "gate failed",
-        ]
-        for c in plan.checks
-    ]
-    print(tables.render(["candidate", "files", "size", "check"], rows))
+        return code
+    print(f"restore of pipeline '{pipeline.name}' from {plan.source}: {gate_text}")
+    for check in plan.checks:
+        print("\n".join(_check_lines(check)))
     if plan.chosen is None:
-        print(plan.refusal(), file=sys.stderr)
-        return 1
+        print(f"refused: {plan.refusal_headline()}")
+        if plan.not_examined:
+            further = len(plan.checks) + len(plan.not_examined)
+            print(
+                f"to look further back: --max-candidates {further} "
+                "(or leave it out for every retained checkpoint)"
+            )
+        return code
     if result is None:
-        print(f"dry run: would restore {plan.chosen.description}; nothing changed")
-        return None
+        print(
+            f"dry run: would restore {plan.chosen.description}; nothing changed "
+            "(head not moved, nothing quarantined, no report stored)"
+        )
+        return code
     print(
         f"restored pipeline {result.pipeline} to checkpoint {result.checkpoint_id} "
         f"(restore generation {result.restore_generation})"
         + (f", imported from {result.imported_from}" if result.imported_from else "")
         + (f", parallelism {result.parallelism}" if result.parallelism else "")
     )
-    return None
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -643,6 +829,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(verify writes nothing otherwise)",
     )
     p.set_defaults(fn=cmd_verify)
+    quarantine = sub.add_parser("quarantine", help="checkpoints the quality gate refused")
+    qsub = quarantine.add_subparsers(dest="action", required=True)
+    p = qsub.add_parser("list", help="quarantined checkpoints and why")
+    p.set_defaults(fn=cmd_quarantine_list)
+    p = qsub.add_parser("release", help="make a quarantined checkpoint a candidate again")
+    p.add_argument("checkpoint_id", type=int)
+    p.set_defaults(fn=cmd_quarantine_release)
     p = sub.add_parser("gc", help="delete files no retained checkpoint references")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--history-limit", type=int, default=None)
@@ -669,8 +862,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--parallelism", default=None, help='new parallelism: an integer or {"op": n, ...}'
     )
-    p.add_argument("--dry-run", action="store_true", help="check and report only")
-    p.add_argument("--checksums", action="store_true", help="also verify every checksum")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check and report only: the head is not moved, nothing quarantined or stored",
+    )
+    p.add_argument(
+        "--checksums", action="store_true", help="also verify every checksum (before the gate)"
+    )
+    p.add_argument(
+        "--gate",
+        default=os.environ.get("BATCHPOINT_QUALITY_GATE"),
+        help="module:attr of the quality gate, on by default when set "
+        "(default: $BATCHPOINT_QUALITY_GATE; without one, only the files are checked)",
+    )
+    p.add_argument(
+        "--no-gate",
+        action="store_true",
+        help="restore without the quality gate; needs --confirm",
+    )
+    p.add_argument(
+        "--confirm",
+        default="",
+        metavar="TEXT",
+        help='with --no-gate: exactly "restore <pipeline> without the gate"',
+    )
+    p.add_argument(
+        "--max-candidates",
+        default=None,
+        metavar="N",
+        help="for latest: examine at most the N newest retained checkpoints (default: all)",
+    )
+    p.add_argument(
+        "--skip-suite",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a suite, check or operator/state the gate does not run (repeatable)",
+    )
     p.set_defaults(fn=cmd_restore)
     return parser
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -32,6 +33,7 @@ from batchpoint.demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow
 from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import BatchpointError
 from batchpoint.settings import Settings
+from batchpoint.spark.fast_start import submit_args
 
 T = TypeVar("T")
 
@@ -40,12 +42,6 @@ GOOD_REF = "batchpoint.demo.payments:pipeline"
 GATE_REF = "batchpoint.demo.payments_quality:restore_gate"
 #: What `./dev ui DIR` reads to reopen the demo's S3 and Airflow.
 STATE_FILE = "demo.json"
-#: Short jobs on small data: the JVM's quick (C1) compiler and no adaptive planning
-#: make each Spark job start and finish markedly faster.
-SPARK_SUBMIT_ARGS = (
-    "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' "
-    "--conf spark.sql.adaptive.enabled=false --conf spark.sql.shuffle.partitions=2"
-)
 
 
 class DemoFailed(Exception):
@@ -78,7 +74,7 @@ def deployment_env(s3: SeaweedServer, workdir: Path) -> dict[str, str]:
         "BATCHPOINT_CHECKPOINT_INTERVAL": "none",
         "BATCHPOINT_CHECKPOINT_TIMEOUT": "1800",
         "BATCHPOINT_SPARK_SUBMIT": str(Path(sys.executable).parent / "spark-submit"),
-        "BATCHPOINT_SPARK_SUBMIT_ARGS": SPARK_SUBMIT_ARGS,
+        "BATCHPOINT_SPARK_SUBMIT_ARGS": submit_args(),
         # dag.test() runs one task at a time: a deferred sensor would run its trigger
         # inline before the operator tasks, so the sensor reschedules instead.
         "BATCHPOINT_ACK_SENSOR_MODE": "reschedule",
@@ -154,9 +150,11 @@ class PaymentsDemo:
                 if tries.get("operators.balances", 1) < 2:
                     raise DemoFailed("the killed balances task was not retried")
                 last = self.coordinator.head.get().checkpoint_id
+                acks = self.coordinator.get_outcome(last).completed.acks
+                attempts = sorted({a.attempt for a in acks if a.task.startswith("balances#")})
                 say(
-                    f"the killed job's task was retried by Airflow (try 2 is a new attempt); "
-                    f"checkpoint {last} completed"
+                    f"try 1 died before acking; Airflow retried the task and checkpoint {last} "
+                    f"completed with balances acked by attempt {', '.join(attempts)}"
                 )
             else:
                 self.checkpoint()
@@ -192,8 +190,11 @@ class PaymentsDemo:
         return bad
 
     def gated_restore(self, bad: list[int], good: int) -> None:
-        step("restore through the payments_restore DAG with the quality gate on")
-        self.run_dag("payments_restore", {"source": "latest", "quality_gate": True})
+        step("restore through the payments_restore DAG: quality gate on, balances rescaled to 3")
+        self.run_dag(
+            "payments_restore",
+            {"source": "latest", "quality_gate": True, "parallelism": {"balances": 3}},
+        )
         from batchpoint.protocol.layout import PipelineLayout
         from batchpoint.quality.quarantine import QuarantineStore
 
@@ -214,8 +215,12 @@ class PaymentsDemo:
         os.environ["BATCHPOINT_PIPELINE_REF"] = GOOD_REF
         self.new_input()
         cid = self.checkpoint()
-        base = self.coordinator.get_outcome(cid).pending.base_checkpoint_id
-        say(f"checkpoint {cid} continued from checkpoint {base}")
+        outcome = self.coordinator.get_outcome(cid)
+        subtasks = sorted(a.task for a in outcome.completed.acks if a.task.startswith("balances#"))
+        say(
+            f"checkpoint {cid} continued from checkpoint {outcome.pending.base_checkpoint_id}, "
+            f"with balances rescaled by key group to {len(subtasks)} subtasks"
+        )
 
     def history(self) -> None:
         from batchpoint.cli.main import HISTORY_HEADERS, history_row
@@ -280,6 +285,8 @@ class PaymentsDemo:
 
 
 def run_demo(workdir: Path, epochs: int) -> int:
+    # py4j says goodbye at interpreter exit, after the demo's last line.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     step(f"starting SeaweedFS (S3) in {workdir / 's3'}")
     with SeaweedServer(workdir / "s3") as s3:
         say(f"S3 endpoint {s3.endpoint_url}, bucket '{s3.bucket}'")

@@ -317,14 +317,19 @@ class RestorePlan:
             "not_examined": self.not_examined,
         }
 
-    def refusal(self) -> str:
+    def refusal_headline(self) -> str:
+        """The first line of `refusal`, without the per-candidate reasons (for a caller
+        that shows each candidate's report itself, like `batchpoint restore`)."""
         head = f"no candidate for a restore of pipeline '{self.pipeline}' from {self.source}"
         if self.max_candidates is not None and self.source.kind == "latest":
             head += f": looked at the {len(self.checks)} newest; none passed"
             if self.not_examined:
                 older = ", ".join(map(str, self.not_examined))
                 head += f" (max_candidates is {self.max_candidates}; older, not examined: {older})"
-        lines = [head]
+        return head
+
+    def refusal(self) -> str:
+        lines = [self.refusal_headline()]
         for check in self.checks:
             why = "; ".join(check.problems[:3])
             if check.gate is not None and not check.gate.passed:

@@ -1,0 +1,117 @@
+"""spark-submit settings for short jobs on small data, where JVM start-up dominates.
+
+An operator job of the demo does a few seconds of work inside twenty seconds of JVM
+start, class loading and first-stage compilation. Three things cut that:
+
+* a class-data sharing archive of the classes a PySpark job loads (JDK 17's dynamic
+  AppCDS), built once per environment with `python -m batchpoint.spark.fast_start`
+  (`./dev setup` does it): about a third off every job;
+* the JVM's quick (C1) compiler only, and the serial collector;
+* no adaptive query planning and two shuffle partitions.
+
+A missing or stale archive is harmless: the JVM says so on stderr and starts without it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+SPARK_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+
+#: A job that loads what operator jobs load: a session, Arrow batches through a Python
+#: worker, a shuffle.
+_WARM_UP_JOB = """
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.getOrCreate()
+def passthrough(batches):
+    yield from batches
+spark.range(1000).repartition(2).mapInArrow(passthrough, "id long").groupBy().count().collect()
+spark.stop()
+"""
+
+
+def archive_path() -> Path:
+    """One archive per environment (it is only valid for this JDK and these jars)."""
+    return Path(sys.prefix) / "share" / "batchpoint" / "spark-classes.jsa"
+
+
+def submit_args(archive: Path | None = None) -> str:
+    """Extra spark-submit arguments, shell syntax (BATCHPOINT_SPARK_SUBMIT_ARGS)."""
+    archive = archive_path() if archive is None else archive
+    jvm = list(JVM_OPTIONS)
+    # spark-submit splits the driver's Java options at spaces, with no quoting.
+    if archive.is_file() and " " not in str(archive):
+        jvm.append(f"-XX:SharedArchiveFile={archive}")
+    args = ["--driver-java-options", " ".join(jvm)]
+    for key, value in SPARK_CONF.items():
+        args += ["--conf", f"{key}={value}"]
+    return shlex.join(args)
+
+
+def build_archive(archive: Path | None = None) -> Path:
+    """Run the warm-up job once with -XX:ArchiveClassesAtExit. Raises on failure."""
+    archive = archive_path() if archive is None else archive
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_suffix(".partial")
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Path(tmp) / "warm_up.py"
+        job.write_text(_WARM_UP_JOB)
+        jvm = [*JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={partial}", "-Xlog:cds=off"]
+        done = subprocess.run(
+            [
+                str(spark_submit),
+                "--master",
+                "local[2]",
+                "--driver-java-options",
+                " ".join(jvm),
+                "--conf",
+                "spark.ui.enabled=false",
+                str(job),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    if done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+        raise RuntimeError(f"building the class-data archive failed:\n{tail}")
+    # Atomic: a concurrent job sees the old archive or the new one, never half of one.
+    partial.replace(archive)
+    return archive
+
+
+def main() -> int:
+    archive = archive_path()
+    if archive.is_file() and "--rebuild" not in sys.argv[1:]:
+        print(f"Spark class-data archive: {archive} (exists)")
+        return 0
+    started = time.monotonic()
+    try:
+        build_archive(archive)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        # Only a speed-up: say so and carry on without it.
+        print(f"warning: no Spark class-data archive, jobs start slower: {exc}", file=sys.stderr)
+        return 0
+    size = archive.stat().st_size >> 20
+    print(f"Spark class-data archive: {archive} ({size} MiB, {time.monotonic() - started:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

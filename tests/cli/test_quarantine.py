@@ -1,0 +1,59 @@
+"""`batchpoint quarantine list|release`: what the gate refused, and letting it back in."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from batchpoint.cli.main import main
+from batchpoint.demo.payments import build_pipeline
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.quality.findings import Finding
+from batchpoint.quality.quarantine import QuarantineStore
+from batchpoint.quality.report import CandidateReport, GateMode
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.storage import StoreRef
+
+
+@pytest.fixture
+def quarantine(tmp_path, monkeypatch) -> QuarantineStore:
+    uri = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("BATCHPOINT_ROOT", uri)
+    driver = PipelineDriver(build_pipeline(), StoreRef.of(uri))
+    driver.coordinator.register(driver.pipeline.spec())
+    return QuarantineStore(driver.coordinator.store, PipelineLayout("payments"))
+
+
+def _report(cid: int, problem: str) -> CandidateReport:
+    finding = Finding(f"pipelines/payments/chk-{cid}", "sample:balance-recompute", problem)
+    return CandidateReport(
+        "payments", cid, "checkpoint", GateMode.RESTORE, time.time(), findings=[finding]
+    )
+
+
+def test_list_shows_each_quarantined_checkpoint_and_its_first_finding(quarantine, capsys):
+    assert main(["quarantine", "list"]) == 0
+    assert "no checkpoint is quarantined" in capsys.readouterr().out
+
+    quarantine.add(_report(4, "balance 328788 (expected 164394)"), time.time())
+    quarantine.add(_report(5, "balance 780426 (expected 225819)"), time.time())
+    assert main(["quarantine", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "expected 164394" in out and "expected 225819" in out
+
+    assert main(["--json", "quarantine", "list"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert [q["checkpoint_id"] for q in body["quarantined"]] == [4, 5]
+    assert body["quarantined"][0]["report"]["passed"] is False
+
+
+def test_release_lets_a_checkpoint_back_and_refuses_an_unknown_one(quarantine, capsys):
+    quarantine.add(_report(4, "bad"), time.time())
+    assert main(["quarantine", "release", "4"]) == 0
+    assert "released" in capsys.readouterr().out
+    assert not quarantine.is_quarantined(4)
+
+    assert main(["quarantine", "release", "4"]) == 2
+    assert "checkpoint 4 of pipeline payments is not quarantined" in capsys.readouterr().err

@@ -1,0 +1,48 @@
+"""The README's main job, as a new user runs it: `python -m batchpoint.demo.run` (what
+`./dev demo` execs) drives the payments pipeline through Airflow on SeaweedFS and real
+Spark jobs, and must end with the exactly-once check passing. About 25 spark-submit
+jobs: the slowest test of the suite."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow, pytest.mark.s3]
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BATCHPOINT_"))}
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    keep = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "batchpoint.demo.run", "--epochs", "2", "--keep", str(keep)],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-4000:]
+
+    # the killed task was retried by Airflow and its checkpoint completed
+    assert re.search(r"operators\.balances\s+success.*\(tries: 2\)", out), out
+    # both checkpoints of the bad deploy were quarantined, the head went back before them
+    quarantined = re.search(r"quarantined by the quality gate: (\d+), (\d+)", out)
+    assert quarantined, out
+    restored = int(re.search(r"head moved back to checkpoint (\d+)", out).group(1))
+    assert restored < min(int(i) for i in quarantined.groups())
+    assert "3 subtasks" in out
+    # the history table, then the check
+    assert re.search(r"^\s*id\s+type\s+status", out, re.M), out
+    assert "Exactly once: no event lost, none counted twice." in out
+    # what ./dev ui needs to reopen it
+    assert (keep / "demo.json").is_file() and (keep / "airflow" / "airflow.db").is_file()

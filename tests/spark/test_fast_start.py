@@ -1,0 +1,30 @@
+"""spark-submit arguments for short jobs: the class-data archive is used when present."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from batchpoint.spark.fast_start import submit_args
+
+
+def _jvm_options(args: str) -> list[str]:
+    argv = shlex.split(args)
+    return argv[argv.index("--driver-java-options") + 1].split()
+
+
+def test_the_archive_is_used_only_when_it_exists(tmp_path: Path) -> None:
+    archive = tmp_path / "spark-classes.jsa"
+    assert not any("SharedArchiveFile" in o for o in _jvm_options(submit_args(archive)))
+    archive.write_bytes(b"x")
+    assert f"-XX:SharedArchiveFile={archive}" in _jvm_options(submit_args(archive))
+
+
+def test_an_archive_path_with_a_space_is_left_out(tmp_path: Path) -> None:
+    # spark-submit splits --driver-java-options at spaces: such a path would break the JVM
+    archive = tmp_path / "with space" / "a.jsa"
+    archive.parent.mkdir()
+    archive.write_bytes(b"x")
+    argv = shlex.split(submit_args(archive))
+    assert argv.count("--conf") == 2 and "spark.sql.shuffle.partitions=2" in argv
+    assert _jvm_options(submit_args(archive)) == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
