@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from batchpoint.airflow.config import KNOWN_VARIABLES, parse_interval
+from batchpoint.airflow.config import KNOWN_VARIABLES, parse_bool, parse_interval
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import Settings
 
@@ -106,6 +106,7 @@ def test_every_batchpoint_variable_is_known_and_valid(services):
     assert isinstance(settings.checkpoint, CheckpointConfig)
     assert parse_interval(env["BATCHPOINT_CHECKPOINT_INTERVAL"]) is not None
     assert env["BATCHPOINT_ACK_SENSOR_MODE"] in ("deferrable", "reschedule", "poke")
+    assert parse_bool(env["BATCHPOINT_AUDIT"], "BATCHPOINT_AUDIT") is False
     shlex.split(env["BATCHPOINT_SPARK_SUBMIT_ARGS"])
     # the job path is inside the spark_jobs mount, and that file exists in the repo
     job = Path(env["BATCHPOINT_SPARK_JOB"])

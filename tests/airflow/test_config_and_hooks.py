@@ -30,6 +30,7 @@ def test_defaults():
     assert d.spark_job.endswith("spark_jobs/run_operator.py")
     assert d.sensor_mode == "deferrable"
     assert (d.storage_conn_id, d.api_conn_id) == ("batchpoint_storage", "batchpoint_airflow_api")
+    assert d.audit is False
 
 
 @pytest.mark.parametrize(
@@ -61,11 +62,33 @@ def test_intervals(text, expected):
         ({"BATCHPOINT_SPARK_JOB": "/nope/run.py"}, "BATCHPOINT_SPARK_JOB"),
         ({"BATCHPOINT_SPARK_SUBMIT_ARGS": "--conf 'unclosed"}, "BATCHPOINT_SPARK_SUBMIT_ARGS"),
         ({"BATCHPOINT_QUALITY_GATE": "no_colon"}, "BATCHPOINT_QUALITY_GATE"),
+        ({"BATCHPOINT_AUDIT": "yes please"}, "BATCHPOINT_AUDIT"),
+        ({"BATCHPOINT_AUDIT": "ture"}, "BATCHPOINT_AUDIT"),
     ],
 )
 def test_each_bad_setting_is_named(values, named):
     with pytest.raises(ConfigError, match=named):
         AirflowDeployment.from_env(env(**values))
+
+
+@pytest.mark.parametrize(
+    ("text", "audit"), [("true", True), ("TRUE", True), (" false ", False), ("", False)]
+)
+def test_the_audit_setting_is_true_or_false(text, audit):
+    assert AirflowDeployment.from_env(env(BATCHPOINT_AUDIT=text)).audit is audit
+
+
+def test_the_spark_conf_of_the_submit_args_is_what_an_in_task_session_gets():
+    d = AirflowDeployment.from_env(
+        env(
+            BATCHPOINT_SPARK_SUBMIT_ARGS="--conf spark.driver.host=scheduler "
+            "--driver-memory 2g --conf=spark.sql.shuffle.partitions=2 --conf broken"
+        )
+    )
+    assert d.spark_conf == {
+        "spark.driver.host": "scheduler",
+        "spark.sql.shuffle.partitions": "2",
+    }
 
 
 # -- storage from a connection --------------------------------------------------------------

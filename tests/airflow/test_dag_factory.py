@@ -68,6 +68,43 @@ def test_the_restore_gate_is_plumbed_to_the_check_task():
     assert check.gate is None and check.gate_ref == "my.gates:payments"  # loaded at run time
 
 
+def test_the_audit_task_is_there_only_with_audit_on():
+    off = build_pipeline_dags(build_pipeline(), REF, deployment())
+    assert "audit" not in off["payments_checkpoint"].task_ids
+    assert off["payments_checkpoint"].get_task("trigger").audit is False
+
+    dags = build_pipeline_dags(
+        build_pipeline(),
+        REF,
+        deployment(
+            BATCHPOINT_AUDIT="true",
+            BATCHPOINT_SPARK_MASTER="local[3]",
+            BATCHPOINT_SPARK_SUBMIT_ARGS="--conf spark.sql.shuffle.partitions=2",
+        ),
+    )
+    checkpoint = dags["payments_checkpoint"]
+    audit = checkpoint.get_task("audit")
+    assert audit.upstream_task_ids == {"wait_for_acks"}
+    assert checkpoint.get_task("finalize").upstream_task_ids == {"audit"}
+    assert "audit" in checkpoint.get_task("cleanup").upstream_task_ids
+    assert checkpoint.get_task("trigger").audit is True
+    assert audit.spark_master == "local[3]"
+    assert audit.spark_conf == {"spark.sql.shuffle.partitions": "2"}
+    assert "quality gate" in checkpoint.doc_md
+    # savepoints are not audited
+    assert "audit" not in dags["payments_savepoint"].task_ids
+    assert dags["payments_savepoint"].get_task("trigger").audit is False
+
+
+def test_a_pipeline_that_declares_audited_checkpoints_gets_the_audit_task():
+    from batchpoint.demo.payments_quality import payments_quality
+    from batchpoint.quality.suites import declare_quality
+
+    pipeline = declare_quality(build_pipeline(), payments_quality(audit=True))
+    dags = build_pipeline_dags(pipeline, REF, deployment())
+    assert "audit" in dags["payments_checkpoint"].task_ids
+
+
 def test_two_references_to_one_pipeline_name_are_refused():
     both = f"{REF},batchpoint.demo.payments:build_pipeline"
     with pytest.raises(

@@ -100,6 +100,7 @@ def test_the_checkpoint_dag_is_the_coordinator(parsed):
     assert tasks["operators.alerts"]["upstream"] == ["operators.balances"]
     assert tasks["wait_for_acks"]["upstream"] == ["trigger"]  # beside the operators
     assert tasks["finalize"]["upstream"] == ["wait_for_acks"]
+    assert "audit" not in tasks  # BATCHPOINT_AUDIT is off by default
     assert tasks["cleanup"]["trigger_rule"] == "all_done"
     assert set(tasks["cleanup"]["upstream"]) == set(tasks) - {"cleanup"}
 
@@ -151,6 +152,7 @@ def test_only_task_sdk_apis_are_used():
         ("BATCHPOINT_ROOT", "/no/scheme"),
         ("BATCHPOINT_PIPELINE_REF", "no.such.module:pipeline"),
         ("BATCHPOINT_SPARK_SUBMIT", "/nonexistent/spark-submit"),
+        ("BATCHPOINT_AUDIT", "maybe"),
     ],
 )
 def test_a_bad_setting_fails_the_import_naming_it(variable, value, monkeypatch, tmp_path):

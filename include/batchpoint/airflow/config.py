@@ -23,6 +23,9 @@ module reads only the environment, as parsing must not depend on connections.
   BATCHPOINT_STORAGE_CONN_ID      storage connection id (batchpoint_storage)
   BATCHPOINT_API_CONN_ID          REST API connection id (batchpoint_airflow_api)
   BATCHPOINT_QUALITY_GATE         `module:attr` of a restore quality gate (none)
+  BATCHPOINT_AUDIT                true: audited checkpoints (write-audit-publish), the
+                                  pipeline's quality suites run before each scheduled
+                                  checkpoint completes; true or false (false)
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ AIRFLOW_VARIABLES = (
     "BATCHPOINT_STORAGE_CONN_ID",
     "BATCHPOINT_API_CONN_ID",
     "BATCHPOINT_QUALITY_GATE",
+    "BATCHPOINT_AUDIT",
 )
 SETTINGS_VARIABLES = (
     "BATCHPOINT_ROOT",
@@ -123,11 +127,31 @@ class AirflowDeployment:
     storage_conn_id: str = "batchpoint_storage"
     api_conn_id: str = "batchpoint_airflow_api"
     quality_gate_ref: str | None = None
+    audit: bool = False
     start_date: datetime = START_DATE
 
     @property
     def checkpoint(self) -> CheckpointConfig:
         return self.settings.checkpoint
+
+    @property
+    def spark_conf(self) -> dict[str, str]:
+        """The `--conf key=value` pairs of BATCHPOINT_SPARK_SUBMIT_ARGS, for a Spark
+        session started inside a task (the audit): on a cluster the same settings (the
+        driver's host, executor memory) let the executors reach that driver too."""
+        conf: dict[str, str] = {}
+        args = iter(self.spark_submit_args)
+        for arg in args:
+            if arg == "--conf":
+                pair = next(args, "")
+            elif arg.startswith("--conf="):
+                pair = arg.removeprefix("--conf=")
+            else:
+                continue
+            key, sep, value = pair.partition("=")
+            if sep and key:
+                conf[key] = value
+        return conf
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AirflowDeployment:
@@ -190,6 +214,7 @@ class AirflowDeployment:
             storage_conn_id=env.get("BATCHPOINT_STORAGE_CONN_ID") or "batchpoint_storage",
             api_conn_id=env.get("BATCHPOINT_API_CONN_ID") or "batchpoint_airflow_api",
             quality_gate_ref=gate,
+            audit=parse_bool(env.get("BATCHPOINT_AUDIT"), "BATCHPOINT_AUDIT"),
         )
 
 
@@ -220,6 +245,17 @@ def _number(
     if value < minimum:
         raise ConfigError(f"{var}={text!r} must be at least {minimum:g}")
     return value
+
+
+def parse_bool(text: str | None, var: str, default: bool = False) -> bool:
+    """`true`/`false` (any case; empty: the default). Nothing looser: a typo such as
+    `ture` must fail the import rather than quietly mean false."""
+    value = (text or "").strip().lower()
+    if not value:
+        return default
+    if value not in ("true", "false"):
+        raise ConfigError(f"{var}={text!r}: use true or false")
+    return value == "true"
 
 
 def parse_interval(text: str | None, var: str = "interval") -> timedelta | str | None:

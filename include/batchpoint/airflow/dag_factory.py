@@ -12,7 +12,11 @@
 The checkpoint DAG (the savepoint DAG is the same with export and stop added):
 
     trigger ─┬─> operators.<a> ─> operators.<b> ─> ...   (spark-submit, topological order)
-             └─> wait_for_acks ─> finalize ─────────────> cleanup (all_done)
+             └─> wait_for_acks ─> [audit ─>] finalize ──> cleanup (all_done)
+
+`audit` is there with BATCHPOINT_AUDIT=true (or a pipeline that declares
+`PipelineQuality(audit=True)`): write-audit-publish, the quality suites judge the
+checkpoint before it may complete. Savepoints are not audited.
 
 Nothing here imports pyspark or great_expectations: parsing a DAG file stays cheap.
 """
@@ -33,6 +37,7 @@ from airflow.sdk import (
 
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.operators import (
+    AuditCheckpointOperator,
     CheckpointCleanupOperator,
     ExportSavepointOperator,
     FinalizeCheckpointOperator,
@@ -46,12 +51,13 @@ from batchpoint.airflow.operators import (
 from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
-from batchpoint.quality.suites import quality_of, skippable_names
+from batchpoint.quality.suites import audit_enabled, quality_of, skippable_names
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.restore import RestoreGate, ungated_phrase
 
 OPERATOR_GROUP = "operators"
+AUDIT_TASK = "audit"
 
 
 def dag_ids(pipeline: str) -> dict[str, str]:
@@ -128,6 +134,12 @@ def _run_timeout(deployment: AirflowDeployment) -> timedelta:
     return timedelta(seconds=deployment.checkpoint.timeout + deployment.cleanup_grace)
 
 
+def audits_checkpoints(pipeline: Pipeline, deployment: AirflowDeployment) -> bool:
+    """Whether the checkpoint DAG audits: BATCHPOINT_AUDIT, or the pipeline's own
+    declaration (`PipelineQuality(audit=True)`), which a deployment cannot turn off."""
+    return deployment.audit or audit_enabled(pipeline)
+
+
 def _epoch_tasks(
     dag: DAG,
     pipeline: Pipeline,
@@ -135,8 +147,11 @@ def _epoch_tasks(
     deployment: AirflowDeployment,
     spec: PipelineSpec,
     trigger: Any,
+    *,
+    audit: bool = False,
 ) -> tuple[Any, Any, list[Any]]:
-    """operators.* and wait_for_acks -> finalize, after `trigger`."""
+    """operators.* and wait_for_acks -> [audit ->] finalize, after `trigger`; returns
+    (wait_for_acks, finalize, every other task)."""
     timeout = deployment.checkpoint.timeout
     common = {"pipeline_ref": ref, "storage_conn_id": deployment.storage_conn_id}
     jobs: dict[str, Any] = {}
@@ -178,8 +193,23 @@ def _epoch_tasks(
         doc_md="Writes the COMPLETED outcome (after checking every file) and publishes sinks.",
         **common,
     )
-    trigger >> wait >> finalize
-    return wait, finalize, list(jobs.values())
+    if not audit:
+        trigger >> wait >> finalize
+        return wait, finalize, list(jobs.values())
+    auditor = AuditCheckpointOperator(
+        task_id=AUDIT_TASK,
+        spark_master=deployment.settings.spark_master,
+        spark_conf=deployment.spark_conf,
+        retries=deployment.task_retries,
+        retry_delay=timedelta(seconds=deployment.retry_delay),
+        execution_timeout=timedelta(seconds=timeout),
+        doc_md="Write-audit-publish: runs the pipeline's quality suites on the checkpoint's "
+        "state before it completes; passing, completes it and publishes the sinks; failing, "
+        'aborts it with reason "quality gate" (report stored beside it) and fails.',
+        **common,
+    )
+    trigger >> wait >> auditor >> finalize
+    return wait, finalize, [*jobs.values(), auditor]
 
 
 def _cleanup_task(ref: str, deployment: AirflowDeployment) -> CheckpointCleanupOperator:
@@ -203,12 +233,13 @@ def build_checkpoint_dag(
 ) -> DAG:
     spec = spec or pipeline.spec()
     config = deployment.checkpoint
+    audit = audits_checkpoints(pipeline, deployment)
     with DAG(
         dag_id=dag_ids(pipeline.name)["checkpoint"],
         schedule=_timetable(deployment.schedule),
         max_active_runs=config.max_concurrent,
         dagrun_timeout=_run_timeout(deployment),
-        doc_md=_checkpoint_doc(pipeline, spec, deployment),
+        doc_md=_checkpoint_doc(pipeline, spec, deployment, audit),
         description=f"Scheduled checkpoints of pipeline {pipeline.name}",
         **_common(deployment, pipeline.name),
     ) as dag:
@@ -216,10 +247,14 @@ def build_checkpoint_dag(
             task_id="trigger",
             pipeline_ref=ref,
             storage_conn_id=deployment.storage_conn_id,
-            doc_md="Captures the sources' barrier and writes the pending checkpoint; "
-            "skips the run when min-pause or max-concurrent says no.",
+            audit=audit,
+            doc_md="Captures the sources' barrier and writes the pending checkpoint "
+            + ("(marked: only its audit may complete it); " if audit else "; ")
+            + "skips the run when min-pause or max-concurrent says no.",
         )
-        wait, finalize, jobs = _epoch_tasks(dag, pipeline, ref, deployment, spec, trigger)
+        wait, finalize, jobs = _epoch_tasks(
+            dag, pipeline, ref, deployment, spec, trigger, audit=audit
+        )
         [trigger, wait, finalize, *jobs] >> _cleanup_task(ref, deployment)
     return dag
 
@@ -437,7 +472,7 @@ def _graph_line(spec: PipelineSpec) -> str:
     return " → ".join(parts)
 
 
-def _settings_table(deployment: AirflowDeployment) -> str:
+def _settings_table(deployment: AirflowDeployment, audit: bool = False) -> str:
     c = deployment.checkpoint
     schedule = deployment.schedule
     if isinstance(schedule, timedelta):
@@ -457,6 +492,7 @@ def _settings_table(deployment: AirflowDeployment) -> str:
             f"(the connection `{deployment.storage_conn_id}` overrides it)",
         ),
         ("Spark master", f"`{deployment.settings.spark_master}`"),
+        ("audit (write-audit-publish)", "on" if audit else "off"),
     ]
     return "| setting | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
@@ -469,7 +505,22 @@ def _operator_doc(name: str, kind: OperatorKind, inputs: tuple[str, ...], parall
     )
 
 
-def _checkpoint_doc(pipeline: Pipeline, spec: PipelineSpec, deployment: AirflowDeployment) -> str:
+def _audit_doc(audit: bool) -> str:
+    if not audit:
+        return ""
+    return """
+**Audited** (write-audit-publish): between `wait_for_acks` and `finalize`, `audit` runs
+the pipeline's quality suites and checks on the checkpoint's state. Passing, the
+checkpoint completes and publishes; failing, it is **ABORTED** with reason *quality gate*
+(the report is stored beside it as `quality.json` and summarised in the task log),
+nothing is published, the previous checkpoint stays the head, and it counts as a failed
+checkpoint.
+"""
+
+
+def _checkpoint_doc(
+    pipeline: Pipeline, spec: PipelineSpec, deployment: AirflowDeployment, audit: bool = False
+) -> str:
     return f"""\
 ### Checkpoints of pipeline `{pipeline.name}`
 
@@ -479,10 +530,10 @@ checkpoint's barrier and this one, and snapshots its state; `wait_for_acks` wait
 every subtask's acknowledgement and `finalize` makes the checkpoint **COMPLETED** and
 publishes the sinks. Any failure aborts the checkpoint as a whole (`cleanup` says why);
 the next run starts again from the last completed one, so sinks see every input exactly once.
-
+{_audit_doc(audit)}
 Graph: {_graph_line(spec)}
 
-{_settings_table(deployment)}
+{_settings_table(deployment, audit)}
 
 A run is *skipped* when the minimum pause or the concurrency limit says no; it *fails*
 when the pipeline is FAILED after too many failed checkpoints (`batchpoint reset` or a
@@ -498,7 +549,7 @@ Trigger with config. Runs one epoch as a **savepoint** (retained for ever, never
 subsumed, not refused by the checkpoint schedule's limits), then exports it: every file
 it references is copied under the target folder with relative paths, plus `_metadata`.
 The folder is self-contained: move it anywhere and restore from it with
-`{pipeline.name}_restore`.
+`{pipeline.name}_restore`. Savepoints are not audited, even when checkpoints are.
 
 *Stop the pipeline afterwards* pauses `{pipeline.name}_checkpoint` through the REST API
 with the Airflow connection `{deployment.api_conn_id}` (http: host, port, login, password).

@@ -1,6 +1,7 @@
 """Operators of the batchpoint DAGs: each checks its arguments, calls one core step
-(`batchpoint.runtime.orchestration`, `.restore`, `batchpoint.protocol.savepoints`) and
-turns the result into Airflow's vocabulary (XCom, skip, fail without retry).
+(`batchpoint.runtime.orchestration`, `.restore`, `batchpoint.protocol.savepoints`,
+`batchpoint.quality.audit`) and turns the result into Airflow's vocabulary (XCom, skip,
+fail without retry).
 
 Airflow "operators" here run batchpoint *operators* (pipeline nodes) among other things;
 `SparkOperatorJob` is the one that does.
@@ -34,13 +35,18 @@ from batchpoint.protocol.savepoints import (
     default_savepoint_prefix,
     export_savepoint,
 )
+from batchpoint.quality.audit import (
+    audit_gate,
+    audit_then_finalize,
+    audited_properties,
+    settle_audited_run,
+)
 from batchpoint.quality.suites import check_skip_names, quality_of
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.orchestration import (
     attempt_id,
     decline_operator,
-    settle_run,
     trigger_for_run,
 )
 from batchpoint.runtime.restore import (
@@ -114,31 +120,38 @@ class _BatchpointOperator(BaseOperator):
 class TriggerCheckpointOperator(_BatchpointOperator):
     """Start the run's epoch: capture every source's barrier and write the pending
     checkpoint. A refusal by the request decider (min-pause, max-concurrent) skips the
-    run with the reason; a FAILED pipeline fails it, as someone must act."""
+    run with the reason; a FAILED pipeline fails it, as someone must act. With `audit`,
+    the checkpoint is marked so that only its audit task may complete it."""
 
     checkpoint_type = CheckpointType.CHECKPOINT
+
+    def __init__(self, *, audit: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.audit = audit
 
     def properties(self, context: Context) -> dict[str, Any]:
         return {}
 
     def execute(self, context: Context) -> dict[str, Any]:
         driver = self.driver()
+        properties = self.properties(context)
+        if self.audit:
+            properties = audited_properties(properties)
         try:
-            pending = trigger_for_run(
-                driver, context["run_id"], self.checkpoint_type, self.properties(context)
-            )
+            pending = trigger_for_run(driver, context["run_id"], self.checkpoint_type, properties)
         except TriggerRefused as exc:
             if exc.reason is CheckpointFailureReason.PIPELINE_FAILED:
                 raise AirflowFailException(exc.detail) from None
             self.log.warning("no checkpoint this time: %s", exc.detail)
             raise AirflowSkipException(f"checkpoint not triggered: {exc.detail}") from None
         self.log.info(
-            "triggered %s %s (base %s), deadline in %.0fs, %d task(s) expected",
+            "triggered %s %s (base %s), deadline in %.0fs, %d task(s) expected%s",
             pending.type.value,
             pending.checkpoint_id,
             pending.base_checkpoint_id,
             pending.deadline - time.time(),
             len(pending.expected_tasks),
+            "; audited: only its audit may complete it" if pending.requires_audit else "",
         )
         return {
             "checkpoint_id": pending.checkpoint_id,
@@ -146,6 +159,7 @@ class TriggerCheckpointOperator(_BatchpointOperator):
             "base_checkpoint_id": pending.base_checkpoint_id,
             "deadline": pending.deadline,
             "expected_tasks": list(pending.expected_tasks),
+            "audit": pending.requires_audit,
         }
 
 
@@ -231,6 +245,66 @@ class SparkOperatorJob(_BatchpointOperator):
             self._launcher.kill()
 
 
+class AuditCheckpointOperator(_BatchpointOperator):
+    """Write-audit-publish: every ack is in; validate the pending checkpoint's state with
+    the pipeline's quality gate (integrity, then its declared suites and checks, Spark
+    started in this task on `spark_master`), then finalize with the verdict. Passing, the
+    checkpoint completes and its sinks publish; failing, it is aborted with reason
+    "quality gate" and its report stored beside it, nothing is published, and this task
+    fails (no retry: the state will not change) with the report's summary."""
+
+    template_fields = ("spark_master",)
+    ui_color = "#d6ecff"
+
+    def __init__(
+        self,
+        *,
+        spark_master: str,
+        spark_conf: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spark_master = spark_master
+        self.spark_conf = dict(spark_conf or {})
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        checkpoint_id = self.checkpoint_id(context)
+        if checkpoint_id is None:
+            raise AirflowFailException(f"task '{self.trigger_task_id}' started no checkpoint")
+        settings = self.settings()
+        driver = self.driver(settings)
+        try:
+            with audit_gate(
+                driver.pipeline,
+                settings.store_ref,
+                self.spark_master,
+                spark_conf=self.spark_conf,
+                log=self.log.info,
+            ) as gate:
+                audit = audit_then_finalize(driver, checkpoint_id, gate)
+        except ConfigError as exc:  # a suite that cannot be built: no verdict to give
+            raise AirflowFailException(str(exc)) from None
+        outcome = audit.outcome
+        if outcome is None:
+            # Acks missing (not after wait_for_acks), or a passing audit whose base
+            # checkpoint is still pending: a retry audits again once it settled.
+            raise AirflowException(f"{audit.render()}\ncheckpoint {checkpoint_id} not decided")
+        if outcome.status is CheckpointStatus.ABORTED:
+            reason = outcome.reason.code if outcome.reason else "-"
+            raise AirflowFailException(
+                f"checkpoint {checkpoint_id} aborted ({reason}): {outcome.message}\n"
+                + audit.render()
+            )
+        self.log.info("%s", audit.render())
+        return {
+            "checkpoint_id": checkpoint_id,
+            "status": outcome.status.value,
+            "audited": audit.report is not None,
+            "report": driver.coordinator.layout.quality_report(checkpoint_id),
+            "published": audit.published,
+        }
+
+
 class FinalizeCheckpointOperator(_BatchpointOperator):
     """Every ack is in: write the outcome (after checking every referenced file) and
     publish the sinks' staged output (notifyCheckpointComplete)."""
@@ -242,6 +316,12 @@ class FinalizeCheckpointOperator(_BatchpointOperator):
         driver = self.driver()
         outcome = driver.coordinator.try_finalize(checkpoint_id)
         if outcome is None:
+            pending = driver.coordinator.get_pending(checkpoint_id)
+            if pending is not None and pending.requires_audit:
+                raise AirflowFailException(
+                    f"checkpoint {checkpoint_id} is audited: only its audit task may "
+                    "complete it, and it gave no verdict"
+                )
             raise AirflowException(f"checkpoint {checkpoint_id} still misses acks")
         if outcome.status is CheckpointStatus.ABORTED:
             reason = outcome.reason.code if outcome.reason else "-"
@@ -268,9 +348,10 @@ class FinalizeCheckpointOperator(_BatchpointOperator):
 
 class CheckpointCleanupOperator(_BatchpointOperator):
     """The run's last task (trigger rule all_done): settle the checkpoint whatever
-    happened (abort it as declined or expired if nobody did, remove what it staged,
-    publish and collect garbage if it completed), then fail the run if the checkpoint
-    aborted or any task failed, so the run's colour tells the truth."""
+    happened (abort it as declined or expired if nobody did, or as failed if it is
+    audited and its audit gave no verdict; remove what it staged; publish and collect
+    garbage if it completed), then fail the run if the checkpoint aborted or any task
+    failed, so the run's colour tells the truth."""
 
     ui_color = "#e8e8e8"
 
@@ -294,7 +375,7 @@ class CheckpointCleanupOperator(_BatchpointOperator):
         }
         driver = self.driver()
         ti = context["ti"]
-        settlement = settle_run(
+        settlement = settle_audited_run(
             driver,
             checkpoint_id,
             failed_operators,
@@ -309,7 +390,8 @@ class CheckpointCleanupOperator(_BatchpointOperator):
         )
         if settlement.outcome is None:
             # Every ack is in but its base checkpoint (a concurrent one) is still pending:
-            # settling the base finishes this one too. Nothing failed.
+            # settling the base finishes this one too. Nothing failed. (Never an audited
+            # checkpoint: settle_audited_run aborts one still without a verdict.)
             raise AirflowSkipException(
                 f"checkpoint {checkpoint_id} waits for its base checkpoint to settle"
             )
@@ -580,6 +662,7 @@ def _load_callable(reference: str) -> Callable[..., Any]:
 
 
 __all__ = [
+    "AuditCheckpointOperator",
     "CheckpointCleanupOperator",
     "ExportSavepointOperator",
     "FinalizeCheckpointOperator",
