@@ -148,6 +148,7 @@ def test_an_audit_that_gives_no_verdict_is_aborted_by_cleanup(bp, write_epoch, v
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_real_suites_pass_a_good_epoch_and_abort_a_bad_deploy(bp, write_epoch, capsys):
     from test_end_to_end import assert_sinks_match_reference  # tests/airflow is on sys.path
 

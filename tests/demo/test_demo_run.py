@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow, pytest.m
 PROJECT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.timeout(3600)
 def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BATCHPOINT_"))}
     env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
