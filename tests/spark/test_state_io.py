@@ -205,7 +205,12 @@ def test_empty_subtasks_write_an_empty_file_with_the_schema(
     assert read_keyed_state(spark, state_store, handles, schema=SCHEMA).count() == 1
 
     # An entirely empty input: adaptive execution runs no task, the driver fills in.
-    nothing = write(spark, state_store, parallelism=2, df=state_df(spark, []), attempt_id="a3")
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    try:
+        nothing = write(spark, state_store, parallelism=2, df=state_df(spark, []), attempt_id="a3")
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
     assert [(h.subtask, h.rows, h.task_attempt) for h in nothing] == [
         (0, 0, "driver"),
         (1, 0, "driver"),
