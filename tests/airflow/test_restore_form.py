@@ -10,10 +10,6 @@ planner's own check compares sizes only)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -23,6 +19,7 @@ from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.hook import QualityRestoreGate
 from batchpoint.quality.suites import PipelineQuality, quality_of
+from quality import fake_epochs  # tests/ is on sys.path: its conftest puts it there
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 
@@ -30,21 +27,6 @@ REF = "batchpoint.demo.payments:pipeline"
 LAYOUT = PipelineLayout("payments")
 INTEGRITY_ONLY = PipelineQuality(count_rows=False)
 PHRASE = "restore payments without the gate"
-
-
-def _fake_epochs() -> ModuleType:
-    # tests/airflow is no package (see conftest.py): load the shared helper by path.
-    name = "_batchpoint_fake_epochs"
-    if name not in sys.modules:
-        path = Path(__file__).parents[1] / "quality" / "fake_epochs.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-fake_epochs = _fake_epochs()
 
 
 class Restores:

@@ -8,11 +8,7 @@ runs its integrity checks without Spark. One slow test has the suites on real st
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -21,27 +17,13 @@ from batchpoint.demo.payments import build_pipeline
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from quality import fake_epochs  # tests/ is on sys.path: its conftest puts it there
 
 REF = "batchpoint.demo.payments:pipeline"
 GATE = "batchpoint.demo.payments_quality:restore_gate"
 EVERY_STATE = ["--skip-suite", "balances/balances", "--skip-suite", "dedup/seen"]
 LAYOUT = PipelineLayout("payments")
 PHRASE = "restore payments without the gate"
-
-
-def _load(name: str) -> ModuleType:
-    # tests/cli is no package: the shared helpers of tests/quality are loaded by path.
-    module_name = f"_batchpoint_{name}"
-    if module_name not in sys.modules:
-        path = Path(__file__).parents[1] / "quality" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        assert spec is not None and spec.loader is not None
-        sys.modules[module_name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[module_name])
-    return sys.modules[module_name]
-
-
-fake_epochs = _load("fake_epochs")
 
 
 @pytest.fixture
@@ -204,8 +186,8 @@ def test_the_gate_quarantines_a_bad_deploy_and_restores_the_good_checkpoint(
     from batchpoint.demo.payments import SOURCE_ROOT
     from batchpoint.demo.payments_data import write_epoch_files
     from batchpoint.runtime.local import LocalEpochRunner
+    from quality import bugs
 
-    bugs = _load("bugs")
     ref = StoreRef.of(root)
     runner = LocalEpochRunner(build_pipeline(), ref, spark)
     for epoch in (0, 1):  # checkpoint 1 good; checkpoint 2 written by the buggy deploy

@@ -8,11 +8,7 @@ runs: tests/quality/test_verify.py has the suites on real state."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -23,25 +19,11 @@ from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from quality import fake_epochs  # tests/ is on sys.path: its conftest puts it there
 
 REF = "batchpoint.demo.payments:pipeline"
 EVERY_STATE = ["--skip-suite", "balances/balances", "--skip-suite", "dedup/seen"]
 LAYOUT = PipelineLayout("payments")
-
-
-def _fake_epochs() -> ModuleType:
-    # tests/cli is no package: load the shared helper by path.
-    name = "_batchpoint_fake_epochs"
-    if name not in sys.modules:
-        path = Path(__file__).parents[1] / "quality" / "fake_epochs.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-fake_epochs = _fake_epochs()
 
 
 @pytest.fixture
