@@ -65,7 +65,7 @@ class Restores:
         return QualityGate(pipeline, self.bp.settings.store_ref).quarantine.ids()
 
     def listing(self) -> dict[str, str]:
-        return {info.key: info.etag for info in self.driver.store.list("pipelines/")}
+        return fake_epochs.listing(self.driver.store, "pipelines/")
 
 
 def test_the_gate_is_turned_off_only_with_the_typed_phrase(bp):

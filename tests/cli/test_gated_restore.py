@@ -43,10 +43,6 @@ def driver(root) -> PipelineDriver:
     return driver
 
 
-def listing(driver: PipelineDriver) -> dict[str, str]:
-    return {info.key: info.etag for info in driver.store.list("")}
-
-
 def restore(*args: str) -> int:
     return main(["--pipeline-ref", REF, "restore", *args])
 
@@ -57,14 +53,14 @@ def head(driver: PipelineDriver) -> int | None:
 
 def test_the_gate_off_needs_the_typed_confirmation(driver, capsys):
     fake_epochs.break_a_file(driver, 3)  # same size: only the gate's checksums see it
-    before = listing(driver)
+    before = fake_epochs.listing(driver.store)
     assert restore("--no-gate") == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --no-gate restores pipeline 'payments' without the quality gate")
     assert f'add exactly --confirm "{PHRASE}" (no --confirm was given)' in err
     assert restore("--no-gate", "--confirm", "restore payments without gate") == 2
     assert "(got --confirm 'restore payments without gate')" in capsys.readouterr().err
-    assert listing(driver) == before  # refused before anything was read
+    assert fake_epochs.listing(driver.store) == before  # refused before anything was read
 
     assert restore("--no-gate", "--confirm", PHRASE, *EVERY_STATE) == 0
     captured = capsys.readouterr()
@@ -106,7 +102,7 @@ def test_max_candidates_refuses_saying_how_far_it_looked(driver, capsys):
 
 def test_a_dry_run_writes_nothing(driver, capsys):
     fake_epochs.break_a_file(driver, 3)
-    before = listing(driver)
+    before = fake_epochs.listing(driver.store)
     assert restore("--dry-run", *EVERY_STATE) == 0
     out = capsys.readouterr().out
     assert "dry run: nothing is quarantined or stored" in out
@@ -128,7 +124,7 @@ def test_a_dry_run_writes_nothing(driver, capsys):
     assert failed["passed"] is False and failed["quarantined"] is False
     assert failed["findings"][0]["check"] == "file"
     assert "running the quality gate on checkpoint 3" in captured.err
-    assert listing(driver) == before  # no quarantine, no report, head not moved
+    assert fake_epochs.listing(driver.store) == before  # no quarantine, no report, head not moved
 
 
 def test_a_refusal_in_json_exits_1(driver, capsys):
@@ -159,13 +155,13 @@ def test_a_refusal_in_json_exits_1(driver, capsys):
     ],
 )
 def test_mistakes_are_explained_with_exit_code_2(driver, capsys, args, message):
-    before = listing(driver)
+    before = fake_epochs.listing(driver.store)
     assert restore(*args) == 2
     err = capsys.readouterr().err
     # Progress lines may come first (the gate is set up before the candidates are read).
     last = err.splitlines()[-1]
     assert last.startswith("error: ") and message in last and "Traceback" not in err
-    assert listing(driver) == before
+    assert fake_epochs.listing(driver.store) == before
 
 
 def test_skipped_names_are_checked_without_a_gate_too(driver, capsys, monkeypatch):

@@ -43,10 +43,6 @@ def driver(root) -> PipelineDriver:
     return driver
 
 
-def listing(driver: PipelineDriver) -> dict[str, str]:
-    return {info.key: info.etag for info in driver.store.list("")}
-
-
 def verify(*args: str) -> int:
     return main(["--pipeline-ref", REF, "verify", *args])
 
@@ -59,14 +55,16 @@ def test_verify_reports_on_the_head_and_fails_a_broken_checkpoint(driver, capsys
     assert "skipped: balances/balances, dedup/seen" in out
 
     broken = fake_epochs.break_a_file(driver, 2)
-    before = listing(driver)
+    before = fake_epochs.listing(driver.store)
     assert verify("2", *EVERY_STATE) == 1
     out = capsys.readouterr().out
     assert "checkpoint 2 of pipeline 'payments': FAILED (1 finding(s)" in out
     assert "integrity findings:" in out and "object" in out and "problem" in out
     row = next(line for line in out.splitlines() if line.startswith(broken))
     assert "file" in row and "sha256" in row
-    assert listing(driver) == before  # read-only: no report stored, nothing quarantined
+    assert (
+        fake_epochs.listing(driver.store) == before
+    )  # read-only: no report stored, nothing quarantined
 
     assert main(["--json", "--pipeline-ref", REF, "verify", "2", *EVERY_STATE]) == 1
     report = json.loads(capsys.readouterr().out)
@@ -76,7 +74,7 @@ def test_verify_reports_on_the_head_and_fails_a_broken_checkpoint(driver, capsys
         {"object": broken, "check": "file", "problem": report["findings"][0]["problem"]}
     ]
     assert report["gx_results"] == {} and report["skipped"] == ["balances/balances", "dedup/seen"]
-    assert listing(driver) == before
+    assert fake_epochs.listing(driver.store) == before
 
     assert verify("2", "--quick", *EVERY_STATE) == 0  # sizes only: a flipped byte passes
 

@@ -100,7 +100,3 @@ def state_handles(store: ObjectStore, checkpoint_id: int, operator: str, state: 
         for h in ack["handles"]
         if h["name"] == f"state-{state}"
     ]
-
-
-def listing(store: ObjectStore) -> dict[str, str]:
-    return {info.key: info.etag for info in store.list("")}

@@ -17,6 +17,7 @@ from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.runner import state_stream
 from batchpoint.state.keygroups import key_group_range_for_subtask
+from batchpoint.storage.base import ObjectStore
 
 ATTEMPT = "fake"
 
@@ -61,3 +62,8 @@ def break_a_file(driver: PipelineDriver, checkpoint_id: int) -> str:
     data[0] ^= 0xFF
     driver.store.put(path, bytes(data))
     return path
+
+
+def listing(store: ObjectStore, prefix: str = "") -> dict[str, str]:
+    """Every object and its etag: equal before and after means nothing was written."""
+    return {info.key: info.etag for info in store.list(prefix)}

@@ -16,7 +16,8 @@ from batchpoint.quality.report import CandidateReport
 from batchpoint.quality.suites import PipelineQuality, StateQuality
 
 from . import bugs
-from .conftest import GOOD_EPOCHS, INTEGRITY_ONLY, LAYOUT, listing, rewrite_outcome, state_handles
+from .conftest import GOOD_EPOCHS, INTEGRITY_ONLY, LAYOUT, rewrite_outcome, state_handles
+from .fake_epochs import listing
 
 pytestmark = pytest.mark.spark
 

@@ -26,7 +26,8 @@ from batchpoint.runtime.restore import (
 from batchpoint.storage import StoreRef
 
 from . import fake_epochs
-from .conftest import INTEGRITY_ONLY, LAYOUT, listing
+from .conftest import INTEGRITY_ONLY, LAYOUT
+from .fake_epochs import listing
 
 #: Every declared suite and check skipped by state: integrity is all that runs.
 EVERY_STATE = ["balances/balances", "dedup/seen"]

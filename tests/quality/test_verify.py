@@ -12,7 +12,8 @@ import pytest
 from batchpoint.cli.main import main
 
 from . import bugs
-from .conftest import GOOD_EPOCHS, listing
+from .conftest import GOOD_EPOCHS
+from .fake_epochs import listing
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
