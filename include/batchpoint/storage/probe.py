@@ -24,6 +24,9 @@ PROBE_PREFIX = "_probe/"
 # requests per process and endpoint, not one per store or per write.
 _PASSED: set[tuple[str, str]] = set()
 _LOCK = threading.Lock()
+# Set while this thread runs a probe, so that the probe's own conditional writes do not
+# ask for a probe in turn.
+_ACTIVE = threading.local()
 
 
 class ConditionalWritesUnsupported(ConfigError):
@@ -40,10 +43,14 @@ def probe_conditional_writes(store: ObjectStore) -> None:
         if key in _PASSED:
             return
     probe = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+    _ACTIVE.on = True
     try:
         problem = _find_problem(store, probe)
     finally:
-        store.delete(probe)
+        try:
+            store.delete(probe)
+        finally:
+            _ACTIVE.on = False
     if problem:
         raise ConditionalWritesUnsupported(
             f"storage endpoint {endpoint} does not honour {problem} "
@@ -73,6 +80,11 @@ def _find_problem(store: ObjectStore, probe: str) -> str | None:
     if current == first:
         return "If-Match (a replace did not change the etag)"
     return None
+
+
+def probing() -> bool:
+    """Whether this thread is running a probe right now."""
+    return bool(getattr(_ACTIVE, "on", False))
 
 
 def forget_probes() -> None:

@@ -31,6 +31,7 @@ from batchpoint.errors import (
     StorageError,
 )
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
+from batchpoint.storage.probe import probe_conditional_writes, probing
 from batchpoint.storage.s3 import errors
 from batchpoint.storage.s3.retry import again, botocore_retries
 from batchpoint.storage.s3.settings import S3Settings
@@ -73,9 +74,7 @@ class S3ObjectStore(ObjectStore):
         self._session: boto3.session.Session | None = None
         self._client: Any = None
         self._bucket_checked = False
-        # Re-entrant: the probe's own conditional writes pass through _ensure_probed.
-        self._probe_lock = threading.RLock()
-        self._probing = False
+        self._probe_lock = threading.Lock()
         self._probed = not self.settings.probe_conditional_writes
 
     def __getstate__(self) -> dict[str, Any]:
@@ -86,7 +85,6 @@ class S3ObjectStore(ObjectStore):
             "_client",
             "_bucket_checked",
             "_probe_lock",
-            "_probing",
             "_probed",
         ):
             state.pop(name, None)
@@ -344,19 +342,12 @@ class S3ObjectStore(ObjectStore):
         """Before the first conditional write of this store: does the endpoint honour
         the conditions at all? Only writers get here, so read-only commands never probe
         (and never write the probe's object)."""
-        if self._probed:
+        if self._probed or probing():  # done, or these are the probe's own writes
             return
-        from batchpoint.storage.probe import probe_conditional_writes
-
-        with self._probe_lock:
-            if self._probed or self._probing:  # done, or these are the probe's own writes
-                return
-            self._probing = True
-            try:
+        with self._probe_lock:  # concurrent first writers wait for one probe
+            if not self._probed:
                 probe_conditional_writes(self)
-            finally:
-                self._probing = False
-            self._probed = True
+                self._probed = True
 
     def _conditional_put(self, op: str, key: str, data: bytes, condition: dict[str, str]) -> str:
         full = self._object_key(key)
