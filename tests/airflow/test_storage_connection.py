@@ -108,6 +108,12 @@ def test_a_profile_is_resolved_by_the_provider_and_handed_on_as_keys(
     )
     assert "profile" not in options and "session_token" not in options
     round_trip(settings)
+    # Resolved once per process: the next poke or UI request needs neither the profile
+    # file nor (for a role) another STS call, and gets the very same keys.
+    (no_aws_environment / "credentials").unlink()
+    again = settings_from_connection(profile, base(root), "bp_profile")
+    assert dict(again.store_options) == dict(options)
+    assert again.store_ref.open() is settings.store_ref.open()
 
 
 def test_an_unknown_profile_is_a_one_line_error(seaweed: Any, root: str, no_aws_environment):

@@ -17,6 +17,8 @@ What the connection may hold besides the AWS connection's own fields, so that th
 
 from __future__ import annotations
 
+import json
+import threading
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlparse
@@ -60,6 +62,14 @@ _CREDENTIAL_EXTRAS = {
 }
 _CREDENTIAL_OPTIONS = ("access_key_id", "secret_access_key", "session_token", "profile")
 
+# Resolved credentials per connection content, kept for the life of the process: a sensor
+# pokes, a UI request or a trigger resolves the same connection again and again, and an
+# assumed role must not cost an STS call each time. botocore refreshes them itself before
+# they expire, so the keys handed out stay the same until then (and so does the store
+# that StoreRef caches for them).
+_RESOLVED: dict[str, Any] = {}
+_RESOLVED_LOCK = threading.Lock()
+
 
 def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Settings:
     """Storage settings from an Airflow connection (type aws): endpoint, region, root
@@ -90,13 +100,14 @@ def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Setting
     if region:
         options["region"] = str(region)
     aws = _aws_hook(conn, conn_id, extra, options.get("region"))
+    cache_key = json.dumps([conn_id, conn.login, conn.password, extra], sort_keys=True, default=str)
     if conn.host:
         options["endpoint_url"] = connection_url(conn)
     elif endpoint := aws.conn_config.get_service_endpoint_url("s3"):
         options["endpoint_url"] = str(endpoint)
     names_credentials = bool(conn.login) or bool(_CREDENTIAL_EXTRAS & set(extra))
     if names_credentials or not options.get("access_key_id"):
-        credentials = _resolve_credentials(aws, conn_id, extra, options.get("region"))
+        credentials = _resolve_credentials(aws, conn_id, extra, options.get("region"), cache_key)
         if credentials is not None:
             for name in _CREDENTIAL_OPTIONS:
                 options.pop(name, None)
@@ -147,13 +158,18 @@ def _aws_hook(conn: Any, conn_id: str, extra: dict[str, Any], region: str | None
 
 
 def _resolve_credentials(
-    aws: Any, conn_id: str, extra: dict[str, Any], region: str | None
+    aws: Any, conn_id: str, extra: dict[str, Any], region: str | None, cache_key: str
 ) -> dict[str, str] | None:
     """Frozen credentials as store options, or None when the chain has none."""
     import botocore.exceptions as bce
 
     try:
-        credentials = aws.get_session(region_name=region).get_credentials()
+        with _RESOLVED_LOCK:
+            credentials = _RESOLVED.get(cache_key)
+            if credentials is None:
+                credentials = aws.get_session(region_name=region).get_credentials()
+                if credentials is not None:
+                    _RESOLVED[cache_key] = credentials
         frozen = credentials.get_frozen_credentials() if credentials is not None else None
     except (bce.BotoCoreError, bce.ClientError) as exc:
         raise ConfigError(
