@@ -49,7 +49,8 @@ def open_store(uri: str, options: Mapping[str, str] | None = None) -> ObjectStor
     """Open the store behind a root URI: ``s3://bucket/prefix`` or ``file:///path``.
 
     `options` carries S3 settings (endpoint_url, region, access_key_id, secret_access_key,
-    ...); anything not given falls back to the standard AWS environment and files.
+    session_token, retry_mode, max_attempts, probe_conditional_writes, ...: see
+    `S3Settings`); anything not given falls back to the standard AWS environment and files.
     """
     if not uri or not isinstance(uri, str):
         raise ConfigError("storage root URI is empty: set it to s3://bucket/prefix or file:///path")
