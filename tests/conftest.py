@@ -21,7 +21,7 @@ import pytest
 from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
-from batchpoint.storage.retry import RetryPolicy
+from batchpoint.storage.probe import probe_conditional_writes
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
 
 MiB = 1024 * 1024
@@ -32,6 +32,11 @@ TEST_MULTIPART = {"multipart_threshold": 5 * MiB, "multipart_chunksize": 5 * MiB
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
     with SeaweedServer(tmp_path_factory.mktemp("seaweed")) as server:
+        # Probed here, once: a store probes before its first conditional write, and a
+        # test's injected faults must not meet the probe's requests instead.
+        probe = S3ObjectStore(server.bucket, "", S3Settings.from_options(server.storage_options()))
+        probe_conditional_writes(probe)
+        probe.close()
         yield server
 
 
@@ -39,23 +44,18 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]
 def make_s3_store(
     seaweed: SeaweedServer, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., S3ObjectStore]]:
-    """``make_s3_store(prefix=None, retry=None, bucket=None, **settings)``: a store on the
-    session's SeaweedFS under a fresh prefix unless one is given; closed after the test."""
+    """``make_s3_store(prefix=None, bucket=None, **settings)``: a store on the session's
+    SeaweedFS under a fresh prefix unless one is given; closed after the test."""
     made: list[S3ObjectStore] = []
 
     def make(
-        prefix: str | None = None,
-        *,
-        retry: RetryPolicy | None = None,
-        bucket: str | None = None,
-        **settings: Any,
+        prefix: str | None = None, *, bucket: str | None = None, **settings: Any
     ) -> S3ObjectStore:
         options = {**seaweed.storage_options(), **TEST_MULTIPART, **settings}
         store = S3ObjectStore(
             bucket or seaweed.bucket,
             prefix if prefix is not None else unique_prefix(request),
             S3Settings.from_options(options),
-            retry=retry or RetryPolicy(max_attempts=5, base_delay=0.05, max_delay=0.5),
         )
         made.append(store)
         return store

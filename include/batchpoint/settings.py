@@ -17,6 +17,10 @@ _S3_OPTIONS = {
     "BATCHPOINT_S3_REGION": "region",
     "BATCHPOINT_S3_ACCESS_KEY_ID": "access_key_id",
     "BATCHPOINT_S3_SECRET_ACCESS_KEY": "secret_access_key",
+    "BATCHPOINT_S3_SESSION_TOKEN": "session_token",
+    "BATCHPOINT_S3_RETRY_MODE": "retry_mode",
+    "BATCHPOINT_S3_MAX_ATTEMPTS": "max_attempts",
+    "BATCHPOINT_S3_PROBE_CONDITIONAL_WRITES": "probe_conditional_writes",
 }
 _CHECKPOINT_OPTIONS = {
     "BATCHPOINT_CHECKPOINT_TIMEOUT": "timeout",

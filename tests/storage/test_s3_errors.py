@@ -1,23 +1,26 @@
 """How the S3 backend fails, against a real SeaweedFS.
 
 Faults are injected by wrapping the real client (botocore event hooks that answer in
-the server's place or drop its answer), never by mocking S3.
+the server's place or drop its answer), never by mocking S3. Retries are botocore's own
+(its retry mode); the `sleeps` fixture records their delays instead of waiting them out.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import botocore.endpoint
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectionClosedError
+from botocore.httpsession import URLLib3Session
 
 from batchpoint.devstack.seaweed import SeaweedError, SeaweedServer, find_weed, free_ports
 from batchpoint.errors import (
@@ -30,20 +33,23 @@ from batchpoint.errors import (
     StorageUnavailable,
 )
 from batchpoint.storage import open_store
-from batchpoint.storage.retry import RetryPolicy, call_with_retry
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+from batchpoint.storage.s3 import retry as s3_retry
 
 pytestmark = pytest.mark.s3
 
 MakeStore = Callable[..., S3ObjectStore]
 
 
-def no_wait(sleeps: list[float] | None = None, attempts: int = 4, seed: int = 0) -> RetryPolicy:
-    """A policy that records its delays instead of sleeping them."""
-    record = sleeps.append if sleeps is not None else (lambda _d: None)
-    return RetryPolicy(
-        max_attempts=attempts, base_delay=0.1, max_delay=0.25, sleep=record, rng=random.Random(seed)
-    )
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The delays botocore's retries (and our few own) ask for, recorded, not waited."""
+    recorded: list[float] = []
+    # botocore.endpoint sleeps through its module's `time`; only that reference is
+    # replaced, so nothing else in the process stops sleeping.
+    monkeypatch.setattr(botocore.endpoint, "time", types.SimpleNamespace(sleep=recorded.append))
+    monkeypatch.setattr(s3_retry, "sleep", recorded.append)
+    return recorded
 
 
 class _Body:
@@ -129,9 +135,7 @@ def test_no_credentials_says_how_to_set_them(
     seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _clean_aws_environment(monkeypatch, tmp_path)
-    store = S3ObjectStore(
-        seaweed.bucket, "anon", S3Settings(endpoint_url=seaweed.endpoint_url), retry=no_wait()
-    )
+    store = S3ObjectStore(seaweed.bucket, "anon", S3Settings(endpoint_url=seaweed.endpoint_url))
     with pytest.raises(StorageAccessDenied, match=r"no usable AWS credentials.*AWS_ACCESS_KEY_ID"):
         store.put("k", b"x")
 
@@ -146,11 +150,18 @@ def _clean_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
 
 def test_open_store_with_string_options(seaweed: SeaweedServer) -> None:
-    options = {**seaweed.storage_options(), "max_attempts": "3", "multipart_chunksize": "8MiB"}
+    options = {
+        **seaweed.storage_options(),
+        "max_attempts": "3",
+        "retry_mode": "Adaptive",
+        "multipart_chunksize": "8MiB",
+    }
     store = open_store(seaweed.uri("opened/here"), options)
     assert isinstance(store, S3ObjectStore)
     assert store.uri == f"s3://{seaweed.bucket}/opened/here"
-    assert store.retry.max_attempts == 3
+    # botocore's own retry configuration is what the client runs with.
+    retries = store.client.meta.config.retries
+    assert (retries["mode"], retries["total_max_attempts"]) == ("adaptive", 3)
     assert store.settings.multipart_chunksize == 8 * 1024 * 1024
     assert store.settings.effective_addressing_style() == "path"
     store.put("x", b"1")
@@ -169,6 +180,9 @@ def test_open_store_with_string_options(seaweed: SeaweedServer) -> None:
         ({"multipart_threshold": "big"}, "multipart_threshold='big' is not a size"),
         ({"endpoint_url": "localhost:8333"}, "is not an http"),
         ({"addressing_style": "sideways"}, "must be one of path, virtual, auto"),
+        ({"retry_mode": "legacy"}, "retry_mode='legacy' must be one of standard, adaptive"),
+        ({"probe_conditional_writes": "maybe"}, "must be true or false"),
+        ({"session_token": "t"}, "session_token needs access_key_id"),
         ({"access_key_id": "a"}, "must be given together"),
         ({"acces_key_id": "a"}, "unknown S3 storage option.*'acces_key_id'"),
     ],
@@ -185,38 +199,45 @@ def test_options_parse_sizes_and_skip_empty_values() -> None:
             "multipart_chunksize": "5242880",
             "region": " ",
             "profile": "",
+            "probe_conditional_writes": "off",
         }
     )
     assert settings.multipart_threshold == 12 * 1024 * 1024
     assert settings.multipart_chunksize == 5 * 1024 * 1024
     assert settings.region is None and settings.profile is None
-    assert "secret" not in repr(S3Settings(access_key_id="a", secret_access_key="secret"))
+    assert settings.probe_conditional_writes is False
+    assert (settings.retry_mode, settings.max_attempts) == ("standard", 5)
+    shown = repr(S3Settings(access_key_id="a", secret_access_key="secret", session_token="tok"))
+    assert "secret" not in shown and "tok" not in shown
 
 
 # --- transient failures ----------------------------------------------------------------
 
 
-def test_unreachable_endpoint_gives_up_after_bounded_retries() -> None:
+def test_unreachable_endpoint_gives_up_after_bounded_retries(sleeps: list[float]) -> None:
     (port,) = free_ports(1)  # nothing listens there
-    sleeps: list[float] = []
     settings = S3Settings(
-        endpoint_url=f"http://127.0.0.1:{port}", access_key_id="a", secret_access_key="b"
+        endpoint_url=f"http://127.0.0.1:{port}",
+        access_key_id="a",
+        secret_access_key="b",
+        max_attempts=4,
     )
-    store = S3ObjectStore("bucket", "pre", settings, retry=no_wait(sleeps, attempts=4))
+    store = S3ObjectStore("bucket", "pre", settings)
     with pytest.raises(StorageUnavailable) as info:
         store.put("some/key", b"x")
     message = str(info.value)
     assert f"http://127.0.0.1:{port}" in message
     assert "put s3://bucket/pre/some/key" in message
-    assert "after 4 attempt(s)" in message
+    assert "after up to 4 attempt(s) (standard retries)" in message
     assert len(sleeps) == 3
     with pytest.raises(StorageUnavailable, match="list s3://bucket/pre/x"):
         list(store.list("x"))
 
 
-def test_throttling_is_retried_with_full_jitter_backoff(make_s3_store: MakeStore) -> None:
-    sleeps: list[float] = []
-    store = make_s3_store(retry=no_wait(sleeps, attempts=5, seed=42))
+def test_throttling_is_retried_with_full_jitter_backoff(
+    make_s3_store: MakeStore, sleeps: list[float]
+) -> None:
+    store = make_s3_store(max_attempts=5)
     sent: list[Any] = []
     slow_down = fail_first(3, lambda: s3_answer(503, "SlowDown", "Reduce your request rate"), sent)
     store.client.meta.events.register("before-send.s3.PutObject", slow_down)
@@ -226,19 +247,22 @@ def test_throttling_is_retried_with_full_jitter_backoff(make_s3_store: MakeStore
     assert len(sent) == 4  # three refused, the fourth reached SeaweedFS
     assert store.get("throttled").data == b"payload"
     assert store.head("throttled").etag == etag  # type: ignore[union-attr]
-    rng = random.Random(42)
-    caps = [0.1, 0.2, 0.25]  # base * 2**n, capped at max_delay
-    assert sleeps == [rng.uniform(0, cap) for cap in caps]
+    # botocore's backoff for throttling: uniform in [0, 1 s * 2**n] (full jitter).
+    caps = [1.0, 2.0, 4.0]
+    assert len(sleeps) == 3
     assert all(0 <= delay <= cap for delay, cap in zip(sleeps, caps, strict=True))
+    assert len(set(sleeps)) == 3  # jittered, not lock-step
 
 
-def test_endless_throttling_ends_as_unavailable(make_s3_store: MakeStore) -> None:
-    sleeps: list[float] = []
-    store = make_s3_store(retry=no_wait(sleeps, attempts=3))
+def test_endless_throttling_ends_as_unavailable(
+    make_s3_store: MakeStore, sleeps: list[float]
+) -> None:
+    store = make_s3_store(max_attempts=3)
     sent: list[Any] = []
     hook = fail_first(100, lambda: s3_answer(503, "SlowDown", "Reduce your request rate"), sent)
     store.client.meta.events.register("before-send.s3.GetObject", hook)
-    with pytest.raises(StorageUnavailable, match=r"get s3://.*/k after 3 attempt\(s\): SlowDown"):
+    expected = r"get s3://.*/k after 3 attempt\(s\) \(standard retries\): SlowDown"
+    with pytest.raises(StorageUnavailable, match=expected):
         store.get("k")
     assert len(sent) == 3 and len(sleeps) == 2
 
@@ -247,8 +271,10 @@ def test_endless_throttling_ends_as_unavailable(make_s3_store: MakeStore) -> Non
     ("status", "code"),
     [(500, "InternalError"), (503, "ServiceUnavailable"), (502, None), (504, None), (429, None)],
 )
-def test_server_errors_are_retried(make_s3_store: MakeStore, status: int, code: str | None) -> None:
-    store = make_s3_store(retry=no_wait())
+def test_server_errors_are_retried(
+    make_s3_store: MakeStore, sleeps: list[float], status: int, code: str | None
+) -> None:
+    store = make_s3_store()
     store.put("k", b"v")
     sent: list[Any] = []
     store.client.meta.events.register(
@@ -258,9 +284,8 @@ def test_server_errors_are_retried(make_s3_store: MakeStore, status: int, code: 
     assert len(sent) == 2
 
 
-def test_client_errors_are_not_retried(make_s3_store: MakeStore) -> None:
-    sleeps: list[float] = []
-    store = make_s3_store(retry=no_wait(sleeps))
+def test_client_errors_are_not_retried(make_s3_store: MakeStore, sleeps: list[float]) -> None:
+    store = make_s3_store()
     sent: list[Any] = []
     store.client.meta.events.register(
         "before-send.s3.GetObject",
@@ -273,46 +298,84 @@ def test_client_errors_are_not_retried(make_s3_store: MakeStore) -> None:
     assert len(sent) == 1 and sleeps == []
 
 
-def test_conditional_write_conflict_is_retried(make_s3_store: MakeStore) -> None:
-    store = make_s3_store(retry=no_wait())
+def test_one_attempt_means_no_retry(make_s3_store: MakeStore, sleeps: list[float]) -> None:
+    store = make_s3_store(max_attempts=1)
+    sent: list[Any] = []
+    store.client.meta.events.register(
+        "before-send.s3.GetObject", fail_first(1, lambda: s3_answer(503, "SlowDown"), sent)
+    )
+    with pytest.raises(StorageUnavailable, match=r"after 1 attempt\(s\)"):
+        store.get("k")
+    assert len(sent) == 1 and sleeps == []
+
+
+def test_conditional_write_conflict_is_retried(
+    make_s3_store: MakeStore, sleeps: list[float]
+) -> None:
+    # botocore does not retry a 409; the store does, for conditional writes only.
+    store = make_s3_store()
     sent: list[Any] = []
     conflict = fail_first(1, lambda: s3_answer(409, "ConditionalRequestConflict"), sent)
     store.client.meta.events.register("before-send.s3.PutObject", conflict)
     etag = store.create("k", b"v")
     assert store.get("k").etag == etag
-    assert len(sent) == 2
+    assert len(sent) == 2 and len(sleeps) == 1
+
+
+def test_endless_conditional_conflict_is_a_lost_race(
+    make_s3_store: MakeStore, sleeps: list[float]
+) -> None:
+    store = make_s3_store(max_attempts=3)
+    store.put("k", b"old")
+    sent: list[Any] = []
+    conflict = fail_first(100, lambda: s3_answer(409, "ConditionalRequestConflict"), sent)
+    store.client.meta.events.register("before-send.s3.PutObject", conflict)
+    with pytest.raises(PreconditionFailed):
+        store.replace("k", b"new", store.head("k").etag)  # type: ignore[union-attr]
+    assert len(sent) == 3
 
 
 # --- ambiguous conditional writes ------------------------------------------------------
 
 
-def lose_first_answer(store: S3ObjectStore, statuses: list[int]) -> Callable[..., None]:
-    """An 'after-call' hook: the first PutObject reaches S3 and is applied, but its answer
-    never arrives (as when a connection drops after the request was sent)."""
+def lose_first_answer(store: S3ObjectStore) -> list[int]:
+    """The first PutObject reaches S3 and is applied, but its answer never arrives (as
+    when a connection drops after the request was sent), so botocore retries it. Returns
+    the HTTP statuses S3 gave, in order, as they come."""
+    statuses: list[int] = []
+    http = URLLib3Session()
 
-    def hook(http_response: Any, **_: Any) -> None:
-        statuses.append(http_response.status_code)
-        if len(statuses) == 1:
+    def send_then_drop(request: Any, **_: Any) -> None:
+        if not statuses:
+            statuses.append(http.send(request).status_code)
             raise ConnectionClosedError(endpoint_url=store.endpoint)
 
-    return hook
+    def record(http_response: Any, **_: Any) -> None:
+        statuses.append(http_response.status_code)
+
+    events = store.client.meta.events
+    events.register("before-send.s3.PutObject", send_then_drop)
+    events.register("after-call.s3.PutObject", record)
+    return statuses
 
 
-def test_create_whose_answer_was_lost_is_a_success(make_s3_store: MakeStore) -> None:
-    store = make_s3_store(retry=no_wait())
-    statuses: list[int] = []
-    store.client.meta.events.register("after-call.s3.PutObject", lose_first_answer(store, statuses))
+def test_create_whose_answer_was_lost_is_a_success(
+    make_s3_store: MakeStore, sleeps: list[float]
+) -> None:
+    store = make_s3_store()
+    statuses = lose_first_answer(store)
     etag = store.create("once", b"mine")
     assert statuses == [200, 412]  # the retry was refused: the first attempt had landed
     assert store.get("once").data == b"mine"
     assert store.head("once").etag == etag  # type: ignore[union-attr]
 
 
-def test_replace_whose_answer_was_lost_is_a_success(make_s3_store: MakeStore) -> None:
-    store = make_s3_store(retry=no_wait())
+def test_replace_whose_answer_was_lost_is_a_success(
+    make_s3_store: MakeStore, sleeps: list[float]
+) -> None:
+    store = make_s3_store()
     old = store.put("cas", b"5")
-    statuses: list[int] = []
-    store.client.meta.events.register("after-call.s3.PutObject", lose_first_answer(store, statuses))
+    statuses = lose_first_answer(store)
     new = store.replace("cas", b"6", old)
     assert statuses == [200, 412]
     assert store.get("cas").etag == new
@@ -335,7 +398,7 @@ def rival_writes_then_connection_drops(
 
 
 def test_identical_create_by_another_writer_is_not_claimed(make_s3_store: MakeStore) -> None:
-    store = make_s3_store(retry=no_wait())
+    store = make_s3_store()
     rival = make_s3_store(prefix=store.prefix)
     store.client.meta.events.register(
         "before-send.s3.PutObject",
@@ -347,7 +410,7 @@ def test_identical_create_by_another_writer_is_not_claimed(make_s3_store: MakeSt
 
 def test_identical_swap_by_another_writer_is_not_claimed(make_s3_store: MakeStore) -> None:
     # Two coordinators both move a counter from 5 to 6: only one may believe it did.
-    store = make_s3_store(retry=no_wait())
+    store = make_s3_store()
     rival = make_s3_store(prefix=store.prefix)
     five = store.put("counter", b"5")
     store.client.meta.events.register(
@@ -371,7 +434,7 @@ def delete_result(store: S3ObjectStore, *errors: tuple[str, str]) -> AWSResponse
 
 
 def test_delete_many_reports_keys_it_could_not_delete(make_s3_store: MakeStore) -> None:
-    store = make_s3_store(retry=no_wait())
+    store = make_s3_store()
     for key in ("a", "b"):
         store.put(key, b"x")
     sent: list[Any] = []
@@ -384,7 +447,7 @@ def test_delete_many_reports_keys_it_could_not_delete(make_s3_store: MakeStore) 
 
 
 def test_delete_many_retries_only_keys_that_failed_transiently(make_s3_store: MakeStore) -> None:
-    store = make_s3_store(retry=no_wait())
+    store = make_s3_store()
     for key in ("a", "b", "c"):
         store.put(key, b"x")
     sent: list[Any] = []
@@ -398,40 +461,6 @@ def test_delete_many_retries_only_keys_that_failed_transiently(make_s3_store: Ma
     assert b"<Key>" + f"{store.prefix}/b".encode() in sent[1].body
     assert sent[1].body.count(b"<Key>") == 1
     assert store.head("b") is None
-
-
-# --- the retry policy itself -----------------------------------------------------------
-
-
-def test_retry_policy_caps_grow_exponentially_up_to_max() -> None:
-    policy = RetryPolicy(max_attempts=10, base_delay=0.5, max_delay=3.0)
-    assert [policy.cap(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
-    assert policy.cap(10_000) == 3.0
-    assert all(0 <= policy.delay(n) <= policy.cap(n) for n in range(1, 50))
-
-
-def test_call_with_retry_retries_only_what_it_is_told() -> None:
-    sleeps: list[float] = []
-    policy = RetryPolicy(max_attempts=3, sleep=sleeps.append)
-    attempts: list[int] = []
-
-    def flaky(n: int) -> str:
-        attempts.append(n)
-        if n < 3:
-            raise TimeoutError("transient")
-        return "done"
-
-    assert call_with_retry(flaky, policy, lambda e: isinstance(e, TimeoutError)) == "done"
-    assert attempts == [1, 2, 3] and len(sleeps) == 2
-
-    def broken(_n: int) -> str:
-        raise ValueError("final")
-
-    with pytest.raises(ValueError, match="final"):
-        call_with_retry(broken, policy, lambda e: isinstance(e, TimeoutError))
-    assert len(sleeps) == 2  # no retry of a final error
-    with pytest.raises(ValueError, match="max_attempts"):
-        RetryPolicy(max_attempts=0)
 
 
 # --- the local server ------------------------------------------------------------------

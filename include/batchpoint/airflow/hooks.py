@@ -1,5 +1,6 @@
 """Hooks: what talks to the outside world. `BatchpointHook` resolves the storage (an
-Airflow connection, else the environment) and opens the core objects on it;
+Airflow AWS connection through the Amazon provider's AwsBaseHook, else the environment;
+see storage_connection) and opens the core objects on it;
 `SparkSubmitLauncher` runs one operator's Spark job; `AirflowApiHook` calls Airflow's
 public REST API (the only way a task can pause another DAG in Airflow 3).
 
@@ -19,12 +20,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from batchpoint.airflow.config import AirflowDeployment, package_root
+from batchpoint.airflow.storage_connection import connection_url, settings_from_connection
 from batchpoint.errors import ConfigError
 from batchpoint.settings import Settings
 
@@ -33,16 +34,14 @@ if TYPE_CHECKING:
     from batchpoint.runtime.api import Pipeline
     from batchpoint.runtime.driver import PipelineDriver
 
-# Connection extras the storage connection understands; the aws_* spellings are those of
-# Airflow's own "aws" connection type, so an existing AWS connection can be reused.
-_EXTRA_OPTIONS = {
-    "endpoint_url": "endpoint_url",
-    "region": "region",
-    "region_name": "region",
-    "aws_access_key_id": "access_key_id",
-    "aws_secret_access_key": "secret_access_key",
-}
-_EXTRA_KNOWN = {"root", *_EXTRA_OPTIONS}
+__all__ = [
+    "AirflowApiHook",
+    "BatchpointHook",
+    "SparkJobResult",
+    "SparkSubmitLauncher",
+    "cached_pipeline",
+    "settings_from_connection",
+]
 
 
 @functools.lru_cache(maxsize=16)
@@ -53,66 +52,27 @@ def cached_pipeline(reference: str) -> Pipeline:
     return load_pipeline(reference)
 
 
-def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Settings:
-    """Storage settings from an Airflow connection (aws or generic): host = endpoint,
-    login/password = access keys, extra = {"root": "s3://bucket/prefix", "region": ...}.
-    Anything the connection leaves out comes from `base` (the environment)."""
-    extra = conn.extra_dejson or {}
-    unknown = sorted(set(extra) - _EXTRA_KNOWN)
-    if unknown:
-        raise ConfigError(
-            f"Airflow connection '{conn_id}': unknown extra field(s) {unknown} "
-            f"(known: {', '.join(sorted(_EXTRA_KNOWN))})"
-        )
-    options = dict(base.store_options)
-    for name, option in _EXTRA_OPTIONS.items():
-        if extra.get(name):
-            options[option] = str(extra[name])
-    if conn.host:
-        options["endpoint_url"] = _endpoint(conn)
-    if conn.login or conn.password:
-        options["access_key_id"] = conn.login or ""
-        options["secret_access_key"] = conn.password or ""
-    root = str(extra.get("root") or base.root)
-    if not root.startswith(("s3://", "file://")):
-        raise ConfigError(
-            f"Airflow connection '{conn_id}': extra root={root!r} must be s3://bucket/prefix "
-            "or file:///absolute/path"
-        )
-    from batchpoint.storage.s3 import S3Settings
-
-    try:
-        S3Settings.from_options(options)
-    except ConfigError as exc:
-        raise ConfigError(f"Airflow connection '{conn_id}': {exc}") from None
-    return Settings(root, options, base.spark_master, base.checkpoint)
-
-
-def _endpoint(conn: Any) -> str:
-    host = str(conn.host)
-    if "://" not in host:
-        host = f"{conn.schema or 'http'}://{host}"
-    parsed = urlparse(host)
-    if conn.port and parsed.port is None:
-        host = f"{parsed.scheme}://{parsed.hostname}:{conn.port}{parsed.path}"
-    return host.rstrip("/")
-
-
 class BatchpointHook(BaseHook):
-    """Storage for batchpoint tasks, sensors and triggers. The connection is optional:
-    without it every setting comes from BATCHPOINT_* variables."""
+    """Storage for batchpoint tasks, sensors and triggers, from the AWS connection
+    `aws_conn_id` (roles, profiles and the standard chain resolved by AwsBaseHook). The
+    connection is optional: without it every setting comes from BATCHPOINT_* variables."""
 
-    conn_name_attr = "storage_conn_id"
+    conn_name_attr = "aws_conn_id"
     default_conn_name = "batchpoint_storage"
     conn_type = "aws"
     hook_name = "batchpoint storage"
 
     def __init__(
-        self, storage_conn_id: str = default_conn_name, base_settings: Settings | None = None
+        self, aws_conn_id: str = default_conn_name, base_settings: Settings | None = None
     ) -> None:
         super().__init__()
-        self.storage_conn_id = storage_conn_id
+        self.aws_conn_id = aws_conn_id
         self._base = base_settings
+
+    @property
+    def storage_conn_id(self) -> str:
+        """The name this connection had before it was an `aws_conn_id`."""
+        return self.aws_conn_id
 
     @property
     def base_settings(self) -> Settings:
@@ -120,19 +80,19 @@ class BatchpointHook(BaseHook):
 
     def get_settings(self) -> Settings:
         try:
-            conn = self.get_connection(self.storage_conn_id)
+            conn = self.get_connection(self.aws_conn_id)
         except AirflowNotFoundException:
             return self.base_settings
-        return settings_from_connection(conn, self.base_settings, self.storage_conn_id)
+        return settings_from_connection(conn, self.base_settings, self.aws_conn_id)
 
     async def aget_settings(self) -> Settings:
         """For triggers: nothing here may block the triggerer's event loop."""
         try:
-            conn = await self.aget_connection(self.storage_conn_id)
+            conn = await self.aget_connection(self.aws_conn_id)
         except AirflowNotFoundException:
             return self.base_settings
         return await asyncio.to_thread(
-            settings_from_connection, conn, self.base_settings, self.storage_conn_id
+            settings_from_connection, conn, self.base_settings, self.aws_conn_id
         )
 
     def driver(self, pipeline: Pipeline, settings: Settings | None = None) -> PipelineDriver:
@@ -294,7 +254,7 @@ class AirflowApiHook(BaseHook):
         conn = conn or self._connection()
         if not conn.host:
             raise ConfigError(f"Airflow connection '{self.api_conn_id}' has no host")
-        return _endpoint(conn)
+        return connection_url(conn)
 
     def _headers(self, base: str, conn: Any) -> dict[str, str]:
         import httpx

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
@@ -12,8 +13,11 @@ from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 
 __all__ = ["ObjectInfo", "ObjectStore", "StoreRef", "StoredObject", "open_store"]
 
-_OPEN: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
+_OPEN: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = OrderedDict()
 _OPEN_LOCK = threading.Lock()
+# Short-lived credentials are part of the options, so a long-lived process (the UI, the
+# triggerer) sees a new key each time they rotate: only the most recent stores are kept.
+_OPEN_MAX = 32
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,9 @@ class StoreRef:
             store = _OPEN.get(key)
             if store is None:
                 store = _OPEN[key] = open_store(self.uri, dict(self.options))
+                while len(_OPEN) > _OPEN_MAX:
+                    _OPEN.popitem(last=False)  # dropped, not closed: a holder may still use it
+            _OPEN.move_to_end(key)
             return store
 
 
@@ -42,7 +49,8 @@ def open_store(uri: str, options: Mapping[str, str] | None = None) -> ObjectStor
     """Open the store behind a root URI: ``s3://bucket/prefix`` or ``file:///path``.
 
     `options` carries S3 settings (endpoint_url, region, access_key_id, secret_access_key,
-    ...); anything not given falls back to the standard AWS environment and files.
+    session_token, retry_mode, max_attempts, probe_conditional_writes, ...: see
+    `S3Settings`); anything not given falls back to the standard AWS environment and files.
     """
     if not uri or not isinstance(uri, str):
         raise ConfigError("storage root URI is empty: set it to s3://bucket/prefix or file:///path")

@@ -1,0 +1,217 @@
+"""Storage settings from an Airflow AWS connection, resolved through the Amazon
+provider's AwsBaseHook: static keys, a session token, an assumed role (`role_arn`, with
+`assume_role_method` and `assume_role_kwargs`), a profile (`profile_name`), a custom
+session factory, or the standard credential chain, exactly as every other AWS task in
+the deployment resolves them.
+
+The Spark jobs that a task starts do not repeat that resolution (they may run where no
+profile file or role trust exists): the worker resolves once and hands them the
+resulting short-lived credentials (key, secret, session token) in their BATCHPOINT_S3_*
+environment.
+
+What the connection may hold besides the AWS connection's own fields, so that the
+`batchpoint_storage` connection of earlier versions keeps working: the endpoint in
+`host` (with `port` and `schema`) as well as in extra `endpoint_url`; extra `root`
+(s3://bucket/prefix or file:///path) and `region`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlparse
+
+from batchpoint.errors import ConfigError
+from batchpoint.settings import Settings
+
+# batchpoint's own extras.
+_OWN_EXTRAS = {"root", "region"}
+# The Amazon provider's AWS connection extras (its connection docs), so an existing AWS
+# connection can be reused as it is.
+_AWS_EXTRAS = {
+    "endpoint_url",
+    "region_name",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "role_arn",
+    "assume_role_method",
+    "assume_role_kwargs",
+    "assume_role_with_saml",
+    "assume_role_with_web_identity_federation",
+    "assume_role_with_web_identity_federation_audience",
+    "assume_role_with_web_identity_token_file",
+    "profile_name",
+    "config_kwargs",
+    "service_config",
+    "session_kwargs",
+    "verify",
+}
+_KNOWN_EXTRAS = _OWN_EXTRAS | _AWS_EXTRAS
+# Extras that say where credentials come from; without any, the environment's
+# BATCHPOINT_S3_* keys (if set) win over the standard chain, as before.
+_CREDENTIAL_EXTRAS = {
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "role_arn",
+    "profile_name",
+    "session_kwargs",
+}
+_CREDENTIAL_OPTIONS = ("access_key_id", "secret_access_key", "session_token", "profile")
+
+# Resolved credentials per connection content, kept for the life of the process: a sensor
+# pokes, a UI request or a trigger resolves the same connection again and again, and an
+# assumed role must not cost an STS call each time. botocore refreshes them itself before
+# they expire, so the keys handed out stay the same until then (and so does the store
+# that StoreRef caches for them).
+_RESOLVED: dict[str, Any] = {}
+_RESOLVED_LOCK = threading.Lock()
+
+
+def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Settings:
+    """Storage settings from an Airflow connection (type aws): endpoint, region, root
+    and credentials; whatever the connection leaves out comes from `base` (the
+    environment). Credentials are resolved here, through AwsBaseHook, to the keys (and
+    session token) the store and the Spark jobs sign with."""
+    extra = dict(conn.extra_dejson or {})
+    unknown = sorted(set(extra) - _KNOWN_EXTRAS)
+    if unknown:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': unknown extra field(s) {unknown} "
+            f"(known: batchpoint's {', '.join(sorted(_OWN_EXTRAS))} and the AWS "
+            "connection's own)"
+        )
+    if bool(conn.login) != bool(conn.password):
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': login (access key id) and password "
+            "(secret access key) must be given together"
+        )
+    root = str(extra.get("root") or base.root)
+    if not root.startswith(("s3://", "file://")):
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': extra root={root!r} must be s3://bucket/prefix "
+            "or file:///absolute/path"
+        )
+    options = dict(base.store_options)
+    region = extra.get("region") or extra.get("region_name")
+    if region:
+        options["region"] = str(region)
+    aws = _aws_hook(conn, conn_id, extra, options.get("region"))
+    cache_key = json.dumps([conn_id, conn.login, conn.password, extra], sort_keys=True, default=str)
+    if conn.host:
+        options["endpoint_url"] = connection_url(conn)
+    elif endpoint := aws.conn_config.get_service_endpoint_url("s3"):
+        options["endpoint_url"] = str(endpoint)
+    names_credentials = bool(conn.login) or bool(_CREDENTIAL_EXTRAS & set(extra))
+    if names_credentials or not options.get("access_key_id"):
+        credentials = _resolve_credentials(aws, conn_id, extra, options.get("region"), cache_key)
+        if credentials is not None:
+            for name in _CREDENTIAL_OPTIONS:
+                options.pop(name, None)
+            options.update(credentials)
+        elif names_credentials:
+            raise ConfigError(
+                f"Airflow connection '{conn_id}': it names credentials, but the AWS "
+                "provider resolved none from it"
+            )
+    from batchpoint.storage.s3 import S3Settings
+
+    try:
+        S3Settings.from_options(options)
+    except ConfigError as exc:
+        raise ConfigError(f"Airflow connection '{conn_id}': {exc}") from None
+    return Settings(root, options, base.spark_master, base.checkpoint)
+
+
+def _aws_hook(conn: Any, conn_id: str, extra: dict[str, Any], region: str | None) -> Any:
+    """An AwsBaseHook over the connection already fetched (no second lookup): its
+    session factory (the deployment's own, if one is configured) does the resolving."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    from airflow.providers.amazon.aws.utils.connection_wrapper import AwsConnectionWrapper
+
+    aws_extra = {k: v for k, v in extra.items() if k in _AWS_EXTRAS}
+    # Our endpoint is S3's only: the provider would otherwise send STS (assume-role
+    # excepted) and every other service there too.
+    endpoint = aws_extra.pop("endpoint_url", None)
+    if endpoint:
+        services = dict(aws_extra.get("service_config") or {})
+        services["s3"] = {"endpoint_url": endpoint, **services.get("s3", {})}
+        aws_extra["service_config"] = services
+    if region and "region_name" not in aws_extra:
+        aws_extra["region_name"] = region
+    try:
+        wrapper = AwsConnectionWrapper.from_connection_metadata(
+            conn_id=conn_id, login=conn.login, password=conn.password, extra=aws_extra
+        )
+    except (NotImplementedError, ValueError, TypeError) as exc:
+        raise ConfigError(f"Airflow connection '{conn_id}': {exc}") from None
+
+    class _ConnectionHook(AwsBaseHook):
+        @cached_property
+        def conn_config(self) -> AwsConnectionWrapper:
+            return wrapper
+
+    return _ConnectionHook(aws_conn_id=conn_id, client_type="s3")
+
+
+def _resolve_credentials(
+    aws: Any, conn_id: str, extra: dict[str, Any], region: str | None, cache_key: str
+) -> dict[str, str] | None:
+    """Frozen credentials as store options, or None when the chain has none."""
+    import botocore.exceptions as bce
+
+    try:
+        with _RESOLVED_LOCK:
+            credentials = _RESOLVED.get(cache_key)
+            if credentials is None:
+                credentials = aws.get_session(region_name=region).get_credentials()
+                if credentials is not None:
+                    _RESOLVED[cache_key] = credentials
+        frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    except (bce.BotoCoreError, bce.ClientError) as exc:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': could not get AWS credentials "
+            f"{_source(extra)}: {_one_line(exc)}"
+        ) from None
+    if frozen is None:
+        return None
+    _mask(frozen.secret_key, frozen.token)
+    options = {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key}
+    if frozen.token:
+        options["session_token"] = frozen.token
+    return options
+
+
+def _source(extra: dict[str, Any]) -> str:
+    if extra.get("role_arn"):
+        return f"by assuming role {extra['role_arn']}"
+    if extra.get("profile_name"):
+        return f"from profile '{extra['profile_name']}'"
+    return "from the standard credential chain"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _mask(*secrets: str | None) -> None:
+    """Keep resolved secrets out of task logs, as the provider's own hooks do."""
+    from airflow.sdk.log import mask_secret
+
+    for secret in secrets:
+        if secret:
+            mask_secret(secret)
+
+
+def connection_url(conn: Any) -> str:
+    """The base URL a connection's host, port and schema make (http by default)."""
+    host = str(conn.host)
+    if "://" not in host:
+        host = f"{conn.schema or 'http'}://{host}"
+    parsed = urlparse(host)
+    if conn.port and parsed.port is None:
+        host = f"{parsed.scheme}://{parsed.hostname}:{conn.port}{parsed.path}"
+    return host.rstrip("/")
