@@ -77,6 +77,8 @@ def _optional(check: Any) -> BeforeValidator:
 
 
 Bool = Annotated[bool, BeforeValidator(values.parse_bool)]
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else (str(value).strip() or None)
 
