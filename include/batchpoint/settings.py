@@ -51,7 +51,6 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
-from pydantic_settings.sources.utils import parse_env_vars
 
 from batchpoint import setting_values as values
 from batchpoint.errors import ConfigError
@@ -115,12 +114,13 @@ _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("batchpoint_environ"
 class _MappingSource(EnvSettingsSource):
     def _load_env_vars(self) -> Mapping[str, str | None]:
         environ = _ENVIRON.get()
-        return parse_env_vars(
-            os.environ if environ is None else environ,
-            self.case_sensitive,
-            self.env_ignore_empty,
-            self.env_parse_none_str,
-        )
+        # Variable names are matched in any case, as EnvSettingsSource does; empty
+        # values count as not set (env_ignore_empty).
+        return {
+            name.lower(): value
+            for name, value in (os.environ if environ is None else environ).items()
+            if name.upper().startswith(PREFIX) and value != ""
+        }
 
 
 class BatchpointEnvironment(BaseSettings):
