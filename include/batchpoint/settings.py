@@ -296,13 +296,20 @@ def _check_store_options(env: Mapping[str, str] | None, model: BatchpointEnviron
     try:
         S3Settings.from_options(_options_of(options))
     except ConfigError as exc:
-        # Name the variable that is wrong on its own, if one is.
+        # Name the variable that is wrong on its own (a key with its partner), if one is.
         for var, value in options.items():
+            alone = {var: value, **{p: options[p] for p in _PARTNERS.get(var, ()) if p in options}}
             try:
-                S3Settings.from_options(_options_of({var: value}))
+                S3Settings.from_options(_options_of(alone))
             except ConfigError as alone:
                 raise ConfigError(f"{var}={value!r}: {alone}") from None
         raise ConfigError(f"{S3_PREFIX}* variables: {exc}") from None
+
+
+_PARTNERS = {
+    S3_PREFIX + "ACCESS_KEY_ID": (S3_PREFIX + "SECRET_ACCESS_KEY",),
+    S3_PREFIX + "SECRET_ACCESS_KEY": (S3_PREFIX + "ACCESS_KEY_ID",),
+}
 
 
 def _s3_variables(model: BatchpointEnvironment) -> dict[str, str]:
