@@ -35,6 +35,7 @@ Airflow part.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -82,6 +83,10 @@ def _text(value: Any) -> str | None:
     return None if value is None else (str(value).strip() or None)
 
 
+def _lowercase(value: Any) -> str:
+    return str(value).strip().lower()
+
+
 Text = Annotated[str | None, BeforeValidator(_text)]
 Secret = Annotated[str | None, Field(repr=False), BeforeValidator(_text)]
 Refs = Annotated[
@@ -97,8 +102,6 @@ SavepointRoots = Annotated[
 
 
 def _submit_args(value: Any) -> tuple[str, ...]:
-    import shlex
-
     return tuple(shlex.split(value)) if isinstance(value, str) else tuple(value)
 
 
@@ -163,7 +166,7 @@ class BatchpointEnvironment(BaseSettings):
     spark_submit_args: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_submit_args)] = ()
     pyspark_python: Text = None
     ack_sensor_mode: Annotated[
-        Literal["deferrable", "reschedule", "poke"], BeforeValidator(lambda v: str(v).lower())
+        Literal["deferrable", "reschedule", "poke"], BeforeValidator(_lowercase)
     ] = "deferrable"
     ack_poll_interval: Annotated[float, _duration(minimum=0.1)] = 5.0
     task_retries: Annotated[int, _count(0)] = 1
