@@ -1,23 +1,9 @@
-"""Adds batchpoint's checkpoint history to the Airflow UI (Browse → Checkpoints).
-Only wiring: the app is batchpoint.airflow.ui."""
+"""Adds batchpoint's checkpoint history to the Airflow UI (Browse -> Checkpoints), for a
+deployment that mounts the repository instead of installing the package. An installed
+batchpoint registers the same plugin through its `airflow.plugins` entry point; then this
+file defines nothing (Airflow refuses two plugins of one name)."""
 
-from __future__ import annotations
+from batchpoint.airflow import plugin
 
-from airflow.plugins_manager import AirflowPlugin
-
-from batchpoint.airflow.ui import URL_PREFIX, create_app
-
-
-class BatchpointPlugin(AirflowPlugin):
-    name = "batchpoint"
-    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "batchpoint"}]
-    external_views = [
-        {
-            "name": "Checkpoints",
-            # Relative to the UI's base URL, so it works behind a proxy prefix too.
-            "href": URL_PREFIX.lstrip("/") + "/",
-            "destination": "nav",
-            "category": "browse",
-            "url_route": "batchpoint",
-        }
-    ]
+if not plugin.registered_by_entry_point():
+    BatchpointPlugin = plugin.BatchpointPlugin

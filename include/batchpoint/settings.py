@@ -1,72 +1,398 @@
-"""Deployment settings in one place: where the storage is, how to reach it, which Spark
-master to use, and the checkpointing knobs. Read from BATCHPOINT_* environment variables
-(the Airflow layer may fill them from a connection), validated with clear messages."""
+"""Every BATCHPOINT_* setting, read and checked in one place, the same way by the CLI, the
+DAGs, the Spark jobs and the UI. A bad value raises one ConfigError line naming the
+variable, its value and what is wrong.
+
+`BatchpointEnvironment` is the whole environment (a pydantic-settings model: one field
+per variable, `BATCHPOINT_` + the field's name in capitals). Most code wants `Settings`,
+its storage-and-checkpointing part; `batchpoint.airflow.config.AirflowDeployment` is its
+Airflow part.
+
+  variable                          default / meaning
+  BATCHPOINT_ROOT                   file://<cwd>/.batchpoint; s3://bucket/prefix or
+                                    file:///absolute/path
+  BATCHPOINT_S3_ENDPOINT_URL        S3 endpoint (default: boto3's, from AWS_* / ~/.aws)
+  BATCHPOINT_S3_REGION, _ACCESS_KEY_ID, _SECRET_ACCESS_KEY, _SESSION_TOKEN, _PROFILE
+                                    (any other BATCHPOINT_S3_<OPTION> goes to the S3 store
+                                    as option <option>, checked there)
+  BATCHPOINT_SPARK_MASTER           local[2]
+  BATCHPOINT_CHECKPOINT_TIMEOUT     600 (seconds, or 90s / 5m / 1.5h / 1d; at most 30 days)
+  BATCHPOINT_MIN_PAUSE              0 seconds between a completion and the next trigger
+  BATCHPOINT_MAX_CONCURRENT         1 pending checkpoint at once
+  BATCHPOINT_TOLERABLE_FAILED_CHECKPOINTS  3 consecutive failures before FAILED
+  BATCHPOINT_NUM_RETAINED           3 completed checkpoints kept
+  BATCHPOINT_VERIFY_CHECKSUMS       false: re-read every file's bytes at finalize
+  BATCHPOINT_RESTORE_VERIFY_CHECKSUMS  true: check every file's sha256 before a restore
+  BATCHPOINT_HISTORY_LIMIT          100 records of settled, unretained checkpoints kept
+  BATCHPOINT_GC_GRACE               seconds a discarded checkpoint's folder waits before
+                                    its last GC pass (default: the larger of 1 hour and
+                                    timeout + cleanup grace; never less than the timeout)
+  BATCHPOINT_SAVEPOINT_ROOTS        comma-separated URIs savepoints may be written to and
+                                    restored from (default <root>/savepoints/)
+  BATCHPOINT_QUALITY_GATE           `module:attr` of a restore quality gate (none)
+  ...and the Airflow deployment's: see batchpoint.airflow.config.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import shlex
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from functools import partial
+from typing import Annotated, Any, Literal
 
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from batchpoint import setting_values as values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.storage import StoreRef
 
-_S3_OPTIONS = {
-    "BATCHPOINT_S3_ENDPOINT_URL": "endpoint_url",
-    "BATCHPOINT_S3_REGION": "region",
-    "BATCHPOINT_S3_ACCESS_KEY_ID": "access_key_id",
-    "BATCHPOINT_S3_SECRET_ACCESS_KEY": "secret_access_key",
-    "BATCHPOINT_S3_SESSION_TOKEN": "session_token",
-    "BATCHPOINT_S3_RETRY_MODE": "retry_mode",
-    "BATCHPOINT_S3_MAX_ATTEMPTS": "max_attempts",
-    "BATCHPOINT_S3_PROBE_CONDITIONAL_WRITES": "probe_conditional_writes",
+PREFIX = "BATCHPOINT_"
+S3_PREFIX = "BATCHPOINT_S3_"
+DEFAULT_PIPELINE_REF = "batchpoint.demo.payments:pipeline"
+DEFAULT_GC_GRACE = 3600.0
+
+
+def _duration(minimum: float = 0.0, positive: bool = False) -> BeforeValidator:
+    return BeforeValidator(partial(values.parse_duration, minimum=minimum, positive=positive))
+
+
+def _count(minimum: int) -> BeforeValidator:
+    return BeforeValidator(partial(values.parse_count, minimum=minimum))
+
+
+def _optional(check: Any) -> BeforeValidator:
+    return BeforeValidator(lambda v: None if v is None or not str(v).strip() else check(v))
+
+
+Bool = Annotated[bool, BeforeValidator(values.parse_bool)]
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else (str(value).strip() or None)
+
+
+def _lowercase(value: Any) -> str:
+    return str(value).strip().lower()
+
+
+Text = Annotated[str | None, BeforeValidator(_text)]
+Secret = Annotated[str | None, Field(repr=False), BeforeValidator(_text)]
+Refs = Annotated[
+    tuple[str, ...],
+    NoDecode,
+    BeforeValidator(lambda v: tuple(values.check_ref(r) for r in values.split_list(v))),
+]
+SavepointRoots = Annotated[
+    tuple[str, ...],
+    NoDecode,
+    BeforeValidator(lambda v: tuple(values.check_savepoint_root(r) for r in values.split_list(v))),
+]
+
+
+def _submit_args(value: Any) -> tuple[str, ...]:
+    return tuple(shlex.split(value)) if isinstance(value, str) else tuple(value)
+
+
+def _default_root() -> str:
+    return "file://" + os.path.abspath(".batchpoint")
+
+
+# The mapping the next model reads instead of os.environ (tests, the CLI and the Airflow
+# side pass their own).
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("batchpoint_environ", default=None)
+
+
+class _MappingSource(EnvSettingsSource):
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        environ = _ENVIRON.get()
+        # Variable names are matched in any case, as EnvSettingsSource does; empty
+        # values count as not set (env_ignore_empty).
+        return {
+            name.lower(): value
+            for name, value in (os.environ if environ is None else environ).items()
+            if name.upper().startswith(PREFIX) and value != ""
+        }
+
+
+class BatchpointEnvironment(BaseSettings):
+    """Every BATCHPOINT_* variable, parsed and checked. Build it with `read_environment`,
+    which turns a validation failure into one ConfigError line."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, env_ignore_empty=True, extra="ignore", frozen=True
+    )
+
+    # -- storage
+    root: Annotated[str, BeforeValidator(values.check_root)] = Field(default_factory=_default_root)
+    s3_endpoint_url: Text = None
+    s3_region: Text = None
+    s3_access_key_id: Text = None
+    s3_secret_access_key: Secret = None
+    s3_session_token: Secret = None
+    s3_profile: Text = None
+    savepoint_roots: SavepointRoots = ()  # empty: <root>/savepoints/
+    # -- Spark
+    spark_master: Annotated[str, BeforeValidator(values.check_spark_master)] = "local[2]"
+    # -- checkpointing (CheckpointConfig)
+    checkpoint_timeout: Annotated[float, _duration(positive=True)] = 600.0
+    min_pause: Annotated[float, _duration()] = 0.0
+    max_concurrent: Annotated[int, _count(1)] = 1
+    tolerable_failed_checkpoints: Annotated[int, _count(0)] = 3
+    num_retained: Annotated[int, _count(1)] = 3
+    verify_checksums: Bool = False
+    restore_verify_checksums: Bool = True
+    history_limit: Annotated[int, _count(0)] = 100
+    gc_grace: Annotated[float | None, _optional(values.parse_duration)] = None
+    quality_gate: Annotated[str | None, _optional(values.check_ref)] = None
+    # -- the Airflow deployment (batchpoint.airflow.config)
+    pipeline_ref: Refs = (DEFAULT_PIPELINE_REF,)
+    checkpoint_interval: Annotated[
+        timedelta | str | None, BeforeValidator(values.parse_interval)
+    ] = timedelta(seconds=300)
+    spark_submit: Text = None
+    spark_job: Text = None
+    spark_submit_args: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_submit_args)] = ()
+    pyspark_python: Text = None
+    ack_sensor_mode: Annotated[
+        Literal["deferrable", "reschedule", "poke"], BeforeValidator(_lowercase)
+    ] = "deferrable"
+    ack_poll_interval: Annotated[float, _duration(minimum=0.1)] = 5.0
+    task_retries: Annotated[int, _count(0)] = 1
+    task_retry_delay: Annotated[float, _duration()] = 30.0
+    cleanup_grace: Annotated[float, _duration()] = 120.0
+    storage_conn_id: Annotated[str, BeforeValidator(values.check_conn_id)] = "batchpoint_storage"
+    api_conn_id: Annotated[str, BeforeValidator(values.check_conn_id)] = "batchpoint_airflow_api"
+    audit: Bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BatchpointEnvironment:
+        if not self.pipeline_ref:
+            raise ValueError(f"{PREFIX}PIPELINE_REF is empty: name a module:attribute")
+        if self.gc_grace is not None and self.gc_grace < self.checkpoint_timeout:
+            raise ValueError(
+                f"{PREFIX}GC_GRACE={self.gc_grace:g}: must be at least the checkpoint timeout "
+                f"({self.checkpoint_timeout:g} s): a writer may still be in flight until then"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Overrides (CLI flags) first, then the variables; no .env or secrets files.
+        return (init_settings, _MappingSource(settings_cls))
+
+    @property
+    def store_options(self) -> dict[str, str]:
+        return {
+            name.removeprefix("s3_"): value
+            for name, value in self
+            if name.startswith("s3_") and value is not None
+        }
+
+    @property
+    def effective_savepoint_roots(self) -> tuple[str, ...]:
+        return self.savepoint_roots or (values.default_savepoint_root(self.root),)
+
+    @property
+    def effective_gc_grace(self) -> float:
+        if self.gc_grace is not None:
+            return self.gc_grace
+        return max(DEFAULT_GC_GRACE, self.checkpoint_timeout + self.cleanup_grace)
+
+    def checkpoint_config(self) -> CheckpointConfig:
+        return CheckpointConfig(
+            timeout=self.checkpoint_timeout,
+            min_pause=self.min_pause,
+            max_concurrent=self.max_concurrent,
+            tolerable_failed_checkpoints=self.tolerable_failed_checkpoints,
+            num_retained=self.num_retained,
+            verify_checksums=self.verify_checksums,
+            restore_verify_checksums=self.restore_verify_checksums,
+            history_limit=self.history_limit,
+            gc_grace=self.effective_gc_grace,
+        )
+
+
+#: Every variable of the model (the deployment descriptions are checked against it).
+KNOWN_VARIABLES = frozenset(PREFIX + name.upper() for name in BatchpointEnvironment.model_fields)
+
+
+def variable(field_name: str) -> str:
+    """The environment variable behind a model field."""
+    return PREFIX + field_name.upper()
+
+
+@contextmanager
+def _reading(env: Mapping[str, str] | None) -> Iterator[None]:
+    token = _ENVIRON.set(env)
+    try:
+        yield
+    finally:
+        _ENVIRON.reset(token)
+
+
+def read_environment(
+    env: Mapping[str, str] | None = None, **overrides: Any
+) -> BatchpointEnvironment:
+    """The model of `env` (default os.environ); `overrides` (field names, e.g. `root`
+    from a CLI flag) win over the variables; None or empty ones count as not given."""
+    unknown = sorted(set(overrides) - set(BatchpointEnvironment.model_fields))
+    if unknown:
+        raise TypeError(f"unknown settings override(s): {', '.join(unknown)}")
+    given = {k: v for k, v in overrides.items() if v is not None and v != ""}
+    try:
+        with _reading(env):
+            model = BatchpointEnvironment(**given)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    _check_store_options(env, model)
+    return model
+
+
+def _one_line(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False)[0]
+    reason = str(error["msg"]).removeprefix("Value error, ")
+    if not error["loc"]:  # a check across variables: its message names them
+        return reason
+    name = variable(str(error["loc"][0]))
+    if error["type"] == "literal_error":
+        reason = "use one of " + str(error["ctx"]["expected"]).replace("'", "")
+    return f"{name}={error['input']!r}: {reason}"
+
+
+def _extra_s3_variables(env: Mapping[str, str] | None) -> dict[str, str]:
+    """BATCHPOINT_S3_<OPTION> variables beyond the model's fields: passed to the S3 store
+    as they are, so every option a connection may set survives `as_env` in a child."""
+    environ = os.environ if env is None else env
+    declared = {variable(n) for n in BatchpointEnvironment.model_fields if n.startswith("s3_")}
+    return {
+        var: value
+        for var, value in environ.items()
+        if var.startswith(S3_PREFIX) and var not in declared and value.strip()
+    }
+
+
+def _check_store_options(env: Mapping[str, str] | None, model: BatchpointEnvironment) -> None:
+    if not model.root.startswith("s3://"):
+        return  # S3 options mean nothing to a file root
+    from batchpoint.storage.s3 import S3Settings
+
+    options = {**_s3_variables(model), **_extra_s3_variables(env)}
+    try:
+        S3Settings.from_options(_options_of(options))
+    except ConfigError as exc:
+        # Name the variable that is wrong on its own (a key with its partner), if one is.
+        for var, value in options.items():
+            alone = {var: value, **{p: options[p] for p in _PARTNERS.get(var, ()) if p in options}}
+            try:
+                S3Settings.from_options(_options_of(alone))
+            except ConfigError as alone:
+                raise ConfigError(f"{var}={value!r}: {alone}") from None
+        raise ConfigError(f"{S3_PREFIX}* variables: {exc}") from None
+
+
+_PARTNERS = {
+    S3_PREFIX + "ACCESS_KEY_ID": (S3_PREFIX + "SECRET_ACCESS_KEY",),
+    S3_PREFIX + "SECRET_ACCESS_KEY": (S3_PREFIX + "ACCESS_KEY_ID",),
 }
-_CHECKPOINT_OPTIONS = {
-    "BATCHPOINT_CHECKPOINT_TIMEOUT": "timeout",
-    "BATCHPOINT_MIN_PAUSE": "min_pause",
-    "BATCHPOINT_MAX_CONCURRENT": "max_concurrent",
-    "BATCHPOINT_TOLERABLE_FAILED_CHECKPOINTS": "tolerable_failed_checkpoints",
-    "BATCHPOINT_NUM_RETAINED": "num_retained",
-    "BATCHPOINT_VERIFY_CHECKSUMS": "verify_checksums",
-}
-DEFAULT_ROOT = "file://" + os.path.abspath(".batchpoint")
+
+
+def _s3_variables(model: BatchpointEnvironment) -> dict[str, str]:
+    return {S3_PREFIX + name.upper(): value for name, value in model.store_options.items()}
+
+
+def _options_of(s3_variables: Mapping[str, str]) -> dict[str, str]:
+    return {var.removeprefix(S3_PREFIX).lower(): value for var, value in s3_variables.items()}
 
 
 @dataclass(frozen=True)
 class Settings:
+    """Where the storage is and how to reach it, the Spark master, the checkpointing
+    knobs, where savepoints may go, and the restore quality gate."""
+
     root: str
     store_options: Mapping[str, str] = field(default_factory=dict)
     spark_master: str = "local[2]"
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    #: URIs (with a trailing slash) savepoints may be written under and restored from;
+    #: empty when built means the root's own `savepoints/` folder.
+    savepoint_roots: tuple[str, ...] = ()
+    quality_gate_ref: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.savepoint_roots:
+            object.__setattr__(self, "savepoint_roots", (values.default_savepoint_root(self.root),))
 
     @property
     def store_ref(self) -> StoreRef:
         return StoreRef.of(self.root, self.store_options)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: str) -> Settings:
-        env = os.environ if env is None else env
-        root = overrides.get("root") or env.get("BATCHPOINT_ROOT") or DEFAULT_ROOT
-        if not root.startswith(("s3://", "file://")):
-            raise ConfigError(
-                f"BATCHPOINT_ROOT={root!r}: use s3://bucket/prefix or file:///absolute/path"
-            )
-        options = {name: env[var] for var, name in _S3_OPTIONS.items() if env.get(var)}
-        checkpoint = {name: env[var] for var, name in _CHECKPOINT_OPTIONS.items() if env.get(var)}
-        try:
-            config = CheckpointConfig.from_mapping(checkpoint)
-        except ConfigError as exc:
-            raise ConfigError(f"{exc} (from BATCHPOINT_* environment variables)") from None
-        master = overrides.get("spark_master") or env.get("BATCHPOINT_SPARK_MASTER") or "local[2]"
-        return cls(root, options, master, config)
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """The settings of `env` (default os.environ); `overrides` such as `root` or
+        `spark_master` (empty: not given) win over the variables."""
+        return cls.of(read_environment(env, **overrides), env)
+
+    @classmethod
+    def of(cls, model: BatchpointEnvironment, env: Mapping[str, str] | None = None) -> Settings:
+        extra = _options_of(_extra_s3_variables(env)) if model.root.startswith("s3://") else {}
+        return cls(
+            root=model.root,
+            store_options={**extra, **model.store_options},
+            spark_master=model.spark_master,
+            checkpoint=model.checkpoint_config(),
+            savepoint_roots=model.effective_savepoint_roots,
+            quality_gate_ref=model.quality_gate,
+        )
+
+    def with_storage(self, root: str, store_options: Mapping[str, str]) -> Settings:
+        """The same settings on another storage (an Airflow connection's): savepoint
+        roots that were the old root's default follow the new root."""
+        default = (values.default_savepoint_root(self.root),)
+        roots = () if self.savepoint_roots == default else self.savepoint_roots
+        return Settings(
+            root,
+            dict(store_options),
+            self.spark_master,
+            self.checkpoint,
+            roots,
+            self.quality_gate_ref,
+        )
 
     def as_env(self) -> dict[str, str]:
         """The environment that reproduces these settings in a child process."""
-        out = {"BATCHPOINT_ROOT": self.root, "BATCHPOINT_SPARK_MASTER": self.spark_master}
-        for var, name in _S3_OPTIONS.items():
-            if name in self.store_options:
-                out[var] = str(self.store_options[name])
-        for var, name in _CHECKPOINT_OPTIONS.items():
-            out[var] = str(getattr(self.checkpoint, name))
+        out = {
+            variable("root"): self.root,
+            variable("spark_master"): self.spark_master,
+            variable("savepoint_roots"): ",".join(self.savepoint_roots),
+        }
+        for name, value in self.store_options.items():
+            out[S3_PREFIX + name.upper()] = str(value)
+        c = self.checkpoint
+        for f in fields(c):
+            out[variable(_CONFIG_FIELDS.get(f.name, f.name))] = str(getattr(c, f.name)).lower()
+        if self.quality_gate_ref:
+            out[variable("quality_gate")] = self.quality_gate_ref
         return out
+
+
+# CheckpointConfig fields whose variable is named differently.
+_CONFIG_FIELDS = {"timeout": "checkpoint_timeout"}

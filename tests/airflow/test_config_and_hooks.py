@@ -27,7 +27,9 @@ def test_defaults():
     assert d.pipeline_refs == ("batchpoint.demo.payments:pipeline",)
     assert d.schedule == timedelta(seconds=300)
     assert d.spark_submit == os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    assert d.spark_job.endswith("spark_jobs/run_operator.py")
+    # the job ships inside the package, so an installed batchpoint needs no checkout
+    assert d.spark_job.endswith("batchpoint/spark/jobs/run_operator.py")
+    assert os.path.isfile(d.spark_job)
     assert d.sensor_mode == "deferrable"
     assert (d.storage_conn_id, d.api_conn_id) == ("batchpoint_storage", "batchpoint_airflow_api")
     assert d.audit is False

@@ -135,8 +135,9 @@ def _airflow_imports(path: Path) -> list[str]:
 
 
 def test_only_task_sdk_apis_are_used():
-    # airflow.triggers.base is the one exception: 3.3.2 has no trigger base in the SDK.
-    allowed = ("airflow.sdk", "airflow.triggers.base")
+    # airflow.triggers.base: 3.3.2 has no trigger base in the SDK. The Amazon provider's
+    # AwsBaseHook resolves storage credentials (a provider, not Airflow's core).
+    allowed = ("airflow.sdk", "airflow.triggers.base", "airflow.providers.amazon.")
     files = [*sorted((PROJECT / "include/batchpoint/airflow").glob("*.py")), *DAGS.glob("*.py")]
     used = {str(f.relative_to(PROJECT)): _airflow_imports(f) for f in files}
     wrong = {f: [n for n in names if not n.startswith(allowed)] for f, names in used.items()}
@@ -166,5 +167,6 @@ def test_a_bad_setting_fails_the_import_naming_it(variable, value, monkeypatch, 
     last_line = error.strip().splitlines()[-1]
     assert last_line.startswith("batchpoint.errors.ConfigError: batchpoint DAGs not loaded: ")
     assert variable in last_line
-    # raised from the DAG file itself, not a walk through the factory's frames
-    assert "include/batchpoint" not in error
+    # raised by the DAG entry itself, not a walk through the factory's frames
+    frames = [line for line in error.splitlines() if "include/batchpoint/" in line]
+    assert all("include/batchpoint/airflow/dags.py" in line for line in frames), frames

@@ -1,10 +1,11 @@
-"""Everything the batchpoint DAGs are configured by, in one place, validated when the DAG
-file is parsed so that a bad value fails the import with a message naming the setting.
+"""The configuration of the batchpoint DAGs, checked when the DAG file is parsed so that a
+bad value fails the import with one line naming the setting.
 
-Storage and checkpointing come from `batchpoint.settings.Settings` (BATCHPOINT_ROOT,
-BATCHPOINT_S3_*, BATCHPOINT_CHECKPOINT_TIMEOUT, ...). At task run time the storage part
-may be replaced by the Airflow connection `batchpoint_storage` (see hooks.py); this
-module reads only the environment, as parsing must not depend on connections.
+Every value comes from `batchpoint.settings` (the one model of the BATCHPOINT_* variables,
+the same the CLI and the Spark jobs read); this module adds what only a deployment can
+check (the spark-submit executable and the Spark job file exist). At task run time the
+storage part may be replaced by the Airflow connection `batchpoint_storage` (see
+hooks.py); parsing reads only the environment, as it must not depend on connections.
 
   BATCHPOINT_PIPELINE_REF         `module:attr` of the Pipeline(s), comma-separated
                                   (default batchpoint.demo.payments:pipeline)
@@ -12,7 +13,8 @@ module reads only the environment, as parsing must not depend on connections.
                                   preset, or `none` (default 300)
   BATCHPOINT_SPARK_SUBMIT         the spark-submit executable (default: pyspark's, next
                                   to this Python)
-  BATCHPOINT_SPARK_JOB            spark_jobs/run_operator.py (default: beside include/)
+  BATCHPOINT_SPARK_JOB            the Spark entry point (default: the one inside the
+                                  installed package, batchpoint/spark/jobs/run_operator.py)
   BATCHPOINT_SPARK_SUBMIT_ARGS    extra spark-submit arguments, shell syntax
   BATCHPOINT_PYSPARK_PYTHON       Python of the Spark driver and executors (this one)
   BATCHPOINT_ACK_SENSOR_MODE      deferrable (default), reschedule or poke
@@ -31,74 +33,54 @@ module reads only the environment, as parsing must not depend on connections.
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import batchpoint
+from batchpoint import setting_values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.settings import _CHECKPOINT_OPTIONS, _S3_OPTIONS, Settings
-
-#: Every variable the DAGs read (the deployment descriptions are checked against it).
-AIRFLOW_VARIABLES = (
-    "BATCHPOINT_PIPELINE_REF",
-    "BATCHPOINT_CHECKPOINT_INTERVAL",
-    "BATCHPOINT_SPARK_SUBMIT",
-    "BATCHPOINT_SPARK_JOB",
-    "BATCHPOINT_SPARK_SUBMIT_ARGS",
-    "BATCHPOINT_PYSPARK_PYTHON",
-    "BATCHPOINT_ACK_SENSOR_MODE",
-    "BATCHPOINT_ACK_POLL_INTERVAL",
-    "BATCHPOINT_TASK_RETRIES",
-    "BATCHPOINT_TASK_RETRY_DELAY",
-    "BATCHPOINT_CLEANUP_GRACE",
-    "BATCHPOINT_STORAGE_CONN_ID",
-    "BATCHPOINT_API_CONN_ID",
-    "BATCHPOINT_QUALITY_GATE",
-    "BATCHPOINT_AUDIT",
+from batchpoint.settings import (
+    DEFAULT_PIPELINE_REF,
+    KNOWN_VARIABLES,
+    BatchpointEnvironment,
+    Settings,
+    read_environment,
 )
-SETTINGS_VARIABLES = (
-    "BATCHPOINT_ROOT",
-    "BATCHPOINT_SPARK_MASTER",
-    *_S3_OPTIONS,
-    *_CHECKPOINT_OPTIONS,
-)
-KNOWN_VARIABLES = frozenset(AIRFLOW_VARIABLES + SETTINGS_VARIABLES)
 
-DEFAULT_PIPELINE_REF = "batchpoint.demo.payments:pipeline"
-DEFAULT_INTERVAL = "300"
+__all__ = [
+    "DEFAULT_PIPELINE_REF",
+    "KNOWN_VARIABLES",
+    "SENSOR_MODES",
+    "START_DATE",
+    "AirflowDeployment",
+    "package_root",
+    "parse_bool",
+    "parse_interval",
+]
+
 SENSOR_MODES = ("deferrable", "reschedule", "poke")
 #: Fixed so that DAG definitions do not change between parses (a moving start_date
 #: would make every parse a new DAG version).
 START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
-_UNITS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
-# Airflow's presets (airflow.sdk resolves them the same way when building the timetable).
-_CRON_PRESETS = {
-    "@hourly": "0 * * * *",
-    "@daily": "0 0 * * *",
-    "@weekly": "0 0 * * 0",
-    "@monthly": "0 0 1 * *",
-    "@quarterly": "0 0 1 */3 *",
-    "@yearly": "0 0 1 1 *",
-}
-
 
 def package_root() -> Path:
-    """include/ (the folder holding the batchpoint package): the Spark driver gets it on
-    PYTHONPATH, so a deployment that mounts the code instead of installing it works."""
+    """The folder holding the batchpoint package (site-packages, or include/ in a
+    checkout): the Spark driver gets it on PYTHONPATH, so a deployment that mounts the
+    code instead of installing it works."""
     return Path(batchpoint.__file__).resolve().parents[1]
 
 
-def _default_spark_job() -> Path:
-    return package_root().parent / "spark_jobs" / "run_operator.py"
+def default_spark_job() -> Path:
+    """The Spark entry point shipped inside the package (found by path: importing it
+    would import Spark at DAG parse time)."""
+    return Path(batchpoint.__file__).resolve().parent / "spark" / "jobs" / "run_operator.py"
 
 
 def _default_spark_submit() -> str | None:
@@ -156,128 +138,68 @@ class AirflowDeployment:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AirflowDeployment:
         """Read and check every setting; raises ConfigError naming the first bad one."""
-        env = os.environ if env is None else env
-        settings = _settings(env)
-        refs = tuple(
-            r.strip()
-            for r in env.get("BATCHPOINT_PIPELINE_REF", DEFAULT_PIPELINE_REF).split(",")
-            if r.strip()
-        )
-        if not refs:
-            raise ConfigError("BATCHPOINT_PIPELINE_REF is empty: name a module:attribute")
-        for ref in refs:
-            module, _, attribute = ref.partition(":")
-            if not module or not attribute:
-                raise ConfigError(
-                    f"BATCHPOINT_PIPELINE_REF={ref!r}: expected 'package.module:attribute'"
-                )
-        spark_submit = env.get("BATCHPOINT_SPARK_SUBMIT") or _default_spark_submit()
-        if not spark_submit:
-            raise ConfigError(
-                "BATCHPOINT_SPARK_SUBMIT is not set and no spark-submit was found next to "
-                f"{sys.executable} or on PATH (install pyspark, or set it)"
-            )
-        resolved = shutil.which(spark_submit) if "/" not in spark_submit else spark_submit
-        if not resolved or not (os.path.isfile(resolved) and os.access(resolved, os.X_OK)):
-            raise ConfigError(f"BATCHPOINT_SPARK_SUBMIT={spark_submit!r} is not an executable file")
-        spark_job = env.get("BATCHPOINT_SPARK_JOB") or str(_default_spark_job())
-        if not os.path.isfile(spark_job):
-            raise ConfigError(f"BATCHPOINT_SPARK_JOB={spark_job!r} does not exist")
-        try:
-            submit_args = tuple(shlex.split(env.get("BATCHPOINT_SPARK_SUBMIT_ARGS", "")))
-        except ValueError as exc:
-            raise ConfigError(f"BATCHPOINT_SPARK_SUBMIT_ARGS: {exc}") from None
-        mode = env.get("BATCHPOINT_ACK_SENSOR_MODE", "deferrable").strip().lower()
-        if mode not in SENSOR_MODES:
-            raise ConfigError(
-                f"BATCHPOINT_ACK_SENSOR_MODE={mode!r}: use one of {', '.join(SENSOR_MODES)}"
-            )
-        gate = env.get("BATCHPOINT_QUALITY_GATE", "").strip() or None
-        if gate is not None and ":" not in gate:
-            raise ConfigError(f"BATCHPOINT_QUALITY_GATE={gate!r}: expected 'package.module:attr'")
+        return cls.of(read_environment(env), env)
+
+    @classmethod
+    def of(
+        cls, model: BatchpointEnvironment, env: Mapping[str, str] | None = None
+    ) -> AirflowDeployment:
         return cls(
-            pipeline_refs=refs,
-            settings=settings,
-            schedule=parse_interval(
-                env.get("BATCHPOINT_CHECKPOINT_INTERVAL", DEFAULT_INTERVAL),
-                "BATCHPOINT_CHECKPOINT_INTERVAL",
-            ),
-            spark_submit=resolved,
-            spark_job=spark_job,
-            spark_submit_args=submit_args,
-            pyspark_python=env.get("BATCHPOINT_PYSPARK_PYTHON") or sys.executable,
-            sensor_mode=mode,
-            poll_interval=_number(env, "BATCHPOINT_ACK_POLL_INTERVAL", 5.0, minimum=0.1),
-            task_retries=int(_number(env, "BATCHPOINT_TASK_RETRIES", 1, minimum=0, integer=True)),
-            retry_delay=_number(env, "BATCHPOINT_TASK_RETRY_DELAY", 30.0, minimum=0),
-            cleanup_grace=_number(env, "BATCHPOINT_CLEANUP_GRACE", 120.0, minimum=0),
-            storage_conn_id=env.get("BATCHPOINT_STORAGE_CONN_ID") or "batchpoint_storage",
-            api_conn_id=env.get("BATCHPOINT_API_CONN_ID") or "batchpoint_airflow_api",
-            quality_gate_ref=gate,
-            audit=parse_bool(env.get("BATCHPOINT_AUDIT"), "BATCHPOINT_AUDIT"),
+            pipeline_refs=model.pipeline_ref,
+            settings=Settings.of(model, env),
+            schedule=model.checkpoint_interval,
+            spark_submit=_spark_submit(model.spark_submit),
+            spark_job=_spark_job(model.spark_job),
+            spark_submit_args=model.spark_submit_args,
+            pyspark_python=model.pyspark_python or sys.executable,
+            sensor_mode=model.ack_sensor_mode,
+            poll_interval=model.ack_poll_interval,
+            task_retries=model.task_retries,
+            retry_delay=model.task_retry_delay,
+            cleanup_grace=model.cleanup_grace,
+            storage_conn_id=model.storage_conn_id,
+            api_conn_id=model.api_conn_id,
+            quality_gate_ref=model.quality_gate,
+            audit=model.audit,
         )
 
 
-def _settings(env: Mapping[str, str]) -> Settings:
-    # Check each checkpoint variable on its own first, so the message names the variable
-    # rather than the config field it feeds.
-    for var, name in _CHECKPOINT_OPTIONS.items():
-        if env.get(var):
-            try:
-                CheckpointConfig.from_mapping({name: env[var]})
-            except ConfigError as exc:
-                detail = str(exc).removeprefix("checkpoint config: ")
-                raise ConfigError(f"{var}={env[var]!r}: {detail}") from None
-    return Settings.from_env(env)
+def _spark_submit(given: str | None) -> str:
+    spark_submit = given or _default_spark_submit()
+    if not spark_submit:
+        raise ConfigError(
+            "BATCHPOINT_SPARK_SUBMIT is not set and no spark-submit was found next to "
+            f"{sys.executable} or on PATH (install batchpoint[spark], or set it)"
+        )
+    resolved = shutil.which(spark_submit) if "/" not in spark_submit else spark_submit
+    if not resolved or not (os.path.isfile(resolved) and os.access(resolved, os.X_OK)):
+        raise ConfigError(f"BATCHPOINT_SPARK_SUBMIT={spark_submit!r}: not an executable file")
+    return resolved
 
 
-def _number(
-    env: Mapping[str, str], var: str, default: float, *, minimum: float, integer: bool = False
-) -> float:
-    text = env.get(var, "").strip()
-    if not text:
+def _spark_job(given: str | None) -> str:
+    spark_job = given or str(default_spark_job())
+    if not os.path.isfile(spark_job):
+        raise ConfigError(f"BATCHPOINT_SPARK_JOB={spark_job!r}: no such file")
+    return spark_job
+
+
+def parse_bool(text: Any, var: str, default: bool = False) -> bool:
+    """`true`/`false` (any case; empty: the default), naming `var` when it is neither."""
+    if text is None or not str(text).strip():
         return default
     try:
-        value = int(text) if integer else float(text)
-    except ValueError:
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"{var}={text!r} is not {kind}") from None
-    if value < minimum:
-        raise ConfigError(f"{var}={text!r} must be at least {minimum:g}")
-    return value
+        return setting_values.parse_bool(text)
+    except ValueError as exc:
+        raise ConfigError(f"{var}={text!r}: {exc}") from None
 
 
-def parse_bool(text: str | None, var: str, default: bool = False) -> bool:
-    """`true`/`false` (any case; empty: the default). Nothing looser: a typo such as
-    `ture` must fail the import rather than quietly mean false."""
-    value = (text or "").strip().lower()
-    if not value:
-        return default
-    if value not in ("true", "false"):
-        raise ConfigError(f"{var}={text!r}: use true or false")
-    return value == "true"
-
-
-def parse_interval(text: str | None, var: str = "interval") -> timedelta | str | None:
-    """`300`, `90s`, `5m`, `1.5h`, `1d` -> timedelta; `none`/`manual` -> None; anything
-    else must be a cron expression or preset (`@hourly`), returned as text."""
-    text = (text or "").strip()
-    if not text:
-        text = DEFAULT_INTERVAL
-    if text.lower() in ("none", "manual", "off"):
-        return None
-    match = _DURATION.match(text)
-    if match:
-        seconds = float(match.group(1)) * _UNITS[match.group(2) and match.group(2).lower()]
-        if seconds <= 0:
-            raise ConfigError(f"{var}={text!r}: the interval must be positive")
-        return timedelta(seconds=seconds)
-    if text == "@once":
-        raise ConfigError(f"{var}={text!r}: a checkpoint schedule must repeat")
-    from croniter import croniter  # an Airflow dependency; only needed for cron text
-
-    if not croniter.is_valid(_CRON_PRESETS.get(text, text)):
-        raise ConfigError(
-            f"{var}={text!r} is neither a duration (300, 90s, 5m, 1h) nor a cron expression"
-        )
-    return text
+def parse_interval(text: Any, var: str = "BATCHPOINT_CHECKPOINT_INTERVAL") -> Any:
+    """A checkpoint schedule (see setting_values.parse_interval), naming `var` when bad;
+    empty means the default, 300 seconds."""
+    if text is None or not str(text).strip():
+        text = "300"
+    try:
+        return setting_values.parse_interval(text)
+    except ValueError as exc:
+        raise ConfigError(f"{var}={text!r}: {exc}") from None

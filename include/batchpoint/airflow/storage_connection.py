@@ -123,7 +123,7 @@ def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Setting
         S3Settings.from_options(options)
     except ConfigError as exc:
         raise ConfigError(f"Airflow connection '{conn_id}': {exc}") from None
-    return Settings(root, options, base.spark_master, base.checkpoint)
+    return base.with_storage(root, options)
 
 
 def _aws_hook(conn: Any, conn_id: str, extra: dict[str, Any], region: str | None) -> Any:

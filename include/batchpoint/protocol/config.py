@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from batchpoint.errors import ConfigError
+
+#: Longer than any sensible timeout, pause or grace (batchpoint.setting_values has the
+#: same bound for the variables): a larger value is a typo that would overflow deadlines.
+MAX_SECONDS = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -17,14 +22,25 @@ class CheckpointConfig:
     tolerable_failed_checkpoints: int = 3  # consecutive failures before the pipeline FAILS
     num_retained: int = 3  # completed checkpoints kept (savepoints are extra)
     verify_checksums: bool = False  # re-read every file's bytes at finalize
+    restore_verify_checksums: bool = True  # check every file's sha256 before a restore
+    history_limit: int = 100  # records of settled, unretained checkpoints kept
+    gc_grace: float = 3600.0  # seconds a discarded checkpoint's files wait for late writers
 
     def __post_init__(self) -> None:
+        for name in ("timeout", "min_pause", "gc_grace"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value > MAX_SECONDS:
+                raise ConfigError(
+                    f"checkpoint config: {name}={value!r} must be finite and at most 30 days"
+                )
         checks = [
             (self.timeout > 0, "timeout must be > 0 seconds"),
             (self.min_pause >= 0, "min_pause must be >= 0 seconds"),
+            (self.gc_grace >= 0, "gc_grace must be >= 0 seconds"),
             (self.max_concurrent >= 1, "max_concurrent must be >= 1"),
             (self.tolerable_failed_checkpoints >= 0, "tolerable_failed_checkpoints must be >= 0"),
             (self.num_retained >= 1, "num_retained must be >= 1"),
+            (self.history_limit >= 0, "history_limit must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:

@@ -1,0 +1,402 @@
+"""The one settings model: every BATCHPOINT_* variable is read, every bad value is refused
+with one line naming the variable, and reading creates nothing."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from batchpoint.errors import ConfigError
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.settings import KNOWN_VARIABLES, Settings, read_environment
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def root(tmp_path) -> str:
+    return (tmp_path / "root").as_uri()
+
+
+def refused(env: dict[str, str], **overrides: str) -> str:
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env(env, **overrides)
+    message = str(raised.value)
+    assert "\n" not in message
+    return message
+
+
+# -- every variable is read ---------------------------------------------------------
+
+
+def test_every_variable_is_read(tmp_path, root):
+    job = tmp_path / "job.py"
+    job.write_text("")
+    env = {
+        "BATCHPOINT_ROOT": "s3://bucket/prefix",
+        "BATCHPOINT_S3_ENDPOINT_URL": "http://127.0.0.1:8333",
+        "BATCHPOINT_S3_REGION": "eu-1",
+        "BATCHPOINT_S3_ACCESS_KEY_ID": "AK",
+        "BATCHPOINT_S3_SECRET_ACCESS_KEY": "SK",
+        "BATCHPOINT_S3_SESSION_TOKEN": "TOKEN",
+        "BATCHPOINT_SAVEPOINT_ROOTS": "s3://bucket/sp, s3://other/keep/",
+        "BATCHPOINT_SPARK_MASTER": "spark://master:7077",
+        "BATCHPOINT_CHECKPOINT_TIMEOUT": "15m",
+        "BATCHPOINT_MIN_PAUSE": "90s",
+        "BATCHPOINT_MAX_CONCURRENT": "2",
+        "BATCHPOINT_TOLERABLE_FAILED_CHECKPOINTS": "0",
+        "BATCHPOINT_NUM_RETAINED": "5",
+        "BATCHPOINT_VERIFY_CHECKSUMS": "TRUE",
+        "BATCHPOINT_RESTORE_VERIFY_CHECKSUMS": "false",
+        "BATCHPOINT_HISTORY_LIMIT": "0",
+        "BATCHPOINT_GC_GRACE": "2h",
+        "BATCHPOINT_QUALITY_GATE": "batchpoint.demo.payments_quality:restore_gate",
+        "BATCHPOINT_PIPELINE_REF": "a.b:p, c:q",
+        "BATCHPOINT_CHECKPOINT_INTERVAL": "*/10 * * * *",
+        "BATCHPOINT_SPARK_SUBMIT": sys.executable,  # any executable file
+        "BATCHPOINT_SPARK_JOB": str(job),
+        "BATCHPOINT_SPARK_SUBMIT_ARGS": "--conf spark.x=1 --driver-memory '2 g'",
+        "BATCHPOINT_PYSPARK_PYTHON": "/usr/bin/python3",
+        "BATCHPOINT_ACK_SENSOR_MODE": "Poke",
+        "BATCHPOINT_ACK_POLL_INTERVAL": "0.5",
+        "BATCHPOINT_TASK_RETRIES": "4",
+        "BATCHPOINT_TASK_RETRY_DELAY": "1m",
+        "BATCHPOINT_CLEANUP_GRACE": "10",
+        "BATCHPOINT_STORAGE_CONN_ID": "my_storage",
+        "BATCHPOINT_API_CONN_ID": "my.api-conn",
+        "BATCHPOINT_AUDIT": "true",
+    }
+    assert set(env) == KNOWN_VARIABLES - {
+        "BATCHPOINT_S3_PROFILE"
+    }  # a profile and keys exclude each other
+
+    s = Settings.from_env(env)
+    assert s.root == "s3://bucket/prefix"
+    assert dict(s.store_options) == {
+        "endpoint_url": "http://127.0.0.1:8333",
+        "region": "eu-1",
+        "access_key_id": "AK",
+        "secret_access_key": "SK",
+        "session_token": "TOKEN",
+    }
+    assert s.savepoint_roots == ("s3://bucket/sp/", "s3://other/keep/")
+    assert s.spark_master == "spark://master:7077"
+    assert s.checkpoint == CheckpointConfig(
+        timeout=900,
+        min_pause=90,
+        max_concurrent=2,
+        tolerable_failed_checkpoints=0,
+        num_retained=5,
+        verify_checksums=True,
+        restore_verify_checksums=False,
+        history_limit=0,
+        gc_grace=7200,
+    )
+    assert s.quality_gate_ref == "batchpoint.demo.payments_quality:restore_gate"
+
+    pytest.importorskip("airflow")
+    from batchpoint.airflow.config import AirflowDeployment
+
+    d = AirflowDeployment.from_env(env)
+    assert d.settings == s
+    assert d.pipeline_refs == ("a.b:p", "c:q")
+    assert d.schedule == "*/10 * * * *"
+    assert (d.spark_submit, d.spark_job) == (sys.executable, str(job))
+    assert d.spark_submit_args == ("--conf", "spark.x=1", "--driver-memory", "2 g")
+    assert d.pyspark_python == "/usr/bin/python3"
+    assert (d.sensor_mode, d.poll_interval) == ("poke", 0.5)
+    assert (d.task_retries, d.retry_delay, d.cleanup_grace) == (4, 60, 10)
+    assert (d.storage_conn_id, d.api_conn_id) == ("my_storage", "my.api-conn")
+    assert d.quality_gate_ref == s.quality_gate_ref and d.audit is True
+
+
+def test_defaults(root):
+    s = Settings.from_env({"BATCHPOINT_ROOT": root})
+    assert s.store_options == {} and s.spark_master == "local[2]"
+    assert s.savepoint_roots == (root + "/savepoints/",)
+    assert s.checkpoint == CheckpointConfig()
+    assert s.checkpoint.restore_verify_checksums is True
+    assert s.checkpoint.gc_grace == 3600 and s.checkpoint.history_limit == 100
+    assert s.quality_gate_ref is None
+
+
+def test_the_default_root_is_beside_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert Settings.from_env({}).root == (tmp_path / ".batchpoint").as_uri()
+    assert not (tmp_path / ".batchpoint").exists()
+
+
+def test_gc_grace_follows_a_long_timeout_unless_given(root):
+    env = {"BATCHPOINT_ROOT": root, "BATCHPOINT_CHECKPOINT_TIMEOUT": "2h"}
+    assert Settings.from_env(env).checkpoint.gc_grace == 7200 + 120  # + cleanup grace
+    env["BATCHPOINT_CLEANUP_GRACE"] = "0"
+    assert Settings.from_env(env).checkpoint.gc_grace == 7200
+    message = refused({**env, "BATCHPOINT_GC_GRACE": "1h"})
+    assert message.startswith("BATCHPOINT_GC_GRACE=3600: must be at least the checkpoint timeout")
+
+
+def test_overrides_win_and_empty_ones_do_not_count(root, tmp_path):
+    other = (tmp_path / "other").as_uri()
+    env = {"BATCHPOINT_ROOT": root, "BATCHPOINT_SPARK_MASTER": "local[1]"}
+    assert Settings.from_env(env, root=other).root == other
+    assert Settings.from_env(env, root="", spark_master="").root == root
+    assert Settings.from_env(env, spark_master="local[*]").spark_master == "local[*]"
+    with pytest.raises(TypeError, match="colour"):
+        Settings.from_env(env, colour="blue")
+
+
+def test_empty_variables_mean_the_default(root):
+    s = Settings.from_env({"BATCHPOINT_ROOT": root, "BATCHPOINT_MAX_CONCURRENT": ""})
+    assert s.checkpoint.max_concurrent == 1
+
+
+def test_variables_are_read_from_the_process_environment_by_default(root, monkeypatch):
+    monkeypatch.setenv("BATCHPOINT_ROOT", root)
+    monkeypatch.setenv("BATCHPOINT_NUM_RETAINED", "7")
+    assert Settings.from_env().checkpoint.num_retained == 7
+    # a given mapping replaces the process environment entirely
+    assert Settings.from_env({"BATCHPOINT_ROOT": root}).checkpoint.num_retained == 3
+
+
+# -- a child process gets the same settings -----------------------------------------
+
+
+def test_as_env_reproduces_the_settings_in_a_child(root):
+    env = {
+        "BATCHPOINT_ROOT": "s3://b/p",
+        "BATCHPOINT_S3_ACCESS_KEY_ID": "AK",
+        "BATCHPOINT_S3_SECRET_ACCESS_KEY": "SK",
+        "BATCHPOINT_S3_SESSION_TOKEN": "T",
+        "BATCHPOINT_S3_ADDRESSING_STYLE": "path",  # an option beyond the model's fields
+        "BATCHPOINT_SAVEPOINT_ROOTS": "s3://b/sp",
+        "BATCHPOINT_CHECKPOINT_TIMEOUT": "2.5m",
+        "BATCHPOINT_VERIFY_CHECKSUMS": "true",
+        "BATCHPOINT_QUALITY_GATE": "m:gate",
+    }
+    s = Settings.from_env(env)
+    assert s.store_options["addressing_style"] == "path"
+    assert Settings.from_env(s.as_env()) == s
+    local = Settings.from_env({"BATCHPOINT_ROOT": root})
+    assert Settings.from_env(local.as_env()) == local
+
+
+def test_other_storage_moves_the_default_savepoint_root_only(root, tmp_path):
+    other = (tmp_path / "other").as_uri()
+    moved = Settings.from_env({"BATCHPOINT_ROOT": root}).with_storage(other, {})
+    assert moved.root == other and moved.savepoint_roots == (other + "/savepoints/",)
+    explicit = Settings(root, savepoint_roots=("s3://keep/",)).with_storage(other, {})
+    assert explicit.savepoint_roots == ("s3://keep/",)
+
+
+def test_the_secret_does_not_show_in_the_model_repr():
+    model = read_environment(
+        {
+            "BATCHPOINT_ROOT": "s3://b/p",
+            "BATCHPOINT_S3_ACCESS_KEY_ID": "AK",
+            "BATCHPOINT_S3_SECRET_ACCESS_KEY": "very-secret",
+            "BATCHPOINT_S3_SESSION_TOKEN": "token-secret",
+        }
+    )
+    assert "very-secret" not in repr(model) and "token-secret" not in repr(model)
+
+
+# -- each bad value is refused, naming it ---------------------------------------------
+
+DURATIONS = [
+    "BATCHPOINT_CHECKPOINT_TIMEOUT",
+    "BATCHPOINT_MIN_PAUSE",
+    "BATCHPOINT_GC_GRACE",
+    "BATCHPOINT_ACK_POLL_INTERVAL",
+    "BATCHPOINT_TASK_RETRY_DELAY",
+    "BATCHPOINT_CLEANUP_GRACE",
+    "BATCHPOINT_CHECKPOINT_INTERVAL",
+]
+COUNTS = [
+    "BATCHPOINT_MAX_CONCURRENT",
+    "BATCHPOINT_TOLERABLE_FAILED_CHECKPOINTS",
+    "BATCHPOINT_NUM_RETAINED",
+    "BATCHPOINT_HISTORY_LIMIT",
+    "BATCHPOINT_TASK_RETRIES",
+]
+
+
+@pytest.mark.parametrize("variable", DURATIONS)
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("inf", "not a finite duration"),
+        ("-inf", "not a finite duration"),
+        ("nan", "not a finite duration"),
+        ("1e400", "not a finite duration"),
+        ("-5", "must be"),
+        ("31d", "more than 30 days"),
+        ("99999999999999999999", "more than 30 days"),
+        ("soon", "a duration"),
+    ],
+)
+def test_non_finite_negative_and_absurd_durations(variable, value, reason, root):
+    message = refused({"BATCHPOINT_ROOT": root, variable: value})
+    assert message.startswith(f"{variable}={value!r}: ") and reason in message
+
+
+@pytest.mark.parametrize("variable", COUNTS)
+@pytest.mark.parametrize(("value", "reason"), [("-1", "must be at least"), ("1.5", "whole")])
+def test_negative_and_fractional_counts(variable, value, reason, root):
+    message = refused({"BATCHPOINT_ROOT": root, variable: value})
+    assert message.startswith(f"{variable}={value!r}: ") and reason in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("BATCHPOINT_CHECKPOINT_TIMEOUT", "0", "more than 0"),
+        ("BATCHPOINT_MAX_CONCURRENT", "0", "at least 1"),
+        ("BATCHPOINT_NUM_RETAINED", "0", "at least 1"),
+        ("BATCHPOINT_ACK_POLL_INTERVAL", "0.01", "at least 0.1"),
+        ("BATCHPOINT_CHECKPOINT_INTERVAL", "0", "more than 0"),
+        ("BATCHPOINT_CHECKPOINT_INTERVAL", "@once", "must repeat"),
+        ("BATCHPOINT_CHECKPOINT_INTERVAL", "every tuesday", "cron"),
+        ("BATCHPOINT_VERIFY_CHECKSUMS", "yes", "true or false"),
+        ("BATCHPOINT_RESTORE_VERIFY_CHECKSUMS", "ture", "true or false"),
+        ("BATCHPOINT_AUDIT", "maybe", "true or false"),
+        ("BATCHPOINT_ROOT", "/no/scheme", "did you mean file:///no/scheme"),
+        ("BATCHPOINT_ROOT", "s3a://bucket/p", "use s3://"),
+        ("BATCHPOINT_ROOT", "s3:///p", "no bucket"),
+        ("BATCHPOINT_ROOT", "file://relative/path", "file:///absolute/path"),
+        ("BATCHPOINT_ROOT", "ftp://host/x", "use s3://bucket/prefix"),
+        ("BATCHPOINT_SAVEPOINT_ROOTS", "s3://b/sp,/tmp/x", "did you mean file:///tmp/x"),
+        ("BATCHPOINT_SPARK_MASTER", "lokal[2]", "not a Spark master"),
+        ("BATCHPOINT_QUALITY_GATE", "no_colon", "module:attribute"),
+        ("BATCHPOINT_QUALITY_GATE", "a.b:c d", "module:attribute"),
+        ("BATCHPOINT_PIPELINE_REF", "ok.module:p,just_a_module", "module:attribute"),
+        ("BATCHPOINT_PIPELINE_REF", " , ", "empty"),
+        ("BATCHPOINT_SPARK_SUBMIT_ARGS", "--conf 'unclosed", "quotation"),
+        ("BATCHPOINT_ACK_SENSOR_MODE", "sleepy", "deferrable, reschedule or poke"),
+        ("BATCHPOINT_STORAGE_CONN_ID", "my conn", "connection id"),
+        ("BATCHPOINT_API_CONN_ID", "a/b", "connection id"),
+    ],
+)
+def test_each_bad_value_is_refused_naming_it(variable, value, reason, root):
+    message = refused({"BATCHPOINT_ROOT": root, variable: value})
+    assert message.startswith(variable) and reason in message, message
+
+
+@pytest.mark.parametrize(
+    ("values", "variable", "reason"),
+    [
+        ({"BATCHPOINT_S3_ENDPOINT_URL": "ftp://x"}, "BATCHPOINT_S3_ENDPOINT_URL", "http(s)"),
+        ({"BATCHPOINT_S3_ACCESS_KEY_ID": "AK"}, "BATCHPOINT_S3_ACCESS_KEY_ID", "together"),
+        ({"BATCHPOINT_S3_MULTIPART_CHUNKSIZE": "1k"}, "BATCHPOINT_S3_MULTIPART_CHUNKSIZE", "5 MiB"),
+        ({"BATCHPOINT_S3_BUCKET": "x"}, "BATCHPOINT_S3_BUCKET", "unknown S3 storage option"),
+        (
+            {
+                "BATCHPOINT_S3_PROFILE": "dev",
+                "BATCHPOINT_S3_ACCESS_KEY_ID": "AK",
+                "BATCHPOINT_S3_SECRET_ACCESS_KEY": "SK",
+            },
+            "BATCHPOINT_S3_* variables",
+            "either profile",
+        ),
+    ],
+)
+def test_bad_s3_options_are_named(values, variable, reason):
+    message = refused({"BATCHPOINT_ROOT": "s3://b/p", **values})
+    assert message.startswith(variable) and reason in message, message
+
+
+def test_s3_options_do_not_matter_to_a_file_root(root):
+    assert Settings.from_env({"BATCHPOINT_ROOT": root, "BATCHPOINT_S3_BUCKET": "x"}).root == root
+
+
+def test_a_bad_override_is_named_like_its_variable(root):
+    assert refused({"BATCHPOINT_ROOT": root}, root="nope").startswith("BATCHPOINT_ROOT='nope'")
+
+
+# -- roots that cannot be folders, and nothing is created -----------------------------
+
+
+def test_a_root_under_a_regular_file_is_refused(tmp_path):
+    (tmp_path / "plain").write_text("not a folder")
+    uri = (tmp_path / "plain" / "sub" / "root").as_uri()
+    message = refused({"BATCHPOINT_ROOT": uri})
+    assert message == (
+        f"BATCHPOINT_ROOT={uri!r}: {tmp_path / 'plain'} is a file, so no folder can be "
+        "created under it"
+    )
+
+
+def test_a_root_that_is_a_regular_file_is_refused(tmp_path):
+    (tmp_path / "plain").write_text("not a folder")
+    message = refused({"BATCHPOINT_ROOT": (tmp_path / "plain").as_uri()})
+    assert "exists and is not a folder" in message
+
+
+def test_a_savepoint_root_under_a_regular_file_is_refused(tmp_path, root):
+    (tmp_path / "plain").write_text("")
+    sp = (tmp_path / "plain" / "sp").as_uri()
+    message = refused({"BATCHPOINT_ROOT": root, "BATCHPOINT_SAVEPOINT_ROOTS": sp})
+    assert message.startswith("BATCHPOINT_SAVEPOINT_ROOTS=") and "is a file" in message
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_a_root_in_a_read_only_folder_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        assert "is not writable" in refused({"BATCHPOINT_ROOT": (locked / "r").as_uri()})
+    finally:
+        locked.chmod(0o700)
+
+
+def test_reading_the_settings_creates_nothing(tmp_path):
+    deep = tmp_path / "a" / "b" / "root"
+    sp = tmp_path / "sp"
+    Settings.from_env({"BATCHPOINT_ROOT": deep.as_uri(), "BATCHPOINT_SAVEPOINT_ROOTS": sp.as_uri()})
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- the core's own config checks the same bounds ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"timeout": float("inf")},
+        {"timeout": float("nan")},
+        {"min_pause": 31 * 86400},
+        {"gc_grace": -1},
+        {"history_limit": -1},
+    ],
+)
+def test_checkpoint_config_refuses_impossible_values(values):
+    with pytest.raises(ConfigError, match="checkpoint config"):
+        CheckpointConfig(**values)
+
+
+# -- the Spark job reads them the same way ----------------------------------------------
+
+
+def test_the_spark_job_reports_a_bad_setting_in_one_line(root, monkeypatch, capsys):
+    pytest.importorskip("pyspark")
+    from batchpoint.spark.jobs.run_operator import main
+
+    monkeypatch.setenv("BATCHPOINT_ROOT", root)
+    monkeypatch.setenv("BATCHPOINT_CHECKPOINT_TIMEOUT", "inf")
+    args = ["--pipeline", "batchpoint.demo.payments:pipeline", "--checkpoint-id", "1"]
+    assert main([*args, "--operator", "dedup"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: BATCHPOINT_CHECKPOINT_TIMEOUT='inf': not a finite duration"
+
+
+# -- the README lists every variable ---------------------------------------------------
+
+
+def test_the_readme_configuration_table_lists_every_variable():
+    text = (PROJECT / "README.md").read_text()
+    table = text[text.index("## Configuration") :]
+    table = table[: table.index("\n## ", 1)] if "\n## " in table[1:] else table
+    listed = {word.strip("`,") for word in table.split() if word.startswith("`BATCHPOINT_")}
+    assert listed >= KNOWN_VARIABLES, sorted(KNOWN_VARIABLES - listed)
