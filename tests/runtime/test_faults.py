@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.runtime.faults import ENV, MODE_ENV, ONCE_ENV, InjectedKill, maybe_fail
+from batchpoint.runtime.faults import (
+    ENV,
+    MODE_ENV,
+    ONCE_ENV,
+    InjectedKill,
+    maybe_fail,
+    spark_task_fault,
+)
 
 
 def _attempt(marker: str) -> bool:
@@ -46,3 +53,17 @@ def test_without_once_every_attempt_dies(monkeypatch) -> None:
     for _ in range(2):
         with pytest.raises(InjectedKill):
             maybe_fail("balances", "after-snapshot", 7)
+
+
+def test_the_spark_task_hook_is_only_made_for_the_named_operator(monkeypatch) -> None:
+    monkeypatch.setenv(ENV, "balances:spark-task:3")
+    assert spark_task_fault("dedup", 3) is None
+    assert spark_task_fault("balances", 4) is None
+    hook = spark_task_fault("balances", 3)
+    assert hook is not None
+    # Outside a Spark task (no TaskContext) it is a first attempt: it fails.
+    with pytest.raises(RuntimeError, match="injected Spark task failure in balances subtask 1"):
+        hook(1, "t7", [])
+    monkeypatch.setenv(ENV, "balances:nowhere")
+    with pytest.raises(ValueError, match="expected <operator>:<point>"):
+        spark_task_fault("balances", 3)

@@ -16,8 +16,10 @@ retry) find the file and carry on. This is how a demo shows a retry recovering.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 
 ENV = "BATCHPOINT_FAULT"
 MODE_ENV = "BATCHPOINT_FAULT_MODE"
@@ -74,3 +76,28 @@ def maybe_fail(operator: str, point: str, checkpoint_id: int) -> None:
         raise InjectedKill(message)
     print(message, file=sys.stderr, flush=True)
     os._exit(137)  # like SIGKILL: no cleanup, no finally blocks
+
+
+def _fail_first_attempt(
+    operator: str, checkpoint_id: int, spec: str, subtask: int, task_attempt: str, handles: object
+) -> None:
+    """Runs in the Spark task after its files are uploaded: the first attempt of the
+    task dies, so Spark retries it (a `local[n,retries]` master is needed)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    first = ctx is None or ctx.attemptNumber() == 0
+    if first and fault_matches(operator, "spark-task", checkpoint_id, spec):
+        raise RuntimeError(f"injected Spark task failure in {operator} subtask {subtask}")
+
+
+def spark_task_fault(
+    operator: str, checkpoint_id: int
+) -> Callable[[int, str, object], None] | None:
+    """The hook for keyed_io.write_keyed's `on_subtask_written` when BATCHPOINT_FAULT
+    names this operator's `spark-task` point, else None. The spec is read here, on the
+    driver, and travels with the hook: executors may not share the driver's environment."""
+    spec = current_spec()
+    if not fault_matches(operator, "spark-task", checkpoint_id, spec):
+        return None
+    return functools.partial(_fail_first_attempt, operator, checkpoint_id, spec)

@@ -33,8 +33,7 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import split_task_name
 from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkDef, SourceDef
-from batchpoint.runtime.faults import current_spec as current_fault_spec
-from batchpoint.runtime.faults import maybe_fail
+from batchpoint.runtime.faults import maybe_fail, spark_task_fault
 from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
 
@@ -212,7 +211,7 @@ class OperatorRunner:
         handles: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
 
         base_key = self.coordinator.layout.operator_data_prefix(cid, node.name)
-        fault = (node.name, cid, current_fault_spec())
+        fault = spark_task_fault(node.name, cid)
 
         def write(df: DataFrame, stream: str, key: tuple[str, ...], max_par: int) -> None:
             written = keyed_io.write_keyed(
@@ -224,7 +223,7 @@ class OperatorRunner:
                 key_columns=key,
                 max_parallelism=max_par,
                 parallelism=parallelism,
-                fault=fault,
+                on_subtask_written=fault,
             )
             for subtask, files in written.items():
                 handles[subtask].extend(files)

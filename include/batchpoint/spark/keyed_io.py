@@ -7,20 +7,32 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from batchpoint.protocol.checkpoint import FileHandle
-from batchpoint.runtime.api import SourceDef
-from batchpoint.runtime.faults import InjectedKill, fault_matches
 from batchpoint.sources.files import PartitionedFileSource, SourceSplit
-from batchpoint.spark import state_io
+from batchpoint.spark.state_reader import read_keyed_state
+from batchpoint.spark.state_writer import SubtaskHook, write_keyed_state
 from batchpoint.state.format import StateHandle
 from batchpoint.storage import StoreRef
 
-Fault = tuple[str, int, str]  # operator, checkpoint id, the driver's BATCHPOINT_FAULT
+
+class FileSourceDecl(Protocol):
+    """What read_source needs of a declared file source (runtime.api.SourceDef is one).
+    A protocol, so that spark/ depends on no layer above it."""
+
+    @property
+    def root(self) -> str: ...
+
+    @property
+    def format(self) -> str: ...
+
+    @property
+    def schema(self) -> pa.Schema: ...
 
 
 def spark_schema(schema: pa.Schema):
@@ -38,18 +50,6 @@ def _to_file_handle(handle: StateHandle) -> FileHandle:
     return FileHandle.from_json(handle.path, body)
 
 
-def _fail_first_attempt(fault: Fault, subtask: int, task_attempt: str, handles: object) -> None:
-    """Runs in the Spark task after its files are uploaded: the first attempt of the
-    task dies, so Spark retries it (a `local[n,retries]` master is needed)."""
-    from pyspark import TaskContext
-
-    operator, checkpoint_id, spec = fault
-    ctx = TaskContext.get()
-    first = ctx is None or ctx.attemptNumber() == 0
-    if first and fault_matches(operator, "spark-task", checkpoint_id, spec):
-        raise RuntimeError(f"injected Spark task failure in {operator} subtask {subtask}")
-
-
 def write_keyed(
     df: DataFrame,
     store_ref: StoreRef,
@@ -60,12 +60,12 @@ def write_keyed(
     key_columns: Sequence[str],
     max_parallelism: int,
     parallelism: int,
-    fault: Fault | None = None,
+    on_subtask_written: SubtaskHook | None = None,
 ) -> dict[int, list[FileHandle]]:
     """Write `df` partitioned by key group for `parallelism` subtasks; every subtask gets
-    at least one file. Returns the handles per subtask."""
-    hook = functools.partial(_fail_first_attempt, fault) if fault and fault[2] else None
-    handles = state_io.write_keyed_state(
+    at least one file. Returns the handles per subtask. `on_subtask_written` runs in the
+    Spark task once its files are uploaded (the runtime injects task faults there)."""
+    handles = write_keyed_state(
         df,
         store_ref,
         base_key,
@@ -74,7 +74,7 @@ def write_keyed(
         max_parallelism,
         parallelism,
         attempt,
-        on_subtask_written=hook,
+        on_subtask_written=on_subtask_written,
     )
     out: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
     for handle in handles:
@@ -96,14 +96,14 @@ def read_keyed(
         return empty(spark, schema)
     handles = [StateHandle.coerce(f) for f in files]
     struct = spark_schema(schema) if schema is not None else None
-    return state_io.read_keyed_state(spark, store_ref, handles, None, struct)
+    return read_keyed_state(spark, store_ref, handles, None, struct)
 
 
 # -- sources ------------------------------------------------------------------------------
 
 
 def _read_splits_task(
-    store_ref: StoreRef, source: SourceDef, batches: Iterator[pa.RecordBatch]
+    store_ref: StoreRef, source: FileSourceDecl, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     files = PartitionedFileSource(
         store_ref.open(), source.root, source.format, schema=source.schema
@@ -116,7 +116,7 @@ def _read_splits_task(
 
 
 def read_source(
-    spark: SparkSession, store_ref: StoreRef, source: SourceDef, splits: Sequence[SourceSplit]
+    spark: SparkSession, store_ref: StoreRef, source: FileSourceDecl, splits: Sequence[SourceSplit]
 ) -> DataFrame:
     """This epoch's input of a source: one Spark task per file."""
     if not splits:
@@ -127,4 +127,4 @@ def read_source(
     return tasks.mapInArrow(reader, spark_schema(source.schema))
 
 
-__all__ = ["InjectedKill", "empty", "read_keyed", "read_source", "write_keyed"]
+__all__ = ["FileSourceDecl", "empty", "read_keyed", "read_source", "spark_schema", "write_keyed"]

@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,13 +18,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Defaults sized for a small shared machine; every one can be overridden through `conf`.
+#: Defaults sized for a small shared machine. Each applies only where nothing set the key
+#: (spark-submit --conf, spark-defaults.conf, PYSPARK_SUBMIT_ARGS or `conf`).
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
     # Keys hash to the same key group anywhere only if dates and times are read alike.
     "spark.sql.session.timeZone": "UTC",
     # Bound the Arrow batches shipped to Python workers by bytes as well as rows, so a
@@ -33,6 +32,29 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.maxBytesPerBatch": str(16 << 20),
     "spark.python.worker.faulthandler.enabled": "true",
 }
+
+#: Where a local driver listens, unless set: whatever the hostname resolves to may be
+#: unreachable in containers and sandboxes. Never applied to a cluster master, whose
+#: executors must reach the driver from other hosts.
+LOCAL_DRIVER_CONF: dict[str, str] = {
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+}
+
+DEFAULT_MASTER = "local[2]"
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def defaults_for(master: str, is_set: Callable[[str], bool]) -> dict[str, str]:
+    """The defaults to add for `master` where `is_set(key)` says nothing set the key."""
+    out = {k: v for k, v in DEFAULT_CONF.items() if not is_set(k)}
+    # The two go together: Spark binds to spark.driver.host when no bindAddress is set.
+    if is_local(master) and not any(is_set(k) for k in LOCAL_DRIVER_CONF):
+        out.update(LOCAL_DRIVER_CONF)
+    return out
 
 
 def find_java() -> str:
@@ -51,42 +73,81 @@ def find_java() -> str:
     return found
 
 
-def _set_python_env() -> None:
+def _set_python_env(master: str | None) -> None:
     # Executors must run the interpreter that has batchpoint and pyarrow installed;
     # a bare `python3` from PATH usually has neither.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # Without it Spark binds to whatever the hostname resolves to, which may be
-    # unreachable in containers and sandboxes.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master is None or is_local(master):
+        # Read by the JVM at start; see LOCAL_DRIVER_CONF.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+#: What pyspark's own `spark-submit pyspark-shell` (the JVM it starts when no launcher
+#: did) fills in for a shell: nobody's choice, so not a setting that defaults must keep.
+_SHELL_FILLED = ("spark.master", "spark.ui.showConsoleProgress")
+
+
+def _launcher_settings(
+    master: str | None, settings: Mapping[str, str]
+) -> tuple[str, Callable[[str], bool]]:
+    """The master to use and which keys the user set, read from the JVM's SparkConf."""
+    from pyspark import SparkConf, SparkContext
+
+    # Start the JVM (under spark-submit: connect to the launcher's) before building the
+    # session, so that SparkConf() holds what the user gave; pyspark would start it the
+    # same way in getOrCreate.
+    SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(settings.items()))
+    launched = SparkConf()
+    external = getattr(SparkContext._gateway, "proc", None) is None
+    if master is None:
+        master = launched.get("spark.master", None) if external else None
+    ignored = () if external else _SHELL_FILLED
+
+    def given(key: str) -> bool:
+        return launched.contains(key) and key not in ignored
+
+    return master or DEFAULT_MASTER, given
 
 
 def spark_session(
     app_name: str,
-    master: str = "local[2]",
+    master: str | None = None,
     conf: Mapping[str, str] | None = None,
     *,
     log_level: str = "ERROR",
 ) -> SparkSession:
     """Get or create the process's SparkSession.
 
+    Settings, strongest first: `master` and `conf`; what the launcher set (spark-submit's
+    --master and --conf, spark-defaults.conf, PYSPARK_SUBMIT_ARGS); DEFAULT_CONF, and
+    LOCAL_DRIVER_CONF for a local master. `master` None means spark-submit's --master
+    when run by spark-submit, else local[2].
+
     As with SparkSession.builder.getOrCreate(), a session that is already running is
-    returned as it is: `master` and static settings in `conf` then have no effect.
-    Use ``local[N,F]`` as master to let a failed task be retried F-1 times in local
-    mode (``local[N]`` never retries, whatever spark.task.maxFailures says).
+    returned as it is: `master` and static settings in `conf` then have no effect, and
+    no default is applied over what it runs with. Use ``local[N,F]`` as master to let a
+    failed task be retried F-1 times in local mode (``local[N]`` never retries, whatever
+    spark.task.maxFailures says).
     """
     find_java()
-    _set_python_env()
+    _set_python_env(master)
+    started = time.monotonic()
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    settings = {**DEFAULT_CONF, **(conf or {})}
-    builder = SparkSession.builder.appName(app_name).master(master)
+    settings = dict(conf or {})
+    if SparkContext._active_spark_context is None:
+        master, given = _launcher_settings(master, settings)
+        settings = {**defaults_for(master, given), **settings}
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    started = time.monotonic()
     session = builder.getOrCreate()
     running = session.sparkContext.master
-    if running != master:
+    if master is not None and running != master:
         log.warning(
             "Spark session %r asked for master %s but the process already runs one on %s; "
             "using that",
@@ -95,5 +156,5 @@ def spark_session(
             running,
         )
     session.sparkContext.setLogLevel(log_level)
-    log.info("Spark session %r (%s) ready in %.1fs", app_name, master, time.monotonic() - started)
+    log.info("Spark session %r (%s) ready in %.1fs", app_name, running, time.monotonic() - started)
     return session

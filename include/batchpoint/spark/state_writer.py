@@ -1,0 +1,328 @@
+"""Snapshotting keyed state from Spark: every subtask's rows written by its own task.
+
+``repartitionById`` puts subtask i's rows, sorted by key group, in partition i, so a
+task knows its subtask from its partition id. It streams its rows as Arrow record
+batches into local Parquet files that tile its key-group range, uploads them with the
+store, and hands the driver only a small JSON handle per file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from batchpoint.spark.key_groups import check_key_columns, key_group_column, subtask_column
+from batchpoint.spark.shipping import ShippedStore, StoreLike, driver_store, ship_store
+from batchpoint.state.format import (
+    FORMAT_VERSION,
+    KEY_GROUP_COLUMN,
+    SUBTASK_COLUMN,
+    StateError,
+    StateFileWriter,
+    StateHandle,
+    check_base_key,
+    check_segment,
+    check_written_handles,
+    file_schema,
+    schema_fingerprint,
+    state_file_key,
+    subtask_prefix,
+)
+from batchpoint.state.keygroups import (
+    KeyGroupRange,
+    check_parallelism,
+    key_group_range_for_subtask,
+)
+from batchpoint.storage import ObjectStore
+
+DEFAULT_TARGET_FILE_BYTES = 128 << 20
+DEFAULT_ROW_GROUP_BYTES = 8 << 20
+
+_HANDLE_SCHEMA = "handle string"
+_HANDLE_ARROW = pa.schema([pa.field("handle", pa.string())])
+
+#: Called inside the task after a subtask's files are uploaded, with (subtask,
+#: task_attempt, handles): where the protocol acks from the task itself.
+SubtaskHook = Callable[[int, str, list[StateHandle]], None]
+
+
+@dataclass(frozen=True)
+class _WriteSpec:
+    store: ShippedStore
+    base_key: str
+    state_name: str
+    attempt_id: str
+    key_columns: tuple[str, ...]
+    max_parallelism: int
+    parallelism: int
+    file_schema: pa.Schema
+    fingerprint: str
+    target_file_bytes: int
+    row_group_bytes: int
+    on_subtask_written: SubtaskHook | None = None
+
+
+class _SubtaskWriter:
+    """Writes one subtask's sorted rows as one or more files that tile its key-group
+    range. A file is rolled only between two key groups, so ranges never overlap."""
+
+    def __init__(self, spec: _WriteSpec, store: ObjectStore, subtask: int, task_attempt: str):
+        self.spec = spec
+        self.store = store
+        self.subtask = subtask
+        self.task_attempt = task_attempt
+        self.range = key_group_range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
+        self.handles: list[StateHandle] = []
+        self._tmpdir = Path(tempfile.mkdtemp(prefix="bp-state-"))
+        self._file: StateFileWriter | None = None
+        self._file_start = self.range.start
+        self._last_group = -1
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        batch = self._conform(batch)
+        groups = batch.column(KEY_GROUP_COLUMN).to_numpy()
+        self._check_order(groups)
+        # Decide on rolling every row group's worth of rows, not only between Spark's
+        # batches, so a file overshoots its target by at most one row group.
+        step = max(1, self.spec.row_group_bytes * batch.num_rows // max(1, batch.nbytes))
+        for offset in range(0, batch.num_rows, step):
+            self._write_sorted(batch.slice(offset, step), groups[offset : offset + step])
+
+    def _write_sorted(self, batch: pa.RecordBatch, groups: np.ndarray) -> None:
+        while batch.num_rows:
+            if self._file is not None and self._file.bytes_written >= self.spec.target_file_bytes:
+                # Rows of the key group already in the file must stay with it.
+                cut = int(np.searchsorted(groups, self._last_group, side="right"))
+                if cut < len(groups):
+                    self._open().write(batch.slice(0, cut))
+                    self._roll(end=int(groups[cut]) - 1)
+                    batch, groups = batch.slice(cut), groups[cut:]
+                    continue
+            self._open().write(batch)
+            self._last_group = int(groups[-1])
+            break
+
+    def finish(self) -> list[StateHandle]:
+        self._open()  # an empty subtask still writes a file: restores see its range covered
+        self._roll(end=self.range.end)
+        return self.handles
+
+    def abort(self) -> None:
+        # Best effort: a task killed outright leaves its files to the protocol's cleanup.
+        if self._file is not None:
+            with contextlib.suppress(Exception):
+                self._file.abort()
+        with contextlib.suppress(Exception):
+            self.store.delete_many(h.path for h in self.handles)
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        # Spark may send large_string or another time zone; every file of a state gets
+        # exactly the schema computed once on the driver.
+        schema = self.spec.file_schema
+        columns = [batch.column(f.name).cast(f.type) for f in schema]
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def _check_order(self, groups: np.ndarray) -> None:
+        low, high = int(groups[0]), int(groups[-1])
+        if low < self._last_group or (len(groups) > 1 and bool(np.any(np.diff(groups) < 0))):
+            raise StateError(
+                f"state '{self.spec.state_name}' subtask {self.subtask}: rows are not sorted "
+                "by key group (the Spark plan lost sortWithinPartitions)"
+            )
+        if low not in self.range or high not in self.range:
+            raise StateError(
+                f"state '{self.spec.state_name}': partition {self.subtask} got key groups "
+                f"[{low}, {high}] outside its range {self.range} (the Spark plan did not keep "
+                "repartitionById's partitioning)"
+            )
+
+    def _open(self) -> StateFileWriter:
+        if self._file is None:
+            part = len(self.handles)
+            self._file = StateFileWriter(
+                self._tmpdir / f"part-{part:05d}.parquet",
+                self.spec.file_schema,
+                row_group_bytes=self.spec.row_group_bytes,
+            )
+        return self._file
+
+    def _roll(self, end: int) -> None:
+        assert self._file is not None
+        kgr = KeyGroupRange(self._file_start, end)
+        written = self._file.close({"batchpoint.key_group_range": json.dumps(kgr.to_json())})
+        self._file = None
+        spec = self.spec
+        key = state_file_key(
+            spec.base_key,
+            spec.state_name,
+            self.subtask,
+            spec.attempt_id,
+            len(self.handles),
+            self.task_attempt,
+        )
+        try:
+            info = self.store.upload_file(key, written.local_path)
+        finally:
+            written.local_path.unlink(missing_ok=True)
+        if info.size != written.size:
+            raise StateError(f"state file '{key}': uploaded {info.size} bytes of {written.size}")
+        self.handles.append(
+            StateHandle(
+                path=key,
+                size=written.size,
+                sha256=written.sha256,
+                rows=written.rows,
+                key_group_range=kgr,
+                name=spec.state_name,
+                schema_fingerprint=spec.fingerprint,
+                subtask=self.subtask,
+                parallelism=spec.parallelism,
+                max_parallelism=spec.max_parallelism,
+                task_attempt=self.task_attempt,
+            )
+        )
+        self._file_start = end + 1
+
+
+def _write_subtask_files(
+    spec: _WriteSpec, subtask: int, task_attempt: str, batches: Iterable[pa.RecordBatch]
+) -> list[StateHandle]:
+    writer = _SubtaskWriter(spec, spec.store.open(), subtask, task_attempt)
+    try:
+        for batch in batches:
+            writer.write(batch)
+        handles = writer.finish()
+        if spec.on_subtask_written is not None:
+            spec.on_subtask_written(subtask, task_attempt, handles)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.cleanup()
+    return handles
+
+
+def _write_task(spec: _WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The mapInArrow body: partition i of the input is subtask i."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    assert ctx is not None
+    handles = _write_subtask_files(spec, ctx.partitionId(), f"t{ctx.taskAttemptId()}", batches)
+    yield pa.RecordBatch.from_pydict(
+        {"handle": [json.dumps(h.to_json()) for h in handles]}, schema=_HANDLE_ARROW
+    )
+
+
+def write_keyed_state(
+    df: DataFrame,
+    store: StoreLike,
+    base_key: str,
+    state_name: str,
+    key_columns: Sequence[str],
+    max_parallelism: int,
+    parallelism: int,
+    attempt_id: str,
+    *,
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+    on_subtask_written: SubtaskHook | None = None,
+) -> list[StateHandle]:
+    """Snapshot `df` as keyed state: one Spark task per subtask, each writing files under
+    ``<base_key>/<state_name>/subtask-<i>/<attempt_id>/``. Returns the handles, sorted by
+    subtask and key group; together they cover key groups 0..max_parallelism-1 once.
+
+    `attempt_id` must differ between runs that may overlap (an Airflow retry, another
+    checkpoint); Spark task retries and speculative copies inside one run are told apart
+    by the Spark task attempt id in the file name.
+    """
+    check_segment(state_name, "state name")
+    check_segment(attempt_id, "attempt id")
+    base_key = check_base_key(base_key)
+    check_parallelism(parallelism, max_parallelism, f"state '{state_name}'")
+    check_key_columns(df.schema, key_columns, state_name)
+    state_schema = to_arrow_schema(df.schema, timezone="UTC")
+    fingerprint = schema_fingerprint(state_schema)
+    header = {
+        "format": FORMAT_VERSION,
+        "state": state_name,
+        "key_columns": list(key_columns),
+        "max_parallelism": max_parallelism,
+        "parallelism": parallelism,
+        "schema_fingerprint": fingerprint,
+    }
+    spec = _WriteSpec(
+        store=ship_store(store),
+        base_key=base_key,
+        state_name=state_name,
+        attempt_id=attempt_id,
+        key_columns=tuple(key_columns),
+        max_parallelism=max_parallelism,
+        parallelism=parallelism,
+        file_schema=file_schema(state_schema, header),
+        fingerprint=fingerprint,
+        target_file_bytes=target_file_bytes,
+        row_group_bytes=row_group_bytes,
+        on_subtask_written=on_subtask_written,
+    )
+    key_group = key_group_column(key_columns, max_parallelism)
+    by_subtask = (
+        df.withColumn(KEY_GROUP_COLUMN, key_group)
+        .withColumn(
+            SUBTASK_COLUMN,
+            subtask_column(KEY_GROUP_COLUMN, max_parallelism, parallelism),
+        )
+        .repartitionById(parallelism, SUBTASK_COLUMN)
+        .sortWithinPartitions(KEY_GROUP_COLUMN)
+        .drop(SUBTASK_COLUMN)
+    )
+    rows = by_subtask.mapInArrow(functools.partial(_write_task, spec), _HANDLE_SCHEMA).collect()
+    handles = [StateHandle.from_json(json.loads(r.handle)) for r in rows]
+    handles += _write_missing_subtasks(spec, {h.subtask for h in handles})
+    handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
+    check_written_handles(handles, parallelism, max_parallelism, state_name)
+    return handles
+
+
+def _write_missing_subtasks(spec: _WriteSpec, seen: set[int]) -> list[StateHandle]:
+    """Adaptive execution replaces an entirely empty input with an empty relation and
+    runs no task at all; the driver then writes the (tiny, empty) files itself."""
+    handles: list[StateHandle] = []
+    for subtask in sorted(set(range(spec.parallelism)) - seen):
+        handles += _write_subtask_files(spec, subtask, "driver", [])
+    return handles
+
+
+def unreferenced_files(
+    store: StoreLike,
+    base_key: str,
+    state_name: str,
+    attempt_id: str,
+    handles: Iterable[StateHandle],
+    parallelism: int,
+) -> list[str]:
+    """Files a write attempt left behind that no handle names: from failed or
+    speculative Spark task attempts. The caller decides when deleting them is safe."""
+    referenced = {h.path for h in handles}
+    target = driver_store(store)
+    found = []
+    for subtask in range(parallelism):
+        prefix = subtask_prefix(base_key, state_name, subtask, attempt_id)
+        found += [o.key for o in target.list(prefix) if o.key not in referenced]
+    return found
