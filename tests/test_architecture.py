@@ -39,7 +39,6 @@ PENDING_ELSEWHERE: dict[str, str] = {
     "batchpoint/cli/main.py": "H1, branch ops: the CLI split by command",
     "batchpoint/airflow/operators.py": "H1, branch ops: operators that only translate",
     "batchpoint/protocol/coordinator.py": "H3: protocol/ rework",
-    "batchpoint/storage/s3.py": "H6: storage/ rework",
     "batchpoint/airflow/dag_factory.py": "no helper owns it (604 lines): the lead",
 }
 

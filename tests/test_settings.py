@@ -381,7 +381,7 @@ def test_checkpoint_config_refuses_impossible_values(values):
 
 def test_the_spark_job_reports_a_bad_setting_in_one_line(root, monkeypatch, capsys):
     pytest.importorskip("pyspark")
-    from batchpoint.spark.jobs.run_operator import main
+    from batchpoint.jobs.run_operator import main
 
     monkeypatch.setenv("BATCHPOINT_ROOT", root)
     monkeypatch.setenv("BATCHPOINT_CHECKPOINT_TIMEOUT", "inf")

@@ -28,7 +28,7 @@ def test_defaults():
     assert d.schedule == timedelta(seconds=300)
     assert d.spark_submit == os.path.join(os.path.dirname(sys.executable), "spark-submit")
     # the job ships inside the package, so an installed batchpoint needs no checkout
-    assert d.spark_job.endswith("batchpoint/spark/jobs/run_operator.py")
+    assert d.spark_job.endswith("batchpoint/jobs/run_operator.py")
     assert os.path.isfile(d.spark_job)
     assert d.sensor_mode == "deferrable"
     assert (d.storage_conn_id, d.api_conn_id) == ("batchpoint_storage", "batchpoint_airflow_api")

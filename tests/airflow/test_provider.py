@@ -52,7 +52,7 @@ def test_the_repository_entry_files_are_thin_wrappers():
     assert "from batchpoint.airflow.dags import load_dags" in dag_file
     assert "globals().update(load_dags())" in dag_file
     job = (PROJECT / "spark_jobs" / "run_operator.py").read_text()
-    assert "from batchpoint.spark.jobs.run_operator import main" in job
+    assert "from batchpoint.jobs.run_operator import main" in job
     for text in (dag_file, job):
         code = [line for line in text.splitlines() if line and not line.startswith((" ", '"'))]
         assert len(code) <= 5, code

@@ -14,7 +14,7 @@ hooks.py); parsing reads only the environment, as it must not depend on connecti
   BATCHPOINT_SPARK_SUBMIT         the spark-submit executable (default: pyspark's, next
                                   to this Python)
   BATCHPOINT_SPARK_JOB            the Spark entry point (default: the one inside the
-                                  installed package, batchpoint/spark/jobs/run_operator.py)
+                                  installed package, batchpoint/jobs/run_operator.py)
   BATCHPOINT_SPARK_SUBMIT_ARGS    extra spark-submit arguments, shell syntax
   BATCHPOINT_PYSPARK_PYTHON       Python of the Spark driver and executors (this one)
   BATCHPOINT_ACK_SENSOR_MODE      deferrable (default), reschedule or poke
@@ -80,7 +80,7 @@ def package_root() -> Path:
 def default_spark_job() -> Path:
     """The Spark entry point shipped inside the package (found by path: importing it
     would import Spark at DAG parse time)."""
-    return Path(batchpoint.__file__).resolve().parent / "spark" / "jobs" / "run_operator.py"
+    return Path(batchpoint.__file__).resolve().parent / "jobs" / "run_operator.py"
 
 
 def _default_spark_submit() -> str | None:

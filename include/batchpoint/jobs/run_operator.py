@@ -1,6 +1,6 @@
 """Run one operator (all its subtasks) of one pipeline for one checkpoint.
 
-    spark-submit <site-packages>/batchpoint/spark/jobs/run_operator.py \
+    spark-submit <site-packages>/batchpoint/jobs/run_operator.py \
         --pipeline batchpoint.demo.payments:pipeline --checkpoint-id 7 --operator dedup \
         [--master local[2]] [--attempt ID]
 
