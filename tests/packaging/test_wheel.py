@@ -179,8 +179,6 @@ def test_the_plugin_and_provider_entry_points_are_found(installed):
 
 def test_the_spark_entry_point_ships_inside_the_package(installed):
     job = installed["spark_job"]
-    assert job.startswith(installed["venv"]) and job.endswith(
-        "batchpoint/jobs/run_operator.py"
-    )
+    assert job.startswith(installed["venv"]) and job.endswith("batchpoint/jobs/run_operator.py")
     assert installed["spark_job_exists"] is True
     assert installed["deployment_job"] == job
