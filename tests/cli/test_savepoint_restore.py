@@ -11,6 +11,7 @@ import pytest
 
 from batchpoint.cli.main import main
 from batchpoint.demo.payments import build_pipeline
+from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
@@ -40,7 +41,7 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
         c.store.put(key, task.encode())
         digest = hashlib.sha256(task.encode()).hexdigest()
         c.acknowledge(pending.checkpoint_id, task, "a", [FileHandle(key, len(task), digest)])
-    driver.finalize(pending.checkpoint_id)
+    finalize(driver, pending.checkpoint_id)
     return pending.checkpoint_id
 
 
