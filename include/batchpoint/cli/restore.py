@@ -24,6 +24,7 @@ from batchpoint.runtime.restore import (
     GateOptions,
     RestoreSource,
     parse_max_candidates,
+    parse_parallelism,
     ungated_phrase,
 )
 
@@ -59,6 +60,12 @@ def cmd_restore(cmd: Command) -> int:
     args, settings = cmd.args, cmd.settings
     pipeline = cmd.pipeline()
     options = gate_options(args, pipeline)
+    # Every mistake is found before the first line of progress.
+    operators = [op.name for op in pipeline.spec().operators if op.has_tasks]
+    pipeline.spec(parse_parallelism(args.parallelism, operators))  # checks max_parallelism
+    source = RestoreSource.parse(args.source)
+    if source.kind != "savepoint":  # a savepoint may start a pipeline the storage lacks
+        cmd.coordinator_of(pipeline.name)  # an unknown pipeline is a mistake, no refusal
     gate = choose_restore_gate(
         pipeline,
         options,
@@ -70,9 +77,6 @@ def cmd_restore(cmd: Command) -> int:
     for warning in gate.warnings:
         cmd.out.note(warning)
     cmd.out.note(gate.description)
-    source = RestoreSource.parse(args.source)
-    if source.kind != "savepoint":  # a savepoint may start a pipeline the storage lacks
-        cmd.coordinator_of(pipeline.name)  # an unknown pipeline is a mistake, no refusal
     run = restore(
         PipelineDriver(pipeline, settings.store_ref, settings.checkpoint),
         source,
