@@ -169,11 +169,7 @@ def _epoch_tasks(
                 doc_md=_operator_doc(op.name, op.kind, op.inputs, op.parallelism),
                 **common,
             )
-            upstream = [jobs[name] for name in task.upstream]
-            if upstream:
-                upstream >> jobs[op.name]
-            else:
-                trigger >> jobs[op.name]
+            ([jobs[name] for name in task.upstream] or trigger) >> jobs[op.name]
     sensor_mode = deployment.sensor_mode
     wait = CheckpointAckSensor(
         task_id="wait_for_acks",
