@@ -106,7 +106,8 @@ def run_savepoint_epoch(
 ) -> int:
     """Trigger a savepoint, run the epoch on local Spark (settings.spark_master),
     finalize and publish it; its id. A BatchpointError when it does not complete."""
-    from batchpoint.spark.session import spark_session  # Spark only when a savepoint runs
+    # Here, not at the top: batchpoint.spark imports pyspark, which no other verb needs.
+    from batchpoint.spark.session import spark_session
 
     progress(f"starting Spark ({settings.spark_master})")
     spark = spark_session(f"batchpoint-savepoint-{pipeline.name}", settings.spark_master)
