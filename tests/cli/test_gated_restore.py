@@ -67,7 +67,7 @@ def test_the_gate_off_needs_the_typed_confirmation(driver, capsys):
     assert "quality gate OFF (confirmed)" in captured.out
     assert "checkpoint 3: ok (6 file(s)" in captured.out  # the broken head: files only
     assert "restored pipeline payments to checkpoint 3" in captured.out
-    assert "--skip-suite ignored: no suite runs with the gate off" in captured.err
+    assert "suites to skip ignored: no suite runs with the gate off" in captured.err
     assert not driver.store.exists(LAYOUT.quarantine(3))
 
 
@@ -170,7 +170,7 @@ def test_skipped_names_are_checked_without_a_gate_too(driver, capsys, monkeypatc
     assert "declares no suite, check or state named 'payments_balance'" in (capsys.readouterr().err)
     assert restore("--dry-run", "--skip-suite", "payments_balances") == 0
     out = capsys.readouterr().out
-    assert "no quality gate configured (--gate or BATCHPOINT_QUALITY_GATE)" in out
+    assert "no quality gate configured (BATCHPOINT_QUALITY_GATE)" in out
     assert "checkpoint 3: ok (6 file(s)" in out
 
 
@@ -181,7 +181,7 @@ def test_the_gate_quarantines_a_bad_deploy_and_restores_the_good_checkpoint(
 ) -> None:
     from batchpoint.demo.payments import SOURCE_ROOT
     from batchpoint.demo.payments_data import write_epoch_files
-    from batchpoint.runtime.local import LocalEpochRunner
+    from batchpoint.ops.epoch import LocalEpochRunner
     from quality import bugs
 
     ref = StoreRef.of(root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -15,6 +16,7 @@ from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.quality.report import CandidateReport, GateMode
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from quality import fake_epochs
 
 
 @pytest.fixture
@@ -57,3 +59,22 @@ def test_release_lets_a_checkpoint_back_and_refuses_an_unknown_one(quarantine, c
 
     assert main(["quarantine", "release", "4"]) == 2
     assert "checkpoint 4 of pipeline payments is not quarantined" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["quarantine", "release", "0"], "checkpoint ids start at 1"),
+        (["quarantine", "release", "x"], "expected an integer"),
+        (["--pipeline", "nope", "quarantine", "list"], "no pipeline 'nope'"),
+        (["quarantine", "list", "--json", "--pipeline", "nope"], "no pipeline 'nope'"),
+    ],
+)
+def test_mistakes_exit_2_and_write_nothing(quarantine, capsys, argv, message):
+    quarantine.add(_report(4, "bad"), time.time())
+    store = StoreRef.of(os.environ["BATCHPOINT_ROOT"]).open()
+    before = fake_epochs.listing(store)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert fake_epochs.listing(store) == before

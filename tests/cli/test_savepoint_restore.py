@@ -11,9 +11,11 @@ import pytest
 
 from batchpoint.cli.main import main
 from batchpoint.demo.payments import build_pipeline
+from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from quality import fake_epochs
 
 REF = "batchpoint.demo.payments:pipeline"
 
@@ -40,7 +42,7 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
         c.store.put(key, task.encode())
         digest = hashlib.sha256(task.encode()).hexdigest()
         c.acknowledge(pending.checkpoint_id, task, "a", [FileHandle(key, len(task), digest)])
-    driver.finalize(pending.checkpoint_id)
+    finalize(driver, pending.checkpoint_id)
     return pending.checkpoint_id
 
 
@@ -134,3 +136,28 @@ def test_savepoint_runs_an_epoch_on_local_spark(driver, capsys, tmp_path):
     outcome = driver.coordinator.get_outcome(1)
     assert outcome.pending.type is CheckpointType.SAVEPOINT
     assert (tmp_path / "sp" / "_metadata").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["savepoint", "--checkpoint-id", "0"], "checkpoint ids start at 1"),
+        (["savepoint", "--checkpoint-id", "9"], "checkpoint 9 did not complete"),
+        (["--pipeline", "nope", "savepoint", "--checkpoint-id", "1"], "match: name one"),
+        (["restore", "--pipeline", "nope"], "match: name one"),
+        (["restore", "1", "--max-candidates", "0"], "--max-candidates: max_candidates must be"),
+        (["restore", "1", "--parallelism", "-2"], "must be a positive integer"),
+    ],
+)
+def test_savepoint_and_restore_mistakes_exit_2_and_write_nothing(driver, capsys, argv, message):
+    epoch(driver)
+    before = fake_epochs.listing(driver.store)
+    assert main(["--pipeline-ref", REF, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert fake_epochs.listing(driver.store) == before
+
+
+def test_restore_of_a_pipeline_the_storage_lacks_is_a_mistake(root, capsys):
+    assert main(["--pipeline-ref", REF, "restore", "latest"]) == 2
+    assert "no pipeline 'payments'" in capsys.readouterr().err

@@ -19,11 +19,11 @@ import pytest
 
 from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
 from batchpoint.demo.payments_data import write_epoch_files
+from batchpoint.ops.epoch import LocalEpochRunner
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.suites import PipelineQuality
-from batchpoint.runtime.local import LocalEpochRunner
 from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 

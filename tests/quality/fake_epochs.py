@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
+from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle, PendingCheckpoint
 from batchpoint.protocol.layout import split_task_name
 from batchpoint.protocol.pipeline import OperatorKind
@@ -48,7 +49,7 @@ def epoch(driver: PipelineDriver, kind: CheckpointType = CheckpointType.CHECKPOI
     """One completed (and published) checkpoint; its id."""
     pending = driver.trigger(kind)
     ack_all(driver, pending)
-    outcome = driver.finalize(pending.checkpoint_id)
+    outcome = finalize(driver, pending.checkpoint_id).outcome
     assert outcome is not None and outcome.completed is not None, outcome
     return pending.checkpoint_id
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from batchpoint.ops.audit import audit_then_finalize, run_audited_epoch
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
-from batchpoint.quality.audit import audit_then_finalize, run_audited_epoch
 from batchpoint.quality.findings import Check
 
 from . import bugs

@@ -11,6 +11,8 @@ import pytest
 
 from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import TriggerRefused
+from batchpoint.ops.audit import audit_then_finalize, trigger_audited
+from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import (
     AUDIT_PROPERTY,
     CheckpointFailureReason,
@@ -18,7 +20,6 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
 )
 from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
-from batchpoint.quality.audit import audit_then_finalize, trigger_audited
 from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner
@@ -63,7 +64,7 @@ def test_settle_does_not_complete_an_audited_checkpoint_whose_audit_never_ran(dr
 
     assert c.settle() == []
     assert c.try_finalize(cid) is None
-    assert driver.finalize(cid) is None
+    assert finalize(driver, cid).outcome is None
     # the next trigger settles first, and finds it still pending (max_concurrent is 1)
     clock.advance(1)
     with pytest.raises(TriggerRefused) as refused:

@@ -15,9 +15,9 @@ import pytest
 from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
 from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.demo.payments_reference import compute_reference
+from batchpoint.ops.epoch import EpochResult, LocalEpochRunner
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.sinks import read_sink_table
-from batchpoint.runtime.local import EpochResult, LocalEpochRunner
 from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 

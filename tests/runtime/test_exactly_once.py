@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointStatus,
@@ -74,7 +75,7 @@ def test_task_killed_then_retried(
         assert by_op[operator].skipped  # its acks survived the kill: nothing to redo
     # files the killed attempt wrote but never acknowledged are garbage, and only them
     leftovers = _data_files(run, cid) - _referenced(run, cid)
-    run.runner.driver.gc()
+    gc(run.runner.driver.coordinator)
     assert _data_files(run, cid) == _referenced(run, cid)
     if point == "after-snapshot":
         assert any("/first/" in key for key in leftovers)
@@ -132,7 +133,7 @@ def test_spark_task_failure_is_retried_by_spark(
     assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
     # every subtask's files come from the retried Spark attempt; the first attempt's
     # uploads were deleted by the failing task itself or are unreferenced garbage
-    run.runner.driver.gc()
+    gc(run.runner.driver.coordinator)
     assert _data_files(run, cid) == _referenced(run, cid)
     monkeypatch.delenv("BATCHPOINT_FAULT")
     run.epoch(2)

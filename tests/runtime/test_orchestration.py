@@ -8,6 +8,13 @@ import hashlib
 import pytest
 
 from batchpoint.demo.payments import build_pipeline
+from batchpoint.ops.epoch import finalize
+from batchpoint.ops.runs import (
+    attempt_id,
+    decline_operator,
+    settle_run,
+    trigger_for_run,
+)
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointStatus,
@@ -15,12 +22,6 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.runtime.driver import PipelineDriver
-from batchpoint.runtime.orchestration import (
-    attempt_id,
-    decline_operator,
-    settle_run,
-    trigger_for_run,
-)
 from batchpoint.storage import StoreRef
 
 
@@ -70,7 +71,7 @@ def test_a_retried_trigger_returns_the_runs_checkpoint(driver):
 def test_settle_a_completed_run_publishes_and_collects(driver):
     pending = trigger_for_run(driver, "r")
     ack(driver, pending.checkpoint_id, pending.expected_tasks)
-    driver.finalize(pending.checkpoint_id)
+    finalize(driver, pending.checkpoint_id)
     settled = settle_run(driver, pending.checkpoint_id)
     assert settled.status is CheckpointStatus.COMPLETED and settled.action == "none"
 

@@ -10,6 +10,7 @@ import pytest
 
 from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, RestoreRefused
+from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
 from batchpoint.runtime.driver import PipelineDriver
@@ -40,7 +41,7 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
             "a",
             [FileHandle(key, len(data), hashlib.sha256(data).hexdigest())],
         )
-    assert driver.finalize(pending.checkpoint_id).completed is not None
+    assert finalize(driver, pending.checkpoint_id).completed
     return pending.checkpoint_id
 
 

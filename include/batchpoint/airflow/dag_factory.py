@@ -50,6 +50,7 @@ from batchpoint.airflow.operators import (
 )
 from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.errors import ConfigError
+from batchpoint.ops.epoch import epoch_tasks
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
 from batchpoint.quality.suites import audit_enabled, quality_of, skippable_names
 from batchpoint.runtime.api import Pipeline
@@ -156,9 +157,8 @@ def _epoch_tasks(
     common = {"pipeline_ref": ref, "storage_conn_id": deployment.storage_conn_id}
     jobs: dict[str, Any] = {}
     with TaskGroup(OPERATOR_GROUP, tooltip="one Spark job per pipeline operator", dag=dag):
-        for op in spec.topological_order():
-            if not op.has_tasks:
-                continue
+        for task in epoch_tasks(spec):
+            op = spec.operator(task.operator)
             jobs[op.name] = SparkOperatorJob(
                 task_id=op.name,
                 operator=op.name,
@@ -169,12 +169,7 @@ def _epoch_tasks(
                 doc_md=_operator_doc(op.name, op.kind, op.inputs, op.parallelism),
                 **common,
             )
-    for name, job in jobs.items():
-        upstream = [jobs[i] for i in spec.operator(name).inputs if i in jobs]
-        if upstream:
-            upstream >> job
-        else:
-            trigger >> job
+            ([jobs[name] for name in task.upstream] or trigger) >> jobs[op.name]
     sensor_mode = deployment.sensor_mode
     wait = CheckpointAckSensor(
         task_id="wait_for_acks",

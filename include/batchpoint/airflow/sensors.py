@@ -28,7 +28,8 @@ from batchpoint.airflow.triggers import (
     ack_event,
 )
 from batchpoint.errors import ConfigError
-from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
+from batchpoint.ops.epoch import expire
+from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 
 #: How much longer than the checkpoint's own deadline the deferral may last: the trigger
@@ -131,15 +132,8 @@ class CheckpointAckSensor(BaseSensorOperator):
         raise AirflowException(f"checkpoint {checkpoint_id}: {message or event}")
 
     def _expire(self, checkpoint_id: int, event: dict[str, Any]) -> Any:
-        coordinator = self._coordinator()
-        outcome = coordinator.get_outcome(checkpoint_id)
-        if outcome is None:
-            missing = ", ".join(event.get("missing", [])[:5])
-            outcome = coordinator.abort(
-                checkpoint_id,
-                CheckpointFailureReason.EXPIRED,
-                f"not acknowledged before the deadline by: {missing or 'unknown tasks'}",
-            )
+        # The tasks missing now, all of them, not the event's capped list.
+        outcome = expire(self._coordinator(), checkpoint_id)
         if outcome.status is CheckpointStatus.COMPLETED:
             return {**event, "status": DONE, "message": "completed at the deadline"}
         raise AirflowSensorTimeout(f"checkpoint {checkpoint_id} expired: {outcome.message}")

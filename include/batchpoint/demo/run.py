@@ -223,13 +223,12 @@ class PaymentsDemo:
         )
 
     def history(self) -> None:
-        from batchpoint.cli.main import HISTORY_HEADERS, history_row
-        from batchpoint.cli.tables import render
+        from batchpoint.cli.render import history_table
         from batchpoint.protocol.stats import CheckpointStatsTracker
 
         step("checkpoint history")
         history = CheckpointStatsTracker(self.coordinator).history()
-        print(render(HISTORY_HEADERS, [history_row(s) for s in history]), flush=True)
+        print(history_table(history), flush=True)
         from batchpoint.protocol.layout import PipelineLayout
         from batchpoint.quality.quarantine import QuarantineStore
 

@@ -1,16 +1,11 @@
 """The data-quality gate: integrity checks and Great Expectations suites on checkpoint
-state, quarantine of the checkpoints that fail, gated restores and audited checkpoints.
+state, quarantine of the checkpoints that fail, gated restores; the audits themselves are
+`batchpoint.ops.audit`.
 
 No Airflow here, and neither Spark nor Great Expectations is imported until a gate
 validates state: importing this package is cheap.
 """
 
-from batchpoint.quality.audit import (
-    AuditResult,
-    audit_then_finalize,
-    run_audited_epoch,
-    trigger_audited,
-)
 from batchpoint.quality.checks import CheckResult, RecomputeSample, StateCheck, StateTarget
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.gate import GatedRestore, QualityGate, QualityGateRefused, gated_restore
@@ -28,7 +23,6 @@ from batchpoint.quality.suites import (
 )
 
 __all__ = [
-    "AuditResult",
     "CandidateReport",
     "Check",
     "CheckResult",
@@ -48,14 +42,11 @@ __all__ = [
     "StateTarget",
     "SuiteRef",
     "audit_enabled",
-    "audit_then_finalize",
     "check_checkpoint",
     "check_completed",
     "declare_quality",
     "gated_restore",
     "quality_of",
     "release",
-    "run_audited_epoch",
     "skippable_names",
-    "trigger_audited",
 ]

@@ -1,6 +1,6 @@
-"""The coordinator's side of an epoch, outside any scheduler: trigger (capturing every
-source's barrier), settle, publish. The Airflow DAG calls these same steps as tasks;
-tests, the bench scripts and the CLI call them directly."""
+"""The coordinator's side of an epoch, outside any scheduler: the graph in force,
+trigger (capturing every source's barrier), publish, restore. The use cases built on it
+(finalize-and-publish, settle a run, gc, ...) are in `batchpoint.ops`."""
 
 from __future__ import annotations
 
@@ -10,14 +10,11 @@ from typing import Any
 
 from batchpoint.errors import ObjectNotFound, RestoreRefused
 from batchpoint.protocol.checkpoint import (
-    CheckpointOutcome,
-    CheckpointStatus,
     CheckpointType,
     PendingCheckpoint,
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
-from batchpoint.protocol.gc import GarbageCollector, GcReport
 from batchpoint.protocol.head import HeadPointer
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.sinks import SinkPublisher
@@ -87,14 +84,7 @@ class PipelineDriver:
             timeout=timeout,
         )
 
-    # -- settle and publish ---------------------------------------------------------------
-
-    def finalize(self, checkpoint_id: int) -> CheckpointOutcome | None:
-        """Complete the checkpoint if every ack is in, then publish its sinks."""
-        outcome = self.coordinator.try_finalize(checkpoint_id)
-        if outcome is not None and outcome.status is CheckpointStatus.COMPLETED:
-            self.notify_complete(checkpoint_id)
-        return outcome
+    # -- publish ---------------------------------------------------------------
 
     def notify_complete(self, checkpoint_id: int) -> list[str]:
         """Publish every sink's staged output of a completed checkpoint and of any
@@ -119,7 +109,7 @@ class PipelineDriver:
                     published.append(f"{sink.name}@{completed.checkpoint_id}")
         return published
 
-    # -- restore and gc -------------------------------------------------------------------
+    # -- restore -------------------------------------------------------------------
 
     def restore(
         self, checkpoint_id: int | None = None, parallelism: Mapping[str, int] | None = None
@@ -134,7 +124,3 @@ class PipelineDriver:
         if parallelism:
             self.rescale(parallelism)
         return head
-
-    def gc(self, *, dry_run: bool = False, history_limit: int | None = None) -> GcReport:
-        collector = GarbageCollector(self.coordinator)
-        return collector.collect(dry_run=dry_run, history_limit=history_limit)

@@ -1,28 +1,40 @@
-"""Finding a pipeline definition from a `module:attribute` reference."""
+"""The one `module:attribute` loader: pipelines (the CLI, the DAG factory, the Spark job,
+the Airflow hooks) and quality gates (the CLI, the restore DAG) are all named this way.
+
+It lives in runtime/, the lowest layer that names a Pipeline, so that quality/ and the
+Spark entry point can use it without importing the use-case layer above them;
+`batchpoint.ops` re-exports it."""
 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from batchpoint.errors import ConfigError
 from batchpoint.runtime.api import Pipeline
 
 
-def load_pipeline(reference: str) -> Pipeline:
-    """`package.module:name`, where name is a Pipeline or a function returning one."""
-    module_name, _, attribute = reference.partition(":")
+def load_object(reference: str, what: str = "reference", attr: str = "attr") -> Any:
+    """The attribute `reference` (`package.module:attr`) names. Every mistake is one
+    ConfigError line that starts with `what` and the reference."""
+    module_name, _, attribute = reference.strip().partition(":")
     if not module_name or not attribute:
-        raise ConfigError(f"pipeline reference {reference!r}: expected 'package.module:name'")
+        raise ConfigError(f"{what} {reference!r}: expected 'package.module:{attr}'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"pipeline reference {reference!r}: cannot import: {exc}") from None
+        raise ConfigError(f"{what} {reference!r}: cannot import: {exc}") from None
     try:
-        value = getattr(module, attribute)
+        return getattr(module, attribute)
     except AttributeError:
         raise ConfigError(
-            f"pipeline reference {reference!r}: module '{module_name}' has no '{attribute}'"
+            f"{what} {reference!r}: module '{module_name}' has no '{attribute}'"
         ) from None
+
+
+def load_pipeline(reference: str) -> Pipeline:
+    """`package.module:name`, where name is a Pipeline or a function returning one."""
+    value = load_object(reference, "pipeline reference", "name")
     if callable(value) and not isinstance(value, Pipeline):
         value = value()
     if not isinstance(value, Pipeline):

@@ -5,17 +5,18 @@ A scheduler adds two problems the in-process `LocalEpochRunner` does not have: a
 run again (retries, a re-run of the run), so the trigger must be idempotent per run and
 every try must be a new *attempt*; and a run may end with the checkpoint still pending
 (a task killed for good, a timeout), so something must settle it with the right reason
-and remove what it staged. No Airflow import here: these are plain protocol steps.
+and remove what it staged.
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchpoint.ops.audit import audited_properties
+from batchpoint.ops.epoch import expire, finalize
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointOutcome,
@@ -47,14 +48,20 @@ def trigger_for_run(
     run_id: str,
     checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
     properties: Mapping[str, Any] | None = None,
+    *,
+    audit: bool = False,
 ) -> PendingCheckpoint:
     """Trigger the run's checkpoint, or return the one it triggered already: a retried
     trigger task must not start a second epoch (nor be refused by max-concurrent because
-    of its own first try). Raises TriggerRefused like `PipelineDriver.trigger`."""
+    of its own first try). With `audit`, only its audit may complete it. Raises
+    TriggerRefused like `PipelineDriver.trigger`."""
     for pending in driver.coordinator.pending_checkpoints():
         if pending.properties.get(RUN_PROPERTY) == run_id:
             return pending
-    return driver.trigger(checkpoint_type, properties={**(properties or {}), RUN_PROPERTY: run_id})
+    properties = {**(properties or {}), RUN_PROPERTY: run_id}
+    if audit:
+        properties = audited_properties(properties)
+    return driver.trigger(checkpoint_type, properties=properties)
 
 
 def decline_operator(
@@ -122,7 +129,10 @@ def settle_run(
     * no outcome yet, but a decline exists, or an operator failed for good: abort it as
       DECLINED (declining on behalf of the failed operator's missing subtasks);
     * no outcome and past its deadline: abort it as EXPIRED;
-    * no outcome, every task acked (the finalize task itself failed): finalize now;
+    * no outcome, every task acked (the finalize task itself failed): finalize now; but an
+      audited checkpoint got no verdict (its audit failed or never ran, and no other task
+      of the run will give one): abort it as FINALIZE_FAILED, so that it counts as a
+      failure now and does not hold the next trigger back until its deadline;
     * no outcome otherwise (the run was stopped early): abort it, as the run that owned
       it is gone and nothing else would ever finish it before its deadline;
     then, if ABORTED, delete what it staged; if COMPLETED, publish its sinks (idempotent)
@@ -152,13 +162,21 @@ def settle_run(
             # Nobody declined (or the failed operators had acked everything already).
             progress = c.progress(checkpoint_id)
             if progress.all_acknowledged:
-                # The finalize task failed or never ran. None if the checkpoint waits
-                # for its base (concurrent checkpoints): that one's settling finishes it.
-                outcome, action = c.try_finalize(checkpoint_id), "finalized"
+                if pending.requires_audit and now <= pending.deadline:
+                    outcome = c.abort(
+                        checkpoint_id,
+                        CheckpointFailureReason.FINALIZE_FAILED,
+                        "every task acknowledged it, but its run ended without the audit's "
+                        "verdict (the audit failed or did not run)",
+                    )
+                    action = "aborted"
+                else:
+                    # The finalize task failed or never ran. None if the checkpoint waits
+                    # for its base (concurrent checkpoints): that one's settling finishes
+                    # it. Past its deadline, an audited one expires, as `settle` would.
+                    outcome, action = c.try_finalize(checkpoint_id), "finalized"
             elif now >= pending.deadline:
-                message = _missing_message(pending, progress.missing)
-                outcome = c.abort(checkpoint_id, CheckpointFailureReason.EXPIRED, message)
-                action = "expired"
+                outcome, action = expire(c, checkpoint_id, progress.missing), "expired"
             else:
                 message = (
                     "the run that triggered it ended before every task acknowledged "
@@ -172,7 +190,7 @@ def settle_run(
     if outcome.status is CheckpointStatus.ABORTED:
         settlement.discarded_files = discard_checkpoint_data(c, checkpoint_id)
     else:
-        settlement.published = driver.notify_complete(checkpoint_id)
+        settlement.published = finalize(driver, checkpoint_id).published
         settlement.gc_deleted = len(GarbageCollector(c).collect().deleted_files)
     return settlement
 
@@ -190,17 +208,3 @@ def discard_checkpoint_data(coordinator: CheckpointCoordinator, checkpoint_id: i
     ]
     coordinator.store.delete_many(doomed)
     return doomed
-
-
-def expired_message(pending: PendingCheckpoint, missing: Iterable[str]) -> str:
-    return _missing_message(pending, tuple(missing))
-
-
-def _missing_message(pending: PendingCheckpoint, missing: tuple[str, ...]) -> str:
-    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-    timeout = pending.deadline - pending.trigger_time
-    return f"not acknowledged within {timeout:g}s by: {shown or 'nobody missing'}"
-
-
-def seconds_left(pending: PendingCheckpoint, now: float | None = None) -> float:
-    return pending.deadline - (time.time() if now is None else now)

@@ -1,0 +1,275 @@
+"""The checkpoint DAG's operators: trigger, one Spark job per pipeline operator, the
+optional audit, finalize, and the cleanup every run ends with. Each calls one use case
+of `batchpoint.ops` and turns its result into XCom, a skip or a failure.
+
+Airflow "operators" here run batchpoint *operators* (pipeline nodes) among other things;
+`SparkOperatorJob` is the one that does."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from batchpoint.airflow.config import AirflowDeployment
+from batchpoint.airflow.hooks import SparkSubmitLauncher
+from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
+from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
+from batchpoint.ops.audit import audit_then_finalize
+from batchpoint.ops.epoch import finalize
+from batchpoint.ops.runs import attempt_id, decline_operator, settle_run, trigger_for_run
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointStatus,
+    CheckpointType,
+)
+from batchpoint.quality.audit import audit_gate
+
+
+class TriggerCheckpointOperator(BatchpointOperator):
+    """Start the run's epoch: capture every source's barrier and write the pending
+    checkpoint. A refusal by the request decider (min-pause, max-concurrent) skips the
+    run with the reason; a FAILED pipeline fails it, as someone must act. With `audit`,
+    the checkpoint is marked so that only its audit task may complete it."""
+
+    checkpoint_type = CheckpointType.CHECKPOINT
+
+    def __init__(self, *, audit: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.audit = audit
+
+    def properties(self, context: Context) -> dict[str, Any]:
+        return {}
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        driver = self.driver()
+        try:
+            pending = trigger_for_run(
+                driver,
+                context["run_id"],
+                self.checkpoint_type,
+                self.properties(context),
+                audit=self.audit,
+            )
+        except TriggerRefused as exc:
+            if exc.reason is CheckpointFailureReason.PIPELINE_FAILED:
+                raise AirflowFailException(exc.detail) from None
+            self.log.warning("no checkpoint this time: %s", exc.detail)
+            raise AirflowSkipException(f"checkpoint not triggered: {exc.detail}") from None
+        self.log.info(
+            "triggered %s %s (base %s), deadline in %.0fs, %d task(s) expected%s",
+            pending.type.value,
+            pending.checkpoint_id,
+            pending.base_checkpoint_id,
+            pending.deadline - time.time(),
+            len(pending.expected_tasks),
+            "; audited: only its audit may complete it" if pending.requires_audit else "",
+        )
+        return {
+            "checkpoint_id": pending.checkpoint_id,
+            "type": pending.type.value,
+            "base_checkpoint_id": pending.base_checkpoint_id,
+            "deadline": pending.deadline,
+            "expected_tasks": list(pending.expected_tasks),
+            "audit": pending.requires_audit,
+        }
+
+
+class SparkOperatorJob(BatchpointOperator):
+    """Run one pipeline operator (all its subtasks) for the run's checkpoint with
+    spark-submit. Each Airflow try is a new attempt id, so a retry never collides with
+    what an earlier try wrote. The runner declines the checkpoint itself when the
+    operator raises; when the job dies without declining (killed, out of memory) and no
+    retry is left, this task declines on its behalf so the checkpoint aborts at once."""
+
+    template_fields = ("operator",)
+    ui_color = "#f5d5b0"
+
+    def __init__(self, *, operator: str, deployment: AirflowDeployment, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.operator = operator
+        self.deployment = deployment
+        self._launcher: SparkSubmitLauncher | None = None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        checkpoint_id = self.require_checkpoint_id(context)
+        ti = context["ti"]
+        attempt = attempt_id(context["run_id"], ti.try_number, ti.map_index)
+        settings = self.settings()
+        launcher = self._launcher = SparkSubmitLauncher(self.deployment, self.pipeline_ref)
+        argv = launcher.command(settings, checkpoint_id, self.operator, attempt)
+        self.log.info("checkpoint %s, attempt %s: %s", checkpoint_id, attempt, " ".join(argv))
+        result = launcher.run(argv, launcher.environment(settings), self.log.info)
+        if result.returncode == 0:
+            self.log.info("%s done in %.1fs", self.operator, result.seconds)
+            return {"checkpoint_id": checkpoint_id, "attempt": attempt, "seconds": result.seconds}
+        tail = "\n".join(result.tail[-15:])
+        if result.returncode in (2, 3):
+            # 2: configuration; 3: the operator failed and its runner declined (or the
+            # checkpoint was already settled). Retrying cannot help either.
+            raise AirflowFailException(
+                f"operator '{self.operator}' failed (exit {result.returncode}):\n{tail}"
+            )
+        reason = f"Spark job of '{self.operator}' died (exit {result.returncode})"
+        if ti.try_number > self.retries:
+            self.log.error("%s and no retry is left: declining for it", reason)
+            try:
+                decline_operator(
+                    self.driver().coordinator, checkpoint_id, self.operator, attempt, reason
+                )
+            except BatchpointError as exc:
+                self.log.error("could not decline checkpoint %s: %s", checkpoint_id, exc)
+            raise AirflowFailException(f"{reason}:\n{tail}")
+        raise AirflowException(f"{reason}; a retry will run a new attempt:\n{tail}")
+
+    def on_kill(self) -> None:
+        if self._launcher is not None:
+            self._launcher.kill()
+
+
+class AuditCheckpointOperator(BatchpointOperator):
+    """Write-audit-publish: every ack is in; validate the pending checkpoint's state with
+    the pipeline's quality gate (integrity, then its declared suites and checks, Spark
+    started in this task on `spark_master`), then finalize with the verdict. Passing, the
+    checkpoint completes and its sinks publish; failing, it is aborted with reason
+    "quality gate" and its report stored beside it, nothing is published, and this task
+    fails (no retry: the state will not change) with the report's summary."""
+
+    template_fields = ("spark_master",)
+    ui_color = "#d6ecff"
+
+    def __init__(
+        self,
+        *,
+        spark_master: str,
+        spark_conf: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spark_master = spark_master
+        self.spark_conf = dict(spark_conf or {})
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        checkpoint_id = self.require_checkpoint_id(context)
+        settings = self.settings()
+        driver = self.driver(settings)
+        try:
+            with audit_gate(
+                driver.pipeline,
+                settings.store_ref,
+                self.spark_master,
+                spark_conf=self.spark_conf,
+                log=self.log.info,
+            ) as gate:
+                audit = audit_then_finalize(driver, checkpoint_id, gate)
+        except ConfigError as exc:  # a suite that cannot be built: no verdict to give
+            raise AirflowFailException(str(exc)) from None
+        outcome = audit.outcome
+        if outcome is None:
+            # Acks missing (not after wait_for_acks), or a passing audit whose base
+            # checkpoint is still pending: a retry audits again once it settled.
+            raise AirflowException(f"{audit.render()}\ncheckpoint {checkpoint_id} not decided")
+        if outcome.status is CheckpointStatus.ABORTED:
+            reason = outcome.reason.code if outcome.reason else "-"
+            raise AirflowFailException(
+                f"checkpoint {checkpoint_id} aborted ({reason}): {outcome.message}\n"
+                + audit.render()
+            )
+        self.log.info("%s", audit.render())
+        return {
+            "checkpoint_id": checkpoint_id,
+            "status": outcome.status.value,
+            "audited": audit.report is not None,
+            "report": driver.coordinator.layout.quality_report(checkpoint_id),
+            "published": audit.published,
+        }
+
+
+class FinalizeCheckpointOperator(BatchpointOperator):
+    """Every ack is in: write the outcome (after checking every referenced file) and
+    publish the sinks' staged output (notifyCheckpointComplete)."""
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        checkpoint_id = self.require_checkpoint_id(context)
+        done = finalize(self.driver(), checkpoint_id)
+        outcome = done.outcome
+        if outcome is None:
+            if done.waiting == "audit":
+                raise AirflowFailException(done.message)
+            raise AirflowException(done.message)  # a retry looks again
+        if outcome.completed is None:
+            raise AirflowFailException(done.message)
+        self.log.info(
+            "checkpoint %s COMPLETED: %d file(s), %d bytes; published %s",
+            checkpoint_id,
+            len(outcome.completed.handles),
+            outcome.completed.state_size,
+            done.published or "nothing new",
+        )
+        return {
+            "checkpoint_id": checkpoint_id,
+            "status": outcome.status.value,
+            "files": len(outcome.completed.handles),
+            "state_size": outcome.completed.state_size,
+            "published": done.published,
+        }
+
+
+class CheckpointCleanupOperator(BatchpointOperator):
+    """The run's last task (trigger rule all_done): settle the checkpoint whatever
+    happened (abort it as declined or expired if nobody did, or as failed if it is
+    audited and its audit gave no verdict; remove what it staged; publish and collect
+    garbage if it completed), then fail the run if the checkpoint aborted or any task
+    failed, so the run's colour tells the truth."""
+
+    ui_color = "#e8e8e8"
+
+    def __init__(self, *, operator_group: str = "operators", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.operator_group = operator_group
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        states = self.run_task_states(context)
+        failed = sorted(t for t, s in states.items() if s in FAILED_STATES and t != self.task_id)
+        checkpoint_id = self.checkpoint_id(context)
+        if checkpoint_id is None:
+            if failed:
+                raise AirflowFailException(f"no checkpoint: task(s) {failed} failed")
+            raise AirflowSkipException("no checkpoint was triggered in this run")
+        prefix = f"{self.operator_group}."
+        failed_operators = {
+            t.removeprefix(prefix): f"Airflow task {t} failed"
+            for t in failed
+            if t.startswith(prefix)
+        }
+        ti = context["ti"]
+        settlement = settle_run(
+            self.driver(),
+            checkpoint_id,
+            failed_operators,
+            attempt=attempt_id(context["run_id"], ti.try_number) + "-cleanup",
+        )
+        self.log.info(
+            "%s (action: %s; staged files removed: %d; gc deleted: %d)",
+            settlement.message,
+            settlement.action,
+            len(settlement.discarded_files),
+            settlement.gc_deleted,
+        )
+        if settlement.outcome is None:
+            # Every ack is in but its base checkpoint (a concurrent one) is still pending:
+            # settling the base finishes this one too. Nothing failed. (Never an audited
+            # checkpoint: settle_run aborts one still without a verdict.)
+            raise AirflowSkipException(
+                f"checkpoint {checkpoint_id} waits for its base checkpoint to settle"
+            )
+        if settlement.status is not CheckpointStatus.COMPLETED:
+            raise AirflowFailException(settlement.message)
+        if failed:
+            raise AirflowFailException(
+                f"{settlement.message}, but task(s) {failed} of this run failed"
+            )
+        return settlement.to_json()

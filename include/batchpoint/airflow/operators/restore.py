@@ -1,0 +1,147 @@
+"""The restore DAG's operators: check (resolve the source to a candidate, check its
+files, run the quality gate) and restore (move the pipeline there)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from batchpoint.airflow.hooks import cached_pipeline
+from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
+from batchpoint.errors import BatchpointError
+from batchpoint.ops.gates import choose_restore_gate
+from batchpoint.ops.restore import apply_restore, check_restore
+from batchpoint.runtime.restore import GateOptions, RestoreGate, parse_flag
+
+
+class RestoreCheckOperator(BatchpointOperator):
+    """Resolve the restore source to a candidate and check it: every file present with
+    its recorded size, then the quality gate if one is configured. Writes nothing, except
+    that the gate quarantines (and stores the report of) each candidate it fails, unless
+    this is a dry run.
+
+    The form's gate fields (`quality_gate`, `confirm_ungated`, `max_candidates`,
+    `skip_suites`, `dry_run`) are read from the run's params; the arguments of the same
+    names are the values used when a param is absent."""
+
+    template_fields = ("source", "parallelism")
+
+    def __init__(
+        self,
+        *,
+        source: Any = "{{ params.source }}",
+        parallelism: Any = None,
+        gate: RestoreGate | None = None,
+        gate_ref: str | None = None,
+        quality_gate: bool = True,
+        confirm_ungated: str = "",
+        max_candidates: int | None = None,
+        skip_suites: Sequence[str] = (),
+        dry_run: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+        self.parallelism = parallelism
+        self.gate = gate
+        self.gate_ref = gate_ref
+        self.quality_gate = quality_gate
+        self.confirm_ungated = confirm_ungated
+        self.max_candidates = max_candidates
+        self.skip_suites = list(skip_suites)
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        params = params_of(context)
+        # The form is checked before anything is read: a missing confirmation fails the
+        # task at once, with the phrase to type.
+        try:
+            pipeline = cached_pipeline(self.pipeline_ref)
+            options = GateOptions.from_form(
+                pipeline.name,
+                quality_gate=params.get("quality_gate", self.quality_gate),
+                confirm_ungated=params.get("confirm_ungated", self.confirm_ungated),
+                max_candidates=params.get("max_candidates", self.max_candidates),
+                skip_suites=params.get("skip_suites", self.skip_suites),
+            )
+            dry_run = parse_flag("dry_run", params.get("dry_run", self.dry_run))
+        except BatchpointError as exc:
+            raise AirflowFailException(str(exc)) from None
+        settings = self.settings()
+        try:
+            # The gate is loaded here, at run time: a Great Expectations gate must not be
+            # imported when the DAG file is parsed.
+            gate = choose_restore_gate(
+                pipeline,
+                options,
+                gate=self.gate,
+                reference=self.gate_ref,
+                dry_run=dry_run,
+                log=self.log.info,
+            )
+            self.log.info("%s", gate.description)
+            for warning in gate.warnings:
+                self.log.warning("%s", warning)
+            run = check_restore(
+                self.driver(settings),
+                self.source,
+                gate,
+                options,
+                parallelism=params.get("parallelism", self.parallelism),
+                checksums=settings.checkpoint.verify_checksums,
+                dry_run=dry_run,
+                store_options=settings.store_options,
+                progress=self.log.info,
+            )
+        except BatchpointError as exc:
+            raise AirflowFailException(str(exc)) from None
+        if run.refused:
+            raise AirflowFailException(run.plan.refusal())
+        report = run.to_json()
+        self.log.info("restore candidate: %s", report["chosen"])
+        return report
+
+
+class RestoreOperator(BatchpointOperator):
+    """Restore to what the check task chose (unless this is a dry run): import a
+    savepoint, move the head (new restore generation), rewind the sinks, register the
+    new parallelism. The next checkpoint run continues from there."""
+
+    template_fields = ("dry_run",)
+
+    def __init__(
+        self,
+        *,
+        check_task_id: str = "check",
+        dry_run: bool | str = "{{ params.dry_run }}",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.check_task_id = check_task_id
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        report = context["ti"].xcom_pull(task_ids=self.check_task_id) or {}
+        if template_flag(self.dry_run):
+            raise AirflowSkipException(f"dry run: would restore {report.get('chosen')}")
+        settings = self.settings()
+        try:
+            result = apply_restore(
+                self.driver(settings),
+                report.get("restore") or {},
+                report.get("parallelism"),
+                store_options=settings.store_options,
+                progress=self.log.info,
+            )
+        except BatchpointError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info(
+            "restored '%s' to checkpoint %s (restore generation %s)",
+            result.pipeline,
+            result.checkpoint_id,
+            result.restore_generation,
+        )
+        return result.to_json()

@@ -1,0 +1,107 @@
+"""The savepoint DAG's own operators: its trigger (never refused by min-pause or
+max-concurrent), the export of the completed savepoint, and stop-with-savepoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from batchpoint.airflow.hooks import AirflowApiHook
+from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
+from batchpoint.airflow.operators.checkpoint import TriggerCheckpointOperator
+from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.ops.savepoints import export
+from batchpoint.protocol.checkpoint import CheckpointType
+
+
+class TriggerSavepointOperator(TriggerCheckpointOperator):
+    """A savepoint: never refused by min-pause or max-concurrent, retained for ever.
+    When the form asks to stop the pipeline afterwards, the API connection is checked
+    first, so a missing connection fails the run before any work is done."""
+
+    checkpoint_type = CheckpointType.SAVEPOINT
+
+    def __init__(self, *, api_conn_id: str = "batchpoint_airflow_api", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.api_conn_id = api_conn_id
+
+    def properties(self, context: Context) -> dict[str, Any]:
+        params = params_of(context)
+        return {
+            "description": params.get("description") or "",
+            "target": params.get("target") or "",
+            "stop_pipeline": bool(params.get("stop_pipeline")),
+        }
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if params_of(context).get("stop_pipeline"):
+            try:
+                AirflowApiHook(self.api_conn_id).check_configured()
+            except ConfigError as exc:
+                raise AirflowFailException(str(exc)) from None
+        return super().execute(context)
+
+
+class ExportSavepointOperator(BatchpointOperator):
+    """Copy the completed savepoint into its target folder with `_metadata`."""
+
+    template_fields = ("target", "description")
+
+    def __init__(self, *, target: str = "", description: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.description = description
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        checkpoint_id = self.require_checkpoint_id(context, "savepoint")
+        settings = self.settings()
+        try:
+            result = export(
+                self.driver(settings).coordinator,
+                checkpoint_id,
+                self.target,
+                store_options=settings.store_options,
+                description=self.description,
+                progress=self.log.info,
+            )
+        except BatchpointError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info("savepoint of checkpoint %s: %s", checkpoint_id, result.location)
+        return {
+            "checkpoint_id": checkpoint_id,
+            "location": result.location,
+            "files": result.files,
+            "bytes": result.bytes,
+        }
+
+
+class PausePipelineOperator(BaseOperator):
+    """Stop-with-savepoint: pause the pipeline's checkpoint DAG through the REST API.
+    Runs already started finish; no new scheduled run starts until it is unpaused."""
+
+    template_fields = ("stop",)
+
+    def __init__(
+        self,
+        *,
+        dag_to_pause: str,
+        stop: bool | str = "{{ params.stop_pipeline }}",
+        api_conn_id: str = "batchpoint_airflow_api",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dag_to_pause = dag_to_pause
+        self.stop = stop
+        self.api_conn_id = api_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if not template_flag(self.stop):
+            raise AirflowSkipException("stop_pipeline was not asked for")
+        try:
+            result = AirflowApiHook(self.api_conn_id).set_paused(self.dag_to_pause, True)
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info("paused %s: %s", self.dag_to_pause, result)
+        return result

@@ -1,0 +1,92 @@
+"""`checkpoints list`, `checkpoints show ID`, `stats`: read-only views."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from batchpoint.cli import render
+from batchpoint.cli.context import Command, checkpoint_id, non_negative
+from batchpoint.ops.inspect import list_checkpoints, pipeline_stats, show_checkpoint
+
+
+def cmd_list(cmd: Command) -> int:
+    history = list_checkpoints(cmd.coordinator(), cmd.args.limit)
+    cmd.out.emit(
+        history.to_json,
+        lambda: (
+            f"pipeline {history.pipeline}: head = checkpoint {history.head}, "
+            f"retained = {history.retained}\n" + render.history_table(history.checkpoints)
+        ),
+    )
+    return 0
+
+
+def cmd_show(cmd: Command) -> int:
+    detail = show_checkpoint(cmd.coordinator(), cmd.args.checkpoint_id)
+
+    def text() -> str:
+        tasks = render.table(
+            ["task", "attempt", "acked", "trigger->ack", "size", "rows"],
+            [
+                [
+                    t.task,
+                    t.attempt,
+                    render.when(t.ack_time),
+                    render.seconds(t.end_to_end_s),
+                    render.size(t.state_size),
+                    t.rows,
+                ]
+                for t in detail.tasks
+            ],
+        )
+        return (
+            render.history_table([detail.stats])
+            + f"\n\nbase: {detail.base_checkpoint_id}   restore generation: "
+            f"{detail.restore_generation}\n\n{tasks}"
+        )
+
+    cmd.out.emit(detail.to_json, text)
+    return 0
+
+
+def cmd_stats(cmd: Command) -> int:
+    stats = pipeline_stats(cmd.coordinator())
+
+    def text() -> str:
+        s = stats.summary
+        lines = [
+            f"pipeline {stats.pipeline}: {stats.status}, "
+            f"{stats.consecutive_failures} consecutive failure(s)"
+        ]
+        if stats.reason:
+            lines.append(f"  {stats.reason}")
+        lines.append(
+            f"checkpoints: {s.count} ({s.completed} completed, {s.failed} failed, "
+            f"{s.in_progress} in progress)"
+        )
+        for label, triple, fmt in (
+            ("duration", s.duration_s, render.seconds),
+            ("state size", s.state_size, render.size),
+        ):
+            if triple:
+                lines.append(
+                    f"{label}: min {fmt(triple[0])}  avg {fmt(triple[1])}  max {fmt(triple[2])}"
+                )
+        return "\n".join(lines)
+
+    cmd.out.emit(stats.to_json, text)
+    return 0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    group = sub.add_parser("checkpoints", help="list or show checkpoints", parents=[common])
+    actions = group.add_subparsers(dest="action", required=True)
+    p = actions.add_parser("list", help="the checkpoint history", parents=[common])
+    p.add_argument("--limit", type=non_negative, default=None, help="the newest N only")
+    p.set_defaults(run=cmd_list)
+    p = actions.add_parser("show", help="one checkpoint with its tasks", parents=[common])
+    p.add_argument("checkpoint_id", type=checkpoint_id)
+    p.set_defaults(run=cmd_show)
+    p = sub.add_parser("stats", help="summary statistics and the failure counter", parents=[common])
+    p.set_defaults(run=cmd_stats)

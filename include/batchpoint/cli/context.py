@@ -1,0 +1,114 @@
+"""What every command gets: its parsed arguments, the settings, where to print, and the
+pipeline it is about (by name on the storage, or its code)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+from batchpoint.cli.render import Output
+from batchpoint.errors import ConfigError
+from batchpoint.ops.gates import gate_reference
+from batchpoint.ops.pipelines import open_pipeline, pipeline_code
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.runtime.api import Pipeline
+from batchpoint.settings import Settings
+
+
+class Parser(argparse.ArgumentParser):
+    """A mistake on the command line is one `error:` line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def checkpoint_id(text: str) -> int:
+    value = non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("checkpoint ids start at 1")
+    return value
+
+
+GLOBAL_DEFAULTS = {"root": None, "pipeline": None, "json": False, "pipeline_ref": None}
+
+
+def global_options() -> Parser:
+    """Options accepted anywhere on the line: every parser gets them with no default
+    (SUPPRESS), so a subcommand's parser never overwrites what an earlier position set;
+    `finish` fills the defaults in."""
+    common = Parser(add_help=False)
+    common.add_argument(
+        "--root", default=argparse.SUPPRESS, help="storage root URI (default: $BATCHPOINT_ROOT)"
+    )
+    common.add_argument(
+        "--pipeline", default=argparse.SUPPRESS, help="pipeline name (default: the only one)"
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, not tables"
+    )
+    common.add_argument(
+        "--pipeline-ref",
+        default=argparse.SUPPRESS,
+        help="module:attr of the pipeline code, for savepoint, restore and verify "
+        "(default: $BATCHPOINT_PIPELINE_REF)",
+    )
+    return common
+
+
+def finish(args: argparse.Namespace) -> argparse.Namespace:
+    for name, default in GLOBAL_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    if args.pipeline_ref is None:
+        args.pipeline_ref = os.environ.get("BATCHPOINT_PIPELINE_REF")
+    return args
+
+
+def add_gate_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--gate", default=None, metavar="MODULE:ATTR", help=help_text)
+
+
+@dataclass
+class Command:
+    args: argparse.Namespace
+    settings: Settings
+    out: Output
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, progress_to_stderr: bool = False) -> Command:
+        settings = Settings.from_env(root=args.root or "")
+        return cls(args, settings, Output(args.json, progress_to_stderr))
+
+    def coordinator(self) -> CheckpointCoordinator:
+        """The named pipeline (it must exist), or the only one."""
+        return open_pipeline(self.settings, self.args.pipeline)
+
+    def coordinator_of(self, name: str) -> CheckpointCoordinator:
+        return open_pipeline(self.settings, name)
+
+    def pipeline(self) -> Pipeline:
+        """The pipeline's code, from --pipeline-ref or BATCHPOINT_PIPELINE_REF (a
+        comma-separated list there; --pipeline picks one when it names several)."""
+        if not (self.args.pipeline_ref or "").strip():
+            raise ConfigError(
+                f"'{self.args.command}' needs the pipeline's code: give --pipeline-ref "
+                "module:attr or set BATCHPOINT_PIPELINE_REF"
+            )
+        return pipeline_code(self.args.pipeline_ref, self.args.pipeline)
+
+    def gate_ref(self) -> str | None:
+        """--gate, else BATCHPOINT_QUALITY_GATE, checked as the DAGs check it."""
+        if self.args.gate is not None:
+            return gate_reference(self.args.gate, "--gate")
+        return gate_reference(os.environ.get("BATCHPOINT_QUALITY_GATE"))

@@ -1,0 +1,58 @@
+"""`quarantine list` and `quarantine release ID`: what the quality gate refused."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from batchpoint.cli import render
+from batchpoint.cli.context import Command, checkpoint_id
+from batchpoint.ops.maintenance import quarantine_json, quarantined, release_quarantine
+
+
+def cmd_list(cmd: Command) -> int:
+    c = cmd.coordinator()
+    held = quarantined(c)
+
+    def text() -> str:
+        if not held:
+            return f"pipeline {c.pipeline}: no checkpoint is quarantined"
+        rows = [
+            [
+                r.checkpoint_id,
+                render.when(r.quarantined_at),
+                str(r.report.findings[0]) if r.report.findings else "",
+            ]
+            for r in held
+        ]
+        return render.table(["id", "quarantined", "first finding"], rows)
+
+    cmd.out.emit(
+        lambda: {"pipeline": c.pipeline, "quarantined": [quarantine_json(r) for r in held]}, text
+    )
+    return 0
+
+
+def cmd_release(cmd: Command) -> int:
+    c = cmd.coordinator()
+    cid = cmd.args.checkpoint_id
+    release_quarantine(c, cid)
+    cmd.out.emit(
+        {"pipeline": c.pipeline, "released": cid},
+        f"checkpoint {cid} released: restores may offer it again (the gate checks it afresh)",
+    )
+    return 0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    group = sub.add_parser(
+        "quarantine", help="checkpoints the quality gate refused", parents=[common]
+    )
+    actions = group.add_subparsers(dest="action", required=True)
+    p = actions.add_parser("list", help="quarantined checkpoints and why", parents=[common])
+    p.set_defaults(run=cmd_list)
+    p = actions.add_parser(
+        "release", help="make a quarantined checkpoint a candidate again", parents=[common]
+    )
+    p.add_argument("checkpoint_id", type=checkpoint_id)
+    p.set_defaults(run=cmd_release)

@@ -1,0 +1,192 @@
+"""`restore [latest | ID | SAVEPOINT]`: the restore DAG's check and restore tasks in one
+command. Candidates newest first (or the one named), the files then the quality gate,
+the first that passes restored; the gate quarantines each one it fails, unless this is a
+dry run. Progress goes to stderr (the gate can take minutes), the report to stdout.
+Exit 0 restored (or, dry, would restore), 1 refused, 2 a mistake in the command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from batchpoint.cli import render
+from batchpoint.cli.context import Command, add_gate_option
+from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
+from batchpoint.ops.gates import choose_restore_gate
+from batchpoint.ops.restore import RestoreRun, restore
+from batchpoint.quality.report import CandidateReport
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.runtime.restore import (
+    CandidateCheck,
+    GateOptions,
+    RestoreSource,
+    parse_max_candidates,
+    parse_parallelism,
+    ungated_phrase,
+)
+
+
+def gate_options(args: argparse.Namespace, pipeline: Pipeline) -> GateOptions:
+    """The restore form's gate fields, from the flags, checked by the same code as the
+    DAG's form before anything is read; only the wording of a missing confirmation
+    changes, to name the flag to add."""
+    try:
+        max_candidates = parse_max_candidates(args.max_candidates)
+    except ConfigError as exc:
+        raise ConfigError(f"--max-candidates: {exc}") from None
+    try:
+        return GateOptions.from_form(
+            pipeline.name,
+            quality_gate=not args.no_gate,
+            confirm_ungated=args.confirm or "",
+            max_candidates=max_candidates,
+            skip_suites=args.skip_suite,
+        )
+    except RestoreRefused:
+        phrase = ungated_phrase(pipeline.name)
+        typed = (args.confirm or "").strip()
+        got = f"got --confirm {args.confirm!r}" if typed else "no --confirm was given"
+        raise ConfigError(
+            f"--no-gate restores pipeline '{pipeline.name}' without the quality gate, which "
+            f'may bring back broken state: add exactly --confirm "{phrase}" ({got}), or '
+            "leave out --no-gate"
+        ) from None
+
+
+def cmd_restore(cmd: Command) -> int:
+    args, settings = cmd.args, cmd.settings
+    pipeline = cmd.pipeline()
+    options = gate_options(args, pipeline)
+    # Every mistake is found before the first line of progress.
+    operators = [op.name for op in pipeline.spec().operators if op.has_tasks]
+    pipeline.spec(parse_parallelism(args.parallelism, operators))  # checks max_parallelism
+    source = RestoreSource.parse(args.source)
+    if source.kind != "savepoint":  # a savepoint may start a pipeline the storage lacks
+        cmd.coordinator_of(pipeline.name)  # an unknown pipeline is a mistake, no refusal
+    gate = choose_restore_gate(
+        pipeline,
+        options,
+        reference=cmd.gate_ref() if options.enabled else None,
+        dry_run=args.dry_run,
+        store_ref=settings.store_ref,
+        log=cmd.out.note,
+    )
+    for warning in gate.warnings:
+        cmd.out.note(warning)
+    cmd.out.note(gate.description)
+    run = restore(
+        PipelineDriver(pipeline, settings.store_ref, settings.checkpoint),
+        source,
+        gate,
+        options,
+        parallelism=args.parallelism,
+        checksums=args.checksums,
+        dry_run=args.dry_run,
+        store_options=settings.store_options,
+        progress=cmd.out.note,
+    )
+    cmd.out.emit(run.to_json, lambda: report_text(run))
+    return 1 if run.refused else 0
+
+
+def report_text(run: RestoreRun) -> str:
+    plan, result = run.plan, run.result
+    lines = [f"restore of pipeline '{plan.pipeline}' from {plan.source}: {run.gate.description}"]
+    for check in plan.checks:
+        lines += check_lines(check)
+    if plan.chosen is None:
+        lines.append(f"refused: {plan.refusal_headline()}")
+        if plan.not_examined:
+            further = len(plan.checks) + len(plan.not_examined)
+            lines.append(
+                f"to look further back: --max-candidates {further} "
+                "(or leave it out for every retained checkpoint)"
+            )
+    elif result is None:
+        lines.append(
+            f"dry run: would restore {plan.chosen.description}; nothing changed "
+            "(head not moved, nothing quarantined, no report stored)"
+        )
+    else:
+        lines.append(
+            f"restored pipeline {result.pipeline} to checkpoint {result.checkpoint_id} "
+            f"(restore generation {result.restore_generation})"
+            + (f", imported from {result.imported_from}" if result.imported_from else "")
+            + (f", parallelism {result.parallelism}" if result.parallelism else "")
+        )
+    return "\n".join(lines)
+
+
+def check_lines(check: CandidateCheck) -> list[str]:
+    """One candidate's verdict: the gate report's own lines when the gate judged it."""
+    candidate = check.candidate
+    files = (
+        f"{len(candidate.completed.handles)} file(s), {render.size(candidate.completed.state_size)}"
+    )
+    if check.problems:
+        lines = [f"  {candidate.description}: FAILED, {len(check.problems)} file problem(s)"]
+        lines += [f"      - {p}" for p in check.problems[:5]]
+        if len(check.problems) > 5:
+            lines.append(f"      (and {len(check.problems) - 5} more)")
+        return lines
+    gate = check.gate
+    if gate is None:
+        return [f"  {candidate.description}: ok ({files}; files checked, no quality gate)"]
+    if isinstance(gate.report, Mapping):
+        try:
+            key = f"{gate.name} report on {candidate.description}"
+            return CandidateReport.from_body(key, gate.report).render()
+        except (BatchpointError, KeyError, TypeError, ValueError):
+            pass  # a gate of the user's own with a report of its own shape: shown as JSON
+    verdict = "passed" if gate.passed else "FAILED"
+    text = gate.report if isinstance(gate.report, str) else json.dumps(gate.report, default=str)
+    return [f"  {candidate.description}: {gate.name} {verdict}" + (f": {text}" if text else "")]
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("restore", help="restore from a checkpoint or a savepoint", parents=[common])
+    p.add_argument(
+        "source", nargs="?", default="latest", help="latest, a checkpoint id, or a savepoint"
+    )
+    p.add_argument(
+        "--parallelism", default=None, help='new parallelism: an integer or {"op": n, ...}'
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check and report only: the head is not moved, nothing quarantined or stored",
+    )
+    p.add_argument(
+        "--checksums", action="store_true", help="also verify every checksum (before the gate)"
+    )
+    add_gate_option(
+        p,
+        "the quality gate, on by default when set (default: $BATCHPOINT_QUALITY_GATE; "
+        "without one, only the files are checked)",
+    )
+    p.add_argument(
+        "--no-gate", action="store_true", help="restore without the quality gate; needs --confirm"
+    )
+    p.add_argument(
+        "--confirm",
+        default="",
+        metavar="TEXT",
+        help='with --no-gate: exactly "restore <pipeline> without the gate"',
+    )
+    p.add_argument(
+        "--max-candidates",
+        default=None,
+        metavar="N",
+        help="for latest: examine at most the N newest retained checkpoints (default: all)",
+    )
+    p.add_argument(
+        "--skip-suite",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a suite, check or operator/state the gate does not run (repeatable)",
+    )
+    p.set_defaults(run=cmd_restore)

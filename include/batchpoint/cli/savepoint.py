@@ -1,0 +1,50 @@
+"""`savepoint`: run one epoch as a savepoint on local Spark and export it to a folder;
+or, with --checkpoint-id, export a completed checkpoint. (Room here for `savepoint
+dispose` once the protocol offers it.)"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from batchpoint.cli import render
+from batchpoint.cli.context import Command, checkpoint_id
+from batchpoint.ops.savepoints import take_savepoint
+
+
+def cmd_savepoint(cmd: Command) -> int:
+    args = cmd.args
+    pipeline = cmd.pipeline()
+    if args.checkpoint_id is not None:
+        cmd.coordinator_of(pipeline.name)
+    result = take_savepoint(
+        pipeline,
+        cmd.settings,
+        target=args.target,
+        description=args.description,
+        checkpoint_id=args.checkpoint_id,
+        progress=cmd.out.progress,
+    )
+    cmd.out.emit(
+        result.to_json,
+        f"savepoint of checkpoint {result.checkpoint_id}: {result.location} "
+        f"({result.files} file(s), {render.size(result.bytes)})",
+    )
+    return 0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "savepoint",
+        help="run one epoch as a savepoint (local Spark) and export it to a folder",
+        parents=[common],
+    )
+    p.add_argument("--target", help="s3://..., file:///... or a path under the root")
+    p.add_argument("--description", default="", help="stored in the savepoint's _metadata")
+    p.add_argument(
+        "--checkpoint-id",
+        type=checkpoint_id,
+        default=None,
+        help="export this completed checkpoint instead of running an epoch",
+    )
+    p.set_defaults(run=cmd_savepoint)

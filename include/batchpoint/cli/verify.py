@@ -1,0 +1,134 @@
+"""`verify [ID | SAVEPOINT]`: the quality gate's full report on a checkpoint (default:
+the head) or a savepoint folder; `--integrity-only` checks the files alone. Exit 0
+passed, 1 failed. Read-only unless --quarantine."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from batchpoint.cli import render
+from batchpoint.cli.context import Command, add_gate_option
+from batchpoint.errors import ConfigError
+from batchpoint.ops.gates import judging_gate
+from batchpoint.ops.pipelines import require_pipeline
+from batchpoint.ops.verify import verify_files, verify_quality, verify_target
+from batchpoint.quality.report import CandidateReport
+
+
+def cmd_verify(cmd: Command) -> int:
+    args = cmd.args
+    if args.integrity_only:
+        c = cmd.coordinator()
+        target = verify_target(c, args.target, cmd.settings.store_options)
+        check = verify_files(c, target, checksums=not args.quick)
+        lines = [f"{check.target}: {check.files} file(s), {len(check.problems)} problem(s)"]
+        cmd.out.emit(check.to_json, "\n".join(lines + [f"  {p}" for p in check.problems]))
+        return 0 if check.passed else 1
+    reference = cmd.gate_ref()
+    pipeline = None
+    if reference is None:
+        try:
+            pipeline = cmd.pipeline()
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (or --integrity-only to check the files only)") from None
+    gate = judging_gate(
+        reference,
+        cmd.settings.store_ref,
+        pipeline=pipeline,
+        pipeline_name=args.pipeline,
+        skip_suites=args.skip_suite,
+        checksums=not args.quick,
+        detailed=True,
+        log=cmd.out.progress,
+    )
+    require_pipeline(gate.coordinator.store, gate.pipeline.name, cmd.settings.root)
+    target = verify_target(gate.coordinator, args.target, cmd.settings.store_options)
+    result = verify_quality(gate, target, quarantine=args.quarantine, progress=cmd.out.progress)
+    cmd.out.emit(result.to_json, lambda: render_report(result.target, result.report))
+    return 0 if result.passed else 1
+
+
+def render_report(what: str, report: CandidateReport) -> str:
+    """The report as tables: every expectation and check with what it observed, then
+    the findings (integrity first: a checkpoint whose files are broken is not read)."""
+    lines = [
+        f"{what}: {report.verdict()} ({len(report.findings)} finding(s), "
+        f"{render.seconds(report.seconds)})"
+    ]
+    rows = report.result_rows()
+    if rows:
+        lines += [
+            "",
+            render.table(
+                ["state", "suite / check", "expectation", "result", "observed"],
+                [
+                    [r.state, r.source, r.item, "passed" if r.passed else "FAILED", r.observed]
+                    for r in rows
+                ],
+            ),
+        ]
+    elif report.passed:
+        lines.append(
+            "integrity ok; " + ("every suite skipped" if report.skipped else "no suites declared")
+        )
+    for title, findings in (
+        ("integrity findings", report.integrity_findings),
+        ("state findings", report.state_findings),
+    ):
+        if findings:
+            lines += [
+                "",
+                f"{title}:",
+                render.table(
+                    ["object", "check", "problem"],
+                    [[f.object, f.check, f.problem] for f in findings],
+                ),
+            ]
+    if report.integrity_findings and not report.suites_run:
+        lines.append("\nsuites not run: integrity failed first")
+    if report.skipped:
+        lines.append(f"\nskipped: {', '.join(sorted(report.skipped))}")
+    if report.quarantined:
+        lines.append("quarantined: no restore will offer it until it is released")
+    return "\n".join(lines)
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="the quality gate's report on a checkpoint or savepoint (integrity, suites)",
+        parents=[common],
+    )
+    p.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        help="a checkpoint id, or a savepoint folder (s3://..., file:///..., or a path "
+        "under the root); default: the head",
+    )
+    p.add_argument(
+        "--integrity-only",
+        action="store_true",
+        help="only check that every file exists with its size and checksum (fast; "
+        "needs no pipeline code)",
+    )
+    p.add_argument("--quick", action="store_true", help="sizes only, no checksums")
+    p.add_argument(
+        "--skip-suite",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a suite, check or operator/state not to run (repeatable)",
+    )
+    add_gate_option(
+        p,
+        "the quality gate (default: $BATCHPOINT_QUALITY_GATE, else the pipeline's declared suites)",
+    )
+    p.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="store the report beside the checkpoint and quarantine it if it fails "
+        "(verify writes nothing otherwise)",
+    )
+    p.set_defaults(run=cmd_verify)

@@ -1,0 +1,131 @@
+"""Audited checkpoints (write-audit-publish): a checkpoint's state is validated after
+every task acknowledged it and before it completes.
+
+Passing, it completes and its sinks publish, as usual. Failing, it is aborted with
+CheckpointFailureReason.QUALITY_GATE: nothing of it is ever published, it counts as a
+failed checkpoint (towards tolerable_failed_checkpoints), and the previous checkpoint
+stays the head, so the next epoch reads on from there. The report is stored beside it.
+
+Trigger with `trigger_audited` (it marks the pending record with `{"audit": true}`) and
+call `audit_then_finalize` where an unaudited pipeline calls `finalize`. The mark is
+what keeps anyone else from completing the checkpoint unaudited: if the audit dies after
+every ack is in, the next trigger's `settle` leaves the checkpoint pending for a retried
+audit, and expires it at its deadline. A scheduler's cleanup calls `settle_run`, which
+aborts an audited checkpoint whose run ended without a verdict.
+
+The gate that audits (Spark started and stopped with it) is
+`batchpoint.quality.audit.audit_gate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchpoint.ops.epoch import EpochResult, LocalEpochRunner, expire, finalize
+from batchpoint.protocol.checkpoint import (
+    AUDIT_PROPERTY,
+    CheckpointFailureReason,
+    CheckpointOutcome,
+    CheckpointType,
+    CompletedCheckpoint,
+    PendingCheckpoint,
+)
+from batchpoint.quality.findings import summarize
+from batchpoint.quality.gate import QualityGate
+from batchpoint.quality.report import CandidateReport, GateMode, GateReport
+from batchpoint.runtime.driver import PipelineDriver
+
+
+@dataclass
+class AuditResult:
+    checkpoint_id: int
+    outcome: CheckpointOutcome | None  # None: acks still missing, nothing decided
+    report: CandidateReport | None = None  # None when no audit ran (settled, or waiting)
+    published: list[str] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> bool:
+        return (
+            self.outcome is not None and self.outcome.reason is CheckpointFailureReason.QUALITY_GATE
+        )
+
+    def render(self) -> str:
+        if self.report is None:
+            state = self.outcome.status.value if self.outcome else "waiting for acks"
+            return f"audit of checkpoint {self.checkpoint_id}: not run ({state})"
+        gate = GateReport(self.report.pipeline, GateMode.AUDIT, self.report.evaluated_at)
+        gate.candidates.append(self.report)
+        gate.chosen = self.checkpoint_id if self.report.passed else None
+        return gate.render()
+
+
+def audited_properties(properties: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`properties` of a pending checkpoint, marked so that only its audit may complete
+    it."""
+    return {**(properties or {}), AUDIT_PROPERTY: True}
+
+
+def trigger_audited(
+    driver: PipelineDriver,
+    checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
+    properties: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+) -> PendingCheckpoint:
+    """Trigger a checkpoint that only `audit_then_finalize` may complete."""
+    return driver.trigger(checkpoint_type, audited_properties(properties), timeout)
+
+
+def audit_then_finalize(
+    driver: PipelineDriver, checkpoint_id: int, gate: QualityGate
+) -> AuditResult:
+    """Validate the checkpoint once all its acks are in; then complete and publish it,
+    or abort it with reason QUALITY_GATE. Idempotent, like `finalize`: a settled
+    checkpoint is only finished off (published if it completed)."""
+    coordinator = driver.coordinator
+    if coordinator.get_outcome(checkpoint_id) is not None:
+        done = finalize(driver, checkpoint_id)
+        return AuditResult(checkpoint_id, done.outcome, published=done.published)
+    progress = coordinator.progress(checkpoint_id)
+    pending = coordinator.get_checkpoint(checkpoint_id)
+    if progress.missing:
+        if coordinator.clock() <= pending.deadline:
+            return AuditResult(checkpoint_id, None)
+        # Not finalize: if the last ack landed meanwhile it would complete the
+        # checkpoint unaudited. Expiring it is what finalize would have done.
+        return AuditResult(checkpoint_id, expire(coordinator, checkpoint_id, progress.missing))
+
+    acks = coordinator.acks(checkpoint_id)
+    ordered = tuple(acks[t] for t in pending.expected_tasks)
+    completed = CompletedCheckpoint(pending, ordered, coordinator.clock())
+    # A suite that cannot be built is a ConfigError raised here, before any verdict:
+    # as a finding it would abort a checkpoint whose state may well be fine.
+    gate.prepare()
+    report = gate.evaluate_completed(completed, GateMode.AUDIT)
+    key = gate.store_report(report)
+    for line in report.render():
+        gate.log(line)
+    if not report.passed:
+        aborted = coordinator.abort(
+            checkpoint_id,
+            CheckpointFailureReason.QUALITY_GATE,
+            f"the state failed the quality gate: {summarize(report.findings)}; "
+            f"report: {driver.store.child(key)}",
+        )
+        return AuditResult(checkpoint_id, aborted, report)
+    # The verdict is in: this is the one call that may complete an audited checkpoint.
+    done = finalize(driver, checkpoint_id, audited=True)
+    return AuditResult(checkpoint_id, done.outcome, report, done.published)
+
+
+def run_audited_epoch(
+    runner: LocalEpochRunner, gate: QualityGate
+) -> tuple[EpochResult, AuditResult]:
+    """One in-process epoch whose checkpoint is audited before it completes."""
+    pending = trigger_audited(runner.driver)
+    result = EpochResult(pending, None)
+    result.reports = runner.run_operators(pending.checkpoint_id)
+    audit = audit_then_finalize(runner.driver, pending.checkpoint_id, gate)
+    result.outcome, result.published = audit.outcome, audit.published
+    return result, audit

@@ -1,0 +1,171 @@
+"""Choosing the quality gate: the one place that turns a `module:attr` reference
+(BATCHPOINT_QUALITY_GATE, `--gate`, the restore DAG's `gate_ref`) or a gate object into
+what `verify` reports with and what a restore runs on each candidate.
+
+A reference may name a QualityRestoreGate (what the restore DAG loads, e.g.
+`batchpoint.demo.payments_quality:restore_gate`), a QualityGate, or any callable restore
+gate (`runtime.restore.RestoreGate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchpoint.errors import ConfigError
+from batchpoint.quality.gate import QualityGate
+from batchpoint.quality.hook import QualityRestoreGate
+from batchpoint.quality.suites import check_skip_names, quality_of
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.loader import load_object
+from batchpoint.runtime.restore import (
+    ConfigurableGate,
+    GateOptions,
+    RestoreGate,
+    configure_gate,
+)
+from batchpoint.storage import StoreRef
+
+GATE_VARIABLE = "BATCHPOINT_QUALITY_GATE"
+
+Log = Callable[[str], None]
+
+
+def gate_reference(value: str | None, name: str = GATE_VARIABLE) -> str | None:
+    """A gate reference as given (`name` says where from), checked as the DAGs check
+    BATCHPOINT_QUALITY_GATE: None when empty, a ConfigError when not `module:attr`."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    module_name, _, attribute = text.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"{name}={text!r}: expected 'package.module:attr'")
+    return text
+
+
+def gate_from_env(env: Mapping[str, str]) -> str | None:
+    return gate_reference(env.get(GATE_VARIABLE))
+
+
+def load_gate(reference: str) -> Any:
+    """What the reference names, QualityRestoreGate unwrapped to its QualityGate only by
+    `judging_gate`; loaded at run time (a Great Expectations gate must not be imported
+    when a DAG file is parsed)."""
+    return load_object(reference, "quality gate")
+
+
+def rooted(found: QualityGate, store_ref: StoreRef, **options: Any) -> QualityGate:
+    """`found`'s pipeline and suites on `store_ref`: a gate built from the environment
+    judges $BATCHPOINT_ROOT, which the caller's root may not be."""
+    return QualityGate(found.pipeline, store_ref, quality=found.quality, **options)
+
+
+def judging_gate(
+    reference: str | None,
+    store_ref: StoreRef,
+    *,
+    pipeline: Pipeline | None = None,
+    pipeline_name: str | None = None,
+    **options: Any,
+) -> QualityGate:
+    """The QualityGate that `verify` reports with: the one `reference` names (a
+    QualityRestoreGate gives its QualityGate), else one from `pipeline`'s declared
+    suites; on `store_ref`. `pipeline_name`, when given, must be the one it judges."""
+    if reference is None:
+        if pipeline is None:
+            raise ConfigError("no quality gate and no pipeline code to build one from")
+        return QualityGate(pipeline, store_ref, quality=quality_of(pipeline), **options)
+    found = load_gate(reference)
+    if isinstance(found, QualityRestoreGate):
+        found = found.gate
+    if not isinstance(found, QualityGate):
+        raise ConfigError(
+            f"quality gate {reference!r} is a {type(found).__name__}, not a QualityGate or "
+            "QualityRestoreGate: verify cannot report with it (give the pipeline code and "
+            "no gate to use the pipeline's declared suites, or check the files only)"
+        )
+    if pipeline_name and pipeline_name != found.pipeline.name:
+        raise ConfigError(
+            f"quality gate {reference!r} judges pipeline '{found.pipeline.name}', "
+            f"not '{pipeline_name}'"
+        )
+    return rooted(found, store_ref, **options)
+
+
+@dataclass
+class GateChoice:
+    """The gate one restore runs (None: only the candidates' files are checked), a line
+    saying what it is, and warnings worth showing."""
+
+    gate: RestoreGate | None
+    description: str
+    name: str | None = None  # the reference or the object's repr, for reports
+    warnings: list[str] = field(default_factory=list)
+
+
+def choose_restore_gate(
+    pipeline: Pipeline,
+    options: GateOptions,
+    *,
+    gate: Any = None,
+    reference: str | None = None,
+    dry_run: bool = False,
+    store_ref: StoreRef | None = None,
+    log: Log = print,
+) -> GateChoice:
+    """The gate for one restore, set up as asked (a dry run records nothing, the skipped
+    names are checked against what the pipeline declares). `gate` is an object, else
+    `reference` is loaded. With `store_ref`, a QualityGate (or a QualityRestoreGate's)
+    judges that store rather than the one it was built for."""
+    if not options.enabled:
+        choice = GateChoice(
+            None,
+            "quality gate OFF (confirmed): only the candidates' files are checked",
+        )
+        if options.skip_suites:
+            choice.warnings.append("suites to skip ignored: no suite runs with the gate off")
+        return choice
+    if gate is None and reference is not None:
+        gate = load_gate(reference)
+    if gate is None:
+        # Still checked: a name the pipeline does not declare is a mistake either way.
+        check_skip_names(pipeline, quality_of(pipeline), options.skip_suites)
+        return GateChoice(
+            None,
+            f"no quality gate configured ({GATE_VARIABLE}): only the candidates' files are checked",
+        )
+    name = reference or repr(gate)
+    warnings = []
+    if store_ref is not None and isinstance(gate, QualityRestoreGate):
+        gate = gate.gate
+    if isinstance(gate, QualityGate):
+        if gate.pipeline.name != pipeline.name:
+            raise ConfigError(
+                f"quality gate {name!r} judges pipeline '{gate.pipeline.name}', "
+                f"not '{pipeline.name}'"
+            )
+        # The gate checks them too, once built; checked here as well so a misspelt name
+        # fails before the gate is announced and Great Expectations is imported.
+        check_skip_names(gate.pipeline, gate.quality, options.skip_suites)
+        found, checksums = gate, gate.checksums
+        hook: RestoreGate = QualityRestoreGate(
+            (lambda: rooted(found, store_ref, checksums=checksums, log=log))
+            if store_ref is not None
+            else (lambda: found)
+        )
+    elif callable(gate):
+        hook = gate  # any RestoreGate, called as it is, on whatever store it was built for
+        if dry_run and not isinstance(gate, ConfigurableGate):
+            warnings.append(f"dry run: the quality gate {name} cannot be told to record nothing")
+    else:
+        raise ConfigError(
+            f"quality gate {name!r} is a {type(gate).__name__}, not a QualityRestoreGate, "
+            "a QualityGate or a callable restore gate"
+        )
+    description = f"quality gate {name}"
+    if options.skip_suites:
+        description += f", skipping {', '.join(options.skip_suites)}"
+    if dry_run:
+        description += "; dry run: nothing is quarantined or stored"
+    configured = configure_gate(hook, record=not dry_run, skip_suites=options.skip_suites)
+    return GateChoice(configured, description, name, warnings)

@@ -1,0 +1,97 @@
+"""Read-only views of a pipeline's checkpoints: the history, one checkpoint with its
+tasks, and summary statistics with the failure counter. They write nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from batchpoint.errors import ConfigError
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, Summary, TaskStats
+
+
+@dataclass
+class CheckpointHistory:
+    pipeline: str
+    head: int | None
+    retained: list[int]
+    checkpoints: list[CheckpointStats]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "head": self.head,
+            "retained": self.retained,
+            "checkpoints": [s.to_json() for s in self.checkpoints],
+        }
+
+
+def list_checkpoints(
+    coordinator: CheckpointCoordinator, limit: int | None = None
+) -> CheckpointHistory:
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit must be >= 0, got {limit}")
+    # history(0) would be every checkpoint (ids[-0:]): the newest none is none.
+    history = [] if limit == 0 else CheckpointStatsTracker(coordinator).history(limit)
+    return CheckpointHistory(
+        coordinator.pipeline,
+        coordinator.head.get().checkpoint_id,
+        list(coordinator.completed.retained_ids()),
+        history,
+    )
+
+
+@dataclass
+class CheckpointDetail:
+    stats: CheckpointStats
+    tasks: list[TaskStats]
+    base_checkpoint_id: int | None
+    restore_generation: int
+    barrier: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.stats.to_json()
+        out["restore_generation"] = self.restore_generation
+        out["barrier"] = dict(self.barrier)
+        out["tasks"] = [dict(t.__dict__) for t in self.tasks]
+        return out
+
+
+def show_checkpoint(coordinator: CheckpointCoordinator, checkpoint_id: int) -> CheckpointDetail:
+    """One checkpoint; CheckpointNotFound for an id the pipeline never had."""
+    pending = coordinator.get_checkpoint(checkpoint_id)
+    stats, tasks = CheckpointStatsTracker(coordinator).checkpoint(checkpoint_id)
+    return CheckpointDetail(
+        stats, tasks, pending.base_checkpoint_id, pending.restore_generation, dict(pending.barrier)
+    )
+
+
+@dataclass
+class PipelineStats:
+    pipeline: str
+    summary: Summary
+    status: str
+    consecutive_failures: int
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.summary.__dict__,
+            "pipeline": self.pipeline,
+            "pipeline_status": self.status,
+            "consecutive_failures": self.consecutive_failures,
+            "reason": self.reason,
+        }
+
+
+def pipeline_stats(coordinator: CheckpointCoordinator) -> PipelineStats:
+    tracker = CheckpointStatsTracker(coordinator)
+    failures = coordinator.failures.state()
+    return PipelineStats(
+        coordinator.pipeline,
+        tracker.summary(tracker.history()),
+        failures.status.value,
+        failures.consecutive_failures,
+        failures.reason,
+    )

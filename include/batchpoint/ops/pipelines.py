@@ -1,0 +1,74 @@
+"""Which pipeline a command is about: by name on the storage (read-only commands need
+no code), or its code from `module:attr` references (savepoint, restore, verify)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.loader import load_pipeline
+from batchpoint.settings import Settings
+from batchpoint.storage.base import ObjectStore
+
+
+class UnknownPipeline(BatchpointError):
+    """A command named a pipeline the storage has never seen."""
+
+
+def pipeline_names(store: ObjectStore) -> list[str]:
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in store.list_dirs("pipelines/"))
+
+
+def require_pipeline(store: ObjectStore, name: str, root: str = "") -> None:
+    """Refuse a pipeline name the storage has no folder for: a typo must not look like
+    an empty history, nor create a pipeline."""
+    PipelineLayout(name)  # the name itself is checked first
+    names = pipeline_names(store)
+    if name not in names:
+        where = f" in {root}" if root else ""
+        raise UnknownPipeline(
+            f"no pipeline '{name}'{where} (pipelines: {', '.join(names) or 'none'})"
+        )
+
+
+def open_pipeline(settings: Settings, name: str | None = None) -> CheckpointCoordinator:
+    """The coordinator of pipeline `name`, which must exist; the only pipeline when no
+    name is given."""
+    store = settings.store_ref.open()
+    if not name:
+        names = pipeline_names(store)
+        if len(names) != 1:
+            listed = ", ".join(names) or "none"
+            raise BatchpointError(
+                f"name a pipeline with --pipeline (found: {listed} in {settings.root})"
+            )
+        name = names[0]
+    require_pipeline(store, name, settings.root)
+    return CheckpointCoordinator(store, name, settings.checkpoint)
+
+
+def split_refs(refs: str | Sequence[str] | None) -> list[str]:
+    """`module:attr` references: a list, or one comma-separated string."""
+    if refs is None:
+        return []
+    items = refs.split(",") if isinstance(refs, str) else refs
+    return [r.strip() for r in items if r.strip()]
+
+
+def pipeline_code(refs: str | Sequence[str] | None, name: str | None = None) -> Pipeline:
+    """The pipeline's code, from its reference(s); `name` picks one when several are
+    given. ConfigError when none is given or none (or more than one) matches."""
+    found = split_refs(refs)
+    if not found:
+        raise ConfigError("no pipeline code: give a module:attr reference")
+    pipelines = [load_pipeline(r) for r in found]
+    matching = [p for p in pipelines if not name or p.name == name]
+    if len(matching) != 1:
+        names = ", ".join(p.name for p in pipelines)
+        raise ConfigError(
+            f"{len(matching)} of the referenced pipelines ({names}) match: name one with --pipeline"
+        )
+    return matching[0]

@@ -1,0 +1,140 @@
+"""Restore: the candidates newest first (or the one named), each checked for its files
+then by the quality gate, the first that passes restored (head moved, sinks rewound,
+new parallelism registered). `batchpoint restore` runs it in one call; the restore DAG
+splits it into `check_restore` (its check task) and `apply_restore` (its restore task)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from batchpoint.ops.gates import GateChoice
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.runtime.restore import (
+    GateOptions,
+    RestorePlan,
+    RestorePlanner,
+    RestoreResult,
+    RestoreSource,
+)
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+@dataclass
+class RestoreRun:
+    plan: RestorePlan
+    gate: GateChoice
+    options: GateOptions
+    dry_run: bool
+    result: RestoreResult | None = None  # None: refused, or a dry run
+
+    @property
+    def restored(self) -> bool:
+        return self.result is not None
+
+    @property
+    def refused(self) -> bool:
+        return self.plan.chosen is None
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.plan.to_json()
+        out["quality_gate"] = {
+            "enabled": self.options.enabled,
+            "gate": self.gate.name if self.gate.gate is not None else None,
+            "skip_suites": list(self.options.skip_suites),
+            "dry_run": self.dry_run,
+        }
+        out["dry_run"] = self.dry_run
+        out["refused"] = self.plan.refusal_headline() if self.refused else None
+        out["result"] = self.result.to_json() if self.result else None
+        chosen = self.plan.chosen
+        out["restore"] = (
+            None
+            if chosen is None
+            else {
+                "kind": chosen.kind,
+                "checkpoint_id": chosen.checkpoint_id,
+                "location": chosen.savepoint.uri if chosen.savepoint else None,
+            }
+        )
+        return out
+
+
+def check_restore(
+    driver: PipelineDriver,
+    source: RestoreSource | str | int | None,
+    gate: GateChoice,
+    options: GateOptions,
+    *,
+    parallelism: Any = None,
+    checksums: bool = False,
+    dry_run: bool = False,
+    store_options: Mapping[str, str] | None = None,
+    progress: Progress = _quiet,
+) -> RestoreRun:
+    """Find and check the candidates; writes nothing but what the gate records (the
+    reports, the quarantine of those it fails) unless this is a dry run."""
+    planner = RestorePlanner(
+        driver,
+        gate=gate.gate,
+        checksums=checksums,
+        store_options=store_options,
+        progress=progress,
+        max_candidates=options.max_candidates,
+    )
+    return RestoreRun(planner.plan(source, parallelism), gate, options, dry_run)
+
+
+def restore(
+    driver: PipelineDriver,
+    source: RestoreSource | str | int | None,
+    gate: GateChoice,
+    options: GateOptions,
+    *,
+    parallelism: Any = None,
+    checksums: bool = False,
+    dry_run: bool = False,
+    store_options: Mapping[str, str] | None = None,
+    progress: Progress = _quiet,
+) -> RestoreRun:
+    """`check_restore`, then the restore to the chosen candidate (not on a dry run)."""
+    run = check_restore(
+        driver,
+        source,
+        gate,
+        options,
+        parallelism=parallelism,
+        checksums=checksums,
+        dry_run=dry_run,
+        store_options=store_options,
+        progress=progress,
+    )
+    if not run.refused and not dry_run:
+        planner = RestorePlanner(
+            driver, checksums=checksums, store_options=store_options, progress=progress
+        )
+        run.result = planner.apply(run.plan)
+    return run
+
+
+def apply_restore(
+    driver: PipelineDriver,
+    chosen: Mapping[str, Any],
+    parallelism: Any = None,
+    *,
+    store_options: Mapping[str, str] | None = None,
+    progress: Progress = _quiet,
+) -> RestoreResult:
+    """Restore to what an earlier check chose (`RestoreRun.to_json()["restore"]`). It is
+    checked again without the gate (it passed already): the files must still be there,
+    and 'latest' must not slide to a newer checkpoint meanwhile."""
+    source = chosen.get("location") or chosen.get("checkpoint_id")
+    planner = RestorePlanner(driver, store_options=store_options, progress=progress)
+    plan = planner.plan(RestoreSource.parse(source), parallelism or None)
+    return planner.apply(plan)

@@ -1,0 +1,134 @@
+"""Verify a checkpoint or a savepoint folder: its files only (fast, no pipeline code),
+or the quality gate's full report (integrity, then the suites and checks). Read-only
+unless asked to quarantine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from batchpoint.errors import BatchpointError, CheckpointNotFound
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.savepoints import (
+    SavepointLocation,
+    check_savepoint,
+    located_checkpoint,
+    read_savepoint,
+)
+from batchpoint.protocol.verify import check_handles
+from batchpoint.quality.gate import QualityGate
+from batchpoint.quality.report import CandidateReport
+from batchpoint.runtime.restore import savepoint_location
+
+Target = int | SavepointLocation
+
+
+def verify_target(
+    coordinator: CheckpointCoordinator,
+    text: str | None,
+    store_options: Mapping[str, str] | None = None,
+) -> Target:
+    """The checkpoint id (settled) or savepoint folder given; the head when none.
+    Whatever was typed wrong is a BatchpointError, not a report."""
+    text = (text or "").strip()
+    c = coordinator
+    if text.lower() in ("", "head"):
+        head = c.head.get().checkpoint_id
+        if head is None:
+            raise BatchpointError(f"pipeline '{c.pipeline}' has no completed checkpoint yet")
+        return head
+    if text.isdigit():
+        checkpoint_id = int(text)
+        # The outcome record may be unreadable (that is a finding); it must exist.
+        if not c.store.exists(c.layout.outcome(checkpoint_id)):
+            if c.get_pending(checkpoint_id) is not None:
+                raise BatchpointError(
+                    f"checkpoint {checkpoint_id} of pipeline '{c.pipeline}' is still pending: "
+                    "verify it once it has completed"
+                )
+            known = c.checkpoint_ids()
+            shown = ", ".join(map(str, known[-10:])) if known else "none"
+            raise CheckpointNotFound(
+                f"pipeline '{c.pipeline}' has no checkpoint {checkpoint_id} (checkpoints: {shown})"
+            )
+        return checkpoint_id
+    return savepoint_location(text, c.store, store_options)
+
+
+@dataclass
+class FileCheck:
+    target: str
+    files: int
+    problems: list[str]
+    checkpoint_id: int | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"target": self.target, "files": self.files}
+        out["problems"] = self.problems
+        if self.checkpoint_id is not None:
+            out["checkpoint_id"] = self.checkpoint_id
+        return out
+
+
+def verify_files(
+    coordinator: CheckpointCoordinator, target: Target, *, checksums: bool = True
+) -> FileCheck:
+    """Every referenced file exists with its size (and checksum)."""
+    if isinstance(target, int):
+        completed = coordinator.completed.get(target)
+        problems = check_handles(coordinator.store, completed.handles, checksums=checksums)
+        return FileCheck(
+            f"checkpoint {target}", len(completed.handles), [str(p) for p in problems], target
+        )
+    metadata = read_savepoint(target)
+    problems = check_savepoint(target, metadata, checksums=checksums)
+    return FileCheck(f"savepoint {target.uri}", len(metadata.handles), [str(p) for p in problems])
+
+
+@dataclass
+class Verification:
+    target: str
+    report: CandidateReport
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, **self.report.to_body()}
+
+
+def verify_quality(
+    gate: QualityGate,
+    target: Target,
+    *,
+    quarantine: bool = False,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> Verification:
+    """The gate's full report on the target; with `quarantine`, stored beside a
+    checkpoint, which is quarantined if it failed."""
+    if isinstance(target, int):
+        what = f"checkpoint {target} of pipeline '{gate.pipeline.name}'"
+        progress(f"verifying {what}")
+        gate.prepare()  # a broken suite is a setup error, not a failed checkpoint
+        report = gate.evaluate(target)
+        if quarantine:
+            gate.record(report)
+        return Verification(what, report)
+    metadata = read_savepoint(target)
+    if metadata.pipeline != gate.pipeline.name:
+        raise BatchpointError(
+            f"{target.uri} is a savepoint of pipeline '{metadata.pipeline}', "
+            f"not of '{gate.pipeline.name}'"
+        )
+    what = f"savepoint {target.uri} (checkpoint {metadata.checkpoint_id})"
+    progress(f"verifying {what}")
+    report = gate.evaluate_savepoint(located_checkpoint(target, metadata), target.store)
+    if quarantine:
+        progress("not quarantined: a savepoint folder is quarantined once imported")
+    return Verification(what, report)

@@ -1,0 +1,79 @@
+"""`checkpoints list`, `checkpoints show`, `stats`: tables, JSON, and mistakes that exit 2
+with one `error:` line and write nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from support.cli import listing
+
+
+def test_list_shows_the_history_as_a_table_and_as_json(payments, cli):
+    run = cli("checkpoints", "list")
+    assert run.code == 0
+    assert "pipeline payments: head = checkpoint 3, retained = [" in run.out
+    assert [line.split()[0] for line in run.out.splitlines()[3:]] == ["1", "2", "3"]
+
+    body = cli("checkpoints", "list", "--limit", "2", "--json").json
+    assert body["pipeline"] == "payments" and body["head"] == 3
+    assert [c["checkpoint_id"] for c in body["checkpoints"]] == [2, 3]  # the newest 2
+    assert all(c["status"] == "COMPLETED" for c in body["checkpoints"])
+    assert cli("--json", "checkpoints", "list", "--limit", "0").json["checkpoints"] == []
+
+
+def test_show_gives_one_checkpoint_with_its_tasks(payments, cli):
+    run = cli("checkpoints", "show", "2")
+    assert run.code == 0
+    assert "base: 1" in run.out and "dedup" in run.out
+
+    body = cli("--json", "checkpoints", "show", "2").json
+    assert body["checkpoint_id"] == 2 and body["base_checkpoint_id"] == 1
+    assert {t["task"].split("#")[0] for t in body["tasks"]} >= {"dedup", "balances"}
+    assert set(body["barrier"]) == set(payments.pipeline.sources)
+
+
+def test_stats_counts_completed_and_failed_checkpoints(payments, cli):
+    c = payments.coordinator
+    pending = payments.trigger()
+    c.abort(pending.checkpoint_id, CheckpointFailureReason.DECLINED, "a task declined")
+    run = cli("stats")
+    assert run.code == 0
+    assert "pipeline payments: RUNNING, 1 consecutive failure(s)" in run.out
+    assert "checkpoints: 4 (3 completed, 1 failed, 0 in progress)" in run.out
+
+    body = cli("stats", "--json").json
+    assert body["count"] == 4 and body["failed"] == 1
+    assert body["pipeline_status"] == "RUNNING" and body["consecutive_failures"] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--pipeline", "nope", "checkpoints", "list"], "no pipeline 'nope'"),
+        (["checkpoints", "list", "--pipeline", "nope", "--json"], "no pipeline 'nope'"),
+        (["checkpoints", "list", "--limit", "-1"], "argument --limit: must be 0 or more"),
+        (["checkpoints", "show", "9"], "no checkpoint 9"),
+        (["checkpoints", "show", "0"], "checkpoint ids start at 1"),
+        (["--pipeline", "nope", "stats"], "no pipeline 'nope'"),
+        (["--pipeline", "bad name", "stats"], "bad name"),
+    ],
+)
+def test_mistakes_exit_2_with_one_line_and_write_nothing(payments, cli, argv, message):
+    before = listing(payments)
+    run = cli(*argv)
+    assert run.code == 2, run
+    assert run.out == ""
+    assert run.err.startswith("error: ") and message in run.err
+    assert len(run.err.strip().splitlines()) == 1
+    assert listing(payments) == before
+
+
+def test_with_two_pipelines_one_must_be_named(payments, cli, root):
+    from support.cli import payments_driver
+
+    other = payments_driver(root)
+    other.coordinator.store.put("pipelines/other/ids.json", b"{}")
+    run = cli("checkpoints", "list")
+    assert run.code == 2 and "name a pipeline with --pipeline (found: other, payments" in run.err
+    assert cli("checkpoints", "list", "--pipeline", "payments").code == 0
