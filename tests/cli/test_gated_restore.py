@@ -149,7 +149,7 @@ def test_a_refusal_in_json_exits_1(driver, capsys):
             "declares no suite, check or state named 'payments_balance'; valid names: ",
         ),
         (["--gate", "batchpoint.demo.payments:pipeline"], "is a Pipeline, not a QualityRestore"),
-        (["--gate", "nocolon"], "expected 'package.module:attr'"),
+        (["--gate", "nocolon"], "expected 'package.module:attribute'"),
         # EVERY_STATE: no suite to build, so Great Expectations (seconds) is not imported.
         (["9", *EVERY_STATE], "checkpoint 9 of pipeline 'payments' is not retained"),
     ],

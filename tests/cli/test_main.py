@@ -71,5 +71,5 @@ def test_the_gate_variable_is_checked_as_the_dags_check_it(payments, cli, monkey
     run = cli("--pipeline-ref", "batchpoint.demo.payments:pipeline", "verify")
     assert run.code == 2
     assert run.err == (
-        "error: BATCHPOINT_QUALITY_GATE='no_colon': expected 'package.module:attr'\n"
+        "error: BATCHPOINT_QUALITY_GATE='no_colon': expected 'package.module:attribute'\n"
     )

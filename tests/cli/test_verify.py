@@ -121,7 +121,7 @@ def test_the_configured_gate_is_used_without_the_pipeline_code(driver, capsys, m
         (["--skip-suite", "payments_balance"], "declares no suite, check or state named"),
         (["--gate", "batchpoint.demo.payments:pipeline"], "is a Pipeline, not a QualityGate"),
         (["--gate", "no.such.module:gate"], "No module named 'no'"),
-        (["--gate", "nocolon"], "expected 'package.module:attr'"),
+        (["--gate", "nocolon"], "expected 'package.module:attribute'"),
     ],
 )
 def test_mistakes_are_explained_with_exit_code_2(driver, capsys, args, message):

@@ -24,6 +24,7 @@ from batchpoint.runtime.restore import (
     RestoreGate,
     configure_gate,
 )
+from batchpoint.setting_values import check_ref
 from batchpoint.storage import StoreRef
 
 GATE_VARIABLE = "BATCHPOINT_QUALITY_GATE"
@@ -32,15 +33,15 @@ Log = Callable[[str], None]
 
 
 def gate_reference(value: str | None, name: str = GATE_VARIABLE) -> str | None:
-    """A gate reference as given (`name` says where from), checked as the DAGs check
-    BATCHPOINT_QUALITY_GATE: None when empty, a ConfigError when not `module:attr`."""
+    """A gate reference as given (`name` says where from), checked by the same rule as
+    every `module:attr` setting: None when empty, a ConfigError naming it when malformed."""
     text = (value or "").strip()
     if not text:
         return None
-    module_name, _, attribute = text.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"{name}={text!r}: expected 'package.module:attr'")
-    return text
+    try:
+        return check_ref(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={text!r}: {exc}") from None
 
 
 def gate_from_env(env: Mapping[str, str]) -> str | None:
