@@ -44,6 +44,17 @@ def _file_etag(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _check_creatable(root: Path) -> None:
+    """The nearest existing ancestor must be a folder, else no write could ever work."""
+    for parent in root.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(
+                    f"storage root '{root}' cannot be created: '{parent}' is not a directory"
+                )
+            return
+
+
 class LocalObjectStore(ObjectStore):
     def __init__(self, root: Path | str, *, create: bool = True) -> None:
         self.root = Path(root).absolute()
@@ -51,8 +62,10 @@ class LocalObjectStore(ObjectStore):
         if not self.root.exists():
             if not create:
                 raise ConfigError(f"storage directory '{self.root}' does not exist")
-            self.root.mkdir(parents=True, exist_ok=True)
-        if not self.root.is_dir():
+            # Created by the first write, not here: opening a store to read (verify,
+            # list, a savepoint folder given by mistake) must leave no folder behind.
+            _check_creatable(self.root)
+        elif not self.root.is_dir():
             raise ConfigError(f"storage root '{self.root}' is not a directory")
         self._thread_lock = threading.Lock()
 
@@ -108,7 +121,7 @@ class LocalObjectStore(ObjectStore):
         # Lock files live apart from the data and are never deleted, so two processes
         # can never hold locks on different inodes for the same key.
         lock_dir = self.root / _LOCK_DIR
-        lock_dir.mkdir(exist_ok=True)
+        lock_dir.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(key.encode()).hexdigest()[:32]
         with self._thread_lock, open(lock_dir / name, "a+b") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
