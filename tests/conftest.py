@@ -23,22 +23,19 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.devstack.seaweed import SeaweedServer
-from batchpoint.ops.epoch import LocalEpochRunner
-from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
 from batchpoint.storage.probe import probe_conditional_writes
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
-from support.clock import FakeClock
-from support.payments import DATA, GOOD_EPOCHS, PaymentsRun
+
+if TYPE_CHECKING:
+    from batchpoint.quality.gate import QualityGate
+    from support.payments import PaymentsRun
 
 MiB = 1024 * 1024
 # Small enough that a 12 MiB test file is a real multipart upload.
@@ -135,19 +132,21 @@ def spark() -> Iterator[Any]:
 
 
 # -- the payments pipeline on Spark ------------------------------------------------------
+# The imports are in the functions: pandas, the ops layer and Great Expectations take
+# seconds to import, and a run of the storage or CLI tests needs none of them.
 
 
 @pytest.fixture
 def make_run(spark: Any, tmp_path: Path) -> Callable[..., PaymentsRun]:
-    def make(*, parallelism: int = 2, copy_from: Path | None = None, **config: Any) -> PaymentsRun:
+    """``make_run(parallelism=2, copy_from=None, **config)``: a PaymentsRun on a fresh store
+    in the test's folder, or on a copy of `copy_from`."""
+    from support.payments import PaymentsRun
+
+    def make(*, copy_from: Path | None = None, **options: Any) -> PaymentsRun:
         root = tmp_path / f"store-{len(list(tmp_path.iterdir()))}"
         if copy_from is not None:
             shutil.copytree(copy_from, root)
-        ref = StoreRef.of(root.as_uri())
-        clock = FakeClock()
-        pipeline = build_pipeline(parallelism=parallelism)
-        runner = LocalEpochRunner(pipeline, ref, spark, CheckpointConfig(**config), clock=clock)
-        return PaymentsRun(ref, runner, clock)
+        return PaymentsRun.on(spark, root, **options)
 
     return make
 
@@ -155,13 +154,13 @@ def make_run(spark: Any, tmp_path: Path) -> Callable[..., PaymentsRun]:
 def _completed_epochs(spark: Any, root: Path, epochs: int, tick: float) -> Path:
     """`epochs` completed payments checkpoints in `root`, the clock moved by `tick` before
     each one."""
-    ref = StoreRef.of(root.as_uri())
-    clock = FakeClock()
-    runner = LocalEpochRunner(build_pipeline(), ref, spark, CheckpointConfig(), clock=clock)
+    from support.payments import PaymentsRun
+
+    run = PaymentsRun.on(spark, root)
     for epoch in range(epochs):
-        write_epoch_files(ref.open(), SOURCE_ROOT, epoch, **DATA)
-        clock.advance(tick)
-        result = runner.run_epoch()
+        run.add_input(epoch)
+        run.clock.advance(tick)
+        result = run.runner.run_epoch()
         assert result.outcome is not None and result.outcome.completed is not None
     return root
 
@@ -176,6 +175,8 @@ def after_first_epoch(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="session")
 def good_epochs(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store with GOOD_EPOCHS completed payments checkpoints: tests copy it."""
+    from support.payments import GOOD_EPOCHS
+
     root = tmp_path_factory.mktemp("good-epochs") / "store"
     return _completed_epochs(spark, root, GOOD_EPOCHS, tick=1)
 
@@ -187,10 +188,8 @@ def good_run(make_run: Callable[..., PaymentsRun], good_epochs: Path) -> Payment
 
 
 @pytest.fixture
-def make_gate(spark: Any) -> Callable[..., Any]:
+def make_gate(spark: Any) -> Callable[..., QualityGate]:
     """``make_gate(run, **options)``: the quality gate over a PaymentsRun, on its clock."""
-    # Imported here: Great Expectations takes seconds to import, and most tests never
-    # build a gate.
     from batchpoint.quality.gate import QualityGate
 
     def make(run: PaymentsRun, **options: Any) -> QualityGate:

@@ -6,13 +6,16 @@ share about its good epochs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from batchpoint.demo.payments import SOURCE_ROOT
+from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
 from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.demo.payments_reference import PaymentsReference, compute_reference
 from batchpoint.ops.epoch import EpochResult, LocalEpochRunner
+from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sinks import read_sink_table
@@ -30,6 +33,15 @@ class PaymentsRun:
     store_ref: StoreRef
     runner: LocalEpochRunner
     clock: FakeClock
+
+    @classmethod
+    def on(cls, spark: Any, root: Path, *, parallelism: int = 2, **config: Any) -> PaymentsRun:
+        """The payments pipeline on the store in folder `root`, with a fresh clock."""
+        ref = StoreRef.of(root.as_uri())
+        clock = FakeClock()
+        pipeline = build_pipeline(parallelism=parallelism)
+        runner = LocalEpochRunner(pipeline, ref, spark, CheckpointConfig(**config), clock=clock)
+        return cls(ref, runner, clock)
 
     @property
     def store(self) -> ObjectStore:
