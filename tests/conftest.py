@@ -3,18 +3,27 @@
 Storage: `store` runs a test against every backend (local directory and a real
 SeaweedFS); `s3_store`/`local_store` pick one. Each S3 test gets its own prefix in one
 session-wide server, so tests never see each other's objects.
+
+Payments on Spark: `make_run` makes a `PaymentsRun` (tests/support/payments.py) on a
+fresh store or a copy of one; `after_first_epoch` and `good_epochs` are stores with
+completed checkpoints to copy; `make_gate` builds a quality gate over a run.
+
+This file also puts tests/ on sys.path (pytest's default `prepend` import mode inserts
+the folder of a conftest.py that is not in a package), so every test imports its shared
+helpers as `support.*`.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,6 +32,10 @@ from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
 from batchpoint.storage.probe import probe_conditional_writes
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+
+if TYPE_CHECKING:
+    from batchpoint.quality.gate import QualityGate
+    from support.payments import PaymentsRun
 
 MiB = 1024 * 1024
 # Small enough that a 12 MiB test file is a real multipart upload.
@@ -116,6 +129,74 @@ def spark() -> Iterator[Any]:
     print(f"\nSpark session started in {time.monotonic() - started:.1f}s")
     yield session
     session.stop()
+
+
+# -- the payments pipeline on Spark ------------------------------------------------------
+# The imports are in the functions: pandas, the ops layer and Great Expectations take
+# seconds to import, and a run of the storage or CLI tests needs none of them.
+
+
+@pytest.fixture
+def make_run(spark: Any, tmp_path: Path) -> Callable[..., PaymentsRun]:
+    """``make_run(parallelism=2, copy_from=None, **config)``: a PaymentsRun on a fresh store
+    in the test's folder, or on a copy of `copy_from`."""
+    from support.payments import PaymentsRun
+
+    def make(*, copy_from: Path | None = None, **options: Any) -> PaymentsRun:
+        root = tmp_path / f"store-{len(list(tmp_path.iterdir()))}"
+        if copy_from is not None:
+            shutil.copytree(copy_from, root)
+        return PaymentsRun.on(spark, root, **options)
+
+    return make
+
+
+def _completed_epochs(spark: Any, root: Path, epochs: int, tick: float) -> Path:
+    """`epochs` completed payments checkpoints in `root`, the clock moved by `tick` before
+    each one."""
+    from support.payments import PaymentsRun
+
+    run = PaymentsRun.on(spark, root)
+    for epoch in range(epochs):
+        run.add_input(epoch)
+        run.clock.advance(tick)
+        result = run.runner.run_epoch()
+        assert result.outcome is not None and result.outcome.completed is not None
+    return root
+
+
+@pytest.fixture(scope="module")
+def after_first_epoch(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with one completed checkpoint of payments: each failure test copies it
+    instead of paying for epoch 1 again."""
+    return _completed_epochs(spark, tmp_path_factory.mktemp("first-epoch") / "store", 1, tick=0)
+
+
+@pytest.fixture(scope="session")
+def good_epochs(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with GOOD_EPOCHS completed payments checkpoints: tests copy it."""
+    from support.payments import GOOD_EPOCHS
+
+    root = tmp_path_factory.mktemp("good-epochs") / "store"
+    return _completed_epochs(spark, root, GOOD_EPOCHS, tick=1)
+
+
+@pytest.fixture
+def good_run(make_run: Callable[..., PaymentsRun], good_epochs: Path) -> PaymentsRun:
+    """A fresh copy of the good store, as a PaymentsRun that can go on with epochs."""
+    return make_run(copy_from=good_epochs)
+
+
+@pytest.fixture
+def make_gate(spark: Any) -> Callable[..., QualityGate]:
+    """``make_gate(run, **options)``: the quality gate over a PaymentsRun, on its clock."""
+    from batchpoint.quality.gate import QualityGate
+
+    def make(run: PaymentsRun, **options: Any) -> QualityGate:
+        options.setdefault("clock", run.clock)
+        return QualityGate(run.runner.pipeline, run.store_ref, spark=spark, **options)
+
+    return make
 
 
 def unique_prefix(request: pytest.FixtureRequest) -> str:

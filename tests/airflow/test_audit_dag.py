@@ -28,6 +28,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.report import CandidateReport, GateMode
+from support.payments import assert_sinks_match_reference
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 
@@ -150,7 +151,6 @@ def test_an_audit_that_gives_no_verdict_is_aborted_by_cleanup(bp, write_epoch, v
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_real_suites_pass_a_good_epoch_and_abort_a_bad_deploy(bp, write_epoch, capsys):
-    from test_end_to_end import assert_sinks_match_reference  # tests/airflow is on sys.path
 
     from batchpoint.demo import payments_buggy
     from batchpoint.spark.fast_start import submit_args
@@ -171,7 +171,7 @@ def test_real_suites_pass_a_good_epoch_and_abort_a_bad_deploy(bp, write_epoch, c
     assert c.get_outcome(1).status is CheckpointStatus.COMPLETED
     report = c.store.get(c.layout.quality_report(1)).data.decode()  # the suites' own
     assert "payments_balances" in report and "balance-recompute" in report
-    assert_sinks_match_reference(bp, 1)
+    assert_sinks_match_reference(bp.store, bp.driver().coordinator, 1)
     published = manifests(bp)
 
     # the bad deploy: balances doubled, plausible to the JSON suites
@@ -188,5 +188,6 @@ def test_real_suites_pass_a_good_epoch_and_abort_a_bad_deploy(bp, write_epoch, c
     assert "balance-recompute" in outcome.message
     assert c.head.get().checkpoint_id == 1
     assert manifests(bp) == published
-    assert_sinks_match_reference(bp, 1)  # still epoch 0's output, nothing of the bad one
+    # still epoch 0's output, nothing of the bad one
+    assert_sinks_match_reference(bp.store, bp.driver().coordinator, 1)
     assert c.failures.state().consecutive_failures == 1

@@ -11,30 +11,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT
-from batchpoint.demo.payments_reference import compute_reference
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
-from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.spark.fast_start import submit_args
+from support.payments import assert_sinks_match_reference
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
-
-
-def assert_sinks_match_reference(bp, checkpoint_id: int) -> None:
-    """Published sinks == the reference over the input up to the checkpoint's barrier:
-    every event counted once, none lost, none twice."""
-    store = bp.store
-    barrier = bp.driver().coordinator.get_outcome(checkpoint_id).pending.barrier["events"]
-    expected = compute_reference(store, SOURCE_ROOT, upto=barrier)
-    for sink, frame in (("balances_table", expected.balances), ("alerts", expected.alerts)):
-        got = read_sink_table(store, "payments", sink).to_pandas()
-        got = got[list(frame.columns)].sort_values("account_id", ignore_index=True)
-        pd.testing.assert_frame_equal(got, frame, check_dtype=False)
 
 
 def test_spark_jobs_failure_recovery_and_rescaling_restore(bp, write_epoch, monkeypatch):
@@ -68,7 +53,7 @@ def test_spark_jobs_failure_recovery_and_rescaling_restore(bp, write_epoch, monk
     run, states = bp.run("payments_checkpoint")
     assert run.state == "success", states
     assert c.get_outcome(2).status is CheckpointStatus.COMPLETED
-    assert_sinks_match_reference(bp, 2)
+    assert_sinks_match_reference(bp.store, bp.driver().coordinator, 2)
 
     # 3. restore checkpoint 2 with other parallelisms; the next epoch rescales the state
     #    by key group and continues from checkpoint 2's barrier.
@@ -86,4 +71,4 @@ def test_spark_jobs_failure_recovery_and_rescaling_restore(bp, write_epoch, monk
         "balances#1",
         "balances#2",
     ]
-    assert_sinks_match_reference(bp, 3)
+    assert_sinks_match_reference(bp.store, bp.driver().coordinator, 3)

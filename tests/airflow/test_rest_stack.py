@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
-from airflow_stack import AirflowStack
 
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
 from batchpoint.protocol.savepoints import SavepointLocation, read_savepoint
+from support.airflow_stack import AirflowStack
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.s3]
 

@@ -2,8 +2,8 @@
 gate off (only with the typed phrase), how far back `latest` looks, suites to skip, and
 a dry run that quarantines nothing. conf is what the UI's trigger form sends.
 
-The checkpoints ack stand-in files laid out so that integrity holds (tests/quality/
-fake_epochs.py, loaded by path), written straight through the driver: no checkpoint DAG
+The checkpoints ack stand-in files laid out so that integrity holds (tests/support/
+fake_epochs.py), written straight through the driver: no checkpoint DAG
 run is needed. The gate is the real QualityRestoreGate, integrity only (or with every
 suite skipped), so no Spark runs; a file with a flipped byte is what it must catch (the
 planner's own check compares sizes only)."""
@@ -19,7 +19,7 @@ from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.hook import QualityRestoreGate
 from batchpoint.quality.suites import PipelineQuality, quality_of
-from quality import fake_epochs  # tests/ is on sys.path: its conftest puts it there
+from support import fake_epochs
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 

@@ -2,7 +2,7 @@
 one is configured, `--no-gate` only with the typed confirmation, `--max-candidates`,
 `--skip-suite`, a dry run that writes nothing, and exit code 2 for every mistake.
 
-Most checkpoints ack stand-in files laid out so integrity holds (tests/quality/
+Most checkpoints ack stand-in files laid out so integrity holds (tests/support/
 fake_epochs.py) and skip every suite and check by state (EVERY_STATE), so the real gate
 runs its integrity checks without Spark. One slow test has the suites on real state."""
 
@@ -17,7 +17,8 @@ from batchpoint.demo.payments import build_pipeline
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
-from quality import fake_epochs  # tests/ is on sys.path: its conftest puts it there
+from support import fake_epochs
+from support.bad_deploys import buggy_balances, deploy, negative_counts
 
 REF = "batchpoint.demo.payments:pipeline"
 GATE = "batchpoint.demo.payments_quality:restore_gate"
@@ -182,13 +183,12 @@ def test_the_gate_quarantines_a_bad_deploy_and_restores_the_good_checkpoint(
     from batchpoint.demo.payments import SOURCE_ROOT
     from batchpoint.demo.payments_data import write_epoch_files
     from batchpoint.ops.epoch import LocalEpochRunner
-    from quality import bugs
 
     ref = StoreRef.of(root)
     runner = LocalEpochRunner(build_pipeline(), ref, spark)
     for epoch in (0, 1):  # checkpoint 1 good; checkpoint 2 written by the buggy deploy
         if epoch == 1:
-            bugs.deploy(runner.pipeline, bugs.buggy_balances(bugs.negative_counts))
+            deploy(runner.pipeline, buggy_balances(negative_counts))
         write_epoch_files(ref.open(), SOURCE_ROOT, epoch, accounts=40, events_per_epoch=300)
         outcome = runner.run_epoch().outcome
         assert outcome is not None and outcome.completed is not None  # audit off: completes

@@ -16,7 +16,7 @@ from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.quality.report import CandidateReport, GateMode
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
-from quality import fake_epochs
+from support import fake_epochs
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
-from quality import fake_epochs
+from support import fake_epochs
 
 REF = "batchpoint.demo.payments:pipeline"
 

@@ -2,9 +2,9 @@
 as a table or JSON, read-only unless --quarantine; the fast file check with
 --integrity-only; and a clear message with exit code 2 for every mistake in the command.
 
-The checkpoints ack stand-in files laid out so integrity holds (tests/quality/
+The checkpoints ack stand-in files laid out so integrity holds (tests/support/
 fake_epochs.py); every suite and check is skipped by state (EVERY_STATE), so no Spark
-runs: tests/quality/test_verify.py has the suites on real state."""
+runs: tests/cli/test_verify_state.py has the suites on real state."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
-from quality import fake_epochs  # tests/ is on sys.path: its conftest puts it there
+from support import fake_epochs
 
 REF = "batchpoint.demo.payments:pipeline"
 EVERY_STATE = ["--skip-suite", "balances/balances", "--skip-suite", "dedup/seen"]

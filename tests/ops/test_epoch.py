@@ -12,7 +12,7 @@ from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointSt
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
-from quality import fake_epochs
+from support import fake_epochs
 
 
 @pytest.fixture

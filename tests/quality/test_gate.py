@@ -14,10 +14,10 @@ from batchpoint.quality.gate import QualityGateRefused, gated_restore
 from batchpoint.quality.quarantine import release
 from batchpoint.quality.report import CandidateReport
 from batchpoint.quality.suites import PipelineQuality, StateQuality
-
-from . import bugs
-from .conftest import GOOD_EPOCHS, INTEGRITY_ONLY, LAYOUT, rewrite_outcome, state_handles
-from .fake_epochs import listing
+from support.bad_deploys import buggy_balances, deploy, deploy_fixed, doubled_amounts
+from support.fake_epochs import listing
+from support.payments import GOOD_EPOCHS, INTEGRITY_ONLY, LAYOUT
+from support.tampering import rewrite_outcome, state_handles
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +36,7 @@ def test_bad_deploy_is_rolled_back_to_the_last_good_checkpoint(
     good_run: Any, make_gate: Callable[..., Any]
 ) -> None:
     pipeline = good_run.runner.pipeline
-    bugs.deploy(pipeline, bugs.buggy_balances(bugs.doubled_amounts))
+    deploy(pipeline, buggy_balances(doubled_amounts))
     bad = [good_run.epoch(e).outcome for e in (GOOD_EPOCHS, GOOD_EPOCHS + 1)]
     assert all(o is not None and o.completed is not None for o in bad)  # audit off: they complete
     bad_ids = [o.checkpoint_id for o in bad]
@@ -71,7 +71,7 @@ def test_bad_deploy_is_rolled_back_to_the_last_good_checkpoint(
     assert log[-1].startswith("restored pipeline 'payments'")
 
     # the fixed operator reprocesses the bad epochs' input from the restored checkpoint
-    bugs.deploy_fixed(pipeline)
+    deploy_fixed(pipeline)
     fixed = good_run.epoch(GOOD_EPOCHS + 2)
     assert fixed.outcome is not None and fixed.outcome.completed is not None
     assert fixed.pending.base_checkpoint_id == HEAD

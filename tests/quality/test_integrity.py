@@ -12,8 +12,8 @@ from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.quality.findings import Check
 from batchpoint.quality.integrity import check_checkpoint, coverage_problems
 from batchpoint.storage.base import ObjectStore
-
-from .conftest import GOOD_EPOCHS, INTEGRITY_ONLY, LAYOUT, rewrite_outcome, state_handles
+from support.payments import GOOD_EPOCHS, INTEGRITY_ONLY, LAYOUT
+from support.tampering import rewrite_outcome, state_handles
 
 pytestmark = pytest.mark.spark  # the stores are made by running payments on Spark
 

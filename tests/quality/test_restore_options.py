@@ -24,10 +24,9 @@ from batchpoint.runtime.restore import (
     ungated_phrase,
 )
 from batchpoint.storage import StoreRef
-
-from . import fake_epochs
-from .conftest import INTEGRITY_ONLY, LAYOUT
-from .fake_epochs import listing
+from support import fake_epochs
+from support.fake_epochs import listing
+from support.payments import INTEGRITY_ONLY, LAYOUT
 
 #: Every declared suite and check skipped by state: integrity is all that runs.
 EVERY_STATE = ["balances/balances", "dedup/seen"]

@@ -11,8 +11,7 @@ import pytest
 from batchpoint.demo import payments
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.runtime.runner import OperatorFailed
-
-from .conftest import PaymentsRun
+from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

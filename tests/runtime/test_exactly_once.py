@@ -5,7 +5,7 @@ check that the state and the published sinks equal the pandas reference.
 
 A killed task is simulated with InjectedKill (BATCHPOINT_FAULT_MODE=raise): it unwinds
 the task without any of its error handling, like SIGKILL, but keeps the Spark session.
-One test kills a real spark_jobs process instead (tests/runtime/test_spark_job.py)."""
+One test kills a real spark_jobs process instead (tests/jobs/test_run_operator.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ from batchpoint.protocol.checkpoint import (
     TaskAcknowledgeResult,
 )
 from batchpoint.runtime.faults import InjectedKill
-
-from .conftest import PaymentsRun
+from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

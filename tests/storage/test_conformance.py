@@ -27,8 +27,7 @@ from batchpoint.errors import (
 )
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 from batchpoint.storage.s3 import S3ObjectStore
-
-from . import race_workers
+from support import race_workers
 
 MiB = 1024 * 1024
 

@@ -1,5 +1,5 @@
 """Running the `batchpoint` command in a test: on a fresh local root with fake epochs
-(tests/quality/fake_epochs.py: tasks ack small stand-in files, no Spark), capturing the
+(support/fake_epochs.py: tasks ack small stand-in files, no Spark), capturing the
 exit code, stdout, stderr and the JSON body."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from batchpoint.cli.main import main
 from batchpoint.demo.payments import build_pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
-from quality import fake_epochs
+from support import fake_epochs
 
 REF = "batchpoint.demo.payments:pipeline"
 #: Every suite and check skipped by state: the gate runs without Spark.

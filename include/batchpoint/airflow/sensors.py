@@ -18,7 +18,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from batchpoint.airflow.hooks import BatchpointHook
+from batchpoint.airflow.mixins import BatchpointTaskMixin
 from batchpoint.airflow.triggers import (
     ABORTED,
     DECLINED,
@@ -27,33 +27,21 @@ from batchpoint.airflow.triggers import (
     CheckpointAckTrigger,
     ack_event,
 )
-from batchpoint.errors import ConfigError
 from batchpoint.ops.epoch import expire
 from batchpoint.protocol.checkpoint import CheckpointStatus
-from batchpoint.protocol.coordinator import CheckpointCoordinator
 
 #: How much longer than the checkpoint's own deadline the deferral may last: the trigger
 #: fires at the deadline itself; Airflow's deferral timeout is only the backstop.
 DEFERRAL_GRACE = 60.0
 
 
-def checkpoint_id_from(context: Context, trigger_task_id: str) -> int | None:
-    """The checkpoint the run's trigger task started (its XCom), if it started one."""
-    value = context["ti"].xcom_pull(task_ids=trigger_task_id)
-    if isinstance(value, dict):
-        value = value.get("checkpoint_id")
-    return None if value is None else int(value)
-
-
-class CheckpointAckSensor(BaseSensorOperator):
+class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
     ui_color = "#e0ecff"
 
     def __init__(
         self,
         *,
         pipeline: str,
-        storage_conn_id: str = "batchpoint_storage",
-        trigger_task_id: str = "trigger",
         deferrable: bool = True,
         poll_interval: float = 5.0,
         **kwargs: Any,
@@ -61,27 +49,12 @@ class CheckpointAckSensor(BaseSensorOperator):
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
         self.pipeline = pipeline
-        self.storage_conn_id = storage_conn_id
-        self.trigger_task_id = trigger_task_id
         self.deferrable = deferrable
         self.poll_interval = poll_interval
 
-    def _coordinator(self) -> CheckpointCoordinator:
-        try:
-            settings = BatchpointHook(self.storage_conn_id).get_settings()
-        except ConfigError as exc:
-            raise AirflowFailException(str(exc)) from None
-        return BatchpointHook.coordinator(self.pipeline, settings)
-
-    def _checkpoint_id(self, context: Context) -> int:
-        checkpoint_id = checkpoint_id_from(context, self.trigger_task_id)
-        if checkpoint_id is None:
-            raise AirflowFailException(f"task '{self.trigger_task_id}' started no checkpoint")
-        return checkpoint_id
-
     def _look(self, context: Context) -> dict[str, Any] | None:
-        coordinator = self._coordinator()
-        checkpoint_id = self._checkpoint_id(context)
+        coordinator = self.coordinator(self.pipeline)
+        checkpoint_id = self.require_checkpoint_id(context)
         pending = coordinator.get_checkpoint(checkpoint_id)
         return ack_event(coordinator.progress(checkpoint_id), pending.deadline, time.time())
 
@@ -91,8 +64,8 @@ class CheckpointAckSensor(BaseSensorOperator):
             return self.execute_complete(context, event)
         if not self.deferrable:
             return super().execute(context)
-        checkpoint_id = self._checkpoint_id(context)
-        deadline = self._coordinator().get_checkpoint(checkpoint_id).deadline
+        checkpoint_id = self.require_checkpoint_id(context)
+        deadline = self.coordinator(self.pipeline).get_checkpoint(checkpoint_id).deadline
         self.log.info(
             "checkpoint %s: waiting for acks until %s",
             checkpoint_id,
@@ -133,7 +106,7 @@ class CheckpointAckSensor(BaseSensorOperator):
 
     def _expire(self, checkpoint_id: int, event: dict[str, Any]) -> Any:
         # The tasks missing now, all of them, not the event's capped list.
-        outcome = expire(self._coordinator(), checkpoint_id)
+        outcome = expire(self.coordinator(self.pipeline), checkpoint_id)
         if outcome.status is CheckpointStatus.COMPLETED:
             return {**event, "status": DONE, "message": "completed at the deadline"}
         raise AirflowSensorTimeout(f"checkpoint {checkpoint_id} expired: {outcome.message}")

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from batchpoint.airflow.hooks import BatchpointHook
+from batchpoint.airflow.mixins import BatchpointHookMixin
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.coordinator import AckProgress, CheckpointCoordinator
@@ -64,7 +64,7 @@ def ack_event(progress: AckProgress, deadline: float, now: float) -> dict[str, A
     return None
 
 
-class CheckpointAckTrigger(BaseTrigger):
+class CheckpointAckTrigger(BatchpointHookMixin, BaseTrigger):
     """Fires {"status": done|declined|aborted|timeout|error, ...} for one checkpoint."""
 
     def __init__(
@@ -95,10 +95,9 @@ class CheckpointAckTrigger(BaseTrigger):
         )
 
     async def _coordinator(self) -> CheckpointCoordinator:
-        settings = await BatchpointHook(self.storage_conn_id).aget_settings()
+        settings = await self.hook.aget_settings()
         # Opening an S3 store imports boto3 and checks the bucket: off the event loop.
-        store = await asyncio.to_thread(settings.store_ref.open)
-        return CheckpointCoordinator(store, self.pipeline, settings.checkpoint)
+        return await asyncio.to_thread(self.hook.coordinator, self.pipeline, settings)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:

@@ -52,7 +52,7 @@ from batchpoint.ops.pipelines import (
     pipeline_names,
     require_pipeline,
 )
-from batchpoint.ops.restore import RestoreRun, apply_restore, check_restore, restore
+from batchpoint.ops.restore import RestoreRun, apply_restore, restore
 from batchpoint.ops.runs import (
     RunSettlement,
     attempt_id,
@@ -98,7 +98,6 @@ __all__ = [
     "attempt_id",
     "audit_then_finalize",
     "audited_properties",
-    "check_restore",
     "choose_restore_gate",
     "decline_operator",
     "discard_checkpoint_data",

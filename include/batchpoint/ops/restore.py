@@ -1,7 +1,8 @@
 """Restore: the candidates newest first (or the one named), each checked for its files
 then by the quality gate, the first that passes restored (head moved, sinks rewound,
 new parallelism registered). `batchpoint restore` runs it in one call; the restore DAG
-splits it into `check_restore` (its check task) and `apply_restore` (its restore task)."""
+splits it into `restore(..., check_only=True)` (its check task) and `apply_restore` (its
+restore task)."""
 
 from __future__ import annotations
 
@@ -66,31 +67,6 @@ class RestoreRun:
         return out
 
 
-def check_restore(
-    driver: PipelineDriver,
-    source: RestoreSource | str | int | None,
-    gate: GateChoice,
-    options: GateOptions,
-    *,
-    parallelism: Any = None,
-    checksums: bool = False,
-    dry_run: bool = False,
-    store_options: Mapping[str, str] | None = None,
-    progress: Progress = _quiet,
-) -> RestoreRun:
-    """Find and check the candidates; writes nothing but what the gate records (the
-    reports, the quarantine of those it fails) unless this is a dry run."""
-    planner = RestorePlanner(
-        driver,
-        gate=gate.gate,
-        checksums=checksums,
-        store_options=store_options,
-        progress=progress,
-        max_candidates=options.max_candidates,
-    )
-    return RestoreRun(planner.plan(source, parallelism), gate, options, dry_run)
-
-
 def restore(
     driver: PipelineDriver,
     source: RestoreSource | str | int | None,
@@ -100,26 +76,24 @@ def restore(
     parallelism: Any = None,
     checksums: bool = False,
     dry_run: bool = False,
+    check_only: bool = False,
     store_options: Mapping[str, str] | None = None,
     progress: Progress = _quiet,
 ) -> RestoreRun:
-    """`check_restore`, then the restore to the chosen candidate (not on a dry run)."""
-    run = check_restore(
+    """Find and check the candidates, then restore to the chosen one. A dry run writes
+    nothing; `check_only` stops before the restore too, having written only what the
+    gate records (the reports, the quarantine of those it fails)."""
+    planner = RestorePlanner(
         driver,
-        source,
-        gate,
-        options,
-        parallelism=parallelism,
+        gate=gate.gate,
         checksums=checksums,
-        dry_run=dry_run,
         store_options=store_options,
         progress=progress,
+        max_candidates=options.max_candidates,
     )
-    if not run.refused and not dry_run:
-        planner = RestorePlanner(
-            driver, checksums=checksums, store_options=store_options, progress=progress
-        )
-        run.result = planner.apply(run.plan)
+    run = RestoreRun(planner.plan(source, parallelism), gate, options, dry_run)
+    if not (run.refused or dry_run or check_only):
+        run.result = planner.apply(run.plan)  # the gate is not asked again
     return run
 
 

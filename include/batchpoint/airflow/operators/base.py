@@ -1,6 +1,7 @@
 """What every batchpoint operator shares: which pipeline (by reference, so a worker can
-import it), which storage connection, and the run's checkpoint id from the trigger task.
-A configuration mistake fails the task without a retry, with the message naming it."""
+import it); the storage connection, its cached hook and the run's checkpoint id come from
+`BatchpointTaskMixin`, which the ack sensor shares. A configuration mistake fails the
+task without a retry, with the message naming it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from batchpoint.airflow.hooks import BatchpointHook, cached_pipeline
-from batchpoint.airflow.sensors import checkpoint_id_from
+from batchpoint.airflow.hooks import cached_pipeline
+from batchpoint.airflow.mixins import BatchpointTaskMixin
 from batchpoint.errors import ConfigError
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.settings import Settings
@@ -28,46 +29,18 @@ def template_flag(value: bool | str) -> bool:
     return value if isinstance(value, bool) else str(value).lower() == "true"
 
 
-class BatchpointOperator(BaseOperator):
+class BatchpointOperator(BatchpointTaskMixin, BaseOperator):
     ui_color = "#fff3d6"
 
-    def __init__(
-        self,
-        *,
-        pipeline_ref: str,
-        storage_conn_id: str = "batchpoint_storage",
-        trigger_task_id: str = "trigger",
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, pipeline_ref: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline_ref = pipeline_ref
-        self.storage_conn_id = storage_conn_id
-        self.trigger_task_id = trigger_task_id
-
-    @property
-    def hook(self) -> BatchpointHook:
-        return BatchpointHook(self.storage_conn_id)
-
-    def settings(self) -> Settings:
-        try:
-            return self.hook.get_settings()
-        except ConfigError as exc:
-            raise AirflowFailException(str(exc)) from None
 
     def driver(self, settings: Settings | None = None) -> PipelineDriver:
         try:
             return self.hook.driver(cached_pipeline(self.pipeline_ref), settings or self.settings())
         except ConfigError as exc:
             raise AirflowFailException(str(exc)) from None
-
-    def checkpoint_id(self, context: Context) -> int | None:
-        return checkpoint_id_from(context, self.trigger_task_id)
-
-    def require_checkpoint_id(self, context: Context, what: str = "checkpoint") -> int:
-        checkpoint_id = self.checkpoint_id(context)
-        if checkpoint_id is None:
-            raise AirflowFailException(f"task '{self.trigger_task_id}' started no {what}")
-        return checkpoint_id
 
     def run_task_states(self, context: Context) -> dict[str, str]:
         """task_id -> state of this run's other tasks (through the execution API)."""

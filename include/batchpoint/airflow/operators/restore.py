@@ -13,7 +13,7 @@ from batchpoint.airflow.hooks import cached_pipeline
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.gates import choose_restore_gate
-from batchpoint.ops.restore import apply_restore, check_restore
+from batchpoint.ops.restore import apply_restore, restore
 from batchpoint.runtime.restore import GateOptions, RestoreGate, parse_flag
 
 
@@ -85,7 +85,7 @@ class RestoreCheckOperator(BatchpointOperator):
             self.log.info("%s", gate.description)
             for warning in gate.warnings:
                 self.log.warning("%s", warning)
-            run = check_restore(
+            run = restore(
                 self.driver(settings),
                 self.source,
                 gate,
@@ -93,6 +93,7 @@ class RestoreCheckOperator(BatchpointOperator):
                 parallelism=params.get("parallelism", self.parallelism),
                 checksums=settings.checkpoint.verify_checksums,
                 dry_run=dry_run,
+                check_only=True,  # apply_restore is the next task's
                 store_options=settings.store_options,
                 progress=self.log.info,
             )

@@ -24,9 +24,9 @@ from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner
 from batchpoint.storage import StoreRef
-
-from . import fake_epochs
-from .conftest import INTEGRITY_ONLY, LAYOUT, FakeClock
+from support import fake_epochs
+from support.clock import FakeClock
+from support.payments import INTEGRITY_ONLY, LAYOUT
 
 TIMEOUT = 60.0
 

@@ -11,9 +11,8 @@ import pytest
 from batchpoint.ops.audit import audit_then_finalize, run_audited_epoch
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.quality.findings import Check
-
-from . import bugs
-from .conftest import GOOD_EPOCHS, LAYOUT
+from support.bad_deploys import buggy_balances, deploy, deploy_fixed, negative_counts
+from support.payments import GOOD_EPOCHS, LAYOUT
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -29,7 +28,7 @@ def test_a_corrupting_epoch_is_aborted_and_nothing_is_published(
     manifests_before = {s: driver.sinks.manifest(s) for s in pipeline.sinks}
     gate = make_gate(good_run)
 
-    bugs.deploy(pipeline, bugs.buggy_balances(bugs.negative_counts))
+    deploy(pipeline, buggy_balances(negative_counts))
     good_run.add_input(GOOD_EPOCHS)
     good_run.clock.advance(1)
     epoch, audit = run_audited_epoch(good_run.runner, gate)
@@ -56,7 +55,7 @@ def test_a_corrupting_epoch_is_aborted_and_nothing_is_published(
     assert again.report is None and again.outcome == outcome
     assert gate.quarantine.ids() == []  # an aborted checkpoint is never a candidate anyway
 
-    bugs.deploy_fixed(pipeline)
+    deploy_fixed(pipeline)
     good_run.add_input(GOOD_EPOCHS + 1)
     good_run.clock.advance(1)
     fixed, passed = run_audited_epoch(good_run.runner, gate)

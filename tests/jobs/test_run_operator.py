@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointStatus
-
-from .conftest import PaymentsRun
+from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from batchpoint.cli.main import main
-
-from . import bugs
-from .conftest import GOOD_EPOCHS
-from .fake_epochs import listing
+from support.bad_deploys import buggy_balances, deploy, negative_counts
+from support.fake_epochs import listing
+from support.payments import GOOD_EPOCHS
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -40,7 +39,7 @@ def test_verify_reports_every_expectation_and_what_it_observed(
     assert any("check row-count" in line and "recorded" in line for line in lines)
     assert listing(good_run.store) == before  # verify writes nothing
 
-    bugs.deploy(good_run.runner.pipeline, bugs.buggy_balances(bugs.negative_counts))
+    deploy(good_run.runner.pipeline, buggy_balances(negative_counts))
     bad = good_run.epoch(GOOD_EPOCHS)
     assert bad.outcome is not None and bad.outcome.completed is not None  # audit off
     cid = bad.checkpoint_id

@@ -2,9 +2,6 @@
 that the quality gate's integrity checks pass (each state file records its subtask's
 key-group range), without Spark. Good for everything about the gate but the content of
 the state: the restore form, dry runs, how far back, the audit guard, `verify` tables.
-
-tests/cli and tests/airflow load this file by path (they are not packages), so one
-definition serves the three suites.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from batchpoint.demo import payments
+from batchpoint.demo.payments_buggy import with_balances
 from batchpoint.runtime.api import OperatorContext, Pipeline
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def buggy_balances(change: Change) -> Callable[[OperatorContext], Any]:
 
 def deploy(pipeline: Pipeline, fn: Callable[[OperatorContext], Any]) -> None:
     """Swap the code of `balances`, as a deploy of a new version would."""
-    pipeline.operators["balances"] = dataclasses.replace(pipeline.operators["balances"], fn=fn)
+    with_balances(pipeline, fn)
 
 
 def deploy_fixed(pipeline: Pipeline) -> None:

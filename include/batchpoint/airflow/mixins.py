@@ -1,0 +1,71 @@
+"""What batchpoint's operators, its ack sensor and its trigger share, as the Amazon
+provider's tasks share one AwsBaseHook through `AwsBaseHookMixin`: the storage
+connection, one `BatchpointHook` per task instance (cached: the connection is looked up
+once), the settings and the coordinator it gives, and the checkpoint the run's trigger
+task started. A configuration mistake fails the task without a retry, with the message
+naming it."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from batchpoint.airflow.hooks import BatchpointHook
+from batchpoint.errors import ConfigError
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.settings import Settings
+
+
+def checkpoint_id_from(context: Context, trigger_task_id: str) -> int | None:
+    """The checkpoint the run's trigger task started (its XCom), if it started one."""
+    value = context["ti"].xcom_pull(task_ids=trigger_task_id)
+    if isinstance(value, dict):
+        value = value.get("checkpoint_id")
+    return None if value is None else int(value)
+
+
+class BatchpointHookMixin:
+    """One cached `hook` for anything with a `storage_conn_id` (the trigger too)."""
+
+    storage_conn_id: str
+
+    @cached_property
+    def hook(self) -> BatchpointHook:
+        return BatchpointHook(self.storage_conn_id)
+
+
+class BatchpointTaskMixin(BatchpointHookMixin):
+    """For operators and sensors: placed before the Airflow base class, it takes the two
+    connection arguments every batchpoint task has and passes the rest on."""
+
+    def __init__(
+        self,
+        *,
+        storage_conn_id: str = BatchpointHook.default_conn_name,
+        trigger_task_id: str = "trigger",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.storage_conn_id = storage_conn_id
+        self.trigger_task_id = trigger_task_id
+
+    def settings(self) -> Settings:
+        try:
+            return self.hook.get_settings()
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    def coordinator(self, pipeline: str, settings: Settings | None = None) -> CheckpointCoordinator:
+        return self.hook.coordinator(pipeline, settings or self.settings())
+
+    def checkpoint_id(self, context: Context) -> int | None:
+        return checkpoint_id_from(context, self.trigger_task_id)
+
+    def require_checkpoint_id(self, context: Context, what: str = "checkpoint") -> int:
+        checkpoint_id = self.checkpoint_id(context)
+        if checkpoint_id is None:
+            raise AirflowFailException(f"task '{self.trigger_task_id}' started no {what}")
+        return checkpoint_id
