@@ -47,6 +47,11 @@ class CheckpointFailureReason(enum.Enum):
         "the pipeline is FAILED: too many failed checkpoints",
         False,
     )
+    NEEDS_REPAIR = (
+        "needs-repair",
+        "a record the decision needs is missing or unreadable",
+        False,
+    )
 
     def __init__(self, code: str, message: str, counts_as_failure: bool | int) -> None:
         self.code = code

@@ -17,6 +17,7 @@ class CheckpointConfig:
     tolerable_failed_checkpoints: int = 3  # consecutive failures before the pipeline FAILS
     num_retained: int = 3  # completed checkpoints kept (savepoints are extra)
     verify_checksums: bool = False  # re-read every file's bytes at finalize
+    restore_checksums: bool = True  # re-read every file's bytes before a restore
 
     def __post_init__(self) -> None:
         checks = [
