@@ -8,6 +8,7 @@ chosen order), never from sleeps. Every test runs on the local store and on Seaw
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.gc import GarbageCollector
+from batchpoint.protocol.head import HeadMoveCause, HeadPointer
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.publish import notify_checkpoint_complete
 from batchpoint.protocol.repair import repair
@@ -523,3 +525,33 @@ def test_dispose_savepoint_refused_while_it_is_the_head(store: ObjectStore) -> N
     dispose_savepoint(c, savepoint)
     assert not c.completed.is_retained(savepoint)
     assert c.control.load().is_discarded(savepoint)
+
+
+# == migration from the head-pointer v1 layout ============================================
+
+
+def test_old_head_pointer_and_markers_are_migrated(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    first, second = complete(c), complete(c)
+    aborted = c.trigger({"src": {"p0": 3}}).checkpoint_id
+    c.abort(aborted, CheckpointFailureReason.EXPIRED)
+    # rewrite the pipeline in the old layout: a head pointer and one marker per retained
+    store.put(c.layout.head, HeadPointer(second, 0, 1_000_000.0, HeadMoveCause.COMPLETED).encode())
+    for cid, stamp in [(first, "2026-01-01T00:00:00.000Z"), (second, "2026-01-01T00:01:00.000Z")]:
+        marker = {
+            "kind": "retained-checkpoint",
+            "version": 1,
+            "checkpoint_id": cid,
+            "type": "checkpoint",
+            "completed_at": stamp,
+            "retain_forever": False,
+        }
+        store.put(c.layout.retained(cid), json.dumps(marker).encode())
+    assert c.head.get().checkpoint_id == second
+    assert c.completed.retained_ids() == [first, second]
+    assert c.control.load().is_discarded(aborted)  # old history enters GC's queue once
+    nxt = complete(c)  # the next write migrates
+    body = json.loads(store.get(c.layout.head).data)
+    assert body["kind"] == "pipeline-control" and "migrated_from" not in body
+    assert c.completed.retained_ids() == [first, second, nxt]
+    assert not list(store.list(c.layout.retained_prefix))
