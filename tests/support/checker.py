@@ -62,8 +62,12 @@ class Control:
 
 
 class Checker:
-    def __init__(self, store: ObjectStore, seed: int, max_concurrent: int) -> None:
+    def __init__(
+        self, store: ObjectStore, seed: int, max_concurrent: int, pipeline: str = PIPELINE
+    ) -> None:
         self.store = store
+        self.root = f"pipelines/{pipeline}/"
+        self.checkpoints = self.root + "checkpoints/"
         self.seed = seed
         self.max_concurrent = max_concurrent
         self._last_head: tuple[int, int | None] | None = None  # (generation, head)
@@ -82,10 +86,10 @@ class Checker:
         return doc if isinstance(doc, dict) else None
 
     def outcome(self, cid: int) -> dict[str, Any] | None:
-        return self._json(f"{CHECKPOINTS}{_chk(cid)}/outcome.json")
+        return self._json(f"{self.checkpoints}{_chk(cid)}/outcome.json")
 
     def control(self) -> Control | None:
-        doc = self._json(ROOT + "head.json")
+        doc = self._json(self.root + "head.json")
         if doc is None:
             return Control(None, 0, self._marker_ids(), self._active(), "none")
         kind = doc.get("kind")
@@ -109,13 +113,13 @@ class Checker:
     def _marker_ids(self) -> set[int]:
         return {
             cid
-            for info in self.store.list(ROOT + "retained/")
+            for info in self.store.list(self.root + "retained/")
             if (cid := _cid(info.key)) is not None
         }
 
     def _active(self) -> dict[int, str]:
         out = {}
-        for info in self.store.list(ROOT + "active/"):
+        for info in self.store.list(self.root + "active/"):
             cid = _cid(info.key)
             doc = self._json(info.key) if cid is not None else None
             if cid is not None:
@@ -163,7 +167,7 @@ class Checker:
                     self._v(step, "head-backwards", f"head {head} -> {control.head} in gen {gen}")
                 )
         self._last_head = now
-        ids = self._json(ROOT + "ids.json")
+        ids = self._json(self.root + "ids.json")
         next_id = int(ids.get("next_id", 0)) if ids else 0
         if next_id < self._last_next_id:
             out.append(self._v(step, "ids-backwards", f"next id {self._last_next_id} -> {next_id}"))
@@ -283,8 +287,12 @@ class Checker:
     def _bytes(self, key: str) -> bytes | None:
         return self.store.get(key).data if self.store.head(key) is not None else None
 
+    def sink_names(self) -> list[str]:
+        prefix = self.root + "sinks/"
+        return [p[len(prefix) :].strip("/") for p in self.store.list_dirs(prefix)]
+
     def manifest(self, sink: str) -> dict[str, Any] | None:
-        return self._json(f"{ROOT}sinks/{sink}/manifest.json")
+        return self._json(f"{self.root}sinks/{sink}/manifest.json")
 
     @staticmethod
     def _epochs(manifest: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -314,26 +322,15 @@ class Checker:
                 out.append(data if data is not None else b"<missing>\n")
         return out
 
+    def orphans(self) -> list[str]:
+        """Data files nothing retained, pending or reachable in a sink references."""
+        control = self.control()
+        assert control is not None, "unreadable control record"
+        keep = set(control.retained) | ({control.head} if control.head is not None else set())
+        return self._orphan_keys(control, keep)
+
     def _orphans(self, step: int, control: Control, keep: set[int]) -> list[Violation]:
-        referenced: set[str] = set()
-        for cid in keep:
-            referenced.update(h["path"] for h in self.handles(cid) or [])
-        for cid in control.pending:
-            for info in self.store.list(f"{CHECKPOINTS}{_chk(cid)}/acks/"):
-                doc = self._json(info.key) or {}
-                referenced.update(h["path"] for h in doc.get("handles", []))
-        roots = set(keep) | set(control.pending)
-        for sink in SINKS:
-            manifest = self.manifest(sink)
-            if manifest is None:
-                continue
-            for start in roots | {manifest.get("current")}:
-                chain = self._chain(manifest, start)
-                # A snapshot sink's reader sees one epoch; an append sink's, the chain.
-                for epoch in chain[-1:] if manifest.get("mode") == "snapshot" else chain:
-                    referenced.update(f["path"] for f in epoch.get("files", []))
-        files = [i.key for i in self.store.list(CHECKPOINTS) if "/data/" in i.key]
-        orphans = sorted(k for k in files if k not in referenced)
+        orphans = self._orphan_keys(control, keep)
         if not orphans:
             return []
         ids = sorted({_cid(k.split("/")[3]) for k in orphans} - {None})  # type: ignore[misc]
@@ -346,11 +343,32 @@ class Checker:
             )
         ]
 
+    def _orphan_keys(self, control: Control, keep: set[int]) -> list[str]:
+        referenced: set[str] = set()
+        for cid in keep:
+            referenced.update(h["path"] for h in self.handles(cid) or [])
+        for cid in control.pending:
+            for info in self.store.list(f"{self.checkpoints}{_chk(cid)}/acks/"):
+                doc = self._json(info.key) or {}
+                referenced.update(h["path"] for h in doc.get("handles", []))
+        roots = set(keep) | set(control.pending)
+        for sink in self.sink_names():
+            manifest = self.manifest(sink)
+            if manifest is None:
+                continue
+            for start in roots | {manifest.get("current")}:
+                chain = self._chain(manifest, start)
+                # A snapshot sink's reader sees one epoch; an append sink's, the chain.
+                for epoch in chain[-1:] if manifest.get("mode") == "snapshot" else chain:
+                    referenced.update(f["path"] for f in epoch.get("files", []))
+        files = [i.key for i in self.store.list(self.checkpoints) if "/data/" in i.key]
+        return sorted(k for k in files if k not in referenced)
+
     def _write_once(self, step: int, writes: Iterable[Write]) -> list[Violation]:
         out = []
         by_key: dict[str, list[Write]] = {}
         for w in writes:
-            if w.key.startswith(CHECKPOINTS) and (
+            if w.key.startswith(self.checkpoints) and (
                 w.key.endswith("/outcome.json") or "/acks/" in w.key
             ):
                 by_key.setdefault(w.key, []).append(w)
