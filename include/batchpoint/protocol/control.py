@@ -35,7 +35,12 @@ from batchpoint.errors import (
     RecordError,
 )
 from batchpoint.protocol import records
-from batchpoint.protocol.checkpoint import CheckpointOutcome, CheckpointType, PendingCheckpoint
+from batchpoint.protocol.checkpoint import (
+    IMPORTED_FROM_PROPERTY,
+    CheckpointOutcome,
+    CheckpointType,
+    PendingCheckpoint,
+)
 from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
 from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.storage.base import ObjectStore
@@ -166,7 +171,7 @@ class RestoreInFlight:
 
 
 @dataclass(frozen=True)
-class ControlRecord:
+class ControlRecord(records.VersionedRecord):
     KIND = "pipeline-control"
     VERSION = 1
 
@@ -220,27 +225,23 @@ class ControlRecord:
 
     # -- format ---------------------------------------------------------------------------
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                **self.extra,
-                "head": self.head,
-                "restore_generation": self.restore_generation,
-                "retained": [e.to_json() for e in sorted(self.retained, key=_id)],
-                "pending": [e.to_json() for e in sorted(self.pending, key=_id)],
-                "discarded": [e.to_json() for e in self.discarded],
-                "collected": list(self.collected[-COLLECTED_CAP:]),
-                "restore": self.restore.to_json() if self.restore else None,
-                "moved_at": to_iso(self.moved_at),
-                "cause": self.cause,
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            **self.extra,
+            "head": self.head,
+            "restore_generation": self.restore_generation,
+            "retained": [e.to_json() for e in sorted(self.retained, key=_id)],
+            "pending": [e.to_json() for e in sorted(self.pending, key=_id)],
+            "discarded": [e.to_json() for e in self.discarded],
+            "collected": list(self.collected[-COLLECTED_CAP:]),
+            "restore": self.restore.to_json() if self.restore else None,
+            "moved_at": to_iso(self.moved_at),
+            "cause": self.cause,
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> ControlRecord:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> ControlRecord:
+        body = dict(body)
         head = body.pop("head", None)
         if head is not None and not isinstance(head, int):
             raise CorruptRecord(key, f"bad head {head!r}")
@@ -454,8 +455,13 @@ def settle_outcome(
         bool(p.properties.get("retain_forever", False)),
     )
     new = replace(new, retained=(*new.retained, added))
-    if entry.restore_generation == new.restore_generation and (
-        new.head is None or p.checkpoint_id > new.head
+    # An imported savepoint is retained but never becomes the head by completing: its
+    # state does not continue the timeline, only an explicit restore moves the head to it.
+    imported = IMPORTED_FROM_PROPERTY in p.properties
+    if (
+        not imported
+        and entry.restore_generation == new.restore_generation
+        and (new.head is None or p.checkpoint_id > new.head)
     ):
         new = replace(new, head=p.checkpoint_id, moved_at=now, cause="completed")
     subsumable = sorted(e.checkpoint_id for e in new.retained if e.subsumable)

@@ -20,8 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from batchpoint.errors import RecordError
-from batchpoint.protocol.control import COLLECTED_CAP, ControlRecord, ControlUnreadable
+from batchpoint.errors import CheckpointError, RecordError
+from batchpoint.protocol.control import (
+    COLLECTED_CAP,
+    ControlRecord,
+    ControlUnreadable,
+    DiscardedEntry,
+)
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.sinks import SinkPublisher
@@ -130,8 +135,13 @@ class GarbageCollector:
 
         now = c.clock()
         done: list[int] = []
-        for entry in control.discarded:
-            cid = entry.checkpoint_id
+        # Retained folders too: a settled checkpoint's references are fixed, so a file
+        # there that nothing references is a losing or zombie attempt's (bounded work:
+        # num_retained + savepoints folders).
+        sweep: list[tuple[DiscardedEntry | None, int]] = [
+            (None, i) for i in report.kept_checkpoints
+        ]
+        for entry, cid in [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]:
             doomed = [i for i in c.store.list(c.layout.data_prefix(cid)) if i.key not in referenced]
             if doomed:
                 _say(progress, f"checkpoint {cid}: deleting {len(doomed)} file(s)")
@@ -139,7 +149,7 @@ class GarbageCollector:
             report.deleted_bytes += sum(i.size for i in doomed)
             if not dry_run:
                 c.store.delete_many(i.key for i in doomed)
-            if now >= entry.at + self.grace:
+            if entry is not None and now >= entry.at + self.grace:
                 done.append(cid)
         if dry_run:
             return report
@@ -162,8 +172,8 @@ class GarbageCollector:
         requeue: list[int] = []
         for sink in sinks.sink_names():
             try:
-                dropped = sinks.prune_unreachable(sink, keep)
-            except (RecordError, ControlUnreadable) as exc:
+                dropped = sinks.prune_unreachable(sink, keep, self._base_of)
+            except (RecordError, CheckpointError) as exc:
                 report.findings.append(Finding(f"sink {sink}", f"not pruned: {exc}"))
                 continue
             report.dropped_epochs.extend(f"{sink}@{cid}" for cid in dropped)
@@ -180,6 +190,10 @@ class GarbageCollector:
                 return new if new != current else None
 
             c.control.update(add)
+
+    def _base_of(self, checkpoint_id: int) -> int | None:
+        # raises on an unreadable or missing record: that sink is then not pruned
+        return self._c.get_checkpoint(checkpoint_id).base_checkpoint_id
 
     def _dequeue(self, ids: list[int]) -> None:
         gone = set(ids)

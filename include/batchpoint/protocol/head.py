@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from batchpoint.errors import CorruptRecord
 from batchpoint.protocol import records
@@ -28,7 +29,7 @@ class HeadMoveCause(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class HeadPointer:
+class HeadPointer(records.VersionedRecord):
     KIND = "head-pointer"
     VERSION = 1
 
@@ -37,21 +38,16 @@ class HeadPointer:
     moved_at: float
     cause: HeadMoveCause
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "checkpoint_id": self.checkpoint_id,
-                "restore_generation": self.restore_generation,
-                "moved_at": to_iso(self.moved_at),
-                "cause": self.cause.value,
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "restore_generation": self.restore_generation,
+            "moved_at": to_iso(self.moved_at),
+            "cause": self.cause.value,
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> HeadPointer:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> HeadPointer:
         cid = body.get("checkpoint_id")
         if cid is not None and not isinstance(cid, int):
             raise CorruptRecord(key, f"bad checkpoint_id {cid!r}")

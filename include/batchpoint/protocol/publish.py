@@ -1,8 +1,9 @@
 """notifyCheckpointComplete: publish a completed checkpoint's sink output, carrying the
 restore generation it was decided in.
 
-A publish is allowed only for a checkpoint on the current timeline: one of the current
-generation, or the restore target and its ancestors. Each manifest write carries that
+A publish is allowed only for a checkpoint on the current timeline: one admitted in the
+current generation, or the head and its ancestors (so an imported savepoint is published
+only once a restore made it the head). Each manifest write carries that
 generation and a manifest already rewound into a newer one refuses it (STALE). If a
 restore lands between our control read and our manifest write, we roll its rewind
 forward for the sinks we touched, so the late publish never stays visible.
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from batchpoint.errors import RecordError
-from batchpoint.protocol.checkpoint import CompletedCheckpoint
+from batchpoint.protocol.checkpoint import IMPORTED_FROM_PROPERTY, CompletedCheckpoint
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.sinks import PublishResult, SinkPublisher
@@ -40,9 +41,10 @@ def on_timeline(c: CheckpointCoordinator, control: ControlRecord, checkpoint_id:
     outcome = c.get_outcome(checkpoint_id)
     if outcome is None or outcome.completed is None:
         return False
-    if outcome.pending.restore_generation == control.restore_generation:
-        return True
-    cid = control.restore.target if control.restore else control.head
+    imported = IMPORTED_FROM_PROPERTY in outcome.pending.properties
+    if outcome.pending.restore_generation == control.restore_generation and not imported:
+        return True  # every checkpoint admitted in this generation builds on its head
+    cid = control.head
     while cid is not None and cid > checkpoint_id:
         try:
             found = c.get_outcome(cid)

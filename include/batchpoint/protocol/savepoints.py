@@ -133,7 +133,7 @@ def confine(location_uri: str, roots: Iterable[str]) -> str:
 
 
 @dataclass(frozen=True)
-class SavepointMetadata:
+class SavepointMetadata(records.VersionedRecord):
     """The completed checkpoint, with every handle's path relative to the folder."""
 
     KIND = "savepoint"
@@ -156,27 +156,22 @@ class SavepointMetadata:
     def state_size(self) -> int:
         return sum(h.size for h in self.handles)
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "pipeline": self.pipeline,
-                "checkpoint_id": self.checkpoint_id,
-                "checkpoint": self.pending.to_body(),
-                "acks": [a.to_body() for a in self.acks],
-                "completed_at": to_iso(self.completed_at),
-                "exported_at": to_iso(self.exported_at),
-                "description": self.description,
-                "taken_from": self.taken_from,
-                "files": len(self.handles),
-                "state_size": self.state_size,
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "checkpoint_id": self.checkpoint_id,
+            "checkpoint": self.pending.to_body(),
+            "acks": [a.to_body() for a in self.acks],
+            "completed_at": to_iso(self.completed_at),
+            "exported_at": to_iso(self.exported_at),
+            "description": self.description,
+            "taken_from": self.taken_from,
+            "files": len(self.handles),
+            "state_size": self.state_size,
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> SavepointMetadata:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> SavepointMetadata:
         pending = PendingCheckpoint.from_body(key, records.field(key, body, "checkpoint", dict))
         acks = tuple(AckRecord.from_body(key, a) for a in records.field(key, body, "acks", list))
         for handle in (h for a in acks for h in a.handles):

@@ -58,7 +58,7 @@ class PublishedEpoch:
 
 
 @dataclass(frozen=True)
-class SinkManifest:
+class SinkManifest(records.VersionedRecord):
     KIND = "sink-manifest"
     VERSION = 1
 
@@ -69,11 +69,20 @@ class SinkManifest:
     epochs: Mapping[int, PublishedEpoch]
     generation: int = 0
 
-    def reachable(self, keep: Iterable[int]) -> set[int]:
+    def reachable(
+        self, keep: Iterable[int], base_of: Callable[[int], int | None] | None = None
+    ) -> set[int]:
         """The epochs a reader as of any of `keep` (or of `current`) needs: the whole
-        chain in append mode, the epoch itself in snapshot mode."""
+        chain in append mode, the epoch itself in snapshot mode. A kept checkpoint not
+        published yet (a restore target, a completed one whose publish is pending) needs
+        its nearest published ancestor's chain, found through `base_of`."""
         out: set[int] = set()
-        for cid in {*keep, self.current}:
+        for start in {*keep, self.current}:
+            cid = start
+            for _ in range(10_000):
+                if cid is None or cid in self.epochs or base_of is None:
+                    break
+                cid = base_of(cid)
             if cid is None or cid not in self.epochs:
                 continue
             chain = self.chain(cid)
@@ -95,31 +104,26 @@ class SinkManifest:
             cid = epoch.base_checkpoint_id
         return out[::-1]
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "sink": self.sink,
-                "mode": self.mode,
-                "key_columns": list(self.key_columns),
-                "current": self.current,
-                "generation": self.generation,
-                "epochs": [
-                    {
-                        "checkpoint_id": e.checkpoint_id,
-                        "base_checkpoint_id": e.base_checkpoint_id,
-                        "files": [f.to_json() for f in e.files],
-                        **({"alias_of": e.alias_of} if e.alias_of is not None else {}),
-                    }
-                    for e in sorted(self.epochs.values(), key=lambda e: e.checkpoint_id)
-                ],
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "sink": self.sink,
+            "mode": self.mode,
+            "key_columns": list(self.key_columns),
+            "current": self.current,
+            "generation": self.generation,
+            "epochs": [
+                {
+                    "checkpoint_id": e.checkpoint_id,
+                    "base_checkpoint_id": e.base_checkpoint_id,
+                    "files": [f.to_json() for f in e.files],
+                    **({"alias_of": e.alias_of} if e.alias_of is not None else {}),
+                }
+                for e in sorted(self.epochs.values(), key=lambda e: e.checkpoint_id)
+            ],
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> SinkManifest:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> SinkManifest:
         epochs: dict[int, PublishedEpoch] = {}
         for entry in records.field(key, body, "epochs", list):
             if not isinstance(entry, dict):
@@ -230,7 +234,12 @@ class SinkPublisher:
         for sink in self.sink_names():
             self.rewind(sink, checkpoint_id, generation, alias_of)
 
-    def prune_unreachable(self, sink: str, keep: Callable[[], Iterable[int]]) -> list[int]:
+    def prune_unreachable(
+        self,
+        sink: str,
+        keep: Callable[[], Iterable[int]],
+        base_of: Callable[[int], int | None] | None = None,
+    ) -> list[int]:
         """Drop the epochs no reader as of `keep()` (or current) needs. `keep` is read
         inside each CAS round, after the manifest: an epoch is published only after its
         checkpoint settled, so an epoch in the manifest read is judged by a retained set
@@ -241,7 +250,7 @@ class SinkPublisher:
             dropped.clear()
             if current is None:
                 return None
-            reachable = current.reachable(set(keep()))
+            reachable = current.reachable(set(keep()), base_of)
             gone = [c for c in current.epochs if c not in reachable]
             if not gone:
                 return None
