@@ -147,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
                 gc.join(600)
                 result = receive.recv() if receive.poll(1) else {"seconds": float("nan")}
                 gc_seconds.append(result["seconds"])
+                status = outcome.status.value if outcome is not None else "pending"
+                print(
+                    f"epoch {epoch}: checkpoint {cid} {status}, GC {result['seconds']:.2f}s "
+                    f"({time.monotonic() - started:.0f}s so far)",
+                    flush=True,
+                )
                 if kind_savepoint and outcome is not None and outcome.completed is not None:
                     savepoint_prefix = default_savepoint_prefix("payments", cid, clock.now)
                     export_savepoint(

@@ -57,11 +57,10 @@ def test_a_schedule_replays_from_its_seed(tmp_path: Path) -> None:
     first = Schedule(5, LocalObjectStore(tmp_path / "a"))
     second = Schedule(5, LocalObjectStore(tmp_path / "b"))
     one, two = first.run(), second.run()
-    assert (one.steps, one.actors, one.injected) == (two.steps, two.actors, two.injected)
-    # Pool threads (file copies) may reorder writes within one step, never across.
-    assert sorted((w.op, w.key) for w in first.store.writes) == sorted(
-        (w.op, w.key) for w in second.store.writes
-    )
+    assert one.steps > 100 and (one.steps, one.actors) == (two.steps, two.actors)
+    # The same actor let go at the same call, step after step.
+    assert first.scheduler.trace == second.scheduler.trace
+    assert [v.to_json() for v in one.violations] == [v.to_json() for v in two.violations]
 
 
 # == the checker catches what it must ====================================================

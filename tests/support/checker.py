@@ -72,16 +72,14 @@ class Checker:
         self.max_concurrent = max_concurrent
         self._last_head: tuple[int, int | None] | None = None  # (generation, head)
         self._last_next_id = 0
+        self._handles: dict[int, list[dict[str, Any]]] = {}
 
     # -- raw reads -----------------------------------------------------------------------
 
     def _json(self, key: str) -> dict[str, Any] | None:
-        info = self.store.head(key)
-        if info is None:
-            return None
         try:
             doc = json.loads(self.store.get(key).data)
-        except Exception:  # missing between head and get, or not JSON: both are findings
+        except Exception:  # missing, or not JSON: the rules that need it report it
             return None
         return doc if isinstance(doc, dict) else None
 
@@ -126,12 +124,18 @@ class Checker:
                 out[cid] = str((doc or {}).get("type", "checkpoint"))
         return out
 
-    def handles(self, cid: int) -> list[dict[str, Any]] | None:
-        """The files a COMPLETED checkpoint references, or None if it has no such outcome."""
+    def handles(self, cid: int, cached: bool = False) -> list[dict[str, Any]] | None:
+        """The files a COMPLETED checkpoint references, or None if it has no such outcome.
+        `cached`: reuse what an earlier call read (an outcome is write-once), for the
+        checks between steps; the final checks always read again."""
+        if cached and cid in self._handles:
+            return self._handles[cid]
         doc = self.outcome(cid)
         if doc is None or str(doc.get("status", "")).upper() != "COMPLETED":
             return None
-        return [h for ack in doc.get("acks", []) for h in ack.get("handles", [])]
+        found = [h for ack in doc.get("acks", []) for h in ack.get("handles", [])]
+        self._handles[cid] = found
+        return found
 
     # -- checks while the schedule runs ------------------------------------------------
 
@@ -144,7 +148,8 @@ class Checker:
         running = [
             cid
             for cid, kind in control.pending.items()
-            if kind != "savepoint" and self.outcome(cid) is None
+            if kind != "savepoint"
+            and self.store.head(f"{self.checkpoints}{_chk(cid)}/outcome.json") is None
         ]
         if len(running) > self.max_concurrent:
             out.append(
@@ -156,7 +161,7 @@ class Checker:
                 )
             )
         if control.head is not None:
-            out += self._files_present(step, control.head, "head", sizes_only=True)
+            out += self._files_present(step, control.head, "head", sizes_only=True, cached=True)
         now = (control.generation, control.head)
         if self._last_head is not None:
             gen, head = self._last_head
@@ -197,8 +202,10 @@ class Checker:
             out.append(self._v(step, "id-reused", f"ids handed out twice: {reused}"))
         return out
 
-    def _files_present(self, step: int, cid: int, what: str, sizes_only: bool) -> list[Violation]:
-        handles = self.handles(cid)
+    def _files_present(
+        self, step: int, cid: int, what: str, sizes_only: bool, cached: bool = False
+    ) -> list[Violation]:
+        handles = self.handles(cid, cached)
         if handles is None:
             return [self._v(step, "lost-checkpoint", f"{what} {cid} has no COMPLETED outcome")]
         out = []

@@ -167,12 +167,15 @@ class Schedule:
         self.exported: list[str] = []
         self.notes: list[str] = []
         self._source_files = 0
+        self._checked_writes = -1
 
     # -- plumbing -------------------------------------------------------------------------
 
     def _on_step(self, step: int, actor: str, at: str) -> None:
         self.clock.advance(1.0)
-        if self.options.online_checks:
+        # Only a write changes what the checker sees: check after each one.
+        if self.options.online_checks and len(self.store.writes) != self._checked_writes:
+            self._checked_writes = len(self.store.writes)
             self.violations += self.checker.online(step)
 
     def _task(self, fn: Callable[[int], T], retries: int = 2) -> T | None:

@@ -6,7 +6,9 @@ a failing schedule replays exactly.
 Storage calls made by helper threads of the running actor (the protocol reads acks and
 checks files with small thread pools) are part of that actor's current step: they run
 without stopping, and faults drawn for them depend on the step, the operation and the
-key, never on which pool thread happened to make them.
+key, never on which pool thread happened to make them. (One thing stays timing-bound:
+when one pooled call fails, `Executor.map` cancels the calls not yet started, so how many
+of them ran varies; the failure the actor sees, and so the schedule, does not.)
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class StepScheduler:
         self.step = 0
         self.actors: dict[str, Actor] = {}
         self.current: Actor | None = None
+        #: (step, actor, the call it was let go at): equal for equal seeds.
+        self.trace: list[tuple[int, str, str]] = []
         self.stopping = False
         self.hung: str | None = None
         self._local = threading.local()
@@ -152,6 +156,7 @@ class StepScheduler:
             self.step += 1
             actor.steps += 1
             self.current = actor
+            self.trace.append((self.step, actor.name, actor.at))
             if self.on_step is not None:
                 self.on_step(self.step, actor.name, actor.at)
             if not self._grant(actor):
