@@ -555,3 +555,30 @@ def test_old_head_pointer_and_markers_are_migrated(store: ObjectStore) -> None:
     assert body["kind"] == "pipeline-control" and "migrated_from" not in body
     assert c.completed.retained_ids() == [first, second, nxt]
     assert not list(store.list(c.layout.retained_prefix))
+
+
+def test_imported_savepoint_is_published_only_after_its_restore(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    first = complete(c)
+    savepoint = complete(c, CheckpointType.SAVEPOINT)
+    head = complete(c)
+    folder = SavepointLocation(store, "savepoints/early")
+    export_savepoint(c, savepoint, folder)
+    imported = import_savepoint(c, folder).checkpoint_id
+    assert c.head.get().checkpoint_id == head  # completing the import moved nothing
+    assert notify_checkpoint_complete(c, imported, SINKS).is_stale
+    assert sink_epochs(c) == [first, savepoint, head]
+    c.restore(imported)
+    assert sink_epochs(c) == [first, imported]  # the import stands for the savepoint's epoch
+    assert _manifest(c).epochs[imported].alias_of == savepoint
+
+
+def test_repair_reports_what_it_skipped(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    good, broken = complete(c), complete(c)
+    store.put(c.layout.outcome(broken), b"{oops")
+    store.delete(c.layout.head)
+    report = repair(c)
+    assert report.head == good
+    assert [f.checkpoint_id for f in report.findings] == [broken]
+    assert c.trigger({"src": {"p0": 4}}).base_checkpoint_id == good
