@@ -19,6 +19,7 @@ from batchpoint.errors import RecordError
 from batchpoint.protocol.checkpoint import IMPORTED_FROM_PROPERTY, CompletedCheckpoint
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.restorer import CheckpointRestorer
 from batchpoint.protocol.sinks import PublishResult, SinkPublisher
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ def notify_checkpoint_complete(
     after = c.control.load()
     if after.restore_generation != generation and after.restore is not None:
         # A restore won meanwhile: re-apply its rewind over what we just wrote.
+        alias = CheckpointRestorer(c).alias_of(after.restore.target)
         for name, _, _ in sinks:
-            publisher.rewind(name, after.restore.target, after.restore.generation)
+            publisher.rewind(name, after.restore.target, after.restore.generation, alias)
         report.stale = report.stale or "a restore happened while publishing"
     return report
