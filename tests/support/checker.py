@@ -294,6 +294,12 @@ class Checker:
     def _bytes(self, key: str) -> bytes | None:
         return self.store.get(key).data if self.store.head(key) is not None else None
 
+    def _base(self, cid: int) -> int | None:
+        doc = self.outcome(cid) or self._json(f"{self.root}active/{_chk(cid)}.json") or {}
+        body = doc.get("checkpoint", doc)
+        base = body.get("base_checkpoint_id")
+        return base if isinstance(base, int) and base < cid else None
+
     def sink_names(self) -> list[str]:
         prefix = self.root + "sinks/"
         return [p[len(prefix) :].strip("/") for p in self.store.list_dirs(prefix)]
@@ -363,7 +369,13 @@ class Checker:
             manifest = self.manifest(sink)
             if manifest is None:
                 continue
-            for start in roots | {manifest.get("current")}:
+            epochs = self._epochs(manifest)
+            for root in roots | {manifest.get("current")}:
+                # A kept checkpoint not published (yet) is read through its nearest
+                # published ancestor, until its own publish.
+                start = root
+                while start is not None and start not in epochs:
+                    start = self._base(start)
                 chain = self._chain(manifest, start)
                 # A snapshot sink's reader sees one epoch; an append sink's, the chain.
                 for epoch in chain[-1:] if manifest.get("mode") == "snapshot" else chain:

@@ -7,7 +7,8 @@ Actors (each plays what an Airflow task, the CLI or a stray worker would do):
              retries and, sometimes, a speculative duplicate attempt), finalize and
              publish; a savepoint run also exports its savepoint
   zombie-k   a late attempt of some task of some checkpoint, writing after the fact
-             (and sometimes killed between its file and its ack)
+             (and sometimes killed between its file and its ack), but, like every
+             task, not after its checkpoint's deadline (Airflow's dagrun_timeout)
   gc-k       `batchpoint gc` from a terminal (sometimes with a history limit)
   restore    a restore: latest, by id, or from an exported savepoint folder
   cleanup    the cleanup task: settle (expire, finalize leftovers)
@@ -240,6 +241,8 @@ class Schedule:
 
         def attempt(n: int) -> Any:
             for _ in range(25):
+                if self._killed_by_timeout(pending):
+                    return None
                 try:
                     return run_task(c, pending, task, f"{who}-try{n}")
                 except BaseNotReady:
@@ -258,6 +261,8 @@ class Schedule:
         if pending is None:
             return
         task = self.rng.choice(list(pending.expected_tasks))
+        if self._killed_by_timeout(pending):
+            return
         try:
             if self.rng.random() < 0.5:
                 # Killed between writing its file and acking: the file is left behind.
@@ -266,6 +271,12 @@ class Schedule:
             self._task(lambda _a: run_task(c, pending, task, name), retries=0)
         except (BaseNotReady, BaseAborted):
             return  # its base is not there (yet): a real late attempt fails the same way
+
+    def _killed_by_timeout(self, pending: Any) -> bool:
+        """Airflow ends a DAG run at its timeout, which is the checkpoint timeout (the
+        dagrun_timeout): no task of a checkpoint starts writing after its deadline. This
+        bound is what GC's grace relies on; a writer outliving it is outside the model."""
+        return self.clock() > pending.deadline
 
     def gc(self, name: str) -> None:
         variant = self.options.gc_variant
