@@ -582,3 +582,17 @@ def test_repair_reports_what_it_skipped(store: ObjectStore) -> None:
     assert report.head == good
     assert [f.checkpoint_id for f in report.findings] == [broken]
     assert c.trigger({"src": {"p0": 4}}).base_checkpoint_id == good
+
+
+def test_a_late_roll_forward_never_moves_the_sinks_back(store: ObjectStore) -> None:
+    """Seed 686 of the model: an actor read an unfinished restore (generation 1, target 1),
+    stalled, and its rewind landed after the restore finished and epoch 3 was published in
+    generation 1."""
+    c = coordinator(store, num_retained=5)
+    first = complete(c)
+    complete(c)
+    c.restore(first)
+    third = complete(c)
+    assert _manifest(c).current == third
+    SinkPublisher(c.store, c.layout).rewind("sink", first, generation=1)  # the stalled step
+    assert _manifest(c).current == third and sink_epochs(c) == [first, third]

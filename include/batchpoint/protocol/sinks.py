@@ -210,9 +210,12 @@ class SinkPublisher:
         def move(current: SinkManifest | None) -> SinkManifest | None:
             if current is None:
                 return None
+            if generation is not None and generation <= current.generation:
+                # Rewound into this generation already (or a newer one): a roll-forward
+                # that read the restore late must not move the sink back over epochs
+                # published since.
+                return None
             gen = current.generation if generation is None else generation
-            if gen < current.generation:
-                return None  # a newer restore rewound it already
             epochs = dict(current.epochs)
             if checkpoint_id is not None and checkpoint_id not in epochs and alias_of in epochs:
                 original = epochs[alias_of]
