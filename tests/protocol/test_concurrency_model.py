@@ -43,22 +43,9 @@ def test_seeded_schedules_hold_every_invariant(chunk: int, tmp_path: Path) -> No
     assert all(r.ok for r in results), _report(results)
 
 
-# Schedules the 1,000-schedule run found violating, kept as regressions.
-REWIND_RACE = (
-    "a restore's sink rewind for generation G, rolled forward by an actor that read the "
-    "restore before it was finished, lands after a publish decided in G and moves the "
-    "sink back (seed 686: head 3, sinks at 2)"
-)
-
-
-@pytest.mark.parametrize(
-    "seed",
-    [
-        pytest.param(272, marks=pytest.mark.xfail(strict=True, reason=REWIND_RACE)),
-        pytest.param(368, marks=pytest.mark.xfail(strict=True, reason=REWIND_RACE)),
-        pytest.param(686, marks=pytest.mark.xfail(strict=True, reason=REWIND_RACE)),
-    ],
-)
+# Schedules the 1,000-schedule run found violating (a restore's sink rewind, rolled
+# forward late, undid a publish of the same generation), kept as regressions.
+@pytest.mark.parametrize("seed", [272, 368, 686])
 def test_schedules_found_by_the_long_run(seed: int, tmp_path: Path) -> None:
     result = run_schedule(seed, LocalObjectStore(tmp_path / "store"))
     assert result.ok, _report([result])
