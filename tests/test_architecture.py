@@ -31,13 +31,10 @@ NO_AIRFLOW = ("protocol", "storage", "state", "sources", "ops")
 NO_SPARK = ("protocol", "storage", "state", "sources")
 FORBIDDEN = {"airflow": NO_AIRFLOW, "pyspark": NO_SPARK}
 
-#: Known violations in files other helpers are rewriting right now (issue 9), allowed
-#: until their branches land. Empty it entry by entry after each merge: a listed module
-#: that is no longer too long fails the test, so the list cannot outlive its reason.
-#: Anything else (a new cycle, a new import, another long module) fails at once.
-PENDING_ELSEWHERE: dict[str, str] = {
-    "batchpoint/protocol/coordinator.py": "H3: protocol/ rework",
-}
+#: Known violations allowed while a rework lands, each with its reason. Empty: every
+#: module is within bounds. A listed module that is no longer too long fails the test,
+#: so an entry cannot outlive its reason; anything unlisted fails at once.
+PENDING_ELSEWHERE: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

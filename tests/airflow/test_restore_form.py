@@ -84,13 +84,21 @@ def test_the_gate_is_turned_off_only_with_the_typed_phrase(bp):
     assert state == "failed" and states["check"] == "failed"
     assert restores.quarantined() == [1] and restores.head == 2
 
-    # ...ungated, with the phrase, only its files' sizes are checked: it is restored
-    state, states, check = restores.run(
+    # ...and ungated, with the phrase, still refused: quarantine holds on every restore
+    # path, and the files' sha256 are checked at restore anyway
+    state, states, _ = restores.run(
         source="1", dry_run=False, quality_gate=False, confirm_ungated=PHRASE
+    )
+    assert state == "failed" and states["check"] == "failed"
+    assert restores.head == 2
+
+    # ungated with the phrase, a sound checkpoint is restored without the suites
+    state, states, check = restores.run(
+        source="2", dry_run=False, quality_gate=False, confirm_ungated=PHRASE
     )
     assert state == "success", states
     assert check["quality_gate"]["enabled"] is False and check["checks"][0]["gate"] is None
-    assert restores.head == 1
+    assert restores.head == 2
 
 
 def test_a_dry_run_quarantines_nothing_and_how_far_back_is_enforced(bp):

@@ -34,6 +34,10 @@ def test_savepoint_exported_elsewhere_moved_and_restored(bp, write_epoch, tmp_pa
 
     # a savepoint: retained, never subsumed, exported with its _metadata
     elsewhere = f"s3://{bp.seaweed.bucket}/exported-{tmp_path.name}/sp"
+    # Savepoints go only under configured roots: this deployment adds one.
+    # (and the local disk the folder is moved to below)
+    roots = [f"{bp.root}/savepoints/", f"s3://{bp.seaweed.bucket}/exported-{tmp_path.name}/"]
+    bp.set(savepoint_roots=",".join([*roots, tmp_path.as_uri()]))
     run, states = bp.run(
         "payments_savepoint",
         {"target": elsewhere, "stop_pipeline": False, "description": "pre-deploy"},

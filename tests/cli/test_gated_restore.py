@@ -66,8 +66,11 @@ def test_the_gate_off_needs_the_typed_confirmation(driver, capsys):
     assert restore("--no-gate", "--confirm", PHRASE, *EVERY_STATE) == 0
     captured = capsys.readouterr()
     assert "quality gate OFF (confirmed)" in captured.out
-    assert "checkpoint 3: ok (6 file(s)" in captured.out  # the broken head: files only
-    assert "restored pipeline payments to checkpoint 3" in captured.out
+    # Ungated, the files are still checked with their sha256 (the default at restore):
+    # the broken head is skipped as a finding and the one before it restored.
+    assert "checkpoint 3: FAILED" in captured.out and "sha256" in captured.out
+    assert "checkpoint 2: ok (6 file(s)" in captured.out
+    assert "restored pipeline payments to checkpoint 2" in captured.out
     assert "suites to skip ignored: no suite runs with the gate off" in captured.err
     assert not driver.store.exists(LAYOUT.quarantine(3))
 

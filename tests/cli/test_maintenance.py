@@ -3,9 +3,12 @@ nothing written."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from batchpoint.runtime.driver import PipelineDriver
 from support.cli import listing
 
 
@@ -27,9 +30,14 @@ def test_gc_dry_run_deletes_nothing_then_gc_deletes_what_it_listed(payments, cli
 
 
 def test_gc_history_limit_prunes_old_records(payments, cli):
+    # Aborted two hours ago: past GC's grace for late writers (BATCHPOINT_GC_GRACE), so
+    # their files go and then their records, beyond the newest --history-limit.
+    long_ago = PipelineDriver(
+        payments.pipeline, payments.store_ref, payments.config, lambda: time.time() - 7200
+    )
     for _ in range(3):
-        pending = payments.trigger()
-        payments.coordinator.abort(
+        pending = long_ago.trigger()
+        long_ago.coordinator.abort(
             pending.checkpoint_id, CheckpointFailureReason.DECLINED, "declined"
         )
     body = cli("--json", "gc", "--history-limit", "0").json

@@ -46,7 +46,10 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
     return pending.checkpoint_id
 
 
-def test_savepoint_exports_a_completed_checkpoint_with_progress(driver, capsys, tmp_path):
+def test_savepoint_exports_a_completed_checkpoint_with_progress(
+    driver, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("BATCHPOINT_SAVEPOINT_ROOTS", tmp_path.as_uri())
     cid = epoch(driver, CheckpointType.SAVEPOINT)
     target = (tmp_path / "exported").as_uri()
     code = main(
@@ -92,7 +95,8 @@ def test_restore_dry_run_changes_nothing(driver, capsys):
     assert driver.coordinator.head.get().checkpoint_id == 2
 
 
-def test_restore_from_a_savepoint_with_a_new_parallelism(driver, capsys, tmp_path):
+def test_restore_from_a_savepoint_with_a_new_parallelism(driver, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHPOINT_SAVEPOINT_ROOTS", tmp_path.as_uri())
     sp = epoch(driver, CheckpointType.SAVEPOINT)
     target = (tmp_path / "sp").as_uri()
     main(["--pipeline-ref", REF, "savepoint", "--checkpoint-id", str(sp), "--target", target])
@@ -161,3 +165,23 @@ def test_savepoint_and_restore_mistakes_exit_2_and_write_nothing(driver, capsys,
 def test_restore_of_a_pipeline_the_storage_lacks_is_a_mistake(root, capsys):
     assert main(["--pipeline-ref", REF, "restore", "latest"]) == 2
     assert "no pipeline 'payments'" in capsys.readouterr().err
+
+
+def test_savepoint_targets_and_restore_sources_outside_the_roots_are_refused(
+    driver, capsys, tmp_path
+):
+    # Default root: <storage root>/savepoints/. Anything else is refused before a byte moves.
+    sp = epoch(driver, CheckpointType.SAVEPOINT)
+    outside = (tmp_path / "elsewhere").as_uri()
+    code = main(
+        ["--pipeline-ref", REF, "savepoint", "--checkpoint-id", str(sp), "--target", outside]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: savepoint path ") and "outside the savepoint roots" in err
+    assert not (tmp_path / "elsewhere").exists()
+
+    head = driver.coordinator.head.get().checkpoint_id
+    assert main(["--pipeline-ref", REF, "restore", outside]) == 2
+    assert "outside the savepoint roots" in capsys.readouterr().err
+    assert driver.coordinator.head.get().checkpoint_id == head

@@ -88,7 +88,7 @@ def test_verify_a_savepoint_folder(driver, capsys, tmp_path):
     sp = fake_epochs.epoch(driver, CheckpointType.SAVEPOINT)
     folder = (tmp_path / "sp").as_uri()
     target = SavepointLocation(StoreRef.of(folder).open())
-    export_savepoint(driver.coordinator, sp, target)
+    export_savepoint(driver.coordinator, sp, target, roots=[tmp_path.as_uri()])
     assert verify(folder) == 0
     out = capsys.readouterr().out
     assert f"savepoint {folder} (checkpoint {sp}): passed" in out

@@ -54,22 +54,22 @@ def test_export_writes_every_file_relative_to_the_folder_and_metadata_last(store
     c = coordinator(store)
     complete(c)
     cid = complete(c, CheckpointType.SAVEPOINT, {"source": {"p0": 7}})
-    target = SavepointLocation(store, "exports/sp1")
+    target = SavepointLocation(store, "savepoints/sp1")
     report = export_savepoint(c, cid, target, description="before v2")
 
     completed = c.completed.get(cid)
     assert report.files == len(completed.handles) == 3
-    keys = {i.key for i in store.list("exports/sp1/")}
-    assert f"exports/sp1/{METADATA}" in keys
+    keys = {i.key for i in store.list("savepoints/sp1/")}
+    assert f"savepoints/sp1/{METADATA}" in keys
     metadata = read_savepoint(target)
     assert metadata.checkpoint_id == cid and metadata.description == "before v2"
     assert metadata.pending.barrier == {"source": {"p0": 7}}
     for original, relative in zip(completed.handles, metadata.handles, strict=True):
         assert relative.path.startswith("data/keyed/") or relative.path.startswith("data/sink/")
-        assert f"exports/sp1/{relative.path}" in keys
-        assert store.get(f"exports/sp1/{relative.path}").data == store.get(original.path).data
+        assert f"savepoints/sp1/{relative.path}" in keys
+        assert store.get(f"savepoints/sp1/{relative.path}").data == store.get(original.path).data
         assert (relative.size, relative.sha256) == (original.size, original.sha256)
-    body = json.loads(store.get(f"exports/sp1/{METADATA}").data)
+    body = json.loads(store.get(f"savepoints/sp1/{METADATA}").data)
     assert body["kind"] == "savepoint" and body["version"] == 1
     assert "pipelines/" not in json.dumps(body["acks"])  # nothing names where it came from
     assert check_savepoint(target, checksums=True) == []
@@ -78,15 +78,19 @@ def test_export_writes_every_file_relative_to_the_folder_and_metadata_last(store
 def test_a_moved_savepoint_restores_into_another_deployment(store, tmp_path):
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT, {"source": {"p0": 5}})
-    original = SavepointLocation(store, "sp")
+    original = SavepointLocation(store, "savepoints/sp")
     export_savepoint(c, cid, original)
 
     moved = SavepointLocation(LocalObjectStore(tmp_path / "usb-stick"), "somewhere/else")
-    copy_objects(store, moved.store, [(i.key, moved.key(i.key[3:])) for i in store.list("sp/")])
-    store.delete_many(i.key for i in store.list("sp/"))  # the original folder is gone
+    folder = "savepoints/sp/"
+    pairs = [(i.key, moved.key(i.key[len(folder) :])) for i in store.list(folder)]
+    copy_objects(store, moved.store, pairs)
+    store.delete_many(i.key for i in store.list("savepoints/sp/"))  # the original folder is gone
 
     other = coordinator(LocalObjectStore(tmp_path / "other-deployment"))
-    imported = import_savepoint(other, moved, checksums=True)
+    imported = import_savepoint(
+        other, moved, checksums=True, roots=[moved.store.child("somewhere/")]
+    )
     assert imported.checkpoint_id == 1  # the first id of that deployment
     assert imported.pending.type is CheckpointType.SAVEPOINT
     assert imported.pending.barrier == {"source": {"p0": 5}}
@@ -97,15 +101,16 @@ def test_a_moved_savepoint_restores_into_another_deployment(store, tmp_path):
     for handle in imported.handles:
         assert handle.path.startswith(other.layout.data_prefix(1))
         assert other.store.head(handle.path).size == handle.size
-    assert other.head.get().checkpoint_id == 1
+    assert other.head.get().checkpoint_id is None  # only a restore moves the head to it
+    assert other.restore(1).checkpoint_id == 1
 
 
 def test_importing_into_the_same_pipeline_takes_a_new_id(store):
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT)
     complete(c)
-    export_savepoint(c, cid, SavepointLocation(store, "sp"))
-    imported = import_savepoint(c, SavepointLocation(store, "sp"))
+    export_savepoint(c, cid, SavepointLocation(store, "savepoints/sp"))
+    imported = import_savepoint(c, SavepointLocation(store, "savepoints/sp"))
     assert imported.checkpoint_id == 3  # never a reused id
     assert c.ids.get_and_increment() == 4
 
@@ -113,7 +118,7 @@ def test_importing_into_the_same_pipeline_takes_a_new_id(store):
 def test_a_damaged_savepoint_is_refused_before_anything_is_written(store):
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT)
-    location = SavepointLocation(store, "sp")
+    location = SavepointLocation(store, "savepoints/sp")
     export_savepoint(c, cid, location)
     victim = read_savepoint(location).handles[1]
     store.put(location.key(victim.path), b"truncated")
@@ -130,9 +135,9 @@ def test_a_damaged_savepoint_is_refused_before_anything_is_written(store):
 def test_wrong_pipeline_and_missing_metadata_are_refused(store):
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT)
-    export_savepoint(c, cid, SavepointLocation(store, "sp"))
+    export_savepoint(c, cid, SavepointLocation(store, "savepoints/sp"))
     with pytest.raises(RestoreRefused, match="of pipeline 'p', not of 'q'"):
-        import_savepoint(coordinator(store, "q"), SavepointLocation(store, "sp"))
+        import_savepoint(coordinator(store, "q"), SavepointLocation(store, "savepoints/sp"))
     with pytest.raises(RestoreRefused, match="no _metadata"):
         read_savepoint(SavepointLocation(store, "nothing-here"))
 
@@ -140,19 +145,19 @@ def test_wrong_pipeline_and_missing_metadata_are_refused(store):
 def test_export_refuses_an_occupied_target_and_an_unfinished_checkpoint(store):
     c = coordinator(store)
     cid = complete(c)
-    export_savepoint(c, cid, SavepointLocation(store, "sp"))
+    export_savepoint(c, cid, SavepointLocation(store, "savepoints/sp"))
     with pytest.raises(CheckpointError, match="already holds a savepoint"):
-        export_savepoint(c, cid, SavepointLocation(store, "sp"))
+        export_savepoint(c, cid, SavepointLocation(store, "savepoints/sp"))
     pending = c.trigger({})
     with pytest.raises(CheckpointError):
-        export_savepoint(c, pending.checkpoint_id, SavepointLocation(store, "sp2"))
+        export_savepoint(c, pending.checkpoint_id, SavepointLocation(store, "savepoints/sp2"))
 
 
 def test_metadata_paths_cannot_leave_the_folder(tmp_path):
     store = LocalObjectStore(tmp_path)
     c = coordinator(store)
     cid = complete(c)
-    location = SavepointLocation(store, "sp")
+    location = SavepointLocation(store, "savepoints/sp")
     export_savepoint(c, cid, location)
     body = json.loads(store.get(location.metadata_key).data)
     body["acks"][0]["handles"][0]["path"] = "data/../../pipelines/p/head.json"

@@ -251,7 +251,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             and not self.m.outcomes[cid].pending.properties.get("retain_forever")
         ]
         excess = subsumable[: max(0, len(subsumable) - self.config.num_retained)]
-        self.m.retained -= {cid for cid in excess if cid != self.m.head}
+        # never the head, nor the base of a pending checkpoint (a trigger's fence)
+        bases = {self.m.triggered[p].base_checkpoint_id for p in self.m.pending()}
+        self.m.retained -= {cid for cid in excess if cid != self.m.head and cid not in bases}
 
     def _check_completed(self, outcome: CheckpointOutcome) -> None:
         """Invariant 2, at the moment of completion."""
@@ -651,10 +653,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         for path, size in self._must_exist().items():
             assert path in objects and objects[path].size == size, f"lost {path}"
         # retention and failure counting, as the model says
-        retained = {
-            parse_checkpoint_dir_name(i.key.rsplit("/", 1)[-1])
-            for i in self.store.list(c.layout.retained_prefix)
-        }
+        retained = set(c.completed.retained_ids())
         assert retained == self.m.retained, (retained, self.m.retained)
         failures = c.failures.state()
         assert list(failures.failed_ids) == self.m.failed, (failures, self.m.failed)

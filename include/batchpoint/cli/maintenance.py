@@ -1,4 +1,5 @@
-"""`gc` and `reset`: keeping a pipeline's storage and failure counter in order."""
+"""`gc`, `reset` and `repair`: keeping a pipeline's storage, failure counter and control
+record in order."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, non_negative
-from batchpoint.ops.maintenance import gc, gc_summary, reset
+from batchpoint.ops.maintenance import gc, gc_summary, repair, reset
 
 
 def cmd_gc(cmd: Command) -> int:
@@ -36,6 +37,23 @@ def cmd_reset(cmd: Command) -> int:
     return 0
 
 
+def cmd_repair(cmd: Command) -> int:
+    result = repair(cmd.coordinator(), dry_run=cmd.args.dry_run)
+
+    def text() -> str:
+        verb = "would rebuild" if result.dry_run else "rebuilt"
+        lines = [
+            f"pipeline {result.pipeline}: {verb} the control record: head = checkpoint "
+            f"{result.head}, retained = {result.retained}, restore generation "
+            f"{result.restore_generation}"
+        ]
+        lines += [f"  skipped {finding}" for finding in result.findings]
+        return "\n".join(lines)
+
+    cmd.out.emit(result.to_json, text)
+    return 0
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "gc", help="delete files no retained checkpoint references", parents=[common]
@@ -51,3 +69,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_gc)
     p = sub.add_parser("reset", help="clear a FAILED pipeline's failure counter", parents=[common])
     p.set_defaults(run=cmd_reset)
+    p = sub.add_parser(
+        "repair",
+        help="rebuild a missing or unreadable control record from the checkpoints' outcomes",
+        parents=[common],
+    )
+    p.add_argument("--dry-run", action="store_true", help="report what it would write")
+    p.set_defaults(run=cmd_repair)

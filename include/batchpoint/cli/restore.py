@@ -86,6 +86,7 @@ def cmd_restore(cmd: Command) -> int:
         checksums=args.checksums,
         dry_run=args.dry_run,
         store_options=settings.store_options,
+        savepoint_roots=settings.savepoint_roots,
         progress=cmd.out.note,
     )
     cmd.out.emit(run.to_json, lambda: report_text(run))
@@ -160,7 +161,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="check and report only: the head is not moved, nothing quarantined or stored",
     )
     p.add_argument(
-        "--checksums", action="store_true", help="also verify every checksum (before the gate)"
+        "--checksums",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="verify every file's sha256 before the gate (default: "
+        "BATCHPOINT_RESTORE_VERIFY_CHECKSUMS, true); --no-checksums for huge states",
     )
     add_gate_option(
         p,

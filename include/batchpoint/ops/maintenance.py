@@ -10,6 +10,7 @@ from typing import Any
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.gc import GarbageCollector, GcReport
+from batchpoint.protocol.repair import repair as repair_control
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
 
 
@@ -20,11 +21,13 @@ def gc(
     history_limit: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> GcReport:
-    """Delete files no retained checkpoint references (nothing with `dry_run`); with
-    `history_limit`, also drop the records of settled, unretained checkpoints beyond the
-    newest that many."""
+    """Delete files no retained checkpoint references (nothing with `dry_run`), and the
+    records of settled, unretained checkpoints beyond the newest `history_limit` (the
+    pipeline's BATCHPOINT_HISTORY_LIMIT when not given)."""
     if history_limit is not None and history_limit < 0:
         raise ConfigError(f"history limit must be >= 0, got {history_limit}")
+    if history_limit is None:
+        history_limit = coordinator.config.history_limit
     return GarbageCollector(coordinator).collect(
         dry_run=dry_run, history_limit=history_limit, progress=progress
     )
@@ -79,3 +82,33 @@ def release_quarantine(coordinator: CheckpointCoordinator, checkpoint_id: int) -
         raise BatchpointError(
             f"checkpoint {checkpoint_id} of pipeline {coordinator.pipeline} is not quarantined"
         )
+
+
+@dataclass
+class RepairResult:
+    pipeline: str
+    head: int | None
+    restore_generation: int
+    retained: list[int]
+    findings: list[str]
+    replaced: bool
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def repair(coordinator: CheckpointCoordinator, *, dry_run: bool = False) -> RepairResult:
+    """Rebuild a missing or unreadable control record from the outcome records (the
+    newest intact completed checkpoints and every savepoint retained, the head on the
+    newest, a new restore generation); what it skipped comes back as findings."""
+    report = repair_control(coordinator, dry_run=dry_run)
+    return RepairResult(
+        coordinator.pipeline,
+        report.head,
+        report.control.restore_generation,
+        report.control.retained_ids(),
+        [str(f) for f in report.findings],
+        report.replaced,
+        dry_run,
+    )

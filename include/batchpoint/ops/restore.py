@@ -6,7 +6,7 @@ restore task)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,10 +74,11 @@ def restore(
     options: GateOptions,
     *,
     parallelism: Any = None,
-    checksums: bool = False,
+    checksums: bool | None = None,
     dry_run: bool = False,
     check_only: bool = False,
     store_options: Mapping[str, str] | None = None,
+    savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
 ) -> RestoreRun:
     """Find and check the candidates, then restore to the chosen one. A dry run writes
@@ -90,6 +91,7 @@ def restore(
         store_options=store_options,
         progress=progress,
         max_candidates=options.max_candidates,
+        savepoint_roots=savepoint_roots,
     )
     run = RestoreRun(planner.plan(source, parallelism), gate, options, dry_run)
     if not (run.refused or dry_run or check_only):
@@ -103,12 +105,15 @@ def apply_restore(
     parallelism: Any = None,
     *,
     store_options: Mapping[str, str] | None = None,
+    savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
 ) -> RestoreResult:
     """Restore to what an earlier check chose (`RestoreRun.to_json()["restore"]`). It is
     checked again without the gate (it passed already): the files must still be there,
     and 'latest' must not slide to a newer checkpoint meanwhile."""
     source = chosen.get("location") or chosen.get("checkpoint_id")
-    planner = RestorePlanner(driver, store_options=store_options, progress=progress)
+    planner = RestorePlanner(
+        driver, store_options=store_options, progress=progress, savepoint_roots=savepoint_roots
+    )
     plan = planner.plan(RestoreSource.parse(source), parallelism or None)
     return planner.apply(plan)

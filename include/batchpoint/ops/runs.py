@@ -191,7 +191,9 @@ def settle_run(
         settlement.discarded_files = discard_checkpoint_data(c, checkpoint_id)
     else:
         settlement.published = finalize(driver, checkpoint_id).published
-        settlement.gc_deleted = len(GarbageCollector(c).collect().deleted_files)
+        settlement.gc_deleted = len(
+            GarbageCollector(c).collect(history_limit=c.config.history_limit).deleted_files
+        )
     return settlement
 
 

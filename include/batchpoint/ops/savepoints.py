@@ -7,7 +7,7 @@ and finalize, then `export` (ExportSavepointOperator)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     default_savepoint_prefix,
+    dispose_savepoint,
     export_savepoint,
     import_savepoint,
 )
@@ -73,17 +74,24 @@ def export(
     *,
     store_options: Mapping[str, str] | None = None,
     description: str = "",
+    roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
 ) -> ExportResult:
     """Copy a completed checkpoint (normally a savepoint) into its folder with relative
-    paths and `_metadata`."""
+    paths and `_metadata`; the folder must lie under `roots` (BATCHPOINT_SAVEPOINT_ROOTS;
+    None: the storage root's savepoints/)."""
     outcome = coordinator.get_outcome(checkpoint_id)
     if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
         raise BatchpointError(f"checkpoint {checkpoint_id} did not complete: nothing to export")
     location = savepoint_target(coordinator, checkpoint_id, target, store_options)
     started = time.monotonic()
     report = export_savepoint(
-        coordinator, checkpoint_id, location, description=description, progress=progress
+        coordinator,
+        checkpoint_id,
+        location,
+        description=description,
+        roots=roots,
+        progress=progress,
     )
     return ExportResult(
         coordinator.pipeline,
@@ -159,8 +167,15 @@ def take_savepoint(
         target,
         store_options=settings.store_options,
         description=description,
+        roots=settings.savepoint_roots,
         progress=progress,
     )
+
+
+def dispose(coordinator: CheckpointCoordinator, checkpoint_id: int) -> None:
+    """Remove a retained savepoint from the pipeline; GC collects its files. Refused
+    while it is the head, a pending checkpoint's base, or a retained checkpoint uses it."""
+    dispose_savepoint(coordinator, checkpoint_id)
 
 
 def import_folder(
@@ -169,9 +184,12 @@ def import_folder(
     *,
     store_options: Mapping[str, str] | None = None,
     checksums: bool = False,
+    roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
 ) -> CompletedCheckpoint:
     """Bring a savepoint folder into the pipeline's storage as a new retained
     checkpoint (a restore does this itself; this is the step alone)."""
     folder = savepoint_location(location, coordinator.store, store_options)
-    return import_savepoint(coordinator, folder, checksums=checksums, progress=progress)
+    return import_savepoint(
+        coordinator, folder, checksums=checksums, roots=roots, progress=progress
+    )

@@ -47,6 +47,11 @@ class CheckpointFailureReason(enum.Enum):
         "the pipeline is FAILED: too many failed checkpoints",
         False,
     )
+    NEEDS_REPAIR = (
+        "needs-repair",
+        "a record the decision needs is missing or unreadable",
+        False,
+    )
 
     def __init__(self, code: str, message: str, counts_as_failure: bool | int) -> None:
         self.code = code
@@ -161,7 +166,7 @@ class TaskMetrics:
 
 
 @dataclass(frozen=True)
-class PendingCheckpoint:
+class PendingCheckpoint(records.VersionedRecord):
     """What the trigger fixes for the whole life of a checkpoint."""
 
     KIND = "pending-checkpoint"
@@ -208,9 +213,6 @@ class PendingCheckpoint:
             "properties": dict(self.properties),
         }
 
-    def encode(self) -> bytes:
-        return records.encode(self.KIND, self.VERSION, self.to_body())
-
     @classmethod
     def from_body(cls, key: str, body: Mapping[str, Any]) -> PendingCheckpoint:
         try:
@@ -234,14 +236,9 @@ class PendingCheckpoint:
             properties=body.get("properties") or {},
         )
 
-    @classmethod
-    def decode(cls, key: str, data: bytes) -> PendingCheckpoint:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
-        return cls.from_body(key, body)
-
 
 @dataclass(frozen=True)
-class AckRecord:
+class AckRecord(records.VersionedRecord):
     KIND = "ack"
     VERSION = 1
 
@@ -270,9 +267,6 @@ class AckRecord:
             "acked_at": to_iso(self.acked_at),
         }
 
-    def encode(self) -> bytes:
-        return records.encode(self.KIND, self.VERSION, self.to_body())
-
     @classmethod
     def from_body(cls, key: str, body: Mapping[str, Any]) -> AckRecord:
         handles = records.field(key, body, "handles", list)
@@ -285,14 +279,9 @@ class AckRecord:
             acked_at=from_iso(key, body.get("acked_at")),
         )
 
-    @classmethod
-    def decode(cls, key: str, data: bytes) -> AckRecord:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
-        return cls.from_body(key, body)
-
 
 @dataclass(frozen=True)
-class DeclineRecord:
+class DeclineRecord(records.VersionedRecord):
     KIND = "decline"
     VERSION = 1
 
@@ -302,22 +291,17 @@ class DeclineRecord:
     reason: str
     declined_at: float
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "checkpoint_id": self.checkpoint_id,
-                "task": self.task,
-                "attempt": self.attempt,
-                "reason": self.reason,
-                "declined_at": to_iso(self.declined_at),
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "task": self.task,
+            "attempt": self.attempt,
+            "reason": self.reason,
+            "declined_at": to_iso(self.declined_at),
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> DeclineRecord:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: Mapping[str, Any]) -> DeclineRecord:
         return cls(
             checkpoint_id=records.field(key, body, "checkpoint_id", int),
             task=records.field(key, body, "task", str),
@@ -357,7 +341,7 @@ class CompletedCheckpoint:
 
 
 @dataclass(frozen=True)
-class CheckpointOutcome:
+class CheckpointOutcome(records.VersionedRecord):
     """The single write-once record that settles a checkpoint."""
 
     KIND = "checkpoint-outcome"
@@ -374,7 +358,7 @@ class CheckpointOutcome:
     def checkpoint_id(self) -> int:
         return self.pending.checkpoint_id
 
-    def encode(self) -> bytes:
+    def to_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "status": self.status.value,
             "checkpoint": self.pending.to_body(),
@@ -385,11 +369,10 @@ class CheckpointOutcome:
         if self.reason is not None:
             body["reason"] = self.reason.code
             body["message"] = self.message
-        return records.encode(self.KIND, self.VERSION, body)
+        return body
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> CheckpointOutcome:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: Mapping[str, Any]) -> CheckpointOutcome:
         status = body.get("status")
         if status not in (CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED):
             raise CorruptRecord(key, f"bad status {status!r}")

@@ -1,102 +1,50 @@
 """Flink's CompletedCheckpointStore: which completed checkpoints are retained.
 
-Membership is one small marker per checkpoint under `retained/`; the checkpoint's
-metadata stays in its write-once outcome record. Subsumption removes markers of the
-oldest checkpoints beyond `num_retained`, after which GC may delete their files.
-Savepoints and checkpoints marked `retain_forever` are never subsumed.
+Membership lives in the pipeline's control record (protocol/control.py), next to the
+head, so retaining, subsuming and restoring change it in the same conditional write; the
+checkpoint's metadata stays in its write-once outcome record. Subsumption moves the
+oldest checkpoints beyond `num_retained` into the discarded queue, after which GC may
+delete their files. Savepoints and checkpoints marked `retain_forever` are never
+subsumed; a savepoint leaves only by explicit disposal.
 """
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass
+import time
+from dataclasses import replace
 
-from batchpoint.errors import CheckpointNotFound, ObjectAlreadyExists, ObjectNotFound
-from batchpoint.protocol import records
-from batchpoint.protocol.checkpoint import (
-    CheckpointOutcome,
-    CheckpointStatus,
-    CheckpointType,
-    CompletedCheckpoint,
-)
-from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
-from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint.errors import CheckpointNotFound, ObjectNotFound
+from batchpoint.protocol.checkpoint import CheckpointOutcome, CheckpointStatus, CompletedCheckpoint
+from batchpoint.protocol.control import ControlRecord, ControlStore, RetainedEntry
+from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.storage.base import ObjectStore
 
-
-@dataclass(frozen=True)
-class RetainedMarker:
-    KIND = "retained-checkpoint"
-    VERSION = 1
-
-    checkpoint_id: int
-    type: CheckpointType
-    completed_at: float
-    retain_forever: bool
-
-    @property
-    def subsumable(self) -> bool:
-        return self.type is CheckpointType.CHECKPOINT and not self.retain_forever
-
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "checkpoint_id": self.checkpoint_id,
-                "type": self.type.value,
-                "completed_at": to_iso(self.completed_at),
-                "retain_forever": self.retain_forever,
-            },
-        )
-
-    @classmethod
-    def decode(cls, key: str, data: bytes) -> RetainedMarker:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
-        return cls(
-            records.field(key, body, "checkpoint_id", int),
-            CheckpointType(body.get("type", "checkpoint")),
-            from_iso(key, body.get("completed_at")),
-            bool(body.get("retain_forever", False)),
-        )
+#: The old name of a retained entry (it was a marker object per checkpoint).
+RetainedMarker = RetainedEntry
 
 
 class CompletedCheckpointStore:
-    def __init__(self, store: ObjectStore, layout: PipelineLayout) -> None:
+    """A view of the retained set in the control record."""
+
+    def __init__(
+        self, store: ObjectStore, layout: PipelineLayout, control: ControlStore | None = None
+    ) -> None:
         self._store = store
         self._layout = layout
+        self._control = control or ControlStore(store, layout, time.time)
 
-    def add(self, completed: CompletedCheckpoint) -> None:
-        pending = completed.pending
-        marker = RetainedMarker(
-            completed.checkpoint_id,
-            pending.type,
-            completed.completed_at,
-            bool(pending.properties.get("retain_forever", False)),
-        )
-        # A repeated finalize finds the same marker already there.
-        with contextlib.suppress(ObjectAlreadyExists):
-            self._store.create(self._layout.retained(completed.checkpoint_id), marker.encode())
-
-    def markers(self) -> list[RetainedMarker]:
-        out = []
-        for info in self._store.list(self._layout.retained_prefix):
-            if parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1]) is None:
-                continue
-            try:
-                data = self._store.get(info.key).data
-            except ObjectNotFound:
-                continue  # subsumed while listing
-            out.append(RetainedMarker.decode(info.key, data))
-        return sorted(out, key=lambda m: m.checkpoint_id)
+    def markers(self) -> list[RetainedEntry]:
+        return sorted(self._control.load().retained, key=lambda e: e.checkpoint_id)
 
     def retained_ids(self) -> list[int]:
-        return [m.checkpoint_id for m in self.markers()]
+        return self._control.load().retained_ids()
 
     def is_retained(self, checkpoint_id: int) -> bool:
-        return self._store.exists(self._layout.retained(checkpoint_id))
+        return self._control.load().retained_entry(checkpoint_id) is not None
 
     def get(self, checkpoint_id: int) -> CompletedCheckpoint:
+        """The metadata of a completed checkpoint (retained or not); raises
+        CorruptRecord/UnsupportedRecordVersion when its outcome is unreadable."""
         key = self._layout.outcome(checkpoint_id)
         try:
             outcome = CheckpointOutcome.decode(key, self._store.get(key).data)
@@ -115,16 +63,21 @@ class CompletedCheckpointStore:
         ids = self.retained_ids()
         return self.get(ids[-1]) if ids else None
 
-    def subsume(self, num_retained: int, protected: set[int]) -> list[int]:
-        """Drop the oldest subsumable checkpoints beyond `num_retained`; never one in
-        `protected` (the head, and anything a caller is restoring)."""
-        subsumable = [m.checkpoint_id for m in self.markers() if m.subsumable]
-        excess = subsumable[: max(0, len(subsumable) - num_retained)]
-        dropped = [cid for cid in excess if cid not in protected]
-        for cid in dropped:
-            self._store.delete(self._layout.retained(cid))
-        return dropped
+    def release(self, checkpoint_id: int, now: float | None = None) -> bool:
+        """Move one retained checkpoint into GC's queue (explicit disposal); never the
+        head nor a pending checkpoint's base. Returns whether it was retained."""
+        stamp = time.time() if now is None else now
 
-    def release(self, checkpoint_id: int) -> None:
-        """Remove one checkpoint or savepoint from the store (explicit disposal)."""
-        self._store.delete(self._layout.retained(checkpoint_id))
+        def drop(current: ControlRecord | None) -> ControlRecord | None:
+            if current is None or current.retained_entry(checkpoint_id) is None:
+                return None
+            if checkpoint_id in current.protected():
+                raise CheckpointNotFound(
+                    f"checkpoint {checkpoint_id} is the head or the base of a pending "
+                    "checkpoint and cannot be released"
+                )
+            kept = tuple(e for e in current.retained if e.checkpoint_id != checkpoint_id)
+            return replace(current, retained=kept).with_discarded([checkpoint_id], stamp)
+
+        _, written = self._control.update(drop)
+        return written

@@ -19,15 +19,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import (
     CheckpointNotFound,
     ObjectAlreadyExists,
     ObjectNotFound,
-    RestoreRefused,
+    RecordError,
     TriggerRefused,
 )
 from batchpoint.protocol.checkpoint import (
@@ -46,35 +44,30 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.control import (
+    ControlRecord,
+    ControlStore,
+    ControlUnreadable,
+    PendingEntry,
+    settle_outcome,
+)
+from batchpoint.protocol.decider import CheckpointRequestDecider, base_of
 from batchpoint.protocol.failures import CheckpointFailureManager, PipelineStatus
-from batchpoint.protocol.head import HeadPointer, HeadStore
+from batchpoint.protocol.head import HeadStore
 from batchpoint.protocol.ids import CheckpointIDCounter
-from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
+from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.pipeline import PipelineSpec
-from batchpoint.protocol.records import encode, to_iso
+from batchpoint.protocol.reads import AckProgress, CheckpointReads
+from batchpoint.protocol.restorer import CheckpointRestorer, RestoreResult
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
 
 Clock = Callable[[], float]
 
-
-@dataclass(frozen=True)
-class AckProgress:
-    """What an ack sensor needs to know about one checkpoint."""
-
-    checkpoint_id: int
-    status: CheckpointStatus | None  # None: no such checkpoint
-    acknowledged: tuple[str, ...]
-    missing: tuple[str, ...]
-    declines: tuple[DeclineRecord, ...]
-    outcome: CheckpointOutcome | None
-
-    @property
-    def all_acknowledged(self) -> bool:
-        return self.status is not None and not self.missing
+__all__ = ["AckProgress", "CheckpointCoordinator", "Clock"]
 
 
-class CheckpointCoordinator:
+class CheckpointCoordinator(CheckpointReads):
     def __init__(
         self,
         store: ObjectStore,
@@ -89,107 +82,13 @@ class CheckpointCoordinator:
         self.config = config or CheckpointConfig()
         self.clock = clock
         self.ids = CheckpointIDCounter(store, self.layout)
-        self.head = HeadStore(store, self.layout)
-        self.completed = CompletedCheckpointStore(store, self.layout)
+        self.control = ControlStore(store, self.layout, clock)
+        self.head = HeadStore(store, self.layout, self.control)
+        self.completed = CompletedCheckpointStore(store, self.layout, self.control)
+        self.decider = CheckpointRequestDecider(self.pipeline, self.config, self.control.key)
         self.failures = CheckpointFailureManager(
             store, self.layout, self.config.tolerable_failed_checkpoints
         )
-
-    @property
-    def pipeline(self) -> str:
-        return self.layout.pipeline
-
-    # == reads ===========================================================================
-
-    def pending_checkpoints(self) -> list[PendingCheckpoint]:
-        out = []
-        for info in self.store.list(self.layout.active_prefix):
-            if parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1]) is None:
-                continue
-            try:
-                out.append(PendingCheckpoint.decode(info.key, self.store.get(info.key).data))
-            except ObjectNotFound:
-                continue  # settled while listing
-        return sorted(out, key=lambda p: p.checkpoint_id)
-
-    def get_pending(self, checkpoint_id: int) -> PendingCheckpoint | None:
-        key = self.layout.active(checkpoint_id)
-        try:
-            return PendingCheckpoint.decode(key, self.store.get(key).data)
-        except ObjectNotFound:
-            return None
-
-    def get_outcome(self, checkpoint_id: int) -> CheckpointOutcome | None:
-        key = self.layout.outcome(checkpoint_id)
-        try:
-            return CheckpointOutcome.decode(key, self.store.get(key).data)
-        except ObjectNotFound:
-            return None
-
-    def get_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint:
-        """The trigger record of a checkpoint, pending or settled."""
-        outcome = self.get_outcome(checkpoint_id)
-        if outcome is not None:
-            return outcome.pending
-        pending = self.get_pending(checkpoint_id)
-        if pending is None:
-            raise CheckpointNotFound(
-                f"pipeline '{self.pipeline}' has no checkpoint {checkpoint_id}"
-            )
-        return pending
-
-    def status(self, checkpoint_id: int) -> CheckpointStatus | None:
-        outcome = self.get_outcome(checkpoint_id)
-        if outcome is not None:
-            return outcome.status
-        return CheckpointStatus.PENDING if self.get_pending(checkpoint_id) else None
-
-    def acks(self, checkpoint_id: int) -> dict[str, AckRecord]:
-        keys = [info.key for info in self.store.list(self.layout.acks_prefix(checkpoint_id))]
-
-        def read(key: str) -> AckRecord | None:
-            try:
-                return AckRecord.decode(key, self.store.get(key).data)
-            except ObjectNotFound:
-                return None
-
-        # One GET per ack: in parallel, finalizing 1,000 tasks is not 1,000 round trips.
-        with ThreadPoolExecutor(max_workers=max(1, min(16, len(keys)))) as pool:
-            found = [a for a in pool.map(read, keys) if a is not None]
-        return {ack.task: ack for ack in found}
-
-    def declines(self, checkpoint_id: int) -> list[DeclineRecord]:
-        out = []
-        for info in self.store.list(self.layout.declines_prefix(checkpoint_id)):
-            try:
-                out.append(DeclineRecord.decode(info.key, self.store.get(info.key).data))
-            except ObjectNotFound:
-                continue
-        return out
-
-    def progress(self, checkpoint_id: int) -> AckProgress:
-        outcome = self.get_outcome(checkpoint_id)
-        pending = outcome.pending if outcome else self.get_pending(checkpoint_id)
-        if pending is None:
-            return AckProgress(checkpoint_id, None, (), (), (), None)
-        acked = self.acks(checkpoint_id)
-        return AckProgress(
-            checkpoint_id,
-            outcome.status if outcome else CheckpointStatus.PENDING,
-            tuple(t for t in pending.expected_tasks if t in acked),
-            tuple(t for t in pending.expected_tasks if t not in acked),
-            tuple(self.declines(checkpoint_id)),
-            outcome,
-        )
-
-    def checkpoint_ids(self) -> list[int]:
-        """Every checkpoint with records in storage (pending, or settled and not pruned)."""
-        ids = {p.checkpoint_id for p in self.pending_checkpoints()}
-        for prefix in self.store.list_dirs(self.layout.checkpoints_prefix):
-            cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
-            if cid is not None:
-                ids.add(cid)
-        return sorted(ids)
 
     # == trigger =========================================================================
 
@@ -219,9 +118,16 @@ class CheckpointCoordinator:
         properties: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> PendingCheckpoint:
-        """Start a checkpoint, or raise TriggerRefused with the reason."""
+        """Start a checkpoint, or raise TriggerRefused with the reason.
+
+        Admission is one CAS on the control record (the request decider checks
+        max-concurrent and min-pause there and picks the base), so racing triggers are
+        linearised; a refusal costs at most the allocated id. The pending record is
+        written after the admission; a trigger that dies in between leaves an admitted
+        entry that `settle` aborts at its deadline."""
         spec = self.load_spec()
         self.settle()
+        self.finish_restore()
         now = self.clock()
         failure_state = self.failures.state()
         if failure_state.status is PipelineStatus.FAILED:
@@ -230,87 +136,74 @@ class CheckpointCoordinator:
                 f"pipeline '{self.pipeline}' is FAILED and takes no checkpoints: "
                 f"{failure_state.reason}. Reset it (batchpoint reset) or restore a checkpoint.",
             )
-        head = self.head.get()
-        active = [
-            p for p in self.pending_checkpoints() if p.restore_generation == head.restore_generation
-        ]
-        if checkpoint_type is CheckpointType.CHECKPOINT:
-            self._check_may_trigger(active, head, now)
-
-        base = self._base_for_next(active, head)
+        control = self._control_for_trigger()
+        history = self.ids.peek() > 1
+        # A cheap first check, so an obvious refusal does not even consume an id.
+        checked = self.decider.check(control, checkpoint_type, now, has_history=history)
+        if (planned := base_of(checked)) is not None:
+            self._read_for_trigger(planned)
         checkpoint_id = self.ids.get_and_increment()
+        deadline = now + (timeout if timeout is not None else self.config.timeout)
+
+        def admit(current: ControlRecord | None) -> ControlRecord:
+            return self.decider.admit(
+                current, checkpoint_id, checkpoint_type, deadline, now, has_history=history
+            )
+
+        try:
+            admitted, _ = self.control.update(admit)
+        except ControlUnreadable as exc:
+            raise TriggerRefused(CheckpointFailureReason.NEEDS_REPAIR, str(exc)) from None
+        assert admitted is not None
+        entry = admitted.pending_entry(checkpoint_id)
+        assert entry is not None
+        try:
+            base = self._read_for_trigger(entry.base) if entry.base is not None else None
+        except TriggerRefused:
+            self.abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "base unreadable")
+            raise
         pending = PendingCheckpoint(
             pipeline=self.pipeline,
             checkpoint_id=checkpoint_id,
             type=checkpoint_type,
-            base_checkpoint_id=base.checkpoint_id if base else None,
-            restore_generation=head.restore_generation,
+            base_checkpoint_id=entry.base,
+            restore_generation=entry.restore_generation,
             barrier=dict(barrier),
             base_barrier=dict(base.barrier) if base else {},
             expected_tasks=spec.expected_tasks(),
             trigger_time=now,
-            deadline=now + (timeout if timeout is not None else self.config.timeout),
+            deadline=deadline,
             properties=dict(properties or {}),
         )
         self.store.create(self.layout.active(checkpoint_id), pending.encode())
-        if checkpoint_type is CheckpointType.CHECKPOINT:
-            self._recheck_concurrency(pending)
         return pending
 
-    def _check_may_trigger(
-        self, active: list[PendingCheckpoint], head: HeadPointer, now: float
-    ) -> None:
-        """Flink's CheckpointRequestDecider, for periodic checkpoints (not savepoints)."""
-        running = [p for p in active if not p.is_savepoint]
-        if len(running) >= self.config.max_concurrent:
-            ids = ", ".join(str(p.checkpoint_id) for p in running)
+    def _control_for_trigger(self) -> ControlRecord | None:
+        try:
+            found = self.control.read()
+        except ControlUnreadable as exc:
+            raise TriggerRefused(CheckpointFailureReason.NEEDS_REPAIR, str(exc)) from None
+        return found[0] if found else None
+
+    def _read_for_trigger(self, checkpoint_id: int) -> PendingCheckpoint:
+        """The trigger record of a new checkpoint's base (its barrier is where the new
+        epoch starts): damage refuses the trigger, naming the record."""
+        try:
+            outcome = self.get_outcome(checkpoint_id)
+            pending = outcome.pending if outcome else self.get_pending(checkpoint_id)
+        except RecordError as exc:
+            raise TriggerRefused(
+                CheckpointFailureReason.NEEDS_REPAIR,
+                f"pipeline '{self.pipeline}': the record of base checkpoint {checkpoint_id} "
+                f"is unreadable ({exc}); restore another checkpoint or run `batchpoint repair`",
+            ) from None
+        if pending is None:
             raise TriggerRefused(
                 CheckpointFailureReason.TOO_MANY_CONCURRENT,
-                f"pipeline '{self.pipeline}': {len(running)} checkpoint(s) pending ({ids}); "
-                f"max_concurrent is {self.config.max_concurrent}",
+                f"pipeline '{self.pipeline}': base checkpoint {checkpoint_id} was admitted by "
+                "a concurrent trigger that has not written its record yet; retry",
             )
-        if self.config.min_pause > 0 and head.checkpoint_id is not None:
-            outcome = self.get_outcome(head.checkpoint_id)
-            if outcome is not None:
-                waited = now - outcome.decided_at
-                if waited < self.config.min_pause:
-                    raise TriggerRefused(
-                        CheckpointFailureReason.MINIMUM_PAUSE,
-                        f"pipeline '{self.pipeline}': checkpoint {head.checkpoint_id} completed "
-                        f"{waited:.1f}s ago; min_pause is {self.config.min_pause:g}s "
-                        f"(retry in {self.config.min_pause - waited:.1f}s)",
-                    )
-
-    def _base_for_next(
-        self, active: list[PendingCheckpoint], head: HeadPointer
-    ) -> PendingCheckpoint | None:
-        """The newest checkpoint of the current timeline: a pending one (concurrent
-        checkpoints chain, each reading on from its predecessor's barrier) or the head."""
-        candidates = [p for p in active if p.checkpoint_id > (head.checkpoint_id or 0)]
-        if candidates:
-            return candidates[-1]
-        if head.checkpoint_id is None:
-            return None
-        return self.get_checkpoint(head.checkpoint_id)
-
-    def _recheck_concurrency(self, pending: PendingCheckpoint) -> None:
-        # Two triggers racing past the check: the one with the higher id steps back.
-        older = [
-            p
-            for p in self.pending_checkpoints()
-            if p.checkpoint_id < pending.checkpoint_id and not p.is_savepoint
-        ]
-        if len(older) >= self.config.max_concurrent:
-            self.abort(
-                pending.checkpoint_id,
-                CheckpointFailureReason.TOO_MANY_CONCURRENT,
-                "a concurrent trigger won",
-            )
-            raise TriggerRefused(
-                CheckpointFailureReason.TOO_MANY_CONCURRENT,
-                f"pipeline '{self.pipeline}': a concurrent trigger started checkpoint "
-                f"{older[-1].checkpoint_id} first; max_concurrent is {self.config.max_concurrent}",
-            )
+        return pending
 
     # == acknowledge and decline =========================================================
 
@@ -428,10 +321,22 @@ class CheckpointCoordinator:
         if outcome is not None:
             self._settle_outcome(outcome, won=False)
             return outcome
-        pending = self.get_pending(checkpoint_id)
+        try:
+            pending = self.get_pending(checkpoint_id)
+        except RecordError:
+            pending = None
         if pending is None:
-            raise CheckpointNotFound(
-                f"pipeline '{self.pipeline}' has no checkpoint {checkpoint_id}"
+            admitted = self._pending_or_admitted(checkpoint_id)
+            if admitted is None:
+                raise CheckpointNotFound(
+                    f"pipeline '{self.pipeline}' has no checkpoint {checkpoint_id}"
+                )
+            if self.clock() <= admitted.deadline:
+                return None  # its trigger may still be writing the record
+            return self.abort(
+                checkpoint_id,
+                CheckpointFailureReason.FINALIZE_FAILED,
+                "the trigger did not finish (no readable pending record)",
             )
         now = self.clock()
         acks = self.acks(checkpoint_id)
@@ -486,8 +391,8 @@ class CheckpointCoordinator:
     def _finalize_blocker(
         self, pending: PendingCheckpoint
     ) -> str | tuple[CheckpointFailureReason, str] | None:
-        head = self.head.get()
-        if head.restore_generation != pending.restore_generation:
+        control = self.control.load()
+        if control.restore_generation != pending.restore_generation:
             return (CheckpointFailureReason.RESTORED, "a restore happened after it was triggered")
         if pending.base_checkpoint_id is None:
             return None
@@ -516,7 +421,7 @@ class CheckpointCoordinator:
         outcome = self.get_outcome(checkpoint_id)
         won = False
         if outcome is None:
-            pending = self.get_pending(checkpoint_id)
+            pending = self._pending_or_admitted(checkpoint_id)
             if pending is None:
                 raise CheckpointNotFound(
                     f"pipeline '{self.pipeline}' has no checkpoint {checkpoint_id}"
@@ -548,10 +453,16 @@ class CheckpointCoordinator:
     def settle(self) -> list[CheckpointOutcome]:
         """Expire overdue checkpoints, finalize complete ones (except those that await
         their audit), and finish the settling steps of any checkpoint a crash left
-        half-done."""
+        half-done: every admitted entry and every pending record."""
+        ids = {p.checkpoint_id for p in self.pending_checkpoints()}
+        with contextlib.suppress(ControlUnreadable):
+            ids.update(p.checkpoint_id for p in self.control.load().pending)
         settled = []
-        for pending in self.pending_checkpoints():
-            outcome = self.try_finalize(pending.checkpoint_id)
+        for checkpoint_id in sorted(ids):
+            try:
+                outcome = self.try_finalize(checkpoint_id)
+            except (CheckpointNotFound, RecordError):
+                continue  # settled meanwhile, or damaged: the entry expires later
             if outcome is not None:
                 settled.append(outcome)
         return settled
@@ -563,42 +474,45 @@ class CheckpointCoordinator:
 
     def _settle_outcome(self, outcome: CheckpointOutcome, won: bool) -> None:
         """Run the settling steps for an outcome we just wrote, or finish them for one
-        someone else wrote, but only while its active marker says they are unfinished:
-        redoing them later would undo newer decisions (count a failure again after a
-        reset or restore, re-add the retained marker of a checkpoint that was subsumed
-        and whose files GC deleted since)."""
+        someone else wrote, while its active marker or admitted entry says they are
+        unfinished: redoing them later would undo newer decisions (count a failure
+        again after a reset or restore)."""
         if won or self.store.exists(self.layout.active(outcome.checkpoint_id)):
             self._after_outcome(outcome)
+            return
+        with contextlib.suppress(ControlUnreadable):
+            if self.control.load().pending_entry(outcome.checkpoint_id) is not None:
+                self._after_outcome(outcome)
 
     def _after_outcome(self, outcome: CheckpointOutcome) -> None:
-        """Every step here is idempotent; the active marker goes last, so it stays as a
+        """The control CAS first (retain or discard, head, subsumption: one write), then
+        the idempotent follow-ups; the active marker goes last, so it stays as a
         reminder until all of them have been done once."""
         now = self.clock()
         pending = outcome.pending
+        self.control.update(
+            lambda current: settle_outcome(current, outcome, self.config.num_retained, now)
+        )
         if outcome.status is CheckpointStatus.COMPLETED:
-            assert outcome.completed is not None
-            self.completed.add(outcome.completed)
-            self.head.advance(pending.checkpoint_id, pending.restore_generation, now)
             if not pending.is_savepoint:
                 self.failures.record_success(pending.checkpoint_id, now)
-            for older in self.pending_checkpoints():
-                if older.checkpoint_id < pending.checkpoint_id and not older.is_savepoint:
+            for older in self._admitted():
+                if older.checkpoint_id < pending.checkpoint_id and older.type is not (
+                    CheckpointType.SAVEPOINT
+                ):
                     self.abort(
                         older.checkpoint_id,
                         CheckpointFailureReason.SUBSUMED,
                         f"checkpoint {pending.checkpoint_id} completed first",
                     )
-            head = self.head.get()
-            protected = {head.checkpoint_id} if head.checkpoint_id is not None else set()
-            self.completed.subsume(self.config.num_retained, protected)
         else:
             assert outcome.reason is not None
             if not pending.is_savepoint:
                 self.failures.record_failure(
                     pending.checkpoint_id, outcome.reason, outcome.message, now
                 )
-            for later in self.pending_checkpoints():
-                if later.base_checkpoint_id == pending.checkpoint_id:
+            for later in self._admitted():
+                if later.base == pending.checkpoint_id:
                     self.abort(
                         later.checkpoint_id,
                         CheckpointFailureReason.BASE_ABORTED,
@@ -606,55 +520,25 @@ class CheckpointCoordinator:
                     )
         self.store.delete(self.layout.active(pending.checkpoint_id))
 
+    def _admitted(self) -> list[PendingEntry]:
+        try:
+            return sorted(self.control.load().pending, key=lambda p: p.checkpoint_id)
+        except ControlUnreadable:
+            return []
+
     # == restore and reset ===============================================================
 
-    def restore(self, checkpoint_id: int | None = None) -> HeadPointer:
-        """Point the head at a retained completed checkpoint or savepoint (the newest when
-        none is given). Pending checkpoints are aborted; ids keep growing."""
-        if checkpoint_id is None:
-            ids = self.completed.retained_ids()
-            if not ids:
-                raise RestoreRefused(f"pipeline '{self.pipeline}' has no retained checkpoint")
-            checkpoint_id = ids[-1]
-        if not self.completed.is_retained(checkpoint_id):
-            raise RestoreRefused(
-                f"checkpoint {checkpoint_id} of pipeline '{self.pipeline}' is not retained "
-                f"(retained: {self.completed.retained_ids() or 'none'})"
-            )
-        target = self.completed.get(checkpoint_id)
-        for pending in self.pending_checkpoints():
-            self.abort(
-                pending.checkpoint_id,
-                CheckpointFailureReason.RESTORED,
-                f"restore to checkpoint {checkpoint_id}",
-            )
-        now = self.clock()
-        previous = self.head.get()
-        head = self.head.restore_to(checkpoint_id, now)
-        # GC and subsumption never touch the head; a subsumption between our check and
-        # the move is repaired by adding the marker back, if the files are still there.
-        self.completed.add(target)
-        problems = check_handles(self.store, target.handles, checksums=False)
-        if problems:
-            raise RestoreRefused(
-                f"checkpoint {checkpoint_id} lost files while restoring: "
-                + "; ".join(map(str, problems[:5]))
-            )
-        self.store.put(
-            self.layout.restore(head.restore_generation),
-            encode(
-                "restore",
-                1,
-                {
-                    "checkpoint_id": checkpoint_id,
-                    "restore_generation": head.restore_generation,
-                    "previous_head": previous.checkpoint_id,
-                    "restored_at": to_iso(now),
-                },
-            ),
-        )
-        self.failures.reset(now, reason=f"restored to checkpoint {checkpoint_id}")
-        return head
+    def restore(
+        self, checkpoint_id: int | None = None, *, checksums: bool | None = None
+    ) -> RestoreResult:
+        """Point the head at a retained completed checkpoint or savepoint (the newest
+        intact, unquarantined one when none is given) in one CAS, then rewind the sinks.
+        Returns a RestoreResult (head, findings); see protocol/restorer.py."""
+        return CheckpointRestorer(self).restore(checkpoint_id, checksums=checksums)
+
+    def finish_restore(self) -> None:
+        """Roll a restore that has not rewound its sinks forward (any actor may)."""
+        CheckpointRestorer(self).finish()
 
     def reset_failures(self) -> None:
         self.failures.reset(self.clock(), reason="explicit reset")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from batchpoint.errors import CorruptRecord
 from batchpoint.protocol import records
@@ -24,7 +25,7 @@ class PipelineStatus(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class FailureState:
+class FailureState(records.VersionedRecord):
     KIND = "failure-state"
     VERSION = 1
 
@@ -38,22 +39,17 @@ class FailureState:
     def consecutive_failures(self) -> int:
         return len(self.failed_ids)
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "status": self.status.value,
-                "failed_ids": list(self.failed_ids),
-                "last_completed_id": self.last_completed_id,
-                "reason": self.reason,
-                "updated_at": to_iso(self.updated_at),
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "failed_ids": list(self.failed_ids),
+            "last_completed_id": self.last_completed_id,
+            "reason": self.reason,
+            "updated_at": to_iso(self.updated_at),
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> FailureState:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> FailureState:
         try:
             status = PipelineStatus(body.get("status"))
         except ValueError:

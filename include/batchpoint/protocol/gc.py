@@ -1,19 +1,34 @@
-"""Garbage collection of checkpoint files (Flink's discard of subsumed and aborted
-checkpoints, with a shared-state registry's rule).
+"""Garbage collection (Flink's discard of subsumed and aborted checkpoints), fenced by the
+control record so no concurrent finalize, restore, import or export can lose a file.
 
-A data file is deleted only when no retained checkpoint or savepoint, no head, no
-pending checkpoint and no sink manifest references it. Folders of pending checkpoints,
-and of checkpoints with no outcome, are never touched: tasks may still be writing there. Each pass
-recomputes everything from storage, so it is idempotent and safe to interrupt.
+Rule: GC deletes files only under the data folders of ids in the control record's
+`discarded` queue, and never one referenced by a retained checkpoint, the head, a
+pending checkpoint's acks (listed after the control read) or a sink manifest epoch. An
+id enters `discarded` only after leaving `retained`/`pending` in the same CAS that
+decided it, and never comes back; a new checkpoint's base is always the head or an
+admitted checkpoint (never discarded), so nothing admitted later can reference a
+discarded folder's files. A queue entry leaves (CAS) only `grace` seconds after it
+entered, so files a late or zombie writer puts there after one pass are collected by a
+later one. Work per run is the queue (plus the retained set and the manifests), not the
+history. Record history: outcome and ack records of collected checkpoints beyond the
+newest `history_limit` are pruned once their data is gone. Unreadable records are left
+alone and reported as findings; while one could hold references, nothing is deleted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from batchpoint.errors import CheckpointError, RecordError
+from batchpoint.protocol.control import (
+    COLLECTED_CAP,
+    ControlRecord,
+    ControlUnreadable,
+    DiscardedEntry,
+)
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import parse_checkpoint_dir_name
+from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.sinks import SinkPublisher
 
 ProgressFn = Callable[[str], None]
@@ -26,6 +41,9 @@ class GcReport:
     pruned_checkpoints: list[int] = field(default_factory=list)
     kept_checkpoints: list[int] = field(default_factory=list)
     skipped_pending: list[int] = field(default_factory=list)
+    dropped_epochs: list[str] = field(default_factory=list)  # "sink@id"
+    dequeued: list[int] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     dry_run: bool = False
 
 
@@ -34,29 +52,61 @@ class GarbageCollector:
         self,
         coordinator: CheckpointCoordinator,
         extra_references: Callable[[], Iterable[str]] | None = None,
+        *,
+        grace: float | None = None,
     ) -> None:
         self._c = coordinator
         self._extra_references = extra_references
+        # >= the checkpoint timeout: no writer of a discarded checkpoint outlives it
+        self.grace = (
+            max(coordinator.config.gc_grace, coordinator.config.timeout) if grace is None else grace
+        )
 
-    def referenced_files(self) -> set[str]:
+    def referenced_files(self, control: ControlRecord | None = None) -> set[str]:
+        refs, findings = self._references(control or self._c.control.load())
+        if findings:
+            raise RecordError("; ".join(map(str, findings)))
+        return refs
+
+    def _references(self, control: ControlRecord) -> tuple[set[str], list[Finding]]:
         c = self._c
-        keep_ids = set(c.completed.retained_ids())
-        head = c.head.get().checkpoint_id
-        if head is not None:
-            keep_ids.add(head)
+        findings: list[Finding] = []
         referenced: set[str] = set()
-        for cid in keep_ids:
-            outcome = c.get_outcome(cid)
+        keep = set(control.retained_ids())
+        if control.head is not None:
+            keep.add(control.head)
+        for cid in sorted(keep):
+            try:
+                outcome = c.get_outcome(cid)
+            except RecordError as exc:
+                findings.append(Finding(f"checkpoint {cid}", f"unreadable outcome: {exc}", cid))
+                continue
             if outcome is not None and outcome.completed is not None:
                 referenced.update(h.path for h in outcome.completed.handles)
-        referenced.update(SinkPublisher(c.store, c.layout).referenced_files())
-        for pending in c.pending_checkpoints():
-            # a pending checkpoint's acks may point outside its own folder (at its base)
-            for ack in c.acks(pending.checkpoint_id).values():
+        # Listed after the control read: acks of everything admitted by then (their
+        # handles may point into their base's folder).
+        for entry in control.pending:
+            try:
+                acks = c.acks(entry.checkpoint_id)
+            except RecordError as exc:
+                findings.append(
+                    Finding(f"checkpoint {entry.checkpoint_id}", f"unreadable ack: {exc}")
+                )
+                continue
+            for ack in acks.values():
                 referenced.update(h.path for h in ack.handles)
+        sinks = SinkPublisher(c.store, c.layout)
+        for sink in sinks.sink_names():
+            try:
+                manifest = sinks.manifest(sink)
+            except RecordError as exc:
+                findings.append(Finding(f"sink {sink}", f"unreadable manifest: {exc}"))
+                continue
+            if manifest is not None:
+                referenced.update(f.path for e in manifest.epochs.values() for f in e.files)
         if self._extra_references is not None:
             referenced.update(self._extra_references())
-        return referenced
+        return referenced, findings
 
     def collect(
         self,
@@ -65,58 +115,136 @@ class GarbageCollector:
         history_limit: int | None = None,
         progress: ProgressFn | None = None,
     ) -> GcReport:
-        """Delete unreferenced data files of settled checkpoints; with `history_limit`,
-        also drop all records of settled, unretained checkpoints beyond the newest
-        `history_limit` ones (their ids are never reused: the counter remembers)."""
+        """One bounded, fenced pass over the discarded queue (see the module doc)."""
         c = self._c
         report = GcReport(dry_run=dry_run)
-        # Order matters: settling adds the retained marker before it removes the active
-        # one, so listing active first and retained second misses no checkpoint.
-        pending_ids = {p.checkpoint_id for p in c.pending_checkpoints()}
-        referenced = self.referenced_files()
-        retained = set(c.completed.retained_ids())
-        head = c.head.get().checkpoint_id
+        if not dry_run:
+            c.finish_restore()
+        try:
+            control = c.control.load()
+        except ControlUnreadable as exc:
+            report.findings.append(Finding(c.control.key, str(exc)))
+            return report
+        report.kept_checkpoints = sorted({*control.retained_ids(), *_opt(control.head)})
+        report.skipped_pending = sorted(p.checkpoint_id for p in control.pending)
+        if not dry_run:
+            self._prune_sinks(report)
+        referenced, findings = self._references(control)
+        report.findings.extend(findings)
+        if findings:
+            _say(progress, "unreadable records could hold references: nothing deleted")
+            return report
 
-        settled: list[int] = []
-        for prefix in c.store.list_dirs(c.layout.checkpoints_prefix):
-            cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
-            if cid is None:
-                continue
-            if cid in pending_ids:
-                report.skipped_pending.append(cid)
-                continue
-            outcome = c.get_outcome(cid)
-            if outcome is None:
-                report.skipped_pending.append(cid)  # tasks may be writing: not ours
-                continue
-            settled.append(cid)
-            doomed = [
-                info
-                for info in c.store.list(c.layout.data_prefix(cid))
-                if info.key not in referenced
-            ]
-            if doomed and progress:
-                status = outcome.status.value.lower()
-                progress(f"checkpoint {cid} ({status}): deleting {len(doomed)} file(s)")
+        now = c.clock()
+        done: list[int] = []
+        # Retained folders too: a settled checkpoint's references are fixed, so a file
+        # there that nothing references is a losing or zombie attempt's (bounded work:
+        # num_retained + savepoints folders).
+        sweep: list[tuple[DiscardedEntry | None, int]] = [
+            (None, i) for i in report.kept_checkpoints
+        ]
+        for entry, cid in [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]:
+            doomed = [i for i in c.store.list(c.layout.data_prefix(cid)) if i.key not in referenced]
+            if doomed:
+                _say(progress, f"checkpoint {cid}: deleting {len(doomed)} file(s)")
             report.deleted_files.extend(i.key for i in doomed)
             report.deleted_bytes += sum(i.size for i in doomed)
             if not dry_run:
                 c.store.delete_many(i.key for i in doomed)
-            if cid in retained or cid == head:
-                report.kept_checkpoints.append(cid)
-
+            if entry is not None and now >= entry.at + self.grace:
+                done.append(cid)
+        if dry_run:
+            return report
+        if done:
+            self._dequeue(done)
+            report.dequeued = done
         if history_limit is not None:
-            prunable = [cid for cid in settled if cid not in retained and cid != head]
-            for cid in prunable[: max(0, len(prunable) - history_limit)]:
-                keys = [i.key for i in c.store.list(c.layout.checkpoint(cid))]
-                if any(k in referenced for k in keys):
-                    continue
-                if progress:
-                    progress(f"checkpoint {cid}: pruning {len(keys)} record(s) from history")
-                report.pruned_checkpoints.append(cid)
-                if not dry_run:
-                    # the outcome goes last: until then the folder still counts as settled
-                    outcome_key = c.layout.outcome(cid)
-                    c.store.delete_many(k for k in keys if k != outcome_key)
-                    c.store.delete(outcome_key)
+            self._prune_history(history_limit, report, progress)
         return report
+
+    def _prune_sinks(self, report: GcReport) -> None:
+        c = self._c
+
+        def keep() -> set[int]:
+            control = c.control.load()
+            out = {*control.retained_ids(), *_opt(control.head)}
+            return out | {p.checkpoint_id for p in control.pending}
+
+        sinks = SinkPublisher(c.store, c.layout)
+        requeue: list[int] = []
+        for sink in sinks.sink_names():
+            try:
+                dropped = sinks.prune_unreachable(sink, keep, self._base_of)
+            except (RecordError, CheckpointError) as exc:
+                report.findings.append(Finding(f"sink {sink}", f"not pruned: {exc}"))
+                continue
+            report.dropped_epochs.extend(f"{sink}@{cid}" for cid in dropped)
+            requeue.extend(dropped)
+        if requeue:
+            now = c.clock()
+
+            def add(current: ControlRecord | None) -> ControlRecord | None:
+                if current is None:
+                    return None
+                protected = current.protected()
+                ids = [cid for cid in requeue if cid not in protected]
+                new = current.with_discarded(ids, now)
+                return new if new != current else None
+
+            c.control.update(add)
+
+    def _base_of(self, checkpoint_id: int) -> int | None:
+        # raises on an unreadable or missing record: that sink is then not pruned
+        return self._c.get_checkpoint(checkpoint_id).base_checkpoint_id
+
+    def _dequeue(self, ids: list[int]) -> None:
+        gone = set(ids)
+
+        def drop(current: ControlRecord | None) -> ControlRecord | None:
+            if current is None:
+                return None
+            left = tuple(e for e in current.discarded if e.checkpoint_id not in gone)
+            if len(left) == len(current.discarded):
+                return None
+            collected = (*current.collected, *sorted(gone - set(current.collected)))
+            return replace(current, discarded=left, collected=collected[-COLLECTED_CAP:])
+
+        self._c.control.update(drop)
+
+    def _prune_history(
+        self, history_limit: int, report: GcReport, progress: ProgressFn | None
+    ) -> None:
+        c = self._c
+        control = c.control.load()
+        collected = sorted(control.collected)
+        prunable = collected[: max(0, len(collected) - history_limit)]
+        pruned = []
+        for cid in prunable:
+            keys = [i.key for i in c.store.list(c.layout.checkpoint(cid))]
+            if any(k.startswith(c.layout.data_prefix(cid)) for k in keys):
+                continue  # some data is still referenced (a sink, a newer checkpoint)
+            _say(progress, f"checkpoint {cid}: pruning {len(keys)} record(s) from history")
+            outcome_key = c.layout.outcome(cid)
+            c.store.delete_many(k for k in keys if k != outcome_key)
+            c.store.delete(outcome_key)
+            pruned.append(cid)
+        if pruned:
+            gone = set(pruned)
+
+            def drop(current: ControlRecord | None) -> ControlRecord | None:
+                if current is None:
+                    return None
+                left = tuple(cid for cid in current.collected if cid not in gone)
+                return replace(current, collected=left) if left != current.collected else None
+
+            c.control.update(drop)
+        report.pruned_checkpoints = pruned
+
+
+def _opt(value: int | None) -> list[int]:
+    return [] if value is None else [value]
+
+
+def _say(progress: ProgressFn | None, line: str) -> None:
+    if progress is not None:
+        progress(line)

@@ -1,15 +1,23 @@
 """The pointer to the newest completed checkpoint: it moves only forward, within one
 restore generation; only an explicit restore moves it elsewhere (and starts a new
-generation, so finalizers of the abandoned timeline can never move it again)."""
+generation, so finalizers of the abandoned timeline can never move it again).
+
+The pointer lives in the pipeline's control record (protocol/control.py), together with
+the retained set, so both change in one conditional write; `HeadStore` is a view of it.
+`HeadPointer` also reads the old "head-pointer" v1 record, which the control record
+migrates from.
+"""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
+from typing import Any
 
 from batchpoint.errors import CorruptRecord
 from batchpoint.protocol import records
-from batchpoint.protocol.cas import read_record, update_record
+from batchpoint.protocol.control import ControlRecord, ControlStore
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.storage.base import ObjectStore
@@ -21,7 +29,7 @@ class HeadMoveCause(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class HeadPointer:
+class HeadPointer(records.VersionedRecord):
     KIND = "head-pointer"
     VERSION = 1
 
@@ -30,21 +38,16 @@ class HeadPointer:
     moved_at: float
     cause: HeadMoveCause
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "checkpoint_id": self.checkpoint_id,
-                "restore_generation": self.restore_generation,
-                "moved_at": to_iso(self.moved_at),
-                "cause": self.cause.value,
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "restore_generation": self.restore_generation,
+            "moved_at": to_iso(self.moved_at),
+            "cause": self.cause.value,
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> HeadPointer:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> HeadPointer:
         cid = body.get("checkpoint_id")
         if cid is not None and not isinstance(cid, int):
             raise CorruptRecord(key, f"bad checkpoint_id {cid!r}")
@@ -55,40 +58,41 @@ class HeadPointer:
             HeadMoveCause(body.get("cause", "completed")),
         )
 
+    @classmethod
+    def of(cls, control: ControlRecord) -> HeadPointer:
+        try:
+            cause = HeadMoveCause(control.cause)
+        except ValueError:
+            cause = HeadMoveCause.COMPLETED
+        return cls(control.head, control.restore_generation, control.moved_at, cause)
+
 
 EMPTY_HEAD = HeadPointer(None, 0, 0.0, HeadMoveCause.COMPLETED)
 
 
 class HeadStore:
-    def __init__(self, store: ObjectStore, layout: PipelineLayout) -> None:
-        self._store = store
-        self._key = layout.head
+    """A view of the head in the control record."""
+
+    def __init__(
+        self, store: ObjectStore, layout: PipelineLayout, control: ControlStore | None = None
+    ) -> None:
+        self._control = control or ControlStore(store, layout, time.time)
 
     def get(self) -> HeadPointer:
-        current = read_record(self._store, self._key, HeadPointer.decode)
-        return current[0] if current else EMPTY_HEAD
+        return HeadPointer.of(self._control.load())
 
     def advance(self, checkpoint_id: int, generation: int, now: float) -> bool:
-        """Move forward to `checkpoint_id` if it is newer and of the current generation."""
+        """Move forward to `checkpoint_id` if it is newer and of the current generation
+        (the settle CAS does this for completed checkpoints; kept for callers that move
+        the pointer alone)."""
 
-        def move(current: HeadPointer | None) -> HeadPointer | None:
-            head = current or EMPTY_HEAD
+        def move(current: ControlRecord | None) -> ControlRecord | None:
+            head = current or ControlRecord()
             if head.restore_generation != generation:
                 return None
-            if head.checkpoint_id is not None and head.checkpoint_id >= checkpoint_id:
+            if head.head is not None and head.head >= checkpoint_id:
                 return None
-            return HeadPointer(checkpoint_id, generation, now, HeadMoveCause.COMPLETED)
+            return replace(head, head=checkpoint_id, moved_at=now, cause="completed")
 
-        result = update_record(self._store, self._key, HeadPointer.decode, HeadPointer.encode, move)
-        return result is not None and result.checkpoint_id == checkpoint_id
-
-    def restore_to(self, checkpoint_id: int, now: float) -> HeadPointer:
-        """The one backward move: always starts a new restore generation."""
-
-        def move(current: HeadPointer | None) -> HeadPointer:
-            generation = (current or EMPTY_HEAD).restore_generation + 1
-            return HeadPointer(checkpoint_id, generation, now, HeadMoveCause.RESTORE)
-
-        result = update_record(self._store, self._key, HeadPointer.decode, HeadPointer.encode, move)
-        assert result is not None
-        return result
+        result, _ = self._control.update(move)
+        return result is not None and result.head == checkpoint_id

@@ -4,6 +4,7 @@ whatever aborts, restores or racing triggers happen."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from batchpoint.protocol import records
 from batchpoint.protocol.cas import read_record, update_record
@@ -12,17 +13,16 @@ from batchpoint.storage.base import ObjectStore
 
 
 @dataclass(frozen=True)
-class _Counter:
+class _Counter(records.VersionedRecord):
     KIND = "checkpoint-id-counter"
     VERSION = 1
     next_id: int
 
-    def encode(self) -> bytes:
-        return records.encode(self.KIND, self.VERSION, {"next_id": self.next_id})
+    def to_body(self) -> dict[str, Any]:
+        return {"next_id": self.next_id}
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> _Counter:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> _Counter:
         return cls(records.field(key, body, "next_id", int))
 
 

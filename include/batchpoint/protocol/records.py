@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from batchpoint.errors import CorruptRecord, UnsupportedRecordVersion
 
@@ -87,3 +87,28 @@ def from_iso(key: str, value: Any) -> float:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         raise CorruptRecord(key, f"invalid time {value!r}") from None
+
+
+class VersionedRecord:
+    """The encode/decode every record class shares: a subclass names its KIND and
+    VERSION (and SUPPORTED, when it reads older versions too) and maps its fields to a
+    JSON body with `to_body`/`from_body`."""
+
+    KIND: ClassVar[str]
+    VERSION: ClassVar[int]
+    SUPPORTED: ClassVar[tuple[int, ...]] = ()
+
+    def to_body(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_body(cls, key: str, body: dict[str, Any]) -> Self:
+        raise NotImplementedError
+
+    def encode(self) -> bytes:
+        return encode(self.KIND, self.VERSION, self.to_body())
+
+    @classmethod
+    def decode(cls, key: str, data: bytes) -> Self:
+        _, body = decode(key, data, cls.KIND, cls.SUPPORTED or (cls.VERSION,))
+        return cls.from_body(key, body)

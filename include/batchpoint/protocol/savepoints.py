@@ -16,13 +16,18 @@ checkpoint id (ids are never reused), the acks are replayed through the coordina
 the usual finalize checks apply, and the result is a retained SAVEPOINT checkpoint that
 an explicit restore can then point the head at. The import never references the
 savepoint folder afterwards, so deleting or moving the folder cannot break the pipeline.
+
+Paths are confined: exports write and imports read only under configured savepoint
+roots (`confine`; by default `<storage root>/savepoints/`). A savepoint leaves the
+pipeline's retained set only by `dispose_savepoint`, refused while a retained checkpoint
+still depends on its files.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,9 +50,11 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
     TaskAcknowledgeResult,
 )
+from batchpoint.protocol.control import ControlRecord, ControlUnreadable, PendingEntry
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import PipelineLayout, checkpoint_dir_name
 from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint.protocol.restorer import SAVEPOINT_ID_PROPERTY, TAKEN_FROM_PROPERTY
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 
@@ -95,11 +102,38 @@ def default_savepoint_prefix(pipeline: str, checkpoint_id: int, now: float) -> s
     return f"savepoints/{pipeline}/savepoint-{checkpoint_dir_name(checkpoint_id)[4:]}-{stamp}/"
 
 
+class SavepointPathRefused(CheckpointError):
+    """A savepoint target or source outside the configured savepoint roots."""
+
+
+def default_savepoint_roots(store: ObjectStore) -> tuple[str, ...]:
+    return (store.child("savepoints/"),)
+
+
+def confine(location_uri: str, roots: Iterable[str]) -> str:
+    """`location_uri` if it lies under one of `roots` (URIs), else SavepointPathRefused.
+    Compared segment by segment, so `.../savepoints-old` is not under `.../savepoints`
+    and `..` cannot climb out."""
+    roots = [r for r in roots if r]
+    parts = location_uri.split("://", 1)[-1].split("/")
+    if "." in parts or ".." in parts:
+        raise SavepointPathRefused(f"savepoint path {location_uri} contains '.' or '..'")
+    where = location_uri.rstrip("/") + "/"
+    for root in roots:
+        if where.startswith(root.rstrip("/") + "/") and where != root.rstrip("/") + "/":
+            return location_uri
+    listed = ", ".join(roots) or "none configured"
+    raise SavepointPathRefused(
+        f"savepoint path {location_uri} is outside the savepoint roots ({listed}); "
+        "use a folder under one of them or add a root (BATCHPOINT_SAVEPOINT_ROOTS)"
+    )
+
+
 # -- the `_metadata` record -------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class SavepointMetadata:
+class SavepointMetadata(records.VersionedRecord):
     """The completed checkpoint, with every handle's path relative to the folder."""
 
     KIND = "savepoint"
@@ -122,27 +156,22 @@ class SavepointMetadata:
     def state_size(self) -> int:
         return sum(h.size for h in self.handles)
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "pipeline": self.pipeline,
-                "checkpoint_id": self.checkpoint_id,
-                "checkpoint": self.pending.to_body(),
-                "acks": [a.to_body() for a in self.acks],
-                "completed_at": to_iso(self.completed_at),
-                "exported_at": to_iso(self.exported_at),
-                "description": self.description,
-                "taken_from": self.taken_from,
-                "files": len(self.handles),
-                "state_size": self.state_size,
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "checkpoint_id": self.checkpoint_id,
+            "checkpoint": self.pending.to_body(),
+            "acks": [a.to_body() for a in self.acks],
+            "completed_at": to_iso(self.completed_at),
+            "exported_at": to_iso(self.exported_at),
+            "description": self.description,
+            "taken_from": self.taken_from,
+            "files": len(self.handles),
+            "state_size": self.state_size,
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> SavepointMetadata:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> SavepointMetadata:
         pending = PendingCheckpoint.from_body(key, records.field(key, body, "checkpoint", dict))
         acks = tuple(AckRecord.from_body(key, a) for a in records.field(key, body, "acks", list))
         for handle in (h for a in acks for h in a.handles):
@@ -198,10 +227,13 @@ def export_savepoint(
     *,
     description: str = "",
     progress: ProgressFn | None = None,
+    roots: Sequence[str] | None = None,
 ) -> ExportReport:
     """Copy a completed checkpoint (normally a savepoint) into `target` with relative
-    paths and write `_metadata` last. Refuses a target that already holds a savepoint.
+    paths and write `_metadata` last. Refuses a target that already holds a savepoint,
+    and one outside `roots` (default: the storage root's `savepoints/`).
     Re-running after a crash redoes the copies (they are plain overwrites) and finishes."""
+    confine(target.uri, default_savepoint_roots(coordinator.store) if roots is None else roots)
     if target.store.exists(target.metadata_key):
         raise CheckpointError(f"{target.uri} already holds a savepoint ({METADATA} exists)")
     completed = coordinator.completed.get(checkpoint_id)
@@ -295,6 +327,7 @@ def import_savepoint(
     *,
     checksums: bool = False,
     progress: ProgressFn | None = None,
+    roots: Sequence[str] | None = None,
 ) -> CompletedCheckpoint:
     """Bring a savepoint folder into the pipeline's storage as a new, retained SAVEPOINT
     checkpoint (new id) and return it; the caller then restores to it.
@@ -302,7 +335,9 @@ def import_savepoint(
     The steps follow the protocol instead of writing an outcome directly: a pending
     record first (so a crash half-way leaves a pending checkpoint that expires and is
     garbage-collected, never a half-copied completed one), then the files, then one ack
-    per task, then `try_finalize`, which checks every file before deciding COMPLETED."""
+    per task, then `try_finalize`, which checks every file before deciding COMPLETED.
+    The source must lie under `roots` (default: the storage root's `savepoints/`)."""
+    confine(location.uri, default_savepoint_roots(coordinator.store) if roots is None else roots)
     metadata = read_savepoint(location)
     if metadata.pipeline != coordinator.pipeline:
         raise RestoreRefused(
@@ -314,24 +349,27 @@ def import_savepoint(
         raise RestoreRefused(f"savepoint {location.uri} is damaged: {_problems(problems)}")
 
     layout = coordinator.layout
-    checkpoint_id = coordinator.ids.get_and_increment()
+    coordinator.finish_restore()
     now = coordinator.clock()
+    entry = _admit_import(coordinator, now)
+    checkpoint_id = entry.checkpoint_id
     source = metadata.pending
     pending = PendingCheckpoint(
         pipeline=coordinator.pipeline,
         checkpoint_id=checkpoint_id,
         type=CheckpointType.SAVEPOINT,
         base_checkpoint_id=None,
-        restore_generation=coordinator.head.get().restore_generation,
+        restore_generation=entry.restore_generation,
         barrier=dict(source.barrier),
         base_barrier=dict(source.base_barrier),
         expected_tasks=source.expected_tasks,
         trigger_time=now,
-        deadline=now + coordinator.config.timeout,
+        deadline=entry.deadline,
         properties={
             **source.properties,
             "imported_from": location.uri,
-            "savepoint_checkpoint_id": metadata.checkpoint_id,
+            SAVEPOINT_ID_PROPERTY: metadata.checkpoint_id,
+            TAKEN_FROM_PROPERTY: metadata.taken_from,
             "savepoint_description": metadata.description,
         },
     )
@@ -364,6 +402,72 @@ def import_savepoint(
     assert outcome.completed is not None
     _say(progress, f"savepoint imported as checkpoint {checkpoint_id}")
     return outcome.completed
+
+
+def _admit_import(coordinator: CheckpointCoordinator, now: float) -> PendingEntry:
+    """Admit the import like a savepoint trigger (one CAS), with no base: the imported
+    state is self-contained."""
+    history = coordinator.ids.peek() > 1
+    checkpoint_id = coordinator.ids.get_and_increment()
+    deadline = now + coordinator.config.timeout
+
+    def admit(current: ControlRecord | None) -> ControlRecord:
+        control = coordinator.decider.check(
+            current, CheckpointType.SAVEPOINT, now, has_history=history
+        )
+        entry = PendingEntry(
+            checkpoint_id, CheckpointType.SAVEPOINT, None, control.restore_generation, deadline
+        )
+        return replace(control, pending=(*control.pending, entry))
+
+    try:
+        admitted, _ = coordinator.control.update(admit)
+    except ControlUnreadable as exc:
+        raise RestoreRefused(str(exc)) from None
+    assert admitted is not None
+    entry = admitted.pending_entry(checkpoint_id)
+    assert entry is not None
+    return entry
+
+
+# -- dispose ----------------------------------------------------------------------------
+
+
+def dispose_savepoint(coordinator: CheckpointCoordinator, checkpoint_id: int) -> None:
+    """Remove a retained savepoint from the pipeline (its files go with the next GC
+    passes). Refused while it is the head, the base of a pending checkpoint, or a
+    retained checkpoint references its files (an incremental chain built on it)."""
+    c = coordinator
+    control = c.control.load()
+    entry = control.retained_entry(checkpoint_id)
+    if entry is None or entry.type is not CheckpointType.SAVEPOINT:
+        raise CheckpointError(
+            f"checkpoint {checkpoint_id} of pipeline '{c.pipeline}' is not a retained savepoint"
+        )
+    folder = c.layout.checkpoint(checkpoint_id)
+    for other in control.retained_ids():
+        if other == checkpoint_id:
+            continue
+        handles = c.completed.get(other).handles
+        if any(h.path.startswith(folder) for h in handles):
+            raise CheckpointError(
+                f"savepoint {checkpoint_id} cannot be disposed of: retained checkpoint "
+                f"{other} references its files"
+            )
+    now = c.clock()
+
+    def drop(current: ControlRecord | None) -> ControlRecord | None:
+        if current is None or current.retained_entry(checkpoint_id) is None:
+            return None
+        if checkpoint_id in current.protected():
+            raise CheckpointError(
+                f"savepoint {checkpoint_id} cannot be disposed of: it is the head or the "
+                "base of a pending checkpoint (restore another checkpoint first)"
+            )
+        kept = tuple(e for e in current.retained if e.checkpoint_id != checkpoint_id)
+        return replace(current, retained=kept).with_discarded([checkpoint_id], now)
+
+    c.control.update(drop)
 
 
 # -- helpers ----------------------------------------------------------------------------

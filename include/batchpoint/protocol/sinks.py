@@ -5,16 +5,22 @@ state. When the checkpoint completes, `publish` records those files in the sink'
 manifest; that is the commit, it is idempotent, and readers see nothing else. When a
 checkpoint aborts, nothing publishes its staged files and GC removes them.
 
-The manifest keeps every published epoch with its base, so the sink can be read as of
+The manifest keeps the published epochs with their base, so the sink can be read as of
 any published checkpoint by following the chain; a restore rewinds `current`, and the
 next publication continues the chain from the restored checkpoint.
+
+The manifest records the restore generation it is in: a restore's rewind raises it, and
+a publish decided in an older generation is refused (STALE), so a publish decided
+before a restore never takes effect after it. GC drops epochs no retained checkpoint,
+head or current epoch reaches (`prune_unreachable`).
 """
 
 from __future__ import annotations
 
+import enum
 import io
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -28,11 +34,23 @@ from batchpoint.protocol.layout import PipelineLayout, split_task_name
 from batchpoint.storage.base import ObjectStore
 
 
+class PublishResult(enum.StrEnum):
+    """What `publish` did; truthy only when this call published."""
+
+    PUBLISHED = "PUBLISHED"
+    ALREADY_PUBLISHED = "ALREADY_PUBLISHED"
+    STALE = "STALE"  # decided in an older restore generation: refused
+
+    def __bool__(self) -> bool:
+        return self is PublishResult.PUBLISHED
+
+
 @dataclass(frozen=True)
 class PublishedEpoch:
     checkpoint_id: int
     base_checkpoint_id: int | None
     files: tuple[FileHandle, ...]
+    alias_of: int | None = None  # an imported savepoint standing for its original epoch
 
     @property
     def rows(self) -> int:
@@ -40,7 +58,7 @@ class PublishedEpoch:
 
 
 @dataclass(frozen=True)
-class SinkManifest:
+class SinkManifest(records.VersionedRecord):
     KIND = "sink-manifest"
     VERSION = 1
 
@@ -49,6 +67,27 @@ class SinkManifest:
     key_columns: tuple[str, ...]
     current: int | None
     epochs: Mapping[int, PublishedEpoch]
+    generation: int = 0
+
+    def reachable(
+        self, keep: Iterable[int], base_of: Callable[[int], int | None] | None = None
+    ) -> set[int]:
+        """The epochs a reader as of any of `keep` (or of `current`) needs: the whole
+        chain in append mode, the epoch itself in snapshot mode. A kept checkpoint not
+        published yet (a restore target, a completed one whose publish is pending) needs
+        its nearest published ancestor's chain, found through `base_of`."""
+        out: set[int] = set()
+        for start in {*keep, self.current}:
+            cid = start
+            for _ in range(10_000):
+                if cid is None or cid in self.epochs or base_of is None:
+                    break
+                cid = base_of(cid)
+            if cid is None or cid not in self.epochs:
+                continue
+            chain = self.chain(cid)
+            out.update(e.checkpoint_id for e in (chain if self.mode != "snapshot" else chain[-1:]))
+        return out
 
     def chain(self, as_of: int | None = None) -> list[PublishedEpoch]:
         """The published epochs visible as of a checkpoint, oldest first."""
@@ -65,29 +104,26 @@ class SinkManifest:
             cid = epoch.base_checkpoint_id
         return out[::-1]
 
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {
-                "sink": self.sink,
-                "mode": self.mode,
-                "key_columns": list(self.key_columns),
-                "current": self.current,
-                "epochs": [
-                    {
-                        "checkpoint_id": e.checkpoint_id,
-                        "base_checkpoint_id": e.base_checkpoint_id,
-                        "files": [f.to_json() for f in e.files],
-                    }
-                    for e in sorted(self.epochs.values(), key=lambda e: e.checkpoint_id)
-                ],
-            },
-        )
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "sink": self.sink,
+            "mode": self.mode,
+            "key_columns": list(self.key_columns),
+            "current": self.current,
+            "generation": self.generation,
+            "epochs": [
+                {
+                    "checkpoint_id": e.checkpoint_id,
+                    "base_checkpoint_id": e.base_checkpoint_id,
+                    "files": [f.to_json() for f in e.files],
+                    **({"alias_of": e.alias_of} if e.alias_of is not None else {}),
+                }
+                for e in sorted(self.epochs.values(), key=lambda e: e.checkpoint_id)
+            ],
+        }
 
     @classmethod
-    def decode(cls, key: str, data: bytes) -> SinkManifest:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
+    def from_body(cls, key: str, body: dict[str, Any]) -> SinkManifest:
         epochs: dict[int, PublishedEpoch] = {}
         for entry in records.field(key, body, "epochs", list):
             if not isinstance(entry, dict):
@@ -96,6 +132,7 @@ class SinkManifest:
                 records.field(key, entry, "checkpoint_id", int),
                 entry.get("base_checkpoint_id"),
                 tuple(FileHandle.from_json(key, f) for f in entry.get("files", [])),
+                entry.get("alias_of"),
             )
             epochs[epoch.checkpoint_id] = epoch
         return cls(
@@ -104,6 +141,7 @@ class SinkManifest:
             tuple(body.get("key_columns", [])),
             body.get("current"),
             epochs,
+            int(body.get("generation", 0)),
         )
 
 
@@ -123,47 +161,110 @@ class SinkPublisher:
         mode: str,
         key_columns: Iterable[str],
         parents: Mapping[int, int | None] | None = None,
-    ) -> bool:
-        """Commit a completed checkpoint's staged output of `sink`; False if it was
-        published already. `parents` lets a caller publish a chain in one go."""
+        *,
+        generation: int | None = None,
+    ) -> PublishResult:
+        """Commit a completed checkpoint's staged output of `sink`. `generation` is the
+        restore generation the caller decided in (it checked that the checkpoint is on
+        that generation's timeline); a manifest already in a newer one refuses (STALE).
+        Without it, the checkpoint's own generation is used."""
         files = tuple(
             h for ack in completed.acks if split_task_name(ack.task)[0] == sink for h in ack.handles
         )
         epoch = PublishedEpoch(completed.checkpoint_id, completed.pending.base_checkpoint_id, files)
         keys = tuple(key_columns)
-        published = []
+        decided = completed.pending.restore_generation if generation is None else generation
+        result = [PublishResult.ALREADY_PUBLISHED]
 
         def add(current: SinkManifest | None) -> SinkManifest | None:
-            published.clear()
-            manifest = current or SinkManifest(sink, mode, keys, None, {})
-            if epoch.checkpoint_id in manifest.epochs:
+            manifest = current or SinkManifest(sink, mode, keys, None, {}, decided)
+            if manifest.generation > decided:
+                result[0] = PublishResult.STALE
                 return None
-            published.append(True)
+            if epoch.checkpoint_id in manifest.epochs:
+                result[0] = PublishResult.ALREADY_PUBLISHED
+                return None
+            result[0] = PublishResult.PUBLISHED
             newest = manifest.current
             if newest is None or epoch.checkpoint_id > newest:
                 newest = epoch.checkpoint_id
             epochs = {**manifest.epochs, epoch.checkpoint_id: epoch}
-            return SinkManifest(sink, mode, keys, newest, epochs)
+            return SinkManifest(sink, mode, keys, newest, epochs, decided)
 
         update_record(
             self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, add
         )
-        return bool(published)
+        return result[0]
 
-    def rewind(self, sink: str, checkpoint_id: int | None) -> None:
-        """After a restore: readers see the sink as of the restored checkpoint."""
+    def rewind(
+        self,
+        sink: str,
+        checkpoint_id: int | None,
+        generation: int | None = None,
+        alias_of: int | None = None,
+    ) -> None:
+        """After a restore: readers see the sink as of the restored checkpoint, and the
+        manifest enters the restore's generation. A restore to a checkpoint imported from
+        a savepoint of this pipeline keeps the original epoch's chain (an alias epoch)."""
 
         def move(current: SinkManifest | None) -> SinkManifest | None:
-            if current is None or current.current == checkpoint_id:
+            if current is None:
                 return None
-            target = checkpoint_id if checkpoint_id in current.epochs else None
-            return SinkManifest(
-                current.sink, current.mode, current.key_columns, target, current.epochs
-            )
+            if generation is not None and generation <= current.generation:
+                # Rewound into this generation already (or a newer one): a roll-forward
+                # that read the restore late must not move the sink back over epochs
+                # published since.
+                return None
+            gen = current.generation if generation is None else generation
+            epochs = dict(current.epochs)
+            if checkpoint_id is not None and checkpoint_id not in epochs and alias_of in epochs:
+                original = epochs[alias_of]
+                epochs[checkpoint_id] = PublishedEpoch(
+                    checkpoint_id, original.base_checkpoint_id, original.files, alias_of
+                )
+            target = checkpoint_id if checkpoint_id in epochs else None
+            if target == current.current and gen == current.generation and epochs == current.epochs:
+                return None
+            return replace(current, current=target, epochs=epochs, generation=gen)
 
         update_record(
             self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, move
         )
+
+    def rewind_all(
+        self, checkpoint_id: int | None, generation: int, alias_of: int | None = None
+    ) -> None:
+        for sink in self.sink_names():
+            self.rewind(sink, checkpoint_id, generation, alias_of)
+
+    def prune_unreachable(
+        self,
+        sink: str,
+        keep: Callable[[], Iterable[int]],
+        base_of: Callable[[int], int | None] | None = None,
+    ) -> list[int]:
+        """Drop the epochs no reader as of `keep()` (or current) needs. `keep` is read
+        inside each CAS round, after the manifest: an epoch is published only after its
+        checkpoint settled, so an epoch in the manifest read is judged by a retained set
+        that already knows it. Returns the dropped checkpoint ids."""
+        dropped: list[int] = []
+
+        def prune(current: SinkManifest | None) -> SinkManifest | None:
+            dropped.clear()
+            if current is None:
+                return None
+            reachable = current.reachable(set(keep()), base_of)
+            gone = [c for c in current.epochs if c not in reachable]
+            if not gone:
+                return None
+            dropped.extend(sorted(gone))
+            epochs = {c: e for c, e in current.epochs.items() if c not in gone}
+            return replace(current, epochs=epochs)
+
+        update_record(
+            self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, prune
+        )
+        return dropped
 
     def sink_names(self) -> list[str]:
         prefix = self._layout.root + "sinks/"

@@ -15,8 +15,9 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
-from batchpoint.protocol.head import HeadPointer
 from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.protocol.publish import notify_checkpoint_complete
+from batchpoint.protocol.restorer import RestoreResult
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.runtime.api import Pipeline
 from batchpoint.sources.files import PartitionedFileSource
@@ -88,39 +89,27 @@ class PipelineDriver:
 
     def notify_complete(self, checkpoint_id: int) -> list[str]:
         """Publish every sink's staged output of a completed checkpoint and of any
-        unpublished completed checkpoint it builds on. Idempotent."""
-        chain = []
-        cid: int | None = checkpoint_id
-        while cid is not None:
-            outcome = self.coordinator.get_outcome(cid)
-            if outcome is None or outcome.completed is None:
-                break
-            chain.append(outcome.completed)
-            cid = outcome.pending.base_checkpoint_id
-            if all(
-                (m := self.sinks.manifest(s)) is not None and cid in m.epochs
-                for s in self.pipeline.sinks
-            ):
-                break
-        published = []
-        for completed in reversed(chain):
-            for sink in self.pipeline.sinks.values():
-                if self.sinks.publish(completed, sink.name, sink.mode.value, sink.key_columns):
-                    published.append(f"{sink.name}@{completed.checkpoint_id}")
-        return published
+        unpublished completed checkpoint it builds on. Idempotent; a checkpoint a
+        restore abandoned is not published (logged)."""
+        sinks = [(s.name, s.mode.value, s.key_columns) for s in self.pipeline.sinks.values()]
+        return notify_checkpoint_complete(self.coordinator, checkpoint_id, sinks).published
 
     # -- restore -------------------------------------------------------------------
 
     def restore(
-        self, checkpoint_id: int | None = None, parallelism: Mapping[str, int] | None = None
-    ) -> HeadPointer:
+        self,
+        checkpoint_id: int | None = None,
+        parallelism: Mapping[str, int] | None = None,
+        *,
+        checksums: bool | None = None,
+    ) -> RestoreResult:
+        """Move the head (one CAS, the target validated: retained, unquarantined, files
+        intact) and rewind every sink; see protocol/restorer.py."""
         if checkpoint_id is not None and self.coordinator.status(checkpoint_id) is None:
             raise RestoreRefused(
                 f"pipeline '{self.pipeline.name}' has no checkpoint {checkpoint_id}"
             )
-        head = self.coordinator.restore(checkpoint_id)
-        for sink in self.pipeline.sinks:
-            self.sinks.rewind(sink, head.checkpoint_id)
+        result = self.coordinator.restore(checkpoint_id, checksums=checksums)
         if parallelism:
             self.rescale(parallelism)
-        return head
+        return result

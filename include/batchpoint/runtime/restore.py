@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -31,6 +31,8 @@ from batchpoint.protocol.head import HeadPointer
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
+    confine,
+    default_savepoint_roots,
     import_savepoint,
     located_checkpoint,
     read_savepoint,
@@ -357,15 +359,26 @@ class RestorePlanner:
         driver: PipelineDriver,
         *,
         gate: RestoreGate | None = None,
-        checksums: bool = False,
+        checksums: bool | None = None,
         store_options: Mapping[str, str] | None = None,
         progress: ProgressFn | None = None,
         max_candidates: int | None = None,
+        savepoint_roots: Sequence[str] | None = None,
     ) -> None:
         self.driver = driver
+        # Where savepoint folders may be read from (None: the storage root's savepoints/).
+        self.savepoint_roots = savepoint_roots
         self.gate = gate
         self.max_candidates = parse_max_candidates(max_candidates)
+        # On by default (BATCHPOINT_RESTORE_VERIFY_CHECKSUMS): a flipped byte is a finding
+        # that makes `latest` fall back, not a restore that fails afterwards. A quality
+        # gate checks every sha256 itself (and quarantines), so with one the files are
+        # read once, by the gate.
+        config = driver.coordinator.config
+        if checksums is None:
+            checksums = config.restore_verify_checksums and gate is None
         self.checksums = checksums
+        self._verified = checksums or gate is not None
         self.store_options = dict(store_options or {})
         self.progress = progress or (lambda _line: None)
 
@@ -400,6 +413,14 @@ class RestorePlanner:
         c = self.driver.coordinator
         if source.kind == "savepoint":
             location = savepoint_location(source.location, c.store, self.store_options)
+            # Confined before anything is read: a restore source outside the roots is
+            # refused as given, not after its metadata was fetched.
+            confine(
+                location.uri,
+                default_savepoint_roots(c.store)
+                if self.savepoint_roots is None
+                else self.savepoint_roots,
+            )
             metadata = read_savepoint(location)
             if metadata.pipeline != self.pipeline:
                 raise RestoreRefused(
@@ -470,11 +491,17 @@ class RestorePlanner:
                 self.driver.coordinator,
                 chosen.savepoint,
                 checksums=self.checksums,
+                roots=self.savepoint_roots,
                 progress=self.progress,
             )
             checkpoint_id, imported_from = completed.checkpoint_id, chosen.savepoint.uri
         self.progress(f"moving the head of '{self.pipeline}' to checkpoint {checkpoint_id}")
-        head: HeadPointer = self.driver.restore(checkpoint_id, plan.parallelism or None)
+        # The plan read every sha256 already (or the gate did): the restore's own check
+        # of the target needs only the sizes, unless the files are a fresh import.
+        recheck = None if chosen.savepoint is not None or not self._verified else False
+        head: HeadPointer = self.driver.restore(
+            checkpoint_id, plan.parallelism or None, checksums=recheck
+        )
         # A savepoint's (or a never-published checkpoint's) sink output becomes visible
         # now, not only with the next epoch; publishing is idempotent otherwise.
         published = self.driver.notify_complete(checkpoint_id)

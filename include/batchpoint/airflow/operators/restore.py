@@ -91,10 +91,11 @@ class RestoreCheckOperator(BatchpointOperator):
                 gate,
                 options,
                 parallelism=params.get("parallelism", self.parallelism),
-                checksums=settings.checkpoint.verify_checksums,
+                checksums=None,  # the planner: sha256 by the gate, else before it
                 dry_run=dry_run,
                 check_only=True,  # apply_restore is the next task's
                 store_options=settings.store_options,
+                savepoint_roots=settings.savepoint_roots,
                 progress=self.log.info,
             )
         except BatchpointError as exc:
@@ -135,6 +136,7 @@ class RestoreOperator(BatchpointOperator):
                 report.get("restore") or {},
                 report.get("parallelism"),
                 store_options=settings.store_options,
+                savepoint_roots=settings.savepoint_roots,
                 progress=self.log.info,
             )
         except BatchpointError as exc:

@@ -64,6 +64,7 @@ class ExportSavepointOperator(BatchpointOperator):
                 self.target,
                 store_options=settings.store_options,
                 description=self.description,
+                roots=settings.savepoint_roots,
                 progress=self.log.info,
             )
         except BatchpointError as exc:

@@ -1,0 +1,149 @@
+"""Run the concurrency model for many seeded schedules and report every violation.
+
+Each schedule runs trigger / task acks (with retries, duplicates and zombies) /
+finalize + publish / settle / GC / restore (latest, by id, from a savepoint folder) /
+savepoint export as concurrent actors against one store, interleaved by a seeded step
+scheduler, with storage faults (5xx, throttling, lost replies) and crash points; then an
+independent checker reads the store (see tests/support/model.py and checker.py).
+
+    .venv/bin/python bench/model_check.py --schedules 1000            # local store
+    .venv/bin/python bench/model_check.py --schedules 50 --store s3   # SeaweedFS
+    .venv/bin/python bench/model_check.py --seed 417 --schedules 1 -v # replay one
+
+Prints schedules, steps and violations (a table, then one JSON line); exits 1 on any
+violation. A schedule is a function of its seed (the interpreter's string hashing is
+pinned to PYTHONHASHSEED=0 by re-executing itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The model and its checker are the test suite's own (tests/support), shared as `support`.
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))
+
+from batchpoint.storage.base import ObjectStore  # noqa: E402
+from batchpoint.storage.local import LocalObjectStore  # noqa: E402
+from support.model import ModelOptions, run_schedule  # noqa: E402
+
+
+@contextmanager
+def local_stores() -> Iterator[Callable[[int], ObjectStore]]:
+    # tmpfs when there is one: the model is about orderings, not about fsync.
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    root = Path(tempfile.mkdtemp(prefix="bp-model-", dir=base))
+    try:
+        yield lambda seed: LocalObjectStore(root / f"s{seed}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def s3_stores() -> Iterator[Callable[[int], ObjectStore]]:
+    from batchpoint.storage.retry import RetryPolicy
+
+    from batchpoint.devstack.seaweed import SeaweedServer
+    from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+
+    data = Path(tempfile.mkdtemp(prefix="bp-model-weed-"))
+    run = uuid.uuid4().hex[:8]
+    try:
+        with SeaweedServer(data) as server:
+            settings = S3Settings.from_options(server.storage_options())
+            retry = RetryPolicy(max_attempts=5, base_delay=0.05, max_delay=0.5)
+            yield lambda seed: S3ObjectStore(
+                server.bucket, f"model-{run}/s{seed}", settings, retry=retry
+            )
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schedules", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--store", choices=["local", "s3"], default="local")
+    parser.add_argument("--no-faults", action="store_true", help="interleavings only")
+    parser.add_argument("-v", "--verbose", action="store_true", help="one line per schedule")
+    args = parser.parse_args(argv)
+    if args.schedules < 1:
+        parser.error("--schedules must be >= 1")
+
+    options = ModelOptions(faults=not args.no_faults)
+    stores = local_stores() if args.store == "local" else s3_stores()
+    started = time.monotonic()
+    steps = 0
+    failed: list[dict] = []
+    rules: Counter[str] = Counter()
+    injected = 0
+    with stores as make:
+        for seed in range(args.seed, args.seed + args.schedules):
+            store = make(seed)
+            result = run_schedule(seed, store, options)
+            store.close()
+            steps += result.steps
+            injected += result.injected
+            if args.verbose:
+                print(
+                    f"seed {seed}: {result.steps} steps, {result.injected} faults, "
+                    f"actors {','.join(result.actors)}, {len(result.violations)} violation(s)"
+                    + (f"  [{'; '.join(result.notes)}]" if result.notes else ""),
+                    flush=True,
+                )
+            for v in result.violations:
+                rules[v.rule] += 1
+                print(f"  VIOLATION {v}", flush=True)
+            if result.violations:
+                failed.append(result.summary())
+            if args.store == "local" and isinstance(store, LocalObjectStore):
+                shutil.rmtree(store.root, ignore_errors=True)
+    seconds = time.monotonic() - started
+    violations = sum(rules.values())
+    print()
+    print(f"{'store':<22}{args.store}")
+    print(
+        f"{'schedules':<22}{args.schedules} (seeds {args.seed}..{args.seed + args.schedules - 1})"
+    )
+    print(f"{'steps':<22}{steps}")
+    print(f"{'faults injected':<22}{injected}")
+    print(f"{'violations':<22}{violations} in {len(failed)} schedule(s)")
+    for rule, n in rules.most_common():
+        print(f"  {rule:<20}{n}")
+    print(f"{'seconds':<22}{seconds:.1f}")
+    print(
+        json.dumps(
+            {
+                "bench": "model_check",
+                "store": args.store,
+                "schedules": args.schedules,
+                "first_seed": args.seed,
+                "steps": steps,
+                "faults_injected": injected,
+                "violations": violations,
+                "failed_schedules": [f["seed"] for f in failed],
+                "rules": dict(rules),
+                "seconds": round(seconds, 1),
+            }
+        )
+    )
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+    sys.exit(main())

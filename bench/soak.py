@@ -1,0 +1,251 @@
+"""Soak: many epochs of the payments demo through the real runtime (local Spark, SeaweedFS)
+with random task kills and retries, GC from a second process while epochs run, and two
+restores (one by id, one from an exported savepoint folder).
+
+    .venv/bin/python bench/soak.py                 # 100 epochs
+    .venv/bin/python bench/soak.py --epochs 20     # a shorter one
+
+Prints storage objects and bytes under the pipeline's folder and the GC time at epochs
+10/50/100 (or the run's own milestones), the orphan files after the final GC, and checks
+the final sinks and state against the pandas reference. Exits 1 if the sinks differ or an
+orphan is left. The clock is simulated (an hour per epoch) so deadlines and GC's grace
+period pass as they would in production; every byte goes to a real SeaweedFS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# The model and its checker are the test suite's own (tests/support), shared as `support`.
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))
+
+import pandas as pd  # noqa: E402
+
+from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline  # noqa: E402
+from batchpoint.demo.payments_data import write_epoch_files  # noqa: E402
+from batchpoint.demo.payments_reference import compute_reference  # noqa: E402
+from batchpoint.ops.epoch import LocalEpochRunner  # noqa: E402
+from batchpoint.ops.maintenance import gc as ops_gc  # noqa: E402
+from batchpoint.protocol.checkpoint import CheckpointType  # noqa: E402
+from batchpoint.protocol.config import CheckpointConfig  # noqa: E402
+from batchpoint.protocol.savepoints import (  # noqa: E402
+    SavepointLocation,
+    default_savepoint_prefix,
+    export_savepoint,
+)
+from batchpoint.protocol.sinks import read_sink_table  # noqa: E402
+from batchpoint.runtime.faults import POINTS, InjectedKill  # noqa: E402
+from batchpoint.runtime.restore import RestorePlanner  # noqa: E402
+from batchpoint.storage import StoreRef  # noqa: E402
+from support.checker import Checker  # noqa: E402
+
+DATA = {"accounts": 40, "events_per_epoch": 200}
+HOUR = 3600.0
+KILL_POINTS = [p for p in POINTS if p != "spark-task"]
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gc_process(uri: str, options: dict[str, str], now: float, out: Any) -> None:
+    """`batchpoint gc` from another process: its own store client, the same clock time."""
+    from batchpoint.runtime.driver import PipelineDriver
+
+    driver = PipelineDriver(
+        build_pipeline(), StoreRef.of(uri, options), CheckpointConfig(), lambda: now
+    )
+    started = time.perf_counter()
+    report = ops_gc(driver.coordinator, history_limit=20)
+    out.send({"seconds": time.perf_counter() - started, "deleted": len(report.deleted_files)})
+
+
+def storage(store: Any, prefix: str) -> tuple[int, int]:
+    objects = list(store.list(prefix))
+    return len(objects), sum(o.size for o in objects)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kill-rate", type=float, default=0.3)
+    args = parser.parse_args(argv)
+    if args.epochs < 10:
+        parser.error("--epochs must be >= 10 (the restores happen at 40% and 75%)")
+    rng = random.Random(args.seed)
+    milestones = (
+        [10, 50, 100] if args.epochs >= 100 else sorted({10, args.epochs // 2, args.epochs})
+    )
+    restore_by_id_at = int(args.epochs * 0.4)
+    savepoint_at = int(args.epochs * 0.3)
+    restore_folder_at = int(args.epochs * 0.75)
+
+    from batchpoint.devstack.seaweed import SeaweedServer
+    from batchpoint.spark.session import spark_session
+
+    os.environ["BATCHPOINT_FAULT_MODE"] = "raise"
+    tmp = Path(tempfile.mkdtemp(prefix="bp-soak-"))
+    rows: list[dict[str, Any]] = []
+    events: list[str] = []
+    ctx = mp.get_context("spawn")
+    started = time.monotonic()
+    try:
+        with SeaweedServer(tmp / "weed") as server:
+            options = server.storage_options()
+            uri = server.uri(f"soak-{uuid.uuid4().hex[:8]}")
+            ref = StoreRef.of(uri, options)
+            store = ref.open()
+            spark = spark_session("batchpoint-soak", "local[2,2]")
+            clock = Clock()
+            config = CheckpointConfig(num_retained=3, timeout=HOUR / 2)
+            runner = LocalEpochRunner(build_pipeline(), ref, spark, config, clock=clock)
+            driver = runner.driver
+            savepoint_prefix = ""
+            gc_seconds: list[float] = []
+            for epoch in range(1, args.epochs + 1):
+                write_epoch_files(store, SOURCE_ROOT, epoch - 1, **DATA)
+                clock.now += HOUR
+                # GC from a second process, overlapping this epoch.
+                receive, send = ctx.Pipe(duplex=False)
+                gc = ctx.Process(target=gc_process, args=(uri, options, clock.now, send))
+                gc.start()
+                kind_savepoint = epoch == savepoint_at
+                pending = driver.trigger(
+                    CheckpointType.SAVEPOINT if kind_savepoint else CheckpointType.CHECKPOINT
+                )
+                cid = pending.checkpoint_id
+                if rng.random() < args.kill_rate:
+                    operator = rng.choice(runner.task_order())
+                    point = rng.choice(KILL_POINTS)
+                    os.environ["BATCHPOINT_FAULT"] = f"{operator}:{point}:{cid}"
+                    try:
+                        runner.run_operators(cid, attempt="first")
+                    except InjectedKill:
+                        events.append(f"epoch {epoch}: killed {operator} at {point}, retried")
+                    finally:
+                        del os.environ["BATCHPOINT_FAULT"]
+                runner.run_operators(cid, attempt="retry")  # what an Airflow retry does
+                outcome, _ = runner.complete(cid)
+                if outcome is None or outcome.completed is None:
+                    events.append(f"epoch {epoch}: checkpoint {cid} did not complete")
+                gc.join(600)
+                result = receive.recv() if receive.poll(1) else {"seconds": float("nan")}
+                gc_seconds.append(result["seconds"])
+                status = outcome.status.value if outcome is not None else "pending"
+                print(
+                    f"epoch {epoch}: checkpoint {cid} {status}, GC {result['seconds']:.2f}s "
+                    f"({time.monotonic() - started:.0f}s so far)",
+                    flush=True,
+                )
+                if kind_savepoint and outcome is not None and outcome.completed is not None:
+                    savepoint_prefix = default_savepoint_prefix("payments", cid, clock.now)
+                    export_savepoint(
+                        driver.coordinator, cid, SavepointLocation(store, savepoint_prefix)
+                    )
+                    events.append(f"epoch {epoch}: savepoint {cid} exported to {savepoint_prefix}")
+                if epoch == restore_by_id_at:
+                    retained = Checker(store, 0, 1, pipeline="payments").control()
+                    assert retained is not None
+                    target = sorted(retained.retained)[-2]
+                    planner = RestorePlanner(driver)
+                    planner.apply(planner.plan(target))
+                    events.append(f"epoch {epoch}: restored to checkpoint {target} by id")
+                if epoch == restore_folder_at and savepoint_prefix:
+                    planner = RestorePlanner(driver)
+                    done = planner.apply(planner.plan(savepoint_prefix))
+                    events.append(
+                        f"epoch {epoch}: restored from folder {savepoint_prefix} "
+                        f"(imported as {done.checkpoint_id})"
+                    )
+                if epoch in milestones:
+                    objects, size = storage(store, "pipelines/")
+                    rows.append(
+                        {
+                            "epoch": epoch,
+                            "objects": objects,
+                            "bytes": size,
+                            "gc_seconds": round(gc_seconds[-1], 3),
+                        }
+                    )
+                    print(json.dumps({"milestone": rows[-1]}), flush=True)
+            # The final GC, past every grace period.
+            clock.now += 10 * HOUR
+            driver.coordinator.settle()
+            ops_gc(driver.coordinator)
+            clock.now += 10 * HOUR
+            final = time.perf_counter()
+            ops_gc(driver.coordinator)
+            final_gc = time.perf_counter() - final
+            orphans = Checker(store, 0, 1, pipeline="payments").orphans()
+            ok_sinks, detail = check_reference(runner, store)
+            spark.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    for line in events:
+        print(line)
+    print()
+    print(f"{'epoch':>6}{'objects':>9}{'bytes':>12}{'GC s':>8}")
+    for r in rows:
+        print(f"{r['epoch']:>6}{r['objects']:>9}{r['bytes']:>12}{r['gc_seconds']:>8.3f}")
+    print(
+        f"orphan files after the final GC: {len(orphans)}"
+        + (f" e.g. {orphans[0]}" if orphans else "")
+    )
+    print(
+        f"final GC: {final_gc:.3f}s; sinks vs pandas reference: {'equal' if ok_sinks else detail}"
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "soak",
+                "epochs": args.epochs,
+                "milestones": rows,
+                "orphans": len(orphans),
+                "final_gc_seconds": round(final_gc, 3),
+                "sinks_match_reference": ok_sinks,
+                "kills": sum("killed" in e for e in events),
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        )
+    )
+    return 0 if ok_sinks and not orphans else 1
+
+
+def check_reference(runner: LocalEpochRunner, store: Any) -> tuple[bool, str]:
+    """Published sinks equal the pandas reference over exactly the head's input."""
+    coordinator = runner.driver.coordinator
+    control = Checker(store, 0, 1, pipeline="payments").control()
+    assert control is not None and control.head is not None
+    completed = coordinator.completed.get(control.head)
+    expected = compute_reference(store, SOURCE_ROOT, upto=completed.pending.barrier["events"])
+    try:
+        for sink, frame in (("balances_table", expected.balances), ("alerts", expected.alerts)):
+            got = read_sink_table(store, "payments", sink).to_pandas()
+            got = got.sort_values("account_id", ignore_index=True)[list(frame.columns)]
+            pd.testing.assert_frame_equal(got, frame, check_dtype=False)
+    except AssertionError as exc:
+        return False, str(exc).splitlines()[0]
+    return True, ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Flink's CheckpointRequestDecider: whether a trigger may start a checkpoint, decided
+inside the one conditional write that admits it (so two racing triggers can never both
+pass `max_concurrent`), and which checkpoint it builds on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from batchpoint.errors import TriggerRefused
+from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointType
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.control import ControlRecord, PendingEntry
+
+
+class CheckpointRequestDecider:
+    def __init__(self, pipeline: str, config: CheckpointConfig, control_key: str) -> None:
+        self._pipeline = pipeline
+        self._config = config
+        self._key = control_key
+
+    def check(
+        self,
+        control: ControlRecord | None,
+        checkpoint_type: CheckpointType,
+        now: float,
+        *,
+        has_history: bool,
+    ) -> ControlRecord:
+        """Refuse (TriggerRefused) or return the record to admit into."""
+        if control is None:
+            if has_history:
+                raise TriggerRefused(
+                    CheckpointFailureReason.NEEDS_REPAIR,
+                    f"pipeline '{self._pipeline}' has checkpoints but no control record "
+                    f"({self._key}); run `batchpoint repair` (or restore a checkpoint) "
+                    "instead of restarting from empty state",
+                )
+            control = ControlRecord()
+        if control.restore is not None and not control.restore.sinks_rewound:
+            raise TriggerRefused(
+                CheckpointFailureReason.RESTORED,
+                f"pipeline '{self._pipeline}': the restore to checkpoint "
+                f"{control.restore.target} has not finished rewinding its sinks",
+            )
+        if checkpoint_type is CheckpointType.CHECKPOINT:
+            self._check_periodic(control, now)
+        return control
+
+    def admit(
+        self,
+        control: ControlRecord | None,
+        checkpoint_id: int,
+        checkpoint_type: CheckpointType,
+        deadline: float,
+        now: float,
+        *,
+        has_history: bool,
+    ) -> ControlRecord:
+        """The mutation of the admission CAS: the control record with the new pending
+        entry, whose base is the newest admitted checkpoint of the current timeline
+        (concurrent checkpoints chain) or else the head."""
+        control = self.check(control, checkpoint_type, now, has_history=has_history)
+        entry = PendingEntry(
+            checkpoint_id, checkpoint_type, base_of(control), control.restore_generation, deadline
+        )
+        return replace(control, pending=(*control.pending, entry))
+
+    def _check_periodic(self, control: ControlRecord, now: float) -> None:
+        running = [p for p in control.current_pending() if p.type is CheckpointType.CHECKPOINT]
+        if len(running) >= self._config.max_concurrent:
+            ids = ", ".join(str(p.checkpoint_id) for p in running)
+            raise TriggerRefused(
+                CheckpointFailureReason.TOO_MANY_CONCURRENT,
+                f"pipeline '{self._pipeline}': {len(running)} checkpoint(s) pending ({ids}); "
+                f"max_concurrent is {self._config.max_concurrent}",
+            )
+        if self._config.min_pause > 0 and control.head is not None:
+            head = control.retained_entry(control.head)
+            if head is not None:
+                waited = now - head.completed_at
+                if waited < self._config.min_pause:
+                    raise TriggerRefused(
+                        CheckpointFailureReason.MINIMUM_PAUSE,
+                        f"pipeline '{self._pipeline}': checkpoint {control.head} completed "
+                        f"{waited:.1f}s ago; min_pause is {self._config.min_pause:g}s "
+                        f"(retry in {self._config.min_pause - waited:.1f}s)",
+                    )
+
+
+def base_of(control: ControlRecord) -> int | None:
+    """The newest admitted checkpoint of the current timeline, else the head."""
+    newer = [p for p in control.current_pending() if p.checkpoint_id > (control.head or 0)]
+    return newer[-1].checkpoint_id if newer else control.head

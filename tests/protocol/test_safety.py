@@ -1,0 +1,598 @@
+"""Regression tests for issue 10's reproductions 1-10: concurrent actors and damage.
+
+Each interleaving is deterministic: the other actor's steps run from a hook in a store
+wrapper at a chosen call of the actor under test (or protocol steps are called in a
+chosen order), never from sleeps. Every test runs on the local store and on SeaweedFS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from batchpoint.errors import RestoreRefused, TriggerRefused
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointStatus,
+    CheckpointType,
+    FileHandle,
+    TaskAcknowledgeResult,
+)
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.gc import GarbageCollector
+from batchpoint.protocol.head import HeadMoveCause, HeadPointer
+from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.publish import notify_checkpoint_complete
+from batchpoint.protocol.repair import repair
+from batchpoint.protocol.restorer import CheckpointRestorer
+from batchpoint.protocol.savepoints import (
+    SavepointLocation,
+    SavepointPathRefused,
+    confine,
+    dispose_savepoint,
+    export_savepoint,
+    import_savepoint,
+)
+from batchpoint.protocol.sinks import PublishResult, SinkPublisher, visible_files
+from batchpoint.protocol.verify import check_handles
+from batchpoint.storage.base import ObjectStore
+
+NAME = "safe"
+SINKS = [("sink", "append", ["k"])]
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class HookStore:
+    """The real store, with `hook(op, key)` called before each get/list/head/create/
+    replace: the place where a test lets another actor take its steps."""
+
+    def __init__(self, inner: ObjectStore, hook: Callable[[str, str], None]) -> None:
+        self._inner = inner
+        self._hook = hook
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _call(self, op: str, key: str, *args: Any, **kwargs: Any) -> Any:
+        self._hook(op, key)
+        return getattr(self._inner, op)(key, *args, **kwargs)
+
+    def get(self, key: str, *a: Any, **k: Any) -> Any:
+        return self._call("get", key, *a, **k)
+
+    def list(self, key: str, *a: Any, **k: Any) -> Any:
+        return self._call("list", key, *a, **k)
+
+    def head(self, key: str, *a: Any, **k: Any) -> Any:
+        return self._call("head", key, *a, **k)
+
+    def create(self, key: str, *a: Any, **k: Any) -> Any:
+        return self._call("create", key, *a, **k)
+
+    def replace(self, key: str, *a: Any, **k: Any) -> Any:
+        return self._call("replace", key, *a, **k)
+
+
+def once(action: Callable[[], None], when: Callable[[str, str], bool], nth: int = 1) -> Callable:
+    """A hook running `action` at the `nth` call matching `when`, and never again."""
+    fired: list[bool] = []
+    seen = [0]
+
+    def hook(op: str, key: str) -> None:
+        if fired or not when(op, key):
+            return
+        seen[0] += 1
+        if seen[0] == nth:
+            fired.append(True)
+            action()
+
+    hook.fired = fired  # type: ignore[attr-defined]
+    return hook
+
+
+def coordinator(store: Any, clock: FakeClock | None = None, **config: Any) -> CheckpointCoordinator:
+    c = CheckpointCoordinator(store, NAME, CheckpointConfig(**config), clock or FakeClock())
+    c.register(simple_pipeline(NAME, [("keyed", 2), ("sink", 1)]))
+    return c
+
+
+def ack_all(c: CheckpointCoordinator, cid: int, extra: tuple[FileHandle, ...] = ()) -> None:
+    for task in c.get_checkpoint(cid).expected_tasks:
+        key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
+        data = f"{task} of {cid}".encode() * 8
+        c.store.put(key, data)
+        handle = FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), rows=1, name="s")
+        handles = (handle, *extra) if task.startswith("keyed") else (handle,)
+        assert c.acknowledge(cid, task, "a1", handles) is TaskAcknowledgeResult.SUCCESS
+
+
+def complete(
+    c: CheckpointCoordinator,
+    kind: CheckpointType = CheckpointType.CHECKPOINT,
+    publish: bool = True,
+) -> int:
+    cid = c.trigger({"src": {"p0": 1}}, checkpoint_type=kind).checkpoint_id
+    ack_all(c, cid)
+    outcome = c.try_finalize(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED, outcome
+    if publish:
+        notify_checkpoint_complete(c, cid, SINKS)
+    return cid
+
+
+def files_of(c: CheckpointCoordinator, cid: int) -> list[FileHandle]:
+    return list(c.completed.get(cid).handles)
+
+
+def intact(c: CheckpointCoordinator, cid: int) -> bool:
+    return not check_handles(c.store, files_of(c, cid), checksums=True)
+
+
+def sink_epochs(c: CheckpointCoordinator) -> list[int]:
+    manifest = SinkPublisher(c.store, c.layout).manifest("sink")
+    assert manifest is not None
+    return [e.checkpoint_id for e in manifest.chain()]
+
+
+# == 1: GC never deletes a checkpoint completing during its pass ==========================
+
+
+@pytest.mark.parametrize("point", ["control read", "folder listing"])
+def test_gc_keeps_a_checkpoint_completing_during_its_pass(store: ObjectStore, point: str) -> None:
+    c = coordinator(store)
+    complete(c)
+    aborted = c.trigger({"src": {"p0": 2}}).checkpoint_id
+    ack_all(c, aborted)
+    c.abort(aborted, CheckpointFailureReason.EXPIRED)  # a folder in GC's queue
+    newcomer: list[int] = []
+    if point == "control read":
+        # right after GC's snapshot of the control record: its first outcome read
+        at_point = lambda op, key: op == "get" and key.endswith("/outcome.json")  # noqa: E731
+    else:
+        at_point = lambda op, key: op == "list" and key == c.layout.data_prefix(aborted)  # noqa: E731
+    hook = once(lambda: newcomer.append(complete(c)), at_point)
+    gc = GarbageCollector(coordinator(HookStore(store, hook)), grace=0)
+    report = gc.collect()
+    assert hook.fired and newcomer
+    assert c.head.get().checkpoint_id == newcomer[0]
+    assert intact(c, newcomer[0]), "GC deleted files of the checkpoint that completed"
+    assert not set(report.deleted_files) & {h.path for h in files_of(c, newcomer[0])}
+    assert not list(store.list(c.layout.data_prefix(aborted)))  # the discarded one went
+
+
+# == 2: restore racing finalize and GC changes nothing when it loses ======================
+
+
+def test_restore_losing_to_subsumption_and_gc_changes_nothing(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = coordinator(store, num_retained=1)
+    target = complete(c)
+    armed: list[bool] = []
+
+    def subsume_and_collect() -> None:
+        complete(c)  # subsumes the target
+        GarbageCollector(c, grace=0).collect()  # and deletes its files
+
+    hook = once(
+        subsume_and_collect, lambda op, key: bool(armed) and op == "get" and key == c.layout.head
+    )
+    restorer_side = coordinator(HookStore(store, hook), num_retained=1)
+    real_problem = CheckpointRestorer.problem
+
+    def validated_then_arm(self: CheckpointRestorer, cid: int, checksums: bool) -> str | None:
+        problem = real_problem(self, cid, checksums)
+        armed.append(True)  # the other actors go between validation and the CAS
+        return problem
+
+    monkeypatch.setattr(CheckpointRestorer, "problem", validated_then_arm)
+    with pytest.raises(RestoreRefused, match="left the retained set"):
+        restorer_side.restore(target)
+    assert hook.fired
+    head = c.head.get()
+    assert head.checkpoint_id == target + 1 and head.restore_generation == 0
+    assert intact(c, target + 1)
+    assert sink_epochs(c) == [target, target + 1]
+
+
+def test_restore_target_keeps_its_files_against_gc(store: ObjectStore) -> None:
+    """The winning order: once the restore's CAS holds, subsumption cannot drop the
+    target (it is the head) and GC cannot delete it."""
+    c = coordinator(store, num_retained=1)
+    target = complete(c)
+    complete(c)
+    with pytest.raises(RestoreRefused, match="not retained"):
+        c.restore(target)
+    old = complete(c, CheckpointType.SAVEPOINT)
+    complete(c)
+    c.restore(old)
+    complete(c)
+    complete(c)
+    GarbageCollector(c, grace=0).collect()
+    assert c.completed.is_retained(old) and intact(c, old)
+
+
+# == 3: a savepoint restored from its folder keeps the append sink's history ==============
+
+
+def test_savepoint_folder_restore_keeps_append_history(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    first, second = complete(c), complete(c)
+    savepoint = complete(c, CheckpointType.SAVEPOINT)
+    complete(c)
+    expected = [f.path for f in visible_files(_manifest(c), savepoint)]
+    folder = SavepointLocation(store, "savepoints/keep-history")
+    export_savepoint(c, savepoint, folder)
+
+    imported = import_savepoint(c, folder)
+    c.restore(imported.checkpoint_id)
+    notify_checkpoint_complete(c, imported.checkpoint_id, SINKS)
+    assert [f.path for f in visible_files(_manifest(c))] == expected
+    assert sink_epochs(c)[:2] == [first, second]
+    # and the next epoch appends to it
+    after = complete(c)
+    assert sink_epochs(c) == [first, second, imported.checkpoint_id, after]
+
+
+def _manifest(c: CheckpointCoordinator) -> Any:
+    manifest = SinkPublisher(c.store, c.layout).manifest("sink")
+    assert manifest is not None
+    return manifest
+
+
+# == 4: a publish decided before a restore never takes effect after it ====================
+
+
+def test_late_publish_after_restore_is_refused(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    good = complete(c)
+    late = complete(c, publish=False)  # finalized; its publish comes late
+    c.restore(good)
+    report = notify_checkpoint_complete(c, late, SINKS)
+    assert report.is_stale and report.published == []
+    assert sink_epochs(c) == [good]
+    stale = SinkPublisher(c.store, c.layout).publish(
+        c.completed.get(late), "sink", "append", ["k"], generation=0
+    )
+    assert stale is PublishResult.STALE
+    assert sink_epochs(c) == [good]
+
+
+def test_publish_racing_a_restore_is_undone(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    good = complete(c)
+    late = complete(c, publish=False)
+    manifest_key = c.layout.sink_manifest("sink")
+    hook = once(lambda: c.restore(good), lambda op, key: op == "get" and key == manifest_key)
+    publisher_side = coordinator(HookStore(store, hook), num_retained=5)
+    report = notify_checkpoint_complete(publisher_side, late, SINKS)
+    assert hook.fired and report.is_stale
+    assert _manifest(c).current == good and sink_epochs(c) == [good]
+
+
+# == 5: quarantine holds on every restore path =============================================
+
+
+def test_quarantined_checkpoint_is_never_restored(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    good, bad = complete(c), complete(c)
+    complete(c)
+    store.put(c.layout.quarantine(bad), b'{"kind": "quarantine"}')
+    with pytest.raises(RestoreRefused, match="quarantined"):
+        c.restore(bad)
+    store.put(c.layout.quarantine(bad + 1), b'{"kind": "quarantine"}')
+    result = c.restore()
+    assert result.checkpoint_id == good
+    assert [f.checkpoint_id for f in result.findings] == [bad + 1, bad]
+
+
+# == 6: a flipped byte is caught at restore by default ====================================
+
+
+def test_flipped_byte_makes_restore_fall_back(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    good, damaged = complete(c), complete(c)
+    victim = files_of(c, damaged)[0]
+    data = bytearray(store.get(victim.path).data)
+    data[0] ^= 0xFF
+    store.put(victim.path, bytes(data))  # same size: only a checksum sees it
+    result = c.restore()
+    assert result.checkpoint_id == good
+    assert "sha256" in result.findings[0].problem
+    with pytest.raises(RestoreRefused, match="sha256"):
+        c.restore(damaged)
+    assert c.restore(damaged, checksums=False).checkpoint_id == damaged  # the opt-out
+
+
+# == 7: unreadable records are findings, not blockers =====================================
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b'{"kind":"checkpoint-outcome","version":9}'])
+def test_unreadable_outcome_is_skipped_and_reported(store: ObjectStore, damage: bytes) -> None:
+    c = coordinator(store, num_retained=5)
+    good, broken = complete(c), complete(c)
+    store.put(c.layout.outcome(broken), damage)
+    result = c.restore()
+    assert result.checkpoint_id == good
+    assert result.findings[0].checkpoint_id == broken
+    assert c.layout.outcome(broken) in result.findings[0].problem
+    # GC reports it; as it could hold references, nothing is deleted
+    doomed = c.trigger({"src": {"p0": 9}}).checkpoint_id  # trigger is not blocked
+    ack_all(c, doomed)
+    c.abort(doomed, CheckpointFailureReason.EXPIRED)
+    report = GarbageCollector(c, grace=0).collect()
+    assert any(c.layout.outcome(broken) in f.problem for f in report.findings)
+    assert report.deleted_files == [] and list(store.list(c.layout.data_prefix(doomed)))
+    assert intact(c, good)
+    # a trigger whose base record is unreadable refuses, naming the record
+    store.put(c.layout.outcome(good), damage)
+    with pytest.raises(TriggerRefused, match="batchpoint repair") as refused:
+        c.trigger({"src": {"p0": 9}})
+    assert c.layout.outcome(good) in str(refused.value)
+
+
+# == 8: a deleted control record is refused, never a restart from empty ==================
+
+
+def test_missing_control_record_refuses_trigger_until_repair(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=2)
+    complete(c)
+    newest = complete(c)
+    store.delete(c.layout.head)
+    with pytest.raises(TriggerRefused, match="batchpoint repair"):
+        c.trigger({"src": {"p0": 3}})
+    assert c.pending_checkpoints() == []
+    report = repair(c)
+    assert report.head == newest and report.control.restore_generation == 1
+    pending = c.trigger({"src": {"p0": 3}})
+    assert pending.base_checkpoint_id == newest and pending.restore_generation == 1
+    assert _manifest(c).generation == 1 and _manifest(c).current == newest
+
+
+def test_unreadable_control_record_refuses_naming_it(store: ObjectStore) -> None:
+    c = coordinator(store)
+    complete(c)
+    store.put(c.layout.head, b"garbage")
+    with pytest.raises(TriggerRefused) as refused:
+        c.trigger({"src": {"p0": 3}})
+    assert c.layout.head in str(refused.value) and "batchpoint repair" in str(refused.value)
+
+
+# == 9: two concurrent triggers never both pass max_concurrent ===========================
+
+
+@pytest.mark.parametrize("point", ["before admission", "after admission"])
+def test_racing_triggers_respect_max_concurrent(store: ObjectStore, point: str) -> None:
+    c = coordinator(store, max_concurrent=1)
+    complete(c)
+    other: list[object] = []
+
+    def trigger_b() -> None:
+        try:
+            other.append(c.trigger({"src": {"p0": 2}}))
+        except TriggerRefused as exc:
+            other.append(exc)
+
+    if point == "before admission":  # B runs whole while A holds a fresh id
+        when = lambda op, key: op in ("create", "replace") and key == c.layout.id_counter  # noqa: E731
+    else:  # B runs after A's admission, before A's pending record exists
+        when = lambda op, key: op == "create" and key.startswith(c.layout.active_prefix)  # noqa: E731
+    hook = once(trigger_b, when)
+    a_side = coordinator(HookStore(store, hook), max_concurrent=1)
+    try:
+        mine: object = a_side.trigger({"src": {"p0": 2}})
+    except TriggerRefused as exc:
+        mine = exc
+    assert hook.fired
+    results = [mine, *other]
+    refused = [r for r in results if isinstance(r, TriggerRefused)]
+    assert len(refused) == 1, results
+    assert len(c.control.load().pending) == 1
+    assert len(c.pending_checkpoints()) == 1
+
+
+def test_trigger_that_died_after_admission_is_aborted_at_its_deadline(
+    store: ObjectStore,
+) -> None:
+    clock = FakeClock()
+    c = coordinator(store, clock)
+    complete(c)
+
+    def die(op: str, key: str) -> None:
+        if op == "create" and key.startswith(c.layout.active_prefix):
+            raise KeyboardInterrupt  # the trigger's process dies here
+
+    with pytest.raises(KeyboardInterrupt):
+        coordinator(HookStore(store, die), clock).trigger({"src": {"p0": 2}})
+    [entry] = c.control.load().pending
+    with pytest.raises(TriggerRefused, match="max_concurrent"):
+        c.trigger({"src": {"p0": 2}})
+    clock.now = entry.deadline + 1
+    nxt = c.trigger({"src": {"p0": 2}})
+    outcome = c.get_outcome(entry.checkpoint_id)
+    assert outcome is not None and "trigger did not finish" in outcome.message
+    assert nxt.checkpoint_id > entry.checkpoint_id
+
+
+# == 10: savepoint paths are confined ====================================================
+
+
+def test_savepoint_paths_are_confined(store: ObjectStore) -> None:
+    c = coordinator(store)
+    cid = complete(c, CheckpointType.SAVEPOINT)
+    for outside in ["elsewhere/sp", "savepoints-old/sp", "savepoints/../pipelines/x"]:
+        with pytest.raises(SavepointPathRefused):
+            export_savepoint(c, cid, SavepointLocation(store, outside))
+        assert not list(store.list(outside.split("/")[0] + "/"))
+    export_savepoint(c, cid, SavepointLocation(store, "savepoints/ok"))
+    for info in store.list("savepoints/ok/"):
+        store.put("elsewhere/" + info.key[len("savepoints/ok/") :], store.get(info.key).data)
+    with pytest.raises(SavepointPathRefused):
+        import_savepoint(c, SavepointLocation(store, "elsewhere"))
+    imported = import_savepoint(c, SavepointLocation(store, "elsewhere/"), roots=[store.child("")])
+    assert imported.checkpoint_id > cid
+
+
+def test_confine_compares_whole_segments() -> None:
+    roots = ["s3://b/root/savepoints/"]
+    assert confine("s3://b/root/savepoints/a", roots)
+    for bad in [
+        "s3://b/root/savepoints-x/a",
+        "s3://b/root/savepoints",
+        "s3://b/other/a",
+        "s3://b/root/savepoints/../a",
+    ]:
+        with pytest.raises(SavepointPathRefused):
+            confine(bad, roots)
+
+
+# == retention: discarded ids never return, disposal, manifest epochs, history ===========
+
+
+def test_subsumed_checkpoint_never_returns_and_history_is_bounded(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=2, tolerable_failed_checkpoints=10)
+    ids = [complete(c) for _ in range(4)]
+    assert c.completed.retained_ids() == ids[-2:]
+    c.try_finalize(ids[0])  # a late finalizer of a subsumed checkpoint
+    assert ids[0] not in c.completed.retained_ids()
+    aborted = []
+    for _ in range(3):
+        cid = c.trigger({"src": {"p0": 5}}).checkpoint_id
+        ack_all(c, cid)
+        c.abort(cid, CheckpointFailureReason.EXPIRED)
+        aborted.append(cid)
+    report = GarbageCollector(c, grace=0).collect(history_limit=1)
+    assert c.control.load().discarded == ()
+    for cid in aborted:
+        assert not list(store.list(c.layout.data_prefix(cid)))
+    # the append sink still needs the subsumed epochs' files: their records stay
+    assert set(report.pruned_checkpoints) == set(aborted[:2])
+    for cid in aborted[:2]:
+        assert c.get_outcome(cid) is None
+    assert c.get_outcome(aborted[2]) is not None
+    assert all(intact(c, cid) for cid in ids[-2:])
+    assert sink_epochs(c) == ids
+
+
+def test_snapshot_sink_keeps_only_reachable_epochs(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=2)
+    snapshot = [("sink", "snapshot", ["k"])]
+    ids = []
+    for _ in range(4):
+        cid = complete(c, publish=False)
+        notify_checkpoint_complete(c, cid, snapshot)
+        ids.append(cid)
+    GarbageCollector(c, grace=0).collect()
+    GarbageCollector(c, grace=0).collect()  # the re-queued epochs' files go
+    assert sorted(_manifest(c).epochs) == ids[-2:]
+    for cid in ids[:2]:
+        assert not list(store.list(c.layout.data_prefix(cid)))
+
+
+def test_grace_keeps_discarded_entries_for_late_writers(store: ObjectStore) -> None:
+    clock = FakeClock()
+    c = coordinator(store, clock, timeout=60)
+    complete(c)
+    aborted = c.trigger({"src": {"p0": 2}}).checkpoint_id
+    c.abort(aborted, CheckpointFailureReason.EXPIRED)
+    GarbageCollector(c).collect()
+    assert c.control.load().is_discarded(aborted)  # within the grace period
+    late = c.layout.task_data_prefix(aborted, "keyed#0", "zombie") + "x"
+    store.put(late, b"late write")
+    clock.now += 61
+    GarbageCollector(c).collect()
+    assert not store.exists(late) and not c.control.load().is_discarded(aborted)
+
+
+def test_dispose_savepoint_refused_while_it_is_the_head(store: ObjectStore) -> None:
+    c = coordinator(store)
+    savepoint = complete(c, CheckpointType.SAVEPOINT)
+    with pytest.raises(Exception, match="head"):
+        dispose_savepoint(c, savepoint)
+    complete(c)
+    dispose_savepoint(c, savepoint)
+    assert not c.completed.is_retained(savepoint)
+    assert c.control.load().is_discarded(savepoint)
+
+
+# == migration from the head-pointer v1 layout ============================================
+
+
+def test_old_head_pointer_and_markers_are_migrated(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    first, second = complete(c), complete(c)
+    aborted = c.trigger({"src": {"p0": 3}}).checkpoint_id
+    c.abort(aborted, CheckpointFailureReason.EXPIRED)
+    # rewrite the pipeline in the old layout: a head pointer and one marker per retained
+    store.put(c.layout.head, HeadPointer(second, 0, 1_000_000.0, HeadMoveCause.COMPLETED).encode())
+    for cid, stamp in [(first, "2026-01-01T00:00:00.000Z"), (second, "2026-01-01T00:01:00.000Z")]:
+        marker = {
+            "kind": "retained-checkpoint",
+            "version": 1,
+            "checkpoint_id": cid,
+            "type": "checkpoint",
+            "completed_at": stamp,
+            "retain_forever": False,
+        }
+        store.put(c.layout.retained(cid), json.dumps(marker).encode())
+    assert c.head.get().checkpoint_id == second
+    assert c.completed.retained_ids() == [first, second]
+    assert c.control.load().is_discarded(aborted)  # old history enters GC's queue once
+    nxt = complete(c)  # the next write migrates
+    body = json.loads(store.get(c.layout.head).data)
+    assert body["kind"] == "pipeline-control" and "migrated_from" not in body
+    assert c.completed.retained_ids() == [first, second, nxt]
+    assert not list(store.list(c.layout.retained_prefix))
+
+
+def test_imported_savepoint_is_published_only_after_its_restore(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    first = complete(c)
+    savepoint = complete(c, CheckpointType.SAVEPOINT)
+    head = complete(c)
+    folder = SavepointLocation(store, "savepoints/early")
+    export_savepoint(c, savepoint, folder)
+    imported = import_savepoint(c, folder).checkpoint_id
+    assert c.head.get().checkpoint_id == head  # completing the import moved nothing
+    assert notify_checkpoint_complete(c, imported, SINKS).is_stale
+    assert sink_epochs(c) == [first, savepoint, head]
+    c.restore(imported)
+    assert sink_epochs(c) == [first, imported]  # the import stands for the savepoint's epoch
+    assert _manifest(c).epochs[imported].alias_of == savepoint
+
+
+def test_repair_reports_what_it_skipped(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    good, broken = complete(c), complete(c)
+    store.put(c.layout.outcome(broken), b"{oops")
+    store.delete(c.layout.head)
+    report = repair(c)
+    assert report.head == good
+    assert [f.checkpoint_id for f in report.findings] == [broken]
+    assert c.trigger({"src": {"p0": 4}}).base_checkpoint_id == good
+
+
+def test_a_late_roll_forward_never_moves_the_sinks_back(store: ObjectStore) -> None:
+    """Seed 686 of the model: an actor read an unfinished restore (generation 1, target 1),
+    stalled, and its rewind landed after the restore finished and epoch 3 was published in
+    generation 1."""
+    c = coordinator(store, num_retained=5)
+    first = complete(c)
+    complete(c)
+    c.restore(first)
+    third = complete(c)
+    assert _manifest(c).current == third
+    SinkPublisher(c.store, c.layout).rewind("sink", first, generation=1)  # the stalled step
+    assert _manifest(c).current == third and sink_epochs(c) == [first, third]

@@ -1,0 +1,402 @@
+"""The model's independent checker: it reads the store directly, as raw JSON and bytes,
+and never asks the coordinator, GC or the sink publisher what they think. It knows only
+the documented layout (pipelines/<p>/...) and the record fields, and recomputes what the
+sinks and the state must hold from the source files alone.
+
+Violations are data (seed, step, rule, message), so a thousand schedules can be run and
+reported, and a failing one replayed from its seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from batchpoint.storage.base import ObjectStore
+from support.faulty_store import Write
+from support.model_world import PARTITIONS, PIPELINE, SOURCE, SOURCE_ROOT
+
+ROOT = f"pipelines/{PIPELINE}/"
+CHECKPOINTS = ROOT + "checkpoints/"
+SINKS = ("log", "sums")
+
+
+@dataclass(frozen=True)
+class Violation:
+    seed: int
+    step: int
+    rule: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"seed {self.seed} step {self.step} [{self.rule}] {self.message}"
+
+
+def _chk(cid: int) -> str:
+    return f"chk-{cid:010d}"
+
+
+def _cid(name: str) -> int | None:
+    name = name.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
+    return int(name[4:]) if name.startswith("chk-") and name[4:].isdigit() else None
+
+
+@dataclass
+class Control:
+    """The decision state as stored, whatever the record's generation of format."""
+
+    head: int | None
+    generation: int
+    retained: set[int]
+    pending: dict[int, str]  # id -> type, of checkpoints admitted and not yet settled
+    raw_kind: str
+    discarded: set[int] = field(default_factory=set)
+
+
+class Checker:
+    def __init__(
+        self, store: ObjectStore, seed: int, max_concurrent: int, pipeline: str = PIPELINE
+    ) -> None:
+        self.store = store
+        self.root = f"pipelines/{pipeline}/"
+        self.checkpoints = self.root + "checkpoints/"
+        self.seed = seed
+        self.max_concurrent = max_concurrent
+        self._last_head: tuple[int, int | None] | None = None  # (generation, head)
+        self._last_next_id = 0
+        self._handles: dict[int, list[dict[str, Any]]] = {}
+
+    # -- raw reads -----------------------------------------------------------------------
+
+    def _json(self, key: str) -> dict[str, Any] | None:
+        try:
+            doc = json.loads(self.store.get(key).data)
+        except Exception:  # missing, or not JSON: the rules that need it report it
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def outcome(self, cid: int) -> dict[str, Any] | None:
+        return self._json(f"{self.checkpoints}{_chk(cid)}/outcome.json")
+
+    def control(self) -> Control | None:
+        doc = self._json(self.root + "head.json")
+        if doc is None:
+            return Control(None, 0, self._marker_ids(), self._active(), "none")
+        kind = doc.get("kind")
+        if kind == "pipeline-control":
+            retained = {int(e["id"]) for e in doc.get("retained", [])}
+            pending = {
+                int(e["id"]): str(e.get("type", "checkpoint")) for e in doc.get("pending", [])
+            }
+            discarded = {int(e["id"]) for e in doc.get("discarded", [])}
+            return Control(
+                doc.get("head"), int(doc.get("restore_generation", 0)), retained, pending,
+                kind, discarded,
+            )  # fmt: skip
+        if kind == "head-pointer":
+            return Control(
+                doc.get("checkpoint_id"), int(doc.get("restore_generation", 0)),
+                self._marker_ids(), self._active(), kind,
+            )  # fmt: skip
+        return None
+
+    def _marker_ids(self) -> set[int]:
+        return {
+            cid
+            for info in self.store.list(self.root + "retained/")
+            if (cid := _cid(info.key)) is not None
+        }
+
+    def _active(self) -> dict[int, str]:
+        out = {}
+        for info in self.store.list(self.root + "active/"):
+            cid = _cid(info.key)
+            doc = self._json(info.key) if cid is not None else None
+            if cid is not None:
+                out[cid] = str((doc or {}).get("type", "checkpoint"))
+        return out
+
+    def handles(self, cid: int, cached: bool = False) -> list[dict[str, Any]] | None:
+        """The files a COMPLETED checkpoint references, or None if it has no such outcome.
+        `cached`: reuse what an earlier call read (an outcome is write-once), for the
+        checks between steps; the final checks always read again."""
+        if cached and cid in self._handles:
+            return self._handles[cid]
+        doc = self.outcome(cid)
+        if doc is None or str(doc.get("status", "")).upper() != "COMPLETED":
+            return None
+        found = [h for ack in doc.get("acks", []) for h in ack.get("handles", [])]
+        self._handles[cid] = found
+        return found
+
+    # -- checks while the schedule runs ------------------------------------------------
+
+    def online(self, step: int) -> list[Violation]:
+        """What must hold at every instant: checked between two storage calls."""
+        out: list[Violation] = []
+        control = self.control()
+        if control is None:
+            return [self._v(step, "control-unreadable", "head.json has an unknown kind")]
+        running = [
+            cid
+            for cid, kind in control.pending.items()
+            if kind != "savepoint"
+            and self.store.head(f"{self.checkpoints}{_chk(cid)}/outcome.json") is None
+        ]
+        if len(running) > self.max_concurrent:
+            out.append(
+                self._v(
+                    step,
+                    "max-concurrent",
+                    f"{len(running)} checkpoints pending at once {sorted(running)}, "
+                    f"max_concurrent is {self.max_concurrent}",
+                )
+            )
+        if control.head is not None:
+            out += self._files_present(step, control.head, "head", sizes_only=True, cached=True)
+        now = (control.generation, control.head)
+        if self._last_head is not None:
+            gen, head = self._last_head
+            if control.generation < gen:
+                out.append(self._v(step, "generation-backwards", f"{gen} -> {control.generation}"))
+            elif control.generation == gen and (head or 0) > (control.head or 0):
+                out.append(
+                    self._v(step, "head-backwards", f"head {head} -> {control.head} in gen {gen}")
+                )
+        self._last_head = now
+        ids = self._json(self.root + "ids.json")
+        next_id = int(ids.get("next_id", 0)) if ids else 0
+        if next_id < self._last_next_id:
+            out.append(self._v(step, "ids-backwards", f"next id {self._last_next_id} -> {next_id}"))
+        self._last_next_id = max(next_id, self._last_next_id)
+        return out
+
+    # -- checks after the final settle and GC -----------------------------------------
+
+    def final(
+        self, step: int, writes: Iterable[Write], allocated: Iterable[int]
+    ) -> list[Violation]:
+        out: list[Violation] = []
+        control = self.control()
+        if control is None:
+            return [self._v(step, "control-unreadable", "head.json has an unknown kind")]
+        keep = set(control.retained) | ({control.head} if control.head is not None else set())
+        for cid in sorted(keep):
+            out += self._files_present(step, cid, "retained", sizes_only=False)
+        if control.head is not None and control.head not in control.retained:
+            out.append(self._v(step, "head-not-retained", f"head {control.head} is not retained"))
+        out += self._state_and_sinks(step, control)
+        out += self._orphans(step, control, keep)
+        out += self._write_once(step, writes)
+        counts = Counter(allocated)
+        reused = sorted(cid for cid, n in counts.items() if n > 1)
+        if reused:
+            out.append(self._v(step, "id-reused", f"ids handed out twice: {reused}"))
+        return out
+
+    def _files_present(
+        self, step: int, cid: int, what: str, sizes_only: bool, cached: bool = False
+    ) -> list[Violation]:
+        handles = self.handles(cid, cached)
+        if handles is None:
+            return [self._v(step, "lost-checkpoint", f"{what} {cid} has no COMPLETED outcome")]
+        out = []
+        for h in handles:
+            info = self.store.head(h["path"])
+            if info is None:
+                out.append(self._v(step, "lost-file", f"{what} {cid}: {h['path']} is missing"))
+            elif info.size != h["size"]:
+                out.append(self._v(step, "bad-file", f"{what} {cid}: {h['path']} size changed"))
+            elif not sizes_only:
+                digest = hashlib.sha256(self.store.get(h["path"]).data).hexdigest()
+                if digest != h["sha256"]:
+                    out.append(self._v(step, "bad-file", f"{what} {cid}: {h['path']} sha256"))
+        return out
+
+    def expected(self, barrier: dict[str, Any]) -> tuple[list[int], Counter[str]]:
+        """Per-partition sums and the multiset of log lines of every source record up to
+        a barrier, straight from the source files."""
+        offsets = barrier.get(SOURCE, {})
+        sums = [0] * len(PARTITIONS)
+        lines: Counter[str] = Counter()
+        for i, partition in enumerate(PARTITIONS):
+            prefix = f"{SOURCE_ROOT}/{partition}/"
+            entry = offsets.get(partition, 0)
+            n = entry.get("offset", 0) if isinstance(entry, dict) else int(entry)
+            keys = sorted(info.key for info in self.store.list(prefix))[:n]
+            for key in keys:
+                name = key.rsplit("/", 1)[-1]
+                for j, text in enumerate(self.store.get(key).data.decode().splitlines()):
+                    v = int(json.loads(text)["v"])
+                    sums[i] += v
+                    lines[f"{partition}/{name}#{j}:{v}"] += 1
+        return sums, lines
+
+    def _state_and_sinks(self, step: int, control: Control) -> list[Violation]:
+        out: list[Violation] = []
+        if control.head is None:
+            expect_sums, expect_lines = [0] * len(PARTITIONS), Counter()
+        else:
+            doc = self.outcome(control.head)
+            if doc is None:
+                return out  # reported as a lost checkpoint
+            expect_sums, expect_lines = self.expected(doc["checkpoint"]["barrier"])
+            for ack in doc.get("acks", []):
+                if ack["task"].startswith("total#"):
+                    i = int(ack["task"].split("#")[1])
+                    data = self._bytes(ack["handles"][0]["path"])
+                    if data is not None and data.decode() != str(expect_sums[i]):
+                        out.append(
+                            self._v(
+                                step,
+                                "state-wrong",
+                                f"head {control.head} {ack['task']} holds {data.decode()}, "
+                                f"the source gives {expect_sums[i]}",
+                            )
+                        )
+        visible = {sink: self._visible(sink) for sink in SINKS}
+        lines: Counter[str] = Counter()
+        for data in visible["log"]:
+            lines.update(data.decode().splitlines())
+        if lines != expect_lines:
+            extra = sorted((lines - expect_lines).elements())[:3]
+            missing = sorted((expect_lines - lines).elements())[:3]
+            out.append(
+                self._v(
+                    step,
+                    "sink-wrong",
+                    f"append sink 'log' for head {control.head}: {sum(lines.values())} lines, "
+                    f"expected {sum(expect_lines.values())} (extra {extra}, missing {missing})",
+                )
+            )
+        want = "".join(f"{p}={s}\n" for p, s in zip(PARTITIONS, expect_sums, strict=True))
+        got = [d.decode() for d in visible["sums"]]
+        if (control.head is None and got not in ([], [want])) or (
+            control.head is not None and got != [want]
+        ):
+            out.append(
+                self._v(
+                    step,
+                    "sink-wrong",
+                    f"snapshot sink 'sums' for head {control.head}: {got!r}, expected {want!r}",
+                )
+            )
+        return out
+
+    def _bytes(self, key: str) -> bytes | None:
+        return self.store.get(key).data if self.store.head(key) is not None else None
+
+    def _base(self, cid: int) -> int | None:
+        doc = self.outcome(cid) or self._json(f"{self.root}active/{_chk(cid)}.json") or {}
+        body = doc.get("checkpoint", doc)
+        base = body.get("base_checkpoint_id")
+        return base if isinstance(base, int) and base < cid else None
+
+    def sink_names(self) -> list[str]:
+        prefix = self.root + "sinks/"
+        return [p[len(prefix) :].strip("/") for p in self.store.list_dirs(prefix)]
+
+    def manifest(self, sink: str) -> dict[str, Any] | None:
+        return self._json(f"{self.root}sinks/{sink}/manifest.json")
+
+    @staticmethod
+    def _epochs(manifest: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        return {int(e["checkpoint_id"]): e for e in manifest.get("epochs", [])}
+
+    @classmethod
+    def _chain(cls, manifest: dict[str, Any], start: int | None) -> list[dict[str, Any]]:
+        epochs = cls._epochs(manifest)
+        out, cid, seen = [], start, set()
+        while cid is not None and cid in epochs and cid not in seen:
+            seen.add(cid)
+            out.append(epochs[cid])
+            cid = epochs[cid].get("base_checkpoint_id")
+        return out[::-1]
+
+    def _visible(self, sink: str) -> list[bytes]:
+        manifest = self.manifest(sink)
+        if manifest is None:
+            return []
+        chain = self._chain(manifest, manifest.get("current"))
+        if manifest.get("mode") == "snapshot":
+            chain = chain[-1:]
+        out = []
+        for epoch in chain:
+            for f in epoch.get("files", []):
+                data = self._bytes(f["path"])
+                out.append(data if data is not None else b"<missing>\n")
+        return out
+
+    def orphans(self) -> list[str]:
+        """Data files nothing retained, pending or reachable in a sink references."""
+        control = self.control()
+        assert control is not None, "unreadable control record"
+        keep = set(control.retained) | ({control.head} if control.head is not None else set())
+        return self._orphan_keys(control, keep)
+
+    def _orphans(self, step: int, control: Control, keep: set[int]) -> list[Violation]:
+        orphans = self._orphan_keys(control, keep)
+        if not orphans:
+            return []
+        ids = sorted({_cid(k.split("/")[3]) for k in orphans} - {None})  # type: ignore[misc]
+        return [
+            self._v(
+                step,
+                "orphan",
+                f"{len(orphans)} unreferenced data file(s) after the final GC, in checkpoints "
+                f"{ids[:10]}: e.g. {orphans[0]}",
+            )
+        ]
+
+    def _orphan_keys(self, control: Control, keep: set[int]) -> list[str]:
+        referenced: set[str] = set()
+        for cid in keep:
+            referenced.update(h["path"] for h in self.handles(cid) or [])
+        for cid in control.pending:
+            for info in self.store.list(f"{self.checkpoints}{_chk(cid)}/acks/"):
+                doc = self._json(info.key) or {}
+                referenced.update(h["path"] for h in doc.get("handles", []))
+        roots = set(keep) | set(control.pending)
+        for sink in self.sink_names():
+            manifest = self.manifest(sink)
+            if manifest is None:
+                continue
+            epochs = self._epochs(manifest)
+            for root in roots | {manifest.get("current")}:
+                # A kept checkpoint not published (yet) is read through its nearest
+                # published ancestor, until its own publish.
+                start = root
+                while start is not None and start not in epochs:
+                    start = self._base(start)
+                chain = self._chain(manifest, start)
+                # A snapshot sink's reader sees one epoch; an append sink's, the chain.
+                for epoch in chain[-1:] if manifest.get("mode") == "snapshot" else chain:
+                    referenced.update(f["path"] for f in epoch.get("files", []))
+        files = [i.key for i in self.store.list(self.checkpoints) if "/data/" in i.key]
+        return sorted(k for k in files if k not in referenced)
+
+    def _write_once(self, step: int, writes: Iterable[Write]) -> list[Violation]:
+        out = []
+        by_key: dict[str, list[Write]] = {}
+        for w in writes:
+            if w.key.startswith(self.checkpoints) and (
+                w.key.endswith("/outcome.json") or "/acks/" in w.key
+            ):
+                by_key.setdefault(w.key, []).append(w)
+        for key, ws in sorted(by_key.items()):
+            bad = [w for w in ws if w.op in ("put", "replace", "upload_file")]
+            contents = {w.digest for w in ws if w.op == "create"}
+            if bad or len(contents) > 1:
+                ops = ", ".join(w.op for w in ws)
+                out.append(self._v(step, "write-once", f"{key} written more than once ({ops})"))
+        return out
+
+    def _v(self, step: int, rule: str, message: str) -> Violation:
+        return Violation(self.seed, step, rule, message)
