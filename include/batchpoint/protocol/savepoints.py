@@ -35,6 +35,7 @@ from typing import Any
 
 from batchpoint.errors import (
     CheckpointError,
+    CheckpointNotFound,
     CorruptRecord,
     ObjectAlreadyExists,
     ObjectNotFound,
@@ -454,20 +455,13 @@ def dispose_savepoint(coordinator: CheckpointCoordinator, checkpoint_id: int) ->
                 f"savepoint {checkpoint_id} cannot be disposed of: retained checkpoint "
                 f"{other} references its files"
             )
-    now = c.clock()
-
-    def drop(current: ControlRecord | None) -> ControlRecord | None:
-        if current is None or current.retained_entry(checkpoint_id) is None:
-            return None
-        if checkpoint_id in current.protected():
-            raise CheckpointError(
-                f"savepoint {checkpoint_id} cannot be disposed of: it is the head or the "
-                "base of a pending checkpoint (restore another checkpoint first)"
-            )
-        kept = tuple(e for e in current.retained if e.checkpoint_id != checkpoint_id)
-        return replace(current, retained=kept).with_discarded([checkpoint_id], now)
-
-    c.control.update(drop)
+    try:
+        c.completed.release(checkpoint_id, now=c.clock())
+    except CheckpointNotFound:
+        raise CheckpointError(
+            f"savepoint {checkpoint_id} cannot be disposed of: it is the head or the "
+            "base of a pending checkpoint (restore another checkpoint first)"
+        ) from None
 
 
 # -- helpers ----------------------------------------------------------------------------
