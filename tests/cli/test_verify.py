@@ -84,7 +84,8 @@ def test_verify_reports_on_the_head_and_fails_a_broken_checkpoint(driver, capsys
     assert driver.store.exists(LAYOUT.quality_report(2))
 
 
-def test_verify_a_savepoint_folder(driver, capsys, tmp_path):
+def test_verify_a_savepoint_folder(driver, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHPOINT_SAVEPOINT_ROOTS", tmp_path.as_uri())
     sp = fake_epochs.epoch(driver, CheckpointType.SAVEPOINT)
     folder = (tmp_path / "sp").as_uri()
     target = SavepointLocation(StoreRef.of(folder).open())
@@ -117,7 +118,7 @@ def test_the_configured_gate_is_used_without_the_pipeline_code(driver, capsys, m
     ("args", "message"),
     [
         (["9"], "pipeline 'payments' has no checkpoint 9 (checkpoints: 1, 2, 3)"),
-        (["no/such/folder"], "is not a savepoint: it has no _metadata"),
+        (["savepoints/no/such/folder"], "is not a savepoint: it has no _metadata"),
         (["--skip-suite", "payments_balance"], "declares no suite, check or state named"),
         (["--gate", "batchpoint.demo.payments:pipeline"], "is a Pipeline, not a QualityGate"),
         (["--gate", "no.such.module:gate"], "No module named 'no'"),
@@ -139,3 +140,16 @@ def test_a_pending_checkpoint_or_no_pipeline_code_is_explained(driver, capsys):
     assert main(["verify"]) == 2
     err = capsys.readouterr().err
     assert "--pipeline-ref" in err and "--integrity-only" in err
+
+
+def test_verify_reads_savepoint_folders_only_under_the_roots(driver, capsys, tmp_path):
+    sp = fake_epochs.epoch(driver, CheckpointType.SAVEPOINT)
+    folder = (tmp_path / "sp").as_uri()
+    export_savepoint(
+        driver.coordinator,
+        sp,
+        SavepointLocation(StoreRef.of(folder).open()),
+        roots=[tmp_path.as_uri()],
+    )
+    assert main(["verify", "--integrity-only", folder]) == 2
+    assert "outside the savepoint roots" in capsys.readouterr().err

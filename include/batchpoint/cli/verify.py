@@ -20,7 +20,9 @@ def cmd_verify(cmd: Command) -> int:
     args = cmd.args
     if args.integrity_only:
         c = cmd.coordinator()
-        target = verify_target(c, args.target, cmd.settings.store_options)
+        target = verify_target(
+            c, args.target, cmd.settings.store_options, cmd.settings.savepoint_roots
+        )
         check = verify_files(c, target, checksums=not args.quick)
         lines = [f"{check.target}: {check.files} file(s), {len(check.problems)} problem(s)"]
         cmd.out.emit(check.to_json, "\n".join(lines + [f"  {p}" for p in check.problems]))
@@ -43,7 +45,9 @@ def cmd_verify(cmd: Command) -> int:
         log=cmd.out.progress,
     )
     require_pipeline(gate.coordinator.store, gate.pipeline.name, cmd.settings.root)
-    target = verify_target(gate.coordinator, args.target, cmd.settings.store_options)
+    target = verify_target(
+        gate.coordinator, args.target, cmd.settings.store_options, cmd.settings.savepoint_roots
+    )
     result = verify_quality(gate, target, quarantine=args.quarantine, progress=cmd.out.progress)
     cmd.out.emit(result.to_json, lambda: render_report(result.target, result.report))
     return 0 if result.passed else 1

@@ -4,7 +4,7 @@ unless asked to quarantine."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,8 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
+    confine,
+    default_savepoint_roots,
     located_checkpoint,
     read_savepoint,
 )
@@ -28,9 +30,11 @@ def verify_target(
     coordinator: CheckpointCoordinator,
     text: str | None,
     store_options: Mapping[str, str] | None = None,
+    savepoint_roots: Sequence[str] | None = None,
 ) -> Target:
     """The checkpoint id (settled) or savepoint folder given; the head when none.
-    Whatever was typed wrong is a BatchpointError, not a report."""
+    Whatever was typed wrong is a BatchpointError, not a report. A savepoint folder is
+    read only under the savepoint roots (None: the storage root's savepoints/)."""
     text = (text or "").strip()
     c = coordinator
     if text.lower() in ("", "head"):
@@ -53,7 +57,10 @@ def verify_target(
                 f"pipeline '{c.pipeline}' has no checkpoint {checkpoint_id} (checkpoints: {shown})"
             )
         return checkpoint_id
-    return savepoint_location(text, c.store, store_options)
+    location = savepoint_location(text, c.store, store_options)
+    roots = default_savepoint_roots(c.store) if savepoint_roots is None else savepoint_roots
+    confine(location.uri, roots)
+    return location
 
 
 @dataclass
