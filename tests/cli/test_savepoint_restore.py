@@ -127,7 +127,8 @@ def test_savepoint_and_restore_need_the_pipeline_code(driver, capsys):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_savepoint_runs_an_epoch_on_local_spark(driver, capsys, tmp_path):
+def test_savepoint_runs_an_epoch_on_local_spark(driver, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHPOINT_SAVEPOINT_ROOTS", tmp_path.as_uri())
     from batchpoint.demo.payments import SOURCE_ROOT
     from batchpoint.demo.payments_data import write_epoch_files
 
