@@ -503,7 +503,7 @@ def test_snapshot_sink_keeps_only_reachable_epochs(store: ObjectStore) -> None:
 
 def test_grace_keeps_discarded_entries_for_late_writers(store: ObjectStore) -> None:
     clock = FakeClock()
-    c = coordinator(store, clock, timeout=60)
+    c = coordinator(store, clock, timeout=60, gc_grace=90)  # grace: BATCHPOINT_GC_GRACE
     complete(c)
     aborted = c.trigger({"src": {"p0": 2}}).checkpoint_id
     c.abort(aborted, CheckpointFailureReason.EXPIRED)
@@ -511,7 +511,10 @@ def test_grace_keeps_discarded_entries_for_late_writers(store: ObjectStore) -> N
     assert c.control.load().is_discarded(aborted)  # within the grace period
     late = c.layout.task_data_prefix(aborted, "keyed#0", "zombie") + "x"
     store.put(late, b"late write")
-    clock.now += 61
+    clock.now += 61  # past the timeout, not the grace: the entry stays for late writers
+    GarbageCollector(c).collect()
+    assert c.control.load().is_discarded(aborted)
+    clock.now += 30
     GarbageCollector(c).collect()
     assert not store.exists(late) and not c.control.load().is_discarded(aborted)
 
