@@ -111,4 +111,4 @@ class Command:
         """--gate, else BATCHPOINT_QUALITY_GATE, checked as the DAGs check it."""
         if self.args.gate is not None:
             return gate_reference(self.args.gate, "--gate")
-        return gate_reference(os.environ.get("BATCHPOINT_QUALITY_GATE"))
+        return self.settings.quality_gate_ref  # checked when the settings were read

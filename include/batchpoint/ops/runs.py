@@ -17,6 +17,7 @@ from typing import Any
 
 from batchpoint.ops.audit import audited_properties
 from batchpoint.ops.epoch import expire, finalize
+from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointOutcome,
@@ -191,9 +192,7 @@ def settle_run(
         settlement.discarded_files = discard_checkpoint_data(c, checkpoint_id)
     else:
         settlement.published = finalize(driver, checkpoint_id).published
-        settlement.gc_deleted = len(
-            GarbageCollector(c).collect(history_limit=c.config.history_limit).deleted_files
-        )
+        settlement.gc_deleted = len(gc(c).deleted_files)
     return settlement
 
 
