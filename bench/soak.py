@@ -77,9 +77,23 @@ def gc_process(uri: str, options: dict[str, str], now: float, out: Any) -> None:
     out.send({"seconds": time.perf_counter() - started, "deleted": len(report.deleted_files)})
 
 
-def storage(store: Any, prefix: str) -> tuple[int, int]:
+def storage(store: Any, prefix: str) -> tuple[int, int, dict[str, int]]:
+    """Objects and bytes under `prefix`, and the objects by kind: a checkpoint's data
+    files, its records (outcome, acks), the sinks' files, the pipeline's own records."""
     objects = list(store.list(prefix))
-    return len(objects), sum(o.size for o in objects)
+    kinds: dict[str, int] = {}
+    for o in objects:
+        if "/checkpoints/" in o.key:
+            kind = "checkpoint data" if "/data/" in o.key else "checkpoint records"
+        elif "/sinks/" in o.key:
+            kind = "sinks"
+        else:
+            kind = "pipeline records"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    kinds["checkpoint folders"] = len(
+        {o.key.split("/checkpoints/")[1].split("/")[0] for o in objects if "/checkpoints/" in o.key}
+    )
+    return len(objects), sum(o.size for o in objects), kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,13 +190,15 @@ def main(argv: list[str] | None = None) -> int:
                         f"(imported as {done.checkpoint_id})"
                     )
                 if epoch in milestones:
-                    objects, size = storage(store, "pipelines/")
+                    objects, size, kinds = storage(store, "pipelines/")
                     rows.append(
                         {
                             "epoch": epoch,
                             "objects": objects,
                             "bytes": size,
                             "gc_seconds": round(gc_seconds[-1], 3),
+                            "by_kind": kinds,
+                            "load": round(os.getloadavg()[0], 1),
                         }
                     )
                     print(json.dumps({"milestone": rows[-1]}), flush=True)
