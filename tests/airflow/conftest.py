@@ -142,6 +142,9 @@ def bp(
     env.set(
         root=env.root,
         spark_master="local[1]",
+        # The fake spark-submit acks in a fraction of a second; the tests that run real
+        # Spark switch to connect mode on the session's server (`connect_mode`).
+        spark_mode="submit",
         spark_submit=FAKE_SPARK_SUBMIT,
         ack_sensor_mode="reschedule",
         ack_poll_interval=0.3,
