@@ -7,8 +7,10 @@ the project's dags/ folder as the only bundle, examples off, low parallelism.
 
 `bp` gives each test its own storage prefix on the session's SeaweedFS and the
 BATCHPOINT_* environment the DAG file is parsed with; by default operator jobs run the
-fake spark-submit (fake_spark/), which acks in a fraction of a second. The slow test that
-runs real Spark jobs switches to pyspark's spark-submit.
+fake spark-submit (fake_spark/, submit mode), which acks in a fraction of a second. The
+slow tests that run real Spark jobs switch to connect mode with `bp.connect()`: thin
+clients of one Spark Connect server shared by the session (`connect_server`); one keeps
+pyspark's real spark-submit (submit mode).
 
 This folder has no __init__.py on purpose: as a package under tests/ (which has none) it
 would be imported as `airflow` and shadow Apache Airflow.
@@ -100,6 +102,10 @@ class BatchpointEnv:
     def store(self) -> Any:
         return self.settings.store_ref.open()
 
+    def connect(self, server: Any) -> None:
+        """Operator tasks (and the audit) as thin clients of the Spark Connect `server`."""
+        self.set(spark_mode="connect", spark_remote=server.url)
+
     def deployment(self) -> Any:
         from batchpoint.airflow.config import AirflowDeployment
 
@@ -125,6 +131,16 @@ class BatchpointEnv:
         dag = self.dags()[dag_id]
         run = dag.test(run_conf=conf, **kwargs)
         return run, {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Spark Connect server for every test of the session that needs real Spark
+    jobs (started on first use: about 10 s; each job is then a client of it)."""
+    from batchpoint.devstack.spark_connect import SparkConnectServer
+
+    with SparkConnectServer(tmp_path_factory.mktemp("spark-connect")) as server:
+        yield server
 
 
 @pytest.fixture
