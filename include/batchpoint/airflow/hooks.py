@@ -229,7 +229,14 @@ class OperatorJobLauncher:
         except ProcessLookupError:
             pass
 
-    def interrupt(self, pipeline: str, attempt: str, log: Callable[[str], None]) -> None:
+    def interrupt(
+        self,
+        pipeline: str,
+        checkpoint_id: int,
+        operator: str,
+        attempt: str,
+        log: Callable[[str], None],
+    ) -> None:
         """Stop what the attempt still runs elsewhere (nothing, unless over Connect)."""
 
 
@@ -311,17 +318,28 @@ class ConnectLauncher(OperatorJobLauncher):
             attempt,
         ]
 
-    def interrupt(self, pipeline: str, attempt: str, log: Callable[[str], None]) -> None:
+    def interrupt(
+        self,
+        pipeline: str,
+        checkpoint_id: int,
+        operator: str,
+        attempt: str,
+        log: Callable[[str], None],
+    ) -> None:
         """Killing a Connect client does not stop its work on the server: interrupt the
-        attempt's jobs by their tag, from a child process (see the class)."""
+        attempt's jobs by their tag, from a child process (see the class). The job does
+        the same on SIGTERM; this covers a job that had to be SIGKILLed."""
+        from batchpoint.spark.remote import attempt_tag
+
+        tag = attempt_tag(pipeline, checkpoint_id, operator, attempt)
         code = (
             "import sys\n"
-            f"from {INTERRUPT_MODULE} import interrupt_attempt\n"
+            "from batchpoint.spark.remote import interrupt_attempt\n"
             "interrupt_attempt(sys.argv[1], sys.argv[2], sys.argv[3])\n"
         )
         try:
             done = subprocess.run(
-                [sys.executable, "-c", code, self.remote, pipeline, attempt],
+                [sys.executable, "-c", code, self.remote, pipeline, tag],
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -340,8 +358,6 @@ class ConnectLauncher(OperatorJobLauncher):
 
 
 JOB_MODULE = "batchpoint.jobs.run_operator"
-#: Where the core's `interrupt_attempt(remote, pipeline, tag)` lives.
-INTERRUPT_MODULE = "batchpoint.spark.session"
 
 _LAUNCHERS: dict[str, type[OperatorJobLauncher]] = {
     "connect": ConnectLauncher,

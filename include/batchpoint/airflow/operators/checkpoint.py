@@ -98,12 +98,13 @@ class SparkOperatorJob(BatchpointOperator):
         self.operator = operator
         self.deployment = deployment
         self._launcher: OperatorJobLauncher | None = None
-        self._attempt: str | None = None
+        self._attempt: tuple[int, str] | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         checkpoint_id = self.require_checkpoint_id(context)
         ti = context["ti"]
-        attempt = self._attempt = attempt_id(context["run_id"], ti.try_number, ti.map_index)
+        attempt = attempt_id(context["run_id"], ti.try_number, ti.map_index)
+        self._attempt = (checkpoint_id, attempt)
         settings = self.settings()
         launcher = self._launcher = launcher_for(self.deployment, self.pipeline_ref)
         argv = launcher.command(settings, checkpoint_id, self.operator, attempt)
@@ -153,9 +154,9 @@ class SparkOperatorJob(BatchpointOperator):
             return
         launcher.kill()
         if self._attempt is not None:
-            launcher.interrupt(
-                cached_pipeline(self.pipeline_ref).name, self._attempt, self.log.warning
-            )
+            checkpoint_id, attempt = self._attempt
+            pipeline = cached_pipeline(self.pipeline_ref).name
+            launcher.interrupt(pipeline, checkpoint_id, self.operator, attempt, self.log.warning)
 
 
 class AuditCheckpointOperator(BatchpointOperator):
