@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 import batchpoint
-from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.errors import ConfigError
 from batchpoint.storage import ObjectStore, StoreRef
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 PROBE_PREFIX = "_batchpoint/connect-probe"
 
 
-class WorkerVersionMismatch(BatchpointError):
+class WorkerVersionMismatch(ConfigError):
     """The server's Python workers import another batchpoint than the client's."""
 
 

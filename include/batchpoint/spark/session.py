@@ -10,6 +10,7 @@ import shutil
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -361,6 +362,8 @@ def _open_connect(base: str, params: Mapping[str, str], session_id: str) -> Spar
     active = RemoteSparkSession.getActiveSession()
     if active is not None and active.session_id == session_id and not active.is_stopped:
         return active  # type: ignore[return-value]
+    # pyspark warns once its retries are spent; the caller gets SparkUnreachable instead.
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
     session = RemoteSparkSession.builder.remote(url).create()
     session.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY_POLICY)])
     return session  # type: ignore[return-value]
