@@ -9,8 +9,8 @@ the project's dags/ folder as the only bundle, examples off, low parallelism.
 BATCHPOINT_* environment the DAG file is parsed with; by default operator jobs run the
 fake spark-submit (fake_spark/, submit mode), which acks in a fraction of a second. The
 slow tests that run real Spark jobs switch to connect mode with `bp.connect()`: thin
-clients of one Spark Connect server shared by the session (`connect_server`); one keeps
-pyspark's real spark-submit (submit mode).
+clients of the one Spark Connect server of the whole run (`connect_server`, in
+tests/conftest.py); one keeps pyspark's real spark-submit (submit mode).
 
 This folder has no __init__.py on purpose: as a package under tests/ (which has none) it
 would be imported as `airflow` and shadow Apache Airflow.
@@ -131,16 +131,6 @@ class BatchpointEnv:
         dag = self.dags()[dag_id]
         run = dag.test(run_conf=conf, **kwargs)
         return run, {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-
-
-@pytest.fixture(scope="session")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One Spark Connect server for every test of the session that needs real Spark
-    jobs (started on first use: about 10 s; each job is then a client of it)."""
-    from batchpoint.devstack.spark_connect import SparkConnectServer
-
-    with SparkConnectServer(tmp_path_factory.mktemp("spark-connect")) as server:
-        yield server
 
 
 @pytest.fixture
