@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -367,13 +368,30 @@ def run_story(workdir: Path, epochs: int, spark_mode: str) -> int:
 
 
 def stop_spark() -> None:
-    """The restore gate started Spark in this process; stop it before exiting."""
-    if "pyspark" in sys.modules:
-        from pyspark.sql import SparkSession
+    """The restore gate started Spark in this process; stop it, and the JVM pyspark
+    started for it (which session.stop() leaves running until this process exits, and
+    which the check for leftover processes would rightly count)."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
-        session = SparkSession.getActiveSession()
-        if session is not None:
-            session.stop()
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    process = getattr(gateway, "proc", None)  # None: a JVM someone else launched
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if process is not None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def write_state(workdir: Path, s3: SeaweedServer, setup: AirflowSetup) -> None:
