@@ -131,6 +131,36 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+#: What the shared Spark Connect server finds in its environment: wrong S3 settings and
+#: credentials everywhere, so that a task which works on it proves that its storage
+#: settings travelled with it (batchpoint.spark.remote), never taken from the server.
+WRONG_SERVER_ENV = {
+    "AWS_ACCESS_KEY_ID": "wrong-server-key",
+    "AWS_SECRET_ACCESS_KEY": "wrong-server-secret",
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9",
+    "AWS_DEFAULT_REGION": "eu-north-1",
+    "BATCHPOINT_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+    "BATCHPOINT_S3_ACCESS_KEY_ID": "wrong-server-key",
+    "BATCHPOINT_S3_SECRET_ACCESS_KEY": "wrong-server-secret",
+    "BATCHPOINT_ROOT": "s3://no-such-bucket/nowhere",
+}
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Spark Connect server for the whole run, started on first use on a free port,
+    with WRONG_SERVER_ENV in its environment. Its clients must run in subprocesses: a
+    Connect session cannot live in this process beside the classic `spark` fixture."""
+    from batchpoint.devstack.spark_connect import SparkConnectServer
+
+    started = time.monotonic()
+    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), env=WRONG_SERVER_ENV)
+    with server:
+        print(f"\nSpark Connect server started in {time.monotonic() - started:.1f}s")
+        yield server
+
+
 # -- the payments pipeline on Spark ------------------------------------------------------
 # The imports are in the functions: pandas, the ops layer and Great Expectations take
 # seconds to import, and a run of the storage or CLI tests needs none of them.

@@ -1,7 +1,9 @@
-"""docker-compose.yaml, checked against the code (it cannot be started here): the
-services of the deployment, the code volumes, every BATCHPOINT_* variable being one the
-code reads with a value it accepts, the connections, and the ports the pieces use to find
-each other."""
+"""docker-compose.yaml and its image, checked against the code (no Docker engine here:
+static checks only): the services of the deployment, batchpoint installed in the one
+image every Spark and Airflow container runs, pinned image tags, no architecture-bound
+JAVA_HOME, every BATCHPOINT_* variable being one the code reads with a value it accepts,
+the Spark Connect server on the cluster, the connections, and the ports the pieces use to
+find each other."""
 
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ AIRFLOW_SERVICES = {
 CODE_MOUNTS = {
     "./dags": "/opt/airflow/dags",
     "./plugins": "/opt/airflow/plugins",
-    "./spark_jobs": "/opt/airflow/spark_jobs",
-    "./include": "/opt/airflow/include",
 }
+SPARK_SERVICES = ("spark-master", "spark-worker", "spark-connect")
+DOCKERFILE = PROJECT / "docker" / "Dockerfile"
 
 
 def _expand(text: str) -> str:
@@ -57,8 +59,7 @@ def test_the_deployment_has_every_piece(services):
         "postgres",
         "airflow-init",
         *AIRFLOW_SERVICES,
-        "spark-master",
-        "spark-worker",
+        *SPARK_SERVICES,
         "seaweedfs",
         "seaweedfs-init",
     }
@@ -85,18 +86,53 @@ def test_airflow_runs_on_postgres_with_the_local_executor(services):
         assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
 
 
-def test_every_container_that_runs_batchpoint_code_mounts_it(services):
-    for name in (*AIRFLOW_SERVICES, "airflow-init", "spark-master", "spark-worker"):
+def test_airflow_mounts_only_the_entry_points(services):
+    for name in (*AIRFLOW_SERVICES, "airflow-init"):
         mounts = dict(v.split(":", 1) for v in services[name]["volumes"] if v.startswith("./"))
         assert mounts == CODE_MOUNTS, name
-        assert env_of(services[name])["PYTHONPATH"] == CODE_MOUNTS["./include"]
+        # batchpoint comes from the image, never from a mounted checkout on PYTHONPATH
+        assert "PYTHONPATH" not in env_of(services[name]), name
     for host_path in CODE_MOUNTS:
         assert (PROJECT / host_path).is_dir(), host_path
-    assert (PROJECT / "include" / "batchpoint").is_dir()
+
+
+def test_spark_and_airflow_run_one_image_with_batchpoint_installed(services):
+    images = {services[n]["image"] for n in (*AIRFLOW_SERVICES, "airflow-init", *SPARK_SERVICES)}
+    assert len(images) == 1, images
+    for name in SPARK_SERVICES:
+        assert services[name]["build"]["dockerfile"] == "docker/Dockerfile"
+        # the workers' Python imports the image's batchpoint: nothing mounted over it
+        assert not [v for v in services[name].get("volumes", []) if v.startswith("./")], name
+    dockerfile = DOCKERFILE.read_text()
+    assert re.search(r"pip install .*\"/opt/batchpoint\[airflow,spark,quality\]\"", dockerfile)
+    copied = re.findall(r"^COPY .*? (\S+) (/opt/batchpoint\S*)$", dockerfile, re.M)
+    assert ("include", "/opt/batchpoint/include") in copied
+    assert (PROJECT / "include" / "batchpoint" / "__init__.py").is_file()
+    # the build context leaves out the virtualenv and the tests
+    ignored = (PROJECT / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and ".git" in ignored
+
+
+def test_every_image_tag_is_pinned(services):
+    froms = re.findall(r"^FROM (\S+)", DOCKERFILE.read_text(), re.M)
+    for image in [s["image"] for s in services.values()] + froms:
+        name, _, tag = image.rpartition(":")
+        assert name and tag and tag != "latest" and re.search(r"\d", tag), image
+
+
+def test_java_home_is_not_bound_to_one_architecture(services):
+    dockerfile = DOCKERFILE.read_text()
+    instructions = "\n".join(x for x in dockerfile.splitlines() if not x.startswith("#"))
+    assert not re.search(r"amd64|x86_64|aarch64|arm64", instructions)
+    (java_home,) = re.findall(r"^ENV JAVA_HOME=(\S+)", dockerfile, re.M)
+    # made at build time from wherever `java` resolves
+    assert re.search(rf"ln -s .*readlink -f .*java.* {re.escape(java_home)}", dockerfile)
+    for service in services.values():
+        assert "JAVA_HOME" not in env_of(service)
 
 
 def test_every_batchpoint_variable_is_known_and_valid(services):
-    for name in (*AIRFLOW_SERVICES, "spark-master", "spark-worker"):
+    for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
         env = env_of(services[name])
         used = {k for k in env if k.startswith("BATCHPOINT_")}
         assert used <= KNOWN_VARIABLES, (name, sorted(used - KNOWN_VARIABLES))
@@ -108,11 +144,31 @@ def test_every_batchpoint_variable_is_known_and_valid(services):
     assert env["BATCHPOINT_ACK_SENSOR_MODE"] in ("deferrable", "reschedule", "poke")
     assert parse_bool(env["BATCHPOINT_AUDIT"], "BATCHPOINT_AUDIT") is False
     shlex.split(env["BATCHPOINT_SPARK_SUBMIT_ARGS"])
-    # the job path is inside the spark_jobs mount, and that file exists in the repo
-    job = Path(env["BATCHPOINT_SPARK_JOB"])
-    assert job.parent.as_posix() == CODE_MOUNTS["./spark_jobs"]
-    assert (PROJECT / "spark_jobs" / job.name).is_file()
+    # the job is the installed package's (its default), not a mounted file
+    assert "BATCHPOINT_SPARK_JOB" not in env
     assert env["BATCHPOINT_PIPELINE_REF"].partition(":")[0] == "batchpoint.demo.payments"
+    assert (settings.spark_mode, settings.spark_remote) == ("connect", "sc://spark-connect:15002")
+
+
+def test_the_connect_server_runs_on_the_cluster(services):
+    env = env_of(services["airflow-scheduler"])
+    remote = urlparse(env["BATCHPOINT_SPARK_REMOTE"])
+    connect = services["spark-connect"]
+    assert (remote.scheme, remote.hostname) == ("sc", "spark-connect")
+    assert connect["hostname"] == remote.hostname and str(remote.port) in connect["expose"]
+    command = connect["command"]
+    assert connect["entrypoint"] == ["spark-submit"]
+    assert command[command.index("--class") + 1] == (
+        "org.apache.spark.sql.connect.service.SparkConnectServer"
+    )
+    assert command[command.index("--master") + 1] == env["BATCHPOINT_SPARK_MASTER"]
+    conf = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf")
+    assert conf["spark.connect.grpc.binding.port"] == str(remote.port)
+    assert conf["spark.driver.host"] == "spark-connect"  # executors connect back to it
+    assert str(remote.port) in " ".join(connect["healthcheck"]["test"])
+    scheduler_needs = services["airflow-scheduler"]["depends_on"]
+    assert scheduler_needs["spark-connect"]["condition"] == "service_healthy"
+    assert set(connect["depends_on"]) == {"spark-master", "spark-worker"}
 
 
 def test_spark_master_url_matches_the_cluster(services):

@@ -44,6 +44,8 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_S3_SESSION_TOKEN": "TOKEN",
         "BATCHPOINT_SAVEPOINT_ROOTS": "s3://bucket/sp, s3://other/keep/",
         "BATCHPOINT_SPARK_MASTER": "spark://master:7077",
+        "BATCHPOINT_SPARK_MODE": "Connect",
+        "BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002",
         "BATCHPOINT_CHECKPOINT_TIMEOUT": "15m",
         "BATCHPOINT_MIN_PAUSE": "90s",
         "BATCHPOINT_MAX_CONCURRENT": "2",
@@ -84,6 +86,7 @@ def test_every_variable_is_read(tmp_path, root):
     }
     assert s.savepoint_roots == ("s3://bucket/sp/", "s3://other/keep/")
     assert s.spark_master == "spark://master:7077"
+    assert (s.spark_mode, s.spark_remote) == ("connect", "sc://spark-connect:15002")
     assert s.checkpoint == CheckpointConfig(
         timeout=900,
         min_pause=90,
@@ -111,6 +114,7 @@ def test_every_variable_is_read(tmp_path, root):
     assert (d.task_retries, d.retry_delay, d.cleanup_grace) == (4, 60, 10)
     assert (d.storage_conn_id, d.api_conn_id) == ("my_storage", "my.api-conn")
     assert d.quality_gate_ref == s.quality_gate_ref and d.audit is True
+    assert (d.spark_mode, d.spark_remote) == ("connect", "sc://spark-connect:15002")
 
 
 def test_defaults(root):
@@ -121,6 +125,29 @@ def test_defaults(root):
     assert s.checkpoint.restore_verify_checksums is True
     assert s.checkpoint.gc_grace == 3600 and s.checkpoint.history_limit == 100
     assert s.quality_gate_ref is None
+    # no mode: each front end picks its own (connect for Airflow, local for the CLI)
+    assert s.spark_mode is None and s.spark_remote is None
+
+
+def test_connect_mode_needs_the_server_address(root):
+    message = refused({"BATCHPOINT_ROOT": root, "BATCHPOINT_SPARK_MODE": "connect"})
+    assert "BATCHPOINT_SPARK_REMOTE" in message and "sc://host:port" in message
+    for mode in ("submit", "local"):
+        assert Settings.from_env({"BATCHPOINT_ROOT": root, "BATCHPOINT_SPARK_MODE": mode})
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "sc://localhost:15002",
+        "sc://10.0.0.5",
+        "sc://[::1]:15002",
+        "sc://h:443/;use_ssl=true;token=t",
+    ],
+)
+def test_spark_connect_addresses(remote, root):
+    env = {"BATCHPOINT_ROOT": root, "BATCHPOINT_SPARK_REMOTE": remote}
+    assert Settings.from_env(env).spark_remote == remote
 
 
 def test_the_default_root_is_beside_the_working_directory(tmp_path, monkeypatch):
@@ -175,6 +202,8 @@ def test_as_env_reproduces_the_settings_in_a_child(root):
         "BATCHPOINT_CHECKPOINT_TIMEOUT": "2.5m",
         "BATCHPOINT_VERIFY_CHECKSUMS": "true",
         "BATCHPOINT_QUALITY_GATE": "m:gate",
+        "BATCHPOINT_SPARK_MODE": "connect",
+        "BATCHPOINT_SPARK_REMOTE": "sc://spark:15002",
     }
     s = Settings.from_env(env)
     assert s.store_options["addressing_style"] == "path"
@@ -269,6 +298,11 @@ def test_negative_and_fractional_counts(variable, value, reason, root):
         ("BATCHPOINT_ROOT", "ftp://host/x", "use s3://bucket/prefix"),
         ("BATCHPOINT_SAVEPOINT_ROOTS", "s3://b/sp,/tmp/x", "did you mean file:///tmp/x"),
         ("BATCHPOINT_SPARK_MASTER", "lokal[2]", "not a Spark master"),
+        ("BATCHPOINT_SPARK_MODE", "cluster", "connect, submit or local"),
+        ("BATCHPOINT_SPARK_REMOTE", "localhost:15002", "sc://host:port"),
+        ("BATCHPOINT_SPARK_REMOTE", "http://spark:15002", "did you mean sc://spark:15002"),
+        ("BATCHPOINT_SPARK_REMOTE", "sc://spark:99999", "between 1 and 65535"),
+        ("BATCHPOINT_SPARK_REMOTE", "sc://spark:15002 x", "sc://host:port"),
         ("BATCHPOINT_QUALITY_GATE", "no_colon", "module:attribute"),
         ("BATCHPOINT_QUALITY_GATE", "a.b:c d", "module:attribute"),
         ("BATCHPOINT_PIPELINE_REF", "ok.module:p,just_a_module", "module:attribute"),

@@ -29,6 +29,12 @@ _SPARK_MASTER = re.compile(
     r"|(spark|k8s|mesos)://\S+)$"
 )
 _CONN_ID = re.compile(r"^[\w.-]+$")
+# sc://host[:port][/;param=value;...], as pyspark's ChannelBuilder reads it.
+_SPARK_REMOTE = re.compile(
+    r"^sc://(\[[0-9A-Fa-f:.]+\]|[\w.-]+)(:(\d{1,5}))?/?(;[^;=\s]+=[^;\s]*)*$"
+)
+#: How the Airflow tasks reach Spark (see batchpoint.settings).
+SPARK_MODES = ("connect", "submit", "local")
 # Airflow's presets (airflow.sdk resolves them the same way when building the timetable).
 CRON_PRESETS = {
     "@hourly": "0 * * * *",
@@ -128,6 +134,19 @@ def check_spark_master(value: Any) -> str:
         raise ValueError(
             "not a Spark master (local, local[N], local[*], spark://host:port, yarn, k8s://...)"
         )
+    return text
+
+
+def check_spark_remote(value: Any) -> str:
+    """A Spark Connect address, `sc://host:port` (optionally `;param=value` pairs such as
+    `;use_ssl=true;token=...`)."""
+    text = str(value).strip()
+    match = _SPARK_REMOTE.match(text)
+    if not match:
+        hint = f" (did you mean sc://{text.split('://', 1)[-1]}?)" if "://" in text else ""
+        raise ValueError(f"not a Spark Connect address: use sc://host:port{hint}")
+    if match.group(3) is not None and not 0 < int(match.group(3)) < 65536:
+        raise ValueError("the port must be between 1 and 65535")
     return text
 
 

@@ -14,7 +14,16 @@ Airflow part.
   BATCHPOINT_S3_REGION, _ACCESS_KEY_ID, _SECRET_ACCESS_KEY, _SESSION_TOKEN, _PROFILE
                                     (any other BATCHPOINT_S3_<OPTION> goes to the S3 store
                                     as option <option>, checked there)
-  BATCHPOINT_SPARK_MASTER           local[2]
+  BATCHPOINT_SPARK_MODE             how the Airflow tasks (operator jobs, the audit) reach
+                                    Spark: connect (their default: thin Spark Connect
+                                    clients of BATCHPOINT_SPARK_REMOTE, no JVM in the
+                                    task), submit (one spark-submit per operator task, on
+                                    BATCHPOINT_SPARK_MASTER) or local (a local Spark in a
+                                    child process; the CLI's own commands always are)
+  BATCHPOINT_SPARK_REMOTE           the Spark Connect server, sc://host:port (required in
+                                    connect mode)
+  BATCHPOINT_SPARK_MASTER           local[2]; in connect mode the server's own master
+                                    decides and this one is not used by the tasks
   BATCHPOINT_CHECKPOINT_TIMEOUT     600 (seconds, or 90s / 5m / 1.5h / 1d; at most 30 days)
   BATCHPOINT_MIN_PAUSE              0 seconds between a completion and the next trigger
   BATCHPOINT_MAX_CONCURRENT         1 pending checkpoint at once
@@ -62,6 +71,10 @@ PREFIX = "BATCHPOINT_"
 S3_PREFIX = "BATCHPOINT_S3_"
 DEFAULT_PIPELINE_REF = "batchpoint.demo.payments:pipeline"
 DEFAULT_GC_GRACE = 3600.0
+MISSING_REMOTE = (
+    f"{PREFIX}SPARK_MODE=connect needs {PREFIX}SPARK_REMOTE, the Spark Connect server's "
+    f"address (sc://host:port), or set {PREFIX}SPARK_MODE=submit or local"
+)
 
 
 def _duration(minimum: float = 0.0, positive: bool = False) -> BeforeValidator:
@@ -145,6 +158,11 @@ class BatchpointEnvironment(BaseSettings):
     savepoint_roots: SavepointRoots = ()  # empty: <root>/savepoints/
     # -- Spark
     spark_master: Annotated[str, BeforeValidator(values.check_spark_master)] = "local[2]"
+    # None: each front end's own default (connect for Airflow and the demo).
+    spark_mode: Annotated[Literal["connect", "submit", "local"] | None, _optional(_lowercase)] = (
+        None
+    )
+    spark_remote: Annotated[str | None, _optional(values.check_spark_remote)] = None
     # -- checkpointing (CheckpointConfig)
     checkpoint_timeout: Annotated[float, _duration(positive=True)] = 600.0
     min_pause: Annotated[float, _duration()] = 0.0
@@ -180,6 +198,8 @@ class BatchpointEnvironment(BaseSettings):
     def _consistent(self) -> BatchpointEnvironment:
         if not self.pipeline_ref:
             raise ValueError(f"{PREFIX}PIPELINE_REF is empty: name a module:attribute")
+        if self.spark_mode == "connect" and not self.spark_remote:
+            raise ValueError(MISSING_REMOTE)
         if self.gc_grace is not None and self.gc_grace < self.checkpoint_timeout:
             raise ValueError(
                 f"{PREFIX}GC_GRACE={self.gc_grace:g}: must be at least the checkpoint timeout "
@@ -336,6 +356,9 @@ class Settings:
     #: empty when built means the root's own `savepoints/` folder.
     savepoint_roots: tuple[str, ...] = ()
     quality_gate_ref: str | None = None
+    #: connect, submit or local; None: the front end's default (see the module's table).
+    spark_mode: str | None = None
+    spark_remote: str | None = None
 
     def __post_init__(self) -> None:
         if not self.savepoint_roots:
@@ -361,6 +384,8 @@ class Settings:
             checkpoint=model.checkpoint_config(),
             savepoint_roots=model.effective_savepoint_roots,
             quality_gate_ref=model.quality_gate,
+            spark_mode=model.spark_mode,
+            spark_remote=model.spark_remote,
         )
 
     def with_storage(self, root: str, store_options: Mapping[str, str]) -> Settings:
@@ -375,6 +400,8 @@ class Settings:
             self.checkpoint,
             roots,
             self.quality_gate_ref,
+            self.spark_mode,
+            self.spark_remote,
         )
 
     def as_env(self) -> dict[str, str]:
@@ -391,6 +418,10 @@ class Settings:
             out[variable(_CONFIG_FIELDS.get(f.name, f.name))] = str(getattr(c, f.name)).lower()
         if self.quality_gate_ref:
             out[variable("quality_gate")] = self.quality_gate_ref
+        if self.spark_mode:
+            out[variable("spark_mode")] = self.spark_mode
+        if self.spark_remote:
+            out[variable("spark_remote")] = self.spark_remote
         return out
 
 

@@ -7,8 +7,10 @@ the project's dags/ folder as the only bundle, examples off, low parallelism.
 
 `bp` gives each test its own storage prefix on the session's SeaweedFS and the
 BATCHPOINT_* environment the DAG file is parsed with; by default operator jobs run the
-fake spark-submit (fake_spark/), which acks in a fraction of a second. The slow test that
-runs real Spark jobs switches to pyspark's spark-submit.
+fake spark-submit (fake_spark/, submit mode), which acks in a fraction of a second. The
+slow tests that run real Spark jobs switch to connect mode with `bp.connect()`: thin
+clients of the one Spark Connect server of the whole run (`connect_server`, in
+tests/conftest.py); one keeps pyspark's real spark-submit (submit mode).
 
 This folder has no __init__.py on purpose: as a package under tests/ (which has none) it
 would be imported as `airflow` and shadow Apache Airflow.
@@ -100,6 +102,10 @@ class BatchpointEnv:
     def store(self) -> Any:
         return self.settings.store_ref.open()
 
+    def connect(self, server: Any) -> None:
+        """Operator tasks (and the audit) as thin clients of the Spark Connect `server`."""
+        self.set(spark_mode="connect", spark_remote=server.url)
+
     def deployment(self) -> Any:
         from batchpoint.airflow.config import AirflowDeployment
 
@@ -142,6 +148,9 @@ def bp(
     env.set(
         root=env.root,
         spark_master="local[1]",
+        # The fake spark-submit acks in a fraction of a second; the tests that run real
+        # Spark switch to connect mode on the session's server (`connect_mode`).
+        spark_mode="submit",
         spark_submit=FAKE_SPARK_SUBMIT,
         ack_sensor_mode="reschedule",
         ack_poll_interval=0.3,

@@ -11,10 +11,8 @@ caught by the recomputed balance sample and aborted with reason "quality gate"."
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,19 +148,16 @@ def test_an_audit_that_gives_no_verdict_is_aborted_by_cleanup(bp, write_epoch, v
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_real_suites_pass_a_good_epoch_and_abort_a_bad_deploy(bp, write_epoch, capsys):
-
+def test_real_suites_pass_a_good_epoch_and_abort_a_bad_deploy(
+    bp, write_epoch, capsys, connect_server, spark
+):
+    """The operator jobs are clients of the Spark Connect server; the audit runs inside
+    dag.test(), in this process, which holds the tests' classic session (`spark`): it
+    uses that one, as one Python process cannot hold a classic and a Connect session."""
     from batchpoint.demo import payments_buggy
-    from batchpoint.spark.fast_start import submit_args
 
-    bp.set(
-        audit="true",
-        spark_submit=Path(sys.executable).parent / "spark-submit",
-        spark_master="local[2]",
-        spark_submit_args=submit_args(),
-        checkpoint_timeout=1800,
-        ack_poll_interval=1,
-    )
+    bp.connect(connect_server)
+    bp.set(audit="true", checkpoint_timeout=1800, ack_poll_interval=1)
     c = bp.driver().coordinator
 
     write_epoch(0)

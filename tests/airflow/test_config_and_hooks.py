@@ -18,12 +18,24 @@ from batchpoint.settings import Settings
 pytestmark = pytest.mark.airflow
 
 
+REMOTE = "sc://spark-connect:15002"
+
+
 def env(**values: str) -> dict[str, str]:
     return {"BATCHPOINT_ROOT": "file:///tmp/bp-config-test", **values}
 
 
+def submit_env(**values: str) -> dict[str, str]:
+    return env(BATCHPOINT_SPARK_MODE="submit", **values)
+
+
 def test_defaults():
-    d = AirflowDeployment.from_env(env())
+    # Connect mode unless told otherwise: the tasks are thin clients of one server.
+    d = AirflowDeployment.from_env(env(BATCHPOINT_SPARK_REMOTE=REMOTE))
+    assert (d.spark_mode, d.spark_remote) == ("connect", REMOTE)
+    assert d.settings.spark_mode == "connect"
+    d = AirflowDeployment.from_env(submit_env())
+    assert d.spark_mode == "submit"
     assert d.pipeline_refs == ("batchpoint.demo.payments:pipeline",)
     assert d.schedule == timedelta(seconds=300)
     assert d.spark_submit == os.path.join(os.path.dirname(sys.executable), "spark-submit")
@@ -61,7 +73,14 @@ def test_intervals(text, expected):
         ({"BATCHPOINT_ACK_SENSOR_MODE": "sleepy"}, "BATCHPOINT_ACK_SENSOR_MODE"),
         ({"BATCHPOINT_TASK_RETRIES": "1.5"}, "BATCHPOINT_TASK_RETRIES"),
         ({"BATCHPOINT_PIPELINE_REF": "just_a_module"}, "BATCHPOINT_PIPELINE_REF"),
-        ({"BATCHPOINT_SPARK_JOB": "/nope/run.py"}, "BATCHPOINT_SPARK_JOB"),
+        (
+            {"BATCHPOINT_SPARK_MODE": "submit", "BATCHPOINT_SPARK_JOB": "/nope/run.py"},
+            "BATCHPOINT_SPARK_JOB",
+        ),
+        ({"BATCHPOINT_SPARK_MODE": "cluster"}, "BATCHPOINT_SPARK_MODE"),
+        ({"BATCHPOINT_SPARK_REMOTE": "http://spark:15002"}, "BATCHPOINT_SPARK_REMOTE"),
+        ({"BATCHPOINT_SPARK_MODE": "connect"}, "BATCHPOINT_SPARK_REMOTE"),
+        ({}, "BATCHPOINT_SPARK_REMOTE"),  # connect is the default
         ({"BATCHPOINT_SPARK_SUBMIT_ARGS": "--conf 'unclosed"}, "BATCHPOINT_SPARK_SUBMIT_ARGS"),
         ({"BATCHPOINT_QUALITY_GATE": "no_colon"}, "BATCHPOINT_QUALITY_GATE"),
         ({"BATCHPOINT_AUDIT": "yes please"}, "BATCHPOINT_AUDIT"),
@@ -69,20 +88,32 @@ def test_intervals(text, expected):
     ],
 )
 def test_each_bad_setting_is_named(values, named):
-    with pytest.raises(ConfigError, match=named):
+    with pytest.raises(ConfigError, match=named) as raised:
         AirflowDeployment.from_env(env(**values))
+    assert "\n" not in str(raised.value)
+
+
+def test_connect_mode_needs_no_spark_submit_nor_job_file():
+    """An Airflow image without Spark: only submit mode checks for spark-submit."""
+    missing = {"BATCHPOINT_SPARK_JOB": "/nope/run.py"}
+    d = AirflowDeployment.from_env(env(BATCHPOINT_SPARK_REMOTE=REMOTE, **missing))
+    assert d.spark_mode == "connect"
+    local = AirflowDeployment.from_env(env(BATCHPOINT_SPARK_MODE="local", **missing))
+    assert local.spark_mode == "local"
+    with pytest.raises(ConfigError, match="BATCHPOINT_SPARK_JOB"):
+        AirflowDeployment.from_env(submit_env(**missing))
 
 
 @pytest.mark.parametrize(
     ("text", "audit"), [("true", True), ("TRUE", True), (" false ", False), ("", False)]
 )
 def test_the_audit_setting_is_true_or_false(text, audit):
-    assert AirflowDeployment.from_env(env(BATCHPOINT_AUDIT=text)).audit is audit
+    assert AirflowDeployment.from_env(submit_env(BATCHPOINT_AUDIT=text)).audit is audit
 
 
 def test_the_spark_conf_of_the_submit_args_is_what_an_in_task_session_gets():
     d = AirflowDeployment.from_env(
-        env(
+        submit_env(
             BATCHPOINT_SPARK_SUBMIT_ARGS="--conf spark.driver.host=scheduler "
             "--driver-memory 2g --conf=spark.sql.shuffle.partitions=2 --conf broken"
         )
@@ -185,7 +216,7 @@ def test_the_spark_submit_command_and_environment():
     from batchpoint.airflow.hooks import SparkSubmitLauncher
 
     deployment = AirflowDeployment.from_env(
-        env(BATCHPOINT_SPARK_SUBMIT_ARGS="--conf spark.executor.memory=1g")
+        submit_env(BATCHPOINT_SPARK_SUBMIT_ARGS="--conf spark.executor.memory=1g")
     )
     launcher = SparkSubmitLauncher(deployment, "batchpoint.demo.payments:pipeline")
     settings = Settings(
@@ -217,10 +248,39 @@ def test_the_spark_submit_command_and_environment():
     assert child["PYTHONPATH"].split(os.pathsep) == [str(package_root()), "/x"]
 
 
+def test_the_connect_and_local_commands_run_the_job_module_without_spark_submit():
+    from batchpoint.airflow.hooks import ConnectLauncher, LocalLauncher, launcher_for
+
+    settings = Settings("s3://b/p", {"secret_access_key": "SK", "access_key_id": "AK"})
+    connect = launcher_for(AirflowDeployment.from_env(env(BATCHPOINT_SPARK_REMOTE=REMOTE)), "m:p")
+    assert isinstance(connect, ConnectLauncher)
+    argv = connect.command(settings, 7, "dedup", "af-1-t1")
+    # a thin client: this Python, the job module, the server's address; no spark-submit
+    assert argv[:5] == [sys.executable, "-m", "batchpoint.jobs.run_operator", "--remote", REMOTE]
+    assert argv[5:] == [
+        "--pipeline", "m:p", "--checkpoint-id", "7", "--operator", "dedup", "--attempt", "af-1-t1"
+    ]  # fmt: skip
+    child = connect.environment(settings, {"PATH": "/bin"})
+    assert child["BATCHPOINT_S3_SECRET_ACCESS_KEY"] == "SK" and "SK" not in " ".join(argv)
+    local = launcher_for(AirflowDeployment.from_env(env(BATCHPOINT_SPARK_MODE="local")), "m:p")
+    assert isinstance(local, LocalLauncher)
+    argv = local.command(settings, 7, "dedup", "a")
+    assert argv[1:3] == ["-m", "batchpoint.jobs.run_operator"]
+    assert argv[argv.index("--master") + 1] == "local[2]"
+
+
+def test_an_unreachable_server_is_told_apart_from_other_failures():
+    from batchpoint.airflow.hooks import SparkJobResult
+
+    line = "Spark Connect server at sc://127.0.0.1:1 is unreachable: connection refused"
+    assert SparkJobResult(2, 1.0, ["x", f"error: {line}"]).unreachable == line
+    assert SparkJobResult(2, 1.0, ["error: BATCHPOINT_ROOT='x': bad"]).unreachable is None
+
+
 def test_the_launcher_streams_output_and_reports_the_exit_code(tmp_path):
     from batchpoint.airflow.hooks import SparkSubmitLauncher
 
-    launcher = SparkSubmitLauncher(AirflowDeployment.from_env(env()), "m:p")
+    launcher = SparkSubmitLauncher(AirflowDeployment.from_env(submit_env()), "m:p")
     lines: list[str] = []
     result = launcher.run(
         [sys.executable, "-c", "print('one'); print('two'); raise SystemExit(3)"],

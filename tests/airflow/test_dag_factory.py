@@ -14,10 +14,17 @@ from batchpoint.runtime.restore import GateResult
 pytestmark = pytest.mark.airflow
 
 REF = "batchpoint.demo.payments:pipeline"
+REMOTE = "sc://spark-connect:15002"
 
 
 def deployment(**values: str) -> AirflowDeployment:
-    return AirflowDeployment.from_env({"BATCHPOINT_ROOT": "file:///tmp/bp-factory", **values})
+    return AirflowDeployment.from_env(
+        {
+            "BATCHPOINT_ROOT": "file:///tmp/bp-factory",
+            "BATCHPOINT_SPARK_REMOTE": REMOTE,
+            **values,
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -88,8 +95,14 @@ def test_the_audit_task_is_there_only_with_audit_on():
     assert checkpoint.get_task("finalize").upstream_task_ids == {"audit"}
     assert "audit" in checkpoint.get_task("cleanup").upstream_task_ids
     assert checkpoint.get_task("trigger").audit is True
+    # connect mode (the default): the audit is a client of the same server as the jobs
+    assert audit.spark_remote == REMOTE
     assert audit.spark_master == "local[3]"
     assert audit.spark_conf == {"spark.sql.shuffle.partitions": "2"}
+    submit = build_pipeline_dags(
+        build_pipeline(), REF, deployment(BATCHPOINT_AUDIT="true", BATCHPOINT_SPARK_MODE="submit")
+    )
+    assert submit["payments_checkpoint"].get_task("audit").spark_remote is None
     assert "quality gate" in checkpoint.doc_md
     # savepoints are not audited
     assert "audit" not in dags["payments_savepoint"].task_ids

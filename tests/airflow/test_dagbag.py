@@ -61,6 +61,8 @@ def parsed(tmp_path_factory) -> dict:
         BATCHPOINT_CHECKPOINT_TIMEOUT="600",
         BATCHPOINT_MAX_CONCURRENT="2",
         BATCHPOINT_CHECKPOINT_INTERVAL="5m",
+        # connect mode (the default) only names the server at parse time
+        BATCHPOINT_SPARK_REMOTE="sc://127.0.0.1:15002",
     )
     out = subprocess.run(
         [sys.executable, "-c", PROBE, str(DAGS)],
@@ -154,12 +156,15 @@ def test_only_task_sdk_apis_are_used():
         ("BATCHPOINT_PIPELINE_REF", "no.such.module:pipeline"),
         ("BATCHPOINT_SPARK_SUBMIT", "/nonexistent/spark-submit"),
         ("BATCHPOINT_AUDIT", "maybe"),
+        ("BATCHPOINT_SPARK_MODE", "connect"),  # with no BATCHPOINT_SPARK_REMOTE
+        ("BATCHPOINT_SPARK_REMOTE", "spark:15002"),
     ],
 )
 def test_a_bad_setting_fails_the_import_naming_it(variable, value, monkeypatch, tmp_path):
     from airflow.dag_processing.dagbag import DagBag
 
     monkeypatch.setenv("BATCHPOINT_ROOT", tmp_path.as_uri())
+    monkeypatch.setenv("BATCHPOINT_SPARK_MODE", "submit")
     monkeypatch.setenv(variable, value)
     bag = DagBag(dag_folder=str(DAGS), safe_mode=False)
     assert bag.dag_ids == []

@@ -1,36 +1,36 @@
-"""The DAGs with real Spark jobs (pyspark's spark-submit, local mode) on SeaweedFS,
-through dag.test(): a job killed mid-epoch aborts its checkpoint, the next run recovers,
-a restore with a new parallelism continues from the restored checkpoint, and the
-published sinks always equal the pandas reference over exactly the input read so far.
+"""The DAGs with real Spark jobs on SeaweedFS, through dag.test().
 
-Nine Spark jobs in all (each is a JVM start plus a few small Spark stages), so this is the
-slowest test of the Airflow suite."""
+In connect mode (the default deployment) every operator task is a thin client of the
+session's one Spark Connect server: a job killed mid-epoch aborts its checkpoint, the
+next run recovers, a restore with a new parallelism continues from the restored
+checkpoint, and the published sinks always equal the pandas reference over exactly the
+input read so far.
+
+In submit mode (kept for clusters reached through spark-submit) a `--conf` given in
+BATCHPOINT_SPARK_SUBMIT_ARGS reaches the job's session, over batchpoint's defaults."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
-from batchpoint.spark.fast_start import submit_args
 from support.payments import assert_sinks_match_reference
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+TESTS = Path(__file__).resolve().parents[1]
 
 
-def test_spark_jobs_failure_recovery_and_rescaling_restore(bp, write_epoch, monkeypatch):
-    bp.set(
-        spark_submit=SPARK_SUBMIT,
-        spark_master="local[2]",
-        # Short jobs on tiny data: start-up dominates (see batchpoint.spark.fast_start).
-        spark_submit_args=submit_args(),
-        checkpoint_timeout=1800,
-        ack_poll_interval=1,
-    )
+def test_spark_jobs_failure_recovery_and_rescaling_restore(
+    bp, write_epoch, monkeypatch, connect_server
+):
+    bp.connect(connect_server)
+    bp.set(checkpoint_timeout=1800, ack_poll_interval=1)
     c = bp.driver().coordinator
 
     # 1. dedup's job dies before its snapshot (like SIGKILL: no decline of its own) and
@@ -72,3 +72,33 @@ def test_spark_jobs_failure_recovery_and_rescaling_restore(bp, write_epoch, monk
         "balances#2",
     ]
     assert_sinks_match_reference(bp.store, bp.driver().coordinator, 3)
+
+
+def test_submit_mode_a_submit_conf_reaches_the_jobs_session(bp, write_epoch, monkeypatch):
+    from batchpoint.protocol.coordinator import CheckpointCoordinator
+    from batchpoint.protocol.sinks import read_sink_table
+    from batchpoint.spark.fast_start import submit_args
+
+    # The probe pipeline lives in tests/support: the job's Python must find it too.
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), path])))
+    bp.set(
+        spark_mode="submit",
+        spark_submit=SPARK_SUBMIT,
+        spark_master="local[1]",
+        pipeline_ref="support.conf_probe:pipeline",
+        # 3 where batchpoint's default is 4: the user's setting must win
+        spark_submit_args=submit_args()
+        + " --conf spark.sql.shuffle.partitions=3 --conf spark.batchpoint.probe=from-airflow",
+        checkpoint_timeout=1800,
+        ack_poll_interval=1,
+    )
+    write_epoch(0)
+    run, states = bp.run("confprobe_checkpoint")
+    assert run.state == "success", states
+    coordinator = CheckpointCoordinator(bp.store, "confprobe")
+    assert coordinator.get_outcome(1).status is CheckpointStatus.COMPLETED
+    table = read_sink_table(bp.store, "confprobe", "probe_table").to_pandas()
+    assert len(table) == 40  # every account of the input
+    assert set(table["spark_sql_shuffle_partitions"]) == {"3"}
+    assert set(table["spark_batchpoint_probe"]) == {"from-airflow"}

@@ -62,7 +62,11 @@ def test_the_dag_entry_names_a_bad_setting_in_one_line(tmp_path):
     from batchpoint.airflow.dags import load_dags
     from batchpoint.errors import ConfigError
 
-    env = {"BATCHPOINT_ROOT": tmp_path.as_uri(), "BATCHPOINT_TASK_RETRIES": "-1"}
+    env = {
+        "BATCHPOINT_ROOT": tmp_path.as_uri(),
+        "BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002",
+        "BATCHPOINT_TASK_RETRIES": "-1",
+    }
     with pytest.raises(ConfigError) as raised:
         load_dags(env)
     assert str(raised.value) == (
@@ -73,7 +77,13 @@ def test_the_dag_entry_names_a_bad_setting_in_one_line(tmp_path):
 def test_the_dag_entry_builds_the_dags_of_the_given_environment(tmp_path):
     from batchpoint.airflow.dags import load_dags
 
-    dags = load_dags({"BATCHPOINT_ROOT": tmp_path.as_uri(), "BATCHPOINT_AUDIT": "true"})
+    dags = load_dags(
+        {
+            "BATCHPOINT_ROOT": tmp_path.as_uri(),
+            "BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002",
+            "BATCHPOINT_AUDIT": "true",
+        }
+    )
     assert sorted(dags) == ["payments_checkpoint", "payments_restore", "payments_savepoint"]
     assert "audit" in dags["payments_checkpoint"].task_dict
     assert list(tmp_path.iterdir()) == []  # building DAGs writes nothing to storage

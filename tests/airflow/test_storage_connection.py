@@ -162,7 +162,10 @@ def test_short_lived_credentials_reach_the_spark_job_environment(
     )
     settings = settings_from_connection(session, base(root), "bp_session")
     assert settings.store_options["session_token"] == token
-    launcher = SparkSubmitLauncher(AirflowDeployment.from_env({"BATCHPOINT_ROOT": root}), "m:p")
+    launcher = SparkSubmitLauncher(
+        AirflowDeployment.from_env({"BATCHPOINT_ROOT": root, "BATCHPOINT_SPARK_MODE": "submit"}),
+        "m:p",
+    )
     child = launcher.environment(settings, {"PATH": "/usr/bin:/bin"})
     assert child["BATCHPOINT_S3_SESSION_TOKEN"] == token
     argv = launcher.command(settings, 1, "op", "a-1")

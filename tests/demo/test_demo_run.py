@@ -1,7 +1,8 @@
 """The README's main job, as a new user runs it: `python -m batchpoint.demo.run` (what
 `./dev demo` execs) drives the payments pipeline through Airflow on SeaweedFS and real
-Spark jobs, and must end with the exactly-once check passing. About 25 spark-submit
-jobs: the slowest test of the suite."""
+Spark jobs, thin clients of the one Spark Connect server it starts (connect mode), and
+must end with the exactly-once check passing, each epoch's wall time printed, and no
+process of its own left."""
 
 from __future__ import annotations
 
@@ -45,5 +46,11 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     # the history table, then the check
     assert re.search(r"^\s*id\s+type\s+status", out, re.M), out
     assert "Exactly once: no event lost, none counted twice." in out
+    # connect mode: one server for the run, each epoch's wall time, nothing left behind
+    assert re.search(r"Spark Connect server at sc://127\.0\.0\.1:\d+", out), out
+    walls = re.findall(r"epoch \d+: wall time (\d+\.\d)s", out)
+    assert len(walls) == 2 + 2 + 1, out  # good epochs, the bad deploy, the fix
+    assert re.search(r"epoch wall times \(connect mode\): (\d+\.\ds(, )?){5}$", out, re.M)
+    assert "no process left behind" in out
     # what ./dev ui needs to reopen it
     assert (keep / "demo.json").is_file() and (keep / "airflow" / "airflow.db").is_file()

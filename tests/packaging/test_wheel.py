@@ -153,6 +153,7 @@ def installed(tmp_path_factory) -> dict:
         "BATCHPOINT_ROOT": (work / "storage").as_uri(),
         "BATCHPOINT_PIPELINE_REF": "orders_pipeline:orders",
         "BATCHPOINT_SPARK_SUBMIT": str(bin_dir / "spark-submit"),
+        "BATCHPOINT_SPARK_MODE": "submit",
     }
     out = _run([str(python), "-c", PROBE, str(dags)], work, probe_env)
     return {**json.loads(out.strip().splitlines()[-1]), "venv": str(venv)}

@@ -3,7 +3,8 @@ bad value fails the import with one line naming the setting.
 
 Every value comes from `batchpoint.settings` (the one model of the BATCHPOINT_* variables,
 the same the CLI and the Spark jobs read); this module adds what only a deployment can
-check (the spark-submit executable and the Spark job file exist). At task run time the
+check (the spark-submit executable and the Spark job file exist, in submit mode). At task
+run time the
 storage part may be replaced by the Airflow connection `batchpoint_storage` (see
 hooks.py); parsing reads only the environment, as it must not depend on connections.
 
@@ -11,6 +12,9 @@ hooks.py); parsing reads only the environment, as it must not depend on connecti
                                   (default batchpoint.demo.payments:pipeline)
   BATCHPOINT_CHECKPOINT_INTERVAL  seconds (300, 90s, 5m, 1h), a cron expression or
                                   preset, or `none` (default 300)
+  BATCHPOINT_SPARK_MODE           connect (default), submit or local: see
+                                  batchpoint.settings
+  BATCHPOINT_SPARK_REMOTE         sc://host:port of the Spark Connect server (connect)
   BATCHPOINT_SPARK_SUBMIT         the spark-submit executable (default: pyspark's, next
                                   to this Python)
   BATCHPOINT_SPARK_JOB            the Spark entry point (default: the one inside the
@@ -36,7 +40,7 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,7 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import (
     DEFAULT_PIPELINE_REF,
     KNOWN_VARIABLES,
+    MISSING_REMOTE,
     BatchpointEnvironment,
     Settings,
     read_environment,
@@ -65,6 +70,9 @@ __all__ = [
 ]
 
 SENSOR_MODES = ("deferrable", "reschedule", "poke")
+#: The Airflow tasks are thin Spark Connect clients unless BATCHPOINT_SPARK_MODE says
+#: otherwise: no JVM in the worker, one warm Spark for every task.
+DEFAULT_SPARK_MODE = "connect"
 #: Fixed so that DAG definitions do not change between parses (a moving start_date
 #: would make every parse a new DAG version).
 START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
@@ -110,11 +118,20 @@ class AirflowDeployment:
     api_conn_id: str = "batchpoint_airflow_api"
     quality_gate_ref: str | None = None
     audit: bool = False
+    #: connect (thin Spark Connect clients of `spark_remote`), submit or local.
+    spark_mode: str = "submit"
+    spark_remote: str | None = None
     start_date: datetime = START_DATE
 
     @property
     def checkpoint(self) -> CheckpointConfig:
         return self.settings.checkpoint
+
+    @property
+    def spark_description(self) -> str:
+        if self.spark_mode == "connect":
+            return f"Spark Connect server `{self.spark_remote}` (connect mode)"
+        return f"master `{self.settings.spark_master}` ({self.spark_mode} mode)"
 
     @property
     def spark_conf(self) -> dict[str, str]:
@@ -144,12 +161,18 @@ class AirflowDeployment:
     def of(
         cls, model: BatchpointEnvironment, env: Mapping[str, str] | None = None
     ) -> AirflowDeployment:
+        mode = model.spark_mode or DEFAULT_SPARK_MODE
+        if mode == "connect" and not model.spark_remote:
+            raise ConfigError(MISSING_REMOTE)
+        settings = Settings.of(model, env)
         return cls(
             pipeline_refs=model.pipeline_ref,
-            settings=Settings.of(model, env),
+            settings=replace(settings, spark_mode=mode),
             schedule=model.checkpoint_interval,
-            spark_submit=_spark_submit(model.spark_submit),
-            spark_job=_spark_job(model.spark_job),
+            # Only submit mode runs spark-submit and the job file; the others must not
+            # fail on a deployment (an Airflow image without Spark) that has neither.
+            spark_submit=_spark_submit(model.spark_submit, required=mode == "submit"),
+            spark_job=_spark_job(model.spark_job, required=mode == "submit"),
             spark_submit_args=model.spark_submit_args,
             pyspark_python=model.pyspark_python or sys.executable,
             sensor_mode=model.ack_sensor_mode,
@@ -161,11 +184,15 @@ class AirflowDeployment:
             api_conn_id=model.api_conn_id,
             quality_gate_ref=model.quality_gate,
             audit=model.audit,
+            spark_mode=mode,
+            spark_remote=model.spark_remote,
         )
 
 
-def _spark_submit(given: str | None) -> str:
+def _spark_submit(given: str | None, required: bool = True) -> str:
     spark_submit = given or _default_spark_submit()
+    if not required and not given:
+        return spark_submit or ""
     if not spark_submit:
         raise ConfigError(
             "BATCHPOINT_SPARK_SUBMIT is not set and no spark-submit was found next to "
@@ -177,9 +204,9 @@ def _spark_submit(given: str | None) -> str:
     return resolved
 
 
-def _spark_job(given: str | None) -> str:
+def _spark_job(given: str | None, required: bool = True) -> str:
     spark_job = given or str(default_spark_job())
-    if not os.path.isfile(spark_job):
+    if required and not os.path.isfile(spark_job):
         raise ConfigError(f"BATCHPOINT_SPARK_JOB={spark_job!r}: no such file")
     return spark_job
 

@@ -11,7 +11,7 @@
 
 The checkpoint DAG (the savepoint DAG is the same with export and stop added):
 
-    trigger ─┬─> operators.<a> ─> operators.<b> ─> ...   (spark-submit, topological order)
+    trigger ─┬─> operators.<a> ─> operators.<b> ─> ...   (Spark jobs, topological order)
              └─> wait_for_acks ─> [audit ─>] finalize ──> cleanup (all_done)
 
 `audit` is there with BATCHPOINT_AUDIT=true (or a pipeline that declares
@@ -195,6 +195,7 @@ def _epoch_tasks(
         task_id=AUDIT_TASK,
         spark_master=deployment.settings.spark_master,
         spark_conf=deployment.spark_conf,
+        spark_remote=deployment.spark_remote if deployment.spark_mode == "connect" else None,
         retries=deployment.task_retries,
         retry_delay=timedelta(seconds=deployment.retry_delay),
         execution_timeout=timedelta(seconds=timeout),
@@ -486,7 +487,7 @@ def _settings_table(deployment: AirflowDeployment, audit: bool = False) -> str:
             f"`{deployment.settings.root}` "
             f"(the connection `{deployment.storage_conn_id}` overrides it)",
         ),
-        ("Spark master", f"`{deployment.settings.spark_master}`"),
+        ("Spark", deployment.spark_description),
         ("audit (write-audit-publish)", "on" if audit else "off"),
     ]
     return "| setting | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
@@ -495,8 +496,8 @@ def _settings_table(deployment: AirflowDeployment, audit: bool = False) -> str:
 def _operator_doc(name: str, kind: OperatorKind, inputs: tuple[str, ...], parallelism: int) -> str:
     return (
         f"Runs {kind.value} `{name}` (parallelism {parallelism}, reads {', '.join(inputs)}) "
-        "for this run's checkpoint with spark-submit: align, restore state, process, "
-        "snapshot, acknowledge (or decline)."
+        "for this run's checkpoint as a Spark job (BATCHPOINT_SPARK_MODE): align, restore "
+        "state, process, snapshot, acknowledge (or decline)."
     )
 
 

@@ -1,7 +1,8 @@
 """Hooks: what talks to the outside world. `BatchpointHook` resolves the storage (an
 Airflow AWS connection through the Amazon provider's AwsBaseHook, else the environment;
-see storage_connection) and opens the core objects on it;
-`SparkSubmitLauncher` runs one operator's Spark job; `AirflowApiHook` calls Airflow's
+see storage_connection) and opens the core objects on it; a launcher
+(`launcher_for`: `ConnectLauncher`, `SparkSubmitLauncher` or `LocalLauncher`, by
+BATCHPOINT_SPARK_MODE) runs one operator's Spark job; `AirflowApiHook` calls Airflow's
 public REST API (the only way a task can pause another DAG in Airflow 3).
 
 The trigger imports this module inside the triggerer's event loop, so heavy imports
@@ -15,6 +16,7 @@ import functools
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -37,9 +39,13 @@ if TYPE_CHECKING:
 __all__ = [
     "AirflowApiHook",
     "BatchpointHook",
+    "ConnectLauncher",
+    "LocalLauncher",
+    "OperatorJobLauncher",
     "SparkJobResult",
     "SparkSubmitLauncher",
     "cached_pipeline",
+    "launcher_for",
     "settings_from_connection",
 ]
 
@@ -111,6 +117,11 @@ class BatchpointHook(BaseHook):
 # -- Spark -------------------------------------------------------------------------------
 
 
+#: The one line a Spark Connect client prints when its server cannot be reached
+#: (batchpoint.spark.session.connect_session): worth a retry, unlike a bad setting.
+UNREACHABLE = "is unreachable"
+
+
 @dataclass
 class SparkJobResult:
     returncode: int
@@ -121,11 +132,23 @@ class SparkJobResult:
     def killed(self) -> bool:
         return self.returncode < 0 or self.returncode in (137, 143)
 
+    @property
+    def unreachable(self) -> str | None:
+        """The job's 'Spark Connect server at ... is unreachable' line, if it printed one."""
+        for line in reversed(self.tail):
+            if "Spark Connect server at" in line and UNREACHABLE in line:
+                return line.removeprefix("error: ").strip()
+        return None
 
-class SparkSubmitLauncher:
-    """Builds and runs `spark-submit spark_jobs/run_operator.py ...` for one operator of
-    one checkpoint. The job gets the storage settings through BATCHPOINT_* variables, so
-    credentials from a connection never appear on a command line."""
+
+class OperatorJobLauncher:
+    """Runs one operator of one checkpoint as a child process (its `command`), streaming
+    its output. The job gets the storage settings through BATCHPOINT_* variables, so
+    credentials from a connection never appear on a command line. Exit codes: 0 acked,
+    2 configuration (or, over Connect, the server unreachable), 3 the operator failed
+    and declined."""
+
+    mode = ""
 
     def __init__(self, deployment: AirflowDeployment, pipeline_ref: str) -> None:
         self.deployment = deployment
@@ -135,25 +158,16 @@ class SparkSubmitLauncher:
     def command(
         self, settings: Settings, checkpoint_id: int, operator: str, attempt: str
     ) -> list[str]:
-        d = self.deployment
+        raise NotImplementedError
+
+    def _job_args(self, checkpoint_id: int, operator: str, attempt: str) -> list[str]:
         return [
-            d.spark_submit,
-            "--master",
-            settings.spark_master,
-            "--name",
-            f"batchpoint-{operator}-chk{checkpoint_id}",
-            *d.spark_submit_args,
-            d.spark_job,
             "--pipeline",
             self.pipeline_ref,
             "--checkpoint-id",
             str(checkpoint_id),
             "--operator",
             operator,
-            "--master",
-            settings.spark_master,
-            "--attempt",
-            attempt,
         ]
 
     def environment(
@@ -182,7 +196,7 @@ class SparkSubmitLauncher:
         tail_lines: int = 40,
     ) -> SparkJobResult:
         """Run to the end, streaming every output line to `log`; the job runs in its own
-        process group so `kill` stops Spark's JVM and Python workers with it."""
+        process group so `kill` stops it and whatever it started (a JVM, Python workers)."""
         started = time.monotonic()
         tail: deque[str] = deque(maxlen=tail_lines)
         self._process = subprocess.Popen(
@@ -214,6 +228,147 @@ class SparkSubmitLauncher:
             os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+    def interrupt(
+        self,
+        pipeline: str,
+        checkpoint_id: int,
+        operator: str,
+        attempt: str,
+        log: Callable[[str], None],
+    ) -> None:
+        """Stop what the attempt still runs elsewhere (nothing, unless over Connect)."""
+
+
+class SparkSubmitLauncher(OperatorJobLauncher):
+    """`spark-submit <package>/jobs/run_operator.py ...`: a Spark application (a JVM,
+    the driver) per operator task, on BATCHPOINT_SPARK_MASTER."""
+
+    mode = "submit"
+
+    def command(
+        self, settings: Settings, checkpoint_id: int, operator: str, attempt: str
+    ) -> list[str]:
+        d = self.deployment
+        return [
+            d.spark_submit,
+            "--master",
+            settings.spark_master,
+            "--name",
+            f"batchpoint-{operator}-chk{checkpoint_id}",
+            *d.spark_submit_args,
+            d.spark_job,
+            *self._job_args(checkpoint_id, operator, attempt),
+            "--master",
+            settings.spark_master,
+            "--attempt",
+            attempt,
+        ]
+
+
+class LocalLauncher(OperatorJobLauncher):
+    """`python -m batchpoint.jobs.run_operator --master local[N]`: a local Spark of its
+    own in a child process, no spark-submit (a machine without a Spark cluster or
+    server)."""
+
+    mode = "local"
+
+    def command(
+        self, settings: Settings, checkpoint_id: int, operator: str, attempt: str
+    ) -> list[str]:
+        return [
+            self.deployment.pyspark_python,
+            "-m",
+            JOB_MODULE,
+            *self._job_args(checkpoint_id, operator, attempt),
+            "--master",
+            settings.spark_master,
+            "--attempt",
+            attempt,
+        ]
+
+
+class ConnectLauncher(OperatorJobLauncher):
+    """`python -m batchpoint.jobs.run_operator --remote sc://...`: a thin Spark Connect
+    client in a child process (about a second of imports, no JVM anywhere under the
+    Airflow task); the Spark work runs on the server, shared by every task. A child
+    rather than this process, because a process that ever opened a Connect session can
+    no longer open a classic one (pyspark switches the whole process to Connect)."""
+
+    mode = "connect"
+
+    @property
+    def remote(self) -> str:
+        remote = self.deployment.spark_remote
+        if not remote:
+            raise ConfigError("BATCHPOINT_SPARK_REMOTE is not set")
+        return remote
+
+    def command(
+        self, settings: Settings, checkpoint_id: int, operator: str, attempt: str
+    ) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            JOB_MODULE,
+            "--remote",
+            self.remote,
+            *self._job_args(checkpoint_id, operator, attempt),
+            "--attempt",
+            attempt,
+        ]
+
+    def interrupt(
+        self,
+        pipeline: str,
+        checkpoint_id: int,
+        operator: str,
+        attempt: str,
+        log: Callable[[str], None],
+    ) -> None:
+        """Killing a Connect client does not stop its work on the server: interrupt the
+        attempt's jobs by their tag, from a child process (see the class). The job does
+        the same on SIGTERM; this covers a job that had to be SIGKILLed."""
+        from batchpoint.spark.remote import attempt_tag
+
+        tag = attempt_tag(pipeline, checkpoint_id, operator, attempt)
+        code = (
+            "import sys\n"
+            "from batchpoint.spark.remote import interrupt_attempt\n"
+            "interrupt_attempt(sys.argv[1], sys.argv[2], sys.argv[3])\n"
+        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", code, self.remote, pipeline, tag],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=self.environment(Settings.from_env()),
+            )
+        except (subprocess.TimeoutExpired, ConfigError) as exc:
+            log(f"could not interrupt attempt {attempt} on {self.remote}: {exc}")
+            return
+        output = (done.stdout + done.stderr).strip().splitlines()
+        log(
+            f"interrupted attempt {attempt} on {self.remote}"
+            if done.returncode == 0
+            else f"could not interrupt attempt {attempt} on {self.remote}: "
+            + (output[-1] if output else f"exit {done.returncode}")
+        )
+
+
+JOB_MODULE = "batchpoint.jobs.run_operator"
+
+_LAUNCHERS: dict[str, type[OperatorJobLauncher]] = {
+    "connect": ConnectLauncher,
+    "submit": SparkSubmitLauncher,
+    "local": LocalLauncher,
+}
+
+
+def launcher_for(deployment: AirflowDeployment, pipeline_ref: str) -> OperatorJobLauncher:
+    """The launcher of the deployment's BATCHPOINT_SPARK_MODE."""
+    return _LAUNCHERS[deployment.spark_mode](deployment, pipeline_ref)
 
 
 # -- Airflow's REST API --------------------------------------------------------------------

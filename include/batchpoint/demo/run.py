@@ -1,16 +1,19 @@
 """The main job: the payments pipeline end to end, through Airflow, on a real local S3.
 
-    ./dev demo [--epochs 3] [--keep DIR]
+    ./dev demo [--epochs 3] [--keep DIR] [--spark-mode connect|submit]
 
-It starts SeaweedFS (S3) and prepares Airflow (SQLite), then lets Airflow drive the
-pipeline: every checkpoint is a run of the `payments_checkpoint` DAG whose operator tasks
-are PySpark jobs started with spark-submit. Along the way it kills a Spark job after its
+It starts SeaweedFS (S3) and one local Spark Connect server, prepares Airflow (SQLite),
+then lets Airflow drive the pipeline: every checkpoint is a run of the
+`payments_checkpoint` DAG whose operator tasks are thin Spark Connect clients of that
+server (with `--spark-mode submit`, a spark-submit application each, as before). It
+prints each epoch's wall time. Along the way it kills a Spark job after its
 snapshot (Airflow retries the task and the checkpoint completes), takes a savepoint with
 the `payments_savepoint` DAG, ships a bad deploy that corrupts `balances` for two epochs,
 rolls back with the quality-gated `payments_restore` DAG, deploys the fix and lets the
 pipeline reprocess. It prints the checkpoint history and ends by checking the published
 sinks against a plain pandas computation over all the input: exactly once, or it exits
-non-zero.
+non-zero. It stops both servers and exits non-zero too if any process it started is
+still alive at the end.
 
 With --keep DIR everything stays in DIR; `./dev ui DIR` opens the Airflow UI on it.
 """
@@ -18,10 +21,12 @@ With --keep DIR everything stays in DIR; `./dev ui DIR` opens the Airflow UI on 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from batchpoint.demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow
+from batchpoint.demo.leftovers import mark_run, wait_for_none
 from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import BatchpointError
 from batchpoint.settings import Settings
@@ -63,18 +69,28 @@ def timed(label: str, fn: Callable[[], T]) -> T:
     return result
 
 
-def deployment_env(s3: SeaweedServer, workdir: Path) -> dict[str, str]:
+def deployment_env(
+    s3: SeaweedServer, workdir: Path, spark_remote: str | None = None
+) -> dict[str, str]:
     """BATCHPOINT_* of the demo deployment: one pipeline, manual checkpoint runs (the
-    demo is the scheduler), jobs on local Spark, the payments quality gate."""
+    demo is the scheduler), jobs as clients of the Spark Connect server `spark_remote`
+    (None: spark-submit jobs on local Spark), the payments quality gate."""
     settings = Settings(f"s3://{s3.bucket}/demo", s3.storage_options(), "local[2]")
+    if spark_remote:
+        spark = {"BATCHPOINT_SPARK_MODE": "connect", "BATCHPOINT_SPARK_REMOTE": spark_remote}
+    else:
+        spark = {
+            "BATCHPOINT_SPARK_MODE": "submit",
+            "BATCHPOINT_SPARK_SUBMIT": str(Path(sys.executable).parent / "spark-submit"),
+            "BATCHPOINT_SPARK_SUBMIT_ARGS": submit_args(),
+        }
     return {
         **settings.as_env(),
+        **spark,
         "BATCHPOINT_PIPELINE_REF": GOOD_REF,
         "BATCHPOINT_QUALITY_GATE": GATE_REF,
         "BATCHPOINT_CHECKPOINT_INTERVAL": "none",
         "BATCHPOINT_CHECKPOINT_TIMEOUT": "1800",
-        "BATCHPOINT_SPARK_SUBMIT": str(Path(sys.executable).parent / "spark-submit"),
-        "BATCHPOINT_SPARK_SUBMIT_ARGS": submit_args(),
         # dag.test() runs one task at a time: a deferred sensor would run its trigger
         # inline before the operator tasks, so the sensor reschedules instead.
         "BATCHPOINT_ACK_SENSOR_MODE": "reschedule",
@@ -91,6 +107,8 @@ class PaymentsDemo:
         self.s3 = s3
         self.airflow = airflow
         self.epoch = 0
+        #: wall time of each epoch's checkpoint run, in order
+        self.epoch_seconds: list[float] = []
         self.settings = Settings.from_env()
         self.store = self.settings.store_ref.open()
 
@@ -122,8 +140,15 @@ class PaymentsDemo:
             )
         return summary
 
+    def epoch_run(self) -> DagRunSummary:
+        """The epoch's checkpoint run, its wall time printed and kept."""
+        summary = self.run_dag("payments_checkpoint")
+        self.epoch_seconds.append(summary.seconds)
+        say(f"epoch {self.epoch - 1}: wall time {summary.seconds:.1f}s")
+        return summary
+
     def checkpoint(self) -> int:
-        self.run_dag("payments_checkpoint")
+        self.epoch_run()
         head = self.coordinator.head.get().checkpoint_id
         outcome = self.coordinator.get_outcome(head)
         say(f"checkpoint {head}: {outcome.status.value}, head is now {head}")
@@ -143,7 +168,7 @@ class PaymentsDemo:
                 # Once: the task's retry (a new attempt) must live.
                 os.environ[ONCE_ENV] = str(self.workdir / f"fault-fired-{self.epoch}")
                 try:
-                    summary = self.run_dag("payments_checkpoint")
+                    summary = self.epoch_run()
                 finally:
                     del os.environ[ENV], os.environ[ONCE_ENV]
                 tries = {t.task_id: t.tries for t in summary.tasks}
@@ -283,15 +308,44 @@ class PaymentsDemo:
         return 0
 
 
-def run_demo(workdir: Path, epochs: int) -> int:
+def spark_server(workdir: Path, mode: str) -> contextlib.AbstractContextManager[Any]:
+    """The run's one Spark Connect server (connect mode), or nothing (submit mode)."""
+    if mode != "connect":
+        return contextlib.nullcontext()
+    from batchpoint.devstack.spark_connect import SparkConnectServer
+
+    step(f"starting a local Spark Connect server (its log: {workdir / 'spark-connect'})")
+    return SparkConnectServer(workdir / "spark-connect")
+
+
+def run_demo(workdir: Path, epochs: int, spark_mode: str = "connect") -> int:
+    """The story, then a check that no process it started is left."""
+    marker = mark_run()
+    try:
+        result = run_story(workdir, epochs, spark_mode)
+    finally:
+        left = wait_for_none(marker)
+        if left:
+            print("\ndemo failed: processes it started are still running:", file=sys.stderr)
+            for process in left:
+                print(f"   {process}", file=sys.stderr)
+    if left:
+        return 1
+    say("no process left behind")
+    return result
+
+
+def run_story(workdir: Path, epochs: int, spark_mode: str) -> int:
     # py4j says goodbye at interpreter exit, after the demo's last line.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     step(f"starting SeaweedFS (S3) in {workdir / 's3'}")
-    with SeaweedServer(workdir / "s3") as s3:
+    with SeaweedServer(workdir / "s3") as s3, spark_server(workdir, spark_mode) as spark:
         say(f"S3 endpoint {s3.endpoint_url}, bucket '{s3.bucket}'")
+        if spark is not None:
+            say(f"Spark Connect server at {spark.url} (master {spark.master})")
         setup = AirflowSetup(workdir / "airflow")
         setup.apply()
-        os.environ.update(deployment_env(s3, workdir))
+        os.environ.update(deployment_env(s3, workdir, spark.url if spark else None))
         step(f"preparing Airflow (SQLite metadata database in {setup.home})")
         airflow = DemoAirflow(workdir / "airflow-tasks.log")
         say(f"Airflow's and Spark's logs go to {airflow.log_file}")
@@ -307,18 +361,37 @@ def run_demo(workdir: Path, epochs: int) -> int:
         demo.fixed_deploy()
         demo.history()
         result = demo.exactly_once()
+        times = ", ".join(f"{t:.1f}s" for t in demo.epoch_seconds)
+        say(f"epoch wall times ({spark_mode} mode): {times}")
         airflow.quietly(stop_spark)
         return result
 
 
 def stop_spark() -> None:
-    """The restore gate started Spark in this process; stop it before exiting."""
-    if "pyspark" in sys.modules:
-        from pyspark.sql import SparkSession
+    """The restore gate started Spark in this process; stop it, and the JVM pyspark
+    started for it (which session.stop() leaves running until this process exits, and
+    which the check for leftover processes would rightly count)."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
-        session = SparkSession.getActiveSession()
-        if session is not None:
-            session.stop()
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    process = getattr(gateway, "proc", None)  # None: a JVM someone else launched
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if process is not None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def write_state(workdir: Path, s3: SeaweedServer, setup: AirflowSetup) -> None:
@@ -342,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         "--epochs", type=int, default=3, help="good epochs before the bad deploy (at least 2)"
     )
     parser.add_argument("--keep", type=Path, help="keep all data in this directory")
+    parser.add_argument(
+        "--spark-mode",
+        choices=("connect", "submit"),
+        default="connect",
+        help="operator tasks as clients of one Spark Connect server (default), or a "
+        "spark-submit application each",
+    )
     args = parser.parse_args(argv)
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the second one shows a killed task)")
@@ -350,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--keep {workdir}: the directory is not empty")
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return run_demo(workdir, args.epochs)
+        return run_demo(workdir, args.epochs, args.spark_mode)
     except (BatchpointError, DemoFailed) as exc:
         print(f"\ndemo failed: {exc}", file=sys.stderr)
         return 1

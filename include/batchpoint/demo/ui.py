@@ -3,10 +3,12 @@
     ./dev ui DIR [--port 8080]
 
 It restarts SeaweedFS on the demo's data (same port and keys, so the recorded storage
-settings stay valid) and runs `airflow standalone` (api-server, scheduler, dag-processor,
-triggerer) on the demo's SQLite database, with the demo's BATCHPOINT_* settings. The
-checkpoint history is under Browse → Checkpoints; take a savepoint by triggering
-`payments_savepoint` with its form. Ctrl-C stops everything.
+settings stay valid), starts a local Spark Connect server for the operator tasks (connect
+mode, as in the demo) and runs `airflow standalone` (api-server, scheduler,
+dag-processor, triggerer) on the demo's SQLite database, with the demo's BATCHPOINT_*
+settings. The checkpoint history is under Browse → Checkpoints; take a savepoint by
+triggering `payments_savepoint` with its form. Ctrl-C stops everything, and it checks
+that no process it started is left.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from batchpoint.demo.leftovers import mark_run, wait_for_none
 from batchpoint.demo.run import STATE_FILE
-from batchpoint.devstack.seaweed import SeaweedError, SeaweedServer
+from batchpoint.devstack.seaweed import SeaweedServer
+from batchpoint.errors import BatchpointError
 
 
 def load_state(workdir: Path) -> dict[str, Any]:
@@ -34,8 +38,13 @@ def load_state(workdir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def ui_environment(state: dict[str, Any], port: int) -> dict[str, str]:
+def ui_environment(
+    state: dict[str, Any], port: int, spark_remote: str | None = None
+) -> dict[str, str]:
     env = {**os.environ, **state["env"]}
+    if spark_remote:
+        # This run's server (the demo's is gone with the demo).
+        env.update(BATCHPOINT_SPARK_MODE="connect", BATCHPOINT_SPARK_REMOTE=spark_remote)
     env.update(
         {
             # The scheduler runs these DAGs now: a deferred sensor frees its worker slot
@@ -61,6 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = args.dir.resolve()
     state = load_state(workdir)
+    marker = mark_run()
+    try:
+        return serve(workdir, state, args.port)
+    finally:
+        left = wait_for_none(marker, timeout=30)
+        for process in left:
+            print(f"error: still running after the stop: {process}", file=sys.stderr)
+
+
+def serve(workdir: Path, state: dict[str, Any], port: int) -> int:
     server = SeaweedServer(
         workdir / "s3",
         bucket=state["bucket"],
@@ -70,17 +89,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         server.start()
-    except SeaweedError as exc:
+    except BatchpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"SeaweedFS S3 at {server.endpoint_url} on {workdir / 's3'}", flush=True)
+    spark = None
+    if state["env"].get("BATCHPOINT_SPARK_MODE", "connect") == "connect":
+        from batchpoint.devstack.spark_connect import SparkConnectServer
+
+        spark = SparkConnectServer(workdir / "spark-connect")
+        try:
+            spark.start()
+        except BatchpointError as exc:
+            server.stop()
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"Spark Connect server at {spark.url}", flush=True)
     print(
-        f"starting `airflow standalone` on http://localhost:{args.port} (it prints the "
+        f"starting `airflow standalone` on http://localhost:{port} (it prints the "
         "admin password; Ctrl-C stops it)",
         flush=True,
     )
     process = subprocess.Popen(
-        ["airflow", "standalone"], env=ui_environment(state, args.port), start_new_session=True
+        ["airflow", "standalone"],
+        env=ui_environment(state, port, spark.url if spark else None),
+        start_new_session=True,
     )
     try:
         return process.wait()
@@ -94,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+        if spark is not None:
+            spark.stop()
         server.stop()
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from batchpoint.devstack.processes import start_group, stop_group
 from batchpoint.errors import BatchpointError
 
 DEFAULT_BUCKET = "batchpoint"
@@ -233,17 +234,9 @@ class SeaweedServer:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the server
         self._log.write(f"\n=== {' '.join(args)}\n".encode())
         self._log.flush()
-        self._process = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=self.data_dir,
-            env=env,
-            start_new_session=True,
-        )
-        # In its own session it would outlive a caller that forgets stop() or dies of an
-        # exception; a normal interpreter exit at least takes it down.
+        self._process = start_group(args, log=self._log, cwd=self.data_dir, env=env)
+        # Dies with this process even on SIGKILL (see devstack.processes); a caller that
+        # forgets stop() is covered by the interpreter's exit.
         atexit.register(self.stop)
 
     def _identities(self) -> dict[str, Any]:
@@ -300,14 +293,7 @@ class SeaweedServer:
         `timeout` seconds."""
         process, self._process = self._process, None
         if process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process, timeout)
         atexit.unregister(self.stop)
         if self._log is not None:
             self._log.close()

@@ -47,7 +47,10 @@ def executor_file_checker(
         if not handles:
             return []
         rows = [(i, json.dumps(h.to_json())) for i, h in enumerate(handles)]
-        tasks = min(len(rows), 2 * spark.sparkContext.defaultParallelism)
+        # The session's shuffle width stands for the cluster's size: readable over Spark
+        # Connect too, where there is no SparkContext to ask.
+        width = int(spark.conf.get("spark.sql.shuffle.partitions", "4") or 4)
+        tasks = max(1, min(len(rows), 2 * width))
         frame = spark.createDataFrame(rows, "idx int, handle string").repartitionById(tasks, "idx")
         task = functools.partial(_check_task, store_ref, checksums)
         found = frame.mapInArrow(task, "path string, problem string").collect()

@@ -87,9 +87,17 @@ class OperatorRunner:
         log: Log = print,
     ) -> None:
         self.pipeline = pipeline
-        self.store_ref = store_ref
         self.store = store_ref.open()
         self.spark = spark
+        # Over Connect (no JVM here) pyspark's Connect classes live in their own package.
+        self.remote = type(spark).__module__.startswith("pyspark.sql.connect")
+        if self.remote:
+            from batchpoint.spark.remote import prepare_remote
+
+            # Over Connect the tasks run in the server's environment: ship explicit
+            # settings and credentials, and check its workers' version once.
+            store_ref = prepare_remote(spark, store_ref)
+        self.store_ref = store_ref
         self.coordinator = CheckpointCoordinator(self.store, pipeline.name, config)
         self.attempt = attempt or f"a{uuid.uuid4().hex[:12]}"
         self.align_timeout = align_timeout
@@ -98,7 +106,27 @@ class OperatorRunner:
 
     # -- entry point ----------------------------------------------------------------------
 
+    def tag(self, checkpoint_id: int, name: str) -> str:
+        """The Spark job tag of this attempt of operator `name` in `checkpoint_id`: what
+        interrupt_attempt (an Airflow on_kill, a SIGTERM) interrupts."""
+        from batchpoint.spark.remote import attempt_tag
+
+        return attempt_tag(self.pipeline.name, checkpoint_id, name, self.attempt)
+
     def run(self, checkpoint_id: int, name: str) -> OperatorRunReport:
+        tag = self.tag(checkpoint_id, name)
+        add = getattr(self.spark, "addTag", None)
+        if add is None:
+            return self._run(checkpoint_id, name)
+        # Every Spark job of the attempt carries the tag. Acks are written here, after
+        # the jobs returned, so a server-side job whose client died can never ack.
+        add(tag)
+        try:
+            return self._run(checkpoint_id, name)
+        finally:
+            self.spark.removeTag(tag)
+
+    def _run(self, checkpoint_id: int, name: str) -> OperatorRunReport:
         started = time.monotonic()
         node = self.pipeline.node(name)
         if isinstance(node, SourceDef):
@@ -121,10 +149,18 @@ class OperatorRunner:
             self._decline(pending, tasks, str(exc))
             raise OperatorFailed(f"{name} failed in checkpoint {checkpoint_id}: {exc}") from exc
         except Exception as exc:
-            self._decline(pending, tasks, f"{type(exc).__name__}: {exc}")
-            raise OperatorFailed(
-                f"{name} failed in checkpoint {checkpoint_id}: {type(exc).__name__}: {exc}"
-            ) from exc
+            reason = f"{type(exc).__name__}: {exc}"
+            if self.remote:
+                from batchpoint.spark.remote import error_line
+                from batchpoint.spark.session import is_unreachable, remote_of, unreachable_error
+
+                if is_unreachable(exc):
+                    # Not the operator's fault: no decline, so that a retry once the
+                    # server is back can still complete the checkpoint.
+                    raise unreachable_error(remote_of(self.spark), exc) from None
+                reason = error_line(exc)
+            self._decline(pending, tasks, reason)
+            raise OperatorFailed(f"{name} failed in checkpoint {checkpoint_id}: {reason}") from exc
         maybe_fail(name, "after-snapshot", checkpoint_id)
         report.results = self._acknowledge(pending, tasks, handles, report)
         maybe_fail(name, "after-ack", checkpoint_id)

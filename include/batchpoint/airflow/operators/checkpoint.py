@@ -8,14 +8,15 @@ Airflow "operators" here run batchpoint *operators* (pipeline nodes) among other
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, NoReturn
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from batchpoint.airflow.config import AirflowDeployment
-from batchpoint.airflow.hooks import SparkSubmitLauncher
+from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launcher_for
 from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.audit import audit_then_finalize
@@ -27,6 +28,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointType,
 )
 from batchpoint.quality.audit import audit_gate
+from batchpoint.quality.gate import QualityGate
 
 
 class TriggerCheckpointOperator(BatchpointOperator):
@@ -79,11 +81,14 @@ class TriggerCheckpointOperator(BatchpointOperator):
 
 
 class SparkOperatorJob(BatchpointOperator):
-    """Run one pipeline operator (all its subtasks) for the run's checkpoint with
-    spark-submit. Each Airflow try is a new attempt id, so a retry never collides with
-    what an earlier try wrote. The runner declines the checkpoint itself when the
-    operator raises; when the job dies without declining (killed, out of memory) and no
-    retry is left, this task declines on its behalf so the checkpoint aborts at once."""
+    """Run one pipeline operator (all its subtasks) for the run's checkpoint: a thin
+    Spark Connect client, a spark-submit or a local Spark, by BATCHPOINT_SPARK_MODE (see
+    hooks.launcher_for). Each Airflow try is a new attempt id, so a retry never collides
+    with what an earlier try wrote. The runner declines the checkpoint itself when the
+    operator raises; when the job dies without declining (killed, out of memory, its
+    Spark Connect server gone) and no retry is left, this task declines on its behalf
+    so the checkpoint aborts at once. Killed (on_kill), it also interrupts the attempt's
+    work on the Spark Connect server, which outlives its client."""
 
     template_fields = ("operator",)
     ui_color = "#f5d5b0"
@@ -92,21 +97,34 @@ class SparkOperatorJob(BatchpointOperator):
         super().__init__(**kwargs)
         self.operator = operator
         self.deployment = deployment
-        self._launcher: SparkSubmitLauncher | None = None
+        self._launcher: OperatorJobLauncher | None = None
+        self._attempt: tuple[int, str] | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         checkpoint_id = self.require_checkpoint_id(context)
         ti = context["ti"]
         attempt = attempt_id(context["run_id"], ti.try_number, ti.map_index)
+        self._attempt = (checkpoint_id, attempt)
         settings = self.settings()
-        launcher = self._launcher = SparkSubmitLauncher(self.deployment, self.pipeline_ref)
+        launcher = self._launcher = launcher_for(self.deployment, self.pipeline_ref)
         argv = launcher.command(settings, checkpoint_id, self.operator, attempt)
-        self.log.info("checkpoint %s, attempt %s: %s", checkpoint_id, attempt, " ".join(argv))
+        self.log.info(
+            "checkpoint %s, attempt %s (%s mode): %s",
+            checkpoint_id,
+            attempt,
+            launcher.mode,
+            " ".join(argv),
+        )
         result = launcher.run(argv, launcher.environment(settings), self.log.info)
         if result.returncode == 0:
             self.log.info("%s done in %.1fs", self.operator, result.seconds)
             return {"checkpoint_id": checkpoint_id, "attempt": attempt, "seconds": result.seconds}
         tail = "\n".join(result.tail[-15:])
+        unreachable = result.unreachable
+        if unreachable:
+            # The server is down (or restarting): nothing of this attempt was acked, and
+            # a retry once it is back completes the checkpoint (or it expires).
+            self._give_up_or_retry(ti, checkpoint_id, attempt, unreachable, tail="")
         if result.returncode in (2, 3):
             # 2: configuration; 3: the operator failed and its runner declined (or the
             # checkpoint was already settled). Retrying cannot help either.
@@ -114,6 +132,11 @@ class SparkOperatorJob(BatchpointOperator):
                 f"operator '{self.operator}' failed (exit {result.returncode}):\n{tail}"
             )
         reason = f"Spark job of '{self.operator}' died (exit {result.returncode})"
+        self._give_up_or_retry(ti, checkpoint_id, attempt, reason, tail=f":\n{tail}")
+
+    def _give_up_or_retry(
+        self, ti: Any, checkpoint_id: int, attempt: str, reason: str, tail: str
+    ) -> NoReturn:
         if ti.try_number > self.retries:
             self.log.error("%s and no retry is left: declining for it", reason)
             try:
@@ -122,23 +145,32 @@ class SparkOperatorJob(BatchpointOperator):
                 )
             except BatchpointError as exc:
                 self.log.error("could not decline checkpoint %s: %s", checkpoint_id, exc)
-            raise AirflowFailException(f"{reason}:\n{tail}")
-        raise AirflowException(f"{reason}; a retry will run a new attempt:\n{tail}")
+            raise AirflowFailException(f"{reason}{tail}")
+        raise AirflowException(f"{reason}; a retry will run a new attempt{tail}")
 
     def on_kill(self) -> None:
-        if self._launcher is not None:
-            self._launcher.kill()
+        launcher = self._launcher
+        if launcher is None:
+            return
+        launcher.kill()
+        if self._attempt is not None:
+            checkpoint_id, attempt = self._attempt
+            pipeline = cached_pipeline(self.pipeline_ref).name
+            launcher.interrupt(pipeline, checkpoint_id, self.operator, attempt, self.log.warning)
 
 
 class AuditCheckpointOperator(BatchpointOperator):
     """Write-audit-publish: every ack is in; validate the pending checkpoint's state with
-    the pipeline's quality gate (integrity, then its declared suites and checks, Spark
-    started in this task on `spark_master`), then finalize with the verdict. Passing, the
+    the pipeline's quality gate (integrity, then its declared suites and checks), then
+    finalize with the verdict. Spark: with `spark_remote` (connect mode) a Spark Connect
+    session on that server, else a session started in this task on `spark_master`. A
+    process that already runs a classic session (a test's, under dag.test) keeps using
+    it: one Python process cannot hold both kinds. Passing, the
     checkpoint completes and its sinks publish; failing, it is aborted with reason
     "quality gate" and its report stored beside it, nothing is published, and this task
     fails (no retry: the state will not change) with the report's summary."""
 
-    template_fields = ("spark_master",)
+    template_fields = ("spark_master", "spark_remote")
     ui_color = "#d6ecff"
 
     def __init__(
@@ -146,24 +178,31 @@ class AuditCheckpointOperator(BatchpointOperator):
         *,
         spark_master: str,
         spark_conf: Mapping[str, str] | None = None,
+        spark_remote: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.spark_master = spark_master
         self.spark_conf = dict(spark_conf or {})
+        self.spark_remote = spark_remote
+
+    def _gate(self, driver: Any, settings: Any) -> AbstractContextManager[QualityGate]:
+        if self.spark_remote and not _classic_spark_running():
+            return _connect_gate(driver.pipeline, settings.store_ref, self.spark_remote, self.log)
+        return audit_gate(
+            driver.pipeline,
+            settings.store_ref,
+            self.spark_master,
+            spark_conf=self.spark_conf,
+            log=self.log.info,
+        )
 
     def execute(self, context: Context) -> dict[str, Any]:
         checkpoint_id = self.require_checkpoint_id(context)
         settings = self.settings()
         driver = self.driver(settings)
         try:
-            with audit_gate(
-                driver.pipeline,
-                settings.store_ref,
-                self.spark_master,
-                spark_conf=self.spark_conf,
-                log=self.log.info,
-            ) as gate:
+            with self._gate(driver, settings) as gate:
                 audit = audit_then_finalize(driver, checkpoint_id, gate)
         except ConfigError as exc:  # a suite that cannot be built: no verdict to give
             raise AirflowFailException(str(exc)) from None
@@ -186,6 +225,29 @@ class AuditCheckpointOperator(BatchpointOperator):
             "report": driver.coordinator.layout.quality_report(checkpoint_id),
             "published": audit.published,
         }
+
+
+def _classic_spark_running() -> bool:
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+@contextmanager
+def _connect_gate(pipeline: Any, store_ref: Any, remote: str, log: Any) -> Iterator[QualityGate]:
+    """The audit's gate on the pipeline's session of the Spark Connect server (the one
+    its operator jobs use: no Python workers of a session of its own pile up there)."""
+    from batchpoint.spark.session import connect_session, pipeline_session_id
+
+    spark = connect_session(
+        remote, "batchpoint-audit", session_id=pipeline_session_id(pipeline.name, remote)
+    )
+    log.info("audit on the Spark Connect server at %s", remote)
+    yield QualityGate(pipeline, store_ref, spark=spark, log=log.info)
 
 
 class FinalizeCheckpointOperator(BatchpointOperator):

@@ -1,0 +1,90 @@
+"""Connect mode when the Spark Connect server is not there: the operator tasks fail with
+one clear line naming the server; once it is back, Airflow's retries complete the
+checkpoint (or it aborts and the next run catches up), and nothing is lost.
+
+The server-killing test uses a server of its own (it kills it), the real one: the fault
+is a SIGKILL of its process group while an operator job is working on it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from batchpoint.devstack.seaweed import free_ports
+from batchpoint.protocol.checkpoint import CheckpointStatus
+from support.payments import assert_sinks_match_reference
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3]
+
+UNREACHABLE = re.compile(r"Spark Connect server at sc://127\.0\.0\.1:(\d+) is unreachable")
+
+
+def test_an_unreachable_server_fails_the_task_with_one_line(bp, write_epoch, capsys):
+    (port,) = free_ports(1)  # nothing listens there
+    bp.set(spark_mode="connect", spark_remote=f"sc://127.0.0.1:{port}", task_retries=0)
+    write_epoch(0)
+    run, states = bp.run("payments_checkpoint")
+    log = capsys.readouterr().out
+    assert run.state == "failed"
+    assert states["operators.dedup"] == "failed", states
+    match = UNREACHABLE.search(log)
+    assert match and int(match.group(1)) == port, log[-3000:]
+    # no retry left: the task declined for its job, so the checkpoint aborted at once
+    c = bp.driver().coordinator
+    assert c.get_outcome(1).status is CheckpointStatus.ABORTED
+    assert bp.driver().sinks.manifest("balances_table") is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_server_killed_mid_epoch_then_back_loses_nothing(
+    bp, write_epoch, monkeypatch, capsys, tmp_path: Path
+):
+    from batchpoint.airflow.hooks import OperatorJobLauncher
+    from batchpoint.devstack.spark_connect import SparkConnectServer
+
+    (port,) = free_ports(1)
+    server = SparkConnectServer(tmp_path / "spark-connect", port=port)
+    killed: list[str] = []
+    real_run = OperatorJobLauncher.run
+
+    def run_and_kill_the_server(self, argv, env, log, tail_lines=40):
+        """The real launcher; the first time dedup's job reports progress, the server
+        is SIGKILLed under it. A later task finds it back (restarted on its port)."""
+        if killed and not server.running():
+            server.start()
+
+        def log_and_kill(line: str) -> None:
+            log(line)
+            if not killed and line.startswith("[dedup]"):
+                killed.append(line)
+                os.killpg(server.pid, signal.SIGKILL)
+
+        return real_run(self, argv, env, log_and_kill, tail_lines)
+
+    monkeypatch.setattr(OperatorJobLauncher, "run", run_and_kill_the_server)
+    with server:
+        bp.connect(server)
+        bp.set(task_retries=1, task_retry_delay=0, checkpoint_timeout=1800, ack_poll_interval=1)
+        c = bp.driver().coordinator
+        write_epoch(0)
+        run, states = bp.run("payments_checkpoint")
+        log = capsys.readouterr().out
+        assert killed, "dedup's job never reported progress"
+        assert UNREACHABLE.search(log), log[-4000:]
+        first = c.get_outcome(1)
+        if first.status is CheckpointStatus.COMPLETED:
+            # the retry, on the server that came back, completed the checkpoint
+            assert run.state == "success", states
+        else:
+            assert run.state == "failed", states
+        # Either way nothing is lost: the next epoch's checkpoint reads everything since
+        # the last completed one.
+        write_epoch(1)
+        run, states = bp.run("payments_checkpoint")
+        assert run.state == "success", states
+        assert_sinks_match_reference(bp.store, bp.driver().coordinator, 2)

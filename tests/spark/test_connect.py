@@ -1,0 +1,186 @@
+"""The runtime over Spark Connect: operator tasks are thin clients (subprocesses, as
+Airflow tasks are) of one shared server (the `connect_server` fixture), whose own
+environment holds wrong S3 settings and credentials."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchpoint.demo.payments import build_pipeline
+from batchpoint.devstack.seaweed import SeaweedServer
+from batchpoint.ops.epoch import LocalEpochRunner
+from batchpoint.protocol.checkpoint import CheckpointStatus
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.storage import StoreRef
+from conftest import WRONG_SERVER_ENV
+from support.clock import FakeClock
+from support.payments import PaymentsRun
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT = ROOT / "tests" / "support" / "connect_client.py"
+TASKS = ("dedup", "balances", "balances_table", "alerts")
+
+
+def client_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "BATCHPOINT_"))}
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "include"), str(ROOT / "tests")])
+    return {**env, **extra}
+
+
+def storage_env(seaweed: SeaweedServer, root: str) -> dict[str, str]:
+    """The task's storage settings: root and endpoint as batchpoint settings, the
+    credentials from the standard AWS variables (the client's boto3 chain)."""
+    return {
+        "BATCHPOINT_ROOT": root,
+        "BATCHPOINT_S3_ENDPOINT_URL": seaweed.endpoint_url,
+        "BATCHPOINT_S3_REGION": seaweed.region,
+        "AWS_ACCESS_KEY_ID": seaweed.access_key,
+        "AWS_SECRET_ACCESS_KEY": seaweed.secret_key,
+    }
+
+
+def start_operator(
+    remote: str, checkpoint_id: int, operator: str, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(CLIENT),
+            "operator",
+            "--remote",
+            remote,
+            "--pipeline",
+            "batchpoint.demo.payments:pipeline",
+            "--checkpoint-id",
+            str(checkpoint_id),
+            "--operator",
+            operator,
+        ],
+        env=client_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 300) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def s3_run(spark: Any, seaweed: SeaweedServer) -> PaymentsRun:
+    """A payments run on SeaweedFS; its driver (trigger, finalize) runs here."""
+    root = seaweed.uri(f"tests/connect-{uuid.uuid4().hex[:8]}")
+    ref = StoreRef.of(root, seaweed.storage_options())
+    clock = FakeClock()
+    runner = LocalEpochRunner(
+        build_pipeline(parallelism=2), ref, spark, CheckpointConfig(), clock=clock
+    )
+    return PaymentsRun(ref, runner, clock)
+
+
+def test_payments_epochs_over_connect_match_the_reference(
+    spark: Any, seaweed: SeaweedServer, connect_server: Any
+) -> None:
+    run = s3_run(spark, seaweed)
+    env = storage_env(seaweed, run.store_ref.uri)
+    for epoch in range(2):
+        run.add_input(epoch)
+        run.clock.advance(1)
+        cid = run.runner.driver.trigger().checkpoint_id
+        # All four tasks at once, as Airflow may start them: they align on the acks, and
+        # share the pipeline's server session.
+        started = time.monotonic()
+        tasks = {name: start_operator(connect_server.url, cid, name, env) for name in TASKS}
+        for name, process in tasks.items():
+            code, out, err = finish(process)
+            assert code == 0, f"{name}: {err[-3000:]}"
+            assert f"[{name}] checkpoint {cid}: acks" in out, out
+        print(f"epoch {epoch}: four Connect tasks in {time.monotonic() - started:.1f}s")
+        outcome, _ = run.runner.complete(cid)
+        assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    run.assert_matches_reference()
+
+
+def test_the_server_holds_wrong_storage_settings(connect_server: Any) -> None:
+    """What the test above relies on: the server's own environment would fail."""
+    environ = Path(f"/proc/{connect_server.pid}/environ").read_bytes().split(b"\0")
+    for key, value in WRONG_SERVER_ENV.items():
+        assert f"{key}={value}".encode() in environ
+
+
+def test_a_client_of_another_batchpoint_version_is_refused(
+    seaweed: SeaweedServer, connect_server: Any
+) -> None:
+    env = storage_env(seaweed, seaweed.uri(f"tests/skew-{uuid.uuid4().hex[:8]}"))
+    process = start_operator(
+        connect_server.url, 1, "dedup", {**env, "BATCHPOINT_TEST_CLIENT_VERSION": "0.0.0-skew"}
+    )
+    code, _, err = finish(process)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "batchpoint version mismatch: the client runs 0.0.0-skew" in lines[0]
+
+
+def test_an_unreachable_server_is_one_line_and_exit_2(
+    seaweed: SeaweedServer, tmp_path: Path
+) -> None:
+    from batchpoint.devstack.seaweed import free_ports
+
+    remote = f"sc://127.0.0.1:{free_ports(1)[0]}"
+    env = storage_env(seaweed, seaweed.uri("tests/unreachable"))
+    code, _, err = finish(start_operator(remote, 1, "dedup", env))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: Spark Connect server at {remote} is unreachable: "), err
+
+
+def test_a_file_root_the_server_cannot_see_is_refused(connect_server: Any, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(CLIENT),
+            "unshared",
+            connect_server.url,
+            root.as_uri(),
+            str(tmp_path / "client-disk"),
+        ],
+        env=client_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stdout.strip() == (
+        f"error: storage root {root.as_uri()} is not visible to the Spark server: a file:// "
+        "root needs a filesystem shared by client and server (use s3:// otherwise)"
+    )
+
+
+def test_pyspark_connect_imports_and_serves_a_session(connect_server: Any) -> None:
+    """`import pyspark.sql.connect` and a Connect session from a file, not `python -c`."""
+    done = subprocess.run(
+        [sys.executable, str(CLIENT), "session", connect_server.url],
+        env=client_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rows=3 connect=pyspark.sql.connect.session" in done.stdout

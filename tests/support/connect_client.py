@@ -1,0 +1,79 @@
+"""Spark Connect clients for the tests, run as subprocesses (a Connect session cannot
+share the pytest process with the classic `spark` fixture).
+
+    python tests/support/connect_client.py operator [run_operator args...]
+        batchpoint.jobs.run_operator; BATCHPOINT_TEST_CLIENT_VERSION (if set) replaces
+        the client's batchpoint version first, to play a client/server version skew
+    python tests/support/connect_client.py session sc://host:port
+        import pyspark.sql.connect, open a session, run one query: prints "rows=3"
+    python tests/support/connect_client.py unshared sc://host:port file:///root other-dir
+        the file-root probe, with the client's writes diverted to `other-dir` (as if the
+        client's disk were not the server's): prints the error line
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _operator(args: list[str]) -> int:
+    import batchpoint
+
+    fake = os.environ.get("BATCHPOINT_TEST_CLIENT_VERSION")
+    if fake:
+        batchpoint.__version__ = fake
+    from batchpoint.jobs.run_operator import main
+
+    return main(args)
+
+
+def _session(remote: str) -> int:
+    import pyspark.sql.connect  # noqa: F401 - what this checks is that it imports
+
+    from batchpoint.spark.session import connect_session
+
+    spark = connect_session(remote, "import-check")
+    print(f"rows={spark.range(3).count()} connect={type(spark).__module__}")
+    return 0
+
+
+def _unshared(remote: str, root: str, elsewhere: str) -> int:
+    from pathlib import Path
+
+    from batchpoint.errors import ConfigError
+    from batchpoint.spark.remote import prepare_remote
+    from batchpoint.spark.session import connect_session
+    from batchpoint.storage import StoreRef
+    from batchpoint.storage.local import LocalObjectStore
+
+    put = LocalObjectStore.put
+    diverted = LocalObjectStore(Path(elsewhere))
+
+    def put_elsewhere(self: LocalObjectStore, key: str, data: bytes) -> str:
+        return put(diverted, key, data)
+
+    LocalObjectStore.put = put_elsewhere  # type: ignore[method-assign]
+    spark = connect_session(remote, "unshared")
+    try:
+        prepare_remote(spark, StoreRef.of(root))
+    except ConfigError as exc:
+        print(f"error: {exc}")
+        return 2
+    print("shared")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    mode, rest = argv[0], argv[1:]
+    if mode == "operator":
+        return _operator(rest)
+    if mode == "session":
+        return _session(*rest)
+    if mode == "unshared":
+        return _unshared(*rest)
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
