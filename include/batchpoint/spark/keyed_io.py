@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import pyarrow as pa
@@ -61,6 +61,7 @@ def write_keyed(
     max_parallelism: int,
     parallelism: int,
     on_subtask_written: SubtaskHook | None = None,
+    before_subtask_write: Callable[[int], None] | None = None,
 ) -> dict[int, list[FileHandle]]:
     """Write `df` partitioned by key group for `parallelism` subtasks; every subtask gets
     at least one file. Returns the handles per subtask. `on_subtask_written` runs in the
@@ -75,6 +76,7 @@ def write_keyed(
         parallelism,
         attempt,
         on_subtask_written=on_subtask_written,
+        before_subtask_write=before_subtask_write,
     )
     out: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
     for handle in handles:
