@@ -15,6 +15,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.sources.files import PartitionedFileSource, SourceSplit
+from batchpoint.spark.remote import for_workers
 from batchpoint.spark.state_reader import read_keyed_state
 from batchpoint.spark.state_writer import SubtaskHook, write_keyed_state
 from batchpoint.state.format import StateHandle
@@ -125,7 +126,7 @@ def read_source(
         return empty(spark, source.schema)
     rows = [(i, json.dumps(s.to_json())) for i, s in enumerate(splits)]
     tasks = spark.createDataFrame(rows, "idx int, split string").repartitionById(len(rows), "idx")
-    reader = functools.partial(_read_splits_task, store_ref, source)
+    reader = functools.partial(_read_splits_task, for_workers(store_ref), source)
     return tasks.mapInArrow(reader, spark_schema(source.schema))
 
 
