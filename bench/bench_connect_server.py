@@ -5,7 +5,8 @@ fresh client processes, one after the other like Airflow tasks, against one loca
 Connect server (batchpoint.devstack.spark_connect), on a file:// root both share. Every
 client joins the pipeline's server session (pipeline_session_id). Prints the server's
 Python worker count and memory (RSS summed over its process group, from /proc) after
-10 tasks and after the last one, and each task's time split: imports, connect, work.
+every 10 tasks (10 and 100 are the figures to compare), and each task's time split:
+imports, connect, work.
 
     python bench/bench_connect_server.py [--tasks 100] [--remote sc://host:port]
 """
@@ -62,11 +63,11 @@ def client(argv: list[str]) -> int:
 
 
 def server_footprint(pgid: int) -> tuple[int, int, float]:
-    """(processes, Python workers, RSS MiB) of the server's process group. Workers are
+    """(processes, Python workers, RSS MiB) of the server's process tree. Workers are
     pyspark's daemon and the workers it forks (they keep its command line)."""
-    from batchpoint.devstack.processes import group_members
+    from batchpoint.devstack.processes import descendants
 
-    members = group_members(pgid)
+    members = [pgid, *descendants(pgid)]
     workers = 0
     rss_kib = 0
     for pid in members:
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                         return 1
                     splits.append(json.loads(result.stdout.strip().splitlines()[-1]))
                     done += 1
-                    if done in (10, args.tasks):
+                    if done % 10 == 0 or done == args.tasks:
                         procs, workers, rss = server_footprint(server.pid or 0)
                         print(
                             f"after {done} tasks: server processes {procs}, Python workers "

@@ -32,16 +32,21 @@ from pathlib import Path
 from typing import IO
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_CHILD_SUBREAPER = 36
 
 
 GRACE = 10.0  # seconds between SIGTERM and SIGKILL
 
 
+def _prctl(option: int, value: int) -> int:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return int(libc.prctl(option, value, 0, 0, 0))
+
+
 def _die_with(parent: int, signum: int = signal.SIGKILL) -> None:
     """Runs in the child between fork and exec: arm the death signal, then make sure the
     parent did not die before it was armed (the signal would then never come)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+    if _prctl(PR_SET_PDEATHSIG, signum) != 0:
         os._exit(125)
     if os.getppid() != parent:
         os._exit(125)
@@ -79,14 +84,38 @@ def group_members(pgid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            fields = _stat(entry.name)
         except OSError:
             continue
-        # Fields after the command (which may hold spaces and parentheses).
-        fields = stat[stat.rfind(")") + 2 :].split()
         if fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
+
+
+def _stat(pid: str) -> list[str]:
+    stat = Path("/proc", pid, "stat").read_text()
+    return stat[stat.rfind(")") + 2 :].split()  # after the command, which may hold spaces
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes below `pid` (Linux: read from /proc), wherever their group:
+    pyspark's daemon moves itself and its workers into a group of their own."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat(entry.name)
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def stop_group(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
@@ -113,7 +142,7 @@ def _end_group(grace: float) -> None:
     me, group = os.getpid(), os.getpgrp()
 
     def others() -> list[int]:
-        return [pid for pid in group_members(group) if pid != me]
+        return sorted({*group_members(group), *descendants(me)} - {me})
 
     for signum in (signal.SIGTERM, signal.SIGKILL):
         for pid in others():
@@ -128,6 +157,9 @@ def _supervise(args: list[str]) -> int:
     """The group leader: runs `args`, ends the whole group when told to stop (SIGTERM:
     `stop_group`, or the parent's death) or when the command exits."""
     me = os.getpid()
+    # Orphans below us (a JVM's Python workers once the JVM is gone) become our children
+    # instead of init's, so that _end_group still finds them.
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
     child = subprocess.Popen(args, preexec_fn=lambda: _die_with(me))
 
     def on_term(signum: int, frame: object) -> None:
@@ -143,7 +175,7 @@ def _supervise(args: list[str]) -> int:
     return code if code >= 0 else 128 - code
 
 
-__all__ = ["group_members", "start_group", "stop_group"]
+__all__ = ["descendants", "group_members", "start_group", "stop_group"]
 
 
 if __name__ == "__main__":
