@@ -138,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
                         return 1
                     splits.append(json.loads(result.stdout.strip().splitlines()[-1]))
                     done += 1
+                    # Each task as it ends, so that a cut-short run still tells.
+                    split = splits[-1]
+                    print(
+                        f"task {done:3d} {operator:14s} wall {walls[-1]:5.2f}s = imports "
+                        f"{split['imports']:.2f}s + connect {split['connect']:.2f}s + work "
+                        f"{split['work']:.2f}s (+ process start/exit)",
+                        flush=True,
+                    )
                     if done % 10 == 0 or done == args.tasks:
                         procs, workers, rss = server_footprint(server.pid or 0)
                         print(
