@@ -51,7 +51,7 @@ def storage_env(seaweed: SeaweedServer, root: str) -> dict[str, str]:
 
 
 def start_operator(
-    remote: str, checkpoint_id: int, operator: str, env: dict[str, str]
+    remote: str, checkpoint_id: int, operator: str, env: dict[str, str], attempt: str = ""
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
@@ -66,6 +66,7 @@ def start_operator(
             str(checkpoint_id),
             "--operator",
             operator,
+            *(["--attempt", attempt] if attempt else []),
         ],
         env=client_env(**env),
         stdout=subprocess.PIPE,
@@ -184,3 +185,183 @@ def test_pyspark_connect_imports_and_serves_a_session(connect_server: Any) -> No
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rows=3 connect=pyspark.sql.connect.session" in done.stdout
+
+
+def _wait_for(what: str, check: Any, timeout: float = 300) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_killed_clients_server_job_cannot_ack_and_its_late_files_are_collected(
+    spark: Any, seaweed: SeaweedServer, connect_server: Any, tmp_path: Path
+) -> None:
+    """SIGKILL a client while the server runs its snapshot job: the job runs on and
+    writes its files late, after a retry completed the checkpoint; acks are written by
+    the client after its jobs, so the dead attempt never acks, the checkpoint does not
+    reference its files, and GC collects them."""
+    from batchpoint.ops.maintenance import gc
+
+    run = s3_run(spark, seaweed)
+    env = storage_env(seaweed, run.store_ref.uri)
+    run.add_input(0)
+    run.clock.advance(1)
+    cid = run.runner.driver.trigger().checkpoint_id
+    coordinator = run.runner.driver.coordinator
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    zombie = start_operator(
+        connect_server.url,
+        cid,
+        "dedup",
+        {
+            **env,
+            "BATCHPOINT_FAULT": f"dedup:spark-pause:{cid}",
+            "BATCHPOINT_FAULT_PAUSE": str(pause),
+        },
+        attempt="zombie",
+    )
+    _wait_for("the server's job to reach the pause", (pause / "reached").exists)
+    zombie.kill()
+    zombie.wait()
+    assert not any(t.startswith("dedup#") for t in coordinator.acks(cid))
+
+    # The retry (a new attempt), and the rest of the epoch, while the zombie job waits.
+    tasks = {name: start_operator(connect_server.url, cid, name, env) for name in TASKS}
+    for name, process in tasks.items():
+        code, _, err = finish(process)
+        assert code == 0, f"{name}: {err[-3000:]}"
+    outcome, _ = run.runner.complete(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+
+    # Now the dead attempt's server-side job goes on and writes.
+    (pause / "release").touch()
+    store = run.store
+    data = coordinator.layout.data_prefix(cid)
+
+    def zombie_files() -> list[str]:
+        return [i.key for i in store.list(data) if "/zombie/" in i.key]
+
+    late = _wait_for("the dead attempt's late write", zombie_files)
+    completed = coordinator.completed.get(cid)
+    referenced = {h.path for ack in completed.acks for h in ack.handles}
+    assert not referenced & set(late)
+    assert all(ack.attempt != "zombie" for ack in completed.acks)
+
+    report = gc(coordinator)
+    assert set(late) <= set(report.deleted_files)
+    assert not zombie_files()
+    run.assert_matches_reference()
+
+
+def _paused_client(
+    remote: str, cid: int, env: dict[str, str], pause: Path, attempt: str
+) -> subprocess.Popen[str]:
+    pause.mkdir()
+    process = start_operator(
+        remote,
+        cid,
+        "dedup",
+        {
+            **env,
+            "BATCHPOINT_FAULT": f"dedup:spark-pause:{cid}",
+            "BATCHPOINT_FAULT_PAUSE": str(pause),
+        },
+        attempt=attempt,
+    )
+    _wait_for("the server's job to reach the pause", (pause / "reached").exists)
+    return process
+
+
+def test_sigterm_interrupts_the_attempts_server_jobs(
+    spark: Any, seaweed: SeaweedServer, connect_server: Any, tmp_path: Path
+) -> None:
+    """Airflow's kill (SIGTERM) interrupts the attempt's job tag on the server before the
+    client exits; it declines nothing, so the retry completes the checkpoint."""
+    run = s3_run(spark, seaweed)
+    env = storage_env(seaweed, run.store_ref.uri)
+    run.add_input(0)
+    run.clock.advance(1)
+    cid = run.runner.driver.trigger().checkpoint_id
+    killed = _paused_client(connect_server.url, cid, env, tmp_path / "pause", "killed")
+    killed.terminate()
+    code, out, err = finish(killed)
+    assert code == 143, err[-3000:]
+    assert "[dedup] SIGTERM: interrupted 1 Spark operation(s)" in out, out + err
+    coordinator = run.runner.driver.coordinator
+    assert not coordinator.progress(cid).declines
+
+    tasks = {name: start_operator(connect_server.url, cid, name, env) for name in TASKS}
+    for name, process in tasks.items():
+        code, _, err = finish(process)
+        assert code == 0, f"{name}: {err[-3000:]}"
+    outcome, _ = run.runner.complete(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    (tmp_path / "pause" / "release").touch()
+
+
+def test_a_server_killed_mid_epoch_fails_the_task_in_one_line_and_a_retry_completes(
+    spark: Any, seaweed: SeaweedServer, tmp_path: Path
+) -> None:
+    from batchpoint.devstack.spark_connect import SparkConnectServer
+
+    run = s3_run(spark, seaweed)
+    env = storage_env(seaweed, run.store_ref.uri)
+    run.add_input(0)
+    run.clock.advance(1)
+    cid = run.runner.driver.trigger().checkpoint_id
+    server = SparkConnectServer(tmp_path / "server").start()
+    try:
+        remote, port = server.url, server.port
+        client = _paused_client(remote, cid, env, tmp_path / "pause", "orphaned")
+        server.stop()
+        code, _, err = finish(client)
+        assert code == 2, err[-3000:]
+        assert len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"error: Spark Connect server at {remote} is unreachable: "), err
+        # Not the operator's fault: nothing declined, the checkpoint is still pending.
+        progress = run.runner.driver.coordinator.progress(cid)
+        assert progress.status is CheckpointStatus.PENDING and not progress.declines
+
+        server = SparkConnectServer(tmp_path / "server", port=port).start()
+        tasks = {name: start_operator(remote, cid, name, env) for name in TASKS}
+        for name, process in tasks.items():
+            code, _, err = finish(process)
+            assert code == 0, f"{name}: {err[-3000:]}"
+    finally:
+        server.stop()
+    outcome, _ = run.runner.complete(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    run.assert_matches_reference()
+
+
+def test_clients_of_a_pipeline_share_one_session_and_move_on_when_it_is_closed(
+    connect_server: Any,
+) -> None:
+    from batchpoint.spark.session import pipeline_session_id, successor_session_id
+
+    pipeline = f"shared-{uuid.uuid4().hex[:8]}"
+    first = pipeline_session_id(pipeline, connect_server.url)
+
+    def join(*extra: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, str(CLIENT), "join", connect_server.url, pipeline, *extra],
+            env=client_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    assert f"session={first}" in join().stdout
+    assert f"session={first}" in join("release").stdout  # and the server closes it
+    moved = join()
+    successor = successor_session_id(first)
+    assert f"session={successor}" in moved.stdout
+    assert f"has closed session {first}; using {successor} instead" in moved.stderr

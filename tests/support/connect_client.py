@@ -6,6 +6,8 @@ share the pytest process with the classic `spark` fixture).
         the client's batchpoint version first, to play a client/server version skew
     python tests/support/connect_client.py session sc://host:port
         import pyspark.sql.connect, open a session, run one query: prints "rows=3"
+    python tests/support/connect_client.py join sc://host:port PIPELINE [release]
+        join the pipeline's server session and print its id (then release it)
     python tests/support/connect_client.py unshared sc://host:port file:///root other-dir
         the file-root probe, with the client's writes diverted to `other-dir` (as if the
         client's disk were not the server's): prints the error line
@@ -35,6 +37,21 @@ def _session(remote: str) -> int:
 
     spark = connect_session(remote, "import-check")
     print(f"rows={spark.range(3).count()} connect={type(spark).__module__}")
+    return 0
+
+
+def _join(remote: str, pipeline: str, release: str = "") -> int:
+    """Join the pipeline's session, print its id; `release` then stops (releases) it."""
+    import logging
+
+    from batchpoint.spark.session import connect_session, pipeline_session_id
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    spark = connect_session(remote, "join", session_id=pipeline_session_id(pipeline, remote))
+    assert spark.range(2).count() == 2
+    print(f"session={spark.session_id}", flush=True)
+    if release:
+        spark.stop()
     return 0
 
 
@@ -70,6 +87,8 @@ def main(argv: list[str]) -> int:
         return _operator(rest)
     if mode == "session":
         return _session(*rest)
+    if mode == "join":
+        return _join(*rest)
     if mode == "unshared":
         return _unshared(*rest)
     raise SystemExit(f"unknown mode {mode!r}")

@@ -1,18 +1,19 @@
 """Child processes that never outlive their parent: local servers (SeaweedFS, a Spark
 Connect server) started by a test session, the demo or `./dev ui`.
 
-`start_group` starts the command as the leader of a new process group (so that
-`stop_group` takes down everything it forked) and, on Linux, asks the kernel to SIGKILL
-it when the parent dies, however the parent dies (``prctl(PR_SET_PDEATHSIG)``): a test
-run killed with SIGKILL or a demo stopped by the OOM killer leaves no server behind.
+`start_group` starts the command under a small supervisor (this file run as a script,
+stdlib only) that leads a new process group. On Linux the kernel sends the supervisor
+SIGTERM when the parent dies, however the parent dies (``prctl(PR_SET_PDEATHSIG)``);
+the supervisor then SIGTERMs the whole group, and SIGKILLs what is left after a grace
+period. So a test run killed with SIGKILL or a demo stopped by the OOM killer leaves no
+server behind, down to the grandchildren (a JVM's Python workers). `stop_group` does the
+same from the parent.
 
 Limits, by design of PR_SET_PDEATHSIG:
-- only the group leader gets the signal; its own children must die with it (a JVM's
-  Python workers exit when their stdin closes, `weed` forks nothing); `stop_group`
-  signals the whole group;
 - "parent" is the thread that started the child: start servers from a thread that lives
   as long as they should (the main thread, a fixture), not from a short-lived worker;
-- it survives exec (the spark-submit script execs the JVM) but not a set-uid binary;
+- a supervisor killed with SIGKILL itself takes only its direct child with it (armed the
+  same way); a grandchild that escapes into another process group or session is lost;
 - elsewhere than Linux nothing is armed and only `stop_group` and atexit protect.
 """
 
@@ -31,13 +32,21 @@ from pathlib import Path
 from typing import IO
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_CHILD_SUBREAPER = 36
 
 
-def _die_with(parent: int) -> None:
+GRACE = 10.0  # seconds between SIGTERM and SIGKILL
+
+
+def _prctl(option: int, value: int) -> int:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return int(libc.prctl(option, value, 0, 0, 0))
+
+
+def _die_with(parent: int, signum: int = signal.SIGKILL) -> None:
     """Runs in the child between fork and exec: arm the death signal, then make sure the
     parent did not die before it was armed (the signal would then never come)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+    if _prctl(PR_SET_PDEATHSIG, signum) != 0:
         os._exit(125)
     if os.getppid() != parent:
         os._exit(125)
@@ -53,9 +62,11 @@ def start_group(
     """Start `args` in its own process group, output to `log`, killed when this process
     (the calling thread) dies."""
     parent = os.getpid()
-    preexec = (lambda: _die_with(parent)) if sys.platform.startswith("linux") else None
+    linux = sys.platform.startswith("linux")
+    preexec = (lambda: _die_with(parent, signal.SIGTERM)) if linux else None
+    command = [sys.executable, str(Path(__file__).resolve()), "--", *args] if linux else args
     return subprocess.Popen(
-        list(args),
+        list(command),
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -73,14 +84,38 @@ def group_members(pgid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            fields = _stat(entry.name)
         except OSError:
             continue
-        # Fields after the command (which may hold spaces and parentheses).
-        fields = stat[stat.rfind(")") + 2 :].split()
         if fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
+
+
+def _stat(pid: str) -> list[str]:
+    stat = Path("/proc", pid, "stat").read_text()
+    return stat[stat.rfind(")") + 2 :].split()  # after the command, which may hold spaces
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes below `pid` (Linux: read from /proc), wherever their group:
+    pyspark's daemon moves itself and its workers into a group of their own."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat(entry.name)
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def stop_group(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
@@ -102,4 +137,47 @@ def stop_group(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     process.wait()
 
 
-__all__ = ["group_members", "start_group", "stop_group"]
+def _end_group(grace: float) -> None:
+    """SIGTERM every other member of this process's group, SIGKILL them after `grace`."""
+    me, group = os.getpid(), os.getpgrp()
+
+    def others() -> list[int]:
+        return sorted({*group_members(group), *descendants(me)} - {me})
+
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for pid in others():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + grace
+        while others() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _supervise(args: list[str]) -> int:
+    """The group leader: runs `args`, ends the whole group when told to stop (SIGTERM:
+    `stop_group`, or the parent's death) or when the command exits."""
+    me = os.getpid()
+    # Orphans below us (a JVM's Python workers once the JVM is gone) become our children
+    # instead of init's, so that _end_group still finds them.
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    child = subprocess.Popen(args, preexec_fn=lambda: _die_with(me))
+
+    def on_term(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(os.getpgrp(), signal.SIGTERM)  # every member; ignored here
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        code = child.wait(None)
+    finally:
+        _end_group(GRACE)
+    return code if code >= 0 else 128 - code
+
+
+__all__ = ["descendants", "group_members", "start_group", "stop_group"]
+
+
+if __name__ == "__main__":
+    # python processes.py -- COMMAND...: the supervisor (see start_group).
+    sys.exit(_supervise(sys.argv[2:]))

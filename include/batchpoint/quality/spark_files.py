@@ -14,6 +14,7 @@ import pyarrow as pa
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.protocol.verify import FileProblem, check_handle
 from batchpoint.quality.integrity import FileChecker
+from batchpoint.spark.remote import for_workers
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def executor_file_checker(
         width = int(spark.conf.get("spark.sql.shuffle.partitions", "4") or 4)
         tasks = max(1, min(len(rows), 2 * width))
         frame = spark.createDataFrame(rows, "idx int, handle string").repartitionById(tasks, "idx")
-        task = functools.partial(_check_task, store_ref, checksums)
+        task = functools.partial(_check_task, for_workers(store_ref), checksums)
         found = frame.mapInArrow(task, "path string, problem string").collect()
         return sorted((FileProblem(r.path, r.problem) for r in found), key=lambda p: p.path)
 

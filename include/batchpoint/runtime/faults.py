@@ -19,7 +19,9 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 ENV = "BATCHPOINT_FAULT"
 MODE_ENV = "BATCHPOINT_FAULT_MODE"
@@ -31,7 +33,9 @@ POINTS = (
     "after-snapshot",  # state and output files written, no ack
     "after-ack",  # acknowledged, the job has not returned
     "spark-task",  # inside the first attempt of a Spark task writing files (Spark retries)
+    "spark-pause",  # subtask 0 of a Spark write, before writing: waits for a release file
 )
+PAUSE_ENV = "BATCHPOINT_FAULT_PAUSE"
 
 
 class InjectedKill(BaseException):
@@ -101,3 +105,27 @@ def spark_task_fault(
     if not fault_matches(operator, "spark-task", checkpoint_id, spec):
         return None
     return functools.partial(_fail_first_attempt, operator, checkpoint_id, spec)
+
+
+def _pause_first_subtask(folder: str, subtask: int) -> None:
+    """Runs in a Spark task before it writes: subtask 0 says it got here (`reached`) and
+    waits for `release`, so a test can kill the client while the server's job waits."""
+    if subtask != 0:
+        return
+    Path(folder, "reached").touch()
+    deadline = time.monotonic() + 600
+    while not Path(folder, "release").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"injected pause in {folder} was never released")
+        time.sleep(0.05)
+
+
+def spark_task_pause(operator: str, checkpoint_id: int) -> Callable[[int], None] | None:
+    """With BATCHPOINT_FAULT=<operator>:spark-pause[:<checkpoint>] and
+    BATCHPOINT_FAULT_PAUSE=<folder>: the hook that holds subtask 0 of each of the
+    operator's writes before it writes anything, until <folder>/release exists. Read on
+    the driver (or Connect client) and shipped with the task."""
+    folder = os.environ.get(PAUSE_ENV, "")
+    if not folder or not fault_matches(operator, "spark-pause", checkpoint_id):
+        return None
+    return functools.partial(_pause_first_subtask, folder)

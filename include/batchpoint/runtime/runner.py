@@ -33,7 +33,7 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import split_task_name
 from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkDef, SourceDef
-from batchpoint.runtime.faults import maybe_fail, spark_task_fault
+from batchpoint.runtime.faults import maybe_fail, spark_task_fault, spark_task_pause
 from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
 
@@ -248,6 +248,7 @@ class OperatorRunner:
 
         base_key = self.coordinator.layout.operator_data_prefix(cid, node.name)
         fault = spark_task_fault(node.name, cid)
+        pause = spark_task_pause(node.name, cid)
 
         def write(df: DataFrame, stream: str, key: tuple[str, ...], max_par: int) -> None:
             written = keyed_io.write_keyed(
@@ -260,6 +261,7 @@ class OperatorRunner:
                 max_parallelism=max_par,
                 parallelism=parallelism,
                 on_subtask_written=fault,
+                before_subtask_write=pause,
             )
             for subtask, files in written.items():
                 handles[subtask].extend(files)

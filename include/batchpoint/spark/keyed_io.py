@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import pyarrow as pa
@@ -15,6 +15,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.sources.files import PartitionedFileSource, SourceSplit
+from batchpoint.spark.remote import for_workers
 from batchpoint.spark.state_reader import read_keyed_state
 from batchpoint.spark.state_writer import SubtaskHook, write_keyed_state
 from batchpoint.state.format import StateHandle
@@ -61,6 +62,7 @@ def write_keyed(
     max_parallelism: int,
     parallelism: int,
     on_subtask_written: SubtaskHook | None = None,
+    before_subtask_write: Callable[[int], None] | None = None,
 ) -> dict[int, list[FileHandle]]:
     """Write `df` partitioned by key group for `parallelism` subtasks; every subtask gets
     at least one file. Returns the handles per subtask. `on_subtask_written` runs in the
@@ -75,6 +77,7 @@ def write_keyed(
         parallelism,
         attempt,
         on_subtask_written=on_subtask_written,
+        before_subtask_write=before_subtask_write,
     )
     out: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
     for handle in handles:
@@ -123,7 +126,7 @@ def read_source(
         return empty(spark, source.schema)
     rows = [(i, json.dumps(s.to_json())) for i, s in enumerate(splits)]
     tasks = spark.createDataFrame(rows, "idx int, split string").repartitionById(len(rows), "idx")
-    reader = functools.partial(_read_splits_task, store_ref, source)
+    reader = functools.partial(_read_splits_task, for_workers(store_ref), source)
     return tasks.mapInArrow(reader, spark_schema(source.schema))
 
 

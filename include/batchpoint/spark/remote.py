@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,6 +75,25 @@ def portable_store_ref(ref: StoreRef, *, client_version: str | None = None) -> P
     if ref.uri.startswith("s3://"):
         options = _resolved_s3_options(ref.uri, options)
     return PinnedStoreRef(ref.uri, tuple(sorted(options.items())), version)
+
+
+_PORTABLE_TTL = 300.0  # seconds a resolved ref is reused (frozen keys may rotate)
+_portable: dict[StoreRef, tuple[float, PinnedStoreRef]] = {}
+
+
+def for_workers(ref: StoreRef) -> StoreRef:
+    """What to put in a Spark task's closure for `ref`: in a Spark Connect client
+    process its portable, pinned form (the tasks run in the server's environment), else
+    `ref` itself (classic Spark: executors share the driver's settings)."""
+    import os
+
+    if isinstance(ref, PinnedStoreRef) or "SPARK_CONNECT_MODE_ENABLED" not in os.environ:
+        return ref
+    now = time.monotonic()
+    cached = _portable.get(ref)
+    if cached is None or now - cached[0] > _PORTABLE_TTL:
+        cached = _portable[ref] = (now, portable_store_ref(ref))
+    return cached[1]
 
 
 def _resolved_s3_options(uri: str, options: dict[str, str]) -> dict[str, str]:

@@ -133,7 +133,12 @@ def spark_session(
     no default is applied over what it runs with. Use ``local[N,F]`` as master to let a
     failed task be retried F-1 times in local mode (``local[N]`` never retries, whatever
     spark.task.maxFailures says).
+
+    A master of the form ``sc://host:port`` gives a Spark Connect client session instead
+    (connect_session; no JVM here).
     """
+    if master is not None and master.startswith("sc://"):
+        return connect_session(master, app_name, conf=conf)
     find_java()
     _set_python_env(master)
     started = time.monotonic()

@@ -33,11 +33,13 @@ class ShippedStore:
 
 def ship_store(store: StoreLike) -> ShippedStore:
     """What to put in a task's closure so that the task can open `store`."""
+    from batchpoint.spark.remote import for_workers
+
     if isinstance(store, StoreRef):
-        return ShippedStore(ref=store)
+        return ShippedStore(ref=for_workers(store))
     if isinstance(store, tuple):
         uri, options = store
-        return ShippedStore(ref=StoreRef.of(uri, options))
+        return ShippedStore(ref=for_workers(StoreRef.of(uri, options)))
     with contextlib.suppress(Exception):  # any pickling failure: send a ref instead
         pickle.dumps(store)
         return ShippedStore(store=store)

@@ -71,6 +71,7 @@ class _WriteSpec:
     target_file_bytes: int
     row_group_bytes: int
     on_subtask_written: SubtaskHook | None = None
+    before_subtask_write: Callable[[int], None] | None = None
 
 
 class _SubtaskWriter:
@@ -204,6 +205,8 @@ class _SubtaskWriter:
 def _write_subtask_files(
     spec: _WriteSpec, subtask: int, task_attempt: str, batches: Iterable[pa.RecordBatch]
 ) -> list[StateHandle]:
+    if spec.before_subtask_write is not None:
+        spec.before_subtask_write(subtask)
     writer = _SubtaskWriter(spec, spec.store.open(), subtask, task_attempt)
     try:
         for batch in batches:
@@ -243,6 +246,7 @@ def write_keyed_state(
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     on_subtask_written: SubtaskHook | None = None,
+    before_subtask_write: Callable[[int], None] | None = None,
 ) -> list[StateHandle]:
     """Snapshot `df` as keyed state: one Spark task per subtask, each writing files under
     ``<base_key>/<state_name>/subtask-<i>/<attempt_id>/``. Returns the handles, sorted by
@@ -280,6 +284,7 @@ def write_keyed_state(
         target_file_bytes=target_file_bytes,
         row_group_bytes=row_group_bytes,
         on_subtask_written=on_subtask_written,
+        before_subtask_write=before_subtask_write,
     )
     key_group = key_group_column(key_columns, max_parallelism)
     by_subtask = (

@@ -1,0 +1,176 @@
+"""Does a long-lived Spark Connect server stay bounded under many operator tasks?
+
+Runs N operator tasks of the payments pipeline (default 100: 25 epochs of 4 tasks) as
+fresh client processes, one after the other like Airflow tasks, against one local Spark
+Connect server (batchpoint.devstack.spark_connect), on a file:// root both share. Every
+client joins the pipeline's server session (pipeline_session_id). Prints the server's
+Python worker count and memory (RSS summed over its process group, from /proc) after
+every 10 tasks (10 and 100 are the figures to compare), and each task's time split:
+imports, connect, work.
+
+    python bench/bench_connect_server.py [--tasks 100] [--remote sc://host:port]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TASKS = ("dedup", "balances", "balances_table", "alerts")
+
+
+# -- one client, in its own process --------------------------------------------------------
+
+
+def client(argv: list[str]) -> int:
+    """Run one operator task and print its time split as one JSON line."""
+    started = time.monotonic()
+    import pyspark.sql.connect.session  # noqa: F401 - timed with the imports
+
+    from batchpoint.runtime.loader import load_pipeline
+    from batchpoint.runtime.runner import OperatorRunner
+    from batchpoint.settings import Settings
+    from batchpoint.spark.session import connect_session, pipeline_session_id
+
+    remote, checkpoint_id, operator = argv[0], int(argv[1]), argv[2]
+    imported = time.monotonic()
+    pipeline = load_pipeline("batchpoint.demo.payments:pipeline")
+    spark = connect_session(
+        remote, f"bench-{operator}", session_id=pipeline_session_id(pipeline.name, remote)
+    )
+    connected = time.monotonic()
+    settings = Settings.from_env()
+    runner = OperatorRunner(pipeline, settings.store_ref, spark, log=lambda line: None)
+    runner.run(checkpoint_id, operator)
+    done = time.monotonic()
+    split = {
+        "imports": imported - started,
+        "connect": connected - imported,
+        "work": done - connected,
+    }
+    print(json.dumps(split), flush=True)
+    return 0
+
+
+# -- the server, seen from /proc -----------------------------------------------------------
+
+
+def server_footprint(pgid: int) -> tuple[int, int, float]:
+    """(processes, Python workers, RSS MiB) of the server's process tree. Workers are
+    pyspark's daemon and the workers it forks (they keep its command line)."""
+    from batchpoint.devstack.processes import descendants
+
+    members = [pgid, *descendants(pgid)]
+    workers = 0
+    rss_kib = 0
+    for pid in members:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if b"pyspark.daemon" in cmdline or b"pyspark.worker" in cmdline:
+            workers += 1
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                rss_kib += int(line.split()[1])
+    return len(members), workers, rss_kib / 1024
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--client", nargs=3, metavar=("REMOTE", "CHECKPOINT", "OPERATOR"))
+    args = parser.parse_args(argv)
+    if args.client:
+        return client(args.client)
+
+    from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
+    from batchpoint.demo.payments_data import write_epoch_files
+    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from batchpoint.ops.epoch import finalize
+    from batchpoint.runtime.driver import PipelineDriver
+    from batchpoint.storage import StoreRef
+
+    with tempfile.TemporaryDirectory(prefix="bench-connect-") as tmp:
+        root = Path(tmp) / "store"
+        ref = StoreRef.of(root.as_uri())
+        driver = PipelineDriver(build_pipeline(parallelism=2), ref)
+        env = {k: v for k, v in os.environ.items() if k != "SPARK_CONNECT_MODE_ENABLED"} | {
+            "BATCHPOINT_ROOT": ref.uri
+        }
+        started = time.monotonic()
+        with SparkConnectServer(Path(tmp) / "server") as server:
+            print(f"server {server.url} up in {time.monotonic() - started:.1f}s", flush=True)
+            splits: list[dict[str, float]] = []
+            walls: list[float] = []
+            done = 0
+            epoch = 0
+            while done < args.tasks:
+                write_epoch_files(
+                    driver.store, SOURCE_ROOT, epoch, accounts=40, events_per_epoch=300
+                )
+                cid = driver.trigger().checkpoint_id
+                for operator in TASKS:
+                    if done >= args.tasks:
+                        break
+                    t0 = time.monotonic()
+                    result = subprocess.run(
+                        [sys.executable, __file__, "--client", server.url, str(cid), operator],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    )
+                    walls.append(time.monotonic() - t0)
+                    if result.returncode != 0:
+                        print(result.stderr[-3000:], file=sys.stderr)
+                        return 1
+                    splits.append(json.loads(result.stdout.strip().splitlines()[-1]))
+                    done += 1
+                    # Each task as it ends, so that a cut-short run still tells.
+                    split = splits[-1]
+                    print(
+                        f"task {done:3d} {operator:14s} wall {walls[-1]:5.2f}s = imports "
+                        f"{split['imports']:.2f}s + connect {split['connect']:.2f}s + work "
+                        f"{split['work']:.2f}s (+ process start/exit)",
+                        flush=True,
+                    )
+                    if done % 10 == 0 or done == args.tasks:
+                        procs, workers, rss = server_footprint(server.pid or 0)
+                        print(
+                            f"after {done} tasks: server processes {procs}, Python workers "
+                            f"(daemon included) {workers}, RSS {rss:.0f} MiB",
+                            flush=True,
+                        )
+                if done % 4 == 0 or done >= args.tasks:
+                    finalize(driver, cid)
+                epoch += 1
+            for name in ("imports", "connect", "work"):
+                values = [s[name] for s in splits]
+                print(
+                    f"{name:8s} median {statistics.median(values):5.2f}s  max {max(values):5.2f}s"
+                )
+            print(f"task wall median {statistics.median(walls):5.2f}s  max {max(walls):5.2f}s")
+            warm = splits[10:] or splits
+            print(
+                "after warm-up (tasks 11+): imports "
+                f"{statistics.median(s['imports'] for s in warm):.2f}s, connect "
+                f"{statistics.median(s['connect'] for s in warm):.2f}s, work "
+                f"{statistics.median(s['work'] for s in warm):.2f}s (medians)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
