@@ -27,7 +27,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO
 
@@ -151,6 +152,44 @@ def _end_group(grace: float) -> None:
         deadline = time.monotonic() + grace
         while others() and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def signals_stop() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt, so `kill` shuts down as cleanly as Ctrl-C."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def serve_in_foreground(
+    server: AbstractContextManager[object],
+    banner: Callable[[], str],
+    running: Callable[[], bool],
+    log_path: Callable[[], Path],
+    errors: tuple[type[BaseException], ...],
+) -> int:
+    """A local server's `python -m` entry: start it, print `banner()`, wait until Ctrl-C
+    or SIGTERM (exit 0) or until the server dies (exit 1, pointing at its log)."""
+    try:
+        with signals_stop(), server:
+            print(banner(), flush=True)
+            while running():
+                time.sleep(0.5)
+            print(f"the server exited; see {log_path()}", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+        return 0
+    except errors as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _supervise(args: list[str]) -> int:

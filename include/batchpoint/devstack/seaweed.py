@@ -16,17 +16,15 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from batchpoint.devstack.processes import start_group, stop_group
+from batchpoint.devstack.processes import serve_in_foreground, start_group, stop_group
 from batchpoint.errors import BatchpointError
 
 DEFAULT_BUCKET = "batchpoint"
@@ -319,20 +317,6 @@ class SeaweedServer:
         self.stop()
 
 
-@contextlib.contextmanager
-def _signals_stop() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt, so `kill` shuts down as cleanly as Ctrl-C."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m batchpoint.devstack.seaweed",
@@ -352,29 +336,22 @@ def main(argv: list[str] | None = None) -> int:
         access_key=args.access_key,
         secret_key=args.secret_key,
     )
-    try:
-        with _signals_stop(), server:
-            print(
-                f"SeaweedFS S3 is serving s3://{server.bucket} at {server.endpoint_url}\n"
-                f"  export AWS_ENDPOINT_URL={server.endpoint_url}\n"
-                f"  export AWS_ACCESS_KEY_ID={server.access_key}\n"
-                f"  export AWS_SECRET_ACCESS_KEY={server.secret_key}\n"
-                f"  export AWS_DEFAULT_REGION={server.region}\n"
-                f"  storage root: {server.uri('checkpoints')}\n"
-                f"  log: {server.log_path}\n"
-                "Ctrl-C to stop.",
-                flush=True,
-            )
-            while server.running:
-                time.sleep(0.5)
-            print(f"SeaweedFS exited; see {server.log_path}", file=sys.stderr)
-            return 1
-    except KeyboardInterrupt:
-        print("stopped", flush=True)
-        return 0
-    except SeaweedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return serve_in_foreground(
+        server,
+        lambda: (
+            f"SeaweedFS S3 is serving s3://{server.bucket} at {server.endpoint_url}\n"
+            f"  export AWS_ENDPOINT_URL={server.endpoint_url}\n"
+            f"  export AWS_ACCESS_KEY_ID={server.access_key}\n"
+            f"  export AWS_SECRET_ACCESS_KEY={server.secret_key}\n"
+            f"  export AWS_DEFAULT_REGION={server.region}\n"
+            f"  storage root: {server.uri('checkpoints')}\n"
+            f"  log: {server.log_path}\n"
+            "Ctrl-C to stop."
+        ),
+        lambda: server.running,
+        lambda: server.log_path,
+        (SeaweedError,),
+    )
 
 
 if __name__ == "__main__":

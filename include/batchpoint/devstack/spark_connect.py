@@ -25,26 +25,18 @@ from types import TracebackType
 from typing import IO
 
 import batchpoint
-from batchpoint.devstack.processes import start_group, stop_group
-from batchpoint.devstack.seaweed import _signals_stop, free_ports
+from batchpoint.devstack.processes import serve_in_foreground, start_group, stop_group
+from batchpoint.devstack.seaweed import free_ports
 from batchpoint.errors import BatchpointError
+from batchpoint.spark.session import DEFAULT_CONF as SESSION_DEFAULT_CONF
+from batchpoint.spark.session import LOCAL_DRIVER_CONF
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
-#: Server-wide settings, each only where the caller's `conf` does not set it. The SQL
-#: ones are what batchpoint.spark.session gives a classic session, so that state files
-#: are the same either way.
-DEFAULT_CONF: dict[str, str] = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
-    "spark.sql.execution.arrow.maxBytesPerBatch": str(16 << 20),
-    "spark.python.worker.faulthandler.enabled": "true",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
-}
+#: Server-wide settings, each only where the caller's `conf` does not set it: what
+#: batchpoint.spark.session gives a local classic session (so state files are the same
+#: either way), driver included, as everything of a devstack server runs on this machine.
+DEFAULT_CONF: dict[str, str] = {**SESSION_DEFAULT_CONF, **LOCAL_DRIVER_CONF}
 
 
 class SparkConnectError(BatchpointError):
@@ -226,23 +218,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         conf[key] = value
     server = SparkConnectServer(args.dir, master=args.master, conf=conf, port=args.port)
-    try:
-        with _signals_stop(), server:
-            print(
-                f"Spark Connect is serving at {server.url} (master {server.master})\n"
-                f"  log: {server.log_path}\nCtrl-C to stop.",
-                flush=True,
-            )
-            while server.running():
-                time.sleep(0.5)
-            print(f"the Spark Connect server exited; see {server.log_path}", file=sys.stderr)
-            return 1
-    except KeyboardInterrupt:
-        print("stopped", flush=True)
-        return 0
-    except BatchpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return serve_in_foreground(
+        server,
+        lambda: (
+            f"Spark Connect is serving at {server.url} (master {server.master})\n"
+            f"  log: {server.log_path}\nCtrl-C to stop."
+        ),
+        server.running,
+        lambda: server.log_path,
+        (BatchpointError,),
+    )
 
 
 if __name__ == "__main__":
