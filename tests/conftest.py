@@ -32,6 +32,7 @@ from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
 from batchpoint.storage.probe import probe_conditional_writes
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+from support.connect_env import WRONG_SERVER_ENV
 
 if TYPE_CHECKING:
     from batchpoint.quality.gate import QualityGate
@@ -129,22 +130,6 @@ def spark() -> Iterator[Any]:
     print(f"\nSpark session started in {time.monotonic() - started:.1f}s")
     yield session
     session.stop()
-
-
-#: What the shared Spark Connect server finds in its environment: wrong S3 settings and
-#: credentials everywhere, so that a task which works on it proves that its storage
-#: settings travelled with it (batchpoint.spark.remote), never taken from the server.
-WRONG_SERVER_ENV = {
-    "AWS_ACCESS_KEY_ID": "wrong-server-key",
-    "AWS_SECRET_ACCESS_KEY": "wrong-server-secret",
-    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
-    "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9",
-    "AWS_DEFAULT_REGION": "eu-north-1",
-    "BATCHPOINT_S3_ENDPOINT_URL": "http://127.0.0.1:9",
-    "BATCHPOINT_S3_ACCESS_KEY_ID": "wrong-server-key",
-    "BATCHPOINT_S3_SECRET_ACCESS_KEY": "wrong-server-secret",
-    "BATCHPOINT_ROOT": "s3://no-such-bucket/nowhere",
-}
 
 
 @pytest.fixture(scope="session")

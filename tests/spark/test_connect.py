@@ -20,8 +20,8 @@ from batchpoint.ops.epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.storage import StoreRef
-from conftest import WRONG_SERVER_ENV
 from support.clock import FakeClock
+from support.connect_env import WRONG_SERVER_ENV
 from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
