@@ -78,19 +78,22 @@ def start_group(
     )
 
 
-def group_members(pgid: int) -> list[int]:
-    """The live processes of process group `pgid` (Linux: read from /proc)."""
-    members = []
+def _live() -> Iterator[tuple[int, list[str]]]:
+    """Every live (not zombie) process as (pid, its /proc stat fields after the command)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = _stat(entry.name)
         except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
+            continue  # ended while we looked
+        if fields[0] != "Z":
+            yield int(entry.name), fields
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (Linux: read from /proc)."""
+    return [pid for pid, fields in _live() if int(fields[2]) == pgid]
 
 
 def _stat(pid: str) -> list[str]:
@@ -102,15 +105,8 @@ def descendants(pid: int) -> list[int]:
     """The live processes below `pid` (Linux: read from /proc), wherever their group:
     pyspark's daemon moves itself and its workers into a group of their own."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = _stat(entry.name)
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for child, fields in _live():
+        children.setdefault(int(fields[1]), []).append(child)
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
