@@ -11,12 +11,15 @@ background load; each mode has its own storage prefix with identical input. It p
 - per epoch and mode, the run's wall time, and the ratio connect/submit;
 - per operator task, the split of its time: `start` (Airflow: from the previous task's
   end to this task's start, plus the task's own work before its job starts), `connect`
-  (the job's process start to its first line from the operator runner: imports and the
-  Spark session, a JVM in submit mode, a Connect session in connect mode), `work` (the
-  runner's first line to its acks: the Spark work, the executors' state I/O included),
-  `storage` (the job's driver-side storage requests, count and seconds, counted by a
-  wrapper around botocore's HTTP send in the job's process), `rest` (acks to exit);
-- whether any `java` process was among the task's child processes;
+  (the job's start to its first line from the operator runner: imports and the Spark
+  session, a JVM in submit mode, a Connect session in connect mode, where the client
+  runs in the task's process and pays its imports once), `work` (the runner's first
+  line to its acks: the Spark work, the executors' state I/O included), `storage` (the
+  job's driver-side storage requests, count and seconds, counted by a wrapper around
+  botocore's HTTP send in a job process of its own: submit mode only), `rest` (acks to
+  exit);
+- whether a `java` process was started under the task (a child of the job's process in
+  submit mode, a new child of this process in connect mode);
 - an epoch with no new input against a no-op DAG of the same shape (the same task
   graph, each task a Python callable that does nothing), and their ratio.
 
@@ -148,6 +151,41 @@ class JobRecorder:
                 watcher.join()
 
         hooks.OperatorJobLauncher.run = run  # type: ignore[method-assign]
+
+        real_launch = hooks.ConnectLauncher.launch
+
+        def launch(
+            self: Any, settings: Any, checkpoint_id: int, operator: str, attempt: str, log: Any
+        ) -> Any:
+            if not self.runs_here():
+                return real_launch(self, settings, checkpoint_id, operator, attempt, log)
+            # The client in this process: its "connect" is the session (and, the first
+            # time, the imports); a JVM would be a new java child of this process.
+            me = psutil.Process()
+            before = {c.pid for c in me.children(recursive=True) if "java" in c.name()}
+            timing = JobTiming(operator, called=time.monotonic(), spawned=time.monotonic())
+            recorder.jobs.append(timing)
+
+            def record(line: str) -> None:
+                now = time.monotonic()
+                if line.startswith(f"[{operator}]"):
+                    if timing.first_runner_line is None:
+                        timing.first_runner_line = now
+                    if ": acks " in line:
+                        timing.acks_line = now
+                log(line)
+
+            try:
+                return real_launch(self, settings, checkpoint_id, operator, attempt, record)
+            finally:
+                timing.exited = time.monotonic()
+                timing.java_children = {
+                    c.name()
+                    for c in me.children(recursive=True)
+                    if "java" in c.name() and c.pid not in before
+                }
+
+        hooks.ConnectLauncher.launch = launch  # type: ignore[method-assign]
 
     def take(self) -> list[JobTiming]:
         jobs, self.jobs = self.jobs, []

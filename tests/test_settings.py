@@ -46,6 +46,7 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_SPARK_MASTER": "spark://master:7077",
         "BATCHPOINT_SPARK_MODE": "Connect",
         "BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002",
+        "BATCHPOINT_CONNECT_CLIENT": "Subprocess",
         "BATCHPOINT_CHECKPOINT_TIMEOUT": "15m",
         "BATCHPOINT_MIN_PAUSE": "90s",
         "BATCHPOINT_MAX_CONCURRENT": "2",
@@ -107,6 +108,7 @@ def test_every_variable_is_read(tmp_path, root):
     assert d.settings == s
     assert d.pipeline_refs == ("a.b:p", "c:q")
     assert d.schedule == "*/10 * * * *"
+    assert d.connect_client == "subprocess"
     assert (d.spark_submit, d.spark_job) == (sys.executable, str(job))
     assert d.spark_submit_args == ("--conf", "spark.x=1", "--driver-memory", "2 g")
     assert d.pyspark_python == "/usr/bin/python3"
@@ -299,6 +301,7 @@ def test_negative_and_fractional_counts(variable, value, reason, root):
         ("BATCHPOINT_SAVEPOINT_ROOTS", "s3://b/sp,/tmp/x", "did you mean file:///tmp/x"),
         ("BATCHPOINT_SPARK_MASTER", "lokal[2]", "not a Spark master"),
         ("BATCHPOINT_SPARK_MODE", "cluster", "connect, submit or local"),
+        ("BATCHPOINT_CONNECT_CLIENT", "thread", "task or subprocess"),
         ("BATCHPOINT_SPARK_REMOTE", "localhost:15002", "sc://host:port"),
         ("BATCHPOINT_SPARK_REMOTE", "http://spark:15002", "did you mean sc://spark:15002"),
         ("BATCHPOINT_SPARK_REMOTE", "sc://spark:99999", "between 1 and 65535"),

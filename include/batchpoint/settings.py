@@ -22,6 +22,9 @@ Airflow part.
                                     child process; the CLI's own commands always are)
   BATCHPOINT_SPARK_REMOTE           the Spark Connect server, sc://host:port (required in
                                     connect mode)
+  BATCHPOINT_CONNECT_CLIENT         task (default: a connect-mode operator task's client
+                                    runs in the Airflow task's process) or subprocess (a
+                                    child process per task)
   BATCHPOINT_SPARK_MASTER           local[2]; in connect mode the server's own master
                                     decides and this one is not used by the tasks
   BATCHPOINT_CHECKPOINT_TIMEOUT     600 (seconds, or 90s / 5m / 1.5h / 1d; at most 30 days)
@@ -163,6 +166,7 @@ class BatchpointEnvironment(BaseSettings):
         None
     )
     spark_remote: Annotated[str | None, _optional(values.check_spark_remote)] = None
+    connect_client: Annotated[Literal["task", "subprocess"], BeforeValidator(_lowercase)] = "task"
     # -- checkpointing (CheckpointConfig)
     checkpoint_timeout: Annotated[float, _duration(positive=True)] = 600.0
     min_pause: Annotated[float, _duration()] = 0.0

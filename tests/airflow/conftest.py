@@ -103,8 +103,11 @@ class BatchpointEnv:
         return self.settings.store_ref.open()
 
     def connect(self, server: Any) -> None:
-        """Operator tasks (and the audit) as thin clients of the Spark Connect `server`."""
-        self.set(spark_mode="connect", spark_remote=server.url)
+        """Operator tasks (and the audit) as thin clients of the Spark Connect `server`.
+        Each operator's client is a child process: dag.test() runs the tasks in this
+        process, which holds (or will hold) the other tests' classic session, and one
+        Python process cannot hold both kinds."""
+        self.set(spark_mode="connect", spark_remote=server.url, connect_client="subprocess")
 
     def deployment(self) -> Any:
         from batchpoint.airflow.config import AirflowDeployment

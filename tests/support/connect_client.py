@@ -4,6 +4,10 @@ share the pytest process with the classic `spark` fixture).
     python tests/support/connect_client.py operator [run_operator args...]
         batchpoint.jobs.run_operator; BATCHPOINT_TEST_CLIENT_VERSION (if set) replaces
         the client's batchpoint version first, to play a client/server version skew
+    python tests/support/connect_client.py task [run_operator args...]
+        the operator as a connect-mode Airflow task runs it: ConnectLauncher.launch in
+        this process; SIGTERM calls the launcher's kill(), as Airflow's task runner
+        calls the operator's on_kill; prints "exit=<the job's exit code>"
     python tests/support/connect_client.py session sc://host:port
         import pyspark.sql.connect, open a session, run one query: prints "rows=3"
     python tests/support/connect_client.py join sc://host:port PIPELINE [release]
@@ -28,6 +32,33 @@ def _operator(args: list[str]) -> int:
     from batchpoint.jobs.run_operator import main
 
     return main(args)
+
+
+def _task(args: list[str]) -> int:
+    import argparse
+    import signal
+
+    from batchpoint.airflow.config import AirflowDeployment
+    from batchpoint.airflow.hooks import ConnectLauncher
+    from batchpoint.settings import Settings
+
+    parser = argparse.ArgumentParser()
+    for name in ("--remote", "--pipeline", "--checkpoint-id", "--operator", "--attempt"):
+        parser.add_argument(name, required=True)
+    parsed = parser.parse_args(args)
+    os.environ.update(BATCHPOINT_SPARK_MODE="connect", BATCHPOINT_SPARK_REMOTE=parsed.remote)
+    launcher = ConnectLauncher(AirflowDeployment.from_env(), parsed.pipeline)
+    assert launcher.runs_here()
+    signal.signal(signal.SIGTERM, lambda signum, frame: launcher.kill())
+    result = launcher.launch(
+        Settings.from_env(),
+        int(parsed.checkpoint_id),
+        parsed.operator,
+        parsed.attempt,
+        lambda line: print(line, flush=True),
+    )
+    print(f"exit={result.returncode}", flush=True)
+    return 0
 
 
 def _session(remote: str) -> int:
@@ -85,6 +116,8 @@ def main(argv: list[str]) -> int:
     mode, rest = argv[0], argv[1:]
     if mode == "operator":
         return _operator(rest)
+    if mode == "task":
+        return _task(rest)
     if mode == "session":
         return _session(*rest)
     if mode == "join":

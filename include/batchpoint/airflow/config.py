@@ -15,6 +15,7 @@ hooks.py); parsing reads only the environment, as it must not depend on connecti
   BATCHPOINT_SPARK_MODE           connect (default), submit or local: see
                                   batchpoint.settings
   BATCHPOINT_SPARK_REMOTE         sc://host:port of the Spark Connect server (connect)
+  BATCHPOINT_CONNECT_CLIENT       task (default) or subprocess: see batchpoint.settings
   BATCHPOINT_SPARK_SUBMIT         the spark-submit executable (default: pyspark's, next
                                   to this Python)
   BATCHPOINT_SPARK_JOB            the Spark entry point (default: the one inside the
@@ -121,6 +122,8 @@ class AirflowDeployment:
     #: connect (thin Spark Connect clients of `spark_remote`), submit or local.
     spark_mode: str = "submit"
     spark_remote: str | None = None
+    #: task (the operator task's Connect client in its own process) or subprocess.
+    connect_client: str = "task"
     start_date: datetime = START_DATE
 
     @property
@@ -186,6 +189,7 @@ class AirflowDeployment:
             audit=model.audit,
             spark_mode=mode,
             spark_remote=model.spark_remote,
+            connect_client=model.connect_client,
         )
 
 

@@ -160,6 +160,19 @@ class OperatorJobLauncher:
     ) -> list[str]:
         raise NotImplementedError
 
+    def launch(
+        self,
+        settings: Settings,
+        checkpoint_id: int,
+        operator: str,
+        attempt: str,
+        log: Callable[[str], None],
+    ) -> SparkJobResult:
+        """Run the attempt to its end: the child process of `command`."""
+        argv = self.command(settings, checkpoint_id, operator, attempt)
+        log(f"checkpoint {checkpoint_id}, attempt {attempt} ({self.mode} mode): {' '.join(argv)}")
+        return self.run(argv, self.environment(settings), log)
+
     def _job_args(self, checkpoint_id: int, operator: str, attempt: str) -> list[str]:
         return [
             "--pipeline",
@@ -289,13 +302,100 @@ class LocalLauncher(OperatorJobLauncher):
 
 
 class ConnectLauncher(OperatorJobLauncher):
-    """`python -m batchpoint.jobs.run_operator --remote sc://...`: a thin Spark Connect
-    client in a child process (about a second of imports, no JVM anywhere under the
-    Airflow task); the Spark work runs on the server, shared by every task. A child
-    rather than this process, because a process that ever opened a Connect session can
-    no longer open a classic one (pyspark switches the whole process to Connect)."""
+    """A thin Spark Connect client (no JVM anywhere under the Airflow task); the Spark
+    work runs on the server, shared by every task.
+
+    The client runs in the task's own process: a worker that runs several tasks in one
+    process (dag.test(), the demo) imports pyspark's client and joins the pipeline's
+    server session once, not once per task. A process that holds a classic Spark session
+    (a test's) cannot open a Connect one, and one that opened a Connect session can no
+    longer open a classic one (pyspark switches the whole process to Connect): there, with
+    BATCHPOINT_CONNECT_CLIENT=subprocess, and while an injected fault kills the job's process
+    (BATCHPOINT_FAULT), each task runs
+    `python -m batchpoint.jobs.run_operator --remote sc://...` as a child instead."""
 
     mode = "connect"
+
+    def __init__(self, deployment: AirflowDeployment, pipeline_ref: str) -> None:
+        super().__init__(deployment, pipeline_ref)
+        self._here: tuple[Any, int, str] | None = None  # (runner, checkpoint, operator)
+        self._stopped_here = False
+
+    def runs_here(self) -> bool:
+        """Whether the client can run in this process (see the class)."""
+        if self.deployment.connect_client == "subprocess":
+            return False
+        pyspark = sys.modules.get("pyspark")
+        context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+        if context is not None:
+            return False
+        from batchpoint.runtime.faults import kills_the_process
+
+        # An injected kill ends the job's process: not this one.
+        return not kills_the_process()
+
+    def launch(
+        self,
+        settings: Settings,
+        checkpoint_id: int,
+        operator: str,
+        attempt: str,
+        log: Callable[[str], None],
+    ) -> SparkJobResult:
+        if not self.runs_here():
+            return super().launch(settings, checkpoint_id, operator, attempt, log)
+        import traceback
+
+        from batchpoint.jobs.run_operator import run_job
+
+        log(
+            f"checkpoint {checkpoint_id}, attempt {attempt} (connect mode, a client in this "
+            f"process): {self.remote}"
+        )
+        started = time.monotonic()
+        tail: deque[str] = deque(maxlen=40)
+
+        def line(text: str) -> None:
+            tail.append(text)
+            log(text)
+
+        def started_runner(runner: Any, checkpoint: int, name: str) -> None:
+            self._here = (runner, checkpoint, name)
+
+        try:
+            code = run_job(
+                self.pipeline_ref,
+                checkpoint_id,
+                operator,
+                settings,
+                remote=self.remote,
+                attempt=attempt,
+                log=lambda text: line(f"[{operator}] {text}"),
+                error=line,
+                on_start=started_runner,
+            )
+        except Exception as exc:  # a bug, not the operator's verdict: as a child that died
+            for text in traceback.format_exc().rstrip().splitlines():
+                line(text)
+            line(f"error: {type(exc).__name__}: {exc}")
+            code = 1
+        finally:
+            self._here = None
+        return SparkJobResult(code, time.monotonic() - started, list(tail))
+
+    def kill(self, grace: float = 10.0) -> None:
+        here = self._here
+        if here is None:
+            super().kill(grace)
+            return
+        runner, checkpoint_id, operator = here
+        self._stopped_here = True
+        try:
+            stopped = runner.interrupt(checkpoint_id, operator)
+        except Exception as exc:  # the server gone too: nothing of it runs on
+            runner.log(f"killed: could not interrupt its Spark operations: {exc}")
+            return
+        runner.log(f"killed: interrupted {len(stopped)} Spark operation(s)")
 
     @property
     def remote(self) -> str:
@@ -329,6 +429,8 @@ class ConnectLauncher(OperatorJobLauncher):
         """Killing a Connect client does not stop its work on the server: interrupt the
         attempt's jobs by their tag, from a child process (see the class). The job does
         the same on SIGTERM; this covers a job that had to be SIGKILLed."""
+        if self._stopped_here:
+            return  # kill() interrupted the client of this process already
         from batchpoint.spark.remote import attempt_tag
 
         tag = attempt_tag(pipeline, checkpoint_id, operator, attempt)

@@ -28,23 +28,24 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any
+from collections.abc import Callable
 
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.runtime.loader import load_pipeline
-from batchpoint.runtime.runner import OperatorFailed, OperatorRunner
+from batchpoint.runtime.runner import AttemptInterrupted, OperatorFailed, OperatorRunner
 from batchpoint.settings import Settings
 
 
-def _interrupt_on_sigterm(spark: Any, tag: str, name: str) -> None:
+def _interrupt_on_sigterm(runner: OperatorRunner, checkpoint_id: int, name: str) -> None:
     """On SIGTERM (Airflow's kill, a timeout): interrupt the attempt's server-side jobs,
     then die at once. No decline: a retry of the task may still complete the checkpoint."""
 
     def handler(signum: int, frame: object) -> None:
         try:
-            stopped = spark.interruptTag(tag)
+            stopped = runner.interrupt(checkpoint_id, name)
             print(f"[{name}] SIGTERM: interrupted {len(stopped)} Spark operation(s)", flush=True)
         except Exception as exc:  # dying anyway: say why it did not work
+            tag = runner.tag(checkpoint_id, name)
             print(f"[{name}] SIGTERM: could not interrupt {tag}: {exc}", file=sys.stderr)
         sys.stdout.flush()
         os._exit(143)
@@ -64,15 +65,46 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env(spark_master=args.master or "")
-        pipeline = load_pipeline(args.pipeline)
-        app_name = f"batchpoint-{pipeline.name}-{args.operator}"
-        if args.remote:
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run_job(
+        args.pipeline,
+        args.checkpoint_id,
+        args.operator,
+        settings,
+        remote=args.remote,
+        attempt=args.attempt,
+        log=lambda line: print(f"[{args.operator}] {line}", flush=True),
+        error=lambda line: print(line, file=sys.stderr, flush=True),
+        on_start=_interrupt_on_sigterm,
+    )
+
+
+def run_job(
+    pipeline_ref: str,
+    checkpoint_id: int,
+    operator: str,
+    settings: Settings,
+    *,
+    remote: str | None = None,
+    attempt: str | None = None,
+    log: Callable[[str], None] = print,
+    error: Callable[[str], None] = print,
+    on_start: Callable[[OperatorRunner, int, str], None] | None = None,
+) -> int:
+    """One operator attempt, on a Spark Connect session (`remote`) or a classic one
+    (settings.spark_master); returns the exit code (see the module). Over Connect,
+    `on_start` gets the runner before the work starts: what stops the attempt
+    (OperatorRunner.interrupt) on a kill."""
+    try:
+        pipeline = load_pipeline(pipeline_ref)
+        app_name = f"batchpoint-{pipeline.name}-{operator}"
+        if remote:
             from batchpoint.spark.session import connect_session, pipeline_session_id
 
             spark = connect_session(
-                args.remote,
-                app_name,
-                session_id=pipeline_session_id(pipeline.name, args.remote),
+                remote, app_name, session_id=pipeline_session_id(pipeline.name, remote)
             )
         else:
             from batchpoint.spark.session import spark_session
@@ -83,26 +115,28 @@ def main(argv: list[str] | None = None) -> int:
             settings.store_ref,
             spark,
             config=settings.checkpoint,
-            attempt=args.attempt,
-            log=lambda line: print(f"[{args.operator}] {line}", flush=True),
+            attempt=attempt,
+            log=log,
         )
-        if args.remote:
-            tag = runner.tag(args.checkpoint_id, args.operator)
-            _interrupt_on_sigterm(spark, tag, args.operator)
-        report = runner.run(args.checkpoint_id, args.operator)
+        if remote and on_start is not None:
+            on_start(runner, checkpoint_id, operator)
+        report = runner.run(checkpoint_id, operator)
+    except AttemptInterrupted as exc:
+        error(f"error: {exc}")
+        return 143
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        error(f"error: {exc}")
         return 2
     except OperatorFailed as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        error(f"error: {exc}")
         return 3
     except BatchpointError as exc:
         from batchpoint.spark.session import SparkUnreachable
 
-        print(f"error: {exc}", file=sys.stderr)
+        error(f"error: {exc}")
         return 2 if isinstance(exc, SparkUnreachable) else 3
     if report.skipped:
-        print(f"[{args.operator}] nothing to do: {report.skipped}")
+        log(f"nothing to do: {report.skipped}")
     return 0
 
 

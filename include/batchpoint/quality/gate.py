@@ -110,9 +110,11 @@ class QualityGate:
     def spark(self) -> SparkSession:
         if self._spark is None:
             from batchpoint.settings import Settings
-            from batchpoint.spark.session import spark_session
+            from batchpoint.spark.session import session_here
 
-            self._spark = spark_session("batchpoint-quality-gate", Settings.from_env().spark_master)
+            self._spark = session_here(
+                "batchpoint-quality-gate", self.pipeline.name, Settings.from_env()
+            )
         return self._spark
 
     def skipping(self, names: Collection[str]) -> QualityGate:

@@ -46,6 +46,20 @@ def current_spec() -> str:
     return os.environ.get(ENV, "")
 
 
+#: The points at which the job's own process dies (unless BATCHPOINT_FAULT_MODE=raise).
+PROCESS_KILL_POINTS = frozenset(POINTS[:3])
+
+
+def kills_the_process() -> bool:
+    """Whether the fault injected now ends the job's process where it fires."""
+    parts = current_spec().split(":")
+    return (
+        len(parts) >= 2
+        and parts[1] in PROCESS_KILL_POINTS
+        and os.environ.get(MODE_ENV, "exit") != "raise"
+    )
+
+
 def fault_matches(operator: str, point: str, checkpoint_id: int, spec: str | None = None) -> bool:
     spec = current_spec() if spec is None else spec
     if not spec:
@@ -108,9 +122,11 @@ def spark_task_fault(
 
 
 def _pause_first_subtask(folder: str, subtask: int) -> None:
-    """Runs in a Spark task before it writes: subtask 0 says it got here (`reached`) and
-    waits for `release`, so a test can kill the client while the server's job waits."""
-    if subtask != 0:
+    """Runs in a Spark task before it writes: the first subtask 0 to get here (of the
+    operator's writes, which run at once) says so (`reached`) and waits for `release`,
+    so a test can kill the client while the server's job waits. Only one waits: a task
+    slot each for every write would starve a small server."""
+    if subtask != 0 or not _first_time(str(Path(folder, "held"))):
         return
     Path(folder, "reached").touch()
     deadline = time.monotonic() + 600
@@ -122,7 +138,7 @@ def _pause_first_subtask(folder: str, subtask: int) -> None:
 
 def spark_task_pause(operator: str, checkpoint_id: int) -> Callable[[int], None] | None:
     """With BATCHPOINT_FAULT=<operator>:spark-pause[:<checkpoint>] and
-    BATCHPOINT_FAULT_PAUSE=<folder>: the hook that holds subtask 0 of each of the
+    BATCHPOINT_FAULT_PAUSE=<folder>: the hook that holds subtask 0 of one of the
     operator's writes before it writes anything, until <folder>/release exists. Read on
     the driver (or Connect client) and shipped with the task."""
     folder = os.environ.get(PAUSE_ENV, "")

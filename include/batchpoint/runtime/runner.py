@@ -13,12 +13,13 @@ checkpoint aborts at once and nothing of it is ever published.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from batchpoint.errors import BatchpointError, CheckpointError
 from batchpoint.protocol.checkpoint import (
@@ -49,6 +50,20 @@ class OperatorFailed(BatchpointError):
 
 class CheckpointAlreadySettled(CheckpointError):
     pass
+
+
+class StreamWrite(NamedTuple):
+    """One stream an operator attempt writes: a state, a consumer's channel, a sink."""
+
+    df: DataFrame
+    stream: str
+    key_columns: tuple[str, ...]
+    max_parallelism: int
+
+
+class AttemptInterrupted(BatchpointError):
+    """The attempt was interrupted from outside (Airflow's kill, a timeout): it declines
+    nothing, so that a retry may still complete the checkpoint."""
 
 
 def state_stream(name: str) -> str:
@@ -103,6 +118,8 @@ class OperatorRunner:
         self.align_timeout = align_timeout
         self.poll_interval = poll_interval
         self.log = log
+        self._interrupted = threading.Event()
+        self._tag: str | None = None
 
     # -- entry point ----------------------------------------------------------------------
 
@@ -113,6 +130,13 @@ class OperatorRunner:
 
         return attempt_tag(self.pipeline.name, checkpoint_id, name, self.attempt)
 
+    def interrupt(self, checkpoint_id: int, name: str) -> list[str]:
+        """Stop this attempt's Spark work on the server, from another thread or a signal
+        handler: the attempt then ends with AttemptInterrupted and declines nothing."""
+        self._interrupted.set()
+        stop = getattr(self.spark, "interruptTag", None)
+        return list(stop(self.tag(checkpoint_id, name))) if stop is not None else []
+
     def run(self, checkpoint_id: int, name: str) -> OperatorRunReport:
         tag = self.tag(checkpoint_id, name)
         add = getattr(self.spark, "addTag", None)
@@ -121,9 +145,11 @@ class OperatorRunner:
         # Every Spark job of the attempt carries the tag. Acks are written here, after
         # the jobs returned, so a server-side job whose client died can never ack.
         add(tag)
+        self._tag = tag
         try:
             return self._run(checkpoint_id, name)
         finally:
+            self._tag = None
             self.spark.removeTag(tag)
 
     def _run(self, checkpoint_id: int, name: str) -> OperatorRunReport:
@@ -145,27 +171,41 @@ class OperatorRunner:
             return report
         try:
             handles = self._process_and_snapshot(pending, node, len(tasks), report)
-        except BatchpointError as exc:
-            self._decline(pending, tasks, str(exc))
-            raise OperatorFailed(f"{name} failed in checkpoint {checkpoint_id}: {exc}") from exc
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            if self.remote:
-                from batchpoint.spark.remote import error_line
-                from batchpoint.spark.session import is_unreachable, remote_of, unreachable_error
-
-                if is_unreachable(exc):
-                    # Not the operator's fault: no decline, so that a retry once the
-                    # server is back can still complete the checkpoint.
-                    raise unreachable_error(remote_of(self.spark), exc) from None
-                reason = error_line(exc)
-            self._decline(pending, tasks, reason)
-            raise OperatorFailed(f"{name} failed in checkpoint {checkpoint_id}: {reason}") from exc
+            if self._interrupted.is_set():
+                raise AttemptInterrupted(
+                    f"{name} was interrupted in checkpoint {checkpoint_id} (attempt {self.attempt})"
+                ) from exc
+            self._fail(pending, tasks, name, exc)
         maybe_fail(name, "after-snapshot", checkpoint_id)
+        if self._interrupted.is_set():  # the kill came between the last job and the ack
+            raise AttemptInterrupted(f"{name} was interrupted in checkpoint {checkpoint_id}")
         report.results = self._acknowledge(pending, tasks, handles, report)
         maybe_fail(name, "after-ack", checkpoint_id)
         report.seconds = time.monotonic() - started
         return report
+
+    def _fail(
+        self, pending: PendingCheckpoint, tasks: list[str], name: str, exc: Exception
+    ) -> NoReturn:
+        """Decline for an operator that raised; a Connect server that went away is not
+        the operator's fault and declines nothing."""
+        checkpoint_id = pending.checkpoint_id
+        if isinstance(exc, BatchpointError):
+            self._decline(pending, tasks, str(exc))
+            raise OperatorFailed(f"{name} failed in checkpoint {checkpoint_id}: {exc}") from exc
+        reason = f"{type(exc).__name__}: {exc}"
+        if self.remote:
+            from batchpoint.spark.remote import error_line
+            from batchpoint.spark.session import remote_of, server_went_away, unreachable_error
+
+            if server_went_away(remote_of(self.spark), exc):
+                # Not the operator's fault: no decline, so that a retry once the server
+                # is back can still complete the checkpoint.
+                raise unreachable_error(remote_of(self.spark), exc) from None
+            reason = error_line(exc)
+        self._decline(pending, tasks, reason)
+        raise OperatorFailed(f"{name} failed in checkpoint {checkpoint_id}: {reason}") from exc
 
     def _pending_or_skip(
         self, checkpoint_id: int, report: OperatorRunReport
@@ -213,7 +253,8 @@ class OperatorRunner:
             if not announced:
                 self.log(f"aligning: waiting for {', '.join(waiting) or 'the base checkpoint'}")
                 announced = True
-            time.sleep(self.poll_interval)
+            if self._interrupted.wait(self.poll_interval):
+                raise AttemptInterrupted(f"checkpoint {cid}: interrupted while aligning")
 
     def _base_state(self, pending: PendingCheckpoint) -> CompletedCheckpoint | bool | None:
         """The base checkpoint's metadata; None with no base; False while it is pending."""
@@ -250,8 +291,10 @@ class OperatorRunner:
         fault = spark_task_fault(node.name, cid)
         pause = spark_task_pause(node.name, cid)
 
-        def write(df: DataFrame, stream: str, key: tuple[str, ...], max_par: int) -> None:
-            written = keyed_io.write_keyed(
+        def write(
+            df: DataFrame, stream: str, key: tuple[str, ...], max_par: int
+        ) -> dict[int, list[FileHandle]]:
+            return keyed_io.write_keyed(
                 df,
                 self.store_ref,
                 base_key=base_key,
@@ -263,8 +306,6 @@ class OperatorRunner:
                 on_subtask_written=fault,
                 before_subtask_write=pause,
             )
-            for subtask, files in written.items():
-                handles[subtask].extend(files)
 
         if isinstance(node, SinkDef):
             df = inputs[node.inputs[0]] if len(inputs) == 1 else _union(list(inputs.values()))
@@ -272,7 +313,8 @@ class OperatorRunner:
                 ctx = OperatorContext(self.spark, cid, node.name, inputs, {}, pending.properties)
                 df = node.fn(ctx) or df
             maybe_fail(node.name, "before-snapshot", cid)
-            write(df, SINK_STREAM, node.key_columns, node.max_parallelism)
+            sink = StreamWrite(df, SINK_STREAM, node.key_columns, node.max_parallelism)
+            self._collect(self._run_writes([sink], write), handles)
             return handles
 
         states = {
@@ -289,38 +331,72 @@ class OperatorRunner:
             output = output.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(output)
         try:
-            self._write_operator(node, ctx, output, write)
+            writes = self._operator_writes(node, ctx, output)
+            self._collect(self._run_writes(writes, write), handles)
         finally:
             for frame in cached:
                 frame.unpersist()
         return handles
 
-    def _write_operator(
+    def _run_writes(
         self,
-        node: OperatorDef,
-        ctx: OperatorContext,
-        output: DataFrame | None,
-        write: Callable[[DataFrame, str, tuple[str, ...], int], None],
+        writes: list[StreamWrite],
+        write: Callable[[DataFrame, str, tuple[str, ...], int], dict[int, list[FileHandle]]],
+    ) -> list[dict[int, list[FileHandle]]]:
+        """Each stream (a state, a consumer's channel, a sink) is one Spark job. They are
+        independent, so they run at once: on a warm Spark most of a small job's time is
+        fixed latency (scheduling, a Python worker round trip), which then overlaps.
+        Job tags are per thread: each thread carries the attempt's."""
+        if len(writes) <= 1:
+            return [write(*job) for job in writes]
+        tag = self._tag
+
+        def tagged(job: StreamWrite) -> dict[int, list[FileHandle]]:
+            if tag is not None:
+                self.spark.addTag(tag)
+            try:
+                return write(*job)
+            finally:
+                if tag is not None:
+                    self.spark.removeTag(tag)
+
+        with ThreadPoolExecutor(len(writes), thread_name_prefix="batchpoint-write") as pool:
+            futures = [pool.submit(tagged, job) for job in writes]
+        return [future.result() for future in futures]  # the first failure, in order
+
+    @staticmethod
+    def _collect(
+        results: list[dict[int, list[FileHandle]]], handles: dict[int, list[FileHandle]]
     ) -> None:
-        for state in node.states:
-            write(ctx.new_state(state), state_stream(state), node.key_columns, node.max_parallelism)
+        for written in results:  # the streams' order, whichever job finished first
+            for subtask, files in written.items():
+                handles[subtask].extend(files)
+
+    def _operator_writes(
+        self, node: OperatorDef, ctx: OperatorContext, output: DataFrame | None
+    ) -> list[StreamWrite]:
+        """What an operator writes: each state, then its output once per consumer."""
+        writes = [
+            StreamWrite(ctx.new_state(s), state_stream(s), node.key_columns, node.max_parallelism)
+            for s in node.states
+        ]
         consumers = [
             c
             for c in (*self.pipeline.operators.values(), *self.pipeline.sinks.values())
             if node.name in c.inputs
         ]
-        if consumers and output is None:
+        if not consumers:
+            return writes
+        if output is None:
             raise CheckpointError(
                 f"operator '{node.name}' returned no output but feeds "
                 f"{', '.join(c.name for c in consumers)}"
             )
-        for consumer in consumers:
-            write(
-                output,
-                channel_stream(consumer.name),
-                consumer.key_columns,
-                consumer.max_parallelism,
-            )
+        writes += [
+            StreamWrite(output, channel_stream(c.name), c.key_columns, c.max_parallelism)
+            for c in consumers
+        ]
+        return writes
 
     def _input_df(self, pending: PendingCheckpoint, name: str, consumer: str) -> DataFrame:
         from batchpoint.spark import keyed_io

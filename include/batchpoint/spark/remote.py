@@ -154,9 +154,18 @@ def prepare_remote(spark: SparkSession, ref: StoreRef) -> PinnedStoreRef:
     """The store ref to ship to `spark`'s workers, after checking once per session that
     they run this batchpoint version and see the root (a file:// root must be shared)."""
     pinned = ref if isinstance(ref, PinnedStoreRef) else portable_store_ref(ref)
-    cache_key = (str(getattr(spark, "session_id", "")), pinned.uri, pinned.options)
+    # The server's own id of the session changes when the server restarts (perhaps with
+    # another batchpoint): the check runs again then.
+    server_side = getattr(getattr(spark, "client", None), "_server_session_id", None)
+    cache_key = (f"{getattr(spark, 'session_id', '')}/{server_side}", pinned.uri, pinned.options)
     if cache_key in _prepared:
         return _prepared[cache_key]
+    log.info(
+        "checking that the Spark server's workers run batchpoint %s and see %s (session %s)",
+        pinned.client_version,
+        pinned.uri,
+        cache_key[0],
+    )
     store = ref.open()
     key = f"{PROBE_PREFIX}/{uuid.uuid4().hex}"
     token = uuid.uuid4().hex

@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import sys
 import time
 import uuid
@@ -19,6 +20,8 @@ from batchpoint.errors import BatchpointError, ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from batchpoint.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +279,53 @@ def is_unreachable(exc: BaseException) -> bool:
     )
 
 
+def server_answers(remote: str, timeout: float = 3.0) -> bool:
+    """Whether anything accepts a connection at the server's address right now."""
+    base, _ = _split_remote(remote)
+    host, _, port = base.removeprefix("sc://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+#: What a server says while it shuts down (it may still accept connections for a moment).
+_SHUTTING_DOWN = (
+    "Cannot call methods on a stopped SparkContext",
+    "SparkContext was shut down",
+    "SparkContext has been shutdown",
+)
+
+
+def server_went_away(remote: str, exc: BaseException, settle: float = 5.0) -> bool:
+    """Whether a failed Spark operation failed because the server went away.
+
+    A server killed mid-RPC surfaces as whatever the stream saw last (UNAVAILABLE,
+    CANCELLED, INTERNAL with RST_STREAM, UNKNOWN, ...), and one stopping answers its last
+    calls with errors of a stopped SparkContext, so the status alone cannot tell. An error
+    that names no known marker counts if the server stops answering within `settle`
+    seconds (a stopping JVM closes its port when it exits); one that keeps answering had
+    a real error."""
+    text = f"{type(exc).__name__} {exc}"
+    if is_unreachable(exc) or any(marker in text for marker in _SHUTTING_DOWN):
+        return True
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    from_rpc = any("Grpc" in type(e).__name__ or "Rpc" in type(e).__name__ for e in chain)
+    if not from_rpc:
+        return False
+    deadline = time.monotonic() + settle
+    while server_answers(remote):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.25)
+    return True
+
+
 def unreachable_error(remote: str, exc: BaseException) -> SparkUnreachable:
     base, _ = _split_remote(remote)
     return SparkUnreachable(f"Spark Connect server at {base} is unreachable: {_reason(exc)}")
@@ -379,6 +429,30 @@ def _drop(session: SparkSession) -> None:
     session.release_session_on_close = False  # type: ignore[attr-defined]
     with contextlib.suppress(Exception):
         session.stop()
+
+
+def session_here(app_name: str, pipeline: str, settings: Settings) -> SparkSession:
+    """The Spark session for work that does not say which (a restore's quality gate): a
+    classic one already running here; else, in connect mode, the pipeline's session on
+    the Spark Connect server (one that cannot be reached raises SparkUnreachable); else
+    a classic one on settings.spark_master. A process whose tasks ran as Connect clients
+    (ConnectLauncher) can hold no classic session any more, so it must not start one."""
+    from pyspark import SparkContext
+
+    connected = "SPARK_CONNECT_MODE_ENABLED" in os.environ
+    remote = settings.spark_remote
+    if (
+        SparkContext._active_spark_context is None
+        and remote
+        and (settings.spark_mode == "connect" or connected)
+    ):
+        return connect_session(remote, app_name, session_id=pipeline_session_id(pipeline, remote))
+    if connected:
+        raise ConfigError(
+            "this process runs Spark Connect sessions; set BATCHPOINT_SPARK_REMOTE (and "
+            "BATCHPOINT_SPARK_MODE=connect) for its other Spark work"
+        )
+    return spark_session(app_name, settings.spark_master)
 
 
 def remote_of(spark: SparkSession) -> str:

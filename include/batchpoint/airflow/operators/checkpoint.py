@@ -107,15 +107,7 @@ class SparkOperatorJob(BatchpointOperator):
         self._attempt = (checkpoint_id, attempt)
         settings = self.settings()
         launcher = self._launcher = launcher_for(self.deployment, self.pipeline_ref)
-        argv = launcher.command(settings, checkpoint_id, self.operator, attempt)
-        self.log.info(
-            "checkpoint %s, attempt %s (%s mode): %s",
-            checkpoint_id,
-            attempt,
-            launcher.mode,
-            " ".join(argv),
-        )
-        result = launcher.run(argv, launcher.environment(settings), self.log.info)
+        result = launcher.launch(settings, checkpoint_id, self.operator, attempt, self.log.info)
         if result.returncode == 0:
             self.log.info("%s done in %.1fs", self.operator, result.seconds)
             return {"checkpoint_id": checkpoint_id, "attempt": attempt, "seconds": result.seconds}

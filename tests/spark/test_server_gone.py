@@ -1,0 +1,50 @@
+"""How a failed Spark Connect operation is told apart from a server that went away."""
+
+from __future__ import annotations
+
+import socket
+
+from batchpoint.spark.session import server_answers, server_went_away
+
+
+class SparkConnectGrpcException(Exception):
+    """Named like pyspark's: a server killed mid-RPC surfaces as one of these, with a
+    status (INTERNAL, UNKNOWN, CANCELLED...) that names nothing about reachability."""
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_rpc_failure_counts_as_gone_only_if_the_server_no_longer_answers() -> None:
+    failure = SparkConnectGrpcException(
+        "<_InactiveRpcError of RPC that terminated with:\n"
+        '\tstatus = StatusCode.INTERNAL\n\tdetails = "Received RST_STREAM with error code 2"'
+    )
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        up = f"sc://127.0.0.1:{listener.getsockname()[1]}"
+        assert server_answers(up)
+        assert not server_went_away(up, failure, settle=0.5)
+    down = f"sc://127.0.0.1:{_closed_port()}"
+    assert not server_answers(down)
+    assert server_went_away(down, failure)
+
+
+def test_a_python_error_is_never_the_server_going_away() -> None:
+    down = f"sc://127.0.0.1:{_closed_port()}"
+    assert not server_went_away(down, ValueError("bad row"))
+    assert server_went_away(down, RuntimeError("StatusCode.UNAVAILABLE: Connection refused"))
+
+
+def test_a_stopping_servers_last_answers_count_as_gone_even_while_it_still_answers() -> None:
+    stopping = SparkConnectGrpcException(
+        "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext."
+    )
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert server_went_away(f"sc://127.0.0.1:{listener.getsockname()[1]}", stopping)
