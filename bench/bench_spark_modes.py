@@ -93,6 +93,18 @@ class JobTiming:
     storage_seconds: float = 0.0
     java_children: set[str] = field(default_factory=set)
 
+    def saw(self, line: str) -> None:
+        """Times the phases from one output line of the job."""
+        now = time.monotonic()
+        if line.startswith("[bench-storage]"):
+            count, seconds = line.split()[1:3]
+            self.storage_requests, self.storage_seconds = int(count), float(seconds)
+        elif line.startswith(f"[{self.operator}]"):
+            if self.first_runner_line is None:
+                self.first_runner_line = now
+            if ": acks " in line:
+                self.acks_line = now
+
 
 class JobRecorder:
     """Wraps the launchers' `run` (the real one runs) to time each job's phases from its
@@ -130,15 +142,7 @@ class JobRecorder:
                     done.wait(0.1)
 
             def record(line: str) -> None:
-                now = time.monotonic()
-                if line.startswith("[bench-storage]"):
-                    count, seconds = line.split()[1:3]
-                    timing.storage_requests, timing.storage_seconds = int(count), float(seconds)
-                elif line.startswith(f"[{operator}]"):
-                    if timing.first_runner_line is None:
-                        timing.first_runner_line = now
-                    if ": acks " in line:
-                        timing.acks_line = now
+                timing.saw(line)
                 log(line)
 
             watcher = threading.Thread(target=watch, daemon=True)
@@ -167,12 +171,7 @@ class JobRecorder:
             recorder.jobs.append(timing)
 
             def record(line: str) -> None:
-                now = time.monotonic()
-                if line.startswith(f"[{operator}]"):
-                    if timing.first_runner_line is None:
-                        timing.first_runner_line = now
-                    if ": acks " in line:
-                        timing.acks_line = now
+                timing.saw(line)
                 log(line)
 
             try:
