@@ -310,9 +310,9 @@ class ConnectLauncher(OperatorJobLauncher):
     server session once, not once per task. A process that holds a classic Spark session
     (a test's) cannot open a Connect one, and one that opened a Connect session can no
     longer open a classic one (pyspark switches the whole process to Connect): there, with
-    BATCHPOINT_CONNECT_CLIENT=subprocess, and while an injected fault kills the job's process
-    (BATCHPOINT_FAULT), each task runs
-    `python -m batchpoint.jobs.run_operator --remote sc://...` as a child instead."""
+    BATCHPOINT_CONNECT_CLIENT=subprocess, and while an injected fault is to kill the job's
+    process (BATCHPOINT_FAULT), each task runs `python -m batchpoint.jobs.run_operator
+    --remote sc://...` as a child instead."""
 
     mode = "connect"
 
