@@ -325,14 +325,11 @@ class ConnectLauncher(OperatorJobLauncher):
         """Whether the client can run in this process (see the class)."""
         if self.deployment.connect_client == "subprocess":
             return False
-        pyspark = sys.modules.get("pyspark")
-        context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
-        if context is not None:
-            return False
         from batchpoint.runtime.faults import kills_the_process
+        from batchpoint.spark.session import classic_spark_running
 
         # An injected kill ends the job's process: not this one.
-        return not kills_the_process()
+        return not classic_spark_running() and not kills_the_process()
 
     def launch(
         self,

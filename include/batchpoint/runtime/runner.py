@@ -119,7 +119,6 @@ class OperatorRunner:
         self.poll_interval = poll_interval
         self.log = log
         self._interrupted = threading.Event()
-        self._tag: str | None = None
 
     # -- entry point ----------------------------------------------------------------------
 
@@ -145,11 +144,9 @@ class OperatorRunner:
         # Every Spark job of the attempt carries the tag. Acks are written here, after
         # the jobs returned, so a server-side job whose client died can never ack.
         add(tag)
-        self._tag = tag
         try:
             return self._run(checkpoint_id, name)
         finally:
-            self._tag = None
             self.spark.removeTag(tag)
 
     def _run(self, checkpoint_id: int, name: str) -> OperatorRunReport:
@@ -286,6 +283,8 @@ class OperatorRunner:
         base = self._align(pending, node.inputs)
         inputs = {name: self._input_df(pending, name, node.name) for name in node.inputs}
         handles: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
+        # The attempt's job tag (run() set it on this thread), for the writes' threads.
+        tag = self.tag(cid, node.name) if hasattr(self.spark, "addTag") else None
 
         base_key = self.coordinator.layout.operator_data_prefix(cid, node.name)
         fault = spark_task_fault(node.name, cid)
@@ -314,7 +313,7 @@ class OperatorRunner:
                 df = node.fn(ctx) or df
             maybe_fail(node.name, "before-snapshot", cid)
             sink = StreamWrite(df, SINK_STREAM, node.key_columns, node.max_parallelism)
-            self._collect(self._run_writes([sink], write), handles)
+            self._run_writes([sink], write, handles, tag)
             return handles
 
         states = {
@@ -332,7 +331,7 @@ class OperatorRunner:
             cached.append(output)
         try:
             writes = self._operator_writes(node, ctx, output)
-            self._collect(self._run_writes(writes, write), handles)
+            self._run_writes(writes, write, handles, tag)
         finally:
             for frame in cached:
                 frame.unpersist()
@@ -342,33 +341,31 @@ class OperatorRunner:
         self,
         writes: list[StreamWrite],
         write: Callable[[DataFrame, str, tuple[str, ...], int], dict[int, list[FileHandle]]],
-    ) -> list[dict[int, list[FileHandle]]]:
+        handles: dict[int, list[FileHandle]],
+        tag: str | None,
+    ) -> None:
         """Each stream (a state, a consumer's channel, a sink) is one Spark job. They are
         independent, so they run at once: on a warm Spark most of a small job's time is
-        fixed latency (scheduling, a Python worker round trip), which then overlaps.
-        Job tags are per thread: each thread carries the attempt's."""
-        if len(writes) <= 1:
-            return [write(*job) for job in writes]
-        tag = self._tag
+        fixed latency (scheduling, a Python worker round trip), which then overlaps. Job
+        tags are per thread: each thread carries the attempt's `tag`. The files go into
+        `handles` in the streams' order, whichever job finished first."""
 
         def tagged(job: StreamWrite) -> dict[int, list[FileHandle]]:
-            if tag is not None:
-                self.spark.addTag(tag)
+            if tag is None:
+                return write(*job)
+            self.spark.addTag(tag)
             try:
                 return write(*job)
             finally:
-                if tag is not None:
-                    self.spark.removeTag(tag)
+                self.spark.removeTag(tag)
 
-        with ThreadPoolExecutor(len(writes), thread_name_prefix="batchpoint-write") as pool:
-            futures = [pool.submit(tagged, job) for job in writes]
-        return [future.result() for future in futures]  # the first failure, in order
-
-    @staticmethod
-    def _collect(
-        results: list[dict[int, list[FileHandle]]], handles: dict[int, list[FileHandle]]
-    ) -> None:
-        for written in results:  # the streams' order, whichever job finished first
+        if len(writes) <= 1:
+            results = [write(*job) for job in writes]
+        else:
+            with ThreadPoolExecutor(len(writes), thread_name_prefix="batchpoint-write") as pool:
+                futures = [pool.submit(tagged, job) for job in writes]
+            results = [future.result() for future in futures]  # the first failure, in order
+        for written in results:
             for subtask, files in written.items():
                 handles[subtask].extend(files)
 

@@ -348,10 +348,8 @@ def connect_session(
     Classic and Connect sessions cannot be mixed in one Python process: pyspark routes
     `pyspark.sql.functions` to Connect for the rest of the process once this ran.
     """
-    from pyspark import SparkContext
-
     base, params = _split_remote(remote)
-    if SparkContext._active_spark_context is not None:
+    if classic_spark_running():
         raise ConfigError(
             "this process runs a classic Spark session already; a Spark Connect session "
             "cannot be mixed with it in one Python process"
@@ -431,21 +429,25 @@ def _drop(session: SparkSession) -> None:
         session.stop()
 
 
+def classic_spark_running() -> bool:
+    """Whether this process holds a classic Spark session (a JVM of its own), without
+    importing pyspark when nothing did."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
 def session_here(app_name: str, pipeline: str, settings: Settings) -> SparkSession:
     """The Spark session for work that does not say which (a restore's quality gate): a
     classic one already running here; else, in connect mode, the pipeline's session on
     the Spark Connect server (one that cannot be reached raises SparkUnreachable); else
     a classic one on settings.spark_master. A process whose tasks ran as Connect clients
     (ConnectLauncher) can hold no classic session any more, so it must not start one."""
-    from pyspark import SparkContext
-
     connected = "SPARK_CONNECT_MODE_ENABLED" in os.environ
     remote = settings.spark_remote
-    if (
-        SparkContext._active_spark_context is None
-        and remote
-        and (settings.spark_mode == "connect" or connected)
-    ):
+    if not classic_spark_running() and remote and (settings.spark_mode == "connect" or connected):
         return connect_session(remote, app_name, session_id=pipeline_session_id(pipeline, remote))
     if connected:
         raise ConfigError(

@@ -179,7 +179,9 @@ class AuditCheckpointOperator(BatchpointOperator):
         self.spark_remote = spark_remote
 
     def _gate(self, driver: Any, settings: Any) -> AbstractContextManager[QualityGate]:
-        if self.spark_remote and not _classic_spark_running():
+        from batchpoint.spark.session import classic_spark_running
+
+        if self.spark_remote and not classic_spark_running():
             return _connect_gate(driver.pipeline, settings.store_ref, self.spark_remote, self.log)
         return audit_gate(
             driver.pipeline,
@@ -217,16 +219,6 @@ class AuditCheckpointOperator(BatchpointOperator):
             "report": driver.coordinator.layout.quality_report(checkpoint_id),
             "published": audit.published,
         }
-
-
-def _classic_spark_running() -> bool:
-    import sys
-
-    if "pyspark" not in sys.modules:
-        return False
-    from pyspark import SparkContext
-
-    return SparkContext._active_spark_context is not None
 
 
 @contextmanager
