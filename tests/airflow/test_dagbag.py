@@ -142,7 +142,13 @@ def test_only_task_sdk_apis_are_used():
     allowed = ("airflow.sdk", "airflow.triggers.base", "airflow.providers.amazon.")
     files = [*sorted((PROJECT / "include/batchpoint/airflow").glob("*.py")), *DAGS.glob("*.py")]
     used = {str(f.relative_to(PROJECT)): _airflow_imports(f) for f in files}
-    wrong = {f: [n for n in names if not n.startswith(allowed)] for f, names in used.items()}
+    # The UI plugin runs inside the API server and authenticates with its own security
+    # dependencies, which only the server has (no SDK equivalent): that file alone.
+    server_side = {"include/batchpoint/airflow/ui.py": ("airflow.api_fastapi.",)}
+    wrong = {
+        f: [n for n in names if not n.startswith(allowed + server_side.get(f, ()))]
+        for f, names in used.items()
+    }
     assert {f: n for f, n in wrong.items() if n} == {}
     assert any(used.values())
 

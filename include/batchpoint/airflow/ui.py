@@ -2,11 +2,18 @@
 FastAPI app that the Airflow plugin (plugins/batchpoint_plugin.py) mounts on the
 api-server under /batchpoint, with a "Checkpoints" entry in the Browse menu.
 
-    GET /batchpoint/                          every pipeline's history as an HTML page
-    GET /batchpoint/api/pipelines             the pipelines and their head
-    GET /batchpoint/api/{pipeline}/checkpoints    the history as JSON (newest first)
+    GET /batchpoint/                              every pipeline with its newest checkpoints
+    GET /batchpoint/{pipeline}?before=N           one pipeline's history, a page at a time
+    GET /batchpoint/api/pipelines                 the pipelines and their head
+    GET /batchpoint/api/{pipeline}/checkpoints?before=N&limit=M
+                                                  a page of the history as JSON (newest first)
 
-Read-only: it lists records and never moves the head or writes a byte. Storage comes
+Every endpoint needs an authenticated Airflow user: the API server's own JWT, from the
+Authorization header or the session cookie the UI holds (401 without one), and shows a
+pipeline only to users allowed to read its checkpoint DAG (403 otherwise). A page costs
+storage requests in proportion to its length, not to the history's.
+
+Read-only: it reads records and never moves the head or writes a byte. Storage comes
 from the same place as the DAGs' (the `batchpoint_storage` connection, else the
 BATCHPOINT_* environment), read per request, so a changed connection needs no restart.
 """
@@ -14,13 +21,13 @@ BATCHPOINT_* environment), read per request, so a changed connection needs no re
 from __future__ import annotations
 
 import asyncio
-import html
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse
 
+from batchpoint.airflow.ui_pages import render_index, render_pipeline
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.stats import CheckpointStatsTracker
@@ -28,11 +35,14 @@ from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.settings import Settings
 
 URL_PREFIX = "/batchpoint"
-#: How many checkpoints a page shows; older ones are in `batchpoint checkpoints list`.
+#: How many checkpoints a page shows by default, and at most.
 HISTORY_LIMIT = 50
+MAX_PAGE = 500
 
 SettingsSource = Callable[[], Settings]
 PipelineNames = Callable[[], list[str]]
+#: Whether the request's user may read a pipeline (its checkpoint DAG).
+ReadCheck = Callable[[Any, str], bool]
 
 
 def _deployment_settings() -> Settings:
@@ -50,6 +60,25 @@ def _deployment_pipelines() -> list[str]:
     return [cached_pipeline(ref).name for ref in AirflowDeployment.from_env().pipeline_refs]
 
 
+def _may_read_dags(user: Any, pipeline: str) -> bool:
+    """The auth manager's answer for reading the pipeline's checkpoint DAG: whoever may
+    see the DAG's runs may see its checkpoints."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    from batchpoint.airflow.dag_factory import dag_ids
+
+    details = DagDetails(id=dag_ids(pipeline)["checkpoint"])
+    return get_auth_manager().is_authorized_dag(method="GET", user=user, details=details)
+
+
+def _airflow_user_dependency() -> Callable[..., Any]:
+    """Airflow's own `get_user`: Bearer token or the UI's `_token` cookie, else 401."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return get_user
+
+
 class HistoryReader:
     """The records behind the pages, read off the event loop (storage calls block)."""
 
@@ -57,10 +86,13 @@ class HistoryReader:
         self._settings = settings
         self._pipelines = pipelines
 
-    def pipelines(self) -> list[dict[str, Any]]:
+    def names(self) -> list[str]:
+        return self._pipelines()
+
+    def pipelines(self, names: list[str]) -> list[dict[str, Any]]:
         settings = self._settings()
         out = []
-        for name in self._pipelines():
+        for name in names:
             head = CheckpointCoordinator(settings.store_ref.open(), name, settings.checkpoint)
             pointer = head.head.get()
             out.append(
@@ -72,26 +104,35 @@ class HistoryReader:
             )
         return out
 
-    def history(self, pipeline: str, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
-        if pipeline not in self._pipelines():
-            raise KeyError(pipeline)
+    def page(self, pipeline: str, before: int | None, limit: int) -> dict[str, Any]:
         settings = self._settings()
         coordinator = CheckpointCoordinator(
             settings.store_ref.open(), pipeline, settings.checkpoint
         )
-        history = CheckpointStatsTracker(coordinator).history()
+        page = CheckpointStatsTracker(coordinator).page(before, limit)
         held = set(QuarantineStore(coordinator.store, coordinator.layout).ids())
-        return [
-            {**s.to_json(), "quarantined": s.checkpoint_id in held} for s in history[-limit:][::-1]
-        ]
+        rows = [{**s.to_json(), "quarantined": s.checkpoint_id in held} for s in page.checkpoints]
+        return {"pipeline": pipeline, "checkpoints": rows, "older": page.older}
 
 
 def create_app(
     settings: SettingsSource = _deployment_settings,
     pipelines: PipelineNames = _deployment_pipelines,
+    may_read: ReadCheck = _may_read_dags,
 ) -> FastAPI:
     reader = HistoryReader(settings, pipelines)
-    app = FastAPI(title="batchpoint checkpoints", docs_url=None, redoc_url=None)
+    user_of = _airflow_user_dependency()
+    User = Annotated[Any, Depends(user_of)]
+    Before = Annotated[int | None, Query(ge=1)]
+    Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+    app = FastAPI(
+        title="batchpoint checkpoints",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        # Every route, the HTML pages too: nothing about a pipeline without a user.
+        dependencies=[Depends(user_of)],
+    )
 
     async def call(fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -100,85 +141,46 @@ def create_app(
             # A configuration or storage problem: say which, not a 500 with a traceback.
             raise HTTPException(status_code=503, detail=str(exc)) from exc
 
+    async def readable(user: Any) -> list[str]:
+        names = await call(reader.names)
+        return [n for n in names if await asyncio.to_thread(may_read, user, n)]
+
+    async def check_pipeline(user: Any, pipeline: str) -> None:
+        if pipeline not in await call(reader.names):
+            raise HTTPException(status_code=404, detail=f"no pipeline {pipeline!r}")
+        if not await asyncio.to_thread(may_read, user, pipeline):
+            raise HTTPException(
+                status_code=403, detail=f"not allowed to read pipeline {pipeline!r}"
+            )
+
     @app.get("/api/pipelines")
-    async def list_pipelines() -> list[dict[str, Any]]:
-        return await call(reader.pipelines)
+    async def list_pipelines(user: User) -> list[dict[str, Any]]:
+        return await call(reader.pipelines, await readable(user))
 
     @app.get("/api/{pipeline}/checkpoints")
-    async def checkpoints(pipeline: str, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
-        try:
-            return await call(reader.history, pipeline, max(1, limit))
-        except KeyError:
-            raise HTTPException(status_code=404, detail=f"no pipeline {pipeline!r}") from None
+    async def checkpoints(
+        pipeline: str, user: User, before: Before = None, limit: Limit = HISTORY_LIMIT
+    ) -> dict[str, Any]:
+        await check_pipeline(user, pipeline)
+        return await call(reader.page, pipeline, before, limit)
 
     @app.get("/", response_class=HTMLResponse)
-    async def page() -> str:
+    async def index(user: User) -> str:
         try:
-            heads = await call(reader.pipelines)
-            sections = [render_history(p, await call(reader.history, p["pipeline"])) for p in heads]
+            heads = await call(reader.pipelines, await readable(user))
+            pages = [await call(reader.page, p["pipeline"], None, HISTORY_LIMIT) for p in heads]
+            return render_index(heads, pages)
         except HTTPException as exc:
-            sections = [f"<p class='error'>{html.escape(str(exc.detail))}</p>"]
-        return PAGE.format(body="\n".join(sections))
+            return render_index([], [], error=str(exc.detail))
+
+    @app.get("/{pipeline}", response_class=HTMLResponse)
+    async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
+        await check_pipeline(user, pipeline)
+        try:
+            (head,) = await call(reader.pipelines, [pipeline])
+            page = await call(reader.page, pipeline, before, HISTORY_LIMIT)
+        except HTTPException as exc:
+            return render_index([], [], error=str(exc.detail))
+        return render_pipeline(head, page)
 
     return app
-
-
-COLUMNS = [
-    ("checkpoint_id", "id"),
-    ("type", "type"),
-    ("status", "status"),
-    ("duration_s", "duration"),
-    ("state_size", "size"),
-    ("rows", "rows"),
-    ("acks", "acks"),
-    ("reason", "reason"),
-    ("quarantined", "gate"),
-]
-
-
-def _cell(row: dict[str, Any], key: str) -> str:
-    if key == "duration_s":
-        value = row[key]
-        return "" if value is None else f"{value:.1f}s"
-    if key == "state_size":
-        return f"{row[key] / 1024:.0f} KiB"
-    if key == "acks":
-        return f"{row['acknowledged']}/{row['expected']}"
-    if key == "quarantined":
-        return "quarantined" if row[key] else ""
-    if key == "reason":
-        reason = row["failure_reason"]
-        return f"{reason}: {row['failure_message']}" if reason else ""
-    return str(row[key])
-
-
-def render_history(pipeline: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    head = pipeline["head"]
-    header = "".join(f"<th>{label}</th>" for _, label in COLUMNS)
-    body = "".join(
-        f"<tr class='{html.escape(r['status'].lower())}'>"
-        + "".join(f"<td>{html.escape(_cell(r, key))}</td>" for key, _ in COLUMNS)
-        + "</tr>"
-        for r in rows
-    )
-    return (
-        f"<h2>{html.escape(pipeline['pipeline'])}</h2>"
-        f"<p>head: {'none' if head is None else f'checkpoint {head}'} "
-        f"&middot; {html.escape(pipeline['root'])}</p>"
-        f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
-    )
-
-
-PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>batchpoint checkpoints</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; }}
-td, th {{ border-bottom: 1px solid #ddd; padding: 0.3em 0.8em; text-align: left; }}
-tr.aborted td, .error {{ color: #b00; }}
-tr.pending td {{ color: #06c; }}
-</style></head>
-<body>
-{body}
-</body></html>
-"""

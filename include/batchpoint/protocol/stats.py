@@ -4,9 +4,11 @@ Derived from the records themselves, so they can never disagree with them."""
 from __future__ import annotations
 
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from batchpoint.errors import CheckpointNotFound
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointStatus,
@@ -88,6 +90,19 @@ class Summary:
     state_size: tuple[float, float, float] | None
 
 
+@dataclass(frozen=True)
+class HistoryPage:
+    """Newest first: `checkpoints` with ids below the page's `before`, and the id to
+    pass as `before` for the next (older) page, None when there is none."""
+
+    checkpoints: list[CheckpointStats]
+    older: int | None
+
+
+#: Reads of one page run at once: a page of 50 on S3 is 50-150 small GETs.
+_PAGE_READERS = 16
+
+
 class CheckpointStatsTracker:
     def __init__(self, coordinator: CheckpointCoordinator) -> None:
         self._c = coordinator
@@ -118,10 +133,52 @@ class CheckpointStatsTracker:
         return stats, tasks
 
     def history(self, limit: int | None = None) -> list[CheckpointStats]:
-        ids = self._c.checkpoint_ids()
+        """Oldest first: every checkpoint with records, or the newest `limit` of them."""
         if limit is not None:
-            ids = ids[-limit:]
-        return [self.checkpoint(cid)[0] for cid in ids]
+            return self.page(limit=limit).checkpoints[::-1] if limit > 0 else []
+        return [self.checkpoint(cid)[0] for cid in self._c.checkpoint_ids()]
+
+    def page(self, before: int | None = None, limit: int = 50) -> HistoryPage:
+        """The newest `limit` checkpoints with ids below `before` (below the next id to
+        be allocated when None).
+
+        Ids are allocated densely, so the page is read by id downwards from the id
+        counter: about one GET per checkpoint on the page, however long the history.
+        Pruned or never-written ids are skipped; after a whole window of them (a history
+        that was pruned past this point) it falls back to one listing of what is left.
+        """
+        if limit < 1:
+            raise ValueError(f"a page holds at least one checkpoint, not {limit}")
+        top = self._c.ids.peek() if before is None else min(before, self._c.ids.peek())
+        found: list[CheckpointStats] = []
+        below = top
+        with ThreadPoolExecutor(max_workers=_PAGE_READERS) as pool:
+            while below > 1 and len(found) < limit:
+                window = list(range(below - 1, max(0, below - 1 - limit), -1))
+                read = [s for s in pool.map(self._stats_or_none, window) if s is not None]
+                below = window[-1]
+                if not read:
+                    rest = [cid for cid in self._c.checkpoint_ids() if cid < below]
+                    wanted = rest[::-1][: limit - len(found)]
+                    read = [s for s in pool.map(self._stats_or_none, wanted) if s is not None]
+                    found.extend(read)
+                    below = wanted[-1] if wanted else 1
+                    break
+                found.extend(read)
+        page = found[:limit]
+        if len(found) > limit:
+            older: int | None = page[-1].checkpoint_id
+        elif below > 1:
+            older = page[-1].checkpoint_id if page else None
+        else:
+            older = None
+        return HistoryPage(page, older)
+
+    def _stats_or_none(self, checkpoint_id: int) -> CheckpointStats | None:
+        try:
+            return self.checkpoint(checkpoint_id)[0]
+        except CheckpointNotFound:
+            return None  # pruned, or an id whose trigger never wrote its record
 
     @staticmethod
     def summary(history: list[CheckpointStats]) -> Summary:
