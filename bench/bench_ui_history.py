@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                 expected = list(range(args.checkpoints, args.checkpoints - PAGE, -1))
                 assert result == expected, (result[:5], expected[:5])
             if name == "page":
-                assert f"<td>{args.checkpoints}</td>" in result, "newest checkpoint not on page"
+                newest = f"checkpoints/{args.checkpoints}'>{args.checkpoints}</a>"
+                assert newest in result, "newest checkpoint not on the page"
         client.close()
     finally:
         server.stop()

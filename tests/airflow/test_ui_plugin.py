@@ -46,7 +46,8 @@ def test_airflow_loads_the_plugin_from_the_plugins_folder(airflow_home):
     apps, _ = plugins_manager.get_fastapi_plugins()
     assert [a["url_prefix"] for a in apps if a["name"] == "batchpoint"] == ["/batchpoint"]
     views = [v for p in plugins_manager.get_plugin_info() for v in p.get("external_views", [])]
-    assert any(v["name"] == "Checkpoints" and v["href"] == "batchpoint/" for v in views), views
+    hrefs = {(v["destination"], v["href"]) for v in views if v["name"] == "Checkpoints"}
+    assert hrefs == {("nav", "batchpoint/"), ("dag", "batchpoint/dag/{DAG_ID}")}, views
 
 
 def test_the_history_page_shows_completed_and_aborted_checkpoints(
@@ -58,9 +59,13 @@ def test_the_history_page_shows_completed_and_aborted_checkpoints(
     monkeypatch.setenv("FAKE_JOB_FAIL", "balances")
     assert bp.run("payments_checkpoint")[0].state == "failed"
 
-    assert api.get("/batchpoint/api/pipelines").json() == [
-        {"pipeline": "payments", "root": bp.root, "head": 1}
-    ]
+    answer = api.get("/batchpoint/api/pipelines")
+    assert answer.status_code == 200, answer.text
+    (listed,) = answer.json()
+    assert (listed["pipeline"], listed["root"], listed["head"]) == ("payments", bp.root, 1)
+    overview = listed["overview"]
+    assert (overview["status"], overview["latest_checkpoint"]) == ("running", 1)
+    assert (overview["latest_savepoint"], overview["consecutive_failures"]) == (None, 1)
     page = api.get("/batchpoint/api/payments/checkpoints").json()
     assert page["older"] is None
     rows = page["checkpoints"]
@@ -69,10 +74,16 @@ def test_the_history_page_shows_completed_and_aborted_checkpoints(
     assert rows[1]["acknowledged"] == rows[1]["expected"] > 0
     assert [r["quarantined"] for r in rows] == [False, False]
 
-    page = api.get("/batchpoint/")
-    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-    assert "head: checkpoint 1" in page.text
-    assert "<tr class='aborted'>" in page.text and "injected failure" in page.text
+    assert page["summary"]["completed"] == 1 and page["summary"]["failed"] == 1
+    assert page["config"]["tolerable_failed_checkpoints"] >= 0
+
+    index = api.get("/batchpoint/")
+    assert index.status_code == 200 and "text/html" in index.headers["content-type"]
+    assert "<a href='payments'>payments</a>" in index.text and "running" in index.text
+    tab = api.get("/batchpoint/payments").text
+    assert "<dt>head</dt><dd>checkpoint 1</dd>" in tab
+    assert "<tr class='aborted'>" in tab and "injected failure" in tab
+    assert "<a href='payments/checkpoints/2'>2</a>" in tab
 
     # the quality gate quarantines checkpoint 1: the history says so
     from batchpoint.protocol.layout import PipelineLayout
@@ -83,7 +94,7 @@ def test_the_history_page_shows_completed_and_aborted_checkpoints(
     QuarantineStore(bp.store, PipelineLayout("payments")).add(report, time.time())
     rows = api.get("/batchpoint/api/payments/checkpoints").json()["checkpoints"]
     assert [r["quarantined"] for r in rows] == [False, True]
-    assert "<td>quarantined</td>" in api.get("/batchpoint/").text
+    assert "<td>quarantined</td>" in api.get("/batchpoint/payments").text
 
 
 def test_unknown_pipeline_and_unreachable_storage_are_clear_errors(bp, api, monkeypatch):
@@ -118,7 +129,7 @@ def test_every_endpoint_needs_an_airflow_user(bp, anonymous, write_epoch):
     anonymous.cookies.set("_token", token("viewer"))
     for url in urls:
         assert anonymous.get(url).status_code == 200, url
-    assert "checkpoint 1" in anonymous.get("/batchpoint/").text
+    assert "<td>1</td>" in anonymous.get("/batchpoint/").text  # the head
     anonymous.cookies.clear()
 
     # a user who may not read the pipeline's DAGs sees no pipeline and none of its pages
@@ -149,3 +160,49 @@ def test_the_history_is_paged_with_relative_links(bp, api):
     hrefs = re.findall(r"href='([^']*)'", api.get("/batchpoint/").text + page)
     assert hrefs and not [h for h in hrefs if h.startswith(("/", "http"))], hrefs
     assert api.get("/batchpoint/nope").status_code == 404
+
+
+def test_a_checkpoint_drill_down_the_dag_tab_and_a_stopped_pipeline(bp, api):
+    from batchpoint.ops.epoch import finalize
+    from batchpoint.protocol.checkpoint import CheckpointType
+    from batchpoint.quality.findings import Finding
+    from batchpoint.quality.report import CandidateReport, GateMode
+    from support.fake_epochs import ack_all, epoch
+
+    driver = bp.driver()
+    first = epoch(driver)
+    bad = Finding("balances/balances", "sample:balance-recompute", "3 of 50 keys differ")
+    report = CandidateReport(
+        "payments", first, "checkpoint", GateMode.RESTORE, time.time(), findings=[bad]
+    )
+    bp.store.put(driver.coordinator.layout.quality_report(first), report.encode())
+
+    detail = api.get(f"/batchpoint/api/payments/checkpoints/{first}").json()
+    acks = driver.coordinator.get_outcome(first).completed.acks
+    assert sorted(t["task"] for t in detail["tasks"]) == sorted(a.task for a in acks)
+    assert len(detail["files"]) == sum(len(a.handles) for a in acks)
+    assert {f["path"] for f in detail["files"]} == {h.path for a in acks for h in a.handles}
+    assert detail["quality_report"]["passed"] is False
+    assert any("3 of 50 keys differ" in line for line in detail["quality_report"]["lines"])
+
+    page = api.get(f"/batchpoint/payments/checkpoints/{first}").text
+    assert "3 of 50 keys differ" in page and "verdict: FAILED" in page
+    assert "data-api='../../../api/v2/dags/payments_restore/dagRuns'" in page
+    assert "name='source' data-kind='text' value='1'" in page
+    assert api.get("/batchpoint/payments/checkpoints/99").status_code == 404
+    assert api.get("/batchpoint/api/payments/checkpoints/99").status_code == 404
+
+    # the DAG tab: a pipeline's DAG goes to its page, any other DAG is told it has none
+    tab = api.get("/batchpoint/dag/payments_savepoint", follow_redirects=False)
+    assert (tab.status_code, tab.headers["location"]) == (307, "../payments")
+    other = api.get("/batchpoint/dag/someone_elses_dag")
+    assert other.status_code == 404 and "not a DAG of a batchpoint pipeline" in other.text
+
+    # a savepoint taken with stop_pipeline that is the head: the pipeline is stopped
+    pending = driver.trigger(CheckpointType.SAVEPOINT, properties={"stop_pipeline": True})
+    ack_all(driver, pending)
+    assert finalize(driver, pending.checkpoint_id).outcome.completed is not None
+    (listed,) = api.get("/batchpoint/api/pipelines").json()
+    assert listed["overview"]["status"] == "stopped"
+    assert listed["overview"]["latest_savepoint"] == pending.checkpoint_id
+    assert f"stopped with savepoint {pending.checkpoint_id}" in api.get("/batchpoint/payments").text

@@ -36,6 +36,7 @@ from airflow.sdk import (
 )
 
 from batchpoint.airflow.config import AirflowDeployment
+from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.operators import (
     AuditCheckpointOperator,
     CheckpointCleanupOperator,
@@ -59,14 +60,6 @@ from batchpoint.runtime.restore import RestoreGate, ungated_phrase
 
 OPERATOR_GROUP = "operators"
 AUDIT_TASK = "audit"
-
-
-def dag_ids(pipeline: str) -> dict[str, str]:
-    return {
-        "checkpoint": f"{pipeline}_checkpoint",
-        "savepoint": f"{pipeline}_savepoint",
-        "restore": f"{pipeline}_restore",
-    }
 
 
 def build_pipeline_dags(

@@ -1,5 +1,5 @@
-"""The Airflow UI plugin: Browse -> Checkpoints, the checkpoint history (the app is
-batchpoint.airflow.ui). An installed batchpoint registers it through the
+"""The Airflow UI plugin: Browse -> Checkpoints and a Checkpoints tab on the DAG pages
+(the app is batchpoint.airflow.ui). An installed batchpoint registers it through the
 `airflow.plugins` entry point; a checkout mounted without installing uses
 plugins/batchpoint_plugin.py, which defers to the entry point when there is one (Airflow
 refuses a second plugin of the same name)."""
@@ -26,7 +26,15 @@ class BatchpointPlugin(AirflowPlugin):
             "destination": "nav",
             "category": "browse",
             "url_route": "batchpoint",
-        }
+        },
+        {
+            # A "Checkpoints" tab on every DAG's page; the app sends a pipeline's DAGs to
+            # that pipeline's page and answers 404 for other DAGs.
+            "name": "Checkpoints",
+            "href": URL_PREFIX.lstrip("/") + "/dag/{DAG_ID}",
+            "destination": "dag",
+            "url_route": "batchpoint_dag",
+        },
     ]
 
 

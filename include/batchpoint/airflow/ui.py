@@ -18,17 +18,22 @@ from the same place as the DAGs' (the `batchpoint_storage` connection, else the
 BATCHPOINT_* environment), read per request, so a changed connection needs no restart.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at
+# definition time, and the Annotated aliases made inside create_app are only there.
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
-from batchpoint.airflow.ui_pages import render_index, render_pipeline
-from batchpoint.errors import BatchpointError
+from batchpoint.airflow.dag_names import dag_ids
+from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
+from batchpoint.errors import BatchpointError, CheckpointNotFound
+from batchpoint.ops.overview import checkpoint_page, page_summary, pipeline_overview
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.stats import CheckpointStatsTracker
 from batchpoint.quality.quarantine import QuarantineStore
@@ -38,6 +43,8 @@ URL_PREFIX = "/batchpoint"
 #: How many checkpoints a page shows by default, and at most.
 HISTORY_LIMIT = 50
 MAX_PAGE = 500
+#: The history read for a pipeline's status on the index (its newest checkpoints).
+OVERVIEW_PAGE = 20
 
 SettingsSource = Callable[[], Settings]
 PipelineNames = Callable[[], list[str]]
@@ -66,8 +73,6 @@ def _may_read_dags(user: Any, pipeline: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
-    from batchpoint.airflow.dag_factory import dag_ids
-
     details = DagDetails(id=dag_ids(pipeline)["checkpoint"])
     return get_auth_manager().is_authorized_dag(method="GET", user=user, details=details)
 
@@ -79,7 +84,7 @@ def _airflow_user_dependency() -> Callable[..., Any]:
     return get_user
 
 
-class HistoryReader:
+class CheckpointPages:
     """The records behind the pages, read off the event loop (storage calls block)."""
 
     def __init__(self, settings: SettingsSource, pipelines: PipelineNames) -> None:
@@ -89,30 +94,43 @@ class HistoryReader:
     def names(self) -> list[str]:
         return self._pipelines()
 
-    def pipelines(self, names: list[str]) -> list[dict[str, Any]]:
+    def _open(self, name: str) -> tuple[Settings, CheckpointCoordinator]:
         settings = self._settings()
-        out = []
-        for name in names:
-            head = CheckpointCoordinator(settings.store_ref.open(), name, settings.checkpoint)
-            pointer = head.head.get()
-            out.append(
-                {
-                    "pipeline": name,
-                    "root": settings.root,
-                    "head": None if pointer is None else pointer.checkpoint_id,
-                }
-            )
-        return out
+        store = settings.store_ref.open()
+        return settings, CheckpointCoordinator(store, name, settings.checkpoint)
 
-    def page(self, pipeline: str, before: int | None, limit: int) -> dict[str, Any]:
-        settings = self._settings()
-        coordinator = CheckpointCoordinator(
-            settings.store_ref.open(), pipeline, settings.checkpoint
-        )
-        page = CheckpointStatsTracker(coordinator).page(before, limit)
-        held = set(QuarantineStore(coordinator.store, coordinator.layout).ids())
+    def pipelines(self, names: list[str]) -> list[dict[str, Any]]:
+        return [self.pipeline(name, OVERVIEW_PAGE)[0] for name in names]
+
+    def pipeline(
+        self, name: str, limit: int, before: int | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The pipeline with its status, and a page of its history (the newest page
+        also tells the status, so it is read once for both)."""
+        settings, c = self._open(name)
+        newest = CheckpointStatsTracker(c).page(None, limit)
+        page = newest if before is None else CheckpointStatsTracker(c).page(before, limit)
+        overview = pipeline_overview(c, newest)
+        about = {
+            "pipeline": name,
+            "root": settings.root,
+            "head": overview.head,
+            "overview": overview.to_json(),
+            "config": dataclasses.asdict(settings.checkpoint),
+            "dags": dag_ids(name),
+        }
+        held = set(QuarantineStore(c.store, c.layout).ids())
         rows = [{**s.to_json(), "quarantined": s.checkpoint_id in held} for s in page.checkpoints]
-        return {"pipeline": pipeline, "checkpoints": rows, "older": page.older}
+        return about, {
+            "pipeline": name,
+            "checkpoints": rows,
+            "older": page.older,
+            "summary": page_summary(page.checkpoints),
+        }
+
+    def checkpoint(self, name: str, checkpoint_id: int) -> dict[str, Any]:
+        _, c = self._open(name)
+        return checkpoint_page(c, checkpoint_id).to_json()
 
 
 def create_app(
@@ -120,7 +138,7 @@ def create_app(
     pipelines: PipelineNames = _deployment_pipelines,
     may_read: ReadCheck = _may_read_dags,
 ) -> FastAPI:
-    reader = HistoryReader(settings, pipelines)
+    reader = CheckpointPages(settings, pipelines)
     user_of = _airflow_user_dependency()
     User = Annotated[Any, Depends(user_of)]
     Before = Annotated[int | None, Query(ge=1)]
@@ -137,6 +155,8 @@ def create_app(
     async def call(fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return await asyncio.to_thread(fn, *args)
+        except CheckpointNotFound as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from exc
         except BatchpointError as exc:
             # A configuration or storage problem: say which, not a 500 with a traceback.
             raise HTTPException(status_code=503, detail=str(exc)) from exc
@@ -153,6 +173,8 @@ def create_app(
                 status_code=403, detail=f"not allowed to read pipeline {pipeline!r}"
             )
 
+    # -- JSON -------------------------------------------------------------------------
+
     @app.get("/api/pipelines")
     async def list_pipelines(user: User) -> list[dict[str, Any]]:
         return await call(reader.pipelines, await readable(user))
@@ -162,25 +184,46 @@ def create_app(
         pipeline: str, user: User, before: Before = None, limit: Limit = HISTORY_LIMIT
     ) -> dict[str, Any]:
         await check_pipeline(user, pipeline)
-        return await call(reader.page, pipeline, before, limit)
+        about, page = await call(reader.pipeline, pipeline, limit, before)
+        return {**page, "overview": about["overview"], "config": about["config"]}
+
+    @app.get("/api/{pipeline}/checkpoints/{checkpoint_id}")
+    async def checkpoint(pipeline: str, checkpoint_id: int, user: User) -> dict[str, Any]:
+        await check_pipeline(user, pipeline)
+        return await call(reader.checkpoint, pipeline, checkpoint_id)
+
+    # -- HTML -------------------------------------------------------------------------
 
     @app.get("/", response_class=HTMLResponse)
     async def index(user: User) -> str:
         try:
-            heads = await call(reader.pipelines, await readable(user))
-            pages = [await call(reader.page, p["pipeline"], None, HISTORY_LIMIT) for p in heads]
-            return render_index(heads, pages)
+            return render_index(await call(reader.pipelines, await readable(user)))
         except HTTPException as exc:
-            return render_index([], [], error=str(exc.detail))
+            return render_index([], error=str(exc.detail))
+
+    @app.get("/dag/{dag_id}", response_model=None)
+    async def dag_tab(dag_id: str, user: User) -> RedirectResponse | HTMLResponse:
+        """The Checkpoints tab of every DAG's pages: its pipeline's page, if it has one."""
+        for name in await readable(user):
+            if dag_id in dag_ids(name).values():
+                # relative to .../batchpoint/dag/<dag_id>, like every link here
+                return RedirectResponse(f"../{quote(name)}", status_code=307)
+        text = f"DAG {dag_id!r} is not a DAG of a batchpoint pipeline you may read."
+        return HTMLResponse(render_index([], error=text), status_code=404)
 
     @app.get("/{pipeline}", response_class=HTMLResponse)
     async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
         await check_pipeline(user, pipeline)
         try:
-            (head,) = await call(reader.pipelines, [pipeline])
-            page = await call(reader.page, pipeline, before, HISTORY_LIMIT)
+            about, page = await call(reader.pipeline, pipeline, HISTORY_LIMIT, before)
         except HTTPException as exc:
-            return render_index([], [], error=str(exc.detail))
-        return render_pipeline(head, page)
+            return render_index([], error=str(exc.detail))
+        return render_pipeline(about, page, about["config"], about["dags"])
+
+    @app.get("/{pipeline}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)
+    async def checkpoint_page_html(pipeline: str, checkpoint_id: int, user: User) -> str:
+        await check_pipeline(user, pipeline)
+        detail = await call(reader.checkpoint, pipeline, checkpoint_id)
+        return render_checkpoint(pipeline, detail, dag_ids(pipeline))
 
     return app

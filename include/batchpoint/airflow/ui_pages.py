@@ -1,17 +1,26 @@
-"""HTML for the checkpoint pages (batchpoint.airflow.ui serves them). Every link is
-relative, so the pages work under any prefix Airflow's UI or a proxy puts them at:
-the index is ``.../batchpoint/`` and a pipeline's page ``.../batchpoint/<pipeline>``."""
+"""HTML for the Checkpoints pages (batchpoint.airflow.ui serves them).
+
+Every link is relative, so the pages work under any prefix Airflow's UI or a proxy puts
+them at: the index is ``<base>/batchpoint/``, a pipeline ``<base>/batchpoint/<p>`` and a
+checkpoint ``<base>/batchpoint/<p>/checkpoints/<id>``; each renderer gets `up`, the
+relative path from its page to ``<base>/``, for links into Airflow itself (its DAG
+pages and its REST API, which the trigger forms post to with the UI's own session).
+"""
 
 from __future__ import annotations
 
 import html
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-COLUMNS = [
+HISTORY_COLUMNS = [
     ("checkpoint_id", "id"),
     ("type", "type"),
     ("status", "status"),
+    ("trigger_time", "triggered"),
     ("duration_s", "duration"),
     ("state_size", "size"),
     ("rows", "rows"),
@@ -19,83 +28,400 @@ COLUMNS = [
     ("reason", "reason"),
     ("quarantined", "gate"),
 ]
+TASK_COLUMNS = [
+    ("task", "task"),
+    ("attempt", "attempt"),
+    ("ack_time", "acked"),
+    ("end_to_end_s", "trigger to ack"),
+    ("sync_ms", "sync"),
+    ("async_ms", "async"),
+    ("state_size", "bytes"),
+    ("rows", "rows"),
+    ("records_in", "records in"),
+    ("records_out", "records out"),
+]
 
 
-def _cell(row: dict[str, Any], key: str) -> str:
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def when(epoch_s: float | None) -> str:
+    if epoch_s is None:
+        return ""
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def size(n: float | None) -> str:
+    if n is None:
+        return ""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _history_cell(row: Mapping[str, Any], key: str) -> str:
+    value = row.get(key)
     if key == "duration_s":
-        value = row[key]
         return "" if value is None else f"{value:.1f}s"
+    if key == "trigger_time":
+        return when(value)
     if key == "state_size":
-        return f"{row[key] / 1024:.0f} KiB"
+        return size(value)
     if key == "acks":
         return f"{row['acknowledged']}/{row['expected']}"
     if key == "quarantined":
-        return "quarantined" if row[key] else ""
+        return "quarantined" if value else ""
     if key == "reason":
         reason = row["failure_reason"]
         return f"{reason}: {row['failure_message']}" if reason else ""
-    return str(row[key])
+    return "" if value is None else str(value)
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
-    header = "".join(f"<th>{label}</th>" for _, label in COLUMNS)
-    body = "".join(
-        f"<tr class='{html.escape(r['status'].lower())}'>"
-        + "".join(f"<td>{html.escape(_cell(r, key))}</td>" for key, _ in COLUMNS)
-        + "</tr>"
-        for r in rows
+def _task_cell(row: Mapping[str, Any], key: str) -> str:
+    value = row.get(key)
+    if key == "ack_time":
+        return when(value)
+    if key in ("sync_ms", "async_ms"):
+        return "" if value is None else f"{value:.0f} ms"
+    if key == "end_to_end_s":
+        return "" if value is None else f"{value:.1f}s"
+    if key == "state_size":
+        return size(value)
+    return "" if value is None else str(value)
+
+
+def history_table(rows: Sequence[Mapping[str, Any]], link: str) -> str:
+    """`link` + id is each checkpoint's drill-down, relative to the page."""
+    header = "".join(f"<th>{label}</th>" for _, label in HISTORY_COLUMNS)
+    body = []
+    for r in rows:
+        cells = []
+        for key, _ in HISTORY_COLUMNS:
+            text = esc(_history_cell(r, key))
+            if key == "checkpoint_id":
+                text = f"<a href='{esc(link)}{r['checkpoint_id']}'>{text}</a>"
+            cells.append(f"<td>{text}</td>")
+        body.append(f"<tr class='{esc(str(r['status']).lower())}'>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+FILE_HEADER = (
+    "<tr><th>task</th><th>stream</th><th>path</th><th>size</th><th>rows</th>"
+    "<th>key groups</th></tr>"
+)
+
+
+def _table(header_row: str, body_rows: str) -> str:
+    return f"<table><thead>{header_row}</thead><tbody>{body_rows}</tbody></table>"
+
+
+def _definition_list(items: Sequence[tuple[str, str]]) -> str:
+    return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>"
+
+
+def _min_avg_max(values: Sequence[float] | None, fmt: Any) -> str:
+    if not values:
+        return "-"
+    low, mean, high = values
+    return f"{fmt(low)} / {fmt(mean)} / {fmt(high)}"
+
+
+def summary_block(summary: Mapping[str, Any]) -> str:
+    counts = (
+        f"{summary['count']} on this page: {summary['completed']} completed, "
+        f"{summary['failed']} failed, {summary['in_progress']} in progress"
     )
-    return f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
+    seconds = _min_avg_max(summary.get("duration_s"), lambda v: f"{v:.1f}s")
+    sizes = _min_avg_max(summary.get("state_size"), size)
+    return (
+        "<section class='summary'><h3>Summary</h3>"
+        + _definition_list(
+            [
+                ("counts", counts),
+                ("duration min / avg / max", seconds),
+                ("state size min / avg / max", sizes),
+            ]
+        )
+        + "</section>"
+    )
 
 
-def _section(pipeline: dict[str, Any], page: dict[str, Any], link: str) -> str:
-    """One pipeline's heading, head and page; `link` is the relative URL of its own page
-    (the older pages' link is built on it)."""
-    head = pipeline["head"]
+def chart(rows: Sequence[Mapping[str, Any]], width: int = 480, height: int = 90) -> str:
+    """Duration and state size of the page's completed checkpoints, oldest to newest, each
+    scaled to its own maximum: an inline SVG, nothing to load."""
+    done = [r for r in reversed(rows) if r["status"] == "COMPLETED"]
+    if len(done) < 2:
+        return ""
+    lines = []
+    for key, colour, label in (("duration_s", "#06c", "duration"), ("state_size", "#c60", "size")):
+        values = [float(r.get(key) or 0.0) for r in done]
+        top = max(values) or 1.0
+        step = width / (len(values) - 1)
+        points = " ".join(
+            f"{i * step:.1f},{height - 4 - (v / top) * (height - 8):.1f}"
+            for i, v in enumerate(values)
+        )
+        lines.append(
+            f"<polyline class='{label}' fill='none' stroke='{colour}' stroke-width='2' "
+            f"points='{points}'><title>{label}</title></polyline>"
+        )
+    first, last = done[0]["checkpoint_id"], done[-1]["checkpoint_id"]
+    return (
+        f"<figure class='chart'><svg width='{width}' height='{height}' role='img' "
+        f"aria-label='duration and state size of checkpoints {first} to {last}'>"
+        + "".join(lines)
+        + "</svg><figcaption><span style='color:#06c'>duration</span> and "
+        f"<span style='color:#c60'>state size</span>, checkpoints {first} to {last} "
+        "(completed, each line scaled to its maximum)</figcaption></figure>"
+    )
+
+
+def trigger_form(
+    form_id: str, dag_id: str, up: str, title: str, fields: Sequence[tuple[str, str, Any]]
+) -> str:
+    """A form that triggers `dag_id` through Airflow's REST API with the UI's session:
+    `fields` are (conf key, label, default); a bool default is a checkbox, a dict or list
+    default a JSON text field."""
+    inputs = []
+    for key, label, default in fields:
+        name = esc(key)
+        if isinstance(default, bool):
+            checked = " checked" if default else ""
+            inputs.append(
+                f"<label><input type='checkbox' name='{name}'{checked}> {esc(label)}</label>"
+            )
+        else:
+            kind = "json" if isinstance(default, dict | list) or default is None else "text"
+            value = json.dumps(default) if kind == "json" else str(default)
+            inputs.append(
+                f"<label>{esc(label)} <input name='{name}' data-kind='{kind}' "
+                f"value='{esc(value)}'></label>"
+            )
+    api = f"{up}api/v2/dags/{quote(dag_id)}/dagRuns"
+    runs = f"{up}dags/{quote(dag_id)}/runs/"
+    return (
+        f"<form class='trigger' id='{esc(form_id)}' data-api='{esc(api)}' "
+        f"data-runs='{esc(runs)}'><h3>{esc(title)}</h3>"
+        + " ".join(inputs)
+        + f" <button type='submit'>Trigger {esc(dag_id)}</button>"
+        "<output></output></form>"
+    )
+
+
+def _overview_items(overview: Mapping[str, Any]) -> list[tuple[str, str]]:
+    status = overview["status"]
+    if overview.get("status_detail"):
+        status += f" ({overview['status_detail']})"
+    pending = overview.get("pending") or []
+    return [
+        ("status", status),
+        ("head", "none" if overview["head"] is None else f"checkpoint {overview['head']}"),
+        ("latest completed checkpoint", str(overview.get("latest_checkpoint") or "-")),
+        ("latest savepoint", str(overview.get("latest_savepoint") or "-")),
+        ("in progress", ", ".join(map(str, pending)) or "-"),
+        ("consecutive failures", str(overview.get("consecutive_failures", 0))),
+    ]
+
+
+def render_index(pipelines: Sequence[Mapping[str, Any]], *, error: str = "") -> str:
+    """Browse -> Checkpoints: every pipeline the user may read, with its status."""
+    if error:
+        return PAGE.format(title="Checkpoints", body=f"<p class='error'>{esc(error)}</p>")
+    if not pipelines:
+        return PAGE.format(title="Checkpoints", body="<p>No pipelines you may read.</p>")
+    header = (
+        "<tr><th>pipeline</th><th>status</th><th>head</th><th>latest checkpoint</th>"
+        "<th>latest savepoint</th><th>in progress</th><th>failures</th><th>storage</th></tr>"
+    )
+    rows = []
+    for p in pipelines:
+        o = p["overview"]
+        detail = f" title='{esc(o['status_detail'])}'" if o.get("status_detail") else ""
+        rows.append(
+            f"<tr class='{esc(o['status'])}'>"
+            f"<td><a href='{quote(p['pipeline'])}'>{esc(p['pipeline'])}</a></td>"
+            f"<td{detail}>{esc(o['status'])}</td>"
+            f"<td>{esc(o['head'] if o['head'] is not None else '-')}</td>"
+            f"<td>{esc(o.get('latest_checkpoint') or '-')}</td>"
+            f"<td>{esc(o.get('latest_savepoint') or '-')}</td>"
+            f"<td>{esc(', '.join(map(str, o.get('pending') or [])) or '-')}</td>"
+            f"<td>{esc(o.get('consecutive_failures', 0))}</td>"
+            f"<td>{esc(p['root'])}</td></tr>"
+        )
+    body = (
+        f"<h2>Checkpoints</h2><table><thead>{header}</thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    return PAGE.format(title="Checkpoints", body=body)
+
+
+def render_pipeline(
+    pipeline: Mapping[str, Any],
+    page: Mapping[str, Any],
+    config: Mapping[str, Any],
+    dags: Mapping[str, str],
+) -> str:
+    """One pipeline's tab: status, summary, chart, history page, configuration, and the
+    savepoint form. The page lives at ``<base>/batchpoint/<p>``."""
+    name = pipeline["pipeline"]
+    up = "../"
     older = page["older"]
     more = (
-        f"<p><a class='older' href='{html.escape(link)}?before={older}'>older checkpoints</a></p>"
+        f"<p><a class='older' href='{quote(name)}?before={older}'>older checkpoints</a></p>"
         if older is not None
         else ""
     )
-    return (
-        f"<h2><a href='{html.escape(link)}'>{html.escape(pipeline['pipeline'])}</a></h2>"
-        f"<p>head: {'none' if head is None else f'checkpoint {head}'} "
-        f"&middot; {html.escape(pipeline['root'])}</p>"
-        f"{_table(page['checkpoints'])}{more}"
+    body = (
+        f"<p><a href='./'>all pipelines</a> &middot; "
+        f"<a href='{up}dags/{quote(dags['checkpoint'])}'>{esc(dags['checkpoint'])}</a></p>"
+        f"<h2>{esc(name)}</h2>"
+        + _definition_list([*_overview_items(pipeline["overview"]), ("storage", pipeline["root"])])
+        + summary_block(page["summary"])
+        + chart(page["checkpoints"])
+        + "<h3>History</h3>"
+        + history_table(page["checkpoints"], f"{quote(name)}/checkpoints/")
+        + more
+        + trigger_form(
+            "savepoint",
+            dags["savepoint"],
+            up,
+            "Take a savepoint",
+            [
+                ("description", "description", ""),
+                ("target", "target folder", ""),
+                ("stop_pipeline", "stop the pipeline afterwards", False),
+            ],
+        )
+        + "<h3>Configuration</h3>"
+        + _definition_list([(k, str(v)) for k, v in sorted(config.items())])
     )
+    return PAGE.format(title=f"{name} checkpoints", body=body)
 
 
-def render_index(
-    pipelines: list[dict[str, Any]], pages: list[dict[str, Any]], *, error: str = ""
-) -> str:
-    if error:
-        return PAGE.format(body=f"<p class='error'>{html.escape(error)}</p>")
-    if not pipelines:
-        return PAGE.format(body="<p>No pipelines you may read.</p>")
-    sections = [
-        _section(p, page, quote(p["pipeline"])) for p, page in zip(pipelines, pages, strict=True)
+def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, str]) -> str:
+    """One checkpoint's drill-down, at ``<base>/batchpoint/<p>/checkpoints/<id>``."""
+    up = "../../../"
+    cid = detail["checkpoint_id"]
+    items = [
+        ("type", detail["type"]),
+        ("status", detail["status"]),
+        ("triggered", when(detail["trigger_time"])),
+        ("duration", "" if detail["duration_s"] is None else f"{detail['duration_s']:.1f}s"),
+        ("state size", size(detail["state_size"])),
+        ("rows", str(detail["rows"])),
+        ("acks", f"{detail['acknowledged']}/{detail['expected']}"),
+        ("base checkpoint", str(detail.get("base_checkpoint_id") or "-")),
+        ("restore generation", str(detail.get("restore_generation", 0))),
+        ("barrier", json.dumps(detail.get("barrier") or {}, sort_keys=True)),
     ]
-    return PAGE.format(body="\n".join(sections))
+    if detail.get("failure_reason"):
+        items.append(("failure", f"{detail['failure_reason']}: {detail['failure_message']}"))
+    if detail.get("quarantined_at") is not None:
+        items.append(("quarantined", when(detail["quarantined_at"])))
+    task_header = "".join(f"<th>{label}</th>" for _, label in TASK_COLUMNS)
+    tasks = "".join(
+        "<tr>" + "".join(f"<td>{esc(_task_cell(t, k))}</td>" for k, _ in TASK_COLUMNS) + "</tr>"
+        for t in detail["tasks"]
+    )
+    files = "".join(
+        f"<tr><td>{esc(f['task'])}</td><td>{esc(f['stream'])}</td><td>{esc(f['path'])}</td>"
+        f"<td>{esc(size(f['size']))}</td><td>{esc(f['rows'])}</td>"
+        f"<td>{esc(f['key_groups'] or '')}</td></tr>"
+        for f in detail["files"]
+    )
+    report = detail.get("quality_report")
+    report_html = "<p>No quality-gate report for this checkpoint.</p>"
+    if report is not None:
+        verdict = "passed" if report.get("passed") else "FAILED"
+        lines = "\n".join(report.get("lines") or [])
+        report_html = (
+            f"<p class='{'ok' if report.get('passed') else 'error'}'>verdict: {esc(verdict)}"
+            f" ({esc(report.get('mode', ''))}, {esc(report.get('evaluated_at', ''))})</p>"
+            f"<pre>{esc(lines)}</pre>"
+        )
+    restore = ""
+    if detail["status"] == "COMPLETED":
+        restore = trigger_form(
+            "restore",
+            dags["restore"],
+            up,
+            f"Restore to {detail['type']} {cid}",
+            [
+                ("source", "checkpoint", str(cid)),
+                ("parallelism", "new parallelism", None),
+                ("dry_run", "dry run", True),
+                ("quality_gate", "quality gate", True),
+            ],
+        )
+    body = (
+        f"<p><a href='../../'>all pipelines</a> &middot; "
+        f"<a href='../../{quote(name)}'>{esc(name)}</a></p>"
+        f"<h2>{esc(name)}: {esc(detail['type'])} {cid}</h2>"
+        + _definition_list(items)
+        + "<h3>Tasks</h3>"
+        + _table(f"<tr>{task_header}</tr>", tasks)
+        + "<h3>Quality gate</h3>"
+        + report_html
+        + "<h3>Files</h3>"
+        + _table(FILE_HEADER, files)
+        + restore
+    )
+    return PAGE.format(title=f"{name} {detail['type']} {cid}", body=body)
 
 
-def render_pipeline(pipeline: dict[str, Any], page: dict[str, Any]) -> str:
-    # On .../batchpoint/<pipeline> a bare "?before=N" stays on this page, and "./" is
-    # the index.
-    body = "<p><a href='./'>all pipelines</a></p>" + _section(pipeline, page, "")
-    return PAGE.format(body=body)
+#: Posts a trigger form's conf to Airflow's REST API (same origin: the UI's session
+#: cookie is the credential) and links the run it created.
+SCRIPT = """
+document.querySelectorAll('form.trigger').forEach(function (form) {
+  form.addEventListener('submit', async function (event) {
+    event.preventDefault();
+    var out = form.querySelector('output');
+    var conf = {};
+    try {
+      form.querySelectorAll('input').forEach(function (input) {
+        if (input.type === 'checkbox') { conf[input.name] = input.checked; return; }
+        if (input.dataset.kind === 'json') {
+          conf[input.name] = input.value.trim() ? JSON.parse(input.value) : null; return;
+        }
+        conf[input.name] = input.value;
+      });
+    } catch (err) { out.textContent = 'not valid JSON: ' + err.message; return; }
+    var answer = await fetch(form.dataset.api, {
+      method: 'POST', credentials: 'same-origin',
+      headers: {'Content-Type': 'application/json'},
+      body: JSON.stringify({logical_date: null, conf: conf})
+    });
+    var body = await answer.json().catch(function () { return {}; });
+    if (!answer.ok) { out.textContent = 'refused: ' + JSON.stringify(body.detail || body); return; }
+    out.innerHTML = '';
+    var link = document.createElement('a');
+    link.href = form.dataset.runs + encodeURIComponent(body.dag_run_id);
+    link.target = '_top';
+    link.textContent = 'triggered ' + body.dag_run_id;
+    out.appendChild(link);
+  });
+});
+"""
 
-
-PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>batchpoint checkpoints</title>
+PAGE = (
+    """<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; }}
+table {{ border-collapse: collapse; margin-bottom: 1em; }}
 td, th {{ border-bottom: 1px solid #ddd; padding: 0.3em 0.8em; text-align: left; }}
-tr.aborted td, .error {{ color: #b00; }}
+tr.aborted td, .error, li.bad, tr.failing td {{ color: #b00; }}
 tr.pending td {{ color: #06c; }}
+dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }}
+dt {{ color: #555; }}
+form.trigger {{ border: 1px solid #ddd; padding: 0.5em 1em; margin: 1em 0; }}
 </style></head>
 <body>
 {body}
+<script>"""
+    + SCRIPT.replace("{", "{{").replace("}", "}}")
+    + """</script>
 </body></html>
 """
+)

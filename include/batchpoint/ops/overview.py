@@ -1,0 +1,153 @@
+"""What the Checkpoints pages show, read from the records: a pipeline's status at a
+glance, one page of its history with the page's summary, and one checkpoint in full
+(tasks, quality-gate report, quarantine, files). Read-only, and each costs storage
+requests in proportion to what it shows, not to the history's length."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from batchpoint.errors import ObjectNotFound
+from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint
+from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.failures import PipelineStatus
+from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, HistoryPage
+from batchpoint.quality.quarantine import QuarantineStore
+from batchpoint.quality.report import CandidateReport
+
+
+@dataclass(frozen=True)
+class PipelineOverview:
+    pipeline: str
+    #: "running", "failing" (consecutive failures past the tolerable bound) or
+    #: "stopped" (its head is a savepoint taken with stop_pipeline).
+    status: str
+    status_detail: str
+    head: int | None
+    latest_checkpoint: int | None  # newest completed checkpoint on the first page
+    latest_savepoint: int | None
+    pending: list[int]
+    consecutive_failures: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def pipeline_overview(
+    coordinator: CheckpointCoordinator, first_page: HistoryPage
+) -> PipelineOverview:
+    """The pipeline's status; `first_page` is its newest history page (already read for
+    the page that shows it, so it is not read twice)."""
+    c = coordinator
+    head = c.head.get()
+    failures = c.failures.state()
+    rows = first_page.checkpoints
+    completed = [s for s in rows if s.status is CheckpointStatus.COMPLETED]
+    latest_checkpoint = next(
+        (s.checkpoint_id for s in completed if s.type is CheckpointType.CHECKPOINT), None
+    )
+    latest_savepoint = next(
+        (s.checkpoint_id for s in completed if s.type is CheckpointType.SAVEPOINT), None
+    )
+    if latest_savepoint is None:
+        latest_savepoint = _newest_retained_savepoint(c)
+    status, detail = "running", ""
+    if failures.status is PipelineStatus.FAILED:
+        status = "failing"
+        detail = (
+            f"{failures.consecutive_failures} consecutive failures, past the tolerable "
+            f"{c.config.tolerable_failed_checkpoints}: {failures.reason}"
+        )
+    elif head is not None and _stopped_at(c, head.checkpoint_id):
+        status, detail = "stopped", f"stopped with savepoint {head.checkpoint_id}"
+    return PipelineOverview(
+        c.pipeline,
+        status,
+        detail,
+        None if head is None else head.checkpoint_id,
+        latest_checkpoint,
+        latest_savepoint,
+        [s.checkpoint_id for s in rows if s.status is CheckpointStatus.PENDING],
+        failures.consecutive_failures,
+    )
+
+
+def _stopped_at(c: CheckpointCoordinator, head_id: int) -> bool:
+    try:
+        pending = c.get_checkpoint(head_id)
+    except Exception:
+        return False
+    return pending.type is CheckpointType.SAVEPOINT and bool(
+        pending.properties.get("stop_pipeline")
+    )
+
+
+def _newest_retained_savepoint(c: CheckpointCoordinator) -> int | None:
+    """Savepoints stay retained until disposed, so an old one is among the few retained."""
+    for cid in sorted(c.completed.retained_ids(), reverse=True):
+        try:
+            if c.get_checkpoint(cid).type is CheckpointType.SAVEPOINT:
+                return cid
+        except Exception:
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class CheckpointPage:
+    """One checkpoint in full, for its drill-down page."""
+
+    detail: CheckpointDetail
+    report: CandidateReport | None
+    quarantined_at: float | None
+    files: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.detail.to_json()
+        out["quality_report"] = (
+            None
+            if self.report is None
+            else {**self.report.to_body(), "lines": self.report.render(indent="")}
+        )
+        out["quarantined_at"] = self.quarantined_at
+        out["files"] = self.files
+        return out
+
+
+def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> CheckpointPage:
+    """CheckpointNotFound for an id with no records."""
+    c = coordinator
+    detail = show_checkpoint(c, checkpoint_id)
+    key = c.layout.quality_report(checkpoint_id)
+    try:
+        report: CandidateReport | None = CandidateReport.decode(key, c.store.get(key).data)
+    except ObjectNotFound:
+        report = None
+    held = QuarantineStore(c.store, c.layout).get(checkpoint_id)
+    outcome = c.get_outcome(checkpoint_id)
+    if outcome is not None and outcome.completed is not None:
+        acks = list(outcome.completed.acks)
+    else:
+        acks = list(c.acks(checkpoint_id).values())
+    files = [
+        {
+            "task": ack.task,
+            "stream": h.name,
+            "path": h.path,
+            "size": h.size,
+            "rows": h.rows,
+            "key_groups": None if h.key_group_range is None else list(h.key_group_range),
+        }
+        for ack in sorted(acks, key=lambda a: a.task)
+        for h in ack.handles
+    ]
+    return CheckpointPage(detail, report, None if held is None else held.quarantined_at, files)
+
+
+def page_summary(rows: list[CheckpointStats]) -> dict[str, Any]:
+    """Counts and min/avg/max of duration and state size over the page's checkpoints."""
+    summary = CheckpointStatsTracker.summary(rows)
+    return dataclasses.asdict(summary)
