@@ -1,0 +1,84 @@
+"""The Checkpoints pages in a real browser: headless Chromium against a running Airflow
+api-server with the plugin loaded logs in through Airflow's login form, opens Browse ->
+Checkpoints (the plugin's page inside the UI), follows the links to a pipeline and to a
+checkpoint's drill-down, and saves a screenshot of each under build/ui-screenshots/."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from support.airflow_stack import PASSWORD, USER, AirflowStack
+from support.browser import INSTALL_HINT, chromium_paths, headless_chromium, screenshot, wait_for
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.s3]
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "ui-screenshots"
+
+
+@pytest.mark.skipif(chromium_paths() is None, reason=f"no chromium here: {INSTALL_HINT}")
+def test_a_user_logs_in_and_browses_the_checkpoints(bp, airflow_home, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from batchpoint.quality.findings import Finding
+    from batchpoint.quality.report import CandidateReport, GateMode
+    from support.fake_epochs import epoch
+
+    driver = bp.driver()
+    ids = [epoch(driver) for _ in range(3)]
+    bad = Finding("balances/balances", "sample:balance-recompute", "2 of 50 keys differ")
+    report = CandidateReport("payments", ids[-1], "checkpoint", GateMode.RESTORE, time.time())
+    report.findings.append(bad)
+    bp.store.put(driver.coordinator.layout.quality_report(ids[-1]), report.encode())
+
+    stack = AirflowStack(tmp_path / "airflow", Path(airflow_home) / "airflow.db", dict(os.environ))
+    with stack, headless_chromium() as browser:
+        stack.start(("api-server",))
+        stack.wait_healthy()
+
+        browser.get(f"{stack.base_url}/")  # not logged in: Airflow sends us to its login
+        wait_for(browser, lambda b: b.find_elements(By.NAME, "username"))
+        browser.find_element(By.NAME, "username").send_keys(USER)
+        browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_for(browser, lambda b: b.get_cookie("_token"))
+
+        # Browse -> Checkpoints: the plugin's page in the UI's frame
+        browser.get(f"{stack.base_url}/plugin/batchpoint")
+        frame = wait_for(browser, lambda b: b.find_elements(By.TAG_NAME, "iframe"))[0]
+        browser.switch_to.frame(frame)
+        link = wait_for(browser, lambda b: b.find_elements(By.LINK_TEXT, "payments"))[0]
+        row = browser.find_element(By.CSS_SELECTOR, "tr.running").text
+        assert "payments" in row and str(ids[-1]) in row, row  # head, latest checkpoint
+        browser.switch_to.default_content()
+        screenshot(browser, SCREENSHOTS, "1-browse-checkpoints")
+
+        browser.switch_to.frame(frame)
+        link.click()
+        wait_for(browser, lambda b: "History" in b.find_element(By.TAG_NAME, "body").text)
+        body = browser.find_element(By.TAG_NAME, "body").text
+        assert f"checkpoint {ids[-1]}" in body and "running" in body
+        assert "3 on this page: 3 completed" in body
+        history = [r.text.split()[0] for r in browser.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert history[:3] == [str(i) for i in reversed(ids)], history
+        browser.switch_to.default_content()
+        screenshot(browser, SCREENSHOTS, "2-pipeline")
+
+        browser.switch_to.frame(frame)
+        browser.find_element(By.LINK_TEXT, str(ids[-1])).click()
+        wait_for(browser, lambda b: "Quality gate" in b.find_element(By.TAG_NAME, "body").text)
+        body = browser.find_element(By.TAG_NAME, "body").text
+        assert f"payments: checkpoint {ids[-1]}" in body
+        assert "2 of 50 keys differ" in body and "verdict: FAILED" in body
+        expected = driver.coordinator.get_checkpoint(ids[-1]).expected_tasks
+        tasks = browser.find_elements(
+            By.XPATH, "//h3[text()='Tasks']/following-sibling::table[1]//tbody/tr"
+        )
+        assert sorted(t.text.split()[0] for t in tasks) == sorted(expected)
+        assert browser.find_element(By.CSS_SELECTOR, "form#restore button").is_displayed()
+        browser.switch_to.default_content()
+        shot = screenshot(browser, SCREENSHOTS, "3-checkpoint")
+        assert shot.stat().st_size > 10_000  # a rendered page, not a blank one
