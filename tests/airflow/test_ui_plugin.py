@@ -206,3 +206,19 @@ def test_a_checkpoint_drill_down_the_dag_tab_and_a_stopped_pipeline(bp, api):
     assert listed["overview"]["status"] == "stopped"
     assert listed["overview"]["latest_savepoint"] == pending.checkpoint_id
     assert f"stopped with savepoint {pending.checkpoint_id}" in api.get("/batchpoint/payments").text
+
+
+def test_the_checkpoint_dags_tasks_link_to_their_checkpoints_page(bp, write_epoch, api):
+    write_epoch(0)
+    run, states = bp.run("payments_checkpoint")
+    assert run.state == "success", states
+    tasks = ["trigger", "operators.dedup", "wait_for_acks", "finalize", "cleanup"]
+    for task in tasks:
+        answer = api.get(
+            f"/api/v2/dags/payments_checkpoint/dagRuns/{run.run_id}/taskInstances/{task}/links"
+        )
+        assert answer.status_code == 200, (task, answer.text)
+        link = answer.json()["extra_links"]["Checkpoint"]
+        assert link == "batchpoint/payments/checkpoints/1", (task, link)  # relative
+    # the UI resolves it against its base URL, here "/": the checkpoint's page
+    assert "payments: checkpoint 1" in api.get("/" + link).text

@@ -18,6 +18,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
+from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.mixins import BatchpointTaskMixin
 from batchpoint.airflow.triggers import (
     ABORTED,
@@ -36,6 +37,8 @@ DEFERRAL_GRACE = 60.0
 
 
 class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
+    operator_extra_links = CHECKPOINT_LINKS
+
     ui_color = "#e0ecff"
 
     def __init__(

@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launcher_for
+from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.audit import audit_then_finalize
@@ -36,6 +37,8 @@ class TriggerCheckpointOperator(BatchpointOperator):
     checkpoint. A refusal by the request decider (min-pause, max-concurrent) skips the
     run with the reason; a FAILED pipeline fails it, as someone must act. With `audit`,
     the checkpoint is marked so that only its audit task may complete it."""
+
+    operator_extra_links = CHECKPOINT_LINKS
 
     checkpoint_type = CheckpointType.CHECKPOINT
 
@@ -89,6 +92,8 @@ class SparkOperatorJob(BatchpointOperator):
     Spark Connect server gone) and no retry is left, this task declines on its behalf
     so the checkpoint aborts at once. Killed (on_kill), it also interrupts the attempt's
     work on the Spark Connect server, which outlives its client."""
+
+    operator_extra_links = CHECKPOINT_LINKS
 
     template_fields = ("operator",)
     ui_color = "#f5d5b0"
@@ -161,6 +166,8 @@ class AuditCheckpointOperator(BatchpointOperator):
     checkpoint completes and its sinks publish; failing, it is aborted with reason
     "quality gate" and its report stored beside it, nothing is published, and this task
     fails (no retry: the state will not change) with the report's summary."""
+
+    operator_extra_links = CHECKPOINT_LINKS
 
     template_fields = ("spark_master", "spark_remote")
     ui_color = "#d6ecff"
@@ -238,6 +245,8 @@ class FinalizeCheckpointOperator(BatchpointOperator):
     """Every ack is in: write the outcome (after checking every referenced file) and
     publish the sinks' staged output (notifyCheckpointComplete)."""
 
+    operator_extra_links = CHECKPOINT_LINKS
+
     def execute(self, context: Context) -> dict[str, Any]:
         checkpoint_id = self.require_checkpoint_id(context)
         done = finalize(self.driver(), checkpoint_id)
@@ -270,6 +279,8 @@ class CheckpointCleanupOperator(BatchpointOperator):
     audited and its audit gave no verdict; remove what it staged; publish and collect
     garbage if it completed), then fail the run if the checkpoint aborted or any task
     failed, so the run's colour tells the truth."""
+
+    operator_extra_links = CHECKPOINT_LINKS
 
     ui_color = "#e8e8e8"
 

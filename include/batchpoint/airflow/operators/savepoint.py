@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from batchpoint.airflow.hooks import AirflowApiHook
+from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
 from batchpoint.airflow.operators.checkpoint import TriggerCheckpointOperator
 from batchpoint.errors import BatchpointError, ConfigError
@@ -46,6 +47,8 @@ class TriggerSavepointOperator(TriggerCheckpointOperator):
 
 class ExportSavepointOperator(BatchpointOperator):
     """Copy the completed savepoint into its target folder with `_metadata`."""
+
+    operator_extra_links = CHECKPOINT_LINKS
 
     template_fields = ("target", "description")
 
