@@ -1,12 +1,15 @@
-"""The checkpoint history inside the Airflow UI, like Flink's checkpoint tab: a small
+"""The Checkpoints pages inside the Airflow UI, like Flink's checkpoint tab: a small
 FastAPI app that the Airflow plugin (plugins/batchpoint_plugin.py) mounts on the
-api-server under /batchpoint, with a "Checkpoints" entry in the Browse menu.
+api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG pages.
 
-    GET /batchpoint/                              every pipeline with its newest checkpoints
-    GET /batchpoint/{pipeline}?before=N           one pipeline's history, a page at a time
-    GET /batchpoint/api/pipelines                 the pipelines and their head
+    GET /batchpoint/                           every pipeline with its status
+    GET /batchpoint/{pipeline}?before=N        its summary, chart, history page, config
+    GET /batchpoint/{pipeline}/checkpoints/{id}    one checkpoint: tasks, report, files
+    GET /batchpoint/dag/{dag_id}               a DAG's Checkpoints tab: its pipeline's page
+    GET /batchpoint/api/pipelines              the pipelines with their status (JSON)
     GET /batchpoint/api/{pipeline}/checkpoints?before=N&limit=M
-                                                  a page of the history as JSON (newest first)
+                                               a page of the history (newest first)
+    GET /batchpoint/api/{pipeline}/checkpoints/{id}    one checkpoint
 
 Every endpoint needs an authenticated Airflow user: the API server's own JWT, from the
 Authorization header or the session cookie the UI holds (401 without one), and shows a
