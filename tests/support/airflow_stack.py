@@ -163,6 +163,18 @@ class AirflowStack:
             time.sleep(2)
         return state
 
+    def wait_for_runs(self, dag_id: str, count: int, timeout: float = 300) -> list[dict[str, Any]]:
+        """The DAG's runs once `count` of them have finished (or whatever is there at the
+        timeout): runs the scheduler starts by itself, such as asset-triggered ones."""
+        deadline = time.monotonic() + timeout
+        runs: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            runs = self.api("GET", f"/dags/{dag_id}/dagRuns")["dag_runs"]
+            if sum(r["state"] in ("success", "failed") for r in runs) >= count:
+                return runs
+            time.sleep(2)
+        return runs
+
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
         body = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}

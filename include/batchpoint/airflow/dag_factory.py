@@ -35,6 +35,7 @@ from airflow.sdk import (
     TriggerRule,
 )
 
+from batchpoint.airflow.assets import batchpoint_asset, cleanup_alias
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.operators import (
@@ -176,6 +177,7 @@ def _epoch_tasks(
     )
     finalize = FinalizeCheckpointOperator(
         task_id="finalize",
+        outlets=[batchpoint_asset(pipeline.name)],
         retries=2,
         retry_delay=timedelta(seconds=5),
         doc_md="Writes the COMPLETED outcome (after checking every file) and publishes sinks.",
@@ -201,10 +203,13 @@ def _epoch_tasks(
     return wait, finalize, [*jobs.values(), auditor]
 
 
-def _cleanup_task(ref: str, deployment: AirflowDeployment) -> CheckpointCleanupOperator:
+def _cleanup_task(
+    pipeline: str, ref: str, deployment: AirflowDeployment
+) -> CheckpointCleanupOperator:
     """The failure path every epoch DAG ends with, whatever happened before it."""
     return CheckpointCleanupOperator(
         task_id="cleanup",
+        outlets=[cleanup_alias(pipeline)],
         pipeline_ref=ref,
         storage_conn_id=deployment.storage_conn_id,
         trigger_rule=TriggerRule.ALL_DONE,
@@ -244,7 +249,7 @@ def build_checkpoint_dag(
         wait, finalize, jobs = _epoch_tasks(
             dag, pipeline, ref, deployment, spec, trigger, audit=audit
         )
-        [trigger, wait, finalize, *jobs] >> _cleanup_task(ref, deployment)
+        [trigger, wait, finalize, *jobs] >> _cleanup_task(pipeline.name, ref, deployment)
     return dag
 
 
@@ -314,7 +319,7 @@ def build_savepoint_dag(
             doc_md="Pauses the checkpoint DAG through the REST API when the form asks to.",
         )
         finalize >> export >> stop
-        [trigger, wait, finalize, *jobs] >> _cleanup_task(ref, deployment)
+        [trigger, wait, finalize, *jobs] >> _cleanup_task(pipeline.name, ref, deployment)
     return dag
 
 

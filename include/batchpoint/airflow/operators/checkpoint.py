@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from batchpoint.airflow.assets import emit_completed, emit_completed_by_cleanup
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launcher_for
 from batchpoint.airflow.links import CHECKPOINT_LINKS
@@ -257,6 +258,7 @@ class FinalizeCheckpointOperator(BatchpointOperator):
             raise AirflowException(done.message)  # a retry looks again
         if outcome.completed is None:
             raise AirflowFailException(done.message)
+        emit_completed(context, outcome.pending)
         self.log.info(
             "checkpoint %s COMPLETED: %d file(s), %d bytes; published %s",
             checkpoint_id,
@@ -278,15 +280,23 @@ class CheckpointCleanupOperator(BatchpointOperator):
     happened (abort it as declined or expired if nobody did, or as failed if it is
     audited and its audit gave no verdict; remove what it staged; publish and collect
     garbage if it completed), then fail the run if the checkpoint aborted or any task
-    failed, so the run's colour tells the truth."""
+    failed, so the run's colour tells the truth. A failed finalize whose checkpoint this
+    task completed is not held against the run: its work is done."""
 
     operator_extra_links = CHECKPOINT_LINKS
 
     ui_color = "#e8e8e8"
 
-    def __init__(self, *, operator_group: str = "operators", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        operator_group: str = "operators",
+        finalize_task_id: str = "finalize",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.operator_group = operator_group
+        self.finalize_task_id = finalize_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         states = self.run_task_states(context)
@@ -325,6 +335,11 @@ class CheckpointCleanupOperator(BatchpointOperator):
             )
         if settlement.status is not CheckpointStatus.COMPLETED:
             raise AirflowFailException(settlement.message)
+        if states.get(self.finalize_task_id) != "success":
+            # This task did finalize's work (finalize failed or never ran), so the asset
+            # event is this task's to emit, and finalize's failure is not the run's.
+            emit_completed_by_cleanup(context, settlement.outcome.pending)
+            failed = [t for t in failed if t != self.finalize_task_id]
         if failed:
             raise AirflowFailException(
                 f"{settlement.message}, but task(s) {failed} of this run failed"
