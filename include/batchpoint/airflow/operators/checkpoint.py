@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from batchpoint.airflow import metrics
 from batchpoint.airflow.assets import emit_completed, emit_completed_by_cleanup
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launcher_for
@@ -214,6 +215,8 @@ class AuditCheckpointOperator(BatchpointOperator):
             # checkpoint is still pending: a retry audits again once it settled.
             raise AirflowException(f"{audit.render()}\ncheckpoint {checkpoint_id} not decided")
         if outcome.status is CheckpointStatus.ABORTED:
+            if audit.report is not None and not audit.report.passed:
+                metrics.gate_rejected(outcome.pending.pipeline, 1)
             reason = outcome.reason.code if outcome.reason else "-"
             raise AirflowFailException(
                 f"checkpoint {checkpoint_id} aborted ({reason}): {outcome.message}\n"
@@ -259,6 +262,7 @@ class FinalizeCheckpointOperator(BatchpointOperator):
         if outcome.completed is None:
             raise AirflowFailException(done.message)
         emit_completed(context, outcome.pending)
+        metrics.checkpoint_completed(outcome)
         self.log.info(
             "checkpoint %s COMPLETED: %d file(s), %d bytes; published %s",
             checkpoint_id,
@@ -334,8 +338,10 @@ class CheckpointCleanupOperator(BatchpointOperator):
                 f"checkpoint {checkpoint_id} waits for its base checkpoint to settle"
             )
         if settlement.status is not CheckpointStatus.COMPLETED:
+            metrics.checkpoint_failed(settlement.outcome)
             raise AirflowFailException(settlement.message)
         if states.get(self.finalize_task_id) != "success":
+            metrics.checkpoint_completed(settlement.outcome)
             # This task did finalize's work (finalize failed or never ran), so the asset
             # event is this task's to emit, and finalize's failure is not the run's.
             emit_completed_by_cleanup(context, settlement.outcome.pending)

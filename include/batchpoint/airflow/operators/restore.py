@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from batchpoint.airflow import metrics
 from batchpoint.airflow.hooks import cached_pipeline
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
 from batchpoint.errors import BatchpointError
@@ -100,6 +101,9 @@ class RestoreCheckOperator(BatchpointOperator):
             )
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
+        if not dry_run:
+            rejected = sum(1 for c in run.plan.checks if c.gate is not None and not c.gate.passed)
+            metrics.gate_rejected(pipeline.name, rejected)
         if run.refused:
             raise AirflowFailException(run.plan.refusal())
         report = run.to_json()
@@ -147,4 +151,5 @@ class RestoreOperator(BatchpointOperator):
             result.checkpoint_id,
             result.restore_generation,
         )
+        metrics.restored(result.pipeline)
         return result.to_json()
