@@ -27,6 +27,7 @@ from batchpoint.airflow.triggers import (
     TIMEOUT,
     CheckpointAckTrigger,
     ack_event,
+    progress_line,
 )
 from batchpoint.ops.epoch import expire
 from batchpoint.protocol.checkpoint import CheckpointStatus
@@ -59,7 +60,9 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
         coordinator = self.coordinator(self.pipeline)
         checkpoint_id = self.require_checkpoint_id(context)
         pending = coordinator.get_checkpoint(checkpoint_id)
-        return ack_event(coordinator.progress(checkpoint_id), pending.deadline, time.time())
+        progress = coordinator.progress(checkpoint_id)
+        self.log.info("checkpoint %s: %s", checkpoint_id, progress_line(progress))
+        return ack_event(progress, pending.deadline, time.time())
 
     def execute(self, context: Context) -> Any:
         event = self._look(context)

@@ -28,6 +28,17 @@ TIMEOUT = "timeout"
 ERROR = "error"
 
 
+def progress_line(progress: AckProgress) -> str:
+    """`acks 3 of 6 (missing: balances#0, ...)`: what the sensor and trigger log."""
+    done = len(progress.acknowledged)
+    line = f"acks {done} of {done + len(progress.missing)}"
+    if progress.missing:
+        shown = ", ".join(progress.missing[:8])
+        more = f" and {len(progress.missing) - 8} more" if len(progress.missing) > 8 else ""
+        line += f" (missing: {shown}{more})"
+    return line
+
+
 def ack_event(progress: AckProgress, deadline: float, now: float) -> dict[str, Any] | None:
     """What one look at the storage says, as a trigger event payload; None: keep waiting.
     Shared by the trigger and the sensor's non-deferrable modes."""
@@ -102,8 +113,12 @@ class CheckpointAckTrigger(BatchpointHookMixin, BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             coordinator = await self._coordinator()
+            logged = ""
             while True:
                 progress = await asyncio.to_thread(coordinator.progress, self.checkpoint_id)
+                if (line := progress_line(progress)) != logged:
+                    self.log.info("checkpoint %s: %s", self.checkpoint_id, line)
+                    logged = line
                 event = ack_event(progress, self.deadline, time.time())
                 if event is not None:
                     self.log.info("checkpoint %s: %s", self.checkpoint_id, event["message"])

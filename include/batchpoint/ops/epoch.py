@@ -71,6 +71,10 @@ class Finalized:
     outcome: CheckpointOutcome | None
     published: list[str] = field(default_factory=list)
     waiting: str = ""  # "acks", "audit" or "base" when outcome is None
+    retained: list[int] = field(default_factory=list)  # after this call, when it decided
+    #: Retained before this call and not after: subsumed by this checkpoint (or, with
+    #: another actor in between, by theirs), queued for GC.
+    subsumed: list[int] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -98,12 +102,15 @@ def finalize(driver: PipelineDriver, checkpoint_id: int, *, audited: bool = Fals
     settled checkpoint is only finished off (published if it completed). `audited` is
     for the audit alone, once the state passed the gate."""
     coordinator = driver.coordinator
+    before = coordinator.completed.retained_ids()
     outcome = coordinator.try_finalize(checkpoint_id, audited=audited)
     if outcome is None:
         waiting = _waiting(coordinator, checkpoint_id, audited)
         return Finalized(checkpoint_id, None, waiting=waiting)
     published = driver.notify_complete(checkpoint_id) if outcome.completed is not None else []
-    return Finalized(checkpoint_id, outcome, published)
+    after = coordinator.completed.retained_ids()
+    subsumed = sorted(set(before) - set(after))
+    return Finalized(checkpoint_id, outcome, published, retained=list(after), subsumed=subsumed)
 
 
 def _waiting(coordinator: CheckpointCoordinator, checkpoint_id: int, audited: bool) -> str:

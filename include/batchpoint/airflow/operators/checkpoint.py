@@ -23,6 +23,7 @@ from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.audit import audit_then_finalize
+from batchpoint.ops.barrier_log import barrier_lines
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.runs import attempt_id, decline_operator, settle_run, trigger_for_run
 from batchpoint.protocol.checkpoint import (
@@ -75,6 +76,9 @@ class TriggerCheckpointOperator(BatchpointOperator):
             len(pending.expected_tasks),
             "; audited: only its audit may complete it" if pending.requires_audit else "",
         )
+        for line in barrier_lines(pending):
+            self.log.info("%s", line)
+        self.log.info("expected tasks: %s", ", ".join(pending.expected_tasks))
         return {
             "checkpoint_id": pending.checkpoint_id,
             "type": pending.type.value,
@@ -269,6 +273,11 @@ class FinalizeCheckpointOperator(BatchpointOperator):
             len(outcome.completed.handles),
             outcome.completed.state_size,
             done.published or "nothing new",
+        )
+        self.log.info(
+            "retained now: %s; no longer retained (subsumed, queued for GC): %s",
+            ", ".join(map(str, done.retained)) or "-",
+            ", ".join(map(str, done.subsumed)) or "none",
         )
         return {
             "checkpoint_id": checkpoint_id,
