@@ -16,6 +16,7 @@ import pytest
 
 from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import (
+    AckRecord,
     CheckpointFailureReason,
     CheckpointStatus,
     TaskAcknowledgeResult,
@@ -208,3 +209,27 @@ def test_rescaling_4_to_3_to_6(make_run: Callable[..., PaymentsRun]) -> None:
         result = run.epoch(2 if parallelism == 3 else 3)
         assert sum(t.startswith("dedup#") for t in result.pending.expected_tasks) == parallelism
         run.assert_matches_reference()
+
+
+def test_acks_record_each_tasks_metrics(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch)
+    outcome = run.runner.driver.coordinator.get_outcome(1)
+    acks = {a.task: a for a in outcome.completed.acks}
+    for ack in acks.values():
+        assert ack.metrics.sync_ms > 0 and ack.metrics.async_ms > 0, ack
+        assert ack.metrics.records_out == sum(h.rows for h in ack.handles) > 0, ack
+
+    def of(operator: str) -> list[AckRecord]:
+        return [a for task, a in acks.items() if task.startswith(f"{operator}#")]
+
+    # a consumer's records in are exactly the rows its producer wrote for it
+    for producer, consumer in (("dedup", "balances"), ("balances", "alerts")):
+        written = sum(
+            h.rows for a in of(producer) for h in a.handles if h.name == f"channel-{consumer}"
+        )
+        assert written > 0
+        assert sum(a.metrics.records_in for a in of(consumer)) == written
+    # dedup reads the source itself: none of its rows came through a channel
+    assert [a.metrics.records_in for a in of("dedup")] == [0] * len(of("dedup"))

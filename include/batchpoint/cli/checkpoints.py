@@ -27,15 +27,30 @@ def cmd_show(cmd: Command) -> int:
 
     def text() -> str:
         tasks = render.table(
-            ["task", "attempt", "acked", "trigger->ack", "size", "rows"],
+            [
+                "task",
+                "attempt",
+                "acked",
+                "trigger->ack",
+                "sync",
+                "async",
+                "size",
+                "rows",
+                "records in",
+                "records out",
+            ],
             [
                 [
                     t.task,
                     t.attempt,
                     render.when(t.ack_time),
                     render.seconds(t.end_to_end_s),
+                    f"{t.sync_ms:.0f} ms",
+                    f"{t.async_ms:.0f} ms",
                     render.size(t.state_size),
                     t.rows,
+                    t.records_in,
+                    t.records_out,
                 ]
                 for t in detail.tasks
             ],

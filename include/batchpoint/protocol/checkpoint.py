@@ -141,6 +141,20 @@ class FileHandle:
 
 @dataclass(frozen=True)
 class TaskMetrics:
+    """What a task's ack records about its snapshot, as Flink's checkpoint details do.
+
+    - sync_ms: from the end of alignment until the operator's output and new state are
+      defined (restoring state handles, running the user's function, planning);
+    - async_ms: the Spark jobs that compute and write the state, channel and sink files
+      (Spark evaluates lazily, so this is where the rows are processed);
+    - records_in: rows that reached the task from upstream operators' channels (rows
+      read straight from a source are not counted: that would take a Spark job);
+    - records_out: rows the task wrote (state, channels, sink).
+
+    Both durations are the operator's, the same for each of its subtasks: one Spark
+    job set runs them all. Records without these fields (older acks) read as zeros.
+    """
+
     sync_ms: float = 0.0
     async_ms: float = 0.0
     records_in: int = 0

@@ -28,6 +28,8 @@ class TaskStats:
     async_ms: float
     state_size: int
     rows: int
+    records_in: int = 0
+    records_out: int = 0
 
     @classmethod
     def of(cls, pending: PendingCheckpoint, ack: AckRecord) -> TaskStats:
@@ -40,6 +42,8 @@ class TaskStats:
             ack.metrics.async_ms,
             ack.state_size,
             ack.rows,
+            ack.metrics.records_in,
+            ack.metrics.records_out,
         )
 
 

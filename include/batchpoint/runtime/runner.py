@@ -35,6 +35,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import split_task_name
 from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkDef, SourceDef
 from batchpoint.runtime.faults import maybe_fail, spark_task_fault, spark_task_pause
+from batchpoint.runtime.task_metrics import channel_rows_by_subtask
 from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
 
@@ -84,8 +85,19 @@ class OperatorRunReport:
     attempt: str
     results: dict[str, TaskAcknowledgeResult] = field(default_factory=dict)
     skipped: str = ""  # why nothing ran, when nothing did
-    rows_in: int = 0
     seconds: float = 0.0
+    sync_ms: float = 0.0
+    async_ms: float = 0.0
+    records_in: dict[int, int] = field(default_factory=dict)  # subtask -> channel rows
+
+    def timed_sync(self, aligned: float) -> float:
+        """The sync part ends (the writes start) now; returns now."""
+        now = time.monotonic()
+        self.sync_ms = (now - aligned) * 1000.0
+        return now
+
+    def timed_async(self, writing: float) -> None:
+        self.async_ms = (time.monotonic() - writing) * 1000.0
 
 
 class OperatorRunner:
@@ -281,7 +293,13 @@ class OperatorRunner:
 
         cid = pending.checkpoint_id
         base = self._align(pending, node.inputs)
+        aligned = time.monotonic()
         inputs = {name: self._input_df(pending, name, node.name) for name in node.inputs}
+        report.records_in = channel_rows_by_subtask(
+            [h for name in node.inputs for h in self._channel_files(pending, name, node.name)],
+            node.max_parallelism,
+            parallelism,
+        )
         handles: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
         # The attempt's job tag (run() set it on this thread), for the writes' threads.
         tag = self.tag(cid, node.name) if hasattr(self.spark, "addTag") else None
@@ -313,7 +331,9 @@ class OperatorRunner:
                 df = node.fn(ctx) or df
             maybe_fail(node.name, "before-snapshot", cid)
             sink = StreamWrite(df, SINK_STREAM, node.key_columns, node.max_parallelism)
+            writing = report.timed_sync(aligned)
             self._run_writes([sink], write, handles, tag)
+            report.timed_async(writing)
             return handles
 
         states = {
@@ -331,7 +351,9 @@ class OperatorRunner:
             cached.append(output)
         try:
             writes = self._operator_writes(node, ctx, output)
+            writing = report.timed_sync(aligned)
             self._run_writes(writes, write, handles, tag)
+            report.timed_async(writing)
         finally:
             for frame in cached:
                 frame.unpersist()
@@ -406,15 +428,24 @@ class OperatorRunner:
             )
             self.log(f"{consumer}: reading {len(splits)} new file(s) of source '{name}'")
             return keyed_io.read_source(self.spark, self.store_ref, node, splits)
+        return keyed_io.read_keyed(
+            self.spark, self.store_ref, self._channel_files(pending, name, consumer)
+        )
+
+    def _channel_files(
+        self, pending: PendingCheckpoint, name: str, consumer: str
+    ) -> list[FileHandle]:
+        """What operator `name` wrote for `consumer` in this checkpoint (none: a source)."""
+        if isinstance(self.pipeline.node(name), SourceDef):
+            return []
         acks = self.coordinator.acks(pending.checkpoint_id)
-        files = [
+        return [
             h
             for task, ack in acks.items()
             if split_task_name(task)[0] == name
             for h in ack.handles
             if h.name == channel_stream(consumer)
         ]
-        return keyed_io.read_keyed(self.spark, self.store_ref, files)
 
     def _restored_state(
         self, base: CompletedCheckpoint | None, node: OperatorDef, state: str, schema
@@ -457,7 +488,12 @@ class OperatorRunner:
         def ack(task: str) -> tuple[str, TaskAcknowledgeResult]:
             subtask = split_task_name(task)[1]
             files = handles.get(subtask, [])
-            metrics = TaskMetrics(records_out=sum(f.rows for f in files))
+            metrics = TaskMetrics(
+                sync_ms=report.sync_ms,
+                async_ms=report.async_ms,
+                records_in=report.records_in.get(subtask, 0),
+                records_out=sum(f.rows for f in files),
+            )
             result = self.coordinator.acknowledge(
                 pending.checkpoint_id, task, self.attempt, files, metrics
             )
@@ -467,6 +503,13 @@ class OperatorRunner:
             results = dict(pool.map(ack, tasks))
         summary = ", ".join(f"{t}={r.value}" for t, r in results.items())
         self.log(f"checkpoint {pending.checkpoint_id}: acks {summary}")
+        written = [f for files in handles.values() for f in files]
+        self.log(
+            f"checkpoint {pending.checkpoint_id}: records in {sum(report.records_in.values())}"
+            f" (from upstream operators), records out {sum(f.rows for f in written)}, "
+            f"{sum(f.size for f in written)} bytes in {len(written)} file(s); "
+            f"sync {report.sync_ms:.0f} ms, async {report.async_ms:.0f} ms"
+        )
         return results
 
     def _decline(self, pending: PendingCheckpoint, tasks: list[str], reason: str) -> None:
