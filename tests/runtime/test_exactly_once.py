@@ -9,6 +9,7 @@ One test kills a real spark_jobs process instead (tests/jobs/test_run_operator.p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -233,3 +234,27 @@ def test_acks_record_each_tasks_metrics(
         assert sum(a.metrics.records_in for a in of(consumer)) == written
     # dedup reads the source itself: none of its rows came through a channel
     assert [a.metrics.records_in for a in of("dedup")] == [0] * len(of("dedup"))
+
+    # the operator tasks' logs say the same, and each stream as it is written
+    lines: list[str] = []
+    run.runner.log = lines.append
+    result = run.epoch(1)
+    assert result.outcome is not None and result.outcome.completed is not None
+    second = {a.task: a for a in result.outcome.completed.acks}
+    balances_in = sum(a.metrics.records_in for t, a in second.items() if t.startswith("balances#"))
+    balances_out = sum(
+        a.metrics.records_out for t, a in second.items() if t.startswith("balances#")
+    )
+    assert any(
+        line.startswith(
+            f"checkpoint 2: records in {balances_in} (from upstream operators), "
+            f"records out {balances_out}, "
+        )
+        for line in lines
+    ), lines
+    assert any(
+        re.match(
+            r"snapshot: state-balances written \(\d+ file\(s\), \d+ bytes\), \d of \d streams", line
+        )
+        for line in lines
+    ), lines

@@ -17,9 +17,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from batchpoint.errors import BatchpointError, CheckpointError
 from batchpoint.protocol.checkpoint import (
@@ -76,6 +76,8 @@ def channel_stream(consumer: str) -> str:
 
 
 SINK_STREAM = "sink"
+#: Seconds between "still writing" lines of a snapshot's writes.
+PROGRESS_EVERY = 30.0
 
 
 @dataclass
@@ -381,15 +383,37 @@ class OperatorRunner:
             finally:
                 self.spark.removeTag(tag)
 
+        started = time.monotonic()
         if len(writes) <= 1:
             results = [write(*job) for job in writes]
         else:
             with ThreadPoolExecutor(len(writes), thread_name_prefix="batchpoint-write") as pool:
-                futures = [pool.submit(tagged, job) for job in writes]
+                futures = {pool.submit(tagged, job): job.stream for job in writes}
+                self._log_write_progress(futures, started)
             results = [future.result() for future in futures]  # the first failure, in order
         for written in results:
             for subtask, files in written.items():
                 handles[subtask].extend(files)
+
+    def _log_write_progress(self, futures: dict[Future[Any], str], started: float) -> None:
+        """A line per stream written, and one every PROGRESS_EVERY seconds naming the
+        streams still being written: a long snapshot shows it is alive."""
+        waiting = set(futures)
+        total = len(futures)
+        while waiting:
+            done, waiting = wait(waiting, timeout=PROGRESS_EVERY, return_when=FIRST_COMPLETED)
+            elapsed = time.monotonic() - started
+            for future in done:
+                if future.exception() is None:
+                    files = [f for fs in future.result().values() for f in fs]
+                    self.log(
+                        f"snapshot: {futures[future]} written ({len(files)} file(s), "
+                        f"{sum(f.size for f in files)} bytes), {total - len(waiting)} of "
+                        f"{total} streams, {elapsed:.1f}s"
+                    )
+            if not done:
+                still = ", ".join(sorted(futures[f] for f in waiting))
+                self.log(f"snapshot: still writing {still} after {elapsed:.0f}s")
 
     def _operator_writes(
         self, node: OperatorDef, ctx: OperatorContext, output: DataFrame | None
