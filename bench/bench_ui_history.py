@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -46,33 +45,17 @@ from batchpoint.protocol.stats import CheckpointStatsTracker
 from batchpoint.settings import Settings
 from batchpoint.storage.base import ObjectStore
 
+# The tests' helpers: fake epochs (acks without Spark) and a store that counts calls.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.counting_store import CountingStore
+
 PIPELINE = "payments"
 PAGE = 50
-
-
-class CountingStore:
-    """The real store, counting its calls (only to report requests per page)."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self._inner = inner
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not callable(attr) or name.startswith("_"):
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return attr(*args, **kwargs)
-
-        return counted
 
 
 def template(settings: Settings) -> CheckpointOutcome:
     """One checkpoint completed by the real protocol: the payments pipeline's tasks ack
     stand-in files (tests' fake epochs, without Spark)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from batchpoint.demo.payments import pipeline
     from batchpoint.runtime.driver import PipelineDriver
     from support.fake_epochs import epoch

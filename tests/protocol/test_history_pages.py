@@ -5,7 +5,6 @@ proportion to its length, not to the history's."""
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,7 @@ from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.stats import CheckpointStatsTracker
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
-
-
-class CountingStore:
-    """The real store, counting calls by operation."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self._inner = inner
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name in {"get", "head", "list", "list_dirs"}:
-
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                self.calls[name] += 1
-                return attr(*args, **kwargs)
-
-            return counted
-        return attr
+from support.counting_store import CountingStore
 
 
 def make_history(store: Any, n: int) -> CheckpointCoordinator:
