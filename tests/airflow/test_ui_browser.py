@@ -35,6 +35,8 @@ def test_a_user_logs_in_and_browses_the_checkpoints(bp, airflow_home, tmp_path):
     bp.store.put(driver.coordinator.layout.quality_report(ids[-1]), report.encode())
 
     stack = AirflowStack(tmp_path / "airflow", Path(airflow_home) / "airflow.db", dict(os.environ))
+    serialized = stack.airflow("dags", "reserialize")  # the restore form's DAG must exist
+    assert serialized.returncode == 0, serialized.stderr[-2000:]
     with stack, headless_chromium() as browser:
         stack.start(("api-server",))
         stack.wait_healthy()
@@ -78,7 +80,19 @@ def test_a_user_logs_in_and_browses_the_checkpoints(bp, airflow_home, tmp_path):
             By.XPATH, "//h3[text()='Tasks']/following-sibling::table[1]//tbody/tr"
         )
         assert sorted(t.text.split()[0] for t in tasks) == sorted(expected)
-        assert browser.find_element(By.CSS_SELECTOR, "form#restore button").is_displayed()
         browser.switch_to.default_content()
         shot = screenshot(browser, SCREENSHOTS, "3-checkpoint")
         assert shot.stat().st_size > 10_000  # a rendered page, not a blank one
+
+        # the restore form triggers the restore DAG through Airflow's API, with the UI's
+        # session (a dry run by default), and links the run it created
+        browser.switch_to.frame(frame)
+        browser.find_element(By.CSS_SELECTOR, "form#restore button").click()
+        output = browser.find_element(By.CSS_SELECTOR, "form#restore output")
+        wait_for(browser, lambda b: output.text.startswith(("triggered ", "refused")))
+        assert output.text.startswith("triggered "), output.text
+        run_id = output.text.removeprefix("triggered ")
+        conf = stack.api("GET", f"/dags/payments_restore/dagRuns/{run_id}")["conf"]
+        assert conf["source"] == str(ids[-1]) and conf["dry_run"] is True, conf
+        browser.switch_to.default_content()
+        screenshot(browser, SCREENSHOTS, "4-restore-triggered")
