@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointOutcome,
@@ -102,15 +103,24 @@ def finalize(driver: PipelineDriver, checkpoint_id: int, *, audited: bool = Fals
     settled checkpoint is only finished off (published if it completed). `audited` is
     for the audit alone, once the state passed the gate."""
     coordinator = driver.coordinator
-    before = coordinator.completed.retained_ids()
+    before = _retained(coordinator)
     outcome = coordinator.try_finalize(checkpoint_id, audited=audited)
     if outcome is None:
         waiting = _waiting(coordinator, checkpoint_id, audited)
         return Finalized(checkpoint_id, None, waiting=waiting)
     published = driver.notify_complete(checkpoint_id) if outcome.completed is not None else []
-    after = coordinator.completed.retained_ids()
-    subsumed = sorted(set(before) - set(after))
-    return Finalized(checkpoint_id, outcome, published, retained=list(after), subsumed=subsumed)
+    after = _retained(coordinator)
+    subsumed = sorted(set(before) - set(after)) if before is not None and after is not None else []
+    return Finalized(checkpoint_id, outcome, published, retained=after or [], subsumed=subsumed)
+
+
+def _retained(coordinator: CheckpointCoordinator) -> list[int] | None:
+    """The retained ids, for the log of what a completion subsumed: a read that fails
+    only leaves that out, it never fails the finalize."""
+    try:
+        return coordinator.completed.retained_ids()
+    except BatchpointError:
+        return None
 
 
 def _waiting(coordinator: CheckpointCoordinator, checkpoint_id: int, audited: bool) -> str:
