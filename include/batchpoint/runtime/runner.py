@@ -296,11 +296,12 @@ class OperatorRunner:
         cid = pending.checkpoint_id
         base = self._align(pending, node.inputs)
         aligned = time.monotonic()
-        inputs = {name: self._input_df(pending, name, node.name) for name in node.inputs}
+        channels = {name: self._channel_files(pending, name, node.name) for name in node.inputs}
+        inputs = {
+            name: self._input_df(pending, name, node.name, channels[name]) for name in node.inputs
+        }
         report.records_in = channel_rows_by_subtask(
-            [h for name in node.inputs for h in self._channel_files(pending, name, node.name)],
-            node.max_parallelism,
-            parallelism,
+            [h for files in channels.values() for h in files], node.max_parallelism, parallelism
         )
         handles: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
         # The attempt's job tag (run() set it on this thread), for the writes' threads.
@@ -441,7 +442,11 @@ class OperatorRunner:
         ]
         return writes
 
-    def _input_df(self, pending: PendingCheckpoint, name: str, consumer: str) -> DataFrame:
+    def _input_df(
+        self, pending: PendingCheckpoint, name: str, consumer: str, channel: list[FileHandle]
+    ) -> DataFrame:
+        """Input `name` of `consumer`: the source's new files, or `channel`, the files
+        operator `name` wrote for it (from _channel_files)."""
         from batchpoint.spark import keyed_io
 
         node = self.pipeline.node(name)
@@ -452,9 +457,7 @@ class OperatorRunner:
             )
             self.log(f"{consumer}: reading {len(splits)} new file(s) of source '{name}'")
             return keyed_io.read_source(self.spark, self.store_ref, node, splits)
-        return keyed_io.read_keyed(
-            self.spark, self.store_ref, self._channel_files(pending, name, consumer)
-        )
+        return keyed_io.read_keyed(self.spark, self.store_ref, channel)
 
     def _channel_files(
         self, pending: PendingCheckpoint, name: str, consumer: str
