@@ -66,6 +66,7 @@ def test_the_history_page_shows_completed_and_aborted_checkpoints(
     overview = listed["overview"]
     assert (overview["status"], overview["latest_checkpoint"]) == ("running", 1)
     assert (overview["latest_savepoint"], overview["consecutive_failures"]) == (None, 1)
+    assert overview["triggered"] == 2
     page = api.get("/batchpoint/api/payments/checkpoints").json()
     assert page["older"] is None
     rows = page["checkpoints"]
@@ -82,6 +83,7 @@ def test_the_history_page_shows_completed_and_aborted_checkpoints(
     assert "<a href='payments'>payments</a>" in index.text and "running" in index.text
     tab = api.get("/batchpoint/payments").text
     assert "<dt>head</dt><dd>checkpoint 1</dd>" in tab
+    assert "<dt>triggered in all</dt><dd>2</dd>" in tab
     assert "<tr class='aborted'>" in tab and "injected failure" in tab
     assert "<a href='payments/checkpoints/2'>2</a>" in tab
 

@@ -220,6 +220,7 @@ def _overview_items(overview: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("head", "none" if overview["head"] is None else f"checkpoint {overview['head']}"),
         ("latest completed checkpoint", str(overview.get("latest_checkpoint") or "-")),
         ("latest savepoint", str(overview.get("latest_savepoint") or "-")),
+        ("triggered in all", str(overview.get("triggered", 0))),
         ("in progress", ", ".join(map(str, pending)) or "-"),
         ("consecutive failures", str(overview.get("consecutive_failures", 0))),
     ]

@@ -31,6 +31,7 @@ class PipelineOverview:
     latest_savepoint: int | None
     pending: list[int]
     consecutive_failures: int
+    triggered: int  # checkpoints and savepoints ever triggered (the id counter)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -72,6 +73,7 @@ def pipeline_overview(
         latest_savepoint,
         [s.checkpoint_id for s in rows if s.status is CheckpointStatus.PENDING],
         failures.consecutive_failures,
+        c.ids.peek() - 1,
     )
 
 
