@@ -3,13 +3,13 @@
 For each state size it builds a balances-like state with ``spark.range`` (account_id
 string, balance / event_count / last_ts long; nothing is built on the driver) and times:
 
-- **write**: ``keyed_io.write_keyed`` (key-group hash UDF, repartition by subtask, sort,
+- **write**: ``keyed_io.write_keyed`` (key-group column, repartition by subtask, sort,
   streamed Parquet, sha256, upload through the store, handles) against a **raw** Spark
   write of the same DataFrame: one task per input partition streams it into a plain
   pyarrow Parquet file (same zstd, same row-group size) and uploads it with boto3
   ``upload_file``; plus an **upload-only** floor: batchpoint's own files, uploaded again
   with the store's ``upload_file`` from a thread pool; with ``--hash``, also the
-  key-group hash UDF alone (a part of batchpoint's write).
+  key-group column alone (a part of batchpoint's write).
 - **read**: ``keyed_io.read_keyed`` (executors download, verify size + sha256, check the
   header, stream row groups into Spark) against a **raw** Spark read of the same objects
   (one task per file, boto3 download, pyarrow ``iter_batches``, no checks); plus a
@@ -273,7 +273,8 @@ def run_size(
     _check("raw write", raw_rows, rows)
     t_hash = float("nan")
     if with_hash:  # what the Python key-group hash alone costs (a part of the bp write)
-        groups = df.select(state_io.key_group_column(KEY_COLUMNS, max_parallelism).alias("kg"))
+        column = state_io.key_group_column(KEY_COLUMNS, max_parallelism, df.schema)
+        groups = df.select(column.alias("kg"))
         t_hash, _ = _timed(lambda: groups.write.format("noop").mode("overwrite").save())
 
     # upload-only: batchpoint's own files, fetched (untimed) and sent again
@@ -381,7 +382,7 @@ def report(results: list[Result], repeat: int) -> None:
     print("         no shuffle or sort, no sha256, no handles or header checks")
     print("upl/dl = batchpoint's files moved by a thread pool outside Spark (store.upload_file;")
     print("         boto3 get/download + pq.read_table): the transfer floor")
-    print("hash s = the key-group hash UDF alone over the key column, a part of bp s (--hash)")
+    print("hash s = the key-group column alone over the key column, a part of bp s (--hash)")
     print("bp/raw, bp/upl, bp/dl = time ratios (how many times longer batchpoint takes)")
     print("MB/s   = own bytes / own seconds (raw write: its own, slightly different files)")
 
@@ -422,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hash",
         action="store_true",
-        help="also time the key-group hash UDF alone (a part of the batchpoint write)",
+        help="also time the key-group column alone (a part of the batchpoint write)",
     )
     parser.add_argument(
         "--keep",

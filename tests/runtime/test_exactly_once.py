@@ -23,6 +23,7 @@ from batchpoint.protocol.checkpoint import (
     TaskAcknowledgeResult,
 )
 from batchpoint.runtime.faults import InjectedKill
+from batchpoint.runtime.runner import reads_channel
 from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -212,6 +213,25 @@ def test_rescaling_4_to_3_to_6(make_run: Callable[..., PaymentsRun]) -> None:
         run.assert_matches_reference()
 
 
+def test_consumers_that_key_alike_read_one_channel_written_once(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch)
+    completed = run.runner.driver.coordinator.completed.get(1)
+    balances = [h for a in completed.acks if a.task.startswith("balances#") for h in a.handles]
+    channels = [h for h in balances if h.name.startswith("channel-")]
+    # both sinks key balances' output by account_id with max parallelism 128
+    assert {h.name for h in channels} == {"channel-balances_table"}
+    assert all(h.meta["consumers"] == ["balances_table", "alerts"] for h in channels)
+    assert all(reads_channel(h, "alerts") for h in channels)
+    assert not any(reads_channel(h, "balances") for h in channels)
+    # every file's handle carries its rows' Spark schema: readers start no job for it
+    assert all(h.meta.get("spark_schema") for a in completed.acks for h in a.handles)
+    # and the next epoch, whose two sinks read that one channel, publishes the reference
+    run.epoch(1)
+    run.assert_matches_reference()
+
+
 def test_acks_record_each_tasks_metrics(
     make_run: Callable[..., PaymentsRun], after_first_epoch: Path
 ) -> None:
@@ -227,9 +247,7 @@ def test_acks_record_each_tasks_metrics(
 
     # a consumer's records in are exactly the rows its producer wrote for it
     for producer, consumer in (("dedup", "balances"), ("balances", "alerts")):
-        written = sum(
-            h.rows for a in of(producer) for h in a.handles if h.name == f"channel-{consumer}"
-        )
+        written = sum(h.rows for a in of(producer) for h in a.handles if reads_channel(h, consumer))
         assert written > 0
         assert sum(a.metrics.records_in for a in of(consumer)) == written
     # dedup reads the source itself: none of its rows came through a channel

@@ -10,9 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.runtime.api import Pipeline
+from batchpoint.state.format import FORMAT_VERSION, StateHandle
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -49,10 +51,17 @@ class StateTarget:
     def schema(self) -> pa.Schema:
         return self.pipeline.operators[self.operator].states[self.state]
 
+    @property
+    def format_version(self) -> int:
+        """The state format of the files (one per state: one writer wrote them all)."""
+        versions = {StateHandle.coerce(h).format for h in self.handles}
+        if len(versions) > 1:
+            raise BatchpointError(f"state {self.key} mixes file formats {sorted(versions)}")
+        return versions.pop() if versions else FORMAT_VERSION
+
     def with_key_groups(self) -> DataFrame:
         """The state with its `_key_group` column, as stored (no re-hashing of keys)."""
         from batchpoint.spark import keyed_io, state_io
-        from batchpoint.state.format import StateHandle
 
         return state_io.read_keyed_state(
             self.spark,
@@ -122,7 +131,7 @@ class RecomputeSample:
         from pyspark.sql import functions as F
 
         from batchpoint.spark import state_io
-        from batchpoint.state.format import KEY_GROUP_COLUMN
+        from batchpoint.state.format import KEY_GROUP_COLUMN, key_hash_of_format
 
         groups = sample_key_groups(target.max_parallelism, self.key_groups)
         keys = list(target.key_columns)
@@ -132,7 +141,14 @@ class RecomputeSample:
             .select(*keys, *self.compare)
         )
         events = self._source_rows(target)
-        group = state_io.key_group_column(self.source_key or keys, target.max_parallelism)
+        # The sample's key groups are the state's stored ones: place the source's keys
+        # with the hash of the format the state was written in.
+        group = state_io.key_group_column(
+            self.source_key or keys,
+            target.max_parallelism,
+            events.schema,
+            key_hash_of_format(target.format_version),
+        )
         sampled = events.where(group.isin(groups))
         expected = self.recompute(sampled).select(
             *keys, *[F.col(c).alias(f"_expected_{c}") for c in self.compare]

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from batchpoint.errors import BatchpointError, CheckpointError
@@ -54,12 +54,14 @@ class CheckpointAlreadySettled(CheckpointError):
 
 
 class StreamWrite(NamedTuple):
-    """One stream an operator attempt writes: a state, a consumer's channel, a sink."""
+    """One stream an operator attempt writes: a state, a channel, a sink. A channel is
+    read by every consumer in `consumers` (those that key it alike)."""
 
     df: DataFrame
     stream: str
     key_columns: tuple[str, ...]
     max_parallelism: int
+    consumers: tuple[str, ...] = ()
 
 
 class AttemptInterrupted(BatchpointError):
@@ -73,6 +75,18 @@ def state_stream(name: str) -> str:
 
 def channel_stream(consumer: str) -> str:
     return f"channel-{consumer}"
+
+
+#: Handle metadata naming every consumer of a channel written once for several.
+CONSUMERS_META = "consumers"
+
+
+def reads_channel(handle: FileHandle, consumer: str) -> bool:
+    """Whether `handle` is a file of a channel `consumer` reads: its own, or one written
+    once for several consumers that key the output alike."""
+    if handle.name == channel_stream(consumer):
+        return True
+    return handle.name.startswith("channel-") and consumer in handle.meta.get(CONSUMERS_META, ())
 
 
 SINK_STREAM = "sink"
@@ -375,25 +389,32 @@ class OperatorRunner:
         tags are per thread: each thread carries the attempt's `tag`. The files go into
         `handles` in the streams' order, whichever job finished first."""
 
+        def written(job: StreamWrite) -> dict[int, list[FileHandle]]:
+            files = write(job.df, job.stream, job.key_columns, job.max_parallelism)
+            if len(job.consumers) < 2:
+                return files
+            meta = {CONSUMERS_META: list(job.consumers)}
+            return {i: [replace(f, meta={**f.meta, **meta}) for f in fs] for i, fs in files.items()}
+
         def tagged(job: StreamWrite) -> dict[int, list[FileHandle]]:
             if tag is None:
-                return write(*job)
+                return written(job)
             self.spark.addTag(tag)
             try:
-                return write(*job)
+                return written(job)
             finally:
                 self.spark.removeTag(tag)
 
         started = time.monotonic()
         if len(writes) <= 1:
-            results = [write(*job) for job in writes]
+            results = [written(job) for job in writes]
         else:
             with ThreadPoolExecutor(len(writes), thread_name_prefix="batchpoint-write") as pool:
                 futures = {pool.submit(tagged, job): job.stream for job in writes}
                 self._log_write_progress(futures, started)
             results = [future.result() for future in futures]  # the first failure, in order
-        for written in results:
-            for subtask, files in written.items():
+        for stream_files in results:
+            for subtask, files in stream_files.items():
                 handles[subtask].extend(files)
 
     def _log_write_progress(self, futures: dict[Future[Any], str], started: float) -> None:
@@ -436,9 +457,14 @@ class OperatorRunner:
                 f"operator '{node.name}' returned no output but feeds "
                 f"{', '.join(c.name for c in consumers)}"
             )
+        # Consumers that key the output alike (key columns and max parallelism; the files
+        # are split by this operator's subtasks) read one channel, written once.
+        alike: dict[tuple[tuple[str, ...], int], list[str]] = {}
+        for c in consumers:
+            alike.setdefault((c.key_columns, c.max_parallelism), []).append(c.name)
         writes += [
-            StreamWrite(output, channel_stream(c.name), c.key_columns, c.max_parallelism)
-            for c in consumers
+            StreamWrite(output, channel_stream(names[0]), key, max_par, tuple(names))
+            for (key, max_par), names in alike.items()
         ]
         return writes
 
@@ -471,7 +497,7 @@ class OperatorRunner:
             for task, ack in acks.items()
             if split_task_name(task)[0] == name
             for h in ack.handles
-            if h.name == channel_stream(consumer)
+            if reads_channel(h, consumer)
         ]
 
     def _restored_state(

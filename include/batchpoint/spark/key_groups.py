@@ -1,8 +1,9 @@
 """Flink's key-group assignment as Spark columns.
 
-``_key_group`` is computed in Python by an Arrow UDF with batchpoint's stable key hash
-(Spark's own hash would differ from the one restores and the rest of batchpoint use);
-the subtask follows from the key group by plain integer arithmetic in SQL.
+``_key_group`` is ``pmod(xxhash64(keys), max_parallelism)`` in Spark SQL: computed in
+the JVM, with no Python worker round trip per row (KeyHash.XXHASH64, format 2). The
+format-1 hash (a Python function per row) stays for checks on old checkpoints. The
+subtask follows from the key group by plain integer arithmetic in SQL.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from batchpoint.state.format import RESERVED_COLUMNS, StateError
-from batchpoint.state.keygroups import assign_to_key_group
+from batchpoint.state.keygroups import KeyHash, assign_to_key_group
 
 #: Spark types whose Arrow -> Python values have a stable canonical encoding.
 KEY_TYPES = (
@@ -34,11 +35,19 @@ KEY_TYPES = (
 )
 
 
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+NULL_KEY_MESSAGE = (
+    "cannot assign a key group: a key column is null (keyed state needs non-null keys)"
+)
+
+
 def _key_groups_of(arrays: Sequence[pa.Array], max_parallelism: int) -> pa.Array:
     columns = [a.to_pylist() for a in arrays]
     keys: Iterable[Any] = columns[0] if len(columns) == 1 else zip(*columns, strict=True)
     try:
-        return pa.array([assign_to_key_group(k, max_parallelism) for k in keys], pa.int32())
+        return pa.array(
+            [assign_to_key_group(k, max_parallelism, KeyHash.BLAKE2B) for k in keys], pa.int32()
+        )
     except ValueError as exc:
         raise StateError(
             f"cannot assign a key group: {exc} (keyed state needs non-null keys)"
@@ -53,13 +62,44 @@ def _key_group_function(max_parallelism: int) -> Callable[..., pa.Array]:
     return key_groups
 
 
-def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Column:
-    """`_key_group` as a Spark column, computed with batchpoint's stable key hash (the one
-    `keygroups.assign_to_key_group` uses), not Spark's."""
-    from pyspark.sql.functions import arrow_udf
+def _hashed_as(field: T.StructField) -> Column:
+    """The key column as KeyHash.XXHASH64 hashes it: integers as bigint and floats as
+    double, so the same key value lands in the same key group whichever of those types
+    an operator, a channel or a sink gives it."""
+    column = F.col(f"`{field.name}`")
+    if isinstance(field.dataType, _INTEGRAL):
+        return column.cast(T.LongType())
+    if isinstance(field.dataType, T.FloatType):
+        return column.cast(T.DoubleType())
+    return column
 
-    udf = arrow_udf(_key_group_function(max_parallelism), T.IntegerType())
-    return udf(*[F.col(c) for c in key_columns])
+
+def key_group_column(
+    key_columns: Sequence[str],
+    max_parallelism: int,
+    schema: T.StructType,
+    key_hash: KeyHash = KeyHash.XXHASH64,
+) -> Column:
+    """`_key_group` of rows with `schema` (the DataFrame's), as files of the format that
+    uses `key_hash` store it; `keygroups.assign_to_key_group` gives the same groups. A
+    null key fails the Spark job: keyed state has no key group for it."""
+    if key_hash is KeyHash.BLAKE2B:
+        from pyspark.sql.functions import arrow_udf
+
+        udf = arrow_udf(_key_group_function(max_parallelism), T.IntegerType())
+        return udf(*[F.col(c) for c in key_columns])
+    fields = {f.name: f for f in schema.fields}
+    missing = [c for c in key_columns if c not in fields]
+    if missing:
+        raise StateError(
+            f"key columns {missing} are not in the rows (columns: {', '.join(fields)})"
+        )
+    any_null = F.lit(False)
+    for name in key_columns:
+        any_null = any_null | F.col(f"`{name}`").isNull()
+    hashed = F.xxhash64(*[_hashed_as(fields[c]) for c in key_columns])
+    group = F.pmod(hashed, F.lit(max_parallelism).cast(T.LongType())).cast(T.IntegerType())
+    return F.when(any_null, F.raise_error(F.lit(NULL_KEY_MESSAGE))).otherwise(group)
 
 
 def subtask_column(key_group: str, max_parallelism: int, parallelism: int) -> Column:

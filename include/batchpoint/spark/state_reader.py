@@ -269,7 +269,10 @@ def _read(
     if wanted.start < 0 or wanted.end >= max_par or wanted.size == 0:
         raise StateError(f"state '{state}': key groups {wanted} are not within 0..{max_par - 1}")
     chosen = check_coverage(chosen, wanted, f"state '{state}' key groups {wanted}")
-    if schema is None:
+    if schema is None and chosen[0].spark_schema:
+        # The writer recorded it; each task still checks its file's header fingerprint.
+        struct = T.StructType.fromJson(json.loads(chosen[0].spark_schema))
+    elif schema is None:
         stored = stored_schema(spark, store, chosen[0])
         struct = from_arrow_schema(pa.schema(f for f in stored if f.name != KEY_GROUP_COLUMN))
     else:
@@ -320,8 +323,9 @@ def read_keyed_state(
     For a restore at a new parallelism, a new subtask passes its own range
     (``key_group_range_for_subtask``): only the old files that overlap it are read, and
     only its key groups are kept. The handles must cover the range exactly once.
-    `schema` (a StructType or DDL string) must match the files' schema; None reads it
-    from the first file. Each file's size and sha256 are checked against its handle.
+    `schema` (a StructType or DDL string) must match the files' schema; None takes the
+    one their handles record (or, for older handles, reads it from the first file). Each
+    file's size and sha256 are checked against its handle.
     """
     return _read(
         spark,

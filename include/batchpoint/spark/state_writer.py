@@ -68,6 +68,7 @@ class _WriteSpec:
     parallelism: int
     file_schema: pa.Schema
     fingerprint: str
+    spark_schema: str
     target_file_bytes: int
     row_group_bytes: int
     on_subtask_written: SubtaskHook | None = None
@@ -197,6 +198,7 @@ class _SubtaskWriter:
                 parallelism=spec.parallelism,
                 max_parallelism=spec.max_parallelism,
                 task_attempt=self.task_attempt,
+                spark_schema=spec.spark_schema,
             )
         )
         self._file_start = end + 1
@@ -281,12 +283,13 @@ def write_keyed_state(
         parallelism=parallelism,
         file_schema=file_schema(state_schema, header),
         fingerprint=fingerprint,
+        spark_schema=df.schema.json(),
         target_file_bytes=target_file_bytes,
         row_group_bytes=row_group_bytes,
         on_subtask_written=on_subtask_written,
         before_subtask_write=before_subtask_write,
     )
-    key_group = key_group_column(key_columns, max_parallelism)
+    key_group = key_group_column(key_columns, max_parallelism, df.schema)
     by_subtask = (
         df.withColumn(KEY_GROUP_COLUMN, key_group)
         .withColumn(

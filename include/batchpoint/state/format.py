@@ -28,9 +28,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from batchpoint.errors import BatchpointError
-from batchpoint.state.keygroups import KeyGroupRange, key_group_range_for_subtask
+from batchpoint.state.keygroups import KeyGroupRange, KeyHash, key_group_range_for_subtask
 
-FORMAT_VERSION = 1
+#: What is written: 2 places keys with Spark's xxhash64 (KeyHash.XXHASH64).
+FORMAT_VERSION = 2
+#: What is read. Format 1 (the Python BLAKE2B key hash) differs only in how the stored
+#: `_key_group` was computed: restores filter on the stored column and new snapshots
+#: rehash every row, so old checkpoints restore as they are.
+READABLE_FORMATS = (1, 2)
 KEY_GROUP_COLUMN = "_key_group"
 #: Used while writing and when reading for a new parallelism; never stored in files.
 SUBTASK_COLUMN = "_subtask"
@@ -154,11 +159,20 @@ def read_header(schema: pa.Schema, path: str) -> dict[str, Any]:
         header = json.loads(raw)
     except ValueError as exc:
         raise StateFileCorrupt(path, f"unreadable header ({exc})") from None
-    if header.get("format") != FORMAT_VERSION:
+    if header.get("format") not in READABLE_FORMATS:
         raise StateFileCorrupt(
-            path, f"format version {header.get('format')!r}, this batchpoint reads {FORMAT_VERSION}"
+            path,
+            f"format version {header.get('format')!r}, this batchpoint reads "
+            f"{', '.join(map(str, READABLE_FORMATS))}",
         )
     return header
+
+
+def key_hash_of_format(version: int) -> KeyHash:
+    """The key hash that placed the rows of files of format `version`."""
+    if version not in READABLE_FORMATS:
+        raise StateError(f"state format {version} is not one this batchpoint reads")
+    return KeyHash.BLAKE2B if version == 1 else KeyHash.XXHASH64
 
 
 # --- handles --------------------------------------------------------------------------
@@ -180,9 +194,12 @@ class StateHandle:
     max_parallelism: int = 0
     task_attempt: str = ""
     format: int = FORMAT_VERSION
+    # The rows' Spark schema (StructType JSON): a reader needs neither a Spark job nor a
+    # download to learn it. Empty in handles written before it was recorded.
+    spark_schema: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "path": self.path,
             "size": self.size,
             "sha256": self.sha256,
@@ -196,6 +213,9 @@ class StateHandle:
             "task_attempt": self.task_attempt,
             "format": self.format,
         }
+        if self.spark_schema:
+            body["spark_schema"] = self.spark_schema
+        return body
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> StateHandle:
@@ -212,7 +232,9 @@ class StateHandle:
                 parallelism=int(body.get("parallelism", 0)),
                 max_parallelism=int(body.get("max_parallelism", 0)),
                 task_attempt=str(body.get("task_attempt", "")),
-                format=int(body.get("format", FORMAT_VERSION)),
+                # Every handle has named its format; one that does not predates format 2.
+                format=int(body.get("format", 1)),
+                spark_schema=str(body.get("spark_schema", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"state handle {dict(body)!r} is malformed: {exc!r}") from None

@@ -2,12 +2,24 @@
 
 A key hashes to one of `max_parallelism` key groups; subtask i of an operator with
 parallelism p owns a contiguous range of them. The hash must be the same in every
-process, machine and Python version (Python's hash() is salted per process), so it is
-computed from a canonical byte encoding of the key.
+process, machine and Python version (Python's hash() is salted per process).
+
+Two hashes exist, told apart by the state format version of the files:
+
+- XXHASH64 (format 2, what is written today): Spark SQL's ``xxhash64`` of the key
+  columns, integral columns widened to bigint and floats to double first so that a key
+  hashes alike whatever integer or float type carries it, then ``pmod`` by max
+  parallelism. Spark computes it in the JVM; ``state.xxhash64`` is the same function
+  in Python for the few places that place a key by hand.
+- BLAKE2B (format 1): blake2b of a canonical JSON encoding, computed per row by a
+  Python UDF; kept so that checkpoints written with it still restore and verify.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
 import hashlib
 import json
 from collections.abc import Sequence
@@ -15,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import PipelineSpecError
+from batchpoint.state.xxhash64 import spark_xxhash64
 
 #: Flink's upper bound for max parallelism (2^15).
 UPPER_BOUND_MAX_PARALLELISM = 1 << 15
@@ -75,12 +88,52 @@ def canonical_key_bytes(key: Any) -> bytes:
     return json.dumps(normalised, separators=(",", ":")).encode()
 
 
+class KeyHash(enum.Enum):
+    """How a key becomes a key group; which one a file used follows from its format."""
+
+    BLAKE2B = 1  # format 1: a Python function per row
+    XXHASH64 = 2  # format 2: Spark SQL, in the JVM
+
+
 def key_hash(key: Any) -> int:
+    """The format-1 hash (BLAKE2B)."""
     return int.from_bytes(hashlib.blake2b(canonical_key_bytes(key), digest_size=8).digest(), "big")
 
 
-def assign_to_key_group(key: Any, max_parallelism: int) -> int:
-    return key_hash(key) % max_parallelism
+def _xxhash_part(part: Any) -> tuple[str, object]:
+    """A Python key value as the Spark column it was hashed as (see KeyHash.XXHASH64)."""
+    if part is None:
+        raise ValueError("a key column is null")
+    if hasattr(part, "item") and not isinstance(part, str | bytes):  # numpy scalars
+        part = part.item()
+    if isinstance(part, bool):
+        return "int", int(part)
+    if isinstance(part, int):
+        return "long", part
+    if isinstance(part, float):
+        return "double", part
+    if isinstance(part, str | bytes | bytearray):
+        return "bytes", part
+    if isinstance(part, datetime.datetime):
+        raise ValueError("timestamps cannot be key columns")
+    if isinstance(part, datetime.date):
+        return "int", (part - datetime.date(1970, 1, 1)).days
+    if isinstance(part, decimal.Decimal):
+        # Spark hashes a decimal by its unscaled value at the column's declared scale,
+        # which a Python Decimal does not carry.
+        raise ValueError("decimal keys are placed by Spark only: give the column's key group")
+    raise ValueError(f"a key column of type {type(part).__name__} has no key hash")
+
+
+def assign_to_key_group(
+    key: Any, max_parallelism: int, key_hash_kind: KeyHash = KeyHash.XXHASH64
+) -> int:
+    """The key group of `key` (a scalar or a tuple of scalars, in key-column order)."""
+    if key_hash_kind is KeyHash.BLAKE2B:
+        return key_hash(key) % max_parallelism
+    parts = list(key) if isinstance(key, tuple | list) else [key]
+    # Python's % with a positive modulus is Spark's pmod of the signed hash.
+    return spark_xxhash64([_xxhash_part(p) for p in parts]) % max_parallelism
 
 
 def check_parallelism(parallelism: int, max_parallelism: int, what: str) -> None:
@@ -111,7 +164,9 @@ def subtask_for_key_group(max_parallelism: int, parallelism: int, key_group: int
     return key_group * parallelism // max_parallelism
 
 
-def subtask_for_key(key: Any, max_parallelism: int, parallelism: int) -> int:
+def subtask_for_key(
+    key: Any, max_parallelism: int, parallelism: int, key_hash_kind: KeyHash = KeyHash.XXHASH64
+) -> int:
     return subtask_for_key_group(
-        max_parallelism, parallelism, assign_to_key_group(key, max_parallelism)
+        max_parallelism, parallelism, assign_to_key_group(key, max_parallelism, key_hash_kind)
     )
