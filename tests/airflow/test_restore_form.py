@@ -160,3 +160,16 @@ def test_without_a_configured_gate_skip_names_are_still_checked(bp):
         "dry_run": True,
     }
     assert check["checks"][0]["gate"] is None
+
+
+def test_the_claim_field_reaches_the_restore(bp):
+    restores = Restores(bp, INTEGRITY_ONLY)
+    restores.epochs(2)
+    state, states, _ = restores.run(source="1", dry_run=False, claim=True)
+    assert state == "success", states
+    entry = restores.driver.coordinator.control.load().retained_entry(1)
+    assert restores.head == 1 and entry is not None and entry.claimed
+    # left out, the restore does not claim
+    state, states, _ = restores.run(source="2", dry_run=False)
+    assert state == "success", states
+    assert not restores.driver.coordinator.control.load().retained_entry(2).claimed

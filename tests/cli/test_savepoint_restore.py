@@ -95,6 +95,19 @@ def test_restore_dry_run_changes_nothing(driver, capsys):
     assert driver.coordinator.head.get().checkpoint_id == 2
 
 
+@pytest.mark.parametrize("claim", [False, True], ids=["no-claim", "claim"])
+def test_restore_claims_a_savepoint_only_when_asked(driver, capsys, claim):
+    savepoint = epoch(driver, CheckpointType.SAVEPOINT)
+    epoch(driver)
+    code = main(["--pipeline-ref", REF, "restore", str(savepoint), *(["--claim"] if claim else [])])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    said = "claimed: retention may now drop it" if claim else "not claimed: it stays retained"
+    assert said in out
+    entry = driver.coordinator.control.load().retained_entry(savepoint)
+    assert entry is not None and entry.claimed is claim and entry.subsumable is claim
+
+
 def test_restore_from_a_savepoint_with_a_new_parallelism(driver, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHPOINT_SAVEPOINT_ROOTS", tmp_path.as_uri())
     sp = epoch(driver, CheckpointType.SAVEPOINT)

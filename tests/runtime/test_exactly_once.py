@@ -227,6 +227,14 @@ def test_consumers_that_key_alike_read_one_channel_written_once(
     assert not any(reads_channel(h, "balances") for h in channels)
     # every file's handle carries its rows' Spark schema: readers start no job for it
     assert all(h.meta.get("spark_schema") for a in completed.acks for h in a.handles)
+    # balances_table (no function of its own) stages that channel's files by reference;
+    # alerts filters them, so it writes its own
+    (table_ack,) = [a for a in completed.acks if a.task.startswith("balances_table#")]
+    assert {h.path for h in table_ack.handles} == {h.path for h in channels}
+    assert all(h.name == "sink" and h.meta["adopted_from"] for h in table_ack.handles)
+    assert table_ack.state_size == 0 and table_ack.rows == sum(h.rows for h in channels)
+    (alerts_ack,) = [a for a in completed.acks if a.task.startswith("alerts#")]
+    assert not any(h.meta.get("adopted_from") for h in alerts_ack.handles)
     # and the next epoch, whose two sinks read that one channel, publishes the reference
     run.epoch(1)
     run.assert_matches_reference()

@@ -361,6 +361,17 @@ def restore_params(pipeline: Pipeline) -> dict[str, Param]:
                 "quarantine, no stored quality report."
             ),
         ),
+        "claim": Param(
+            False,
+            type="boolean",
+            title="Claim the restored checkpoint",
+            description=(
+                "CLAIM mode: the pipeline takes ownership of what it restores, so "
+                "retention drops it (and GC deletes its files) once newer checkpoints "
+                "complete, even a savepoint. Off (NO_CLAIM): it stays retained as it was. "
+                "A savepoint folder is copied in and never deleted either way."
+            ),
+        ),
         "quality_gate": Param(
             True,
             type="boolean",

@@ -352,6 +352,7 @@ def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, s
                 ("source", "checkpoint", str(cid)),
                 ("parallelism", "new parallelism", None),
                 ("dry_run", "dry run", True),
+                ("claim", "claim it (retention may then drop it)", False),
                 ("quality_gate", "quality gate", True),
             ],
         )

@@ -85,6 +85,7 @@ def cmd_restore(cmd: Command) -> int:
         parallelism=args.parallelism,
         checksums=args.checksums,
         dry_run=args.dry_run,
+        claim=args.claim,
         store_options=settings.store_options,
         savepoint_roots=settings.savepoint_roots,
         progress=cmd.out.note,
@@ -117,6 +118,11 @@ def report_text(run: RestoreRun) -> str:
             f"(restore generation {result.restore_generation})"
             + (f", imported from {result.imported_from}" if result.imported_from else "")
             + (f", parallelism {result.parallelism}" if result.parallelism else "")
+            + (
+                "; claimed: retention may now drop it"
+                if result.claimed
+                else "; not claimed: it stays retained as it was"
+            )
         )
     return "\n".join(lines)
 
@@ -159,6 +165,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "--dry-run",
         action="store_true",
         help="check and report only: the head is not moved, nothing quarantined or stored",
+    )
+    p.add_argument(
+        "--claim",
+        action="store_true",
+        help="CLAIM mode: the pipeline takes ownership of the restored checkpoint, so "
+        "retention drops it (and GC deletes its files) once newer checkpoints complete, "
+        "even a savepoint; default NO_CLAIM: it stays as retained as it was",
     )
     p.add_argument(
         "--checksums",

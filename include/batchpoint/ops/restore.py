@@ -77,13 +77,15 @@ def restore(
     checksums: bool | None = None,
     dry_run: bool = False,
     check_only: bool = False,
+    claim: bool = False,
     store_options: Mapping[str, str] | None = None,
     savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
 ) -> RestoreRun:
     """Find and check the candidates, then restore to the chosen one. A dry run writes
     nothing; `check_only` stops before the restore too, having written only what the
-    gate records (the reports, the quarantine of those it fails)."""
+    gate records (the reports, the quarantine of those it fails). `claim`: CLAIM mode
+    (RestorePlanner.apply)."""
     planner = RestorePlanner(
         driver,
         gate=gate.gate,
@@ -95,7 +97,7 @@ def restore(
     )
     run = RestoreRun(planner.plan(source, parallelism), gate, options, dry_run)
     if not (run.refused or dry_run or check_only):
-        run.result = planner.apply(run.plan)  # the gate is not asked again
+        run.result = planner.apply(run.plan, claim=claim)  # the gate is not asked again
     return run
 
 
@@ -104,6 +106,7 @@ def apply_restore(
     chosen: Mapping[str, Any],
     parallelism: Any = None,
     *,
+    claim: bool = False,
     store_options: Mapping[str, str] | None = None,
     savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
@@ -116,4 +119,4 @@ def apply_restore(
         driver, store_options=store_options, progress=progress, savepoint_roots=savepoint_roots
     )
     plan = planner.plan(RestoreSource.parse(source), parallelism or None)
-    return planner.apply(plan)
+    return planner.apply(plan, claim=claim)

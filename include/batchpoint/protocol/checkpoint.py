@@ -265,7 +265,9 @@ class AckRecord(records.VersionedRecord):
 
     @property
     def state_size(self) -> int:
-        return sum(h.size for h in self.handles)
+        """Bytes this task wrote: a file it references but another task wrote (a sink
+        staging its input channel by reference) is counted once, by its writer."""
+        return sum(h.size for h in self.handles if not h.meta.get("adopted_from"))
 
     @property
     def rows(self) -> int:

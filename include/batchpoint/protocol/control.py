@@ -56,18 +56,26 @@ class RetainedEntry:
     type: CheckpointType
     completed_at: float
     retain_forever: bool = False
+    # A restore in CLAIM mode took ownership of it: subsumed and collected like any
+    # checkpoint once newer ones complete, even a savepoint (Flink's RestoreMode.CLAIM).
+    claimed: bool = False
 
     @property
     def subsumable(self) -> bool:
+        if self.claimed:
+            return True
         return self.type is CheckpointType.CHECKPOINT and not self.retain_forever
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "id": self.checkpoint_id,
             "type": self.type.value,
             "completed_at": to_iso(self.completed_at),
             "retain_forever": self.retain_forever,
         }
+        if self.claimed:
+            body["claimed"] = True
+        return body
 
     @classmethod
     def from_json(cls, key: str, body: Mapping[str, Any]) -> RetainedEntry:
@@ -76,6 +84,7 @@ class RetainedEntry:
             _type(key, body.get("type")),
             from_iso(key, body.get("completed_at")),
             bool(body.get("retain_forever", False)),
+            bool(body.get("claimed", False)),
         )
 
 

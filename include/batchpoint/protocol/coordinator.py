@@ -55,7 +55,7 @@ from batchpoint.protocol.decider import CheckpointRequestDecider, base_of
 from batchpoint.protocol.failures import CheckpointFailureManager, PipelineStatus
 from batchpoint.protocol.head import HeadStore
 from batchpoint.protocol.ids import CheckpointIDCounter
-from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.layout import PipelineLayout, split_task_name
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.reads import AckProgress, CheckpointReads
 from batchpoint.protocol.restorer import CheckpointRestorer, RestoreResult
@@ -260,10 +260,11 @@ class CheckpointCoordinator(CheckpointReads):
         return TaskAcknowledgeResult.DUPLICATE
 
     def _discard_attempt_files(self, ack: AckRecord) -> None:
-        # Only this attempt's own files: under this checkpoint's data folder, in a folder
-        # named by the attempt id. A handle pointing anywhere else could be another
-        # checkpoint's or another attempt's file, which is never ours to delete.
-        data = self.layout.data_prefix(ack.checkpoint_id)
+        # Only this attempt's own files: under its operator's data folder in this
+        # checkpoint, in a folder named by the attempt id. A handle pointing anywhere else
+        # is another checkpoint's, another attempt's or another task's file (a sink
+        # references its input channel's files), which is never ours to delete.
+        data = self.layout.operator_data_prefix(ack.checkpoint_id, split_task_name(ack.task)[0])
         own = [
             h.path
             for h in ack.handles
@@ -529,12 +530,17 @@ class CheckpointCoordinator(CheckpointReads):
     # == restore and reset ===============================================================
 
     def restore(
-        self, checkpoint_id: int | None = None, *, checksums: bool | None = None
+        self,
+        checkpoint_id: int | None = None,
+        *,
+        checksums: bool | None = None,
+        claim: bool = False,
     ) -> RestoreResult:
         """Point the head at a retained completed checkpoint or savepoint (the newest
         intact, unquarantined one when none is given) in one CAS, then rewind the sinks.
-        Returns a RestoreResult (head, findings); see protocol/restorer.py."""
-        return CheckpointRestorer(self).restore(checkpoint_id, checksums=checksums)
+        `claim`: take ownership of it (CLAIM mode; see protocol/restorer.py). Returns a
+        RestoreResult (head, findings)."""
+        return CheckpointRestorer(self).restore(checkpoint_id, checksums=checksums, claim=claim)
 
     def finish_restore(self) -> None:
         """Roll a restore that has not rewound its sinks forward (any actor may)."""

@@ -64,8 +64,18 @@ class CheckpointRestorer:
         self._c = coordinator
 
     def restore(
-        self, checkpoint_id: int | None = None, *, checksums: bool | None = None
+        self,
+        checkpoint_id: int | None = None,
+        *,
+        checksums: bool | None = None,
+        claim: bool = False,
     ) -> RestoreResult:
+        """Move the head to `checkpoint_id` (or the newest restorable). With `claim`
+        (Flink's CLAIM mode) the pipeline takes ownership of the restored checkpoint: a
+        savepoint or a checkpoint kept forever becomes subsumable, so retention drops it
+        once newer checkpoints complete and GC deletes its files. Without (NO_CLAIM, the
+        default) it stays exactly as retained as before. Either way the first new
+        checkpoint shares no file with it: every checkpoint is a full snapshot."""
         c = self._c
         checksums = c.config.restore_verify_checksums if checksums is None else checksums
         self.finish()
@@ -86,7 +96,7 @@ class CheckpointRestorer:
         for cid in candidates:
             problem = self.problem(cid, checksums)
             if problem is None:
-                moved = self._move(cid)
+                moved = self._move(cid, claim)
                 if moved is not None:
                     self.finish()
                     return RestoreResult(HeadPointer.of(moved), tuple(findings))
@@ -130,12 +140,19 @@ class CheckpointRestorer:
             )
         return found[0]
 
-    def _move(self, target: int) -> ControlRecord | None:
+    def _move(self, target: int, claim: bool) -> ControlRecord | None:
         now = self._c.clock()
 
         def move(current: ControlRecord | None) -> ControlRecord | None:
-            if current is None or current.retained_entry(target) is None:
+            entry = None if current is None else current.retained_entry(target)
+            if current is None or entry is None:
                 return None
+            if claim and not entry.claimed:
+                retained = tuple(
+                    replace(e, claimed=True) if e.checkpoint_id == target else e
+                    for e in current.retained
+                )
+                current = replace(current, retained=retained)
             generation = current.restore_generation + 1
             abandoned = sorted(p.checkpoint_id for p in current.pending)
             moved = replace(

@@ -155,7 +155,7 @@ class SavepointMetadata(records.VersionedRecord):
 
     @property
     def state_size(self) -> int:
-        return sum(h.size for h in self.handles)
+        return sum(ack.state_size for ack in self.acks)
 
     def to_body(self) -> dict[str, Any]:
         return {
@@ -253,7 +253,9 @@ def export_savepoint(
             copies.append((handle.path, target.key(relative)))
             handles.append(replace(handle, path=relative))
         acks.append(replace(ack, handles=tuple(handles)))
-    total = sum(h.size for h in completed.handles)
+    # A file two handles name (a sink staging its input by reference) is copied once.
+    copies = list(dict.fromkeys(copies))
+    total = completed.state_size
     _say(progress, f"exporting checkpoint {checkpoint_id}: {len(copies)} file(s) to {target}")
     copy_objects(coordinator.store, target.store, copies, progress=progress)
     metadata = SavepointMetadata(
@@ -380,10 +382,12 @@ def import_savepoint(
         f"importing savepoint {location.uri} as checkpoint {checkpoint_id}: "
         f"{len(metadata.handles)} file(s)",
     )
-    copies = [
-        (location.key(h.path), _imported_path(layout, checkpoint_id, h.path))
-        for h in metadata.handles
-    ]
+    copies = list(
+        dict.fromkeys(
+            (location.key(h.path), _imported_path(layout, checkpoint_id, h.path))
+            for h in metadata.handles
+        )
+    )
     copy_objects(location.store, coordinator.store, copies, progress=progress)
     for ack in metadata.acks:
         handles = [

@@ -102,14 +102,16 @@ class PipelineDriver:
         parallelism: Mapping[str, int] | None = None,
         *,
         checksums: bool | None = None,
+        claim: bool = False,
     ) -> RestoreResult:
         """Move the head (one CAS, the target validated: retained, unquarantined, files
-        intact) and rewind every sink; see protocol/restorer.py."""
+        intact) and rewind every sink; `claim` takes ownership of the target (CLAIM
+        mode); see protocol/restorer.py."""
         if checkpoint_id is not None and self.coordinator.status(checkpoint_id) is None:
             raise RestoreRefused(
                 f"pipeline '{self.pipeline.name}' has no checkpoint {checkpoint_id}"
             )
-        result = self.coordinator.restore(checkpoint_id, checksums=checksums)
+        result = self.coordinator.restore(checkpoint_id, checksums=checksums, claim=claim)
         if parallelism:
             self.rescale(parallelism)
         return result

@@ -348,6 +348,7 @@ class RestoreResult:
     imported_from: str | None
     parallelism: dict[str, int]
     published: list[str]
+    claimed: bool = False  # CLAIM mode: retention may drop the restored checkpoint
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -477,10 +478,12 @@ class RestorePlanner:
                 check.gate = GateResult(False, f"the gate raised: {exc}")
         return check
 
-    def apply(self, plan: RestorePlan) -> RestoreResult:
+    def apply(self, plan: RestorePlan, *, claim: bool = False) -> RestoreResult:
         """Restore to the plan's chosen candidate: import a savepoint first (new id),
         then move the head (new restore generation, pending checkpoints aborted), rewind
-        the sinks to it, and register the new parallelism."""
+        the sinks to it, and register the new parallelism. `claim` (CLAIM mode): the
+        pipeline owns the restored checkpoint from now on, so retention may drop it;
+        a savepoint folder is copied in either mode and never deleted."""
         chosen = plan.chosen
         if chosen is None:
             raise RestoreRefused(plan.refusal())
@@ -499,8 +502,10 @@ class RestorePlanner:
         # The plan read every sha256 already (or the gate did): the restore's own check
         # of the target needs only the sizes, unless the files are a fresh import.
         recheck = None if chosen.savepoint is not None or not self._verified else False
+        if claim:
+            self.progress(f"claiming checkpoint {checkpoint_id}: retention may now drop it")
         head: HeadPointer = self.driver.restore(
-            checkpoint_id, plan.parallelism or None, checksums=recheck
+            checkpoint_id, plan.parallelism or None, checksums=recheck, claim=claim
         )
         # A savepoint's (or a never-published checkpoint's) sink output becomes visible
         # now, not only with the next epoch; publishing is idempotent otherwise.
@@ -514,4 +519,5 @@ class RestorePlanner:
             imported_from,
             plan.parallelism,
             published,
+            claim,
         )

@@ -33,6 +33,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import split_task_name
+from batchpoint.runtime.adopted_channels import adopt_channel
 from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkDef, SourceDef
 from batchpoint.runtime.faults import maybe_fail, spark_task_fault, spark_task_pause
 from batchpoint.runtime.task_metrics import channel_rows_by_subtask
@@ -311,6 +312,16 @@ class OperatorRunner:
         base = self._align(pending, node.inputs)
         aligned = time.monotonic()
         channels = {name: self._channel_files(pending, name, node.name) for name in node.inputs}
+        if isinstance(node, SinkDef) and node.fn is None and len(node.inputs) == 1:
+            files = channels[node.inputs[0]]
+            adopted = adopt_channel(files, SINK_STREAM, node.max_parallelism, parallelism)
+            if adopted is not None:
+                report.timed_async(report.timed_sync(aligned))
+                self.log(
+                    f"snapshot: sink staged by reference: {len(files)} file(s) of "
+                    f"{node.inputs[0]}'s channel, already keyed for it (no Spark job)"
+                )
+                return adopted
         inputs = {
             name: self._input_df(pending, name, node.name, channels[name]) for name in node.inputs
         }

@@ -116,18 +116,20 @@ class RestoreOperator(BatchpointOperator):
     savepoint, move the head (new restore generation), rewind the sinks, register the
     new parallelism. The next checkpoint run continues from there."""
 
-    template_fields = ("dry_run",)
+    template_fields = ("dry_run", "claim")
 
     def __init__(
         self,
         *,
         check_task_id: str = "check",
         dry_run: bool | str = "{{ params.dry_run }}",
+        claim: bool | str = "{{ params.claim }}",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.check_task_id = check_task_id
         self.dry_run = dry_run
+        self.claim = claim  # CLAIM mode (RestorePlanner.apply); a DAG without the param: no
 
     def execute(self, context: Context) -> dict[str, Any]:
         report = context["ti"].xcom_pull(task_ids=self.check_task_id) or {}
@@ -139,6 +141,7 @@ class RestoreOperator(BatchpointOperator):
                 self.driver(settings),
                 report.get("restore") or {},
                 report.get("parallelism"),
+                claim=template_flag(self.claim),
                 store_options=settings.store_options,
                 savepoint_roots=settings.savepoint_roots,
                 progress=self.log.info,
@@ -146,10 +149,11 @@ class RestoreOperator(BatchpointOperator):
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info(
-            "restored '%s' to checkpoint %s (restore generation %s)",
+            "restored '%s' to checkpoint %s (restore generation %s, %s)",
             result.pipeline,
             result.checkpoint_id,
             result.restore_generation,
+            "claimed" if result.claimed else "not claimed",
         )
         metrics.restored(result.pipeline)
         return result.to_json()
