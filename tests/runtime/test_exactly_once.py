@@ -22,6 +22,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
     TaskAcknowledgeResult,
 )
+from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint, export_savepoint
 from batchpoint.runtime.faults import InjectedKill
 from batchpoint.runtime.runner import reads_channel
 from support.payments import PaymentsRun
@@ -41,7 +42,7 @@ def _data_files(run: PaymentsRun, checkpoint_id: int) -> set[str]:
 
 def _referenced(run: PaymentsRun, checkpoint_id: int) -> set[str]:
     completed = run.runner.driver.coordinator.completed.get(checkpoint_id)
-    return {h.path for h in completed.handles}
+    return {h.path for h in completed.durable_handles}
 
 
 @pytest.mark.parametrize(
@@ -236,6 +237,29 @@ def test_consumers_that_key_alike_read_one_channel_written_once(
     (alerts_ack,) = [a for a in completed.acks if a.task.startswith("alerts#")]
     assert not any(h.meta.get("adopted_from") for h in alerts_ack.handles)
     # and the next epoch, whose two sinks read that one channel, publishes the reference
+    run.epoch(1)
+    run.assert_matches_reference()
+
+
+def test_channels_are_collected_once_the_epoch_completes(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch)
+    c = run.runner.driver.coordinator
+    completed = c.completed.get(1)
+    channels = {h.path for h in completed.handles if h.name.startswith("channel-")}
+    durable = {h.path for h in completed.durable_handles}
+    staged_by_sink = channels & durable  # balances' channel, the balances_table sink's files
+    assert staged_by_sink and channels - durable
+    gc(c)
+    assert not any(run.store.exists(p) for p in channels - durable)
+    assert all(run.store.exists(p) for p in durable)
+    # without its channels the checkpoint still restores, and exports a whole savepoint
+    run.runner.driver.restore(1)
+    target = SavepointLocation(run.store, "savepoints/after-gc")
+    report = export_savepoint(c, 1, target)
+    assert report.files == len(durable) and check_savepoint(target) == []
+    # and the next epoch continues from it exactly once
     run.epoch(1)
     run.assert_matches_reference()
 

@@ -50,14 +50,15 @@ from batchpoint.airflow.operators import (
     TriggerCheckpointOperator,
     TriggerSavepointOperator,
 )
+from batchpoint.airflow.restore_form import restore_form_table, restore_params
 from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.errors import ConfigError
 from batchpoint.ops.epoch import epoch_tasks
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
-from batchpoint.quality.suites import audit_enabled, quality_of, skippable_names
+from batchpoint.quality.suites import audit_enabled
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.loader import load_pipeline
-from batchpoint.runtime.restore import RestoreGate, ungated_phrase
+from batchpoint.runtime.restore import RestoreGate
 
 OPERATOR_GROUP = "operators"
 AUDIT_TASK = "audit"
@@ -323,106 +324,6 @@ def build_savepoint_dag(
     return dag
 
 
-GATE_SECTION = "Quality gate"
-
-
-def restore_params(pipeline: Pipeline) -> dict[str, Param]:
-    """The restore DAG's trigger form. Every value is plain JSON (the Airflow 3 UI builds
-    the form from the params' JSON schema); the check task validates them again."""
-    skippable = skippable_names(pipeline, quality_of(pipeline))
-    skip_extra: dict[str, Any] = {"examples": skippable} if skippable else {}
-    return {
-        "source": Param(
-            "latest",
-            type="string",
-            minLength=1,
-            title="Restore from",
-            description=(
-                "latest (the newest retained checkpoint that passes the checks, else "
-                "older ones), a checkpoint id, or a savepoint folder (s3://..., "
-                "file:///..., or a path under the storage root)."
-            ),
-        ),
-        "parallelism": Param(
-            None,
-            type=["null", "integer", "object"],
-            title="New parallelism",
-            description=(
-                "Empty: keep it. An integer: every operator and sink. An object: "
-                'per operator, e.g. {"balances": 4}.'
-            ),
-        ),
-        "dry_run": Param(
-            False,
-            type="boolean",
-            title="Dry run",
-            description=(
-                "Only check the candidates and report; change nothing: no restore, no "
-                "quarantine, no stored quality report."
-            ),
-        ),
-        "claim": Param(
-            False,
-            type="boolean",
-            title="Claim the restored checkpoint",
-            description=(
-                "CLAIM mode: the pipeline takes ownership of what it restores, so "
-                "retention drops it (and GC deletes its files) once newer checkpoints "
-                "complete, even a savepoint. Off (NO_CLAIM): it stays retained as it was. "
-                "A savepoint folder is copied in and never deleted either way."
-            ),
-        ),
-        "quality_gate": Param(
-            True,
-            type="boolean",
-            title="Quality gate",
-            description=(
-                "Check each candidate's integrity and state suites before restoring it. "
-                "Turning it off checks only that the files are there, and needs the "
-                "confirmation below."
-            ),
-            section=GATE_SECTION,
-        ),
-        "confirm_ungated": Param(
-            "",
-            type="string",
-            title="Confirm a restore without the gate",
-            description=(
-                f'Only with the quality gate off: type exactly "{ungated_phrase(pipeline.name)}".'
-            ),
-            section=GATE_SECTION,
-        ),
-        "max_candidates": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            title="How far back",
-            description=(
-                "For latest: examine at most this many of the newest retained checkpoints "
-                "(quarantined ones included). Empty: all of them."
-            ),
-            section=GATE_SECTION,
-        ),
-        "skip_suites": Param(
-            [],
-            type="array",
-            items={"type": "string"},
-            title="Suites to skip",
-            description=(
-                "Suites, checks or operator/state names the gate does not run for this "
-                "restore. "
-                + (
-                    f"Declared: {', '.join(skippable)}."
-                    if skippable
-                    else "This pipeline declares none."
-                )
-            ),
-            section=GATE_SECTION,
-            **skip_extra,
-        ),
-    }
-
-
 def build_restore_dag(
     pipeline: Pipeline,
     ref: str,
@@ -561,32 +462,6 @@ with the Airflow connection `{deployment.api_conn_id}` (http: host, port, login,
 """
 
 
-def _restore_form_table(pipeline: Pipeline) -> str:
-    rows = [
-        ("Dry run", "check and report only: nothing restored, quarantined or stored"),
-        (
-            "Quality gate",
-            "on by default; a candidate the gate fails is quarantined (never offered "
-            "again until released)",
-        ),
-        (
-            "Confirm a restore without the gate",
-            f"with the gate off, type exactly `{ungated_phrase(pipeline.name)}`, "
-            "else `check` fails at once",
-        ),
-        (
-            "How far back",
-            "for *latest*: at most this many of the newest retained checkpoints (empty: all)",
-        ),
-        (
-            "Suites to skip",
-            "suite, check or `operator/state` names the gate does not run; unknown names "
-            "fail `check`",
-        ),
-    ]
-    return "| field | meaning |\n|---|---|\n" + "\n".join(f"| *{k}* | {v} |" for k, v in rows)
-
-
 def _restore_doc(pipeline: Pipeline, deployment: AirflowDeployment) -> str:
     if deployment.quality_gate_ref:
         gate = f"the quality gate `{deployment.quality_gate_ref}` must pass"
@@ -605,5 +480,5 @@ then {gate}; for *latest*, older checkpoints are tried when the newest fails.
 rewound, a savepoint imported under a new id) and registers the new parallelism. The
 next `{pipeline.name}_checkpoint` run continues from there.
 
-{_restore_form_table(pipeline)}
+{restore_form_table(pipeline)}
 """

@@ -88,9 +88,12 @@ def verify_files(
     """Every referenced file exists with its size (and checksum)."""
     if isinstance(target, int):
         completed = coordinator.completed.get(target)
-        problems = check_handles(coordinator.store, completed.handles, checksums=checksums)
+        problems = check_handles(coordinator.store, completed.durable_handles, checksums=checksums)
         return FileCheck(
-            f"checkpoint {target}", len(completed.handles), [str(p) for p in problems], target
+            f"checkpoint {target}",
+            len(completed.durable_handles),
+            [str(p) for p in problems],
+            target,
         )
     metadata = read_savepoint(target)
     problems = check_savepoint(target, metadata, checksums=checksums)

@@ -94,6 +94,10 @@ AUDIT_PROPERTY = "audit"
 IMPORTED_FROM_PROPERTY = "imported_from"
 
 
+#: The stream names of channel files (`channel-<consumer>`): see durable_handles.
+CHANNEL_PREFIX = "channel-"
+
+
 @dataclass(frozen=True)
 class FileHandle:
     """A file a checkpoint references: state of one subtask, a channel to a downstream
@@ -343,6 +347,14 @@ class CompletedCheckpoint:
     @property
     def handles(self) -> tuple[FileHandle, ...]:
         return tuple(h for ack in self.acks for h in ack.handles)
+
+    @property
+    def durable_handles(self) -> tuple[FileHandle, ...]:
+        """The files that must outlive the epoch: state and staged sink output. Channel
+        files carry rows between the epoch's operators and are garbage once every task
+        acknowledged (GC deletes them); a channel file a sink staged by reference is
+        durable through the sink's handle."""
+        return tuple(h for h in self.handles if not h.name.startswith(CHANNEL_PREFIX))
 
     @property
     def state_size(self) -> int:

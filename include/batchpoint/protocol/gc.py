@@ -82,7 +82,8 @@ class GarbageCollector:
                 findings.append(Finding(f"checkpoint {cid}", f"unreadable outcome: {exc}", cid))
                 continue
             if outcome is not None and outcome.completed is not None:
-                referenced.update(h.path for h in outcome.completed.handles)
+                # Its channels are not: every consumer acked, so the sweep below takes them.
+                referenced.update(h.path for h in outcome.completed.durable_handles)
         # Listed after the control read: acks of everything admitted by then (their
         # handles may point into their base's folder).
         for entry in control.pending:

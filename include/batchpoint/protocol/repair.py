@@ -62,7 +62,7 @@ def repair(coordinator: CheckpointCoordinator, *, dry_run: bool = False) -> Repa
         settled.append(cid)
         if outcome.status is not CheckpointStatus.COMPLETED or outcome.completed is None:
             continue
-        problems = check_handles(c.store, outcome.completed.handles, checksums=False)
+        problems = check_handles(c.store, outcome.completed.durable_handles, checksums=False)
         if problems:
             findings.append(
                 Finding(f"checkpoint {cid}", f"{len(problems)} file(s) not intact", cid)

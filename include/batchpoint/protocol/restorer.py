@@ -122,7 +122,7 @@ class CheckpointRestorer:
             return f"unreadable record: {exc}"
         except CheckpointNotFound as exc:
             return str(exc)
-        problems = check_handles(c.store, completed.handles, checksums=checksums)
+        problems = check_handles(c.store, completed.durable_handles, checksums=checksums)
         if problems:
             shown = "; ".join(map(str, problems[:3]))
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""

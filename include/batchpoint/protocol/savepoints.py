@@ -238,7 +238,7 @@ def export_savepoint(
     if target.store.exists(target.metadata_key):
         raise CheckpointError(f"{target.uri} already holds a savepoint ({METADATA} exists)")
     completed = coordinator.completed.get(checkpoint_id)
-    problems = check_handles(coordinator.store, completed.handles, checksums=False)
+    problems = check_handles(coordinator.store, completed.durable_handles, checksums=False)
     if problems:
         raise CheckpointError(
             f"checkpoint {checkpoint_id} cannot be exported: {_problems(problems)}"
@@ -246,9 +246,12 @@ def export_savepoint(
     layout = coordinator.layout
     copies: list[tuple[str, str]] = []
     acks = []
+    durable = set(completed.durable_handles)
     for ack in completed.acks:
         handles = []
-        for handle in ack.handles:
+        # A savepoint holds what a restore reads, not the epoch's channels (GC may have
+        # taken them already).
+        for handle in (h for h in ack.handles if h in durable):
             relative = _relative_path(layout, checkpoint_id, handle.path)
             copies.append((handle.path, target.key(relative)))
             handles.append(replace(handle, path=relative))

@@ -111,7 +111,7 @@ def check_completed(
     them on a checkpoint whose acks are in but whose outcome is not yet written."""
     checker = file_checker or driver_file_checker(store)
     findings = check_acks(completed)
-    findings += check_files(completed.handles, checker)
+    findings += check_files(completed.durable_handles, checker)
     findings += check_key_groups(completed, spec)
     findings += check_source_offsets(store, layout, completed.pending, sources)
     findings += check_sinks(store, layout, completed, checker)
@@ -404,7 +404,7 @@ def check_sinks(
     for ack in completed.acks:
         for handle in ack.handles:
             staged.setdefault(split_task_name(ack.task)[0], set()).add(handle.path)
-    checked = {h.path for h in completed.handles}  # check_files covered them already
+    checked = {h.path for h in completed.durable_handles}  # check_files covered them
     findings = []
     for sink in publisher.sink_names():
         key = layout.sink_manifest(sink)

@@ -283,7 +283,7 @@ class CandidateCheck:
             "candidate": self.candidate.description,
             "checkpoint_id": self.candidate.checkpoint_id,
             "kind": self.candidate.kind,
-            "files": len(self.candidate.completed.handles),
+            "files": len(self.candidate.completed.durable_handles),
             "state_size": self.candidate.completed.state_size,
             "problems": self.problems,
             "gate": None
@@ -459,13 +459,13 @@ class RestorePlanner:
 
     def check(self, candidate: RestoreCandidate) -> CandidateCheck:
         self.progress(
-            f"checking {candidate.description}: {len(candidate.completed.handles)} file(s)"
+            f"checking {candidate.description}: {len(candidate.completed.durable_handles)} file(s)"
         )
         if candidate.savepoint is not None:
             problems = check_savepoint(candidate.savepoint, checksums=self.checksums)
         else:
             problems = check_handles(
-                candidate.store, candidate.completed.handles, checksums=self.checksums
+                candidate.store, candidate.completed.durable_handles, checksums=self.checksums
             )
         check = CandidateCheck(candidate, [str(p) for p in problems])
         if self.gate is not None and not check.problems:

@@ -1,0 +1,426 @@
+"""batchpoint beside its peer, Spark Structured Streaming, on one keyed running aggregate.
+
+Each epoch adds F Parquet files of N events (key, amount) over K keys. batchpoint's engine
+runs it without Airflow (`LocalEpochRunner`: trigger, the one operator, finalize) with
+state count and sum per key; Structured Streaming runs the same aggregate with
+``trigger(availableNow=True)``, the RocksDB state store provider (changelog checkpointing
+on, as Spark recommends) and a local checkpoint location. Both read the same files, on
+one local Spark session (``local[2]``, 2 shuffle partitions, batchpoint parallelism 2),
+alternating epoch by epoch. Per epoch it prints the wall time of each and the bytes and
+files each one's checkpointing added; then the time to load the whole state again in a
+fresh process (a new JVM each: batchpoint reads the head's state, Structured Streaming
+reads its state store through the ``statestore`` data source).
+
+Before any figure is printed both final states are compared with an independent
+computation (numpy over every generated event); if either differs the script says so
+and exits 1 without figures.
+
+    .venv/bin/python bench/bench_peer.py                 # small: 10k keys, 100k events, 4 files
+    .venv/bin/python bench/bench_peer.py --size medium   # 1M keys, 2M events, 8 files
+    .venv/bin/python bench/bench_peer.py --size sparse   # 1M keys, 1% touched per epoch
+    .venv/bin/python bench/bench_peer.py --epochs 5 --keep
+
+Targets (issue 11): warm epoch wall at most 0.5x the peer's; checkpoint bytes per epoch at
+most the peer's (and at most 0.1x the state when 1% of keys change); restore at most 0.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+EVENTS = pa.schema([pa.field("key", pa.string()), pa.field("amount", pa.int64())])
+TOTALS = pa.schema(
+    [pa.field("key", pa.string()), pa.field("count", pa.int64()), pa.field("sum", pa.int64())]
+)
+SOURCE_ROOT = "sources/events"
+PIPELINE = "peer"
+
+
+@dataclass(frozen=True)
+class Size:
+    keys: int
+    events: int  # per epoch
+    files: int
+    first_epoch_touches_every_key: bool = False  # sparse: epoch 0 loads the whole state
+
+
+SIZES = {
+    "small": Size(10_000, 100_000, 4),
+    "medium": Size(1_000_000, 2_000_000, 8),
+    "sparse": Size(1_000_000, 10_000, 4, first_epoch_touches_every_key=True),
+}
+
+
+# -- data -----------------------------------------------------------------------------------
+
+
+def epoch_events(size: Size, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Key indexes and amounts of one epoch, a pure function of (size, epoch)."""
+    rng = np.random.default_rng([7, epoch])
+    if size.first_epoch_touches_every_key and epoch == 0:
+        keys = rng.permutation(size.keys)
+    elif size.first_epoch_touches_every_key:
+        keys = rng.choice(size.keys, size=size.events, replace=False)  # 1% of the keys
+    else:
+        keys = rng.integers(0, size.keys, size=size.events)
+    return keys, rng.integers(-1000, 1000, size=len(keys))
+
+
+def write_epoch(source_dir: Path, size: Size, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    keys, amounts = epoch_events(size, epoch)
+    names = np.char.add("k", np.char.zfill(keys.astype(str), 7))
+    for i, part in enumerate(np.array_split(np.arange(len(keys)), size.files)):
+        table = pa.table({"key": names[part], "amount": amounts[part]}, schema=EVENTS)
+        # Written aside, then renamed: Structured Streaming must never list a half file.
+        final = source_dir / f"e{epoch:05d}-f{i:03d}.parquet"
+        pq.write_table(table, source_dir / f".{final.name}.tmp")
+        (source_dir / f".{final.name}.tmp").rename(final)
+    return keys, amounts
+
+
+def expected_totals(size: Size, epochs: int) -> dict[str, tuple[int, int]]:
+    count = np.zeros(size.keys, dtype=np.int64)
+    total = np.zeros(size.keys, dtype=np.int64)
+    for epoch in range(epochs):
+        keys, amounts = epoch_events(size, epoch)
+        count += np.bincount(keys, minlength=size.keys)
+        total += np.bincount(keys, weights=amounts, minlength=size.keys).astype(np.int64)
+    return {f"k{i:07d}": (int(count[i]), int(total[i])) for i in np.flatnonzero(count)}
+
+
+# -- the two engines ------------------------------------------------------------------------
+
+
+def spark_session():
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .getOrCreate()
+    )
+
+
+def build_pipeline():
+    from pyspark.sql import functions as F
+
+    from batchpoint.runtime.api import OperatorContext, Pipeline
+
+    pipeline = Pipeline(PIPELINE, max_parallelism=128)
+    pipeline.source("events", root=SOURCE_ROOT, format="parquet", schema=EVENTS, key=["key"])
+
+    @pipeline.operator(inputs=["events"], key=["key"], states={"totals": TOTALS}, parallelism=2)
+    def totals(ctx: OperatorContext):
+        new = (
+            ctx.input()
+            .groupBy("key")
+            .agg(F.count(F.lit(1)).alias("count"), F.sum("amount").alias("sum"))
+        )
+        merged = (
+            ctx.state("totals")
+            .unionByName(new)
+            .groupBy("key")
+            .agg(
+                F.sum("count").cast("bigint").alias("count"),
+                F.sum("sum").cast("bigint").alias("sum"),
+            )
+        )
+        ctx.set_state("totals", merged)
+        return None
+
+    return pipeline
+
+
+class BatchpointEngine:
+    def __init__(self, spark: Any, root: Path) -> None:
+        from batchpoint.ops.epoch import LocalEpochRunner
+        from batchpoint.storage import StoreRef
+
+        self.root = root
+        self.runner = LocalEpochRunner(build_pipeline(), StoreRef.of(root.as_uri()), spark)
+        self.phases: list[dict[str, float]] = []  # where each epoch's time went
+
+    def epoch(self) -> None:
+        clock = time.perf_counter
+        started = clock()
+        pending = self.runner.driver.trigger()
+        triggered = clock()
+        (report,) = self.runner.run_operators(pending.checkpoint_id)
+        operated = clock()
+        outcome, _ = self.runner.complete(pending.checkpoint_id)
+        if outcome is None or outcome.completed is None:
+            raise RuntimeError(f"batchpoint epoch did not complete: {outcome}")
+        self.phases.append(
+            {
+                "trigger": triggered - started,
+                # sync: restore planned, the function run, the plan built; async: the
+                # Spark jobs that compute and write the state (TaskMetrics)
+                "operator sync": report.sync_ms / 1000,
+                "operator async": report.async_ms / 1000,
+                "operator other": (operated - triggered)
+                - (report.sync_ms + report.async_ms) / 1000,
+                "finalize": clock() - operated,
+            }
+        )
+
+    def checkpoint_dir(self) -> Path:
+        return self.root / "pipelines" / PIPELINE
+
+
+def read_batchpoint_state(spark: Any, root: Path) -> Any:
+    from batchpoint.protocol.coordinator import CheckpointCoordinator
+    from batchpoint.spark import keyed_io
+    from batchpoint.storage import StoreRef
+
+    ref = StoreRef.of(root.as_uri())
+    coordinator = CheckpointCoordinator(ref.open(), PIPELINE)
+    head = coordinator.head.get().checkpoint_id
+    files = [h for h in coordinator.completed.get(head).handles if h.name == "state-totals"]
+    return keyed_io.read_keyed(spark, ref, files, schema=TOTALS)
+
+
+class StreamingEngine:
+    def __init__(self, spark: Any, source_dir: Path, checkpoint: Path) -> None:
+        self.spark, self.source_dir, self.checkpoint = spark, source_dir, checkpoint
+
+    def epoch(self) -> None:
+        from pyspark.sql import functions as F
+
+        stream = self.spark.readStream.schema("key string, amount bigint").parquet(
+            str(self.source_dir)
+        )
+        query = (
+            stream.groupBy("key")
+            .agg(F.count(F.lit(1)).alias("count"), F.sum("amount").alias("sum"))
+            .writeStream.outputMode("update")
+            .format("noop")
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(f"Structured Streaming failed: {query.exception()}")
+
+    def checkpoint_dir(self) -> Path:
+        return self.checkpoint
+
+
+def read_streaming_state(spark: Any, checkpoint: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    state = spark.read.format("statestore").load(str(checkpoint))
+    return state.select(
+        F.col("key.key").alias("key"),
+        F.col("value.count").alias("count"),
+        F.col("value.sum").alias("sum"),
+    )
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+def tree(path: Path) -> dict[str, int]:
+    if not path.exists():
+        return {}
+    return {str(p): p.stat().st_size for p in path.rglob("*") if p.is_file()}
+
+
+def added(before: dict[str, int], after: dict[str, int]) -> tuple[int, int]:
+    new = {p: s for p, s in after.items() if before.get(p) != s}
+    return sum(new.values()), len(new)
+
+
+def timed(run: Any) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def fresh_restore(engine: str, where: Path) -> tuple[float, int]:
+    """Seconds for a new process (new JVM) to load the whole state, and its row count."""
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, __file__, "--restore-child", engine, str(where)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.perf_counter() - started
+    return seconds, int(out.stdout.strip().splitlines()[-1])
+
+
+def restore_child(engine: str, where: str) -> int:
+    spark = spark_session()
+    df = read_batchpoint_state(spark, Path(where)) if engine == "bp" else None
+    if df is None:
+        df = read_streaming_state(spark, Path(where))
+    print(df.count())
+    return 0
+
+
+def as_dict(df: Any) -> dict[str, tuple[int, int]]:
+    return {r["key"]: (int(r["count"]), int(r["sum"])) for r in df.collect()}
+
+
+def differences(name: str, got: dict, expected: dict) -> list[str]:
+    if got == expected:
+        return []
+    missing = len(expected.keys() - got.keys())
+    extra = len(got.keys() - expected.keys())
+    wrong = sum(1 for k in expected.keys() & got.keys() if got[k] != expected[k])
+    return [f"{name}: {missing} keys missing, {extra} extra, {wrong} with other totals"]
+
+
+def run(size_name: str, epochs: int, keep: bool) -> int:
+    size = SIZES[size_name]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    work = Path(tempfile.mkdtemp(prefix="bench-peer-"))
+    root, ss_checkpoint = work / "store", work / "ss-checkpoint"
+    source_dir = root / SOURCE_ROOT / "p0"
+    source_dir.mkdir(parents=True)
+    spark = spark_session()
+    spark.sparkContext.setLogLevel("ERROR")
+    engines = {
+        "batchpoint": BatchpointEngine(spark, root),
+        "structured streaming": StreamingEngine(spark, source_dir, ss_checkpoint),
+    }
+    rows: list[dict[str, Any]] = []
+    print(f"size {size_name}: {size.keys:,} keys, {size.events:,} events an epoch in "
+          f"{size.files} files, {epochs} epochs; work dir {work}", file=sys.stderr)  # fmt: skip
+    try:
+        for epoch in range(epochs):
+            write_epoch(source_dir, size, epoch)
+            row: dict[str, Any] = {"epoch": epoch}
+            for name, engine in engines.items():
+                before = tree(engine.checkpoint_dir())
+                row[f"{name} s"] = timed(engine.epoch)
+                row[f"{name} bytes"], row[f"{name} files"] = added(
+                    before, tree(engine.checkpoint_dir())
+                )
+            rows.append(row)
+            print(f"epoch {epoch}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else
+                  f"{k} {v}" for k, v in row.items() if k != "epoch"), file=sys.stderr)  # fmt: skip
+        expected = expected_totals(size, epochs)
+        problems = differences("batchpoint", as_dict(read_batchpoint_state(spark, root)), expected)
+        problems += differences(
+            "structured streaming", as_dict(read_streaming_state(spark, ss_checkpoint)), expected
+        )
+        spark.stop()
+        if problems:
+            print("refusing to print figures: a result differs from the independent computation:")
+            for line in problems:
+                print(f"  {line}")
+            return 1
+        bp_restore, bp_rows = fresh_restore("bp", root)
+        ss_restore, ss_rows = fresh_restore("ss", ss_checkpoint)
+        if bp_rows != len(expected) or ss_rows != len(expected):
+            print(f"refusing to print figures: restores read {bp_rows} and {ss_rows} keys, "
+                  f"expected {len(expected)}")  # fmt: skip
+            return 1
+        report(size_name, size, rows, expected, bp_restore, ss_restore)
+        phases = engines["batchpoint"].phases[1:]  # type: ignore[attr-defined]
+        print("batchpoint warm epochs, median seconds by phase: " + ", ".join(
+            f"{k} {statistics.median(p[k] for p in phases):.2f}" for k in phases[0]
+        ))  # fmt: skip
+        return 0
+    finally:
+        if keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(
+    size_name: str,
+    size: Size,
+    rows: list[dict[str, Any]],
+    expected: dict[str, tuple[int, int]],
+    bp_restore: float,
+    ss_restore: float,
+) -> None:
+    bp, ss = "batchpoint", "structured streaming"
+    header = f"{'epoch':>5} {'bp s':>8} {'ss s':>8} {'bp/ss':>6} {'bp bytes':>12} {'ss bytes':>12} {'bp files':>8} {'ss files':>8}"  # noqa: E501
+    print(f"\nKeyed running aggregate, size {size_name}: both equal the independent computation "
+          f"({len(expected):,} keys)")  # fmt: skip
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['epoch']:>5} {r[f'{bp} s']:>8.2f} {r[f'{ss} s']:>8.2f} "
+            f"{r[f'{bp} s'] / r[f'{ss} s']:>6.2f} {r[f'{bp} bytes']:>12,} {r[f'{ss} bytes']:>12,} "
+            f"{r[f'{bp} files']:>8} {r[f'{ss} files']:>8}"
+        )
+    warm = rows[1:] or rows  # epoch 0 pays for starting
+    wall_ratio = statistics.median(r[f"{bp} s"] for r in warm) / statistics.median(
+        r[f"{ss} s"] for r in warm
+    )
+    bytes_ratio = statistics.median(r[f"{bp} bytes"] for r in warm) / max(
+        1, statistics.median(r[f"{ss} bytes"] for r in warm)
+    )
+    state_bytes = rows[-1][f"{bp} bytes"]
+    print(f"warm epochs (median), bp/ss: wall {wall_ratio:.2f}x (target <= 0.5), "
+          f"checkpoint bytes {bytes_ratio:.2f}x (target <= 1)")  # fmt: skip
+    print(f"restore in a fresh process: bp {bp_restore:.1f} s, ss {ss_restore:.1f} s, "
+          f"{bp_restore / ss_restore:.2f}x (target <= 0.5)")  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "bench": "peer",
+                "size": size_name,
+                "keys": size.keys,
+                "events_per_epoch": size.events,
+                "files_per_epoch": size.files,
+                "epochs": rows,
+                "warm_wall_ratio": round(wall_ratio, 3),
+                "warm_bytes_ratio": round(bytes_ratio, 3),
+                "last_epoch_bp_bytes": state_bytes,
+                "restore_s": {"batchpoint": round(bp_restore, 2), "ss": round(ss_restore, 2)},
+                "restore_ratio": round(bp_restore / ss_restore, 3),
+            },
+            default=lambda v: round(v, 3) if isinstance(v, float) else v,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs (default: 4)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--restore-child", nargs=2, metavar=("ENGINE", "PATH"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args(argv)
+    if args.restore_child:
+        return restore_child(*args.restore_child)
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2 (the first one warms up)")
+    return run(args.size, args.epochs, args.keep)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
