@@ -46,7 +46,7 @@ from batchpoint.quality.integrity import check_checkpoint
 from batchpoint.quality.spark_files import executor_file_checker
 from batchpoint.quality.suites import PipelineQuality, StateQuality
 from batchpoint.runtime.api import Pipeline
-from batchpoint.runtime.runner import state_stream
+from batchpoint.runtime.streams import state_stream
 from batchpoint.storage import StoreRef
 
 PIPELINE = "bench_quality"

@@ -177,6 +177,7 @@ class BatchpointEnvironment(BaseSettings):
     restore_verify_checksums: Bool = True
     history_limit: Annotated[int, _count(0)] = 100
     gc_grace: Annotated[float | None, _optional(values.parse_duration)] = None
+    changelog_chain: Annotated[int, _count(0)] = 8
     quality_gate: Annotated[str | None, _optional(values.check_ref)] = None
     # -- the Airflow deployment (batchpoint.airflow.config)
     pipeline_ref: Refs = (DEFAULT_PIPELINE_REF,)
@@ -252,6 +253,7 @@ class BatchpointEnvironment(BaseSettings):
             restore_verify_checksums=self.restore_verify_checksums,
             history_limit=self.history_limit,
             gc_grace=self.effective_gc_grace,
+            changelog_chain=self.changelog_chain,
         )
 
 

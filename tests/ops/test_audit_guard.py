@@ -15,6 +15,7 @@ from batchpoint.ops.audit import audit_then_finalize, trigger_audited
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import (
     AUDIT_PROPERTY,
+    CHANGELOG_CHAIN_PROPERTY,
     CheckpointFailureReason,
     CheckpointStatus,
     PendingCheckpoint,
@@ -113,7 +114,11 @@ def test_the_audit_mark_keeps_the_record_format(driver, gate, tmp_path):
     pending = trigger_audited(driver, properties={"why": "nightly"})
     stored = json.loads(driver.store.get(LAYOUT.active(pending.checkpoint_id)).data)
     assert stored["version"] == 1
-    assert stored["properties"] == {"why": "nightly", AUDIT_PROPERTY: True}
+    assert stored["properties"] == {
+        "why": "nightly",
+        AUDIT_PROPERTY: True,
+        CHANGELOG_CHAIN_PROPERTY: driver.coordinator.config.changelog_chain,
+    }
     assert pending.requires_audit
     # records written before the mark existed, or without it, need no audit
     del stored["properties"]

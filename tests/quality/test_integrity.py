@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from batchpoint.protocol.checkpoint import FileHandle
+from batchpoint.protocol.checkpoint import SHARED_FROM_META, FileHandle
 from batchpoint.quality.findings import Check
 from batchpoint.quality.integrity import check_checkpoint, coverage_problems
 from batchpoint.storage.base import ObjectStore
@@ -43,7 +43,10 @@ def _flip_a_byte(store: ObjectStore) -> str:
 def _drop_a_handle(store: ObjectStore) -> str:
     def drop(document: dict) -> None:
         ack = next(a for a in document["acks"] if a["task"] == "balances#1")
-        ack["handles"] = [h for h in ack["handles"] if h["name"] != "state-balances"]
+        # Only what the checkpoint wrote: the base's files it shares stay named.
+        ack["handles"] = [
+            h for h in ack["handles"] if h["name"] != "state-balances" or SHARED_FROM_META in h
+        ]
 
     rewrite_outcome(store, HEAD, drop)
     return "balances/balances"

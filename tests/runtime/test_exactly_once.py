@@ -24,7 +24,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint, export_savepoint
 from batchpoint.runtime.faults import InjectedKill
-from batchpoint.runtime.runner import reads_channel
+from batchpoint.runtime.streams import reads_channel
 from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -41,8 +41,13 @@ def _data_files(run: PaymentsRun, checkpoint_id: int) -> set[str]:
 
 
 def _referenced(run: PaymentsRun, checkpoint_id: int) -> set[str]:
-    completed = run.runner.driver.coordinator.completed.get(checkpoint_id)
-    return {h.path for h in completed.durable_handles}
+    """The files of the checkpoint's own folder it references (not those it shares with
+    its base: they live in the base's folder)."""
+    c = run.runner.driver.coordinator
+    own = c.layout.data_prefix(checkpoint_id)
+    return {
+        h.path for h in c.completed.get(checkpoint_id).durable_handles if h.path.startswith(own)
+    }
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from batchpoint.protocol.checkpoint import CheckpointType, FileHandle, PendingCh
 from batchpoint.protocol.layout import split_task_name
 from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.runtime.driver import PipelineDriver
-from batchpoint.runtime.runner import state_stream
+from batchpoint.runtime.streams import state_stream
 from batchpoint.state.keygroups import key_group_range_for_subtask
 from batchpoint.storage.base import ObjectStore
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from batchpoint.protocol.checkpoint import SHARED_FROM_META
 from batchpoint.storage.base import ObjectStore
 from support.payments import LAYOUT
 
@@ -17,11 +18,14 @@ def rewrite_outcome(store: ObjectStore, checkpoint_id: int, change: Callable[[di
 
 
 def state_handles(store: ObjectStore, checkpoint_id: int, operator: str, state: str) -> list[dict]:
+    """The state's files the checkpoint wrote itself, in ack order: damage to one of
+    them is damage to this checkpoint alone (a file it shares with its base would
+    damage the base too)."""
     document = json.loads(store.get(LAYOUT.outcome(checkpoint_id)).data)
     return [
         h
         for ack in document["acks"]
         if ack["task"].startswith(f"{operator}#")
         for h in ack["handles"]
-        if h["name"] == f"state-{state}"
+        if h["name"] == f"state-{state}" and SHARED_FROM_META not in h
     ]

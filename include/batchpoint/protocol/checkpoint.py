@@ -92,6 +92,15 @@ _HANDLE_FIELDS = ("path", "size", "sha256", "rows", "name", "key_group_range")
 AUDIT_PROPERTY = "audit"
 #: Set by a savepoint import on the checkpoint it creates.
 IMPORTED_FROM_PROPERTY = "imported_from"
+#: Set at trigger when the new checkpoint must not share its base's files (the base is
+#: held outside the pipeline's retention: a savepoint, or restored without claim); the
+#: value says why. Every state is then snapshotted in full.
+INDEPENDENT_OF_BASE = "independent_of_base"
+#: The changelog chain bound in force at trigger: every attempt of every task of the
+#: checkpoint plans its snapshots with it, whatever its own settings say.
+CHANGELOG_CHAIN_PROPERTY = "changelog_chain"
+#: Handle metadata: the checkpoint that wrote a file an incremental checkpoint shares.
+SHARED_FROM_META = "shared_from"
 
 
 #: The stream names of channel files (`channel-<consumer>`): see durable_handles.
@@ -269,9 +278,23 @@ class AckRecord(records.VersionedRecord):
 
     @property
     def state_size(self) -> int:
-        """Bytes this task wrote: a file it references but another task wrote (a sink
-        staging its input channel by reference) is counted once, by its writer."""
+        """Bytes this task wrote (Flink's checkpointed data size): a file it references
+        but another task wrote (a sink staging its input channel by reference, a base's
+        state an incremental checkpoint shares) is counted once, by its writer."""
+        return sum(h.size for h in self.written_handles)
+
+    @property
+    def full_state_size(self) -> int:
+        """Bytes a restore of this task reads: its own files and the shared ones."""
         return sum(h.size for h in self.handles if not h.meta.get("adopted_from"))
+
+    @property
+    def written_handles(self) -> tuple[FileHandle, ...]:
+        return tuple(
+            h
+            for h in self.handles
+            if not h.meta.get("adopted_from") and SHARED_FROM_META not in h.meta
+        )
 
     @property
     def rows(self) -> int:
@@ -359,6 +382,10 @@ class CompletedCheckpoint:
     @property
     def state_size(self) -> int:
         return sum(ack.state_size for ack in self.acks)
+
+    @property
+    def full_state_size(self) -> int:
+        return sum(ack.full_state_size for ack in self.acks)
 
     @property
     def rows(self) -> int:

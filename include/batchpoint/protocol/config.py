@@ -25,6 +25,9 @@ class CheckpointConfig:
     restore_verify_checksums: bool = True  # check every file's sha256 before a restore
     history_limit: int = 100  # records of settled, unretained checkpoints kept
     gc_grace: float = 3600.0  # seconds a discarded checkpoint's files wait for late writers
+    # Changelog layers an incremental checkpoint may stack on a full snapshot; 0: every
+    # checkpoint writes its state in full.
+    changelog_chain: int = 8
 
     def __post_init__(self) -> None:
         for name in ("timeout", "min_pause", "gc_grace"):
@@ -41,6 +44,7 @@ class CheckpointConfig:
             (self.tolerable_failed_checkpoints >= 0, "tolerable_failed_checkpoints must be >= 0"),
             (self.num_retained >= 1, "num_retained must be >= 1"),
             (self.history_limit >= 0, "history_limit must be >= 0"),
+            (self.changelog_chain >= 0, "changelog_chain must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:

@@ -29,6 +29,8 @@ from batchpoint.errors import (
     TriggerRefused,
 )
 from batchpoint.protocol.checkpoint import (
+    CHANGELOG_CHAIN_PROPERTY,
+    INDEPENDENT_OF_BASE,
     AckRecord,
     CheckpointFailureReason,
     CheckpointOutcome,
@@ -162,6 +164,9 @@ class CheckpointCoordinator(CheckpointReads):
         except TriggerRefused:
             self.abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "base unreadable")
             raise
+        props = {CHANGELOG_CHAIN_PROPERTY: self.config.changelog_chain, **(properties or {})}
+        if (why := _held_elsewhere(admitted, entry.base)) is not None:
+            props[INDEPENDENT_OF_BASE] = why
         pending = PendingCheckpoint(
             pipeline=self.pipeline,
             checkpoint_id=checkpoint_id,
@@ -173,7 +178,7 @@ class CheckpointCoordinator(CheckpointReads):
             expected_tasks=spec.expected_tasks(),
             trigger_time=now,
             deadline=deadline,
-            properties=dict(properties or {}),
+            properties=props,
         )
         self.store.create(self.layout.active(checkpoint_id), pending.encode())
         return pending
@@ -553,3 +558,19 @@ class CheckpointCoordinator(CheckpointReads):
 def _expired_message(pending: PendingCheckpoint, tasks: list[str]) -> str:
     shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
     return f"not acknowledged within {pending.deadline - pending.trigger_time:g}s by: {shown}"
+
+
+def _held_elsewhere(control: ControlRecord, base: int | None) -> str | None:
+    """Why a checkpoint on `base` must not share its files, or None: a base that this
+    pipeline's retention will never subsume (a savepoint, a checkpoint kept forever, not
+    claimed by a restore) belongs to whoever holds it, and Flink's NO_CLAIM makes the
+    first checkpoint after it independent of its files."""
+    if base is None:
+        return None
+    entry = next((e for e in control.retained if e.checkpoint_id == base), None)
+    if entry is None:
+        return f"the base, checkpoint {base}, is not retained"
+    if entry.subsumable:
+        return None
+    kind = "savepoint" if entry.type is CheckpointType.SAVEPOINT else "checkpoint retained forever"
+    return f"the base, checkpoint {base}, is a {kind} not claimed by this pipeline's retention"

@@ -6,13 +6,17 @@ Rule: GC deletes files only under the data folders of ids in the control record'
 pending checkpoint's acks (listed after the control read) or a sink manifest epoch. An
 id enters `discarded` only after leaving `retained`/`pending` in the same CAS that
 decided it, and never comes back; a new checkpoint's base is always the head or an
-admitted checkpoint (never discarded), so nothing admitted later can reference a
-discarded folder's files. A queue entry leaves (CAS) only `grace` seconds after it
-entered, so files a late or zombie writer puts there after one pass are collected by a
-later one. Work per run is the queue (plus the retained set and the manifests), not the
-history. Record history: outcome and ack records of collected checkpoints beyond the
-newest `history_limit` are pruned once their data is gone. Unreadable records are left
-alone and reported as findings; while one could hold references, nothing is deleted.
+admitted checkpoint (never discarded), so a checkpoint admitted later references a
+discarded folder's files only by sharing them with its base (incremental checkpoints),
+and the base, protected while it is pending, references them too. A queue entry leaves
+(CAS) only `grace` seconds after it entered, so files a late or zombie writer puts
+there after one pass are collected by a later one, and only once none of its files is
+referenced any more. Work per run is the queue (plus the retained set and the
+manifests), not the history; a shared folder stays queued at most as long as a
+changelog chain. Record history: outcome and ack records of collected checkpoints
+beyond the newest `history_limit` are pruned once their data is gone. Unreadable
+records are left alone and reported as findings; while one could hold references,
+nothing is deleted.
 """
 
 from __future__ import annotations
@@ -63,12 +67,14 @@ class GarbageCollector:
         )
 
     def referenced_files(self, control: ControlRecord | None = None) -> set[str]:
-        refs, findings = self._references(control or self._c.control.load())
+        refs, _, findings = self._references(control or self._c.control.load())
         if findings:
             raise RecordError("; ".join(map(str, findings)))
         return refs
 
-    def _references(self, control: ControlRecord) -> tuple[set[str], list[Finding]]:
+    def _references(self, control: ControlRecord) -> tuple[set[str], set[str], list[Finding]]:
+        """Every referenced file, those of them a retained or pending checkpoint
+        references, and what could not be read."""
         c = self._c
         findings: list[Finding] = []
         referenced: set[str] = set()
@@ -96,6 +102,7 @@ class GarbageCollector:
                 continue
             for ack in acks.values():
                 referenced.update(h.path for h in ack.handles)
+        by_checkpoints = set(referenced)
         sinks = SinkPublisher(c.store, c.layout)
         for sink in sinks.sink_names():
             try:
@@ -107,7 +114,7 @@ class GarbageCollector:
                 referenced.update(f.path for e in manifest.epochs.values() for f in e.files)
         if self._extra_references is not None:
             referenced.update(self._extra_references())
-        return referenced, findings
+        return referenced, by_checkpoints, findings
 
     def collect(
         self,
@@ -130,7 +137,7 @@ class GarbageCollector:
         report.skipped_pending = sorted(p.checkpoint_id for p in control.pending)
         if not dry_run:
             self._prune_sinks(report)
-        referenced, findings = self._references(control)
+        referenced, shared, findings = self._references(control)
         report.findings.extend(findings)
         if findings:
             _say(progress, "unreadable records could hold references: nothing deleted")
@@ -145,14 +152,19 @@ class GarbageCollector:
             (None, i) for i in report.kept_checkpoints
         ]
         for entry, cid in [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]:
-            doomed = [i for i in c.store.list(c.layout.data_prefix(cid)) if i.key not in referenced]
+            found = list(c.store.list(c.layout.data_prefix(cid)))
+            doomed = [i for i in found if i.key not in referenced]
             if doomed:
                 _say(progress, f"checkpoint {cid}: deleting {len(doomed)} file(s)")
             report.deleted_files.extend(i.key for i in doomed)
             report.deleted_bytes += sum(i.size for i in doomed)
             if not dry_run:
                 c.store.delete_many(i.key for i in doomed)
-            if entry is not None and now >= entry.at + self.grace:
+            # A folder whose files a newer checkpoint still shares stays queued, so that
+            # they are collected once nothing shares them (a chain is bounded in length).
+            # Files only a sink keeps are requeued by the sink's pruning instead.
+            sharing = any(i.key in shared for i in found)
+            if entry is not None and now >= entry.at + self.grace and not sharing:
                 done.append(cid)
         if dry_run:
             return report

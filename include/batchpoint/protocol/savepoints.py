@@ -43,6 +43,7 @@ from batchpoint.errors import (
 )
 from batchpoint.protocol import records
 from batchpoint.protocol.checkpoint import (
+    SHARED_FROM_META,
     AckRecord,
     CheckpointStatus,
     CheckpointType,
@@ -254,11 +255,13 @@ def export_savepoint(
         for handle in (h for h in ack.handles if h in durable):
             relative = _relative_path(layout, checkpoint_id, handle.path)
             copies.append((handle.path, target.key(relative)))
-            handles.append(replace(handle, path=relative))
+            # Self-contained: a file a checkpoint shared with its base is the savepoint's own.
+            own = {k: v for k, v in handle.meta.items() if k != SHARED_FROM_META}
+            handles.append(replace(handle, path=relative, meta=own))
         acks.append(replace(ack, handles=tuple(handles)))
     # A file two handles name (a sink staging its input by reference) is copied once.
     copies = list(dict.fromkeys(copies))
-    total = completed.state_size
+    total = completed.full_state_size
     _say(progress, f"exporting checkpoint {checkpoint_id}: {len(copies)} file(s) to {target}")
     copy_objects(coordinator.store, target.store, copies, progress=progress)
     metadata = SavepointMetadata(

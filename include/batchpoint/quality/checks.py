@@ -14,7 +14,7 @@ from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.runtime.api import Pipeline
-from batchpoint.state.format import FORMAT_VERSION, StateHandle
+from batchpoint.state.format import FORMAT_VERSION, StateHandle, state_rows
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def count_rows(target: StateTarget) -> CheckResult:
     """Rows in the files against rows their handles record. Also what fills the
     validator's cache, so the suites that follow read the state from memory."""
     counted = target.df.count()
-    recorded = sum(h.rows for h in target.handles)
+    recorded = state_rows([StateHandle.coerce(h) for h in target.handles])
     result = CheckResult(details={"rows": counted, "recorded_rows": recorded})
     if counted != recorded:
         result.findings.append(

@@ -38,7 +38,7 @@ from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.runtime.api import SourceDef
-from batchpoint.runtime.runner import state_stream
+from batchpoint.runtime.streams import state_stream
 from batchpoint.sources.barrier import PartitionOffset
 from batchpoint.sources.errors import SourceOffsetError
 from batchpoint.sources.files import PartitionedFileSource
@@ -228,9 +228,18 @@ def check_key_groups(completed: CompletedCheckpoint, spec: PipelineSpec | None) 
         if max_par is None:
             findings.append(Finding(what, Check.KEY_GROUPS, problem))
             continue
-        findings += [
-            Finding(what, Check.KEY_GROUPS, p) for p in coverage_problems(handles, max_par)
-        ]
+        # Each layer (the full snapshot, then each changelog) covers every key group once.
+        layers: dict[int, list[FileHandle]] = {}
+        for handle in handles:
+            layers.setdefault(int(handle.meta.get("layer", 0)), []).append(handle)
+        if 0 not in layers:
+            findings.append(Finding(what, Check.KEY_GROUPS, "changelogs without a full snapshot"))
+        for layer, files in sorted(layers.items()):
+            label = f"changelog layer {layer}: " if layer else ""
+            findings += [
+                Finding(what, Check.KEY_GROUPS, label + p)
+                for p in coverage_problems(files, max_par)
+            ]
     return findings
 
 

@@ -31,7 +31,7 @@ from batchpoint.quality.integrity import max_parallelism_of
 from batchpoint.quality.report import describe_expectation, observed_text
 from batchpoint.quality.suites import LoadedSuite, PipelineQuality, StateQuality, is_skipped
 from batchpoint.runtime.api import Pipeline
-from batchpoint.runtime.runner import state_stream
+from batchpoint.runtime.streams import state_stream
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:

@@ -284,7 +284,7 @@ class CandidateCheck:
             "checkpoint_id": self.candidate.checkpoint_id,
             "kind": self.candidate.kind,
             "files": len(self.candidate.completed.durable_handles),
-            "state_size": self.candidate.completed.state_size,
+            "state_size": self.candidate.completed.full_state_size,
             "problems": self.problems,
             "gate": None
             if self.gate is None

@@ -19,10 +19,11 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from batchpoint.errors import BatchpointError, CheckpointError
 from batchpoint.protocol.checkpoint import (
+    SHARED_FROM_META,
     CheckpointStatus,
     CompletedCheckpoint,
     FileHandle,
@@ -36,6 +37,15 @@ from batchpoint.protocol.layout import split_task_name
 from batchpoint.runtime.adopted_channels import adopt_channel
 from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkDef, SourceDef
 from batchpoint.runtime.faults import maybe_fail, spark_task_fault, spark_task_pause
+from batchpoint.runtime.incremental import SnapshotPlan, plan_state_snapshot, state_write
+from batchpoint.runtime.streams import (
+    CONSUMERS_META,
+    SINK_STREAM,
+    StreamWrite,
+    channel_stream,
+    reads_channel,
+    state_stream,
+)
 from batchpoint.runtime.task_metrics import channel_rows_by_subtask
 from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
@@ -54,43 +64,11 @@ class CheckpointAlreadySettled(CheckpointError):
     pass
 
 
-class StreamWrite(NamedTuple):
-    """One stream an operator attempt writes: a state, a channel, a sink. A channel is
-    read by every consumer in `consumers` (those that key it alike)."""
-
-    df: DataFrame
-    stream: str
-    key_columns: tuple[str, ...]
-    max_parallelism: int
-    consumers: tuple[str, ...] = ()
-
-
 class AttemptInterrupted(BatchpointError):
     """The attempt was interrupted from outside (Airflow's kill, a timeout): it declines
     nothing, so that a retry may still complete the checkpoint."""
 
 
-def state_stream(name: str) -> str:
-    return f"state-{name}"
-
-
-def channel_stream(consumer: str) -> str:
-    return f"channel-{consumer}"
-
-
-#: Handle metadata naming every consumer of a channel written once for several.
-CONSUMERS_META = "consumers"
-
-
-def reads_channel(handle: FileHandle, consumer: str) -> bool:
-    """Whether `handle` is a file of a channel `consumer` reads: its own, or one written
-    once for several consumers that key the output alike."""
-    if handle.name == channel_stream(consumer):
-        return True
-    return handle.name.startswith("channel-") and consumer in handle.meta.get(CONSUMERS_META, ())
-
-
-SINK_STREAM = "sink"
 #: Seconds between "still writing" lines of a snapshot's writes.
 PROGRESS_EVERY = 30.0
 
@@ -336,20 +314,19 @@ class OperatorRunner:
         fault = spark_task_fault(node.name, cid)
         pause = spark_task_pause(node.name, cid)
 
-        def write(
-            df: DataFrame, stream: str, key: tuple[str, ...], max_par: int
-        ) -> dict[int, list[FileHandle]]:
+        def write(job: StreamWrite) -> dict[int, list[FileHandle]]:
             return keyed_io.write_keyed(
-                df,
+                job.df,
                 self.store_ref,
                 base_key=base_key,
-                stream=stream,
+                stream=job.stream,
                 attempt=self.attempt,
-                key_columns=key,
-                max_parallelism=max_par,
+                key_columns=job.key_columns,
+                max_parallelism=job.max_parallelism,
                 parallelism=parallelism,
                 on_subtask_written=fault,
                 before_subtask_write=pause,
+                layer=job.layer,
             )
 
         if isinstance(node, SinkDef):
@@ -364,33 +341,48 @@ class OperatorRunner:
             report.timed_async(writing)
             return handles
 
+        base_files = {state: self._base_state_files(base, node, state) for state in node.states}
         states = {
-            state: self._restored_state(base, node, state, schema)
+            state: self._restored_state(base, node, state, schema, base_files[state])
             for state, schema in node.states.items()
         }
         ctx = OperatorContext(self.spark, cid, node.name, inputs, states, pending.properties)
         output = node.fn(ctx)
         maybe_fail(node.name, "before-snapshot", cid)
+        plans = {
+            state: plan_state_snapshot(
+                pending, base_files[state], ctx.new_state(state), node, parallelism,
+                self.coordinator.config.changelog_chain,
+            )
+            for state in node.states
+        }  # fmt: skip
         # New state and output usually share most of their plan, and each is written
         # once per consumer: computing them once (spilling to disk if large) saves work.
+        # A changelog compares the new state with the base's, read once for both.
         cached = [ctx.new_state(s).persist(StorageLevel.MEMORY_AND_DISK) for s in node.states]
+        cached += [states[s].persist(StorageLevel.MEMORY_AND_DISK) for s, p in plans.items()
+                   if not p.full]  # fmt: skip
         if output is not None:
             output = output.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(output)
         try:
-            writes = self._operator_writes(node, ctx, output)
+            writes = self._operator_writes(node, ctx, output, plans)
             writing = report.timed_sync(aligned)
             self._run_writes(writes, write, handles, tag)
             report.timed_async(writing)
         finally:
             for frame in cached:
                 frame.unpersist()
+        for state, plan in plans.items():
+            self.log(f"snapshot: state '{state}': {plan.why}")
+            for subtask, shared in plan.shared_by_subtask().items():
+                handles[subtask].extend(shared)
         return handles
 
     def _run_writes(
         self,
         writes: list[StreamWrite],
-        write: Callable[[DataFrame, str, tuple[str, ...], int], dict[int, list[FileHandle]]],
+        write: Callable[[StreamWrite], dict[int, list[FileHandle]]],
         handles: dict[int, list[FileHandle]],
         tag: str | None,
     ) -> None:
@@ -401,7 +393,7 @@ class OperatorRunner:
         `handles` in the streams' order, whichever job finished first."""
 
         def written(job: StreamWrite) -> dict[int, list[FileHandle]]:
-            files = write(job.df, job.stream, job.key_columns, job.max_parallelism)
+            files = write(job)
             if len(job.consumers) < 2:
                 return files
             meta = {CONSUMERS_META: list(job.consumers)}
@@ -449,11 +441,16 @@ class OperatorRunner:
                 self.log(f"snapshot: still writing {still} after {elapsed:.0f}s")
 
     def _operator_writes(
-        self, node: OperatorDef, ctx: OperatorContext, output: DataFrame | None
+        self,
+        node: OperatorDef,
+        ctx: OperatorContext,
+        output: DataFrame | None,
+        plans: dict[str, SnapshotPlan],
     ) -> list[StreamWrite]:
-        """What an operator writes: each state, then its output once per consumer."""
+        """What an operator writes: each state (in full or its changelog), then its
+        output once per consumer."""
         writes = [
-            StreamWrite(ctx.new_state(s), state_stream(s), node.key_columns, node.max_parallelism)
+            state_write(ctx, s, state_stream(s), node.key_columns, node.max_parallelism, plans[s])
             for s in node.states
         ]
         consumers = [
@@ -511,13 +508,12 @@ class OperatorRunner:
             if reads_channel(h, consumer)
         ]
 
-    def _restored_state(
-        self, base: CompletedCheckpoint | None, node: OperatorDef, state: str, schema
-    ) -> DataFrame:
-        from batchpoint.spark import keyed_io
-
+    def _base_state_files(
+        self, base: CompletedCheckpoint | None, node: OperatorDef, state: str
+    ) -> list[FileHandle]:
+        """The base's files of `state` (every layer); none when the operator is new."""
         if base is None:
-            return keyed_io.empty(self.spark, schema)
+            return []
         files = [
             h
             for ack in base.acks
@@ -530,8 +526,20 @@ class OperatorRunner:
                 f"base checkpoint {base.checkpoint_id} has no files of state '{state}' "
                 f"of operator '{node.name}'"
             )
-        if not files:
-            return keyed_io.empty(self.spark, schema)  # the operator is new in this version
+        return files
+
+    def _restored_state(
+        self,
+        base: CompletedCheckpoint | None,
+        node: OperatorDef,
+        state: str,
+        schema,
+        files: list[FileHandle],
+    ) -> DataFrame:
+        from batchpoint.spark import keyed_io
+
+        if base is None or not files:
+            return keyed_io.empty(self.spark, schema)
         return keyed_io.read_keyed(
             self.spark,
             self.store_ref,
@@ -556,7 +564,7 @@ class OperatorRunner:
                 sync_ms=report.sync_ms,
                 async_ms=report.async_ms,
                 records_in=report.records_in.get(subtask, 0),
-                records_out=sum(f.rows for f in files),
+                records_out=sum(f.rows for f in files if SHARED_FROM_META not in f.meta),
             )
             result = self.coordinator.acknowledge(
                 pending.checkpoint_id, task, self.attempt, files, metrics
@@ -567,7 +575,7 @@ class OperatorRunner:
             results = dict(pool.map(ack, tasks))
         summary = ", ".join(f"{t}={r.value}" for t, r in results.items())
         self.log(f"checkpoint {pending.checkpoint_id}: acks {summary}")
-        written = [f for files in handles.values() for f in files]
+        written = [f for fs in handles.values() for f in fs if SHARED_FROM_META not in f.meta]
         self.log(
             f"checkpoint {pending.checkpoint_id}: records in {sum(report.records_in.values())}"
             f" (from upstream operators), records out {sum(f.rows for f in written)}, "

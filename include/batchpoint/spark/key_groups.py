@@ -110,7 +110,12 @@ def subtask_column(key_group: str, max_parallelism: int, parallelism: int) -> Co
     )
 
 
-def check_key_columns(schema: T.StructType, key_columns: Sequence[str], state: str) -> None:
+def check_key_columns(
+    schema: T.StructType,
+    key_columns: Sequence[str],
+    state: str,
+    allowed: frozenset[str] = frozenset(),
+) -> None:
     if not key_columns:
         raise StateError(f"state '{state}': give at least one key column")
     fields = {f.name: f for f in schema.fields}
@@ -126,6 +131,6 @@ def check_key_columns(schema: T.StructType, key_columns: Sequence[str], state: s
                 f"{fields[name].dataType.simpleString()}, which has no stable key hash: "
                 "cast it to string, bigint or date"
             )
-    reserved = sorted(RESERVED_COLUMNS & set(fields))
+    reserved = sorted((RESERVED_COLUMNS - allowed) & set(fields))
     if reserved:
         raise StateError(f"state '{state}': column names {reserved} are reserved by batchpoint")

@@ -63,6 +63,7 @@ def write_keyed(
     parallelism: int,
     on_subtask_written: SubtaskHook | None = None,
     before_subtask_write: Callable[[int], None] | None = None,
+    layer: int = 0,
 ) -> dict[int, list[FileHandle]]:
     """Write `df` partitioned by key group for `parallelism` subtasks; every subtask gets
     at least one file. Returns the handles per subtask. `on_subtask_written` runs in the
@@ -78,6 +79,7 @@ def write_keyed(
         attempt,
         on_subtask_written=on_subtask_written,
         before_subtask_write=before_subtask_write,
+        layer=layer,
     )
     out: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
     for handle in handles:

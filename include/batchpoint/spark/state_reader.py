@@ -27,17 +27,20 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from batchpoint.spark.shipping import ShippedStore, StoreLike, ship_store
 from batchpoint.state.format import (
+    CHANGE_COLUMN,
+    CHANGE_ROW,
+    CHANGELOG_COLUMNS,
     KEY_GROUP_COLUMN,
     SUBTASK_COLUMN,
     StateError,
     StateFileCorrupt,
     StateHandle,
     StateSchemaMismatch,
-    check_coverage,
     file_sha256,
     read_header,
     schema_differences,
     schema_fingerprint,
+    split_layers,
 )
 from batchpoint.state.keygroups import KeyGroupRange, check_parallelism
 from batchpoint.storage import ObjectStore
@@ -48,6 +51,8 @@ DEFAULT_READ_BATCH_ROWS = 10_000
 #: Read batches are cut to about this many (uncompressed) bytes: decoding a batch of
 #: wide rows grows string buffers by doubling, so its peak is a few times this.
 DEFAULT_READ_BATCH_BYTES = 4 << 20
+_ORDER = "__batchpoint_order"
+_LAYER = "__batchpoint_layer"
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class _ReadSpec:
     batch_rows: int = DEFAULT_READ_BATCH_ROWS
     batch_bytes: int = DEFAULT_READ_BATCH_BYTES
     requested: pa.Schema = field(default_factory=lambda: pa.schema([]))
+    key_columns: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -113,6 +119,25 @@ def _row_groups_in(parquet: pq.ParquetFile, wanted: KeyGroupRange) -> list[int]:
 def _read_one(
     spec: _ReadSpec, store: ObjectStore, handle: StateHandle, wanted: KeyGroupRange
 ) -> Iterator[pa.RecordBatch]:
+    for table in _raw_tables(spec, store, handle, wanted):
+        yield from _shaped(spec, table)
+
+
+def _shaped(spec: _ReadSpec, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    for batch in table.to_batches(max_chunksize=spec.batch_rows):
+        if batch.num_rows:
+            yield _shape(spec, batch)
+
+
+def _raw_tables(
+    spec: _ReadSpec,
+    store: ObjectStore,
+    handle: StateHandle,
+    wanted: KeyGroupRange,
+    extra: Sequence[str] = (),
+) -> Iterator[pa.Table]:
+    """The file's rows in `wanted` as stored (state columns, `_key_group`, then `extra`),
+    one row group at a time, each cut into batches of about `batch_bytes`."""
     with _fetched(store, handle, spec.verify) as source:
         parquet = pq.ParquetFile(source)
         stored = parquet.schema_arrow
@@ -125,7 +150,7 @@ def _read_one(
         whole = wanted.start <= handle.key_group_range.start and (
             handle.key_group_range.end <= wanted.end
         )
-        columns = [*spec.state_columns, KEY_GROUP_COLUMN]
+        columns = [*spec.state_columns, KEY_GROUP_COLUMN, *extra]
         rows = _batch_rows(spec, parquet.metadata)
         for index in groups:
             # One row group at a time: iter_batches() reads ahead and, with wide string
@@ -136,8 +161,67 @@ def _read_one(
                 table = _filter_groups(table, wanted)
             for batch in table.to_batches(max_chunksize=rows):
                 if batch.num_rows:
-                    yield _shape(spec, batch)
+                    yield pa.Table.from_batches([batch])
             del table
+
+
+def _latest_changes(
+    spec: _ReadSpec, store: ObjectStore, changelogs: Sequence[StateHandle], wanted: KeyGroupRange
+) -> pa.Table:
+    """The rows of every changed key of `wanted` as of the newest changelog that has
+    the key (all of that layer's rows of it, or its CHANGE_GONE mark)."""
+    tables = []
+    for handle in changelogs:
+        for table in _raw_tables(spec, store, handle, wanted, extra=CHANGELOG_COLUMNS):
+            layer = pa.array([handle.layer] * table.num_rows, pa.int32())
+            tables.append(table.append_column(_LAYER, layer))
+    if not tables:
+        return pa.table({})
+    schema = tables[0].schema
+    changes = pa.concat_tables([t.cast(schema) for t in tables])
+    keys = list(spec.key_columns)
+    numbered = _numbered(changes.select([*keys, _LAYER]))
+    top = numbered.group_by(keys, use_threads=False).aggregate([(_LAYER, "max")])
+    # Joined on the keys and row numbers only: Acero joins no list or struct payload.
+    matched = numbered.join(top, keys, use_threads=False)
+    newest = matched.filter(pc.equal(matched.column(_LAYER), matched.column(f"{_LAYER}_max")))
+    return changes.take(_sorted_rows(newest)).drop_columns([_LAYER])
+
+
+def _numbered(table: pa.Table) -> pa.Table:
+    return table.append_column(_ORDER, pa.array(range(table.num_rows), pa.int64()))
+
+
+def _sorted_rows(table: pa.Table) -> pa.Array:
+    rows = table.column(_ORDER)
+    return pc.take(rows, pc.sort_indices(rows))
+
+
+def _read_merged(
+    spec: _ReadSpec,
+    store: ObjectStore,
+    full: StateHandle,
+    changelogs: Sequence[StateHandle],
+    wanted: KeyGroupRange,
+) -> Iterator[pa.RecordBatch]:
+    """A full file with its changelogs applied: its rows of changed keys are dropped,
+    then each changed key's newest rows are added. Only the changes are held in
+    memory; the full file streams as usual."""
+    changes = _latest_changes(spec, store, changelogs, wanted)
+    if changes.num_rows == 0:
+        yield from _read_one(spec, store, full, wanted)
+        return
+    keys = list(spec.key_columns)
+    changed = changes.select(keys)
+    for table in _raw_tables(spec, store, full, wanted):
+        numbered = _numbered(table.select(keys))
+        unchanged = numbered.join(
+            changed.cast(table.select(keys).schema), keys, join_type="left anti",
+            use_threads=False,
+        )  # fmt: skip
+        yield from _shaped(spec, table.take(_sorted_rows(unchanged)))
+    standing = changes.filter(pc.equal(changes.column(CHANGE_COLUMN), CHANGE_ROW))
+    yield from _shaped(spec, standing.drop_columns(list(CHANGELOG_COLUMNS)))
 
 
 def _batch_rows(spec: _ReadSpec, meta: pq.FileMetaData) -> int:
@@ -176,7 +260,12 @@ def _read_task(spec: _ReadSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     for batch in batches:
         for row in batch.to_pylist():
             handle = StateHandle.from_json(json.loads(row["handle"]))
-            yield from _read_one(spec, store, handle, KeyGroupRange(row["lo"], row["hi"]))
+            wanted = KeyGroupRange(row["lo"], row["hi"])
+            changelogs = [StateHandle.from_json(h) for h in json.loads(row["changelogs"])]
+            if changelogs:
+                yield from _read_merged(spec, store, handle, changelogs, wanted)
+            else:
+                yield from _read_one(spec, store, handle, wanted)
 
 
 def _footer_task(
@@ -268,7 +357,7 @@ def _read(
     wanted = wanted or KeyGroupRange(0, max_par - 1)
     if wanted.start < 0 or wanted.end >= max_par or wanted.size == 0:
         raise StateError(f"state '{state}': key groups {wanted} are not within 0..{max_par - 1}")
-    chosen = check_coverage(chosen, wanted, f"state '{state}' key groups {wanted}")
+    chosen, layers = split_layers(chosen, wanted, f"state '{state}' key groups {wanted}")
     if schema is None and chosen[0].spark_schema:
         # The writer recorded it; each task still checks its file's header fingerprint.
         struct = T.StructType.fromJson(json.loads(chosen[0].spark_schema))
@@ -285,6 +374,9 @@ def _read(
     if subtask_col is not None:
         out_struct = out_struct.add(subtask_col, T.IntegerType(), nullable=False)
     time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
+    key_columns = {c.key_columns for files in layers.values() for c in files}
+    if len(key_columns) > 1 or () in key_columns:
+        raise StateError(f"state '{state}': its changelogs do not agree on the key columns")
     spec = _ReadSpec(
         store=ship_store(store),
         out_schema=to_arrow_schema(out_struct, timezone=time_zone),
@@ -295,14 +387,23 @@ def _read(
         subtask_column=subtask_col,
         verify=verify,
         requested=requested,
+        key_columns=key_columns.pop() if key_columns else (),
     )
-    rows = [
-        (i, json.dumps(h.to_json()), max(wanted.start, h.key_group_range.start),
-         min(wanted.end, h.key_group_range.end))
-        for i, h in enumerate(chosen)
-    ]  # fmt: skip
-    # One file per task: repartitionById places row i in partition i exactly.
-    tasks = spark.createDataFrame(rows, "idx int, handle string, lo int, hi int")
+    rows = []
+    for i, h in enumerate(chosen):
+        lo = max(wanted.start, h.key_group_range.start)
+        hi = min(wanted.end, h.key_group_range.end)
+        over = KeyGroupRange(lo, hi)
+        changelogs = [
+            c.to_json()
+            for n in sorted(layers)
+            for c in layers[n]
+            if c.key_group_range.overlaps(over)
+        ]
+        rows.append((i, json.dumps(h.to_json()), lo, hi, json.dumps(changelogs)))
+    # One full file (and the changelogs over its key groups) per task: repartitionById
+    # places row i in partition i exactly.
+    tasks = spark.createDataFrame(rows, "idx int, handle string, lo int, hi int, changelogs string")
     tasks = tasks.repartitionById(len(rows), "idx")
     return tasks.mapInArrow(functools.partial(_read_task, spec), out_struct)
 

@@ -20,11 +20,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from batchpoint.spark.key_groups import check_key_columns, key_group_column, subtask_column
 from batchpoint.spark.shipping import ShippedStore, StoreLike, driver_store, ship_store
 from batchpoint.state.format import (
+    CHANGELOG_COLUMNS,
     FORMAT_VERSION,
     KEY_GROUP_COLUMN,
     SUBTASK_COLUMN,
@@ -71,6 +73,7 @@ class _WriteSpec:
     spark_schema: str
     target_file_bytes: int
     row_group_bytes: int
+    layer: int = 0
     on_subtask_written: SubtaskHook | None = None
     before_subtask_write: Callable[[int], None] | None = None
 
@@ -199,6 +202,9 @@ class _SubtaskWriter:
                 max_parallelism=spec.max_parallelism,
                 task_attempt=self.task_attempt,
                 spark_schema=spec.spark_schema,
+                layer=spec.layer,
+                net_rows=written.net_rows if spec.layer else None,
+                key_columns=spec.key_columns if spec.layer else (),
             )
         )
         self._file_start = end + 1
@@ -249,6 +255,7 @@ def write_keyed_state(
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     on_subtask_written: SubtaskHook | None = None,
     before_subtask_write: Callable[[int], None] | None = None,
+    layer: int = 0,
 ) -> list[StateHandle]:
     """Snapshot `df` as keyed state: one Spark task per subtask, each writing files under
     ``<base_key>/<state_name>/subtask-<i>/<attempt_id>/``. Returns the handles, sorted by
@@ -257,12 +264,19 @@ def write_keyed_state(
     `attempt_id` must differ between runs that may overlap (an Airflow retry, another
     checkpoint); Spark task retries and speculative copies inside one run are told apart
     by the Spark task attempt id in the file name.
+
+    `layer` > 0 writes a changelog (see `state_changelog`): `df` then has the
+    CHANGELOG_COLUMNS, and the files are that layer on top of the base's.
     """
     check_segment(state_name, "state name")
     check_segment(attempt_id, "attempt id")
     base_key = check_base_key(base_key)
     check_parallelism(parallelism, max_parallelism, f"state '{state_name}'")
-    check_key_columns(df.schema, key_columns, state_name)
+    changelog = frozenset(CHANGELOG_COLUMNS) if layer else frozenset()
+    check_key_columns(df.schema, key_columns, state_name, changelog)
+    if layer and not set(CHANGELOG_COLUMNS) <= set(df.columns):
+        raise StateError(f"state '{state_name}': a changelog needs columns {CHANGELOG_COLUMNS}")
+    state_struct = T.StructType([f for f in df.schema.fields if f.name not in CHANGELOG_COLUMNS])
     state_schema = to_arrow_schema(df.schema, timezone="UTC")
     fingerprint = schema_fingerprint(state_schema)
     header = {
@@ -272,6 +286,7 @@ def write_keyed_state(
         "max_parallelism": max_parallelism,
         "parallelism": parallelism,
         "schema_fingerprint": fingerprint,
+        **({"layer": layer} if layer else {}),
     }
     spec = _WriteSpec(
         store=ship_store(store),
@@ -283,9 +298,10 @@ def write_keyed_state(
         parallelism=parallelism,
         file_schema=file_schema(state_schema, header),
         fingerprint=fingerprint,
-        spark_schema=df.schema.json(),
+        spark_schema=state_struct.json(),
         target_file_bytes=target_file_bytes,
         row_group_bytes=row_group_bytes,
+        layer=layer,
         on_subtask_written=on_subtask_written,
         before_subtask_write=before_subtask_write,
     )

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from batchpoint.errors import BatchpointError
@@ -39,7 +40,16 @@ READABLE_FORMATS = (1, 2)
 KEY_GROUP_COLUMN = "_key_group"
 #: Used while writing and when reading for a new parallelism; never stored in files.
 SUBTASK_COLUMN = "_subtask"
-RESERVED_COLUMNS = frozenset({KEY_GROUP_COLUMN, SUBTASK_COLUMN})
+#: In changelog files only (layer > 0). A key in a changelog has all its rows as of that
+#: layer there (`_change` CHANGE_ROW), or one CHANGE_GONE row when it has none left; a
+#: reader takes each key's rows from the highest layer that has it. `_net` is the change
+#: in the key's row count, on one of its rows (0 on the others), so a file's net row
+#: count (`StateHandle.net_rows`) is its sum.
+CHANGE_COLUMN = "_change"
+NET_COLUMN = "_net"
+CHANGE_ROW, CHANGE_GONE = 1, -1
+RESERVED_COLUMNS = frozenset({KEY_GROUP_COLUMN, SUBTASK_COLUMN, CHANGE_COLUMN, NET_COLUMN})
+CHANGELOG_COLUMNS = (CHANGE_COLUMN, NET_COLUMN)
 METADATA_KEY = b"batchpoint.state"
 FILE_SUFFIX = ".parquet"
 
@@ -145,9 +155,19 @@ def schema_differences(expected: pa.Schema, actual: pa.Schema) -> list[str]:
 
 
 def file_schema(state_schema: pa.Schema, header: Mapping[str, Any]) -> pa.Schema:
-    """The Parquet schema of a state file: the state columns, then `_key_group`."""
-    fields = [f for f in state_schema if f.name not in RESERVED_COLUMNS]
+    """The Parquet schema of a state file: the state columns, then `_key_group`, then
+    in a changelog file (header `layer` > 0) `_change`. A changelog's state columns are
+    nullable: a CHANGE_GONE row holds only its key."""
+    changelog = int(header.get("layer", 0)) > 0
+    fields = [
+        f.with_nullable(True) if changelog else f
+        for f in state_schema
+        if f.name not in RESERVED_COLUMNS
+    ]
     fields.append(pa.field(KEY_GROUP_COLUMN, pa.int32(), nullable=False))
+    if changelog:
+        fields.append(pa.field(CHANGE_COLUMN, pa.int8(), nullable=False))
+        fields.append(pa.field(NET_COLUMN, pa.int32(), nullable=False))
     return pa.schema(fields, metadata={METADATA_KEY: json.dumps(header).encode()})
 
 
@@ -197,6 +217,19 @@ class StateHandle:
     # The rows' Spark schema (StructType JSON): a reader needs neither a Spark job nor a
     # download to learn it. Empty in handles written before it was recorded.
     spark_schema: str = ""
+    # 0: a full snapshot of its key groups. n > 0: the n-th changelog on top of it (the
+    # rows that changed since layer n-1, deletions included); a reader merges the layers
+    # per key, the highest layer winning.
+    layer: int = 0
+    # A changelog's inserted minus deleted keys (its rows counts updates and deletions
+    # too); for a full file, its rows.
+    net_rows: int | None = None
+    # Changelogs only: what a reader merges their rows on.
+    key_columns: tuple[str, ...] = ()
+
+    @property
+    def is_changelog(self) -> bool:
+        return self.layer > 0
 
     def to_json(self) -> dict[str, Any]:
         body = {
@@ -215,6 +248,10 @@ class StateHandle:
         }
         if self.spark_schema:
             body["spark_schema"] = self.spark_schema
+        if self.layer:
+            body["layer"] = self.layer
+            body["net_rows"] = self.net_rows if self.net_rows is not None else self.rows
+            body["key_columns"] = list(self.key_columns)
         return body
 
     @classmethod
@@ -235,6 +272,9 @@ class StateHandle:
                 # Every handle has named its format; one that does not predates format 2.
                 format=int(body.get("format", 1)),
                 spark_schema=str(body.get("spark_schema", "")),
+                layer=int(body.get("layer", 0)),
+                net_rows=None if body.get("net_rows") is None else int(body["net_rows"]),
+                key_columns=tuple(str(k) for k in body.get("key_columns") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"state handle {dict(body)!r} is malformed: {exc!r}") from None
@@ -281,6 +321,32 @@ def check_coverage(
             f"{what}: no state file covers key groups [{next_group}, {wanted.end}]"
         )
     return chosen
+
+
+def state_rows(handles: Sequence[StateHandle]) -> int:
+    """Rows of the state the handles hold once their layers are merged."""
+    return sum(
+        (h.net_rows if h.net_rows is not None else h.rows) if h.is_changelog else h.rows
+        for h in handles
+    )
+
+
+def split_layers(
+    handles: Sequence[StateHandle], wanted: KeyGroupRange, what: str
+) -> tuple[list[StateHandle], dict[int, list[StateHandle]]]:
+    """The full files over `wanted`, and each changelog layer's files over it, after
+    checking that every layer covers `wanted` exactly once: a changelog with a gap would
+    silently drop changes, one with an overlap would apply them twice."""
+    layers: dict[int, list[StateHandle]] = {}
+    for handle in handles:
+        layers.setdefault(handle.layer, []).append(handle)
+    if 0 not in layers:
+        raise StateCoverageError(f"{what}: only changelog files, no full snapshot under them")
+    full = check_coverage(layers.pop(0), wanted, what)
+    changelogs = {
+        n: check_coverage(layers[n], wanted, f"{what} changelog layer {n}") for n in sorted(layers)
+    }
+    return full, changelogs
 
 
 def check_written_handles(
@@ -345,6 +411,7 @@ class WrittenFile:
     size: int
     sha256: str
     rows: int
+    net_rows: int
 
 
 class StateFileWriter:
@@ -371,6 +438,8 @@ class StateFileWriter:
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
         self.rows = 0
+        self._net = schema.get_field_index(NET_COLUMN)
+        self.net_rows = 0
 
     @property
     def bytes_written(self) -> int:
@@ -383,6 +452,10 @@ class StateFileWriter:
         self._buffer.append(batch)
         self._buffered += batch.nbytes
         self.rows += batch.num_rows
+        if self._net >= 0:
+            self.net_rows += int(pc.sum(batch.column(self._net)).as_py() or 0)
+        else:
+            self.net_rows += batch.num_rows
         if self._buffered >= self._row_group_bytes:
             self.flush()
 
@@ -401,7 +474,11 @@ class StateFileWriter:
         self._writer.close()  # an empty file still gets the schema and the header
         self._sink.close()
         return WrittenFile(
-            self.local_path, self._sink.size, self._sink.digest.hexdigest(), self.rows
+            self.local_path,
+            self._sink.size,
+            self._sink.digest.hexdigest(),
+            self.rows,
+            self.net_rows,
         )
 
     def abort(self) -> None:

@@ -1,0 +1,158 @@
+"""Whether a state's snapshot is a changelog on its base's files or a full rewrite.
+
+A changelog checkpoint references every file of the base's state (shared, never
+copied) and adds a layer holding only the keys that changed. The chain is bounded so
+a restore's cost stays flat: after `changelog_chain` layers, or once the newest layer
+grew past half of the full snapshot under it, the next snapshot is full again. Full
+snapshots also start every chain the base cannot continue: savepoints (self-contained),
+a rescale, a new state format or schema, and a base held outside this pipeline's
+retention (a savepoint, or a checkpoint restored without claim: Flink's NO_CLAIM).
+GC needs nothing new: it keeps every file a retained or pending checkpoint references,
+wherever the file lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from batchpoint.protocol.checkpoint import (
+    CHANGELOG_CHAIN_PROPERTY,
+    INDEPENDENT_OF_BASE,
+    SHARED_FROM_META,
+    FileHandle,
+    PendingCheckpoint,
+)
+from batchpoint.runtime.streams import StreamWrite
+from batchpoint.state.format import FORMAT_VERSION, StateHandle
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from batchpoint.runtime.api import OperatorContext, OperatorDef
+
+#: The newest changelog may grow to this share of the full snapshot under it before
+#: the next snapshot compacts: a restore holds a key-group range's changes in memory.
+MAX_CHANGELOG_SHARE = 0.5
+#: ... unless the changelogs are this small in all (tiny states would else never chain).
+SMALL_CHANGELOG_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """`layer` 0: write the state in full (`why` says why); n > 0: write changelog n on
+    top of `shared`, the base's files of the state."""
+
+    layer: int
+    why: str
+    shared: tuple[FileHandle, ...] = ()
+
+    @property
+    def full(self) -> bool:
+        return self.layer == 0
+
+    def shared_by_subtask(self) -> dict[int, list[FileHandle]]:
+        out: dict[int, list[FileHandle]] = {}
+        for handle in self.shared:
+            out.setdefault(int(handle.meta.get("subtask", -1)), []).append(handle)
+        return out
+
+
+def plan_snapshot(
+    pending: PendingCheckpoint,
+    base_files: Sequence[FileHandle],
+    *,
+    parallelism: int,
+    max_parallelism: int,
+    fingerprint: str,
+    changelog_chain: int,
+    comparable: bool = True,
+) -> SnapshotPlan:
+    """How this checkpoint snapshots a state whose base files are `base_files`. Decided
+    from the pending record (which fixes the chain bound at trigger; `changelog_chain`
+    only for records without it) and the base alone, so every attempt decides alike."""
+
+    def full(why: str) -> SnapshotPlan:
+        return SnapshotPlan(0, why)
+
+    changelog_chain = int(pending.properties.get(CHANGELOG_CHAIN_PROPERTY, changelog_chain))
+    if changelog_chain <= 0:
+        return full("incremental checkpoints are off (changelog chain 0)")
+    if pending.is_savepoint:
+        return full("a savepoint is self-contained")
+    if reason := pending.properties.get(INDEPENDENT_OF_BASE):
+        return full(str(reason))
+    if not base_files:
+        return full("no base state")
+    handles = [StateHandle.coerce(f) for f in base_files]
+    if any(h.format != FORMAT_VERSION for h in handles):
+        return full(f"the base is in state format {handles[0].format}")
+    if any((h.parallelism, h.max_parallelism) != (parallelism, max_parallelism) for h in handles):
+        return full(f"rescaled from parallelism {handles[0].parallelism} to {parallelism}")
+    if any(h.schema_fingerprint != fingerprint for h in handles):
+        return full("the state's schema changed")
+    if not comparable:
+        return full("the state has map columns, which Spark cannot compare")
+    top = max(h.layer for h in handles)
+    if top >= changelog_chain:
+        return full(f"compacting {top} changelog(s)")
+    full_bytes = sum(h.size for h in handles if h.layer == 0)
+    newest = sum(h.size for h in handles if h.layer == top and top > 0)
+    changelogs = sum(h.size for h in handles if h.layer > 0)
+    if changelogs > SMALL_CHANGELOG_BYTES and newest > MAX_CHANGELOG_SHARE * full_bytes:
+        return full(f"compacting: the last changelog was {newest} bytes on {full_bytes}")
+    base_id = pending.base_checkpoint_id
+    shared = tuple(
+        f if SHARED_FROM_META in f.meta else replace(f, meta={**f.meta, SHARED_FROM_META: base_id})
+        for f in base_files
+    )
+    return SnapshotPlan(top + 1, f"changelog {top + 1} on checkpoint {base_id}", shared)
+
+
+# -- the Spark side -----------------------------------------------------------------------
+
+
+def plan_state_snapshot(
+    pending: PendingCheckpoint,
+    base_files: Sequence[FileHandle],
+    new_state: DataFrame,
+    node: OperatorDef,
+    parallelism: int,
+    changelog_chain: int,
+) -> SnapshotPlan:
+    """`plan_snapshot` for the state an operator function returned."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from batchpoint.spark.state_changelog import comparable
+    from batchpoint.state.format import schema_fingerprint
+
+    schema = new_state.schema
+    return plan_snapshot(
+        pending,
+        base_files,
+        parallelism=parallelism,
+        max_parallelism=node.max_parallelism,
+        fingerprint=schema_fingerprint(to_arrow_schema(schema, timezone="UTC")),
+        changelog_chain=changelog_chain,
+        comparable=all(comparable(f.dataType) for f in schema.fields),
+    )
+
+
+def state_write(
+    ctx: OperatorContext,
+    state: str,
+    stream: str,
+    key_columns: tuple[str, ...],
+    max_parallelism: int,
+    plan: SnapshotPlan,
+) -> StreamWrite:
+    """The write of a state: the new state itself, or its changes since the base."""
+    new = ctx.new_state(state)
+    if plan.full:
+        return StreamWrite(new, stream, key_columns, max_parallelism)
+    from batchpoint.spark.state_changelog import changelog, no_changes
+
+    old = ctx.state(state)
+    changes = no_changes(old) if new is old else changelog(new, old, key_columns)
+    return StreamWrite(changes, stream, key_columns, max_parallelism, layer=plan.layer)

@@ -1,0 +1,120 @@
+"""Incremental checkpoints through the runtime: each epoch of the payments pipeline
+writes only the changelog of its states on top of its base's files, restores read the
+whole chain, and every case that must not share (savepoints, a restore without claim,
+a rescale, the chain bound) writes in full. The exactly-once and restore tests in this
+folder run with incremental checkpoints on as well: it is the default."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from batchpoint.ops.maintenance import gc
+from batchpoint.protocol.checkpoint import (
+    INDEPENDENT_OF_BASE,
+    SHARED_FROM_META,
+    CheckpointType,
+    CompletedCheckpoint,
+    FileHandle,
+)
+from batchpoint.protocol.verify import check_handles
+from support.payments import PaymentsRun
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+STATES = ("state-seen", "state-balances")
+
+
+def _state_files(completed: CompletedCheckpoint) -> list[FileHandle]:
+    return [h for h in completed.handles if h.name in STATES]
+
+
+def _layers(completed: CompletedCheckpoint) -> set[int]:
+    return {int(h.meta.get("layer", 0)) for h in _state_files(completed)}
+
+
+def _shared(completed: CompletedCheckpoint) -> set[str]:
+    return {h.path for h in _state_files(completed) if SHARED_FROM_META in h.meta}
+
+
+def _completed(run: PaymentsRun, cid: int) -> CompletedCheckpoint:
+    return run.runner.driver.coordinator.completed.get(cid)
+
+
+def _epoch(run: PaymentsRun, n: int, **kw) -> CompletedCheckpoint:
+    result = run.epoch(n) if not kw else _typed_epoch(run, n, **kw)
+    assert result.outcome is not None and result.outcome.completed is not None, result.message
+    return result.outcome.completed
+
+
+def _typed_epoch(run: PaymentsRun, n: int, checkpoint_type: CheckpointType):
+    run.add_input(n)
+    run.clock.advance(1)
+    return run.runner.run_epoch(checkpoint_type)
+
+
+def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch, num_retained=2)
+    first = _completed(run, 1)
+    assert _layers(first) == {0} and not _shared(first)
+    chain = [_epoch(run, n) for n in (1, 2, 3)]  # checkpoints 2, 3, 4
+    for depth, completed in enumerate(chain, start=1):
+        assert _layers(completed) == set(range(depth + 1))
+        # Each one shares every state file of its base, wherever it was written.
+        base = _completed(run, completed.checkpoint_id - 1)
+        assert {h.path for h in _state_files(base)} <= _shared(completed)
+        assert completed.state_size < completed.full_state_size
+    run.assert_matches_reference()
+
+    # Retention keeps 3 and 4; GC takes 1's and 2's own files but not what 3 still shares.
+    c = run.runner.driver.coordinator
+    gc(c)
+    assert c.control.load().retained_ids() == [3, 4]
+    three = _completed(run, 3)
+    assert any(h.path.startswith(c.layout.data_prefix(1)) for h in _state_files(three))
+    assert not check_handles(run.store, list(three.durable_handles), checksums=True)
+
+    # Restore 3: its state reaches back through 2's and 1's files, and the epochs after
+    # it are counted exactly once.
+    run.runner.driver.restore(3)
+    assert _layers(_epoch(run, 4)) == {0, 1, 2, 3}
+    run.assert_matches_reference()
+
+
+def test_full_snapshots_start_a_chain_where_sharing_must_not_happen(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch, changelog_chain=2)
+    assert _layers(_epoch(run, 1)) == {0, 1}
+    assert _layers(_epoch(run, 2)) == {0, 1, 2}
+    compacted = _epoch(run, 3)  # the chain bound: a full snapshot, sharing nothing
+    assert _layers(compacted) == {0} and not _shared(compacted)
+    # A savepoint is self-contained, and the checkpoint after it may not build on it.
+    savepoint = _epoch(run, 4, checkpoint_type=CheckpointType.SAVEPOINT)
+    assert _layers(savepoint) == {0} and not _shared(savepoint)
+    after = _epoch(run, 5)
+    assert INDEPENDENT_OF_BASE in after.pending.properties
+    assert _layers(after) == {0} and not _shared(after)
+    assert _layers(_epoch(run, 6)) == {0, 1}
+    # A rescale restore writes in full at the new parallelism.
+    head = run.runner.driver.coordinator.head.get().checkpoint_id
+    run.runner.driver.restore(head, parallelism={"balances": 3})
+    rescaled = _epoch(run, 7)
+    assert {
+        int(h.meta.get("layer", 0)) for h in _state_files(rescaled) if "balances" in h.name
+    } == {0}
+    run.assert_matches_reference()
+
+
+def test_incremental_checkpoints_can_be_turned_off(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    run = make_run(copy_from=after_first_epoch, changelog_chain=0)
+    completed = _epoch(run, 1)
+    assert _layers(completed) == {0} and not _shared(completed)
+    assert completed.state_size == completed.full_state_size
+    run.assert_matches_reference()

@@ -1,0 +1,133 @@
+"""Changelog layers of keyed state: what `changelog` keeps, and what a layered read
+merges back, for states with one row per key, several rows per key, and key-only rows.
+
+Each test writes a full snapshot of an old state and one or more changelogs computed by
+Spark, then checks that reading all the layers gives exactly the newest state (and
+nothing of it is written twice)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from batchpoint.state.format import (
+    CHANGE_COLUMN,
+    CHANGE_GONE,
+    StateCoverageError,
+    StateHandle,
+    state_rows,
+)
+from batchpoint.storage.base import ObjectStore
+
+pytestmark = pytest.mark.spark
+
+MAX_PAR = 16
+BALANCES = "account string, balance bigint, tags array<string>"
+ENTRIES = "account string, entry bigint, note string"
+
+
+def _write(spark: Any, store: ObjectStore, df: Any, key: list[str], layer: int) -> list:
+    from batchpoint.spark.state_io import write_keyed_state
+
+    return write_keyed_state(
+        df, store, f"chk-{layer}/data", "s", key, MAX_PAR, 3, f"a{layer}", layer=layer
+    )
+
+
+def _chain(spark: Any, store: ObjectStore, versions: list[list[tuple]], schema: str, key: list):
+    """Write versions[0] in full and each later version as a changelog on the one
+    before; returns every layer's handles and the changelogs' rows."""
+    from batchpoint.spark.state_changelog import changelog
+
+    frames = [spark.createDataFrame(v, schema).repartition(2) for v in versions]
+    handles = _write(spark, store, frames[0], key, 0)
+    logs = []
+    for layer, (old, new) in enumerate(itertools.pairwise(frames), start=1):
+        changes = changelog(new, old, key)
+        logs.append(changes.collect())
+        handles += _write(spark, store, changes, key, layer)
+    return handles, logs
+
+
+def _read(spark: Any, store: ObjectStore, handles: list, schema: str, **kw: Any) -> list:
+    from batchpoint.spark.state_io import read_keyed_state
+
+    return read_keyed_state(spark, store, handles, schema=schema, **kw).collect()
+
+
+def _bag(rows: list) -> Counter:
+    return Counter(tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows)
+
+
+def test_a_changelog_holds_only_changed_keys_and_the_layers_merge_back(
+    spark: Any, state_store: ObjectStore
+) -> None:
+    old = [(f"acc{i}", i, [f"t{i % 3}"]) for i in range(600)]
+    new = [r for r in old if not 100 <= int(r[0][3:]) < 120]  # 20 accounts closed
+    new = [(a, b + 1, t) if int(a[3:]) % 50 == 0 else (a, b, t) for a, b, t in new]  # updates
+    new = [(a, b, [*t, "vip"]) if a == "acc7" else (a, b, t) for a, b, t in new]  # array
+    new += [(f"new{i}", i, []) for i in range(15)]
+    handles, [log] = _chain(spark, state_store, [old, new], BALANCES, ["account"])
+
+    updated = {a for a, _, _ in new if a.startswith("acc") and int(a[3:]) % 50 == 0}
+    gone = {f"acc{i}" for i in range(100, 120)}
+    assert {r.account for r in log} == updated | gone | {"acc7"} | {f"new{i}" for i in range(15)}
+    assert {r.account for r in log if r[CHANGE_COLUMN] == CHANGE_GONE} == gone
+    assert _bag(_read(spark, state_store, handles, BALANCES)) == _bag(new)
+    assert state_rows(handles) == len(new)
+    assert sum(h.rows for h in handles if h.layer == 1) == len(log)
+
+
+def test_keys_with_several_rows_and_key_only_states_chain_through_layers(
+    spark: Any, state_store: ObjectStore
+) -> None:
+    v0 = [(f"a{i % 40}", i, "x") for i in range(200)]  # 5 entries per account
+    v1 = [r for r in v0 if r[0] != "a3"] + [("a5", 1000, "late"), ("a9", 7, None)]
+    v2 = [r for r in v1 if r[0] != "a5"] + [("a3", 1, "back")]  # a3 returns, a5 leaves
+    handles, logs = _chain(spark, state_store, [v0, v1, v2], ENTRIES, ["account"])
+    assert {r.account for r in logs[0]} == {"a3", "a5", "a9"}
+    assert {r.account for r in logs[1]} == {"a3", "a5"}
+    assert _bag(_read(spark, state_store, handles, ENTRIES)) == _bag(v2)
+    assert state_rows(handles) == len(v2)
+    # Only the first two layers: the state as of v1.
+    assert _bag(_read(spark, state_store, [h for h in handles if h.layer < 2], ENTRIES)) == (
+        _bag(v1)
+    )
+
+    keys0 = [(f"e{i}",) for i in range(300)]
+    keys1 = [k for k in keys0 if k[0] != "e4"] + [("e4x",), ("e4x",)]
+    keyed, [log] = _chain(spark, state_store, [keys0, keys1], "event string", ["event"])
+    assert sorted(r.event for r in log) == ["e4", "e4x", "e4x"]
+    assert _bag(_read(spark, state_store, keyed, "event string")) == _bag(keys1)
+
+
+def test_layered_state_restores_at_another_parallelism(
+    spark: Any, state_store: ObjectStore
+) -> None:
+    from batchpoint.spark.state_io import read_keyed_state_for_parallelism
+
+    old = [(f"acc{i}", i, ["a"]) for i in range(400)]
+    new = [(a, b * 2 if b % 3 == 0 else b, t) for a, b, t in old if b % 11]
+    handles, _ = _chain(spark, state_store, [old, new], BALANCES, ["account"])
+    for parallelism in (1, 5):
+        df = read_keyed_state_for_parallelism(spark, state_store, handles, parallelism, BALANCES)
+        rows = df.collect()
+        assert _bag(r[:3] for r in rows) == _bag(new)
+        assert {r._subtask for r in rows} == set(range(parallelism))
+
+
+def test_a_changelog_layer_with_a_gap_is_refused(spark: Any, state_store: ObjectStore) -> None:
+    old = [(f"acc{i}", i, ["a"]) for i in range(100)]
+    new = [(a, b + 1, t) for a, b, t in old]
+    handles, _ = _chain(spark, state_store, [old, new], BALANCES, ["account"])
+    holed = [h for h in handles if not (h.layer == 1 and h.subtask == 1)]
+    with pytest.raises(StateCoverageError, match="changelog layer 1"):
+        _read(spark, state_store, holed, BALANCES)
+    # The handles' JSON round-trips every layer field a reader relies on.
+    changelog = next(h for h in handles if h.layer == 1)
+    assert StateHandle.from_json(changelog.to_json()) == changelog
+    assert dataclasses.replace(changelog, layer=0).to_json().get("layer") is None
