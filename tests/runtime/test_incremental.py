@@ -19,6 +19,12 @@ from batchpoint.protocol.checkpoint import (
     CompletedCheckpoint,
     FileHandle,
 )
+from batchpoint.protocol.savepoints import (
+    SavepointLocation,
+    check_savepoint,
+    export_savepoint,
+    import_savepoint,
+)
 from batchpoint.protocol.verify import check_handles
 from support.payments import PaymentsRun
 
@@ -31,8 +37,9 @@ def _state_files(completed: CompletedCheckpoint) -> list[FileHandle]:
     return [h for h in completed.handles if h.name in STATES]
 
 
-def _layers(completed: CompletedCheckpoint) -> set[int]:
-    return {int(h.meta.get("layer", 0)) for h in _state_files(completed)}
+def _layers(completed: CompletedCheckpoint, state: str | None = None) -> set[int]:
+    files = [h for h in _state_files(completed) if state is None or h.name == f"state-{state}"]
+    return {int(h.meta.get("layer", 0)) for h in files}
 
 
 def _shared(completed: CompletedCheckpoint) -> set[str]:
@@ -63,11 +70,20 @@ def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
     assert _layers(first) == {0} and not _shared(first)
     chain = [_epoch(run, n) for n in (1, 2, 3)]  # checkpoints 2, 3, 4
     for depth, completed in enumerate(chain, start=1):
-        assert _layers(completed) == set(range(depth + 1))
-        # Each one shares every state file of its base, wherever it was written.
+        # `seen` grows by an epoch's events: a changelog on its base each time, sharing
+        # every file of the base's, wherever it was written.
+        assert _layers(completed, "seen") == set(range(depth + 1))
         base = _completed(run, completed.checkpoint_id - 1)
-        assert {h.path for h in _state_files(base)} <= _shared(completed)
+        base_seen = {h.path for h in _state_files(base) if h.name == "state-seen"}
+        assert base_seen <= _shared(completed)
         assert completed.state_size < completed.full_state_size
+    # Every account's balance changes each epoch: after one changelog that changed all
+    # of them, `balances` is written in full (no join with the base), counting the run.
+    assert [_layers(c, "balances") for c in chain] == [{0, 1}, {0}, {0}]
+    assert [
+        {h.meta.get("churn") for h in _state_files(c) if h.name == "state-balances"}
+        for c in chain[1:]
+    ] == [{1}, {2}]
     run.assert_matches_reference()
 
     # Retention keeps 3 and 4; GC takes 1's and 2's own files but not what 3 still shares.
@@ -81,7 +97,23 @@ def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
     # Restore 3: its state reaches back through 2's and 1's files, and the epochs after
     # it are counted exactly once.
     run.runner.driver.restore(3)
-    assert _layers(_epoch(run, 4)) == {0, 1, 2, 3}
+    five = _epoch(run, 4)
+    assert _layers(five, "seen") == {0, 1, 2, 3}
+    run.assert_matches_reference()
+
+    # Exported, the chain is a self-contained savepoint: imported (every layer copied into
+    # the import's own folder, nothing shared) and restored, it goes on exactly once, and
+    # the next checkpoint does not build on it.
+    target = SavepointLocation(run.store, "savepoints/chain")
+    report = export_savepoint(c, five.checkpoint_id, target)
+    assert report.files == len(five.durable_handles) and check_savepoint(target) == []
+    imported = import_savepoint(c, target)
+    assert not _shared(imported) and _layers(imported, "seen") == {0, 1, 2, 3}
+    own = c.layout.data_prefix(imported.checkpoint_id)
+    assert all(h.path.startswith(own) for h in imported.durable_handles)
+    run.runner.driver.restore(imported.checkpoint_id)
+    after = _epoch(run, 5)
+    assert _layers(after) == {0} and INDEPENDENT_OF_BASE in after.pending.properties
     run.assert_matches_reference()
 
 
@@ -89,8 +121,8 @@ def test_full_snapshots_start_a_chain_where_sharing_must_not_happen(
     make_run: Callable[..., PaymentsRun], after_first_epoch: Path
 ) -> None:
     run = make_run(copy_from=after_first_epoch, changelog_chain=2)
-    assert _layers(_epoch(run, 1)) == {0, 1}
-    assert _layers(_epoch(run, 2)) == {0, 1, 2}
+    assert _layers(_epoch(run, 1), "seen") == {0, 1}
+    assert _layers(_epoch(run, 2), "seen") == {0, 1, 2}
     compacted = _epoch(run, 3)  # the chain bound: a full snapshot, sharing nothing
     assert _layers(compacted) == {0} and not _shared(compacted)
     # A savepoint is self-contained, and the checkpoint after it may not build on it.

@@ -2,8 +2,10 @@
 
 A changelog checkpoint references every file of the base's state (shared, never
 copied) and adds a layer holding only the keys that changed. The chain is bounded so
-a restore's cost stays flat: after `changelog_chain` layers, or once the newest layer
-grew past half of the full snapshot under it, the next snapshot is full again. Full
+a restore's cost stays flat: after `changelog_chain` layers the next snapshot is full
+again. A state whose last changelog changed most of its rows is written in full too
+(no join with the base, one layer to read), for a few epochs, then a changelog probes
+whether it settled. Full
 snapshots also start every chain the base cannot continue: savepoints (self-contained),
 a rescale, a new state format or schema, and a base held outside this pipeline's
 retention (a savepoint, or a checkpoint restored without claim: Flink's NO_CLAIM).
@@ -25,18 +27,22 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
 )
 from batchpoint.runtime.streams import StreamWrite
-from batchpoint.state.format import FORMAT_VERSION, StateHandle
+from batchpoint.state.format import FORMAT_VERSION, StateHandle, state_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from batchpoint.runtime.api import OperatorContext, OperatorDef
 
-#: The newest changelog may grow to this share of the full snapshot under it before
-#: the next snapshot compacts: a restore holds a key-group range's changes in memory.
+#: A changelog that changed more than this share of the state's rows says the state
+#: mostly changes each epoch: a full snapshot is then cheaper (no join with the base)
+#: and keeps restores reading one layer.
 MAX_CHANGELOG_SHARE = 0.5
-#: ... unless the changelogs are this small in all (tiny states would else never chain).
-SMALL_CHANGELOG_BYTES = 1 << 20
+#: After that many full snapshots in a row for churn, one changelog probes whether the
+#: state has settled.
+CHURN_PROBE_EVERY = 4
+#: Handle metadata on a full snapshot written for churn: how many in a row.
+CHURN_META = "churn"
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class SnapshotPlan:
     layer: int
     why: str
     shared: tuple[FileHandle, ...] = ()
+    churn: int = 0  # > 0: a full snapshot because the state mostly changes (CHURN_META)
 
     @property
     def full(self) -> bool:
@@ -73,8 +80,8 @@ def plan_snapshot(
     from the pending record (which fixes the chain bound at trigger; `changelog_chain`
     only for records without it) and the base alone, so every attempt decides alike."""
 
-    def full(why: str) -> SnapshotPlan:
-        return SnapshotPlan(0, why)
+    def full(why: str, churn: int = 0) -> SnapshotPlan:
+        return SnapshotPlan(0, why, churn=churn)
 
     changelog_chain = int(pending.properties.get(CHANGELOG_CHAIN_PROPERTY, changelog_chain))
     if changelog_chain <= 0:
@@ -97,17 +104,37 @@ def plan_snapshot(
     top = max(h.layer for h in handles)
     if top >= changelog_chain:
         return full(f"compacting {top} changelog(s)")
-    full_bytes = sum(h.size for h in handles if h.layer == 0)
-    newest = sum(h.size for h in handles if h.layer == top and top > 0)
-    changelogs = sum(h.size for h in handles if h.layer > 0)
-    if changelogs > SMALL_CHANGELOG_BYTES and newest > MAX_CHANGELOG_SHARE * full_bytes:
-        return full(f"compacting: the last changelog was {newest} bytes on {full_bytes}")
+    if top > 0:
+        # Rows the newest changelog rewrote or removed, of those that were there before
+        # it: new keys do not count, a growing state is what changelogs are best at.
+        newest = [h for h in handles if h.layer == top]
+        added = sum(h.net_rows or 0 for h in newest)
+        rewritten = sum(h.rows for h in newest) - max(0, added)
+        before = state_rows(handles) - added
+        if rewritten > MAX_CHANGELOG_SHARE * max(1, before):
+            return full(f"the last changelog rewrote {rewritten} of {before} rows", churn=1)
+    else:
+        churn = max(int(f.meta.get(CHURN_META, 0)) for f in base_files)
+        if 0 < churn < CHURN_PROBE_EVERY:
+            return full(f"the state mostly changes each epoch ({churn} in a row)", churn + 1)
     base_id = pending.base_checkpoint_id
     shared = tuple(
         f if SHARED_FROM_META in f.meta else replace(f, meta={**f.meta, SHARED_FROM_META: base_id})
         for f in base_files
     )
     return SnapshotPlan(top + 1, f"changelog {top + 1} on checkpoint {base_id}", shared)
+
+
+def mark_churn(handles: dict[int, list[FileHandle]], stream: str, plan: SnapshotPlan) -> None:
+    """Record on a full snapshot written for churn how many came in a row, so that the
+    next plan knows without reading anything."""
+    if not plan.churn:
+        return
+    for files in handles.values():
+        files[:] = [
+            replace(f, meta={**f.meta, CHURN_META: plan.churn}) if f.name == stream else f
+            for f in files
+        ]
 
 
 # -- the Spark side -----------------------------------------------------------------------

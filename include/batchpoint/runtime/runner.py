@@ -37,7 +37,12 @@ from batchpoint.protocol.layout import split_task_name
 from batchpoint.runtime.adopted_channels import adopt_channel
 from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkDef, SourceDef
 from batchpoint.runtime.faults import maybe_fail, spark_task_fault, spark_task_pause
-from batchpoint.runtime.incremental import SnapshotPlan, plan_state_snapshot, state_write
+from batchpoint.runtime.incremental import (
+    SnapshotPlan,
+    mark_churn,
+    plan_state_snapshot,
+    state_write,
+)
 from batchpoint.runtime.streams import (
     CONSUMERS_META,
     SINK_STREAM,
@@ -375,6 +380,7 @@ class OperatorRunner:
                 frame.unpersist()
         for state, plan in plans.items():
             self.log(f"snapshot: state '{state}': {plan.why}")
+            mark_churn(handles, state_stream(state), plan)
             for subtask, shared in plan.shared_by_subtask().items():
                 handles[subtask].extend(shared)
         return handles
