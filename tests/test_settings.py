@@ -56,6 +56,7 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_RESTORE_VERIFY_CHECKSUMS": "false",
         "BATCHPOINT_HISTORY_LIMIT": "0",
         "BATCHPOINT_GC_GRACE": "2h",
+        "BATCHPOINT_CHANGELOG_CHAIN": "3",
         "BATCHPOINT_QUALITY_GATE": "batchpoint.demo.payments_quality:restore_gate",
         "BATCHPOINT_PIPELINE_REF": "a.b:p, c:q",
         "BATCHPOINT_CHECKPOINT_INTERVAL": "*/10 * * * *",
@@ -98,6 +99,7 @@ def test_every_variable_is_read(tmp_path, root):
         restore_verify_checksums=False,
         history_limit=0,
         gc_grace=7200,
+        changelog_chain=3,
     )
     assert s.quality_gate_ref == "batchpoint.demo.payments_quality:restore_gate"
 

@@ -19,14 +19,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from batchpoint.errors import CheckpointError
 from batchpoint.protocol.checkpoint import (
     CHANGELOG_CHAIN_PROPERTY,
     INDEPENDENT_OF_BASE,
     SHARED_FROM_META,
+    CompletedCheckpoint,
     FileHandle,
     PendingCheckpoint,
 )
-from batchpoint.runtime.streams import StreamWrite
+from batchpoint.protocol.layout import split_task_name
+from batchpoint.runtime.streams import StreamWrite, state_stream
 from batchpoint.state.format import FORMAT_VERSION, StateHandle, state_rows
 
 if TYPE_CHECKING:
@@ -123,6 +126,23 @@ def plan_snapshot(
         for f in base_files
     )
     return SnapshotPlan(top + 1, f"changelog {top + 1} on checkpoint {base_id}", shared)
+
+
+def base_state_files(
+    base: CompletedCheckpoint | None, operator: str, state: str
+) -> list[FileHandle]:
+    """The base's files of an operator's state (every layer); none when the operator is
+    new in this version of the pipeline."""
+    if base is None:
+        return []
+    own = [a for a in base.acks if split_task_name(a.task)[0] == operator]
+    files = [h for ack in own for h in ack.handles if h.name == state_stream(state)]
+    if own and not files:
+        raise CheckpointError(
+            f"base checkpoint {base.checkpoint_id} has no files of state '{state}' "
+            f"of operator '{operator}'"
+        )
+    return files
 
 
 def mark_churn(handles: dict[int, list[FileHandle]], stream: str, plan: SnapshotPlan) -> None:

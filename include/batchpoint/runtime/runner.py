@@ -39,6 +39,7 @@ from batchpoint.runtime.api import OperatorContext, OperatorDef, Pipeline, SinkD
 from batchpoint.runtime.faults import maybe_fail, spark_task_fault, spark_task_pause
 from batchpoint.runtime.incremental import (
     SnapshotPlan,
+    base_state_files,
     mark_churn,
     plan_state_snapshot,
     state_write,
@@ -346,7 +347,7 @@ class OperatorRunner:
             report.timed_async(writing)
             return handles
 
-        base_files = {state: self._base_state_files(base, node, state) for state in node.states}
+        base_files = {state: base_state_files(base, node.name, state) for state in node.states}
         states = {
             state: self._restored_state(base, node, state, schema, base_files[state])
             for state, schema in node.states.items()
@@ -513,26 +514,6 @@ class OperatorRunner:
             for h in ack.handles
             if reads_channel(h, consumer)
         ]
-
-    def _base_state_files(
-        self, base: CompletedCheckpoint | None, node: OperatorDef, state: str
-    ) -> list[FileHandle]:
-        """The base's files of `state` (every layer); none when the operator is new."""
-        if base is None:
-            return []
-        files = [
-            h
-            for ack in base.acks
-            if split_task_name(ack.task)[0] == node.name
-            for h in ack.handles
-            if h.name == state_stream(state)
-        ]
-        if not files and any(split_task_name(a.task)[0] == node.name for a in base.acks):
-            raise CheckpointError(
-                f"base checkpoint {base.checkpoint_id} has no files of state '{state}' "
-                f"of operator '{node.name}'"
-            )
-        return files
 
     def _restored_state(
         self,
