@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import hashlib
 
-from batchpoint.protocol.checkpoint import CheckpointStatus, FileHandle, TaskAcknowledgeResult
+from batchpoint.protocol.checkpoint import (
+    ADOPTED_FROM_META,
+    CheckpointStatus,
+    FileHandle,
+    TaskAcknowledgeResult,
+)
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.savepoints import (
@@ -15,7 +20,7 @@ from batchpoint.protocol.savepoints import (
     export_savepoint,
     import_savepoint,
 )
-from batchpoint.runtime.adopted_channels import ADOPTED_META, adopt_channel
+from batchpoint.runtime.adopted_channels import adopt_channel
 from batchpoint.state.keygroups import key_group_range_for_subtask
 
 MAX_PAR = 8
@@ -50,7 +55,7 @@ def test_files_inside_one_subtask_range_each_are_adopted_as_the_sinks_own() -> N
             ]
             assert groups == list(range(own.start, own.end + 1))  # they tile its range
             for h in handles:
-                assert h.name == "sink" and h.meta[ADOPTED_META] == "channel-s"
+                assert h.name == "sink" and h.meta[ADOPTED_FROM_META] == "channel-s"
                 assert "consumers" not in h.meta
 
 

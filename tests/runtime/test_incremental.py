@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from batchpoint.ops.maintenance import gc
+from batchpoint.ops.overview import checkpoint_page
 from batchpoint.protocol.checkpoint import (
     INDEPENDENT_OF_BASE,
     SHARED_FROM_META,
@@ -85,6 +86,22 @@ def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
         for c in chain[1:]
     ] == [{1}, {2}]
     run.assert_matches_reference()
+
+    # The drill-down tells written files from shared ones, and both sizes apart.
+    last = chain[-1]
+    page = checkpoint_page(run.runner.driver.coordinator, last.checkpoint_id).to_json()
+    assert (page["state_size"], page["full_state_size"]) == (
+        last.state_size,
+        last.full_state_size,
+    )
+    origins = {f["path"]: f["origin"] for f in page["files"]}
+    for h in _state_files(last):
+        if SHARED_FROM_META in h.meta:
+            assert origins[h.path] == f"shared from checkpoint {h.meta[SHARED_FROM_META]}"
+        else:
+            layer = int(h.meta.get("layer", 0))
+            assert origins[h.path] == (f"written (changelog layer {layer})" if layer else "written")
+    assert "written (changelog layer 3)" in origins.values()
 
     # Retention keeps 3 and 4; GC takes 1's and 2's own files but not what 3 still shares.
     c = run.runner.driver.coordinator

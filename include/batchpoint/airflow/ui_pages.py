@@ -109,7 +109,7 @@ def history_table(rows: Sequence[Mapping[str, Any]], link: str) -> str:
 
 FILE_HEADER = (
     "<tr><th>task</th><th>stream</th><th>path</th><th>size</th><th>rows</th>"
-    "<th>key groups</th></tr>"
+    "<th>key groups</th><th>origin</th></tr>"
 )
 
 
@@ -310,6 +310,7 @@ def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, s
         ("triggered", when(detail["trigger_time"])),
         ("duration", "" if detail["duration_s"] is None else f"{detail['duration_s']:.1f}s"),
         ("state size", size(detail["state_size"])),
+        ("full state size", size(detail.get("full_state_size", detail["state_size"]))),
         ("rows", str(detail["rows"])),
         ("acks", f"{detail['acknowledged']}/{detail['expected']}"),
         ("base checkpoint", str(detail.get("base_checkpoint_id") or "-")),
@@ -328,7 +329,7 @@ def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, s
     files = "".join(
         f"<tr><td>{esc(f['task'])}</td><td>{esc(f['stream'])}</td><td>{esc(f['path'])}</td>"
         f"<td>{esc(size(f['size']))}</td><td>{esc(f['rows'])}</td>"
-        f"<td>{esc(f['key_groups'] or '')}</td></tr>"
+        f"<td>{esc(f['key_groups'] or '')}</td><td>{esc(f.get('origin', ''))}</td></tr>"
         for f in detail["files"]
     )
     report = detail.get("quality_report")

@@ -58,7 +58,8 @@ def cmd_show(cmd: Command) -> int:
         return (
             render.history_table([detail.stats])
             + f"\n\nbase: {detail.base_checkpoint_id}   restore generation: "
-            f"{detail.restore_generation}\n\n{tasks}"
+            f"{detail.restore_generation}   full state size (what a restore reads): "
+            f"{render.size(detail.stats.full_state_size)}\n\n{tasks}"
         )
 
     cmd.out.emit(detail.to_json, text)

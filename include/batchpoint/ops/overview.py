@@ -11,7 +11,13 @@ from typing import Any
 
 from batchpoint.errors import ObjectNotFound
 from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint
-from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
+from batchpoint.protocol.checkpoint import (
+    ADOPTED_FROM_META,
+    SHARED_FROM_META,
+    CheckpointStatus,
+    CheckpointType,
+    FileHandle,
+)
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
 from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, HistoryPage
@@ -142,11 +148,23 @@ def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> C
             "size": h.size,
             "rows": h.rows,
             "key_groups": None if h.key_group_range is None else list(h.key_group_range),
+            "origin": file_origin(h),
         }
         for ack in sorted(acks, key=lambda a: a.task)
         for h in ack.handles
     ]
     return CheckpointPage(detail, report, None if held is None else held.quarantined_at, files)
+
+
+def file_origin(handle: FileHandle) -> str:
+    """Where a checkpoint's file came from: written by this checkpoint (a changelog layer
+    says so), shared from an earlier checkpoint's, or a channel a sink staged by reference."""
+    if SHARED_FROM_META in handle.meta:
+        return f"shared from checkpoint {handle.meta[SHARED_FROM_META]}"
+    if ADOPTED_FROM_META in handle.meta:
+        return f"staged from {handle.meta[ADOPTED_FROM_META]}"
+    layer = int(handle.meta.get("layer", 0))
+    return f"written (changelog layer {layer})" if layer else "written"
 
 
 def page_summary(rows: list[CheckpointStats]) -> dict[str, Any]:

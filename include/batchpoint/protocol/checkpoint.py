@@ -101,6 +101,9 @@ INDEPENDENT_OF_BASE = "independent_of_base"
 CHANGELOG_CHAIN_PROPERTY = "changelog_chain"
 #: Handle metadata: the checkpoint that wrote a file an incremental checkpoint shares.
 SHARED_FROM_META = "shared_from"
+#: Handle metadata: the channel a sink staged by reference (written, and counted, by
+#: the upstream operator's task).
+ADOPTED_FROM_META = "adopted_from"
 
 
 #: The stream names of channel files (`channel-<consumer>`): see durable_handles.
@@ -286,14 +289,14 @@ class AckRecord(records.VersionedRecord):
     @property
     def full_state_size(self) -> int:
         """Bytes a restore of this task reads: its own files and the shared ones."""
-        return sum(h.size for h in self.handles if not h.meta.get("adopted_from"))
+        return sum(h.size for h in self.handles if not h.meta.get(ADOPTED_FROM_META))
 
     @property
     def written_handles(self) -> tuple[FileHandle, ...]:
         return tuple(
             h
             for h in self.handles
-            if not h.meta.get("adopted_from") and SHARED_FROM_META not in h.meta
+            if not h.meta.get(ADOPTED_FROM_META) and SHARED_FROM_META not in h.meta
         )
 
     @property

@@ -30,6 +30,7 @@ class TaskStats:
     rows: int
     records_in: int = 0
     records_out: int = 0
+    full_state_size: int = 0  # what a restore reads: state_size plus the files it shares
 
     @classmethod
     def of(cls, pending: PendingCheckpoint, ack: AckRecord) -> TaskStats:
@@ -44,6 +45,7 @@ class TaskStats:
             ack.rows,
             ack.metrics.records_in,
             ack.metrics.records_out,
+            ack.full_state_size,
         )
 
 
@@ -61,6 +63,9 @@ class CheckpointStats:
     base_checkpoint_id: int | None
     failure_reason: str = ""
     failure_message: str = ""
+    # Flink's "full checkpoint data size": state_size is what this checkpoint wrote, this
+    # is what restoring it reads (an incremental checkpoint shares its base's files).
+    full_state_size: int = 0
 
     @property
     def duration_s(self) -> float | None:
@@ -75,6 +80,7 @@ class CheckpointStats:
             "end_time": self.end_time,
             "duration_s": self.duration_s,
             "state_size": self.state_size,
+            "full_state_size": self.full_state_size,
             "rows": self.rows,
             "acknowledged": self.acknowledged,
             "expected": self.expected,
@@ -133,6 +139,7 @@ class CheckpointStatsTracker:
             base_checkpoint_id=pending.base_checkpoint_id,
             failure_reason=outcome.reason.code if outcome and outcome.reason else "",
             failure_message=outcome.message if outcome else "",
+            full_state_size=sum(t.full_state_size for t in tasks),
         )
         return stats, tasks
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from batchpoint.protocol.checkpoint import FileHandle
+from batchpoint.protocol.checkpoint import ADOPTED_FROM_META, FileHandle
 from batchpoint.state.keygroups import key_group_range_for_subtask
 
 #: Handle metadata of a file a task references but another task wrote: the stream it was
 #: written as. Such a file adds nothing to the referencing task's state size.
-ADOPTED_META = "adopted_from"
 _CHANNEL_ONLY_META = ("consumers",)
 
 
@@ -43,7 +42,9 @@ def adopt_channel(
         if owner is None:
             return None
         meta = {k: v for k, v in handle.meta.items() if k not in _CHANNEL_ONLY_META}
-        out[owner].append(replace(handle, name=stream, meta={**meta, ADOPTED_META: handle.name}))
+        out[owner].append(
+            replace(handle, name=stream, meta={**meta, ADOPTED_FROM_META: handle.name})
+        )
     for handles in out.values():
         handles.sort(key=lambda h: h.key_group_range or (0, 0))
     return out
