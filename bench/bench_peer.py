@@ -9,7 +9,11 @@ one local Spark session (``local[2]``, 2 shuffle partitions, batchpoint parallel
 alternating epoch by epoch. Per epoch it prints the wall time of each and the bytes and
 files each one's checkpointing added; then the time to load the whole state again in a
 fresh process (a new JVM each: batchpoint reads the head's state, Structured Streaming
-reads its state store through the ``statestore`` data source).
+reads its state store through the ``statestore`` data source). batchpoint's restore is
+also timed the way its default runtime (connect mode) runs one: a fresh Python process
+that is a Spark Connect client of a warm local server (started, and warmed by one
+untimed restore, before the timed one; its JVM start is not counted, as a deployment's
+server is already up).
 
 Before any figure is printed both final states are compared with an independent
 computation (numpy over every generated event); if either differs the script says so
@@ -262,11 +266,13 @@ def timed(run: Any) -> float:
     return time.perf_counter() - started
 
 
-def fresh_restore(engine: str, where: Path) -> tuple[float, int]:
-    """Seconds for a new process (new JVM) to load the whole state, and its row count."""
+def fresh_restore(engine: str, where: Path, remote: str = "") -> tuple[float, int]:
+    """Seconds for a new process (a new JVM, or a Connect client of `remote`) to load the
+    whole state, and its row count."""
     started = time.perf_counter()
+    child = [sys.executable, __file__, "--restore-child", engine, str(where)]
     out = subprocess.run(
-        [sys.executable, __file__, "--restore-child", engine, str(where)],
+        child + ([remote] if remote else []),
         check=True,
         capture_output=True,
         text=True,
@@ -275,13 +281,29 @@ def fresh_restore(engine: str, where: Path) -> tuple[float, int]:
     return seconds, int(out.stdout.strip().splitlines()[-1])
 
 
-def restore_child(engine: str, where: str) -> int:
-    spark = spark_session()
+def restore_child(engine: str, where: str, remote: str = "") -> int:
+    if remote:
+        from batchpoint.spark.session import connect_session
+
+        spark = connect_session(remote, "bench-peer-restore")
+    else:
+        spark = spark_session()
     df = read_batchpoint_state(spark, Path(where)) if engine == "bp" else None
     if df is None:
         df = read_streaming_state(spark, Path(where))
     print(df.count())
     return 0
+
+
+def warm_server_restore(root: Path, workdir: Path) -> tuple[float, int]:
+    """batchpoint's restore in its default runtime: a fresh client process of a warm
+    Spark Connect server (the second restore; the first one warms the server up)."""
+    from batchpoint.devstack.spark_connect import SparkConnectServer
+
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    with SparkConnectServer(workdir, master="local[2]", conf=conf) as server:
+        fresh_restore("bp", root, server.url)
+        return fresh_restore("bp", root, server.url)
 
 
 def as_dict(df: Any) -> dict[str, tuple[int, int]]:
@@ -340,12 +362,14 @@ def run(size_name: str, epochs: int, keep: bool) -> int:
             return 1
         bp_restore, bp_rows = fresh_restore("bp", root)
         ss_restore, ss_rows = fresh_restore("ss", ss_checkpoint)
-        if bp_rows != len(expected) or ss_rows != len(expected):
-            print(f"refusing to print figures: restores read {bp_rows} and {ss_rows} keys, "
-                  f"expected {len(expected)}")  # fmt: skip
+        bp_warm, warm_rows = warm_server_restore(root, work / "spark-connect")
+        if {bp_rows, ss_rows, warm_rows} != {len(expected)}:
+            print(f"refusing to print figures: restores read {bp_rows}, {ss_rows} and "
+                  f"{warm_rows} keys, expected {len(expected)}")  # fmt: skip
             return 1
         full_state = engines["batchpoint"].full_state_bytes  # type: ignore[attr-defined]
-        report(size_name, size, rows, expected, bp_restore, ss_restore, full_state)
+        restores = {"batchpoint": bp_restore, "batchpoint_connect": bp_warm, "ss": ss_restore}
+        report(size_name, size, rows, expected, restores, full_state)
         phases = engines["batchpoint"].phases[1:]  # type: ignore[attr-defined]
         print("batchpoint warm epochs, median seconds by phase: " + ", ".join(
             f"{k} {statistics.median(p[k] for p in phases):.2f}" for k in phases[0]
@@ -363,8 +387,7 @@ def report(
     size: Size,
     rows: list[dict[str, Any]],
     expected: dict[str, tuple[int, int]],
-    bp_restore: float,
-    ss_restore: float,
+    restores: dict[str, float],
     full_state: int,
 ) -> None:
     bp, ss = "batchpoint", "structured streaming"
@@ -392,8 +415,12 @@ def report(
           f"checkpoint bytes {bytes_ratio:.2f}x (target <= 1)")  # fmt: skip
     print(f"batchpoint bytes added per warm epoch / full state ({full_state:,} bytes): "
           f"{share:.3f}x (target <= 0.1 when 1% of keys change)")  # fmt: skip
+    bp_restore, bp_warm, ss_restore = (
+        restores[k] for k in ("batchpoint", "batchpoint_connect", "ss")
+    )
     print(f"restore in a fresh process: bp {bp_restore:.1f} s, ss {ss_restore:.1f} s, "
-          f"{bp_restore / ss_restore:.2f}x (target <= 0.5)")  # fmt: skip
+          f"{bp_restore / ss_restore:.2f}x (target <= 0.5); bp as a Connect client of a warm "
+          f"server {bp_warm:.1f} s, {bp_warm / ss_restore:.2f}x")  # fmt: skip
     print(
         json.dumps(
             {
@@ -408,8 +435,9 @@ def report(
                 "last_epoch_bp_bytes": state_bytes,
                 "bp_full_state_bytes": full_state,
                 "bp_added_to_full_ratio": round(share, 4),
-                "restore_s": {"batchpoint": round(bp_restore, 2), "ss": round(ss_restore, 2)},
+                "restore_s": {k: round(v, 2) for k, v in restores.items()},
                 "restore_ratio": round(bp_restore / ss_restore, 3),
+                "restore_ratio_connect": round(bp_warm / ss_restore, 3),
             },
             default=lambda v: round(v, 3) if isinstance(v, float) else v,
         )
@@ -422,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=4, help="epochs (default: 4)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument(
-        "--restore-child", nargs=2, metavar=("ENGINE", "PATH"), help=argparse.SUPPRESS
+        "--restore-child", nargs="+", metavar="ENGINE PATH [REMOTE]", help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
     if args.restore_child:
