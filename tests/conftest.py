@@ -8,6 +8,9 @@ Payments on Spark: `make_run` makes a `PaymentsRun` (tests/support/payments.py) 
 fresh store or a copy of one; `after_first_epoch` and `good_epochs` are stores with
 completed checkpoints to copy; `make_gate` builds a quality gate over a run.
 
+`./dev test` runs the files on two pytest-xdist workers (BATCHPOINT_TEST_WORKERS), slow
+ones first (pytest_collection_modifyitems below).
+
 This file also puts tests/ on sys.path (pytest's default `prepend` import mode inserts
 the folder of a conftest.py that is not in a package), so every test imports its shared
 helpers as `support.*`.
@@ -41,6 +44,13 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 # Small enough that a 12 MiB test file is a real multipart upload.
 TEST_MULTIPART = {"multipart_threshold": 5 * MiB, "multipart_chunksize": 5 * MiB}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with slow tests first: `./dev test` spreads files over two workers
+    (pytest-xdist, --dist loadfile), and a long end-to-end test started last would run
+    alone while the other worker idles."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
