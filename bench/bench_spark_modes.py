@@ -21,7 +21,9 @@ background load; each mode has its own storage prefix with identical input. It p
 - whether a `java` process was started under the task (a child of the job's process in
   submit mode, a new child of this process in connect mode);
 - an epoch with no new input against a no-op DAG of the same shape (the same task
-  graph, each task a Python callable that does nothing), and their ratio.
+  graph, each task a Python callable that does nothing), and their ratio: once as
+  deployed (BATCHPOINT_SKIP_IDLE_EPOCHS on: the trigger skips the run) and once forced
+  through every task (off).
 
 Heavy (a spark-submit JVM per operator task in submit mode): about 3 minutes an epoch
 on 2 busy cores.
@@ -308,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     recorder = JobRecorder()
     recorder.install()
     runs: list[EpochRun] = []
+    idle_ratios: dict[str, float] = {}
     print(f"workdir {workdir} (task logs: {log_file})", flush=True)
     with SeaweedServer(workdir / "s3") as s3:
         started = time.monotonic()
@@ -321,16 +324,16 @@ def main(argv: list[str] | None = None) -> int:
                 env["BATCHPOINT_TASK_RETRIES"] = "0"
                 return env
 
-            def dags(mode: str) -> dict[str, Any]:
+            def dags(mode: str, **extra: str) -> dict[str, Any]:
                 from batchpoint.airflow.config import AirflowDeployment
                 from batchpoint.airflow.dag_factory import load_dags
 
                 os.environ.clear()
-                os.environ.update({**base, **environment(mode)})
+                os.environ.update({**base, **environment(mode), **extra})
                 return load_dags(AirflowDeployment.from_env())
 
-            def one_epoch(mode: str, epoch: int, new_input: bool) -> EpochRun:
-                dag = dags(mode)["payments_checkpoint"]
+            def one_epoch(mode: str, epoch: int, new_input: bool, **extra: str) -> EpochRun:
+                dag = dags(mode, **extra)["payments_checkpoint"]
                 if new_input:
                     store = Settings.from_env().store_ref.open()
                     write_epoch_files(store, SOURCE_ROOT, epoch, **DATA)
@@ -355,17 +358,26 @@ def main(argv: list[str] | None = None) -> int:
 
             print("\nan epoch with no new input vs a no-op DAG of the same shape:", flush=True)
             for mode in modes:
-                empty = one_epoch(mode, args.epochs, new_input=False)
                 dag = dags(mode)["payments_checkpoint"]
                 noop_run, noop_seconds = run_dag(noop_dag_like(dag), log_file)
-                ratio = empty.seconds / noop_seconds
-                print(
-                    f"  {mode:<8} no input: {empty.state} {empty.seconds:6.1f}s; no-op DAG: "
-                    f"{noop_run.state} {noop_seconds:6.1f}s; ratio {ratio:.2f}",
-                    flush=True,
-                )
-                for row in empty.rows:
-                    print(row, flush=True)
+                print(f"  {mode:<8} no-op DAG: {noop_run.state} {noop_seconds:6.1f}s", flush=True)
+                # The default skips an idle epoch at its trigger; the second run forces it
+                # through every task, as a pipeline whose operators act without input would.
+                for label, extra in [
+                    ("skipped (default)", {}),
+                    ("forced to run", {"BATCHPOINT_SKIP_IDLE_EPOCHS": "false"}),
+                ]:
+                    empty = one_epoch(mode, args.epochs, False, **extra)
+                    ratio = empty.seconds / noop_seconds
+                    if not extra:
+                        idle_ratios[mode] = ratio
+                    print(
+                        f"  {mode:<8} no input, {label}: {empty.state} {empty.seconds:6.1f}s;"
+                        f" ratio to the no-op DAG {ratio:.2f}",
+                        flush=True,
+                    )
+                    for row in empty.rows:
+                        print(row, flush=True)
 
     print("\nsummary (medians over epochs):", flush=True)
     medians = {}
@@ -382,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     if {"submit", "connect"} <= set(medians):
         print(f"  connect/submit: {medians['connect'] / medians['submit']:.2f}", flush=True)
+    for mode, ratio in idle_ratios.items():
+        print(f"  {mode:<8} idle epoch / no-op DAG: {ratio:.2f}", flush=True)
     return 0
 
 

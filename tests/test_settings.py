@@ -57,6 +57,7 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_HISTORY_LIMIT": "0",
         "BATCHPOINT_GC_GRACE": "2h",
         "BATCHPOINT_CHANGELOG_CHAIN": "3",
+        "BATCHPOINT_SKIP_IDLE_EPOCHS": "false",
         "BATCHPOINT_QUALITY_GATE": "batchpoint.demo.payments_quality:restore_gate",
         "BATCHPOINT_PIPELINE_REF": "a.b:p, c:q",
         "BATCHPOINT_CHECKPOINT_INTERVAL": "*/10 * * * *",
@@ -100,6 +101,7 @@ def test_every_variable_is_read(tmp_path, root):
         history_limit=0,
         gc_grace=7200,
         changelog_chain=3,
+        skip_idle=False,
     )
     assert s.quality_gate_ref == "batchpoint.demo.payments_quality:restore_gate"
 
@@ -125,7 +127,9 @@ def test_defaults(root):
     s = Settings.from_env({"BATCHPOINT_ROOT": root})
     assert s.store_options == {} and s.spark_master == "local[2]"
     assert s.savepoint_roots == (root + "/savepoints/",)
-    assert s.checkpoint == CheckpointConfig()
+    # The protocol's bare default is Flink's, a checkpoint per trigger; a deployment skips
+    # idle epochs unless told otherwise.
+    assert s.checkpoint == CheckpointConfig(skip_idle=True)
     assert s.checkpoint.restore_verify_checksums is True
     assert s.checkpoint.gc_grace == 3600 and s.checkpoint.history_limit == 100
     assert s.quality_gate_ref is None

@@ -178,6 +178,7 @@ class BatchpointEnvironment(BaseSettings):
     history_limit: Annotated[int, _count(0)] = 100
     gc_grace: Annotated[float | None, _optional(values.parse_duration)] = None
     changelog_chain: Annotated[int, _count(0)] = 8
+    skip_idle_epochs: Bool = True
     quality_gate: Annotated[str | None, _optional(values.check_ref)] = None
     # -- the Airflow deployment (batchpoint.airflow.config)
     pipeline_ref: Refs = (DEFAULT_PIPELINE_REF,)
@@ -254,6 +255,7 @@ class BatchpointEnvironment(BaseSettings):
             history_limit=self.history_limit,
             gc_grace=self.effective_gc_grace,
             changelog_chain=self.changelog_chain,
+            skip_idle=self.skip_idle_epochs,
         )
 
 

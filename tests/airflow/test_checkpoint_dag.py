@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from batchpoint.errors import TriggerRefused
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.failures import PipelineStatus
 
@@ -106,6 +107,29 @@ def test_min_pause_skips_the_run_with_the_reason(bp, write_epoch):
     assert run.state == "success"  # skipped, not failed: nothing is wrong
     assert set(states.values()) == {"skipped"}
     assert bp.driver().coordinator.checkpoint_ids() == [1]
+
+
+def test_a_run_with_no_new_input_is_skipped_and_the_next_with_input_runs(bp, write_epoch):
+    write_epoch(0)
+    assert bp.run("payments_checkpoint")[0].state == "success"
+
+    run, states = bp.run("payments_checkpoint")
+    assert run.state == "success"  # idle, not failed
+    assert set(states.values()) == {"skipped"}
+    c = bp.driver().coordinator
+    assert c.checkpoint_ids() == [1]
+    with pytest.raises(TriggerRefused, match="no source has new input since checkpoint 1"):
+        bp.driver().trigger()
+
+    write_epoch(1)
+    run, states = bp.run("payments_checkpoint")
+    assert run.state == "success", states
+    assert c.checkpoint_ids() == [1, 2]
+    assert c.get_outcome(2).pending.base_checkpoint_id == 1
+
+    bp.set(skip_idle_epochs=False)  # operators that act without input run every epoch
+    assert bp.run("payments_checkpoint")[0].state == "success"
+    assert c.checkpoint_ids() == [1, 2, 3]
 
 
 def test_max_concurrent_skips_the_run_while_another_checkpoint_is_pending(bp, write_epoch):

@@ -241,7 +241,10 @@ def test_the_spark_submit_command_and_environment():
         "af-1-t2",
     ]
     assert "SK" not in " ".join(argv)  # credentials travel in the environment only
-    child = launcher.environment(settings, {"PATH": "/bin", "PYTHONPATH": "/x"})
+    # as left by a Connect client that ran earlier in the same worker process
+    worker = {"PATH": "/bin", "PYTHONPATH": "/x", "SPARK_CONNECT_MODE_ENABLED": "1"}
+    child = launcher.environment(settings, {**worker, "SPARK_REMOTE": "sc://elsewhere:1"})
+    assert "SPARK_CONNECT_MODE_ENABLED" not in child and "SPARK_REMOTE" not in child
     assert child["BATCHPOINT_ROOT"] == "s3://b/p"
     assert child["BATCHPOINT_S3_SECRET_ACCESS_KEY"] == "SK"
     assert child["PYSPARK_PYTHON"] == child["PYSPARK_DRIVER_PYTHON"] == sys.executable

@@ -23,6 +23,7 @@ from batchpoint.errors import (
     UnsupportedRecordVersion,
 )
 from batchpoint.protocol.checkpoint import (
+    INDEPENDENT_OF_BASE,
     CheckpointFailureReason,
     CheckpointStatus,
     CheckpointType,
@@ -277,6 +278,72 @@ def test_max_concurrent_refuses_checkpoints_not_savepoints(store: ObjectStore) -
     # it reads on from the pending checkpoint, not from the (empty) head
     assert savepoint.base_checkpoint_id == first.checkpoint_id
     assert savepoint.base_barrier == first.barrier
+
+
+def test_an_idle_checkpoint_is_refused_only_when_it_would_change_nothing(
+    store: ObjectStore,
+) -> None:
+    c = _coordinator(store, skip_idle=True, tolerable_failed_checkpoints=10)
+    done = _complete(c, 1)
+    next_id = c.ids.peek()
+
+    with pytest.raises(TriggerRefused) as refused:
+        c.trigger({"src": {"p0": 1}})
+    assert refused.value.reason is CheckpointFailureReason.NO_NEW_INPUT
+    assert refused.value.reason.counts_as_failure is False
+    assert f"no source has new input since checkpoint {done}" in str(refused.value)
+    assert "BATCHPOINT_SKIP_IDLE_EPOCHS=false" in str(refused.value)
+    assert c.ids.peek() == next_id, "a refused trigger must not use up an id"
+    assert c.failures.state().status is PipelineStatus.RUNNING
+
+    # new input, a new source, a savepoint and a rescale all run
+    for barrier, kind in [
+        ({"src": {"p0": 2}}, CheckpointType.CHECKPOINT),
+        ({"src": {"p0": 1, "p1": 1}}, CheckpointType.CHECKPOINT),
+        ({"src": {"p0": 1}, "other": {"p0": 1}}, CheckpointType.CHECKPOINT),
+        ({"src": {"p0": 1}}, CheckpointType.SAVEPOINT),
+    ]:
+        pending = c.trigger(barrier, checkpoint_type=kind)
+        assert pending.base_checkpoint_id == done
+        c.abort(pending.checkpoint_id, CheckpointFailureReason.DECLINED, "not needed")
+    rescaled = simple_pipeline("rec", [("a", 3), ("b", 1)])
+    c.register(rescaled)
+    pending = c.trigger({"src": {"p0": 1}})
+    assert pending.expected_tasks == rescaled.expected_tasks()
+    c.abort(pending.checkpoint_id, CheckpointFailureReason.DECLINED, "not needed")
+    c.register(SPEC)
+
+    # off by default in the protocol: a checkpoint per trigger, as in Flink
+    plain = CheckpointCoordinator(
+        store, SPEC, CheckpointConfig(tolerable_failed_checkpoints=10), clock=FakeClock()
+    )
+    pending = plain.trigger({"src": {"p0": 1}})
+    assert pending.base_checkpoint_id == done
+    plain.abort(pending.checkpoint_id, CheckpointFailureReason.DECLINED, "not needed")
+
+
+def test_the_first_checkpoint_after_a_restored_savepoint_runs_even_when_idle(
+    store: ObjectStore,
+) -> None:
+    c = _coordinator(store, skip_idle=True)
+    _complete(c, 1)
+    savepoint = _complete(c, 2, CheckpointType.SAVEPOINT)
+    _complete(c, 3)
+    c.restore(savepoint)
+
+    # NO_CLAIM: the savepoint stays its holder's, and one checkpoint must make the
+    # pipeline independent of its files before the holder may delete it.
+    first = c.trigger({"src": {"p0": 2}})
+    assert first.base_checkpoint_id == savepoint
+    assert INDEPENDENT_OF_BASE in first.properties
+    _ack_all(c, first.checkpoint_id)
+    outcome = c.try_finalize(first.checkpoint_id)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+
+    with pytest.raises(TriggerRefused) as refused:
+        c.trigger({"src": {"p0": 2}})
+    assert refused.value.reason is CheckpointFailureReason.NO_NEW_INPUT
+    assert f"since checkpoint {first.checkpoint_id}" in str(refused.value)
 
 
 def test_failed_pipeline_refuses_until_reset_or_restore(store: ObjectStore) -> None:

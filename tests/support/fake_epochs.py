@@ -42,8 +42,18 @@ def ack_all(driver: PipelineDriver, pending: PendingCheckpoint) -> None:
         c.acknowledge(cid, task, ATTEMPT, handles)
 
 
+def land_a_file(driver: PipelineDriver) -> None:
+    """One new (empty) file in each source, so that the trigger sees new input: a
+    deployment skips idle epochs."""
+    for source in driver.pipeline.sources.values():
+        prefix = f"{source.root}/p0/"
+        count = sum(1 for _ in driver.store.list(prefix))
+        driver.store.put(f"{prefix}fake-{count:06d}.{source.format}", b"")
+
+
 def epoch(driver: PipelineDriver, kind: CheckpointType = CheckpointType.CHECKPOINT) -> int:
-    """One completed (and published) checkpoint; its id."""
+    """One completed (and published) checkpoint with new input; its id."""
+    land_a_file(driver)
     pending = driver.trigger(kind)
     ack_all(driver, pending)
     outcome = finalize(driver, pending.checkpoint_id).outcome

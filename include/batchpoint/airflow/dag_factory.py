@@ -245,7 +245,8 @@ def build_checkpoint_dag(
             audit=audit,
             doc_md="Captures the sources' barrier and writes the pending checkpoint "
             + ("(marked: only its audit may complete it); " if audit else "; ")
-            + "skips the run when min-pause or max-concurrent says no.",
+            + "skips the run when min-pause or max-concurrent says no, or when no source "
+            + "has new input (BATCHPOINT_SKIP_IDLE_EPOCHS).",
         )
         wait, finalize, jobs = _epoch_tasks(
             dag, pipeline, ref, deployment, spec, trigger, audit=audit
@@ -392,6 +393,7 @@ def _settings_table(deployment: AirflowDeployment, audit: bool = False) -> str:
         ("max concurrent", c.max_concurrent),
         ("tolerable failed checkpoints", c.tolerable_failed_checkpoints),
         ("retained checkpoints", c.num_retained),
+        ("idle epochs", "skipped" if c.skip_idle else "run"),
         (
             "storage",
             f"`{deployment.settings.root}` "
@@ -441,7 +443,8 @@ Graph: {_graph_line(spec)}
 
 {_settings_table(deployment, audit)}
 
-A run is *skipped* when the minimum pause or the concurrency limit says no; it *fails*
+A run is *skipped* when the minimum pause or the concurrency limit says no, or when no
+source has new input since the checkpoint it would build on ("idle epochs"); it *fails*
 when the pipeline is FAILED after too many failed checkpoints (`batchpoint reset` or a
 restore clears that). See also `{pipeline.name}_savepoint` and `{pipeline.name}_restore`.
 """

@@ -47,6 +47,11 @@ class CheckpointFailureReason(enum.Enum):
         "the pipeline is FAILED: too many failed checkpoints",
         False,
     )
+    NO_NEW_INPUT = (
+        "no-new-input",
+        "no source has new input since the base checkpoint",
+        False,
+    )
     NEEDS_REPAIR = (
         "needs-repair",
         "a record the decision needs is missing or unreadable",

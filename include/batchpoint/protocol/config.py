@@ -28,6 +28,10 @@ class CheckpointConfig:
     # Changelog layers an incremental checkpoint may stack on a full snapshot; 0: every
     # checkpoint writes its state in full.
     changelog_chain: int = 8
+    # A periodic trigger whose sources have nothing new since its base is refused
+    # (`no-new-input`), as Structured Streaming runs no micro-batch without new data. Off
+    # here (a checkpoint per trigger, as in Flink); deployments turn it on by default.
+    skip_idle: bool = False
 
     def __post_init__(self) -> None:
         for name in ("timeout", "min_pause", "gc_grace"):

@@ -143,7 +143,13 @@ class CheckpointCoordinator(CheckpointReads):
         # A cheap first check, so an obvious refusal does not even consume an id.
         checked = self.decider.check(control, checkpoint_type, now, has_history=history)
         if (planned := base_of(checked)) is not None:
-            self._read_for_trigger(planned)
+            self.decider.check_idle(
+                checkpoint_type,
+                self._read_for_trigger(planned),
+                barrier,
+                spec.expected_tasks(),
+                base_held_elsewhere=_held_elsewhere(checked, planned) is not None,
+            )
         checkpoint_id = self.ids.get_and_increment()
         deadline = now + (timeout if timeout is not None else self.config.timeout)
 

@@ -4,10 +4,17 @@ pass `max_concurrent`), and which checkpoint it builds on."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from batchpoint.errors import TriggerRefused
-from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointType
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointType,
+    PendingCheckpoint,
+)
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlRecord, PendingEntry
 
@@ -65,6 +72,36 @@ class CheckpointRequestDecider:
         )
         return replace(control, pending=(*control.pending, entry))
 
+    def check_idle(
+        self,
+        checkpoint_type: CheckpointType,
+        base: PendingCheckpoint | None,
+        barrier: Mapping[str, Any],
+        expected_tasks: Sequence[str],
+        *,
+        base_held_elsewhere: bool,
+    ) -> None:
+        """With `skip_idle`, refuse a periodic checkpoint that would read nothing new: its
+        barrier is its base's and it runs the same tasks. Skipping is always safe (the
+        next trigger with input reads everything past the base), so this is checked
+        outside the admission CAS. A rescale or a new operator still runs, and so does
+        the first checkpoint after a base held elsewhere: NO_CLAIM promises that one
+        checkpoint makes the pipeline independent of the restored files."""
+        if not self._config.skip_idle or checkpoint_type is not CheckpointType.CHECKPOINT:
+            return
+        if base is None or base_held_elsewhere:
+            return
+        if tuple(base.expected_tasks) != tuple(expected_tasks):
+            return
+        if _canonical(base.barrier) != _canonical(barrier):
+            return
+        raise TriggerRefused(
+            CheckpointFailureReason.NO_NEW_INPUT,
+            f"pipeline '{self._pipeline}': no source has new input since checkpoint "
+            f"{base.checkpoint_id}, so this epoch would change nothing (idle epochs are "
+            "skipped; BATCHPOINT_SKIP_IDLE_EPOCHS=false runs them anyway)",
+        )
+
     def _check_periodic(self, control: ControlRecord, now: float) -> None:
         running = [p for p in control.current_pending() if p.type is CheckpointType.CHECKPOINT]
         if len(running) >= self._config.max_concurrent:
@@ -91,3 +128,9 @@ def base_of(control: ControlRecord) -> int | None:
     """The newest admitted checkpoint of the current timeline, else the head."""
     newer = [p for p in control.current_pending() if p.checkpoint_id > (control.head or 0)]
     return newer[-1].checkpoint_id if newer else control.head
+
+
+def _canonical(barrier: Mapping[str, Any]) -> str:
+    """A barrier as stored (JSON) and as captured compare equal when they cover the same
+    files of the same sources."""
+    return json.dumps(barrier, sort_keys=True, default=str)
