@@ -38,8 +38,9 @@ from batchpoint.quality.gate import QualityGate
 class TriggerCheckpointOperator(BatchpointOperator):
     """Start the run's epoch: capture every source's barrier and write the pending
     checkpoint. A refusal by the request decider (min-pause, max-concurrent, no new
-    input) skips the run with the reason; a FAILED pipeline fails it, as someone must act. With `audit`,
-    the checkpoint is marked so that only its audit task may complete it."""
+    input) skips the run with the reason; a FAILED pipeline fails it, as someone must
+    act. With `audit`, the checkpoint is marked so that only its audit task may complete
+    it."""
 
     operator_extra_links = CHECKPOINT_LINKS
 
