@@ -105,8 +105,14 @@ def test_min_pause_skips_the_run_with_the_reason(bp, write_epoch):
 
     run, states = bp.run("payments_checkpoint")
     assert run.state == "success"  # skipped, not failed: nothing is wrong
-    assert set(states.values()) == {"skipped"}
+    assert skipped_by_the_trigger(states)
     assert bp.driver().coordinator.checkpoint_ids() == [1]
+
+
+def skipped_by_the_trigger(states: dict[str, str]) -> bool:
+    """The trigger skipped every later task at once (as a ShortCircuitOperator does)."""
+    rest = {task: state for task, state in states.items() if task != "trigger"}
+    return states["trigger"] == "success" and set(rest.values()) == {"skipped"}
 
 
 def test_a_run_with_no_new_input_is_skipped_and_the_next_with_input_runs(bp, write_epoch):
@@ -115,7 +121,7 @@ def test_a_run_with_no_new_input_is_skipped_and_the_next_with_input_runs(bp, wri
 
     run, states = bp.run("payments_checkpoint")
     assert run.state == "success"  # idle, not failed
-    assert set(states.values()) == {"skipped"}
+    assert skipped_by_the_trigger(states)
     c = bp.driver().coordinator
     assert c.checkpoint_ids() == [1]
     with pytest.raises(TriggerRefused, match="no source has new input since checkpoint 1"):
@@ -137,8 +143,7 @@ def test_max_concurrent_skips_the_run_while_another_checkpoint_is_pending(bp, wr
     pending = bp.driver().trigger()  # e.g. a run that is still going
     _run, states = bp.run("payments_checkpoint")
 
-    assert states["trigger"] == "skipped"
-    assert states["cleanup"] == "skipped"
+    assert skipped_by_the_trigger(states)
     assert bp.driver().coordinator.status(pending.checkpoint_id) is CheckpointStatus.PENDING
 
 

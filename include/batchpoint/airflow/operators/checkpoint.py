@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NoReturn
 
-from airflow.sdk import Context
+from airflow.sdk import Context, SkipMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from batchpoint.airflow import metrics
@@ -35,12 +35,12 @@ from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
 
 
-class TriggerCheckpointOperator(BatchpointOperator):
+class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
     """Start the run's epoch: capture every source's barrier and write the pending
     checkpoint. A refusal by the request decider (min-pause, max-concurrent, no new
-    input) skips the run with the reason; a FAILED pipeline fails it, as someone must
-    act. With `audit`, the checkpoint is marked so that only its audit task may complete
-    it."""
+    input) skips the rest of the run with the reason, as a ShortCircuitOperator does; a
+    FAILED pipeline fails it, as someone must act. With `audit`, the checkpoint is
+    marked so that only its audit task may complete it."""
 
     operator_extra_links = CHECKPOINT_LINKS
 
@@ -66,7 +66,10 @@ class TriggerCheckpointOperator(BatchpointOperator):
         except TriggerRefused as exc:
             if exc.reason is CheckpointFailureReason.PIPELINE_FAILED:
                 raise AirflowFailException(exc.detail) from None
-            self.log.warning("no checkpoint this time: %s", exc.detail)
+            self.log.warning("no checkpoint this time (%s): %s", exc.reason.code, exc.detail)
+            # Every task after this one at once: left to trigger rules, a skip travels one
+            # scheduler loop per level of the graph, and an idle run would take seconds.
+            self.skip(ti=context["ti"], tasks=self.get_flat_relatives(upstream=False))
             raise AirflowSkipException(f"checkpoint not triggered: {exc.detail}") from None
         self.log.info(
             "triggered %s %s (base %s), deadline in %.0fs, %d task(s) expected%s",
