@@ -196,13 +196,14 @@ class OperatorJobLauncher:
         # include/ rather than installing the package still finds them.
         paths = [str(package_root()), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        # The Airflow worker's own settings mean nothing to the Spark job, and a Connect
-        # client that ran in this worker's process earlier (connect mode's default) left
-        # pyspark's Connect switch set: a spark-submit or local job inheriting it would
-        # look for a server instead of starting its own driver.
+        from batchpoint.spark.session import CONNECT_CLIENT_VARIABLES
+
+        # The Airflow worker's own settings mean nothing to the Spark job, nor does the
+        # Connect switch a client left set in this worker's process (connect mode runs
+        # clients in the task's process).
         for name in [k for k in env if k.startswith("AIRFLOW__DATABASE__")]:
             del env[name]
-        for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+        for name in CONNECT_CLIENT_VARIABLES:
             env.pop(name, None)
         return env
 

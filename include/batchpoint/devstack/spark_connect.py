@@ -28,8 +28,8 @@ import batchpoint
 from batchpoint.devstack.processes import serve_in_foreground, start_group, stop_group
 from batchpoint.devstack.seaweed import free_ports
 from batchpoint.errors import BatchpointError
+from batchpoint.spark.session import CONNECT_CLIENT_VARIABLES, LOCAL_DRIVER_CONF
 from batchpoint.spark.session import DEFAULT_CONF as SESSION_DEFAULT_CONF
-from batchpoint.spark.session import LOCAL_DRIVER_CONF
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -114,7 +114,7 @@ class SparkConnectServer:
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         # The client's Connect mode must not leak into the server's Python workers.
-        for key in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "PYSPARK_SUBMIT_ARGS"):
+        for key in (*CONNECT_CLIENT_VARIABLES, "PYSPARK_SUBMIT_ARGS"):
             env.pop(key, None)
         path = env.get("PYTHONPATH", "")
         env.update(

@@ -4,7 +4,6 @@ pass `max_concurrent`), and which checkpoint it builds on."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -93,7 +92,7 @@ class CheckpointRequestDecider:
             return
         if tuple(base.expected_tasks) != tuple(expected_tasks):
             return
-        if _canonical(base.barrier) != _canonical(barrier):
+        if dict(base.barrier) != dict(barrier):
             return
         raise TriggerRefused(
             CheckpointFailureReason.NO_NEW_INPUT,
@@ -128,9 +127,3 @@ def base_of(control: ControlRecord) -> int | None:
     """The newest admitted checkpoint of the current timeline, else the head."""
     newer = [p for p in control.current_pending() if p.checkpoint_id > (control.head or 0)]
     return newer[-1].checkpoint_id if newer else control.head
-
-
-def _canonical(barrier: Mapping[str, Any]) -> str:
-    """A barrier as stored (JSON) and as captured compare equal when they cover the same
-    files of the same sources."""
-    return json.dumps(barrier, sort_keys=True, default=str)

@@ -50,6 +50,11 @@ LOCAL_DRIVER_CONF: dict[str, str] = {
 
 DEFAULT_MASTER = "local[2]"
 
+#: pyspark's Connect switch: set in a process once a Connect client runs there (see
+#: `_open_connect`). A process started from it that must start its own driver (a
+#: spark-submit or local job, the Connect server itself) must not inherit these.
+CONNECT_CLIENT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+
 
 def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")

@@ -70,6 +70,7 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
             # Every task after this one at once: left to trigger rules, a skip travels one
             # scheduler loop per level of the graph, and an idle run would take seconds.
             self.skip(ti=context["ti"], tasks=self.get_flat_relatives(upstream=False))
+            # Reached only with nothing downstream: skip() raises otherwise.
             raise AirflowSkipException(f"checkpoint not triggered: {exc.detail}") from None
         self.log.info(
             "triggered %s %s (base %s), deadline in %.0fs, %d task(s) expected%s",
