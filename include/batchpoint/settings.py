@@ -41,6 +41,11 @@ Airflow part.
   BATCHPOINT_SAVEPOINT_ROOTS        comma-separated URIs savepoints may be written to and
                                     restored from (default <root>/savepoints/)
   BATCHPOINT_QUALITY_GATE           `module:attr` of a restore quality gate (none)
+  BATCHPOINT_TABLE_CATALOG          SQLAlchemy URI of the Iceberg SQL catalog of table
+                                    sinks (sqlite:////shared/catalog.db,
+                                    postgresql+psycopg2://...); default: pyiceberg's own
+                                    config of the sink's catalog, else for a file:// root
+                                    sqlite:///<root>/tables/catalog.db
   ...and the Airflow deployment's: see batchpoint.airflow.config.
 """
 
@@ -180,6 +185,7 @@ class BatchpointEnvironment(BaseSettings):
     changelog_chain: Annotated[int, _count(0)] = 8
     skip_idle_epochs: Bool = True
     quality_gate: Annotated[str | None, _optional(values.check_ref)] = None
+    table_catalog: Text = None
     # -- the Airflow deployment (batchpoint.airflow.config)
     pipeline_ref: Refs = (DEFAULT_PIPELINE_REF,)
     checkpoint_interval: Annotated[

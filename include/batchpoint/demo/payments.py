@@ -79,7 +79,10 @@ def build_pipeline(
     parallelism: int = 2,
     alert_limit: int = ALERT_LIMIT,
     max_parallelism: int = 128,
+    balances_table: str | None = None,
 ) -> Pipeline:
+    """`balances_table` ("namespace.table"): publish the balances as that Iceberg table
+    too (what the demo does; see batchpoint.tables)."""
     pipeline = Pipeline("payments", max_parallelism=max_parallelism)
     pipeline.source("events", root=source_root, schema=PAYMENTS_SCHEMA, key=["event_id"])
     pipeline.operator(
@@ -102,6 +105,7 @@ def build_pipeline(
         key=["account_id"],
         mode=SinkMode.SNAPSHOT,
         parallelism=1,
+        table=balances_table,
     )
 
     def alerts(ctx: OperatorContext) -> DataFrame:
@@ -122,3 +126,8 @@ def build_pipeline(
 
 #: What `spark_jobs/run_operator.py --pipeline batchpoint.demo.payments:pipeline` loads.
 pipeline = build_pipeline()
+
+#: The same with the balances published as the Iceberg table `payments.balances` (the
+#: demo's; its catalog: BATCHPOINT_TABLE_CATALOG, see batchpoint.tables.catalog).
+BALANCES_TABLE = "payments.balances"
+table_pipeline = build_pipeline(balances_table=BALANCES_TABLE)

@@ -9,7 +9,8 @@
         ...  # ctx.input("events"), ctx.state("balances"), ctx.set_state("balances", df)
         return changed_rows  # this epoch's output, for downstream operators and sinks
 
-    pipeline.sink("balances_table", inputs=["balances"], key=["account_id"], mode="snapshot")
+    pipeline.sink("balances_table", inputs=["balances"], key=["account_id"], mode="snapshot",
+                  table="payments.balances")  # an Iceberg table (optional)
 
 Nobody writes a storage path or an ack: the runtime does, from the declarations.
 """
@@ -26,6 +27,7 @@ import pyarrow as pa
 from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
+from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -120,6 +122,7 @@ class SinkDef:
     parallelism: int
     max_parallelism: int
     fn: OperatorFn | None = None  # optional last transformation before staging
+    table: TableBinding | None = None  # published as an Iceberg table, not only a manifest
 
 
 @dataclass
@@ -196,7 +199,11 @@ class Pipeline:
         parallelism: int = 1,
         max_parallelism: int | None = None,
         fn: OperatorFn | None = None,
+        table: str | TableBinding | None = None,
+        catalog: str = DEFAULT_CATALOG,
     ) -> SinkDef:
+        """`table` ("namespace.table"): the sink is also an Iceberg table of `catalog`,
+        one commit per checkpoint, rewound by restores (see batchpoint.tables)."""
         self._check_new(name)
         try:
             sink_mode = SinkMode(mode)
@@ -212,7 +219,9 @@ class Pipeline:
             parallelism,
             max_parallelism or self.max_parallelism,
             fn,
-        )
+            table if isinstance(table, TableBinding) or table is None
+            else TableBinding(table, catalog),
+        )  # fmt: skip
         self.sinks[name] = sink
         return sink
 
@@ -251,7 +260,10 @@ class Pipeline:
                     parallelism.pop(sink.name, sink.parallelism),
                     sink.max_parallelism,
                     sink.key_columns,
-                    properties={"mode": sink.mode.value},
+                    properties={
+                        "mode": sink.mode.value,
+                        **(sink.table.to_properties() if sink.table else {}),
+                    },
                 )
             )
         if parallelism:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from batchpoint.errors import ObjectNotFound, RestoreRefused
 from batchpoint.protocol.checkpoint import (
@@ -22,6 +22,9 @@ from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.runtime.api import Pipeline
 from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
+
+if TYPE_CHECKING:
+    from batchpoint.tables.iceberg import SyncReport
 
 
 class PipelineDriver:
@@ -92,7 +95,19 @@ class PipelineDriver:
         unpublished completed checkpoint it builds on. Idempotent; a checkpoint a
         restore abandoned is not published (logged)."""
         sinks = [(s.name, s.mode.value, s.key_columns) for s in self.pipeline.sinks.values()]
-        return notify_checkpoint_complete(self.coordinator, checkpoint_id, sinks).published
+        published = notify_checkpoint_complete(self.coordinator, checkpoint_id, sinks).published
+        self.sync_tables()
+        return published
+
+    def sync_tables(self) -> list[SyncReport]:
+        """Bring the table sinks' tables to their manifests (after a publish or a
+        restore; idempotent): one table commit per published checkpoint."""
+        bindings = {s.name: s.table for s in self.pipeline.sinks.values() if s.table}
+        if not bindings:
+            return []
+        from batchpoint.tables.service import sync_tables
+
+        return sync_tables(self.store_ref, self.pipeline.name, bindings)
 
     # -- restore -------------------------------------------------------------------
 
@@ -114,4 +129,5 @@ class PipelineDriver:
         result = self.coordinator.restore(checkpoint_id, checksums=checksums, claim=claim)
         if parallelism:
             self.rescale(parallelism)
+        self.sync_tables()  # the tables rewind with the sinks' manifests
         return result

@@ -296,7 +296,12 @@ class OperatorRunner:
         base = self._align(pending, node.inputs)
         aligned = time.monotonic()
         channels = {name: self._channel_files(pending, name, node.name) for name in node.inputs}
-        if isinstance(node, SinkDef) and node.fn is None and len(node.inputs) == 1:
+        if (
+            isinstance(node, SinkDef)
+            and node.fn is None
+            and len(node.inputs) == 1
+            and node.table is None  # a table's data files hold the user's columns only
+        ):
             files = channels[node.inputs[0]]
             adopted = adopt_channel(files, SINK_STREAM, node.max_parallelism, parallelism)
             if adopted is not None:
@@ -333,6 +338,7 @@ class OperatorRunner:
                 on_subtask_written=fault,
                 before_subtask_write=pause,
                 layer=job.layer,
+                plain=job.plain,
             )
 
         if isinstance(node, SinkDef):
@@ -341,7 +347,10 @@ class OperatorRunner:
                 ctx = OperatorContext(self.spark, cid, node.name, inputs, {}, pending.properties)
                 df = node.fn(ctx) or df
             maybe_fail(node.name, "before-snapshot", cid)
-            sink = StreamWrite(df, SINK_STREAM, node.key_columns, node.max_parallelism)
+            sink = StreamWrite(
+                df, SINK_STREAM, node.key_columns, node.max_parallelism,
+                plain=node.table is not None,
+            )  # fmt: skip
             writing = report.timed_sync(aligned)
             self._run_writes([sink], write, handles, tag)
             report.timed_async(writing)

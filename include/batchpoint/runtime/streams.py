@@ -21,6 +21,7 @@ class StreamWrite(NamedTuple):
     max_parallelism: int
     consumers: tuple[str, ...] = ()
     layer: int = 0  # a state's changelog layer (0: written in full)
+    plain: bool = False  # no `_key_group` column: a table sink's data files
 
 
 def state_stream(name: str) -> str:

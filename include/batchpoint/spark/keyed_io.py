@@ -64,10 +64,12 @@ def write_keyed(
     on_subtask_written: SubtaskHook | None = None,
     before_subtask_write: Callable[[int], None] | None = None,
     layer: int = 0,
+    plain: bool = False,
 ) -> dict[int, list[FileHandle]]:
     """Write `df` partitioned by key group for `parallelism` subtasks; every subtask gets
     at least one file. Returns the handles per subtask. `on_subtask_written` runs in the
-    Spark task once its files are uploaded (the runtime injects task faults there)."""
+    Spark task once its files are uploaded (the runtime injects task faults there).
+    `plain` files carry no `_key_group` column (a table sink's data files)."""
     handles = write_keyed_state(
         df,
         store_ref,
@@ -80,6 +82,7 @@ def write_keyed(
         on_subtask_written=on_subtask_written,
         before_subtask_write=before_subtask_write,
         layer=layer,
+        plain=plain,
     )
     out: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
     for handle in handles:

@@ -76,6 +76,15 @@ class _WriteSpec:
     layer: int = 0
     on_subtask_written: SubtaskHook | None = None
     before_subtask_write: Callable[[int], None] | None = None
+    # Files without `_key_group` (a table sink's data files, which a table format adds
+    # as they are: its schema is the user's columns only). The handles keep the ranges.
+    plain: bool = False
+
+    @property
+    def stored_schema(self) -> pa.Schema:
+        if not self.plain:
+            return self.file_schema
+        return self.file_schema.remove(self.file_schema.get_field_index(KEY_GROUP_COLUMN))
 
 
 class _SubtaskWriter:
@@ -112,11 +121,11 @@ class _SubtaskWriter:
                 # Rows of the key group already in the file must stay with it.
                 cut = int(np.searchsorted(groups, self._last_group, side="right"))
                 if cut < len(groups):
-                    self._open().write(batch.slice(0, cut))
+                    self._open().write(self._stored(batch.slice(0, cut)))
                     self._roll(end=int(groups[cut]) - 1)
                     batch, groups = batch.slice(cut), groups[cut:]
                     continue
-            self._open().write(batch)
+            self._open().write(self._stored(batch))
             self._last_group = int(groups[-1])
             break
 
@@ -144,6 +153,11 @@ class _SubtaskWriter:
         columns = [batch.column(f.name).cast(f.type) for f in schema]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
+    def _stored(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if not self.spec.plain:
+            return batch
+        return batch.drop_columns([KEY_GROUP_COLUMN])
+
     def _check_order(self, groups: np.ndarray) -> None:
         low, high = int(groups[0]), int(groups[-1])
         if low < self._last_group or (len(groups) > 1 and bool(np.any(np.diff(groups) < 0))):
@@ -163,7 +177,7 @@ class _SubtaskWriter:
             part = len(self.handles)
             self._file = StateFileWriter(
                 self._tmpdir / f"part-{part:05d}.parquet",
-                self.spec.file_schema,
+                self.spec.stored_schema,
                 row_group_bytes=self.spec.row_group_bytes,
             )
         return self._file
@@ -256,6 +270,7 @@ def write_keyed_state(
     on_subtask_written: SubtaskHook | None = None,
     before_subtask_write: Callable[[int], None] | None = None,
     layer: int = 0,
+    plain: bool = False,
 ) -> list[StateHandle]:
     """Snapshot `df` as keyed state: one Spark task per subtask, each writing files under
     ``<base_key>/<state_name>/subtask-<i>/<attempt_id>/``. Returns the handles, sorted by
@@ -266,7 +281,8 @@ def write_keyed_state(
     by the Spark task attempt id in the file name.
 
     `layer` > 0 writes a changelog (see `state_changelog`): `df` then has the
-    CHANGELOG_COLUMNS, and the files are that layer on top of the base's.
+    CHANGELOG_COLUMNS, and the files are that layer on top of the base's. `plain` files
+    hold the columns of `df` only (no `_key_group`): data files for a table format.
     """
     check_segment(state_name, "state name")
     check_segment(attempt_id, "attempt id")
@@ -287,6 +303,7 @@ def write_keyed_state(
         "parallelism": parallelism,
         "schema_fingerprint": fingerprint,
         **({"layer": layer} if layer else {}),
+        **({"plain": True} if plain else {}),
     }
     spec = _WriteSpec(
         store=ship_store(store),
@@ -304,7 +321,10 @@ def write_keyed_state(
         layer=layer,
         on_subtask_written=on_subtask_written,
         before_subtask_write=before_subtask_write,
+        plain=plain,
     )
+    if plain and layer:
+        raise StateError(f"state '{state_name}': a changelog cannot be written plain")
     key_group = key_group_column(key_columns, max_parallelism, df.schema)
     by_subtask = (
         df.withColumn(KEY_GROUP_COLUMN, key_group)

@@ -1,0 +1,105 @@
+"""Which Iceberg catalog serves a table sink, and how it reaches the store's files.
+
+In order: BATCHPOINT_TABLE_CATALOG (a SQLAlchemy URI: an embedded SQLite file or the
+deployment's Postgres), pyiceberg's own configuration of the sink's catalog name
+(~/.pyiceberg.yaml, PYICEBERG_CATALOG__<NAME>__*), and for a file:// root a SQLite file
+beside the data (<root>/tables/catalog.db). An S3 root with none of these is a
+configuration error: a catalog file on one machine would not be shared. Tables live
+under <root>/tables/ and their FileIO gets the store's S3 endpoint and credentials, so
+the table and the checkpoints it references are on one storage.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from batchpoint.errors import ConfigError
+from batchpoint.storage import ObjectStore, StoreRef
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+_CATALOGS: dict[tuple[str, str, tuple[tuple[str, str], ...]], Catalog] = {}
+_LOCK = threading.Lock()
+
+
+def file_io_properties(store_ref: StoreRef) -> dict[str, str]:
+    """pyiceberg FileIO properties that reach the store's objects as the store does."""
+    if not store_ref.uri.startswith("s3://"):
+        return {}
+    from batchpoint.storage.s3 import S3Settings
+
+    s3 = S3Settings.from_options(dict(store_ref.options))
+    props = {
+        "s3.endpoint": s3.effective_endpoint(),
+        "s3.region": s3.region,
+        "s3.access-key-id": s3.access_key_id,
+        "s3.secret-access-key": s3.secret_access_key,
+        "s3.session-token": s3.session_token,
+        "s3.force-virtual-addressing": "true"
+        if s3.effective_addressing_style() == "virtual"
+        else None,
+    }
+    return {k: v for k, v in props.items() if v}
+
+
+def warehouse(store: ObjectStore) -> str:
+    return store.child("tables")
+
+
+def catalog_uri(store: ObjectStore, configured: str | None) -> str | None:
+    if configured:
+        return configured
+    root = getattr(store, "root", None)
+    if store.uri.startswith("file://") and root is not None:
+        (root / "tables").mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{root / 'tables' / 'catalog.db'}"
+    return None
+
+
+def open_catalog(name: str, store_ref: StoreRef, configured_uri: str | None = None) -> Catalog:
+    """The catalog `name` for tables on `store_ref`'s storage (cached per process)."""
+    key = (name, configured_uri or "", (*store_ref.options, ("uri", store_ref.uri)))
+    with _LOCK:
+        found = _CATALOGS.get(key)
+        if found is None:
+            found = _CATALOGS[key] = _open(name, store_ref, configured_uri)
+        return found
+
+
+def _open(name: str, store_ref: StoreRef, configured_uri: str | None) -> Catalog:
+    try:
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.catalog.sql import SqlCatalog
+        from pyiceberg.utils.config import Config
+    except ImportError:
+        raise ConfigError(
+            "table sinks need pyiceberg: install batchpoint with its 'tables' extra "
+            "(pip install 'batchpoint[tables]')"
+        ) from None
+    store = store_ref.open()
+    io = file_io_properties(store_ref)
+    base = {"warehouse": warehouse(store), **io}
+    uri = catalog_uri(store, configured_uri)
+    if configured_uri is None:
+        config = Config().get_catalog_config(name)
+        if config:
+            return load_catalog(name, **{**base, **_flat(config)})
+    if uri is None:
+        raise ConfigError(
+            f"table catalog '{name}' is not configured for the S3 root {store.uri}: set "
+            "BATCHPOINT_TABLE_CATALOG to a SQLAlchemy URI every worker reaches "
+            "(postgresql+psycopg2://user:pass@host/db, or sqlite:////shared/path/catalog.db), "
+            f"or configure pyiceberg's catalog '{name}' (PYICEBERG_CATALOG__"
+            f"{name.upper()}__URI=...)"
+        )
+    try:
+        return SqlCatalog(name, uri=uri, **base)
+    except Exception as exc:  # SQLAlchemy's errors: a bad URI or an unreachable database
+        raise ConfigError(f"table catalog '{name}' at {uri}: {exc}") from None
+
+
+def _flat(config: Mapping[str, object]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in config.items() if not isinstance(v, Mapping)}

@@ -1,0 +1,356 @@
+"""The pyiceberg adapter of a table sink: create the table from the staged files'
+schema, read its position, commit a sync plan's steps, read it as of a checkpoint, and
+expire the snapshots of checkpoints GC dropped.
+
+Every commit is a compare-and-set on the table's current snapshot (pyiceberg asserts
+the branch head it read); the table is created with commit retries off, because a
+rebased retry would commit a decision made on a table that has changed since. After
+a conflict, `TableSync` reads the manifest and the table again and plans anew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from batchpoint.errors import BatchpointError, CheckpointError
+from batchpoint.protocol.sinks import SinkManifest
+from batchpoint.storage import ObjectStore
+from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.plan import Operation, SyncStep, TablePosition, plan_sync
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+log = logging.getLogger(__name__)
+
+PIPELINE = "batchpoint.pipeline"
+SINK = "batchpoint.sink"
+ROOT = "batchpoint.root"
+CHECKPOINT = "batchpoint.checkpoint-id"
+GENERATION = "batchpoint.generation"
+OPERATION = "batchpoint.operation"
+
+MAX_ROUNDS = 20  # conflicting syncs converge in a round or two; this bounds a bug
+
+
+class TableError(BatchpointError):
+    """A table sink cannot be synced: someone else's table, an incompatible schema."""
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """One batchpoint commit in a table's history."""
+
+    snapshot_id: int
+    checkpoint_id: int | None
+    generation: int
+    operation: str
+    records: int
+    committed_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "snapshot_id": self.snapshot_id,
+            "checkpoint_id": self.checkpoint_id,
+            "generation": self.generation,
+            "operation": self.operation,
+            "records": self.records,
+            "committed_at_ms": self.committed_at_ms,
+        }
+
+
+@dataclass
+class SyncReport:
+    table: str
+    committed: list[int | None] = field(default_factory=list)  # checkpoint ids, in order
+    expired: list[int] = field(default_factory=list)  # checkpoint ids whose snapshots went
+    rounds: int = 0
+    why: str = ""
+
+
+def _props(snapshot: Snapshot) -> dict[str, str]:
+    return dict(snapshot.summary.additional_properties) if snapshot.summary else {}
+
+
+def _name_mapping(table: Table) -> dict[str, str]:
+    # Staged files carry no field ids: readers map their columns by name.
+    from pyiceberg.table import TableProperties
+
+    return {TableProperties.DEFAULT_NAME_MAPPING: table.schema().name_mapping.model_dump_json()}
+
+
+def _checkpoint_of(props: dict[str, str]) -> int | None:
+    text = props.get(CHECKPOINT, "")
+    return int(text) if text else None
+
+
+class IcebergSinkTable:
+    def __init__(
+        self,
+        catalog: Catalog,
+        binding: TableBinding,
+        pipeline: str,
+        sink: str,
+        store: ObjectStore,
+    ) -> None:
+        self.catalog = catalog
+        self.binding = binding
+        self.pipeline = pipeline
+        self.sink = sink
+        self.store = store
+
+    # -- the table ----------------------------------------------------------------------
+
+    def load(self) -> Table | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = self.catalog.load_table(self.binding.identifier)
+        except NoSuchTableError:
+            return None
+        self._check_owner(table)
+        return table
+
+    def require(self) -> Table:
+        table = self.load()
+        if table is None:
+            raise CheckpointError(
+                f"{self.binding} of sink '{self.sink}' does not exist yet: nothing was "
+                "published to it"
+            )
+        return table
+
+    def ensure(self, manifest: SinkManifest) -> Table | None:
+        """The table, created on the first sync from the staged files' schema (every
+        column optional: nullability is a data-quality rule, as in the sinks' files).
+        None while the manifest holds no file to take the schema from."""
+        table = self.load()
+        if table is not None:
+            return table
+        sample = next((f for e in manifest.epochs.values() for f in e.files), None)
+        if sample is None:
+            return None
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+        from pyiceberg.table import TableProperties
+
+        schema = self._file_schema(sample.path)
+        with contextlib.suppress(NamespaceAlreadyExistsError):
+            self.catalog.create_namespace(self.binding.namespace)
+        try:
+            table = self.catalog.create_table(
+                self.binding.identifier,
+                schema=schema,
+                properties={
+                    PIPELINE: self.pipeline,
+                    SINK: self.sink,
+                    ROOT: self.store.uri,
+                    TableProperties.COMMIT_NUM_RETRIES: "0",
+                },
+            )
+        except TableAlreadyExistsError:
+            return self.load()  # another sync created it meanwhile
+        with table.transaction() as txn:
+            txn.set_properties(**_name_mapping(table))
+        log.info("created %s for sink %s.%s", self.binding, self.pipeline, self.sink)
+        return self.load()
+
+    def _file_schema(self, key: str) -> pa.Schema:
+        import pyarrow.parquet as pq
+        from pyiceberg.io import load_file_io
+
+        io = load_file_io(dict(self.catalog.properties), self.store.child(key))
+        with io.new_input(self.store.child(key)).open() as stream:
+            schema = pq.read_schema(stream)
+        return pa.schema([f.with_nullable(True) for f in schema])  # drops the metadata too
+
+    def _check_owner(self, table: Table) -> None:
+        props = table.properties
+        mine = {PIPELINE: self.pipeline, SINK: self.sink, ROOT: self.store.uri}
+        theirs = {k: props.get(k) for k in mine}
+        if theirs == mine:
+            return
+        if not any(theirs.values()) and table.current_snapshot() is None:
+            from pyiceberg.table import TableProperties
+
+            with table.transaction() as txn:  # an empty table made for us: adopt it
+                txn.set_properties(
+                    **mine, **{TableProperties.COMMIT_NUM_RETRIES: "0"}, **_name_mapping(table)
+                )
+            table.refresh()
+            return
+        owner = (
+            f"sink {theirs[PIPELINE]}.{theirs[SINK]} on {theirs[ROOT]}"
+            if any(theirs.values())
+            else "no batchpoint sink (it holds data written otherwise)"
+        )
+        raise TableError(
+            f"{self.binding} belongs to {owner}, not to sink {self.pipeline}.{self.sink} on "
+            f"{self.store.uri}: name another table, or drop that one"
+        )
+
+    # -- position and history -----------------------------------------------------------
+
+    def _ancestry(self, table: Table) -> Iterator[Snapshot]:
+        snapshot = table.current_snapshot()
+        while snapshot is not None:
+            yield snapshot
+            parent = snapshot.parent_snapshot_id
+            snapshot = table.snapshot_by_id(parent) if parent is not None else None
+
+    def position(self, table: Table) -> TablePosition | None:
+        """The newest batchpoint commit on the table's main branch (a compaction by
+        another engine on top keeps the content, so it does not hide the position)."""
+        for snapshot in self._ancestry(table):
+            props = _props(snapshot)
+            if GENERATION in props and props.get(PIPELINE) == self.pipeline:
+                return TablePosition(_checkpoint_of(props), int(props[GENERATION]))
+        return None
+
+    def history(self, table: Table | None = None) -> list[TableCommit]:
+        """Every batchpoint commit still in the table's metadata, oldest first."""
+        table = table or self.require()
+        out = []
+        for entry in table.metadata.snapshot_log:
+            snapshot = table.snapshot_by_id(entry.snapshot_id)
+            if snapshot is None:
+                continue
+            props = _props(snapshot)
+            if GENERATION not in props:
+                continue
+            summary = snapshot.summary
+            out.append(
+                TableCommit(
+                    snapshot.snapshot_id,
+                    _checkpoint_of(props),
+                    int(props[GENERATION]),
+                    props.get(OPERATION, ""),
+                    int(summary.get("total-records", 0)) if summary else 0,
+                    snapshot.timestamp_ms,
+                )
+            )
+        return out
+
+    def snapshot_of(self, checkpoint_id: int, table: Table | None = None) -> int:
+        """The table snapshot as of a checkpoint: its newest commit of that checkpoint."""
+        table = table or self.require()
+        found = [c for c in self.history(table) if c.checkpoint_id == checkpoint_id]
+        if not found:
+            have = sorted({c.checkpoint_id for c in self.history(table) if c.checkpoint_id})
+            raise CheckpointError(
+                f"{self.binding} has no commit of checkpoint {checkpoint_id} (it has "
+                f"{', '.join(map(str, have)) or 'none'}; GC expires those of dropped checkpoints)"
+            )
+        return found[-1].snapshot_id
+
+    def read(self, checkpoint_id: int | None = None) -> pa.Table:
+        """The table's rows, now or as of a checkpoint."""
+        table = self.require()
+        if checkpoint_id is None:
+            return table.scan().to_arrow()
+        return table.scan(snapshot_id=self.snapshot_of(checkpoint_id, table)).to_arrow()
+
+    # -- commits ------------------------------------------------------------------------
+
+    def commit(self, table: Table, step: SyncStep, generation: int) -> None:
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        props = {
+            PIPELINE: self.pipeline,
+            SINK: self.sink,
+            CHECKPOINT: "" if step.checkpoint_id is None else str(step.checkpoint_id),
+            GENERATION: str(generation),
+            OPERATION: step.operation.value,
+        }
+        try:
+            data_files = [
+                parquet_file_to_data_file(table.io, table.metadata, self.store.child(f.path))
+                for f in step.files
+            ]
+        except ValueError as exc:
+            raise TableError(
+                f"sink '{self.sink}': checkpoint {step.checkpoint_id}'s output does not fit "
+                f"{self.binding}'s schema ({exc}); evolve the table's schema or write a new table"
+            ) from None
+        with table.transaction() as txn:
+            update = txn.update_snapshot(snapshot_properties=props)
+            if step.replace and table.current_snapshot() is not None:
+                with update.overwrite() as overwrite:
+                    for task in table.scan().plan_files():
+                        overwrite.delete_data_file(task.file)
+                    for data_file in data_files:
+                        overwrite.append_data_file(data_file)
+            else:
+                with update.fast_append() as append:
+                    for data_file in data_files:
+                        append.append_data_file(data_file)
+
+    def expire(self, table: Table, manifest: SinkManifest) -> list[int]:
+        """Expire the snapshots of checkpoints the manifest no longer has (GC dropped
+        their files): time travel then offers only checkpoints it can still read."""
+        current = table.current_snapshot()
+        gone = [
+            c
+            for c in self.history(table)
+            if c.checkpoint_id is not None
+            and c.checkpoint_id not in manifest.epochs
+            and (current is None or c.snapshot_id != current.snapshot_id)
+        ]
+        if not gone:
+            return []
+        expire = table.maintenance.expire_snapshots()
+        for commit in gone:
+            expire = expire.by_id(commit.snapshot_id)
+        expire.commit()
+        return sorted({c.checkpoint_id for c in gone if c.checkpoint_id is not None})
+
+
+class TableSync:
+    """Make a table sink's table say what its manifest says (see the module's text)."""
+
+    def __init__(
+        self, table: IcebergSinkTable, read_manifest: Callable[[], SinkManifest | None]
+    ) -> None:
+        self.table = table
+        self.read_manifest = read_manifest
+
+    def run(self) -> SyncReport:
+        from pyiceberg.exceptions import CommitFailedException
+
+        report = SyncReport(self.table.binding.identifier)
+        for _ in range(MAX_ROUNDS):
+            report.rounds += 1
+            manifest = self.read_manifest()  # first the manifest, then the table: see plan.py
+            if manifest is None:
+                report.why = "the sink has published nothing"
+                return report
+            table = self.table.ensure(manifest)
+            if table is None:
+                report.why = "no staged file yet to take the table's schema from"
+                return report
+            plan = plan_sync(self.table.position(table), manifest)
+            report.why = plan.why
+            try:
+                for step in plan.steps:
+                    self.table.commit(table, step, manifest.generation)
+                    report.committed.append(step.checkpoint_id)
+                    table.refresh()
+                if not plan.stale:
+                    report.expired += self.table.expire(table, manifest)
+                return report
+            except CommitFailedException:
+                log.info("%s: a concurrent commit won; planning again", report.table)
+                continue
+        raise TableError(
+            f"{self.table.binding}: still conflicting after {MAX_ROUNDS} rounds of sync"
+        )
+
+
+__all__ = ["IcebergSinkTable", "Operation", "SyncReport", "TableCommit", "TableError", "TableSync"]
