@@ -35,11 +35,20 @@ class PaymentsRun:
     clock: FakeClock
 
     @classmethod
-    def on(cls, spark: Any, root: Path, *, parallelism: int = 2, **config: Any) -> PaymentsRun:
-        """The payments pipeline on the store in folder `root`, with a fresh clock."""
+    def on(
+        cls,
+        spark: Any,
+        root: Path,
+        *,
+        parallelism: int = 2,
+        balances_table: str | None = None,
+        **config: Any,
+    ) -> PaymentsRun:
+        """The payments pipeline on the store in folder `root`, with a fresh clock (and
+        its balances as an Iceberg table, its catalog under the root, if named)."""
         ref = StoreRef.of(root.as_uri())
         clock = FakeClock()
-        pipeline = build_pipeline(parallelism=parallelism)
+        pipeline = build_pipeline(parallelism=parallelism, balances_table=balances_table)
         runner = LocalEpochRunner(pipeline, ref, spark, CheckpointConfig(**config), clock=clock)
         return cls(ref, runner, clock)
 
