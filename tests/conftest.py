@@ -19,6 +19,7 @@ helpers as `support.*`.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
 import shutil
 import time
@@ -63,6 +64,7 @@ LONGEST_FILES = {
     "tests/quality/test_gate.py": 88,
     "tests/jobs/test_run_operator.py": 81,
     "tests/runtime/test_incremental.py": 79,
+    "tests/runtime/test_table_sink.py": 80,
     "tests/cli/test_gated_restore.py": 75,
     "tests/airflow/test_rest_stack.py": 74,
     "tests/airflow/test_savepoint_restore_dags.py": 59,
@@ -143,6 +145,23 @@ def process_pool() -> Iterator[ProcessPoolExecutor]:
         for future in [pool.submit(time.sleep, 0.2) for _ in range(workers)]:
             future.result()
         yield pool
+
+
+@pytest.fixture(autouse=True)
+def _no_connect_switch_left_behind() -> Iterator[None]:
+    """A test that opens a Spark Connect session in this process (the audit's gate in
+    dag.test(), cancelling a killed task's operations) turns pyspark's Connect switch on
+    for the process; switched back after the test, or the next test that uses the
+    classic `spark` fixture in this worker would build Connect plans."""
+    from batchpoint.spark.session import CONNECT_CLIENT_VARIABLES
+
+    before = {name: os.environ.get(name) for name in CONNECT_CLIENT_VARIABLES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")
