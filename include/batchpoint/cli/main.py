@@ -20,12 +20,20 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from batchpoint.cli import checkpoints, maintenance, quarantine, restore, savepoint, verify
+from batchpoint.cli import (
+    checkpoints,
+    maintenance,
+    quarantine,
+    restore,
+    savepoint,
+    sinks,
+    verify,
+)
 from batchpoint.cli.context import Command, Parser, finish, global_options
 from batchpoint.errors import BatchpointError
 
 #: The command groups, in the order `--help` lists them.
-GROUPS = (checkpoints, verify, quarantine, maintenance, savepoint, restore)
+GROUPS = (checkpoints, sinks, verify, quarantine, maintenance, savepoint, restore)
 
 #: Commands whose report is stdout while their progress goes to stderr, even without --json.
 PROGRESS_TO_STDERR = ("restore",)

@@ -1,0 +1,77 @@
+"""`sink show PIPELINE SINK [--checkpoint N]`, `sink history PIPELINE SINK`: a sink's rows
+as of a checkpoint (a table sink through its table's time travel), and a table sink's
+commits, one per checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from batchpoint.cli import render
+from batchpoint.cli.context import Command, checkpoint_id, non_negative
+from batchpoint.ops.sinks import show_sink, sink_history
+
+
+def cmd_show(cmd: Command) -> int:
+    a = cmd.args
+    view = show_sink(
+        cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink, a.checkpoint, a.limit
+    )
+
+    def text() -> str:
+        as_of = f"as of checkpoint {view.checkpoint_id}" if view.checkpoint_id else "now"
+        head = f"{view.pipeline}.{view.sink} {as_of} ({view.source}): {view.total_rows} row(s)"
+        body = render.table(
+            view.rows.column_names, [list(r.values()) for r in view.rows.to_pylist()]
+        )
+        more = view.total_rows - view.rows.num_rows
+        return f"{head}\n{body}" + (f"\n... {more} more (--limit)" if more > 0 else "")
+
+    cmd.out.emit(view.to_json, text)
+    return 0
+
+
+def cmd_history(cmd: Command) -> int:
+    a = cmd.args
+    commits = sink_history(cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink)
+    cmd.out.emit(
+        lambda: {
+            "pipeline": a.pipeline_name,
+            "sink": a.sink,
+            "commits": [c.to_json() for c in commits],
+        },
+        lambda: render.table(
+            ["snapshot", "checkpoint", "generation", "operation", "rows", "committed"],
+            [
+                [
+                    c.snapshot_id,
+                    c.checkpoint_id if c.checkpoint_id is not None else "-",
+                    c.generation,
+                    c.operation,
+                    c.records,
+                    render.when(c.committed_at_ms / 1000),
+                ]
+                for c in commits
+            ],
+        ),
+    )
+    return 0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    group = sub.add_parser("sink", help="a sink's rows as of a checkpoint", parents=[common])
+    actions = group.add_subparsers(dest="action", required=True)
+    p = actions.add_parser(
+        "show", help="the rows published as of a checkpoint (default: now)", parents=[common]
+    )
+    p.add_argument("pipeline_name", metavar="PIPELINE")
+    p.add_argument("sink", metavar="SINK")
+    p.add_argument("--checkpoint", type=checkpoint_id, default=None, help="as of checkpoint N")
+    p.add_argument("--limit", type=non_negative, default=20, help="rows to print (default 20)")
+    p.set_defaults(run=cmd_show)
+    p = actions.add_parser(
+        "history", help="a table sink's commits, one per checkpoint", parents=[common]
+    )
+    p.add_argument("pipeline_name", metavar="PIPELINE")
+    p.add_argument("sink", metavar="SINK")
+    p.set_defaults(run=cmd_history)

@@ -1,0 +1,88 @@
+"""`batchpoint sink show` and `sink history`: a table sink read as of a checkpoint through
+its Iceberg table, a plain sink through its manifest, and clear errors (no Spark)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.runtime.api import Pipeline
+from batchpoint.storage import StoreRef
+from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.service import sync_tables
+from support.cli import Cli, fresh_root
+from tables.sinkfiles import PIPELINE, SINK, manifest, save, staged_file
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Pipeline `pay` with the table sink `balances_table` (3 checkpoints published and
+    synced, the catalog the file root's default) and the plain sink `plain` (2)."""
+    uri = fresh_root(tmp_path, monkeypatch)
+    monkeypatch.delenv("BATCHPOINT_TABLE_CATALOG", raising=False)
+    pipeline = Pipeline(PIPELINE)
+    pipeline.source("events", root="src", schema=pa.schema([("account_id", pa.string())]))
+    pipeline.sink(SINK, inputs=["events"], key=["account_id"], table="pay.balances")
+    pipeline.sink("plain", inputs=["events"], key=["account_id"], mode="snapshot")
+    ref = StoreRef.of(uri)
+    store = ref.open()
+    CheckpointCoordinator(store, PIPELINE).register(pipeline.spec())
+    files = [
+        staged_file(store, c, rows) for c, rows in ((1, {"a": 1}), (2, {"b": 2}), (3, {"c": 3}))
+    ]
+    save(
+        store,
+        manifest([(1, None, [files[0]]), (2, 1, [files[1]]), (3, 2, [files[2]])], 3, mode="append"),
+    )
+    save(store, replace(manifest([(1, None, [files[0]]), (2, 1, [files[1]])], 2), sink="plain"))
+    sync_tables(ref, PIPELINE, {SINK: TableBinding("pay.balances")})
+    return uri
+
+
+def test_show_reads_the_table_as_of_a_checkpoint(cli: Cli, root: str) -> None:
+    run = cli("sink", "show", PIPELINE, SINK, "--checkpoint", "2", "--json")
+    assert run.code == 0, run.err
+    assert run.json["rows"] == [
+        {"account_id": "a", "balance": 1},
+        {"account_id": "b", "balance": 2},
+    ]
+    assert "iceberg table pay.balances" in run.json["source"]
+    now = cli("sink", "show", PIPELINE, SINK)
+    assert now.code == 0 and "3 row(s)" in now.out and "c" in now.out
+
+
+def test_history_lists_one_commit_per_checkpoint(cli: Cli, root: str) -> None:
+    run = cli("sink", "history", PIPELINE, SINK, "--json")
+    assert run.code == 0, run.err
+    assert [(c["checkpoint_id"], c["operation"], c["records"]) for c in run.json["commits"]] == [
+        (1, "publish", 1),
+        (2, "publish", 2),
+        (3, "publish", 3),
+    ]
+
+
+def test_a_plain_sink_is_read_through_its_manifest(cli: Cli, root: str) -> None:
+    run = cli("sink", "show", PIPELINE, "plain", "--checkpoint", "1", "--json")
+    assert run.code == 0, run.err
+    assert run.json["source"] == "sink manifest" and run.json["total_rows"] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("sink", "show", PIPELINE, "nope"), "has no sink 'nope' (sinks: balances_table, plain)"),
+        (("sink", "show", PIPELINE, SINK, "--checkpoint", "9"), "no commit of checkpoint 9"),
+        (("sink", "history", PIPELINE, "plain"), "is not a table sink"),
+        (("sink", "show", "other", SINK), "other"),
+    ],
+)
+def test_mistakes_are_one_clear_line(
+    cli: Cli, root: str, argv: tuple[str, ...], message: str
+) -> None:
+    run = cli(*argv)
+    assert run.code == 2
+    assert message in run.err and "Traceback" not in run.err
