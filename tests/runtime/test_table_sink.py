@@ -134,9 +134,9 @@ def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
     now = table.read().to_pandas().sort_values("account_id", ignore_index=True)[columns]
     pd.testing.assert_frame_equal(now, _expected(run, completed[-1]), check_dtype=False)
 
-    # GC drops what no retained checkpoint needs; their snapshots go with it.
+    # GC drops what no retained checkpoint needs; it expires their table snapshots
+    # before deleting their files, so time travel offers only what it can read.
     gc(driver.coordinator)
-    driver.sync_tables()
     kept = {c.checkpoint_id for c in table.history()}
     manifest = driver.sinks.manifest("balances_table")
     assert manifest is not None and kept == set(manifest.epochs)

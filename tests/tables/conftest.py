@@ -18,10 +18,9 @@ def table_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRef:
     """A store reference on each backend: a folder, or a fresh prefix on SeaweedFS."""
     if request.param == "local":
         return StoreRef.of((tmp_path / "store").as_uri())
-    from conftest import unique_prefix
-
     seaweed = request.getfixturevalue("seaweed")
-    return StoreRef.of(seaweed.uri(unique_prefix(request)), seaweed.storage_options())
+    fresh = request.getfixturevalue("make_s3_store")()  # a fresh prefix of the test's
+    return StoreRef.of(fresh.uri, seaweed.storage_options())
 
 
 @pytest.fixture

@@ -39,3 +39,9 @@ def with_balances(pipeline: Pipeline, fn: Callable[[OperatorContext], Any]) -> P
 
 
 pipeline = with_balances(payments.build_pipeline(), doubled_balances)
+
+#: The bad deploy of the demo's variant, whose balances are the Iceberg table too.
+TABLE_REF = "batchpoint.demo.payments_buggy:table_pipeline"
+table_pipeline = with_balances(
+    payments.build_pipeline(balances_table=payments.BALANCES_TABLE), doubled_balances
+)

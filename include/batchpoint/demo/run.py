@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from batchpoint.demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow
 from batchpoint.demo.leftovers import mark_run, wait_for_none
+from batchpoint.demo.payments import BALANCES_TABLE
 from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import BatchpointError
 from batchpoint.settings import Settings
@@ -44,7 +45,8 @@ from batchpoint.spark.fast_start import submit_args
 T = TypeVar("T")
 
 DATA = {"accounts": 200, "events_per_epoch": 2_000}
-GOOD_REF = "batchpoint.demo.payments:pipeline"
+# The demo's pipeline publishes its balances as the Iceberg table payments.balances.
+GOOD_REF = "batchpoint.demo.payments:table_pipeline"
 GATE_REF = "batchpoint.demo.payments_quality:restore_gate"
 #: What `./dev ui DIR` reads to reopen the demo's S3 and Airflow.
 STATE_FILE = "demo.json"
@@ -89,6 +91,9 @@ def deployment_env(
         **spark,
         "BATCHPOINT_PIPELINE_REF": GOOD_REF,
         "BATCHPOINT_QUALITY_GATE": GATE_REF,
+        # The Iceberg catalog of the balances table: an embedded SQLite file (a
+        # deployment names its Postgres here; the table's files are on S3 either way).
+        "BATCHPOINT_TABLE_CATALOG": f"sqlite:///{workdir / 'iceberg-catalog.db'}",
         "BATCHPOINT_CHECKPOINT_INTERVAL": "none",
         "BATCHPOINT_CHECKPOINT_TIMEOUT": "1800",
         # dag.test() runs one task at a time: a deferred sensor would run its trigger
@@ -199,17 +204,17 @@ class PaymentsDemo:
         say(f"savepoint in {folder}/: {files} files, self-contained and relocatable")
 
     def bad_deploy(self) -> list[int]:
-        from batchpoint.demo.payments_buggy import REF
+        from batchpoint.demo.payments_buggy import TABLE_REF
 
         step("deploy v2 of 'balances' (it doubles every balance): two epochs, audit off")
-        os.environ["BATCHPOINT_PIPELINE_REF"] = REF
+        os.environ["BATCHPOINT_PIPELINE_REF"] = TABLE_REF
         bad = []
         for _ in range(2):
             self.new_input()
             bad.append(self.checkpoint())
         wrong, total = self.published_errors()
         say(
-            f"the published balances_table is now wrong for {wrong} of {total} accounts, "
+            f"the Iceberg table {BALANCES_TABLE} is now wrong for {wrong} of {total} accounts, "
             "but every checkpoint 'completed'"
         )
         return bad
@@ -267,6 +272,15 @@ class PaymentsDemo:
         wrong = (merged["balance"] != merged["balance_got"]).sum()
         return int(wrong), len(expected)
 
+    def balances_table(self) -> Any:
+        """The Iceberg table of the balances, as a user opens it: pyiceberg, on the
+        deployment's catalog."""
+        from batchpoint.tables.binding import TableBinding
+        from batchpoint.tables.service import sink_table
+
+        binding = TableBinding(BALANCES_TABLE)
+        return sink_table(self.settings.store_ref, "payments", "balances_table", binding)
+
     def _published_and_expected(self) -> tuple[Any, Any, Any, Any]:
         from batchpoint.demo.payments import SOURCE_ROOT
         from batchpoint.demo.payments_reference import compute_reference
@@ -275,7 +289,9 @@ class PaymentsDemo:
         c = self.coordinator
         head = c.completed.get(c.head.get().checkpoint_id)
         reference = compute_reference(self.store, SOURCE_ROOT, upto=head.pending.barrier["events"])
-        balances = read_sink_table(self.store, "payments", "balances_table").to_pandas()
+        # A second engine reads the table: pyiceberg's own scan into pandas, not Spark
+        # and not batchpoint's manifest.
+        balances = self.balances_table().read().to_pandas()
         alerts = read_sink_table(self.store, "payments", "alerts").to_pandas()
         balances = balances.sort_values("account_id", ignore_index=True)
         alerts = alerts.sort_values("account_id", ignore_index=True)
@@ -302,9 +318,62 @@ class PaymentsDemo:
             say(f"MISMATCH: {exc}")
             return 1
         say(
-            f"balances_table: {len(balances)} accounts, alerts: {len(alerts)} accounts: "
-            "identical to the reference. Exactly once: no event lost, none counted twice."
+            f"Iceberg table {BALANCES_TABLE} (read with pyiceberg): {len(balances)} accounts, "
+            f"alerts: {len(alerts)} accounts: identical to the reference. Exactly once: no "
+            "event lost, none counted twice."
         )
+        return self.table_history()
+
+    def table_history(self) -> int:
+        """The table's commits, one per checkpoint (and one rewind for the restore), and
+        the table as of every retained checkpoint against the reference at its barrier."""
+        import pandas as pd
+
+        from batchpoint.demo.payments import SOURCE_ROOT
+        from batchpoint.demo.payments_reference import compute_reference
+
+        step(f"the Iceberg table {BALANCES_TABLE}: its commits, and time travel by checkpoint")
+        table = self.balances_table()
+        commits = table.history()
+        for commit in commits:
+            say(
+                f"snapshot {commit.snapshot_id}: checkpoint {commit.checkpoint_id} "
+                f"({commit.operation}, restore generation {commit.generation}), "
+                f"{commit.records} rows"
+            )
+        c = self.coordinator
+        committed = {m.checkpoint_id for m in commits}
+        # The head's timeline must equal the reference at each checkpoint's barrier; the
+        # checkpoints a restore left behind keep what they published then.
+        timeline: list[int] = []
+        cid = c.head.get().checkpoint_id
+        while cid is not None and (outcome := c.get_outcome(cid)) is not None:
+            timeline.append(cid)
+            cid = outcome.pending.base_checkpoint_id
+        checked = []
+        for cid in sorted(committed & set(timeline)):
+            barrier = c.get_outcome(cid).pending.barrier["events"]
+            expected = compute_reference(self.store, SOURCE_ROOT, upto=barrier).balances
+            got = table.read(cid).to_pandas().sort_values("account_id", ignore_index=True)
+            try:
+                pd.testing.assert_frame_equal(
+                    got[list(expected.columns)], expected, check_dtype=False
+                )
+            except AssertionError as exc:
+                say(f"MISMATCH as of checkpoint {cid}: {exc}")
+                return 1
+            checked.append(f"{cid} ({len(got)} rows)")
+        say(
+            f"as of checkpoints {', '.join(checked)} (the head's timeline): equal to the "
+            "reference at each one's barrier"
+        )
+        left = sorted(committed - set(timeline))
+        if left:
+            say(
+                f"as of {', '.join(map(str, left))} (left behind by the restore): what they "
+                f"published then, e.g. `batchpoint sink show payments balances_table "
+                f"--checkpoint {left[-1]}`"
+            )
         return 0
 
 

@@ -12,6 +12,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.gc import GarbageCollector, GcReport
 from batchpoint.protocol.repair import repair as repair_control
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
+from batchpoint.tables.binding import table_bindings
 
 
 def gc(
@@ -28,9 +29,26 @@ def gc(
         raise ConfigError(f"history limit must be >= 0, got {history_limit}")
     if history_limit is None:
         history_limit = coordinator.config.history_limit
-    return GarbageCollector(coordinator).collect(
+    return GarbageCollector(coordinator, before_delete=_table_expiry(coordinator)).collect(
         dry_run=dry_run, history_limit=history_limit, progress=progress
     )
+
+
+def _table_expiry(coordinator: CheckpointCoordinator) -> Callable[[], None] | None:
+    """For a pipeline with table sinks: expire their snapshots of dropped checkpoints."""
+    try:
+        bindings = table_bindings(coordinator.load_spec().operators)
+    except BatchpointError:
+        return None  # no graph registered yet: no table either
+    if not bindings:
+        return None
+
+    def expire() -> None:
+        from batchpoint.tables.service import expire_dropped
+
+        expire_dropped(coordinator.store, coordinator.pipeline, bindings)
+
+    return expire
 
 
 def gc_summary(report: GcReport) -> dict[str, Any]:

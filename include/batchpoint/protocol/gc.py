@@ -58,9 +58,14 @@ class GarbageCollector:
         extra_references: Callable[[], Iterable[str]] | None = None,
         *,
         grace: float | None = None,
+        before_delete: Callable[[], None] | None = None,
     ) -> None:
         self._c = coordinator
         self._extra_references = extra_references
+        # Runs after the sink manifests are pruned, before any file goes (a table sink
+        # expires the snapshots that reference dropped epochs); if it raises, nothing is
+        # deleted in this pass.
+        self._before_delete = before_delete
         # >= the checkpoint timeout: no writer of a discarded checkpoint outlives it
         self.grace = (
             max(coordinator.config.gc_grace, coordinator.config.timeout) if grace is None else grace
@@ -137,6 +142,11 @@ class GarbageCollector:
         report.skipped_pending = sorted(p.checkpoint_id for p in control.pending)
         if not dry_run:
             self._prune_sinks(report)
+            if self._before_delete is not None:
+                try:
+                    self._before_delete()
+                except Exception as exc:  # a table's catalog or storage: tried next pass
+                    report.findings.append(Finding("sink tables", f"not expired: {exc}"))
         referenced, shared, findings = self._references(control)
         report.findings.extend(findings)
         if findings:

@@ -16,22 +16,20 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from batchpoint.errors import ConfigError
-from batchpoint.storage import ObjectStore, StoreRef
+from batchpoint.storage import ObjectStore
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-_CATALOGS: dict[tuple[str, str, tuple[tuple[str, str], ...]], Catalog] = {}
+_CATALOGS: dict[tuple[str, str, str, object], Catalog] = {}
 _LOCK = threading.Lock()
 
 
-def file_io_properties(store_ref: StoreRef) -> dict[str, str]:
+def file_io_properties(store: ObjectStore) -> dict[str, str]:
     """pyiceberg FileIO properties that reach the store's objects as the store does."""
-    if not store_ref.uri.startswith("s3://"):
+    s3 = getattr(store, "settings", None)
+    if not store.uri.startswith("s3://") or s3 is None:
         return {}
-    from batchpoint.storage.s3 import S3Settings
-
-    s3 = S3Settings.from_options(dict(store_ref.options))
     props = {
         "s3.endpoint": s3.effective_endpoint(),
         "s3.region": s3.region,
@@ -59,17 +57,17 @@ def catalog_uri(store: ObjectStore, configured: str | None) -> str | None:
     return None
 
 
-def open_catalog(name: str, store_ref: StoreRef, configured_uri: str | None = None) -> Catalog:
-    """The catalog `name` for tables on `store_ref`'s storage (cached per process)."""
-    key = (name, configured_uri or "", (*store_ref.options, ("uri", store_ref.uri)))
+def open_catalog(name: str, store: ObjectStore, configured_uri: str | None = None) -> Catalog:
+    """The catalog `name` for tables on `store`'s storage (cached per process)."""
+    key = (name, configured_uri or "", store.uri, getattr(store, "settings", None))
     with _LOCK:
         found = _CATALOGS.get(key)
         if found is None:
-            found = _CATALOGS[key] = _open(name, store_ref, configured_uri)
+            found = _CATALOGS[key] = _open(name, store, configured_uri)
         return found
 
 
-def _open(name: str, store_ref: StoreRef, configured_uri: str | None) -> Catalog:
+def _open(name: str, store: ObjectStore, configured_uri: str | None) -> Catalog:
     try:
         from pyiceberg.catalog import load_catalog
         from pyiceberg.catalog.sql import SqlCatalog
@@ -79,8 +77,7 @@ def _open(name: str, store_ref: StoreRef, configured_uri: str | None) -> Catalog
             "table sinks need pyiceberg: install batchpoint with its 'tables' extra "
             "(pip install 'batchpoint[tables]')"
         ) from None
-    store = store_ref.open()
-    io = file_io_properties(store_ref)
+    io = file_io_properties(store)
     base = {"warehouse": warehouse(store), **io}
     uri = catalog_uri(store, configured_uri)
     if configured_uri is None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sinks import SinkPublisher
-from batchpoint.storage import StoreRef
+from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import open_catalog
 from batchpoint.tables.iceberg import IcebergSinkTable, SyncReport, TableSync
@@ -20,15 +20,16 @@ def configured_catalog_uri() -> str | None:
 
 
 def sink_table(
-    store_ref: StoreRef,
+    store: StoreRef | ObjectStore,
     pipeline: str,
     sink: str,
     binding: TableBinding,
     catalog_uri: str | None = None,
 ) -> IcebergSinkTable:
+    store = store.open() if isinstance(store, StoreRef) else store
     uri = catalog_uri if catalog_uri is not None else configured_catalog_uri()
-    catalog = open_catalog(binding.catalog, store_ref, uri)
-    return IcebergSinkTable(catalog, binding, pipeline, sink, store_ref.open())
+    catalog = open_catalog(binding.catalog, store, uri)
+    return IcebergSinkTable(catalog, binding, pipeline, sink, store)
 
 
 def sync_tables(
@@ -47,3 +48,17 @@ def sync_tables(
         table = sink_table(store_ref, pipeline, sink, binding, catalog_uri)
         reports.append(TableSync(table, lambda s=sink: publisher.manifest(s)).run())
     return reports
+
+
+def expire_dropped(store: ObjectStore, pipeline: str, bindings: Mapping[str, TableBinding]) -> None:
+    """Expire every table sink's snapshots of checkpoints its manifest dropped: GC calls
+    it after pruning the manifests and before deleting their files, so time travel never
+    offers a checkpoint whose files are gone. Raises if a table cannot be reached (GC
+    then deletes nothing and tries again next time)."""
+    publisher = SinkPublisher(store, PipelineLayout(pipeline))
+    for sink, binding in bindings.items():
+        manifest = publisher.manifest(sink)
+        adapter = sink_table(store, pipeline, sink, binding)
+        table = adapter.load()
+        if manifest is not None and table is not None:
+            adapter.expire(table, manifest)
