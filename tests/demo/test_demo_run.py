@@ -1,8 +1,8 @@
 """The README's main job, as a new user runs it: `python -m batchpoint.demo.run` (what
-`./dev demo` execs) drives the payments pipeline through Airflow on SeaweedFS and real
-Spark jobs, thin clients of the one Spark Connect server it starts (connect mode), and
-must end with the exactly-once check passing, each epoch's wall time printed, and no
-process of its own left."""
+`./dev demo` execs) drives the payments pipeline (its balances an Iceberg table) through
+Airflow on SeaweedFS and real Spark jobs, thin clients of the one Spark Connect server it
+starts (connect mode), and must end with the exactly-once check passing, each epoch's
+wall time printed, and no process of its own left."""
 
 from __future__ import annotations
 
@@ -46,6 +46,14 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     # the history table, then the check
     assert re.search(r"^\s*id\s+type\s+status", out, re.M), out
     assert "Exactly once: no event lost, none counted twice." in out
+    # the balances are an Iceberg table: one commit per checkpoint, the restore's rewind
+    # to the restored checkpoint, and time travel by checkpoint equal to the reference
+    commits = re.findall(r"snapshot \d+: checkpoint (\d+) \((\w+), restore generation (\d)\)", out)
+    assert (str(restored), "rewind", "1") in commits, out
+    assert [c for c, op, _ in commits if op == "publish"] == sorted(
+        {c for c, op, _ in commits if op == "publish"}, key=int
+    ), out  # one publish commit per checkpoint, in order
+    assert "(the head's timeline): equal to the reference" in out
     # connect mode: one server for the run, each epoch's wall time, nothing left behind
     assert re.search(r"Spark Connect server at sc://127\.0\.0\.1:\d+", out), out
     walls = re.findall(r"epoch \d+: wall time (\d+\.\d)s", out)
