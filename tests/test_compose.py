@@ -104,7 +104,9 @@ def test_spark_and_airflow_run_one_image_with_batchpoint_installed(services):
         # the workers' Python imports the image's batchpoint: nothing mounted over it
         assert not [v for v in services[name].get("volumes", []) if v.startswith("./")], name
     dockerfile = DOCKERFILE.read_text()
-    assert re.search(r"pip install .*\"/opt/batchpoint\[airflow,spark,quality\]\"", dockerfile)
+    assert re.search(
+        r"pip install .*\"/opt/batchpoint\[airflow,spark,quality,tables\]\"", dockerfile
+    )
     copied = re.findall(r"^COPY .*? (\S+) (/opt/batchpoint\S*)$", dockerfile, re.M)
     assert ("include", "/opt/batchpoint/include") in copied
     assert (PROJECT / "include" / "batchpoint" / "__init__.py").is_file()
@@ -148,6 +150,19 @@ def test_every_batchpoint_variable_is_known_and_valid(services):
     assert "BATCHPOINT_SPARK_JOB" not in env
     assert env["BATCHPOINT_PIPELINE_REF"].partition(":")[0] == "batchpoint.demo.payments"
     assert (settings.spark_mode, settings.spark_remote) == ("connect", "sc://spark-connect:15002")
+
+
+def test_table_sinks_use_a_catalog_in_the_deployments_postgres(services):
+    from batchpoint.runtime.loader import load_pipeline
+    from batchpoint.settings import read_environment
+
+    env = env_of(services["airflow-scheduler"])
+    catalog = read_environment(env).table_catalog
+    assert catalog is not None and catalog.startswith("postgresql+psycopg2://")
+    assert catalog == env_of(services["airflow-scheduler"])["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert "postgres" in services
+    pipeline = load_pipeline(env["BATCHPOINT_PIPELINE_REF"])
+    assert any(sink.table is not None for sink in pipeline.sinks.values())
 
 
 def test_the_connect_server_runs_on_the_cluster(services):
