@@ -27,13 +27,14 @@ from batchpoint.cli import (
     restore,
     savepoint,
     sinks,
+    state,
     verify,
 )
 from batchpoint.cli.context import Command, Parser, finish, global_options
 from batchpoint.errors import BatchpointError
 
 #: The command groups, in the order `--help` lists them.
-GROUPS = (checkpoints, sinks, verify, quarantine, maintenance, savepoint, restore)
+GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, restore)
 
 #: Commands whose report is stdout while their progress goes to stderr, even without --json.
 PROGRESS_TO_STDERR = ("restore",)

@@ -1,0 +1,168 @@
+"""A pipeline's state and sink outputs as Spark DataFrames, as of a checkpoint (Spark's
+`statestore` reader is the model): for notebooks, checks and backfills.
+
+    from batchpoint.ops.dataframes import read_sink, read_state
+    read_state(spark, "payments", "balances", "balances", checkpoint=7).show()
+    read_sink(spark, "payments", "balances_table").count()  # what readers see now
+
+Storage comes from the BATCHPOINT_* settings unless `settings` is given. Executors read
+the files, as the runtime does; nothing is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from batchpoint.errors import BatchpointError
+from batchpoint.ops.pipelines import open_pipeline
+from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.sinks import SinkPublisher, visible_files
+from batchpoint.runtime.incremental import base_state_files
+from batchpoint.settings import Settings
+from batchpoint.state.format import RESERVED_COLUMNS
+from batchpoint.storage import StoreRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+Checkpoint = int | str  # an id, or "latest"
+
+
+def resolve_checkpoint(coordinator: CheckpointCoordinator, checkpoint: Checkpoint) -> int:
+    """ "latest" is the head (what the next epoch builds on); an id must be completed
+    and its records still kept."""
+    if checkpoint == "latest":
+        head = coordinator.head.get().checkpoint_id
+        if head is None:
+            raise BatchpointError(f"pipeline '{coordinator.pipeline}' has no checkpoint yet")
+        return head
+    if isinstance(checkpoint, str):
+        if not checkpoint.isdigit():
+            raise BatchpointError(f"checkpoint {checkpoint!r}: give an id or 'latest'")
+        checkpoint = int(checkpoint)
+    return checkpoint
+
+
+def _completed(coordinator: CheckpointCoordinator, checkpoint_id: int) -> CompletedCheckpoint:
+    outcome = coordinator.get_outcome(checkpoint_id)
+    if outcome is None or outcome.completed is None:
+        state = "is not completed" if outcome is not None else "does not exist (or was pruned)"
+        raise BatchpointError(
+            f"checkpoint {checkpoint_id} of '{coordinator.pipeline}' {state}: "
+            f"retained are {coordinator.completed.retained_ids() or 'none'}"
+        )
+    return outcome.completed
+
+
+def state_files(
+    coordinator: CheckpointCoordinator, operator: str, state: str, checkpoint: Checkpoint
+) -> tuple[int, list[FileHandle]]:
+    """The files (every layer) of an operator's state at a checkpoint."""
+    cid = resolve_checkpoint(coordinator, checkpoint)
+    spec = coordinator.load_spec()
+    names = {op.name: op for op in spec.operators}
+    if operator not in names or not names[operator].states:
+        stateful = sorted(op.name for op in spec.operators if op.states)
+        raise BatchpointError(
+            f"pipeline '{coordinator.pipeline}' has no stateful operator '{operator}' "
+            f"(stateful: {', '.join(stateful) or 'none'})"
+        )
+    if state not in names[operator].states:
+        raise BatchpointError(
+            f"operator '{operator}' has no state '{state}' "
+            f"(states: {', '.join(names[operator].states)})"
+        )
+    files = base_state_files(_completed(coordinator, cid), operator, state)
+    if not files:
+        raise BatchpointError(f"checkpoint {cid} holds no files of state {operator}/{state}")
+    return cid, files
+
+
+def _open(pipeline: str, settings: Settings | None) -> tuple[CheckpointCoordinator, StoreRef]:
+    settings = settings or Settings.from_env()
+    return open_pipeline(settings, pipeline), settings.store_ref
+
+
+def read_state(
+    spark: SparkSession,
+    pipeline: str,
+    operator: str,
+    state: str,
+    checkpoint: Checkpoint = "latest",
+    *,
+    settings: Settings | None = None,
+) -> DataFrame:
+    """An operator's state as of a checkpoint, one row per stored row (changelog layers
+    merged), with the state's columns."""
+    from batchpoint.spark import keyed_io
+
+    coordinator, store_ref = _open(pipeline, settings)
+    _, files = state_files(coordinator, operator, state, checkpoint)
+    return keyed_io.read_keyed(spark, store_ref, files, what=f"state {operator}/{state}")
+
+
+def sink_files(
+    coordinator: CheckpointCoordinator, sink: str, checkpoint: Checkpoint
+) -> tuple[int | None, list[FileHandle]]:
+    """The files a reader of the sink sees as of a published checkpoint ("latest": now)."""
+    manifest = SinkPublisher(coordinator.store, coordinator.layout).manifest(sink)
+    if manifest is None:
+        raise BatchpointError(f"sink '{sink}' of '{coordinator.pipeline}' has published nothing")
+    as_of = None if checkpoint == "latest" else resolve_checkpoint(coordinator, checkpoint)
+    return as_of, visible_files(manifest, as_of)
+
+
+def _read_files_task(store_ref: StoreRef, schema: pa.Schema, batches: Iterator[pa.RecordBatch]):
+    import pyarrow.parquet as pq
+
+    store = store_ref.open()
+    for batch in batches:
+        for key in batch.column("key").to_pylist():
+            table = pq.read_table(io.BytesIO(store.get(key).data))
+            table = table.drop_columns([c for c in table.column_names if c in RESERVED_COLUMNS])
+            yield from table.select(schema.names).cast(schema).to_batches()
+
+
+def read_sink(
+    spark: SparkSession,
+    pipeline: str,
+    sink: str,
+    checkpoint: Checkpoint = "latest",
+    *,
+    settings: Settings | None = None,
+) -> DataFrame:
+    """A sink's published rows as of a checkpoint ("latest": what readers see now), one
+    Spark task per file. A table sink's table holds the same rows (see tables/)."""
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from batchpoint.spark.remote import for_workers
+
+    coordinator, store_ref = _open(pipeline, settings)
+    _, files = sink_files(coordinator, sink, checkpoint)
+    recorded = next((f.meta.get("spark_schema") for f in files if f.meta.get("spark_schema")), None)
+    if recorded is None:
+        raise BatchpointError(f"sink '{sink}': its files record no schema (nothing to read)")
+    struct = T.StructType.fromJson(json.loads(recorded))
+    struct = T.StructType([f for f in struct.fields if f.name not in RESERVED_COLUMNS])
+    arrow = to_arrow_schema(struct, timezone="UTC")
+    keys = [(i, f.path) for i, f in enumerate(files) if f.rows]
+    if not keys:
+        return spark.createDataFrame([], struct)
+    tasks = spark.createDataFrame(keys, "idx int, key string").repartitionById(len(keys), "idx")
+    reader = functools.partial(_read_files_task, for_workers(store_ref), arrow)
+    return tasks.mapInArrow(reader, struct)
+
+
+def describe_rows(df: DataFrame, limit: int) -> tuple[list[str], list[list[Any]], int]:
+    """Columns, the first `limit` rows (sorted by the first column) and the row count."""
+    total = df.count()
+    rows = df.orderBy(df.columns[0]).limit(limit).collect() if df.columns else []
+    return df.columns, [list(r) for r in rows], total
