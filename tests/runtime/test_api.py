@@ -74,3 +74,57 @@ def test_loader_explains_bad_references() -> None:
         load_pipeline("batchpoint.demo.payments:nothing")
     assert load_pipeline("batchpoint.demo.payments:pipeline").name == "payments"
     assert load_pipeline("batchpoint.demo.payments:build_pipeline").name == "payments"
+
+
+def test_schemas_may_be_ddl_strings_or_spark_struct_types() -> None:
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    p = Pipeline("typed")
+    p.source(
+        "events",
+        root="src",
+        schema="event_id STRING NOT NULL, amount DECIMAL(12, 2), ts TIMESTAMP, n BIGINT",
+    )
+    assert p.sources["events"].schema == pa.schema(
+        [
+            pa.field("event_id", pa.string(), nullable=False),
+            pa.field("amount", pa.decimal128(12, 2)),
+            pa.field("ts", pa.timestamp("us", tz="UTC")),
+            pa.field("n", pa.int64()),
+        ]
+    )
+    struct = T.StructType(
+        [T.StructField("event_id", T.StringType(), False), T.StructField("n", T.LongType())]
+    )
+
+    def dedup(ctx: object) -> None:
+        return None
+
+    p.operator(inputs=["events"], key=["event_id"], states={"seen": struct})(dedup)  # type: ignore[arg-type]
+    assert p.operators["dedup"].states["seen"].field("n").type == pa.int64()
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ("id ARRAY<STRING>", "cannot read"),
+        ("id VARIANT", "not a simple Spark type"),
+        ("id STRING, id BIGINT", "names a column twice"),
+        (" , ", "names no column"),
+        (42, "not int"),
+    ],
+)
+def test_a_schema_that_cannot_be_read_is_a_clear_error(schema: object, message: str) -> None:
+    with pytest.raises(PipelineSpecError, match=message):
+        Pipeline("typed").source("events", root="src", schema=schema)  # type: ignore[arg-type]
+
+
+def test_two_sinks_cannot_share_a_table() -> None:
+    p = Pipeline("tabled")
+    p.source("events", root="src", schema="id STRING")
+    p.sink("a", inputs=["events"], key=["id"], table="ns.t")
+    with pytest.raises(PipelineSpecError, match="is already the table of sink 'a'"):
+        p.sink("b", inputs=["events"], key=["id"], table="ns.t")
+    with pytest.raises(PipelineSpecError, match=r"namespace\.table"):
+        p.sink("c", inputs=["events"], key=["id"], table="t")

@@ -27,10 +27,12 @@ import pyarrow as pa
 from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
+from batchpoint.runtime.schemas import arrow_schema
 from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 class SinkMode(enum.StrEnum):
@@ -144,11 +146,13 @@ class Pipeline:
         name: str,
         *,
         root: str,
-        schema: pa.Schema,
+        schema: pa.Schema | StructType | str,
         format: str = "jsonl",
         key: Sequence[str] = (),
     ) -> SourceDef:
+        """`schema`: a pyarrow schema, a Spark StructType or a DDL string."""
         self._check_new(name)
+        schema = arrow_schema(schema, f"source '{name}'")
         missing = [c for c in key if c not in schema.names]
         if missing:
             raise PipelineSpecError(f"source '{name}': key columns {missing} not in its schema")
@@ -162,14 +166,20 @@ class Pipeline:
         *,
         inputs: Sequence[str],
         key: Sequence[str],
-        states: Mapping[str, pa.Schema] | None = None,
+        states: Mapping[str, pa.Schema | StructType | str] | None = None,
         parallelism: int = 1,
         max_parallelism: int | None = None,
     ) -> Callable[[OperatorFn], OperatorFn]:
+        """`states`: name -> schema (pyarrow, Spark StructType or DDL string)."""
+
         def register(fn: OperatorFn) -> OperatorFn:
             op_name = name or fn.__name__
             self._check_new(op_name)
-            for state_name, schema in (states or {}).items():
+            schemas = {
+                state: arrow_schema(schema, f"operator '{op_name}': state '{state}'")
+                for state, schema in (states or {}).items()
+            }
+            for state_name, schema in schemas.items():
                 check_name(state_name, f"operator '{op_name}': state")
                 missing = [c for c in key if c not in schema.names]
                 if missing:
@@ -181,7 +191,7 @@ class Pipeline:
                 fn,
                 tuple(inputs),
                 tuple(key),
-                dict(states or {}),
+                schemas,
                 parallelism,
                 max_parallelism or self.max_parallelism,
             )
@@ -211,6 +221,14 @@ class Pipeline:
             raise PipelineSpecError(
                 f"sink '{name}': mode {mode!r} is not one of {[m.value for m in SinkMode]}"
             ) from None
+        binding = table if isinstance(table, TableBinding) or table is None else None
+        if isinstance(table, str):
+            binding = TableBinding(table, catalog)
+        taken = [s.name for s in self.sinks.values() if binding and s.table == binding]
+        if taken:
+            raise PipelineSpecError(
+                f"sink '{name}': {binding} is already the table of sink '{taken[0]}'"
+            )
         sink = SinkDef(
             name,
             tuple(inputs),
@@ -219,9 +237,8 @@ class Pipeline:
             parallelism,
             max_parallelism or self.max_parallelism,
             fn,
-            table if isinstance(table, TableBinding) or table is None
-            else TableBinding(table, catalog),
-        )  # fmt: skip
+            binding,
+        )
         self.sinks[name] = sink
         return sink
 
