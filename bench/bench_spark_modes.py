@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
             def environment(mode: str) -> dict[str, str]:
                 env = deployment_env(s3, workdir, server.url if mode == "connect" else None)
                 env["BATCHPOINT_ROOT"] = f"s3://{s3.bucket}/bench-{mode}"
+                # Its own Iceberg catalog too: a table belongs to the storage it was
+                # created on, and both modes publish `payments.balances`.
+                env["BATCHPOINT_TABLE_CATALOG"] = f"sqlite:///{workdir / f'catalog-{mode}.db'}"
                 env["BATCHPOINT_TASK_RETRIES"] = "0"
                 return env
 

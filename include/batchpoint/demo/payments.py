@@ -80,11 +80,19 @@ def build_pipeline(
     alert_limit: int = ALERT_LIMIT,
     max_parallelism: int = 128,
     balances_table: str | None = None,
+    source_options: dict[str, str] | None = None,
 ) -> Pipeline:
     """`balances_table` ("namespace.table"): publish the balances as that Iceberg table
-    too (what the demo does; see batchpoint.tables)."""
+    too (what the demo does; see batchpoint.tables). `source_root` may be a URI of its
+    own (a landing bucket), reached with `source_options`."""
     pipeline = Pipeline("payments", max_parallelism=max_parallelism)
-    pipeline.source("events", root=source_root, schema=PAYMENTS_SCHEMA, key=["event_id"])
+    pipeline.source(
+        "events",
+        root=source_root,
+        schema=PAYMENTS_SCHEMA,
+        key=["event_id"],
+        storage_options=source_options,
+    )
     pipeline.operator(
         "dedup",
         inputs=["events"],

@@ -188,16 +188,15 @@ class RecomputeSample:
         return result
 
     def _source_rows(self, target: StateTarget) -> DataFrame:
-        from batchpoint.sources.files import PartitionedFileSource
         from batchpoint.spark import keyed_io
 
         source = target.pipeline.sources[self.source]
-        files = PartitionedFileSource(
-            target.store_ref.open(), source.root, source.format, schema=source.schema
-        )
+        files = source.files(target.store_ref, with_schema=True)
         barrier = target.checkpoint.pending.barrier.get(self.source, {})
         splits = files.files_between(None, barrier)
-        return keyed_io.read_source(target.spark, target.store_ref, source, splits)
+        return keyed_io.read_source(
+            target.spark, source.store_ref(target.store_ref), source, splits
+        )
 
     def _describe(self, row: dict[str, Any], keys: Sequence[str]) -> str:
         key = ", ".join(f"{k}={row[k]!r}" for k in keys)

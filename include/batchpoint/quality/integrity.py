@@ -41,7 +41,6 @@ from batchpoint.runtime.api import SourceDef
 from batchpoint.runtime.streams import state_stream
 from batchpoint.sources.barrier import PartitionOffset
 from batchpoint.sources.errors import SourceOffsetError
-from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage.base import ObjectStore
 
 #: Checks the files of a checkpoint; returns the problems found.
@@ -388,7 +387,7 @@ def _source_files(
     for name, source in sorted(sources.items()):
         if name not in pending.barrier:
             continue
-        files = PartitionedFileSource(store, source.root, source.format)
+        files = source.files(store)
         try:
             files.verify_barrier(pending.barrier[name])
         except (SourceOffsetError, ConfigError) as exc:

@@ -18,6 +18,8 @@ Nobody writes a storage path or an ack: the runtime does, from the declarations.
 from __future__ import annotations
 
 import enum
+import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,11 +30,14 @@ from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.runtime.schemas import arrow_schema
+from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from batchpoint.sources.files import PartitionedFileSource
 
 
 class SinkMode(enum.StrEnum):
@@ -101,6 +106,42 @@ class SourceDef:
     format: str
     schema: pa.Schema
     key_columns: tuple[str, ...] = ()  # columns that must never be null
+    # Where the files are when not under the pipeline's storage root: a landing bucket,
+    # another endpoint and credentials (`root` is then relative to it, usually "").
+    location: StoreRef | None = None
+
+    def store_ref(self, default: StoreRef) -> StoreRef:
+        return self.location or default
+
+    def files(
+        self, default: StoreRef | ObjectStore, *, with_schema: bool = False
+    ) -> PartitionedFileSource:
+        """The source's files, on its own storage or else on `default` (the pipeline's)."""
+        from batchpoint.sources.files import PartitionedFileSource
+
+        store = self.location.open() if self.location else _opened(default)
+        schema = self.schema if with_schema else None
+        return PartitionedFileSource(store, self.root, self.format, schema=schema)
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri if self.location else self.root
+
+
+def _opened(store: StoreRef | ObjectStore) -> ObjectStore:
+    return store.open() if isinstance(store, StoreRef) else store
+
+
+def _expand(value: str, what: str) -> str:
+    """`${VAR}` in a source's storage option: the secret stays in the environment."""
+
+    def variable(match: re.Match[str]) -> str:
+        name = match[1]
+        if name not in os.environ:
+            raise PipelineSpecError(f"{what}: environment variable {name} is not set")
+        return os.environ[name]
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", variable, value)
 
 
 @dataclass(frozen=True)
@@ -149,14 +190,29 @@ class Pipeline:
         schema: pa.Schema | StructType | str,
         format: str = "jsonl",
         key: Sequence[str] = (),
+        storage_options: Mapping[str, str] | None = None,
     ) -> SourceDef:
-        """`schema`: a pyarrow schema, a Spark StructType or a DDL string."""
+        """`schema`: a pyarrow schema, a Spark StructType or a DDL string. `root` is a
+        prefix under the pipeline's storage, or a URI of its own (s3://landing/payments,
+        file:///data/in) reached with `storage_options` (the S3 store's: endpoint_url,
+        region, access_key_id, ...; `${VAR}` takes a value from the environment)."""
         self._check_new(name)
         schema = arrow_schema(schema, f"source '{name}'")
         missing = [c for c in key if c not in schema.names]
         if missing:
             raise PipelineSpecError(f"source '{name}': key columns {missing} not in its schema")
-        source = SourceDef(name, root.strip("/"), format, schema, tuple(key))
+        location = None
+        if "://" in root:
+            what = f"source '{name}'"
+            options = {k: _expand(str(v), what) for k, v in (storage_options or {}).items()}
+            location = StoreRef.of(root.rstrip("/"), options)
+            root = ""
+        elif storage_options:
+            raise PipelineSpecError(
+                f"source '{name}': storage_options need a root URI of the source's own "
+                "(s3://bucket/prefix or file:///path)"
+            )
+        source = SourceDef(name, root.strip("/"), format, schema, tuple(key), location)
         self.sources[name] = source
         return source
 

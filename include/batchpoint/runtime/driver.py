@@ -20,7 +20,6 @@ from batchpoint.protocol.publish import notify_checkpoint_complete
 from batchpoint.protocol.restorer import RestoreResult
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.runtime.api import Pipeline
-from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -70,8 +69,7 @@ class PipelineDriver:
     def capture_barrier(self) -> dict[str, Any]:
         barrier = {}
         for source in self.pipeline.sources.values():
-            files = PartitionedFileSource(self.store, source.root, source.format)
-            barrier[source.name] = files.capture_barrier().to_json()
+            barrier[source.name] = source.files(self.store).capture_barrier().to_json()
         return barrier
 
     def trigger(

@@ -53,7 +53,6 @@ from batchpoint.runtime.streams import (
     state_stream,
 )
 from batchpoint.runtime.task_metrics import channel_rows_by_subtask
-from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -501,12 +500,12 @@ class OperatorRunner:
 
         node = self.pipeline.node(name)
         if isinstance(node, SourceDef):
-            source = PartitionedFileSource(self.store, node.root, node.format, schema=node.schema)
+            source = node.files(self.store, with_schema=True)
             splits = source.files_between(
                 pending.base_barrier.get(name), pending.barrier.get(name, {})
             )
             self.log(f"{consumer}: reading {len(splits)} new file(s) of source '{name}'")
-            return keyed_io.read_source(self.spark, self.store_ref, node, splits)
+            return keyed_io.read_source(self.spark, node.store_ref(self.store_ref), node, splits)
         return keyed_io.read_keyed(self.spark, self.store_ref, channel)
 
     def _channel_files(
