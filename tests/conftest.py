@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from batchpoint.devstack.seaweed import SeaweedServer
+from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
 from batchpoint.storage.probe import probe_conditional_writes
@@ -129,6 +130,16 @@ def local_store(tmp_path: Path) -> LocalObjectStore:
 def store(request: pytest.FixtureRequest) -> ObjectStore:
     """Every storage backend in turn: tests using it are the cross-backend contract."""
     return request.getfixturevalue(f"{request.param}_store")
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def table_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRef:
+    """A store reference on each backend: a folder, or a fresh prefix on SeaweedFS."""
+    if request.param == "local":
+        return StoreRef.of((tmp_path / "store").as_uri())
+    seaweed = request.getfixturevalue("seaweed")
+    fresh = request.getfixturevalue("make_s3_store")()  # a fresh prefix of the test's
+    return StoreRef.of(fresh.uri, seaweed.storage_options())
 
 
 @pytest.fixture(scope="session")

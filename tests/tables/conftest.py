@@ -13,16 +13,6 @@ from batchpoint.tables.service import sink_table
 from tables.sinkfiles import PIPELINE, SINK
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def table_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRef:
-    """A store reference on each backend: a folder, or a fresh prefix on SeaweedFS."""
-    if request.param == "local":
-        return StoreRef.of((tmp_path / "store").as_uri())
-    seaweed = request.getfixturevalue("seaweed")
-    fresh = request.getfixturevalue("make_s3_store")()  # a fresh prefix of the test's
-    return StoreRef.of(fresh.uri, seaweed.storage_options())
-
-
 @pytest.fixture
 def open_table(table_store: StoreRef, tmp_path: Path) -> Callable[..., IcebergSinkTable]:
     """``open_table(identifier="pay.balances", sink=SINK)``: the sink's table adapter on

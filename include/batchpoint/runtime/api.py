@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from batchpoint.sources.files import PartitionedFileSource
+    from batchpoint.sources.iceberg_table import IcebergTableSource
 
 
 class SinkMode(enum.StrEnum):
@@ -109,22 +110,30 @@ class SourceDef:
     # Where the files are when not under the pipeline's storage root: a landing bucket,
     # another endpoint and credentials (`root` is then relative to it, usually "").
     location: StoreRef | None = None
+    table: TableBinding | None = None  # an Iceberg table read incrementally, not files
 
     def store_ref(self, default: StoreRef) -> StoreRef:
         return self.location or default
 
     def files(
         self, default: StoreRef | ObjectStore, *, with_schema: bool = False
-    ) -> PartitionedFileSource:
-        """The source's files, on its own storage or else on `default` (the pipeline's)."""
-        from batchpoint.sources.files import PartitionedFileSource
-
+    ) -> PartitionedFileSource | IcebergTableSource:
+        """The source's files (or table), on its own storage or else on `default` (the
+        pipeline's)."""
         store = self.location.open() if self.location else _opened(default)
         schema = self.schema if with_schema else None
+        if self.table is not None:
+            from batchpoint.sources.iceberg_table import IcebergTableSource
+
+            return IcebergTableSource(store, self.table, schema=schema)
+        from batchpoint.sources.files import PartitionedFileSource
+
         return PartitionedFileSource(store, self.root, self.format, schema=schema)
 
     @property
     def uri(self) -> str:
+        if self.table is not None:
+            return f"iceberg:{self.table.catalog}/{self.table.identifier}"
         return self.location.uri if self.location else self.root
 
 
@@ -186,17 +195,23 @@ class Pipeline:
         self,
         name: str,
         *,
-        root: str,
+        root: str = "",
         schema: pa.Schema | StructType | str,
         format: str = "jsonl",
         key: Sequence[str] = (),
         storage_options: Mapping[str, str] | None = None,
+        table: str | None = None,
+        catalog: str = DEFAULT_CATALOG,
     ) -> SourceDef:
         """`schema`: a pyarrow schema, a Spark StructType or a DDL string. `root` is a
         prefix under the pipeline's storage, or a URI of its own (s3://landing/payments,
         file:///data/in) reached with `storage_options` (the S3 store's: endpoint_url,
-        region, access_key_id, ...; `${VAR}` takes a value from the environment)."""
+        region, access_key_id, ...; `${VAR}` takes a value from the environment). `table`
+        ("namespace.table" of `catalog`) reads an Iceberg table incrementally instead:
+        each epoch the rows appended since its base checkpoint's snapshot."""
         self._check_new(name)
+        if bool(root) == bool(table):
+            raise PipelineSpecError(f"source '{name}': give either root (files) or table")
         schema = arrow_schema(schema, f"source '{name}'")
         missing = [c for c in key if c not in schema.names]
         if missing:
@@ -212,7 +227,10 @@ class Pipeline:
                 f"source '{name}': storage_options need a root URI of the source's own "
                 "(s3://bucket/prefix or file:///path)"
             )
-        source = SourceDef(name, root.strip("/"), format, schema, tuple(key), location)
+        binding = TableBinding(table, catalog) if table else None
+        if binding is not None:
+            format = "iceberg"
+        source = SourceDef(name, root.strip("/"), format, schema, tuple(key), location, binding)
         self.sources[name] = source
         return source
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from batchpoint.protocol.checkpoint import FileHandle
-from batchpoint.sources.files import PartitionedFileSource, SourceSplit
+from batchpoint.sources.files import SourceSplit
 from batchpoint.spark.remote import for_workers
 from batchpoint.spark.state_reader import read_keyed_state
 from batchpoint.spark.state_writer import SubtaskHook, write_keyed_state
@@ -34,6 +34,8 @@ class FileSourceDecl(Protocol):
 
     @property
     def schema(self) -> pa.Schema: ...
+
+    def files(self, default: StoreRef, *, with_schema: bool = False) -> Any: ...
 
 
 def spark_schema(schema: pa.Schema):
@@ -113,9 +115,7 @@ def read_keyed(
 def _read_splits_task(
     store_ref: StoreRef, source: FileSourceDecl, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    files = PartitionedFileSource(
-        store_ref.open(), source.root, source.format, schema=source.schema
-    )
+    files = source.files(store_ref, with_schema=True)
     target = pa.schema([f.with_nullable(True) for f in source.schema])
     for batch in batches:
         for text in batch.column("split").to_pylist():
