@@ -1,6 +1,6 @@
 """The payments pipeline with its balances published as an Iceberg table, through real
-Spark epochs and the faults around a table commit: the sink task killed before its
-pre-commit, the finalize killed before and after the table commit, a repeated notify,
+Spark epochs and the faults around a table commit: the sink task killed before and
+after its pre-commit, the finalize killed before and after the table commit, a repeated notify,
 an aborted checkpoint, then a restore to an older checkpoint and new epochs. After it
 all, the table as of every completed checkpoint equals the pandas reference as of that
 checkpoint's barrier, and its history holds one commit per completed checkpoint (and
@@ -74,18 +74,20 @@ def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
     # 1: a plain epoch creates the table.
     completed.append(run.epoch(0).checkpoint_id)
 
-    # 2: the sink task killed before its pre-commit (its snapshot), then retried.
-    run.add_input(1)
-    cid = driver.trigger().checkpoint_id
-    monkeypatch.setenv("BATCHPOINT_FAULT", f"balances_table:before-snapshot:{cid}")
-    with pytest.raises(InjectedKill):
-        run.runner.run_operators(cid, attempt="first")
-    monkeypatch.delenv("BATCHPOINT_FAULT")
-    run.runner.run_operators(cid, attempt="retry")
-    finish(cid)
+    # 2 and 3: the sink task killed before its pre-commit (its snapshot), then after it
+    # (files staged, no ack); each retried.
+    for epoch, point in ((1, "before-snapshot"), (2, "after-snapshot")):
+        run.add_input(epoch)
+        cid = driver.trigger().checkpoint_id
+        monkeypatch.setenv("BATCHPOINT_FAULT", f"balances_table:{point}:{cid}")
+        with pytest.raises(InjectedKill):
+            run.runner.run_operators(cid, attempt="first")
+        monkeypatch.delenv("BATCHPOINT_FAULT")
+        run.runner.run_operators(cid, attempt="retry")
+        finish(cid)
 
-    # 3 and 4: the finalize killed before, then after, the table commit; its retry.
-    for epoch, when in ((2, "before"), (3, "after")):
+    # 4 and 5: the finalize killed before, then after, the table commit; its retry.
+    for epoch, when in ((3, "before"), (4, "after")):
         run.add_input(epoch)
         cid = driver.trigger().checkpoint_id
         run.runner.run_operators(cid)
@@ -95,15 +97,15 @@ def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
                 run.runner.complete(cid)
         finish(cid)
 
-    # 5: notified twice.
-    run.add_input(4)
+    # 6: notified twice.
+    run.add_input(5)
     cid = driver.trigger().checkpoint_id
     run.runner.run_operators(cid)
     finish(cid)
     assert driver.notify_complete(cid) == []
 
-    # 6: aborted after its sink staged its files: never in the table.
-    run.add_input(5)
+    # 7: aborted after its sink staged its files: never in the table.
+    run.add_input(6)
     aborted = driver.trigger().checkpoint_id
     run.runner.run_operators(aborted)
     driver.coordinator.abort(aborted, CheckpointFailureReason.DECLINED, "test")
@@ -118,7 +120,7 @@ def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
     # Restore to the second checkpoint; two new epochs continue from it.
     target = completed[1]
     driver.restore(target)
-    for epoch in (6, 7):
+    for epoch in (7, 8):
         completed.append(run.epoch(epoch).checkpoint_id)
     history = table.history()
     tail = [(c.checkpoint_id, c.operation) for c in history][-3:]
@@ -127,9 +129,10 @@ def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
 
     columns = list(_expected(run, completed[0]).columns)
     for cid in completed:
-        pd.testing.assert_frame_equal(
-            _as_of(table, cid, columns), _expected(run, cid), check_dtype=False
-        )
+        got = _as_of(table, cid, columns)
+        pd.testing.assert_frame_equal(got, _expected(run, cid), check_dtype=False)
+        print(f"as of checkpoint {cid}: {len(got)} rows equal to the reference")
+    print("commits:", [(c.checkpoint_id, c.operation, c.generation) for c in history])
     run.assert_matches_reference()  # the state and the manifests agree as well
     now = table.read().to_pandas().sort_values("account_id", ignore_index=True)[columns]
     pd.testing.assert_frame_equal(now, _expected(run, completed[-1]), check_dtype=False)
