@@ -73,6 +73,7 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_STORAGE_CONN_ID": "my_storage",
         "BATCHPOINT_API_CONN_ID": "my.api-conn",
         "BATCHPOINT_AUDIT": "true",
+        "BATCHPOINT_TABLE_CATALOG": "sqlite:////shared/catalog.db",
     }
     assert set(env) == KNOWN_VARIABLES - {
         "BATCHPOINT_S3_PROFILE"
@@ -104,6 +105,7 @@ def test_every_variable_is_read(tmp_path, root):
         skip_idle=False,
     )
     assert s.quality_gate_ref == "batchpoint.demo.payments_quality:restore_gate"
+    assert read_environment(env).table_catalog == "sqlite:////shared/catalog.db"
 
     pytest.importorskip("airflow")
     from batchpoint.airflow.config import AirflowDeployment
