@@ -345,14 +345,14 @@ class PaymentsDemo:
         committed = {m.checkpoint_id for m in commits}
         # The head's timeline must equal the reference at each checkpoint's barrier; the
         # checkpoints a restore left behind keep what they published then.
-        timeline: list[int] = []
+        timeline: dict[int, Any] = {}  # checkpoint id -> its outcome
         cid = c.head.get().checkpoint_id
         while cid is not None and (outcome := c.get_outcome(cid)) is not None:
-            timeline.append(cid)
+            timeline[cid] = outcome
             cid = outcome.pending.base_checkpoint_id
         checked = []
         for cid in sorted(committed & set(timeline)):
-            barrier = c.get_outcome(cid).pending.barrier["events"]
+            barrier = timeline[cid].pending.barrier["events"]
             expected = compute_reference(self.store, SOURCE_ROOT, upto=barrier).balances
             got = table.read(cid).to_pandas().sort_values("account_id", ignore_index=True)
             try:

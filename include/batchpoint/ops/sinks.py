@@ -4,14 +4,14 @@ through its table (time travel by checkpoint id), any other through its manifest
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from batchpoint.errors import BatchpointError, ObjectNotFound
+from batchpoint.errors import BatchpointError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
+from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.protocol.sinks import SinkPublisher, read_sink_table
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
@@ -26,7 +26,6 @@ class SinkView:
     source: str  # "iceberg table <id> snapshot <n>" or "sink manifest"
     rows: pa.Table
     total_rows: int
-    history: list[TableCommit] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,13 +41,7 @@ class SinkView:
 def sink_binding(coordinator: CheckpointCoordinator, sink: str) -> TableBinding | None:
     """The sink's table, from the spec the pipeline registered (no code needed); an
     unknown sink is an error naming the pipeline's sinks."""
-    layout = coordinator.layout
-    try:
-        spec = PipelineSpec.decode(layout.spec, coordinator.store.get(layout.spec).data)
-    except ObjectNotFound:
-        raise BatchpointError(
-            f"pipeline '{coordinator.pipeline}' has no registered graph"
-        ) from None
+    spec = coordinator.load_spec()  # raises, naming the pipeline, when none is registered
     sinks = {op.name: op for op in spec.operators if op.kind is OperatorKind.SINK}
     if sink not in sinks:
         raise BatchpointError(
@@ -58,10 +51,11 @@ def sink_binding(coordinator: CheckpointCoordinator, sink: str) -> TableBinding 
     return TableBinding.from_properties(sinks[sink].properties)
 
 
-def _table(coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: str) -> IcebergSinkTable:
+def _table(
+    coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: str, binding: TableBinding | None
+) -> IcebergSinkTable:
     from batchpoint.tables.service import sink_table
 
-    binding = sink_binding(coordinator, sink)
     if binding is None:
         raise BatchpointError(f"sink '{sink}' of '{coordinator.pipeline}' is not a table sink")
     return sink_table(store_ref, coordinator.pipeline, sink, binding)
@@ -76,7 +70,7 @@ def show_sink(
 ) -> SinkView:
     binding = sink_binding(coordinator, sink)
     if binding is not None:
-        table = _table(coordinator, store_ref, sink)
+        table = _table(coordinator, store_ref, sink, binding)
         snapshot = table.snapshot_of(checkpoint_id) if checkpoint_id is not None else None
         rows = table.read(checkpoint_id)
         source = f"{binding}" + (f", snapshot {snapshot}" if snapshot is not None else "")
@@ -97,4 +91,4 @@ def show_sink(
 def sink_history(
     coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: str
 ) -> list[TableCommit]:
-    return _table(coordinator, store_ref, sink).history()
+    return _table(coordinator, store_ref, sink, sink_binding(coordinator, sink)).history()

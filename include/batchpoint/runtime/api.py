@@ -295,9 +295,7 @@ class Pipeline:
             raise PipelineSpecError(
                 f"sink '{name}': mode {mode!r} is not one of {[m.value for m in SinkMode]}"
             ) from None
-        binding = table if isinstance(table, TableBinding) or table is None else None
-        if isinstance(table, str):
-            binding = TableBinding(table, catalog)
+        binding = TableBinding(table, catalog) if isinstance(table, str) else table
         taken = [s.name for s in self.sinks.values() if binding and s.table == binding]
         if taken:
             raise PipelineSpecError(

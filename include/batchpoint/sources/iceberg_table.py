@@ -12,7 +12,6 @@ with SourceOffsetError saying which, as it does for a file source whose files ch
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -166,13 +165,12 @@ class IcebergTableSource:
 
         file_io = load_file_io(file_io_properties(self.store), split.key)
         try:
-            with file_io.new_input(split.key).open() as stream:
-                data = stream.read()
+            with file_io.new_input(split.key).open(seekable=True) as stream:
+                table = pq.read_table(stream)
         except FileNotFoundError:
             raise self._error(
                 f"data file {split.key} is gone (the table's files were removed)"
             ) from None
-        table = pq.read_table(io.BytesIO(data))
         if self.schema is None:
             return table
         missing = [n for n in self.schema.names if n not in table.column_names]

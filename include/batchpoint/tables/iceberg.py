@@ -240,10 +240,10 @@ class IcebergSinkTable:
 
     def snapshot_of(self, checkpoint_id: int, table: Table | None = None) -> int:
         """The table snapshot as of a checkpoint: its newest commit of that checkpoint."""
-        table = table or self.require()
-        found = [c for c in self.history(table) if c.checkpoint_id == checkpoint_id]
+        history = self.history(table or self.require())
+        found = [c for c in history if c.checkpoint_id == checkpoint_id]
         if not found:
-            have = sorted({c.checkpoint_id for c in self.history(table) if c.checkpoint_id})
+            have = sorted({c.checkpoint_id for c in history if c.checkpoint_id})
             raise CheckpointError(
                 f"{self.binding} has no commit of checkpoint {checkpoint_id} (it has "
                 f"{', '.join(map(str, have)) or 'none'}; GC expires those of dropped checkpoints)"
