@@ -1,1 +1,1 @@
-"""Keyed state: key groups and the state file format."""
+"""Keyed state: key groups, the state file format, and state schema evolution."""
