@@ -20,11 +20,12 @@ def cmd_gc(cmd: Command) -> int:
         progress=None if args.json else cmd.out.progress,
     )
     verb = "would delete" if args.dry_run else "deleted"
-    cmd.out.emit(
-        gc_summary(report),
+    lines = [
         f"{verb} {len(report.deleted_files)} file(s), {render.size(report.deleted_bytes)}; "
-        f"pruned {report.pruned_checkpoints or 'no'} checkpoint record(s)",
-    )
+        f"pruned {report.pruned_checkpoints or 'no'} checkpoint record(s)"
+    ]
+    lines += [f"  finding: {finding}" for finding in report.findings]
+    cmd.out.emit(gc_summary(report), "\n".join(lines))
     return 0
 
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.gc import GarbageCollector, GcReport
 from batchpoint.protocol.repair import repair as repair_control
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
@@ -29,9 +31,22 @@ def gc(
         raise ConfigError(f"history limit must be >= 0, got {history_limit}")
     if history_limit is None:
         history_limit = coordinator.config.history_limit
-    return GarbageCollector(coordinator, before_delete=_table_expiry(coordinator)).collect(
+    report = GarbageCollector(coordinator, before_delete=_table_expiry(coordinator)).collect(
         dry_run=dry_run, history_limit=history_limit, progress=progress
     )
+    report.findings.extend(recorded_findings(coordinator))
+    return report
+
+
+def recorded_findings(coordinator: CheckpointCoordinator) -> list[Finding]:
+    """The damage a migration or repair recorded in the control record (held checkpoints
+    first: they stay until `batchpoint repair` can judge them)."""
+    try:
+        control = coordinator.control.load()
+    except ControlUnreadable:
+        return []  # GC reported the record itself
+    ordered = sorted(control.findings, key=lambda f: (not f.hold, f.checkpoint_id))
+    return [Finding(f"checkpoint {f.checkpoint_id}", f.message, f.checkpoint_id) for f in ordered]
 
 
 def _table_expiry(coordinator: CheckpointCoordinator) -> Callable[[], None] | None:
@@ -58,6 +73,7 @@ def gc_summary(report: GcReport) -> dict[str, Any]:
         "deleted_bytes": report.deleted_bytes,
         "pruned_checkpoints": report.pruned_checkpoints,
         "skipped_pending": report.skipped_pending,
+        "findings": [str(f) for f in report.findings],
     }
 
 
