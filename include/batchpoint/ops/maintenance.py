@@ -12,6 +12,7 @@ from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.gc import GarbageCollector, GcReport
+from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.repair import repair as repair_control
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
 from batchpoint.tables.binding import table_bindings
@@ -121,28 +122,55 @@ def release_quarantine(coordinator: CheckpointCoordinator, checkpoint_id: int) -
 @dataclass
 class RepairResult:
     pipeline: str
+    status: str  # written, dry-run, refused, unchanged, lost
+    previous: str  # the control record repair found: missing, unreadable or readable
     head: int | None
     restore_generation: int
     retained: list[int]
+    pending: list[int]
+    abandoned: list[int]  # open checkpoints the new generation aborts
+    queued: list[int]  # ids newly in GC's queue
+    held: list[int]  # kept out of every set: their records cannot be judged
+    restore: dict[str, Any] | None  # the restore in flight that rewinds the sinks
     findings: list[str]
+    changes: list[str]  # against a readable record
+    reason: str
     replaced: bool
     dry_run: bool
+
+    @property
+    def refused(self) -> bool:
+        """Nothing was written although the command meant to write (exit code 1)."""
+        return self.status in (RepairStatus.REFUSED, RepairStatus.LOST)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def repair(coordinator: CheckpointCoordinator, *, dry_run: bool = False) -> RepairResult:
-    """Rebuild a missing or unreadable control record from the outcome records (the
-    newest intact completed checkpoints and every savepoint retained, the head on the
-    newest, a new restore generation); what it skipped comes back as findings."""
-    report = repair_control(coordinator, dry_run=dry_run)
+def repair(
+    coordinator: CheckpointCoordinator, *, dry_run: bool = False, force: bool = False
+) -> RepairResult:
+    """Rebuild a missing or unreadable control record from the records that remain (a
+    readable one only with `force`): the head the restore history proves, the retained
+    set, a new restore generation rewinding the sinks to the head; written by
+    compare-and-swap on what was read. Nothing is written with `dry_run`."""
+    report = repair_control(coordinator, dry_run=dry_run, force=force)
+    control = report.control
     return RepairResult(
-        coordinator.pipeline,
-        report.head,
-        report.control.restore_generation,
-        report.control.retained_ids(),
-        [str(f) for f in report.findings],
-        report.replaced,
-        dry_run,
+        pipeline=coordinator.pipeline,
+        status=report.status.value,
+        previous=report.previous.state,
+        head=control.head,
+        restore_generation=control.restore_generation,
+        retained=control.retained_ids(),
+        pending=sorted(p.checkpoint_id for p in control.pending),
+        abandoned=list(report.plan.abandoned),
+        queued=list(report.plan.queued),
+        held=report.plan.held,
+        restore=control.restore.to_json() if control.restore else None,
+        findings=[str(f) for f in report.findings],
+        changes=list(report.changes),
+        reason=report.reason,
+        replaced=report.replaced,
+        dry_run=dry_run,
     )
