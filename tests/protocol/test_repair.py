@@ -209,11 +209,11 @@ def test_repair_racing_a_finalize_changes_nothing(store: ObjectStore, racer: str
 
     report = repair(repairer, force=True)
     assert hook.fired and newcomer
-    assert report.status is RepairStatus.LOST and "nothing was written" in report.reason
-    assert store.get(c.layout.head).data == left[0]  # the record as the racer left it
     head = c.head.get()
-    assert head.checkpoint_id == newcomer[0]
+    assert head.checkpoint_id == newcomer[0], "the head moved back behind a completed checkpoint"
     assert newcomer[0] in c.completed.retained_ids()
     assert manifest(c).current == newcomer[0] and sink_epochs(c)[-1] == newcomer[0]
+    assert store.get(c.layout.head).data == left[0]  # the record as the racer left it
+    assert report.status is RepairStatus.LOST and "nothing was written" in report.reason
     GarbageCollector(c, grace=0).collect()
     assert not c.control.load().is_discarded(newcomer[0])
