@@ -111,6 +111,8 @@ class RestoreRecord(records.VersionedRecord):
 def repair(
     coordinator: CheckpointCoordinator, *, dry_run: bool = False, force: bool = False
 ) -> RepairReport:
+    """Derive the control record the records prove and write it (see the module doc);
+    the report says what was read, the plan, and whether it was written."""
     c = coordinator
     read = c.control.snapshot()  # first: the compare-and-swap is on this version
     evidence = gather(c, read)
@@ -158,6 +160,9 @@ def _readable(c: CheckpointCoordinator, diff: tuple[str, ...], unchanged: bool) 
 def gather(c: CheckpointCoordinator, read: ControlSnapshot) -> RepairEvidence:
     """Every record repair judges by, read after the control record."""
     ev = RepairEvidence(current=read.record)
+    gone: set[int] = set()
+    if read.record is not None:  # queued or collected: judged without their files
+        gone = {e.checkpoint_id for e in read.record.discarded} | set(read.record.collected)
     if read.damage is not None:
         ev.findings.append(Finding(c.control.key, _why(read.damage.cause)))
     for prefix in c.store.list_dirs(c.layout.checkpoints_prefix):
@@ -173,7 +178,11 @@ def gather(c: CheckpointCoordinator, read: ControlSnapshot) -> RepairEvidence:
         if outcome is None:
             continue
         ev.outcomes[cid] = outcome
-        if outcome.status is CheckpointStatus.COMPLETED and outcome.completed is not None:
+        if (
+            outcome.status is CheckpointStatus.COMPLETED
+            and outcome.completed is not None
+            and cid not in gone
+        ):
             problems = check_handles(c.store, outcome.completed.durable_handles, checksums=False)
             if problems:
                 ev.damaged[cid] = f"{len(problems)} file(s) not intact"
