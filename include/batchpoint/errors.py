@@ -67,11 +67,21 @@ class RecordError(BatchpointError):
     """A stored record that cannot be understood."""
 
 
+#: What to do about a damaged record: repair reports every damage it meets and what the
+#: intact records still prove (and rebuilds the control record from them).
+REPAIR_HINT = "`batchpoint repair --dry-run` shows what the intact records still prove"
+
+
 class CorruptRecord(RecordError):
     def __init__(self, key: str, problem: str) -> None:
         self.key = key
         self.problem = problem
-        super().__init__(f"record '{key}' is corrupt: {problem}")
+        super().__init__(f"{self.summary} ({REPAIR_HINT})")
+
+    @property
+    def summary(self) -> str:
+        """The record and its problem, without the hint (for messages that give their own)."""
+        return f"record '{self.key}' is corrupt: {self.problem}"
 
 
 class UnsupportedRecordVersion(RecordError):

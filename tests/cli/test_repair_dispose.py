@@ -1,12 +1,17 @@
-"""`repair` (the control record rebuilt from the outcomes) and `savepoint dispose`: text,
-JSON, and bad input refused with nothing written."""
+"""`repair` (the control record rebuilt from the records, a readable one only with
+--force, a dry run writing nothing) and `savepoint dispose`: text, JSON, and bad input
+refused with nothing written."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from batchpoint.errors import TriggerRefused
 from batchpoint.protocol.checkpoint import CheckpointType
+from batchpoint.quality.quarantine import QuarantineStore
+from batchpoint.quality.report import CandidateReport, GateMode
 from support import fake_epochs
 from support.cli import listing
 
@@ -27,6 +32,60 @@ def test_a_deleted_control_record_refuses_triggers_until_repaired(payments, cli)
     assert "rebuilt the control record: head = checkpoint 3" in done.out
     assert c.head.get().checkpoint_id == 3
     assert payments.trigger().base_checkpoint_id == 3
+
+
+def contents(driver) -> dict[str, bytes]:
+    """Every object and its bytes: equal before and after means nothing was written."""
+    store = driver.store
+    return {info.key: store.get(info.key).data for info in store.list("")}
+
+
+def test_repair_dry_run_prints_the_plan_and_writes_nothing(payments, cli):
+    c = payments.coordinator
+    fake_epochs.land_a_file(payments)
+    open_one = payments.trigger().checkpoint_id
+    c.store.put(c.layout.head, b'{"kind": "pipeline-control", "ver')
+    before = contents(payments)
+
+    dry = cli("repair", "--dry-run")
+    assert dry.code == 0, dry.err
+    assert "would rebuild the control record: head = checkpoint 3" in dry.out
+    assert "(the record was unreadable)" in dry.out
+    assert "restore in flight: generation 1 to checkpoint 3" in dry.out
+    assert f"abandoned: [{open_one}]" in dry.out
+    assert f"finding: {c.layout.head}: record '{c.layout.head}' is corrupt: truncated" in dry.out
+    as_json = cli("--json", "repair", "--dry-run")
+    body = as_json.json
+    assert as_json.code == 0 and body["status"] == "dry-run" and body["head"] == 3
+    assert body["abandoned"] == [open_one] and body["restore"]["target"] == 3
+    assert contents(payments) == before  # not a byte written
+
+    done = cli("repair")
+    assert done.code == 0 and "rebuilt the control record: head = checkpoint 3" in done.out
+    assert contents(payments) != before
+
+
+def test_repair_refuses_a_readable_record_and_force_says_what_changes(payments, cli):
+    c = payments.coordinator
+    report = CandidateReport("payments", 3, "checkpoint", GateMode.RESTORE, time.time())
+    QuarantineStore(c.store, c.layout).add(report, time.time())  # the head, refused
+    before = contents(payments)
+
+    refused = cli("repair")
+    assert refused.code == 1
+    assert "refused: the control record" in refused.out and "is readable" in refused.out
+    assert "--force" in refused.out and "head: checkpoint 3 -> checkpoint 2" in refused.out
+    as_json = cli("--json", "repair")
+    assert as_json.code == 1 and as_json.json["status"] == "refused"
+    assert contents(payments) == before
+
+    forced = cli("repair", "--force")
+    assert forced.code == 0, forced.err
+    assert "rebuilt the control record: head = checkpoint 2" in forced.out
+    assert "change: head: checkpoint 3 -> checkpoint 2" in forced.out
+    assert c.head.get().checkpoint_id == 2
+    again = cli("repair", "--force")
+    assert again.code == 0 and "agrees with the records: nothing changed" in again.out
 
 
 def test_repair_of_an_unknown_pipeline_is_refused(payments, cli):

@@ -8,7 +8,8 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, non_negative
-from batchpoint.ops.maintenance import gc, gc_summary, repair, reset
+from batchpoint.ops.maintenance import RepairResult, gc, gc_summary, repair, reset
+from batchpoint.protocol.repair import RepairStatus
 
 
 def cmd_gc(cmd: Command) -> int:
@@ -20,11 +21,12 @@ def cmd_gc(cmd: Command) -> int:
         progress=None if args.json else cmd.out.progress,
     )
     verb = "would delete" if args.dry_run else "deleted"
-    cmd.out.emit(
-        gc_summary(report),
+    lines = [
         f"{verb} {len(report.deleted_files)} file(s), {render.size(report.deleted_bytes)}; "
-        f"pruned {report.pruned_checkpoints or 'no'} checkpoint record(s)",
-    )
+        f"pruned {report.pruned_checkpoints or 'no'} checkpoint record(s)"
+    ]
+    lines += [f"  finding: {finding}" for finding in report.findings]
+    cmd.out.emit(gc_summary(report), "\n".join(lines))
     return 0
 
 
@@ -38,20 +40,49 @@ def cmd_reset(cmd: Command) -> int:
 
 
 def cmd_repair(cmd: Command) -> int:
-    result = repair(cmd.coordinator(), dry_run=cmd.args.dry_run)
+    args = cmd.args
+    result = repair(cmd.coordinator(), dry_run=args.dry_run, force=args.force)
+    cmd.out.emit(result.to_json, lambda: repair_text(result))
+    return 1 if result.refused else 0
 
-    def text() -> str:
-        verb = "would rebuild" if result.dry_run else "rebuilt"
+
+def repair_text(result: RepairResult) -> str:
+    """The plan (what was or would be written), what it changes, then the findings."""
+    status = RepairStatus(result.status)
+    head = f"pipeline {result.pipeline}: "
+    if status is RepairStatus.UNCHANGED:
+        lines = [head + "the control record agrees with the records: nothing changed"]
+    elif status is RepairStatus.REFUSED:
+        lines = [head + f"refused: {result.reason}", "plan (not written):"]
+    elif status is RepairStatus.LOST:
+        lines = [head + f"lost the race: {result.reason}", "plan (not written):"]
+    else:
+        verb = "would rebuild" if status is RepairStatus.DRY_RUN else "rebuilt"
         lines = [
-            f"pipeline {result.pipeline}: {verb} the control record: head = checkpoint "
-            f"{result.head}, retained = {result.retained}, restore generation "
-            f"{result.restore_generation}"
+            head + f"{verb} the control record: head = checkpoint {result.head}, "
+            f"retained = {result.retained}, restore generation {result.restore_generation} "
+            f"(the record was {result.previous})"
         ]
-        lines += [f"  skipped {finding}" for finding in result.findings]
-        return "\n".join(lines)
-
-    cmd.out.emit(result.to_json, text)
-    return 0
+        if status is RepairStatus.DRY_RUN and result.previous == "readable":
+            lines.append("  writing it needs --force: the record is readable")
+    if status is not RepairStatus.DRY_RUN and status is not RepairStatus.WRITTEN:
+        lines.append(
+            f"  head = checkpoint {result.head}, retained = {result.retained}, "
+            f"restore generation {result.restore_generation}"
+        )
+    if result.restore is not None:
+        lines.append(
+            f"  restore in flight: generation {result.restore['generation']} to checkpoint "
+            f"{result.restore['target']} (the sinks are rewound to it)"
+        )
+    lines.append(
+        f"  pending: {result.pending}; abandoned: {result.abandoned}; "
+        f"queued for GC: {result.queued}; held: {result.held}"
+    )
+    if status is not RepairStatus.REFUSED:  # a refusal's reason lists them already
+        lines += [f"  change: {line}" for line in result.changes]
+    lines += [f"  finding: {finding}" for finding in result.findings]
+    return "\n".join(lines)
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -71,8 +102,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_reset)
     p = sub.add_parser(
         "repair",
-        help="rebuild a missing or unreadable control record from the checkpoints' outcomes",
+        help="rebuild a missing or unreadable control record from the checkpoints' records "
+        "(the head its restore history proves); exit 1 when refused or it lost a race",
         parents=[common],
     )
-    p.add_argument("--dry-run", action="store_true", help="report what it would write")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan it would write; write nothing"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a readable control record too (it says what that changes)",
+    )
     p.set_defaults(run=cmd_repair)

@@ -8,8 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.gc import GarbageCollector, GcReport
+from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.repair import repair as repair_control
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
 from batchpoint.tables.binding import table_bindings
@@ -29,9 +32,22 @@ def gc(
         raise ConfigError(f"history limit must be >= 0, got {history_limit}")
     if history_limit is None:
         history_limit = coordinator.config.history_limit
-    return GarbageCollector(coordinator, before_delete=_table_expiry(coordinator)).collect(
+    report = GarbageCollector(coordinator, before_delete=_table_expiry(coordinator)).collect(
         dry_run=dry_run, history_limit=history_limit, progress=progress
     )
+    report.findings.extend(recorded_findings(coordinator))
+    return report
+
+
+def recorded_findings(coordinator: CheckpointCoordinator) -> list[Finding]:
+    """The damage a migration or repair recorded in the control record (held checkpoints
+    first: they stay until `batchpoint repair` can judge them)."""
+    try:
+        control = coordinator.control.load()
+    except ControlUnreadable:
+        return []  # GC reported the record itself
+    ordered = sorted(control.findings, key=lambda f: (not f.hold, f.checkpoint_id))
+    return [Finding(f"checkpoint {f.checkpoint_id}", f.message, f.checkpoint_id) for f in ordered]
 
 
 def _table_expiry(coordinator: CheckpointCoordinator) -> Callable[[], None] | None:
@@ -58,6 +74,7 @@ def gc_summary(report: GcReport) -> dict[str, Any]:
         "deleted_bytes": report.deleted_bytes,
         "pruned_checkpoints": report.pruned_checkpoints,
         "skipped_pending": report.skipped_pending,
+        "findings": [str(f) for f in report.findings],
     }
 
 
@@ -105,28 +122,55 @@ def release_quarantine(coordinator: CheckpointCoordinator, checkpoint_id: int) -
 @dataclass
 class RepairResult:
     pipeline: str
+    status: str  # written, dry-run, refused, unchanged, lost
+    previous: str  # the control record repair found: missing, unreadable or readable
     head: int | None
     restore_generation: int
     retained: list[int]
+    pending: list[int]
+    abandoned: list[int]  # open checkpoints the new generation aborts
+    queued: list[int]  # ids newly in GC's queue
+    held: list[int]  # kept out of every set: their records cannot be judged
+    restore: dict[str, Any] | None  # the restore in flight that rewinds the sinks
     findings: list[str]
+    changes: list[str]  # against a readable record
+    reason: str
     replaced: bool
     dry_run: bool
+
+    @property
+    def refused(self) -> bool:
+        """Nothing was written although the command meant to write (exit code 1)."""
+        return self.status in (RepairStatus.REFUSED, RepairStatus.LOST)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def repair(coordinator: CheckpointCoordinator, *, dry_run: bool = False) -> RepairResult:
-    """Rebuild a missing or unreadable control record from the outcome records (the
-    newest intact completed checkpoints and every savepoint retained, the head on the
-    newest, a new restore generation); what it skipped comes back as findings."""
-    report = repair_control(coordinator, dry_run=dry_run)
+def repair(
+    coordinator: CheckpointCoordinator, *, dry_run: bool = False, force: bool = False
+) -> RepairResult:
+    """Rebuild a missing or unreadable control record from the records that remain (a
+    readable one only with `force`): the head the restore history proves, the retained
+    set, a new restore generation rewinding the sinks to the head; written by
+    compare-and-swap on what was read. Nothing is written with `dry_run`."""
+    report = repair_control(coordinator, dry_run=dry_run, force=force)
+    control = report.control
     return RepairResult(
-        coordinator.pipeline,
-        report.head,
-        report.control.restore_generation,
-        report.control.retained_ids(),
-        [str(f) for f in report.findings],
-        report.replaced,
-        dry_run,
+        pipeline=coordinator.pipeline,
+        status=report.status.value,
+        previous=report.previous.state,
+        head=control.head,
+        restore_generation=control.restore_generation,
+        retained=control.retained_ids(),
+        pending=sorted(p.checkpoint_id for p in control.pending),
+        abandoned=list(report.plan.abandoned),
+        queued=list(report.plan.queued),
+        held=report.plan.held,
+        restore=control.restore.to_json() if control.restore else None,
+        findings=[str(f) for f in report.findings],
+        changes=list(report.changes),
+        reason=report.reason,
+        replaced=report.replaced,
+        dry_run=dry_run,
     )

@@ -257,6 +257,11 @@ class PendingCheckpoint(records.VersionedRecord):
         base = body.get("base_checkpoint_id")
         if base is not None and not isinstance(base, int):
             raise CorruptRecord(key, f"bad base_checkpoint_id {base!r}")
+        properties = body.get("properties") or {}
+        if not isinstance(properties, dict):
+            raise CorruptRecord(
+                key, f"field 'properties' should be an object, found {properties!r}"
+            )
         return cls(
             pipeline=records.field(key, body, "pipeline", str),
             checkpoint_id=records.field(key, body, "checkpoint_id", int),
@@ -268,7 +273,7 @@ class PendingCheckpoint(records.VersionedRecord):
             expected_tasks=tuple(records.field(key, body, "expected_tasks", list)),
             trigger_time=from_iso(key, body.get("trigger_time")),
             deadline=from_iso(key, body.get("deadline")),
-            properties=body.get("properties") or {},
+            properties=properties,
         )
 
 

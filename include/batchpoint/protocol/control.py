@@ -11,14 +11,15 @@ pipelines/<p>/head.json, kind "pipeline-control":
   discarded           GC's work queue: ids whose files may go, with when they came in
   collected           ids whose data GC removed and whose records it may prune
   restore             the last restore; `sinks_rewound` false while it is in flight
+  findings            damage a migration or repair met (`ControlFinding`); a held id is
+                      kept out of every set, so never queued for GC, until it is judged
 
 The old layout (a "head-pointer" v1 record plus one `retained/` marker per checkpoint)
-is read once and migrated by the next write.
+is read once and migrated by the next write (protocol/migration.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import time
@@ -41,12 +42,15 @@ from batchpoint.protocol.checkpoint import (
     CheckpointType,
     PendingCheckpoint,
 )
-from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
+from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.storage.base import ObjectStore
 
 #: How many collected ids the record remembers for history pruning.
 COLLECTED_CAP = 1000
+#: In `extra` of a record read from the old layout, until its first write.
+MIGRATED_FROM = "migrated_from"
+OLD_LAYOUT = "head-pointer/1"
 _MAX_ROUNDS = 200
 
 
@@ -180,6 +184,45 @@ class RestoreInFlight:
 
 
 @dataclass(frozen=True)
+class ControlFinding:
+    """Damage a migration or a repair met about one checkpoint, kept in the record so
+    every GC pass reports it (`ops.maintenance.gc`). `hold`: the records cannot say
+    whether the checkpoint is retained (its marker and outcome are both unreadable, or
+    contradict each other), so it is in no set and never queued for GC until a repair
+    can judge it; without `hold` it is a note that goes when the id is queued."""
+
+    checkpoint_id: int
+    problem: str
+    at: float
+    hold: bool = False
+
+    @property
+    def message(self) -> str:
+        kept = " (kept, never collected, until `batchpoint repair` can judge it)"
+        return self.problem + (kept if self.hold else "")
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.checkpoint_id}: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.checkpoint_id,
+            "problem": self.problem,
+            "at": to_iso(self.at),
+            "hold": self.hold,
+        }
+
+    @classmethod
+    def from_json(cls, key: str, body: Mapping[str, Any]) -> ControlFinding:
+        return cls(
+            records.field(key, body, "id", int),
+            records.field(key, body, "problem", str),
+            from_iso(key, body.get("at")),
+            bool(body.get("hold", False)),
+        )
+
+
+@dataclass(frozen=True)
 class ControlRecord(records.VersionedRecord):
     KIND = "pipeline-control"
     VERSION = 1
@@ -193,6 +236,7 @@ class ControlRecord(records.VersionedRecord):
     restore: RestoreInFlight | None = None
     moved_at: float = 0.0
     cause: str = "completed"
+    findings: tuple[ControlFinding, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     # -- queries --------------------------------------------------------------------------
@@ -224,13 +268,22 @@ class ControlRecord(records.VersionedRecord):
             out.add(self.head)
         return out
 
+    def held_ids(self) -> set[int]:
+        """Checkpoints kept out of every set because their records cannot be judged."""
+        return {f.checkpoint_id for f in self.findings if f.hold}
+
     def with_discarded(self, ids: list[int], now: float) -> ControlRecord:
+        """Queue `ids` for GC, except what is retained, pending or held; the notes about
+        a queued id go with it."""
         known = {e.checkpoint_id for e in self.discarded}
         keep = {e.checkpoint_id for e in self.retained} | {p.checkpoint_id for p in self.pending}
+        keep |= self.held_ids()
         added = tuple(
             DiscardedEntry(cid, now) for cid in dict.fromkeys(ids) if cid not in known | keep
         )
-        return replace(self, discarded=self.discarded + added)
+        gone = {e.checkpoint_id for e in added}
+        findings = tuple(f for f in self.findings if f.checkpoint_id not in gone)
+        return replace(self, discarded=self.discarded + added, findings=findings)
 
     # -- format ---------------------------------------------------------------------------
 
@@ -246,6 +299,7 @@ class ControlRecord(records.VersionedRecord):
             "restore": self.restore.to_json() if self.restore else None,
             "moved_at": to_iso(self.moved_at),
             "cause": self.cause,
+            "findings": [f.to_json() for f in self.findings],
         }
 
     @classmethod
@@ -275,6 +329,7 @@ class ControlRecord(records.VersionedRecord):
             restore=RestoreInFlight.from_json(key, restore) if isinstance(restore, dict) else None,
             moved_at=from_iso(key, body.pop("moved_at", "1970-01-01T00:00:00Z")),
             cause=str(body.pop("cause", "completed")),
+            findings=entries("findings", ControlFinding.from_json),
             extra={k: v for k, v in body.items() if k != "restore_generation"},
         )
 
@@ -300,10 +355,28 @@ class ControlUnreadable(CheckpointError):
     def __init__(self, key: str, cause: RecordError) -> None:
         self.key = key
         self.cause = cause
+        problem = cause.summary if isinstance(cause, CorruptRecord) else str(cause)
         super().__init__(
-            f"the pipeline's control record {key} is unreadable ({cause}); "
+            f"the pipeline's control record {key} is unreadable ({problem}); "
             "run `batchpoint repair` to rebuild it from the checkpoint records"
         )
+
+
+@dataclass(frozen=True)
+class ControlSnapshot:
+    """What is stored at the control record's key, damaged or not, with the etag that a
+    compare-and-swap on exactly this version needs (`ControlStore.swap`)."""
+
+    record: ControlRecord | None  # None: missing, or unreadable (see `damage`)
+    etag: str | None  # None: no object at the key
+    damage: ControlUnreadable | None = None
+
+    @property
+    def state(self) -> str:
+        """ "missing", "unreadable" or "readable"."""
+        if self.etag is None:
+            return "missing"
+        return "unreadable" if self.damage is not None else "readable"
 
 
 class ControlStore:
@@ -316,18 +389,31 @@ class ControlStore:
         self.key = layout.head
 
     def read(self) -> tuple[ControlRecord, str | None] | None:
-        """The record and its etag (None for a migrated old layout that has not been
-        written back yet), or None when there is none. Raises ControlUnreadable."""
+        """The record and its etag, or None when there is none (an old layout is read
+        as the record it migrates to). Raises ControlUnreadable."""
+        found = self.snapshot()
+        if found.damage is not None:
+            raise found.damage
+        if found.record is None:
+            return None
+        return found.record, found.etag
+
+    def snapshot(self) -> ControlSnapshot:
+        """The stored record as it is: missing, unreadable (with why) or readable."""
         try:
             obj = self._store.get(self.key)
         except ObjectNotFound:
-            return None
+            return ControlSnapshot(None, None)
         try:
             if _kind_of(obj.data) == "head-pointer":
-                return self._migrate(obj.data), obj.etag
-            return ControlRecord.decode(self.key, obj.data), obj.etag
+                from batchpoint.protocol.migration import migrate  # the old layout's reader
+
+                return ControlSnapshot(
+                    migrate(self._store, self._layout, obj.data, self._clock()), obj.etag
+                )
+            return ControlSnapshot(ControlRecord.decode(self.key, obj.data), obj.etag)
         except RecordError as exc:
-            raise ControlUnreadable(self.key, exc) from None
+            return ControlSnapshot(None, obj.etag, ControlUnreadable(self.key, exc))
 
     def load(self) -> ControlRecord:
         found = self.read()
@@ -348,84 +434,31 @@ class ControlStore:
             new = mutate(current)
             if new is None:
                 return current, False
-            if "migrated_from" in new.extra:
-                extra = {k: v for k, v in new.extra.items() if k != "migrated_from"}
-                new = replace(new, extra=extra)
-            try:
-                if etag is None:
-                    self._store.create(self.key, new.encode())
-                else:
-                    self._store.replace(self.key, new.encode(), etag)
-            except (PreconditionFailed, ObjectAlreadyExists):
-                time.sleep(random.uniform(0, min(0.05, 0.001 * (attempt + 1))))
-                continue
-            if found is not None and _was_migrated(current):
-                self._drop_old_markers()
-            return new, True
+            if self._write(new, current, etag):
+                return new, True
+            time.sleep(random.uniform(0, min(0.05, 0.001 * (attempt + 1))))
         raise CheckpointError(f"gave up updating '{self.key}' after {_MAX_ROUNDS} attempts")
 
-    # -- migration from the head-pointer v1 layout ---------------------------------------
+    def swap(self, new: ControlRecord, read: ControlSnapshot) -> bool:
+        """Write `new` only over exactly what `read` saw (If-Match its etag, or create
+        when there was nothing): one attempt, False when anything wrote in between."""
+        return self._write(new, read.record, read.etag)
 
-    def _migrate(self, data: bytes) -> ControlRecord:
-        from batchpoint.protocol.head import HeadPointer  # the old record's reader
+    def _write(self, new: ControlRecord, current: ControlRecord | None, etag: str | None) -> bool:
+        if MIGRATED_FROM in new.extra:
+            new = replace(new, extra={k: v for k, v in new.extra.items() if k != MIGRATED_FROM})
+        try:
+            if etag is None:
+                self._store.create(self.key, new.encode())
+            else:
+                self._store.replace(self.key, new.encode(), etag)
+        except (PreconditionFailed, ObjectAlreadyExists):
+            return False
+        if current is not None and current.extra.get(MIGRATED_FROM) == OLD_LAYOUT:
+            from batchpoint.protocol.migration import drop_old_markers
 
-        old = HeadPointer.decode(self.key, data)
-        retained = []
-        for info in self._store.list(self._layout.retained_prefix):
-            if parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1]) is None:
-                continue
-            with contextlib.suppress(ObjectNotFound, RecordError):
-                body = json.loads(self._store.get(info.key).data)
-                retained.append(
-                    RetainedEntry(
-                        int(body["checkpoint_id"]),
-                        _type(info.key, body.get("type")),
-                        from_iso(info.key, body.get("completed_at")),
-                        bool(body.get("retain_forever", False)),
-                    )
-                )
-        pending = []
-        for info in self._store.list(self._layout.active_prefix):
-            with contextlib.suppress(ObjectNotFound, RecordError):
-                p = PendingCheckpoint.decode(info.key, self._store.get(info.key).data)
-                pending.append(
-                    PendingEntry(
-                        p.checkpoint_id,
-                        p.type,
-                        p.base_checkpoint_id,
-                        p.restore_generation,
-                        p.deadline,
-                    )
-                )
-        keep = {e.checkpoint_id for e in retained} | {p.checkpoint_id for p in pending}
-        if old.checkpoint_id is not None:
-            keep.add(old.checkpoint_id)
-        now = self._clock()
-        # Settled checkpoints of the old layout enter GC's queue once, so the new GC
-        # (which looks only at the queue) still reclaims them.
-        discarded = []
-        for prefix in self._store.list_dirs(self._layout.checkpoints_prefix):
-            cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
-            if cid is not None and cid not in keep:
-                discarded.append(DiscardedEntry(cid, now))
-        return ControlRecord(
-            head=old.checkpoint_id,
-            restore_generation=old.restore_generation,
-            retained=tuple(retained),
-            pending=tuple(pending),
-            discarded=tuple(discarded),
-            moved_at=old.moved_at,
-            cause=old.cause.value,
-            extra={"migrated_from": "head-pointer/1"},
-        )
-
-    def _drop_old_markers(self) -> None:
-        keys = [i.key for i in self._store.list(self._layout.retained_prefix)]
-        self._store.delete_many(keys)
-
-
-def _was_migrated(record: ControlRecord | None) -> bool:
-    return record is not None and record.extra.get("migrated_from") == "head-pointer/1"
+            drop_old_markers(self._store, self._layout)
+        return True
 
 
 def _kind_of(data: bytes) -> Any:

@@ -5,7 +5,7 @@ generation, so finalizers of the abandoned timeline can never move it again).
 The pointer lives in the pipeline's control record (protocol/control.py), together with
 the retained set, so both change in one conditional write; `HeadStore` is a view of it.
 `HeadPointer` also reads the old "head-pointer" v1 record, which the control record
-migrates from.
+migrates from (protocol/migration.py).
 """
 
 from __future__ import annotations
@@ -51,11 +51,15 @@ class HeadPointer(records.VersionedRecord):
         cid = body.get("checkpoint_id")
         if cid is not None and not isinstance(cid, int):
             raise CorruptRecord(key, f"bad checkpoint_id {cid!r}")
+        try:
+            cause = HeadMoveCause(body.get("cause", "completed"))
+        except ValueError:
+            raise CorruptRecord(key, f"unknown head move cause {body.get('cause')!r}") from None
         return cls(
             cid,
             records.field(key, body, "restore_generation", int),
             from_iso(key, body.get("moved_at")),
-            HeadMoveCause(body.get("cause", "completed")),
+            cause,
         )
 
     @classmethod

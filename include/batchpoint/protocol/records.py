@@ -111,4 +111,10 @@ class VersionedRecord:
     @classmethod
     def decode(cls, key: str, data: bytes) -> Self:
         _, body = decode(key, data, cls.KIND, cls.SUPPORTED or (cls.VERSION,))
-        return cls.from_body(key, body)
+        try:
+            return cls.from_body(key, body)
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+            # A field of the wrong shape that `from_body` did not check by name (a list
+            # where an object belongs, a float that is text): still damage, never a
+            # raw exception out of a read.
+            raise CorruptRecord(key, f"bad field ({type(exc).__name__}: {exc})") from None

@@ -1,53 +1,170 @@
-"""`batchpoint repair`: rebuild a missing or unreadable control record from the
-write-once outcome records, so a damaged pipeline continues from its newest intact
-checkpoint instead of restarting from empty state.
+"""`batchpoint repair`: rebuild a missing or unreadable control record from the records
+that remain, so a damaged pipeline continues from the head its history proves instead of
+restarting from empty state (the rules: protocol/repair_plan.py).
 
-retained = the newest `num_retained` intact completed checkpoints + every intact
-savepoint; head = the newest of them; restore generation = (highest restore record) + 1
-with a restore in flight to the head, so the sinks are rewound to it by the next actor;
-pending = pending records without an outcome; every other settled checkpoint is queued
-for GC. Unreadable records are skipped and reported.
+Repair reads the control record first (what is there, and its etag), then the outcome,
+trigger, restore, quarantine and sink records, and writes with one compare-and-swap on
+what it read: If-Match the etag of the record (readable or damaged), or create-if-absent
+when there was none. Anything written in between (a finalize's settle, another repair)
+makes it lose, change nothing and say so. A readable record is replaced only with
+`force`, and the report says what that changes; `dry_run` writes nothing at all.
 """
 
 from __future__ import annotations
 
-import contextlib
+import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
-from batchpoint.errors import RecordError
-from batchpoint.protocol.checkpoint import CheckpointStatus
-from batchpoint.protocol.control import (
-    ControlRecord,
-    ControlUnreadable,
-    DiscardedEntry,
-    PendingEntry,
-    RestoreInFlight,
-    RetainedEntry,
-)
+from batchpoint.errors import CorruptRecord, ObjectNotFound, RecordError
+from batchpoint.protocol import records
+from batchpoint.protocol.checkpoint import CheckpointStatus, PendingCheckpoint
+from batchpoint.protocol.control import ControlRecord, ControlSnapshot
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
-from batchpoint.protocol.layout import parse_checkpoint_dir_name
+from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
+from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint.protocol.repair_plan import (
+    RepairEvidence,
+    RepairPlan,
+    changes,
+    plan_repair,
+    same_substance,
+)
+from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.verify import check_handles
+from batchpoint.storage.base import ObjectStore
 
 
-@dataclass
+class RepairStatus(enum.StrEnum):
+    WRITTEN = "written"
+    DRY_RUN = "dry-run"  # the plan only: nothing written
+    REFUSED = "refused"  # a readable record without force, or no head can be proven
+    UNCHANGED = "unchanged"  # forced, and the records agree with the record
+    LOST = "lost"  # the record changed between repair's read and its write
+
+
+@dataclass(frozen=True)
 class RepairReport:
-    control: ControlRecord
-    findings: list[Finding] = field(default_factory=list)
-    replaced: bool = False  # a record (readable or not) was there before
+    plan: RepairPlan
+    previous: ControlSnapshot  # what repair read (and compared-and-swapped on)
+    status: RepairStatus
+    changes: tuple[str, ...]  # against a readable record: what writing the plan changes
+    reason: str = ""  # for REFUSED and LOST
+
+    @property
+    def control(self) -> ControlRecord:
+        return self.plan.control
 
     @property
     def head(self) -> int | None:
-        return self.control.head
+        return self.plan.control.head
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self.plan.findings
+
+    @property
+    def replaced(self) -> bool:
+        """A record (readable or not) was there before."""
+        return self.previous.etag is not None
+
+    @property
+    def written(self) -> bool:
+        return self.status is RepairStatus.WRITTEN
 
 
-def repair(coordinator: CheckpointCoordinator, *, dry_run: bool = False) -> RepairReport:
+@dataclass(frozen=True)
+class RestoreRecord(records.VersionedRecord):
+    """`restores/gen-G.json`, written once a restore's sinks are rewound."""
+
+    KIND = "restore"
+    VERSION = 1
+
+    checkpoint_id: int
+    restore_generation: int
+    previous_head: int | None
+    restored_at: float
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "restore_generation": self.restore_generation,
+            "previous_head": self.previous_head,
+            "restored_at": to_iso(self.restored_at),
+        }
+
+    @classmethod
+    def from_body(cls, key: str, body: dict[str, Any]) -> RestoreRecord:
+        previous = body.get("previous_head")
+        if previous is not None and not isinstance(previous, int):
+            raise CorruptRecord(key, f"bad previous_head {previous!r}")
+        return cls(
+            records.field(key, body, "checkpoint_id", int),
+            records.field(key, body, "restore_generation", int),
+            previous,
+            from_iso(key, body.get("restored_at")),
+        )
+
+
+def repair(
+    coordinator: CheckpointCoordinator, *, dry_run: bool = False, force: bool = False
+) -> RepairReport:
+    """Derive the control record the records prove and write it (see the module doc);
+    the report says what was read, the plan, and whether it was written."""
     c = coordinator
-    findings: list[Finding] = []
-    now = c.clock()
-    completed: list[RetainedEntry] = []
-    settled: list[int] = []
+    read = c.control.snapshot()  # first: the compare-and-swap is on this version
+    evidence = gather(c, read)
+    plan = plan_repair(evidence, c.config.num_retained, c.clock())
+    before = read.record
+    diff = tuple(changes(before, plan.control)) if before is not None else ()
+    if plan.refusal is not None:
+        return RepairReport(plan, read, RepairStatus.REFUSED, diff, plan.refusal)
+    if dry_run:
+        return RepairReport(plan, read, RepairStatus.DRY_RUN, diff)
+    if before is not None:
+        unchanged = same_substance(before, plan.control)
+        if not force:
+            return RepairReport(
+                plan, read, RepairStatus.REFUSED, diff, _readable(c, diff, unchanged)
+            )
+        if unchanged:
+            return RepairReport(plan, read, RepairStatus.UNCHANGED, diff)
+    if not c.control.swap(plan.control, read):
+        return RepairReport(
+            plan,
+            read,
+            RepairStatus.LOST,
+            diff,
+            f"the control record {c.control.key} changed while repair read the records "
+            "(a checkpoint settled, a restore or another repair ran): nothing was written; "
+            "run `batchpoint repair --dry-run` again to see the new plan",
+        )
+    c.finish_restore()  # rewind the sinks to the head, abort the abandoned checkpoints
+    return RepairReport(plan, read, RepairStatus.WRITTEN, diff)
+
+
+def _readable(c: CheckpointCoordinator, diff: tuple[str, ...], unchanged: bool) -> str:
+    said = (
+        "the records agree with it, so `--force` would change nothing"
+        if unchanged
+        else "`--force` replaces it anyway, and would change: " + "; ".join(diff)
+    )
+    return (
+        f"the control record {c.control.key} of pipeline '{c.pipeline}' is readable and "
+        f"repair replaces only a missing or unreadable one: {said}"
+    )
+
+
+def gather(c: CheckpointCoordinator, read: ControlSnapshot) -> RepairEvidence:
+    """Every record repair judges by, read after the control record."""
+    ev = RepairEvidence(current=read.record)
+    gone: set[int] = set()
+    if read.record is not None:  # queued or collected: judged without their files
+        gone = {e.checkpoint_id for e in read.record.discarded} | set(read.record.collected)
+    if read.damage is not None:
+        ev.findings.append(Finding(c.control.key, _why(read.damage.cause)))
     for prefix in c.store.list_dirs(c.layout.checkpoints_prefix):
         cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
         if cid is None:
@@ -55,79 +172,76 @@ def repair(coordinator: CheckpointCoordinator, *, dry_run: bool = False) -> Repa
         try:
             outcome = c.get_outcome(cid)
         except RecordError as exc:
-            findings.append(Finding(f"checkpoint {cid}", f"unreadable outcome: {exc}", cid))
+            ev.unreadable[cid] = f"unreadable outcome: {_why(exc)}"
+            ev.findings.append(Finding(f"checkpoint {cid}", ev.unreadable[cid], cid))
             continue
         if outcome is None:
             continue
-        settled.append(cid)
-        if outcome.status is not CheckpointStatus.COMPLETED or outcome.completed is None:
+        ev.outcomes[cid] = outcome
+        if (
+            outcome.status is CheckpointStatus.COMPLETED
+            and outcome.completed is not None
+            and cid not in gone
+        ):
+            problems = check_handles(c.store, outcome.completed.durable_handles, checksums=False)
+            if problems:
+                ev.damaged[cid] = f"{len(problems)} file(s) not intact"
+    _read_open(c, ev)
+    _read_restores(c, ev)
+    ev.quarantined = quarantined_ids(c.store, c.layout)
+    publisher = SinkPublisher(c.store, c.layout)
+    for sink in publisher.sink_names():
+        try:
+            manifest = publisher.manifest(sink)
+        except RecordError as exc:
+            ev.findings.append(Finding(f"sink {sink}", f"unreadable manifest: {_why(exc)}"))
             continue
-        problems = check_handles(c.store, outcome.completed.durable_handles, checksums=False)
-        if problems:
-            findings.append(
-                Finding(f"checkpoint {cid}", f"{len(problems)} file(s) not intact", cid)
-            )
-            continue
-        p = outcome.pending
-        completed.append(
-            RetainedEntry(
-                cid,
-                p.type,
-                outcome.completed.completed_at,
-                bool(p.properties.get("retain_forever", False)),
-            )
-        )
-    completed.sort(key=lambda e: e.checkpoint_id)
-    savepoints = [e for e in completed if not e.subsumable]
-    checkpoints = [e for e in completed if e.subsumable][-c.config.num_retained :]
-    retained = sorted(savepoints + checkpoints, key=lambda e: e.checkpoint_id)
-    head = retained[-1].checkpoint_id if retained else None
-    generation = _max_restore_generation(c)
-    open_ids = [p for p in c.pending_checkpoints() if p.checkpoint_id not in settled]
-    restore = None
-    pending: list[PendingEntry] = []
-    abandoned: list[int] = []
-    if head is not None:
-        # A new generation with the head as restore target: the sinks are rewound to
-        # it and every open checkpoint (decided against the lost record) is abandoned.
-        generation += 1
-        abandoned = [p.checkpoint_id for p in open_ids]
-        restore = RestoreInFlight(generation, head, None, tuple(abandoned), False, now)
-    else:
-        pending = [
-            PendingEntry(
-                p.checkpoint_id, p.type, p.base_checkpoint_id, p.restore_generation, p.deadline
-            )
-            for p in open_ids
-        ]
-    keep = {e.checkpoint_id for e in retained} | {p.checkpoint_id for p in pending}
-    control = ControlRecord(
-        head=head,
-        restore_generation=generation,
-        retained=tuple(retained),
-        pending=tuple(pending),
-        discarded=tuple(
-            DiscardedEntry(cid, now) for cid in [*settled, *abandoned] if cid not in keep
-        ),
-        restore=restore,
-        moved_at=now,
-        cause="restore",
-        extra={"repaired_at": now},
-    )
-    replaced = c.store.exists(c.control.key)
-    if not dry_run:
-        c.store.put(c.control.key, control.encode())
-        c.finish_restore()
-    return RepairReport(control, findings, replaced)
+        if manifest is not None:
+            ev.sinks[sink] = (manifest.generation, manifest.current)
+    return ev
 
 
-def _max_restore_generation(c: CheckpointCoordinator) -> int:
-    best = 0
+def _read_open(c: CheckpointCoordinator, ev: RepairEvidence) -> None:
+    """The trigger records of checkpoints without an outcome."""
+    for info in c.store.list(c.layout.active_prefix):
+        cid = parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1])
+        if cid is None or cid in ev.outcomes or cid in ev.unreadable:
+            continue
+        try:
+            ev.open.append(PendingCheckpoint.decode(info.key, c.store.get(info.key).data))
+        except ObjectNotFound:
+            continue  # settled while listing
+        except RecordError as exc:
+            ev.unreadable[cid] = f"unreadable pending record: {_why(exc)}"
+            ev.findings.append(Finding(f"checkpoint {cid}", ev.unreadable[cid], cid))
+
+
+def _read_restores(c: CheckpointCoordinator, ev: RepairEvidence) -> None:
     for info in c.store.list(c.layout.restores_prefix):
         match = re.search(r"gen-(\d+)\.json$", info.key)
-        if match:
-            best = max(best, int(match.group(1)))
-    with contextlib.suppress(ControlUnreadable):  # the record being repaired
-        best = max(best, c.control.load().restore_generation)
-    with_pending = [p.restore_generation for p in c.pending_checkpoints()]
-    return max([best, *with_pending])
+        if match is None:
+            continue
+        generation = int(match.group(1))
+        try:
+            record = RestoreRecord.decode(info.key, c.store.get(info.key).data)
+        except ObjectNotFound:
+            continue
+        except RecordError as exc:
+            ev.restores[generation] = None  # the generation happened; its target is unknown
+            ev.findings.append(Finding(f"restore generation {generation}", _why(exc)))
+            continue
+        ev.restores[generation] = record.checkpoint_id
+
+
+def quarantined_ids(store: ObjectStore, layout: PipelineLayout) -> set[int]:
+    """Checkpoints marked never to be restored (`quarantine/chk-N.json`): one listing."""
+    found = set()
+    for info in store.list(layout.quarantine_prefix):
+        cid = parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1])
+        if cid is not None:
+            found.add(cid)
+    return found
+
+
+def _why(exc: RecordError) -> str:
+    return exc.summary if isinstance(exc, CorruptRecord) else str(exc)
