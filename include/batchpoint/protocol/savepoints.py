@@ -17,27 +17,22 @@ the usual finalize checks apply, and the result is a retained SAVEPOINT checkpoi
 an explicit restore can then point the head at. The import never references the
 savepoint folder afterwards, so deleting or moving the folder cannot break the pipeline.
 
-Paths are confined: exports write and imports read only under configured savepoint
-roots (`confine`; by default `<storage root>/savepoints/`). A local folder is judged by
-its real path (links resolved, the roots' too) and then read and written through a store
-that follows no link, so a link under a root, there before or made during an export or
-import, cannot lead a byte outside (`confined`). A savepoint leaves the
-pipeline's retained set only by `dispose_savepoint`, refused while a retained checkpoint
-still depends on its files.
+Paths are confined (`savepoint_paths`): exports write and imports read only under
+configured savepoint roots (by default `<storage root>/savepoints/`), a local folder by
+its real path and through a store that follows no link, so a link under a root, there
+before or made during an export or import, cannot lead a byte outside. A savepoint
+leaves the pipeline's retained set only by `dispose_savepoint`, refused while a retained
+checkpoint still depends on its files.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import tempfile
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from batchpoint.errors import (
     CheckpointError,
@@ -45,7 +40,6 @@ from batchpoint.errors import (
     CorruptRecord,
     ObjectAlreadyExists,
     ObjectNotFound,
-    PathRefused,
     RestoreRefused,
 )
 from batchpoint.protocol import records
@@ -61,127 +55,29 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, PendingEntry
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import PipelineLayout, checkpoint_dir_name
+from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.protocol.restorer import SAVEPOINT_ID_PROPERTY, TAKEN_FROM_PROPERTY
+
+# Where a savepoint lives (and may live) is asked of this module too: re-exported.
+from batchpoint.protocol.savepoint_paths import (  # noqa: F401
+    METADATA,
+    SavepointLocation,
+    SavepointPathRefused,
+    confine,
+    confined,
+    default_savepoint_prefix,
+    default_savepoint_roots,
+    no_links,
+)
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.storage.base import ObjectInfo, ObjectStore
-from batchpoint.storage.confined import ConfinedLocalStore
 
-METADATA = "_metadata"
 _DATA = "data/"
 _EXTERNAL = "external/"
 _COPY_WORKERS = 8
 
 ProgressFn = Callable[[str], None]
-
-
-# -- where a savepoint lives ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SavepointLocation:
-    """A savepoint folder: a store and a key prefix in it ('' for the store's root)."""
-
-    store: ObjectStore
-    prefix: str = ""
-
-    def __post_init__(self) -> None:
-        prefix = self.prefix.strip("/")
-        object.__setattr__(self, "prefix", f"{prefix}/" if prefix else "")
-
-    def key(self, relative: str) -> str:
-        return self.prefix + relative
-
-    @property
-    def metadata_key(self) -> str:
-        return self.key(METADATA)
-
-    @property
-    def uri(self) -> str:
-        return self.store.child(self.prefix).rstrip("/") if self.prefix else self.store.uri
-
-    def __str__(self) -> str:
-        return self.uri
-
-
-def default_savepoint_prefix(pipeline: str, checkpoint_id: int, now: float) -> str:
-    """Where a savepoint goes when no target is given: under the storage root, outside
-    `pipelines/`, so GC and subsumption never look at it."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    return f"savepoints/{pipeline}/savepoint-{checkpoint_dir_name(checkpoint_id)[4:]}-{stamp}/"
-
-
-class SavepointPathRefused(CheckpointError):
-    """A savepoint target or source outside the configured savepoint roots."""
-
-
-def default_savepoint_roots(store: ObjectStore) -> tuple[str, ...]:
-    return (store.child("savepoints/"),)
-
-
-def confine(location_uri: str, roots: Iterable[str]) -> str:
-    """`location_uri` if it lies under one of `roots` (URIs), else SavepointPathRefused.
-    Compared segment by segment, so `.../savepoints-old` is not under `.../savepoints`
-    and `..` cannot climb out; `file://` paths by their real paths (every link resolved,
-    in the location and in the roots), so a link under a root cannot lead out of it."""
-    _root_of(location_uri, roots)
-    return location_uri
-
-
-def confined(location: SavepointLocation, roots: Iterable[str]) -> SavepointLocation:
-    """`location` once `confine` accepts it, on a store that keeps every read and write
-    under its root: a local folder becomes its real path on a store that follows no link
-    (one swapped in later is refused, not followed); S3 has no links, and an S3 folder is
-    returned as it is."""
-    root = _root_of(location.uri, roots)
-    if not root.startswith("file:"):
-        return location
-    real_root = _local_path(root)
-    prefix = os.path.relpath(_local_path(_real(location.uri)), real_root)
-    return SavepointLocation(ConfinedLocalStore(real_root), prefix)
-
-
-def _root_of(location_uri: str, roots: Iterable[str]) -> str:
-    """The root that holds `location_uri` (for a file:// root, its real path)."""
-    roots = [r for r in roots if r]
-    parts = location_uri.split("://", 1)[-1].split("/")
-    if "." in parts or ".." in parts:
-        raise SavepointPathRefused(f"savepoint path {location_uri} contains '.' or '..'")
-    where = _real(location_uri).rstrip("/") + "/"
-    for root in roots:
-        base = _real(root).rstrip("/") + "/"
-        if where.startswith(base) and where != base:
-            return base
-    listed = ", ".join(roots) or "none configured"
-    really = where.rstrip("/")
-    link = f" (a link: its real path is {really})" if really != location_uri.rstrip("/") else ""
-    raise SavepointPathRefused(
-        f"savepoint path {location_uri}{link} is outside the savepoint roots ({listed}); "
-        "use a folder under one of them or add a root (BATCHPOINT_SAVEPOINT_ROOTS)"
-    )
-
-
-def _local_path(uri: str) -> str:
-    return unquote(urlparse(uri).path)
-
-
-def _real(uri: str) -> str:
-    """A file:// URI with its path resolved (every existing link followed); any other
-    URI as it is (S3 has no links)."""
-    if not uri.startswith("file:"):
-        return uri
-    return Path(os.path.realpath(_local_path(uri))).as_uri()
-
-
-@contextlib.contextmanager
-def _no_links(location: SavepointLocation) -> Iterator[None]:
-    """A link met under a confined folder (one swapped in after `confined` checked the
-    path) refuses the savepoint operation."""
-    try:
-        yield
-    except PathRefused as exc:
-        raise SavepointPathRefused(f"savepoint path {location.uri} refused: {exc}") from None
 
 
 # -- the `_metadata` record -------------------------------------------------------------
@@ -293,7 +189,7 @@ def export_savepoint(
     target = confined(
         target, default_savepoint_roots(coordinator.store) if roots is None else roots
     )
-    with _no_links(given):
+    with no_links(given):
         if target.store.exists(target.metadata_key):
             raise CheckpointError(f"{given.uri} already holds a savepoint ({METADATA} exists)")
     completed = coordinator.completed.get(checkpoint_id)
@@ -321,7 +217,7 @@ def export_savepoint(
     copies = list(dict.fromkeys(copies))
     total = completed.full_state_size
     _say(progress, f"exporting checkpoint {checkpoint_id}: {len(copies)} file(s) to {target}")
-    with _no_links(given):
+    with no_links(given):
         copy_objects(coordinator.store, target.store, copies, progress=progress)
     metadata = SavepointMetadata(
         pipeline=coordinator.pipeline,
@@ -334,7 +230,7 @@ def export_savepoint(
         taken_from=coordinator.store.uri,
     )
     try:
-        with _no_links(given):
+        with no_links(given):
             target.store.create(target.metadata_key, metadata.encode())
     except ObjectAlreadyExists:
         raise CheckpointError(
@@ -349,7 +245,7 @@ def export_savepoint(
 
 def read_savepoint(location: SavepointLocation) -> SavepointMetadata:
     try:
-        with _no_links(location):
+        with no_links(location):
             data = location.store.get(location.metadata_key).data
     except ObjectNotFound:
         raise RestoreRefused(
@@ -369,7 +265,7 @@ def check_savepoint(
     (and checksum, when asked); problems name paths relative to the folder."""
     metadata = metadata or read_savepoint(location)
     located = [replace(h, path=location.key(h.path)) for h in metadata.handles]
-    with _no_links(location):
+    with no_links(location):
         problems = check_handles(location.store, located, checksums=checksums)
     return [FileProblem(p.path[len(location.prefix) :], p.problem) for p in problems]
 
@@ -460,7 +356,7 @@ def import_savepoint(
             for h in metadata.handles
         )
     )
-    with _no_links(location):
+    with no_links(location):
         copy_objects(location.store, coordinator.store, copies, progress=progress)
     for ack in metadata.acks:
         handles = [
