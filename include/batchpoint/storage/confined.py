@@ -34,7 +34,10 @@ from batchpoint.errors import (
 from batchpoint.storage.base import ObjectInfo, StoredObject
 from batchpoint.storage.local import _LOCK_DIR, _TMP_PREFIX, LocalObjectStore
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_PATH (Linux): a folder is walked through, not read, so a parent that grants only
+# search permission (a home folder of mode 0711) is passed as the kernel would pass it.
+_DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LISTABLE = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOCK = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -189,7 +192,7 @@ class ConfinedLocalStore(LocalObjectStore):
         with self._dir([p for p in prefix.split("/") if p]) as fd:
             if fd is None:
                 return []
-            with os.scandir(fd) as entries:
+            with _opened(fd) as listable, os.scandir(listable) as entries:
                 names = [
                     e.name
                     for e in entries
@@ -228,7 +231,7 @@ class ConfinedLocalStore(LocalObjectStore):
             assert parent is not None
             tmp, etag = self._temp_in(parent, source)
             os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
-            os.fsync(parent)
+            _sync(parent)
         return etag
 
     def put(self, key: str, data: bytes) -> str:
@@ -251,7 +254,7 @@ class ConfinedLocalStore(LocalObjectStore):
                 raise ObjectAlreadyExists(key) from None
             finally:
                 os.unlink(tmp, dir_fd=parent)
-            os.fsync(parent)
+            _sync(parent)
         return etag
 
     def replace(self, key: str, data: bytes, etag: str) -> str:
@@ -305,6 +308,22 @@ class ConfinedLocalStore(LocalObjectStore):
             self.delete(key)
             count += 1
         return count
+
+
+@contextlib.contextmanager
+def _opened(parent: int) -> Iterator[int]:
+    """`parent` (walked through, perhaps not readable) opened for reading."""
+    fd = os.open(".", _LISTABLE, dir_fd=parent)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _sync(parent: int) -> None:
+    """Make a rename or link in `parent` durable."""
+    with _opened(parent) as fd:
+        os.fsync(fd)
 
 
 def _digest(source: BinaryIO, into: BinaryIO | None = None) -> str:
