@@ -11,6 +11,7 @@ import pytest
 
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.redaction import Secret, revealed_options
 from batchpoint.settings import KNOWN_VARIABLES, Settings, read_environment
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -81,13 +82,14 @@ def test_every_variable_is_read(tmp_path, root):
 
     s = Settings.from_env(env)
     assert s.root == "s3://bucket/prefix"
-    assert dict(s.store_options) == {
+    assert revealed_options(s.store_options) == {
         "endpoint_url": "http://127.0.0.1:8333",
         "region": "eu-1",
         "access_key_id": "AK",
         "secret_access_key": "SK",
         "session_token": "TOKEN",
     }
+    assert isinstance(s.store_options["secret_access_key"], Secret)
     assert s.savepoint_roots == ("s3://bucket/sp/", "s3://other/keep/")
     assert s.spark_master == "spark://master:7077"
     assert (s.spark_mode, s.spark_remote) == ("connect", "sc://spark-connect:15002")
@@ -240,6 +242,30 @@ def test_the_secret_does_not_show_in_the_model_repr():
         }
     )
     assert "very-secret" not in repr(model) and "token-secret" not in repr(model)
+
+
+def test_credentials_show_in_no_repr_or_error_and_reach_a_child_whole():
+    # Invariant 13 (issue 24, reproduction 7): a secret given alone named the variable
+    # and printed its value.
+    secret, token, password = "very-secret-9c1", "token-secret-7aa", "catalog-pw-31f"
+    env = {
+        "BATCHPOINT_ROOT": "s3://b/p",
+        "BATCHPOINT_S3_ACCESS_KEY_ID": "AK",
+        "BATCHPOINT_S3_SECRET_ACCESS_KEY": secret,
+        "BATCHPOINT_S3_SESSION_TOKEN": token,
+        "BATCHPOINT_TABLE_CATALOG": f"postgresql+psycopg2://bp:{password}@db/catalog",
+    }
+    model = read_environment(env)
+    settings = Settings.of(model, env)
+    texts = [repr(model), repr(settings), repr(settings.store_ref), str(settings)]
+    for alone in ("BATCHPOINT_S3_SECRET_ACCESS_KEY", "BATCHPOINT_S3_SESSION_TOKEN"):
+        message = refused({"BATCHPOINT_ROOT": "s3://b/p", alone: env[alone]})
+        assert message.startswith(f"{alone}='**********': S3 option"), message
+        texts.append(message)
+    assert not [t for t in texts for s in (secret, token, password) if s in t], texts
+    child = settings.as_env()
+    assert child["BATCHPOINT_S3_SECRET_ACCESS_KEY"] == secret
+    assert child["BATCHPOINT_S3_SESSION_TOKEN"] == token
 
 
 # -- each bad value is refused, naming it ---------------------------------------------

@@ -52,6 +52,10 @@ class ObjectAlreadyExists(StorageError):
         super().__init__(f"object '{key}' already exists (create-once write refused)")
 
 
+class PathRefused(StorageError):
+    """A confined local folder was reached through a symbolic link: refused, not followed."""
+
+
 class PreconditionFailed(StorageError):
     """A compare-and-swap lost: the object changed (or vanished) since it was read."""
 

@@ -70,6 +70,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from batchpoint import redaction
 from batchpoint import setting_values as values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
@@ -185,7 +186,7 @@ class BatchpointEnvironment(BaseSettings):
     changelog_chain: Annotated[int, _count(0)] = 8
     skip_idle_epochs: Bool = True
     quality_gate: Annotated[str | None, _optional(values.check_ref)] = None
-    table_catalog: Text = None
+    table_catalog: Secret = None  # a SQLAlchemy URI may hold a password
     # -- the Airflow deployment (batchpoint.airflow.config)
     pipeline_ref: Refs = (DEFAULT_PIPELINE_REF,)
     checkpoint_interval: Annotated[
@@ -309,7 +310,19 @@ def _one_line(exc: ValidationError) -> str:
     name = variable(str(error["loc"][0]))
     if error["type"] == "literal_error":
         reason = "use one of " + str(error["ctx"]["expected"]).replace("'", "")
-    return f"{name}={error['input']!r}: {reason}"
+    return f"{name}={_shown(name, error['input'])}: {reason}"
+
+
+#: Variables whose value never appears in a message.
+_SECRET_VARIABLES = frozenset(S3_PREFIX + option.upper() for option in redaction.CREDENTIAL_OPTIONS)
+
+
+def _shown(var: str, value: Any) -> str:
+    """A variable's value as a message may show it: a credential masked, a URI without
+    its password or token."""
+    if var in _SECRET_VARIABLES:
+        return repr(redaction.REDACTED)
+    return redaction.redact_uri(repr(value))
 
 
 def _extra_s3_variables(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -339,7 +352,7 @@ def _check_store_options(env: Mapping[str, str] | None, model: BatchpointEnviron
             try:
                 S3Settings.from_options(_options_of(alone))
             except ConfigError as alone:
-                raise ConfigError(f"{var}={value!r}: {alone}") from None
+                raise ConfigError(f"{var}={_shown(var, value)}: {alone}") from None
         raise ConfigError(f"{S3_PREFIX}* variables: {exc}") from None
 
 
@@ -360,10 +373,11 @@ def _options_of(s3_variables: Mapping[str, str]) -> dict[str, str]:
 @dataclass(frozen=True)
 class Settings:
     """Where the storage is and how to reach it, the Spark master, the checkpointing
-    knobs, where savepoints may go, and the restore quality gate."""
+    knobs, where savepoints may go, and the restore quality gate. Credential store
+    options are Secrets (masked in the repr); `as_env` hands a child the real values."""
 
     root: str
-    store_options: Mapping[str, str] = field(default_factory=dict)
+    store_options: Mapping[str, str | redaction.Secret] = field(default_factory=dict)
     spark_master: str = "local[2]"
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     #: URIs (with a trailing slash) savepoints may be written under and restored from;
@@ -375,6 +389,7 @@ class Settings:
     spark_remote: str | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "store_options", redaction.conceal_options(self.store_options))
         if not self.savepoint_roots:
             object.__setattr__(self, "savepoint_roots", (values.default_savepoint_root(self.root),))
 
@@ -402,7 +417,9 @@ class Settings:
             spark_remote=model.spark_remote,
         )
 
-    def with_storage(self, root: str, store_options: Mapping[str, str]) -> Settings:
+    def with_storage(
+        self, root: str, store_options: Mapping[str, str | redaction.Secret]
+    ) -> Settings:
         """The same settings on another storage (an Airflow connection's): savepoint
         roots that were the old root's default follow the new root."""
         default = (values.default_savepoint_root(self.root),)
@@ -425,7 +442,7 @@ class Settings:
             variable("spark_master"): self.spark_master,
             variable("savepoint_roots"): ",".join(self.savepoint_roots),
         }
-        for name, value in self.store_options.items():
+        for name, value in redaction.revealed_options(self.store_options).items():
             out[S3_PREFIX + name.upper()] = str(value)
         c = self.checkpoint
         for f in fields(c):

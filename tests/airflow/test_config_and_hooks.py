@@ -13,6 +13,7 @@ import pytest
 
 from batchpoint.airflow.config import AirflowDeployment, parse_interval
 from batchpoint.errors import ConfigError
+from batchpoint.redaction import revealed_options
 from batchpoint.settings import Settings
 
 pytestmark = pytest.mark.airflow
@@ -149,7 +150,7 @@ def test_storage_settings_from_a_connection():
         "batchpoint_storage",
     )
     assert s.root == "s3://bucket/prefix"
-    assert dict(s.store_options) == {
+    assert revealed_options(s.store_options) == {
         "endpoint_url": "http://seaweed:8333",
         "access_key_id": "AK",
         "secret_access_key": "SK",

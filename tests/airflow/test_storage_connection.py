@@ -19,6 +19,7 @@ import pytest
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.hooks import BatchpointHook, SparkSubmitLauncher, settings_from_connection
 from batchpoint.errors import ConfigError, StorageAccessDenied
+from batchpoint.redaction import Secret, revealed_options
 from batchpoint.settings import Settings
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
@@ -75,7 +76,7 @@ def test_the_old_storage_connection_keeps_working(seaweed: Any, root: str, no_aw
     )
     settings = settings_from_connection(old, base("file:///tmp/unused"), "batchpoint_storage")
     assert settings.root == root
-    assert dict(settings.store_options) == {**seaweed.storage_options()}
+    assert revealed_options(settings.store_options) == {**seaweed.storage_options()}
     round_trip(settings)
     # The endpoint may be in extra endpoint_url instead of host.
     moved = conn(
@@ -101,7 +102,7 @@ def test_a_profile_is_resolved_by_the_provider_and_handed_on_as_keys(
         }
     )
     settings = settings_from_connection(profile, base(root), "bp_profile")
-    options = settings.store_options
+    options = revealed_options(settings.store_options)
     assert (options["access_key_id"], options["secret_access_key"]) == (
         seaweed.access_key,
         seaweed.secret_key,
@@ -112,7 +113,7 @@ def test_a_profile_is_resolved_by_the_provider_and_handed_on_as_keys(
     # file nor (for a role) another STS call, and gets the very same keys.
     (no_aws_environment / "credentials").unlink()
     again = settings_from_connection(profile, base(root), "bp_profile")
-    assert dict(again.store_options) == dict(options)
+    assert revealed_options(again.store_options) == options
     assert again.store_ref.open() is settings.store_ref.open()
 
 
@@ -161,7 +162,8 @@ def test_short_lived_credentials_reach_the_spark_job_environment(
         },
     )
     settings = settings_from_connection(session, base(root), "bp_session")
-    assert settings.store_options["session_token"] == token
+    assert settings.store_options["session_token"] == Secret(token)
+    assert token not in repr(settings)  # shown masked, handed on whole
     launcher = SparkSubmitLauncher(
         AirflowDeployment.from_env({"BATCHPOINT_ROOT": root, "BATCHPOINT_SPARK_MODE": "submit"}),
         "m:p",
@@ -202,7 +204,7 @@ def test_without_credentials_in_the_connection_the_environment_keys_stay(
     env_keys = Settings(root, seaweed.storage_options(), "local[1]")
     endpoint_only = conn(host=seaweed.endpoint_url, extra={"region": seaweed.region})
     settings = settings_from_connection(endpoint_only, env_keys, "bp_endpoint")
-    assert dict(settings.store_options) == seaweed.storage_options()
+    assert revealed_options(settings.store_options) == seaweed.storage_options()
     # Nothing anywhere: no credentials resolved, and the store says how to set them.
     bare = settings_from_connection(endpoint_only, base(root), "bp_endpoint")
     assert "access_key_id" not in bare.store_options

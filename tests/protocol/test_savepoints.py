@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.savepoints import (
     METADATA,
     SavepointLocation,
+    SavepointPathRefused,
     check_savepoint,
     copy_objects,
     export_savepoint,
@@ -26,6 +28,7 @@ from batchpoint.protocol.savepoints import (
     read_savepoint,
 )
 from batchpoint.storage.local import LocalObjectStore
+from support.hooks import HookStore, once
 
 SPEC = simple_pipeline("p", [("keyed", 2), ("sink", 1)])
 
@@ -164,3 +167,102 @@ def test_metadata_paths_cannot_leave_the_folder(tmp_path):
     store.put(location.metadata_key, json.dumps(body).encode())
     with pytest.raises(CorruptRecord, match="not inside the savepoint folder"):
         read_savepoint(location)
+
+
+# == invariant 13: a link under a savepoint root leads nowhere (issue 24, reproduction 6) =
+
+
+def linked(link: Path, target: Path) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target, target_is_directory=True)
+    return link
+
+
+def everything_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_an_export_through_a_link_under_the_root_is_refused_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    c = coordinator(store)
+    cid = complete(c, CheckpointType.SAVEPOINT)
+    outside = tmp_path / "outside"
+    linked(store.root / "savepoints" / "escape", outside)
+    for target in ("savepoints/escape", "savepoints/escape/sp"):
+        with pytest.raises(SavepointPathRefused, match="outside the savepoint roots") as info:
+            export_savepoint(c, cid, SavepointLocation(store, target))
+        assert f"its real path is {outside.as_uri()}" in str(info.value)
+        assert store.child("savepoints/") in str(info.value)  # names the roots
+    assert everything_under(outside) == []
+
+    # A link that stays inside the root is followed once, to its real path, and the
+    # savepoint is written there, under the root.
+    linked(store.root / "savepoints" / "latest", store.root / "savepoints" / "real")
+    report = export_savepoint(c, cid, SavepointLocation(store, "savepoints/latest/sp"))
+    assert report.location.uri == store.child("savepoints/real/sp")
+    assert (store.root / "savepoints" / "real" / "sp" / METADATA).is_file()
+
+
+def test_a_savepoint_root_that_is_a_link_is_its_real_path(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    c = coordinator(store)
+    cid = complete(c, CheckpointType.SAVEPOINT)
+    root = linked(tmp_path / "roots" / "current", tmp_path / "disk" / "savepoints")
+    folder = SavepointLocation(LocalObjectStore(root), "sp")
+    export_savepoint(c, cid, folder, roots=[root.as_uri()])
+    assert (tmp_path / "disk" / "savepoints" / "sp" / METADATA).is_file()
+    imported = import_savepoint(c, folder, roots=[root.as_uri()])
+    assert imported.checkpoint_id > cid
+
+
+def test_an_import_through_a_link_under_the_root_is_refused_and_reads_nothing(
+    tmp_path: Path,
+) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    c = coordinator(store)
+    cid = complete(c, CheckpointType.SAVEPOINT)
+    outside = tmp_path / "outside"
+    export_savepoint(
+        c, cid, SavepointLocation(LocalObjectStore(outside), "sp"), roots=[outside.as_uri()]
+    )
+    before = c.checkpoint_ids()
+    # The whole folder is a link out of the root ...
+    linked(store.root / "savepoints" / "incoming", outside / "sp")
+    with pytest.raises(SavepointPathRefused, match="outside the savepoint roots"):
+        import_savepoint(c, SavepointLocation(store, "savepoints/incoming"))
+    # ... or a folder inside it is: the path is under the root, a read through it is not.
+    folder = store.root / "savepoints" / "half"
+    (folder / "data").mkdir(parents=True)
+    (folder / METADATA).write_bytes((outside / "sp" / METADATA).read_bytes())
+    linked(folder / "data" / "keyed", outside / "sp" / "data" / "keyed")
+    (folder / "data" / "sink").symlink_to(outside / "sp" / "data" / "sink")
+    with pytest.raises(SavepointPathRefused, match="is a symbolic link"):
+        import_savepoint(c, SavepointLocation(store, "savepoints/half"))
+    assert c.checkpoint_ids() == before
+
+
+def test_a_link_swapped_in_during_an_export_writes_nothing_outside(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    c = coordinator(store)
+    cid = complete(c, CheckpointType.SAVEPOINT)
+    sink_file = next(h.path for h in c.completed.get(cid).handles if "/data/sink/" in h.path)
+    outside = tmp_path / "outside"
+    folder = store.root / "savepoints" / "sp"
+
+    def swap_in_a_link() -> None:
+        # After the export checked its target and before the sink's file is written
+        # (the keyed files may be written already): data/sink/ becomes a link out.
+        (folder / "data").mkdir(parents=True, exist_ok=True)
+        linked(folder / "data" / "sink", outside)
+
+    hook = once(swap_in_a_link, lambda op, key: op == "download_file" and key == sink_file)
+    exporter = CheckpointCoordinator(HookStore(store, hook), "p")
+    with pytest.raises(SavepointPathRefused, match="is a symbolic link") as info:
+        export_savepoint(exporter, cid, SavepointLocation(store, "savepoints/sp"))
+    assert hook.fired
+    assert str(folder / "data" / "sink") in str(info.value)
+    assert everything_under(outside) == []
+    assert not (folder / METADATA).exists()  # the export did not finish

@@ -5,6 +5,7 @@ published sinks equal the reference over the landing bucket up to each barrier."
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,20 @@ def landing(seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch, request: An
     return f"s3://landing/{request.node.name}"
 
 
-def test_epochs_read_a_landing_bucket_once(spark: Any, tmp_path: Path, landing: str) -> None:
+def test_epochs_read_a_landing_bucket_once(
+    spark: Any,
+    tmp_path: Path,
+    landing: str,
+    seaweed: SeaweedServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="batchpoint")
     pipeline = build_pipeline(source_root=landing, source_options=OPTIONS)
     source = pipeline.sources["events"]
     assert source.location is not None and source.uri == landing
+    # The secret from ${LANDING_SECRET} is shown nowhere (invariant 13) ...
+    assert seaweed.secret_key not in repr(source) and seaweed.secret_key not in repr(pipeline)
     landed = source.location.open()
     state = StoreRef.of((tmp_path / "state").as_uri())
     clock = FakeClock()
@@ -64,6 +75,13 @@ def test_epochs_read_a_landing_bucket_once(spark: Any, tmp_path: Path, landing: 
         pd.testing.assert_frame_equal(got, expected, check_dtype=False)
     # nothing of the source was copied under the pipeline's storage
     assert not [i.key for i in state.open().list("sources/")]
+    # ... neither stored (the registered spec, the records) nor logged.
+    stored = state.open()
+    holding = [
+        i.key for i in stored.list() if seaweed.secret_key.encode() in stored.get(i.key).data
+    ]
+    assert stored.exists("pipelines/payments/spec.json") and holding == []
+    assert [r.getMessage() for r in caplog.records if seaweed.secret_key in r.getMessage()] == []
 
 
 def test_a_missing_variable_or_options_without_a_uri_are_clear_errors(

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from batchpoint.errors import ConfigError
+from batchpoint.redaction import revealed_options
 from batchpoint.spark.remote import (
     PinnedStoreRef,
     WorkerVersionMismatch,
@@ -29,7 +30,8 @@ def test_s3_settings_and_credentials_are_resolved_on_the_client(
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:8333")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
     pinned = portable_store_ref(StoreRef.of("s3://bucket/prefix", {"max_attempts": "3"}))
-    assert dict(pinned.options) == {
+    assert "client-secret" not in repr(pinned)  # shipped whole, shown masked
+    assert revealed_options(dict(pinned.options)) == {
         "access_key_id": "client-key",
         "secret_access_key": "client-secret",
         "endpoint_url": "http://127.0.0.1:8333",

@@ -26,10 +26,20 @@ from batchpoint.errors import (
     StorageError,
 )
 from batchpoint.storage.base import ObjectInfo, ObjectStore
+from batchpoint.storage.confined import ConfinedLocalStore
 from batchpoint.storage.s3 import S3ObjectStore
 from support import race_workers
 
 MiB = 1024 * 1024
+
+
+@pytest.fixture(params=["local", "confined", pytest.param("s3", marks=pytest.mark.s3)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    """Every backend, and the local store of confined folders (savepoint roots), which
+    walks every path without following links: the contract holds for it too."""
+    if request.param == "confined":
+        return ConfinedLocalStore(tmp_path / "confined")
+    return request.getfixturevalue(f"{request.param}_store")
 
 
 @contextlib.contextmanager

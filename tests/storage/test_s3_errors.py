@@ -207,8 +207,9 @@ def test_options_parse_sizes_and_skip_empty_values() -> None:
     assert settings.region is None and settings.profile is None
     assert settings.probe_conditional_writes is False
     assert (settings.retry_mode, settings.max_attempts) == ("standard", 5)
-    shown = repr(S3Settings(access_key_id="a", secret_access_key="secret", session_token="tok"))
-    assert "secret" not in shown and "tok" not in shown
+    shown = repr(S3Settings(access_key_id="a", secret_access_key="s3cr3t", session_token="t0k"))
+    assert "s3cr3t" not in shown and "t0k" not in shown
+    assert "secret_access_key='**********'" in shown
 
 
 # --- transient failures ----------------------------------------------------------------

@@ -11,7 +11,7 @@ from batchpoint.storage.base import ObjectStore
 
 class HookStore:
     """The real store, with `hook(op, key)` called before each get/list/head/create/
-    replace: the place where a test lets another actor take its steps."""
+    replace/download_file: the place where a test lets another actor take its steps."""
 
     def __init__(self, inner: ObjectStore, hook: Callable[[str, str], None]) -> None:
         self._inner = inner
@@ -38,6 +38,9 @@ class HookStore:
 
     def replace(self, key: str, *a: Any, **k: Any) -> Any:
         return self._call("replace", key, *a, **k)
+
+    def download_file(self, key: str, *a: Any, **k: Any) -> Any:
+        return self._call("download_file", key, *a, **k)
 
 
 def once(action: Callable[[], None], when: Callable[[str, str], bool], nth: int = 1) -> Callable:

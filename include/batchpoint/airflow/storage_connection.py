@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
+from batchpoint.redaction import redact_uri, scrub
 from batchpoint.settings import Settings
 
 # batchpoint's own extras.
@@ -61,6 +62,7 @@ _CREDENTIAL_EXTRAS = {
     "session_kwargs",
 }
 _CREDENTIAL_OPTIONS = ("access_key_id", "secret_access_key", "session_token", "profile")
+_SECRET_EXTRAS = ("aws_secret_access_key", "aws_session_token")
 
 # Resolved credentials per connection content, kept for the life of the process: a sensor
 # pokes, a UI request or a trigger resolves the same connection again and again, and an
@@ -92,8 +94,8 @@ def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Setting
     root = str(extra.get("root") or base.root)
     if not root.startswith(("s3://", "file://")):
         raise ConfigError(
-            f"Airflow connection '{conn_id}': extra root={root!r} must be s3://bucket/prefix "
-            "or file:///absolute/path"
+            f"Airflow connection '{conn_id}': extra root={redact_uri(repr(root))} must be "
+            "s3://bucket/prefix or file:///absolute/path"
         )
     options = dict(base.store_options)
     region = extra.get("region") or extra.get("region_name")
@@ -147,7 +149,9 @@ def _aws_hook(conn: Any, conn_id: str, extra: dict[str, Any], region: str | None
             conn_id=conn_id, login=conn.login, password=conn.password, extra=aws_extra
         )
     except (NotImplementedError, ValueError, TypeError) as exc:
-        raise ConfigError(f"Airflow connection '{conn_id}': {exc}") from None
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': {_scrubbed(exc, conn, extra)}"
+        ) from None
 
     class _ConnectionHook(AwsBaseHook):
         @cached_property
@@ -174,7 +178,7 @@ def _resolve_credentials(
     except (bce.BotoCoreError, bce.ClientError) as exc:
         raise ConfigError(
             f"Airflow connection '{conn_id}': could not get AWS credentials "
-            f"{_source(extra)}: {_one_line(exc)}"
+            f"{_source(extra)}: {_one_line(_scrubbed(exc, aws.conn_config, extra))}"
         ) from None
     if frozen is None:
         return None
@@ -193,8 +197,15 @@ def _source(extra: dict[str, Any]) -> str:
     return "from the standard credential chain"
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | str) -> str:
     return " ".join(str(exc).split())
+
+
+def _scrubbed(exc: BaseException, conn: Any, extra: dict[str, Any]) -> str:
+    """An AWS library's message without the connection's secrets in it (`conn`: the
+    Airflow connection or the provider's wrapper of it)."""
+    secrets = [getattr(conn, name, None) for name in ("password", *_SECRET_EXTRAS)]
+    return scrub(str(exc), [*secrets, *(extra.get(k) for k in _SECRET_EXTRAS)])
 
 
 def _mask(*secrets: str | None) -> None:

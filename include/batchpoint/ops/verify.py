@@ -13,7 +13,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
-    confine,
+    confined,
     default_savepoint_roots,
     located_checkpoint,
     read_savepoint,
@@ -59,8 +59,7 @@ def verify_target(
         return checkpoint_id
     location = savepoint_location(text, c.store, store_options)
     roots = default_savepoint_roots(c.store) if savepoint_roots is None else savepoint_roots
-    confine(location.uri, roots)
-    return location
+    return confined(location, roots)
 
 
 @dataclass

@@ -17,16 +17,17 @@ the usual finalize checks apply, and the result is a retained SAVEPOINT checkpoi
 an explicit restore can then point the head at. The import never references the
 savepoint folder afterwards, so deleting or moving the folder cannot break the pipeline.
 
-Paths are confined: exports write and imports read only under configured savepoint
-roots (`confine`; by default `<storage root>/savepoints/`). A savepoint leaves the
-pipeline's retained set only by `dispose_savepoint`, refused while a retained checkpoint
-still depends on its files.
+Paths are confined (`savepoint_paths`): exports write and imports read only under
+configured savepoint roots (by default `<storage root>/savepoints/`), a local folder by
+its real path and through a store that follows no link, so a link under a root, there
+before or made during an export or import, cannot lead a byte outside. A savepoint
+leaves the pipeline's retained set only by `dispose_savepoint`, refused while a retained
+checkpoint still depends on its files.
 """
 
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -54,81 +55,29 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, PendingEntry
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import PipelineLayout, checkpoint_dir_name
+from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.protocol.restorer import SAVEPOINT_ID_PROPERTY, TAKEN_FROM_PROPERTY
+
+# Where a savepoint lives (and may live) is asked of this module too: re-exported.
+from batchpoint.protocol.savepoint_paths import (  # noqa: F401
+    METADATA,
+    SavepointLocation,
+    SavepointPathRefused,
+    confine,
+    confined,
+    default_savepoint_prefix,
+    default_savepoint_roots,
+    no_links,
+)
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 
-METADATA = "_metadata"
 _DATA = "data/"
 _EXTERNAL = "external/"
 _COPY_WORKERS = 8
 
 ProgressFn = Callable[[str], None]
-
-
-# -- where a savepoint lives ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SavepointLocation:
-    """A savepoint folder: a store and a key prefix in it ('' for the store's root)."""
-
-    store: ObjectStore
-    prefix: str = ""
-
-    def __post_init__(self) -> None:
-        prefix = self.prefix.strip("/")
-        object.__setattr__(self, "prefix", f"{prefix}/" if prefix else "")
-
-    def key(self, relative: str) -> str:
-        return self.prefix + relative
-
-    @property
-    def metadata_key(self) -> str:
-        return self.key(METADATA)
-
-    @property
-    def uri(self) -> str:
-        return self.store.child(self.prefix).rstrip("/") if self.prefix else self.store.uri
-
-    def __str__(self) -> str:
-        return self.uri
-
-
-def default_savepoint_prefix(pipeline: str, checkpoint_id: int, now: float) -> str:
-    """Where a savepoint goes when no target is given: under the storage root, outside
-    `pipelines/`, so GC and subsumption never look at it."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    return f"savepoints/{pipeline}/savepoint-{checkpoint_dir_name(checkpoint_id)[4:]}-{stamp}/"
-
-
-class SavepointPathRefused(CheckpointError):
-    """A savepoint target or source outside the configured savepoint roots."""
-
-
-def default_savepoint_roots(store: ObjectStore) -> tuple[str, ...]:
-    return (store.child("savepoints/"),)
-
-
-def confine(location_uri: str, roots: Iterable[str]) -> str:
-    """`location_uri` if it lies under one of `roots` (URIs), else SavepointPathRefused.
-    Compared segment by segment, so `.../savepoints-old` is not under `.../savepoints`
-    and `..` cannot climb out."""
-    roots = [r for r in roots if r]
-    parts = location_uri.split("://", 1)[-1].split("/")
-    if "." in parts or ".." in parts:
-        raise SavepointPathRefused(f"savepoint path {location_uri} contains '.' or '..'")
-    where = location_uri.rstrip("/") + "/"
-    for root in roots:
-        if where.startswith(root.rstrip("/") + "/") and where != root.rstrip("/") + "/":
-            return location_uri
-    listed = ", ".join(roots) or "none configured"
-    raise SavepointPathRefused(
-        f"savepoint path {location_uri} is outside the savepoint roots ({listed}); "
-        "use a folder under one of them or add a root (BATCHPOINT_SAVEPOINT_ROOTS)"
-    )
 
 
 # -- the `_metadata` record -------------------------------------------------------------
@@ -234,10 +183,15 @@ def export_savepoint(
     """Copy a completed checkpoint (normally a savepoint) into `target` with relative
     paths and write `_metadata` last. Refuses a target that already holds a savepoint,
     and one outside `roots` (default: the storage root's `savepoints/`).
-    Re-running after a crash redoes the copies (they are plain overwrites) and finishes."""
-    confine(target.uri, default_savepoint_roots(coordinator.store) if roots is None else roots)
-    if target.store.exists(target.metadata_key):
-        raise CheckpointError(f"{target.uri} already holds a savepoint ({METADATA} exists)")
+    Re-running after a crash redoes the copies (they are plain overwrites) and finishes.
+    A local target is written by its real path and through no link (`confined`)."""
+    given = target
+    target = confined(
+        target, default_savepoint_roots(coordinator.store) if roots is None else roots
+    )
+    with no_links(given):
+        if target.store.exists(target.metadata_key):
+            raise CheckpointError(f"{given.uri} already holds a savepoint ({METADATA} exists)")
     completed = coordinator.completed.get(checkpoint_id)
     problems = check_handles(coordinator.store, completed.durable_handles, checksums=False)
     if problems:
@@ -263,7 +217,8 @@ def export_savepoint(
     copies = list(dict.fromkeys(copies))
     total = completed.full_state_size
     _say(progress, f"exporting checkpoint {checkpoint_id}: {len(copies)} file(s) to {target}")
-    copy_objects(coordinator.store, target.store, copies, progress=progress)
+    with no_links(given):
+        copy_objects(coordinator.store, target.store, copies, progress=progress)
     metadata = SavepointMetadata(
         pipeline=coordinator.pipeline,
         checkpoint_id=checkpoint_id,
@@ -275,7 +230,8 @@ def export_savepoint(
         taken_from=coordinator.store.uri,
     )
     try:
-        target.store.create(target.metadata_key, metadata.encode())
+        with no_links(given):
+            target.store.create(target.metadata_key, metadata.encode())
     except ObjectAlreadyExists:
         raise CheckpointError(
             f"{target.uri}: another export wrote {METADATA} first; this one is discarded"
@@ -289,7 +245,8 @@ def export_savepoint(
 
 def read_savepoint(location: SavepointLocation) -> SavepointMetadata:
     try:
-        data = location.store.get(location.metadata_key).data
+        with no_links(location):
+            data = location.store.get(location.metadata_key).data
     except ObjectNotFound:
         raise RestoreRefused(
             f"{location.uri} is not a savepoint: it has no {METADATA} "
@@ -308,7 +265,8 @@ def check_savepoint(
     (and checksum, when asked); problems name paths relative to the folder."""
     metadata = metadata or read_savepoint(location)
     located = [replace(h, path=location.key(h.path)) for h in metadata.handles]
-    problems = check_handles(location.store, located, checksums=checksums)
+    with no_links(location):
+        problems = check_handles(location.store, located, checksums=checksums)
     return [FileProblem(p.path[len(location.prefix) :], p.problem) for p in problems]
 
 
@@ -345,17 +303,21 @@ def import_savepoint(
     record first (so a crash half-way leaves a pending checkpoint that expires and is
     garbage-collected, never a half-copied completed one), then the files, then one ack
     per task, then `try_finalize`, which checks every file before deciding COMPLETED.
-    The source must lie under `roots` (default: the storage root's `savepoints/`)."""
-    confine(location.uri, default_savepoint_roots(coordinator.store) if roots is None else roots)
+    The source must lie under `roots` (default: the storage root's `savepoints/`); a
+    local one is read by its real path and through no link (`confined`)."""
+    given = location
+    location = confined(
+        location, default_savepoint_roots(coordinator.store) if roots is None else roots
+    )
     metadata = read_savepoint(location)
     if metadata.pipeline != coordinator.pipeline:
         raise RestoreRefused(
-            f"{location.uri} is a savepoint of pipeline '{metadata.pipeline}', "
+            f"{given.uri} is a savepoint of pipeline '{metadata.pipeline}', "
             f"not of '{coordinator.pipeline}'"
         )
     problems = check_savepoint(location, metadata, checksums=checksums)
     if problems:
-        raise RestoreRefused(f"savepoint {location.uri} is damaged: {_problems(problems)}")
+        raise RestoreRefused(f"savepoint {given.uri} is damaged: {_problems(problems)}")
 
     layout = coordinator.layout
     coordinator.finish_restore()
@@ -376,7 +338,7 @@ def import_savepoint(
         deadline=entry.deadline,
         properties={
             **source.properties,
-            "imported_from": location.uri,
+            "imported_from": given.uri,
             SAVEPOINT_ID_PROPERTY: metadata.checkpoint_id,
             TAKEN_FROM_PROPERTY: metadata.taken_from,
             "savepoint_description": metadata.description,
@@ -385,7 +347,7 @@ def import_savepoint(
     coordinator.store.create(layout.active(checkpoint_id), pending.encode())
     _say(
         progress,
-        f"importing savepoint {location.uri} as checkpoint {checkpoint_id}: "
+        f"importing savepoint {given.uri} as checkpoint {checkpoint_id}: "
         f"{len(metadata.handles)} file(s)",
     )
     copies = list(
@@ -394,7 +356,8 @@ def import_savepoint(
             for h in metadata.handles
         )
     )
-    copy_objects(location.store, coordinator.store, copies, progress=progress)
+    with no_links(location):
+        copy_objects(location.store, coordinator.store, copies, progress=progress)
     for ack in metadata.acks:
         handles = [
             replace(h, path=_imported_path(layout, checkpoint_id, h.path)) for h in ack.handles
@@ -404,12 +367,12 @@ def import_savepoint(
         )
         if result is not TaskAcknowledgeResult.SUCCESS:
             raise RestoreRefused(
-                f"importing savepoint {location.uri}: the ack of {ack.task} was {result.value}"
+                f"importing savepoint {given.uri}: the ack of {ack.task} was {result.value}"
             )
     outcome = coordinator.try_finalize(checkpoint_id)
     if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
         why = outcome.message if outcome else "not every task acknowledged"
-        raise RestoreRefused(f"importing savepoint {location.uri} failed: {why}")
+        raise RestoreRefused(f"importing savepoint {given.uri} failed: {why}")
     assert outcome.completed is not None
     _say(progress, f"savepoint imported as checkpoint {checkpoint_id}")
     return outcome.completed

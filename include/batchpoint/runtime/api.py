@@ -29,6 +29,7 @@ import pyarrow as pa
 from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
+from batchpoint.redaction import Secret
 from batchpoint.runtime.schemas import arrow_schema
 from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
@@ -141,8 +142,12 @@ def _opened(store: StoreRef | ObjectStore) -> ObjectStore:
     return store.open() if isinstance(store, StoreRef) else store
 
 
-def _expand(value: str, what: str) -> str:
-    """`${VAR}` in a source's storage option: the secret stays in the environment."""
+def _expand(value: str | Secret, what: str) -> str | Secret:
+    """`${VAR}` in a source's storage option: the secret stays in the environment, and
+    what it expands to is a Secret (masked in every repr, message and log line; the
+    registered spec never holds source options at all)."""
+    if isinstance(value, Secret):
+        return value
 
     def variable(match: re.Match[str]) -> str:
         name = match[1]
@@ -150,7 +155,8 @@ def _expand(value: str, what: str) -> str:
             raise PipelineSpecError(f"{what}: environment variable {name} is not set")
         return os.environ[name]
 
-    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", variable, value)
+    expanded, count = re.subn(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", variable, str(value))
+    return Secret(expanded) if count else expanded
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,7 @@ class Pipeline:
         schema: pa.Schema | StructType | str,
         format: str = "jsonl",
         key: Sequence[str] = (),
-        storage_options: Mapping[str, str] | None = None,
+        storage_options: Mapping[str, str | Secret] | None = None,
         table: str | None = None,
         catalog: str = DEFAULT_CATALOG,
     ) -> SourceDef:
@@ -219,7 +225,7 @@ class Pipeline:
         location = None
         if "://" in root:
             what = f"source '{name}'"
-            options = {k: _expand(str(v), what) for k, v in (storage_options or {}).items()}
+            options = {k: _expand(v, what) for k, v in (storage_options or {}).items()}
             location = StoreRef.of(root.rstrip("/"), options)
             root = ""
         elif storage_options:

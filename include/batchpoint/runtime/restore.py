@@ -31,7 +31,7 @@ from batchpoint.protocol.head import HeadPointer
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
-    confine,
+    confined,
     default_savepoint_roots,
     import_savepoint,
     located_checkpoint,
@@ -413,11 +413,11 @@ class RestorePlanner:
     def _candidates(self, source: RestoreSource, plan: RestorePlan) -> Iterator[RestoreCandidate]:
         c = self.driver.coordinator
         if source.kind == "savepoint":
-            location = savepoint_location(source.location, c.store, self.store_options)
             # Confined before anything is read: a restore source outside the roots is
-            # refused as given, not after its metadata was fetched.
-            confine(
-                location.uri,
+            # refused as given, not after its metadata was fetched; a local one is read
+            # by its real path and through no link from here on.
+            location = confined(
+                savepoint_location(source.location, c.store, self.store_options),
                 default_savepoint_roots(c.store)
                 if self.savepoint_roots is None
                 else self.savepoint_roots,

@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
+from batchpoint.redaction import Secret, conceal
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 
 __all__ = ["ObjectInfo", "ObjectStore", "StoreRef", "StoredObject", "open_store"]
 
-_OPEN: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = OrderedDict()
+Options = tuple[tuple[str, str | Secret], ...]
+
+_OPEN: OrderedDict[tuple[str, Options], ObjectStore] = OrderedDict()
 _OPEN_LOCK = threading.Lock()
 # Short-lived credentials are part of the options, so a long-lived process (the UI, the
 # triggerer) sees a new key each time they rotate: only the most recent stores are kept.
@@ -23,13 +26,18 @@ _OPEN_MAX = 32
 @dataclass(frozen=True)
 class StoreRef:
     """How to open a store: what Spark executors and Airflow workers receive instead of
-    a live client, so each process opens (and caches) its own."""
+    a live client, so each process opens (and caches) its own. Credential options (and
+    any value taken from `${VAR}`) are Secrets: its repr shows them masked, its pickle
+    carries them whole."""
 
     uri: str
-    options: tuple[tuple[str, str], ...] = ()
+    options: Options = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", tuple((k, conceal(k, v)) for k, v in self.options))
 
     @classmethod
-    def of(cls, uri: str, options: Mapping[str, str] | None = None) -> StoreRef:
+    def of(cls, uri: str, options: Mapping[str, str | Secret] | None = None) -> StoreRef:
         return cls(uri, tuple(sorted((options or {}).items())))
 
     def open(self) -> ObjectStore:
@@ -45,12 +53,13 @@ class StoreRef:
             return store
 
 
-def open_store(uri: str, options: Mapping[str, str] | None = None) -> ObjectStore:
+def open_store(uri: str, options: Mapping[str, str | Secret] | None = None) -> ObjectStore:
     """Open the store behind a root URI: ``s3://bucket/prefix`` or ``file:///path``.
 
     `options` carries S3 settings (endpoint_url, region, access_key_id, secret_access_key,
     session_token, retry_mode, max_attempts, probe_conditional_writes, ...: see
     `S3Settings`); anything not given falls back to the standard AWS environment and files.
+    A value may be a `redaction.Secret`: the store signs with its value and shows its mask.
     """
     if not uri or not isinstance(uri, str):
         raise ConfigError("storage root URI is empty: set it to s3://bucket/prefix or file:///path")

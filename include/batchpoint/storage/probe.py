@@ -52,8 +52,9 @@ def probe_conditional_writes(store: ObjectStore) -> None:
         finally:
             _ACTIVE.on = False
     if problem:
+        shown = getattr(store, "shown_endpoint", endpoint)  # masked if it came from ${VAR}
         raise ConditionalWritesUnsupported(
-            f"storage endpoint {endpoint} does not honour {problem} "
+            f"storage endpoint {shown} does not honour {problem} "
             f"(probe object {store.child(probe)}): batchpoint needs S3 conditional writes "
             "(If-None-Match: * and If-Match), as AWS S3, SeaweedFS and MinIO provide"
         )

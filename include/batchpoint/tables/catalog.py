@@ -14,8 +14,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
 
 from batchpoint.errors import ConfigError
+from batchpoint.redaction import redact_uri, reveal, scrub
 from batchpoint.storage import ObjectStore
 
 if TYPE_CHECKING:
@@ -34,8 +36,8 @@ def file_io_properties(store: ObjectStore) -> dict[str, str]:
         "s3.endpoint": s3.effective_endpoint(),
         "s3.region": s3.region,
         "s3.access-key-id": s3.access_key_id,
-        "s3.secret-access-key": s3.secret_access_key,
-        "s3.session-token": s3.session_token,
+        "s3.secret-access-key": reveal(s3.secret_access_key),
+        "s3.session-token": reveal(s3.session_token),
         "s3.force-virtual-addressing": "true"
         if s3.effective_addressing_style() == "virtual"
         else None,
@@ -95,7 +97,20 @@ def _open(name: str, store: ObjectStore, configured_uri: str | None) -> Catalog:
     try:
         return SqlCatalog(name, uri=uri, **base)
     except Exception as exc:  # SQLAlchemy's errors: a bad URI or an unreachable database
-        raise ConfigError(f"table catalog '{name}' at {uri}: {exc}") from None
+        # Neither the URI's password nor the store's keys may reach the message (the
+        # driver's own text often repeats the URI).
+        secrets = [*_password(uri), io.get("s3.secret-access-key"), io.get("s3.session-token")]
+        problem = scrub(str(exc), secrets)
+        raise ConfigError(f"table catalog '{name}' at {redact_uri(uri)}: {problem}") from None
+
+
+def _password(uri: str) -> tuple[str, ...]:
+    """The URI's password as written and decoded (a driver may repeat either)."""
+    try:
+        password = urlparse(uri).password
+    except ValueError:
+        return ()
+    return (password, unquote(password)) if password else ()
 
 
 def _flat(config: Mapping[str, object]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from batchpoint.errors import (
     StorageError,
     StorageUnavailable,
 )
+from batchpoint.redaction import scrub
 
 if TYPE_CHECKING:
     from batchpoint.storage.s3.store import S3ObjectStore
@@ -145,10 +146,6 @@ def etag(raw: str) -> str:
     return raw.strip().strip('"')
 
 
-def mask(access_key: str) -> str:
-    return access_key if len(access_key) <= 8 else f"{access_key[:4]}...{access_key[-4:]}"
-
-
 def describe(exc: BaseException) -> str:
     if isinstance(exc, bce.ClientError):
         error = exc.response.get("Error", {})
@@ -162,9 +159,16 @@ def credential_label(method: str) -> str:
 
 
 def translate(store: S3ObjectStore, op: str, key: str, exc: BaseException) -> StorageError:
-    """The batchpoint error for what escaped botocore's retries."""
-    inner = unwrap(exc)
+    """The batchpoint error for what escaped botocore's retries. Its message never
+    holds a secret: the endpoint is shown as the settings allow, and whatever the
+    server or botocore said is scrubbed of the store's credentials."""
+    error = _translated(store, op, key, unwrap(exc))
+    return type(error)(scrub(str(error), store.settings.secret_values()))
+
+
+def _translated(store: S3ObjectStore, op: str, key: str, inner: BaseException) -> StorageError:
     where = f"{op} {store.child(key) if key else store.uri}"
+    endpoint = store.shown_endpoint
     if isinstance(inner, _NO_CREDENTIALS):
         return StorageAccessDenied(
             f"{where}: no usable AWS credentials for bucket '{store.bucket}' "
@@ -182,21 +186,21 @@ def translate(store: S3ObjectStore, op: str, key: str, exc: BaseException) -> St
             else f"after up to {s.max_attempts} attempt(s)"
         )
         return StorageUnavailable(
-            f"S3 endpoint {store.endpoint} did not answer {where} {attempts} "
+            f"S3 endpoint {endpoint} did not answer {where} {attempts} "
             f"({s.retry_mode} retries): {describe(inner)}"
         )
     error_code = code(inner)
     if error_code == "NoSuchBucket":
         return BucketNotFound(
-            f"bucket '{store.bucket}' does not exist at {store.endpoint}: "
+            f"bucket '{store.bucket}' does not exist at {endpoint}: "
             "create it or fix the storage URI"
         )
     if error_code in _DENIED_CODES or status(inner) == 403:
         return StorageAccessDenied(
-            f"{where}: access to bucket '{store.bucket}' at {store.endpoint} was refused "
+            f"{where}: access to bucket '{store.bucket}' at {endpoint} was refused "
             f"({describe(inner)}); credentials used: {store.credential_source()}"
         )
-    return StorageError(f"{where} failed at {store.endpoint}: {describe(inner)}")
+    return StorageError(f"{where} failed at {endpoint}: {describe(inner)}")
 
 
 def fake_error(error_code: str, message: str, operation: str) -> bce.ClientError:

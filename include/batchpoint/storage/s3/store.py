@@ -30,6 +30,7 @@ from batchpoint.errors import (
     PreconditionFailed,
     StorageError,
 )
+from batchpoint.redaction import mask_key, reveal
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 from batchpoint.storage.probe import probe_conditional_writes, probing
 from batchpoint.storage.s3 import errors
@@ -95,7 +96,7 @@ class S3ObjectStore(ObjectStore):
         self._init_runtime()
 
     def __repr__(self) -> str:
-        return f"S3ObjectStore({self.uri!r}, endpoint={self.endpoint!r})"
+        return f"S3ObjectStore({self.uri!r}, endpoint={self.shown_endpoint!r})"
 
     # -- client -------------------------------------------------------------------------
 
@@ -117,8 +118,8 @@ class S3ObjectStore(ObjectStore):
             self._session = boto3.session.Session(
                 botocore_session=core,
                 aws_access_key_id=s.access_key_id,
-                aws_secret_access_key=s.secret_access_key,
-                aws_session_token=s.session_token,
+                aws_secret_access_key=reveal(s.secret_access_key),
+                aws_session_token=reveal(s.session_token),
                 region_name=s.region,
                 profile_name=s.profile,
             )
@@ -138,6 +139,11 @@ class S3ObjectStore(ObjectStore):
         if self._client is not None:
             return str(self._client.meta.endpoint_url)
         return self.settings.effective_endpoint() or "AWS S3"
+
+    @property
+    def shown_endpoint(self) -> str:
+        """The endpoint as messages show it: masked when it came from `${VAR}`."""
+        return self.settings.shown_endpoint(self.endpoint)
 
     def _transfer_config(self) -> TransferConfig:
         return TransferConfig(
@@ -160,7 +166,7 @@ class S3ObjectStore(ObjectStore):
         s = self.settings
         if s.access_key_id:
             kind = "short-lived credentials" if s.session_token else "access key"
-            return f"{kind} '{errors.mask(s.access_key_id)}' from the storage options"
+            return f"{kind} '{s.shown('access_key_id')}' from the storage options"
         if s.profile:
             return f"AWS profile '{s.profile}'"
         try:
@@ -170,7 +176,7 @@ class S3ObjectStore(ObjectStore):
         if credentials is None:
             return "none found"
         label = errors.credential_label(getattr(credentials, "method", "unknown"))
-        return f"access key '{errors.mask(credentials.access_key)}' from {label}"
+        return f"access key '{mask_key(credentials.access_key)}' from {label}"
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -449,7 +455,7 @@ class S3ObjectStore(ObjectStore):
                     for e in failed[:5]
                 )
                 raise StorageError(
-                    f"delete_many under {self.uri} at {self.endpoint}: {len(failed)} of "
+                    f"delete_many under {self.uri} at {self.shown_endpoint}: {len(failed)} of "
                     f"{len(batch)} objects were not deleted ({shown})"
                 )
 

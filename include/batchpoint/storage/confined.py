@@ -1,0 +1,335 @@
+"""A local store that never follows a symbolic link: the store for confined folders
+(savepoint roots, invariant 13).
+
+The plain local store lets the kernel resolve each path, so a link anywhere under its
+root sends a read or a write wherever the link points. Here the root is resolved once,
+when the store is made (a root that is itself a link is fine: its real path is the
+root), and every operation walks from `/` to the object one component at a time with
+O_NOFOLLOW, holding each folder open while it opens the next. A link met on the way,
+there from the start or swapped in between two operations (or during one), is refused
+with PathRefused, never followed; temp files, renames and links are made relative to the
+folder descriptor that was checked, so nothing can redirect them afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from batchpoint.errors import (
+    ObjectAlreadyExists,
+    ObjectNotFound,
+    PathRefused,
+    PreconditionFailed,
+    StorageError,
+)
+from batchpoint.storage.base import ObjectInfo, StoredObject
+from batchpoint.storage.local import _LOCK_DIR, _TMP_PREFIX, LocalObjectStore
+
+# O_PATH (Linux): a folder is walked through, not read, so a parent that grants only
+# search permission (a home folder of mode 0711) is passed as the kernel would pass it.
+_DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LISTABLE = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCK = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+_BLOCK = 1 << 20
+
+
+class ConfinedLocalStore(LocalObjectStore):
+    """Everything a LocalObjectStore does, through no link at all."""
+
+    def __init__(self, root: Path | str, *, create: bool = True) -> None:
+        super().__init__(os.path.realpath(root), create=create)
+
+    # -- walking ------------------------------------------------------------------------
+
+    def _parts(self, key: str) -> tuple[list[str], str]:
+        self._path(key)  # the plain store's checks: no '..', no absolute key
+        parts = [p for p in key.split("/") if p not in ("", ".")]
+        if not parts:
+            raise StorageError(f"invalid object key '{key}'")
+        return parts[:-1], parts[-1]
+
+    def _refused(self, path: str) -> PathRefused:
+        return PathRefused(
+            f"'{path}' is a symbolic link: nothing under {self.root} is read or written "
+            "through a link"
+        )
+
+    def _is_link(self, name: str, parent: int) -> bool:
+        try:
+            return stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+
+    def _step(self, parent: int, name: str, path: str, create: bool) -> int | None:
+        """The folder `name` in `parent`, opened without following a link (made first
+        when `create`); None when it is missing or a file and `create` is off."""
+        for _ in range(100):  # a concurrent delete may prune a folder just made
+            try:
+                return os.open(name, _DIR, dir_fd=parent)
+            except FileNotFoundError:
+                if not create:
+                    return None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or self._is_link(name, parent):
+                    raise self._refused(path) from None
+                if exc.errno != errno.ENOTDIR:
+                    raise
+                if not create:
+                    return None  # a file where a folder would be: nothing under it
+                raise StorageError(f"'{path}' is a file, not a folder") from None
+        raise StorageError(f"could not create folder '{path}'")
+
+    def _open_dir(self, parts: Sequence[str], *, create: bool) -> int | None:
+        """A descriptor of root/parts (the caller closes it), or None (see `_step`)."""
+        path = "/"
+        fd = os.open(path, _DIR)
+        try:
+            for name in (*self.root.parts[1:], *parts):
+                path = os.path.join(path, name)
+                nxt = self._step(fd, name, path, create)
+                os.close(fd)
+                fd = -1
+                if nxt is None:
+                    return None
+                fd = nxt
+            return fd
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+
+    @contextlib.contextmanager
+    def _dir(self, parts: Sequence[str], *, create: bool = False) -> Iterator[int | None]:
+        fd = self._open_dir(parts, create=create)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _open_object(self, key: str) -> int | None:
+        """A descriptor of the regular file at `key`, or None when there is none."""
+        parents, leaf = self._parts(key)
+        with self._dir(parents) as parent:
+            if parent is None:
+                return None
+            try:
+                fd = os.open(leaf, _READ, dir_fd=parent)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or self._is_link(leaf, parent):
+                    raise self._refused(os.path.join(self.root, *parents, leaf)) from None
+                raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None  # a folder (a prefix of other keys) is no object
+        return fd
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, key: str) -> StoredObject:
+        fd = self._open_object(key)
+        if fd is None:
+            raise ObjectNotFound(key, self.uri)
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
+        return StoredObject(key, data, hashlib.md5(data, usedforsecurity=False).hexdigest())
+
+    def head(self, key: str) -> ObjectInfo | None:
+        fd = self._open_object(key)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            return ObjectInfo(key, os.fstat(fd).st_size, _digest(handle))
+
+    def download_file(self, key: str, path: Path) -> ObjectInfo:
+        fd = self._open_object(key)
+        if fd is None:
+            raise ObjectNotFound(key, self.uri)
+        with os.fdopen(fd, "rb") as source, open(path, "wb") as target:
+            etag = _digest(source, into=target)
+        return ObjectInfo(key, path.stat().st_size, etag)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        # Walk only the folder the prefix names (fwalk never enters a linked folder),
+        # then read each file by key, which refuses one swapped for a link meanwhile.
+        base = [p for p in prefix.rsplit("/", 1)[0].split("/") if p] if "/" in prefix else []
+        keys: list[str] = []
+        with self._dir(base) as start:
+            if start is None:
+                return
+            for dirpath, dirnames, filenames, dirfd in os.fwalk(dir_fd=start):
+                dirnames[:] = [d for d in dirnames if d != _LOCK_DIR]
+                rel = os.path.normpath(os.path.join(*base, dirpath))
+                for name in filenames:
+                    key = name if rel == "." else f"{rel}/{name}"
+                    if name.startswith(_TMP_PREFIX) or not key.startswith(prefix):
+                        continue
+                    mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
+                    if stat.S_ISREG(mode):
+                        keys.append(key)
+        for key in sorted(keys):
+            with contextlib.suppress(PathRefused):
+                info = self.head(key)
+                if info is not None:
+                    yield info
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        with self._dir([p for p in prefix.split("/") if p]) as fd:
+            if fd is None:
+                return []
+            with _opened(fd) as listable, os.scandir(listable) as entries:
+                names = [
+                    e.name
+                    for e in entries
+                    if e.is_dir(follow_symlinks=False) and e.name != _LOCK_DIR
+                ]
+        subs = [f"{prefix.rstrip('/')}/{name}/".lstrip("/") for name in names]
+        # Sorted with their trailing '/', as S3 does: 'a-b/' comes before 'a/'.
+        return sorted(s for s in subs if next(iter(self.list(s)), None) is not None)
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _temp_in(self, parent: int, source: BinaryIO | bytes) -> tuple[str, str]:
+        """A fully written temp file in `parent`: its name and md5."""
+        name = f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+        fd = os.open(name, _NEW, 0o666, dir_fd=parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                if isinstance(source, bytes):
+                    handle.write(source)
+                    etag = hashlib.md5(source, usedforsecurity=False).hexdigest()
+                else:
+                    etag = _digest(source, into=handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=parent)
+            raise
+        return name, etag
+
+    def _install(self, key: str, source: BinaryIO | bytes) -> str:
+        """Write a temp file beside the object, then rename it onto the object's name (a
+        rename replaces a link found there; it never writes through it)."""
+        parents, leaf = self._parts(key)
+        with self._dir(parents, create=True) as parent:
+            assert parent is not None
+            tmp, etag = self._temp_in(parent, source)
+            os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
+            _sync(parent)
+        return etag
+
+    def put(self, key: str, data: bytes) -> str:
+        return self._install(key, data)
+
+    def upload_file(self, key: str, path: Path) -> ObjectInfo:
+        with open(path, "rb") as source:
+            etag = self._install(key, source)
+        return ObjectInfo(key, path.stat().st_size, etag)
+
+    def create(self, key: str, data: bytes) -> str:
+        parents, leaf = self._parts(key)
+        with self._dir(parents, create=True) as parent:
+            assert parent is not None
+            tmp, etag = self._temp_in(parent, data)
+            try:
+                # link() never follows a link at the new name: one there is EEXIST.
+                os.link(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
+            except FileExistsError:
+                raise ObjectAlreadyExists(key) from None
+            finally:
+                os.unlink(tmp, dir_fd=parent)
+            _sync(parent)
+        return etag
+
+    def replace(self, key: str, data: bytes, etag: str) -> str:
+        with self._key_lock(key):
+            try:
+                current = self.get(key).etag
+            except ObjectNotFound:
+                raise PreconditionFailed(key) from None
+            if current != etag:
+                raise PreconditionFailed(key)
+            return self._install(key, data)
+
+    @contextlib.contextmanager
+    def _key_lock(self, key: str) -> Iterator[None]:
+        name = hashlib.sha256(key.encode()).hexdigest()[:32]
+        with self._thread_lock, self._dir([_LOCK_DIR], create=True) as locks:
+            fd = os.open(name, _LOCK, 0o666, dir_fd=locks)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the flock
+
+    def delete(self, key: str) -> None:
+        parents, leaf = self._parts(key)
+        with self._dir(parents) as parent:
+            if parent is None:
+                return
+            try:
+                if stat.S_ISDIR(os.stat(leaf, dir_fd=parent, follow_symlinks=False).st_mode):
+                    return  # a prefix of other keys is no object
+                os.unlink(leaf, dir_fd=parent)  # a link is removed itself, never its target
+            except FileNotFoundError:
+                return
+        self._prune(parents)
+
+    def _prune(self, parents: list[str]) -> None:
+        # S3 has no folders; removing empty ones keeps list_dirs() answering alike.
+        for depth in range(len(parents), 0, -1):
+            with self._dir(parents[: depth - 1]) as fd:
+                if fd is None:
+                    return
+                try:
+                    os.rmdir(parents[depth - 1], dir_fd=fd)  # a link is ENOTDIR: kept
+                except OSError:
+                    return
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        count = 0
+        for key in keys:
+            self.delete(key)
+            count += 1
+        return count
+
+
+@contextlib.contextmanager
+def _opened(parent: int) -> Iterator[int]:
+    """`parent` (walked through, perhaps not readable) opened for reading."""
+    fd = os.open(".", _LISTABLE, dir_fd=parent)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _sync(parent: int) -> None:
+    """Make a rename or link in `parent` durable."""
+    with _opened(parent) as fd:
+        os.fsync(fd)
+
+
+def _digest(source: BinaryIO, into: BinaryIO | None = None) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    for block in iter(lambda: source.read(_BLOCK), b""):
+        digest.update(block)
+        if into is not None:
+            into.write(block)
+    return digest.hexdigest()
