@@ -22,6 +22,12 @@ Table sinks (`SinkTables`, injected): after the manifests are pruned, their tabl
 expire the snapshots of dropped epochs, and every file an unexpired snapshot reads is a
 reference, wherever the table stands against its manifest; a folder holding such a file
 stays queued. If a table cannot be expired or read, nothing is deleted in that pass.
+
+Late writers: a zombie that writes into a folder after its id left the queue
+(`collected`) is caught by a later pass: each pass sweeps the folders of the newest
+`COLLECTED_SWEEP` collected ids, and pruning an id's records deletes its unreferenced
+data first, so a late file lives at most until `history_limit` newer ids are collected
+and never blocks the pruning. Per pass that is a constant number of extra listings.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from batchpoint.protocol.sink_tables import SinkTables, TableReferences
 from batchpoint.protocol.sinks import SinkPublisher
 
 ProgressFn = Callable[[str], None]
+
+#: Folders of collected ids swept per pass for late writers (the newest ones).
+COLLECTED_SWEEP = 8
 
 
 @dataclass
@@ -170,9 +179,12 @@ class GarbageCollector:
         done: list[int] = []
         # Retained folders too: a settled checkpoint's references are fixed, so a file
         # there that nothing references is a losing or zombie attempt's (bounded work:
-        # num_retained + savepoints folders).
+        # num_retained + savepoints folders). And the newest collected folders, for
+        # writers later than the grace (bounded: COLLECTED_SWEEP folders).
+        queued = {e.checkpoint_id for e in control.discarded}
+        late = [i for i in control.collected[-COLLECTED_SWEEP:] if i not in queued]
         sweep: list[tuple[DiscardedEntry | None, int]] = [
-            (None, i) for i in report.kept_checkpoints
+            (None, i) for i in dict.fromkeys([*report.kept_checkpoints, *late])
         ]
         for entry, cid in [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]:
             found = list(c.store.list(c.layout.data_prefix(cid)))
@@ -196,7 +208,7 @@ class GarbageCollector:
             self._dequeue(done)
             report.dequeued = done
         if history_limit is not None:
-            self._prune_history(history_limit, report, progress)
+            self._prune_history(history_limit, referenced, report, progress)
         return report
 
     def _table_references(self, report: GcReport, dry_run: bool) -> TableReferences | None:
@@ -271,7 +283,11 @@ class GarbageCollector:
         self._c.control.update(drop)
 
     def _prune_history(
-        self, history_limit: int, report: GcReport, progress: ProgressFn | None
+        self,
+        history_limit: int,
+        referenced: set[str],
+        report: GcReport,
+        progress: ProgressFn | None,
     ) -> None:
         c = self._c
         control = c.control.load()
@@ -279,9 +295,17 @@ class GarbageCollector:
         prunable = collected[: max(0, len(collected) - history_limit)]
         pruned = []
         for cid in prunable:
-            keys = [i.key for i in c.store.list(c.layout.checkpoint(cid))]
-            if any(k.startswith(c.layout.data_prefix(cid)) for k in keys):
-                continue  # some data is still referenced (a sink, a newer checkpoint)
+            found = list(c.store.list(c.layout.checkpoint(cid)))
+            data = [i for i in found if i.key.startswith(c.layout.data_prefix(cid))]
+            if any(i.key in referenced for i in data):
+                continue  # a sink, a table or a newer checkpoint still reads its data
+            # What is left is a late writer's: a collected id never returns into
+            # retained or pending, so no new reference can point into its folder.
+            if data:
+                _say(progress, f"checkpoint {cid}: deleting {len(data)} late file(s)")
+                report.deleted_files.extend(i.key for i in data)
+                report.deleted_bytes += sum(i.size for i in data)
+            keys = [i.key for i in found]
             _say(progress, f"checkpoint {cid}: pruning {len(keys)} record(s) from history")
             outcome_key = c.layout.outcome(cid)
             c.store.delete_many(k for k in keys if k != outcome_key)
