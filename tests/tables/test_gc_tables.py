@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from batchpoint.ops.maintenance import gc
+from batchpoint.ops.runs import discard_checkpoint_data
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.storage import StoreRef
 from tables.table_epochs import SINK, TableEpochs
@@ -113,3 +114,17 @@ def test_gc_through_another_catalog_than_the_pipelines_deletes_nothing(
     (finding,) = report.findings
     assert "not in the catalog read here, yet its metadata is in storage" in finding.problem
     assert epochs.assert_every_snapshot_reads() == ids
+
+
+def test_the_cleanup_of_one_checkpoint_leaves_a_completed_ones_files_to_gc(
+    epochs: TableEpochs,
+) -> None:
+    """The cleanup task's GC of one checkpoint (`discard_checkpoint_data`) asks no table:
+    it must not touch a completed checkpoint's folder, which a table may still read."""
+    first = epochs.epoch({"a": 1})
+    with epochs.outage():
+        for n in (2, 3):
+            epochs.epoch({"a": n})
+    gc(epochs.coordinator)  # the manifest drops epoch 1; the lagging table reads it
+    assert discard_checkpoint_data(epochs.coordinator, first) == []
+    assert epochs.assert_every_snapshot_reads() == [first]
