@@ -128,3 +128,17 @@ def test_the_cleanup_of_one_checkpoint_leaves_a_completed_ones_files_to_gc(
     gc(epochs.coordinator)  # the manifest drops epoch 1; the lagging table reads it
     assert discard_checkpoint_data(epochs.coordinator, first) == []
     assert epochs.assert_every_snapshot_reads() == [first]
+
+
+def test_a_catalog_that_cannot_be_reached_is_named_without_its_password(
+    epochs: TableEpochs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    epochs.epoch({"a": 1})
+    secret = "s3cret-catalog-pass"
+    uri = f"postgresql+psycopg2://batchpoint:{secret}@127.0.0.1:9/catalog"
+    monkeypatch.setenv("BATCHPOINT_TABLE_CATALOG", uri)
+    report = gc(epochs.coordinator)
+    (finding,) = report.findings
+    assert report.deleted_files == [] and "nothing deleted" in finding.problem
+    assert "postgresql+psycopg2://batchpoint:***@127.0.0.1:9/catalog" in finding.problem
+    assert secret not in str(finding)
