@@ -140,5 +140,5 @@ def test_a_catalog_that_cannot_be_reached_is_named_without_its_password(
     report = gc(epochs.coordinator)
     (finding,) = report.findings
     assert report.deleted_files == [] and "nothing deleted" in finding.problem
-    assert "postgresql+psycopg2://batchpoint:***@127.0.0.1:9/catalog" in finding.problem
+    assert "postgresql+psycopg2://batchpoint:**********@127.0.0.1:9/catalog" in finding.problem
     assert secret not in str(finding)

@@ -28,6 +28,7 @@ from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sink_tables import TableReferences
 from batchpoint.protocol.sinks import SinkManifest, SinkPublisher
+from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import default_catalog_missing, table_metadata_prefix
@@ -174,7 +175,8 @@ def _reading(found: _SinkTable) -> Iterator[None]:
     except BatchpointError:
         raise
     except Exception as exc:
-        text = str(exc).strip().splitlines()
+        # A driver's text may repeat the catalog's URI: never with its password.
+        text = redact_uri(str(exc)).strip().splitlines()
         detail = text[0] if text else type(exc).__name__
         raise TableError(
             f"sink '{found.sink}': {found.binding} cannot be read ({detail})"
