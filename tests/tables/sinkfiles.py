@@ -21,14 +21,18 @@ SCHEMA = pa.schema([pa.field("account_id", pa.string()), pa.field("balance", pa.
 
 
 def staged_file(
-    store: ObjectStore, checkpoint_id: int, rows: Mapping[str, int], part: int = 0
+    store: ObjectStore,
+    checkpoint_id: int,
+    rows: Mapping[str, int],
+    part: int = 0,
+    pipeline: str = PIPELINE,
 ) -> FileHandle:
     """One plain sink file of checkpoint `checkpoint_id` with `rows` (account -> balance)."""
     table = pa.table({"account_id": list(rows), "balance": list(rows.values())}, schema=SCHEMA)
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     data = buffer.getvalue()
-    key = f"{PipelineLayout(PIPELINE).data_prefix(checkpoint_id)}{SINK}/part-{part}.parquet"
+    key = f"{PipelineLayout(pipeline).data_prefix(checkpoint_id)}{SINK}/part-{part}.parquet"
     store.put(key, data)
     return FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), len(rows), name="sink")
 
@@ -51,5 +55,5 @@ def manifest(
     )
 
 
-def save(store: ObjectStore, m: SinkManifest) -> None:
-    store.put(PipelineLayout(PIPELINE).sink_manifest(m.sink), m.encode())
+def save(store: ObjectStore, m: SinkManifest, pipeline: str = PIPELINE) -> None:
+    store.put(PipelineLayout(pipeline).sink_manifest(m.sink), m.encode())

@@ -223,6 +223,7 @@ def _overview_items(overview: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("triggered in all", str(overview.get("triggered", 0))),
         ("in progress", ", ".join(map(str, pending)) or "-"),
         ("consecutive failures", str(overview.get("consecutive_failures", 0))),
+        *(("finding", f) for f in overview.get("findings") or []),
     ]
 
 
@@ -240,10 +241,18 @@ def render_index(pipelines: Sequence[Mapping[str, Any]], *, error: str = "") -> 
     for p in pipelines:
         o = p["overview"]
         detail = f" title='{esc(o['status_detail'])}'" if o.get("status_detail") else ""
+        findings = o.get("findings") or []
+        # A lagging table does not stop the pipeline: said beside its status.
+        noted = (
+            f" <span class='error' title='{esc('; '.join(findings))}'>"
+            f"({len(findings)} finding(s))</span>"
+            if findings
+            else ""
+        )
         rows.append(
             f"<tr class='{esc(o['status'])}'>"
             f"<td><a href='{quote(p['pipeline'])}'>{esc(p['pipeline'])}</a></td>"
-            f"<td{detail}>{esc(o['status'])}</td>"
+            f"<td{detail}>{esc(o['status'])}{noted}</td>"
             f"<td>{esc(o['head'] if o['head'] is not None else '-')}</td>"
             f"<td>{esc(o.get('latest_checkpoint') or '-')}</td>"
             f"<td>{esc(o.get('latest_savepoint') or '-')}</td>"

@@ -12,7 +12,7 @@ from batchpoint.cli.context import Command, add_gate_option
 from batchpoint.errors import ConfigError
 from batchpoint.ops.gates import judging_gate
 from batchpoint.ops.pipelines import require_pipeline
-from batchpoint.ops.verify import verify_files, verify_quality, verify_target
+from batchpoint.ops.verify import table_lag, verify_files, verify_quality, verify_target
 from batchpoint.quality.report import CandidateReport
 
 
@@ -24,8 +24,10 @@ def cmd_verify(cmd: Command) -> int:
             c, args.target, cmd.settings.store_options, cmd.settings.savepoint_roots
         )
         check = verify_files(c, target, checksums=not args.quick)
+        tables = table_lag(c)
         lines = [f"{check.target}: {check.files} file(s), {len(check.problems)} problem(s)"]
-        cmd.out.emit(check.to_json, "\n".join(lines + [f"  {p}" for p in check.problems]))
+        lines += [f"  {p}" for p in check.problems] + _table_lines(tables)
+        cmd.out.emit(lambda: {**check.to_json(), "tables": tables}, "\n".join(lines))
         return 0 if check.passed else 1
     reference = cmd.gate_ref()
     pipeline = None
@@ -49,8 +51,19 @@ def cmd_verify(cmd: Command) -> int:
         gate.coordinator, args.target, cmd.settings.store_options, cmd.settings.savepoint_roots
     )
     result = verify_quality(gate, target, quarantine=args.quarantine, progress=cmd.out.progress)
-    cmd.out.emit(result.to_json, lambda: render_report(result.target, result.report))
+    tables = table_lag(gate.coordinator)
+    cmd.out.emit(
+        lambda: {**result.to_json(), "tables": tables},
+        lambda: "\n".join([render_report(result.target, result.report), *_table_lines(tables)]),
+    )
     return 0 if result.passed else 1
+
+
+def _table_lines(tables: list[str]) -> list[str]:
+    """The pipeline's table sinks that lag (they do not fail the verification)."""
+    if not tables:
+        return []
+    return ["", "sink tables (the pipeline's, not this checkpoint's):", *(f"  {t}" for t in tables)]
 
 
 def render_report(what: str, report: CandidateReport) -> str:

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.gc import GarbageCollector, GcReport
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.repair import repair as repair_control
+from batchpoint.protocol.sink_tables import SinkTables, TableReferences
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
 from batchpoint.tables.binding import table_bindings
 
@@ -25,14 +26,15 @@ def gc(
     history_limit: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> GcReport:
-    """Delete files no retained checkpoint references (nothing with `dry_run`), and the
-    records of settled, unretained checkpoints beyond the newest `history_limit` (the
-    pipeline's BATCHPOINT_HISTORY_LIMIT when not given)."""
+    """Delete files no retained checkpoint and no table snapshot references (nothing
+    with `dry_run`), and the records of settled, unretained checkpoints beyond the
+    newest `history_limit` (the pipeline's BATCHPOINT_HISTORY_LIMIT when not given).
+    Every GC of a pipeline goes through here, so none forgets its table sinks."""
     if history_limit is not None and history_limit < 0:
         raise ConfigError(f"history limit must be >= 0, got {history_limit}")
     if history_limit is None:
         history_limit = coordinator.config.history_limit
-    report = GarbageCollector(coordinator, before_delete=_table_expiry(coordinator)).collect(
+    report = GarbageCollector(coordinator, tables=sink_tables(coordinator)).collect(
         dry_run=dry_run, history_limit=history_limit, progress=progress
     )
     report.findings.extend(recorded_findings(coordinator))
@@ -50,21 +52,42 @@ def recorded_findings(coordinator: CheckpointCoordinator) -> list[Finding]:
     return [Finding(f"checkpoint {f.checkpoint_id}", f.message, f.checkpoint_id) for f in ordered]
 
 
-def _table_expiry(coordinator: CheckpointCoordinator) -> Callable[[], None] | None:
-    """For a pipeline with table sinks: expire their snapshots of dropped checkpoints."""
+def sink_tables(coordinator: CheckpointCoordinator) -> SinkTables | None:
+    """The pipeline's table sinks, from the spec it registered (None: it has none, or
+    registered no graph yet). A spec that cannot be read could name tables: GC then
+    gets a port that refuses, and deletes nothing."""
     try:
         bindings = table_bindings(coordinator.load_spec().operators)
-    except BatchpointError:
-        return None  # no graph registered yet: no table either
+    except CheckpointNotFound:
+        return None
+    except BatchpointError as exc:
+        return _Unreadable(f"the pipeline's spec: {exc}")
     if not bindings:
         return None
+    from batchpoint.tables.references import PipelineTables
 
-    def expire() -> None:
-        from batchpoint.tables.service import expire_dropped
+    return PipelineTables(coordinator.store, coordinator.pipeline, bindings)
 
-        expire_dropped(coordinator.store, coordinator.pipeline, bindings)
 
-    return expire
+def table_findings(coordinator: CheckpointCoordinator) -> list[Finding]:
+    """The table sinks that lag their manifests or cannot be read (`verify`, the UI)."""
+    tables = sink_tables(coordinator)
+    if tables is None:
+        return []
+    if isinstance(tables, _Unreadable):
+        return [Finding("sink tables", tables.why)]
+    return tables.findings()
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    why: str
+
+    def expire(self) -> None:
+        raise BatchpointError(self.why)
+
+    def references(self) -> TableReferences:
+        raise BatchpointError(self.why)
 
 
 def gc_summary(report: GcReport) -> dict[str, Any]:

@@ -6,11 +6,12 @@ requests in proportion to what it shows, not to the history's length."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint.errors import ObjectNotFound
 from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint
+from batchpoint.ops.maintenance import table_findings
 from batchpoint.protocol.checkpoint import (
     ADOPTED_FROM_META,
     SHARED_FROM_META,
@@ -38,6 +39,9 @@ class PipelineOverview:
     pending: list[int]
     consecutive_failures: int
     triggered: int  # checkpoints and savepoints ever triggered (the id counter)
+    #: What needs an operator's eye without stopping the pipeline: a table sink whose
+    #: table lags its manifest, or cannot be read.
+    findings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -80,6 +84,7 @@ def pipeline_overview(
         [s.checkpoint_id for s in rows if s.status is CheckpointStatus.PENDING],
         failures.consecutive_failures,
         c.ids.peek() - 1,
+        [str(f) for f in table_findings(c)],
     )
 
 

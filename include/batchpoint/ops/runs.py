@@ -197,10 +197,15 @@ def settle_run(
 
 
 def discard_checkpoint_data(coordinator: CheckpointCoordinator, checkpoint_id: int) -> list[str]:
-    """GC restricted to one settled checkpoint: delete its data files that nothing
-    retained references (all of them, for an aborted checkpoint)."""
-    if coordinator.get_outcome(checkpoint_id) is None:
-        return []  # pending: its tasks may still be writing there
+    """GC restricted to one aborted checkpoint: delete its data files that nothing
+    retained or pending references (all of them, unless a checkpoint built on it)."""
+    outcome = coordinator.get_outcome(checkpoint_id)
+    if outcome is None or outcome.completed is not None:
+        # Pending: its tasks may still be writing there. Completed: its files may be
+        # published, and a table sink's snapshots may read them: that is `gc`'s to
+        # judge, which asks the tables. An aborted checkpoint's files no manifest
+        # published, so no table reads them.
+        return []
     referenced = GarbageCollector(coordinator).referenced_files()
     doomed = [
         info.key

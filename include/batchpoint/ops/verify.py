@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import BatchpointError, CheckpointNotFound
+from batchpoint.ops.maintenance import table_findings
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
@@ -97,6 +98,14 @@ def verify_files(
     metadata = read_savepoint(target)
     problems = check_savepoint(target, metadata, checksums=checksums)
     return FileCheck(f"savepoint {target.uri}", len(metadata.handles), [str(p) for p in problems])
+
+
+def table_lag(coordinator: CheckpointCoordinator) -> list[str]:
+    """The pipeline's table sinks that lag their manifests or cannot be read. Reported
+    beside every verification, they do not fail it: `verify` judges a checkpoint's files
+    and state, and a table behind them is the pipeline's to catch up (the next publish
+    or restore syncs it; GC keeps what its snapshots read meanwhile)."""
+    return [str(f) for f in table_findings(coordinator)]
 
 
 @dataclass

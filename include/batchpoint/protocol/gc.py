@@ -17,6 +17,17 @@ changelog chain. Record history: outcome and ack records of collected checkpoint
 beyond the newest `history_limit` are pruned once their data is gone. Unreadable
 records are left alone and reported as findings; while one could hold references,
 nothing is deleted.
+
+Table sinks (`SinkTables`, injected): after the manifests are pruned, their tables
+expire the snapshots of dropped epochs, and every file an unexpired snapshot reads is a
+reference, wherever the table stands against its manifest; a folder holding such a file
+stays queued. If a table cannot be expired or read, nothing is deleted in that pass.
+
+Late writers: a zombie that writes into a folder after its id left the queue
+(`collected`) is caught by a later pass: each pass sweeps the folders of the newest
+`COLLECTED_SWEEP` collected ids, and pruning an id's records deletes its unreferenced
+data first, so a late file lives at most until `history_limit` newer ids are collected
+and never blocks the pruning. Per pass that is a constant number of extra listings.
 """
 
 from __future__ import annotations
@@ -33,9 +44,13 @@ from batchpoint.protocol.control import (
 )
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
+from batchpoint.protocol.sink_tables import SinkTables, TableReferences
 from batchpoint.protocol.sinks import SinkPublisher
 
 ProgressFn = Callable[[str], None]
+
+#: Folders of collected ids swept per pass for late writers (the newest ones).
+COLLECTED_SWEEP = 8
 
 
 @dataclass
@@ -58,28 +73,33 @@ class GarbageCollector:
         extra_references: Callable[[], Iterable[str]] | None = None,
         *,
         grace: float | None = None,
-        before_delete: Callable[[], None] | None = None,
+        tables: SinkTables | None = None,
     ) -> None:
         self._c = coordinator
         self._extra_references = extra_references
-        # Runs after the sink manifests are pruned, before any file goes (a table sink
-        # expires the snapshots that reference dropped epochs); if it raises, nothing is
-        # deleted in this pass.
-        self._before_delete = before_delete
+        # Expired after the sink manifests are pruned, then read as references before
+        # any file goes; if either raises, nothing is deleted in this pass.
+        self._tables = tables
         # >= the checkpoint timeout: no writer of a discarded checkpoint outlives it
         self.grace = (
             max(coordinator.config.gc_grace, coordinator.config.timeout) if grace is None else grace
         )
 
     def referenced_files(self, control: ControlRecord | None = None) -> set[str]:
-        refs, _, findings = self._references(control or self._c.control.load())
+        """Every referenced file (the table sinks' too, when this GC was given them);
+        raises if a record or a table that could hold references cannot be read."""
+        tables = self._tables.references().keys if self._tables is not None else frozenset()
+        refs, _, findings = self._references(control or self._c.control.load(), tables)
         if findings:
             raise RecordError("; ".join(map(str, findings)))
         return refs
 
-    def _references(self, control: ControlRecord) -> tuple[set[str], set[str], list[Finding]]:
-        """Every referenced file, those of them a retained or pending checkpoint
-        references, and what could not be read."""
+    def _references(
+        self, control: ControlRecord, tables: frozenset[str] = frozenset()
+    ) -> tuple[set[str], set[str], list[Finding]]:
+        """Every referenced file, those of them that hold their folder in the queue (a
+        retained or pending checkpoint's, a table snapshot's), and what could not be
+        read."""
         c = self._c
         findings: list[Finding] = []
         referenced: set[str] = set()
@@ -119,7 +139,10 @@ class GarbageCollector:
                 referenced.update(f.path for e in manifest.epochs.values() for f in e.files)
         if self._extra_references is not None:
             referenced.update(self._extra_references())
-        return referenced, by_checkpoints, findings
+        # A table's files hold their folder: no manifest prune requeues it once the
+        # table lets go of them (a sync that catches up, an expiry), a later pass does.
+        referenced.update(tables)
+        return referenced, by_checkpoints | tables, findings
 
     def collect(
         self,
@@ -142,12 +165,11 @@ class GarbageCollector:
         report.skipped_pending = sorted(p.checkpoint_id for p in control.pending)
         if not dry_run:
             self._prune_sinks(report)
-            if self._before_delete is not None:
-                try:
-                    self._before_delete()
-                except Exception as exc:  # a table's catalog or storage: tried next pass
-                    report.findings.append(Finding("sink tables", f"not expired: {exc}"))
-        referenced, shared, findings = self._references(control)
+        tables = self._table_references(report, dry_run)
+        if tables is None:
+            _say(progress, "a table sink could not be expired or read: nothing deleted")
+            return report
+        referenced, holding, findings = self._references(control, tables.keys)
         report.findings.extend(findings)
         if findings:
             _say(progress, "unreadable records could hold references: nothing deleted")
@@ -157,9 +179,12 @@ class GarbageCollector:
         done: list[int] = []
         # Retained folders too: a settled checkpoint's references are fixed, so a file
         # there that nothing references is a losing or zombie attempt's (bounded work:
-        # num_retained + savepoints folders).
+        # num_retained + savepoints folders). And the newest collected folders, for
+        # writers later than the grace (bounded: COLLECTED_SWEEP folders).
+        queued = {e.checkpoint_id for e in control.discarded}
+        late = [i for i in control.collected[-COLLECTED_SWEEP:] if i not in queued]
         sweep: list[tuple[DiscardedEntry | None, int]] = [
-            (None, i) for i in report.kept_checkpoints
+            (None, i) for i in dict.fromkeys([*report.kept_checkpoints, *late])
         ]
         for entry, cid in [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]:
             found = list(c.store.list(c.layout.data_prefix(cid)))
@@ -170,11 +195,12 @@ class GarbageCollector:
             report.deleted_bytes += sum(i.size for i in doomed)
             if not dry_run:
                 c.store.delete_many(i.key for i in doomed)
-            # A folder whose files a newer checkpoint still shares stays queued, so that
-            # they are collected once nothing shares them (a chain is bounded in length).
-            # Files only a sink keeps are requeued by the sink's pruning instead.
-            sharing = any(i.key in shared for i in found)
-            if entry is not None and now >= entry.at + self.grace and not sharing:
+            # A folder whose files a newer checkpoint or a table snapshot still reads
+            # stays queued, so that they are collected once nothing reads them (a chain
+            # is bounded in length, a table's snapshots by its expiry). Files only a
+            # sink manifest keeps are requeued by the manifest's pruning instead.
+            holds = any(i.key in holding for i in found)
+            if entry is not None and now >= entry.at + self.grace and not holds:
                 done.append(cid)
         if dry_run:
             return report
@@ -182,8 +208,30 @@ class GarbageCollector:
             self._dequeue(done)
             report.dequeued = done
         if history_limit is not None:
-            self._prune_history(history_limit, report, progress)
+            self._prune_history(history_limit, referenced, report, progress)
         return report
+
+    def _table_references(self, report: GcReport, dry_run: bool) -> TableReferences | None:
+        """Expire the table sinks' snapshots of dropped epochs, then read what every
+        snapshot left reads; None (with a finding) if a table could not be expired or
+        read: its snapshots could reference anything published, so nothing may go."""
+        if self._tables is None:
+            return TableReferences()
+        if not dry_run:
+            try:
+                self._tables.expire()
+            except Exception as exc:  # a catalog's or storage's error: tried next pass
+                report.findings.append(
+                    Finding("sink tables", f"not expired, nothing deleted: {exc}")
+                )
+                return None
+        try:
+            found = self._tables.references()
+        except Exception as exc:
+            report.findings.append(Finding("sink tables", f"not read, nothing deleted: {exc}"))
+            return None
+        report.findings.extend(found.findings)
+        return found
 
     def _prune_sinks(self, report: GcReport) -> None:
         c = self._c
@@ -235,7 +283,11 @@ class GarbageCollector:
         self._c.control.update(drop)
 
     def _prune_history(
-        self, history_limit: int, report: GcReport, progress: ProgressFn | None
+        self,
+        history_limit: int,
+        referenced: set[str],
+        report: GcReport,
+        progress: ProgressFn | None,
     ) -> None:
         c = self._c
         control = c.control.load()
@@ -243,9 +295,17 @@ class GarbageCollector:
         prunable = collected[: max(0, len(collected) - history_limit)]
         pruned = []
         for cid in prunable:
-            keys = [i.key for i in c.store.list(c.layout.checkpoint(cid))]
-            if any(k.startswith(c.layout.data_prefix(cid)) for k in keys):
-                continue  # some data is still referenced (a sink, a newer checkpoint)
+            found = list(c.store.list(c.layout.checkpoint(cid)))
+            data = [i for i in found if i.key.startswith(c.layout.data_prefix(cid))]
+            if any(i.key in referenced for i in data):
+                continue  # a sink, a table or a newer checkpoint still reads its data
+            # What is left is a late writer's: a collected id never returns into
+            # retained or pending, so no new reference can point into its folder.
+            if data:
+                _say(progress, f"checkpoint {cid}: deleting {len(data)} late file(s)")
+                report.deleted_files.extend(i.key for i in data)
+                report.deleted_bytes += sum(i.size for i in data)
+            keys = [i.key for i in found]
             _say(progress, f"checkpoint {cid}: pruning {len(keys)} record(s) from history")
             outcome_key = c.layout.outcome(cid)
             c.store.delete_many(k for k in keys if k != outcome_key)

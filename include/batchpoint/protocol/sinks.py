@@ -246,7 +246,12 @@ class SinkPublisher:
         """Drop the epochs no reader as of `keep()` (or current) needs. `keep` is read
         inside each CAS round, after the manifest: an epoch is published only after its
         checkpoint settled, so an epoch in the manifest read is judged by a retained set
-        that already knows it. Returns the dropped checkpoint ids."""
+        that already knows it. Returns the dropped checkpoint ids.
+
+        The manifest speaks for batchpoint's readers only: a table sink's table may still
+        read a dropped epoch's files (it lags, or keeps the snapshot until it is
+        expired). Those files stay because GC takes the table's own snapshots as
+        references (`protocol/sink_tables.py`), not because the epoch stays here."""
         dropped: list[int] = []
 
         def prune(current: SinkManifest | None) -> SinkManifest | None:

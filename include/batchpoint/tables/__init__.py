@@ -12,6 +12,7 @@ copy. `read_table` reads a table as of any checkpoint (time travel by checkpoint
     catalog.py  which catalog serves a binding, with the store's S3 settings as FileIO
     plan.py     what a sync must commit, from the table's position and the manifest
     iceberg.py  the pyiceberg adapter: create, position, commit, time travel, expire
+    references.py  GC's view of the tables: the files every snapshot reads, which lag
 """
 
 from batchpoint.tables.binding import TableBinding, table_bindings

@@ -59,6 +59,31 @@ def catalog_uri(store: ObjectStore, configured: str | None) -> str | None:
     return None
 
 
+def default_catalog_missing(name: str, store: ObjectStore, configured_uri: str | None) -> bool:
+    """Whether `name` would be the file root's default catalog and that has not been
+    made yet: then no table exists, and a reader (GC, `verify`, the UI) must not make
+    it by opening it."""
+    if configured_uri:
+        return False
+    root = getattr(store, "root", None)
+    if not store.uri.startswith("file://") or root is None:
+        return False
+    try:
+        from pyiceberg.utils.config import Config
+    except ImportError:
+        return False  # opening says what is missing
+    if Config().get_catalog_config(name):
+        return False
+    return not (root / "tables" / "catalog.db").exists()
+
+
+def table_metadata_prefix(identifier: str) -> str:
+    """Where a table of the store's warehouse keeps its metadata by default
+    (<warehouse>/<namespace>/<table>/metadata/), as a key of the store."""
+    namespace, _, table = identifier.rpartition(".")
+    return f"tables/{namespace}/{table}/metadata/"
+
+
 def open_catalog(name: str, store: ObjectStore, configured_uri: str | None = None) -> Catalog:
     """The catalog `name` for tables on `store`'s storage (cached per process)."""
     key = (name, configured_uri or "", store.uri, getattr(store, "settings", None))

@@ -84,3 +84,20 @@ def plan_sync(position: TablePosition | None, manifest: SinkManifest) -> SyncPla
         steps = (SyncStep(Operation.REWIND, target, files, replace=True),)
     first = ids[start] if start < len(ids) else target
     return SyncPlan(steps, f"{len(steps)} commit(s) from checkpoint {first}")
+
+
+def lag(position: TablePosition | None, manifest: SinkManifest) -> str | None:
+    """How a table lags its manifest (a sync would commit something: it is behind the
+    manifest's current checkpoint, or in an older restore generation), or None."""
+    plan = plan_sync(position, manifest)
+    if plan.stale or not plan.steps:
+        return None
+    at = (
+        "has no batchpoint commit"
+        if position is None or position.checkpoint_id is None
+        else f"is at checkpoint {position.checkpoint_id} (generation {position.generation})"
+    )
+    return (
+        f"the table {at}, the manifest at checkpoint {manifest.current} "
+        f"(generation {manifest.generation})"
+    )

@@ -48,17 +48,3 @@ def sync_tables(
         table = sink_table(store_ref, pipeline, sink, binding, catalog_uri)
         reports.append(TableSync(table, lambda s=sink: publisher.manifest(s)).run())
     return reports
-
-
-def expire_dropped(store: ObjectStore, pipeline: str, bindings: Mapping[str, TableBinding]) -> None:
-    """Expire every table sink's snapshots of checkpoints its manifest dropped: GC calls
-    it after pruning the manifests and before deleting their files, so time travel never
-    offers a checkpoint whose files are gone. Raises if a table cannot be reached (GC
-    then deletes nothing and tries again next time)."""
-    publisher = SinkPublisher(store, PipelineLayout(pipeline))
-    for sink, binding in bindings.items():
-        manifest = publisher.manifest(sink)
-        adapter = sink_table(store, pipeline, sink, binding)
-        table = adapter.load()
-        if manifest is not None and table is not None:
-            adapter.expire(table, manifest)

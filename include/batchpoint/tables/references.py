@@ -1,0 +1,183 @@
+"""A pipeline's table sinks as GC, `verify` and the UI see them (`protocol.sink_tables.
+SinkTables`): which storage keys their snapshots read, and whether a table lags its
+manifest.
+
+The references come from each table's own metadata: every snapshot it still lists (not
+only the current one, and whatever the manifest says), each snapshot's manifests, their
+live data files. A data file's path is the store's URI of a key (`TableSync` adds the
+staged files where they are), so the key is the path less the store's prefix; a path
+elsewhere (another engine's compaction, under the table's own folder) is no checkpoint's
+file. Manifests shared by several snapshots are read once: the cost is the table's
+unexpired history, which GC's expiry keeps to the manifest's epochs plus what a lagging
+table holds.
+
+A table the catalog does not know is no reference holder, unless its metadata is in the
+store's warehouse: then the catalog read is not the one the pipeline writes with, and
+that is an error (GC deletes nothing), not an empty table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from batchpoint.errors import BatchpointError
+from batchpoint.protocol.findings import Finding
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.sink_tables import TableReferences
+from batchpoint.protocol.sinks import SinkManifest, SinkPublisher
+from batchpoint.redaction import redact_uri
+from batchpoint.storage import ObjectStore
+from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.catalog import default_catalog_missing, table_metadata_prefix
+from batchpoint.tables.iceberg import IcebergSinkTable, TableError
+from batchpoint.tables.plan import lag
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+
+def snapshot_keys(table: Table, store: ObjectStore) -> set[str]:
+    """The store's keys that some snapshot of `table` reads."""
+    prefix = store.child("")
+    seen: set[str] = set()
+    keys: set[str] = set()
+    for snapshot in table.snapshots():
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            # Deleted entries are files a snapshot stopped reading; the snapshots that
+            # read them list them in their own (older) manifests.
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                path = entry.data_file.file_path
+                if path.startswith(prefix):
+                    keys.add(path[len(prefix) :])
+    return keys
+
+
+class PipelineTables:
+    """The table sinks of one pipeline (implements `SinkTables` for GC)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        pipeline: str,
+        bindings: Mapping[str, TableBinding],
+        catalog_uri: str | None = None,
+    ) -> None:
+        self.store = store
+        self.pipeline = pipeline
+        self.bindings = dict(bindings)
+        self.catalog_uri = catalog_uri
+        self._manifests = SinkPublisher(store, PipelineLayout(pipeline))
+
+    # -- SinkTables ---------------------------------------------------------------------
+
+    def expire(self) -> None:
+        for found in self._tables():
+            if found.adapter is None or found.table is None or found.manifest is None:
+                continue
+            with _reading(found):
+                found.adapter.expire(found.table, found.manifest)
+
+    def references(self) -> TableReferences:
+        keys: set[str] = set()
+        findings: list[Finding] = []
+        for found in self._tables():
+            if found.table is not None:
+                with _reading(found):
+                    keys |= snapshot_keys(found.table, self.store)
+            finding = self._lag(found)
+            if finding is not None:
+                findings.append(finding)
+        return TableReferences(frozenset(keys), tuple(findings))
+
+    # -- for verify and the UI ----------------------------------------------------------
+
+    def findings(self) -> list[Finding]:
+        """Every table that lags its manifest or cannot be read, one finding each
+        (never raises: a reader shows them beside what it read)."""
+        out = []
+        for sink in self.bindings:
+            try:
+                for found in self._tables([sink]):
+                    finding = self._lag(found)
+                    if finding is not None:
+                        out.append(finding)
+            except BatchpointError as exc:
+                out.append(Finding(f"sink {sink}", str(exc)))
+        return out
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _tables(self, sinks: list[str] | None = None) -> Iterator[_SinkTable]:
+        """Each table sink with its table and manifest. Raises TableError naming the
+        sink when a table cannot be read."""
+        from batchpoint.tables.service import configured_catalog_uri, sink_table
+
+        uri = self.catalog_uri if self.catalog_uri is not None else configured_catalog_uri()
+        for sink in self.bindings if sinks is None else sinks:
+            found = _SinkTable(sink, self.bindings[sink], self._manifests.manifest(sink))
+            if not default_catalog_missing(found.binding.catalog, self.store, uri):
+                with _reading(found):
+                    found.adapter = sink_table(self.store, self.pipeline, sink, found.binding, uri)
+                    found.table = found.adapter.load()
+            if found.table is None:
+                self._check_no_metadata(found)
+            yield found
+
+    def _check_no_metadata(self, found: _SinkTable) -> None:
+        prefix = table_metadata_prefix(found.binding.identifier)
+        if next(iter(self.store.list(prefix)), None) is not None:
+            raise TableError(
+                f"sink '{found.sink}': {found.binding} is not in the catalog read here, yet "
+                f"its metadata is in storage ({self.store.child(prefix)}): read it through "
+                "the catalog the pipeline writes with (BATCHPOINT_TABLE_CATALOG)"
+            )
+
+    def _lag(self, found: _SinkTable) -> Finding | None:
+        if found.manifest is None:
+            return None
+        position = None
+        if found.adapter is not None and found.table is not None:
+            with _reading(found):
+                position = found.adapter.position(found.table)
+        why = lag(position, found.manifest)
+        if why is None:
+            return None
+        if found.table is None:
+            current = found.manifest.current
+            why = f"the table does not exist yet, the manifest is at checkpoint {current}"
+        return Finding(
+            f"sink {found.sink}",
+            f"{found.binding} lags its manifest: {why}; the next publish or restore of the "
+            "pipeline syncs it, and GC keeps every file its snapshots read meanwhile",
+        )
+
+
+@dataclass
+class _SinkTable:
+    sink: str
+    binding: TableBinding
+    manifest: SinkManifest | None
+    adapter: IcebergSinkTable | None = None  # None: its catalog was never made
+    table: Table | None = None  # None: it does not exist (yet)
+
+
+@contextlib.contextmanager
+def _reading(found: _SinkTable) -> Iterator[None]:
+    """A catalog's or storage's error, said as the sink's."""
+    try:
+        yield
+    except BatchpointError:
+        raise
+    except Exception as exc:
+        # A driver's text may repeat the catalog's URI: never with its password.
+        text = redact_uri(str(exc)).strip().splitlines()
+        detail = text[0] if text else type(exc).__name__
+        raise TableError(
+            f"sink '{found.sink}': {found.binding} cannot be read ({detail})"
+        ) from None

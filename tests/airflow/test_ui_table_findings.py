@@ -1,0 +1,63 @@
+"""The Checkpoints pages in Airflow's UI say when a table sink's table lags its manifest
+(its catalog was down while checkpoints published): in the pipelines' JSON, on the
+index beside the status, and on the pipeline's page; and not once the table caught up.
+Real Airflow app and plugin, SeaweedFS, pyiceberg on a SQLite catalog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from batchpoint.demo.payments import BALANCES_TABLE, table_pipeline
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.service import sync_tables
+from tables.sinkfiles import SINK, manifest, save, staged_file
+
+pytestmark = [pytest.mark.airflow, pytest.mark.s3]
+
+PIPELINE = "payments"
+LAG = (
+    f"sink {SINK}: iceberg table {BALANCES_TABLE} (catalog batchpoint) lags its manifest: "
+    "the table is at checkpoint 1 (generation 0), the manifest at checkpoint 3 (generation 0)"
+)
+
+
+@pytest.fixture
+def api(bp, monkeypatch):
+    """Airflow's own API app, as a logged-in viewer."""
+    from airflow.api_fastapi.app import create_app, get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "tests-only-" * 8)
+    with TestClient(create_app()) as client:
+        user = SimpleAuthManagerUser(username="u", role="viewer")
+        client.headers["Authorization"] = f"Bearer {get_auth_manager().generate_jwt(user)}"
+        yield client
+
+
+def test_a_lagging_table_is_a_finding_on_the_pipelines_pages(bp, api, tmp_path: Path) -> None:
+    store = bp.store
+    CheckpointCoordinator(store, PIPELINE).register(table_pipeline.spec())
+    bp.set(table_catalog=f"sqlite:///{tmp_path / 'catalog.db'}")
+    files = [staged_file(store, c, {"a": c}, pipeline=PIPELINE) for c in (1, 2, 3)]
+    epochs = [(1, None, [files[0]]), (2, 1, [files[1]]), (3, 2, [files[2]])]
+    save(store, manifest(epochs[:1], 1), PIPELINE)
+    binding = {SINK: TableBinding(BALANCES_TABLE)}
+    sync_tables(bp.settings.store_ref, PIPELINE, binding)  # the table at checkpoint 1
+    save(store, manifest(epochs, 3), PIPELINE)  # 2 and 3 published, the catalog down
+
+    (listed,) = api.get("/batchpoint/api/pipelines").json()
+    overview = listed["overview"]
+    assert overview["status"] == "running"  # it lags; it is not stopped
+    assert [f for f in overview["findings"] if f.startswith(LAG)], overview
+    assert "(1 finding(s))" in api.get("/batchpoint/").text
+    page = api.get(f"/batchpoint/{PIPELINE}").text
+    assert f"<dt>finding</dt><dd>{LAG}" in page
+
+    sync_tables(bp.settings.store_ref, PIPELINE, binding)  # the catalog is back
+    (listed,) = api.get("/batchpoint/api/pipelines").json()
+    assert listed["overview"]["findings"] == []
+    assert "finding" not in api.get(f"/batchpoint/{PIPELINE}").text

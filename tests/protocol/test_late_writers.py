@@ -1,0 +1,110 @@
+"""Writers later than GC's grace: a zombie task (a killed Connect client's server job)
+that writes into an aborted checkpoint's folder after GC dequeued it. A later pass finds
+and deletes the file, the file never blocks the pruning of the checkpoint's records, and
+each pass lists a bounded number of folders however long the history. Issue 24,
+reproduction 8. Runs on the local store and on SeaweedFS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.gc import COLLECTED_SWEEP, GarbageCollector
+from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.storage.base import ObjectStore
+from support.clock import FakeClock
+from support.counting_store import CountingStore
+
+NAME = "late"
+GRACE = 90.0
+
+
+def _coordinator(store: Any, clock: FakeClock) -> CheckpointCoordinator:
+    config = CheckpointConfig(timeout=60, gc_grace=GRACE, tolerable_failed_checkpoints=100)
+    c = CheckpointCoordinator(store, NAME, config, clock)
+    c.register(simple_pipeline(NAME, [("keyed", 1)]))
+    return c
+
+
+def _completed(c: CheckpointCoordinator) -> int:
+    cid = c.trigger({"src": {"p0": 1}}).checkpoint_id
+    c.acknowledge(cid, "keyed#0", "a1", [])
+    outcome = c.try_finalize(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    return cid
+
+
+def _collected(c: CheckpointCoordinator, clock: FakeClock, count: int) -> list[int]:
+    """`count` aborted checkpoints whose tasks staged a file each, taken through GC's
+    queue and out of it (past the grace): their ids are in `collected`."""
+    ids = []
+    for _ in range(count):
+        cid = c.trigger({"src": {"p0": 1}}).checkpoint_id
+        c.store.put(c.layout.task_data_prefix(cid, "keyed#0", "a1") + "part-0", b"staged")
+        c.abort(cid, CheckpointFailureReason.EXPIRED)
+        ids.append(cid)
+    GarbageCollector(c).collect()
+    clock.advance(GRACE + 1)
+    assert set(GarbageCollector(c).collect().dequeued) == set(ids)
+    assert set(ids) <= set(c.control.load().collected)
+    return ids
+
+
+def _zombie(c: CheckpointCoordinator, cid: int) -> str:
+    key = c.layout.task_data_prefix(cid, "keyed#0", "zombie") + "part-0"
+    c.store.put(key, b"written by a server job whose client was killed")
+    return key
+
+
+def test_a_write_after_the_dequeue_is_deleted_by_a_later_pass(store: ObjectStore) -> None:
+    clock = FakeClock()
+    c = _coordinator(store, clock)
+    _completed(c)
+    (aborted,) = _collected(c, clock, 1)
+    late = _zombie(c, aborted)
+    for _ in range(5):  # the reproduction ran 5 passes; the first must do
+        report = GarbageCollector(c).collect(history_limit=100)
+        if not store.exists(late):
+            break
+    assert not store.exists(late) and late in report.deleted_files
+    assert aborted in c.control.load().collected  # its records stay in history
+
+
+def test_a_late_file_never_blocks_the_pruning_of_its_records(store: ObjectStore) -> None:
+    """Past the sweep's window (the newest collected ids), a late file goes with its
+    checkpoint's records, once `history_limit` newer ids are collected."""
+    clock = FakeClock()
+    c = _coordinator(store, clock)
+    _completed(c)
+    ids = _collected(c, clock, COLLECTED_SWEEP + 2)
+    oldest = ids[0]
+    late = _zombie(c, oldest)
+    GarbageCollector(c).collect(history_limit=100)
+    assert store.exists(late)  # outside the window: it waits for the records' pruning
+    report = GarbageCollector(c).collect(history_limit=len(ids) - 1)
+    assert report.pruned_checkpoints == [oldest]
+    assert late in report.deleted_files and not store.exists(late)
+    assert not list(store.list(c.layout.checkpoint(oldest)))
+    assert oldest not in c.control.load().collected
+
+
+def test_each_pass_lists_a_bounded_number_of_folders(store: ObjectStore) -> None:
+    """However many ids are collected, a pass lists the retained folders and the newest
+    COLLECTED_SWEEP collected ones (plus, when it prunes, each pruned id once)."""
+    clock = FakeClock()
+    counting = CountingStore(store)
+    c = _coordinator(counting, clock)
+    retained = _completed(c)
+    ids = _collected(c, clock, 3 * COLLECTED_SWEEP)
+    late = {cid: _zombie(c, cid) for cid in ids}
+    counting.listed.clear()
+    report = GarbageCollector(c).collect(history_limit=len(ids))
+    prefix = c.layout.checkpoints_prefix
+    folders = [p[len(prefix) :].split("/")[0] for p in counting.listed if p.startswith(prefix)]
+    assert sorted(folders) == sorted(
+        c.layout.checkpoint(i)[len(prefix) :].rstrip("/")
+        for i in [retained, *ids[-COLLECTED_SWEEP:]]
+    )
+    assert sorted(report.deleted_files) == sorted(late[i] for i in ids[-COLLECTED_SWEEP:])
