@@ -17,6 +17,9 @@ from batchpoint.ops.gates import GateChoice
 from batchpoint.ops.overview import checkpoint_page
 from batchpoint.ops.restore import apply_restore, restore
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineStore
+from batchpoint.quality.findings import Finding
+from batchpoint.quality.quarantine import QuarantineStore as GateQuarantine
+from batchpoint.quality.report import CandidateReport, GateMode
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import GateOptions
 from batchpoint.storage import StoreRef
@@ -96,3 +99,14 @@ def test_the_checkpoint_page_shows_what_a_restore_found(driver):
     assert f"by a restore: 1 file(s) not intact: {lost}: missing" in page["quarantine"]
     html = render_checkpoint("payments", page, dag_ids("payments"))
     assert f"<dt>quarantined</dt><dd>{page['quarantine']}</dd>" in html
+
+
+def test_latest_falls_back_over_a_quarantined_checkpoint_with_the_gate_off(driver):
+    finding = Finding("pipelines/payments/chk-3", "suite:payments_balances", "negative balance")
+    report = CandidateReport("payments", 3, "checkpoint", GateMode.RESTORE, 1.0, findings=[finding])
+    assert GateQuarantine(driver.store, LAYOUT).add(report, 1.0)  # its files are intact
+
+    run = restore(driver, "latest", NO_GATE, GateOptions())
+    assert run.result is not None and run.result.checkpoint_id == 2 and head(driver) == 2
+    held = run.plan.checks[0].quarantine
+    assert held is not None and f"by the quality gate: {finding}" in held
