@@ -42,14 +42,17 @@ GARBLED = {
 
 
 @pytest.fixture
-def payments(table_store: StoreRef, monkeypatch: pytest.MonkeyPatch) -> PipelineDriver:
+def payments(
+    table_store: StoreRef, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> PipelineDriver:
     """Three completed checkpoints of payments, the CLI's environment pointing at them."""
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("BATCHPOINT_ROOT", table_store.uri)
     monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
-    for option, value in table_store.options:
-        monkeypatch.setenv(f"BATCHPOINT_S3_{option.upper()}", value)
+    if table_store.uri.startswith("s3://"):  # the CLI reads the environment only
+        for option, value in request.getfixturevalue("seaweed").storage_options().items():
+            monkeypatch.setenv(f"BATCHPOINT_S3_{option.upper()}", value)
     driver = PipelineDriver(build_pipeline(), table_store)
     for _ in range(3):
         fake_epochs.epoch(driver)
