@@ -173,3 +173,33 @@ def test_the_claim_field_reaches_the_restore(bp):
     state, states, _ = restores.run(source="2", dry_run=False)
     assert state == "success", states
     assert not restores.driver.coordinator.control.load().retained_entry(2).claimed
+
+
+def test_a_garbled_head_is_quarantined_and_the_form_offers_it_no_more(bp):
+    from batchpoint.quality.quarantine import release
+
+    restores = Restores(bp, INTEGRITY_ONLY)
+    restores.epochs(3)
+    store, key = restores.driver.store, LAYOUT.outcome(3)
+    original = store.get(key).data
+    store.put(key, original[: len(original) // 2])  # issue 24, reproduction 5
+
+    state, states, check = restores.run(dry_run=False)
+    assert state == "success", states
+    assert check["checkpoint_id"] == 2 and restores.head == 2
+    assert check["checks"][0]["quarantined"] is True and key in check["checks"][0]["problems"][0]
+    assert restores.quarantined() == [3]
+
+    # reproduction 9: latest never examines it again, and by name it is refused
+    state, states, check = restores.run(dry_run=True)
+    assert check["checks"][0]["quarantine"].startswith("quarantined since ")
+    assert check["checks"][0]["gate"] is None and check["checkpoint_id"] == 2
+    state, states, _ = restores.run(source="3", dry_run=False)
+    assert state == "failed" and states["check"] == "failed" and restores.head == 2
+
+    # mended and released, the form may restore it again
+    store.put(key, original)
+    assert release(store, "payments", 3)
+    state, states, _ = restores.run(source="3", dry_run=False)
+    assert state == "success", states
+    assert restores.head == 3

@@ -72,7 +72,10 @@ def test_the_gate_off_needs_the_typed_confirmation(driver, capsys):
     assert "checkpoint 2: ok (6 file(s)" in captured.out
     assert "restored pipeline payments to checkpoint 2" in captured.out
     assert "suites to skip ignored: no suite runs with the gate off" in captured.err
-    assert not driver.store.exists(LAYOUT.quarantine(3))
+    # The damage the restore found is proven by the file: quarantined, with that reason.
+    assert "checkpoint 3: FAILED, quarantined" in captured.out
+    held = json.loads(driver.store.get(LAYOUT.quarantine(3)).data)
+    assert held["found_by"] == "restore" and "sha256" in held["reason"]
 
 
 def test_max_candidates_refuses_saying_how_far_it_looked(driver, capsys):
@@ -98,7 +101,7 @@ def test_max_candidates_refuses_saying_how_far_it_looked(driver, capsys):
     # Further back, the quarantined ones are refused without a look, 1 is restored.
     assert restore(*EVERY_STATE) == 0
     out = capsys.readouterr().out
-    assert "checkpoint 3: quality gate FAILED: quarantined since" in out
+    assert "checkpoint 3: quarantined since" in out and "by the quality gate: [file]" in out
     assert "checkpoint 1: passed" in out and "integrity ok; every suite skipped" in out
     assert "restored pipeline payments to checkpoint 1" in out
     assert head(driver) == 1

@@ -10,6 +10,7 @@ import pytest
 
 from batchpoint.cli.main import main
 from batchpoint.demo.payments import build_pipeline
+from batchpoint.protocol import records
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.findings import Finding
 from batchpoint.quality.quarantine import QuarantineStore
@@ -78,3 +79,36 @@ def test_mistakes_exit_2_and_write_nothing(quarantine, capsys, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err, err
     assert fake_epochs.listing(store) == before
+
+
+def test_a_record_the_previous_release_wrote_still_lists_and_releases(quarantine, capsys):
+    # version 1, exactly as the quality gate wrote it before restores quarantined too
+    report = _report(4, "balance 328788 (expected 164394)")
+    report.quarantined = True
+    v1 = records.encode(
+        "quarantine",
+        1,
+        {
+            "checkpoint_id": 4,
+            "quarantined_at": "2026-11-20T08:00:00.000Z",
+            "report": report.to_body(),
+        },
+    )
+    store = StoreRef.of(os.environ["BATCHPOINT_ROOT"]).open()
+    store.put(PipelineLayout("payments").quarantine(4), v1)
+
+    assert main(["quarantine", "list"]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row.startswith("4 ") and "2026-11-20 08:00:00" in row and "quality gate" in row
+    assert "[sample:balance-recompute] pipelines/payments/chk-4: balance 328788" in row
+    assert main(["--json", "quarantine", "list"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["quarantined"]
+    assert listed["found_by"] == "quality-gate" and listed["report"] == report.to_body()
+
+    assert main(["quarantine", "release", "4"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "checkpoint 4 released (it was quarantined since 2026-11-20T08:00:00.000Z by the "
+        "quality gate: [sample:balance-recompute] pipelines/payments/chk-4: balance 328788"
+    ) in out
+    assert not quarantine.is_quarantined(4)

@@ -29,7 +29,7 @@ from batchpoint.protocol.head import HeadMoveCause, HeadPointer
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.publish import notify_checkpoint_complete
 from batchpoint.protocol.repair import repair
-from batchpoint.protocol.restorer import CheckpointRestorer
+from batchpoint.protocol.restorer import CheckpointRestorer, Examination
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     SavepointPathRefused,
@@ -142,14 +142,14 @@ def test_restore_losing_to_subsumption_and_gc_changes_nothing(
         subsume_and_collect, lambda op, key: bool(armed) and op == "get" and key == c.layout.head
     )
     restorer_side = coordinator(HookStore(store, hook), num_retained=1)
-    real_problem = CheckpointRestorer.problem
+    real_examine = CheckpointRestorer.examine
 
-    def validated_then_arm(self: CheckpointRestorer, cid: int, checksums: bool) -> str | None:
-        problem = real_problem(self, cid, checksums)
+    def validated_then_arm(self: CheckpointRestorer, cid: int, checksums: bool) -> Examination:
+        examined = real_examine(self, cid, checksums)
         armed.append(True)  # the other actors go between validation and the CAS
-        return problem
+        return examined
 
-    monkeypatch.setattr(CheckpointRestorer, "problem", validated_then_arm)
+    monkeypatch.setattr(CheckpointRestorer, "examine", validated_then_arm)
     with pytest.raises(RestoreRefused, match="left the retained set"):
         restorer_side.restore(target)
     assert hook.fired
@@ -264,8 +264,10 @@ def test_flipped_byte_makes_restore_fall_back(store: ObjectStore) -> None:
     assert result.checkpoint_id == good
     assert "sha256" in result.findings[0].problem
     with pytest.raises(RestoreRefused, match="sha256"):
-        c.restore(damaged)
-    assert c.restore(damaged, checksums=False).checkpoint_id == damaged  # the opt-out
+        c.restore(damaged)  # quarantined by the fall-back, the finding as its reason
+    # the opt-out, once the quarantine is released on purpose
+    assert CheckpointRestorer(c).quarantine.release(damaged)
+    assert c.restore(damaged, checksums=False).checkpoint_id == damaged
 
 
 # == 7: unreadable records are findings, not blockers =====================================

@@ -328,7 +328,9 @@ def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, s
     ]
     if detail.get("failure_reason"):
         items.append(("failure", f"{detail['failure_reason']}: {detail['failure_message']}"))
-    if detail.get("quarantined_at") is not None:
+    if detail.get("quarantine"):
+        items.append(("quarantined", detail["quarantine"]))
+    elif detail.get("quarantined_at") is not None:
         items.append(("quarantined", when(detail["quarantined_at"])))
     task_header = "".join(f"<th>{label}</th>" for _, label in TASK_COLUMNS)
     tasks = "".join(

@@ -1,4 +1,5 @@
-"""`quarantine list` and `quarantine release ID`: what the quality gate refused."""
+"""`quarantine list` and `quarantine release ID`: what restores found damaged and the
+quality gate refused, and letting a checkpoint back in."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id
-from batchpoint.ops.maintenance import quarantine_json, quarantined, release_quarantine
+from batchpoint.ops.maintenance import (
+    quarantine_json,
+    quarantine_reason,
+    quarantined,
+    release_quarantine,
+)
 
 
 def cmd_list(cmd: Command) -> int:
@@ -20,12 +26,13 @@ def cmd_list(cmd: Command) -> int:
         rows = [
             [
                 r.checkpoint_id,
-                render.when(r.quarantined_at),
-                str(r.report.findings[0]) if r.report.findings else "",
+                render.when(r.quarantined_at) if r.quarantined_at else "?",
+                r.found_by.label,
+                quarantine_reason(c, r),
             ]
             for r in held
         ]
-        return render.table(["id", "quarantined", "first finding"], rows)
+        return render.table(["id", "quarantined", "by", "reason"], rows)
 
     cmd.out.emit(
         lambda: {"pipeline": c.pipeline, "quarantined": [quarantine_json(r) for r in held]}, text
@@ -36,17 +43,20 @@ def cmd_list(cmd: Command) -> int:
 def cmd_release(cmd: Command) -> int:
     c = cmd.coordinator()
     cid = cmd.args.checkpoint_id
-    release_quarantine(c, cid)
+    held = release_quarantine(c, cid)
     cmd.out.emit(
-        {"pipeline": c.pipeline, "released": cid},
-        f"checkpoint {cid} released: restores may offer it again (the gate checks it afresh)",
+        {"pipeline": c.pipeline, "released": cid, "was": quarantine_json(held)},
+        f"checkpoint {cid} released (it was {held.describe(quarantine_reason(c, held))}): "
+        "restores may offer it again, checking its records, files and quality afresh",
     )
     return 0
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     group = sub.add_parser(
-        "quarantine", help="checkpoints the quality gate refused", parents=[common]
+        "quarantine",
+        help="checkpoints a restore found damaged or the quality gate refused",
+        parents=[common],
     )
     actions = group.add_subparsers(dest="action", required=True)
     p = actions.add_parser("list", help="quarantined checkpoints and why", parents=[common])

@@ -1,8 +1,9 @@
 """`restore [latest | ID | SAVEPOINT]`: the restore DAG's check and restore tasks in one
-command. Candidates newest first (or the one named), the files then the quality gate,
-the first that passes restored; the gate quarantines each one it fails, unless this is a
-dry run. Progress goes to stderr (the gate can take minutes), the report to stdout.
-Exit 0 restored (or, dry, would restore), 1 refused, 2 a mistake in the command."""
+command. Candidates newest first (or the one named), the records and files then the
+quality gate, the first that passes restored; each one found damaged (records or files)
+or failed by the gate is quarantined, unless this is a dry run. Progress goes to stderr
+(the gate can take minutes), the report to stdout. Exit 0 restored (or, dry, would
+restore), 1 refused, 2 a mistake in the command."""
 
 from __future__ import annotations
 
@@ -130,15 +131,19 @@ def report_text(run: RestoreRun) -> str:
 def check_lines(check: CandidateCheck) -> list[str]:
     """One candidate's verdict: the gate report's own lines when the gate judged it."""
     candidate = check.candidate
-    files = (
-        f"{len(candidate.completed.handles)} file(s), {render.size(candidate.completed.state_size)}"
-    )
-    if check.problems:
-        lines = [f"  {candidate.description}: FAILED, {len(check.problems)} file problem(s)"]
+    if check.quarantine is not None:
+        hint = f"batchpoint quarantine release {candidate.checkpoint_id}"
+        return [f"  {candidate.description}: {check.quarantine}; `{hint}` to reconsider"]
+    if check.problems or candidate.completed is None:
+        verdict = "FAILED, quarantined" if check.quarantined else "FAILED"
+        lines = [f"  {candidate.description}: {verdict}, {len(check.problems)} problem(s)"]
         lines += [f"      - {p}" for p in check.problems[:5]]
         if len(check.problems) > 5:
             lines.append(f"      (and {len(check.problems) - 5} more)")
         return lines
+    files = (
+        f"{len(candidate.completed.handles)} file(s), {render.size(candidate.completed.state_size)}"
+    )
     gate = check.gate
     if gate is None:
         return [f"  {candidate.description}: ok ({files}; files checked, no quality gate)"]

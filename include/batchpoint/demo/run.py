@@ -231,9 +231,10 @@ class PaymentsDemo:
         quarantine = QuarantineStore(self.store, PipelineLayout("payments"))
         for cid in reversed(bad):  # the gate looks at the newest first
             held = quarantine.get(cid)
-            if held is None:
+            report = None if held is None else quarantine.report(held)
+            if report is None:
                 raise DemoFailed(f"checkpoint {cid} of the bad deploy was not quarantined")
-            for line in held.report.render(indent=""):
+            for line in report.render(indent=""):
                 say(line)
         head = self.coordinator.head.get().checkpoint_id
         if head != good:

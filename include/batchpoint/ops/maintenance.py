@@ -1,5 +1,5 @@
 """Keeping a pipeline's storage in order: garbage collection, clearing the failure
-counter, and the quarantine the quality gate fills."""
+counter, and the quarantine that restores and the quality gate fill."""
 
 from __future__ import annotations
 
@@ -120,26 +120,36 @@ def _quarantine(coordinator: CheckpointCoordinator) -> QuarantineStore:
 
 
 def quarantined(coordinator: CheckpointCoordinator) -> list[QuarantineRecord]:
-    """The checkpoints the quality gate refused, oldest id first."""
-    store = _quarantine(coordinator)
-    return [r for r in (store.get(i) for i in store.ids()) if r is not None]
+    """The checkpoints a restore found damaged or the quality gate refused, oldest id
+    first (one whose record cannot be read is listed all the same: it still holds)."""
+    return _quarantine(coordinator).records()
 
 
 def quarantine_json(record: QuarantineRecord) -> dict[str, Any]:
     return {
         "checkpoint_id": record.checkpoint_id,
-        "quarantined_at": record.quarantined_at,
-        "report": record.report.to_body(),
+        "quarantined_at": record.quarantined_at or None,
+        "found_by": record.found_by.value,
+        "reason": record.reason,
+        "report": None if record.report is None else dict(record.report),
     }
 
 
-def release_quarantine(coordinator: CheckpointCoordinator, checkpoint_id: int) -> None:
-    """Make a quarantined checkpoint a restore candidate again (the gate checks it
-    afresh); an error when it is not quarantined."""
-    if not _quarantine(coordinator).release(checkpoint_id):
+def quarantine_reason(coordinator: CheckpointCoordinator, record: QuarantineRecord) -> str:
+    """Why it is held, in one line (the gate's first finding, or what a restore found)."""
+    return _quarantine(coordinator).first_finding(record)
+
+
+def release_quarantine(coordinator: CheckpointCoordinator, checkpoint_id: int) -> QuarantineRecord:
+    """Make a quarantined checkpoint a restore candidate again (its records, files and
+    the gate are checked afresh); what held it. An error when it is not quarantined."""
+    store = _quarantine(coordinator)
+    held = store.held(checkpoint_id)
+    if held is None or not store.release(checkpoint_id):
         raise BatchpointError(
             f"checkpoint {checkpoint_id} of pipeline {coordinator.pipeline} is not quarantined"
         )
+    return held
 
 
 @dataclass

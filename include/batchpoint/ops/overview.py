@@ -117,6 +117,7 @@ class CheckpointPage:
     report: CandidateReport | None
     quarantined_at: float | None
     files: list[dict[str, Any]]
+    quarantine: str | None = None  # why it is held: who found what, and when
 
     def to_json(self) -> dict[str, Any]:
         out = self.detail.to_json()
@@ -126,6 +127,7 @@ class CheckpointPage:
             else {**self.report.to_body(), "lines": self.report.render(indent="")}
         )
         out["quarantined_at"] = self.quarantined_at
+        out["quarantine"] = self.quarantine
         out["files"] = self.files
         return out
 
@@ -139,7 +141,7 @@ def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> C
         report: CandidateReport | None = CandidateReport.decode(key, c.store.get(key).data)
     except ObjectNotFound:
         report = None
-    held = QuarantineStore(c.store, c.layout).get(checkpoint_id)
+    held = QuarantineStore(c.store, c.layout).held(checkpoint_id)
     outcome = c.get_outcome(checkpoint_id)
     if outcome is not None and outcome.completed is not None:
         acks = list(outcome.completed.acks)
@@ -158,7 +160,9 @@ def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> C
         for ack in sorted(acks, key=lambda a: a.task)
         for h in ack.handles
     ]
-    return CheckpointPage(detail, report, None if held is None else held.quarantined_at, files)
+    if held is None:
+        return CheckpointPage(detail, report, None, files)
+    return CheckpointPage(detail, report, held.quarantined_at or None, files, held.describe())
 
 
 def file_origin(handle: FileHandle) -> str:

@@ -83,9 +83,9 @@ def restore(
     progress: Progress = _quiet,
 ) -> RestoreRun:
     """Find and check the candidates, then restore to the chosen one. A dry run writes
-    nothing; `check_only` stops before the restore too, having written only what the
-    gate records (the reports, the quarantine of those it fails). `claim`: CLAIM mode
-    (RestorePlanner.apply)."""
+    nothing; `check_only` stops before the restore too, having written only the
+    quarantine of the candidates found damaged and what the gate records (the reports,
+    the quarantine of those it fails). `claim`: CLAIM mode (RestorePlanner.apply)."""
     planner = RestorePlanner(
         driver,
         gate=gate.gate,
@@ -94,6 +94,7 @@ def restore(
         progress=progress,
         max_candidates=options.max_candidates,
         savepoint_roots=savepoint_roots,
+        record=not dry_run,
     )
     run = RestoreRun(planner.plan(source, parallelism), gate, options, dry_run)
     if not (run.refused or dry_run or check_only):

@@ -12,7 +12,7 @@ pipelines/<p>/checkpoints/chk-N/acks/<operator>/<subtask>.json  write-once ack
 pipelines/<p>/checkpoints/chk-N/declines/<operator>/<subtask>/<attempt>.json
 pipelines/<p>/checkpoints/chk-N/data/...  state and staged sink files (GC-able)
 pipelines/<p>/checkpoints/chk-N/quality.json               the quality gate's last report
-pipelines/<p>/quarantine/chk-N.json     write-once: the checkpoint failed the quality gate
+pipelines/<p>/quarantine/chk-N.json     write-once: never restored (damaged, or failed the gate)
 """
 
 from __future__ import annotations

@@ -2,9 +2,12 @@
 the sinks, in a way that either finishes or changes nothing.
 
 Before the CAS the target is validated: retained, not quarantined (on every restore
-path, gated or not) and every file intact (size and, by default, sha256). "latest"
-walks the retained set newest first and skips damaged, unreadable and quarantined
-candidates as findings. The CAS itself requires the target to still be retained (GC
+path, gated or not), its outcome record readable and every file intact (size and, by
+default, sha256). "latest" walks the retained set newest first and skips damaged,
+unreadable and quarantined candidates as findings; a candidate whose damage its records
+or files prove (not a storage error, which fails the restore, changing nothing) is
+quarantined with the finding as the reason, so no later restore, repair or form offers
+it again until it is released. The CAS itself requires the target to still be retained (GC
 only deletes files of discarded ids, and an id leaves `retained` before it can be
 discarded, so a target that wins the CAS keeps its files), bumps the generation and
 abandons every pending checkpoint. The rest is a roll-forward that any actor finishes
@@ -19,10 +22,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
-from batchpoint.protocol.checkpoint import IMPORTED_FROM_PROPERTY, CheckpointFailureReason
+from batchpoint.protocol.checkpoint import (
+    IMPORTED_FROM_PROPERTY,
+    CheckpointFailureReason,
+    CompletedCheckpoint,
+)
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, RestoreInFlight
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
+from batchpoint.protocol.quarantine import QuarantineRecord, QuarantineStore
 from batchpoint.protocol.records import encode, to_iso
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.verify import check_handles
@@ -59,9 +67,30 @@ class RestoreResult:
         return self.head.cause
 
 
+@dataclass(frozen=True)
+class Examination:
+    """What a restore found about one retained candidate before moving the head to it."""
+
+    checkpoint_id: int
+    completed: CompletedCheckpoint | None = None  # None: its outcome could not be read
+    problem: str | None = None  # why it must not be restored, in one line
+    details: tuple[str, ...] = ()  # each file problem, when files are at fault
+    held: QuarantineRecord | None = None  # quarantined already
+    damaged: bool = False  # the problem is proven by its records or files
+
+    @property
+    def restorable(self) -> bool:
+        return self.problem is None and self.completed is not None
+
+
+def _release_hint(checkpoint_id: int) -> str:
+    return f"release it with `batchpoint quarantine release {checkpoint_id}` first"
+
+
 class CheckpointRestorer:
     def __init__(self, coordinator: CheckpointCoordinator) -> None:
         self._c = coordinator
+        self.quarantine = QuarantineStore(coordinator.store, coordinator.layout)
 
     def restore(
         self,
@@ -94,13 +123,16 @@ class CheckpointRestorer:
                 raise RestoreRefused(f"pipeline '{c.pipeline}' has no retained checkpoint")
         findings: list[Finding] = []
         for cid in candidates:
-            problem = self.problem(cid, checksums)
+            examined = self.examine(cid, checksums)
+            problem = examined.problem
             if problem is None:
                 moved = self._move(cid, claim)
                 if moved is not None:
                     self.finish()
                     return RestoreResult(HeadPointer.of(moved), tuple(findings))
                 problem = "it left the retained set while restoring (nothing changed)"
+            elif self.condemn(examined):
+                problem += f"; quarantined ({_release_hint(cid)} once it is mended)"
             if explicit:
                 raise RestoreRefused(
                     f"checkpoint {cid} of pipeline '{c.pipeline}' cannot be restored: {problem}"
@@ -113,21 +145,63 @@ class CheckpointRestorer:
 
     def problem(self, checkpoint_id: int, checksums: bool) -> str | None:
         """Why a retained checkpoint must not be restored, or None."""
-        c = self._c
-        if c.store.exists(c.layout.quarantine(checkpoint_id)):
-            return "quarantined (release it with `batchpoint quarantine release` first)"
+        return self.examine(checkpoint_id, checksums).problem
+
+    def examine(self, checkpoint_id: int, checksums: bool) -> Examination:
+        """Quarantine, outcome record, then files: the first that fails is the problem.
+        A storage error (unreachable, throttled) is raised, never a finding: it proves
+        nothing about the checkpoint."""
+        return self.check_files(self.read_candidate(checkpoint_id), checksums)
+
+    def read_candidate(self, checkpoint_id: int) -> Examination:
+        """The candidate's quarantine mark and outcome record, not its files."""
+        held = self.quarantine.held(checkpoint_id)
+        if held is not None:
+            problem = f"{held.describe()} ({_release_hint(checkpoint_id)})"
+            return Examination(checkpoint_id, problem=problem, held=held)
         try:
-            completed = c.completed.get(checkpoint_id)
+            completed = self._c.completed.get(checkpoint_id)
         except RecordError as exc:
-            return f"unreadable record: {exc}"
-        except CheckpointNotFound as exc:
-            return str(exc)
-        problems = check_handles(c.store, completed.durable_handles, checksums=checksums)
-        if problems:
-            shown = "; ".join(map(str, problems[:3]))
-            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-            return f"{len(problems)} file(s) not intact: {shown}{more}"
-        return None
+            return Examination(checkpoint_id, problem=f"unreadable record: {exc}", damaged=True)
+        except CheckpointNotFound as exc:  # retained, yet no completed outcome
+            return Examination(checkpoint_id, problem=str(exc), damaged=True)
+        return Examination(checkpoint_id, completed)
+
+    def check_files(self, examined: Examination, checksums: bool) -> Examination:
+        """Every file of a readable candidate: present, its size and (with `checksums`)
+        its sha256 as recorded."""
+        if not examined.restorable or examined.completed is None:
+            return examined
+        c = self._c
+        problems = check_handles(c.store, examined.completed.durable_handles, checksums=checksums)
+        if not problems:
+            return examined
+        shown = "; ".join(map(str, problems[:3]))
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        return replace(
+            examined,
+            problem=f"{len(problems)} file(s) not intact: {shown}{more}",
+            details=tuple(map(str, problems)),
+            damaged=True,
+        )
+
+    def condemn(self, examined: Examination) -> bool:
+        """Quarantine a candidate whose damage its records or files prove, the finding as
+        the reason; whether it is quarantined now. Only while it is still retained: ids
+        leave `retained` for good, and GC deletes only files of ids that left it, so
+        damage seen while it was retained was not GC's doing. Created once: when
+        another restore (or the gate) quarantined it first, its record stands."""
+        if not examined.damaged or examined.problem is None:
+            return False
+        c = self._c
+        try:
+            retained = c.control.load().retained_entry(examined.checkpoint_id) is not None
+        except ControlUnreadable:
+            return False  # nothing proven about where it stands: no mark
+        if not retained:
+            return False
+        self.quarantine.mark_damaged(examined.checkpoint_id, examined.problem, c.clock())
+        return True
 
     def _control(self) -> ControlRecord:
         try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from batchpoint.protocol.records import to_iso
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.report import CandidateReport
 
@@ -85,14 +84,11 @@ class QualityRestoreGate:
         if candidate.savepoint is not None:
             report = self._folder_report(candidate)
         else:
-            held = gate.quarantine.get(candidate.checkpoint_id)
+            # The planner skips quarantined candidates before asking the gate; a caller
+            # of its own gets the same answer here, without a look at the state.
+            held = gate.quarantine.held(candidate.checkpoint_id)
             if held is not None:
-                return GateResult(
-                    False,
-                    f"quarantined since {to_iso(held.quarantined_at)} "
-                    f"({len(held.report.findings)} finding(s)); release it to reconsider",
-                    NAME,
-                )
+                return GateResult(False, f"{held.describe()}; release it to reconsider", NAME)
             report = gate.evaluate(candidate.checkpoint_id)
             if self.record:
                 gate.record(report)
@@ -101,6 +97,7 @@ class QualityRestoreGate:
         return GateResult(report.passed, report.to_body(), NAME)
 
     def _folder_report(self, candidate: RestoreCandidate) -> CandidateReport:
+        assert candidate.completed is not None  # a folder's metadata is read to offer it
         return self.gate.evaluate_savepoint(candidate.completed, candidate.store)
 
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from batchpoint.errors import ObjectNotFound, RestoreRefused
+from batchpoint.errors import ObjectNotFound, RecordError, RestoreRefused
 from batchpoint.protocol.checkpoint import (
     CheckpointType,
     PendingCheckpoint,
@@ -120,7 +120,7 @@ class PipelineDriver:
         """Move the head (one CAS, the target validated: retained, unquarantined, files
         intact) and rewind every sink; `claim` takes ownership of the target (CLAIM
         mode); see protocol/restorer.py."""
-        if checkpoint_id is not None and self.coordinator.status(checkpoint_id) is None:
+        if checkpoint_id is not None and not self._has_checkpoint(checkpoint_id):
             raise RestoreRefused(
                 f"pipeline '{self.pipeline.name}' has no checkpoint {checkpoint_id}"
             )
@@ -129,3 +129,9 @@ class PipelineDriver:
             self.rescale(parallelism)
         self.sync_tables()  # the tables rewind with the sinks' manifests
         return result
+
+    def _has_checkpoint(self, checkpoint_id: int) -> bool:
+        try:
+            return self.coordinator.status(checkpoint_id) is not None
+        except RecordError:
+            return True  # damaged records: the restorer refuses it, naming the damage

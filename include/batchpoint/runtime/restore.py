@@ -6,9 +6,12 @@
 
 A source is `latest` (the newest retained checkpoint or savepoint that passes the checks,
 falling back to older ones when it does not), a checkpoint id, or a savepoint folder (a
-URI, or a path under the storage root). Every candidate is checked for integrity (each
-referenced file exists with its recorded size, and checksum when asked) and then by the
-optional quality gate: any callable that takes the candidate and returns a GateResult.
+URI, or a path under the storage root). Every candidate is checked for integrity (not
+quarantined, its outcome record readable, each referenced file present with its recorded
+size, and checksum when asked) and then by the optional quality gate: any callable that
+takes the candidate and returns a GateResult. A retained checkpoint whose records or
+files prove it damaged is quarantined with that finding (protocol/restorer.py), unless
+the planner is told to record nothing (a dry run).
 The restore DAG and `batchpoint restore` share this module; neither imports Airflow here.
 
 What the restore form asks of the gate is a `GateOptions`: the gate on (default) or off,
@@ -22,12 +25,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
 from batchpoint.protocol.checkpoint import CheckpointType, CompletedCheckpoint
 from batchpoint.protocol.head import HeadPointer
+from batchpoint.protocol.restorer import CheckpointRestorer
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
@@ -37,7 +41,6 @@ from batchpoint.protocol.savepoints import (
     located_checkpoint,
     read_savepoint,
 )
-from batchpoint.protocol.verify import check_handles
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import open_store
 from batchpoint.storage.base import ObjectStore
@@ -126,12 +129,13 @@ def _positive(name: str, value: Any) -> int:
 class RestoreCandidate:
     """A checkpoint a restore could go to. `completed.handles` are keys of `store`: the
     pipeline's store for a checkpoint, the savepoint's folder for a savepoint (which is
-    only imported once chosen)."""
+    only imported once chosen). `completed` is None for a retained checkpoint until its
+    check has read its outcome record, and stays None when that record is unreadable."""
 
     pipeline: str
     kind: str  # "checkpoint" | "savepoint"
     checkpoint_id: int  # the id in the store it comes from
-    completed: CompletedCheckpoint
+    completed: CompletedCheckpoint | None
     store: ObjectStore
     savepoint: SavepointLocation | None = None
 
@@ -139,7 +143,9 @@ class RestoreCandidate:
     def description(self) -> str:
         if self.savepoint is not None:
             return f"savepoint {self.savepoint.uri} (its checkpoint {self.checkpoint_id})"
-        is_savepoint = self.completed.pending.type is CheckpointType.SAVEPOINT
+        is_savepoint = (
+            self.completed is not None and self.completed.pending.type is CheckpointType.SAVEPOINT
+        )
         kind = "savepoint" if is_savepoint else "checkpoint"
         return f"{kind} {self.checkpoint_id}"
 
@@ -273,19 +279,30 @@ class CandidateCheck:
     candidate: RestoreCandidate
     problems: list[str] = field(default_factory=list)
     gate: GateResult | None = None
+    # What quarantine held it before this check (it was refused without a look)...
+    quarantine: str | None = None
+    # ...or whether this check quarantined it, its problems proving it damaged.
+    quarantined: bool = False
 
     @property
     def passed(self) -> bool:
-        return not self.problems and (self.gate is None or self.gate.passed)
+        return (
+            not self.problems
+            and self.quarantine is None
+            and (self.gate is None or self.gate.passed)
+        )
 
     def to_json(self) -> dict[str, Any]:
+        completed = self.candidate.completed
         return {
             "candidate": self.candidate.description,
             "checkpoint_id": self.candidate.checkpoint_id,
             "kind": self.candidate.kind,
-            "files": len(self.candidate.completed.durable_handles),
-            "state_size": self.candidate.completed.full_state_size,
+            "files": None if completed is None else len(completed.durable_handles),
+            "state_size": None if completed is None else completed.full_state_size,
             "problems": self.problems,
+            "quarantine": self.quarantine,
+            "quarantined": self.quarantined,
             "gate": None
             if self.gate is None
             else {"name": self.gate.name, "passed": self.gate.passed, "report": self.gate.report},
@@ -333,7 +350,7 @@ class RestorePlan:
     def refusal(self) -> str:
         lines = [self.refusal_headline()]
         for check in self.checks:
-            why = "; ".join(check.problems[:3])
+            why = check.quarantine or "; ".join(check.problems[:3])
             if check.gate is not None and not check.gate.passed:
                 why = (why + "; " if why else "") + f"{check.gate.name} failed: {check.gate.report}"
             lines.append(f"  {check.candidate.description}: {why}")
@@ -365,8 +382,11 @@ class RestorePlanner:
         progress: ProgressFn | None = None,
         max_candidates: int | None = None,
         savepoint_roots: Sequence[str] | None = None,
+        record: bool = True,
     ) -> None:
         self.driver = driver
+        # Whether a retained checkpoint found damaged is quarantined (False: a dry run).
+        self.record = record
         # Where savepoint folders may be read from (None: the storage root's savepoints/).
         self.savepoint_roots = savepoint_roots
         self.gate = gate
@@ -390,9 +410,10 @@ class RestorePlanner:
     def plan(
         self, source: RestoreSource | str | int | None, parallelism: Any = None
     ) -> RestorePlan:
-        """Find and check candidates; writes nothing (but a gate may quarantine the ones
-        it fails). For `latest`, candidates are checked newest first, at most
-        `max_candidates` of them, and checking stops at the first that passes."""
+        """Find and check candidates; writes nothing but the quarantine of the damaged
+        ones (and of those a gate fails), unless `record` is off. For `latest`,
+        candidates are checked newest first, at most `max_candidates` of them, and
+        checking stops at the first that passes."""
         source = source if isinstance(source, RestoreSource) else RestoreSource.parse(source)
         operators = [op.name for op in self.driver.current_spec().operators if op.has_tasks]
         wanted = parse_parallelism(parallelism, operators)
@@ -453,22 +474,17 @@ class RestorePlanner:
                 ids, plan.not_examined = ids[: self.max_candidates], ids[self.max_candidates :]
         for checkpoint_id in ids:
             assert checkpoint_id is not None
-            yield RestoreCandidate(
-                self.pipeline, "checkpoint", checkpoint_id, c.completed.get(checkpoint_id), c.store
-            )
+            # Its outcome is read by its check: a damaged record is a finding there.
+            yield RestoreCandidate(self.pipeline, "checkpoint", checkpoint_id, None, c.store)
 
     def check(self, candidate: RestoreCandidate) -> CandidateCheck:
-        self.progress(
-            f"checking {candidate.description}: {len(candidate.completed.durable_handles)} file(s)"
-        )
         if candidate.savepoint is not None:
+            self._checking(candidate)
             problems = check_savepoint(candidate.savepoint, checksums=self.checksums)
+            check = CandidateCheck(candidate, [str(p) for p in problems])
         else:
-            problems = check_handles(
-                candidate.store, candidate.completed.durable_handles, checksums=self.checksums
-            )
-        check = CandidateCheck(candidate, [str(p) for p in problems])
-        if self.gate is not None and not check.problems:
+            check = self._check_retained(candidate)
+        if self.gate is not None and check.passed:
             self.progress(f"running the quality gate on {candidate.description}")
             try:
                 check.gate = self.gate(candidate)
@@ -476,6 +492,30 @@ class RestorePlanner:
                 raise  # the gate is misconfigured: no verdict on this or any candidate
             except BatchpointError as exc:
                 check.gate = GateResult(False, f"the gate raised: {exc}")
+        return check
+
+    def _checking(self, candidate: RestoreCandidate) -> None:
+        files = 0 if candidate.completed is None else len(candidate.completed.durable_handles)
+        self.progress(f"checking {candidate.description}: {files} file(s)")
+
+    def _check_retained(self, candidate: RestoreCandidate) -> CandidateCheck:
+        """The protocol's own validation of a restore target (protocol/restorer.py), so
+        that the plan never chooses what the restore would refuse: not quarantined, its
+        outcome readable, its files intact. What its records or files prove damaged is
+        quarantined (when recording), the finding as the reason."""
+        restorer = CheckpointRestorer(self.driver.coordinator)
+        examined = restorer.read_candidate(candidate.checkpoint_id)
+        candidate = replace(candidate, completed=examined.completed)
+        if examined.held is not None:
+            return CandidateCheck(candidate, quarantine=examined.held.describe())
+        if examined.restorable:
+            self._checking(candidate)
+            examined = restorer.check_files(examined, self.checksums)
+        problems = list(examined.details) or ([examined.problem] if examined.problem else [])
+        check = CandidateCheck(candidate, problems)
+        if self.record and restorer.condemn(examined):
+            check.quarantined = True
+            self.progress(f"{candidate.description} quarantined: {examined.problem}")
         return check
 
     def apply(self, plan: RestorePlan, *, claim: bool = False) -> RestoreResult:

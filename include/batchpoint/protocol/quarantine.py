@@ -1,0 +1,158 @@
+"""Quarantine: a checkpoint found unfit for a restore is never offered for one again,
+until someone releases it on purpose (`batchpoint quarantine release`).
+
+The mark is a write-once record, `pipelines/<p>/quarantine/chk-N.json`; its existence
+is what every restore path (and `repair`) checks. Two actors write it, each with its
+reason: a restore that found the checkpoint damaged (an unreadable or unknown-version
+outcome record, a missing file, a size or sha256 mismatch), with that finding; and the
+quality gate (quality/quarantine.py), with its full report, which this package keeps as
+opaque JSON. The record is created once, so restores that find the same damage at the
+same time agree: the first record, and its reason, stand. The checkpoint itself is not
+touched: it stays retained (or is subsumed as usual), and its files stay where they are.
+
+Version 1 (the quality gate's, before restores quarantined) holds only the report;
+version 2 names who quarantined and why. Both are read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from batchpoint.errors import CorruptRecord, ObjectAlreadyExists, ObjectNotFound, RecordError
+from batchpoint.protocol import records
+from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
+from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint.storage.base import ObjectStore
+
+
+class QuarantineCause(enum.StrEnum):
+    """Who found the checkpoint unfit."""
+
+    RESTORE = "restore"  # damage a restore found in its records or files
+    QUALITY_GATE = "quality-gate"  # the gate's verdict, its report in the record
+    UNKNOWN = "unknown"  # the record itself cannot be read: the mark still holds
+
+    @property
+    def label(self) -> str:
+        return self.value.replace("-", " ")
+
+
+#: The reason of a version-1 record, which held only the gate's report.
+GATE_V1_REASON = "failed the quality gate"
+
+
+@dataclass(frozen=True)
+class QuarantineRecord:
+    KIND = "quarantine"
+    VERSION = 2
+    SUPPORTED = (1, 2)
+
+    checkpoint_id: int
+    quarantined_at: float  # 0.0 when the record cannot be read (`unreadable`)
+    found_by: QuarantineCause
+    reason: str  # one line: the restore's finding, or the gate's first finding
+    report: Mapping[str, Any] | None = None  # the quality gate's report (quality/report.py)
+
+    def describe(self, reason: str | None = None) -> str:
+        """`quarantined since <when> by <whom>: <why>`, for refusals and listings (`reason`
+        in place of the record's, e.g. the first finding of the gate's report)."""
+        if self.found_by is QuarantineCause.UNKNOWN:
+            return f"quarantined ({self.reason})"
+        by = "a restore" if self.found_by is QuarantineCause.RESTORE else "the quality gate"
+        return f"quarantined since {to_iso(self.quarantined_at)} by {by}: {reason or self.reason}"
+
+    def encode(self) -> bytes:
+        body: dict[str, Any] = {
+            "checkpoint_id": self.checkpoint_id,
+            "quarantined_at": to_iso(self.quarantined_at),
+            "found_by": self.found_by.value,
+            "reason": self.reason,
+        }
+        if self.report is not None:
+            body["report"] = dict(self.report)
+        return records.encode(self.KIND, self.VERSION, body)
+
+    @classmethod
+    def decode(cls, key: str, data: bytes) -> QuarantineRecord:
+        version, body = records.decode(key, data, cls.KIND, cls.SUPPORTED)
+        checkpoint_id = records.field(key, body, "checkpoint_id", int)
+        at = from_iso(key, body.get("quarantined_at"))
+        if version == 1:
+            report = records.field(key, body, "report", dict)
+            return cls(checkpoint_id, at, QuarantineCause.QUALITY_GATE, GATE_V1_REASON, report)
+        found_by = records.field(key, body, "found_by", str)
+        if found_by not in (QuarantineCause.RESTORE, QuarantineCause.QUALITY_GATE):
+            raise CorruptRecord(key, f"field 'found_by' is {found_by!r}")
+        report = body.get("report")
+        if report is not None and not isinstance(report, dict):
+            raise CorruptRecord(key, f"field 'report' should be an object, found {report!r}")
+        reason = records.field(key, body, "reason", str)
+        return cls(checkpoint_id, at, QuarantineCause(found_by), reason, report)
+
+    @classmethod
+    def unreadable(cls, checkpoint_id: int, error: RecordError) -> QuarantineRecord:
+        """A mark whose record cannot be read: it holds all the same (its existence is the
+        mark), and says why it cannot tell more."""
+        return cls(checkpoint_id, 0.0, QuarantineCause.UNKNOWN, f"unreadable record: {error}")
+
+
+class QuarantineStore:
+    def __init__(self, store: ObjectStore, layout: PipelineLayout) -> None:
+        self._store = store
+        self._layout = layout
+
+    def mark(self, record: QuarantineRecord) -> bool:
+        """Quarantine the record's checkpoint; False if it was quarantined already (the
+        first record, and its reason, stand)."""
+        try:
+            self._store.create(self._layout.quarantine(record.checkpoint_id), record.encode())
+            return True
+        except ObjectAlreadyExists:
+            return False
+
+    def mark_damaged(self, checkpoint_id: int, finding: str, now: float) -> bool:
+        """Quarantine a checkpoint a restore found damaged, the finding as the reason."""
+        return self.mark(QuarantineRecord(checkpoint_id, now, QuarantineCause.RESTORE, finding))
+
+    def ids(self) -> list[int]:
+        found = []
+        for info in self._store.list(self._layout.quarantine_prefix):
+            cid = parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1])
+            if cid is not None:
+                found.append(cid)
+        return sorted(found)
+
+    def is_quarantined(self, checkpoint_id: int) -> bool:
+        return self._store.exists(self._layout.quarantine(checkpoint_id))
+
+    def get(self, checkpoint_id: int) -> QuarantineRecord | None:
+        """The record, None when not quarantined; RecordError when it cannot be read."""
+        key = self._layout.quarantine(checkpoint_id)
+        try:
+            return QuarantineRecord.decode(key, self._store.get(key).data)
+        except ObjectNotFound:
+            return None
+
+    def held(self, checkpoint_id: int) -> QuarantineRecord | None:
+        """Like `get`, but a record that cannot be read still holds the checkpoint, with
+        that as its reason (damage is a finding, never a way out of quarantine)."""
+        try:
+            return self.get(checkpoint_id)
+        except RecordError as exc:
+            return QuarantineRecord.unreadable(checkpoint_id, exc)
+
+    def records(self) -> list[QuarantineRecord]:
+        """Every quarantined checkpoint, oldest id first."""
+        return [r for r in (self.held(i) for i in self.ids()) if r is not None]
+
+    def release(self, checkpoint_id: int) -> bool:
+        """Make the checkpoint eligible again; False if it was not quarantined."""
+        key = self._layout.quarantine(checkpoint_id)
+        existed = self._store.exists(key)
+        with contextlib.suppress(ObjectNotFound):
+            self._store.delete(key)
+        return existed
