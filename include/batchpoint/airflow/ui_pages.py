@@ -47,7 +47,8 @@ def esc(value: object) -> str:
 
 
 def when(epoch_s: float | None) -> str:
-    if epoch_s is None:
+    # 0: unknown (an unreadable record's row in the history)
+    if not epoch_s:
         return ""
     return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S")
 

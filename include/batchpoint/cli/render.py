@@ -40,7 +40,8 @@ def seconds(s: float | None) -> str:
 
 
 def when(ts: float | None) -> str:
-    if ts is None:
+    # 0: unknown (an unreadable record's row in the history)
+    if not ts:
         return "-"
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 

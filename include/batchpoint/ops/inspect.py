@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import ConfigError
+from batchpoint.errors import ConfigError, RecordError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, Summary, TaskStats
 
@@ -59,9 +59,13 @@ class CheckpointDetail:
 
 
 def show_checkpoint(coordinator: CheckpointCoordinator, checkpoint_id: int) -> CheckpointDetail:
-    """One checkpoint; CheckpointNotFound for an id the pipeline never had."""
-    pending = coordinator.get_checkpoint(checkpoint_id)
-    stats, tasks = CheckpointStatsTracker(coordinator).checkpoint(checkpoint_id)
+    """One checkpoint; CheckpointNotFound for an id the pipeline never had. A checkpoint
+    whose records cannot be read is shown as UNREADABLE with the problem, not refused."""
+    try:
+        pending = coordinator.get_checkpoint(checkpoint_id)
+        stats, tasks = CheckpointStatsTracker(coordinator).checkpoint(checkpoint_id)
+    except RecordError as exc:
+        return CheckpointDetail(CheckpointStats.unreadable(checkpoint_id, exc), [], None, 0, {})
     return CheckpointDetail(
         stats, tasks, pending.base_checkpoint_id, pending.restore_generation, dict(pending.barrier)
     )

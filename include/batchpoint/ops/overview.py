@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchpoint.errors import ObjectNotFound
+from batchpoint.errors import ObjectNotFound, RecordError
 from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.protocol.checkpoint import (
@@ -142,11 +142,14 @@ def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> C
     except ObjectNotFound:
         report = None
     held = QuarantineStore(c.store, c.layout).held(checkpoint_id)
-    outcome = c.get_outcome(checkpoint_id)
-    if outcome is not None and outcome.completed is not None:
-        acks = list(outcome.completed.acks)
-    else:
-        acks = list(c.acks(checkpoint_id).values())
+    try:
+        outcome = c.get_outcome(checkpoint_id)
+        if outcome is not None and outcome.completed is not None:
+            acks = list(outcome.completed.acks)
+        else:
+            acks = list(c.acks(checkpoint_id).values())
+    except RecordError:
+        acks = []  # the detail says why: its status is UNREADABLE, with the problem
     files = [
         {
             "task": ack.task,

@@ -22,6 +22,9 @@ class CheckpointStatus(enum.StrEnum):
     PENDING = "PENDING"
     COMPLETED = "COMPLETED"
     ABORTED = "ABORTED"
+    # Never stored: what statistics and listings show for a checkpoint whose records
+    # cannot be read, so that damage is a row of the history and not an error page.
+    UNREADABLE = "UNREADABLE"
 
 
 class CheckpointFailureReason(enum.Enum):

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import CheckpointNotFound
+from batchpoint.errors import CheckpointNotFound, RecordError
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointStatus,
@@ -66,6 +66,25 @@ class CheckpointStats:
     # Flink's "full checkpoint data size": state_size is what this checkpoint wrote, this
     # is what restoring it reads (an incremental checkpoint shares its base's files).
     full_state_size: int = 0
+
+    @classmethod
+    def unreadable(cls, checkpoint_id: int, problem: RecordError) -> CheckpointStats:
+        """The row of a checkpoint whose records cannot be read: damage is a finding in
+        the history, named, never an error that hides every other checkpoint."""
+        return cls(
+            checkpoint_id=checkpoint_id,
+            type=CheckpointType.CHECKPOINT,
+            status=CheckpointStatus.UNREADABLE,
+            trigger_time=0.0,
+            end_time=None,
+            state_size=0,
+            rows=0,
+            acknowledged=0,
+            expected=0,
+            base_checkpoint_id=None,
+            failure_reason="unreadable",
+            failure_message=str(problem),
+        )
 
     @property
     def duration_s(self) -> float | None:
@@ -147,7 +166,8 @@ class CheckpointStatsTracker:
         """Oldest first: every checkpoint with records, or the newest `limit` of them."""
         if limit is not None:
             return self.page(limit=limit).checkpoints[::-1] if limit > 0 else []
-        return [self.checkpoint(cid)[0] for cid in self._c.checkpoint_ids()]
+        found = (self._stats_or_none(cid) for cid in self._c.checkpoint_ids())
+        return [s for s in found if s is not None]
 
     def page(self, before: int | None = None, limit: int = 50) -> HistoryPage:
         """The newest `limit` checkpoints with ids below `before` (below the next id to
@@ -190,6 +210,8 @@ class CheckpointStatsTracker:
             return self.checkpoint(checkpoint_id)[0]
         except CheckpointNotFound:
             return None  # pruned, or an id whose trigger never wrote its record
+        except RecordError as exc:
+            return CheckpointStats.unreadable(checkpoint_id, exc)
 
     @staticmethod
     def summary(history: list[CheckpointStats]) -> Summary:
