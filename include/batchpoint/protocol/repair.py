@@ -23,7 +23,8 @@ from batchpoint.protocol.checkpoint import CheckpointStatus, PendingCheckpoint
 from batchpoint.protocol.control import ControlRecord, ControlSnapshot
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
-from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
+from batchpoint.protocol.layout import parse_checkpoint_dir_name
+from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.protocol.repair_plan import (
     RepairEvidence,
@@ -34,7 +35,6 @@ from batchpoint.protocol.repair_plan import (
 )
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.verify import check_handles
-from batchpoint.storage.base import ObjectStore
 
 
 class RepairStatus(enum.StrEnum):
@@ -188,7 +188,7 @@ def gather(c: CheckpointCoordinator, read: ControlSnapshot) -> RepairEvidence:
                 ev.damaged[cid] = f"{len(problems)} file(s) not intact"
     _read_open(c, ev)
     _read_restores(c, ev)
-    ev.quarantined = quarantined_ids(c.store, c.layout)
+    ev.quarantined = set(QuarantineStore(c.store, c.layout).ids())
     publisher = SinkPublisher(c.store, c.layout)
     for sink in publisher.sink_names():
         try:
@@ -231,16 +231,6 @@ def _read_restores(c: CheckpointCoordinator, ev: RepairEvidence) -> None:
             ev.findings.append(Finding(f"restore generation {generation}", _why(exc)))
             continue
         ev.restores[generation] = record.checkpoint_id
-
-
-def quarantined_ids(store: ObjectStore, layout: PipelineLayout) -> set[int]:
-    """Checkpoints marked never to be restored (`quarantine/chk-N.json`): one listing."""
-    found = set()
-    for info in store.list(layout.quarantine_prefix):
-        cid = parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1])
-        if cid is not None:
-            found.add(cid)
-    return found
 
 
 def _why(exc: RecordError) -> str:
