@@ -14,10 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-from batchpoint.protocol.checkpoint import CheckpointType  # noqa: E402
-from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint  # noqa: E402
-from batchpoint.spark.session import spark_session  # noqa: E402
-from support.payments import PaymentsRun  # noqa: E402
+from batchpoint.protocol.checkpoint import CheckpointType
+from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
+from batchpoint.spark.session import spark_session
+from support.payments import PaymentsRun
 
 
 def main(out: Path) -> None:
