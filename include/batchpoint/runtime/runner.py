@@ -325,20 +325,18 @@ class OperatorRunner:
         pause = spark_task_pause(node.name, cid)
 
         def write(job: StreamWrite) -> dict[int, list[FileHandle]]:
-            return keyed_io.write_keyed(
-                job.df,
-                self.store_ref,
+            spec = keyed_io.WriteSpec(
                 base_key=base_key,
                 stream=job.stream,
                 attempt=self.attempt,
                 key_columns=job.key_columns,
                 max_parallelism=job.max_parallelism,
                 parallelism=parallelism,
-                on_subtask_written=fault,
-                before_subtask_write=pause,
                 layer=job.layer,
                 plain=job.plain,
+                hooks=keyed_io.SubtaskHooks(before=pause, after=fault),
             )
+            return keyed_io.write_keyed(job.df, self.store_ref, spec)
 
         if isinstance(node, SinkDef):
             df = inputs[node.inputs[0]] if len(inputs) == 1 else _union(list(inputs.values()))
