@@ -33,6 +33,7 @@ from collections.abc import Callable
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.runner import AttemptInterrupted, OperatorFailed, OperatorRunner
+from batchpoint.runtime.task_hooks import AttemptHooks
 from batchpoint.settings import Settings
 
 
@@ -117,6 +118,7 @@ def run_job(
             config=settings.checkpoint,
             attempt=attempt,
             log=log,
+            hooks=_injected_faults(),
         )
         if remote and on_start is not None:
             on_start(runner, checkpoint_id, operator)
@@ -138,6 +140,16 @@ def run_job(
     if report.skipped:
         log(f"nothing to do: {report.skipped}")
     return 0
+
+
+def _injected_faults() -> AttemptHooks | None:
+    """The fault-injecting hooks when BATCHPOINT_FAULT (runtime.faults.ENV) tells this job
+    to fail (tests, the soak, the demo); none otherwise, and faults.py is not imported."""
+    if not os.environ.get("BATCHPOINT_FAULT"):
+        return None
+    from batchpoint.runtime.faults import faults_from_env
+
+    return faults_from_env()
 
 
 if __name__ == "__main__":
