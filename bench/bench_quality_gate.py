@@ -87,9 +87,7 @@ def complete_checkpoint(
     coordinator.register(pipeline.spec())
     pending = coordinator.trigger({})
     op = pipeline.operators["balances"]
-    written = keyed_io.write_keyed(
-        generate_state(spark, keys),
-        store_ref,
+    spec = keyed_io.WriteSpec(
         base_key=coordinator.layout.operator_data_prefix(pending.checkpoint_id, "balances"),
         stream=state_stream("balances"),
         attempt="bench",
@@ -97,6 +95,7 @@ def complete_checkpoint(
         max_parallelism=op.max_parallelism,
         parallelism=op.parallelism,
     )
+    written = keyed_io.write_keyed(generate_state(spark, keys), store_ref, spec)
     for subtask, handles in written.items():
         coordinator.acknowledge(
             pending.checkpoint_id, task_name("balances", subtask), "bench", handles

@@ -259,12 +259,14 @@ def run_size(
         lambda: keyed_io.write_keyed(
             df,
             store_ref,
-            base_key=f"{tag}/keyed",
-            stream=STATE,
-            attempt="a1",
-            key_columns=KEY_COLUMNS,
-            max_parallelism=max_parallelism,
-            parallelism=parallelism,
+            keyed_io.WriteSpec(
+                base_key=f"{tag}/keyed",
+                stream=STATE,
+                attempt="a1",
+                key_columns=KEY_COLUMNS,
+                max_parallelism=max_parallelism,
+                parallelism=parallelism,
+            ),
         )
     )
     handles: list[FileHandle] = [h for files in written.values() for h in files]

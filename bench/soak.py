@@ -47,7 +47,7 @@ from batchpoint.protocol.savepoints import (  # noqa: E402
     export_savepoint,
 )
 from batchpoint.protocol.sinks import read_sink_table  # noqa: E402
-from batchpoint.runtime.faults import POINTS, InjectedKill  # noqa: E402
+from batchpoint.runtime.faults import POINTS, InjectedFaults, InjectedKill  # noqa: E402
 from batchpoint.runtime.restore import RestorePlanner  # noqa: E402
 from batchpoint.storage import StoreRef  # noqa: E402
 from support.checker import Checker  # noqa: E402
@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             spark = spark_session("batchpoint-soak", "local[2,2]")
             clock = Clock()
             config = CheckpointConfig(num_retained=3, timeout=HOUR / 2)
-            runner = LocalEpochRunner(build_pipeline(), ref, spark, config, clock=clock)
+            runner = LocalEpochRunner(
+                build_pipeline(), ref, spark, config, clock=clock, hooks=InjectedFaults()
+            )
             driver = runner.driver
             savepoint_prefix = ""
             gc_seconds: list[float] = []

@@ -1,5 +1,5 @@
 """How each kind of BATCHPOINT_* value is read: durations, counts, true/false, `module:attr`
-references, storage roots, Spark masters, schedules. Pure functions that raise ValueError
+references, storage roots, Spark masters and modes, schedules. Pure functions that raise ValueError
 with the reason; `batchpoint.settings` adds the variable's name and value to the message.
 
 Nothing here creates anything: a root is checked by looking at what exists, so read-only
@@ -12,8 +12,19 @@ import math
 import os
 import re
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlparse
+
+
+class SparkMode(StrEnum):
+    """How the Airflow tasks reach Spark (BATCHPOINT_SPARK_MODE). A StrEnum: its value is
+    the variable's text, so it goes back into a child's environment unchanged."""
+
+    CONNECT = "connect"  # thin Spark Connect clients of BATCHPOINT_SPARK_REMOTE
+    SUBMIT = "submit"  # one spark-submit per operator task, on BATCHPOINT_SPARK_MASTER
+    LOCAL = "local"  # a local Spark in a child process
+
 
 #: Longer than any sensible timeout, pause or grace: a larger value is a typo (a unit
 #: missing or doubled) and, unchecked, overflows timestamps far from where it was set.

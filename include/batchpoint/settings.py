@@ -74,6 +74,7 @@ from batchpoint import redaction
 from batchpoint import setting_values as values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.setting_values import SparkMode
 from batchpoint.storage import StoreRef
 
 PREFIX = "BATCHPOINT_"
@@ -168,9 +169,7 @@ class BatchpointEnvironment(BaseSettings):
     # -- Spark
     spark_master: Annotated[str, BeforeValidator(values.check_spark_master)] = "local[2]"
     # None: each front end's own default (connect for Airflow and the demo).
-    spark_mode: Annotated[Literal["connect", "submit", "local"] | None, _optional(_lowercase)] = (
-        None
-    )
+    spark_mode: Annotated[SparkMode | None, _optional(_lowercase)] = None
     spark_remote: Annotated[str | None, _optional(values.check_spark_remote)] = None
     connect_client: Annotated[Literal["task", "subprocess"], BeforeValidator(_lowercase)] = "task"
     # -- checkpointing (CheckpointConfig)
@@ -211,7 +210,7 @@ class BatchpointEnvironment(BaseSettings):
     def _consistent(self) -> BatchpointEnvironment:
         if not self.pipeline_ref:
             raise ValueError(f"{PREFIX}PIPELINE_REF is empty: name a module:attribute")
-        if self.spark_mode == "connect" and not self.spark_remote:
+        if self.spark_mode is SparkMode.CONNECT and not self.spark_remote:
             raise ValueError(MISSING_REMOTE)
         if self.gc_grace is not None and self.gc_grace < self.checkpoint_timeout:
             raise ValueError(
@@ -308,7 +307,7 @@ def _one_line(exc: ValidationError) -> str:
     if not error["loc"]:  # a check across variables: its message names them
         return reason
     name = variable(str(error["loc"][0]))
-    if error["type"] == "literal_error":
+    if error["type"] in ("literal_error", "enum"):
         reason = "use one of " + str(error["ctx"]["expected"]).replace("'", "")
     return f"{name}={_shown(name, error['input'])}: {reason}"
 
@@ -384,14 +383,16 @@ class Settings:
     #: empty when built means the root's own `savepoints/` folder.
     savepoint_roots: tuple[str, ...] = ()
     quality_gate_ref: str | None = None
-    #: connect, submit or local; None: the front end's default (see the module's table).
-    spark_mode: str | None = None
+    #: None: the front end's default (see the module's table).
+    spark_mode: SparkMode | None = None
     spark_remote: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store_options", redaction.conceal_options(self.store_options))
         if not self.savepoint_roots:
             object.__setattr__(self, "savepoint_roots", (values.default_savepoint_root(self.root),))
+        if self.spark_mode is not None:
+            object.__setattr__(self, "spark_mode", SparkMode(self.spark_mode))
 
     @property
     def store_ref(self) -> StoreRef:
@@ -450,7 +451,7 @@ class Settings:
         if self.quality_gate_ref:
             out[variable("quality_gate")] = self.quality_gate_ref
         if self.spark_mode:
-            out[variable("spark_mode")] = self.spark_mode
+            out[variable("spark_mode")] = self.spark_mode.value
         if self.spark_remote:
             out[variable("spark_remote")] = self.spark_remote
         return out

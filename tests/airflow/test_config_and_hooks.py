@@ -274,11 +274,23 @@ def test_the_connect_and_local_commands_run_the_job_module_without_spark_submit(
 
 
 def test_an_unreachable_server_is_told_apart_from_other_failures():
-    from batchpoint.airflow.hooks import SparkJobResult
+    """Both exit 2; the job's status line says which (no output is scraped)."""
+    from batchpoint.airflow.hooks import SparkSubmitLauncher
+    from batchpoint.runtime.job_status import JobReport, JobStatus
 
+    launcher = SparkSubmitLauncher(AirflowDeployment.from_env(submit_env()), "m:p")
     line = "Spark Connect server at sc://127.0.0.1:1 is unreachable: connection refused"
-    assert SparkJobResult(2, 1.0, ["x", f"error: {line}"]).unreachable == line
-    assert SparkJobResult(2, 1.0, ["error: BATCHPOINT_ROOT='x': bad"]).unreachable is None
+    said = {
+        JobStatus.SPARK_UNREACHABLE: line,
+        JobStatus.BAD_CONFIG: "BATCHPOINT_ROOT='x': bad",
+    }
+    for status, message in said.items():
+        report = JobReport(status, 7, "dedup", message)
+        code = f"print('error: ' + {message!r}); print({report.line()!r}); raise SystemExit(2)"
+        result = launcher.run([sys.executable, "-c", code], dict(os.environ), lambda _: None)
+        assert result.returncode == 2 and result.report == report
+        assert result.status is status and result.message == message
+        assert result.output() == f"error: {message}"  # the status line is not output
 
 
 def test_the_launcher_streams_output_and_reports_the_exit_code(tmp_path):
@@ -292,6 +304,43 @@ def test_the_launcher_streams_output_and_reports_the_exit_code(tmp_path):
         lines.append,
     )
     assert result.returncode == 3 and lines == ["one", "two"] and result.tail == lines
+
+
+@pytest.mark.parametrize(
+    ("code", "returncode", "status"),
+    [
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -9, "died"),
+        ("raise SystemExit(137)", 137, "died"),
+        ("raise SystemExit(143)", 143, "interrupted"),
+        ("raise SystemExit(3)", 3, "operator-failed"),
+        ("raise SystemExit(2)", 2, "bad-config"),
+        ("raise RuntimeError('a crash')", 1, "died"),
+    ],
+)
+def test_a_job_that_died_before_its_status_line_is_read_by_its_exit_code(
+    code: str, returncode: int, status: str
+):
+    from batchpoint.airflow.hooks import SparkSubmitLauncher
+    from batchpoint.runtime.job_status import JobStatus
+
+    launcher = SparkSubmitLauncher(AirflowDeployment.from_env(submit_env()), "m:p")
+    child = f"print('[dedup] working', flush=True); {code}"
+    result = launcher.run([sys.executable, "-c", child], dict(os.environ), lambda _: None)
+    assert (result.returncode, result.report) == (returncode, None)
+    assert result.status is JobStatus(status) and result.message == ""
+
+
+def test_the_status_line_is_read_wherever_it_is_in_the_output():
+    """A JVM may log its shutdown after the status line, past the tail that is kept."""
+    from batchpoint.airflow.hooks import SparkSubmitLauncher
+    from batchpoint.runtime.job_status import JobReport, JobStatus
+
+    launcher = SparkSubmitLauncher(AirflowDeployment.from_env(submit_env()), "m:p")
+    report = JobReport(JobStatus.ACKNOWLEDGED, 7, "dedup", "acks dedup#0=SUCCESS")
+    child = f"print({report.line()!r}); [print('shutdown', i) for i in range(50)]"
+    result = launcher.run([sys.executable, "-c", child], dict(os.environ), lambda _: None, 40)
+    assert len(result.tail) == 40 and report.line() not in result.tail
+    assert result.report == report and result.status.succeeded
 
 
 # -- the REST API hook ----------------------------------------------------------------------

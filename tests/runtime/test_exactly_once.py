@@ -23,7 +23,7 @@ from batchpoint.protocol.checkpoint import (
     TaskAcknowledgeResult,
 )
 from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint, export_savepoint
-from batchpoint.runtime.faults import InjectedKill
+from batchpoint.runtime.faults import InjectedFaults, InjectedKill
 from batchpoint.runtime.streams import reads_channel
 from support.payments import PaymentsRun
 
@@ -92,31 +92,50 @@ def test_task_killed_then_retried(
     run.assert_matches_reference()
 
 
-def test_duplicate_attempt_learns_duplicate_and_removes_its_files(
+def test_a_runner_without_hooks_injects_no_fault(
     make_run: Callable[..., PaymentsRun],
     after_first_epoch: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two attempts of balances run at once (a zombie after a lost heartbeat, or Spark
-    speculation at the job level): the winner acknowledges between the zombie's snapshot
-    and its ack, so every zombie ack is DUPLICATE and its files go."""
-    import batchpoint.runtime.runner as runner_module
+    """BATCHPOINT_FAULT reaches an attempt only through hooks that ask for it: the
+    tests' runner dies where it names, a production runner (no hooks) runs on."""
+    from batchpoint.runtime.runner import OperatorRunner
 
     run = make_run(copy_from=after_first_epoch)
     run.add_input(1)
     cid = run.runner.driver.trigger().checkpoint_id
+    monkeypatch.setenv("BATCHPOINT_FAULT", "dedup:before-snapshot")
+    with pytest.raises(InjectedKill):
+        run.runner.operator_runner(attempt="hooked").run(cid, "dedup")
+    epoch = run.runner
+    plain = OperatorRunner(epoch.pipeline, epoch.store_ref, epoch.spark, config=epoch.config)
+    assert plain.hooks is None
+    report = plain.run(cid, "dedup")
+    assert set(report.results.values()) == {TaskAcknowledgeResult.SUCCESS}
+
+
+def test_duplicate_attempt_learns_duplicate_and_removes_its_files(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    """Two attempts of balances run at once (a zombie after a lost heartbeat, or Spark
+    speculation at the job level): the winner acknowledges between the zombie's snapshot
+    and its ack, so every zombie ack is DUPLICATE and its files go."""
+    run = make_run(copy_from=after_first_epoch)
+    run.add_input(1)
+    cid = run.runner.driver.trigger().checkpoint_id
     run.runner.operator_runner(attempt="up").run(cid, "dedup")
-    real_maybe_fail = runner_module.maybe_fail
     winner_files: set[str] = set()
 
-    def interleave(operator: str, point: str, checkpoint_id: int) -> None:
-        if (operator, point) == ("balances", "after-snapshot") and not winner_files:
-            monkeypatch.setattr(runner_module, "maybe_fail", real_maybe_fail)
-            run.runner.operator_runner(attempt="winner").run(cid, "balances")
-            winner_files.update(_data_files(run, cid))
+    class Interleave(InjectedFaults):
+        """The zombie's hooks: at its after-snapshot point, the winner runs to its acks."""
 
-    monkeypatch.setattr(runner_module, "maybe_fail", interleave)
-    zombie = run.runner.operator_runner(attempt="zombie").run(cid, "balances")
+        def at(self, point: str, operator: str, checkpoint_id: int) -> None:
+            if (operator, point) == ("balances", "after-snapshot") and not winner_files:
+                run.runner.operator_runner(attempt="winner").run(cid, "balances")
+                winner_files.update(_data_files(run, cid))
+            super().at(point, operator, checkpoint_id)
+
+    zombie = run.runner.operator_runner(attempt="zombie", hooks=Interleave()).run(cid, "balances")
     assert set(zombie.results.values()) == {TaskAcknowledgeResult.DUPLICATE}
     assert not any("/zombie/" in key for key in _data_files(run, cid))
     assert any("/winner/" in key for key in winner_files)

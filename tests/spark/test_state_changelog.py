@@ -31,11 +31,10 @@ ENTRIES = "account string, entry bigint, note string"
 
 
 def _write(spark: Any, store: ObjectStore, df: Any, key: list[str], layer: int) -> list:
-    from batchpoint.spark.state_io import write_keyed_state
+    from batchpoint.spark.state_io import WriteSpec, write_keyed_state
 
-    return write_keyed_state(
-        df, store, f"chk-{layer}/data", "s", key, MAX_PAR, 3, f"a{layer}", layer=layer
-    )
+    spec = WriteSpec(f"chk-{layer}/data", "s", f"a{layer}", tuple(key), MAX_PAR, 3, layer=layer)
+    return write_keyed_state(df, store, spec)
 
 
 def _chain(spark: Any, store: ObjectStore, versions: list[list[tuple]], schema: str, key: list):
@@ -54,9 +53,9 @@ def _chain(spark: Any, store: ObjectStore, versions: list[list[tuple]], schema: 
 
 
 def _read(spark: Any, store: ObjectStore, handles: list, schema: str, **kw: Any) -> list:
-    from batchpoint.spark.state_io import read_keyed_state
+    from batchpoint.spark.state_io import ReadSpec, read_keyed_state
 
-    return read_keyed_state(spark, store, handles, schema=schema, **kw).collect()
+    return read_keyed_state(spark, store, handles, ReadSpec(schema=schema, **kw)).collect()
 
 
 def _bag(rows: list) -> Counter:
@@ -108,13 +107,15 @@ def test_keys_with_several_rows_and_key_only_states_chain_through_layers(
 def test_layered_state_restores_at_another_parallelism(
     spark: Any, state_store: ObjectStore
 ) -> None:
-    from batchpoint.spark.state_io import read_keyed_state_for_parallelism
+    from batchpoint.spark.state_io import ReadSpec, read_keyed_state_for_parallelism
 
     old = [(f"acc{i}", i, ["a"]) for i in range(400)]
     new = [(a, b * 2 if b % 3 == 0 else b, t) for a, b, t in old if b % 11]
     handles, _ = _chain(spark, state_store, [old, new], BALANCES, ["account"])
     for parallelism in (1, 5):
-        df = read_keyed_state_for_parallelism(spark, state_store, handles, parallelism, BALANCES)
+        df = read_keyed_state_for_parallelism(
+            spark, state_store, handles, parallelism, ReadSpec(schema=BALANCES)
+        )
         rows = df.collect()
         assert _bag(r[:3] for r in rows) == _bag(new)
         assert {r._subtask for r in rows} == set(range(parallelism))

@@ -68,21 +68,20 @@ def state_df(spark: Any, rows: Sequence[tuple[Any, ...]] | None = None) -> Any:
 
 
 def write(spark: Any, store: ObjectStore, parallelism: int = 4, **kwargs: Any) -> list[StateHandle]:
-    from batchpoint.spark.state_io import write_keyed_state
+    from batchpoint.spark.state_io import WriteSpec, write_keyed_state
 
     df = kwargs.pop("df", None)
     df = state_df(spark) if df is None else df
-    return write_keyed_state(
-        df,
-        store,
+    spec = WriteSpec(
         kwargs.pop("base_key", "chk-1/data"),
         kwargs.pop("state_name", "balances"),
-        ["user_id"],
+        kwargs.pop("attempt_id", "a1"),
+        ("user_id",),
         MAX_PAR,
         parallelism,
-        kwargs.pop("attempt_id", "a1"),
         **kwargs,
     )
+    return write_keyed_state(df, store, spec)
 
 
 def normalise(rows: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -97,12 +96,12 @@ def normalise(rows: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 
 def test_round_trip(spark: Any, state_store: ObjectStore) -> None:
-    from batchpoint.spark.state_io import read_keyed_state
+    from batchpoint.spark.state_io import ReadSpec, read_keyed_state
 
     handles = write(spark, state_store)
     assert sorted({h.subtask for h in handles}) == [0, 1, 2, 3]
     assert sum(h.rows for h in handles) == N_USERS
-    back = read_keyed_state(spark, state_store, handles, schema=SCHEMA)
+    back = read_keyed_state(spark, state_store, handles, ReadSpec(schema=SCHEMA))
     assert back.schema.simpleString() == spark.createDataFrame([], SCHEMA).schema.simpleString()
     assert normalise(back.collect()) == normalise(make_rows())
     # Without a schema, the one the handles record is used (no job reads a footer); a
@@ -163,7 +162,11 @@ def test_sha256_and_size_match_the_stored_files(spark: Any, state_store: ObjectS
 def test_rescale_4_to_3_to_6(spark: Any, state_store: ObjectStore) -> None:
     from pyspark.sql import functions as F
 
-    from batchpoint.spark.state_io import read_keyed_state, read_keyed_state_for_parallelism
+    from batchpoint.spark.state_io import (
+        ReadSpec,
+        read_keyed_state,
+        read_keyed_state_for_parallelism,
+    )
 
     all_users = set(range(N_USERS))
     handles4 = write(spark, state_store, parallelism=4)
@@ -172,7 +175,7 @@ def test_rescale_4_to_3_to_6(spark: Any, state_store: ObjectStore) -> None:
     parts, seen = [], set()
     for subtask in range(3):
         own = key_group_range_for_subtask(MAX_PAR, 3, subtask)
-        df = read_keyed_state(spark, state_store, handles4, own, SCHEMA)
+        df = read_keyed_state(spark, state_store, handles4, ReadSpec(own, SCHEMA))
         users = {r.user_id for r in df.select("user_id").collect()}
         assert users == {u for u in all_users if subtask_for_key(u, MAX_PAR, 3) == subtask}
         parts.append(df)
@@ -183,7 +186,7 @@ def test_rescale_4_to_3_to_6(spark: Any, state_store: ObjectStore) -> None:
     restored3 = parts[0].unionByName(parts[1]).unionByName(parts[2])
     handles3 = write(spark, state_store, parallelism=3, df=restored3, attempt_id="a2")
     assert {h.subtask for h in handles3} == {0, 1, 2}
-    at6 = read_keyed_state_for_parallelism(spark, state_store, handles3, 6, SCHEMA)
+    at6 = read_keyed_state_for_parallelism(spark, state_store, handles3, 6, ReadSpec(schema=SCHEMA))
     rows = at6.select("user_id", "_subtask", F.spark_partition_id().alias("pid")).collect()
     assert len(rows) == N_USERS
     for row in rows:
@@ -195,7 +198,7 @@ def test_rescale_4_to_3_to_6(spark: Any, state_store: ObjectStore) -> None:
 def test_empty_subtasks_write_an_empty_file_with_the_schema(
     spark: Any, state_store: ObjectStore
 ) -> None:
-    from batchpoint.spark.state_io import read_keyed_state
+    from batchpoint.spark.state_io import ReadSpec, read_keyed_state
 
     one_user = make_rows(1)
     handles = write(spark, state_store, parallelism=4, df=state_df(spark, one_user))
@@ -213,7 +216,7 @@ def test_empty_subtasks_write_an_empty_file_with_the_schema(
             "updated",
             "_key_group",
         ]
-    assert read_keyed_state(spark, state_store, handles, schema=SCHEMA).count() == 1
+    assert read_keyed_state(spark, state_store, handles, ReadSpec(schema=SCHEMA)).count() == 1
 
     # An entirely empty input: adaptive execution runs no task, the driver fills in.
     adaptive = spark.conf.get("spark.sql.adaptive.enabled")
@@ -226,18 +229,18 @@ def test_empty_subtasks_write_an_empty_file_with_the_schema(
         (0, 0, "driver"),
         (1, 0, "driver"),
     ]
-    assert read_keyed_state(spark, state_store, nothing, schema=SCHEMA).count() == 0
+    assert read_keyed_state(spark, state_store, nothing, ReadSpec(schema=SCHEMA)).count() == 0
 
 
 def test_schema_mismatch_names_the_file_and_the_columns(
     spark: Any, state_store: ObjectStore
 ) -> None:
-    from batchpoint.spark.state_io import read_keyed_state
+    from batchpoint.spark.state_io import ReadSpec, read_keyed_state
 
     handles = write(spark, state_store, parallelism=2)
     wrong = "user_id bigint, region string, balance decimal(10,2), day date, note string"
     with pytest.raises(StateSchemaMismatch) as caught:
-        read_keyed_state(spark, state_store, handles, schema=wrong)
+        read_keyed_state(spark, state_store, handles, ReadSpec(schema=wrong))
     message = str(caught.value)
     assert handles[0].path in message
     assert "'note'" in message and "missing" in message
@@ -246,7 +249,7 @@ def test_schema_mismatch_names_the_file_and_the_columns(
 
 
 def test_rolling_files_tile_each_subtask_range(spark: Any, state_store: ObjectStore) -> None:
-    from batchpoint.spark.state_io import read_keyed_state
+    from batchpoint.spark.state_io import ReadSpec, read_keyed_state
 
     rows = make_rows(20_000)
     handles = write(
@@ -265,7 +268,7 @@ def test_rolling_files_tile_each_subtask_range(spark: Any, state_store: ObjectSt
         )
         for before, after in itertools.pairwise(own):
             assert after.key_group_range.start == before.key_group_range.end + 1
-    back = read_keyed_state(spark, state_store, handles, KeyGroupRange(5, 20), SCHEMA)
+    back = read_keyed_state(spark, state_store, handles, ReadSpec(KeyGroupRange(5, 20), SCHEMA))
     expected = {r[0] for r in rows if 5 <= assign_to_key_group(r[0], MAX_PAR) <= 20}
     assert {r.user_id for r in back.select("user_id").collect()} == expected
 
@@ -273,17 +276,17 @@ def test_rolling_files_tile_each_subtask_range(spark: Any, state_store: ObjectSt
 def test_gaps_and_corruption_are_refused(spark: Any, state_store: ObjectStore) -> None:
     from pyspark.errors import PythonException
 
-    from batchpoint.spark.state_io import read_keyed_state
+    from batchpoint.spark.state_io import ReadSpec, read_keyed_state
 
     handles = write(spark, state_store, parallelism=2)
     with pytest.raises(StateCoverageError, match=r"no state file covers key groups \[0, 15\]"):
-        read_keyed_state(spark, state_store, handles[1:], schema=SCHEMA)
+        read_keyed_state(spark, state_store, handles[1:], ReadSpec(schema=SCHEMA))
     victim = handles[0]
     data = bytearray(state_store.get(victim.path).data)
     data[len(data) // 2] ^= 0xFF
     state_store.put(victim.path, bytes(data))
     with pytest.raises(PythonException, match="is corrupt: sha256"):
-        read_keyed_state(spark, state_store, handles, schema=SCHEMA).count()
+        read_keyed_state(spark, state_store, handles, ReadSpec(schema=SCHEMA)).count()
 
 
 def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -341,7 +344,14 @@ def _retry_main(root: str) -> dict[str, Any]:
     """local[2,2]: each task may run twice. Subtask 1's first attempt fails after its
     files are uploaded; the retry must write new files and the failed ones be removed."""
     from batchpoint.spark.session import spark_session
-    from batchpoint.spark.state_io import read_keyed_state, unreferenced_files, write_keyed_state
+    from batchpoint.spark.state_io import (
+        ReadSpec,
+        SubtaskHooks,
+        WriteSpec,
+        read_keyed_state,
+        unreferenced_files,
+        write_keyed_state,
+    )
     from batchpoint.storage.local import LocalObjectStore
 
     spark = spark_session("retry-test", "local[2,2]")
@@ -349,14 +359,15 @@ def _retry_main(root: str) -> dict[str, Any]:
     seen_dir = Path(root) / "_attempts"
     seen_dir.mkdir(parents=True)
     df = spark.range(5000).withColumnRenamed("id", "k").selectExpr("k", "k * 2 AS v")
-    handles = write_keyed_state(
-        df, store, "chk-7/data", "s", ["k"], 16, 2, "a1", on_subtask_written=_FailFirst(seen_dir)
+    spec = WriteSpec(
+        "chk-7/data", "s", "a1", ("k",), 16, 2, hooks=SubtaskHooks(after=_FailFirst(seen_dir))
     )
-    back = read_keyed_state(spark, store, handles, schema="k bigint, v bigint")
+    handles = write_keyed_state(df, store, spec)
+    back = read_keyed_state(spark, store, handles, ReadSpec(schema="k bigint, v bigint"))
     return {
         "attempts_seen": sorted(int(p.name) for p in seen_dir.iterdir()),
         "rows": back.count(),
-        "orphans": unreferenced_files(store, "chk-7/data", "s", "a1", handles, 2),
+        "orphans": unreferenced_files(store, spec, handles),
         "subtask0_attempt": handles[0].task_attempt,
         "subtask1_attempt": next(h.task_attempt for h in handles if h.subtask == 1),
     }
@@ -385,7 +396,7 @@ def _bounded_memory_main(root: str) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from batchpoint.spark.session import spark_session
-    from batchpoint.spark.state_io import read_keyed_state, write_keyed_state
+    from batchpoint.spark.state_io import ReadSpec, WriteSpec, read_keyed_state, write_keyed_state
     from batchpoint.storage.local import LocalObjectStore
 
     rows = 700_000
@@ -406,12 +417,11 @@ def _bounded_memory_main(root: str) -> dict[str, Any]:
     checksum = F.sum(F.crc32(F.concat(F.col("k").cast("string"), F.col("payload"))))
     source_checksum = df.select(checksum).first()[0]
     started = time.monotonic()
-    handles = write_keyed_state(
-        df, store, "big", "s", ["k"], 128, 1, "a1", target_file_bytes=256 << 20
-    )
+    spec = WriteSpec("big", "s", "a1", ("k",), 128, 1, target_file_bytes=256 << 20)
+    handles = write_keyed_state(df, store, spec)
     write_s = time.monotonic() - started
     started = time.monotonic()
-    back = read_keyed_state(spark, store, handles, schema="k bigint, payload string")
+    back = read_keyed_state(spark, store, handles, ReadSpec(schema="k bigint, payload string"))
     read_rows, read_checksum = back.select(F.count("*"), checksum).first()
     read_s = time.monotonic() - started
     probe = spark.range(1).mapInArrow(_probe_limit, "limit_mb long").first()

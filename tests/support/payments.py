@@ -20,6 +20,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.quality.suites import PipelineQuality
+from batchpoint.runtime.faults import InjectedFaults
 from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
@@ -49,7 +50,11 @@ class PaymentsRun:
         ref = StoreRef.of(root.as_uri())
         clock = FakeClock()
         pipeline = build_pipeline(parallelism=parallelism, balances_table=balances_table)
-        runner = LocalEpochRunner(pipeline, ref, spark, CheckpointConfig(**config), clock=clock)
+        # Faults named by BATCHPOINT_FAULT fire in its attempts (the production runner
+        # has no hooks).
+        runner = LocalEpochRunner(
+            pipeline, ref, spark, CheckpointConfig(**config), clock=clock, hooks=InjectedFaults()
+        )
         return cls(ref, runner, clock)
 
     @property

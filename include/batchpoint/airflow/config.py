@@ -56,6 +56,7 @@ from batchpoint.settings import (
     MISSING_REMOTE,
     BatchpointEnvironment,
     Settings,
+    SparkMode,
     read_environment,
 )
 
@@ -73,7 +74,7 @@ __all__ = [
 SENSOR_MODES = ("deferrable", "reschedule", "poke")
 #: The Airflow tasks are thin Spark Connect clients unless BATCHPOINT_SPARK_MODE says
 #: otherwise: no JVM in the worker, one warm Spark for every task.
-DEFAULT_SPARK_MODE = "connect"
+DEFAULT_SPARK_MODE = SparkMode.CONNECT
 #: Fixed so that DAG definitions do not change between parses (a moving start_date
 #: would make every parse a new DAG version).
 START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
@@ -120,7 +121,7 @@ class AirflowDeployment:
     quality_gate_ref: str | None = None
     audit: bool = False
     #: connect (thin Spark Connect clients of `spark_remote`), submit or local.
-    spark_mode: str = "submit"
+    spark_mode: SparkMode = SparkMode.SUBMIT
     spark_remote: str | None = None
     #: task (the operator task's Connect client in its own process) or subprocess.
     connect_client: str = "task"
@@ -132,7 +133,7 @@ class AirflowDeployment:
 
     @property
     def spark_description(self) -> str:
-        if self.spark_mode == "connect":
+        if self.spark_mode is SparkMode.CONNECT:
             return f"Spark Connect server `{self.spark_remote}` (connect mode)"
         return f"master `{self.settings.spark_master}` ({self.spark_mode} mode)"
 
@@ -165,7 +166,7 @@ class AirflowDeployment:
         cls, model: BatchpointEnvironment, env: Mapping[str, str] | None = None
     ) -> AirflowDeployment:
         mode = model.spark_mode or DEFAULT_SPARK_MODE
-        if mode == "connect" and not model.spark_remote:
+        if mode is SparkMode.CONNECT and not model.spark_remote:
             raise ConfigError(MISSING_REMOTE)
         settings = Settings.of(model, env)
         return cls(
@@ -174,8 +175,8 @@ class AirflowDeployment:
             schedule=model.checkpoint_interval,
             # Only submit mode runs spark-submit and the job file; the others must not
             # fail on a deployment (an Airflow image without Spark) that has neither.
-            spark_submit=_spark_submit(model.spark_submit, required=mode == "submit"),
-            spark_job=_spark_job(model.spark_job, required=mode == "submit"),
+            spark_submit=_spark_submit(model.spark_submit, required=mode is SparkMode.SUBMIT),
+            spark_job=_spark_job(model.spark_job, required=mode is SparkMode.SUBMIT),
             spark_submit_args=model.spark_submit_args,
             pyspark_python=model.pyspark_python or sys.executable,
             sensor_mode=model.ack_sensor_mode,

@@ -59,6 +59,7 @@ from batchpoint.quality.suites import audit_enabled
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.restore import RestoreGate
+from batchpoint.settings import SparkMode
 
 OPERATOR_GROUP = "operators"
 AUDIT_TASK = "audit"
@@ -191,7 +192,9 @@ def _epoch_tasks(
         task_id=AUDIT_TASK,
         spark_master=deployment.settings.spark_master,
         spark_conf=deployment.spark_conf,
-        spark_remote=deployment.spark_remote if deployment.spark_mode == "connect" else None,
+        spark_remote=deployment.spark_remote
+        if deployment.spark_mode is SparkMode.CONNECT
+        else None,
         retries=deployment.task_retries,
         retry_delay=timedelta(seconds=deployment.retry_delay),
         execution_timeout=timedelta(seconds=timeout),

@@ -17,9 +17,10 @@ it), so an installed batchpoint needs no checkout; the repository's
 spark_jobs/run_operator.py only calls `main` here.
 
 Storage and checkpoint settings come from BATCHPOINT_* environment variables
-(batchpoint.settings). Exit codes: 0 acknowledged (or nothing to do), 2 bad usage or
-configuration (and a Spark Connect server that cannot be reached), 3 the operator failed
-and declined the checkpoint; 143 after SIGTERM.
+(batchpoint.settings). The job ends with one status line and its exit code (a
+batchpoint.runtime.job_status.JobStatus): 0 acknowledged (or nothing to do), 2 bad usage
+or configuration (and a Spark Connect server that cannot be reached), 3 the operator
+failed and declined the checkpoint; 143 after SIGTERM.
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ import sys
 from collections.abc import Callable
 
 from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.runtime.job_status import JobReport, JobStatus
 from batchpoint.runtime.loader import load_pipeline
-from batchpoint.runtime.runner import AttemptInterrupted, OperatorFailed, OperatorRunner
+from batchpoint.runtime.runner import AttemptInterrupted, OperatorRunner
+from batchpoint.runtime.task_hooks import AttemptHooks
 from batchpoint.settings import Settings
+
+OnStart = Callable[[OperatorRunner, int, str], None]
 
 
 def _interrupt_on_sigterm(runner: OperatorRunner, checkpoint_id: int, name: str) -> None:
@@ -43,12 +48,14 @@ def _interrupt_on_sigterm(runner: OperatorRunner, checkpoint_id: int, name: str)
     def handler(signum: int, frame: object) -> None:
         try:
             stopped = runner.interrupt(checkpoint_id, name)
-            print(f"[{name}] SIGTERM: interrupted {len(stopped)} Spark operation(s)", flush=True)
+            message = f"SIGTERM: interrupted {len(stopped)} Spark operation(s)"
+            print(f"[{name}] {message}", flush=True)
         except Exception as exc:  # dying anyway: say why it did not work
-            tag = runner.tag(checkpoint_id, name)
-            print(f"[{name}] SIGTERM: could not interrupt {tag}: {exc}", file=sys.stderr)
+            message = f"SIGTERM: could not interrupt {runner.tag(checkpoint_id, name)}: {exc}"
+            print(f"[{name}] {message}", file=sys.stderr)
+        print(JobReport(JobStatus.INTERRUPTED, checkpoint_id, name, message).line(), flush=True)
         sys.stdout.flush()
-        os._exit(143)
+        os._exit(JobStatus.INTERRUPTED.exit_code)
 
     signal.signal(signal.SIGTERM, handler)
 
@@ -67,18 +74,22 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env(spark_master=args.master or "")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return run_job(
-        args.pipeline,
-        args.checkpoint_id,
-        args.operator,
-        settings,
-        remote=args.remote,
-        attempt=args.attempt,
-        log=lambda line: print(f"[{args.operator}] {line}", flush=True),
-        error=lambda line: print(line, file=sys.stderr, flush=True),
-        on_start=_interrupt_on_sigterm,
-    )
+        report = JobReport(JobStatus.BAD_CONFIG, args.checkpoint_id, args.operator, str(exc))
+    else:
+        report = run_job(
+            args.pipeline,
+            args.checkpoint_id,
+            args.operator,
+            settings,
+            remote=args.remote,
+            attempt=args.attempt,
+            log=lambda line: print(f"[{args.operator}] {line}", flush=True),
+            error=lambda line: print(line, file=sys.stderr, flush=True),
+            on_start=_interrupt_on_sigterm,
+        )
+    sys.stderr.flush()
+    print(report.line(), flush=True)  # last: what the launcher reads
+    return report.exit_code
 
 
 def run_job(
@@ -91,53 +102,84 @@ def run_job(
     attempt: str | None = None,
     log: Callable[[str], None] = print,
     error: Callable[[str], None] = print,
-    on_start: Callable[[OperatorRunner, int, str], None] | None = None,
-) -> int:
+    on_start: OnStart | None = None,
+) -> JobReport:
     """One operator attempt, on a Spark Connect session (`remote`) or a classic one
-    (settings.spark_master); returns the exit code (see the module). Over Connect,
+    (settings.spark_master); returns how it ended (see the module). Over Connect,
     `on_start` gets the runner before the work starts: what stops the attempt
     (OperatorRunner.interrupt) on a kill."""
     try:
-        pipeline = load_pipeline(pipeline_ref)
-        app_name = f"batchpoint-{pipeline.name}-{operator}"
-        if remote:
-            from batchpoint.spark.session import connect_session, pipeline_session_id
-
-            spark = connect_session(
-                remote, app_name, session_id=pipeline_session_id(pipeline.name, remote)
-            )
-        else:
-            from batchpoint.spark.session import spark_session
-
-            spark = spark_session(app_name, settings.spark_master)
-        runner = OperatorRunner(
-            pipeline,
-            settings.store_ref,
-            spark,
-            config=settings.checkpoint,
-            attempt=attempt,
-            log=log,
-        )
+        runner = _runner(pipeline_ref, operator, settings, remote, attempt, log)
         if remote and on_start is not None:
             on_start(runner, checkpoint_id, operator)
         report = runner.run(checkpoint_id, operator)
-    except AttemptInterrupted as exc:
-        error(f"error: {exc}")
-        return 143
-    except ConfigError as exc:
-        error(f"error: {exc}")
-        return 2
-    except OperatorFailed as exc:
-        error(f"error: {exc}")
-        return 3
     except BatchpointError as exc:
-        from batchpoint.spark.session import SparkUnreachable
-
         error(f"error: {exc}")
-        return 2 if isinstance(exc, SparkUnreachable) else 3
+        return JobReport(job_status_of(exc), checkpoint_id, operator, str(exc))
     if report.skipped:
         log(f"nothing to do: {report.skipped}")
-    return 0
+        return JobReport(JobStatus.NOTHING_TO_DO, checkpoint_id, operator, report.skipped)
+    acks = ", ".join(f"{t}={r.value}" for t, r in report.results.items())
+    return JobReport(JobStatus.ACKNOWLEDGED, checkpoint_id, operator, f"acks {acks}")
+
+
+def job_status_of(exc: BatchpointError) -> JobStatus:
+    """How a job that raised `exc` ends. Any error but a setting, an interrupt or an
+    unreachable server ends it as a failed operator (OperatorFailed declined the
+    checkpoint; a checkpoint settled meanwhile, or one that expects no such task, would
+    meet a retry the same way)."""
+    from batchpoint.spark.connect import SparkUnreachable
+
+    if isinstance(exc, AttemptInterrupted):
+        return JobStatus.INTERRUPTED
+    if isinstance(exc, ConfigError):
+        return JobStatus.BAD_CONFIG
+    if isinstance(exc, SparkUnreachable):
+        return JobStatus.SPARK_UNREACHABLE
+    return JobStatus.OPERATOR_FAILED
+
+
+def _runner(
+    pipeline_ref: str,
+    operator: str,
+    settings: Settings,
+    remote: str | None,
+    attempt: str | None,
+    log: Callable[[str], None],
+) -> OperatorRunner:
+    """The pipeline's runner on its Spark session (a Connect client of `remote`, else a
+    classic session on settings.spark_master)."""
+    pipeline = load_pipeline(pipeline_ref)
+    app_name = f"batchpoint-{pipeline.name}-{operator}"
+    if remote:
+        from batchpoint.spark.connect import connect_session, pipeline_session_id
+
+        spark = connect_session(
+            remote, app_name, session_id=pipeline_session_id(pipeline.name, remote)
+        )
+    else:
+        from batchpoint.spark.session import spark_session
+
+        spark = spark_session(app_name, settings.spark_master)
+    return OperatorRunner(
+        pipeline,
+        settings.store_ref,
+        spark,
+        config=settings.checkpoint,
+        attempt=attempt,
+        log=log,
+        hooks=_injected_faults(),
+    )
+
+
+def _injected_faults() -> AttemptHooks | None:
+    """The fault-injecting hooks when BATCHPOINT_FAULT (runtime.faults.ENV) tells this job
+    to fail (tests, the soak, the demo); none otherwise, and faults.py is not imported."""
+    if not os.environ.get("BATCHPOINT_FAULT"):
+        return None
+    from batchpoint.runtime.faults import faults_from_env
+
+    return faults_from_env()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.runner import OperatorRunner, OperatorRunReport
+from batchpoint.runtime.task_hooks import AttemptHooks
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -165,7 +166,8 @@ class EpochResult:
 
 class LocalEpochRunner:
     """Whole epochs in one process on one Spark session: trigger, every operator task in
-    the epoch's order, finalize and publish."""
+    the epoch's order, finalize and publish. `hooks` go to every operator attempt (tests
+    inject faults there; none by default)."""
 
     def __init__(
         self,
@@ -175,6 +177,7 @@ class LocalEpochRunner:
         config: CheckpointConfig | None = None,
         clock: Clock = time.time,
         log: Progress = _quiet,
+        hooks: AttemptHooks | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.store_ref = store_ref
@@ -182,8 +185,12 @@ class LocalEpochRunner:
         self.config = config or CheckpointConfig()
         self.driver = PipelineDriver(pipeline, store_ref, self.config, clock)
         self.log = log
+        self.hooks = hooks
 
-    def operator_runner(self, attempt: str | None = None) -> OperatorRunner:
+    def operator_runner(
+        self, attempt: str | None = None, hooks: AttemptHooks | None = None
+    ) -> OperatorRunner:
+        """A runner of this epoch's operators (with `hooks`, else this runner's)."""
         return OperatorRunner(
             self.pipeline,
             self.store_ref,
@@ -192,6 +199,7 @@ class LocalEpochRunner:
             attempt=attempt,
             align_timeout=5.0,
             log=self.log,
+            hooks=hooks or self.hooks,
         )
 
     def task_order(self) -> list[str]:

@@ -44,15 +44,37 @@ def parse_checkpoint_dir_name(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+@dataclass(frozen=True, order=True)
+class TaskId:
+    """One subtask of an operator, Flink's ExecutionVertex id. Records store it as its
+    `str()`, ``operator#subtask``: that text is the stored form, so it must never change."""
+
+    operator: str
+    subtask: int
+
+    def __str__(self) -> str:
+        return f"{self.operator}#{self.subtask}"
+
+    @classmethod
+    def parse(cls, task: str) -> TaskId:
+        """The id of a stored task name; ValueError when it is not ``operator#subtask``."""
+        operator, _, subtask = task.rpartition("#")
+        if not operator or not subtask.isdigit():
+            raise ValueError(f"task name {task!r} is not of the form operator#subtask")
+        return cls(operator, int(subtask))
+
+    @classmethod
+    def of(cls, task: str | TaskId) -> TaskId:
+        return task if isinstance(task, TaskId) else cls.parse(task)
+
+
 def task_name(operator: str, subtask: int) -> str:
-    return f"{operator}#{subtask}"
+    return str(TaskId(operator, subtask))
 
 
 def split_task_name(task: str) -> tuple[str, int]:
-    operator, _, subtask = task.rpartition("#")
-    if not operator or not subtask.isdigit():
-        raise ValueError(f"task name {task!r} is not of the form operator#subtask")
-    return operator, int(subtask)
+    task_id = TaskId.parse(task)
+    return task_id.operator, task_id.subtask
 
 
 @dataclass(frozen=True)
@@ -116,16 +138,16 @@ class PipelineLayout:
     def acks_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "acks/"
 
-    def ack(self, checkpoint_id: int, task: str) -> str:
-        operator, subtask = split_task_name(task)
-        return f"{self.acks_prefix(checkpoint_id)}{operator}/{subtask}.json"
+    def ack(self, checkpoint_id: int, task: str | TaskId) -> str:
+        t = TaskId.of(task)
+        return f"{self.acks_prefix(checkpoint_id)}{t.operator}/{t.subtask}.json"
 
     def declines_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "declines/"
 
-    def decline(self, checkpoint_id: int, task: str, attempt: str) -> str:
-        operator, subtask = split_task_name(task)
-        return f"{self.declines_prefix(checkpoint_id)}{operator}/{subtask}/{attempt}.json"
+    def decline(self, checkpoint_id: int, task: str | TaskId, attempt: str) -> str:
+        t = TaskId.of(task)
+        return f"{self.declines_prefix(checkpoint_id)}{t.operator}/{t.subtask}/{attempt}.json"
 
     def quality_report(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "quality.json"
@@ -146,8 +168,8 @@ class PipelineLayout:
     def operator_data_prefix(self, checkpoint_id: int, operator: str) -> str:
         return f"{self.data_prefix(checkpoint_id)}{operator}/"
 
-    def task_data_prefix(self, checkpoint_id: int, task: str, attempt: str) -> str:
+    def task_data_prefix(self, checkpoint_id: int, task: str | TaskId, attempt: str) -> str:
         """A folder for one attempt of one task: attempt-scoped, so retries and
         speculative attempts never overwrite each other."""
-        operator, subtask = split_task_name(task)
-        return f"{self.operator_data_prefix(checkpoint_id, operator)}{subtask}/{attempt}/"
+        t = TaskId.of(task)
+        return f"{self.operator_data_prefix(checkpoint_id, t.operator)}{t.subtask}/{attempt}/"

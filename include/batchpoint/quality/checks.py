@@ -67,9 +67,11 @@ class StateTarget:
             self.spark,
             self.store_ref,
             [StateHandle.coerce(h) for h in self.handles],
-            schema=keyed_io.spark_schema(self.schema),
-            keep_key_group=True,
-            max_parallelism=self.max_parallelism,
+            state_io.ReadSpec(
+                schema=keyed_io.spark_schema(self.schema),
+                keep_key_group=True,
+                max_parallelism=self.max_parallelism,
+            ),
         )
 
 

@@ -1,9 +1,12 @@
 """Fault injection for exactly-once tests: a task dies at a named point.
 
 A killed task cannot be produced on demand at a precise protocol step, so tests set
-BATCHPOINT_FAULT to `<operator>:<point>` or `<operator>:<point>:<checkpoint_id>`, and the
-runtime calls `maybe_fail(...)` at each point. Nothing happens unless the variable names
-this operator, point (and checkpoint).
+BATCHPOINT_FAULT to `<operator>:<point>` or `<operator>:<point>:<checkpoint_id>`, and an
+attempt with `InjectedFaults` as its hooks (runtime.task_hooks) calls `maybe_fail(...)`
+at each point. Nothing happens unless the variable names this operator, point (and
+checkpoint). The production runner has no hooks and never calls this module: the tests,
+the soak and the demo install InjectedFaults, and so does the job entry point
+(jobs/run_operator.py) when BATCHPOINT_FAULT is set.
 
 BATCHPOINT_FAULT_MODE chooses how the task dies: `exit` (default) ends the process at
 once like SIGKILL; `raise` throws InjectedKill, a BaseException that no cleanup code
@@ -22,6 +25,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from batchpoint.spark.state_writer import SubtaskHooks
 
 ENV = "BATCHPOINT_FAULT"
 MODE_ENV = "BATCHPOINT_FAULT_MODE"
@@ -145,3 +152,25 @@ def spark_task_pause(operator: str, checkpoint_id: int) -> Callable[[int], None]
     if not folder or not fault_matches(operator, "spark-pause", checkpoint_id):
         return None
     return functools.partial(_pause_first_subtask, folder)
+
+
+class InjectedFaults:
+    """The attempt hooks (runtime.task_hooks.AttemptHooks) that inject the fault
+    BATCHPOINT_FAULT names. The variable is read at each point, so a test may set it
+    between two attempts of one runner."""
+
+    def at(self, point: str, operator: str, checkpoint_id: int) -> None:
+        maybe_fail(operator, point, checkpoint_id)
+
+    def spark_tasks(self, operator: str, checkpoint_id: int) -> SubtaskHooks:
+        from batchpoint.spark.state_writer import SubtaskHooks
+
+        return SubtaskHooks(
+            before=spark_task_pause(operator, checkpoint_id),
+            after=spark_task_fault(operator, checkpoint_id),
+        )
+
+
+def faults_from_env() -> InjectedFaults | None:
+    """InjectedFaults when BATCHPOINT_FAULT is set (a job told to die), else None."""
+    return InjectedFaults() if current_spec() else None

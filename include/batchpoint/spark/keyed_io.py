@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -16,8 +16,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.sources.files import SourceSplit
 from batchpoint.spark.remote import for_workers
-from batchpoint.spark.state_reader import read_keyed_state
-from batchpoint.spark.state_writer import SubtaskHook, write_keyed_state
+from batchpoint.spark.state_reader import ReadSpec, read_keyed_state
+from batchpoint.spark.state_writer import SubtaskHooks, WriteSpec, write_keyed_state
 from batchpoint.state.format import StateHandle
 from batchpoint.storage import StoreRef
 
@@ -53,41 +53,11 @@ def _to_file_handle(handle: StateHandle) -> FileHandle:
     return FileHandle.from_json(handle.path, body)
 
 
-def write_keyed(
-    df: DataFrame,
-    store_ref: StoreRef,
-    *,
-    base_key: str,
-    stream: str,
-    attempt: str,
-    key_columns: Sequence[str],
-    max_parallelism: int,
-    parallelism: int,
-    on_subtask_written: SubtaskHook | None = None,
-    before_subtask_write: Callable[[int], None] | None = None,
-    layer: int = 0,
-    plain: bool = False,
-) -> dict[int, list[FileHandle]]:
-    """Write `df` partitioned by key group for `parallelism` subtasks; every subtask gets
-    at least one file. Returns the handles per subtask. `on_subtask_written` runs in the
-    Spark task once its files are uploaded (the runtime injects task faults there).
-    `plain` files carry no `_key_group` column (a table sink's data files)."""
-    handles = write_keyed_state(
-        df,
-        store_ref,
-        base_key,
-        stream,
-        key_columns,
-        max_parallelism,
-        parallelism,
-        attempt,
-        on_subtask_written=on_subtask_written,
-        before_subtask_write=before_subtask_write,
-        layer=layer,
-        plain=plain,
-    )
-    out: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
-    for handle in handles:
+def write_keyed(df: DataFrame, store_ref: StoreRef, spec: WriteSpec) -> dict[int, list[FileHandle]]:
+    """Write `df` partitioned by key group for `spec.parallelism` subtasks; every subtask
+    gets at least one file. Returns the handles per subtask."""
+    out: dict[int, list[FileHandle]] = {i: [] for i in range(spec.parallelism)}
+    for handle in write_keyed_state(df, store_ref, spec):
         out[handle.subtask].append(_to_file_handle(handle))
     return out
 
@@ -106,7 +76,7 @@ def read_keyed(
         return empty(spark, schema)
     handles = [StateHandle.coerce(f) for f in files]
     struct = spark_schema(schema) if schema is not None else None
-    return read_keyed_state(spark, store_ref, handles, None, struct)
+    return read_keyed_state(spark, store_ref, handles, ReadSpec(schema=struct))
 
 
 # -- sources ------------------------------------------------------------------------------
@@ -135,4 +105,13 @@ def read_source(
     return tasks.mapInArrow(reader, spark_schema(source.schema))
 
 
-__all__ = ["FileSourceDecl", "empty", "read_keyed", "read_source", "spark_schema", "write_keyed"]
+__all__ = [
+    "FileSourceDecl",
+    "SubtaskHooks",
+    "WriteSpec",
+    "empty",
+    "read_keyed",
+    "read_source",
+    "spark_schema",
+    "write_keyed",
+]

@@ -1,22 +1,33 @@
-"""A SparkSession set up for batchpoint jobs on one machine or a small cluster."""
+"""A SparkSession set up for batchpoint jobs on one machine or a small cluster; the
+Spark Connect client side is in connect.py (its names are re-exported here)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import re
 import shutil
-import socket
 import sys
 import time
-import uuid
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.errors import ConfigError
+from batchpoint.spark.connect import (
+    CONNECT_RETRY_POLICY,
+    CONNECT_SESSION_CONF,
+    SparkUnreachable,
+    classic_spark_running,
+    connect_session,
+    is_connect,
+    is_unreachable,
+    pipeline_session_id,
+    remote_of,
+    server_answers,
+    server_went_away,
+    successor_session_id,
+    unreachable_error,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -177,273 +188,6 @@ def spark_session(
     return session
 
 
-# -- Spark Connect ------------------------------------------------------------------------
-
-
-class SparkUnreachable(BatchpointError):
-    """The Spark Connect server could not be reached (down, wrong address, restarted)."""
-
-
-#: Session settings a Connect client gives its session where `conf` does not: keys hash
-#: to the same key group only if dates and times are read alike, and Arrow batches stay
-#: small. Runtime SQL settings, so they apply per session on any server.
-CONNECT_SESSION_CONF: dict[str, str] = {
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
-    "spark.sql.execution.arrow.maxBytesPerBatch": str(16 << 20),
-}
-
-#: How long a client keeps retrying a server that does not answer before it gives up
-#: with SparkUnreachable: 50 ms growing 4x per try, at most 4 s apart, 6 tries (about
-#: 12 s). pyspark's default retries for over 10 minutes, which turns a dead server into
-#: a hung Airflow task.
-CONNECT_RETRY_POLICY: dict[str, float | int] = {
-    "max_retries": 6,
-    "initial_backoff": 50,
-    "backoff_multiplier": 4.0,
-    "max_backoff": 4000,
-}
-
-_SESSION_NAMESPACE = uuid.UUID("6f1d6a8e-2d0b-5c39-9a57-6b0c2f4d8e11")
-#: How many successors of a closed session id a client tries before a random one.
-_MAX_SUCCESSORS = 8
-
-
-def _split_remote(remote: str) -> tuple[str, dict[str, str]]:
-    """``sc://host:port/;k=v;...`` as (``sc://host:port``, params)."""
-    if not remote.startswith("sc://"):
-        raise ConfigError(
-            f"Spark Connect address '{remote}' must start with sc:// (e.g. sc://127.0.0.1:15002)"
-        )
-    base, _, rest = remote.partition(";")
-    params = {}
-    for item in filter(None, rest.split(";")):
-        key, _, value = item.partition("=")
-        params[key] = value
-    return base.rstrip("/"), params
-
-
-def pipeline_session_id(pipeline: str, remote: str) -> str:
-    """The server session every client of `pipeline` on `remote` shares.
-
-    Spark keeps Python workers (and cached data) per session and never reaps those of a
-    closed one, so one session per task would pile them up on a long-lived server; one
-    per pipeline keeps them bounded. A client must therefore never stop() the session
-    (that releases it for every other client, and the server refuses the id from then
-    on: connect_session then moves to a successor id, the same one for every client)."""
-    base, _ = _split_remote(remote)
-    return str(uuid.uuid5(_SESSION_NAMESPACE, f"{base}|{pipeline}"))
-
-
-def successor_session_id(session_id: str) -> str:
-    """The id clients move to when the server has closed `session_id`: deterministic, so
-    that every client of a pipeline converges on the same new session."""
-    return str(uuid.uuid5(_SESSION_NAMESPACE, f"after|{session_id}"))
-
-
-def is_connect(spark: object) -> bool:
-    """Whether `spark` is a Spark Connect session (no JVM in this process)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def _reason(exc: BaseException) -> str:
-    """One line out of a gRPC or pyspark error: the gRPC status details if any."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        details = getattr(seen, "details", None)
-        if callable(details):
-            with contextlib.suppress(Exception):
-                text = str(details() or "")
-                if text:
-                    return " ".join(text.split())[:300]
-        seen = seen.__cause__ or seen.__context__
-    getter = getattr(exc, "getMessage", None)
-    text = str(getter()) if callable(getter) else str(exc)
-    return (" ".join(text.split()) or type(exc).__name__)[:300]
-
-
-def _closed_session(exc: BaseException) -> bool:
-    text = str(exc)
-    return "SESSION_CLOSED" in text or "INVALID_HANDLE" in text
-
-
-def is_unreachable(exc: BaseException) -> bool:
-    """Whether `exc` says the Connect server could not be reached (or went away)."""
-    text = f"{type(exc).__name__} {exc}"
-    return any(
-        marker in text
-        for marker in (
-            "UNAVAILABLE",
-            "Connection refused",
-            "failed to connect",
-            "RetriesExceeded",
-            "DEADLINE_EXCEEDED",
-            "Socket closed",
-            "connection reset",
-        )
-    )
-
-
-def server_answers(remote: str, timeout: float = 3.0) -> bool:
-    """Whether anything accepts a connection at the server's address right now."""
-    base, _ = _split_remote(remote)
-    host, _, port = base.removeprefix("sc://").rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
-#: What a server says while it shuts down (it may still accept connections for a moment).
-_SHUTTING_DOWN = (
-    "Cannot call methods on a stopped SparkContext",
-    "SparkContext was shut down",
-    "SparkContext has been shutdown",
-)
-
-
-def server_went_away(remote: str, exc: BaseException, settle: float = 5.0) -> bool:
-    """Whether a failed Spark operation failed because the server went away.
-
-    A server killed mid-RPC surfaces as whatever the stream saw last (UNAVAILABLE,
-    CANCELLED, INTERNAL with RST_STREAM, UNKNOWN, ...), and one stopping answers its last
-    calls with errors of a stopped SparkContext, so the status alone cannot tell. An error
-    that names no known marker counts if the server stops answering within `settle`
-    seconds (a stopping JVM closes its port when it exits); one that keeps answering had
-    a real error."""
-    text = f"{type(exc).__name__} {exc}"
-    if is_unreachable(exc) or any(marker in text for marker in _SHUTTING_DOWN):
-        return True
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(chain) < 10:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    from_rpc = any("Grpc" in type(e).__name__ or "Rpc" in type(e).__name__ for e in chain)
-    if not from_rpc:
-        return False
-    deadline = time.monotonic() + settle
-    while server_answers(remote):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.25)
-    return True
-
-
-def unreachable_error(remote: str, exc: BaseException) -> SparkUnreachable:
-    base, _ = _split_remote(remote)
-    return SparkUnreachable(f"Spark Connect server at {base} is unreachable: {_reason(exc)}")
-
-
-def connect_session(
-    remote: str,
-    app_name: str,
-    *,
-    session_id: str | None = None,
-    conf: Mapping[str, str] | None = None,
-) -> SparkSession:
-    """A Spark Connect client session on `remote` (``sc://host:port``).
-
-    With `session_id` the client joins that server session (see pipeline_session_id);
-    if the server has closed it, the client moves to its successor and logs it. The
-    server is contacted before this returns: one that cannot be reached raises
-    SparkUnreachable with one line. Never call stop() on a shared session.
-
-    Classic and Connect sessions cannot be mixed in one Python process: pyspark routes
-    `pyspark.sql.functions` to Connect for the rest of the process once this ran.
-    """
-    base, params = _split_remote(remote)
-    if classic_spark_running():
-        raise ConfigError(
-            "this process runs a classic Spark session already; a Spark Connect session "
-            "cannot be mixed with it in one Python process"
-        )
-    settings = {
-        **{k: v for k, v in CONNECT_SESSION_CONF.items() if k not in (conf or {})},
-        **(conf or {}),
-    }
-    wanted = session_id or params.pop("session_id", None) or str(uuid.uuid4())
-    params.pop("session_id", None)
-    params.setdefault("user_agent", re.sub(r"[^A-Za-z0-9_.-]", "_", f"batchpoint_{app_name}")[:200])
-    started = time.monotonic()
-    for _ in range(_MAX_SUCCESSORS + 1):
-        session = _open_connect(base, params, wanted)
-        try:
-            # The first RPC: reaches the server, and learns whether it knows the id.
-            session.conf._set_all(configs=settings, silent=False)
-            break
-        except Exception as exc:
-            _drop(session)
-            if _closed_session(exc):
-                successor = successor_session_id(wanted)
-                log.warning(
-                    "Spark Connect server at %s has closed session %s; using %s instead",
-                    base,
-                    wanted,
-                    successor,
-                )
-                wanted = successor
-                continue
-            if is_unreachable(exc):
-                raise unreachable_error(remote, exc) from None
-            raise
-    else:
-        fresh = str(uuid.uuid4())
-        log.warning("Spark Connect sessions after %s are all closed; using %s", wanted, fresh)
-        session = _open_connect(base, params, fresh)
-        try:
-            session.conf._set_all(configs=settings, silent=False)
-        except Exception as exc:
-            _drop(session)
-            raise unreachable_error(remote, exc) from None
-    session._batchpoint_remote = base  # type: ignore[attr-defined]
-    log.info(
-        "Spark Connect session %s on %s (%s) ready in %.1fs",
-        session.session_id,
-        base,
-        app_name,
-        time.monotonic() - started,
-    )
-    return session
-
-
-def _open_connect(base: str, params: Mapping[str, str], session_id: str) -> SparkSession:
-    from pyspark.sql.connect.client.retries import DefaultPolicy
-    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
-
-    pairs = {**params, "session_id": session_id}
-    url = ";".join([f"{base}/", *(f"{k}={v}" for k, v in pairs.items())])
-    # What pyspark's builder.remote() does: from now on pyspark.sql.functions build
-    # Connect expressions.
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    active = RemoteSparkSession.getActiveSession()
-    if active is not None and active.session_id == session_id and not active.is_stopped:
-        return active  # type: ignore[return-value]
-    # pyspark warns once its retries are spent; the caller gets SparkUnreachable instead.
-    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
-    session = RemoteSparkSession.builder.remote(url).create()
-    session.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY_POLICY)])
-    return session  # type: ignore[return-value]
-
-
-def _drop(session: SparkSession) -> None:
-    """Forget a client without releasing its server session (never stop() a shared one)."""
-    session.release_session_on_close = False  # type: ignore[attr-defined]
-    with contextlib.suppress(Exception):
-        session.stop()
-
-
-def classic_spark_running() -> bool:
-    """Whether this process holds a classic Spark session (a JVM of its own), without
-    importing pyspark when nothing did."""
-    if "pyspark" not in sys.modules:
-        return False
-    from pyspark import SparkContext
-
-    return SparkContext._active_spark_context is not None
-
-
 def session_here(app_name: str, pipeline: str, settings: Settings) -> SparkSession:
     """The Spark session for work that does not say which (a restore's quality gate): a
     classic one already running here; else, in connect mode, the pipeline's session on
@@ -452,7 +196,10 @@ def session_here(app_name: str, pipeline: str, settings: Settings) -> SparkSessi
     (ConnectLauncher) can hold no classic session any more, so it must not start one."""
     connected = "SPARK_CONNECT_MODE_ENABLED" in os.environ
     remote = settings.spark_remote
-    if not classic_spark_running() and remote and (settings.spark_mode == "connect" or connected):
+    from batchpoint.settings import SparkMode
+
+    connect_mode = settings.spark_mode is SparkMode.CONNECT
+    if not classic_spark_running() and remote and (connect_mode or connected):
         return connect_session(remote, app_name, session_id=pipeline_session_id(pipeline, remote))
     if connected:
         raise ConfigError(
@@ -462,6 +209,27 @@ def session_here(app_name: str, pipeline: str, settings: Settings) -> SparkSessi
     return spark_session(app_name, settings.spark_master)
 
 
-def remote_of(spark: SparkSession) -> str:
-    """The ``sc://host:port`` a session from connect_session talks to."""
-    return str(getattr(spark, "_batchpoint_remote", "sc://(unknown)"))
+__all__ = [
+    "CONNECT_CLIENT_VARIABLES",
+    "CONNECT_RETRY_POLICY",
+    "CONNECT_SESSION_CONF",
+    "DEFAULT_CONF",
+    "DEFAULT_MASTER",
+    "LOCAL_DRIVER_CONF",
+    "SparkUnreachable",
+    "classic_spark_running",
+    "connect_session",
+    "defaults_for",
+    "find_java",
+    "is_connect",
+    "is_local",
+    "is_unreachable",
+    "pipeline_session_id",
+    "remote_of",
+    "server_answers",
+    "server_went_away",
+    "session_here",
+    "spark_session",
+    "successor_session_id",
+    "unreachable_error",
+]

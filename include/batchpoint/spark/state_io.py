@@ -8,10 +8,11 @@ builds a one-row-per-file DataFrame of handles, and tasks download and stream th
 
 The work is split by stage, and this module is the one place callers import from:
 
-    shipping.py      the store on executors (a pickled store or a StoreRef)
-    key_groups.py    Flink's key-group assignment as Spark columns
-    state_writer.py  snapshot: one task per subtask writes files tiling its key groups
-    state_reader.py  restore: one task per file, verified, filtered to the key groups asked
+    shipping.py          the store on executors (a pickled store or a StoreRef)
+    key_groups.py        Flink's key-group assignment as Spark columns
+    state_writer.py      snapshot: one task per subtask writes files tiling its key groups
+    state_reader.py      restore: one task per file, verified, filtered to the key groups asked
+    state_read_tasks.py  what those tasks do on the executors
 """
 
 from batchpoint.spark.key_groups import KEY_TYPES, key_group_column, subtask_column
@@ -20,6 +21,7 @@ from batchpoint.spark.state_reader import (
     DEFAULT_READ_BATCH_BYTES,
     DEFAULT_READ_BATCH_ROWS,
     SMALL_FILE_BYTES,
+    ReadSpec,
     check_state_schema,
     read_keyed_state,
     read_keyed_state_for_parallelism,
@@ -29,6 +31,8 @@ from batchpoint.spark.state_writer import (
     DEFAULT_ROW_GROUP_BYTES,
     DEFAULT_TARGET_FILE_BYTES,
     SubtaskHook,
+    SubtaskHooks,
+    WriteSpec,
     unreferenced_files,
     write_keyed_state,
 )
@@ -41,9 +45,12 @@ __all__ = [
     "DEFAULT_TARGET_FILE_BYTES",
     "KEY_TYPES",
     "SMALL_FILE_BYTES",
+    "ReadSpec",
     "StoreLike",
     "StoreRef",
     "SubtaskHook",
+    "SubtaskHooks",
+    "WriteSpec",
     "check_state_schema",
     "key_group_column",
     "read_keyed_state",

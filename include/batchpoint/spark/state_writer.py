@@ -13,8 +13,8 @@ import functools
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -60,29 +60,64 @@ SubtaskHook = Callable[[int, str, list[StateHandle]], None]
 
 
 @dataclass(frozen=True)
-class _WriteSpec:
-    store: ShippedStore
+class SubtaskHooks:
+    """Calls inside a write's Spark tasks, shipped with them (so picklable): `before`
+    with the subtask before it writes anything, `after` once its files are uploaded.
+    Production writes have none; tests inject Spark task faults and pauses here."""
+
+    before: Callable[[int], None] | None = None
+    after: SubtaskHook | None = None
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """One keyed write: stream `stream` (a state, a channel, a sink's output) of
+    `parallelism` subtasks over `max_parallelism` key groups of `key_columns`, written by
+    attempt `attempt` under `base_key`. `layer` > 0 writes changelog `layer` (see
+    `state_changelog`); `plain` files hold the user's columns only (no `_key_group`: a
+    table format's data files)."""
+
     base_key: str
-    state_name: str
-    attempt_id: str
+    stream: str
+    attempt: str
     key_columns: tuple[str, ...]
     max_parallelism: int
     parallelism: int
+    layer: int = 0
+    plain: bool = False
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    hooks: SubtaskHooks = field(default_factory=SubtaskHooks)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_columns", tuple(self.key_columns))
+
+    def checked(self) -> WriteSpec:
+        """The spec with its names checked and its base key normalised."""
+        check_segment(self.stream, "state name")
+        check_segment(self.attempt, "attempt id")
+        check_parallelism(self.parallelism, self.max_parallelism, f"state '{self.stream}'")
+        if self.plain and self.layer:
+            raise StateError(f"state '{self.stream}': a changelog cannot be written plain")
+        return replace(self, base_key=check_base_key(self.base_key))
+
+
+@dataclass(frozen=True)
+class _TaskWrite:
+    """What each Spark task of a write gets: the spec, the store, and the file schema
+    computed once on the driver."""
+
+    spec: WriteSpec
+    store: ShippedStore
     file_schema: pa.Schema
     fingerprint: str
     spark_schema: str
-    target_file_bytes: int
-    row_group_bytes: int
-    layer: int = 0
-    on_subtask_written: SubtaskHook | None = None
-    before_subtask_write: Callable[[int], None] | None = None
-    # Files without `_key_group` (a table sink's data files, which a table format adds
-    # as they are: its schema is the user's columns only). The handles keep the ranges.
-    plain: bool = False
 
     @property
     def stored_schema(self) -> pa.Schema:
-        if not self.plain:
+        # Files without `_key_group` (a table sink's data files, which a table format adds
+        # as they are: its schema is the user's columns only). The handles keep the ranges.
+        if not self.spec.plain:
             return self.file_schema
         return self.file_schema.remove(self.file_schema.get_field_index(KEY_GROUP_COLUMN))
 
@@ -91,8 +126,9 @@ class _SubtaskWriter:
     """Writes one subtask's sorted rows as one or more files that tile its key-group
     range. A file is rolled only between two key groups, so ranges never overlap."""
 
-    def __init__(self, spec: _WriteSpec, store: ObjectStore, subtask: int, task_attempt: str):
-        self.spec = spec
+    def __init__(self, task: _TaskWrite, store: ObjectStore, subtask: int, task_attempt: str):
+        self.task = task
+        self.spec = spec = task.spec
         self.store = store
         self.subtask = subtask
         self.task_attempt = task_attempt
@@ -149,7 +185,7 @@ class _SubtaskWriter:
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         # Spark may send large_string or another time zone; every file of a state gets
         # exactly the schema computed once on the driver.
-        schema = self.spec.file_schema
+        schema = self.task.file_schema
         columns = [batch.column(f.name).cast(f.type) for f in schema]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
@@ -162,12 +198,12 @@ class _SubtaskWriter:
         low, high = int(groups[0]), int(groups[-1])
         if low < self._last_group or (len(groups) > 1 and bool(np.any(np.diff(groups) < 0))):
             raise StateError(
-                f"state '{self.spec.state_name}' subtask {self.subtask}: rows are not sorted "
+                f"state '{self.spec.stream}' subtask {self.subtask}: rows are not sorted "
                 "by key group (the Spark plan lost sortWithinPartitions)"
             )
         if low not in self.range or high not in self.range:
             raise StateError(
-                f"state '{self.spec.state_name}': partition {self.subtask} got key groups "
+                f"state '{self.spec.stream}': partition {self.subtask} got key groups "
                 f"[{low}, {high}] outside its range {self.range} (the Spark plan did not keep "
                 "repartitionById's partitioning)"
             )
@@ -177,7 +213,7 @@ class _SubtaskWriter:
             part = len(self.handles)
             self._file = StateFileWriter(
                 self._tmpdir / f"part-{part:05d}.parquet",
-                self.spec.stored_schema,
+                self.task.stored_schema,
                 row_group_bytes=self.spec.row_group_bytes,
             )
         return self._file
@@ -189,13 +225,9 @@ class _SubtaskWriter:
         self._file = None
         spec = self.spec
         key = state_file_key(
-            spec.base_key,
-            spec.state_name,
-            self.subtask,
-            spec.attempt_id,
-            len(self.handles),
+            spec.base_key, spec.stream, self.subtask, spec.attempt, len(self.handles),
             self.task_attempt,
-        )
+        )  # fmt: skip
         try:
             info = self.store.upload_file(key, written.local_path)
         finally:
@@ -209,13 +241,13 @@ class _SubtaskWriter:
                 sha256=written.sha256,
                 rows=written.rows,
                 key_group_range=kgr,
-                name=spec.state_name,
-                schema_fingerprint=spec.fingerprint,
+                name=spec.stream,
+                schema_fingerprint=self.task.fingerprint,
                 subtask=self.subtask,
                 parallelism=spec.parallelism,
                 max_parallelism=spec.max_parallelism,
                 task_attempt=self.task_attempt,
-                spark_schema=spec.spark_schema,
+                spark_schema=self.task.spark_schema,
                 layer=spec.layer,
                 net_rows=written.net_rows if spec.layer else None,
                 key_columns=spec.key_columns if spec.layer else (),
@@ -225,17 +257,18 @@ class _SubtaskWriter:
 
 
 def _write_subtask_files(
-    spec: _WriteSpec, subtask: int, task_attempt: str, batches: Iterable[pa.RecordBatch]
+    task: _TaskWrite, subtask: int, task_attempt: str, batches: Iterable[pa.RecordBatch]
 ) -> list[StateHandle]:
-    if spec.before_subtask_write is not None:
-        spec.before_subtask_write(subtask)
-    writer = _SubtaskWriter(spec, spec.store.open(), subtask, task_attempt)
+    hooks = task.spec.hooks
+    if hooks.before is not None:
+        hooks.before(subtask)
+    writer = _SubtaskWriter(task, task.store.open(), subtask, task_attempt)
     try:
         for batch in batches:
             writer.write(batch)
         handles = writer.finish()
-        if spec.on_subtask_written is not None:
-            spec.on_subtask_written(subtask, task_attempt, handles)
+        if hooks.after is not None:
+            hooks.after(subtask, task_attempt, handles)
     except BaseException:
         writer.abort()
         raise
@@ -243,130 +276,95 @@ def _write_subtask_files(
     return handles
 
 
-def _write_task(spec: _WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _write_task(task: _TaskWrite, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The mapInArrow body: partition i of the input is subtask i."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     assert ctx is not None
-    handles = _write_subtask_files(spec, ctx.partitionId(), f"t{ctx.taskAttemptId()}", batches)
+    handles = _write_subtask_files(task, ctx.partitionId(), f"t{ctx.taskAttemptId()}", batches)
     yield pa.RecordBatch.from_pydict(
         {"handle": [json.dumps(h.to_json()) for h in handles]}, schema=_HANDLE_ARROW
     )
 
 
-def write_keyed_state(
-    df: DataFrame,
-    store: StoreLike,
-    base_key: str,
-    state_name: str,
-    key_columns: Sequence[str],
-    max_parallelism: int,
-    parallelism: int,
-    attempt_id: str,
-    *,
-    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
-    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
-    on_subtask_written: SubtaskHook | None = None,
-    before_subtask_write: Callable[[int], None] | None = None,
-    layer: int = 0,
-    plain: bool = False,
-) -> list[StateHandle]:
+def write_keyed_state(df: DataFrame, store: StoreLike, spec: WriteSpec) -> list[StateHandle]:
     """Snapshot `df` as keyed state: one Spark task per subtask, each writing files under
-    ``<base_key>/<state_name>/subtask-<i>/<attempt_id>/``. Returns the handles, sorted by
+    ``<base_key>/<stream>/subtask-<i>/<attempt>/``. Returns the handles, sorted by
     subtask and key group; together they cover key groups 0..max_parallelism-1 once.
 
-    `attempt_id` must differ between runs that may overlap (an Airflow retry, another
+    `spec.attempt` must differ between runs that may overlap (an Airflow retry, another
     checkpoint); Spark task retries and speculative copies inside one run are told apart
-    by the Spark task attempt id in the file name.
-
-    `layer` > 0 writes a changelog (see `state_changelog`): `df` then has the
-    CHANGELOG_COLUMNS, and the files are that layer on top of the base's. `plain` files
-    hold the columns of `df` only (no `_key_group`): data files for a table format.
+    by the Spark task attempt id in the file name. A changelog (`spec.layer` > 0) needs
+    `df` to have the CHANGELOG_COLUMNS.
     """
-    check_segment(state_name, "state name")
-    check_segment(attempt_id, "attempt id")
-    base_key = check_base_key(base_key)
-    check_parallelism(parallelism, max_parallelism, f"state '{state_name}'")
-    changelog = frozenset(CHANGELOG_COLUMNS) if layer else frozenset()
-    check_key_columns(df.schema, key_columns, state_name, changelog)
-    if layer and not set(CHANGELOG_COLUMNS) <= set(df.columns):
-        raise StateError(f"state '{state_name}': a changelog needs columns {CHANGELOG_COLUMNS}")
+    spec = spec.checked()
+    task = _task_write(df, store, spec)
+    key_group = key_group_column(spec.key_columns, spec.max_parallelism, df.schema)
+    by_subtask = (
+        df.withColumn(KEY_GROUP_COLUMN, key_group)
+        .withColumn(
+            SUBTASK_COLUMN,
+            subtask_column(KEY_GROUP_COLUMN, spec.max_parallelism, spec.parallelism),
+        )
+        .repartitionById(spec.parallelism, SUBTASK_COLUMN)
+        .sortWithinPartitions(KEY_GROUP_COLUMN)
+        .drop(SUBTASK_COLUMN)
+    )
+    rows = by_subtask.mapInArrow(functools.partial(_write_task, task), _HANDLE_SCHEMA).collect()
+    handles = [StateHandle.from_json(json.loads(r.handle)) for r in rows]
+    handles += _write_missing_subtasks(task, {h.subtask for h in handles})
+    handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
+    check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
+    return handles
+
+
+def _task_write(df: DataFrame, store: StoreLike, spec: WriteSpec) -> _TaskWrite:
+    """The file schema (with the header every file carries) of `df` written by `spec`."""
+    changelog = frozenset(CHANGELOG_COLUMNS) if spec.layer else frozenset()
+    check_key_columns(df.schema, spec.key_columns, spec.stream, changelog)
+    if spec.layer and not set(CHANGELOG_COLUMNS) <= set(df.columns):
+        raise StateError(f"state '{spec.stream}': a changelog needs columns {CHANGELOG_COLUMNS}")
     state_struct = T.StructType([f for f in df.schema.fields if f.name not in CHANGELOG_COLUMNS])
     state_schema = to_arrow_schema(df.schema, timezone="UTC")
     fingerprint = schema_fingerprint(state_schema)
     header = {
         "format": FORMAT_VERSION,
-        "state": state_name,
-        "key_columns": list(key_columns),
-        "max_parallelism": max_parallelism,
-        "parallelism": parallelism,
+        "state": spec.stream,
+        "key_columns": list(spec.key_columns),
+        "max_parallelism": spec.max_parallelism,
+        "parallelism": spec.parallelism,
         "schema_fingerprint": fingerprint,
-        **({"layer": layer} if layer else {}),
-        **({"plain": True} if plain else {}),
+        **({"layer": spec.layer} if spec.layer else {}),
+        **({"plain": True} if spec.plain else {}),
     }
-    spec = _WriteSpec(
+    return _TaskWrite(
+        spec=spec,
         store=ship_store(store),
-        base_key=base_key,
-        state_name=state_name,
-        attempt_id=attempt_id,
-        key_columns=tuple(key_columns),
-        max_parallelism=max_parallelism,
-        parallelism=parallelism,
         file_schema=file_schema(state_schema, header),
         fingerprint=fingerprint,
         spark_schema=state_struct.json(),
-        target_file_bytes=target_file_bytes,
-        row_group_bytes=row_group_bytes,
-        layer=layer,
-        on_subtask_written=on_subtask_written,
-        before_subtask_write=before_subtask_write,
-        plain=plain,
     )
-    if plain and layer:
-        raise StateError(f"state '{state_name}': a changelog cannot be written plain")
-    key_group = key_group_column(key_columns, max_parallelism, df.schema)
-    by_subtask = (
-        df.withColumn(KEY_GROUP_COLUMN, key_group)
-        .withColumn(
-            SUBTASK_COLUMN,
-            subtask_column(KEY_GROUP_COLUMN, max_parallelism, parallelism),
-        )
-        .repartitionById(parallelism, SUBTASK_COLUMN)
-        .sortWithinPartitions(KEY_GROUP_COLUMN)
-        .drop(SUBTASK_COLUMN)
-    )
-    rows = by_subtask.mapInArrow(functools.partial(_write_task, spec), _HANDLE_SCHEMA).collect()
-    handles = [StateHandle.from_json(json.loads(r.handle)) for r in rows]
-    handles += _write_missing_subtasks(spec, {h.subtask for h in handles})
-    handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
-    check_written_handles(handles, parallelism, max_parallelism, state_name)
-    return handles
 
 
-def _write_missing_subtasks(spec: _WriteSpec, seen: set[int]) -> list[StateHandle]:
+def _write_missing_subtasks(task: _TaskWrite, seen: set[int]) -> list[StateHandle]:
     """Adaptive execution replaces an entirely empty input with an empty relation and
     runs no task at all; the driver then writes the (tiny, empty) files itself."""
     handles: list[StateHandle] = []
-    for subtask in sorted(set(range(spec.parallelism)) - seen):
-        handles += _write_subtask_files(spec, subtask, "driver", [])
+    for subtask in sorted(set(range(task.spec.parallelism)) - seen):
+        handles += _write_subtask_files(task, subtask, "driver", [])
     return handles
 
 
 def unreferenced_files(
-    store: StoreLike,
-    base_key: str,
-    state_name: str,
-    attempt_id: str,
-    handles: Iterable[StateHandle],
-    parallelism: int,
+    store: StoreLike, spec: WriteSpec, handles: Iterable[StateHandle]
 ) -> list[str]:
-    """Files a write attempt left behind that no handle names: from failed or
+    """Files the write of `spec` left behind that no handle names: from failed or
     speculative Spark task attempts. The caller decides when deleting them is safe."""
     referenced = {h.path for h in handles}
     target = driver_store(store)
     found = []
-    for subtask in range(parallelism):
-        prefix = subtask_prefix(base_key, state_name, subtask, attempt_id)
+    for subtask in range(spec.parallelism):
+        prefix = subtask_prefix(spec.base_key, spec.stream, subtask, spec.attempt)
         found += [o.key for o in target.list(prefix) if o.key not in referenced]
     return found

@@ -1,12 +1,12 @@
 """A stand-in for `spark-submit spark_jobs/run_operator.py ...` that acknowledges the
 operator's subtasks with one small file each, in a fraction of a second. It honours the
-same contract as the real job (argv, BATCHPOINT_* environment, attempt folders, exit
-codes 0/2/3) so the DAG logic around it can be tested quickly; the real job is covered by
-the slow end-to-end test.
+same contract as the real job (argv, BATCHPOINT_* environment, attempt folders, the
+status line it prints last and exit codes 0/2/3) so the DAG logic around it can be
+tested quickly; the real job is covered by the slow end-to-end test.
 
 Failure switches (environment): FAKE_JOB_FAIL=<operator> declines and exits 3, like the
 runner when the operator raises; FAKE_JOB_KILL=<operator> exits 137 without declining,
-like a job killed by the OS.
+like a job killed by the OS (no status line).
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.protocol.checkpoint import CheckpointStatus, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import parse_checkpoint_dir_name, split_task_name
+from batchpoint.runtime.job_status import JobReport, JobStatus
 from batchpoint.settings import Settings
+
+KILLED = 137
 
 
 def job_arguments(argv: list[str]) -> list[str]:
@@ -43,6 +46,14 @@ def pipeline_of(store: object, checkpoint_id: int) -> str:
 
 
 def main(argv: list[str]) -> int:
+    ended = run(argv)
+    if isinstance(ended, int):
+        return ended  # killed: no status line
+    print(ended.line(), flush=True)
+    return ended.exit_code
+
+
+def run(argv: list[str]) -> JobReport | int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pipeline", required=True)
     parser.add_argument("--checkpoint-id", required=True, type=int)
@@ -55,7 +66,7 @@ def main(argv: list[str]) -> int:
         store = settings.store_ref.open()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return JobReport(JobStatus.BAD_CONFIG, args.checkpoint_id, args.operator, str(exc))
     cid = args.checkpoint_id
     # The pipeline is found in storage rather than imported from --pipeline: importing
     # the pipeline's module (pyarrow, numpy, its quality suites) would cost the fake
@@ -66,18 +77,18 @@ def main(argv: list[str]) -> int:
         outcome = c.get_outcome(cid)
         if outcome is not None and outcome.status is CheckpointStatus.COMPLETED:
             print(f"[{args.operator}] nothing to do: the checkpoint completed already")
-            return 0
+            return JobReport(JobStatus.NOTHING_TO_DO, cid, args.operator)
         print(f"error: checkpoint {cid} is not pending", file=sys.stderr)
-        return 3
+        return JobReport(JobStatus.OPERATOR_FAILED, cid, args.operator, "not pending")
     tasks = [t for t in pending.expected_tasks if split_task_name(t)[0] == args.operator]
     if os.environ.get("FAKE_JOB_KILL") == args.operator:
         print(f"[{args.operator}] killed (injected)", file=sys.stderr)
-        return 137
+        return KILLED
     if os.environ.get("FAKE_JOB_FAIL") == args.operator:
         for task in tasks:
             c.decline(cid, task, args.attempt, "injected failure")
         print(f"error: {args.operator} failed (injected); declined", file=sys.stderr)
-        return 3
+        return JobReport(JobStatus.OPERATOR_FAILED, cid, args.operator, "injected failure")
     results = []
     try:
         for task in tasks:
@@ -88,9 +99,9 @@ def main(argv: list[str]) -> int:
             results.append(f"{task}={c.acknowledge(cid, task, args.attempt, [handle]).value}")
     except BatchpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 3
+        return JobReport(JobStatus.OPERATOR_FAILED, cid, args.operator, str(exc))
     print(f"[{args.operator}] checkpoint {cid}: acks {', '.join(results)}")
-    return 0
+    return JobReport(JobStatus.ACKNOWLEDGED, cid, args.operator, f"acks {', '.join(results)}")
 
 
 if __name__ == "__main__":

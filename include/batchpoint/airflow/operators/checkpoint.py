@@ -33,6 +33,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
+from batchpoint.runtime.job_status import JobStatus
 
 
 class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
@@ -124,18 +125,18 @@ class SparkOperatorJob(BatchpointOperator):
         settings = self.settings()
         launcher = self._launcher = launcher_for(self.deployment, self.pipeline_ref)
         result = launcher.launch(settings, checkpoint_id, self.operator, attempt, self.log.info)
-        if result.returncode == 0:
-            self.log.info("%s done in %.1fs", self.operator, result.seconds)
+        status = result.status
+        if status.succeeded:
+            self.log.info("%s done in %.1fs (%s)", self.operator, result.seconds, status.value)
             return {"checkpoint_id": checkpoint_id, "attempt": attempt, "seconds": result.seconds}
-        tail = "\n".join(result.tail[-15:])
-        unreachable = result.unreachable
-        if unreachable:
+        tail = result.output()
+        if status is JobStatus.SPARK_UNREACHABLE:
             # The server is down (or restarting): nothing of this attempt was acked, and
             # a retry once it is back completes the checkpoint (or it expires).
-            self._give_up_or_retry(ti, checkpoint_id, attempt, unreachable, tail="")
-        if result.returncode in (2, 3):
-            # 2: configuration; 3: the operator failed and its runner declined (or the
-            # checkpoint was already settled). Retrying cannot help either.
+            self._give_up_or_retry(ti, checkpoint_id, attempt, result.message, tail="")
+        if not status.retry_may_help:
+            # A bad configuration, or the operator failed and its runner declined (or the
+            # checkpoint was already settled): retrying cannot help.
             raise AirflowFailException(
                 f"operator '{self.operator}' failed (exit {result.returncode}):\n{tail}"
             )
@@ -197,7 +198,7 @@ class AuditCheckpointOperator(BatchpointOperator):
         self.spark_remote = spark_remote
 
     def _gate(self, driver: Any, settings: Any) -> AbstractContextManager[QualityGate]:
-        from batchpoint.spark.session import classic_spark_running
+        from batchpoint.spark.connect import classic_spark_running
 
         if self.spark_remote and not classic_spark_running():
             return _connect_gate(driver.pipeline, settings.store_ref, self.spark_remote, self.log)
@@ -245,7 +246,7 @@ class AuditCheckpointOperator(BatchpointOperator):
 def _connect_gate(pipeline: Any, store_ref: Any, remote: str, log: Any) -> Iterator[QualityGate]:
     """The audit's gate on the pipeline's session of the Spark Connect server (the one
     its operator jobs use: no Python workers of a session of its own pile up there)."""
-    from batchpoint.spark.session import connect_session, pipeline_session_id
+    from batchpoint.spark.connect import connect_session, pipeline_session_id
 
     spark = connect_session(
         remote, "batchpoint-audit", session_id=pipeline_session_id(pipeline.name, remote)

@@ -1,0 +1,105 @@
+"""Restore: what an attempt starts from. Its inputs of this epoch (each source's new files
+between the base's barrier and this one's; each upstream operator's channel, the files
+it acknowledged for this consumer) and, for an operator, each state as of the base
+checkpoint, as Spark DataFrames read by executors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
+from batchpoint.protocol.layout import TaskId
+from batchpoint.runtime.api import OperatorDef, SourceDef
+from batchpoint.runtime.incremental import base_state_files
+from batchpoint.runtime.streams import reads_channel
+from batchpoint.runtime.task_attempt import TaskAttempt
+from batchpoint.runtime.task_metrics import channel_rows_by_subtask
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+#: input name -> the files its operator wrote for this consumer (none for a source)
+Channels = dict[str, list[FileHandle]]
+
+
+@dataclass(frozen=True)
+class Restored:
+    """The attempt's inputs and, for an operator, its restored states and the base's
+    files of each (what an incremental snapshot shares)."""
+
+    inputs: dict[str, DataFrame]
+    states: dict[str, DataFrame] = field(default_factory=dict)
+    base_files: dict[str, list[FileHandle]] = field(default_factory=dict)
+
+
+def upstream_channels(attempt: TaskAttempt) -> Channels:
+    """What each input operator acknowledged for this node in this checkpoint (the acks
+    are listed once, and only when an input is an operator)."""
+    pipeline = attempt.env.pipeline
+    upstream = [n for n in attempt.node.inputs if not isinstance(pipeline.node(n), SourceDef)]
+    acks = attempt.env.coordinator.acks(attempt.checkpoint_id) if upstream else {}
+    return {
+        name: [
+            h
+            for task, ack in acks.items()
+            if TaskId.parse(task).operator == name
+            for h in ack.handles
+            if reads_channel(h, attempt.operator)
+        ]
+        for name in attempt.node.inputs
+    }
+
+
+def restore(attempt: TaskAttempt, base: CompletedCheckpoint | None, channels: Channels) -> Restored:
+    """Every input as a DataFrame, and an operator's states as of `base`; records the
+    rows each subtask reads from upstream operators."""
+    node = attempt.node
+    inputs = {name: _input(attempt, name, channels[name]) for name in node.inputs}
+    attempt.report.records_in = channel_rows_by_subtask(
+        [h for files in channels.values() for h in files], node.max_parallelism, attempt.parallelism
+    )
+    if not isinstance(node, OperatorDef):
+        return Restored(inputs)
+    base_files = {state: base_state_files(base, node.name, state) for state in node.states}
+    states = {
+        state: _restored_state(attempt, base, state, schema, base_files[state])
+        for state, schema in node.states.items()
+    }
+    return Restored(inputs, states, base_files)
+
+
+def _input(attempt: TaskAttempt, name: str, channel: list[FileHandle]) -> DataFrame:
+    """Input `name`: the source's new files, or `channel`, what operator `name` wrote
+    for this node."""
+    from batchpoint.spark import keyed_io
+
+    env, pending = attempt.env, attempt.checkpoint
+    node = env.pipeline.node(name)
+    if isinstance(node, SourceDef):
+        source = node.files(env.store, with_schema=True)
+        splits = source.files_between(pending.base_barrier.get(name), pending.barrier.get(name, {}))
+        attempt.log(f"{attempt.operator}: reading {len(splits)} new file(s) of source '{name}'")
+        return keyed_io.read_source(env.session, node.store_ref(env.store_ref), node, splits)
+    return keyed_io.read_keyed(env.session, env.store_ref, channel)
+
+
+def _restored_state(
+    attempt: TaskAttempt,
+    base: CompletedCheckpoint | None,
+    state: str,
+    schema,
+    files: list[FileHandle],
+) -> DataFrame:
+    from batchpoint.spark import keyed_io
+
+    env = attempt.env
+    if base is None or not files:
+        return keyed_io.empty(env.session, schema)
+    return keyed_io.read_keyed(
+        env.session,
+        env.store_ref,
+        files,
+        schema=schema,
+        what=f"state '{state}' of '{attempt.operator}' in checkpoint {base.checkpoint_id}",
+    )

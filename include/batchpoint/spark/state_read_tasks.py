@@ -1,0 +1,275 @@
+"""What the executors do when keyed state is read: download a file (in memory when
+small), check its size and sha256 against its handle, keep the row groups and rows of the
+key groups asked for, merge changelogs over a full file, and hand Spark batches in
+exactly the schema it was promised. state_reader.py plans the read on the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from batchpoint.spark.shipping import ShippedStore
+from batchpoint.state.format import (
+    CHANGE_COLUMN,
+    CHANGE_ROW,
+    CHANGELOG_COLUMNS,
+    KEY_GROUP_COLUMN,
+    StateFileCorrupt,
+    StateHandle,
+    StateSchemaMismatch,
+    file_sha256,
+    read_header,
+    schema_differences,
+)
+from batchpoint.state.keygroups import KeyGroupRange
+from batchpoint.storage import ObjectStore
+
+#: Files up to this size are read into memory with store.get instead of a temp file.
+SMALL_FILE_BYTES = 8 << 20
+DEFAULT_READ_BATCH_ROWS = 10_000
+#: Read batches are cut to about this many (uncompressed) bytes: decoding a batch of
+#: wide rows grows string buffers by doubling, so its peak is a few times this.
+DEFAULT_READ_BATCH_BYTES = 4 << 20
+_ORDER = "__batchpoint_order"
+_LAYER = "__batchpoint_layer"
+
+
+@dataclass(frozen=True)
+class TaskRead:
+    """What each Spark task of a read gets: the store, and the schema and key groups
+    the driver decided on."""
+
+    store: ShippedStore
+    out_schema: pa.Schema  # what the tasks yield, in Spark's column order
+    state_columns: tuple[str, ...]
+    fingerprint: str
+    max_parallelism: int
+    new_parallelism: int | None
+    subtask_column: str | None
+    verify: bool
+    batch_rows: int = DEFAULT_READ_BATCH_ROWS
+    batch_bytes: int = DEFAULT_READ_BATCH_BYTES
+    requested: pa.Schema = field(default_factory=lambda: pa.schema([]))
+    key_columns: tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def fetched(store: ObjectStore, handle: StateHandle, verify: bool) -> Iterator[Any]:
+    """The file's bytes as something pq.ParquetFile opens: in memory when small, else a
+    temp file, so no file is ever held whole in memory past SMALL_FILE_BYTES."""
+    if handle.size <= SMALL_FILE_BYTES:
+        data = store.get(handle.path).data
+        if verify:
+            _verify(handle, len(data), hashlib.sha256(data).hexdigest())
+        yield pa.BufferReader(data)
+        return
+    tmpdir = Path(tempfile.mkdtemp(prefix="bp-restore-"))
+    try:
+        local = tmpdir / "state.parquet"
+        store.download_file(handle.path, local)
+        if verify:
+            _verify(handle, local.stat().st_size, file_sha256(local))
+        yield str(local)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _verify(handle: StateHandle, size: int, sha256: str) -> None:
+    if size != handle.size:
+        raise StateFileCorrupt(handle.path, f"{size} bytes, the handle records {handle.size}")
+    if sha256 != handle.sha256:
+        raise StateFileCorrupt(
+            handle.path, f"sha256 {sha256[:12]}..., the handle records {handle.sha256[:12]}..."
+        )
+
+
+def _row_groups_in(parquet: pq.ParquetFile, wanted: KeyGroupRange) -> list[int]:
+    """Row groups whose key-group statistics may hold rows of `wanted`: rows are sorted by
+    key group, so a rescale mostly skips whole row groups without decoding them."""
+    meta = parquet.metadata
+    index = parquet.schema_arrow.get_field_index(KEY_GROUP_COLUMN)
+    chosen = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(index).statistics
+        known = stats is not None and stats.has_min_max
+        if known and (stats.max < wanted.start or stats.min > wanted.end):
+            continue
+        chosen.append(i)
+    return chosen
+
+
+def _read_one(
+    spec: TaskRead, store: ObjectStore, handle: StateHandle, wanted: KeyGroupRange
+) -> Iterator[pa.RecordBatch]:
+    for table in _raw_tables(spec, store, handle, wanted):
+        yield from _shaped(spec, table)
+
+
+def _shaped(spec: TaskRead, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    for batch in table.to_batches(max_chunksize=spec.batch_rows):
+        if batch.num_rows:
+            yield _shape(spec, batch)
+
+
+def _raw_tables(
+    spec: TaskRead,
+    store: ObjectStore,
+    handle: StateHandle,
+    wanted: KeyGroupRange,
+    extra: Sequence[str] = (),
+) -> Iterator[pa.Table]:
+    """The file's rows in `wanted` as stored (state columns, `_key_group`, then `extra`),
+    one row group at a time, each cut into batches of about `batch_bytes`."""
+    with fetched(store, handle, spec.verify) as source:
+        parquet = pq.ParquetFile(source)
+        stored = parquet.schema_arrow
+        header = read_header(stored, handle.path)
+        if header.get("schema_fingerprint") != spec.fingerprint:
+            raise StateSchemaMismatch(handle.path, schema_differences(spec.requested, stored))
+        groups = _row_groups_in(parquet, wanted)
+        if not groups:
+            return
+        whole = wanted.start <= handle.key_group_range.start and (
+            handle.key_group_range.end <= wanted.end
+        )
+        columns = [*spec.state_columns, KEY_GROUP_COLUMN, *extra]
+        rows = _batch_rows(spec, parquet.metadata)
+        for index in groups:
+            # One row group at a time: iter_batches() reads ahead and, with wide string
+            # columns, held several row groups' buffers at once (pyarrow 26); a row group
+            # is bounded by the writer's row_group_bytes.
+            table = parquet.read_row_group(index, columns=columns, use_threads=False)
+            if not whole:
+                table = _filter_groups(table, wanted)
+            for batch in table.to_batches(max_chunksize=rows):
+                if batch.num_rows:
+                    yield pa.Table.from_batches([batch])
+            del table
+
+
+def _latest_changes(
+    spec: TaskRead, store: ObjectStore, changelogs: Sequence[StateHandle], wanted: KeyGroupRange
+) -> pa.Table:
+    """The rows of every changed key of `wanted` as of the newest changelog that has
+    the key (all of that layer's rows of it, or its CHANGE_GONE mark)."""
+    tables = []
+    for handle in changelogs:
+        for table in _raw_tables(spec, store, handle, wanted, extra=CHANGELOG_COLUMNS):
+            layer = pa.array([handle.layer] * table.num_rows, pa.int32())
+            tables.append(table.append_column(_LAYER, layer))
+    if not tables:
+        return pa.table({})
+    schema = tables[0].schema
+    changes = pa.concat_tables([t.cast(schema) for t in tables])
+    keys = list(spec.key_columns)
+    numbered = _numbered(changes.select([*keys, _LAYER]))
+    top = numbered.group_by(keys, use_threads=False).aggregate([(_LAYER, "max")])
+    # Joined on the keys and row numbers only: Acero joins no list or struct payload.
+    matched = numbered.join(top, keys, use_threads=False)
+    newest = matched.filter(pc.equal(matched.column(_LAYER), matched.column(f"{_LAYER}_max")))
+    return changes.take(_sorted_rows(newest)).drop_columns([_LAYER])
+
+
+def _numbered(table: pa.Table) -> pa.Table:
+    return table.append_column(_ORDER, pa.array(range(table.num_rows), pa.int64()))
+
+
+def _sorted_rows(table: pa.Table) -> pa.Array:
+    rows = table.column(_ORDER)
+    return pc.take(rows, pc.sort_indices(rows))
+
+
+def _read_merged(
+    spec: TaskRead,
+    store: ObjectStore,
+    full: StateHandle,
+    changelogs: Sequence[StateHandle],
+    wanted: KeyGroupRange,
+) -> Iterator[pa.RecordBatch]:
+    """A full file with its changelogs applied: its rows of changed keys are dropped,
+    then each changed key's newest rows are added. Only the changes are held in
+    memory; the full file streams as usual."""
+    changes = _latest_changes(spec, store, changelogs, wanted)
+    if changes.num_rows == 0:
+        yield from _read_one(spec, store, full, wanted)
+        return
+    keys = list(spec.key_columns)
+    changed = changes.select(keys)
+    for table in _raw_tables(spec, store, full, wanted):
+        numbered = _numbered(table.select(keys))
+        unchanged = numbered.join(
+            changed.cast(table.select(keys).schema), keys, join_type="left anti",
+            use_threads=False,
+        )  # fmt: skip
+        yield from _shaped(spec, table.take(_sorted_rows(unchanged)))
+    standing = changes.filter(pc.equal(changes.column(CHANGE_COLUMN), CHANGE_ROW))
+    yield from _shaped(spec, standing.drop_columns(list(CHANGELOG_COLUMNS)))
+
+
+def _batch_rows(spec: TaskRead, meta: pq.FileMetaData) -> int:
+    """Rows per read batch, so that a batch of wide rows stays near `batch_bytes`."""
+    if meta.num_rows == 0:
+        return spec.batch_rows
+    total = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    per_row = max(1, total // meta.num_rows)
+    return max(1, min(spec.batch_rows, spec.batch_bytes // per_row))
+
+
+def _filter_groups(table: pa.Table, wanted: KeyGroupRange) -> pa.Table:
+    groups = table.column(KEY_GROUP_COLUMN)
+    mask = pc.and_(pc.greater_equal(groups, wanted.start), pc.less_equal(groups, wanted.end))
+    return table.filter(mask)
+
+
+def _shape(spec: TaskRead, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch in exactly the Arrow schema Spark was promised."""
+    columns = []
+    for out in spec.out_schema:
+        if out.name == spec.subtask_column:
+            assert spec.new_parallelism is not None
+            groups = batch.column(KEY_GROUP_COLUMN).cast(pa.int64())
+            subtasks = pc.divide(
+                pc.multiply(groups, spec.new_parallelism), spec.max_parallelism
+            )  # integer division of non-negative ints: Flink's operator index
+            columns.append(subtasks.cast(pa.int32()))
+        else:
+            columns.append(batch.column(out.name).cast(out.type))
+    return pa.RecordBatch.from_arrays(columns, schema=spec.out_schema)
+
+
+def read_task(spec: TaskRead, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    store = spec.store.open()
+    for batch in batches:
+        for row in batch.to_pylist():
+            handle = StateHandle.from_json(json.loads(row["handle"]))
+            wanted = KeyGroupRange(row["lo"], row["hi"])
+            changelogs = [StateHandle.from_json(h) for h in json.loads(row["changelogs"])]
+            if changelogs:
+                yield from _read_merged(spec, store, handle, changelogs, wanted)
+            else:
+                yield from _read_one(spec, store, handle, wanted)
+
+
+def footer_task(store: ShippedStore, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    opened = store.open()
+    for batch in batches:
+        for row in batch.to_pylist():
+            handle = StateHandle.from_json(json.loads(row["handle"]))
+            with fetched(opened, handle, verify=False) as source:
+                schema = pq.ParquetFile(source).schema_arrow
+            yield pa.RecordBatch.from_pydict(
+                {"schema": [schema.serialize().to_pybytes()]},
+                schema=pa.schema([pa.field("schema", pa.binary())]),
+            )
