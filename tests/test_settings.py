@@ -248,8 +248,11 @@ def test_credentials_show_in_no_repr_or_error_and_reach_a_child_whole():
     # Invariant 13 (issue 24, reproduction 7): a secret given alone named the variable
     # and printed its value.
     secret, token, password = "very-secret-9c1", "token-secret-7aa", "catalog-pw-31f"
+    connect_token = "connect-token-5e2"
     env = {
         "BATCHPOINT_ROOT": "s3://b/p",
+        "BATCHPOINT_SPARK_MODE": "connect",
+        "BATCHPOINT_SPARK_REMOTE": f"sc://spark:15002/;token={connect_token}",
         "BATCHPOINT_S3_ACCESS_KEY_ID": "AK",
         "BATCHPOINT_S3_SECRET_ACCESS_KEY": secret,
         "BATCHPOINT_S3_SESSION_TOKEN": token,
@@ -262,8 +265,20 @@ def test_credentials_show_in_no_repr_or_error_and_reach_a_child_whole():
         message = refused({"BATCHPOINT_ROOT": "s3://b/p", alone: env[alone]})
         assert message.startswith(f"{alone}='**********': S3 option"), message
         texts.append(message)
-    assert not [t for t in texts for s in (secret, token, password) if s in t], texts
+    pytest.importorskip("airflow")
+    from batchpoint.airflow.config import AirflowDeployment
+    from batchpoint.spark.connect import connect_session
+
+    deployment = AirflowDeployment.of(model, env)
+    texts += [deployment.spark_description, repr(deployment)]
+    with pytest.raises(ConfigError) as bad_address:
+        connect_session(f"spark:15002/;token={connect_token}", "t")
+    texts.append(str(bad_address.value))
+    leaked = (secret, token, password, connect_token)
+    assert not [t for t in texts for s in leaked if s in t], texts
+    assert "sc://spark:15002/;token=**********" in repr(settings)
     child = settings.as_env()
+    assert child["BATCHPOINT_SPARK_REMOTE"].endswith(connect_token)
     assert child["BATCHPOINT_S3_SECRET_ACCESS_KEY"] == secret
     assert child["BATCHPOINT_S3_SESSION_TOKEN"] == token
 

@@ -51,6 +51,7 @@ Airflow part.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from collections.abc import Iterator, Mapping
@@ -156,6 +157,11 @@ class BatchpointEnvironment(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=PREFIX, env_ignore_empty=True, extra="ignore", frozen=True
     )
+
+    def __repr_args__(self) -> Any:
+        # A Spark Connect address may carry `;token=...`: shown without it.
+        for name, value in super().__repr_args__():
+            yield name, redaction.redact_uri(value) if name == "spark_remote" and value else value
 
     # -- storage
     root: Annotated[str, BeforeValidator(values.check_root)] = Field(default_factory=_default_root)
@@ -386,6 +392,13 @@ class Settings:
     #: None: the front end's default (see the module's table).
     spark_mode: SparkMode | None = None
     spark_remote: str | None = None
+
+    def __repr__(self) -> str:
+        # Every field as the generated repr shows it, the Connect address without its token.
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.repr}
+        if shown.get("spark_remote"):
+            shown["spark_remote"] = redaction.redact_uri(shown["spark_remote"])
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store_options", redaction.conceal_options(self.store_options))

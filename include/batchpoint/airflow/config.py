@@ -41,7 +41,7 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ import batchpoint
 from batchpoint import setting_values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.redaction import redact_uri
 from batchpoint.settings import (
     DEFAULT_PIPELINE_REF,
     KNOWN_VARIABLES,
@@ -122,7 +123,8 @@ class AirflowDeployment:
     audit: bool = False
     #: connect (thin Spark Connect clients of `spark_remote`), submit or local.
     spark_mode: SparkMode = SparkMode.SUBMIT
-    spark_remote: str | None = None
+    # Shown in the repr by `settings`, without a `;token=`.
+    spark_remote: str | None = field(default=None, repr=False)
     #: task (the operator task's Connect client in its own process) or subprocess.
     connect_client: str = "task"
     start_date: datetime = START_DATE
@@ -134,7 +136,7 @@ class AirflowDeployment:
     @property
     def spark_description(self) -> str:
         if self.spark_mode is SparkMode.CONNECT:
-            return f"Spark Connect server `{self.spark_remote}` (connect mode)"
+            return f"Spark Connect server `{redact_uri(self.spark_remote)}` (connect mode)"
         return f"master `{self.settings.spark_master}` ({self.spark_mode} mode)"
 
     @property

@@ -13,6 +13,7 @@ from typing import Any
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.launchers import JOB_MODULE, OperatorJobLauncher, SparkJobResult
 from batchpoint.errors import ConfigError
+from batchpoint.redaction import redact_uri
 from batchpoint.runtime.job_status import JobStatus
 from batchpoint.settings import Settings, SparkMode
 
@@ -63,7 +64,7 @@ class ConnectLauncher(OperatorJobLauncher):
 
         log(
             f"checkpoint {checkpoint_id}, attempt {attempt} (connect mode, a client in this "
-            f"process): {self.remote}"
+            f"process): {redact_uri(self.remote)}"
         )
         started = time.monotonic()
         tail: deque[str] = deque(maxlen=40)
@@ -162,12 +163,12 @@ class ConnectLauncher(OperatorJobLauncher):
                 env=self.environment(Settings.from_env()),
             )
         except (subprocess.TimeoutExpired, ConfigError) as exc:
-            log(f"could not interrupt attempt {attempt} on {self.remote}: {exc}")
+            log(f"could not interrupt attempt {attempt} on {redact_uri(self.remote)}: {exc}")
             return
         output = (done.stdout + done.stderr).strip().splitlines()
         log(
-            f"interrupted attempt {attempt} on {self.remote}"
+            f"interrupted attempt {attempt} on {redact_uri(self.remote)}"
             if done.returncode == 0
-            else f"could not interrupt attempt {attempt} on {self.remote}: "
+            else f"could not interrupt attempt {attempt} on {redact_uri(self.remote)}: "
             + (output[-1] if output else f"exit {done.returncode}")
         )

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.redaction import redact_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,7 +58,7 @@ def _split_remote(remote: str) -> tuple[str, dict[str, str]]:
     """``sc://host:port/;k=v;...`` as (``sc://host:port``, params)."""
     if not remote.startswith("sc://"):
         raise ConfigError(
-            f"Spark Connect address '{remote}' must start with sc:// (e.g. sc://127.0.0.1:15002)"
+            f"Spark Connect address '{redact_uri(remote)}' must start with sc:// (e.g. sc://127.0.0.1:15002)"
         )
     base, _, rest = remote.partition(";")
     params = {}

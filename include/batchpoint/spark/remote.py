@@ -28,6 +28,7 @@ import pyarrow as pa
 
 import batchpoint
 from batchpoint.errors import ConfigError
+from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore, StoreRef
 
 if TYPE_CHECKING:
@@ -210,7 +211,9 @@ def interrupt_attempt(remote: str, pipeline: str, tag: str) -> list[str]:
         remote, f"{pipeline}-interrupt", session_id=pipeline_session_id(pipeline, remote)
     )
     interrupted = list(spark.interruptTag(tag))
-    log.info("interrupted %d operation(s) tagged %s on %s", len(interrupted), tag, remote)
+    log.info(
+        "interrupted %d operation(s) tagged %s on %s", len(interrupted), tag, redact_uri(remote)
+    )
     return interrupted
 
 

@@ -33,6 +33,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
+from batchpoint.redaction import redact_uri
 from batchpoint.runtime.job_status import JobStatus
 
 
@@ -251,7 +252,7 @@ def _connect_gate(pipeline: Any, store_ref: Any, remote: str, log: Any) -> Itera
     spark = connect_session(
         remote, "batchpoint-audit", session_id=pipeline_session_id(pipeline.name, remote)
     )
-    log.info("audit on the Spark Connect server at %s", remote)
+    log.info("audit on the Spark Connect server at %s", redact_uri(remote))
     yield QualityGate(pipeline, store_ref, spark=spark, log=log.info)
 
 
