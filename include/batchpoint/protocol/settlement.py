@@ -17,10 +17,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from batchpoint.protocol.checkpoint import AckRecord, CheckpointFailureReason, PendingCheckpoint
 from batchpoint.protocol.layout import split_task_name
-from batchpoint.protocol.reads import AckProgress
+
+if TYPE_CHECKING:
+    # Only its shape: the rules read nothing themselves.
+    from batchpoint.protocol.reads import AckProgress
 
 
 @dataclass(frozen=True)
