@@ -41,7 +41,6 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.ids import _Counter
-from batchpoint.protocol.stats import CheckpointStatsTracker
 from batchpoint.settings import Settings
 from batchpoint.storage.base import ObjectStore
 
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
         counting = CountingStore(store)
         counted = CheckpointCoordinator(counting, PIPELINE, settings.checkpoint)  # type: ignore[arg-type]
-        tracker = CheckpointStatsTracker(counted)
+        tracker = counted.stats
 
         def reader() -> list[int]:
             return [s.checkpoint_id for s in tracker.page(limit=PAGE).checkpoints]

@@ -44,7 +44,6 @@ from batchpoint.protocol.config import CheckpointConfig  # noqa: E402
 from batchpoint.protocol.savepoints import (  # noqa: E402
     SavepointLocation,
     default_savepoint_prefix,
-    export_savepoint,
 )
 from batchpoint.protocol.sinks import read_sink_table  # noqa: E402
 from batchpoint.runtime.faults import POINTS, InjectedFaults, InjectedKill  # noqa: E402
@@ -173,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 if kind_savepoint and outcome is not None and outcome.completed is not None:
                     savepoint_prefix = default_savepoint_prefix("payments", cid, clock.now)
-                    export_savepoint(
-                        driver.coordinator, cid, SavepointLocation(store, savepoint_prefix)
+                    driver.coordinator.savepoints.export(
+                        cid, SavepointLocation(store, savepoint_prefix)
                     )
                     events.append(f"epoch {epoch}: savepoint {cid} exported to {savepoint_prefix}")
                 if epoch == restore_by_id_at:

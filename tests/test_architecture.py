@@ -2,12 +2,16 @@
 
 - Packages import each other one way: the graph of `batchpoint.<package>` imports,
   counting imports inside functions (they hide a dependency, they do not remove it), is
-  acyclic.
+  acyclic. So are the files: no two modules import each other, directly or round.
 - The core imports no Airflow, and the storage-side core no Spark, not even through
   another batchpoint package it imports.
-- No module is over MAX_LINES lines.
+- The protocol's collaborators take narrow ports: no protocol module but the
+  coordinator itself imports `batchpoint.protocol.coordinator` (not even for typing).
+- No module is over MAX_LINES lines; in protocol/ none is over MAX_PROTOCOL_LINES and no
+  function over MAX_FUNCTION_LINES.
 
-Imports under `if TYPE_CHECKING:` are left out everywhere: they never run.
+Imports under `if TYPE_CHECKING:` are left out everywhere but in the coordinator check:
+they never run.
 """
 
 from __future__ import annotations
@@ -35,6 +39,18 @@ FORBIDDEN = {"airflow": NO_AIRFLOW, "pyspark": NO_SPARK}
 #: module is within bounds. A listed module that is no longer too long fails the test,
 #: so an entry cannot outlive its reason; anything unlisted fails at once.
 PENDING_ELSEWHERE: dict[str, str] = {}
+
+#: The protocol is held to smaller rooms.
+PROTOCOL = "protocol"
+MAX_PROTOCOL_LINES = 450
+MAX_FUNCTION_LINES = 60
+#: Like PENDING_ELSEWHERE, for the protocol's bound.
+PROTOCOL_PENDING: dict[str, str] = {
+    "batchpoint/protocol/checkpoint.py": "its records' hand-written to_/from_ methods give "
+    "way to the declarative record codec (issue 25, the codec part)",
+}
+#: The facade and composition root; its collaborators get ports instead of it.
+COORDINATOR = "batchpoint.protocol.coordinator"
 
 
 @dataclass(frozen=True)
@@ -101,11 +117,13 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def imports_of(module: str, path: Path) -> list[Import]:
+def imports_of(module: str, path: Path, *, type_checking: bool = False) -> list[Import]:
+    """The modules `module` imports; with `type_checking`, those under
+    `if TYPE_CHECKING:` too."""
     tree = ast.parse(path.read_text(), filename=str(path))
     site = path.relative_to(INCLUDE) if path.is_relative_to(INCLUDE) else path
     found: dict[Import, None] = {}  # one per site and target, in source order
-    for node in _walk_runtime(tree):
+    for node in ast.walk(tree) if type_checking else _walk_runtime(tree):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -119,8 +137,12 @@ def imports_of(module: str, path: Path) -> list[Import]:
     return list(found)
 
 
-def all_imports() -> list[Import]:
-    return [i for module, path in modules() for i in imports_of(module, path)]
+def all_imports(*, type_checking: bool = False) -> list[Import]:
+    return [
+        i
+        for module, path in modules()
+        for i in imports_of(module, path, type_checking=type_checking)
+    ]
 
 
 def package_graph(imports: list[Import]) -> dict[str, dict[str, list[Import]]]:
@@ -133,8 +155,19 @@ def package_graph(imports: list[Import]) -> dict[str, dict[str, list[Import]]]:
     return graph
 
 
+def module_graph(imports: list[Import]) -> dict[str, dict[str, list[Import]]]:
+    """module -> imported batchpoint module -> the import sites (a package's
+    `__init__` is the module named by the package)."""
+    graph: dict[str, dict[str, list[Import]]] = defaultdict(lambda: defaultdict(list))
+    for imp in imports:
+        if imp.target.split(".")[0] == ROOT_PACKAGE and imp.target != imp.module:
+            graph[imp.module][imp.target].append(imp)
+    return graph
+
+
 def strongly_connected(graph: dict[str, dict[str, list[Import]]]) -> list[list[str]]:
-    """Tarjan's algorithm: the groups of packages that reach each other (cycles)."""
+    """Tarjan's algorithm: the groups of nodes (packages, modules) that reach each
+    other (cycles)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -185,10 +218,14 @@ def reachable(graph: dict[str, dict[str, list[Import]]], start: str) -> list[lis
 
 
 def test_packages_import_each_other_one_way() -> None:
-    graph = package_graph(all_imports())
+    problems = cycle_problems(package_graph(all_imports()), "packages")
+    assert not problems, "\n".join(problems)
+
+
+def cycle_problems(graph: dict[str, dict[str, list[Import]]], what: str) -> list[str]:
     problems = []
     for group in strongly_connected(graph):
-        problems.append(f"cycle between packages {', '.join(group)}:")
+        problems.append(f"cycle between {what} {', '.join(group)}:")
         problems += [
             f"  {imp}"
             for source in group
@@ -196,7 +233,30 @@ def test_packages_import_each_other_one_way() -> None:
             if target in group
             for imp in graph[source][target]
         ]
+    return problems
+
+
+def test_modules_import_each_other_one_way() -> None:
+    problems = cycle_problems(module_graph(all_imports()), "modules")
     assert not problems, "\n".join(problems)
+
+
+def coordinator_imports(imports: list[Import]) -> list[Import]:
+    """Where a protocol module other than the coordinator imports it."""
+    return [
+        imp
+        for imp in imports
+        if package_of(imp.module) == PROTOCOL and imp.module != COORDINATOR
+        if imp.target == COORDINATOR
+    ]
+
+
+def test_protocol_collaborators_do_not_import_the_coordinator() -> None:
+    """gc, savepoints, restorer, repair, publish, stats (and the trigger, the ack
+    accounting, the finalizer, ...) get the store, the layout, the read port, the
+    control store, a clock and small ports: none of them holds the coordinator."""
+    found = coordinator_imports(all_imports(type_checking=True))
+    assert not found, "\n".join(f"{imp}: give it ports instead" for imp in found)
 
 
 def forbidden_imports(imports: list[Import], library: str, packages: tuple[str, ...]) -> list[str]:
@@ -241,6 +301,47 @@ def test_no_module_is_too_long() -> None:
     assert not problems, "\n".join(problems)
 
 
+def _protocol_modules() -> Iterator[tuple[str, Path]]:
+    return ((m, p) for m, p in modules() if package_of(m) == PROTOCOL)
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """Every function or method of the file over `limit` lines (decorators aside)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    site = path.relative_to(INCLUDE) if path.is_relative_to(INCLUDE) else path
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > limit:
+                out.append(f"{site}:{node.lineno} {node.name}: {length} lines, more than {limit}")
+    return out
+
+
+def test_protocol_modules_are_small() -> None:
+    too_long = {}
+    for _, path in _protocol_modules():
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_PROTOCOL_LINES:
+            too_long[path.relative_to(INCLUDE).as_posix()] = lines
+    problems = [
+        f"{p}: {n} lines, more than {MAX_PROTOCOL_LINES}"
+        for p, n in sorted(too_long.items())
+        if p not in PROTOCOL_PENDING
+    ]
+    problems += [
+        f"{p} is {MAX_PROTOCOL_LINES} lines or fewer now: remove it from PROTOCOL_PENDING"
+        for p in sorted(PROTOCOL_PENDING)
+        if p not in too_long
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_protocol_functions_are_short() -> None:
+    problems = [line for _, path in _protocol_modules() for line in long_functions(path)]
+    assert not problems, "\n".join(problems)
+
+
 # -- the checker itself -------------------------------------------------------------------
 
 
@@ -279,3 +380,37 @@ def test_a_cycle_is_found_with_its_sites() -> None:
     assert forbidden_imports([*imports, hook], "airflow", ("b",)) == [
         f"b imports airflow (through b -> c -> d): {hook}"
     ]
+
+
+def test_a_file_cycle_and_a_coordinator_import_are_found(tmp_path: Path) -> None:
+    def imp(a: str, b: str) -> Import:
+        return Import(f"batchpoint.protocol.{a}", f"batchpoint.protocol.{b}", f"{a}.py:1")
+
+    imports = [imp("gc", "reads"), imp("reads", "control"), imp("control", "gc")]
+    imports.append(Import("batchpoint.protocol.gc", "typing", "gc.py:2"))
+    graph = module_graph(imports)
+    assert strongly_connected(graph) == [
+        ["batchpoint.protocol.control", "batchpoint.protocol.gc", "batchpoint.protocol.reads"]
+    ]
+    assert "typing" not in graph["batchpoint.protocol.gc"]
+
+    source = tmp_path / "gc.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from batchpoint.protocol.coordinator import CheckpointCoordinator\n"
+    )
+    typed = imports_of("batchpoint.protocol.gc", source, type_checking=True)
+    assert [str(i) for i in coordinator_imports(typed)] == [
+        f"{source}:3: batchpoint.protocol.gc imports batchpoint.protocol.coordinator"
+    ]
+    assert coordinator_imports(imports_of("batchpoint.protocol.gc", source)) == []
+    itself = Import(COORDINATOR, COORDINATOR, "coordinator.py:1")
+    assert coordinator_imports([itself]) == []
+
+
+def test_a_long_function_is_found(tmp_path: Path) -> None:
+    source = tmp_path / "mod.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(3))
+    source.write_text(f"class A:\n    def short(self):\n        pass\n\ndef long():\n{body}")
+    assert long_functions(source, limit=3) == [f"{source}:5 long: 4 lines, more than 3"]

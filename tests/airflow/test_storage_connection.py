@@ -246,7 +246,7 @@ def test_the_hook_takes_an_aws_conn_id(
         ),
     )
     hook = BatchpointHook(aws_conn_id="bp_aws_storage")
-    assert hook.storage_conn_id == "bp_aws_storage"
+    assert hook.aws_conn_id == "bp_aws_storage"
     settings = hook.get_settings()
     assert settings.store_options["access_key_id"] == seaweed.access_key
     round_trip(settings)

@@ -16,7 +16,7 @@ from batchpoint.cli.main import main
 from batchpoint.demo.payments import build_pipeline
 from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.layout import PipelineLayout
-from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
+from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
 from support import fake_epochs
@@ -89,7 +89,7 @@ def test_verify_a_savepoint_folder(driver, capsys, tmp_path, monkeypatch):
     sp = fake_epochs.epoch(driver, CheckpointType.SAVEPOINT)
     folder = (tmp_path / "sp").as_uri()
     target = SavepointLocation(StoreRef.of(folder).open())
-    export_savepoint(driver.coordinator, sp, target, roots=[tmp_path.as_uri()])
+    driver.coordinator.savepoints.export(sp, target, roots=[tmp_path.as_uri()])
     assert verify(folder) == 0
     out = capsys.readouterr().out
     assert f"savepoint {folder} (checkpoint {sp}): passed" in out
@@ -145,8 +145,7 @@ def test_a_pending_checkpoint_or_no_pipeline_code_is_explained(driver, capsys):
 def test_verify_reads_savepoint_folders_only_under_the_roots(driver, capsys, tmp_path):
     sp = fake_epochs.epoch(driver, CheckpointType.SAVEPOINT)
     folder = (tmp_path / "sp").as_uri()
-    export_savepoint(
-        driver.coordinator,
+    driver.coordinator.savepoints.export(
         sp,
         SavepointLocation(StoreRef.of(folder).open()),
         roots=[tmp_path.as_uri()],

@@ -20,7 +20,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
     PendingCheckpoint,
 )
-from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
+from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner
@@ -129,7 +129,7 @@ def test_the_audit_mark_keeps_the_record_format(driver, gate, tmp_path):
     fake_epochs.ack_all(driver, pending)
     assert audit_then_finalize(driver, pending.checkpoint_id, gate).report.passed
     folder = SavepointLocation(driver.store, "savepoints/audited")
-    export_savepoint(driver.coordinator, pending.checkpoint_id, folder)
+    driver.coordinator.savepoints.export(pending.checkpoint_id, folder)
     planner = RestorePlanner(driver)
     result = planner.apply(planner.plan("savepoints/audited"))
     imported = driver.coordinator.get_outcome(result.checkpoint_id)

@@ -21,6 +21,7 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
 )
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.settlement import SettlementAction
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
 
@@ -103,6 +104,15 @@ def test_settle_expires_an_overdue_checkpoint(driver, clock):
     settled = settle_run(driver, pending.checkpoint_id)
     assert (settled.action, settled.outcome.reason) == ("expired", CheckpointFailureReason.EXPIRED)
     assert "dedup#1" in settled.outcome.message
+
+
+def test_the_settlement_action_is_the_protocols_enum_reported_as_before(driver, clock):
+    pending = trigger_for_run(driver, "r")
+    clock.now += 61
+    settled = settle_run(driver, pending.checkpoint_id)
+    assert settled.action is SettlementAction.EXPIRED
+    assert settled.to_json()["action"] == "expired"
+    assert settle_run(driver, pending.checkpoint_id).action is SettlementAction.NONE
 
 
 def test_settle_aborts_a_checkpoint_its_run_left_behind(driver):

@@ -9,7 +9,6 @@ import pytest
 from batchpoint.ops.inspect import list_checkpoints, pipeline_stats, show_checkpoint
 from batchpoint.ops.overview import checkpoint_page, pipeline_overview
 from batchpoint.protocol.checkpoint import CheckpointStatus
-from batchpoint.protocol.stats import CheckpointStatsTracker
 from support import protocol_steps as steps
 
 DAMAGE = {
@@ -28,7 +27,7 @@ def test_a_garbled_outcome_is_a_row_of_the_history_not_an_error(store, damage):
     assert garbled != store.get(key).data
     store.put(key, garbled)
 
-    tracker = CheckpointStatsTracker(c)
+    tracker = c.stats
     for rows in (tracker.history(), tracker.page(limit=10).checkpoints[::-1]):
         assert [r.checkpoint_id for r in rows] == ids
         assert [r.status for r in rows] == [

@@ -58,7 +58,7 @@ def walk(tracker: CheckpointStatsTracker, limit: int) -> list[list[int]]:
 
 def test_pages_walk_the_history_newest_first(store: ObjectStore) -> None:
     c = make_history(store, 12)
-    tracker = CheckpointStatsTracker(c)
+    tracker = c.stats
     assert walk(tracker, 5) == [[12, 11, 10, 9, 8], [7, 6, 5, 4, 3], [2, 1]]
     first = tracker.page(limit=3).checkpoints
     assert [s.status for s in first] == [
@@ -80,7 +80,7 @@ def test_a_page_costs_the_same_however_long_the_history(tmp_path: Path) -> None:
         counting = CountingStore(LocalObjectStore(tmp_path / f"history-{n}"))
         c = make_history(counting, n)
         counting.calls.clear()
-        page = CheckpointStatsTracker(c).page(limit=5)
+        page = c.stats.page(limit=5)
         assert len(page.checkpoints) == 5
         costs.append(dict(counting.calls))
     assert costs[0] == costs[1], costs
@@ -92,5 +92,5 @@ def test_a_pruned_stretch_is_skipped_by_one_listing(store: ObjectStore) -> None:
     # checkpoints 3..17 gone, as history pruning or GC leaves a long-kept old record
     for cid in range(3, 18):
         store.delete_many([info.key for info in store.list(c.layout.checkpoint(cid))])
-    tracker = CheckpointStatsTracker(c)
+    tracker = c.stats
     assert walk(tracker, 4) == [[20, 19, 18, 2], [1]]

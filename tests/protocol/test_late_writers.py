@@ -11,7 +11,7 @@ from typing import Any
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.gc import COLLECTED_SWEEP, GarbageCollector
+from batchpoint.protocol.gc import COLLECTED_SWEEP
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
@@ -45,9 +45,9 @@ def _collected(c: CheckpointCoordinator, clock: FakeClock, count: int) -> list[i
         c.store.put(c.layout.task_data_prefix(cid, "keyed#0", "a1") + "part-0", b"staged")
         c.abort(cid, CheckpointFailureReason.EXPIRED)
         ids.append(cid)
-    GarbageCollector(c).collect()
+    c.garbage_collector().collect()
     clock.advance(GRACE + 1)
-    assert set(GarbageCollector(c).collect().dequeued) == set(ids)
+    assert set(c.garbage_collector().collect().dequeued) == set(ids)
     assert set(ids) <= set(c.control.load().collected)
     return ids
 
@@ -65,7 +65,7 @@ def test_a_write_after_the_dequeue_is_deleted_by_a_later_pass(store: ObjectStore
     (aborted,) = _collected(c, clock, 1)
     late = _zombie(c, aborted)
     for _ in range(5):  # the reproduction ran 5 passes; the first must do
-        report = GarbageCollector(c).collect(history_limit=100)
+        report = c.garbage_collector().collect(history_limit=100)
         if not store.exists(late):
             break
     assert not store.exists(late) and late in report.deleted_files
@@ -81,9 +81,9 @@ def test_a_late_file_never_blocks_the_pruning_of_its_records(store: ObjectStore)
     ids = _collected(c, clock, COLLECTED_SWEEP + 2)
     oldest = ids[0]
     late = _zombie(c, oldest)
-    GarbageCollector(c).collect(history_limit=100)
+    c.garbage_collector().collect(history_limit=100)
     assert store.exists(late)  # outside the window: it waits for the records' pruning
-    report = GarbageCollector(c).collect(history_limit=len(ids) - 1)
+    report = c.garbage_collector().collect(history_limit=len(ids) - 1)
     assert report.pruned_checkpoints == [oldest]
     assert late in report.deleted_files and not store.exists(late)
     assert not list(store.list(c.layout.checkpoint(oldest)))
@@ -100,7 +100,7 @@ def test_each_pass_lists_a_bounded_number_of_folders(store: ObjectStore) -> None
     ids = _collected(c, clock, 3 * COLLECTED_SWEEP)
     late = {cid: _zombie(c, cid) for cid in ids}
     counting.listed.clear()
-    report = GarbageCollector(c).collect(history_limit=len(ids))
+    report = c.garbage_collector().collect(history_limit=len(ids))
     prefix = c.layout.checkpoints_prefix
     folders = [p[len(prefix) :].split("/")[0] for p in counting.listed if p.startswith(prefix)]
     assert sorted(folders) == sorted(

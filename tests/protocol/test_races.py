@@ -31,12 +31,17 @@ from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointOutcome,
     CheckpointStatus,
+    CheckpointType,
+    CompletedCheckpoint,
     FileHandle,
+    PendingCheckpoint,
     TaskAcknowledgeResult,
 )
+from batchpoint.protocol.completed_store import settle_outcome
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.control import ControlRecord, PendingEntry
+from batchpoint.protocol.control_store import ControlStore, HeadStore
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.head import HeadStore
 from batchpoint.protocol.ids import CheckpointIDCounter
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.pipeline import simple_pipeline
@@ -435,31 +440,56 @@ def test_same_task_acked_by_concurrent_attempts(
 # == 4. concurrent head moves ==============================================================
 
 
-def _advance_head(
+def _completed(pipeline: str, checkpoint_id: int) -> CheckpointOutcome:
+    pending = PendingCheckpoint(
+        pipeline=pipeline,
+        checkpoint_id=checkpoint_id,
+        type=CheckpointType.CHECKPOINT,
+        base_checkpoint_id=None,
+        restore_generation=0,
+        barrier={},
+        base_barrier={},
+        expected_tasks=(),
+        trigger_time=0.0,
+        deadline=4e9,
+    )
+    completed = CompletedCheckpoint(pending, (), 1.0)
+    return CheckpointOutcome(CheckpointStatus.COMPLETED, pending, 1.0, completed=completed)
+
+
+def _settle_completions(
     index: int, barrier: Any, ref: StoreRef, pipeline: str, offers: list[int]
 ) -> list[int]:
-    heads = HeadStore(_open(ref), PipelineLayout(pipeline))
+    control = ControlStore(_open(ref), PipelineLayout(pipeline), time.time)
     observed = []
     barrier.wait()
     for cid in offers:
-        heads.advance(cid, 0, time.time())
-        observed.append(heads.get().checkpoint_id or 0)
+        outcome = _completed(pipeline, cid)
+        # The head moves only with the settle CAS of a completed checkpoint.
+        control.update(lambda now, o=outcome: settle_outcome(now, o, 3, time.time()))
+        observed.append(control.load().head or 0)
     return observed
 
 
-def test_head_advance_race_only_moves_forward(
+def test_settled_completions_race_and_the_head_only_moves_forward(
     store: ObjectStore, process_pool: ProcessPoolExecutor, manager: SyncManager
 ) -> None:
     workers, each = (WORKERS, 12) if _is_s3(store) else (WORKERS, 30)
-    offers = [
-        [random.Random(i).randint(1, workers * each * 4) for _ in range(each)]
-        for i in range(workers)
-    ]
-    got = _race(process_pool, manager, _advance_head, [(_ref(store), "heads", o) for o in offers])
+    top = workers * each * 4
+    offers = [[random.Random(i).randint(1, top) for _ in range(each)] for i in range(workers)]
+    admitted = tuple(
+        PendingEntry(cid, CheckpointType.CHECKPOINT, None, 0, 4e9) for cid in range(1, top + 1)
+    )
+    ControlStore(store, PipelineLayout("heads"), time.time).update(
+        lambda _: ControlRecord(pending=admitted)
+    )
+    args = [(_ref(store), "heads", o) for o in offers]
+
+    got = _race(process_pool, manager, _settle_completions, args)
 
     for index, observed in enumerate(got):
         assert _non_decreasing(observed), f"worker {index} saw the head go back: {observed}"
-        # a worker's own offer is never undone: the head is at least that afterwards
+        # a worker's own completion is never undone: the head is at least that afterwards
         assert all(seen >= offer for seen, offer in zip(observed, offers[index], strict=True))
     head = HeadStore(store, PipelineLayout("heads")).get()
     assert head.checkpoint_id == max(max(o) for o in offers)
@@ -485,9 +515,12 @@ def _finalize_in_some_order(
         for cid in order:
             if cid in results:
                 continue
-            if stale is not None:
-                # a slow finalizer of an old checkpoint re-running its head move
-                c.head.advance(stale, 0, time.time())
+            if stale is not None and (settled := c.get_outcome(stale)) is not None:
+                # a slow finalizer of an old checkpoint re-running its head move: the
+                # settle CAS of the outcome it wrote
+                c.control.update(
+                    lambda now: settle_outcome(now, settled, HM_CONFIG.num_retained, time.time())
+                )
             outcome = c.try_finalize(cid)
             observed.append(c.head.get().checkpoint_id or 0)
             if outcome is not None:

@@ -33,11 +33,11 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
     TaskAcknowledgeResult,
 )
+from batchpoint.protocol.completed_store import settle_outcome
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
-from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectStore
 
@@ -427,7 +427,7 @@ def test_savepoints_are_never_subsumed(store: ObjectStore) -> None:
     checkpoints = [_complete(c, epoch) for epoch in range(1, 5)]
 
     assert c.completed.retained_ids() == [savepoint, checkpoints[-1]]
-    GarbageCollector(c).collect(history_limit=0)
+    c.garbage_collector().collect(history_limit=0)
     assert all(store.exists(path) for path in savepoint_files)
     assert c.completed.get(savepoint).pending.is_savepoint
     # and a savepoint stays restorable however far the head has moved on
@@ -442,7 +442,7 @@ def test_subsumption_keeps_num_retained(store: ObjectStore) -> None:
         assert c.completed.retained_ids() == ids[-2:]
     files = {cid: [h.path for h in c.completed.get(cid).handles] for cid in ids}
 
-    report = GarbageCollector(c).collect()
+    report = c.garbage_collector().collect()
     for cid in ids[:-2]:
         assert not any(store.exists(path) for path in files[cid]), cid
         assert set(files[cid]) <= set(report.deleted_files)
@@ -533,8 +533,12 @@ def test_late_finalize_of_old_timeline_cannot_move_head(store: ObjectStore) -> N
     assert outcome.reason is CheckpointFailureReason.RESTORED
     assert outcome.message == "a restore happened after it was triggered"
 
-    # (c) a finalizer of the old timeline replaying its head move
-    assert c.head.advance(stale_id + 10, 0, 0.0) is False
+    # (c) a finalizer of the old timeline replaying its head move: the settle CAS of a
+    # checkpoint it completed in generation 0
+    completed_before = c.get_outcome(second)
+    assert completed_before is not None and completed_before.completed is not None
+    _, moved = c.control.update(lambda now: settle_outcome(now, completed_before, 5, 0.0))
+    assert moved is False
 
     head = c.head.get()
     assert (head.checkpoint_id, head.restore_generation) == (first, 1)
@@ -554,7 +558,7 @@ def test_outcome_written_before_restore_settled_after_it(
     p = c.trigger({"src": {"p0": 1}})
     _ack_all(c, p.checkpoint_id)
     with monkeypatch.context() as m:
-        m.setattr(c, "_after_outcome", lambda outcome: None)  # the stall
+        m.setattr(c.finalizer, "_after_outcome", lambda outcome: None)  # the stall
         assert c.try_finalize(p.checkpoint_id).status is CheckpointStatus.COMPLETED  # type: ignore[union-attr]
     assert c.head.get().checkpoint_id == first
     assert isinstance(c.get_pending(p.checkpoint_id), PendingCheckpoint)
@@ -594,7 +598,7 @@ def test_settled_checkpoint_is_not_settled_again(
     old = _complete(c, 1)
     new = _complete(c, 2)
     assert c.completed.retained_ids() == [new]
-    GarbageCollector(c).collect()
+    c.garbage_collector().collect()
     assert c.control.load().is_discarded(old)
     assert c.try_finalize(old).status is CheckpointStatus.COMPLETED  # type: ignore[union-attr]
     assert c.completed.retained_ids() == [new], "a subsumed checkpoint came back"

@@ -16,9 +16,8 @@ from tests.support.hooks import HookStore, once
 from batchpoint.ops.maintenance import gc as ops_gc
 from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.gc import GarbageCollector
-from batchpoint.protocol.repair import RepairStatus, repair
-from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint, import_savepoint
+from batchpoint.protocol.repair import RepairStatus
+from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
@@ -49,7 +48,7 @@ def test_repair_keeps_the_head_a_restore_chose(store: ObjectStore, after_restore
     assert sink_epochs(c) == sorted({first, expected})
     damage_control_record(c)
 
-    report = repair(c)
+    report = c.repair()
     assert report.status is RepairStatus.WRITTEN
     head = c.head.get()
     assert head.checkpoint_id == expected, report.findings
@@ -73,7 +72,7 @@ def test_a_restore_whose_record_is_lost_still_counts(store: ObjectStore) -> None
     store.delete(c.layout.restore(1))
     store.delete(c.layout.head)
 
-    report = repair(c)
+    report = c.repair()
     assert report.status is RepairStatus.WRITTEN
     assert c.head.get().checkpoint_id == first
     assert c.head.get().restore_generation == 2  # above the sinks' generation: rewinds apply
@@ -87,12 +86,12 @@ def test_repair_never_makes_an_imported_savepoint_the_head(store: ObjectStore) -
     savepoint = complete(c, CheckpointType.SAVEPOINT)
     complete(c)
     head = complete(c)
-    export_savepoint(c, savepoint, SavepointLocation(store, "savepoints/old"))
-    imported = import_savepoint(c, SavepointLocation(store, "savepoints/old")).checkpoint_id
+    c.savepoints.export(savepoint, SavepointLocation(store, "savepoints/old"))
+    imported = c.savepoints.import_folder(SavepointLocation(store, "savepoints/old")).checkpoint_id
     epochs = sink_epochs(c)
     store.delete(c.layout.head)
 
-    report = repair(c)
+    report = c.repair()
     assert report.status is RepairStatus.WRITTEN
     assert c.head.get().checkpoint_id == head
     assert imported in c.completed.retained_ids()  # retained, never the head
@@ -102,7 +101,7 @@ def test_repair_never_makes_an_imported_savepoint_the_head(store: ObjectStore) -
     # once a restore chose it, it is the head a repair keeps
     c.restore(imported)
     damage_control_record(c)
-    assert repair(c).status is RepairStatus.WRITTEN
+    assert c.repair().status is RepairStatus.WRITTEN
     assert c.head.get().checkpoint_id == imported
     assert manifest(c).current == imported
 
@@ -111,24 +110,24 @@ def test_repair_refuses_a_readable_record_unless_forced(store: ObjectStore) -> N
     c = coordinator(store, num_retained=5)
     first, second = complete(c), complete(c)
     before = snapshot(store)
-    agreeing = repair(c)  # run by mistake on a healthy pipeline
+    agreeing = c.repair()  # run by mistake on a healthy pipeline
     assert agreeing.status is RepairStatus.REFUSED
     assert "is readable" in agreeing.reason and "would change nothing" in agreeing.reason
     assert snapshot(store) == before
 
     quarantine(c, second)  # the record's head is now one no restore may choose
     before = snapshot(store)
-    refused = repair(c)
+    refused = c.repair()
     assert refused.status is RepairStatus.REFUSED
     assert f"head: checkpoint {second} -> checkpoint {first}" in refused.reason
     assert "--force" in refused.reason
     assert snapshot(store) == before
 
-    forced = repair(c, force=True)
+    forced = c.repair(force=True)
     assert forced.status is RepairStatus.WRITTEN
     assert f"head: checkpoint {second} -> checkpoint {first}" in forced.changes
     assert c.head.get().checkpoint_id == first and manifest(c).current == first
-    again = repair(c, force=True)  # the records agree now
+    again = c.repair(force=True)  # the records agree now
     assert again.status is RepairStatus.UNCHANGED
 
 
@@ -139,11 +138,11 @@ def test_repair_refuses_when_the_records_prove_no_head(store: ObjectStore) -> No
     quarantine(c, first)  # the only checkpoint of the restored timeline
     damage_control_record(c)
     before = snapshot(store)
-    report = repair(c)
+    report = c.repair()
     assert report.status is RepairStatus.REFUSED and "prove no head" in report.reason
     assert snapshot(store) == before  # never the abandoned checkpoint, never empty state
     QuarantineStore(store, c.layout).release(first)
-    assert repair(c).status is RepairStatus.WRITTEN
+    assert c.repair().status is RepairStatus.WRITTEN
     assert c.head.get().checkpoint_id == first and second in c.completed.retained_ids()
 
 
@@ -153,7 +152,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(store: ObjectStore) -> None:
     open_one = c.trigger({"src": {"p0": 3}}).checkpoint_id
     damage_control_record(c)
     before = snapshot(store)
-    plan = repair(c, dry_run=True)
+    plan = c.repair(dry_run=True)
     assert snapshot(store) == before
     assert plan.status is RepairStatus.DRY_RUN and plan.previous.state == "unreadable"
     assert plan.head == second and plan.control.retained_ids() == [second]
@@ -170,7 +169,7 @@ def test_unreadable_outcome_is_held_never_queued(store: ObjectStore) -> None:
     store.put(c.layout.outcome(broken), b"{trunc")  # ...but repair cannot read that
     files = [i.key for i in store.list(c.layout.data_prefix(broken))]
 
-    report = repair(c)
+    report = c.repair()
     assert report.status is RepairStatus.WRITTEN and report.head == good
     assert report.plan.held == [broken] and broken not in report.plan.queued
     control = c.control.load()
@@ -199,7 +198,7 @@ def test_repair_racing_a_finalize_changes_nothing(store: ObjectStore, racer: str
 
     def race() -> None:
         if racer != "a finalize":
-            assert repair(c).status is RepairStatus.WRITTEN
+            assert c.repair().status is RepairStatus.WRITTEN
         newcomer.append(complete(c))  # triggered, acked, finalized, settled, published
         left.append(store.get(c.layout.head).data)
 
@@ -207,7 +206,7 @@ def test_repair_racing_a_finalize_changes_nothing(store: ObjectStore, racer: str
     hook = once(race, lambda op, key: op == "get" and key.endswith("/outcome.json"))
     repairer = CheckpointCoordinator(HookStore(store, hook), c.pipeline, c.config, c.clock)
 
-    report = repair(repairer, force=True)
+    report = repairer.repair(force=True)
     assert hook.fired and newcomer
     head = c.head.get()
     assert head.checkpoint_id == newcomer[0], "the head moved back behind a completed checkpoint"
@@ -215,5 +214,5 @@ def test_repair_racing_a_finalize_changes_nothing(store: ObjectStore, racer: str
     assert manifest(c).current == newcomer[0] and sink_epochs(c)[-1] == newcomer[0]
     assert store.get(c.layout.head).data == left[0]  # the record as the racer left it
     assert report.status is RepairStatus.LOST and "nothing was written" in report.reason
-    GarbageCollector(c, grace=0).collect()
+    c.garbage_collector(grace=0).collect()
     assert not c.control.load().is_discarded(newcomer[0])

@@ -24,19 +24,13 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
 from batchpoint.protocol.pipeline import simple_pipeline
-from batchpoint.protocol.publish import notify_checkpoint_complete
-from batchpoint.protocol.repair import repair
 from batchpoint.protocol.restorer import CheckpointRestorer, Examination
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     SavepointPathRefused,
     confine,
-    dispose_savepoint,
-    export_savepoint,
-    import_savepoint,
 )
 from batchpoint.protocol.sinks import PublishResult, SinkPublisher, visible_files
 from batchpoint.protocol.verify import check_handles
@@ -80,7 +74,7 @@ def complete(
     outcome = c.try_finalize(cid)
     assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED, outcome
     if publish:
-        notify_checkpoint_complete(c, cid, SINKS)
+        c.notify_checkpoint_complete(cid, SINKS)
     return cid
 
 
@@ -115,7 +109,7 @@ def test_gc_keeps_a_checkpoint_completing_during_its_pass(store: ObjectStore, po
     else:
         at_point = lambda op, key: op == "list" and key == c.layout.data_prefix(aborted)  # noqa: E731
     hook = once(lambda: newcomer.append(complete(c)), at_point)
-    gc = GarbageCollector(coordinator(HookStore(store, hook)), grace=0)
+    gc = coordinator(HookStore(store, hook)).garbage_collector(grace=0)
     report = gc.collect()
     assert hook.fired and newcomer
     assert c.head.get().checkpoint_id == newcomer[0]
@@ -136,7 +130,7 @@ def test_restore_losing_to_subsumption_and_gc_changes_nothing(
 
     def subsume_and_collect() -> None:
         complete(c)  # subsumes the target
-        GarbageCollector(c, grace=0).collect()  # and deletes its files
+        c.garbage_collector(grace=0).collect()  # and deletes its files
 
     hook = once(
         subsume_and_collect, lambda op, key: bool(armed) and op == "get" and key == c.layout.head
@@ -172,7 +166,7 @@ def test_restore_target_keeps_its_files_against_gc(store: ObjectStore) -> None:
     c.restore(old)
     complete(c)
     complete(c)
-    GarbageCollector(c, grace=0).collect()
+    c.garbage_collector(grace=0).collect()
     assert c.completed.is_retained(old) and intact(c, old)
 
 
@@ -186,11 +180,11 @@ def test_savepoint_folder_restore_keeps_append_history(store: ObjectStore) -> No
     complete(c)
     expected = [f.path for f in visible_files(_manifest(c), savepoint)]
     folder = SavepointLocation(store, "savepoints/keep-history")
-    export_savepoint(c, savepoint, folder)
+    c.savepoints.export(savepoint, folder)
 
-    imported = import_savepoint(c, folder)
+    imported = c.savepoints.import_folder(folder)
     c.restore(imported.checkpoint_id)
-    notify_checkpoint_complete(c, imported.checkpoint_id, SINKS)
+    c.notify_checkpoint_complete(imported.checkpoint_id, SINKS)
     assert [f.path for f in visible_files(_manifest(c))] == expected
     assert sink_epochs(c)[:2] == [first, second]
     # and the next epoch appends to it
@@ -212,7 +206,7 @@ def test_late_publish_after_restore_is_refused(store: ObjectStore) -> None:
     good = complete(c)
     late = complete(c, publish=False)  # finalized; its publish comes late
     c.restore(good)
-    report = notify_checkpoint_complete(c, late, SINKS)
+    report = c.notify_checkpoint_complete(late, SINKS)
     assert report.is_stale and report.published == []
     assert sink_epochs(c) == [good]
     stale = SinkPublisher(c.store, c.layout).publish(
@@ -229,7 +223,7 @@ def test_publish_racing_a_restore_is_undone(store: ObjectStore) -> None:
     manifest_key = c.layout.sink_manifest("sink")
     hook = once(lambda: c.restore(good), lambda op, key: op == "get" and key == manifest_key)
     publisher_side = coordinator(HookStore(store, hook), num_retained=5)
-    report = notify_checkpoint_complete(publisher_side, late, SINKS)
+    report = publisher_side.notify_checkpoint_complete(late, SINKS)
     assert hook.fired and report.is_stale
     assert _manifest(c).current == good and sink_epochs(c) == [good]
 
@@ -266,7 +260,7 @@ def test_flipped_byte_makes_restore_fall_back(store: ObjectStore) -> None:
     with pytest.raises(RestoreRefused, match="sha256"):
         c.restore(damaged)  # quarantined by the fall-back, the finding as its reason
     # the opt-out, once the quarantine is released on purpose
-    assert CheckpointRestorer(c).quarantine.release(damaged)
+    assert c.restorer.quarantine.release(damaged)
     assert c.restore(damaged, checksums=False).checkpoint_id == damaged
 
 
@@ -286,7 +280,7 @@ def test_unreadable_outcome_is_skipped_and_reported(store: ObjectStore, damage: 
     doomed = c.trigger({"src": {"p0": 9}}).checkpoint_id  # trigger is not blocked
     ack_all(c, doomed)
     c.abort(doomed, CheckpointFailureReason.EXPIRED)
-    report = GarbageCollector(c, grace=0).collect()
+    report = c.garbage_collector(grace=0).collect()
     assert any(c.layout.outcome(broken) in f.problem for f in report.findings)
     assert report.deleted_files == [] and list(store.list(c.layout.data_prefix(doomed)))
     assert intact(c, good)
@@ -308,7 +302,7 @@ def test_missing_control_record_refuses_trigger_until_repair(store: ObjectStore)
     with pytest.raises(TriggerRefused, match="batchpoint repair"):
         c.trigger({"src": {"p0": 3}})
     assert c.pending_checkpoints() == []
-    report = repair(c)
+    report = c.repair()
     assert report.head == newest and report.control.restore_generation == 1
     pending = c.trigger({"src": {"p0": 3}})
     assert pending.base_checkpoint_id == newest and pending.restore_generation == 1
@@ -388,14 +382,16 @@ def test_savepoint_paths_are_confined(store: ObjectStore) -> None:
     cid = complete(c, CheckpointType.SAVEPOINT)
     for outside in ["elsewhere/sp", "savepoints-old/sp", "savepoints/../pipelines/x"]:
         with pytest.raises(SavepointPathRefused):
-            export_savepoint(c, cid, SavepointLocation(store, outside))
+            c.savepoints.export(cid, SavepointLocation(store, outside))
         assert not list(store.list(outside.split("/")[0] + "/"))
-    export_savepoint(c, cid, SavepointLocation(store, "savepoints/ok"))
+    c.savepoints.export(cid, SavepointLocation(store, "savepoints/ok"))
     for info in store.list("savepoints/ok/"):
         store.put("elsewhere/" + info.key[len("savepoints/ok/") :], store.get(info.key).data)
     with pytest.raises(SavepointPathRefused):
-        import_savepoint(c, SavepointLocation(store, "elsewhere"))
-    imported = import_savepoint(c, SavepointLocation(store, "elsewhere/"), roots=[store.child("")])
+        c.savepoints.import_folder(SavepointLocation(store, "elsewhere"))
+    imported = c.savepoints.import_folder(
+        SavepointLocation(store, "elsewhere/"), roots=[store.child("")]
+    )
     assert imported.checkpoint_id > cid
 
 
@@ -427,7 +423,7 @@ def test_subsumed_checkpoint_never_returns_and_history_is_bounded(store: ObjectS
         ack_all(c, cid)
         c.abort(cid, CheckpointFailureReason.EXPIRED)
         aborted.append(cid)
-    report = GarbageCollector(c, grace=0).collect(history_limit=1)
+    report = c.garbage_collector(grace=0).collect(history_limit=1)
     assert c.control.load().discarded == ()
     for cid in aborted:
         assert not list(store.list(c.layout.data_prefix(cid)))
@@ -446,10 +442,10 @@ def test_snapshot_sink_keeps_only_reachable_epochs(store: ObjectStore) -> None:
     ids = []
     for _ in range(4):
         cid = complete(c, publish=False)
-        notify_checkpoint_complete(c, cid, snapshot)
+        c.notify_checkpoint_complete(cid, snapshot)
         ids.append(cid)
-    GarbageCollector(c, grace=0).collect()
-    GarbageCollector(c, grace=0).collect()  # the re-queued epochs' files go
+    c.garbage_collector(grace=0).collect()
+    c.garbage_collector(grace=0).collect()  # the re-queued epochs' files go
     assert sorted(_manifest(c).epochs) == ids[-2:]
     for cid in ids[:2]:
         assert not list(store.list(c.layout.data_prefix(cid)))
@@ -461,15 +457,15 @@ def test_grace_keeps_discarded_entries_for_late_writers(store: ObjectStore) -> N
     complete(c)
     aborted = c.trigger({"src": {"p0": 2}}).checkpoint_id
     c.abort(aborted, CheckpointFailureReason.EXPIRED)
-    GarbageCollector(c).collect()
+    c.garbage_collector().collect()
     assert c.control.load().is_discarded(aborted)  # within the grace period
     late = c.layout.task_data_prefix(aborted, "keyed#0", "zombie") + "x"
     store.put(late, b"late write")
     clock.now += 61  # past the timeout, not the grace: the entry stays for late writers
-    GarbageCollector(c).collect()
+    c.garbage_collector().collect()
     assert c.control.load().is_discarded(aborted)
     clock.now += 30
-    GarbageCollector(c).collect()
+    c.garbage_collector().collect()
     assert not store.exists(late) and not c.control.load().is_discarded(aborted)
 
 
@@ -477,9 +473,9 @@ def test_dispose_savepoint_refused_while_it_is_the_head(store: ObjectStore) -> N
     c = coordinator(store)
     savepoint = complete(c, CheckpointType.SAVEPOINT)
     with pytest.raises(Exception, match="head"):
-        dispose_savepoint(c, savepoint)
+        c.savepoints.dispose(savepoint)
     complete(c)
-    dispose_savepoint(c, savepoint)
+    c.savepoints.dispose(savepoint)
     assert not c.completed.is_retained(savepoint)
     assert c.control.load().is_discarded(savepoint)
 
@@ -520,10 +516,10 @@ def test_imported_savepoint_is_published_only_after_its_restore(store: ObjectSto
     savepoint = complete(c, CheckpointType.SAVEPOINT)
     head = complete(c)
     folder = SavepointLocation(store, "savepoints/early")
-    export_savepoint(c, savepoint, folder)
-    imported = import_savepoint(c, folder).checkpoint_id
+    c.savepoints.export(savepoint, folder)
+    imported = c.savepoints.import_folder(folder).checkpoint_id
     assert c.head.get().checkpoint_id == head  # completing the import moved nothing
-    assert notify_checkpoint_complete(c, imported, SINKS).is_stale
+    assert c.notify_checkpoint_complete(imported, SINKS).is_stale
     assert sink_epochs(c) == [first, savepoint, head]
     c.restore(imported)
     assert sink_epochs(c) == [first, imported]  # the import stands for the savepoint's epoch
@@ -535,7 +531,7 @@ def test_repair_reports_what_it_skipped(store: ObjectStore) -> None:
     good, broken = complete(c), complete(c)
     store.put(c.layout.outcome(broken), b"{oops")
     store.delete(c.layout.head)
-    report = repair(c)
+    report = c.repair()
     assert report.head == good
     assert [f.checkpoint_id for f in report.findings] == [broken]
     assert c.trigger({"src": {"p0": 4}}).base_checkpoint_id == good

@@ -23,8 +23,6 @@ from batchpoint.protocol.savepoints import (
     SavepointPathRefused,
     check_savepoint,
     copy_objects,
-    export_savepoint,
-    import_savepoint,
     read_savepoint,
 )
 from batchpoint.storage.local import LocalObjectStore
@@ -58,7 +56,7 @@ def test_export_writes_every_file_relative_to_the_folder_and_metadata_last(store
     complete(c)
     cid = complete(c, CheckpointType.SAVEPOINT, {"source": {"p0": 7}})
     target = SavepointLocation(store, "savepoints/sp1")
-    report = export_savepoint(c, cid, target, description="before v2")
+    report = c.savepoints.export(cid, target, description="before v2")
 
     completed = c.completed.get(cid)
     assert report.files == len(completed.handles) == 3
@@ -82,7 +80,7 @@ def test_a_moved_savepoint_restores_into_another_deployment(store, tmp_path):
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT, {"source": {"p0": 5}})
     original = SavepointLocation(store, "savepoints/sp")
-    export_savepoint(c, cid, original)
+    c.savepoints.export(cid, original)
 
     moved = SavepointLocation(LocalObjectStore(tmp_path / "usb-stick"), "somewhere/else")
     folder = "savepoints/sp/"
@@ -91,8 +89,8 @@ def test_a_moved_savepoint_restores_into_another_deployment(store, tmp_path):
     store.delete_many(i.key for i in store.list("savepoints/sp/"))  # the original folder is gone
 
     other = coordinator(LocalObjectStore(tmp_path / "other-deployment"))
-    imported = import_savepoint(
-        other, moved, checksums=True, roots=[moved.store.child("somewhere/")]
+    imported = other.savepoints.import_folder(
+        moved, checksums=True, roots=[moved.store.child("somewhere/")]
     )
     assert imported.checkpoint_id == 1  # the first id of that deployment
     assert imported.pending.type is CheckpointType.SAVEPOINT
@@ -112,8 +110,8 @@ def test_importing_into_the_same_pipeline_takes_a_new_id(store):
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT)
     complete(c)
-    export_savepoint(c, cid, SavepointLocation(store, "savepoints/sp"))
-    imported = import_savepoint(c, SavepointLocation(store, "savepoints/sp"))
+    c.savepoints.export(cid, SavepointLocation(store, "savepoints/sp"))
+    imported = c.savepoints.import_folder(SavepointLocation(store, "savepoints/sp"))
     assert imported.checkpoint_id == 3  # never a reused id
     assert c.ids.get_and_increment() == 4
 
@@ -122,7 +120,7 @@ def test_a_damaged_savepoint_is_refused_before_anything_is_written(store):
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT)
     location = SavepointLocation(store, "savepoints/sp")
-    export_savepoint(c, cid, location)
+    c.savepoints.export(cid, location)
     victim = read_savepoint(location).handles[1]
     store.put(location.key(victim.path), b"truncated")
 
@@ -131,16 +129,16 @@ def test_a_damaged_savepoint_is_refused_before_anything_is_written(store):
     assert "recorded" in problems[0].problem
     before = c.checkpoint_ids()
     with pytest.raises(RestoreRefused, match="damaged"):
-        import_savepoint(c, location)
+        c.savepoints.import_folder(location)
     assert c.checkpoint_ids() == before
 
 
 def test_wrong_pipeline_and_missing_metadata_are_refused(store):
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT)
-    export_savepoint(c, cid, SavepointLocation(store, "savepoints/sp"))
+    c.savepoints.export(cid, SavepointLocation(store, "savepoints/sp"))
     with pytest.raises(RestoreRefused, match="of pipeline 'p', not of 'q'"):
-        import_savepoint(coordinator(store, "q"), SavepointLocation(store, "savepoints/sp"))
+        coordinator(store, "q").savepoints.import_folder(SavepointLocation(store, "savepoints/sp"))
     with pytest.raises(RestoreRefused, match="no _metadata"):
         read_savepoint(SavepointLocation(store, "nothing-here"))
 
@@ -148,12 +146,12 @@ def test_wrong_pipeline_and_missing_metadata_are_refused(store):
 def test_export_refuses_an_occupied_target_and_an_unfinished_checkpoint(store):
     c = coordinator(store)
     cid = complete(c)
-    export_savepoint(c, cid, SavepointLocation(store, "savepoints/sp"))
+    c.savepoints.export(cid, SavepointLocation(store, "savepoints/sp"))
     with pytest.raises(CheckpointError, match="already holds a savepoint"):
-        export_savepoint(c, cid, SavepointLocation(store, "savepoints/sp"))
+        c.savepoints.export(cid, SavepointLocation(store, "savepoints/sp"))
     pending = c.trigger({})
     with pytest.raises(CheckpointError):
-        export_savepoint(c, pending.checkpoint_id, SavepointLocation(store, "savepoints/sp2"))
+        c.savepoints.export(pending.checkpoint_id, SavepointLocation(store, "savepoints/sp2"))
 
 
 def test_metadata_paths_cannot_leave_the_folder(tmp_path):
@@ -161,7 +159,7 @@ def test_metadata_paths_cannot_leave_the_folder(tmp_path):
     c = coordinator(store)
     cid = complete(c)
     location = SavepointLocation(store, "savepoints/sp")
-    export_savepoint(c, cid, location)
+    c.savepoints.export(cid, location)
     body = json.loads(store.get(location.metadata_key).data)
     body["acks"][0]["handles"][0]["path"] = "data/../../pipelines/p/head.json"
     store.put(location.metadata_key, json.dumps(body).encode())
@@ -193,7 +191,7 @@ def test_an_export_through_a_link_under_the_root_is_refused_and_writes_nothing(
     linked(store.root / "savepoints" / "escape", outside)
     for target in ("savepoints/escape", "savepoints/escape/sp"):
         with pytest.raises(SavepointPathRefused, match="outside the savepoint roots") as info:
-            export_savepoint(c, cid, SavepointLocation(store, target))
+            c.savepoints.export(cid, SavepointLocation(store, target))
         assert f"its real path is {outside.as_uri()}" in str(info.value)
         assert store.child("savepoints/") in str(info.value)  # names the roots
     assert everything_under(outside) == []
@@ -201,7 +199,7 @@ def test_an_export_through_a_link_under_the_root_is_refused_and_writes_nothing(
     # A link that stays inside the root is followed once, to its real path, and the
     # savepoint is written there, under the root.
     linked(store.root / "savepoints" / "latest", store.root / "savepoints" / "real")
-    report = export_savepoint(c, cid, SavepointLocation(store, "savepoints/latest/sp"))
+    report = c.savepoints.export(cid, SavepointLocation(store, "savepoints/latest/sp"))
     assert report.location.uri == store.child("savepoints/real/sp")
     assert (store.root / "savepoints" / "real" / "sp" / METADATA).is_file()
 
@@ -212,9 +210,9 @@ def test_a_savepoint_root_that_is_a_link_is_its_real_path(tmp_path: Path) -> Non
     cid = complete(c, CheckpointType.SAVEPOINT)
     root = linked(tmp_path / "roots" / "current", tmp_path / "disk" / "savepoints")
     folder = SavepointLocation(LocalObjectStore(root), "sp")
-    export_savepoint(c, cid, folder, roots=[root.as_uri()])
+    c.savepoints.export(cid, folder, roots=[root.as_uri()])
     assert (tmp_path / "disk" / "savepoints" / "sp" / METADATA).is_file()
-    imported = import_savepoint(c, folder, roots=[root.as_uri()])
+    imported = c.savepoints.import_folder(folder, roots=[root.as_uri()])
     assert imported.checkpoint_id > cid
 
 
@@ -225,14 +223,14 @@ def test_an_import_through_a_link_under_the_root_is_refused_and_reads_nothing(
     c = coordinator(store)
     cid = complete(c, CheckpointType.SAVEPOINT)
     outside = tmp_path / "outside"
-    export_savepoint(
-        c, cid, SavepointLocation(LocalObjectStore(outside), "sp"), roots=[outside.as_uri()]
+    c.savepoints.export(
+        cid, SavepointLocation(LocalObjectStore(outside), "sp"), roots=[outside.as_uri()]
     )
     before = c.checkpoint_ids()
     # The whole folder is a link out of the root ...
     linked(store.root / "savepoints" / "incoming", outside / "sp")
     with pytest.raises(SavepointPathRefused, match="outside the savepoint roots"):
-        import_savepoint(c, SavepointLocation(store, "savepoints/incoming"))
+        c.savepoints.import_folder(SavepointLocation(store, "savepoints/incoming"))
     # ... or a folder inside it is: the path is under the root, a read through it is not.
     folder = store.root / "savepoints" / "half"
     (folder / "data").mkdir(parents=True)
@@ -240,7 +238,7 @@ def test_an_import_through_a_link_under_the_root_is_refused_and_reads_nothing(
     linked(folder / "data" / "keyed", outside / "sp" / "data" / "keyed")
     (folder / "data" / "sink").symlink_to(outside / "sp" / "data" / "sink")
     with pytest.raises(SavepointPathRefused, match="is a symbolic link"):
-        import_savepoint(c, SavepointLocation(store, "savepoints/half"))
+        c.savepoints.import_folder(SavepointLocation(store, "savepoints/half"))
     assert c.checkpoint_ids() == before
 
 
@@ -261,7 +259,7 @@ def test_a_link_swapped_in_during_an_export_writes_nothing_outside(tmp_path: Pat
     hook = once(swap_in_a_link, lambda op, key: op == "download_file" and key == sink_file)
     exporter = CheckpointCoordinator(HookStore(store, hook), "p")
     with pytest.raises(SavepointPathRefused, match="is a symbolic link") as info:
-        export_savepoint(exporter, cid, SavepointLocation(store, "savepoints/sp"))
+        exporter.savepoints.export(cid, SavepointLocation(store, "savepoints/sp"))
     assert hook.fired
     assert str(folder / "data" / "sink") in str(info.value)
     assert everything_under(outside) == []

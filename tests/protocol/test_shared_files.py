@@ -21,7 +21,6 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
@@ -90,7 +89,7 @@ def test_shared_files_outlive_their_writer_and_go_once_nothing_shares_them(
     store: ObjectStore,
 ) -> None:
     c = coordinator(store)
-    gc = GarbageCollector(c, grace=0)
+    gc = c.garbage_collector(grace=0)
     first = complete(c)
     chain = [first] + [complete(c) for _ in range(2)]  # two changelogs on `first`
     gc.collect()
@@ -137,11 +136,11 @@ def test_gc_racing_a_checkpoint_that_shares_its_base(store: ObjectStore, point: 
         "base folder listing": lambda op, key: op == "list" and key == c.layout.data_prefix(base),
     }[point]
     hook = once(ack_and_complete, at)
-    GarbageCollector(coordinator(HookStore(store, hook)), grace=0).collect()
+    coordinator(HookStore(store, hook)).garbage_collector(grace=0).collect()
     assert hook.fired
     assert intact(c, racer), "GC deleted a base file the completing checkpoint shares"
     # And once more, now that the base is subsumed and queued.
-    GarbageCollector(c, grace=0).collect()
+    c.garbage_collector(grace=0).collect()
     assert base in queued(c) and intact(c, racer)
 
 

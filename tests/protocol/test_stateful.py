@@ -54,7 +54,6 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
-from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.layout import parse_checkpoint_dir_name
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectInfo, ObjectStore
@@ -585,7 +584,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def gc(self, history_limit: int | None) -> None:
         c = self.co
         keep = self._must_exist()
-        report = GarbageCollector(c).collect(history_limit=history_limit)
+        report = c.garbage_collector().collect(history_limit=history_limit)
         objects = self._objects()
         # Invariant 7: nothing still referenced went.
         for path, size in keep.items():

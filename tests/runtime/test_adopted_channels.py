@@ -17,8 +17,6 @@ from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
-    export_savepoint,
-    import_savepoint,
 )
 from batchpoint.runtime.adopted_channels import adopt_channel
 from batchpoint.state.keygroups import key_group_range_for_subtask
@@ -101,10 +99,10 @@ def test_an_adopting_sinks_duplicate_attempt_deletes_nothing_it_did_not_write(st
 
     # a savepoint of it copies the file once and imports whole
     target = SavepointLocation(store, "savepoints/adopted")
-    report = export_savepoint(c, cid, target)
+    report = c.savepoints.export(cid, target)
     assert report.files == 1 and report.bytes == out.size
     assert check_savepoint(target) == []
-    imported = import_savepoint(c, target)
+    imported = c.savepoints.import_folder(target)
     assert c.status(imported.checkpoint_id) is CheckpointStatus.COMPLETED
     paths = {h.path for h in imported.handles}
     assert len(paths) == 1 and all(store.exists(p) for p in paths)

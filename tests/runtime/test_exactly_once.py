@@ -22,7 +22,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
     TaskAcknowledgeResult,
 )
-from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint, export_savepoint
+from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint
 from batchpoint.runtime.faults import InjectedFaults, InjectedKill
 from batchpoint.runtime.streams import reads_channel
 from support.payments import PaymentsRun
@@ -281,7 +281,7 @@ def test_channels_are_collected_once_the_epoch_completes(
     # without its channels the checkpoint still restores, and exports a whole savepoint
     run.runner.driver.restore(1)
     target = SavepointLocation(run.store, "savepoints/after-gc")
-    report = export_savepoint(c, 1, target)
+    report = c.savepoints.export(1, target)
     assert report.files == len(durable) and check_savepoint(target) == []
     # and the next epoch continues from it exactly once
     run.epoch(1)

@@ -23,8 +23,6 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
-    export_savepoint,
-    import_savepoint,
 )
 from batchpoint.protocol.verify import check_handles
 from support.payments import PaymentsRun
@@ -122,9 +120,9 @@ def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
     # the import's own folder, nothing shared) and restored, it goes on exactly once, and
     # the next checkpoint does not build on it.
     target = SavepointLocation(run.store, "savepoints/chain")
-    report = export_savepoint(c, five.checkpoint_id, target)
+    report = c.savepoints.export(five.checkpoint_id, target)
     assert report.files == len(five.durable_handles) and check_savepoint(target) == []
-    imported = import_savepoint(c, target)
+    imported = c.savepoints.import_folder(target)
     assert not _shared(imported) and _layers(imported, "seen") == {0, 1, 2, 3}
     own = c.layout.data_prefix(imported.checkpoint_id)
     assert all(h.path.startswith(own) for h in imported.durable_handles)

@@ -12,7 +12,7 @@ from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
-from batchpoint.protocol.savepoints import SavepointLocation, export_savepoint
+from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import (
     GateResult,
@@ -126,7 +126,7 @@ def test_an_explicit_checkpoint_that_fails_is_not_replaced_by_another(driver):
 def test_a_savepoint_path_is_imported_then_restored(driver):
     epoch(driver)
     sp = epoch(driver, CheckpointType.SAVEPOINT)
-    export_savepoint(driver.coordinator, sp, SavepointLocation(driver.store, "savepoints/x"))
+    driver.coordinator.savepoints.export(sp, SavepointLocation(driver.store, "savepoints/x"))
     epoch(driver)
     planner = RestorePlanner(driver)
     plan = planner.plan("savepoints/x")  # a path under the root

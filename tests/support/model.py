@@ -37,7 +37,6 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     default_savepoint_prefix,
-    export_savepoint,
 )
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner
@@ -234,7 +233,7 @@ class Schedule:
         if kind is CheckpointType.SAVEPOINT:
             prefix = default_savepoint_prefix(self.driver.pipeline.name, cid, self.clock())
             target = SavepointLocation(self.store, prefix)
-            if self._task(lambda _a: export_savepoint(self.driver.coordinator, cid, target)):
+            if self._task(lambda _a: self.driver.coordinator.savepoints.export(cid, target)):
                 self.exported.append(prefix)
 
     def _run_task(self, pending: Any, task: str, who: str) -> None:

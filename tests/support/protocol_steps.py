@@ -16,7 +16,6 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
-from batchpoint.protocol.publish import notify_checkpoint_complete
 from batchpoint.protocol.sinks import SinkManifest, SinkPublisher
 from batchpoint.protocol.verify import check_handles
 from batchpoint.quality.quarantine import QuarantineStore
@@ -54,7 +53,7 @@ def complete(
     outcome = c.try_finalize(cid)
     assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED, outcome
     if publish:
-        notify_checkpoint_complete(c, cid, SINKS)
+        c.notify_checkpoint_complete(cid, SINKS)
     return cid
 
 

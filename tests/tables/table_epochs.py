@@ -21,7 +21,6 @@ import pytest
 from batchpoint.protocol.checkpoint import FileHandle, TaskMetrics
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.publish import notify_checkpoint_complete
 from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
@@ -75,7 +74,7 @@ class TableEpochs:
         assert outcome is not None and outcome.completed is not None, outcome
         self.rows[cid] = dict(rows)
         sinks = [(SINK, "snapshot", ["account_id"])]
-        assert notify_checkpoint_complete(c, cid, sinks).published == [f"{SINK}@{cid}"]
+        assert c.notify_checkpoint_complete(cid, sinks).published == [f"{SINK}@{cid}"]
         with contextlib.suppress(Exception):
             sync_tables(self.store_ref, PIPELINE, {SINK: TableBinding(TABLE)})
         return cid

@@ -78,11 +78,6 @@ class BatchpointHook(BaseHook):
         self._base = base_settings
 
     @property
-    def storage_conn_id(self) -> str:
-        """The name this connection had before it was an `aws_conn_id`."""
-        return self.aws_conn_id
-
-    @property
     def base_settings(self) -> Settings:
         return self._base or Settings.from_env()
 

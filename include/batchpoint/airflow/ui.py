@@ -38,8 +38,6 @@ from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_
 from batchpoint.errors import BatchpointError, CheckpointNotFound
 from batchpoint.ops.overview import checkpoint_page, page_summary, pipeline_overview
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.stats import CheckpointStatsTracker
-from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.settings import Settings
 
 URL_PREFIX = "/batchpoint"
@@ -111,8 +109,8 @@ class CheckpointPages:
         """The pipeline with its status, and a page of its history (the newest page
         also tells the status, so it is read once for both)."""
         settings, c = self._open(name)
-        newest = CheckpointStatsTracker(c).page(None, limit)
-        page = newest if before is None else CheckpointStatsTracker(c).page(before, limit)
+        newest = c.stats.page(None, limit)
+        page = newest if before is None else c.stats.page(before, limit)
         overview = pipeline_overview(c, newest)
         about = {
             "pipeline": name,
@@ -122,7 +120,7 @@ class CheckpointPages:
             "config": dataclasses.asdict(settings.checkpoint),
             "dags": dag_ids(name),
         }
-        held = set(QuarantineStore(c.store, c.layout).ids())
+        held = set(c.quarantine.ids())
         rows = [{**s.to_json(), "quarantined": s.checkpoint_id in held} for s in page.checkpoints]
         return about, {
             "pipeline": name,

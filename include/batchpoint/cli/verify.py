@@ -46,7 +46,7 @@ def cmd_verify(cmd: Command) -> int:
         detailed=True,
         log=cmd.out.progress,
     )
-    require_pipeline(gate.coordinator.store, gate.pipeline.name, cmd.settings.root)
+    require_pipeline(gate.store, gate.pipeline.name, cmd.settings.root)
     target = verify_target(
         gate.coordinator, args.target, cmd.settings.store_options, cmd.settings.savepoint_roots
     )

@@ -255,10 +255,9 @@ class PaymentsDemo:
 
     def history(self) -> None:
         from batchpoint.cli.render import history_table
-        from batchpoint.protocol.stats import CheckpointStatsTracker
 
         step("checkpoint history")
-        history = CheckpointStatsTracker(self.coordinator).history()
+        history = self.coordinator.stats.history()
         print(history_table(history), flush=True)
         from batchpoint.protocol.layout import PipelineLayout
         from batchpoint.quality.quarantine import QuarantineStore

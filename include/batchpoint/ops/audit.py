@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchpoint.ops.epoch import EpochResult, LocalEpochRunner, expire, finalize
+from batchpoint.ops.epoch import EpochResult, LocalEpochRunner
 from batchpoint.protocol.checkpoint import (
     AUDIT_PROPERTY,
     CheckpointFailureReason,
@@ -32,6 +32,7 @@ from batchpoint.protocol.checkpoint import (
     CompletedCheckpoint,
     PendingCheckpoint,
 )
+from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.quality.findings import summarize
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.report import CandidateReport, GateMode, GateReport
@@ -81,42 +82,34 @@ def audit_then_finalize(
     driver: PipelineDriver, checkpoint_id: int, gate: QualityGate
 ) -> AuditResult:
     """Validate the checkpoint once all its acks are in; then complete and publish it,
-    or abort it with reason QUALITY_GATE. Idempotent, like `finalize`: a settled
-    checkpoint is only finished off (published if it completed)."""
-    coordinator = driver.coordinator
-    if coordinator.get_outcome(checkpoint_id) is not None:
-        done = finalize(driver, checkpoint_id)
-        return AuditResult(checkpoint_id, done.outcome, published=done.published)
-    progress = coordinator.progress(checkpoint_id)
-    pending = coordinator.get_checkpoint(checkpoint_id)
-    if progress.missing:
-        if coordinator.clock() <= pending.deadline:
-            return AuditResult(checkpoint_id, None)
-        # Not finalize: if the last ack landed meanwhile it would complete the
-        # checkpoint unaudited. Expiring it is what finalize would have done.
-        return AuditResult(checkpoint_id, expire(coordinator, checkpoint_id, progress.missing))
+    or abort it with reason QUALITY_GATE (the protocol's audited completion,
+    `CheckpointCoordinator.complete_audited`, with the gate as its judge). Idempotent,
+    like `finalize`: a settled checkpoint is only finished off (published if it
+    completed)."""
+    reports: list[CandidateReport] = []
 
-    acks = coordinator.acks(checkpoint_id)
-    ordered = tuple(acks[t] for t in pending.expected_tasks)
-    completed = CompletedCheckpoint(pending, ordered, coordinator.clock())
-    # A suite that cannot be built is a ConfigError raised here, before any verdict:
-    # as a finding it would abort a checkpoint whose state may well be fine.
-    gate.prepare()
-    report = gate.evaluate_completed(completed, GateMode.AUDIT)
-    key = gate.store_report(report)
-    for line in report.render():
-        gate.log(line)
-    if not report.passed:
-        aborted = coordinator.abort(
-            checkpoint_id,
-            CheckpointFailureReason.QUALITY_GATE,
+    def judge(completed: CompletedCheckpoint) -> str | None:
+        # A suite that cannot be built is a ConfigError raised here, before any verdict:
+        # as a finding it would abort a checkpoint whose state may well be fine.
+        gate.prepare()
+        report = gate.evaluate_completed(completed, GateMode.AUDIT)
+        key = gate.store_report(report)
+        for line in report.render():
+            gate.log(line)
+        reports.append(report)
+        if report.passed:
+            return None
+        return (
             f"the state failed the quality gate: {summarize(report.findings)}; "
-            f"report: {driver.store.child(key)}",
+            f"report: {driver.store.child(key)}"
         )
-        return AuditResult(checkpoint_id, aborted, report)
-    # The verdict is in: this is the one call that may complete an audited checkpoint.
-    done = finalize(driver, checkpoint_id, audited=True)
-    return AuditResult(checkpoint_id, done.outcome, report, done.published)
+
+    decided = driver.coordinator.complete_audited(checkpoint_id, judge)
+    report = reports[0] if reports else None
+    if isinstance(decided, FinalizeWait):
+        return AuditResult(checkpoint_id, None, report)
+    published = driver.notify_complete(checkpoint_id) if decided.completed is not None else []
+    return AuditResult(checkpoint_id, decided, report, published)
 
 
 def run_audited_epoch(

@@ -23,7 +23,7 @@ from batchpoint.errors import BatchpointError
 from batchpoint.ops.pipelines import open_pipeline
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.sinks import SinkPublisher, visible_files
+from batchpoint.protocol.sinks import visible_files
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.settings import Settings
 from batchpoint.state.format import RESERVED_COLUMNS
@@ -112,7 +112,7 @@ def sink_files(
     coordinator: CheckpointCoordinator, sink: str, checkpoint: Checkpoint
 ) -> tuple[int | None, list[FileHandle]]:
     """The files a reader of the sink sees as of a published checkpoint ("latest": now)."""
-    manifest = SinkPublisher(coordinator.store, coordinator.layout).manifest(sink)
+    manifest = coordinator.sinks.manifest(sink)
     if manifest is None:
         raise BatchpointError(f"sink '{sink}' of '{coordinator.pipeline}' has published nothing")
     as_of = None if checkpoint == "latest" else resolve_checkpoint(coordinator, checkpoint)

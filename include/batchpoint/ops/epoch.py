@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import (
-    CheckpointFailureReason,
     CheckpointOutcome,
     CheckpointStatus,
     CheckpointType,
     PendingCheckpoint,
 )
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock, _expired_message
+from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
 from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.runner import OperatorRunner, OperatorRunReport
@@ -72,7 +72,7 @@ class Finalized:
     checkpoint_id: int
     outcome: CheckpointOutcome | None
     published: list[str] = field(default_factory=list)
-    waiting: str = ""  # "acks", "audit" or "base" when outcome is None
+    waiting: FinalizeWait | None = None  # when outcome is None
     retained: list[int] = field(default_factory=list)  # after this call, when it decided
     #: Retained before this call and not after: subsumed by this checkpoint (or, with
     #: another actor in between, by theirs), queued for GC.
@@ -87,10 +87,10 @@ class Finalized:
         cid = self.checkpoint_id
         if self.outcome is None:
             return {
-                "acks": f"checkpoint {cid} still misses acks",
-                "audit": f"checkpoint {cid} is audited: only its audit task may complete it, "
-                "and it gave no verdict",
-                "base": f"checkpoint {cid} waits for its base checkpoint to settle",
+                FinalizeWait.ACKS: f"checkpoint {cid} still misses acks",
+                FinalizeWait.AUDIT: f"checkpoint {cid} is audited: only its audit task may "
+                "complete it, and it gave no verdict",
+                FinalizeWait.BASE: f"checkpoint {cid} waits for its base checkpoint to settle",
             }.get(self.waiting, f"checkpoint {cid} not decided")
         if self.completed:
             return f"checkpoint {cid} completed"
@@ -105,10 +105,9 @@ def finalize(driver: PipelineDriver, checkpoint_id: int, *, audited: bool = Fals
     for the audit alone, once the state passed the gate."""
     coordinator = driver.coordinator
     before = _retained(coordinator)
-    outcome = coordinator.try_finalize(checkpoint_id, audited=audited)
-    if outcome is None:
-        waiting = _waiting(coordinator, checkpoint_id, audited)
-        return Finalized(checkpoint_id, None, waiting=waiting)
+    outcome = coordinator.finalize(checkpoint_id, audited=audited)
+    if isinstance(outcome, FinalizeWait):
+        return Finalized(checkpoint_id, None, waiting=outcome)
     published = driver.notify_complete(checkpoint_id) if outcome.completed is not None else []
     after = _retained(coordinator)
     subsumed = sorted(set(before) - set(after)) if before is not None and after is not None else []
@@ -124,29 +123,13 @@ def _retained(coordinator: CheckpointCoordinator) -> list[int] | None:
         return None
 
 
-def _waiting(coordinator: CheckpointCoordinator, checkpoint_id: int, audited: bool) -> str:
-    pending = coordinator.get_pending(checkpoint_id)
-    if pending is not None and pending.requires_audit and not audited:
-        return "audit"  # whoever finalizes, only the audit's verdict completes it
-    return "acks" if coordinator.progress(checkpoint_id).missing else "base"
-
-
 def expire(
     coordinator: CheckpointCoordinator, checkpoint_id: int, missing: Iterable[str] | None = None
 ) -> CheckpointOutcome:
     """Abort the checkpoint as EXPIRED, naming the tasks that did not acknowledge it in
     time (those still missing when `missing` is None), in the coordinator's own words.
     A checkpoint already settled keeps its outcome."""
-    outcome = coordinator.get_outcome(checkpoint_id)
-    if outcome is not None:
-        return outcome
-    pending = coordinator.get_checkpoint(checkpoint_id)
-    tasks = list(coordinator.progress(checkpoint_id).missing if missing is None else missing)
-    return coordinator.abort(
-        checkpoint_id,
-        CheckpointFailureReason.EXPIRED,
-        _expired_message(pending, tasks or ["nobody missing"]),
-    )
+    return coordinator.expire(checkpoint_id, missing)
 
 
 # -- an epoch in one process --------------------------------------------------------------

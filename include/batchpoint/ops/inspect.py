@@ -8,7 +8,7 @@ from typing import Any
 
 from batchpoint.errors import ConfigError, RecordError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, Summary, TaskStats
+from batchpoint.protocol.stats import CheckpointStats, Summary, TaskStats
 
 
 @dataclass
@@ -33,7 +33,7 @@ def list_checkpoints(
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be >= 0, got {limit}")
     # history(0) would be every checkpoint (ids[-0:]): the newest none is none.
-    history = [] if limit == 0 else CheckpointStatsTracker(coordinator).history(limit)
+    history = [] if limit == 0 else coordinator.stats.history(limit)
     return CheckpointHistory(
         coordinator.pipeline,
         coordinator.head.get().checkpoint_id,
@@ -63,7 +63,7 @@ def show_checkpoint(coordinator: CheckpointCoordinator, checkpoint_id: int) -> C
     whose records cannot be read is shown as UNREADABLE with the problem, not refused."""
     try:
         pending = coordinator.get_checkpoint(checkpoint_id)
-        stats, tasks = CheckpointStatsTracker(coordinator).checkpoint(checkpoint_id)
+        stats, tasks = coordinator.stats.checkpoint(checkpoint_id)
     except RecordError as exc:
         return CheckpointDetail(CheckpointStats.unreadable(checkpoint_id, exc), [], None, 0, {})
     return CheckpointDetail(
@@ -90,7 +90,7 @@ class PipelineStats:
 
 
 def pipeline_stats(coordinator: CheckpointCoordinator) -> PipelineStats:
-    tracker = CheckpointStatsTracker(coordinator)
+    tracker = coordinator.stats
     failures = coordinator.failures.state()
     return PipelineStats(
         coordinator.pipeline,

@@ -8,12 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
-from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
-from batchpoint.protocol.gc import GarbageCollector, GcReport
+from batchpoint.protocol.gc import GcReport
 from batchpoint.protocol.repair import RepairStatus
-from batchpoint.protocol.repair import repair as repair_control
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
 from batchpoint.tables.binding import table_bindings
@@ -34,22 +32,10 @@ def gc(
         raise ConfigError(f"history limit must be >= 0, got {history_limit}")
     if history_limit is None:
         history_limit = coordinator.config.history_limit
-    report = GarbageCollector(coordinator, tables=sink_tables(coordinator)).collect(
-        dry_run=dry_run, history_limit=history_limit, progress=progress
-    )
-    report.findings.extend(recorded_findings(coordinator))
+    collector = coordinator.garbage_collector(tables=sink_tables(coordinator))
+    report = collector.collect(dry_run=dry_run, history_limit=history_limit, progress=progress)
+    report.findings.extend(collector.recorded_findings())
     return report
-
-
-def recorded_findings(coordinator: CheckpointCoordinator) -> list[Finding]:
-    """The damage a migration or repair recorded in the control record (held checkpoints
-    first: they stay until `batchpoint repair` can judge them)."""
-    try:
-        control = coordinator.control.load()
-    except ControlUnreadable:
-        return []  # GC reported the record itself
-    ordered = sorted(control.findings, key=lambda f: (not f.hold, f.checkpoint_id))
-    return [Finding(f"checkpoint {f.checkpoint_id}", f.message, f.checkpoint_id) for f in ordered]
 
 
 def sink_tables(coordinator: CheckpointCoordinator) -> SinkTables | None:
@@ -115,14 +101,10 @@ def reset(coordinator: CheckpointCoordinator) -> ResetResult:
     return ResetResult(coordinator.pipeline, coordinator.failures.state().status.value, before)
 
 
-def _quarantine(coordinator: CheckpointCoordinator) -> QuarantineStore:
-    return QuarantineStore(coordinator.store, coordinator.layout)
-
-
 def quarantined(coordinator: CheckpointCoordinator) -> list[QuarantineRecord]:
     """The checkpoints a restore found damaged or the quality gate refused, oldest id
     first (one whose record cannot be read is listed all the same: it still holds)."""
-    return _quarantine(coordinator).records()
+    return coordinator.quarantine.records()
 
 
 def quarantine_json(record: QuarantineRecord) -> dict[str, Any]:
@@ -137,13 +119,15 @@ def quarantine_json(record: QuarantineRecord) -> dict[str, Any]:
 
 def quarantine_reason(coordinator: CheckpointCoordinator, record: QuarantineRecord) -> str:
     """Why it is held, in one line (the gate's first finding, or what a restore found)."""
-    return _quarantine(coordinator).first_finding(record)
+    # The quality gate's view of the quarantine: it reads the report a record holds.
+    gate_quarantine = QuarantineStore(coordinator.store, coordinator.layout)
+    return gate_quarantine.first_finding(record)
 
 
 def release_quarantine(coordinator: CheckpointCoordinator, checkpoint_id: int) -> QuarantineRecord:
     """Make a quarantined checkpoint a restore candidate again (its records, files and
     the gate are checked afresh); what held it. An error when it is not quarantined."""
-    store = _quarantine(coordinator)
+    store = coordinator.quarantine
     held = store.held(checkpoint_id)
     if held is None or not store.release(checkpoint_id):
         raise BatchpointError(
@@ -187,7 +171,7 @@ def repair(
     readable one only with `force`): the head the restore history proves, the retained
     set, a new restore generation rewinding the sinks to the head; written by
     compare-and-swap on what was read. Nothing is written with `dry_run`."""
-    report = repair_control(coordinator, dry_run=dry_run, force=force)
+    report = coordinator.repair(dry_run=dry_run, force=force)
     control = report.control
     return RepairResult(
         pipeline=coordinator.pipeline,

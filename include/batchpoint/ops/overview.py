@@ -22,7 +22,6 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
 from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, HistoryPage
-from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.quality.report import CandidateReport
 
 
@@ -141,7 +140,7 @@ def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> C
         report: CandidateReport | None = CandidateReport.decode(key, c.store.get(key).data)
     except ObjectNotFound:
         report = None
-    held = QuarantineStore(c.store, c.layout).held(checkpoint_id)
+    held = c.quarantine.held(checkpoint_id)
     try:
         outcome = c.get_outcome(checkpoint_id)
         if outcome is not None and outcome.completed is not None:

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint.ops.audit import audited_properties
-from batchpoint.ops.epoch import expire, finalize
+from batchpoint.ops.epoch import finalize
 from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import (
-    CheckpointFailureReason,
     CheckpointOutcome,
     CheckpointStatus,
     CheckpointType,
@@ -27,8 +26,12 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
 )
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.settlement import (
+    RunSettlementDecision,
+    SettlementAction,
+    decide_settlement,
+)
 from batchpoint.runtime.driver import PipelineDriver
 
 #: The pending checkpoint's property that names the scheduler run which triggered it.
@@ -86,7 +89,7 @@ class RunSettlement:
 
     checkpoint_id: int
     outcome: CheckpointOutcome | None
-    action: str  # what settle_run did: "none", "finalized", "declined", "expired", "aborted"
+    action: SettlementAction  # what settle_run did
     discarded_files: list[str] = field(default_factory=list)
     published: list[str] = field(default_factory=list)
     gc_deleted: int = 0
@@ -110,7 +113,7 @@ class RunSettlement:
             "status": self.status.value if self.status else None,
             "reason": self.outcome.reason.code if self.outcome and self.outcome.reason else None,
             "message": self.message,
-            "action": self.action,
+            "action": self.action.value,
             "discarded_files": len(self.discarded_files),
             "published": self.published,
             "gc_deleted": self.gc_deleted,
@@ -125,66 +128,27 @@ def settle_run(
     attempt: str = "scheduler-cleanup",
     now: float | None = None,
 ) -> RunSettlement:
-    """Called once the run is over, whatever happened. Leaves the checkpoint settled:
-
-    * no outcome yet, but a decline exists, or an operator failed for good: abort it as
-      DECLINED (declining on behalf of the failed operator's missing subtasks);
-    * no outcome and past its deadline: abort it as EXPIRED;
-    * no outcome, every task acked (the finalize task itself failed): finalize now; but an
-      audited checkpoint got no verdict (its audit failed or never ran, and no other task
-      of the run will give one): abort it as FINALIZE_FAILED, so that it counts as a
-      failure now and does not hold the next trigger back until its deadline;
-    * no outcome otherwise (the run was stopped early): abort it, as the run that owned
-      it is gone and nothing else would ever finish it before its deadline;
-    then, if ABORTED, delete what it staged; if COMPLETED, publish its sinks (idempotent)
-    and collect garbage (files of checkpoints it subsumed). Failures are counted by the
+    """Called once the run is over, whatever happened. Leaves the checkpoint settled as
+    the protocol decides (`protocol.settlement.decide_settlement`: declined, expired,
+    finalized, or aborted when the run ended early or an audit gave no verdict); then, if
+    ABORTED, deletes what it staged; if COMPLETED, publishes its sinks (idempotent) and
+    collects garbage (files of checkpoints it subsumed). Failures are counted by the
     coordinator when it writes the ABORTED outcome, once per checkpoint."""
     c = driver.coordinator
-    failed_operators = dict(failed_operators or {})
     now = c.clock() if now is None else now
     outcome = c.get_outcome(checkpoint_id)
-    action = "none"
+    action = SettlementAction.NONE
     if outcome is None:
         pending = c.get_pending(checkpoint_id)
         if pending is None:
-            return RunSettlement(checkpoint_id, None, "none")
-        progress = c.progress(checkpoint_id)
-        if progress.declines:
-            d = progress.declines[0]
-            message = f"task {d.task} declined: {d.reason}"
-            outcome = c.abort(checkpoint_id, CheckpointFailureReason.DECLINED, message)
-            action = "declined"
-        elif failed_operators:
-            for operator, reason in failed_operators.items():
-                decline_operator(c, checkpoint_id, operator, attempt, reason)
-            outcome = c.get_outcome(checkpoint_id)
-            action = "declined"
-        if outcome is None:
-            # Nobody declined (or the failed operators had acked everything already).
-            progress = c.progress(checkpoint_id)
-            if progress.all_acknowledged:
-                if pending.requires_audit and now <= pending.deadline:
-                    outcome = c.abort(
-                        checkpoint_id,
-                        CheckpointFailureReason.FINALIZE_FAILED,
-                        "every task acknowledged it, but its run ended without the audit's "
-                        "verdict (the audit failed or did not run)",
-                    )
-                    action = "aborted"
-                else:
-                    # The finalize task failed or never ran. None if the checkpoint waits
-                    # for its base (concurrent checkpoints): that one's settling finishes
-                    # it. Past its deadline, an audited one expires, as `settle` would.
-                    outcome, action = c.try_finalize(checkpoint_id), "finalized"
-            elif now >= pending.deadline:
-                outcome, action = expire(c, checkpoint_id, progress.missing), "expired"
-            else:
-                message = (
-                    "the run that triggered it ended before every task acknowledged "
-                    f"(missing: {', '.join(progress.missing[:5])})"
-                )
-                outcome = c.abort(checkpoint_id, CheckpointFailureReason.EXPIRED, message)
-                action = "aborted"
+            return RunSettlement(checkpoint_id, None, SettlementAction.NONE)
+        failed = dict(failed_operators or {})
+        decision = decide_settlement(pending, c.progress(checkpoint_id), failed, now)
+        action, outcome = decision.action, _carry_out(c, checkpoint_id, decision, attempt)
+        if outcome is None and decision.decline:
+            # The failed operators' subtasks acked meanwhile: settle it as if none failed.
+            decision = decide_settlement(pending, c.progress(checkpoint_id), {}, now)
+            action, outcome = decision.action, _carry_out(c, checkpoint_id, decision, attempt)
     settlement = RunSettlement(checkpoint_id, outcome, action)
     if outcome is None:
         return settlement
@@ -196,21 +160,26 @@ def settle_run(
     return settlement
 
 
+def _carry_out(
+    c: CheckpointCoordinator, checkpoint_id: int, decision: RunSettlementDecision, attempt: str
+) -> CheckpointOutcome | None:
+    """Execute the protocol's decision: the outcome that holds afterwards, or None (a
+    finalize that waits for its base, or declines that all came too late)."""
+    if decision.abort is not None:
+        return c.abort(checkpoint_id, decision.abort.reason, decision.abort.message)
+    if decision.decline:
+        for task, reason in decision.decline.items():
+            c.decline(checkpoint_id, task, attempt, reason)
+        return c.get_outcome(checkpoint_id)
+    if decision.action is SettlementAction.FINALIZED:
+        # None if the checkpoint waits for its base (concurrent checkpoints): that one's
+        # settling finishes it. Past its deadline, an audited one expires, as `settle`
+        # would.
+        return c.try_finalize(checkpoint_id)
+    return None
+
+
 def discard_checkpoint_data(coordinator: CheckpointCoordinator, checkpoint_id: int) -> list[str]:
     """GC restricted to one aborted checkpoint: delete its data files that nothing
     retained or pending references (all of them, unless a checkpoint built on it)."""
-    outcome = coordinator.get_outcome(checkpoint_id)
-    if outcome is None or outcome.completed is not None:
-        # Pending: its tasks may still be writing there. Completed: its files may be
-        # published, and a table sink's snapshots may read them: that is `gc`'s to
-        # judge, which asks the tables. An aborted checkpoint's files no manifest
-        # published, so no table reads them.
-        return []
-    referenced = GarbageCollector(coordinator).referenced_files()
-    doomed = [
-        info.key
-        for info in coordinator.store.list(coordinator.layout.data_prefix(checkpoint_id))
-        if info.key not in referenced
-    ]
-    coordinator.store.delete_many(doomed)
-    return doomed
+    return coordinator.garbage_collector().discard_aborted(checkpoint_id)

@@ -15,13 +15,7 @@ from batchpoint.errors import BatchpointError
 from batchpoint.ops.epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType, CompletedCheckpoint
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.savepoints import (
-    SavepointLocation,
-    default_savepoint_prefix,
-    dispose_savepoint,
-    export_savepoint,
-    import_savepoint,
-)
+from batchpoint.protocol.savepoints import SavepointLocation, default_savepoint_prefix
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.restore import savepoint_location
 from batchpoint.runtime.runner import OperatorFailed
@@ -85,8 +79,7 @@ def export(
         raise BatchpointError(f"checkpoint {checkpoint_id} did not complete: nothing to export")
     location = savepoint_target(coordinator, checkpoint_id, target, store_options)
     started = time.monotonic()
-    report = export_savepoint(
-        coordinator,
+    report = coordinator.savepoints.export(
         checkpoint_id,
         location,
         description=description,
@@ -175,7 +168,7 @@ def take_savepoint(
 def dispose(coordinator: CheckpointCoordinator, checkpoint_id: int) -> None:
     """Remove a retained savepoint from the pipeline; GC collects its files. Refused
     while it is the head, a pending checkpoint's base, or a retained checkpoint uses it."""
-    dispose_savepoint(coordinator, checkpoint_id)
+    coordinator.savepoints.dispose(checkpoint_id)
 
 
 def import_folder(
@@ -190,6 +183,6 @@ def import_folder(
     """Bring a savepoint folder into the pipeline's storage as a new retained
     checkpoint (a restore does this itself; this is the step alone)."""
     folder = savepoint_location(location, coordinator.store, store_options)
-    return import_savepoint(
-        coordinator, folder, checksums=checksums, roots=roots, progress=progress
+    return coordinator.savepoints.import_folder(
+        folder, checksums=checksums, roots=roots, progress=progress
     )

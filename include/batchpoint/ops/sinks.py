@@ -12,7 +12,7 @@ import pyarrow as pa
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import OperatorKind
-from batchpoint.protocol.sinks import SinkPublisher, read_sink_table
+from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.iceberg import IcebergSinkTable, TableCommit
@@ -75,7 +75,7 @@ def show_sink(
         rows = table.read(checkpoint_id)
         source = f"{binding}" + (f", snapshot {snapshot}" if snapshot is not None else "")
     else:
-        manifest = SinkPublisher(coordinator.store, coordinator.layout).manifest(sink)
+        manifest = coordinator.sinks.manifest(sink)
         if manifest is None:
             raise BatchpointError(f"sink '{sink}' of '{coordinator.pipeline}' published nothing")
         rows = read_sink_table(coordinator.store, coordinator.pipeline, sink, checkpoint_id)

@@ -46,7 +46,7 @@ def verify_target(
     if text.isdigit():
         checkpoint_id = int(text)
         # The outcome record may be unreadable (that is a finding); it must exist.
-        if not c.store.exists(c.layout.outcome(checkpoint_id)):
+        if not c.has_outcome(checkpoint_id):
             if c.get_pending(checkpoint_id) is not None:
                 raise BatchpointError(
                     f"checkpoint {checkpoint_id} of pipeline '{c.pipeline}' is still pending: "

@@ -5,7 +5,8 @@ head, so retaining, subsuming and restoring change it in the same conditional wr
 checkpoint's metadata stays in its write-once outcome record. Subsumption moves the
 oldest checkpoints beyond `num_retained` into the discarded queue, after which GC may
 delete their files. Savepoints and checkpoints marked `retain_forever` are never
-subsumed; a savepoint leaves only by explicit disposal.
+subsumed; a savepoint leaves only by explicit disposal. The rule that retains, subsumes
+and moves the head after an outcome is `settle_outcome`, the mutation of one CAS.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ import time
 from dataclasses import replace
 
 from batchpoint.errors import CheckpointNotFound, ObjectNotFound
-from batchpoint.protocol.checkpoint import CheckpointOutcome, CheckpointStatus, CompletedCheckpoint
-from batchpoint.protocol.control import ControlRecord, ControlStore, RetainedEntry
+from batchpoint.protocol.checkpoint import (
+    IMPORTED_FROM_PROPERTY,
+    CheckpointOutcome,
+    CheckpointStatus,
+    CompletedCheckpoint,
+)
+from batchpoint.protocol.control import ControlRecord, RetainedEntry
+from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.timeline import on_timeline
 from batchpoint.storage.base import ObjectStore
-
-#: The old name of a retained entry (it was a marker object per checkpoint).
-RetainedMarker = RetainedEntry
 
 
 class CompletedCheckpointStore:
@@ -81,3 +86,51 @@ class CompletedCheckpointStore:
 
         _, written = self._control.update(drop)
         return written
+
+
+def settle_outcome(
+    record: ControlRecord | None,
+    outcome: CheckpointOutcome,
+    num_retained: int,
+    now: float,
+) -> ControlRecord | None:
+    """The one CAS after an outcome: leave `pending`; COMPLETED joins `retained` (and
+    moves the head forward within its generation), subsuming the oldest beyond
+    `num_retained` but never the head nor a pending base; ABORTED joins `discarded`.
+    An id that is not pending any more (a restore abandoned it, or this ran already)
+    changes nothing: a discarded id never comes back."""
+    if record is None:
+        return None
+    entry = record.pending_entry(outcome.checkpoint_id)
+    if entry is None:
+        return None
+    pending = tuple(p for p in record.pending if p.checkpoint_id != entry.checkpoint_id)
+    new = replace(record, pending=pending)
+    if outcome.completed is None:
+        return new.with_discarded([entry.checkpoint_id], now)
+    p = outcome.pending
+    added = RetainedEntry(
+        p.checkpoint_id,
+        p.type,
+        outcome.completed.completed_at,
+        bool(p.properties.get("retain_forever", False)),
+    )
+    new = replace(new, retained=(*new.retained, added))
+    # An imported savepoint is retained but never becomes the head by completing: its
+    # state does not continue the timeline, only an explicit restore moves the head to it.
+    imported = IMPORTED_FROM_PROPERTY in p.properties
+    if (
+        not imported
+        and on_timeline(entry.restore_generation, new.restore_generation)
+        and (new.head is None or p.checkpoint_id > new.head)
+    ):
+        new = replace(new, head=p.checkpoint_id, moved_at=now, cause="completed")
+    subsumable = sorted(e.checkpoint_id for e in new.retained if e.subsumable)
+    excess = subsumable[: max(0, len(subsumable) - num_retained)]
+    protected = new.protected()
+    dropped = [cid for cid in excess if cid not in protected]
+    if dropped:
+        kept = tuple(e for e in new.retained if e.checkpoint_id not in dropped)
+        new = replace(new, retained=kept)
+        new = new.with_discarded(dropped, now)
+    return new

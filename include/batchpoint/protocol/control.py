@@ -14,15 +14,13 @@ pipelines/<p>/head.json, kind "pipeline-control":
   findings            damage a migration or repair met (`ControlFinding`); a held id is
                       kept out of every set, so never queued for GC, until it is judged
 
-The old layout (a "head-pointer" v1 record plus one `retained/` marker per checkpoint)
-is read once and migrated by the next write (protocol/migration.py).
+This module holds the record; `ControlStore` (protocol/control_store.py) reads and
+compare-and-swaps it, and reads the old layout (a "head-pointer" v1 record plus one
+`retained/` marker per checkpoint) as the record it migrates to (protocol/migration.py).
 """
 
 from __future__ import annotations
 
-import json
-import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,28 +28,21 @@ from typing import Any
 from batchpoint.errors import (
     CheckpointError,
     CorruptRecord,
-    ObjectAlreadyExists,
-    ObjectNotFound,
-    PreconditionFailed,
     RecordError,
 )
 from batchpoint.protocol import records
 from batchpoint.protocol.checkpoint import (
-    IMPORTED_FROM_PROPERTY,
-    CheckpointOutcome,
     CheckpointType,
     PendingCheckpoint,
 )
-from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.records import from_iso, to_iso
-from batchpoint.storage.base import ObjectStore
+from batchpoint.protocol.timeline import on_timeline
 
 #: How many collected ids the record remembers for history pruning.
 COLLECTED_CAP = 1000
 #: In `extra` of a record read from the old layout, until its first write.
 MIGRATED_FROM = "migrated_from"
 OLD_LAYOUT = "head-pointer/1"
-_MAX_ROUNDS = 200
 
 
 @dataclass(frozen=True)
@@ -256,7 +247,7 @@ class ControlRecord(records.VersionedRecord):
     def current_pending(self) -> list[PendingEntry]:
         """Admitted checkpoints of the current timeline, oldest first."""
         return sorted(
-            (p for p in self.pending if p.restore_generation == self.restore_generation),
+            (p for p in self.pending if on_timeline(p.restore_generation, self.restore_generation)),
             key=lambda p: p.checkpoint_id,
         )
 
@@ -360,158 +351,3 @@ class ControlUnreadable(CheckpointError):
             f"the pipeline's control record {key} is unreadable ({problem}); "
             "run `batchpoint repair` to rebuild it from the checkpoint records"
         )
-
-
-@dataclass(frozen=True)
-class ControlSnapshot:
-    """What is stored at the control record's key, damaged or not, with the etag that a
-    compare-and-swap on exactly this version needs (`ControlStore.swap`)."""
-
-    record: ControlRecord | None  # None: missing, or unreadable (see `damage`)
-    etag: str | None  # None: no object at the key
-    damage: ControlUnreadable | None = None
-
-    @property
-    def state(self) -> str:
-        """ "missing", "unreadable" or "readable"."""
-        if self.etag is None:
-            return "missing"
-        return "unreadable" if self.damage is not None else "readable"
-
-
-class ControlStore:
-    """Reads and compare-and-swaps the control record."""
-
-    def __init__(self, store: ObjectStore, layout: PipelineLayout, clock: Callable[[], float]):
-        self._store = store
-        self._layout = layout
-        self._clock = clock
-        self.key = layout.head
-
-    def read(self) -> tuple[ControlRecord, str | None] | None:
-        """The record and its etag, or None when there is none (an old layout is read
-        as the record it migrates to). Raises ControlUnreadable."""
-        found = self.snapshot()
-        if found.damage is not None:
-            raise found.damage
-        if found.record is None:
-            return None
-        return found.record, found.etag
-
-    def snapshot(self) -> ControlSnapshot:
-        """The stored record as it is: missing, unreadable (with why) or readable."""
-        try:
-            obj = self._store.get(self.key)
-        except ObjectNotFound:
-            return ControlSnapshot(None, None)
-        try:
-            if _kind_of(obj.data) == "head-pointer":
-                from batchpoint.protocol.migration import migrate  # the old layout's reader
-
-                return ControlSnapshot(
-                    migrate(self._store, self._layout, obj.data, self._clock()), obj.etag
-                )
-            return ControlSnapshot(ControlRecord.decode(self.key, obj.data), obj.etag)
-        except RecordError as exc:
-            return ControlSnapshot(None, obj.etag, ControlUnreadable(self.key, exc))
-
-    def load(self) -> ControlRecord:
-        found = self.read()
-        return found[0] if found else EMPTY
-
-    def exists(self) -> bool:
-        return self._store.exists(self.key)
-
-    def update(
-        self, mutate: Callable[[ControlRecord | None], ControlRecord | None]
-    ) -> tuple[ControlRecord | None, bool]:
-        """Apply `mutate` (called with None when there is no record) until the write wins.
-        Returns (the record in force, whether ours was written). `mutate` may run
-        several times and may raise to refuse; it must have no other side effects."""
-        for attempt in range(_MAX_ROUNDS):
-            found = self.read()
-            current, etag = found if found else (None, None)
-            new = mutate(current)
-            if new is None:
-                return current, False
-            if self._write(new, current, etag):
-                return new, True
-            time.sleep(random.uniform(0, min(0.05, 0.001 * (attempt + 1))))
-        raise CheckpointError(f"gave up updating '{self.key}' after {_MAX_ROUNDS} attempts")
-
-    def swap(self, new: ControlRecord, read: ControlSnapshot) -> bool:
-        """Write `new` only over exactly what `read` saw (If-Match its etag, or create
-        when there was nothing): one attempt, False when anything wrote in between."""
-        return self._write(new, read.record, read.etag)
-
-    def _write(self, new: ControlRecord, current: ControlRecord | None, etag: str | None) -> bool:
-        if MIGRATED_FROM in new.extra:
-            new = replace(new, extra={k: v for k, v in new.extra.items() if k != MIGRATED_FROM})
-        try:
-            if etag is None:
-                self._store.create(self.key, new.encode())
-            else:
-                self._store.replace(self.key, new.encode(), etag)
-        except (PreconditionFailed, ObjectAlreadyExists):
-            return False
-        if current is not None and current.extra.get(MIGRATED_FROM) == OLD_LAYOUT:
-            from batchpoint.protocol.migration import drop_old_markers
-
-            drop_old_markers(self._store, self._layout)
-        return True
-
-
-def _kind_of(data: bytes) -> Any:
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return document.get("kind") if isinstance(document, dict) else None
-
-
-def settle_outcome(
-    record: ControlRecord | None,
-    outcome: CheckpointOutcome,
-    num_retained: int,
-    now: float,
-) -> ControlRecord | None:
-    """The one CAS after an outcome: leave `pending`; COMPLETED joins `retained` (and
-    moves the head forward within its generation), subsuming the oldest beyond
-    `num_retained` but never the head nor a pending base; ABORTED joins `discarded`.
-    An id that is not pending any more (a restore abandoned it, or this ran already)
-    changes nothing: a discarded id never comes back."""
-    if record is None:
-        return None
-    entry = record.pending_entry(outcome.checkpoint_id)
-    if entry is None:
-        return None
-    pending = tuple(p for p in record.pending if p.checkpoint_id != entry.checkpoint_id)
-    new = replace(record, pending=pending)
-    if outcome.completed is None:
-        return new.with_discarded([entry.checkpoint_id], now)
-    p = outcome.pending
-    added = RetainedEntry(
-        p.checkpoint_id,
-        p.type,
-        outcome.completed.completed_at,
-        bool(p.properties.get("retain_forever", False)),
-    )
-    new = replace(new, retained=(*new.retained, added))
-    # An imported savepoint is retained but never becomes the head by completing: its
-    # state does not continue the timeline, only an explicit restore moves the head to it.
-    imported = IMPORTED_FROM_PROPERTY in p.properties
-    if (
-        not imported
-        and entry.restore_generation == new.restore_generation
-        and (new.head is None or p.checkpoint_id > new.head)
-    ):
-        new = replace(new, head=p.checkpoint_id, moved_at=now, cause="completed")
-    subsumable = sorted(e.checkpoint_id for e in new.retained if e.subsumable)
-    excess = subsumable[: max(0, len(subsumable) - num_retained)]
-    protected = new.protected()
-    dropped = [cid for cid in excess if cid not in protected]
-    if dropped:
-        kept = tuple(e for e in new.retained if e.checkpoint_id not in dropped)
-        new = replace(new, retained=kept)
-        new = new.with_discarded(dropped, now)
-    return new

@@ -61,13 +61,16 @@ class CheckpointRequestDecider:
         now: float,
         *,
         has_history: bool,
+        self_contained: bool = False,
     ) -> ControlRecord:
         """The mutation of the admission CAS: the control record with the new pending
         entry, whose base is the newest admitted checkpoint of the current timeline
-        (concurrent checkpoints chain) or else the head."""
+        (concurrent checkpoints chain) or else the head; none when `self_contained` (a
+        savepoint import brings all of its state)."""
         control = self.check(control, checkpoint_type, now, has_history=has_history)
+        base = None if self_contained else base_of(control)
         entry = PendingEntry(
-            checkpoint_id, checkpoint_type, base_of(control), control.restore_generation, deadline
+            checkpoint_id, checkpoint_type, base, control.restore_generation, deadline
         )
         return replace(control, pending=(*control.pending, entry))
 

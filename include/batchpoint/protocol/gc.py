@@ -42,12 +42,14 @@ from batchpoint.protocol.control import (
     ControlUnreadable,
     DiscardedEntry,
 )
-from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.findings import Finding
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.ports import Clock, ProgressFn, RollForward
+from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
 from batchpoint.protocol.sinks import SinkPublisher
-
-ProgressFn = Callable[[str], None]
+from batchpoint.storage.base import ObjectStore
 
 #: Folders of collected ids swept per pass for late writers (the newest ones).
 COLLECTED_SWEEP = 8
@@ -69,27 +71,51 @@ class GcReport:
 class GarbageCollector:
     def __init__(
         self,
-        coordinator: CheckpointCoordinator,
-        extra_references: Callable[[], Iterable[str]] | None = None,
         *,
-        grace: float | None = None,
+        store: ObjectStore,
+        layout: PipelineLayout,
+        reads: CheckpointReads,
+        control: ControlStore,
+        sinks: SinkPublisher,
+        clock: Clock,
+        grace: float,
+        roll_forward: RollForward,
+        extra_references: Callable[[], Iterable[str]] | None = None,
         tables: SinkTables | None = None,
     ) -> None:
-        self._c = coordinator
+        self._store = store
+        self._layout = layout
+        self._reads = reads
+        self._control = control
+        self._sinks = sinks
+        self._clock = clock
+        # >= the checkpoint timeout (the coordinator's default): no writer of a
+        # discarded checkpoint outlives it.
+        self.grace = grace
+        self._roll_forward = roll_forward
         self._extra_references = extra_references
         # Expired after the sink manifests are pruned, then read as references before
         # any file goes; if either raises, nothing is deleted in this pass.
         self._tables = tables
-        # >= the checkpoint timeout: no writer of a discarded checkpoint outlives it
-        self.grace = (
-            max(coordinator.config.gc_grace, coordinator.config.timeout) if grace is None else grace
-        )
+
+    def recorded_findings(self) -> list[Finding]:
+        """The damage a migration or repair recorded in the control record (held
+        checkpoints first: they stay until `batchpoint repair` can judge them), which
+        every GC pass reports."""
+        try:
+            control = self._control.load()
+        except ControlUnreadable:
+            return []  # `collect` reports the record itself
+        ordered = sorted(control.findings, key=lambda f: (not f.hold, f.checkpoint_id))
+        return [
+            Finding(f"checkpoint {f.checkpoint_id}", f.message, f.checkpoint_id) for f in ordered
+        ]
 
     def referenced_files(self, control: ControlRecord | None = None) -> set[str]:
         """Every referenced file (the table sinks' too, when this GC was given them);
         raises if a record or a table that could hold references cannot be read."""
         tables = self._tables.references().keys if self._tables is not None else frozenset()
-        refs, _, findings = self._references(control or self._c.control.load(), tables)
+        refs, _, findings = self._references(control or self._control.load(), tables)
         if findings:
             raise RecordError("; ".join(map(str, findings)))
         return refs
@@ -100,7 +126,6 @@ class GarbageCollector:
         """Every referenced file, those of them that hold their folder in the queue (a
         retained or pending checkpoint's, a table snapshot's), and what could not be
         read."""
-        c = self._c
         findings: list[Finding] = []
         referenced: set[str] = set()
         keep = set(control.retained_ids())
@@ -108,7 +133,7 @@ class GarbageCollector:
             keep.add(control.head)
         for cid in sorted(keep):
             try:
-                outcome = c.get_outcome(cid)
+                outcome = self._reads.get_outcome(cid)
             except RecordError as exc:
                 findings.append(Finding(f"checkpoint {cid}", f"unreadable outcome: {exc}", cid))
                 continue
@@ -119,7 +144,7 @@ class GarbageCollector:
         # handles may point into their base's folder).
         for entry in control.pending:
             try:
-                acks = c.acks(entry.checkpoint_id)
+                acks = self._reads.acks(entry.checkpoint_id)
             except RecordError as exc:
                 findings.append(
                     Finding(f"checkpoint {entry.checkpoint_id}", f"unreadable ack: {exc}")
@@ -128,10 +153,9 @@ class GarbageCollector:
             for ack in acks.values():
                 referenced.update(h.path for h in ack.handles)
         by_checkpoints = set(referenced)
-        sinks = SinkPublisher(c.store, c.layout)
-        for sink in sinks.sink_names():
+        for sink in self._sinks.sink_names():
             try:
-                manifest = sinks.manifest(sink)
+                manifest = self._sinks.manifest(sink)
             except RecordError as exc:
                 findings.append(Finding(f"sink {sink}", f"unreadable manifest: {exc}"))
                 continue
@@ -152,14 +176,13 @@ class GarbageCollector:
         progress: ProgressFn | None = None,
     ) -> GcReport:
         """One bounded, fenced pass over the discarded queue (see the module doc)."""
-        c = self._c
         report = GcReport(dry_run=dry_run)
         if not dry_run:
-            c.finish_restore()
+            self._roll_forward()
         try:
-            control = c.control.load()
+            control = self._control.load()
         except ControlUnreadable as exc:
-            report.findings.append(Finding(c.control.key, str(exc)))
+            report.findings.append(Finding(self._control.key, str(exc)))
             return report
         report.kept_checkpoints = sorted({*control.retained_ids(), *_opt(control.head)})
         report.skipped_pending = sorted(p.checkpoint_id for p in control.pending)
@@ -174,8 +197,27 @@ class GarbageCollector:
         if findings:
             _say(progress, "unreadable records could hold references: nothing deleted")
             return report
+        done = self._sweep(control, referenced, holding, report, progress)
+        if dry_run:
+            return report
+        if done:
+            self._dequeue(done)
+            report.dequeued = done
+        if history_limit is not None:
+            self._prune_history(history_limit, referenced, report, progress)
+        return report
 
-        now = c.clock()
+    def _sweep(
+        self,
+        control: ControlRecord,
+        referenced: set[str],
+        holding: set[str],
+        report: GcReport,
+        progress: ProgressFn | None,
+    ) -> list[int]:
+        """Delete the unreferenced files of every folder a pass looks at; the queued ids
+        whose folder may leave the queue (past the grace, holding nothing)."""
+        now = self._clock()
         done: list[int] = []
         # Retained folders too: a settled checkpoint's references are fixed, so a file
         # there that nothing references is a losing or zombie attempt's (bounded work:
@@ -187,14 +229,14 @@ class GarbageCollector:
             (None, i) for i in dict.fromkeys([*report.kept_checkpoints, *late])
         ]
         for entry, cid in [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]:
-            found = list(c.store.list(c.layout.data_prefix(cid)))
+            found = list(self._store.list(self._layout.data_prefix(cid)))
             doomed = [i for i in found if i.key not in referenced]
             if doomed:
                 _say(progress, f"checkpoint {cid}: deleting {len(doomed)} file(s)")
             report.deleted_files.extend(i.key for i in doomed)
             report.deleted_bytes += sum(i.size for i in doomed)
-            if not dry_run:
-                c.store.delete_many(i.key for i in doomed)
+            if not report.dry_run:
+                self._store.delete_many(i.key for i in doomed)
             # A folder whose files a newer checkpoint or a table snapshot still reads
             # stays queued, so that they are collected once nothing reads them (a chain
             # is bounded in length, a table's snapshots by its expiry). Files only a
@@ -202,14 +244,27 @@ class GarbageCollector:
             holds = any(i.key in holding for i in found)
             if entry is not None and now >= entry.at + self.grace and not holds:
                 done.append(cid)
-        if dry_run:
-            return report
-        if done:
-            self._dequeue(done)
-            report.dequeued = done
-        if history_limit is not None:
-            self._prune_history(history_limit, referenced, report, progress)
-        return report
+        return done
+
+    def discard_aborted(self, checkpoint_id: int) -> list[str]:
+        """GC restricted to one aborted checkpoint (a scheduler's cleanup of its run):
+        delete its data files that nothing retained or pending references (all of them,
+        unless a checkpoint built on it); the deleted keys."""
+        outcome = self._reads.get_outcome(checkpoint_id)
+        if outcome is None or outcome.completed is not None:
+            # Pending: its tasks may still be writing there. Completed: its files may be
+            # published, and a table sink's snapshots may read them: that is `collect`'s
+            # to judge, which asks the tables. An aborted checkpoint's files no manifest
+            # published, so no table reads them.
+            return []
+        referenced = self.referenced_files()
+        doomed = [
+            info.key
+            for info in self._store.list(self._layout.data_prefix(checkpoint_id))
+            if info.key not in referenced
+        ]
+        self._store.delete_many(doomed)
+        return doomed
 
     def _table_references(self, report: GcReport, dry_run: bool) -> TableReferences | None:
         """Expire the table sinks' snapshots of dropped epochs, then read what every
@@ -234,25 +289,22 @@ class GarbageCollector:
         return found
 
     def _prune_sinks(self, report: GcReport) -> None:
-        c = self._c
-
         def keep() -> set[int]:
-            control = c.control.load()
+            control = self._control.load()
             out = {*control.retained_ids(), *_opt(control.head)}
             return out | {p.checkpoint_id for p in control.pending}
 
-        sinks = SinkPublisher(c.store, c.layout)
         requeue: list[int] = []
-        for sink in sinks.sink_names():
+        for sink in self._sinks.sink_names():
             try:
-                dropped = sinks.prune_unreachable(sink, keep, self._base_of)
+                dropped = self._sinks.prune_unreachable(sink, keep, self._base_of)
             except (RecordError, CheckpointError) as exc:
                 report.findings.append(Finding(f"sink {sink}", f"not pruned: {exc}"))
                 continue
             report.dropped_epochs.extend(f"{sink}@{cid}" for cid in dropped)
             requeue.extend(dropped)
         if requeue:
-            now = c.clock()
+            now = self._clock()
 
             def add(current: ControlRecord | None) -> ControlRecord | None:
                 if current is None:
@@ -262,11 +314,11 @@ class GarbageCollector:
                 new = current.with_discarded(ids, now)
                 return new if new != current else None
 
-            c.control.update(add)
+            self._control.update(add)
 
     def _base_of(self, checkpoint_id: int) -> int | None:
         # raises on an unreadable or missing record: that sink is then not pruned
-        return self._c.get_checkpoint(checkpoint_id).base_checkpoint_id
+        return self._reads.get_checkpoint(checkpoint_id).base_checkpoint_id
 
     def _dequeue(self, ids: list[int]) -> None:
         gone = set(ids)
@@ -280,7 +332,7 @@ class GarbageCollector:
             collected = (*current.collected, *sorted(gone - set(current.collected)))
             return replace(current, discarded=left, collected=collected[-COLLECTED_CAP:])
 
-        self._c.control.update(drop)
+        self._control.update(drop)
 
     def _prune_history(
         self,
@@ -289,14 +341,13 @@ class GarbageCollector:
         report: GcReport,
         progress: ProgressFn | None,
     ) -> None:
-        c = self._c
-        control = c.control.load()
+        control = self._control.load()
         collected = sorted(control.collected)
         prunable = collected[: max(0, len(collected) - history_limit)]
         pruned = []
         for cid in prunable:
-            found = list(c.store.list(c.layout.checkpoint(cid)))
-            data = [i for i in found if i.key.startswith(c.layout.data_prefix(cid))]
+            found = list(self._store.list(self._layout.checkpoint(cid)))
+            data = [i for i in found if i.key.startswith(self._layout.data_prefix(cid))]
             if any(i.key in referenced for i in data):
                 continue  # a sink, a table or a newer checkpoint still reads its data
             # What is left is a late writer's: a collected id never returns into
@@ -307,9 +358,9 @@ class GarbageCollector:
                 report.deleted_bytes += sum(i.size for i in data)
             keys = [i.key for i in found]
             _say(progress, f"checkpoint {cid}: pruning {len(keys)} record(s) from history")
-            outcome_key = c.layout.outcome(cid)
-            c.store.delete_many(k for k in keys if k != outcome_key)
-            c.store.delete(outcome_key)
+            outcome_key = self._layout.outcome(cid)
+            self._store.delete_many(k for k in keys if k != outcome_key)
+            self._store.delete(outcome_key)
             pruned.append(cid)
         if pruned:
             gone = set(pruned)
@@ -320,7 +371,7 @@ class GarbageCollector:
                 left = tuple(cid for cid in current.collected if cid not in gone)
                 return replace(current, collected=left) if left != current.collected else None
 
-            c.control.update(drop)
+            self._control.update(drop)
         report.pruned_checkpoints = pruned
 
 

@@ -3,24 +3,24 @@ restore generation; only an explicit restore moves it elsewhere (and starts a ne
 generation, so finalizers of the abandoned timeline can never move it again).
 
 The pointer lives in the pipeline's control record (protocol/control.py), together with
-the retained set, so both change in one conditional write; `HeadStore` is a view of it.
-`HeadPointer` also reads the old "head-pointer" v1 record, which the control record
-migrates from (protocol/migration.py).
+the retained set, so both change in one conditional write; `HeadStore`
+(protocol/control_store.py) is a view of it. `HeadPointer` also reads the old
+"head-pointer" v1 record, which the control record migrates from (protocol/migration.py).
 """
 
 from __future__ import annotations
 
 import enum
-import time
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from batchpoint.errors import CorruptRecord
 from batchpoint.protocol import records
-from batchpoint.protocol.control import ControlRecord, ControlStore
-from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.records import from_iso, to_iso
-from batchpoint.storage.base import ObjectStore
+
+if TYPE_CHECKING:
+    # The record the pointer is read from: control.py may name the causes without a circle.
+    from batchpoint.protocol.control import ControlRecord
 
 
 class HeadMoveCause(enum.StrEnum):
@@ -72,31 +72,3 @@ class HeadPointer(records.VersionedRecord):
 
 
 EMPTY_HEAD = HeadPointer(None, 0, 0.0, HeadMoveCause.COMPLETED)
-
-
-class HeadStore:
-    """A view of the head in the control record."""
-
-    def __init__(
-        self, store: ObjectStore, layout: PipelineLayout, control: ControlStore | None = None
-    ) -> None:
-        self._control = control or ControlStore(store, layout, time.time)
-
-    def get(self) -> HeadPointer:
-        return HeadPointer.of(self._control.load())
-
-    def advance(self, checkpoint_id: int, generation: int, now: float) -> bool:
-        """Move forward to `checkpoint_id` if it is newer and of the current generation
-        (the settle CAS does this for completed checkpoints; kept for callers that move
-        the pointer alone)."""
-
-        def move(current: ControlRecord | None) -> ControlRecord | None:
-            head = current or ControlRecord()
-            if head.restore_generation != generation:
-                return None
-            if head.head is not None and head.head >= checkpoint_id:
-                return None
-            return replace(head, head=checkpoint_id, moved_at=now, cause="completed")
-
-        result, _ = self._control.update(move)
-        return result is not None and result.head == checkpoint_id

@@ -12,19 +12,24 @@ forward for the sinks we touched, so the late publish never stays visible.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from batchpoint.errors import RecordError
 from batchpoint.protocol.checkpoint import IMPORTED_FROM_PROPERTY, CompletedCheckpoint
 from batchpoint.protocol.control import ControlRecord
-from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.restorer import CheckpointRestorer
+from batchpoint.protocol.control_store import ControlStore
+from batchpoint.protocol.ports import RollForward
+from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.sinks import PublishResult, SinkPublisher
+from batchpoint.protocol.timeline import is_stale, on_timeline
 
 log = logging.getLogger(__name__)
 
 SinkTarget = tuple[str, str, Sequence[str]]  # name, mode ("append"/"snapshot"), key columns
+#: For a checkpoint imported from a savepoint of this storage: the id it was taken from
+#: (`CheckpointRestorer.alias_of`), whose sink epochs a rewind to it keeps.
+AliasOf = Callable[[int], int | None]
 
 
 @dataclass
@@ -37,66 +42,94 @@ class PublishReport:
         return bool(self.stale)
 
 
-def on_timeline(c: CheckpointCoordinator, control: ControlRecord, checkpoint_id: int) -> bool:
-    """Whether a completed checkpoint belongs to the current timeline."""
-    outcome = c.get_outcome(checkpoint_id)
-    if outcome is None or outcome.completed is None:
-        return False
-    imported = IMPORTED_FROM_PROPERTY in outcome.pending.properties
-    if outcome.pending.restore_generation == control.restore_generation and not imported:
-        return True  # every checkpoint admitted in this generation builds on its head
-    cid = control.head
-    while cid is not None and cid > checkpoint_id:
-        try:
-            found = c.get_outcome(cid)
-        except RecordError:
-            return False
-        cid = found.pending.base_checkpoint_id if found else None
-    return cid == checkpoint_id
+class CompletionNotifier:
+    """notifyCheckpointComplete for one pipeline: its sinks publish what a completed
+    checkpoint of the current timeline staged."""
 
+    def __init__(
+        self,
+        *,
+        reads: CheckpointReads,
+        control: ControlStore,
+        sinks: SinkPublisher,
+        roll_forward: RollForward,
+        alias_of: AliasOf,
+    ) -> None:
+        self._reads = reads
+        self._control = control
+        self._sinks = sinks
+        self._roll_forward = roll_forward
+        self._alias_of = alias_of
 
-def notify_checkpoint_complete(
-    c: CheckpointCoordinator, checkpoint_id: int, sinks: Iterable[SinkTarget]
-) -> PublishReport:
-    """Publish every sink's staged output of a completed checkpoint and of any
-    unpublished completed checkpoint it builds on. Idempotent."""
-    sinks = list(sinks)
-    report = PublishReport()
-    c.finish_restore()
-    control = c.control.load()
-    if not on_timeline(c, control, checkpoint_id):
-        report.stale = (
-            f"checkpoint {checkpoint_id} is not on the current timeline (restore generation "
-            f"{control.restore_generation}, head {control.head}): not published"
-        )
-        log.warning("pipeline '%s': %s", c.pipeline, report.stale)
-        return report
-    publisher = SinkPublisher(c.store, c.layout)
-    chain: list[CompletedCheckpoint] = []
-    cid: int | None = checkpoint_id
-    while cid is not None:
-        outcome = c.get_outcome(cid)
+    def on_timeline(self, control: ControlRecord, checkpoint_id: int) -> bool:
+        """Whether a completed checkpoint belongs to the current timeline."""
+        outcome = self._reads.get_outcome(checkpoint_id)
         if outcome is None or outcome.completed is None:
-            break
-        chain.append(outcome.completed)
-        cid = outcome.pending.base_checkpoint_id
-        if all(
-            (m := publisher.manifest(name)) is not None and cid in m.epochs for name, _, _ in sinks
+            return False
+        imported = IMPORTED_FROM_PROPERTY in outcome.pending.properties
+        if (
+            on_timeline(outcome.pending.restore_generation, control.restore_generation)
+            and not imported
         ):
-            break
-    generation = control.restore_generation
-    for completed in reversed(chain):
-        for name, mode, keys in sinks:
-            result = publisher.publish(completed, name, mode, keys, generation=generation)
-            if result is PublishResult.PUBLISHED:
-                report.published.append(f"{name}@{completed.checkpoint_id}")
-            elif result is PublishResult.STALE:
-                report.stale = f"sink {name} moved to a newer restore generation"
-    after = c.control.load()
-    if after.restore_generation != generation and after.restore is not None:
-        # A restore won meanwhile: re-apply its rewind over what we just wrote.
-        alias = CheckpointRestorer(c).alias_of(after.restore.target)
-        for name, _, _ in sinks:
-            publisher.rewind(name, after.restore.target, after.restore.generation, alias)
-        report.stale = report.stale or "a restore happened while publishing"
-    return report
+            return True  # every checkpoint admitted in this generation builds on its head
+        cid = control.head
+        while cid is not None and cid > checkpoint_id:
+            try:
+                found = self._reads.get_outcome(cid)
+            except RecordError:
+                return False
+            cid = found.pending.base_checkpoint_id if found else None
+        return cid == checkpoint_id
+
+    def notify_checkpoint_complete(
+        self, checkpoint_id: int, sinks: Iterable[SinkTarget]
+    ) -> PublishReport:
+        """Publish every sink's staged output of a completed checkpoint and of any
+        unpublished completed checkpoint it builds on. Idempotent."""
+        sinks = list(sinks)
+        report = PublishReport()
+        self._roll_forward()
+        control = self._control.load()
+        if not self.on_timeline(control, checkpoint_id):
+            report.stale = (
+                f"checkpoint {checkpoint_id} is not on the current timeline (restore "
+                f"generation {control.restore_generation}, head {control.head}): not published"
+            )
+            log.warning("pipeline '%s': %s", self._reads.pipeline, report.stale)
+            return report
+        generation = control.restore_generation
+        for completed in reversed(self._unpublished_chain(checkpoint_id, sinks)):
+            for name, mode, keys in sinks:
+                result = self._sinks.publish(completed, name, mode, keys, generation=generation)
+                if result is PublishResult.PUBLISHED:
+                    report.published.append(f"{name}@{completed.checkpoint_id}")
+                elif result is PublishResult.STALE:
+                    report.stale = f"sink {name} moved to a newer restore generation"
+        after = self._control.load()
+        if is_stale(generation, after.restore_generation) and after.restore is not None:
+            # A restore won meanwhile: re-apply its rewind over what we just wrote.
+            alias = self._alias_of(after.restore.target)
+            for name, _, _ in sinks:
+                self._sinks.rewind(name, after.restore.target, after.restore.generation, alias)
+            report.stale = report.stale or "a restore happened while publishing"
+        return report
+
+    def _unpublished_chain(
+        self, checkpoint_id: int, sinks: list[SinkTarget]
+    ) -> list[CompletedCheckpoint]:
+        """The checkpoint and its completed ancestors, newest first, back to the first
+        one every sink has published already."""
+        chain: list[CompletedCheckpoint] = []
+        cid: int | None = checkpoint_id
+        while cid is not None:
+            outcome = self._reads.get_outcome(cid)
+            if outcome is None or outcome.completed is None:
+                break
+            chain.append(outcome.completed)
+            cid = outcome.pending.base_checkpoint_id
+            if all(
+                (m := self._sinks.manifest(name)) is not None and cid in m.epochs
+                for name, _, _ in sinks
+            ):
+                break
+        return chain

@@ -1,5 +1,6 @@
-"""The coordinator's reads of one checkpoint's records (the pending record, the outcome,
-acks, declines), shared by every step that decides; no writes here."""
+"""The read port of a pipeline's checkpoint records (the pending record, the outcome,
+acks, declines): every collaborator that decides reads through it (the finalizer, GC,
+the restorer, publish, statistics, repair); no writes here."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from batchpoint.protocol.checkpoint import (
     DeclineRecord,
     PendingCheckpoint,
 )
-from batchpoint.protocol.control import ControlStore, ControlUnreadable
+from batchpoint.protocol.control import ControlUnreadable
+from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
 from batchpoint.storage.base import ObjectStore
 
@@ -37,9 +39,10 @@ class AckProgress:
 
 
 class CheckpointReads:
-    store: ObjectStore
-    layout: PipelineLayout
-    control: ControlStore
+    def __init__(self, store: ObjectStore, layout: PipelineLayout, control: ControlStore) -> None:
+        self.store = store
+        self.layout = layout
+        self.control = control
 
     @property
     def pipeline(self) -> str:
@@ -67,7 +70,7 @@ class CheckpointReads:
         except ObjectNotFound:
             return None
 
-    def _pending_or_admitted(self, checkpoint_id: int) -> PendingCheckpoint | None:
+    def pending_or_admitted(self, checkpoint_id: int) -> PendingCheckpoint | None:
         """The trigger record, or a placeholder for an admitted checkpoint whose record
         is missing or unreadable (its trigger died after the admission CAS)."""
         try:
@@ -88,6 +91,10 @@ class CheckpointReads:
             return CheckpointOutcome.decode(key, self.store.get(key).data)
         except ObjectNotFound:
             return None
+
+    def has_outcome(self, checkpoint_id: int) -> bool:
+        """Whether the checkpoint's outcome record exists (readable or not)."""
+        return self.store.exists(self.layout.outcome(checkpoint_id))
 
     def get_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint:
         """The trigger record of a checkpoint, pending or settled."""

@@ -20,11 +20,13 @@ from typing import Any
 from batchpoint.errors import CorruptRecord, ObjectNotFound, RecordError
 from batchpoint.protocol import records
 from batchpoint.protocol.checkpoint import CheckpointStatus, PendingCheckpoint
-from batchpoint.protocol.control import ControlRecord, ControlSnapshot
-from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.control import ControlRecord
+from batchpoint.protocol.control_store import ControlSnapshot, ControlStore
 from batchpoint.protocol.findings import Finding
-from batchpoint.protocol.layout import parse_checkpoint_dir_name
+from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
+from batchpoint.protocol.ports import Clock, RollForward
 from batchpoint.protocol.quarantine import QuarantineStore
+from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.protocol.repair_plan import (
     RepairEvidence,
@@ -35,6 +37,7 @@ from batchpoint.protocol.repair_plan import (
 )
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.verify import check_handles
+from batchpoint.storage.base import ObjectStore
 
 
 class RepairStatus(enum.StrEnum):
@@ -108,129 +111,150 @@ class RestoreRecord(records.VersionedRecord):
         )
 
 
-def repair(
-    coordinator: CheckpointCoordinator, *, dry_run: bool = False, force: bool = False
-) -> RepairReport:
-    """Derive the control record the records prove and write it (see the module doc);
-    the report says what was read, the plan, and whether it was written."""
-    c = coordinator
-    read = c.control.snapshot()  # first: the compare-and-swap is on this version
-    evidence = gather(c, read)
-    plan = plan_repair(evidence, c.config.num_retained, c.clock())
-    before = read.record
-    diff = tuple(changes(before, plan.control)) if before is not None else ()
-    if plan.refusal is not None:
-        return RepairReport(plan, read, RepairStatus.REFUSED, diff, plan.refusal)
-    if dry_run:
-        return RepairReport(plan, read, RepairStatus.DRY_RUN, diff)
-    if before is not None:
-        unchanged = same_substance(before, plan.control)
-        if not force:
+class Repairer:
+    """`batchpoint repair` for one pipeline (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        layout: PipelineLayout,
+        reads: CheckpointReads,
+        control: ControlStore,
+        quarantine: QuarantineStore,
+        sinks: SinkPublisher,
+        clock: Clock,
+        num_retained: int,
+        roll_forward: RollForward,
+    ) -> None:
+        self._store = store
+        self._layout = layout
+        self._reads = reads
+        self._control = control
+        self._quarantine = quarantine
+        self._sinks = sinks
+        self._clock = clock
+        self._num_retained = num_retained
+        self._roll_forward = roll_forward
+
+    def repair(self, *, dry_run: bool = False, force: bool = False) -> RepairReport:
+        """Derive the control record the records prove and write it (see the module
+        doc); the report says what was read, the plan, and whether it was written."""
+        read = self._control.snapshot()  # first: the compare-and-swap is on this version
+        evidence = self.gather(read)
+        plan = plan_repair(evidence, self._num_retained, self._clock())
+        before = read.record
+        diff = tuple(changes(before, plan.control)) if before is not None else ()
+        if plan.refusal is not None:
+            return RepairReport(plan, read, RepairStatus.REFUSED, diff, plan.refusal)
+        if dry_run:
+            return RepairReport(plan, read, RepairStatus.DRY_RUN, diff)
+        if before is not None:
+            unchanged = same_substance(before, plan.control)
+            if not force:
+                why = self._readable(diff, unchanged)
+                return RepairReport(plan, read, RepairStatus.REFUSED, diff, why)
+            if unchanged:
+                return RepairReport(plan, read, RepairStatus.UNCHANGED, diff)
+        if not self._control.swap(plan.control, read):
             return RepairReport(
-                plan, read, RepairStatus.REFUSED, diff, _readable(c, diff, unchanged)
+                plan,
+                read,
+                RepairStatus.LOST,
+                diff,
+                f"the control record {self._control.key} changed while repair read the "
+                "records (a checkpoint settled, a restore or another repair ran): nothing was "
+                "written; run `batchpoint repair --dry-run` again to see the new plan",
             )
-        if unchanged:
-            return RepairReport(plan, read, RepairStatus.UNCHANGED, diff)
-    if not c.control.swap(plan.control, read):
-        return RepairReport(
-            plan,
-            read,
-            RepairStatus.LOST,
-            diff,
-            f"the control record {c.control.key} changed while repair read the records "
-            "(a checkpoint settled, a restore or another repair ran): nothing was written; "
-            "run `batchpoint repair --dry-run` again to see the new plan",
+        self._roll_forward()  # rewind the sinks to the head, abort the abandoned checkpoints
+        return RepairReport(plan, read, RepairStatus.WRITTEN, diff)
+
+    def _readable(self, diff: tuple[str, ...], unchanged: bool) -> str:
+        said = (
+            "the records agree with it, so `--force` would change nothing"
+            if unchanged
+            else "`--force` replaces it anyway, and would change: " + "; ".join(diff)
         )
-    c.finish_restore()  # rewind the sinks to the head, abort the abandoned checkpoints
-    return RepairReport(plan, read, RepairStatus.WRITTEN, diff)
+        return (
+            f"the control record {self._control.key} of pipeline '{self._layout.pipeline}' "
+            f"is readable and repair replaces only a missing or unreadable one: {said}"
+        )
 
+    def gather(self, read: ControlSnapshot) -> RepairEvidence:
+        """Every record repair judges by, read after the control record."""
+        ev = RepairEvidence(current=read.record)
+        if read.damage is not None:
+            ev.findings.append(Finding(self._control.key, _why(read.damage.cause)))
+        self._read_outcomes(read, ev)
+        self._read_open(ev)
+        self._read_restores(ev)
+        ev.quarantined = set(self._quarantine.ids())
+        for sink in self._sinks.sink_names():
+            try:
+                manifest = self._sinks.manifest(sink)
+            except RecordError as exc:
+                ev.findings.append(Finding(f"sink {sink}", f"unreadable manifest: {_why(exc)}"))
+                continue
+            if manifest is not None:
+                ev.sinks[sink] = (manifest.generation, manifest.current)
+        return ev
 
-def _readable(c: CheckpointCoordinator, diff: tuple[str, ...], unchanged: bool) -> str:
-    said = (
-        "the records agree with it, so `--force` would change nothing"
-        if unchanged
-        else "`--force` replaces it anyway, and would change: " + "; ".join(diff)
-    )
-    return (
-        f"the control record {c.control.key} of pipeline '{c.pipeline}' is readable and "
-        f"repair replaces only a missing or unreadable one: {said}"
-    )
+    def _read_outcomes(self, read: ControlSnapshot, ev: RepairEvidence) -> None:
+        """The outcome records, and whether a completed one's files are intact."""
+        gone: set[int] = set()
+        if read.record is not None:  # queued or collected: judged without their files
+            gone = {e.checkpoint_id for e in read.record.discarded} | set(read.record.collected)
+        for prefix in self._store.list_dirs(self._layout.checkpoints_prefix):
+            cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
+            if cid is None:
+                continue
+            try:
+                outcome = self._reads.get_outcome(cid)
+            except RecordError as exc:
+                ev.unreadable[cid] = f"unreadable outcome: {_why(exc)}"
+                ev.findings.append(Finding(f"checkpoint {cid}", ev.unreadable[cid], cid))
+                continue
+            if outcome is None:
+                continue
+            ev.outcomes[cid] = outcome
+            if (
+                outcome.status is CheckpointStatus.COMPLETED
+                and outcome.completed is not None
+                and cid not in gone
+            ):
+                handles = outcome.completed.durable_handles
+                if problems := check_handles(self._store, handles, checksums=False):
+                    ev.damaged[cid] = f"{len(problems)} file(s) not intact"
 
+    def _read_open(self, ev: RepairEvidence) -> None:
+        """The trigger records of checkpoints without an outcome."""
+        for info in self._store.list(self._layout.active_prefix):
+            cid = parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1])
+            if cid is None or cid in ev.outcomes or cid in ev.unreadable:
+                continue
+            try:
+                ev.open.append(PendingCheckpoint.decode(info.key, self._store.get(info.key).data))
+            except ObjectNotFound:
+                continue  # settled while listing
+            except RecordError as exc:
+                ev.unreadable[cid] = f"unreadable pending record: {_why(exc)}"
+                ev.findings.append(Finding(f"checkpoint {cid}", ev.unreadable[cid], cid))
 
-def gather(c: CheckpointCoordinator, read: ControlSnapshot) -> RepairEvidence:
-    """Every record repair judges by, read after the control record."""
-    ev = RepairEvidence(current=read.record)
-    gone: set[int] = set()
-    if read.record is not None:  # queued or collected: judged without their files
-        gone = {e.checkpoint_id for e in read.record.discarded} | set(read.record.collected)
-    if read.damage is not None:
-        ev.findings.append(Finding(c.control.key, _why(read.damage.cause)))
-    for prefix in c.store.list_dirs(c.layout.checkpoints_prefix):
-        cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
-        if cid is None:
-            continue
-        try:
-            outcome = c.get_outcome(cid)
-        except RecordError as exc:
-            ev.unreadable[cid] = f"unreadable outcome: {_why(exc)}"
-            ev.findings.append(Finding(f"checkpoint {cid}", ev.unreadable[cid], cid))
-            continue
-        if outcome is None:
-            continue
-        ev.outcomes[cid] = outcome
-        if (
-            outcome.status is CheckpointStatus.COMPLETED
-            and outcome.completed is not None
-            and cid not in gone
-        ):
-            problems = check_handles(c.store, outcome.completed.durable_handles, checksums=False)
-            if problems:
-                ev.damaged[cid] = f"{len(problems)} file(s) not intact"
-    _read_open(c, ev)
-    _read_restores(c, ev)
-    ev.quarantined = set(QuarantineStore(c.store, c.layout).ids())
-    publisher = SinkPublisher(c.store, c.layout)
-    for sink in publisher.sink_names():
-        try:
-            manifest = publisher.manifest(sink)
-        except RecordError as exc:
-            ev.findings.append(Finding(f"sink {sink}", f"unreadable manifest: {_why(exc)}"))
-            continue
-        if manifest is not None:
-            ev.sinks[sink] = (manifest.generation, manifest.current)
-    return ev
-
-
-def _read_open(c: CheckpointCoordinator, ev: RepairEvidence) -> None:
-    """The trigger records of checkpoints without an outcome."""
-    for info in c.store.list(c.layout.active_prefix):
-        cid = parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1])
-        if cid is None or cid in ev.outcomes or cid in ev.unreadable:
-            continue
-        try:
-            ev.open.append(PendingCheckpoint.decode(info.key, c.store.get(info.key).data))
-        except ObjectNotFound:
-            continue  # settled while listing
-        except RecordError as exc:
-            ev.unreadable[cid] = f"unreadable pending record: {_why(exc)}"
-            ev.findings.append(Finding(f"checkpoint {cid}", ev.unreadable[cid], cid))
-
-
-def _read_restores(c: CheckpointCoordinator, ev: RepairEvidence) -> None:
-    for info in c.store.list(c.layout.restores_prefix):
-        match = re.search(r"gen-(\d+)\.json$", info.key)
-        if match is None:
-            continue
-        generation = int(match.group(1))
-        try:
-            record = RestoreRecord.decode(info.key, c.store.get(info.key).data)
-        except ObjectNotFound:
-            continue
-        except RecordError as exc:
-            ev.restores[generation] = None  # the generation happened; its target is unknown
-            ev.findings.append(Finding(f"restore generation {generation}", _why(exc)))
-            continue
-        ev.restores[generation] = record.checkpoint_id
+    def _read_restores(self, ev: RepairEvidence) -> None:
+        for info in self._store.list(self._layout.restores_prefix):
+            match = re.search(r"gen-(\d+)\.json$", info.key)
+            if match is None:
+                continue
+            generation = int(match.group(1))
+            try:
+                record = RestoreRecord.decode(info.key, self._store.get(info.key).data)
+            except ObjectNotFound:
+                continue
+            except RecordError as exc:
+                ev.restores[generation] = None  # the generation happened; its target is unknown
+                ev.findings.append(Finding(f"restore generation {generation}", _why(exc)))
+                continue
+            ev.restores[generation] = record.checkpoint_id
 
 
 def _why(exc: RecordError) -> str:

@@ -38,6 +38,7 @@ from batchpoint.protocol.control import (
 )
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.records import to_iso
+from batchpoint.protocol.timeline import is_stale, on_timeline
 
 
 @dataclass
@@ -75,54 +76,19 @@ def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> Repa
     gone: set[int] = set()
     if current is not None:
         gone = {e.checkpoint_id for e in current.discarded} | set(current.collected)
-    completed = {
-        cid: o
-        for cid, o in ev.outcomes.items()
-        if o.status is CheckpointStatus.COMPLETED and o.completed is not None and cid not in gone
-    }
-    intact = {cid: o for cid, o in completed.items() if cid not in ev.damaged}
-    for cid, problem in sorted(ev.damaged.items()):
-        if cid in completed:
-            findings.append(Finding(f"checkpoint {cid}", f"{problem}: queued for GC", cid))
-
+    intact = _intact(ev, gone, findings)
     generation, target = _timeline(ev, findings)
     head = _head(ev, intact, generation, target, findings)
     held = _held(ev, current, intact, gone, now)
 
     entries = {cid: _entry(o, current) for cid, o in intact.items() if cid not in held}
-    forever = [e for e in entries.values() if not e.subsumable]
-    newest = sorted((e for e in entries.values() if e.subsumable), key=_id)[-num_retained:]
-    keep = {e.checkpoint_id for e in [*forever, *newest]}
-    if head is not None:
-        keep.add(head)
-    if current is not None:
-        keep |= {cid for cid in current.retained_ids() if cid in entries}
+    keep = _keep(entries, head, current, num_retained)
     retained = tuple(entries[cid] for cid in sorted(keep))
     for cid in sorted(entries):
         if IMPORTED_FROM_PROPERTY in intact[cid].pending.properties and cid != target:
-            findings.append(
-                Finding(
-                    f"checkpoint {cid}",
-                    "an imported savepoint no restore chose: retained, never the head",
-                    cid,
-                )
-            )
-
-    open_ids = sorted({p.checkpoint_id for p in ev.open} - gone - set(held))
-    admitted = (
-        [] if current is None else [p for p in current.pending if p.checkpoint_id not in held]
-    )
-    if head is not None:
-        abandoned = sorted(set(open_ids) | {p.checkpoint_id for p in admitted})
-        pending: tuple[PendingEntry, ...] = ()
-    else:
-        abandoned = []
-        by_id = {p.checkpoint_id: p for p in admitted}
-        for p in ev.open:
-            if p.checkpoint_id in open_ids:
-                by_id.setdefault(p.checkpoint_id, _pending_entry(p))
-        pending = tuple(by_id[cid] for cid in sorted(by_id))
-
+            why = "an imported savepoint no restore chose: retained, never the head"
+            findings.append(Finding(f"checkpoint {cid}", why, cid))
+    pending, abandoned = _open_checkpoints(ev, gone, held, head)
     kept = {e.checkpoint_id for e in retained} | {p.checkpoint_id for p in pending} | set(held)
     settled = [cid for cid in ev.outcomes if cid not in gone]
     queued = sorted(cid for cid in {*settled, *abandoned} if cid not in kept)
@@ -133,15 +99,7 @@ def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> Repa
     )
     notes = () if current is None else current.findings
     kept_notes = tuple(f for f in notes if not f.hold and f.checkpoint_id in keep)
-
-    new_generation = max([generation, *(g for g, _ in ev.sinks.values())])
-    restore = None
-    if head is not None:
-        # A repair with a head is a restore to it: a generation above every decision
-        # made so far, so a late finalize or publish of the old timeline stays stale.
-        new_generation += 1
-        previous = None if current is None else current.head
-        restore = RestoreInFlight(new_generation, head, previous, tuple(abandoned), False, now)
+    new_generation, restore = _restore_to(ev, generation, head, abandoned, now)
     extra = {} if current is None else dict(current.extra)
     extra.pop(MIGRATED_FROM, None)
     control = ControlRecord(
@@ -157,20 +115,95 @@ def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> Repa
         findings=(*kept_notes, *held.values()),
         extra={**extra, "repaired_at": to_iso(now)},
     )
-    refusal = None
-    # No head with checkpoints that could continue the pipeline would restart it from
-    # empty state: refused. Only imported savepoints no restore chose leave no head, as
-    # before the restore that is meant to follow their import.
-    if head is None and any(
-        IMPORTED_FROM_PROPERTY not in o.pending.properties for o in intact.values()
-    ):
-        refusal = (
-            f"no checkpoint of the current timeline (restore generation {generation}"
-            + (f", restored to checkpoint {target}" if target is not None else "")
-            + ") is intact and unquarantined, so the records prove no head; release a "
-            "quarantined one (`batchpoint quarantine release ID`) and repair again"
-        )
+    refusal = _refusal(intact, head, generation, target)
     return RepairPlan(control, tuple(findings), tuple(abandoned), tuple(queued), refusal)
+
+
+def _intact(
+    ev: RepairEvidence, gone: set[int], findings: list[Finding]
+) -> dict[int, CheckpointOutcome]:
+    """The completed checkpoints not queued or collected whose files are intact; the
+    damaged ones are findings (they are queued for GC)."""
+    completed = {
+        cid: o
+        for cid, o in ev.outcomes.items()
+        if o.status is CheckpointStatus.COMPLETED and o.completed is not None and cid not in gone
+    }
+    for cid, problem in sorted(ev.damaged.items()):
+        if cid in completed:
+            findings.append(Finding(f"checkpoint {cid}", f"{problem}: queued for GC", cid))
+    return {cid: o for cid, o in completed.items() if cid not in ev.damaged}
+
+
+def _keep(
+    entries: dict[int, RetainedEntry],
+    head: int | None,
+    current: ControlRecord | None,
+    num_retained: int,
+) -> set[int]:
+    """The retained ids: every savepoint and checkpoint kept forever, the newest
+    `num_retained` checkpoints, the head, and what the record read retains."""
+    forever = [e for e in entries.values() if not e.subsumable]
+    newest = sorted((e for e in entries.values() if e.subsumable), key=_id)[-num_retained:]
+    keep = {e.checkpoint_id for e in [*forever, *newest]}
+    if head is not None:
+        keep.add(head)
+    if current is not None:
+        keep |= {cid for cid in current.retained_ids() if cid in entries}
+    return keep
+
+
+def _open_checkpoints(
+    ev: RepairEvidence, gone: set[int], held: dict[int, ControlFinding], head: int | None
+) -> tuple[tuple[PendingEntry, ...], list[int]]:
+    """The pending entries, and the open checkpoints a repair with a head abandons
+    (all of them: it is a restore)."""
+    current = ev.current
+    open_ids = sorted({p.checkpoint_id for p in ev.open} - gone - set(held))
+    admitted = (
+        [] if current is None else [p for p in current.pending if p.checkpoint_id not in held]
+    )
+    if head is not None:
+        return (), sorted(set(open_ids) | {p.checkpoint_id for p in admitted})
+    by_id = {p.checkpoint_id: p for p in admitted}
+    for p in ev.open:
+        if p.checkpoint_id in open_ids:
+            by_id.setdefault(p.checkpoint_id, _pending_entry(p))
+    return tuple(by_id[cid] for cid in sorted(by_id)), []
+
+
+def _restore_to(
+    ev: RepairEvidence, generation: int, head: int | None, abandoned: list[int], now: float
+) -> tuple[int, RestoreInFlight | None]:
+    """The new record's generation, and the restore in flight that rewinds the sinks."""
+    new_generation = max([generation, *(g for g, _ in ev.sinks.values())])
+    if head is None:
+        return new_generation, None
+    # A repair with a head is a restore to it: a generation above every decision made so
+    # far, so a late finalize or publish of the old timeline stays stale.
+    new_generation += 1
+    previous = None if ev.current is None else ev.current.head
+    return new_generation, RestoreInFlight(
+        new_generation, head, previous, tuple(abandoned), False, now
+    )
+
+
+def _refusal(
+    intact: dict[int, CheckpointOutcome], head: int | None, generation: int, target: int | None
+) -> str | None:
+    """No head with checkpoints that could continue the pipeline would restart it from
+    empty state: refused. Only imported savepoints no restore chose leave no head, as
+    before the restore that is meant to follow their import."""
+    if head is not None or all(
+        IMPORTED_FROM_PROPERTY in o.pending.properties for o in intact.values()
+    ):
+        return None
+    return (
+        f"no checkpoint of the current timeline (restore generation {generation}"
+        + (f", restored to checkpoint {target}" if target is not None else "")
+        + ") is intact and unquarantined, so the records prove no head; release a "
+        "quarantined one (`batchpoint quarantine release ID`) and repair again"
+    )
 
 
 def _timeline(ev: RepairEvidence, findings: list[Finding]) -> tuple[int, int | None]:
@@ -194,7 +227,7 @@ def _timeline(ev: RepairEvidence, findings: list[Finding]) -> tuple[int, int | N
     # The restore record was never written (the restore's roll-forward did not finish):
     # the first checkpoint of the generation was triggered on the restored head ...
     first = min(
-        (p for p in triggered if p.restore_generation == generation),
+        (p for p in triggered if on_timeline(p.restore_generation, generation)),
         key=lambda p: p.checkpoint_id,
         default=None,
     )
@@ -236,7 +269,7 @@ def _head(
         cid
         for cid, o in ev_outcomes.items()
         if o.status is CheckpointStatus.COMPLETED
-        and o.pending.restore_generation == generation
+        and on_timeline(o.pending.restore_generation, generation)
         and IMPORTED_FROM_PROPERTY not in o.pending.properties
     }
     ancestors: list[int] = []
@@ -288,7 +321,7 @@ def _note_abandoned(
         if (
             cid > target
             and cid != head
-            and o.pending.restore_generation < generation
+            and is_stale(o.pending.restore_generation, generation)
             and IMPORTED_FROM_PROPERTY not in o.pending.properties
         ):
             why = f"abandoned by restore generation {generation} to checkpoint {target}"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
 from batchpoint.protocol.checkpoint import (
@@ -27,16 +26,20 @@ from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CompletedCheckpoint,
 )
+from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, RestoreInFlight
+from batchpoint.protocol.control_store import ControlStore
+from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.ports import AbortCheckpoint, Clock
 from batchpoint.protocol.quarantine import QuarantineRecord, QuarantineStore
+from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.records import encode, to_iso
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.verify import check_handles
-
-if TYPE_CHECKING:
-    from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.storage.base import ObjectStore
 
 #: Properties an import records, so a restore to it keeps the sinks' history.
 SAVEPOINT_ID_PROPERTY = "savepoint_checkpoint_id"
@@ -88,9 +91,36 @@ def _release_hint(checkpoint_id: int) -> str:
 
 
 class CheckpointRestorer:
-    def __init__(self, coordinator: CheckpointCoordinator) -> None:
-        self._c = coordinator
-        self.quarantine = QuarantineStore(coordinator.store, coordinator.layout)
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        layout: PipelineLayout,
+        reads: CheckpointReads,
+        control: ControlStore,
+        completed: CompletedCheckpointStore,
+        quarantine: QuarantineStore,
+        sinks: SinkPublisher,
+        failures: CheckpointFailureManager,
+        clock: Clock,
+        abort: AbortCheckpoint,
+        verify_checksums: bool,
+    ) -> None:
+        self._store = store
+        self._layout = layout
+        self._reads = reads
+        self._control = control
+        self._completed = completed
+        self.quarantine = quarantine
+        self._sinks = sinks
+        self._failures = failures
+        self._clock = clock
+        self._abort = abort
+        self._verify_checksums = verify_checksums
+
+    @property
+    def _pipeline(self) -> str:
+        return self._layout.pipeline
 
     def restore(
         self,
@@ -105,22 +135,21 @@ class CheckpointRestorer:
         once newer checkpoints complete and GC deletes its files. Without (NO_CLAIM, the
         default) it stays exactly as retained as before. Either way the first new
         checkpoint shares no file with it: every checkpoint is a full snapshot."""
-        c = self._c
-        checksums = c.config.restore_verify_checksums if checksums is None else checksums
+        checksums = self._verify_checksums if checksums is None else checksums
         self.finish()
-        control = self._control()
+        control = self._read_control()
         explicit = checkpoint_id is not None
         if explicit:
             if control.retained_entry(checkpoint_id) is None:
                 raise RestoreRefused(
-                    f"checkpoint {checkpoint_id} of pipeline '{c.pipeline}' is not retained "
+                    f"checkpoint {checkpoint_id} of pipeline '{self._pipeline}' is not retained "
                     f"(retained: {control.retained_ids() or 'none'})"
                 )
             candidates = [checkpoint_id]
         else:
             candidates = sorted(control.retained_ids(), reverse=True)
             if not candidates:
-                raise RestoreRefused(f"pipeline '{c.pipeline}' has no retained checkpoint")
+                raise RestoreRefused(f"pipeline '{self._pipeline}' has no retained checkpoint")
         findings: list[Finding] = []
         for cid in candidates:
             examined = self.examine(cid, checksums)
@@ -135,12 +164,12 @@ class CheckpointRestorer:
                 problem += f"; quarantined ({_release_hint(cid)} once it is mended)"
             if explicit:
                 raise RestoreRefused(
-                    f"checkpoint {cid} of pipeline '{c.pipeline}' cannot be restored: {problem}"
+                    f"checkpoint {cid} of pipeline '{self._pipeline}' cannot be restored: {problem}"
                 )
             findings.append(Finding(f"checkpoint {cid}", problem, cid))
         listed = "; ".join(map(str, findings))
         raise RestoreRefused(
-            f"pipeline '{c.pipeline}': no retained checkpoint can be restored ({listed})"
+            f"pipeline '{self._pipeline}': no retained checkpoint can be restored ({listed})"
         )
 
     def problem(self, checkpoint_id: int, checksums: bool) -> str | None:
@@ -160,7 +189,7 @@ class CheckpointRestorer:
             problem = f"{held.describe()} ({_release_hint(checkpoint_id)})"
             return Examination(checkpoint_id, problem=problem, held=held)
         try:
-            completed = self._c.completed.get(checkpoint_id)
+            completed = self._completed.get(checkpoint_id)
         except RecordError as exc:
             return Examination(checkpoint_id, problem=f"unreadable record: {exc}", damaged=True)
         except CheckpointNotFound as exc:  # retained, yet no completed outcome
@@ -172,8 +201,9 @@ class CheckpointRestorer:
         its sha256 as recorded."""
         if not examined.restorable or examined.completed is None:
             return examined
-        c = self._c
-        problems = check_handles(c.store, examined.completed.durable_handles, checksums=checksums)
+        problems = check_handles(
+            self._store, examined.completed.durable_handles, checksums=checksums
+        )
         if not problems:
             return examined
         shown = "; ".join(map(str, problems[:3]))
@@ -193,29 +223,28 @@ class CheckpointRestorer:
         another restore (or the gate) quarantined it first, its record stands."""
         if not examined.damaged or examined.problem is None:
             return False
-        c = self._c
         try:
-            retained = c.control.load().retained_entry(examined.checkpoint_id) is not None
+            retained = self._control.load().retained_entry(examined.checkpoint_id) is not None
         except ControlUnreadable:
             return False  # nothing proven about where it stands: no mark
         if not retained:
             return False
-        self.quarantine.mark_damaged(examined.checkpoint_id, examined.problem, c.clock())
+        self.quarantine.mark_damaged(examined.checkpoint_id, examined.problem, self._clock())
         return True
 
-    def _control(self) -> ControlRecord:
+    def _read_control(self) -> ControlRecord:
         try:
-            found = self._c.control.read()
+            found = self._control.read()
         except ControlUnreadable as exc:
             raise RestoreRefused(str(exc)) from None
         if found is None:
             raise RestoreRefused(
-                f"pipeline '{self._c.pipeline}' has no control record; run `batchpoint repair`"
+                f"pipeline '{self._pipeline}' has no control record; run `batchpoint repair`"
             )
         return found[0]
 
     def _move(self, target: int, claim: bool) -> ControlRecord | None:
-        now = self._c.clock()
+        now = self._clock()
 
         def move(current: ControlRecord | None) -> ControlRecord | None:
             entry = None if current is None else current.retained_entry(target)
@@ -243,16 +272,15 @@ class CheckpointRestorer:
             return moved.with_discarded(abandoned, now)
 
         try:
-            record, written = self._c.control.update(move)
+            record, written = self._control.update(move)
         except ControlUnreadable as exc:
             raise RestoreRefused(str(exc)) from None
         return record if written else None
 
     def finish(self) -> None:
         """Roll forward a restore whose sinks are not rewound yet. Idempotent."""
-        c = self._c
         try:
-            control = c.control.load()
+            control = self._control.load()
         except ControlUnreadable:
             return
         r = control.restore
@@ -260,12 +288,12 @@ class CheckpointRestorer:
             return
         for cid in r.aborted:
             with contextlib.suppress(CheckpointNotFound, RecordError):
-                c.abort(cid, CheckpointFailureReason.RESTORED, f"restore to checkpoint {r.target}")
-        SinkPublisher(c.store, c.layout).rewind_all(
-            r.target, r.generation, alias_of=self.alias_of(r.target)
-        )
-        c.store.put(
-            c.layout.restore(r.generation),
+                self._abort(
+                    cid, CheckpointFailureReason.RESTORED, f"restore to checkpoint {r.target}"
+                )
+        self._sinks.rewind_all(r.target, r.generation, alias_of=self.alias_of(r.target))
+        self._store.put(
+            self._layout.restore(r.generation),
             encode(
                 "restore",
                 1,
@@ -277,7 +305,7 @@ class CheckpointRestorer:
                 },
             ),
         )
-        c.failures.reset(c.clock(), reason=f"restored to checkpoint {r.target}")
+        self._failures.reset(self._clock(), reason=f"restored to checkpoint {r.target}")
 
         def done(current: ControlRecord | None) -> ControlRecord | None:
             if current is None or current.restore is None:
@@ -286,14 +314,13 @@ class CheckpointRestorer:
                 return None
             return replace(current, restore=replace(current.restore, sinks_rewound=True))
 
-        c.control.update(done)
+        self._control.update(done)
 
     def alias_of(self, checkpoint_id: int) -> int | None:
         """For a checkpoint imported from a savepoint of this very storage: the id the
         savepoint was taken from, whose sink epochs the restore keeps."""
-        c = self._c
         try:
-            outcome = c.get_outcome(checkpoint_id)
+            outcome = self._reads.get_outcome(checkpoint_id)
         except RecordError:
             return None
         if outcome is None:
@@ -302,4 +329,4 @@ class CheckpointRestorer:
         original = props.get(SAVEPOINT_ID_PROPERTY)
         if IMPORTED_FROM_PROPERTY not in props or not isinstance(original, int):
             return None
-        return original if props.get(TAKEN_FROM_PROPERTY) == c.store.uri else None
+        return original if props.get(TAKEN_FROM_PROPERTY) == self._store.uri else None

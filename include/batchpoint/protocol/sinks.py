@@ -31,6 +31,7 @@ from batchpoint.protocol import records
 from batchpoint.protocol.cas import read_record, update_record
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.protocol.timeline import is_stale
 from batchpoint.storage.base import ObjectStore
 
 
@@ -178,7 +179,7 @@ class SinkPublisher:
 
         def add(current: SinkManifest | None) -> SinkManifest | None:
             manifest = current or SinkManifest(sink, mode, keys, None, {}, decided)
-            if manifest.generation > decided:
+            if is_stale(decided, manifest.generation):
                 result[0] = PublishResult.STALE
                 return None
             if epoch.checkpoint_id in manifest.epochs:
@@ -210,7 +211,7 @@ class SinkPublisher:
         def move(current: SinkManifest | None) -> SinkManifest | None:
             if current is None:
                 return None
-            if generation is not None and generation <= current.generation:
+            if generation is not None and not is_stale(current.generation, generation):
                 # Rewound into this generation already (or a newer one): a roll-forward
                 # that read the restore late must not move the sink back over epochs
                 # published since.

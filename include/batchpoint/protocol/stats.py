@@ -15,7 +15,8 @@ from batchpoint.protocol.checkpoint import (
     CheckpointType,
     PendingCheckpoint,
 )
-from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.ids import CheckpointIDCounter
+from batchpoint.protocol.reads import CheckpointReads
 
 
 @dataclass(frozen=True)
@@ -133,17 +134,17 @@ _PAGE_READERS = 16
 
 
 class CheckpointStatsTracker:
-    def __init__(self, coordinator: CheckpointCoordinator) -> None:
-        self._c = coordinator
+    def __init__(self, reads: CheckpointReads, ids: CheckpointIDCounter) -> None:
+        self._reads = reads
+        self._ids = ids
 
     def checkpoint(self, checkpoint_id: int) -> tuple[CheckpointStats, list[TaskStats]]:
-        c = self._c
-        outcome = c.get_outcome(checkpoint_id)
-        pending = c.get_checkpoint(checkpoint_id)
+        outcome = self._reads.get_outcome(checkpoint_id)
+        pending = self._reads.get_checkpoint(checkpoint_id)
         if outcome is not None and outcome.completed is not None:
             acks = list(outcome.completed.acks)
         else:
-            acks = list(c.acks(checkpoint_id).values())
+            acks = list(self._reads.acks(checkpoint_id).values())
         tasks = [TaskStats.of(pending, a) for a in acks]
         stats = CheckpointStats(
             checkpoint_id=checkpoint_id,
@@ -166,7 +167,7 @@ class CheckpointStatsTracker:
         """Oldest first: every checkpoint with records, or the newest `limit` of them."""
         if limit is not None:
             return self.page(limit=limit).checkpoints[::-1] if limit > 0 else []
-        found = (self._stats_or_none(cid) for cid in self._c.checkpoint_ids())
+        found = (self._stats_or_none(cid) for cid in self._reads.checkpoint_ids())
         return [s for s in found if s is not None]
 
     def page(self, before: int | None = None, limit: int = 50) -> HistoryPage:
@@ -180,7 +181,7 @@ class CheckpointStatsTracker:
         """
         if limit < 1:
             raise ValueError(f"a page holds at least one checkpoint, not {limit}")
-        top = self._c.ids.peek() if before is None else min(before, self._c.ids.peek())
+        top = self._ids.peek() if before is None else min(before, self._ids.peek())
         found: list[CheckpointStats] = []
         below = top
         with ThreadPoolExecutor(max_workers=_PAGE_READERS) as pool:
@@ -189,7 +190,7 @@ class CheckpointStatsTracker:
                 read = [s for s in pool.map(self._stats_or_none, window) if s is not None]
                 below = window[-1]
                 if not read:
-                    rest = [cid for cid in self._c.checkpoint_ids() if cid < below]
+                    rest = [cid for cid in self._reads.checkpoint_ids() if cid < below]
                     wanted = rest[::-1][: limit - len(found)]
                     read = [s for s in pool.map(self._stats_or_none, wanted) if s is not None]
                     found.extend(read)

@@ -99,7 +99,7 @@ class QualityGate:
         self.clock = clock
         self.log = log
         self.coordinator = CheckpointCoordinator(self.store, pipeline.name)
-        self.layout = self.coordinator.layout
+        self.layout = PipelineLayout(pipeline.name)
         self.quarantine = QuarantineStore(self.store, self.layout)
         self._spark = spark
         self._validator: StateValidator | None = None

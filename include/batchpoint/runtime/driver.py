@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from batchpoint.errors import ObjectNotFound, RecordError, RestoreRefused
+from batchpoint.errors import RecordError, RestoreRefused
 from batchpoint.protocol.checkpoint import (
     CheckpointType,
     PendingCheckpoint,
@@ -16,9 +16,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
 from batchpoint.protocol.pipeline import PipelineSpec
-from batchpoint.protocol.publish import notify_checkpoint_complete
 from batchpoint.protocol.restorer import RestoreResult
-from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
 
@@ -39,23 +37,18 @@ class PipelineDriver:
         self.store = store_ref.open()
         self.config = config or CheckpointConfig()
         self.coordinator = CheckpointCoordinator(self.store, pipeline.name, self.config, clock)
-        self.sinks = SinkPublisher(self.store, self.coordinator.layout)
+        self.sinks = self.coordinator.sinks
 
     # -- the graph in force ---------------------------------------------------------------
 
     def current_spec(self) -> PipelineSpec:
         """The pipeline from code, with the parallelism last set by a rescaling restore."""
-        try:
-            stored = PipelineSpec.decode(
-                self.coordinator.layout.spec, self.store.get(self.coordinator.layout.spec).data
-            )
-            overrides = {
-                op.name: op.parallelism
-                for op in stored.operators
-                if op.name in self.pipeline.operators or op.name in self.pipeline.sinks
-            }
-        except ObjectNotFound:
-            overrides = {}
+        stored = self.coordinator.stored_spec()
+        overrides = {
+            op.name: op.parallelism
+            for op in (stored.operators if stored is not None else ())
+            if op.name in self.pipeline.operators or op.name in self.pipeline.sinks
+        }
         return self.pipeline.spec(overrides)
 
     def rescale(self, parallelism: Mapping[str, int]) -> PipelineSpec:
@@ -93,7 +86,7 @@ class PipelineDriver:
         unpublished completed checkpoint it builds on. Idempotent; a checkpoint a
         restore abandoned is not published (logged)."""
         sinks = [(s.name, s.mode.value, s.key_columns) for s in self.pipeline.sinks.values()]
-        published = notify_checkpoint_complete(self.coordinator, checkpoint_id, sinks).published
+        published = self.coordinator.notify_checkpoint_complete(checkpoint_id, sinks).published
         self.sync_tables()
         return published
 

@@ -31,13 +31,11 @@ from typing import Any, Protocol, runtime_checkable
 from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
 from batchpoint.protocol.checkpoint import CheckpointType, CompletedCheckpoint
 from batchpoint.protocol.head import HeadPointer
-from batchpoint.protocol.restorer import CheckpointRestorer
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
     confined,
     default_savepoint_roots,
-    import_savepoint,
     located_checkpoint,
     read_savepoint,
 )
@@ -312,13 +310,14 @@ class RestorePlanner:
 
     def _candidates(self, source: RestoreSource, plan: RestorePlan) -> Iterator[RestoreCandidate]:
         c = self.driver.coordinator
+        store = self.driver.store
         if source.kind == "savepoint":
             # Confined before anything is read: a restore source outside the roots is
             # refused as given, not after its metadata was fetched; a local one is read
             # by its real path and through no link from here on.
             location = confined(
-                savepoint_location(source.location, c.store, self.store_options),
-                default_savepoint_roots(c.store)
+                savepoint_location(source.location, store, self.store_options),
+                default_savepoint_roots(store)
                 if self.savepoint_roots is None
                 else self.savepoint_roots,
             )
@@ -354,7 +353,7 @@ class RestorePlanner:
         for checkpoint_id in ids:
             assert checkpoint_id is not None
             # Its outcome is read by its check: a damaged record is a finding there.
-            yield RestoreCandidate(self.pipeline, "checkpoint", checkpoint_id, None, c.store)
+            yield RestoreCandidate(self.pipeline, "checkpoint", checkpoint_id, None, store)
 
     def check(self, candidate: RestoreCandidate) -> CandidateCheck:
         if candidate.savepoint is not None:
@@ -382,7 +381,7 @@ class RestorePlanner:
         that the plan never chooses what the restore would refuse: not quarantined, its
         outcome readable, its files intact. What its records or files prove damaged is
         quarantined (when recording), the finding as the reason."""
-        restorer = CheckpointRestorer(self.driver.coordinator)
+        restorer = self.driver.coordinator.restorer
         examined = restorer.read_candidate(candidate.checkpoint_id)
         candidate = replace(candidate, completed=examined.completed)
         if examined.held is not None:
@@ -409,8 +408,7 @@ class RestorePlanner:
         imported_from = None
         checkpoint_id = chosen.checkpoint_id
         if chosen.savepoint is not None:
-            completed = import_savepoint(
-                self.driver.coordinator,
+            completed = self.driver.coordinator.savepoints.import_folder(
                 chosen.savepoint,
                 checksums=self.checksums,
                 roots=self.savepoint_roots,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.protocol.sinks import SinkManifest, visible_files
+from batchpoint.protocol.timeline import is_stale, on_timeline
 
 
 class Operation(enum.StrEnum):
@@ -51,10 +52,10 @@ def _rows(files: list[FileHandle] | tuple[FileHandle, ...]) -> tuple[FileHandle,
 def plan_sync(position: TablePosition | None, manifest: SinkManifest) -> SyncPlan:
     target, generation = manifest.current, manifest.generation
     if position is not None:
-        if position.generation > generation:
+        if is_stale(generation, position.generation):
             why = f"the table is in generation {position.generation}, the manifest read in "
             return SyncPlan((), f"{why}{generation}: stale read", stale=True)
-        same = position.generation == generation
+        same = on_timeline(position.generation, generation)
         if same and position.checkpoint_id == target:
             return SyncPlan((), f"the table is at checkpoint {target} already")
         ahead = target is not None and (position.checkpoint_id or 0) > target

@@ -31,6 +31,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
     CheckpointType,
 )
+from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
 from batchpoint.redaction import redact_uri
@@ -267,7 +268,7 @@ class FinalizeCheckpointOperator(BatchpointOperator):
         done = finalize(self.driver(), checkpoint_id)
         outcome = done.outcome
         if outcome is None:
-            if done.waiting == "audit":
+            if done.waiting is FinalizeWait.AUDIT:
                 raise AirflowFailException(done.message)
             raise AirflowException(done.message)  # a retry looks again
         if outcome.completed is None:

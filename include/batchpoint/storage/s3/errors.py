@@ -4,7 +4,7 @@ module only explains what is left once it has given up."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import botocore.exceptions as bce
 from boto3.exceptions import RetriesExceededError, S3UploadFailedError
@@ -16,9 +16,24 @@ from batchpoint.errors import (
     StorageUnavailable,
 )
 from batchpoint.redaction import scrub
+from batchpoint.storage.s3.settings import S3Settings
 
-if TYPE_CHECKING:
-    from batchpoint.storage.s3.store import S3ObjectStore
+
+class FailedStore(Protocol):
+    """What a message names of the store that failed (an S3 object store): this module
+    needs no more of it, so it does not import the store that imports it."""
+
+    uri: str
+    bucket: str
+    settings: S3Settings
+
+    @property
+    def shown_endpoint(self) -> str: ...
+
+    def child(self, key: str) -> str: ...
+
+    def credential_source(self) -> str: ...
+
 
 THROTTLING_CODES = frozenset(
     {
@@ -158,7 +173,7 @@ def credential_label(method: str) -> str:
     return _CREDENTIAL_LABELS.get(method, method)
 
 
-def translate(store: S3ObjectStore, op: str, key: str, exc: BaseException) -> StorageError:
+def translate(store: FailedStore, op: str, key: str, exc: BaseException) -> StorageError:
     """The batchpoint error for what escaped botocore's retries. Its message never
     holds a secret: the endpoint is shown as the settings allow, and whatever the
     server or botocore said is scrubbed of the store's credentials."""
@@ -166,7 +181,7 @@ def translate(store: S3ObjectStore, op: str, key: str, exc: BaseException) -> St
     return type(error)(scrub(str(error), store.settings.secret_values()))
 
 
-def _translated(store: S3ObjectStore, op: str, key: str, inner: BaseException) -> StorageError:
+def _translated(store: FailedStore, op: str, key: str, inner: BaseException) -> StorageError:
     where = f"{op} {store.child(key) if key else store.uri}"
     endpoint = store.shown_endpoint
     if isinstance(inner, _NO_CREDENTIALS):

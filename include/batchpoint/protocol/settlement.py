@@ -1,0 +1,182 @@
+"""How a checkpoint settles, as pure rules over its records: the ack deadline, the audit
+deadline, what an undecided finalize waits for, and how a scheduler run that is over
+leaves its checkpoint. Nothing here reads or writes storage: the finalizer
+(protocol/finalizer.py) and the use cases (ops/runs.py, ops/epoch.py) decide with these
+functions and carry the decision out.
+
+The deadlines (both fixed at trigger, `PendingCheckpoint.deadline`):
+- acks: a checkpoint with a task missing past its deadline, or with an ack written after
+  it, expires (`overdue_tasks`);
+- audit: an audited checkpoint (`PendingCheckpoint.requires_audit`) is completed only by
+  its audit's verdict; with every ack in it waits for that verdict until its deadline,
+  and expires after it (`audit_wait`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from batchpoint.protocol.checkpoint import AckRecord, CheckpointFailureReason, PendingCheckpoint
+from batchpoint.protocol.layout import split_task_name
+
+if TYPE_CHECKING:
+    # Only its shape: the rules read nothing themselves.
+    from batchpoint.protocol.reads import AckProgress
+
+
+@dataclass(frozen=True)
+class Abort:
+    """A decision to abort a checkpoint: the outcome's reason and message."""
+
+    reason: CheckpointFailureReason
+    message: str
+
+
+class FinalizeWait(enum.StrEnum):
+    """Why a finalize decided nothing yet (a retry later may)."""
+
+    ACKS = "acks"  # some expected task has not acknowledged (or the trigger is still writing)
+    AUDIT = "audit"  # audited: only its audit's verdict completes it
+    BASE = "base"  # its base checkpoint (a concurrent one) is still pending
+
+
+# -- the ack deadline -------------------------------------------------------------------
+
+
+def overdue_tasks(
+    pending: PendingCheckpoint, acks: Mapping[str, AckRecord], now: float
+) -> list[str]:
+    """The tasks that make the checkpoint expire, or none: those still missing once its
+    deadline passed, else those whose ack was written after it."""
+    missing = [t for t in pending.expected_tasks if t not in acks]
+    late = [a.task for a in acks.values() if a.acked_at > pending.deadline]
+    if (missing and now > pending.deadline) or late:
+        return missing or late
+    return []
+
+
+def expired_message(pending: PendingCheckpoint, tasks: Sequence[str]) -> str:
+    """The message of an EXPIRED outcome, naming (the first few of) `tasks`."""
+    tasks = list(tasks)
+    shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+    return f"not acknowledged within {pending.deadline - pending.trigger_time:g}s by: {shown}"
+
+
+# -- the audit deadline -----------------------------------------------------------------
+
+
+class AuditWait(enum.Enum):
+    NONE = "none"  # nothing to wait for: not audited, or the caller is its audit
+    OPEN = "open"  # only its audit may complete it, and its deadline has not passed
+    OVERDUE = "overdue"  # its audit gave no verdict by its deadline: it expires
+
+
+def audit_wait(pending: PendingCheckpoint, now: float, *, audited: bool = False) -> AuditWait:
+    """Where an audited checkpoint stands against its audit's deadline, for a caller
+    that is its audit with a passing verdict (`audited`) or anyone else."""
+    if not pending.requires_audit or audited:
+        return AuditWait.NONE
+    return AuditWait.OVERDUE if now > pending.deadline else AuditWait.OPEN
+
+
+def audit_expired(pending: PendingCheckpoint) -> Abort:
+    return Abort(
+        CheckpointFailureReason.EXPIRED,
+        "every task acknowledged it, but its audit gave no verdict within "
+        f"{pending.deadline - pending.trigger_time:g}s",
+    )
+
+
+def deadline_verdict(
+    pending: PendingCheckpoint, acks: Mapping[str, AckRecord], now: float, *, audited: bool
+) -> Abort | FinalizeWait | None:
+    """Both deadlines at once, as a finalize reads them: expire (an Abort), wait for
+    acks or for the audit, or None when the acks and the audit allow completing it.
+    Anyone but its audit waits for the audit, acks missing or not: only the audit's
+    verdict completes an audited checkpoint."""
+    overdue = overdue_tasks(pending, acks, now)
+    if overdue:
+        return Abort(CheckpointFailureReason.EXPIRED, expired_message(pending, overdue))
+    wait = audit_wait(pending, now, audited=audited)
+    if any(t not in acks for t in pending.expected_tasks):
+        return FinalizeWait.AUDIT if wait is AuditWait.OPEN else FinalizeWait.ACKS
+    if wait is AuditWait.OVERDUE:
+        return audit_expired(pending)
+    return FinalizeWait.AUDIT if wait is AuditWait.OPEN else None
+
+
+# -- a scheduler run that is over -------------------------------------------------------
+
+
+class SettlementAction(enum.StrEnum):
+    """What settling a run did with its checkpoint (its value is what reports show)."""
+
+    NONE = "none"  # settled already, or no such checkpoint
+    FINALIZED = "finalized"  # every ack was in: finalized (the finalize task failed)
+    DECLINED = "declined"  # a task declined, or an operator failed for good
+    EXPIRED = "expired"  # past its deadline with acks missing
+    ABORTED = "aborted"  # the run ended early, or an audit gave no verdict
+
+
+@dataclass(frozen=True)
+class RunSettlementDecision:
+    """The action, with what carrying it out needs: the outcome an abort writes, or
+    the tasks to decline on behalf of operators that failed for good (task -> reason)."""
+
+    action: SettlementAction
+    abort: Abort | None = None
+    decline: Mapping[str, str] = field(default_factory=dict)
+
+
+def decide_settlement(
+    pending: PendingCheckpoint,
+    progress: AckProgress,
+    failed_operators: Mapping[str, str],
+    now: float,
+) -> RunSettlementDecision:
+    """How a run that is over leaves its undecided checkpoint, whatever happened:
+
+    * a decline exists: abort it as DECLINED;
+    * an operator failed for good with subtasks missing: decline them on its behalf
+      (the checkpoint then aborts at once, not at its deadline);
+    * every task acked (the finalize task failed): finalize now; but an audited one
+      without its audit's verdict before its deadline aborts as FINALIZE_FAILED (no
+      other task of the run will give one, and it must not hold the next trigger back);
+    * past its deadline: it expired;
+    * otherwise the run was stopped early: abort it, as nothing else would finish it
+      before its deadline."""
+    if progress.declines:
+        d = progress.declines[0]
+        declined = Abort(CheckpointFailureReason.DECLINED, f"task {d.task} declined: {d.reason}")
+        return RunSettlementDecision(SettlementAction.DECLINED, declined)
+    decline = {
+        task: failed_operators[operator]
+        for task in progress.missing
+        if (operator := split_task_name(task)[0]) in failed_operators
+    }
+    if decline:
+        return RunSettlementDecision(SettlementAction.DECLINED, decline=decline)
+    if progress.all_acknowledged:
+        if audit_wait(pending, now) is AuditWait.OPEN:
+            message = (
+                "every task acknowledged it, but its run ended without the audit's verdict "
+                "(the audit failed or did not run)"
+            )
+            no_verdict = Abort(CheckpointFailureReason.FINALIZE_FAILED, message)
+            return RunSettlementDecision(SettlementAction.ABORTED, no_verdict)
+        return RunSettlementDecision(SettlementAction.FINALIZED)
+    if now >= pending.deadline:
+        expired = Abort(
+            CheckpointFailureReason.EXPIRED,
+            expired_message(pending, progress.missing or ["nobody missing"]),
+        )
+        return RunSettlementDecision(SettlementAction.EXPIRED, expired)
+    message = (
+        "the run that triggered it ended before every task acknowledged "
+        f"(missing: {', '.join(progress.missing[:5])})"
+    )
+    stopped = Abort(CheckpointFailureReason.EXPIRED, message)
+    return RunSettlementDecision(SettlementAction.ABORTED, stopped)

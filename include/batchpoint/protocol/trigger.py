@@ -1,0 +1,223 @@
+"""Starting a checkpoint (Flink's CheckpointCoordinator.triggerCheckpoint): the request
+decider's admission in one CAS on the control record, then the pending record.
+
+Admission is one compare-and-swap (the decider checks max-concurrent and min-pause
+inside it and picks the base), so racing triggers are linearised; a refusal costs at
+most the allocated id. The pending record is written after the admission; a trigger
+that dies in between leaves an admitted entry that `settle` aborts at its deadline.
+A savepoint import is admitted the same way, with no base (`admit_import`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from batchpoint.errors import RecordError, TriggerRefused
+from batchpoint.protocol.checkpoint import (
+    CHANGELOG_CHAIN_PROPERTY,
+    INDEPENDENT_OF_BASE,
+    CheckpointFailureReason,
+    CheckpointType,
+    PendingCheckpoint,
+)
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.control import ControlRecord, ControlUnreadable, PendingEntry
+from batchpoint.protocol.control_store import ControlStore
+from batchpoint.protocol.decider import CheckpointRequestDecider, base_of
+from batchpoint.protocol.failures import CheckpointFailureManager, PipelineStatus
+from batchpoint.protocol.ids import CheckpointIDCounter
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.protocol.ports import AbortCheckpoint, Clock
+from batchpoint.protocol.reads import CheckpointReads
+from batchpoint.storage.base import ObjectStore
+
+
+class CheckpointTrigger:
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        layout: PipelineLayout,
+        reads: CheckpointReads,
+        control: ControlStore,
+        ids: CheckpointIDCounter,
+        decider: CheckpointRequestDecider,
+        failures: CheckpointFailureManager,
+        config: CheckpointConfig,
+        clock: Clock,
+        abort: AbortCheckpoint,
+    ) -> None:
+        self._store = store
+        self._layout = layout
+        self._reads = reads
+        self._control = control
+        self._ids = ids
+        self._decider = decider
+        self._failures = failures
+        self._config = config
+        self._clock = clock
+        self._abort = abort
+
+    @property
+    def _pipeline(self) -> str:
+        return self._layout.pipeline
+
+    def trigger(
+        self,
+        spec: PipelineSpec,
+        barrier: Mapping[str, Any],
+        *,
+        checkpoint_type: CheckpointType,
+        properties: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> PendingCheckpoint:
+        """Admit a checkpoint of `spec`'s tasks reading up to `barrier` and write its
+        pending record, or raise TriggerRefused with the reason."""
+        now = self._clock()
+        self._refuse_if_failed()
+        control = self._control_for_trigger()
+        history = self._ids.peek() > 1
+        self._check_first(control, spec, barrier, checkpoint_type, now, has_history=history)
+        checkpoint_id = self._ids.get_and_increment()
+        deadline = now + (timeout if timeout is not None else self._config.timeout)
+
+        def admit(current: ControlRecord | None) -> ControlRecord:
+            return self._decider.admit(
+                current, checkpoint_id, checkpoint_type, deadline, now, has_history=history
+            )
+
+        admitted, entry = self._admit(checkpoint_id, admit)
+        try:
+            base = self._read_base(entry.base) if entry.base is not None else None
+        except TriggerRefused:
+            self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "base unreadable")
+            raise
+        props = {CHANGELOG_CHAIN_PROPERTY: self._config.changelog_chain, **(properties or {})}
+        if (why := held_elsewhere(admitted, entry.base)) is not None:
+            props[INDEPENDENT_OF_BASE] = why
+        pending = PendingCheckpoint(
+            pipeline=self._pipeline,
+            checkpoint_id=checkpoint_id,
+            type=checkpoint_type,
+            base_checkpoint_id=entry.base,
+            restore_generation=entry.restore_generation,
+            barrier=dict(barrier),
+            base_barrier=dict(base.barrier) if base else {},
+            expected_tasks=spec.expected_tasks(),
+            trigger_time=now,
+            deadline=deadline,
+            properties=props,
+        )
+        self._store.create(self._layout.active(checkpoint_id), pending.encode())
+        return pending
+
+    def admit_import(self, now: float) -> PendingEntry:
+        """Admit a savepoint import like a savepoint trigger (one CAS), with no base:
+        the imported state is self-contained. Raises ControlUnreadable."""
+        history = self._ids.peek() > 1
+        checkpoint_id = self._ids.get_and_increment()
+        deadline = now + self._config.timeout
+
+        def admit(current: ControlRecord | None) -> ControlRecord:
+            return self._decider.admit(
+                current,
+                checkpoint_id,
+                CheckpointType.SAVEPOINT,
+                deadline,
+                now,
+                has_history=history,
+                self_contained=True,
+            )
+
+        admitted, _ = self._control.update(admit)
+        assert admitted is not None
+        entry = admitted.pending_entry(checkpoint_id)
+        assert entry is not None
+        return entry
+
+    def _check_first(
+        self,
+        control: ControlRecord | None,
+        spec: PipelineSpec,
+        barrier: Mapping[str, Any],
+        checkpoint_type: CheckpointType,
+        now: float,
+        *,
+        has_history: bool,
+    ) -> None:
+        """A cheap first check, so an obvious refusal does not even consume an id."""
+        checked = self._decider.check(control, checkpoint_type, now, has_history=has_history)
+        if (planned := base_of(checked)) is not None:
+            self._decider.check_idle(
+                checkpoint_type,
+                self._read_base(planned),
+                barrier,
+                spec.expected_tasks(),
+                base_held_elsewhere=held_elsewhere(checked, planned) is not None,
+            )
+
+    def _admit(
+        self, checkpoint_id: int, admit: Callable[[ControlRecord | None], ControlRecord]
+    ) -> tuple[ControlRecord, PendingEntry]:
+        try:
+            admitted, _ = self._control.update(admit)
+        except ControlUnreadable as exc:
+            raise TriggerRefused(CheckpointFailureReason.NEEDS_REPAIR, str(exc)) from None
+        assert admitted is not None
+        entry = admitted.pending_entry(checkpoint_id)
+        assert entry is not None
+        return admitted, entry
+
+    def _refuse_if_failed(self) -> None:
+        state = self._failures.state()
+        if state.status is PipelineStatus.FAILED:
+            raise TriggerRefused(
+                CheckpointFailureReason.PIPELINE_FAILED,
+                f"pipeline '{self._pipeline}' is FAILED and takes no checkpoints: "
+                f"{state.reason}. Reset it (batchpoint reset) or restore a checkpoint.",
+            )
+
+    def _control_for_trigger(self) -> ControlRecord | None:
+        try:
+            found = self._control.read()
+        except ControlUnreadable as exc:
+            raise TriggerRefused(CheckpointFailureReason.NEEDS_REPAIR, str(exc)) from None
+        return found[0] if found else None
+
+    def _read_base(self, checkpoint_id: int) -> PendingCheckpoint:
+        """The trigger record of a new checkpoint's base (its barrier is where the new
+        epoch starts): damage refuses the trigger, naming the record."""
+        try:
+            outcome = self._reads.get_outcome(checkpoint_id)
+            pending = outcome.pending if outcome else self._reads.get_pending(checkpoint_id)
+        except RecordError as exc:
+            raise TriggerRefused(
+                CheckpointFailureReason.NEEDS_REPAIR,
+                f"pipeline '{self._pipeline}': the record of base checkpoint {checkpoint_id} "
+                f"is unreadable ({exc}); restore another checkpoint or run `batchpoint repair`",
+            ) from None
+        if pending is None:
+            raise TriggerRefused(
+                CheckpointFailureReason.TOO_MANY_CONCURRENT,
+                f"pipeline '{self._pipeline}': base checkpoint {checkpoint_id} was admitted by "
+                "a concurrent trigger that has not written its record yet; retry",
+            )
+        return pending
+
+
+def held_elsewhere(control: ControlRecord, base: int | None) -> str | None:
+    """Why a checkpoint on `base` must not share its files, or None: a base that this
+    pipeline's retention will never subsume (a savepoint, a checkpoint kept forever, not
+    claimed by a restore) belongs to whoever holds it, and Flink's NO_CLAIM makes the
+    first checkpoint after it independent of its files."""
+    if base is None:
+        return None
+    entry = next((e for e in control.retained if e.checkpoint_id == base), None)
+    if entry is None:
+        return f"the base, checkpoint {base}, is not retained"
+    if entry.subsumable:
+        return None
+    kind = "savepoint" if entry.type is CheckpointType.SAVEPOINT else "checkpoint retained forever"
+    return f"the base, checkpoint {base}, is a {kind} not claimed by this pipeline's retention"
