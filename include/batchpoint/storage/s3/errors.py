@@ -221,3 +221,29 @@ def _translated(store: FailedStore, op: str, key: str, inner: BaseException) -> 
 def fake_error(error_code: str, message: str, operation: str) -> bce.ClientError:
     response: dict[str, Any] = {"Error": {"Code": error_code, "Message": message}}
     return bce.ClientError(response, operation)  # type: ignore[arg-type]
+
+
+# -- what a store's retry loops ask of a failure ------------------------------------------
+
+PASSING_DELETE_CODES = THROTTLING_CODES | TRANSIENT_CODES
+
+
+def conflict(exc: BaseException) -> bool:
+    """Two conditional writes of one key met at the server: the loser may try again."""
+    return code(exc) == "ConditionalRequestConflict"
+
+
+def passing_delete(exc: BaseException) -> bool:
+    return isinstance(exc, bce.ClientError) and code(exc) in PASSING_DELETE_CODES
+
+
+class BodyBroke(Exception):
+    """A reply's body broke off mid-read (after botocore's retries were over)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def body_broke(exc: BaseException) -> bool:
+    return isinstance(exc, BodyBroke)

@@ -17,11 +17,7 @@ from typing import Any, TypeVar
 
 import boto3
 import botocore.exceptions as bce
-import botocore.loaders
-import botocore.session
 from boto3.exceptions import RetriesExceededError, S3UploadFailedError
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
 
 from batchpoint.errors import (
     ConfigError,
@@ -30,11 +26,12 @@ from batchpoint.errors import (
     PreconditionFailed,
     StorageError,
 )
-from batchpoint.redaction import mask_key, reveal
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 from batchpoint.storage.probe import probe_conditional_writes, probing
+from batchpoint.storage.s3 import client as s3_client
 from batchpoint.storage.s3 import errors
-from batchpoint.storage.s3.retry import again, botocore_retries
+from batchpoint.storage.s3.errors import BodyBroke, body_broke, conflict, passing_delete
+from batchpoint.storage.s3.retry import again
 from batchpoint.storage.s3.settings import S3Settings
 
 T = TypeVar("T")
@@ -46,9 +43,6 @@ _DOWNLOAD_ROUNDS = 3
 _PHANTOM_PREFIX_SERVERS = ("SeaweedFS",)
 _PHANTOM_LIST_PAGES = 2
 _PROBE_THREADS = 8
-# Enough pooled connections for the thread pools that the tasks and the transfer manager
-# run; botocore's default of 10 makes extra threads wait and log pool-full warnings.
-_POOL_CONNECTIONS = 32
 # User metadata that marks one logical conditional write, so that a retry that finds
 # the object already there can tell its own earlier attempt from a competing writer's.
 _WRITE_ID = "bp-write-id"
@@ -106,33 +100,8 @@ class S3ObjectStore(ObjectStore):
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = self._make_client()
+                    self._session, self._client = s3_client.make_client(self.settings)
         return self._client
-
-    def _make_client(self) -> Any:
-        s = self.settings
-        core = botocore.session.Session()
-        core.register_component("data_loader", _shared_loader())
-        try:
-            # Sessions are not thread-safe: this runs under self._lock.
-            self._session = boto3.session.Session(
-                botocore_session=core,
-                aws_access_key_id=s.access_key_id,
-                aws_secret_access_key=reveal(s.secret_access_key),
-                aws_session_token=reveal(s.session_token),
-                region_name=s.region,
-                profile_name=s.profile,
-            )
-        except bce.ProfileNotFound as exc:
-            raise ConfigError(f"S3 option profile='{s.profile}': {exc}") from None
-        config = Config(
-            connect_timeout=s.connect_timeout,
-            read_timeout=s.read_timeout,
-            retries=botocore_retries(s.retry_mode, s.max_attempts),  # type: ignore[arg-type]
-            s3={"addressing_style": s.effective_addressing_style()},
-            max_pool_connections=_POOL_CONNECTIONS,
-        )
-        return self._session.client("s3", endpoint_url=s.endpoint_url, config=config)
 
     @property
     def endpoint(self) -> str:
@@ -145,15 +114,6 @@ class S3ObjectStore(ObjectStore):
         """The endpoint as messages show it: masked when it came from `${VAR}`."""
         return self.settings.shown_endpoint(self.endpoint)
 
-    def _transfer_config(self) -> TransferConfig:
-        return TransferConfig(
-            multipart_threshold=self.settings.multipart_threshold,
-            multipart_chunksize=self.settings.multipart_chunksize,
-            # The classic manager goes through self.client, so its calls share our
-            # timeouts and retries and are visible to botocore event hooks; CRT would not.
-            preferred_transfer_client="classic",
-        )
-
     def close(self) -> None:
         with self._lock:
             if self._client is not None:
@@ -163,20 +123,7 @@ class S3ObjectStore(ObjectStore):
 
     def credential_source(self) -> str:
         """Which credentials the client signs with, for error messages (key masked)."""
-        s = self.settings
-        if s.access_key_id:
-            kind = "short-lived credentials" if s.session_token else "access key"
-            return f"{kind} '{s.shown('access_key_id')}' from the storage options"
-        if s.profile:
-            return f"AWS profile '{s.profile}'"
-        try:
-            credentials = self._session.get_credentials() if self._session else None
-        except bce.BotoCoreError:
-            credentials = None
-        if credentials is None:
-            return "none found"
-        label = errors.credential_label(getattr(credentials, "method", "unknown"))
-        return f"access key '{mask_key(credentials.access_key)}' from {label}"
+        return s3_client.credential_source(self.settings, self._session)
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -201,7 +148,7 @@ class S3ObjectStore(ObjectStore):
             return fn()
         except StorageError:
             raise
-        except _BodyBroke as e:
+        except BodyBroke as e:
             raise errors.translate(self, op, key, e.error) from e.error
         except (bce.BotoCoreError, bce.ClientError, S3UploadFailedError, RetriesExceededError) as e:
             raise errors.translate(self, op, key, e) from e
@@ -235,11 +182,11 @@ class S3ObjectStore(ObjectStore):
             try:
                 data = response["Body"].read()
             except errors.BODY_ERRORS as exc:
-                raise _BodyBroke(exc) from exc
+                raise BodyBroke(exc) from exc
             return StoredObject(key, data, errors.etag(response["ETag"]))
 
         # botocore retried the request; a body that breaks off while read is ours to retry.
-        return self._call("get", key, lambda: again(attempt, self._attempts, _body_broke))
+        return self._call("get", key, lambda: again(attempt, self._attempts, body_broke))
 
     def head(self, key: str) -> ObjectInfo | None:
         full = self._object_key(key)
@@ -377,7 +324,7 @@ class S3ObjectStore(ObjectStore):
                     op == "replace" and errors.is_not_found(exc)
                 )
                 if not refused:
-                    if _conflict(exc) and n >= self._attempts:
+                    if conflict(exc) and n >= self._attempts:
                         raise lost() from None
                     raise
                 # Why this stays ours and is not left to botocore: a conditional PUT that
@@ -392,7 +339,7 @@ class S3ObjectStore(ObjectStore):
                 raise lost() from None
             return errors.etag(response["ETag"])
 
-        return self._call(op, key, lambda: again(attempt, self._attempts, _conflict))
+        return self._call(op, key, lambda: again(attempt, self._attempts, conflict))
 
     def _landed(self, full: str, write_id: str, data: bytes) -> str | None:
         """The etag of the object if it is the one this logical write put there.
@@ -443,7 +390,7 @@ class S3ObjectStore(ObjectStore):
                 Delete={"Objects": [{"Key": k} for k in pending], "Quiet": True},
             )
             failed = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
-            passing = [e for e in failed if e.get("Code") in _PASSING_DELETE_CODES]
+            passing = [e for e in failed if e.get("Code") in errors.PASSING_DELETE_CODES]
             if failed and len(passing) == len(failed):
                 # A 200 reply botocore saw as a success: only the keys that failed for a
                 # passing reason go round again.
@@ -460,11 +407,11 @@ class S3ObjectStore(ObjectStore):
                 )
 
         first = self._relative(batch[0])
-        self._call("delete_many", first, lambda: again(attempt, self._attempts, _passing_delete))
+        self._call("delete_many", first, lambda: again(attempt, self._attempts, passing_delete))
 
     def upload_file(self, key: str, path: Path) -> ObjectInfo:
         full = self._object_key(key)
-        config = self._transfer_config()
+        config = s3_client.transfer_config(self.settings)
 
         def attempt() -> None:
             self.client.upload_file(str(path), self.bucket, full, Config=config)
@@ -477,7 +424,7 @@ class S3ObjectStore(ObjectStore):
 
     def download_file(self, key: str, path: Path) -> ObjectInfo:
         full = self._object_key(key)
-        config = self._transfer_config()
+        config = s3_client.transfer_config(self.settings)
 
         def attempt() -> None:
             try:
@@ -500,41 +447,3 @@ class S3ObjectStore(ObjectStore):
             f"download_file {self.child(key)}: the object kept changing while it was read "
             f"({_DOWNLOAD_ROUNDS} tries)"
         )
-
-
-_PASSING_DELETE_CODES = errors.THROTTLING_CODES | errors.TRANSIENT_CODES
-
-
-def _conflict(exc: BaseException) -> bool:
-    return errors.code(exc) == "ConditionalRequestConflict"
-
-
-def _passing_delete(exc: BaseException) -> bool:
-    return isinstance(exc, bce.ClientError) and errors.code(exc) in _PASSING_DELETE_CODES
-
-
-class _BodyBroke(Exception):
-    """A reply's body broke off mid-read (after botocore's retries were over)."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _body_broke(exc: BaseException) -> bool:
-    return isinstance(exc, _BodyBroke)
-
-
-_LOADER: botocore.loaders.Loader | None = None
-_LOADER_LOCK = threading.Lock()
-
-
-def _shared_loader() -> botocore.loaders.Loader:
-    """One botocore data loader for every store in the process. It caches the parsed
-    service definitions, which are most of the cost of a new client (0.2 s against
-    0.02 s): stores are unpickled afresh in every Spark task, each with its own client."""
-    global _LOADER
-    with _LOADER_LOCK:
-        if _LOADER is None:
-            _LOADER = botocore.loaders.create_loader()
-        return _LOADER
