@@ -53,13 +53,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from functools import partial
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
@@ -75,6 +73,19 @@ from batchpoint import redaction
 from batchpoint import setting_values as values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.setting_fields import (
+    Bool,
+    Refs,
+    SavepointRoots,
+    Secret,
+    Text,
+    count,
+    default_root,
+    duration,
+    lowercase,
+    optional,
+    submit_args,
+)
 from batchpoint.setting_values import SparkMode
 from batchpoint.storage import StoreRef
 
@@ -86,51 +97,6 @@ MISSING_REMOTE = (
     f"{PREFIX}SPARK_MODE=connect needs {PREFIX}SPARK_REMOTE, the Spark Connect server's "
     f"address (sc://host:port), or set {PREFIX}SPARK_MODE=submit or local"
 )
-
-
-def _duration(minimum: float = 0.0, positive: bool = False) -> BeforeValidator:
-    return BeforeValidator(partial(values.parse_duration, minimum=minimum, positive=positive))
-
-
-def _count(minimum: int) -> BeforeValidator:
-    return BeforeValidator(partial(values.parse_count, minimum=minimum))
-
-
-def _optional(check: Any) -> BeforeValidator:
-    return BeforeValidator(lambda v: None if v is None or not str(v).strip() else check(v))
-
-
-Bool = Annotated[bool, BeforeValidator(values.parse_bool)]
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else (str(value).strip() or None)
-
-
-def _lowercase(value: Any) -> str:
-    return str(value).strip().lower()
-
-
-Text = Annotated[str | None, BeforeValidator(_text)]
-Secret = Annotated[str | None, Field(repr=False), BeforeValidator(_text)]
-Refs = Annotated[
-    tuple[str, ...],
-    NoDecode,
-    BeforeValidator(lambda v: tuple(values.check_ref(r) for r in values.split_list(v))),
-]
-SavepointRoots = Annotated[
-    tuple[str, ...],
-    NoDecode,
-    BeforeValidator(lambda v: tuple(values.check_savepoint_root(r) for r in values.split_list(v))),
-]
-
-
-def _submit_args(value: Any) -> tuple[str, ...]:
-    return tuple(shlex.split(value)) if isinstance(value, str) else tuple(value)
-
-
-def _default_root() -> str:
-    return "file://" + os.path.abspath(".batchpoint")
 
 
 # The mapping the next model reads instead of os.environ (tests, the CLI and the Airflow
@@ -164,7 +130,7 @@ class BatchpointEnvironment(BaseSettings):
             yield name, redaction.redact_uri(value) if name == "spark_remote" and value else value
 
     # -- storage
-    root: Annotated[str, BeforeValidator(values.check_root)] = Field(default_factory=_default_root)
+    root: Annotated[str, BeforeValidator(values.check_root)] = Field(default_factory=default_root)
     s3_endpoint_url: Text = None
     s3_region: Text = None
     s3_access_key_id: Text = None
@@ -175,22 +141,22 @@ class BatchpointEnvironment(BaseSettings):
     # -- Spark
     spark_master: Annotated[str, BeforeValidator(values.check_spark_master)] = "local[2]"
     # None: each front end's own default (connect for Airflow and the demo).
-    spark_mode: Annotated[SparkMode | None, _optional(_lowercase)] = None
-    spark_remote: Annotated[str | None, _optional(values.check_spark_remote)] = None
-    connect_client: Annotated[Literal["task", "subprocess"], BeforeValidator(_lowercase)] = "task"
+    spark_mode: Annotated[SparkMode | None, optional(lowercase)] = None
+    spark_remote: Annotated[str | None, optional(values.check_spark_remote)] = None
+    connect_client: Annotated[Literal["task", "subprocess"], BeforeValidator(lowercase)] = "task"
     # -- checkpointing (CheckpointConfig)
-    checkpoint_timeout: Annotated[float, _duration(positive=True)] = 600.0
-    min_pause: Annotated[float, _duration()] = 0.0
-    max_concurrent: Annotated[int, _count(1)] = 1
-    tolerable_failed_checkpoints: Annotated[int, _count(0)] = 3
-    num_retained: Annotated[int, _count(1)] = 3
+    checkpoint_timeout: Annotated[float, duration(positive=True)] = 600.0
+    min_pause: Annotated[float, duration()] = 0.0
+    max_concurrent: Annotated[int, count(1)] = 1
+    tolerable_failed_checkpoints: Annotated[int, count(0)] = 3
+    num_retained: Annotated[int, count(1)] = 3
     verify_checksums: Bool = False
     restore_verify_checksums: Bool = True
-    history_limit: Annotated[int, _count(0)] = 100
-    gc_grace: Annotated[float | None, _optional(values.parse_duration)] = None
-    changelog_chain: Annotated[int, _count(0)] = 8
+    history_limit: Annotated[int, count(0)] = 100
+    gc_grace: Annotated[float | None, optional(values.parse_duration)] = None
+    changelog_chain: Annotated[int, count(0)] = 8
     skip_idle_epochs: Bool = True
-    quality_gate: Annotated[str | None, _optional(values.check_ref)] = None
+    quality_gate: Annotated[str | None, optional(values.check_ref)] = None
     table_catalog: Secret = None  # a SQLAlchemy URI may hold a password
     # -- the Airflow deployment (batchpoint.airflow.config)
     pipeline_ref: Refs = (DEFAULT_PIPELINE_REF,)
@@ -199,15 +165,15 @@ class BatchpointEnvironment(BaseSettings):
     ] = timedelta(seconds=300)
     spark_submit: Text = None
     spark_job: Text = None
-    spark_submit_args: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_submit_args)] = ()
+    spark_submit_args: Annotated[tuple[str, ...], NoDecode, BeforeValidator(submit_args)] = ()
     pyspark_python: Text = None
     ack_sensor_mode: Annotated[
-        Literal["deferrable", "reschedule", "poke"], BeforeValidator(_lowercase)
+        Literal["deferrable", "reschedule", "poke"], BeforeValidator(lowercase)
     ] = "deferrable"
-    ack_poll_interval: Annotated[float, _duration(minimum=0.1)] = 5.0
-    task_retries: Annotated[int, _count(0)] = 1
-    task_retry_delay: Annotated[float, _duration()] = 30.0
-    cleanup_grace: Annotated[float, _duration()] = 120.0
+    ack_poll_interval: Annotated[float, duration(minimum=0.1)] = 5.0
+    task_retries: Annotated[int, count(0)] = 1
+    task_retry_delay: Annotated[float, duration()] = 30.0
+    cleanup_grace: Annotated[float, duration()] = 120.0
     storage_conn_id: Annotated[str, BeforeValidator(values.check_conn_id)] = "batchpoint_storage"
     api_conn_id: Annotated[str, BeforeValidator(values.check_conn_id)] = "batchpoint_airflow_api"
     audit: Bool = False
