@@ -136,7 +136,29 @@ def choose_restore_gate(
             f"no quality gate configured ({GATE_VARIABLE}): only the candidates' files are checked",
         )
     name = reference or repr(gate)
-    warnings = []
+    warnings: list[str] = []
+    hook = _restore_hook(pipeline, options, gate, name, store_ref, log)
+    if dry_run and hook is gate and not isinstance(gate, ConfigurableGate):
+        warnings.append(f"dry run: the quality gate {name} cannot be told to record nothing")
+    description = f"quality gate {name}"
+    if options.skip_suites:
+        description += f", skipping {', '.join(options.skip_suites)}"
+    if dry_run:
+        description += "; dry run: nothing is quarantined or stored"
+    configured = configure_gate(hook, record=not dry_run, skip_suites=options.skip_suites)
+    return GateChoice(configured, description, name, warnings)
+
+
+def _restore_hook(
+    pipeline: Pipeline,
+    options: GateOptions,
+    gate: Any,
+    name: str,
+    store_ref: StoreRef | None,
+    log: Log,
+) -> RestoreGate:
+    """The restore gate a configured gate object stands for (a QualityGate is wrapped so
+    that it is built, or re-rooted on `store_ref`, only when a restore asks for it)."""
     if store_ref is not None and isinstance(gate, QualityRestoreGate):
         gate = gate.gate
     if isinstance(gate, QualityGate):
@@ -149,24 +171,14 @@ def choose_restore_gate(
         # fails before the gate is announced and Great Expectations is imported.
         check_skip_names(gate.pipeline, gate.quality, options.skip_suites)
         found, checksums = gate, gate.checksums
-        hook: RestoreGate = QualityRestoreGate(
+        return QualityRestoreGate(
             (lambda: rooted(found, store_ref, checksums=checksums, log=log))
             if store_ref is not None
             else (lambda: found)
         )
-    elif callable(gate):
-        hook = gate  # any RestoreGate, called as it is, on whatever store it was built for
-        if dry_run and not isinstance(gate, ConfigurableGate):
-            warnings.append(f"dry run: the quality gate {name} cannot be told to record nothing")
-    else:
-        raise ConfigError(
-            f"quality gate {name!r} is a {type(gate).__name__}, not a QualityRestoreGate, "
-            "a QualityGate or a callable restore gate"
-        )
-    description = f"quality gate {name}"
-    if options.skip_suites:
-        description += f", skipping {', '.join(options.skip_suites)}"
-    if dry_run:
-        description += "; dry run: nothing is quarantined or stored"
-    configured = configure_gate(hook, record=not dry_run, skip_suites=options.skip_suites)
-    return GateChoice(configured, description, name, warnings)
+    if callable(gate):
+        return gate  # any RestoreGate, called as it is, on whatever store it was built for
+    raise ConfigError(
+        f"quality gate {name!r} is a {type(gate).__name__}, not a QualityRestoreGate, "
+        "a QualityGate or a callable restore gate"
+    )
