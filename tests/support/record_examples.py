@@ -45,7 +45,7 @@ from batchpoint.protocol.control import (
 )
 from batchpoint.protocol.failures import FailureState, PipelineStatus
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
-from batchpoint.protocol.ids import _Counter
+from batchpoint.protocol.ids import NextCheckpointId
 from batchpoint.protocol.migration import RetainedMarker
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
@@ -167,7 +167,7 @@ def imported_pending() -> PendingCheckpoint:
 
 def file_handle(handle: StateHandle, **meta: Any) -> FileHandle:
     body = {**handle.to_json(), **meta}
-    return FileHandle.from_json(handle.path, body)
+    return FileHandle.from_json(body, handle.path)
 
 
 def acks(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
@@ -266,7 +266,7 @@ def control() -> ControlRecord:
         collected=(1, 2),
         restore=RestoreInFlight(2, 4, 3, (5,), True, at("2026-11-19T08:00:00.000Z")),
         moved_at=at("2026-11-20T10:04:02.000Z"),
-        cause=HeadMoveCause.RESTORE.value,
+        cause=HeadMoveCause.RESTORE,
         findings=(
             ControlFinding(
                 3, "its retained marker is unreadable", at("2026-11-19T08:00:00.000Z"), hold=True
@@ -303,8 +303,8 @@ def failures() -> FailureState:
     )
 
 
-def id_counter() -> _Counter:
-    return _Counter(12)
+def id_counter() -> NextCheckpointId:
+    return NextCheckpointId(12)
 
 
 def head_pointer() -> HeadPointer:
@@ -312,7 +312,7 @@ def head_pointer() -> HeadPointer:
 
 
 def retained_marker() -> RetainedMarker:
-    return RetainedMarker(
+    return RetainedMarker.of(
         RetainedEntry(6, CheckpointType.CHECKPOINT, at("2026-11-20T09:04:00.000Z"), True)
     )
 
@@ -355,8 +355,7 @@ def savepoint() -> SavepointMetadata:
             a.attempt,
             tuple(
                 FileHandle.from_json(
-                    "example",
-                    {**h.to_json(), "path": f"data/{a.task.replace('#', '/')}/{a.attempt}/{i}"},
+                    {**h.to_json(), "path": f"data/{a.task.replace('#', '/')}/{a.attempt}/{i}"}
                 )
                 for i, h in enumerate(a.handles)
             ),
