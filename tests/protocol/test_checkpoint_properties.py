@@ -25,6 +25,7 @@ FLAT = {
     "retain_forever": False,
     "imported_from": "file:///srv/savepoints/a",
     "why": {"ticket": "OPS-12"},  # the user's own
+    "user": "ops-bot",  # the user's own too, whatever its name
 }
 
 
@@ -32,7 +33,7 @@ def test_flags_are_typed_and_the_whole_reads_as_the_flat_object() -> None:
     props = CheckpointProperties.of(FLAT)
     assert props.audit is True and props.changelog_chain == 4 and props.retain_forever is False
     assert props.is_imported and props.independent_of_base is None
-    assert props.user == {"why": {"ticket": "OPS-12"}}
+    assert props.user == {"why": {"ticket": "OPS-12"}, "user": "ops-bot"}
     assert dict(props) == FLAT and props.to_json() == FLAT  # what user functions see
     assert "retain_forever" in props and "stop_pipeline" not in props  # set, even if false
     assert CheckpointProperties.of(props) is props

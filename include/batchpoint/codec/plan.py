@@ -50,7 +50,8 @@ class ClassPlan:
 
     @property
     def known_keys(self) -> frozenset[str]:
-        return frozenset(f.key for f in self.fields) | {key for key, _, _ in self.derived}
+        keys = {f.key for f in self.fields if not f.spec.extra}
+        return frozenset(keys | {key for key, _, _ in self.derived})
 
 
 def nested(cls: type) -> Converter | None:

@@ -25,7 +25,7 @@ def _flag(doc: str) -> Any:
 class CheckpointProperties(codec.Value, Mapping[str, Any]):
     """What the trigger fixed about how the checkpoint is taken and kept."""
 
-    # -- how it completes ---------------------------------------------------------------
+    # -- how it completes ------------------------------------------------------------------
     audit: bool | None = _flag(
         "only the audit's verdict may complete it, once every task acknowledged it"
     )
@@ -36,15 +36,15 @@ class CheckpointProperties(codec.Value, Mapping[str, Any]):
     independent_of_base: str | None = _flag(
         "why it must not share its base's files (the base is held outside retention)"
     )
-    # -- how it is kept -----------------------------------------------------------------------
+    # -- how it is kept --------------------------------------------------------------------
     retain_forever: bool | None = _flag("never subsumed")
     stop_pipeline: bool | None = _flag("a stop-with-savepoint: the pipeline stops after it")
-    # -- who asked ------------------------------------------------------------------------
+    # -- who asked -------------------------------------------------------------------------
     scheduler_run_id: str | None = _flag("the scheduler's run that triggered it")
     description: str | None = _flag("a savepoint's description, as given")
     via: str | None = _flag("the front end that triggered a savepoint")
     target: str | None = _flag("where a savepoint is to be exported")
-    # -- a savepoint import -----------------------------------------------------------------
+    # -- a savepoint import ----------------------------------------------------------------
     imported_from: str | None = _flag("the savepoint folder it was imported from")
     savepoint_checkpoint_id: int | None = _flag("the id it had where the savepoint was taken")
     savepoint_taken_from: str | None = _flag("the storage root the savepoint was taken from")
@@ -68,7 +68,7 @@ class CheckpointProperties(codec.Value, Mapping[str, Any]):
     def is_imported(self) -> bool:
         return self.imported_from is not None
 
-    # -- the stored object, as a read-only mapping ----------------------------------------
+    # -- the stored object, as a read-only mapping -----------------------------------------
 
     def __getitem__(self, key: str) -> Any:
         return self._flat()[key]
