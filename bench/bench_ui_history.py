@@ -40,7 +40,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
 )
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.ids import _Counter
+from batchpoint.protocol.ids import NextCheckpointId
 from batchpoint.settings import Settings
 from batchpoint.storage.base import ObjectStore
 
@@ -99,7 +99,7 @@ def seed(store: ObjectStore, coordinator: CheckpointCoordinator, n: int, first: 
         for done, _ in enumerate(pool.map(write, range(first, n + 1)), first):
             if done % 2000 == 0:
                 print(f"  seeded {done:,} of {n:,} checkpoints", flush=True)
-    store.put(layout.id_counter, _Counter(n + 1).encode())
+    store.put(layout.id_counter, NextCheckpointId(n + 1).encode())
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:

@@ -45,10 +45,7 @@ PROTOCOL = "protocol"
 MAX_PROTOCOL_LINES = 450
 MAX_FUNCTION_LINES = 60
 #: Like PENDING_ELSEWHERE, for the protocol's bound.
-PROTOCOL_PENDING: dict[str, str] = {
-    "batchpoint/protocol/checkpoint.py": "its records' hand-written to_/from_ methods give "
-    "way to the declarative record codec (issue 25, the codec part)",
-}
+PROTOCOL_PENDING: dict[str, str] = {}
 #: The facade and composition root; its collaborators get ports instead of it.
 COORDINATOR = "batchpoint.protocol.coordinator"
 

@@ -34,7 +34,7 @@ def to_old_layout(c: CheckpointCoordinator) -> None:
     pointer = HeadPointer(control.head, control.restore_generation, 0.0, HeadMoveCause.COMPLETED)
     c.store.put(c.layout.head, pointer.encode())
     for entry in control.retained:
-        c.store.put(c.layout.retained(entry.checkpoint_id), RetainedMarker(entry).encode())
+        c.store.put(c.layout.retained(entry.checkpoint_id), RetainedMarker.of(entry).encode())
 
 
 def bad_field(data: bytes) -> bytes:
@@ -114,5 +114,5 @@ def test_a_truncated_marker_is_a_corrupt_record_naming_repair() -> None:
     entry = RetainedEntry(3, CheckpointType.SAVEPOINT, 1_000_000.0)
     key = "pipelines/p/retained/chk-0000000003.json"
     with pytest.raises(CorruptRecord, match="truncated JSON") as caught:
-        RetainedMarker.decode(key, truncated(RetainedMarker(entry).encode()))
+        RetainedMarker.decode(key, truncated(RetainedMarker.of(entry).encode()))
     assert key in str(caught.value) and "batchpoint repair" in str(caught.value)

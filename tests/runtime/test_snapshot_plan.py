@@ -63,7 +63,7 @@ def files(layer_rows: list[int], *, churn: int = 0, parallelism: int = 2, **kw: 
             )
             meta = {CHURN_META: churn} if churn and layer == 0 else {}
             body = {**handle.to_json(), **meta}
-            out.append(FileHandle.from_json(handle.path, body))
+            out.append(FileHandle.from_json(body, handle.path))
     return out
 
 

@@ -20,18 +20,18 @@ The gate that audits (Spark started and stopped with it) is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from batchpoint.ops.epoch import EpochResult, LocalEpochRunner
 from batchpoint.protocol.checkpoint import (
-    AUDIT_PROPERTY,
     CheckpointFailureReason,
     CheckpointOutcome,
     CheckpointType,
     CompletedCheckpoint,
     PendingCheckpoint,
 )
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.quality.findings import summarize
 from batchpoint.quality.gate import QualityGate
@@ -62,10 +62,10 @@ class AuditResult:
         return gate.render()
 
 
-def audited_properties(properties: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def audited_properties(properties: Mapping[str, Any] | None = None) -> CheckpointProperties:
     """`properties` of a pending checkpoint, marked so that only its audit may complete
     it."""
-    return {**(properties or {}), AUDIT_PROPERTY: True}
+    return replace(CheckpointProperties.of(properties), audit=True)
 
 
 def trigger_audited(

@@ -18,8 +18,8 @@ def barrier_lines(pending: PendingCheckpoint, max_partitions: int = 20) -> list[
         parts = []
         total = 0
         for name, value in sorted(partitions.items()):
-            offset = PartitionOffset.from_json(value)
-            before = PartitionOffset.from_json(base[name]).offset if name in base else 0
+            offset = PartitionOffset.coerce(value)
+            before = PartitionOffset.coerce(base[name]).offset if name in base else 0
             new = max(0, offset.offset - before)
             total += new
             last = f", last {offset.last}" if offset.last and new else ""

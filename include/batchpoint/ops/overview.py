@@ -92,9 +92,7 @@ def _stopped_at(c: CheckpointCoordinator, head_id: int) -> bool:
         pending = c.get_checkpoint(head_id)
     except Exception:
         return False
-    return pending.type is CheckpointType.SAVEPOINT and bool(
-        pending.properties.get("stop_pipeline")
-    )
+    return pending.type is CheckpointType.SAVEPOINT and bool(pending.properties.stop_pipeline)
 
 
 def _newest_retained_savepoint(c: CheckpointCoordinator) -> int | None:

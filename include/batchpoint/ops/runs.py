@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from batchpoint.ops.audit import audited_properties
@@ -27,6 +27,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import (
     RunSettlementDecision,
     SettlementAction,
@@ -60,9 +61,9 @@ def trigger_for_run(
     of its own first try). With `audit`, only its audit may complete it. Raises
     TriggerRefused like `PipelineDriver.trigger`."""
     for pending in driver.coordinator.pending_checkpoints():
-        if pending.properties.get(RUN_PROPERTY) == run_id:
+        if pending.properties.scheduler_run_id == run_id:
             return pending
-    properties = {**(properties or {}), RUN_PROPERTY: run_id}
+    properties = replace(CheckpointProperties.of(properties), scheduler_run_id=run_id)
     if audit:
         properties = audited_properties(properties)
     return driver.trigger(checkpoint_type, properties=properties)

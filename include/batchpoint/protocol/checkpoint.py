@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchpoint.errors import CorruptRecord
-from batchpoint.protocol import records
-from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint import codec
+from batchpoint.protocol.properties import CheckpointProperties
 
 
 class CheckpointType(enum.StrEnum):
@@ -66,13 +65,6 @@ class CheckpointFailureReason(enum.Enum):
         self.message = message
         self.counts_as_failure = bool(counts_as_failure)
 
-    @classmethod
-    def from_code(cls, key: str, code: Any) -> CheckpointFailureReason:
-        for member in cls:
-            if member.code == code:
-                return member
-        raise CorruptRecord(key, f"unknown failure reason {code!r}")
-
 
 class TaskAcknowledgeResult(enum.StrEnum):
     """Flink's PendingCheckpoint.TaskAcknowledgeResult."""
@@ -91,12 +83,10 @@ class DeclineResult(enum.StrEnum):
     UNKNOWN = "UNKNOWN"  # no such checkpoint or task
 
 
-_HANDLE_FIELDS = ("path", "size", "sha256", "rows", "name", "key_group_range")
-
-#: The pending record's property that marks an audited checkpoint (write-audit-publish):
-#: once every task acknowledged it, only the audit's verdict may complete it
-#: (`CheckpointCoordinator.try_finalize(..., audited=True)`). A property rather than a new
-#: field, so that the record format (and every record already stored) stays version 1.
+# The stored names of CheckpointProperties' flags (protocol/properties.py), for readers
+# of the JSON. An audited checkpoint (write-audit-publish): once every task acknowledged
+# it, only the audit's verdict may complete it (`try_finalize(..., audited=True)`). A
+# property rather than a new field, so the record format stays version 1.
 AUDIT_PROPERTY = "audit"
 #: Set by a savepoint import on the checkpoint it creates.
 IMPORTED_FROM_PROPERTY = "imported_from"
@@ -119,7 +109,7 @@ CHANNEL_PREFIX = "channel-"
 
 
 @dataclass(frozen=True)
-class FileHandle:
+class FileHandle(codec.Value):
     """A file a checkpoint references: state of one subtask, a channel to a downstream
     operator, or a sink's staged output. `meta` keeps what the writer adds (schema
     fingerprint, subtask, parallelism, ...) so a reader gets it back unchanged."""
@@ -128,43 +118,13 @@ class FileHandle:
     size: int
     sha256: str
     rows: int = 0
-    key_group_range: tuple[int, int] | None = None
+    key_group_range: tuple[int, int] | None = codec.field(default=None, omit=None)
     name: str = ""  # the stream: state-<name>, channel-<consumer> or sink
-    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            **self.meta,
-            "path": self.path,
-            "size": self.size,
-            "sha256": self.sha256,
-            "rows": self.rows,
-            "name": self.name,
-        }
-        if self.key_group_range is not None:
-            out["key_group_range"] = list(self.key_group_range)
-        return out
-
-    @classmethod
-    def from_json(cls, key: str, body: Mapping[str, Any]) -> FileHandle:
-        kgr = body.get("key_group_range")
-        if kgr is not None and (
-            not isinstance(kgr, list) or len(kgr) != 2 or not all(isinstance(x, int) for x in kgr)
-        ):
-            raise CorruptRecord(key, f"bad key_group_range {kgr!r}")
-        return cls(
-            path=records.field(key, body, "path", str),
-            size=records.field(key, body, "size", int),
-            sha256=records.field(key, body, "sha256", str),
-            rows=int(body.get("rows", 0)),
-            key_group_range=(kgr[0], kgr[1]) if kgr else None,
-            name=str(body.get("name", "")),
-            meta={k: v for k, v in body.items() if k not in _HANDLE_FIELDS},
-        )
+    meta: Mapping[str, Any] = codec.field(extra=True, default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
-class TaskMetrics:
+class TaskMetrics(codec.Value):
     """What a task's ack records about its snapshot, as Flink's checkpoint details do.
 
     - sync_ms: from the end of alignment until the operator's output and new state are
@@ -184,27 +144,9 @@ class TaskMetrics:
     records_in: int = 0
     records_out: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sync_ms": self.sync_ms,
-            "async_ms": self.async_ms,
-            "records_in": self.records_in,
-            "records_out": self.records_out,
-        }
-
-    @classmethod
-    def from_json(cls, body: Mapping[str, Any] | None) -> TaskMetrics:
-        body = body or {}
-        return cls(
-            sync_ms=float(body.get("sync_ms", 0.0)),
-            async_ms=float(body.get("async_ms", 0.0)),
-            records_in=int(body.get("records_in", 0)),
-            records_out=int(body.get("records_out", 0)),
-        )
-
 
 @dataclass(frozen=True)
-class PendingCheckpoint(records.VersionedRecord):
+class PendingCheckpoint(codec.Record):
     """What the trigger fixes for the whole life of a checkpoint."""
 
     KIND = "pending-checkpoint"
@@ -213,14 +155,18 @@ class PendingCheckpoint(records.VersionedRecord):
     pipeline: str
     checkpoint_id: int
     type: CheckpointType
-    base_checkpoint_id: int | None
-    restore_generation: int
-    barrier: Mapping[str, Any]  # per source: the offsets this epoch reads up to
-    base_barrier: Mapping[str, Any]  # per source: the base checkpoint's offsets
-    expected_tasks: tuple[str, ...]
-    trigger_time: float
-    deadline: float
-    properties: Mapping[str, Any] = field(default_factory=dict)
+    base_checkpoint_id: int | None = codec.field(missing=None)
+    restore_generation: int = codec.field()
+    barrier: Mapping[str, Any] = codec.field()  # per source: the offsets this epoch reads up to
+    base_barrier: Mapping[str, Any] = codec.field()  # per source: the base checkpoint's offsets
+    expected_tasks: tuple[str, ...] = codec.field()
+    trigger_time: float = codec.time()
+    deadline: float = codec.time()
+    properties: CheckpointProperties = field(default_factory=CheckpointProperties)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.properties, CheckpointProperties):  # a flat mapping, given
+            object.__setattr__(self, "properties", CheckpointProperties.of(self.properties))
 
     @property
     def is_savepoint(self) -> bool:
@@ -231,57 +177,11 @@ class PendingCheckpoint(records.VersionedRecord):
         """Whether only an audit may complete this checkpoint. An imported savepoint
         copies the properties of the checkpoint it was taken from, which completed (and
         passed its audit, if it had one) back then: importing it is no new audit."""
-        return (
-            self.properties.get(AUDIT_PROPERTY) is True
-            and IMPORTED_FROM_PROPERTY not in self.properties
-        )
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.pipeline,
-            "checkpoint_id": self.checkpoint_id,
-            "type": self.type.value,
-            "base_checkpoint_id": self.base_checkpoint_id,
-            "restore_generation": self.restore_generation,
-            "barrier": dict(self.barrier),
-            "base_barrier": dict(self.base_barrier),
-            "expected_tasks": list(self.expected_tasks),
-            "trigger_time": to_iso(self.trigger_time),
-            "deadline": to_iso(self.deadline),
-            "properties": dict(self.properties),
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: Mapping[str, Any]) -> PendingCheckpoint:
-        try:
-            kind = CheckpointType(body.get("type"))
-        except ValueError:
-            raise CorruptRecord(key, f"unknown checkpoint type {body.get('type')!r}") from None
-        base = body.get("base_checkpoint_id")
-        if base is not None and not isinstance(base, int):
-            raise CorruptRecord(key, f"bad base_checkpoint_id {base!r}")
-        properties = body.get("properties") or {}
-        if not isinstance(properties, dict):
-            raise CorruptRecord(
-                key, f"field 'properties' should be an object, found {properties!r}"
-            )
-        return cls(
-            pipeline=records.field(key, body, "pipeline", str),
-            checkpoint_id=records.field(key, body, "checkpoint_id", int),
-            type=kind,
-            base_checkpoint_id=base,
-            restore_generation=records.field(key, body, "restore_generation", int),
-            barrier=records.field(key, body, "barrier", dict),
-            base_barrier=records.field(key, body, "base_barrier", dict),
-            expected_tasks=tuple(records.field(key, body, "expected_tasks", list)),
-            trigger_time=from_iso(key, body.get("trigger_time")),
-            deadline=from_iso(key, body.get("deadline")),
-            properties=properties,
-        )
+        return self.properties.audit is True and not self.properties.is_imported
 
 
 @dataclass(frozen=True)
-class AckRecord(records.VersionedRecord):
+class AckRecord(codec.Record):
     KIND = "ack"
     VERSION = 1
 
@@ -289,8 +189,8 @@ class AckRecord(records.VersionedRecord):
     task: str
     attempt: str
     handles: tuple[FileHandle, ...]
-    metrics: TaskMetrics
-    acked_at: float
+    metrics: TaskMetrics = codec.field(missing=TaskMetrics())  # acks before metrics: zeros
+    acked_at: float = codec.time()
 
     @property
     def state_size(self) -> int:
@@ -316,31 +216,9 @@ class AckRecord(records.VersionedRecord):
     def rows(self) -> int:
         return sum(h.rows for h in self.handles)
 
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "checkpoint_id": self.checkpoint_id,
-            "task": self.task,
-            "attempt": self.attempt,
-            "handles": [h.to_json() for h in self.handles],
-            "metrics": self.metrics.to_json(),
-            "acked_at": to_iso(self.acked_at),
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: Mapping[str, Any]) -> AckRecord:
-        handles = records.field(key, body, "handles", list)
-        return cls(
-            checkpoint_id=records.field(key, body, "checkpoint_id", int),
-            task=records.field(key, body, "task", str),
-            attempt=records.field(key, body, "attempt", str),
-            handles=tuple(FileHandle.from_json(key, h) for h in handles),
-            metrics=TaskMetrics.from_json(body.get("metrics")),
-            acked_at=from_iso(key, body.get("acked_at")),
-        )
-
 
 @dataclass(frozen=True)
-class DeclineRecord(records.VersionedRecord):
+class DeclineRecord(codec.Record):
     KIND = "decline"
     VERSION = 1
 
@@ -348,26 +226,7 @@ class DeclineRecord(records.VersionedRecord):
     task: str
     attempt: str
     reason: str
-    declined_at: float
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "checkpoint_id": self.checkpoint_id,
-            "task": self.task,
-            "attempt": self.attempt,
-            "reason": self.reason,
-            "declined_at": to_iso(self.declined_at),
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: Mapping[str, Any]) -> DeclineRecord:
-        return cls(
-            checkpoint_id=records.field(key, body, "checkpoint_id", int),
-            task=records.field(key, body, "task", str),
-            attempt=records.field(key, body, "attempt", str),
-            reason=records.field(key, body, "reason", str),
-            declined_at=from_iso(key, body.get("declined_at")),
-        )
+    declined_at: float = codec.time()
 
 
 @dataclass(frozen=True)
@@ -411,58 +270,58 @@ class CompletedCheckpoint:
         return next((a for a in self.acks if a.task == task), None)
 
 
+def _completed(fields: Mapping[str, Any]) -> bool:
+    return fields["status"] is CheckpointStatus.COMPLETED
+
+
+def _aborted(fields: Mapping[str, Any]) -> bool:
+    return fields["status"] is CheckpointStatus.ABORTED
+
+
+def _a_reason(reason: CheckpointFailureReason | None) -> None:
+    if reason is None:
+        raise codec.Invalid("unknown failure reason None")
+
+
+#: A completed checkpoint is stored as its acks: the rest is the outcome's own fields.
+_AS_ACKS = codec.Adapter(
+    stored=tuple[AckRecord, ...],
+    dump=lambda completed: completed.acks,
+    load=lambda acks, fields: CompletedCheckpoint(fields["pending"], acks, fields["decided_at"]),
+)
+
+
 @dataclass(frozen=True)
-class CheckpointOutcome(records.VersionedRecord):
-    """The single write-once record that settles a checkpoint."""
+class CheckpointOutcome(codec.Record):
+    """The single write-once record that settles a checkpoint: the acks when COMPLETED,
+    the reason and message when ABORTED."""
 
     KIND = "checkpoint-outcome"
     VERSION = 1
 
-    status: CheckpointStatus  # COMPLETED or ABORTED
-    pending: PendingCheckpoint
-    decided_at: float
-    completed: CompletedCheckpoint | None = None
-    reason: CheckpointFailureReason | None = None
-    message: str = ""
+    status: CheckpointStatus = codec.field(
+        choices=(CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED)
+    )
+    pending: PendingCheckpoint = codec.field(key="checkpoint")
+    decided_at: float = codec.time()
+    completed: CompletedCheckpoint | None = codec.field(
+        default=None,
+        key="acks",
+        adapter=_AS_ACKS,
+        when=_completed,
+        required=True,
+        doc="every task's ack, when the status is COMPLETED",
+    )
+    reason: CheckpointFailureReason | None = codec.field(
+        default=None,
+        by="code",
+        when=_aborted,
+        required=True,
+        check=_a_reason,
+        doc="why, when the status is ABORTED",
+    )
+    message: str = codec.field(default="", when=_aborted, doc="when the status is ABORTED")
 
     @property
     def checkpoint_id(self) -> int:
         return self.pending.checkpoint_id
-
-    def to_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "status": self.status.value,
-            "checkpoint": self.pending.to_body(),
-            "decided_at": to_iso(self.decided_at),
-        }
-        if self.completed is not None:
-            body["acks"] = [a.to_body() for a in self.completed.acks]
-        if self.reason is not None:
-            body["reason"] = self.reason.code
-            body["message"] = self.message
-        return body
-
-    @classmethod
-    def from_body(cls, key: str, body: Mapping[str, Any]) -> CheckpointOutcome:
-        status = body.get("status")
-        if status not in (CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED):
-            raise CorruptRecord(key, f"bad status {status!r}")
-        pending = PendingCheckpoint.from_body(key, records.field(key, body, "checkpoint", dict))
-        decided_at = from_iso(key, body.get("decided_at"))
-        if status == CheckpointStatus.COMPLETED:
-            acks = tuple(
-                AckRecord.from_body(key, a) for a in records.field(key, body, "acks", list)
-            )
-            return cls(
-                CheckpointStatus.COMPLETED,
-                pending,
-                decided_at,
-                completed=CompletedCheckpoint(pending, acks, decided_at),
-            )
-        return cls(
-            CheckpointStatus.ABORTED,
-            pending,
-            decided_at,
-            reason=CheckpointFailureReason.from_code(key, body.get("reason")),
-            message=str(body.get("message", "")),
-        )

@@ -16,13 +16,13 @@ from dataclasses import replace
 
 from batchpoint.errors import CheckpointNotFound, ObjectNotFound
 from batchpoint.protocol.checkpoint import (
-    IMPORTED_FROM_PROPERTY,
     CheckpointOutcome,
     CheckpointStatus,
     CompletedCheckpoint,
 )
 from batchpoint.protocol.control import ControlRecord, RetainedEntry
 from batchpoint.protocol.control_store import ControlStore
+from batchpoint.protocol.head import HeadMoveCause
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.timeline import on_timeline
 from batchpoint.storage.base import ObjectStore
@@ -113,18 +113,18 @@ def settle_outcome(
         p.checkpoint_id,
         p.type,
         outcome.completed.completed_at,
-        bool(p.properties.get("retain_forever", False)),
+        bool(p.properties.retain_forever),
     )
     new = replace(new, retained=(*new.retained, added))
     # An imported savepoint is retained but never becomes the head by completing: its
     # state does not continue the timeline, only an explicit restore moves the head to it.
-    imported = IMPORTED_FROM_PROPERTY in p.properties
+    imported = p.properties.is_imported
     if (
         not imported
         and on_timeline(entry.restore_generation, new.restore_generation)
         and (new.head is None or p.checkpoint_id > new.head)
     ):
-        new = replace(new, head=p.checkpoint_id, moved_at=now, cause="completed")
+        new = replace(new, head=p.checkpoint_id, moved_at=now, cause=HeadMoveCause.COMPLETED)
     subsumable = sorted(e.checkpoint_id for e in new.retained if e.subsumable)
     excess = subsumable[: max(0, len(subsumable) - num_retained)]
     protected = new.protected()

@@ -21,21 +21,14 @@ compare-and-swaps it, and reads the old layout (a "head-pointer" v1 record plus 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from batchpoint.errors import (
-    CheckpointError,
-    CorruptRecord,
-    RecordError,
-)
-from batchpoint.protocol import records
-from batchpoint.protocol.checkpoint import (
-    CheckpointType,
-    PendingCheckpoint,
-)
-from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint import codec
+from batchpoint.errors import CheckpointError, CorruptRecord, RecordError
+from batchpoint.protocol.checkpoint import CheckpointType, PendingCheckpoint
+from batchpoint.protocol.head import HeadMoveCause
 from batchpoint.protocol.timeline import on_timeline
 
 #: How many collected ids the record remembers for history pruning.
@@ -46,14 +39,14 @@ OLD_LAYOUT = "head-pointer/1"
 
 
 @dataclass(frozen=True)
-class RetainedEntry:
-    checkpoint_id: int
-    type: CheckpointType
-    completed_at: float
+class RetainedEntry(codec.Value):
+    checkpoint_id: int = codec.field(key="id")
+    type: CheckpointType = codec.field(missing=CheckpointType.CHECKPOINT)  # none: a checkpoint
+    completed_at: float = codec.time()
     retain_forever: bool = False
     # A restore in CLAIM mode took ownership of it: subsumed and collected like any
     # checkpoint once newer ones complete, even a savepoint (Flink's RestoreMode.CLAIM).
-    claimed: bool = False
+    claimed: bool = codec.field(default=False, omit=False)
 
     @property
     def subsumable(self) -> bool:
@@ -61,57 +54,14 @@ class RetainedEntry:
             return True
         return self.type is CheckpointType.CHECKPOINT and not self.retain_forever
 
-    def to_json(self) -> dict[str, Any]:
-        body = {
-            "id": self.checkpoint_id,
-            "type": self.type.value,
-            "completed_at": to_iso(self.completed_at),
-            "retain_forever": self.retain_forever,
-        }
-        if self.claimed:
-            body["claimed"] = True
-        return body
-
-    @classmethod
-    def from_json(cls, key: str, body: Mapping[str, Any]) -> RetainedEntry:
-        return cls(
-            records.field(key, body, "id", int),
-            _type(key, body.get("type")),
-            from_iso(key, body.get("completed_at")),
-            bool(body.get("retain_forever", False)),
-            bool(body.get("claimed", False)),
-        )
-
 
 @dataclass(frozen=True)
-class PendingEntry:
-    checkpoint_id: int
-    type: CheckpointType
-    base: int | None
-    restore_generation: int
-    deadline: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.checkpoint_id,
-            "type": self.type.value,
-            "base": self.base,
-            "restore_generation": self.restore_generation,
-            "deadline": to_iso(self.deadline),
-        }
-
-    @classmethod
-    def from_json(cls, key: str, body: Mapping[str, Any]) -> PendingEntry:
-        base = body.get("base")
-        if base is not None and not isinstance(base, int):
-            raise CorruptRecord(key, f"bad pending base {base!r}")
-        return cls(
-            records.field(key, body, "id", int),
-            _type(key, body.get("type")),
-            base,
-            records.field(key, body, "restore_generation", int),
-            from_iso(key, body.get("deadline")),
-        )
+class PendingEntry(codec.Value):
+    checkpoint_id: int = codec.field(key="id")
+    type: CheckpointType = codec.field(missing=CheckpointType.CHECKPOINT)  # none: a checkpoint
+    base: int | None = codec.field(missing=None)
+    restore_generation: int = codec.field()
+    deadline: float = codec.time()
 
     def placeholder(self, pipeline: str) -> PendingCheckpoint:
         """A trigger record for an admitted checkpoint whose own record is missing or
@@ -131,60 +81,32 @@ class PendingEntry:
 
 
 @dataclass(frozen=True)
-class DiscardedEntry:
-    checkpoint_id: int
-    at: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.checkpoint_id, "at": to_iso(self.at)}
-
-    @classmethod
-    def from_json(cls, key: str, body: Mapping[str, Any]) -> DiscardedEntry:
-        return cls(records.field(key, body, "id", int), from_iso(key, body.get("at")))
+class DiscardedEntry(codec.Value):
+    checkpoint_id: int = codec.field(key="id")
+    at: float = codec.time()
 
 
 @dataclass(frozen=True)
-class RestoreInFlight:
+class RestoreInFlight(codec.Value):
     generation: int
     target: int
-    previous: int | None
-    aborted: tuple[int, ...] = ()  # the pending checkpoints the restore abandoned
+    previous: int | None = codec.field(missing=None)
+    aborted: tuple[int, ...] = codec.field(default=(), required=True)  # the abandoned pending
     sinks_rewound: bool = False
-    at: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "target": self.target,
-            "previous": self.previous,
-            "aborted": list(self.aborted),
-            "sinks_rewound": self.sinks_rewound,
-            "at": to_iso(self.at),
-        }
-
-    @classmethod
-    def from_json(cls, key: str, body: Mapping[str, Any]) -> RestoreInFlight:
-        return cls(
-            records.field(key, body, "generation", int),
-            records.field(key, body, "target", int),
-            body.get("previous"),
-            tuple(records.field(key, body, "aborted", list)),
-            bool(body.get("sinks_rewound", False)),
-            from_iso(key, body.get("at")),
-        )
+    at: float = codec.time(default=0.0, required=True)
 
 
 @dataclass(frozen=True)
-class ControlFinding:
+class ControlFinding(codec.Value):
     """Damage a migration or a repair met about one checkpoint, kept in the record so
     every GC pass reports it (`ops.maintenance.gc`). `hold`: the records cannot say
     whether the checkpoint is retained (its marker and outcome are both unreadable, or
     contradict each other), so it is in no set and never queued for GC until a repair
     can judge it; without `hold` it is a note that goes when the id is queued."""
 
-    checkpoint_id: int
-    problem: str
-    at: float
+    checkpoint_id: int = codec.field(key="id")
+    problem: str = codec.field()
+    at: float = codec.time()
     hold: bool = False
 
     @property
@@ -195,40 +117,32 @@ class ControlFinding:
     def __str__(self) -> str:
         return f"checkpoint {self.checkpoint_id}: {self.message}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.checkpoint_id,
-            "problem": self.problem,
-            "at": to_iso(self.at),
-            "hold": self.hold,
-        }
 
-    @classmethod
-    def from_json(cls, key: str, body: Mapping[str, Any]) -> ControlFinding:
-        return cls(
-            records.field(key, body, "id", int),
-            records.field(key, body, "problem", str),
-            from_iso(key, body.get("at")),
-            bool(body.get("hold", False)),
-        )
+def _by_id(entries: tuple[RetainedEntry | PendingEntry, ...]) -> list:
+    return sorted(entries, key=lambda e: e.checkpoint_id)
+
+
+def _newest_collected(ids: tuple[int, ...]) -> tuple[int, ...]:
+    return ids[-COLLECTED_CAP:]
 
 
 @dataclass(frozen=True)
-class ControlRecord(records.VersionedRecord):
+class ControlRecord(codec.Record):
     KIND = "pipeline-control"
     VERSION = 1
 
     head: int | None = None
-    restore_generation: int = 0
-    retained: tuple[RetainedEntry, ...] = ()
-    pending: tuple[PendingEntry, ...] = ()
+    restore_generation: int = codec.field(default=0, required=True)
+    retained: tuple[RetainedEntry, ...] = codec.field(default=(), prepare=_by_id)
+    pending: tuple[PendingEntry, ...] = codec.field(default=(), prepare=_by_id)
     discarded: tuple[DiscardedEntry, ...] = ()
-    collected: tuple[int, ...] = ()
+    collected: tuple[int, ...] = codec.field(default=(), prepare=_newest_collected)
     restore: RestoreInFlight | None = None
-    moved_at: float = 0.0
-    cause: str = "completed"
+    moved_at: float = codec.time(default=0.0)
+    cause: HeadMoveCause = HeadMoveCause.COMPLETED
     findings: tuple[ControlFinding, ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # What a newer writer added, kept through our writes.
+    extra: Mapping[str, Any] = codec.field(extra=True, default_factory=dict, compare=False)
 
     # -- queries --------------------------------------------------------------------------
 
@@ -276,67 +190,8 @@ class ControlRecord(records.VersionedRecord):
         findings = tuple(f for f in self.findings if f.checkpoint_id not in gone)
         return replace(self, discarded=self.discarded + added, findings=findings)
 
-    # -- format ---------------------------------------------------------------------------
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            **self.extra,
-            "head": self.head,
-            "restore_generation": self.restore_generation,
-            "retained": [e.to_json() for e in sorted(self.retained, key=_id)],
-            "pending": [e.to_json() for e in sorted(self.pending, key=_id)],
-            "discarded": [e.to_json() for e in self.discarded],
-            "collected": list(self.collected[-COLLECTED_CAP:]),
-            "restore": self.restore.to_json() if self.restore else None,
-            "moved_at": to_iso(self.moved_at),
-            "cause": self.cause,
-            "findings": [f.to_json() for f in self.findings],
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: dict[str, Any]) -> ControlRecord:
-        body = dict(body)
-        head = body.pop("head", None)
-        if head is not None and not isinstance(head, int):
-            raise CorruptRecord(key, f"bad head {head!r}")
-        restore = body.pop("restore", None)
-
-        def entries(name: str, parse: Callable[[str, Mapping[str, Any]], Any]) -> tuple:
-            items = body.pop(name, [])
-            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-                raise CorruptRecord(key, f"field '{name}' should be a list of objects")
-            return tuple(parse(key, i) for i in items)
-
-        collected = body.pop("collected", [])
-        if not isinstance(collected, list) or not all(isinstance(i, int) for i in collected):
-            raise CorruptRecord(key, "field 'collected' should be a list of ids")
-        return cls(
-            head=head,
-            restore_generation=records.field(key, body, "restore_generation", int),
-            retained=entries("retained", RetainedEntry.from_json),
-            pending=entries("pending", PendingEntry.from_json),
-            discarded=entries("discarded", DiscardedEntry.from_json),
-            collected=tuple(collected),
-            restore=RestoreInFlight.from_json(key, restore) if isinstance(restore, dict) else None,
-            moved_at=from_iso(key, body.pop("moved_at", "1970-01-01T00:00:00Z")),
-            cause=str(body.pop("cause", "completed")),
-            findings=entries("findings", ControlFinding.from_json),
-            extra={k: v for k, v in body.items() if k != "restore_generation"},
-        )
-
 
 EMPTY = ControlRecord()
-
-
-def _id(entry: RetainedEntry | PendingEntry) -> int:
-    return entry.checkpoint_id
-
-
-def _type(key: str, value: Any) -> CheckpointType:
-    try:
-        return CheckpointType(value or "checkpoint")
-    except ValueError:
-        raise CorruptRecord(key, f"unknown checkpoint type {value!r}") from None
 
 
 class ControlUnreadable(CheckpointError):

@@ -8,14 +8,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
-from batchpoint.errors import CorruptRecord
-from batchpoint.protocol import records
+from batchpoint import codec
 from batchpoint.protocol.cas import read_record, update_record
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.layout import PipelineLayout
-from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.storage.base import ObjectStore
 
 
@@ -25,42 +22,20 @@ class PipelineStatus(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class FailureState(records.VersionedRecord):
+class FailureState(codec.Record):
     KIND = "failure-state"
     VERSION = 1
 
-    status: PipelineStatus = PipelineStatus.RUNNING
-    failed_ids: tuple[int, ...] = ()  # consecutive failures since the last completion
-    last_completed_id: int = 0
+    status: PipelineStatus = codec.field(default=PipelineStatus.RUNNING, required=True)
+    # consecutive failures since the last completion
+    failed_ids: tuple[int, ...] = codec.field(default=(), required=True)
+    last_completed_id: int = codec.field(default=0, required=True)
     reason: str = ""
-    updated_at: float = 0.0
+    updated_at: float = codec.time(default=0.0, required=True)
 
     @property
     def consecutive_failures(self) -> int:
         return len(self.failed_ids)
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "status": self.status.value,
-            "failed_ids": list(self.failed_ids),
-            "last_completed_id": self.last_completed_id,
-            "reason": self.reason,
-            "updated_at": to_iso(self.updated_at),
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: dict[str, Any]) -> FailureState:
-        try:
-            status = PipelineStatus(body.get("status"))
-        except ValueError:
-            raise CorruptRecord(key, f"bad status {body.get('status')!r}") from None
-        return cls(
-            status,
-            tuple(records.field(key, body, "failed_ids", list)),
-            records.field(key, body, "last_completed_id", int),
-            str(body.get("reason", "")),
-            from_iso(key, body.get("updated_at")),
-        )
 
 
 class CheckpointFailureManager:

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from batchpoint.errors import CorruptRecord
-from batchpoint.protocol import records
-from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint import codec
 
 if TYPE_CHECKING:
     # The record the pointer is read from: control.py may name the causes without a circle.
@@ -24,51 +22,28 @@ if TYPE_CHECKING:
 
 
 class HeadMoveCause(enum.StrEnum):
+    """Why the head last moved (the control record's `cause`)."""
+
     COMPLETED = "completed"
     RESTORE = "restore"
 
 
 @dataclass(frozen=True)
-class HeadPointer(records.VersionedRecord):
+class HeadPointer(codec.Record):
+    """The head as callers see it; stored only by the old layout (a "head-pointer" v1
+    record at the control record's key), which the control record migrates from."""
+
     KIND = "head-pointer"
     VERSION = 1
 
-    checkpoint_id: int | None
-    restore_generation: int
-    moved_at: float
-    cause: HeadMoveCause
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "checkpoint_id": self.checkpoint_id,
-            "restore_generation": self.restore_generation,
-            "moved_at": to_iso(self.moved_at),
-            "cause": self.cause.value,
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: dict[str, Any]) -> HeadPointer:
-        cid = body.get("checkpoint_id")
-        if cid is not None and not isinstance(cid, int):
-            raise CorruptRecord(key, f"bad checkpoint_id {cid!r}")
-        try:
-            cause = HeadMoveCause(body.get("cause", "completed"))
-        except ValueError:
-            raise CorruptRecord(key, f"unknown head move cause {body.get('cause')!r}") from None
-        return cls(
-            cid,
-            records.field(key, body, "restore_generation", int),
-            from_iso(key, body.get("moved_at")),
-            cause,
-        )
+    checkpoint_id: int | None = codec.field(missing=None)
+    restore_generation: int = codec.field()
+    moved_at: float = codec.time()
+    cause: HeadMoveCause = codec.field(missing=HeadMoveCause.COMPLETED)
 
     @classmethod
     def of(cls, control: ControlRecord) -> HeadPointer:
-        try:
-            cause = HeadMoveCause(control.cause)
-        except ValueError:
-            cause = HeadMoveCause.COMPLETED
-        return cls(control.head, control.restore_generation, control.moved_at, cause)
+        return cls(control.head, control.restore_generation, control.moved_at, control.cause)
 
 
 EMPTY_HEAD = HeadPointer(None, 0, 0.0, HeadMoveCause.COMPLETED)

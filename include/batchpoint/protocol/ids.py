@@ -4,26 +4,18 @@ whatever aborts, restores or racing triggers happen."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from batchpoint.protocol import records
+from batchpoint import codec
 from batchpoint.protocol.cas import read_record, update_record
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.storage.base import ObjectStore
 
 
 @dataclass(frozen=True)
-class _Counter(records.VersionedRecord):
+class NextCheckpointId(codec.Record):
     KIND = "checkpoint-id-counter"
     VERSION = 1
     next_id: int
-
-    def to_body(self) -> dict[str, Any]:
-        return {"next_id": self.next_id}
-
-    @classmethod
-    def from_body(cls, key: str, body: dict[str, Any]) -> _Counter:
-        return cls(records.field(key, body, "next_id", int))
 
 
 class CheckpointIDCounter:
@@ -34,15 +26,17 @@ class CheckpointIDCounter:
     def get_and_increment(self) -> int:
         allocated: list[int] = []
 
-        def bump(current: _Counter | None) -> _Counter:
+        def bump(current: NextCheckpointId | None) -> NextCheckpointId:
             value = current.next_id if current else 1
             allocated[:] = [value]
-            return _Counter(value + 1)
+            return NextCheckpointId(value + 1)
 
-        update_record(self._store, self._key, _Counter.decode, _Counter.encode, bump)
+        update_record(
+            self._store, self._key, NextCheckpointId.decode, NextCheckpointId.encode, bump
+        )
         return allocated[0]
 
     def peek(self) -> int:
         """The id the next allocation will return."""
-        current = read_record(self._store, self._key, _Counter.decode)
+        current = read_record(self._store, self._key, NextCheckpointId.decode)
         return current[0].next_id if current else 1

@@ -18,13 +18,16 @@ what it cannot judge:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from batchpoint import codec
 from batchpoint.errors import CorruptRecord, ObjectNotFound, RecordError
-from batchpoint.protocol import records
-from batchpoint.protocol.checkpoint import CheckpointOutcome, CheckpointStatus, PendingCheckpoint
+from batchpoint.protocol.checkpoint import (
+    CheckpointOutcome,
+    CheckpointStatus,
+    CheckpointType,
+    PendingCheckpoint,
+)
 from batchpoint.protocol.control import (
     MIGRATED_FROM,
     OLD_LAYOUT,
@@ -36,40 +39,28 @@ from batchpoint.protocol.control import (
 )
 from batchpoint.protocol.head import HeadPointer
 from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
-from batchpoint.protocol.records import to_iso
 from batchpoint.storage.base import ObjectStore
 
 
 @dataclass(frozen=True)
-class RetainedMarker(records.VersionedRecord):
+class RetainedMarker(codec.Record):
     """The old layout's membership of one checkpoint in the retained set."""
 
     KIND = "retained-checkpoint"
     VERSION = 1
 
-    entry: RetainedEntry
-
-    def to_body(self) -> dict[str, Any]:
-        e = self.entry
-        return {
-            "checkpoint_id": e.checkpoint_id,
-            "type": e.type.value,
-            "completed_at": to_iso(e.completed_at),
-            "retain_forever": e.retain_forever,
-        }
+    checkpoint_id: int
+    type: CheckpointType = codec.field(missing=CheckpointType.CHECKPOINT)
+    completed_at: float = codec.time()
+    retain_forever: bool = False
 
     @classmethod
-    def from_body(cls, key: str, body: Mapping[str, Any]) -> RetainedMarker:
-        entry = RetainedEntry.from_json(
-            key,
-            {
-                "id": records.field(key, body, "checkpoint_id", int),
-                "type": body.get("type"),
-                "completed_at": body.get("completed_at"),
-                "retain_forever": body.get("retain_forever", False),
-            },
-        )
-        return cls(entry)
+    def of(cls, entry: RetainedEntry) -> RetainedMarker:
+        return cls(entry.checkpoint_id, entry.type, entry.completed_at, entry.retain_forever)
+
+    @property
+    def entry(self) -> RetainedEntry:
+        return RetainedEntry(self.checkpoint_id, self.type, self.completed_at, self.retain_forever)
 
 
 def migrate(store: ObjectStore, layout: PipelineLayout, data: bytes, now: float) -> ControlRecord:
@@ -123,7 +114,7 @@ def migrate(store: ObjectStore, layout: PipelineLayout, data: bytes, now: float)
         pending=tuple(pending),
         discarded=tuple(discarded),
         moved_at=old.moved_at,
-        cause=old.cause.value,
+        cause=old.cause,
         findings=tuple(findings),
         extra={MIGRATED_FROM: OLD_LAYOUT},
     )
@@ -164,7 +155,7 @@ def _retained(
         cid,
         p.type,
         outcome.completed.completed_at,
-        bool(p.properties.get("retain_forever", False)),
+        bool(p.properties.retain_forever),
     )
     note = f"retained as its outcome record says: its retained marker is unreadable ({problem})"
     return entry, ControlFinding(cid, note, now)

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from batchpoint.errors import CorruptRecord, PipelineSpecError
-from batchpoint.protocol import records
+from batchpoint import codec
+from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name, task_name
 from batchpoint.state.keygroups import check_parallelism
 
@@ -25,7 +25,7 @@ class OperatorKind(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class OperatorSpec:
+class OperatorSpec(codec.Value):
     name: str
     kind: OperatorKind
     inputs: tuple[str, ...] = ()
@@ -43,34 +43,9 @@ class OperatorSpec:
     def tasks(self) -> list[str]:
         return [task_name(self.name, i) for i in range(self.parallelism)] if self.has_tasks else []
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind.value,
-            "inputs": list(self.inputs),
-            "parallelism": self.parallelism,
-            "max_parallelism": self.max_parallelism,
-            "key_columns": list(self.key_columns),
-            "states": list(self.states),
-            "properties": dict(self.properties),
-        }
-
-    @classmethod
-    def from_json(cls, body: Mapping[str, Any]) -> OperatorSpec:
-        return cls(
-            name=body["name"],
-            kind=OperatorKind(body["kind"]),
-            inputs=tuple(body.get("inputs", ())),
-            parallelism=int(body.get("parallelism", 1)),
-            max_parallelism=int(body.get("max_parallelism", 128)),
-            key_columns=tuple(body.get("key_columns", ())),
-            states=tuple(body.get("states", ())),
-            properties=body.get("properties") or {},
-        )
-
 
 @dataclass(frozen=True)
-class PipelineSpec:
+class PipelineSpec(codec.Record):
     KIND = "pipeline-spec"
     VERSION = 1
 
@@ -161,24 +136,6 @@ class PipelineSpec:
                     f"pipeline '{self.name}': {op.kind.value} '{op.name}' has no inputs"
                 )
         self.topological_order()  # raises on a cycle
-
-    # -- records --------------------------------------------------------------------------
-
-    def encode(self) -> bytes:
-        return records.encode(
-            self.KIND,
-            self.VERSION,
-            {"name": self.name, "operators": [op.to_json() for op in self.operators]},
-        )
-
-    @classmethod
-    def decode(cls, key: str, data: bytes) -> PipelineSpec:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
-        try:
-            ops = tuple(OperatorSpec.from_json(o) for o in body["operators"])
-            return cls(body["name"], ops)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptRecord(key, f"bad pipeline spec: {exc}") from None
 
 
 def simple_pipeline(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from batchpoint.errors import RecordError
-from batchpoint.protocol.checkpoint import IMPORTED_FROM_PROPERTY, CompletedCheckpoint
+from batchpoint.protocol.checkpoint import CompletedCheckpoint
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.ports import RollForward
@@ -66,7 +66,7 @@ class CompletionNotifier:
         outcome = self._reads.get_outcome(checkpoint_id)
         if outcome is None or outcome.completed is None:
             return False
-        imported = IMPORTED_FROM_PROPERTY in outcome.pending.properties
+        imported = outcome.pending.properties.is_imported
         if (
             on_timeline(outcome.pending.restore_generation, control.restore_generation)
             and not imported

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import CorruptRecord, ObjectAlreadyExists, ObjectNotFound, RecordError
-from batchpoint.protocol import records
+from batchpoint import codec
+from batchpoint.codec import to_iso
+from batchpoint.errors import ObjectAlreadyExists, ObjectNotFound, RecordError
 from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
-from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.storage.base import ObjectStore
 
 
@@ -46,16 +46,38 @@ GATE_V1_REASON = "failed the quality gate"
 
 
 @dataclass(frozen=True)
-class QuarantineRecord:
-    KIND = "quarantine"
-    VERSION = 2
-    SUPPORTED = (1, 2)
+class QuarantineV1(codec.Value):
+    """Version 1, the quality gate's before restores quarantined: only the report."""
 
     checkpoint_id: int
-    quarantined_at: float  # 0.0 when the record cannot be read (`unreadable`)
-    found_by: QuarantineCause
-    reason: str  # one line: the restore's finding, or the gate's first finding
-    report: Mapping[str, Any] | None = None  # the quality gate's report (quality/report.py)
+    quarantined_at: float = codec.time()
+    report: Mapping[str, Any] = codec.field()
+
+
+def _from_v1(old: QuarantineV1) -> QuarantineRecord:
+    return QuarantineRecord(
+        old.checkpoint_id,
+        old.quarantined_at,
+        QuarantineCause.QUALITY_GATE,
+        GATE_V1_REASON,
+        old.report,
+    )
+
+
+@dataclass(frozen=True)
+class QuarantineRecord(codec.Record):
+    KIND = "quarantine"
+    VERSION = 2
+    READS = {1: codec.Upgrade(QuarantineV1, _from_v1)}
+
+    checkpoint_id: int
+    quarantined_at: float = codec.time()  # 0.0 when the record cannot be read (`unreadable`)
+    found_by: QuarantineCause = codec.field(
+        choices=(QuarantineCause.RESTORE, QuarantineCause.QUALITY_GATE)
+    )
+    reason: str = codec.field()  # one line: the restore's finding, or the gate's first finding
+    # the quality gate's report (quality/report.py)
+    report: Mapping[str, Any] | None = codec.field(default=None, omit=None)
 
     def describe(self, reason: str | None = None) -> str:
         """`quarantined since <when> by <whom>: <why>`, for refusals and listings (`reason`
@@ -64,34 +86,6 @@ class QuarantineRecord:
             return f"quarantined ({self.reason})"
         by = "a restore" if self.found_by is QuarantineCause.RESTORE else "the quality gate"
         return f"quarantined since {to_iso(self.quarantined_at)} by {by}: {reason or self.reason}"
-
-    def encode(self) -> bytes:
-        body: dict[str, Any] = {
-            "checkpoint_id": self.checkpoint_id,
-            "quarantined_at": to_iso(self.quarantined_at),
-            "found_by": self.found_by.value,
-            "reason": self.reason,
-        }
-        if self.report is not None:
-            body["report"] = dict(self.report)
-        return records.encode(self.KIND, self.VERSION, body)
-
-    @classmethod
-    def decode(cls, key: str, data: bytes) -> QuarantineRecord:
-        version, body = records.decode(key, data, cls.KIND, cls.SUPPORTED)
-        checkpoint_id = records.field(key, body, "checkpoint_id", int)
-        at = from_iso(key, body.get("quarantined_at"))
-        if version == 1:
-            report = records.field(key, body, "report", dict)
-            return cls(checkpoint_id, at, QuarantineCause.QUALITY_GATE, GATE_V1_REASON, report)
-        found_by = records.field(key, body, "found_by", str)
-        if found_by not in (QuarantineCause.RESTORE, QuarantineCause.QUALITY_GATE):
-            raise CorruptRecord(key, f"field 'found_by' is {found_by!r}")
-        report = body.get("report")
-        if report is not None and not isinstance(report, dict):
-            raise CorruptRecord(key, f"field 'report' should be an object, found {report!r}")
-        reason = records.field(key, body, "reason", str)
-        return cls(checkpoint_id, at, QuarantineCause(found_by), reason, report)
 
     @classmethod
     def unreadable(cls, checkpoint_id: int, error: RecordError) -> QuarantineRecord:

@@ -15,10 +15,8 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from batchpoint.errors import CorruptRecord, ObjectNotFound, RecordError
-from batchpoint.protocol import records
 from batchpoint.protocol.checkpoint import CheckpointStatus, PendingCheckpoint
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.control_store import ControlSnapshot, ControlStore
@@ -27,7 +25,6 @@ from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
 from batchpoint.protocol.ports import Clock, RollForward
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.reads import CheckpointReads
-from batchpoint.protocol.records import from_iso, to_iso
 from batchpoint.protocol.repair_plan import (
     RepairEvidence,
     RepairPlan,
@@ -35,6 +32,7 @@ from batchpoint.protocol.repair_plan import (
     plan_repair,
     same_substance,
 )
+from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
@@ -76,39 +74,6 @@ class RepairReport:
     @property
     def written(self) -> bool:
         return self.status is RepairStatus.WRITTEN
-
-
-@dataclass(frozen=True)
-class RestoreRecord(records.VersionedRecord):
-    """`restores/gen-G.json`, written once a restore's sinks are rewound."""
-
-    KIND = "restore"
-    VERSION = 1
-
-    checkpoint_id: int
-    restore_generation: int
-    previous_head: int | None
-    restored_at: float
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "checkpoint_id": self.checkpoint_id,
-            "restore_generation": self.restore_generation,
-            "previous_head": self.previous_head,
-            "restored_at": to_iso(self.restored_at),
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: dict[str, Any]) -> RestoreRecord:
-        previous = body.get("previous_head")
-        if previous is not None and not isinstance(previous, int):
-            raise CorruptRecord(key, f"bad previous_head {previous!r}")
-        return cls(
-            records.field(key, body, "checkpoint_id", int),
-            records.field(key, body, "restore_generation", int),
-            previous,
-            from_iso(key, body.get("restored_at")),
-        )
 
 
 class Repairer:

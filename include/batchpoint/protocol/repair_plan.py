@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from batchpoint.protocol.checkpoint import (
-    IMPORTED_FROM_PROPERTY,
     CheckpointOutcome,
     CheckpointStatus,
     PendingCheckpoint,
@@ -37,6 +36,7 @@ from batchpoint.protocol.control import (
     RetainedEntry,
 )
 from batchpoint.protocol.findings import Finding
+from batchpoint.protocol.head import HeadMoveCause
 from batchpoint.protocol.records import to_iso
 from batchpoint.protocol.timeline import is_stale, on_timeline
 
@@ -85,7 +85,7 @@ def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> Repa
     keep = _keep(entries, head, current, num_retained)
     retained = tuple(entries[cid] for cid in sorted(keep))
     for cid in sorted(entries):
-        if IMPORTED_FROM_PROPERTY in intact[cid].pending.properties and cid != target:
+        if intact[cid].pending.properties.is_imported and cid != target:
             why = "an imported savepoint no restore chose: retained, never the head"
             findings.append(Finding(f"checkpoint {cid}", why, cid))
     pending, abandoned = _open_checkpoints(ev, gone, held, head)
@@ -111,7 +111,7 @@ def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> Repa
         collected=() if current is None else current.collected,
         restore=restore,
         moved_at=now,
-        cause="restore",
+        cause=HeadMoveCause.RESTORE,
         findings=(*kept_notes, *held.values()),
         extra={**extra, "repaired_at": to_iso(now)},
     )
@@ -194,9 +194,7 @@ def _refusal(
     """No head with checkpoints that could continue the pipeline would restart it from
     empty state: refused. Only imported savepoints no restore chose leave no head, as
     before the restore that is meant to follow their import."""
-    if head is not None or all(
-        IMPORTED_FROM_PROPERTY in o.pending.properties for o in intact.values()
-    ):
+    if head is not None or all(o.pending.properties.is_imported for o in intact.values()):
         return None
     return (
         f"no checkpoint of the current timeline (restore generation {generation}"
@@ -270,7 +268,7 @@ def _head(
         for cid, o in ev_outcomes.items()
         if o.status is CheckpointStatus.COMPLETED
         and on_timeline(o.pending.restore_generation, generation)
-        and IMPORTED_FROM_PROPERTY not in o.pending.properties
+        and not o.pending.properties.is_imported
     }
     ancestors: list[int] = []
     step = target
@@ -322,7 +320,7 @@ def _note_abandoned(
             cid > target
             and cid != head
             and is_stale(o.pending.restore_generation, generation)
-            and IMPORTED_FROM_PROPERTY not in o.pending.properties
+            and not o.pending.properties.is_imported
         ):
             why = f"abandoned by restore generation {generation} to checkpoint {target}"
             findings.append(Finding(f"checkpoint {cid}", f"{why}: not the head", cid))
@@ -357,7 +355,7 @@ def _entry(outcome: CheckpointOutcome, current: ControlRecord | None) -> Retaine
         p.checkpoint_id,
         p.type,
         outcome.completed.completed_at,
-        bool(p.properties.get("retain_forever", False)),
+        bool(p.properties.retain_forever),
         claimed=known.claimed if known is not None else False,
     )
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 
 from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
 from batchpoint.protocol.checkpoint import (
-    IMPORTED_FROM_PROPERTY,
     CheckpointFailureReason,
     CompletedCheckpoint,
 )
@@ -36,14 +35,10 @@ from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import AbortCheckpoint, Clock
 from batchpoint.protocol.quarantine import QuarantineRecord, QuarantineStore
 from batchpoint.protocol.reads import CheckpointReads
-from batchpoint.protocol.records import encode, to_iso
+from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
-
-#: Properties an import records, so a restore to it keeps the sinks' history.
-SAVEPOINT_ID_PROPERTY = "savepoint_checkpoint_id"
-TAKEN_FROM_PROPERTY = "savepoint_taken_from"
 
 
 @dataclass(frozen=True)
@@ -267,7 +262,7 @@ class CheckpointRestorer:
                     generation, target, current.head, tuple(abandoned), False, now
                 ),
                 moved_at=now,
-                cause=HeadMoveCause.RESTORE.value,
+                cause=HeadMoveCause.RESTORE,
             )
             return moved.with_discarded(abandoned, now)
 
@@ -292,19 +287,7 @@ class CheckpointRestorer:
                     cid, CheckpointFailureReason.RESTORED, f"restore to checkpoint {r.target}"
                 )
         self._sinks.rewind_all(r.target, r.generation, alias_of=self.alias_of(r.target))
-        self._store.put(
-            self._layout.restore(r.generation),
-            encode(
-                "restore",
-                1,
-                {
-                    "checkpoint_id": r.target,
-                    "restore_generation": r.generation,
-                    "previous_head": r.previous,
-                    "restored_at": to_iso(r.at),
-                },
-            ),
-        )
+        self._store.put(self._layout.restore(r.generation), RestoreRecord.of(r).encode())
         self._failures.reset(self._clock(), reason=f"restored to checkpoint {r.target}")
 
         def done(current: ControlRecord | None) -> ControlRecord | None:
@@ -326,7 +309,7 @@ class CheckpointRestorer:
         if outcome is None:
             return None
         props = outcome.pending.properties
-        original = props.get(SAVEPOINT_ID_PROPERTY)
-        if IMPORTED_FROM_PROPERTY not in props or not isinstance(original, int):
+        original = props.savepoint_checkpoint_id
+        if not props.is_imported or original is None:
             return None
-        return original if props.get(TAKEN_FROM_PROPERTY) == self._store.uri else None
+        return original if props.savepoint_taken_from == self._store.uri else None

@@ -16,7 +16,6 @@ from batchpoint.errors import (
     RestoreRefused,
 )
 from batchpoint.protocol.checkpoint import (
-    IMPORTED_FROM_PROPERTY,
     SHARED_FROM_META,
     AckRecord,
     CheckpointOutcome,
@@ -33,7 +32,6 @@ from batchpoint.protocol.control import ControlUnreadable, PendingEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import Clock, ProgressFn, RollForward
-from batchpoint.protocol.restorer import SAVEPOINT_ID_PROPERTY, TAKEN_FROM_PROPERTY
 from batchpoint.protocol.savepoints import (
     METADATA,
     SavepointLocation,
@@ -245,13 +243,13 @@ class Savepoints:
             expected_tasks=source.expected_tasks,
             trigger_time=now,
             deadline=entry.deadline,
-            properties={
-                **source.properties,
-                IMPORTED_FROM_PROPERTY: given.uri,
-                SAVEPOINT_ID_PROPERTY: metadata.checkpoint_id,
-                TAKEN_FROM_PROPERTY: metadata.taken_from,
-                "savepoint_description": metadata.description,
-            },
+            properties=replace(
+                source.properties,
+                imported_from=given.uri,
+                savepoint_checkpoint_id=metadata.checkpoint_id,
+                savepoint_taken_from=metadata.taken_from,
+                savepoint_description=metadata.description,
+            ),
         )
         self._store.create(self._layout.active(entry.checkpoint_id), pending.encode())
         return entry.checkpoint_id

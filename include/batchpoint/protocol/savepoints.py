@@ -38,12 +38,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from batchpoint import codec
 from batchpoint.errors import (
-    CorruptRecord,
     ObjectNotFound,
     RestoreRefused,
 )
-from batchpoint.protocol import records
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CompletedCheckpoint,
@@ -52,7 +51,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import ProgressFn
-from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint.protocol.records import to_iso
 
 # Where a savepoint lives (and may live) is asked of this module too: re-exported.
 from batchpoint.protocol.savepoint_paths import (  # noqa: F401
@@ -76,19 +75,36 @@ _COPY_WORKERS = 8
 # -- the `_metadata` record -------------------------------------------------------------
 
 
+def _check_relative(path: str) -> None:
+    # A relative path that climbs out of the folder would let a crafted savepoint read
+    # (and on import, copy) any object of the store.
+    parts = path.split("/")
+    if not path.startswith((_DATA, _EXTERNAL)) or ".." in parts or "" in parts:
+        raise codec.Invalid(f"file path {path!r} is not inside the savepoint folder")
+
+
+def _inside_the_folder(acks: tuple[AckRecord, ...]) -> None:
+    for handle in (h for a in acks for h in a.handles):
+        _check_relative(handle.path)
+
+
 @dataclass(frozen=True)
-class SavepointMetadata(records.VersionedRecord):
+class SavepointMetadata(codec.Record):
     """The completed checkpoint, with every handle's path relative to the folder."""
 
     KIND = "savepoint"
     VERSION = 1
+    # written for people reading the folder, never read back
+    DERIVED = {"files": "file_count", "state_size": "state_size"}
 
     pipeline: str
     checkpoint_id: int  # the id it had in the pipeline it was taken from
-    pending: PendingCheckpoint  # barrier, expected tasks, properties as triggered
-    acks: tuple[AckRecord, ...]  # handle paths relative to the savepoint folder
-    completed_at: float
-    exported_at: float
+    # barrier, expected tasks, properties as triggered
+    pending: PendingCheckpoint = codec.field(key="checkpoint")
+    # handle paths relative to the savepoint folder
+    acks: tuple[AckRecord, ...] = codec.field(check=_inside_the_folder)
+    completed_at: float = codec.time()
+    exported_at: float = codec.time()
     description: str = ""
     taken_from: str = ""  # the storage root it was exported from (for people, not code)
 
@@ -97,47 +113,12 @@ class SavepointMetadata(records.VersionedRecord):
         return tuple(h for ack in self.acks for h in ack.handles)
 
     @property
+    def file_count(self) -> int:
+        return len(self.handles)
+
+    @property
     def state_size(self) -> int:
         return sum(ack.state_size for ack in self.acks)
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.pipeline,
-            "checkpoint_id": self.checkpoint_id,
-            "checkpoint": self.pending.to_body(),
-            "acks": [a.to_body() for a in self.acks],
-            "completed_at": to_iso(self.completed_at),
-            "exported_at": to_iso(self.exported_at),
-            "description": self.description,
-            "taken_from": self.taken_from,
-            "files": len(self.handles),
-            "state_size": self.state_size,
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: dict[str, Any]) -> SavepointMetadata:
-        pending = PendingCheckpoint.from_body(key, records.field(key, body, "checkpoint", dict))
-        acks = tuple(AckRecord.from_body(key, a) for a in records.field(key, body, "acks", list))
-        for handle in (h for a in acks for h in a.handles):
-            _check_relative(key, handle.path)
-        return cls(
-            pipeline=records.field(key, body, "pipeline", str),
-            checkpoint_id=records.field(key, body, "checkpoint_id", int),
-            pending=pending,
-            acks=acks,
-            completed_at=from_iso(key, body.get("completed_at")),
-            exported_at=from_iso(key, body.get("exported_at")),
-            description=str(body.get("description", "")),
-            taken_from=str(body.get("taken_from", "")),
-        )
-
-
-def _check_relative(key: str, path: str) -> None:
-    # A relative path that climbs out of the folder would let a crafted savepoint read
-    # (and on import, copy) any object of the store.
-    parts = path.split("/")
-    if not path.startswith((_DATA, _EXTERNAL)) or ".." in parts or "" in parts:
-        raise CorruptRecord(key, f"file path {path!r} is not inside the savepoint folder")
 
 
 def relative_path(layout: PipelineLayout, checkpoint_id: int, path: str) -> str:

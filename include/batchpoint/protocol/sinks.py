@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from batchpoint.errors import CheckpointError, CorruptRecord
-from batchpoint.protocol import records
+from batchpoint import codec
+from batchpoint.errors import CheckpointError
 from batchpoint.protocol.cas import read_record, update_record
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.layout import PipelineLayout, split_task_name
@@ -47,11 +47,12 @@ class PublishResult(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class PublishedEpoch:
+class PublishedEpoch(codec.Value):
     checkpoint_id: int
-    base_checkpoint_id: int | None
-    files: tuple[FileHandle, ...]
-    alias_of: int | None = None  # an imported savepoint standing for its original epoch
+    base_checkpoint_id: int | None = codec.field(missing=None)
+    files: tuple[FileHandle, ...] = codec.field(missing=())
+    # an imported savepoint standing for its original epoch
+    alias_of: int | None = codec.field(default=None, omit=None)
 
     @property
     def rows(self) -> int:
@@ -59,15 +60,16 @@ class PublishedEpoch:
 
 
 @dataclass(frozen=True)
-class SinkManifest(records.VersionedRecord):
+class SinkManifest(codec.Record):
     KIND = "sink-manifest"
     VERSION = 1
 
     sink: str
     mode: str
-    key_columns: tuple[str, ...]
-    current: int | None
-    epochs: Mapping[int, PublishedEpoch]
+    key_columns: tuple[str, ...] = codec.field(missing=())
+    current: int | None = codec.field(missing=None)
+    # stored as the list of the epochs, oldest first
+    epochs: Mapping[int, PublishedEpoch] = codec.field(keyed_by="checkpoint_id")
     generation: int = 0
 
     def reachable(
@@ -104,46 +106,6 @@ class SinkManifest(records.VersionedRecord):
             out.append(epoch)
             cid = epoch.base_checkpoint_id
         return out[::-1]
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "sink": self.sink,
-            "mode": self.mode,
-            "key_columns": list(self.key_columns),
-            "current": self.current,
-            "generation": self.generation,
-            "epochs": [
-                {
-                    "checkpoint_id": e.checkpoint_id,
-                    "base_checkpoint_id": e.base_checkpoint_id,
-                    "files": [f.to_json() for f in e.files],
-                    **({"alias_of": e.alias_of} if e.alias_of is not None else {}),
-                }
-                for e in sorted(self.epochs.values(), key=lambda e: e.checkpoint_id)
-            ],
-        }
-
-    @classmethod
-    def from_body(cls, key: str, body: dict[str, Any]) -> SinkManifest:
-        epochs: dict[int, PublishedEpoch] = {}
-        for entry in records.field(key, body, "epochs", list):
-            if not isinstance(entry, dict):
-                raise CorruptRecord(key, f"bad epoch entry {entry!r}")
-            epoch = PublishedEpoch(
-                records.field(key, entry, "checkpoint_id", int),
-                entry.get("base_checkpoint_id"),
-                tuple(FileHandle.from_json(key, f) for f in entry.get("files", [])),
-                entry.get("alias_of"),
-            )
-            epochs[epoch.checkpoint_id] = epoch
-        return cls(
-            records.field(key, body, "sink", str),
-            records.field(key, body, "mode", str),
-            tuple(body.get("key_columns", [])),
-            body.get("current"),
-            epochs,
-            int(body.get("generation", 0)),
-        )
 
 
 class SinkPublisher:

@@ -11,12 +11,11 @@ A savepoint import is admitted the same way, with no base (`admit_import`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from batchpoint.errors import RecordError, TriggerRefused
 from batchpoint.protocol.checkpoint import (
-    CHANGELOG_CHAIN_PROPERTY,
-    INDEPENDENT_OF_BASE,
     CheckpointFailureReason,
     CheckpointType,
     PendingCheckpoint,
@@ -30,6 +29,7 @@ from batchpoint.protocol.ids import CheckpointIDCounter
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import AbortCheckpoint, Clock
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.storage.base import ObjectStore
 
@@ -75,6 +75,7 @@ class CheckpointTrigger:
     ) -> PendingCheckpoint:
         """Admit a checkpoint of `spec`'s tasks reading up to `barrier` and write its
         pending record, or raise TriggerRefused with the reason."""
+        given = CheckpointProperties.of(properties)  # refused before anything is admitted
         now = self._clock()
         self._refuse_if_failed()
         control = self._control_for_trigger()
@@ -94,9 +95,10 @@ class CheckpointTrigger:
         except TriggerRefused:
             self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "base unreadable")
             raise
-        props = {CHANGELOG_CHAIN_PROPERTY: self._config.changelog_chain, **(properties or {})}
+        chain = self._config.changelog_chain if given.changelog_chain is None else None
+        props = replace(given, changelog_chain=chain) if chain is not None else given
         if (why := held_elsewhere(admitted, entry.base)) is not None:
-            props[INDEPENDENT_OF_BASE] = why
+            props = replace(props, independent_of_base=why)
         pending = PendingCheckpoint(
             pipeline=self._pipeline,
             checkpoint_id=checkpoint_id,

@@ -7,9 +7,9 @@ the CLI render them alike.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from batchpoint import codec
 
 
 class Check:
@@ -28,20 +28,13 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Finding:
-    object: str  # what is wrong: a record key, a file, `operator/state`, a source partition
-    check: str  # which check found it (see Check)
-    problem: str  # what is wrong with it, in words
+class Finding(codec.Value):
+    object: str = codec.field(missing="")  # what is wrong: a record key, a file, a partition
+    check: str = codec.field(missing="")  # which check found it (see Check)
+    problem: str = codec.field()  # what is wrong with it, in words
 
     def __str__(self) -> str:
         return f"[{self.check}] {self.object}: {self.problem}"
-
-    def to_json(self) -> dict[str, str]:
-        return {"object": self.object, "check": self.check, "problem": self.problem}
-
-    @classmethod
-    def from_json(cls, body: Mapping[str, Any]) -> Finding:
-        return cls(str(body.get("object", "")), str(body.get("check", "")), str(body["problem"]))
 
 
 def summarize(findings: list[Finding], limit: int = 3) -> str:

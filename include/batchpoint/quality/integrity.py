@@ -334,7 +334,7 @@ def _outcome_or_none(
 
 def _offsets(barrier: Mapping[str, Any], source: str) -> dict[str, PartitionOffset]:
     partitions = barrier.get(source) or {}
-    return {p: PartitionOffset.from_json(v) for p, v in partitions.items()}
+    return {p: PartitionOffset.coerce(v) for p, v in partitions.items()}
 
 
 def _normal(barrier: Mapping[str, Any]) -> dict[str, dict[str, int]]:

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchpoint.protocol import records
-from batchpoint.protocol.records import from_iso, to_iso
+from batchpoint import codec
+from batchpoint.codec import to_iso
 from batchpoint.quality.findings import Check, Finding
 
 #: The checks that judge a checkpoint's records and files, not its state's content.
@@ -63,19 +63,24 @@ class ResultRow:
     observed: str
 
 
+def _seconds(value: float) -> float:
+    return round(value, 3)
+
+
 @dataclass
-class CandidateReport:
+class CandidateReport(codec.Record):
     """The verdict on one checkpoint or savepoint."""
 
     KIND = "quality-report"
     VERSION = 1
+    DERIVED = {"passed": "passed"}  # written for readers of the JSON, never read back
 
     pipeline: str
     checkpoint_id: int
-    checkpoint_type: str
-    mode: GateMode
-    evaluated_at: float
-    seconds: float = 0.0
+    checkpoint_type: str = codec.field(missing="checkpoint")
+    mode: GateMode = codec.field(missing=GateMode.RESTORE)
+    evaluated_at: float = codec.time()
+    seconds: float = codec.field(default=0.0, prepare=_seconds)
     findings: list[Finding] = field(default_factory=list)
     gx_results: dict[str, dict[str, Any]] = field(default_factory=dict)  # state -> suite -> JSON
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # state -> check -> details
@@ -86,48 +91,6 @@ class CandidateReport:
     @property
     def passed(self) -> bool:
         return not self.findings
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.pipeline,
-            "checkpoint_id": self.checkpoint_id,
-            "checkpoint_type": self.checkpoint_type,
-            "mode": self.mode.value,
-            "evaluated_at": to_iso(self.evaluated_at),
-            "seconds": round(self.seconds, 3),
-            "passed": self.passed,
-            "findings": [f.to_json() for f in self.findings],
-            "gx_results": self.gx_results,
-            "checks": self.checks,
-            "skipped": list(self.skipped),
-            "suites_run": self.suites_run,
-            "quarantined": self.quarantined,
-        }
-
-    def encode(self) -> bytes:
-        return records.encode(self.KIND, self.VERSION, self.to_body())
-
-    @classmethod
-    def from_body(cls, key: str, body: Mapping[str, Any]) -> CandidateReport:
-        return cls(
-            pipeline=records.field(key, body, "pipeline", str),
-            checkpoint_id=records.field(key, body, "checkpoint_id", int),
-            checkpoint_type=str(body.get("checkpoint_type", "checkpoint")),
-            mode=GateMode(body.get("mode", GateMode.RESTORE.value)),
-            evaluated_at=from_iso(key, body.get("evaluated_at")),
-            seconds=float(body.get("seconds", 0.0)),
-            findings=[Finding.from_json(f) for f in body.get("findings", [])],
-            gx_results=dict(body.get("gx_results") or {}),
-            checks=dict(body.get("checks") or {}),
-            skipped=list(body.get("skipped") or []),
-            suites_run=bool(body.get("suites_run", False)),
-            quarantined=bool(body.get("quarantined", False)),
-        )
-
-    @classmethod
-    def decode(cls, key: str, data: bytes) -> CandidateReport:
-        _, body = records.decode(key, data, cls.KIND, (cls.VERSION,))
-        return cls.from_body(key, body)
 
     @property
     def integrity_findings(self) -> list[Finding]:

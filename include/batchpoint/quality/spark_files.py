@@ -31,7 +31,7 @@ def _check_task(
         problems = []
         for text in batch.column("handle").to_pylist():
             body = json.loads(text)
-            handle = FileHandle.from_json(body["path"], body)
+            handle = FileHandle.from_json(body, body["path"])
             problem = check_handle(store, handle, checksums)
             if problem is not None:
                 problems.append(problem)

@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING
 
 from batchpoint.errors import CheckpointError
 from batchpoint.protocol.checkpoint import (
-    CHANGELOG_CHAIN_PROPERTY,
-    INDEPENDENT_OF_BASE,
     SHARED_FROM_META,
     CompletedCheckpoint,
     FileHandle,
@@ -86,13 +84,14 @@ def plan_snapshot(
     def full(why: str, churn: int = 0) -> SnapshotPlan:
         return SnapshotPlan(0, why, churn=churn)
 
-    changelog_chain = int(pending.properties.get(CHANGELOG_CHAIN_PROPERTY, changelog_chain))
+    if pending.properties.changelog_chain is not None:  # fixed at trigger: it wins
+        changelog_chain = pending.properties.changelog_chain
     if changelog_chain <= 0:
         return full("incremental checkpoints are off (changelog chain 0)")
     if pending.is_savepoint:
         return full("a savepoint is self-contained")
-    if reason := pending.properties.get(INDEPENDENT_OF_BASE):
-        return full(str(reason))
+    if reason := pending.properties.independent_of_base:
+        return full(reason)
     if not base_files:
         return full("no base state")
     handles = [StateHandle.coerce(f) for f in base_files]

@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from batchpoint.errors import ConfigError
+from batchpoint import codec
+from batchpoint.errors import ConfigError, RecordError
 from batchpoint.sources.errors import SourceOffsetError
 
 
@@ -45,8 +45,11 @@ def prefix_digest(files: Sequence[FileEntry]) -> str:
 
 
 @dataclass(frozen=True)
-class PartitionOffset:
-    """The first `offset` files of a partition (in name order) are covered."""
+class PartitionOffset(codec.Value):
+    """The first `offset` files of a partition (in name order) are covered. A bare
+    integer in JSON is an unverified offset (`SHORT_FORM`)."""
+
+    SHORT_FORM = "offset"
 
     offset: int
     last: str | None = None
@@ -66,43 +69,36 @@ class PartitionOffset:
     def verified(self) -> bool:
         return self.digest is not None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "last": self.last, "digest": self.digest}
-
     @classmethod
-    def from_json(cls, value: object) -> PartitionOffset:
+    def coerce(cls, value: object) -> PartitionOffset:
+        """An offset as a caller gives it: a PartitionOffset, a count, or its JSON."""
         if isinstance(value, PartitionOffset):
             return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return cls(value)
-        if isinstance(value, Mapping) and "offset" in value:
-            return cls(int(value["offset"]), value.get("last"), value.get("digest"))
-        raise ConfigError(
-            f"a source offset must be an integer or {{'offset', 'last', 'digest'}}, got {value!r}"
-        )
+        try:
+            return cls.from_json(value, "source offset")
+        except RecordError:
+            raise ConfigError(
+                "a source offset must be an integer or {'offset', 'last', 'digest'}, "
+                f"got {value!r}"
+            ) from None
 
 
-class SourceBarrier(Mapping[str, PartitionOffset]):
+class SourceBarrier(codec.Value, Mapping[str, PartitionOffset]):
     """Partition -> offset. A partition it does not name is at offset 0."""
 
+    FORM = Mapping[str, PartitionOffset]
+
     def __init__(self, offsets: Mapping[str, object] | None = None) -> None:
+        if offsets is not None and not isinstance(offsets, Mapping):
+            raise ConfigError(f"a source barrier must be a JSON object, got {offsets!r}")
         self._offsets = {
-            str(partition): PartitionOffset.from_json(value)
+            str(partition): PartitionOffset.coerce(value)
             for partition, value in sorted((offsets or {}).items())
         }
 
     @classmethod
     def coerce(cls, value: SourceBarrier | Mapping[str, object] | None) -> SourceBarrier:
         return value if isinstance(value, SourceBarrier) else cls(value)
-
-    @classmethod
-    def from_json(cls, value: Mapping[str, object]) -> SourceBarrier:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"a source barrier must be a JSON object, got {value!r}")
-        return cls(value)
-
-    def to_json(self) -> dict[str, dict[str, Any]]:
-        return {partition: off.to_json() for partition, off in self._offsets.items()}
 
     def offset(self, partition: str) -> int:
         found = self._offsets.get(partition)

@@ -17,10 +17,10 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
+from batchpoint import codec
 from batchpoint.errors import ConfigError, ObjectNotFound
 from batchpoint.sources.barrier import (
     FileEntry,
@@ -41,27 +41,13 @@ def is_hidden(relative_name: str) -> bool:
 
 
 @dataclass(frozen=True)
-class SourceSplit:
+class SourceSplit(codec.Value):
     """One file of one partition, at position `index` (0-based) in the name order."""
 
     partition: str
     index: int
     key: str
     size: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "index": self.index,
-            "key": self.key,
-            "size": self.size,
-        }
-
-    @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> SourceSplit:
-        return cls(
-            str(value["partition"]), int(value["index"]), str(value["key"]), int(value["size"])
-        )
 
 
 class PartitionedFileSource:

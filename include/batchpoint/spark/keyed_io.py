@@ -50,7 +50,7 @@ def empty(spark: SparkSession, schema: pa.Schema) -> DataFrame:
 
 def _to_file_handle(handle: StateHandle) -> FileHandle:
     body = handle.to_json()
-    return FileHandle.from_json(handle.path, body)
+    return FileHandle.from_json(body, handle.path)
 
 
 def write_keyed(df: DataFrame, store_ref: StoreRef, spec: WriteSpec) -> dict[int, list[FileHandle]]:

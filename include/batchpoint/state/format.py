@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from batchpoint import codec
 from batchpoint.errors import BatchpointError
 from batchpoint.state.keygroups import KeyGroupRange, KeyHash, key_group_range_for_subtask
 
@@ -199,85 +200,37 @@ def key_hash_of_format(version: int) -> KeyHash:
 
 
 @dataclass(frozen=True)
-class StateHandle:
+class StateHandle(codec.Value):
     """One state file, as acknowledged by the task that wrote it."""
 
     path: str  # key relative to the store root
     size: int  # bytes
     sha256: str
-    rows: int
-    key_group_range: KeyGroupRange
-    name: str  # the operator state this file belongs to
+    rows: int = codec.field(missing=0)
+    key_group_range: KeyGroupRange = codec.field()
+    name: str = codec.field(missing="")  # the operator state this file belongs to
     schema_fingerprint: str = ""
     subtask: int = -1
     parallelism: int = 0
     max_parallelism: int = 0
     task_attempt: str = ""
-    format: int = FORMAT_VERSION
+    format: int = codec.field(default=FORMAT_VERSION, missing=1)  # unnamed: before format 2
     # The rows' Spark schema (StructType JSON): a reader needs neither a Spark job nor a
     # download to learn it. Empty in handles written before it was recorded.
-    spark_schema: str = ""
+    spark_schema: str = codec.field(default="", omit="")
     # 0: a full snapshot of its key groups. n > 0: the n-th changelog on top of it (the
     # rows that changed since layer n-1, deletions included); a reader merges the layers
     # per key, the highest layer winning.
-    layer: int = 0
+    layer: int = codec.field(default=0, omit=0)
     # A changelog's inserted minus deleted keys (its rows counts updates and deletions
     # too); for a full file, its rows.
-    net_rows: int | None = None
+    net_rows: int | None = codec.field(default=None, when="layer", doc="changelogs only")
     # Changelogs only: what a reader merges their rows on.
-    key_columns: tuple[str, ...] = ()
+    key_columns: tuple[str, ...] = codec.field(default=(), when="layer", doc="changelogs only")
 
     @property
     def is_changelog(self) -> bool:
         return self.layer > 0
-
-    def to_json(self) -> dict[str, Any]:
-        body = {
-            "path": self.path,
-            "size": self.size,
-            "sha256": self.sha256,
-            "rows": self.rows,
-            "key_group_range": self.key_group_range.to_json(),
-            "name": self.name,
-            "schema_fingerprint": self.schema_fingerprint,
-            "subtask": self.subtask,
-            "parallelism": self.parallelism,
-            "max_parallelism": self.max_parallelism,
-            "task_attempt": self.task_attempt,
-            "format": self.format,
-        }
-        if self.spark_schema:
-            body["spark_schema"] = self.spark_schema
-        if self.layer:
-            body["layer"] = self.layer
-            body["net_rows"] = self.net_rows if self.net_rows is not None else self.rows
-            body["key_columns"] = list(self.key_columns)
-        return body
-
-    @classmethod
-    def from_json(cls, body: Mapping[str, Any]) -> StateHandle:
-        try:
-            return cls(
-                path=str(body["path"]),
-                size=int(body["size"]),
-                sha256=str(body["sha256"]),
-                rows=int(body.get("rows", 0)),
-                key_group_range=KeyGroupRange.from_json(body["key_group_range"]),
-                name=str(body.get("name", "")),
-                schema_fingerprint=str(body.get("schema_fingerprint", "")),
-                subtask=int(body.get("subtask", -1)),
-                parallelism=int(body.get("parallelism", 0)),
-                max_parallelism=int(body.get("max_parallelism", 0)),
-                task_attempt=str(body.get("task_attempt", "")),
-                # Every handle has named its format; one that does not predates format 2.
-                format=int(body.get("format", 1)),
-                spark_schema=str(body.get("spark_schema", "")),
-                layer=int(body.get("layer", 0)),
-                net_rows=None if body.get("net_rows") is None else int(body["net_rows"]),
-                key_columns=tuple(str(k) for k in body.get("key_columns") or ()),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StateError(f"state handle {dict(body)!r} is malformed: {exc!r}") from None
 
     @classmethod
     def coerce(cls, value: StateHandle | Mapping[str, Any] | Any) -> StateHandle:
@@ -287,7 +240,7 @@ class StateHandle:
         if isinstance(value, Mapping):
             return cls.from_json(value)
         if hasattr(value, "to_json"):
-            return cls.from_json(value.to_json())
+            return cls.from_json(value.to_json(), getattr(value, "path", None))
         raise StateError(f"not a state handle: {value!r}")
 
 

@@ -22,10 +22,10 @@ import decimal
 import enum
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from batchpoint import codec
 from batchpoint.errors import PipelineSpecError
 from batchpoint.state.xxhash64 import spark_xxhash64
 
@@ -34,8 +34,11 @@ UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 
 
 @dataclass(frozen=True, order=True)
-class KeyGroupRange:
-    """Inclusive range [start, end] of key groups; empty when end < start."""
+class KeyGroupRange(codec.Value):
+    """Inclusive range [start, end] of key groups; empty when end < start. Stored as
+    `[start, end]`."""
+
+    LAYOUT = "array"
 
     start: int
     end: int
@@ -52,14 +55,6 @@ class KeyGroupRange:
 
     def overlaps(self, other: KeyGroupRange) -> bool:
         return self.intersection(other).size > 0
-
-    def to_json(self) -> list[int]:
-        return [self.start, self.end]
-
-    @classmethod
-    def from_json(cls, value: Sequence[int]) -> KeyGroupRange:
-        start, end = value
-        return cls(int(start), int(end))
 
     def __str__(self) -> str:
         return f"[{self.start}, {self.end}]"

@@ -1,0 +1,535 @@
+"""One realistic value of every stored record kind and version, and of the JSON values
+stored inside records (tests/protocol/test_record_fixtures.py).
+
+The bytes in tests/data/records/ were written from these values by the code of the day
+they were added (`python tests/support/record_examples.py tests/data/records`), so they
+stand for what a release wrote: readers must decode them to these values and re-encode
+them to the same bytes. Never regenerate them to make a test pass: a change in the bytes
+is a change of the stored format, which needs a new record version instead.
+
+A few fixtures are *older shapes* (`LEGACY`): bytes an earlier release wrote that today's
+writer no longer produces (a quarantine record of version 1, an ack from before task
+metrics). They are decoded and compared with their values, not re-encoded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from batchpoint.protocol import records
+from batchpoint.protocol.checkpoint import (
+    ADOPTED_FROM_META,
+    SHARED_FROM_META,
+    AckRecord,
+    CheckpointFailureReason,
+    CheckpointOutcome,
+    CheckpointStatus,
+    CheckpointType,
+    CompletedCheckpoint,
+    DeclineRecord,
+    FileHandle,
+    PendingCheckpoint,
+    TaskMetrics,
+)
+from batchpoint.protocol.control import (
+    ControlFinding,
+    ControlRecord,
+    DiscardedEntry,
+    PendingEntry,
+    RestoreInFlight,
+    RetainedEntry,
+)
+from batchpoint.protocol.failures import FailureState, PipelineStatus
+from batchpoint.protocol.head import HeadMoveCause, HeadPointer
+from batchpoint.protocol.ids import NextCheckpointId
+from batchpoint.protocol.migration import RetainedMarker
+from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
+from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
+from batchpoint.protocol.repair import RestoreRecord
+from batchpoint.protocol.savepoints import SavepointMetadata
+from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
+from batchpoint.quality.findings import Finding
+from batchpoint.quality.report import CandidateReport, GateMode
+from batchpoint.sources.barrier import PartitionOffset, SourceBarrier
+from batchpoint.sources.files import SourceSplit
+from batchpoint.state.format import StateHandle
+from batchpoint.state.keygroups import KeyGroupRange
+
+FOLDER = Path(__file__).resolve().parents[1] / "data" / "records"
+PIPELINE = "payments"
+
+
+def at(text: str) -> float:
+    """A time as the records hold it (milliseconds), so a decoded value equals it."""
+    return records.from_iso("example", text)
+
+
+# -- the JSON values inside records ------------------------------------------------------
+
+
+def source_barrier() -> SourceBarrier:
+    return SourceBarrier(
+        {
+            "p0": PartitionOffset(3, "e00002-f001.jsonl", "sha256:" + "ab" * 32),
+            "p1": PartitionOffset(0, None, "sha256:" + "cd" * 32),
+            "p2": PartitionOffset(7),  # an unverified offset: a bare count
+        }
+    )
+
+
+def state_handle(subtask: int = 0, layer: int = 0) -> StateHandle:
+    lo, hi = (0, 63) if subtask == 0 else (64, 127)
+    return StateHandle(
+        path=f"pipelines/{PIPELINE}/checkpoints/chk-0000000007/data/balances/{subtask}/"
+        f"att-1/state-balances/part-00000-{layer}.parquet",
+        size=4096 + subtask,
+        sha256=f"{subtask}{layer}" * 32,
+        rows=120 + subtask,
+        key_group_range=KeyGroupRange(lo, hi),
+        name="balances",
+        schema_fingerprint="9f2c4e1ab37d5c60",
+        subtask=subtask,
+        parallelism=2,
+        max_parallelism=128,
+        task_attempt="spark-17-0",
+        spark_schema='{"type":"struct","fields":[{"name":"account","type":"string"}]}',
+        layer=layer,
+        net_rows=-2 if layer else None,
+        key_columns=("account",) if layer else (),
+    )
+
+
+def source_split() -> SourceSplit:
+    return SourceSplit("p0", 2, "landing/payments/p0/e00002-f001.jsonl", 5321)
+
+
+# -- checkpoint records ----------------------------------------------------------------
+
+
+def pending(checkpoint_id: int = 7, type: CheckpointType = CheckpointType.CHECKPOINT):
+    return PendingCheckpoint(
+        pipeline=PIPELINE,
+        checkpoint_id=checkpoint_id,
+        type=type,
+        base_checkpoint_id=checkpoint_id - 1,
+        restore_generation=2,
+        barrier={"payments": source_barrier().to_json()},
+        base_barrier={
+            "payments": {
+                "p0": {"offset": 2, "last": "e00001-f004.jsonl", "digest": "sha256:" + "ef" * 32}
+            }
+        },
+        expected_tasks=("balances#0", "balances#1", "alerts#0"),
+        trigger_time=at("2026-11-20T10:00:00.125Z"),
+        deadline=at("2026-11-20T10:10:00.125Z"),
+        properties={
+            "audit": True,
+            "changelog_chain": 8,
+            "independent_of_base": "the base is a savepoint held outside retention",
+            "retain_forever": True,
+            "scheduler_run_id": "scheduled__2026-11-20T10:00:00+00:00",
+            "description": "nightly",
+            "why": {"ticket": "OPS-12", "tags": ["a", "b"]},  # the user's own
+        },
+    )
+
+
+def imported_pending() -> PendingCheckpoint:
+    """What a savepoint import writes: the original's properties and where it came from."""
+    base = pending(9, CheckpointType.SAVEPOINT)
+    return PendingCheckpoint(
+        **{
+            **{f: getattr(base, f) for f in ("pipeline", "checkpoint_id", "type")},
+            "base_checkpoint_id": None,
+            "restore_generation": 3,
+            "barrier": base.barrier,
+            "base_barrier": base.base_barrier,
+            "expected_tasks": base.expected_tasks,
+            "trigger_time": base.trigger_time,
+            "deadline": base.deadline,
+            "properties": {
+                "description": "before the v2 deploy",
+                "via": "cli",
+                "target": "savepoints/v2",
+                "stop_pipeline": True,
+                "imported_from": "file:///srv/savepoints/v2",
+                "savepoint_checkpoint_id": 4,
+                "savepoint_taken_from": "s3://lake/batchpoint",
+                "savepoint_description": "before the v2 deploy",
+            },
+        }
+    )
+
+
+def file_handle(handle: StateHandle, **meta: Any) -> FileHandle:
+    body = {**handle.to_json(), **meta}
+    return FileHandle.from_json(body, handle.path)
+
+
+def acks(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
+    channel = FileHandle(
+        f"pipelines/{PIPELINE}/checkpoints/chk-{checkpoint_id:010d}/data/balances/0/att-1/"
+        "channel-alerts/part-0.parquet",
+        2048,
+        "c" * 64,
+        rows=40,
+        key_group_range=(0, 63),
+        name="channel-alerts",
+        meta={"subtask": 0, "consumer": "alerts"},
+    )
+    sink = FileHandle(
+        channel.path,
+        2048,
+        "c" * 64,
+        rows=40,
+        name="sink",
+        meta={ADOPTED_FROM_META: "balances#0"},
+    )
+    return (
+        AckRecord(
+            checkpoint_id,
+            "balances#0",
+            "att-1",
+            (file_handle(state_handle(0)), file_handle(state_handle(0, layer=1)), channel),
+            TaskMetrics(12.5, 840.25, 300, 160),
+            at("2026-11-20T10:03:00.500Z"),
+        ),
+        AckRecord(
+            checkpoint_id,
+            "balances#1",
+            "att-2",
+            (file_handle(state_handle(1), **{SHARED_FROM_META: checkpoint_id - 1}),),
+            TaskMetrics(11.0, 799.5, 280, 121),
+            at("2026-11-20T10:03:01.000Z"),
+        ),
+        AckRecord(
+            checkpoint_id,
+            "alerts#0",
+            "att-1",
+            (sink,),
+            TaskMetrics(0.5, 3.0, 40, 40),
+            at("2026-11-20T10:04:00.000Z"),
+        ),
+    )
+
+
+def decline() -> DeclineRecord:
+    return DeclineRecord(
+        8, "alerts#0", "att-3", "source file vanished", at("2026-11-20T11:00:01.250Z")
+    )
+
+
+def completed_outcome() -> CheckpointOutcome:
+    p = pending()
+    decided = at("2026-11-20T10:04:02.000Z")
+    return CheckpointOutcome(
+        CheckpointStatus.COMPLETED, p, decided, completed=CompletedCheckpoint(p, acks(), decided)
+    )
+
+
+def aborted_outcome() -> CheckpointOutcome:
+    return CheckpointOutcome(
+        CheckpointStatus.ABORTED,
+        pending(8),
+        at("2026-11-20T11:00:02.000Z"),
+        reason=CheckpointFailureReason.DECLINED,
+        message="task alerts#0 declined: source file vanished",
+    )
+
+
+# -- pipeline records ------------------------------------------------------------------
+
+
+def control() -> ControlRecord:
+    return ControlRecord(
+        head=7,
+        restore_generation=2,
+        retained=(
+            RetainedEntry(
+                4, CheckpointType.SAVEPOINT, at("2026-11-18T09:00:00.000Z"), claimed=True
+            ),
+            RetainedEntry(6, CheckpointType.CHECKPOINT, at("2026-11-20T09:04:00.000Z"), True),
+            RetainedEntry(7, CheckpointType.CHECKPOINT, at("2026-11-20T10:04:02.000Z")),
+        ),
+        pending=(
+            PendingEntry(8, CheckpointType.CHECKPOINT, 7, 2, at("2026-11-20T11:10:00.000Z")),
+            PendingEntry(9, CheckpointType.SAVEPOINT, None, 2, at("2026-11-20T11:12:00.000Z")),
+        ),
+        discarded=(
+            DiscardedEntry(5, at("2026-11-20T09:04:00.000Z")),
+            DiscardedEntry(3, at("2026-11-20T09:05:00.000Z")),
+        ),
+        collected=(1, 2),
+        restore=RestoreInFlight(2, 4, 3, (5,), True, at("2026-11-19T08:00:00.000Z")),
+        moved_at=at("2026-11-20T10:04:02.000Z"),
+        cause=HeadMoveCause.RESTORE,
+        findings=(
+            ControlFinding(
+                3, "its retained marker is unreadable", at("2026-11-19T08:00:00.000Z"), hold=True
+            ),
+            ControlFinding(5, "unreadable pending record", at("2026-11-19T08:00:00.000Z")),
+        ),
+        extra={"written_by": "batchpoint 0.9"},  # a newer writer's field, kept
+    )
+
+
+def manifest() -> SinkManifest:
+    files = (acks()[2].handles[0],)
+    return SinkManifest(
+        "alerts",
+        "append",
+        ("account", "ts"),
+        9,
+        {
+            6: PublishedEpoch(6, None, files),
+            7: PublishedEpoch(7, 6, files),
+            9: PublishedEpoch(9, 7, (), alias_of=4),
+        },
+        generation=2,
+    )
+
+
+def failures() -> FailureState:
+    return FailureState(
+        PipelineStatus.FAILED,
+        (8, 10, 11),
+        7,
+        "3 consecutive checkpoints failed (tolerable: 2); last: checkpoint 11 expired: late",
+        at("2026-11-20T12:00:00.000Z"),
+    )
+
+
+def id_counter() -> NextCheckpointId:
+    return NextCheckpointId(12)
+
+
+def head_pointer() -> HeadPointer:
+    return HeadPointer(7, 2, at("2026-11-20T10:04:02.000Z"), HeadMoveCause.RESTORE)
+
+
+def retained_marker() -> RetainedMarker:
+    return RetainedMarker.of(
+        RetainedEntry(6, CheckpointType.CHECKPOINT, at("2026-11-20T09:04:00.000Z"), True)
+    )
+
+
+def spec() -> PipelineSpec:
+    return PipelineSpec(
+        PIPELINE,
+        (
+            OperatorSpec("payments", OperatorKind.SOURCE, properties={"format": "jsonl"}),
+            OperatorSpec(
+                "balances",
+                OperatorKind.OPERATOR,
+                ("payments",),
+                parallelism=2,
+                max_parallelism=128,
+                key_columns=("account",),
+                states=("balances", "seen"),
+            ),
+            OperatorSpec(
+                "alerts",
+                OperatorKind.SINK,
+                ("balances",),
+                key_columns=("account", "ts"),
+                properties={
+                    "mode": "append",
+                    "table": "payments.alerts",
+                    "table_catalog": "lake",
+                    "table_format": "iceberg",
+                },
+            ),
+        ),
+    )
+
+
+def savepoint() -> SavepointMetadata:
+    relative = tuple(
+        AckRecord(
+            a.checkpoint_id,
+            a.task,
+            a.attempt,
+            tuple(
+                FileHandle.from_json(
+                    {**h.to_json(), "path": f"data/{a.task.replace('#', '/')}/{a.attempt}/{i}"}
+                )
+                for i, h in enumerate(a.handles)
+            ),
+            a.metrics,
+            a.acked_at,
+        )
+        for a in acks(4)
+    )
+    return SavepointMetadata(
+        pipeline=PIPELINE,
+        checkpoint_id=4,
+        pending=pending(4, CheckpointType.SAVEPOINT),
+        acks=relative,
+        completed_at=at("2026-11-18T09:00:00.000Z"),
+        exported_at=at("2026-11-18T09:01:30.250Z"),
+        description="before the v2 deploy",
+        taken_from="s3://lake/batchpoint",
+    )
+
+
+def quality_report() -> CandidateReport:
+    return CandidateReport(
+        pipeline=PIPELINE,
+        checkpoint_id=7,
+        checkpoint_type="checkpoint",
+        mode=GateMode.AUDIT,
+        evaluated_at=at("2026-11-20T10:05:00.000Z"),
+        seconds=4.25,
+        findings=[
+            Finding("balances/balances", "suite:payments_balances", "2 of 121 values unexpected"),
+            Finding("pipelines/payments/checkpoints/chk-0000000007/outcome.json", "metadata", "x"),
+        ],
+        gx_results={
+            "balances/balances": {
+                "payments_balances": {
+                    "success": False,
+                    "results": [{"result": {"unexpected_count": 2}}],
+                }
+            }
+        },
+        checks={"balances/balances": {"row-count": {"counted": 121, "recorded": 121}}},
+        skipped=["suite:slow"],
+        suites_run=True,
+        quarantined=True,
+    )
+
+
+def quarantine_v2() -> QuarantineRecord:
+    report = quality_report()
+    return QuarantineRecord(
+        7,
+        at("2026-11-20T10:05:01.000Z"),
+        QuarantineCause.QUALITY_GATE,
+        str(report.findings[0]),
+        report.to_body(),
+    )
+
+
+def quarantine_v2_restore() -> QuarantineRecord:
+    return QuarantineRecord(
+        5,
+        at("2026-11-20T10:06:00.000Z"),
+        QuarantineCause.RESTORE,
+        "file pipelines/payments/checkpoints/chk-0000000005/data/x: sha256 mismatch",
+    )
+
+
+def restore_record() -> RestoreRecord:
+    return RestoreRecord(4, 2, 3, at("2026-11-19T08:00:00.000Z"))
+
+
+# -- older shapes an earlier release wrote ------------------------------------------------
+
+
+def quarantine_v1() -> QuarantineRecord:
+    report = quality_report()
+    return QuarantineRecord(
+        7,
+        at("2026-11-20T10:05:01.000Z"),
+        QuarantineCause.QUALITY_GATE,
+        "failed the quality gate",
+        report.to_body(),
+    )
+
+
+def quarantine_v1_bytes() -> bytes:
+    """As the gate wrote it before restores quarantined (no found_by, no reason)."""
+    record = quarantine_v1()
+    body = {
+        "checkpoint_id": record.checkpoint_id,
+        "quarantined_at": records.to_iso(record.quarantined_at),
+        "report": record.report,
+    }
+    return records.encode("quarantine", 1, body)
+
+
+def ack_before_metrics() -> AckRecord:
+    ack = acks()[2]
+    return AckRecord(
+        ack.checkpoint_id, ack.task, ack.attempt, ack.handles, TaskMetrics(), ack.acked_at
+    )
+
+
+def ack_before_metrics_bytes() -> bytes:
+    body = json.loads(ack_before_metrics().encode())
+    del body["metrics"]
+    for handle in body["handles"]:
+        del handle["rows"]  # the oldest handles had no row count either
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def ack_before_metrics_value() -> AckRecord:
+    ack = ack_before_metrics()
+    handles = tuple(
+        FileHandle(h.path, h.size, h.sha256, 0, h.key_group_range, h.name, h.meta)
+        for h in ack.handles
+    )
+    return AckRecord(ack.checkpoint_id, ack.task, ack.attempt, handles, ack.metrics, ack.acked_at)
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+#: fixture file name -> the value it holds. Records are `<kind>-v<version>[-case].json`;
+#: JSON values inside records are `value-<name>.json`.
+RECORDS: dict[str, Callable[[], Any]] = {
+    "pending-checkpoint-v1.json": pending,
+    "pending-checkpoint-v1-imported.json": imported_pending,
+    "ack-v1.json": lambda: acks()[0],
+    "ack-v1-shared.json": lambda: acks()[1],
+    "ack-v1-sink.json": lambda: acks()[2],
+    "decline-v1.json": decline,
+    "checkpoint-outcome-v1-completed.json": completed_outcome,
+    "checkpoint-outcome-v1-aborted.json": aborted_outcome,
+    "pipeline-control-v1.json": control,
+    "sink-manifest-v1.json": manifest,
+    "failure-state-v1.json": failures,
+    "checkpoint-id-counter-v1.json": id_counter,
+    "head-pointer-v1.json": head_pointer,
+    "retained-checkpoint-v1.json": retained_marker,
+    "pipeline-spec-v1.json": spec,
+    "savepoint-v1.json": savepoint,
+    "quality-report-v1.json": quality_report,
+    "quarantine-v2.json": quarantine_v2,
+    "quarantine-v2-restore.json": quarantine_v2_restore,
+    "restore-v1.json": restore_record,
+}
+
+#: JSON values stored inside records (or a Parquet file's metadata): name -> value.
+VALUES: dict[str, Callable[[], Any]] = {
+    "value-source-barrier.json": source_barrier,
+    "value-state-handle.json": state_handle,
+    "value-state-handle-changelog.json": lambda: state_handle(1, layer=2),
+    "value-key-group-range.json": lambda: KeyGroupRange(64, 127),
+    "value-source-split.json": source_split,
+}
+
+#: Older shapes: name -> (their bytes as the earlier release wrote them, the value).
+LEGACY: dict[str, tuple[Callable[[], bytes], Callable[[], Any]]] = {
+    "quarantine-v1.json": (quarantine_v1_bytes, quarantine_v1),
+    "ack-v1-before-metrics.json": (ack_before_metrics_bytes, ack_before_metrics_value),
+}
+
+
+def write(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, make in RECORDS.items():
+        (folder / name).write_bytes(make().encode())
+    for name, make in VALUES.items():
+        (folder / name).write_bytes(_json(make().to_json()))
+    for name, (data, _) in LEGACY.items():
+        (folder / name).write_bytes(data())
+
+
+if __name__ == "__main__":
+    write(Path(sys.argv[1]) if len(sys.argv) > 1 else FOLDER)
