@@ -224,9 +224,11 @@ class CheckpointFinalizer:
             return
         if stop is None or stop.savepoint != pending.checkpoint_id:
             return
-        why = f"savepoint {stop.savepoint} stopped the pipeline after it was triggered"
+        why = f"stop-with-savepoint {stop.savepoint} abandoned it after it was triggered"
         for abandoned in stop.abandoned:
-            with contextlib.suppress(CheckpointNotFound):  # its trigger died: no record
+            # No record (its trigger died) or a damaged one: as a restore's roll-forward,
+            # leave it; not pending, it can never complete (`stopping.abandoned`).
+            with contextlib.suppress(CheckpointNotFound, RecordError):
                 self.abort(abandoned, CheckpointFailureReason.STOPPED, why)
 
     # == abort, expire ===================================================================

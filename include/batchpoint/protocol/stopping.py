@@ -85,8 +85,8 @@ def abandoned(control: ControlRecord, checkpoint_id: int) -> str | None:
     if not control.is_discarded(checkpoint_id) and checkpoint_id not in control.collected:
         return None
     by = control.stopping or control.stopped
-    who = f"savepoint {by.savepoint}" if by is not None else "a savepoint"
-    return f"{who} stopped the pipeline after it was triggered; it was abandoned"
+    who = f"stop-with-savepoint {by.savepoint}" if by is not None else "a stop-with-savepoint"
+    return f"{who} abandoned it after it was triggered"
 
 
 def settle_stop(
