@@ -14,6 +14,7 @@ metrics). They are decoded and compared with their values, not re-encoded.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -42,6 +43,8 @@ from batchpoint.protocol.control import (
     PendingEntry,
     RestoreInFlight,
     RetainedEntry,
+    StopInFlight,
+    Stopped,
 )
 from batchpoint.protocol.failures import FailureState, PipelineStatus
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
@@ -277,6 +280,45 @@ def control() -> ControlRecord:
     )
 
 
+def control_v1_bytes() -> bytes:
+    """As version 1 wrote `control()`: the same fields, no stop (version 2 adds only
+    `stopping` and `stopped`, written when set)."""
+    body = json.loads(control().encode())
+    del body["kind"], body["version"]
+    return records.encode("pipeline-control", 1, body)
+
+
+def control_stopping() -> ControlRecord:
+    """A stop-with-savepoint in flight: savepoint 9 abandoned checkpoint 8."""
+    return dataclasses.replace(
+        control(),
+        pending=(PendingEntry(9, CheckpointType.SAVEPOINT, 7, 2, at("2026-11-20T11:12:00.000Z")),),
+        discarded=(
+            *control().discarded,
+            DiscardedEntry(8, at("2026-11-20T11:02:00.000Z")),
+        ),
+        stopping=StopInFlight(9, at("2026-11-20T11:02:00.000Z"), (8,)),
+    )
+
+
+def control_stopped() -> ControlRecord:
+    """Stopped with savepoint 9, which is the head."""
+    base = control()
+    return dataclasses.replace(
+        base,
+        head=9,
+        retained=(
+            *base.retained,
+            RetainedEntry(9, CheckpointType.SAVEPOINT, at("2026-11-20T11:05:00.000Z")),
+        ),
+        pending=(),
+        discarded=(*base.discarded, DiscardedEntry(8, at("2026-11-20T11:02:00.000Z"))),
+        moved_at=at("2026-11-20T11:05:00.000Z"),
+        cause=HeadMoveCause.COMPLETED,
+        stopped=Stopped(9, at("2026-11-20T11:05:00.000Z")),
+    )
+
+
 def manifest() -> SinkManifest:
     files = (acks()[2].handles[0],)
     return SinkManifest(
@@ -491,7 +533,9 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "decline-v1.json": decline,
     "checkpoint-outcome-v1-completed.json": completed_outcome,
     "checkpoint-outcome-v1-aborted.json": aborted_outcome,
-    "pipeline-control-v1.json": control,
+    "pipeline-control-v2.json": control,
+    "pipeline-control-v2-stopping.json": control_stopping,
+    "pipeline-control-v2-stopped.json": control_stopped,
     "sink-manifest-v1.json": manifest,
     "failure-state-v1.json": failures,
     "checkpoint-id-counter-v1.json": id_counter,
@@ -517,6 +561,7 @@ VALUES: dict[str, Callable[[], Any]] = {
 #: Older shapes: name -> (their bytes as the earlier release wrote them, the value).
 LEGACY: dict[str, tuple[Callable[[], bytes], Callable[[], Any]]] = {
     "quarantine-v1.json": (quarantine_v1_bytes, quarantine_v1),
+    "pipeline-control-v1.json": (control_v1_bytes, control),
     "ack-v1-before-metrics.json": (ack_before_metrics_bytes, ack_before_metrics_value),
 }
 

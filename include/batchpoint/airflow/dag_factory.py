@@ -289,8 +289,10 @@ def build_savepoint_dag(
                 type="boolean",
                 title="Stop the pipeline afterwards",
                 description=(
-                    f"Pause {ids['checkpoint']} once the savepoint is written (needs the "
-                    f"Airflow connection '{deployment.api_conn_id}')."
+                    "Stop-with-savepoint: the checkpoints pending are abandoned and no "
+                    "checkpoint starts after the savepoint until `batchpoint resume` or a "
+                    f"restore; {ids['checkpoint']} is also paused once the savepoint is "
+                    f"written (needs the Airflow connection '{deployment.api_conn_id}')."
                 ),
             ),
             "description": Param(
@@ -463,8 +465,13 @@ it references is copied under the target folder with relative paths, plus `_meta
 The folder is self-contained: move it anywhere and restore from it with
 `{pipeline.name}_restore`. Savepoints are not audited, even when checkpoints are.
 
-*Stop the pipeline afterwards* pauses `{pipeline.name}_checkpoint` through the REST API
-with the Airflow connection `{deployment.api_conn_id}` (http: host, port, login, password).
+*Stop the pipeline afterwards* is Flink's stop-with-savepoint: the savepoint's
+admission abandons the checkpoints pending (none of them completes after it), and the
+pipeline's control record says it is stopped once the savepoint completes, so every
+trigger is refused until `batchpoint resume` or a restore. It also pauses
+`{pipeline.name}_checkpoint` through the REST API with the Airflow connection
+`{deployment.api_conn_id}` (http: host, port, login, password), so the scheduler stops
+creating runs; unpausing alone does not resume the pipeline.
 """
 
 

@@ -1,5 +1,5 @@
-"""`gc`, `reset` and `repair`: keeping a pipeline's storage, failure counter and control
-record in order."""
+"""`gc`, `reset`, `resume` and `repair`: keeping a pipeline's storage, failure counter and
+control record in order."""
 
 from __future__ import annotations
 
@@ -8,8 +8,17 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, non_negative
-from batchpoint.ops.maintenance import RepairResult, gc, gc_summary, repair, reset
+from batchpoint.ops.maintenance import (
+    RepairResult,
+    gc,
+    gc_summary,
+    repair,
+    reset,
+    resume,
+    settled_line,
+)
 from batchpoint.protocol.repair import RepairStatus
+from batchpoint.protocol.stopping import NotStopped
 
 
 def cmd_gc(cmd: Command) -> int:
@@ -25,8 +34,27 @@ def cmd_gc(cmd: Command) -> int:
         f"{verb} {len(report.deleted_files)} file(s), {render.size(report.deleted_bytes)}; "
         f"pruned {report.pruned_checkpoints or 'no'} checkpoint record(s)"
     ]
+    lines += [f"  settled {settled_line(outcome)}" for outcome in report.settled]
     lines += [f"  finding: {finding}" for finding in report.findings]
     cmd.out.emit(gc_summary(report), "\n".join(lines))
+    return 0
+
+
+def cmd_resume(cmd: Command) -> int:
+    coordinator = cmd.coordinator()
+    try:
+        result = resume(coordinator)
+    except NotStopped as exc:
+        cmd.out.emit(
+            {"pipeline": coordinator.pipeline, "resumed": False, "reason": str(exc)}, str(exc)
+        )
+        return 1
+    cmd.out.emit(
+        result.to_json,
+        f"pipeline {result.pipeline}: resumed (it was stopped with savepoint "
+        f"{result.savepoint} at {render.when(result.stopped_at)}); the next checkpoint "
+        "builds on the head",
+    )
     return 0
 
 
@@ -87,7 +115,10 @@ def repair_text(result: RepairResult) -> str:
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "gc", help="delete files no retained checkpoint references", parents=[common]
+        "gc",
+        help="expire overdue pending checkpoints, then delete files no retained checkpoint "
+        "references",
+        parents=[common],
     )
     p.add_argument("--dry-run", action="store_true", help="report only, delete nothing")
     p.add_argument(
@@ -100,6 +131,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_gc)
     p = sub.add_parser("reset", help="clear a FAILED pipeline's failure counter", parents=[common])
     p.set_defaults(run=cmd_reset)
+    p = sub.add_parser(
+        "resume",
+        help="take checkpoints again after a stop-with-savepoint (exit 1: it was not stopped)",
+        parents=[common],
+    )
+    p.set_defaults(run=cmd_resume)
     p = sub.add_parser(
         "repair",
         help="rebuild a missing or unreadable control record from the checkpoints' records "

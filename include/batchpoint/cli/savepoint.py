@@ -1,4 +1,5 @@
-"""`savepoint`: run one epoch as a savepoint on local Spark and export it to a folder;
+"""`savepoint`: run one epoch as a savepoint on local Spark and export it to a folder
+(with --stop, a stop-with-savepoint);
 or, with --checkpoint-id, export a completed checkpoint; `savepoint dispose ID` removes
 a retained savepoint from the pipeline."""
 
@@ -19,6 +20,11 @@ def cmd_savepoint(cmd: Command) -> int:
         return cmd_dispose(cmd)
     pipeline = cmd.pipeline()
     if args.checkpoint_id is not None:
+        if args.stop:
+            raise BatchpointError(
+                "--stop needs a savepoint epoch: it cannot stop the pipeline with an "
+                "existing checkpoint (--checkpoint-id)"
+            )
         cmd.coordinator_of(pipeline.name)
     result = take_savepoint(
         pipeline,
@@ -26,12 +32,14 @@ def cmd_savepoint(cmd: Command) -> int:
         target=args.target,
         description=args.description,
         checkpoint_id=args.checkpoint_id,
+        stop=args.stop,
         progress=cmd.out.progress,
     )
     cmd.out.emit(
         result.to_json,
         f"savepoint of checkpoint {result.checkpoint_id}: {result.location} "
-        f"({result.files} file(s), {render.size(result.bytes)})",
+        f"({result.files} file(s), {render.size(result.bytes)})"
+        + ("; the pipeline is stopped (`batchpoint resume` starts it)" if args.stop else ""),
     )
     return 0
 
@@ -66,5 +74,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         type=checkpoint_id,
         default=None,
         help="export this completed checkpoint instead of running an epoch",
+    )
+    p.add_argument(
+        "--stop",
+        action="store_true",
+        help="stop-with-savepoint: no checkpoint starts after it (the pending ones are "
+        "abandoned) until `batchpoint resume` or a restore",
     )
     p.set_defaults(run=cmd_savepoint)

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import ConfigError, RecordError
+from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.failures import PipelineStatus
+from batchpoint.protocol.records import to_iso
 from batchpoint.protocol.stats import CheckpointStats, Summary, TaskStats
 
 
@@ -90,12 +93,36 @@ class PipelineStats:
 
 
 def pipeline_stats(coordinator: CheckpointCoordinator) -> PipelineStats:
+    """The summary and the pipeline's status: FAILED (the failure counter), else
+    STOPPED or STOPPING (a stop-with-savepoint, from the control record), else RUNNING."""
     tracker = coordinator.stats
     failures = coordinator.failures.state()
+    status, reason = failures.status.value, failures.reason
+    if failures.status is not PipelineStatus.FAILED and (stop := stop_status(coordinator)):
+        status, reason = stop[0].upper(), stop[1]
     return PipelineStats(
         coordinator.pipeline,
         tracker.summary(tracker.history()),
-        failures.status.value,
+        status,
         failures.consecutive_failures,
-        failures.reason,
+        reason,
     )
+
+
+def stop_status(c: CheckpointCoordinator) -> tuple[str, str] | None:
+    """("stopped" | "stopping", why), read from the control record, where the stop is
+    decided (protocol/stopping.py): what the UI shows is what refuses triggers. None
+    when the pipeline runs (or its control record cannot be read: another finding)."""
+    try:
+        control = c.control.load()
+    except ControlUnreadable:
+        return None
+    if control.stopped is not None:
+        s = control.stopped
+        return "stopped", (
+            f"stopped with savepoint {s.savepoint} at {to_iso(s.at)}; "
+            "`batchpoint resume` or a restore starts it again"
+        )
+    if control.stopping is not None:
+        return "stopping", f"savepoint {control.stopping.savepoint} is stopping it"
+    return None

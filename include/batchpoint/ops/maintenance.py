@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
+from batchpoint.protocol.checkpoint import CheckpointOutcome
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.gc import GcReport
@@ -24,16 +25,23 @@ def gc(
     history_limit: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> GcReport:
-    """Delete files no retained checkpoint and no table snapshot references (nothing
-    with `dry_run`), and the records of settled, unretained checkpoints beyond the
-    newest `history_limit` (the pipeline's BATCHPOINT_HISTORY_LIMIT when not given).
-    Every GC of a pipeline goes through here, so none forgets its table sinks."""
+    """Settle the pipeline's pending checkpoints (expire the overdue ones, finalize the
+    complete ones), then delete files no retained checkpoint and no table snapshot
+    references (nothing with `dry_run`), and the records of settled, unretained
+    checkpoints beyond the newest `history_limit` (the pipeline's
+    BATCHPOINT_HISTORY_LIMIT when not given). Every GC of a pipeline goes through
+    here, so none forgets its table sinks."""
     if history_limit is not None and history_limit < 0:
         raise ConfigError(f"history limit must be >= 0, got {history_limit}")
     if history_limit is None:
         history_limit = coordinator.config.history_limit
+    # Settle first: a checkpoint left pending (its DAG paused, its run killed) expires
+    # past its ack or audit deadline here, instead of staying "in progress" until the
+    # next trigger. A dry run settles nothing: it writes nothing.
+    settled = [] if dry_run else coordinator.settle()
     collector = coordinator.garbage_collector(tables=sink_tables(coordinator))
     report = collector.collect(dry_run=dry_run, history_limit=history_limit, progress=progress)
+    report.settled = settled
     report.findings.extend(collector.recorded_findings())
     return report
 
@@ -83,8 +91,26 @@ def gc_summary(report: GcReport) -> dict[str, Any]:
         "deleted_bytes": report.deleted_bytes,
         "pruned_checkpoints": report.pruned_checkpoints,
         "skipped_pending": report.skipped_pending,
+        "settled": [settled_json(o) for o in report.settled],
         "findings": [str(f) for f in report.findings],
     }
+
+
+def settled_json(outcome: CheckpointOutcome) -> dict[str, Any]:
+    return {
+        "checkpoint_id": outcome.checkpoint_id,
+        "status": outcome.status.value,
+        "reason": None if outcome.reason is None else outcome.reason.code,
+        "message": outcome.message,
+    }
+
+
+def settled_line(outcome: CheckpointOutcome) -> str:
+    """`checkpoint 7: ABORTED (expired: not acknowledged within 600s by: ...)`."""
+    if outcome.reason is None:
+        return f"checkpoint {outcome.checkpoint_id}: {outcome.status.value}"
+    why = f"{outcome.reason.code}: {outcome.message}"
+    return f"checkpoint {outcome.checkpoint_id}: {outcome.status.value} ({why})"
 
 
 @dataclass
@@ -99,6 +125,24 @@ def reset(coordinator: CheckpointCoordinator) -> ResetResult:
     before = coordinator.failures.state().status.value
     coordinator.reset_failures()
     return ResetResult(coordinator.pipeline, coordinator.failures.state().status.value, before)
+
+
+@dataclass
+class ResumeResult:
+    pipeline: str
+    savepoint: int  # the stop-with-savepoint that had stopped it
+    stopped_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "resumed": True, "savepoint": self.savepoint}
+
+
+def resume(coordinator: CheckpointCoordinator) -> ResumeResult:
+    """Start a pipeline a stop-with-savepoint stopped: clear `stopped` in the control
+    record (one CAS), so triggers run again from its head. NotStopped when it is not
+    stopped (protocol/stopping.py)."""
+    cleared = coordinator.resume()
+    return ResumeResult(coordinator.pipeline, cleared.savepoint, cleared.at)
 
 
 def quarantined(coordinator: CheckpointCoordinator) -> list[QuarantineRecord]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint.errors import ObjectNotFound, RecordError
-from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint
+from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint, stop_status
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.protocol.checkpoint import (
     ADOPTED_FROM_META,
@@ -28,8 +28,8 @@ from batchpoint.quality.report import CandidateReport
 @dataclass(frozen=True)
 class PipelineOverview:
     pipeline: str
-    #: "running", "failing" (consecutive failures past the tolerable bound) or
-    #: "stopped" (its head is a savepoint taken with stop_pipeline).
+    #: "running", "failing" (consecutive failures past the tolerable bound), "stopping"
+    #: or "stopped" (a stop-with-savepoint, read from the control record).
     status: str
     status_detail: str
     head: int | None
@@ -71,8 +71,8 @@ def pipeline_overview(
             f"{failures.consecutive_failures} consecutive failures, past the tolerable "
             f"{c.config.tolerable_failed_checkpoints}: {failures.reason}"
         )
-    elif head is not None and _stopped_at(c, head.checkpoint_id):
-        status, detail = "stopped", f"stopped with savepoint {head.checkpoint_id}"
+    elif (stop := stop_status(c)) is not None:
+        status, detail = stop
     return PipelineOverview(
         c.pipeline,
         status,
@@ -85,14 +85,6 @@ def pipeline_overview(
         c.ids.peek() - 1,
         [str(f) for f in table_findings(c)],
     )
-
-
-def _stopped_at(c: CheckpointCoordinator, head_id: int) -> bool:
-    try:
-        pending = c.get_checkpoint(head_id)
-    except Exception:
-        return False
-    return pending.type is CheckpointType.SAVEPOINT and bool(pending.properties.stop_pipeline)
 
 
 def _newest_retained_savepoint(c: CheckpointCoordinator) -> int | None:

@@ -103,10 +103,13 @@ def run_savepoint_epoch(
     *,
     description: str = "",
     via: str = "cli",
+    stop: bool = False,
     progress: Progress = _quiet,
 ) -> int:
     """Trigger a savepoint, run the epoch on local Spark (settings.spark_master),
-    finalize and publish it; its id. A BatchpointError when it does not complete."""
+    finalize and publish it; its id. A BatchpointError when it does not complete.
+    `stop`: a stop-with-savepoint (protocol/stopping.py): no checkpoint starts after it
+    until `batchpoint resume` or a restore."""
     # Here, not at the top: batchpoint.spark imports pyspark, which no other verb needs.
     from batchpoint.spark.session import spark_session
 
@@ -120,7 +123,8 @@ def run_savepoint_epoch(
         log=lambda line: progress(f"  {line}"),
     )
     pending = runner.driver.trigger(
-        CheckpointType.SAVEPOINT, properties={"description": description, "via": via}
+        CheckpointType.SAVEPOINT,
+        properties={"description": description, "via": via, "stop_pipeline": stop},
     )
     cid = pending.checkpoint_id
     progress(f"savepoint {cid} triggered (base {pending.base_checkpoint_id})")
@@ -143,13 +147,14 @@ def take_savepoint(
     target: str | None = None,
     description: str = "",
     checkpoint_id: int | None = None,
+    stop: bool = False,
     progress: Progress = _quiet,
 ) -> ExportResult:
     """Run one epoch as a savepoint and export it; with `checkpoint_id`, export that
-    completed checkpoint instead of running an epoch."""
+    completed checkpoint instead of running an epoch. `stop`: a stop-with-savepoint."""
     if checkpoint_id is None:
         checkpoint_id = run_savepoint_epoch(
-            pipeline, settings, description=description, progress=progress
+            pipeline, settings, description=description, stop=stop, progress=progress
         )
     coordinator = CheckpointCoordinator(
         settings.store_ref.open(), pipeline.name, settings.checkpoint

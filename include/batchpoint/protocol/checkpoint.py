@@ -37,6 +37,8 @@ class CheckpointFailureReason(enum.Enum):
     BASE_ABORTED = ("base-aborted", "the checkpoint it builds on was aborted", False)
     RESTORED = ("restored", "a restore superseded the checkpoint", False)
     QUALITY_GATE = ("quality gate", "the state failed the quality gate", True)
+    # an abort (a checkpoint a stop-with-savepoint abandoned) and a trigger refusal
+    STOPPED = ("stopped", "the pipeline was stopped with a savepoint", False)
     # trigger refusals: never an outcome
     MINIMUM_PAUSE = (
         "min-pause",

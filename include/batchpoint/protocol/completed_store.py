@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 
 from batchpoint.errors import CheckpointNotFound, ObjectNotFound
+from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import (
     CheckpointOutcome,
     CheckpointStatus,
@@ -96,7 +97,8 @@ def settle_outcome(
 ) -> ControlRecord | None:
     """The one CAS after an outcome: leave `pending`; COMPLETED joins `retained` (and
     moves the head forward within its generation), subsuming the oldest beyond
-    `num_retained` but never the head nor a pending base; ABORTED joins `discarded`.
+    `num_retained` but never the head nor a pending base; ABORTED joins `discarded`; a
+    stop-with-savepoint sets or ends the stop (protocol/stopping.py).
     An id that is not pending any more (a restore abandoned it, or this ran already)
     changes nothing: a discarded id never comes back."""
     if record is None:
@@ -106,6 +108,9 @@ def settle_outcome(
         return None
     pending = tuple(p for p in record.pending if p.checkpoint_id != entry.checkpoint_id)
     new = replace(record, pending=pending)
+    completed_at = None if outcome.completed is None else outcome.completed.completed_at
+    # A stop-with-savepoint stops (or, aborted, stops stopping) in this same CAS.
+    new = stopping.settle_stop(new, entry.checkpoint_id, completed_at)
     if outcome.completed is None:
         return new.with_discarded([entry.checkpoint_id], now)
     p = outcome.pending

@@ -13,6 +13,10 @@ pipelines/<p>/head.json, kind "pipeline-control":
   restore             the last restore; `sinks_rewound` false while it is in flight
   findings            damage a migration or repair met (`ControlFinding`); a held id is
                       kept out of every set, so never queued for GC, until it is judged
+  stopping            a stop-with-savepoint in flight: the savepoint and the periodic
+                      checkpoints its admission abandoned (version 2)
+  stopped             the savepoint that stopped the pipeline, and when; triggers refuse
+                      until `batchpoint resume` or a restore clears it (version 2)
 
 This module holds the record; `ControlStore` (protocol/control_store.py) reads and
 compare-and-swaps it, and reads the old layout (a "head-pointer" v1 record plus one
@@ -21,6 +25,7 @@ compare-and-swaps it, and reads the old layout (a "head-pointer" v1 record plus 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -118,6 +123,25 @@ class ControlFinding(codec.Value):
         return f"checkpoint {self.checkpoint_id}: {self.message}"
 
 
+@dataclass(frozen=True)
+class StopInFlight(codec.Value):
+    """A stop-with-savepoint admitted and not settled: triggers refuse meanwhile, and the
+    savepoint's finalize gives each abandoned checkpoint an outcome before its own."""
+
+    savepoint: int
+    at: float = codec.time()
+    abandoned: tuple[int, ...] = codec.field(default=(), required=True)
+
+
+@dataclass(frozen=True)
+class Stopped(codec.Value):
+    """The pipeline stopped with `savepoint` (completed at `at`): no trigger until a
+    resume or a restore."""
+
+    savepoint: int
+    at: float = codec.time()
+
+
 def _by_id(entries: tuple[RetainedEntry | PendingEntry, ...]) -> list:
     return sorted(entries, key=lambda e: e.checkpoint_id)
 
@@ -127,9 +151,11 @@ def _newest_collected(ids: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ControlRecord(codec.Record):
-    KIND = "pipeline-control"
-    VERSION = 1
+class ControlV1(codec.Value):
+    """Version 1, before stop-with-savepoint stopped: it has no `stopping`/`stopped`, so
+    it reads as a pipeline that is not stopped. Version 2 exists so that a release that
+    does not know `stopped` refuses the record ("upgrade batchpoint") instead of
+    triggering past a stop."""
 
     head: int | None = None
     restore_generation: int = codec.field(default=0, required=True)
@@ -141,6 +167,32 @@ class ControlRecord(codec.Record):
     moved_at: float = codec.time(default=0.0)
     cause: HeadMoveCause = HeadMoveCause.COMPLETED
     findings: tuple[ControlFinding, ...] = ()
+    extra: Mapping[str, Any] = codec.field(extra=True, default_factory=dict, compare=False)
+
+
+def _control_from_v1(old: ControlV1) -> ControlRecord:
+    fields = {f.name: getattr(old, f.name) for f in dataclasses.fields(ControlV1)}
+    return ControlRecord(**fields)
+
+
+@dataclass(frozen=True)
+class ControlRecord(codec.Record):
+    KIND = "pipeline-control"
+    VERSION = 2
+    READS = {1: codec.Upgrade(ControlV1, _control_from_v1)}
+
+    head: int | None = None
+    restore_generation: int = codec.field(default=0, required=True)
+    retained: tuple[RetainedEntry, ...] = codec.field(default=(), prepare=_by_id)
+    pending: tuple[PendingEntry, ...] = codec.field(default=(), prepare=_by_id)
+    discarded: tuple[DiscardedEntry, ...] = ()
+    collected: tuple[int, ...] = codec.field(default=(), prepare=_newest_collected)
+    restore: RestoreInFlight | None = None
+    moved_at: float = codec.time(default=0.0)
+    cause: HeadMoveCause = HeadMoveCause.COMPLETED
+    findings: tuple[ControlFinding, ...] = ()
+    stopping: StopInFlight | None = codec.field(default=None, omit=None)
+    stopped: Stopped | None = codec.field(default=None, omit=None)
     # What a newer writer added, kept through our writes.
     extra: Mapping[str, Any] = codec.field(extra=True, default_factory=dict, compare=False)
 

@@ -15,6 +15,8 @@ Lifecycle of checkpoint N, and who owns each step:
             the failure, and finally remove the active marker       completed_store.py
   publish   the sinks commit what a completed checkpoint staged     publish.py, sinks.py
   restore   move the head in one CAS, then rewind the sinks         restorer.py
+  stop      a savepoint that stops: one CAS each to admit, stop      stopping.py, decider.py,
+            and resume (restores resume too)                        completed_store.py
   collect   delete what nothing references any more                 gc.py
 
 No collaborator holds the coordinator: each gets the store, the layout, the read port
@@ -29,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from batchpoint.errors import CheckpointNotFound, ObjectNotFound
+from batchpoint.protocol import stopping
 from batchpoint.protocol.ack_accounting import AckAccounting
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
@@ -42,6 +45,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.control import ControlRecord, Stopped
 from batchpoint.protocol.control_store import ControlStore, HeadStore
 from batchpoint.protocol.decider import CheckpointRequestDecider
 from batchpoint.protocol.failures import CheckpointFailureManager
@@ -279,6 +283,26 @@ class CheckpointCoordinator(CheckpointReads):
     def finish_restore(self) -> None:
         """Roll a restore that has not rewound its sinks forward (any actor may)."""
         self.restorer.finish()
+
+    def stopped(self) -> Stopped | None:
+        """The savepoint that stopped the pipeline (stop-with-savepoint), or None; read
+        from the control record, so what refuses triggers and what the UI shows agree."""
+        return self.control.load().stopped
+
+    def resume(self) -> Stopped:
+        """Clear a stop-with-savepoint's `stopped` in one CAS: triggers start again from
+        the head (the stop's savepoint). Returns what was cleared; NotStopped when the
+        pipeline is not stopped (protocol/stopping.py)."""
+        cleared: list[Stopped] = []
+
+        def resume(current: ControlRecord | None) -> ControlRecord:
+            resumed = stopping.resumed(current, self.pipeline)  # raises unless stopped
+            assert current is not None and current.stopped is not None
+            cleared[:] = [current.stopped]
+            return resumed
+
+        self.control.update(resume)
+        return cleared[0]
 
     def reset_failures(self) -> None:
         self.failures.reset(self.clock(), reason="explicit reset")

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from batchpoint.errors import TriggerRefused
+from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointType,
@@ -31,8 +32,11 @@ class CheckpointRequestDecider:
         now: float,
         *,
         has_history: bool,
+        self_contained: bool = False,
     ) -> ControlRecord:
-        """Refuse (TriggerRefused) or return the record to admit into."""
+        """Refuse (TriggerRefused) or return the record to admit into. A stopped or
+        stopping pipeline refuses every trigger but a savepoint import
+        (`self_contained`): a stopped pipeline may import the savepoint it restores."""
         if control is None:
             if has_history:
                 raise TriggerRefused(
@@ -48,6 +52,8 @@ class CheckpointRequestDecider:
                 f"pipeline '{self._pipeline}': the restore to checkpoint "
                 f"{control.restore.target} has not finished rewinding its sinks",
             )
+        if not self_contained and (stop := stopping.refusal(control, self._pipeline)):
+            raise stop
         if checkpoint_type is CheckpointType.CHECKPOINT:
             self._check_periodic(control, now)
         return control
@@ -62,12 +68,18 @@ class CheckpointRequestDecider:
         *,
         has_history: bool,
         self_contained: bool = False,
+        stop: bool = False,
     ) -> ControlRecord:
         """The mutation of the admission CAS: the control record with the new pending
         entry, whose base is the newest admitted checkpoint of the current timeline
         (concurrent checkpoints chain) or else the head; none when `self_contained` (a
-        savepoint import brings all of its state)."""
-        control = self.check(control, checkpoint_type, now, has_history=has_history)
+        savepoint import brings all of its state). A savepoint with `stop` records the
+        stop and abandons the periodic checkpoints pending (protocol/stopping.py)."""
+        control = self.check(
+            control, checkpoint_type, now, has_history=has_history, self_contained=self_contained
+        )
+        if stop and checkpoint_type is CheckpointType.SAVEPOINT:
+            control = stopping.admit_stop(control, checkpoint_id, now)
         base = None if self_contained else base_of(control)
         entry = PendingEntry(
             checkpoint_id, checkpoint_type, base, control.restore_generation, deadline

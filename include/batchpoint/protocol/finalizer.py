@@ -5,7 +5,8 @@ completed checkpoint store, subsumption, the failure manager).
 decide  The outcome is one write-once record (invariant 1: no race between a finalizer
         and a timeout can write both). COMPLETED only when every expected task acked in
         time, the audit (if the checkpoint has one) passed, the checkpoint is on the
-        current timeline, its base completed, and every file it references is intact
+        current timeline and not abandoned by a stop-with-savepoint (protocol/stopping.py),
+        its base completed, and every file it references is intact
         (invariant 2); else ABORTED with the reason. The deadlines are
         protocol/settlement.py's, the restore generation protocol/timeline.py's.
 settle  After the outcome: one CAS on the control record (retain or queue for GC, subsume,
@@ -21,6 +22,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping
 
 from batchpoint.errors import CheckpointNotFound, ObjectAlreadyExists, RecordError
+from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointFailureReason,
@@ -119,6 +121,8 @@ class CheckpointFinalizer:
             return verdict
         if verdict is not None:
             return self.abort(checkpoint_id, verdict.reason, verdict.message)
+        # A stop-with-savepoint: nothing it abandoned may complete after it.
+        self._abort_abandoned(pending)
         won, outcome = self._decide(
             CheckpointOutcome(CheckpointStatus.COMPLETED, pending, now, completed=completed)
         )
@@ -168,12 +172,15 @@ class CheckpointFinalizer:
 
     def _finalize_blocker(self, pending: PendingCheckpoint) -> FinalizeWait | Abort | None:
         """What keeps a checkpoint with every ack in from completing: a restore since its
-        trigger, or its base (still pending: wait; aborted or gone: abort)."""
+        trigger, a stop-with-savepoint that abandoned it, or its base (still pending:
+        wait; aborted or gone: abort)."""
         control = self._control.load()
         if not on_timeline(pending.restore_generation, control.restore_generation):
             return Abort(
                 CheckpointFailureReason.RESTORED, "a restore happened after it was triggered"
             )
+        if (why := stopping.abandoned(control, pending.checkpoint_id)) is not None:
+            return Abort(CheckpointFailureReason.STOPPED, why)
         base_id = pending.base_checkpoint_id
         if base_id is None:
             return None
@@ -203,6 +210,26 @@ class CheckpointFinalizer:
             CheckpointFailureReason.FINALIZE_FAILED,
             f"{len(problems)} referenced file(s) are not intact: {listed}{more}",
         )
+
+    def _abort_abandoned(self, pending: PendingCheckpoint) -> None:
+        """Before a stop-with-savepoint's outcome: give every checkpoint its admission
+        abandoned an outcome (ABORTED, create-once). One whose COMPLETED won that race
+        keeps it: it completed before the stop (and, no longer pending, is never
+        retained nor published)."""
+        if not (pending.is_savepoint and pending.properties.stop_pipeline):
+            return
+        try:
+            stop = self._control.load().stopping
+        except ControlUnreadable:
+            return
+        if stop is None or stop.savepoint != pending.checkpoint_id:
+            return
+        why = f"stop-with-savepoint {stop.savepoint} abandoned it after it was triggered"
+        for abandoned in stop.abandoned:
+            # No record (its trigger died) or a damaged one: as a restore's roll-forward,
+            # leave it; not pending, it can never complete (`stopping.abandoned`).
+            with contextlib.suppress(CheckpointNotFound, RecordError):
+                self.abort(abandoned, CheckpointFailureReason.STOPPED, why)
 
     # == abort, expire ===================================================================
 
@@ -298,6 +325,8 @@ class CheckpointFinalizer:
         the idempotent follow-ups; the active marker goes last, so it stays as a
         reminder until all of them have been done once."""
         now = self._clock()
+        if outcome.status is CheckpointStatus.ABORTED:
+            self._abort_abandoned(outcome.pending)  # while the record still names them
         self._control.update(
             lambda current: settle_outcome(current, outcome, self._config.num_retained, now)
         )

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from batchpoint.errors import CheckpointError, RecordError
+from batchpoint.protocol.checkpoint import CheckpointOutcome
 from batchpoint.protocol.control import (
     COLLECTED_CAP,
     ControlRecord,
@@ -66,6 +67,8 @@ class GcReport:
     dequeued: list[int] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     dry_run: bool = False
+    # what `ops.maintenance.gc` settled before the pass (overdue checkpoints expired)
+    settled: list[CheckpointOutcome] = field(default_factory=list)
 
 
 class GarbageCollector:

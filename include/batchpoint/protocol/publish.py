@@ -2,7 +2,8 @@
 restore generation it was decided in.
 
 A publish is allowed only for a checkpoint on the current timeline: one admitted in the
-current generation, or the head and its ancestors (so an imported savepoint is published
+current generation and still pending or retained (not one a stop-with-savepoint
+abandoned), or the head and its ancestors (so an imported savepoint is published
 only once a restore made it the head). Each manifest write carries that
 generation and a manifest already rewound into a newer one refuses it (STALE). If a
 restore lands between our control read and our manifest write, we roll its rewind
@@ -62,14 +63,19 @@ class CompletionNotifier:
         self._alias_of = alias_of
 
     def on_timeline(self, control: ControlRecord, checkpoint_id: int) -> bool:
-        """Whether a completed checkpoint belongs to the current timeline."""
+        """Whether a completed checkpoint belongs to the current timeline: admitted in
+        this generation and still pending or retained, else an ancestor of the head. A
+        checkpoint a stop-with-savepoint abandoned is neither (its COMPLETED, if it won
+        the race with the stop's abort, is never published)."""
         outcome = self._reads.get_outcome(checkpoint_id)
         if outcome is None or outcome.completed is None:
             return False
         imported = outcome.pending.properties.is_imported
+        kept = control.pending_entry(checkpoint_id) or control.retained_entry(checkpoint_id)
         if (
             on_timeline(outcome.pending.restore_generation, control.restore_generation)
             and not imported
+            and kept is not None
         ):
             return True  # every checkpoint admitted in this generation builds on its head
         cid = control.head

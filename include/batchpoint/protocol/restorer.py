@@ -21,6 +21,7 @@ import contextlib
 from dataclasses import dataclass, replace
 
 from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
+from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CompletedCheckpoint,
@@ -254,7 +255,7 @@ class CheckpointRestorer:
             generation = current.restore_generation + 1
             abandoned = sorted(p.checkpoint_id for p in current.pending)
             moved = replace(
-                current,
+                stopping.cleared(current),  # a restore starts a stopped pipeline again
                 head=target,
                 restore_generation=generation,
                 pending=(),

@@ -83,10 +83,18 @@ class CheckpointTrigger:
         self._check_first(control, spec, barrier, checkpoint_type, now, has_history=history)
         checkpoint_id = self._ids.get_and_increment()
         deadline = now + (timeout if timeout is not None else self._config.timeout)
+        # A stop-with-savepoint stops in this same CAS (protocol/stopping.py).
+        stop = checkpoint_type is CheckpointType.SAVEPOINT and bool(given.stop_pipeline)
 
         def admit(current: ControlRecord | None) -> ControlRecord:
             return self._decider.admit(
-                current, checkpoint_id, checkpoint_type, deadline, now, has_history=history
+                current,
+                checkpoint_id,
+                checkpoint_type,
+                deadline,
+                now,
+                has_history=history,
+                stop=stop,
             )
 
         admitted, entry = self._admit(checkpoint_id, admit)

@@ -41,13 +41,16 @@ from batchpoint.runtime.job_status import JobStatus
 class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
     """Start the run's epoch: capture every source's barrier and write the pending
     checkpoint. A refusal by the request decider (min-pause, max-concurrent, no new
-    input) skips the rest of the run with the reason, as a ShortCircuitOperator does; a
-    FAILED pipeline fails it, as someone must act. With `audit`, the checkpoint is
+    input, a pipeline stopped with a savepoint) skips the rest of the run with the
+    reason, as a ShortCircuitOperator does; a FAILED pipeline fails it, as someone must
+    act. With `audit`, the checkpoint is
     marked so that only its audit task may complete it."""
 
     operator_extra_links = CHECKPOINT_LINKS
 
     checkpoint_type = CheckpointType.CHECKPOINT
+    #: Refusals that fail the run (someone must act) instead of skipping it.
+    fails_on: tuple[CheckpointFailureReason, ...] = (CheckpointFailureReason.PIPELINE_FAILED,)
 
     def __init__(self, *, audit: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -67,7 +70,7 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
                 audit=self.audit,
             )
         except TriggerRefused as exc:
-            if exc.reason is CheckpointFailureReason.PIPELINE_FAILED:
+            if exc.reason in self.fails_on:
                 raise AirflowFailException(exc.detail) from None
             self.log.warning("no checkpoint this time (%s): %s", exc.reason.code, exc.detail)
             # Every task after this one at once: left to trigger rules, a skip travels one

@@ -14,7 +14,7 @@ from batchpoint.airflow.operators.base import BatchpointOperator, params_of, tem
 from batchpoint.airflow.operators.checkpoint import TriggerCheckpointOperator
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.ops.savepoints import export
-from batchpoint.protocol.checkpoint import CheckpointType
+from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointType
 
 
 class TriggerSavepointOperator(TriggerCheckpointOperator):
@@ -23,6 +23,8 @@ class TriggerSavepointOperator(TriggerCheckpointOperator):
     first, so a missing connection fails the run before any work is done."""
 
     checkpoint_type = CheckpointType.SAVEPOINT
+    # Asked for by hand: a stopped pipeline (`batchpoint resume` first) fails the run.
+    fails_on = (CheckpointFailureReason.PIPELINE_FAILED, CheckpointFailureReason.STOPPED)
 
     def __init__(self, *, api_conn_id: str = "batchpoint_airflow_api", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -82,8 +84,11 @@ class ExportSavepointOperator(BatchpointOperator):
 
 
 class PausePipelineOperator(BaseOperator):
-    """Stop-with-savepoint: pause the pipeline's checkpoint DAG through the REST API.
-    Runs already started finish; no new scheduled run starts until it is unpaused."""
+    """Stop-with-savepoint, the scheduler's side: pause the pipeline's checkpoint DAG
+    through the REST API, so the scheduler stops creating runs. The stop itself is the
+    savepoint's, in the control record (protocol/stopping.py): its admission abandoned
+    the checkpoints pending, and every trigger is refused (STOPPED) until `batchpoint
+    resume` or a restore, whether the DAG is paused or not."""
 
     template_fields = ("stop",)
 
