@@ -299,3 +299,38 @@ def test_an_import_is_admitted_while_stopped(store: ObjectStore) -> None:
     complete(c, 2, SAVEPOINT, stop=True)
     entry = c.checkpoint_trigger.admit_import(c.clock())
     assert entry.type is SAVEPOINT and entry.base is None
+
+
+# == a repair is not a resume ==========================================================
+
+
+@pytest.mark.parametrize("record", ["readable, forced", "damaged"])
+def test_a_repair_keeps_a_stopped_pipeline_stopped(store: ObjectStore, record: str) -> None:
+    c = coordinator(store, num_retained=3)
+    complete(c, 1, CHECKPOINT)
+    stop = complete(c, 2, SAVEPOINT, stop=True)
+    if record == "damaged":
+        c.store.put(c.layout.head, b'{"kind": "pipeline-control", "version": 2, "head": ')
+    report = c.repair(force=True)
+    control = c.control.load()
+    assert control.head == stop
+    assert control.stopped is not None and control.stopped.savepoint == stop
+    assert any("stays stopped" in str(f) for f in report.findings), report.findings
+    with pytest.raises(TriggerRefused) as refused:
+        trigger(c, 3, CHECKPOINT)
+    assert refused.value.reason is CheckpointFailureReason.STOPPED
+    c.resume()
+    complete(c, 3, CHECKPOINT)
+
+
+def test_a_repair_after_a_restore_from_the_stop_savepoint_does_not_stop_again(
+    store: ObjectStore,
+) -> None:
+    c = coordinator(store, num_retained=3)
+    complete(c, 1, CHECKPOINT)
+    stop = complete(c, 2, SAVEPOINT, stop=True)
+    c.restore(stop)  # the usual deploy: stop with a savepoint, restore the new code from it
+    c.store.put(c.layout.head, b'{"kind": "pipeline-control", "version": 2, "head": ')
+    c.repair()
+    assert c.control.load().stopped is None
+    complete(c, 3, CHECKPOINT)

@@ -34,6 +34,7 @@ from batchpoint.protocol.control import (
     PendingEntry,
     RestoreInFlight,
     RetainedEntry,
+    Stopped,
 )
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause
@@ -114,9 +115,32 @@ def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> Repa
         cause=HeadMoveCause.RESTORE,
         findings=(*kept_notes, *held.values()),
         extra={**extra, "repaired_at": to_iso(now)},
+        stopped=_stopped(current, intact, head, target, findings),
     )
     refusal = _refusal(intact, head, generation, target)
     return RepairPlan(control, tuple(findings), tuple(abandoned), tuple(queued), refusal)
+
+
+def _stopped(
+    current: ControlRecord | None,
+    intact: dict[int, CheckpointOutcome],
+    head: int | None,
+    restored_to: int | None,
+    findings: list[Finding],
+) -> Stopped | None:
+    """A stopped pipeline stays stopped through a repair: a repair is not the resume or
+    the restore its user asked for. A readable record says so itself; a damaged one is
+    read from the head, when it is a completed stop-with-savepoint no restore chose (a
+    restore starts the pipeline again)."""
+    stopped = current.stopped if current is not None else None
+    if stopped is None and head is not None and head != restored_to:
+        outcome = intact[head]
+        if outcome.pending.properties.stop_pipeline and outcome.completed is not None:
+            stopped = Stopped(head, outcome.completed.completed_at)
+    if stopped is not None:
+        why = "the pipeline stays stopped; run `batchpoint resume` to start it again"
+        findings.append(Finding(f"stop-with-savepoint {stopped.savepoint}", why))
+    return stopped
 
 
 def _intact(
