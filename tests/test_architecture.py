@@ -75,8 +75,6 @@ FUNCTIONS_PENDING: dict[str, str] = {
     },
     "include/batchpoint/airflow/dag_factory.py": "the EpochPlan rendering (issue 25) replaces it",
     "include/batchpoint/airflow/restore_form.py": "the restore form becomes a table (issue 25)",
-    "include/batchpoint/airflow/ui.py": "create_app's routes are being split",
-    "include/batchpoint/airflow/ui_pages.py": "render_checkpoint's sections are being split",
 }
 #: The facade and composition root; its collaborators get ports instead of it.
 COORDINATOR = "batchpoint.protocol.coordinator"

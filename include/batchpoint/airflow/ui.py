@@ -22,7 +22,7 @@ BATCHPOINT_* environment), read per request, so a changed connection needs no re
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at
-# definition time, and the Annotated aliases made inside create_app are only there.
+# definition time, and the Annotated user alias made inside create_app is only there.
 
 import asyncio
 import dataclasses
@@ -134,26 +134,19 @@ class CheckpointPages:
         return checkpoint_page(c, checkpoint_id).to_json()
 
 
-def create_app(
-    settings: SettingsSource = _deployment_settings,
-    pipelines: PipelineNames = _deployment_pipelines,
-    may_read: ReadCheck = _may_read_dags,
-) -> FastAPI:
-    reader = CheckpointPages(settings, pipelines)
-    user_of = _airflow_user_dependency()
-    User = Annotated[Any, Depends(user_of)]
-    Before = Annotated[int | None, Query(ge=1)]
-    Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
-    app = FastAPI(
-        title="batchpoint checkpoints",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        # Every route, the HTML pages too: nothing about a pipeline without a user.
-        dependencies=[Depends(user_of)],
-    )
+Before = Annotated[int | None, Query(ge=1)]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 
-    async def call(fn: Callable[..., Any], *args: Any) -> Any:
+
+class _Access:
+    """What every route does first: run the blocking read off the event loop, turn
+    batchpoint's errors into HTTP ones, and check that the user may read the pipeline."""
+
+    def __init__(self, reader: CheckpointPages, may_read: ReadCheck) -> None:
+        self.reader = reader
+        self.may_read = may_read
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return await asyncio.to_thread(fn, *args)
         except CheckpointNotFound as exc:
@@ -162,50 +155,76 @@ def create_app(
             # A configuration or storage problem: say which, not a 500 with a traceback.
             raise HTTPException(status_code=503, detail=str(exc)) from exc
 
-    async def readable(user: Any) -> list[str]:
-        names = await call(reader.names)
-        return [n for n in names if await asyncio.to_thread(may_read, user, n)]
+    async def readable(self, user: Any) -> list[str]:
+        names = await self.call(self.reader.names)
+        return [n for n in names if await asyncio.to_thread(self.may_read, user, n)]
 
-    async def check_pipeline(user: Any, pipeline: str) -> None:
-        if pipeline not in await call(reader.names):
+    async def check_pipeline(self, user: Any, pipeline: str) -> None:
+        if pipeline not in await self.call(self.reader.names):
             raise HTTPException(status_code=404, detail=f"no pipeline {pipeline!r}")
-        if not await asyncio.to_thread(may_read, user, pipeline):
+        if not await asyncio.to_thread(self.may_read, user, pipeline):
             raise HTTPException(
                 status_code=403, detail=f"not allowed to read pipeline {pipeline!r}"
             )
 
-    # -- JSON -------------------------------------------------------------------------
+
+def create_app(
+    settings: SettingsSource = _deployment_settings,
+    pipelines: PipelineNames = _deployment_pipelines,
+    may_read: ReadCheck = _may_read_dags,
+) -> FastAPI:
+    reader = CheckpointPages(settings, pipelines)
+    user_of = _airflow_user_dependency()
+    app = FastAPI(
+        title="batchpoint checkpoints",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        # Every route, the HTML pages too: nothing about a pipeline without a user.
+        dependencies=[Depends(user_of)],
+    )
+    access = _Access(reader, may_read)
+    user = Annotated[Any, Depends(user_of)]
+    _json_routes(app, access, user)
+    _html_routes(app, access, user)
+    return app
+
+
+def _json_routes(app: FastAPI, access: _Access, User: Any) -> None:
+    reader, call = access.reader, access.call
 
     @app.get("/api/pipelines")
     async def list_pipelines(user: User) -> list[dict[str, Any]]:
-        return await call(reader.pipelines, await readable(user))
+        return await call(reader.pipelines, await access.readable(user))
 
     @app.get("/api/{pipeline}/checkpoints")
     async def checkpoints(
         pipeline: str, user: User, before: Before = None, limit: Limit = HISTORY_LIMIT
     ) -> dict[str, Any]:
-        await check_pipeline(user, pipeline)
+        await access.check_pipeline(user, pipeline)
         about, page = await call(reader.pipeline, pipeline, limit, before)
         return {**page, "overview": about["overview"], "config": about["config"]}
 
     @app.get("/api/{pipeline}/checkpoints/{checkpoint_id}")
     async def checkpoint(pipeline: str, checkpoint_id: int, user: User) -> dict[str, Any]:
-        await check_pipeline(user, pipeline)
+        await access.check_pipeline(user, pipeline)
         return await call(reader.checkpoint, pipeline, checkpoint_id)
 
-    # -- HTML -------------------------------------------------------------------------
+
+def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
+    reader, call = access.reader, access.call
 
     @app.get("/", response_class=HTMLResponse)
     async def index(user: User) -> str:
         try:
-            return render_index(await call(reader.pipelines, await readable(user)))
+            return render_index(await call(reader.pipelines, await access.readable(user)))
         except HTTPException as exc:
             return render_index([], error=str(exc.detail))
 
     @app.get("/dag/{dag_id}", response_model=None)
     async def dag_tab(dag_id: str, user: User) -> RedirectResponse | HTMLResponse:
         """The Checkpoints tab of every DAG's pages: its pipeline's page, if it has one."""
-        for name in await readable(user):
+        for name in await access.readable(user):
             if dag_id in dag_ids(name).values():
                 # relative to .../batchpoint/dag/<dag_id>, like every link here
                 return RedirectResponse(f"../{quote(name)}", status_code=307)
@@ -214,7 +233,7 @@ def create_app(
 
     @app.get("/{pipeline}", response_class=HTMLResponse)
     async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
-        await check_pipeline(user, pipeline)
+        await access.check_pipeline(user, pipeline)
         try:
             about, page = await call(reader.pipeline, pipeline, HISTORY_LIMIT, before)
         except HTTPException as exc:
@@ -223,8 +242,6 @@ def create_app(
 
     @app.get("/{pipeline}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)
     async def checkpoint_page_html(pipeline: str, checkpoint_id: int, user: User) -> str:
-        await check_pipeline(user, pipeline)
+        await access.check_pipeline(user, pipeline)
         detail = await call(reader.checkpoint, pipeline, checkpoint_id)
         return render_checkpoint(pipeline, detail, dag_ids(pipeline))
-
-    return app

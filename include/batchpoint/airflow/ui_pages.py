@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from batchpoint.airflow.ui_shell import PAGE
+
 HISTORY_COLUMNS = [
     ("checkpoint_id", "id"),
     ("type", "type"),
@@ -312,8 +314,35 @@ def render_pipeline(
 
 def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, str]) -> str:
     """One checkpoint's drill-down, at ``<base>/batchpoint/<p>/checkpoints/<id>``."""
-    up = "../../../"
     cid = detail["checkpoint_id"]
+    task_header = "".join(f"<th>{label}</th>" for _, label in TASK_COLUMNS)
+    tasks = "".join(
+        "<tr>" + "".join(f"<td>{esc(_task_cell(t, k))}</td>" for k, _ in TASK_COLUMNS) + "</tr>"
+        for t in detail["tasks"]
+    )
+    files = "".join(
+        f"<tr><td>{esc(f['task'])}</td><td>{esc(f['stream'])}</td><td>{esc(f['path'])}</td>"
+        f"<td>{esc(size(f['size']))}</td><td>{esc(f['rows'])}</td>"
+        f"<td>{esc(f['key_groups'] or '')}</td><td>{esc(f.get('origin', ''))}</td></tr>"
+        for f in detail["files"]
+    )
+    body = (
+        f"<p><a href='../../'>all pipelines</a> &middot; "
+        f"<a href='../../{quote(name)}'>{esc(name)}</a></p>"
+        f"<h2>{esc(name)}: {esc(detail['type'])} {cid}</h2>"
+        + _definition_list(_checkpoint_facts(detail))
+        + "<h3>Tasks</h3>"
+        + _table(f"<tr>{task_header}</tr>", tasks)
+        + "<h3>Quality gate</h3>"
+        + _quality_report(detail.get("quality_report"))
+        + "<h3>Files</h3>"
+        + _table(FILE_HEADER, files)
+        + _restore_form(detail, dags)
+    )
+    return PAGE.format(title=f"{name} {detail['type']} {cid}", body=body)
+
+
+def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
     items = [
         ("type", detail["type"]),
         ("status", detail["status"]),
@@ -333,110 +362,36 @@ def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, s
         items.append(("quarantined", detail["quarantine"]))
     elif detail.get("quarantined_at") is not None:
         items.append(("quarantined", when(detail["quarantined_at"])))
-    task_header = "".join(f"<th>{label}</th>" for _, label in TASK_COLUMNS)
-    tasks = "".join(
-        "<tr>" + "".join(f"<td>{esc(_task_cell(t, k))}</td>" for k, _ in TASK_COLUMNS) + "</tr>"
-        for t in detail["tasks"]
-    )
-    files = "".join(
-        f"<tr><td>{esc(f['task'])}</td><td>{esc(f['stream'])}</td><td>{esc(f['path'])}</td>"
-        f"<td>{esc(size(f['size']))}</td><td>{esc(f['rows'])}</td>"
-        f"<td>{esc(f['key_groups'] or '')}</td><td>{esc(f.get('origin', ''))}</td></tr>"
-        for f in detail["files"]
-    )
-    report = detail.get("quality_report")
-    report_html = "<p>No quality-gate report for this checkpoint.</p>"
-    if report is not None:
-        verdict = "passed" if report.get("passed") else "FAILED"
-        lines = "\n".join(report.get("lines") or [])
-        report_html = (
-            f"<p class='{'ok' if report.get('passed') else 'error'}'>verdict: {esc(verdict)}"
-            f" ({esc(report.get('mode', ''))}, {esc(report.get('evaluated_at', ''))})</p>"
-            f"<pre>{esc(lines)}</pre>"
-        )
-    restore = ""
-    if detail["status"] == "COMPLETED":
-        restore = trigger_form(
-            "restore",
-            dags["restore"],
-            up,
-            f"Restore to {detail['type']} {cid}",
-            [
-                ("source", "checkpoint", str(cid)),
-                ("parallelism", "new parallelism", None),
-                ("dry_run", "dry run", True),
-                ("claim", "claim it (retention may then drop it)", False),
-                ("quality_gate", "quality gate", True),
-            ],
-        )
-    body = (
-        f"<p><a href='../../'>all pipelines</a> &middot; "
-        f"<a href='../../{quote(name)}'>{esc(name)}</a></p>"
-        f"<h2>{esc(name)}: {esc(detail['type'])} {cid}</h2>"
-        + _definition_list(items)
-        + "<h3>Tasks</h3>"
-        + _table(f"<tr>{task_header}</tr>", tasks)
-        + "<h3>Quality gate</h3>"
-        + report_html
-        + "<h3>Files</h3>"
-        + _table(FILE_HEADER, files)
-        + restore
-    )
-    return PAGE.format(title=f"{name} {detail['type']} {cid}", body=body)
+    return items
 
 
-#: Posts a trigger form's conf to Airflow's REST API (same origin: the UI's session
-#: cookie is the credential) and links the run it created.
-SCRIPT = """
-document.querySelectorAll('form.trigger').forEach(function (form) {
-  form.addEventListener('submit', async function (event) {
-    event.preventDefault();
-    var out = form.querySelector('output');
-    var conf = {};
-    try {
-      form.querySelectorAll('input').forEach(function (input) {
-        if (input.type === 'checkbox') { conf[input.name] = input.checked; return; }
-        if (input.dataset.kind === 'json') {
-          conf[input.name] = input.value.trim() ? JSON.parse(input.value) : null; return;
-        }
-        conf[input.name] = input.value;
-      });
-    } catch (err) { out.textContent = 'not valid JSON: ' + err.message; return; }
-    var answer = await fetch(form.dataset.api, {
-      method: 'POST', credentials: 'same-origin',
-      headers: {'Content-Type': 'application/json'},
-      body: JSON.stringify({logical_date: null, conf: conf})
-    });
-    var body = await answer.json().catch(function () { return {}; });
-    if (!answer.ok) { out.textContent = 'refused: ' + JSON.stringify(body.detail || body); return; }
-    out.innerHTML = '';
-    var link = document.createElement('a');
-    link.href = form.dataset.runs + encodeURIComponent(body.dag_run_id);
-    link.target = '_top';
-    link.textContent = 'triggered ' + body.dag_run_id;
-    out.appendChild(link);
-  });
-});
-"""
+def _quality_report(report: Mapping[str, Any] | None) -> str:
+    if report is None:
+        return "<p>No quality-gate report for this checkpoint.</p>"
+    verdict = "passed" if report.get("passed") else "FAILED"
+    lines = "\n".join(report.get("lines") or [])
+    return (
+        f"<p class='{'ok' if report.get('passed') else 'error'}'>verdict: {esc(verdict)}"
+        f" ({esc(report.get('mode', ''))}, {esc(report.get('evaluated_at', ''))})</p>"
+        f"<pre>{esc(lines)}</pre>"
+    )
 
-PAGE = (
-    """<!doctype html>
-<html><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; margin-bottom: 1em; }}
-td, th {{ border-bottom: 1px solid #ddd; padding: 0.3em 0.8em; text-align: left; }}
-tr.aborted td, .error, li.bad, tr.failing td {{ color: #b00; }}
-tr.pending td {{ color: #06c; }}
-dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }}
-dt {{ color: #555; }}
-form.trigger {{ border: 1px solid #ddd; padding: 0.5em 1em; margin: 1em 0; }}
-</style></head>
-<body>
-{body}
-<script>"""
-    + SCRIPT.replace("{", "{{").replace("}", "}}")
-    + """</script>
-</body></html>
-"""
-)
+
+def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> str:
+    """The restore DAG's form for a completed checkpoint (none for any other)."""
+    if detail["status"] != "COMPLETED":
+        return ""
+    cid = detail["checkpoint_id"]
+    return trigger_form(
+        "restore",
+        dags["restore"],
+        "../../../",
+        f"Restore to {detail['type']} {cid}",
+        [
+            ("source", "checkpoint", str(cid)),
+            ("parallelism", "new parallelism", None),
+            ("dry_run", "dry run", True),
+            ("claim", "claim it (retention may then drop it)", False),
+            ("quality_gate", "quality gate", True),
+        ],
+    )
