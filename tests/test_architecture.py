@@ -50,7 +50,6 @@ FORBIDDEN = {"airflow": NO_AIRFLOW, "pyspark": NO_SPARK}
 #: so an entry cannot outlive its reason; anything unlisted fails at once.
 PENDING_ELSEWHERE: dict[str, str] = {
     "include/batchpoint/airflow/dag_factory.py": "the EpochPlan rendering replaces its wiring",
-    "include/batchpoint/demo/run.py": "its checks move out with the deploy step (issue 26)",
     "bench/bench_state_io.py": "split with the benches' long functions",
     "bench/bench_peer.py": "split with the benches' long functions",
 }

@@ -29,14 +29,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from batchpoint.demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow
+from batchpoint.demo.checks import PublishedChecks
 from batchpoint.demo.leftovers import mark_run, wait_for_none
 from batchpoint.demo.payments import BALANCES_TABLE
+from batchpoint.demo.say import say, step, timed
 from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import BatchpointError
 from batchpoint.settings import Settings
@@ -54,21 +54,6 @@ STATE_FILE = "demo.json"
 
 class DemoFailed(Exception):
     """A step did not do what the demo shows; the message says which."""
-
-
-def step(message: str) -> None:
-    print(f"\n\033[1m== {message}\033[0m", flush=True)
-
-
-def say(message: str) -> None:
-    print(f"   {message}", flush=True)
-
-
-def timed(label: str, fn: Callable[[], T]) -> T:
-    started = time.monotonic()
-    result = fn()
-    say(f"{label} in {time.monotonic() - started:.1f}s")
-    return result
 
 
 def deployment_env(
@@ -116,6 +101,7 @@ class PaymentsDemo:
         self.epoch_seconds: list[float] = []
         self.settings = Settings.from_env()
         self.store = self.settings.store_ref.open()
+        self.checks = PublishedChecks(self.settings, self.store)
 
     # -- the pieces -------------------------------------------------------------------
 
@@ -212,7 +198,7 @@ class PaymentsDemo:
         for _ in range(2):
             self.new_input()
             bad.append(self.checkpoint())
-        wrong, total = self.published_errors()
+        wrong, total = self.checks.published_errors()
         say(
             f"the Iceberg table {BALANCES_TABLE} is now wrong for {wrong} of {total} accounts, "
             "but every checkpoint 'completed'"
@@ -264,117 +250,6 @@ class PaymentsDemo:
 
         held = QuarantineStore(self.store, PipelineLayout("payments")).ids()
         say(f"quarantined by the quality gate: {', '.join(map(str, held)) or 'none'}")
-
-    def published_errors(self) -> tuple[int, int]:
-        """Accounts whose published balance differs from the reference at the head."""
-        expected, got, _, _ = self._published_and_expected()
-        merged = expected.merge(got, on="account_id", how="outer", suffixes=("", "_got"))
-        wrong = (merged["balance"] != merged["balance_got"]).sum()
-        return int(wrong), len(expected)
-
-    def balances_table(self) -> Any:
-        """The Iceberg table of the balances, as a user opens it: pyiceberg, on the
-        deployment's catalog."""
-        from batchpoint.tables.binding import TableBinding
-        from batchpoint.tables.service import sink_table
-
-        binding = TableBinding(BALANCES_TABLE)
-        return sink_table(self.settings.store_ref, "payments", "balances_table", binding)
-
-    def _published_and_expected(self) -> tuple[Any, Any, Any, Any]:
-        from batchpoint.demo.payments import SOURCE_ROOT
-        from batchpoint.demo.payments_reference import compute_reference
-        from batchpoint.protocol.sinks import read_sink_table
-
-        c = self.coordinator
-        head = c.completed.get(c.head.get().checkpoint_id)
-        reference = compute_reference(self.store, SOURCE_ROOT, upto=head.pending.barrier["events"])
-        # A second engine reads the table: pyiceberg's own scan into pandas, not Spark
-        # and not batchpoint's manifest.
-        balances = self.balances_table().read().to_pandas()
-        alerts = read_sink_table(self.store, "payments", "alerts").to_pandas()
-        balances = balances.sort_values("account_id", ignore_index=True)
-        alerts = alerts.sort_values("account_id", ignore_index=True)
-        return (
-            reference.balances,
-            balances[list(reference.balances.columns)],
-            reference,
-            alerts[list(reference.alerts.columns)],
-        )
-
-    def exactly_once(self) -> int:
-        import pandas as pd
-
-        step("exactly-once check against a pandas computation over all input")
-        expected, balances, reference, alerts = self._published_and_expected()
-        say(
-            f"input: {reference.files} files, {reference.input_records} records, "
-            f"{reference.duplicate_records} re-delivered duplicates"
-        )
-        try:
-            pd.testing.assert_frame_equal(balances, expected, check_dtype=False)
-            pd.testing.assert_frame_equal(alerts, reference.alerts, check_dtype=False)
-        except AssertionError as exc:
-            say(f"MISMATCH: {exc}")
-            return 1
-        say(
-            f"Iceberg table {BALANCES_TABLE} (read with pyiceberg): {len(balances)} accounts, "
-            f"alerts: {len(alerts)} accounts: identical to the reference. Exactly once: no "
-            "event lost, none counted twice."
-        )
-        return self.table_history()
-
-    def table_history(self) -> int:
-        """The table's commits, one per checkpoint (and one rewind for the restore), and
-        the table as of every retained checkpoint against the reference at its barrier."""
-        import pandas as pd
-
-        from batchpoint.demo.payments import SOURCE_ROOT
-        from batchpoint.demo.payments_reference import compute_reference
-
-        step(f"the Iceberg table {BALANCES_TABLE}: its commits, and time travel by checkpoint")
-        table = self.balances_table()
-        commits = table.history()
-        for commit in commits:
-            say(
-                f"snapshot {commit.snapshot_id}: checkpoint {commit.checkpoint_id} "
-                f"({commit.operation}, restore generation {commit.generation}), "
-                f"{commit.records} rows"
-            )
-        c = self.coordinator
-        committed = {m.checkpoint_id for m in commits}
-        # The head's timeline must equal the reference at each checkpoint's barrier; the
-        # checkpoints a restore left behind keep what they published then.
-        timeline: dict[int, Any] = {}  # checkpoint id -> its outcome
-        cid = c.head.get().checkpoint_id
-        while cid is not None and (outcome := c.get_outcome(cid)) is not None:
-            timeline[cid] = outcome
-            cid = outcome.pending.base_checkpoint_id
-        checked = []
-        for cid in sorted(committed & set(timeline)):
-            barrier = timeline[cid].pending.barrier["events"]
-            expected = compute_reference(self.store, SOURCE_ROOT, upto=barrier).balances
-            got = table.read(cid).to_pandas().sort_values("account_id", ignore_index=True)
-            try:
-                pd.testing.assert_frame_equal(
-                    got[list(expected.columns)], expected, check_dtype=False
-                )
-            except AssertionError as exc:
-                say(f"MISMATCH as of checkpoint {cid}: {exc}")
-                return 1
-            checked.append(f"{cid} ({len(got)} rows)")
-        say(
-            f"as of checkpoints {', '.join(checked)} (the head's timeline): equal to the "
-            "reference at each one's barrier"
-        )
-        left = sorted(committed - set(timeline))
-        if left:
-            say(
-                f"as of {', '.join(map(str, left))} (left behind by the restore): what they "
-                f"published then, e.g. `batchpoint sink show payments balances_table "
-                f"--checkpoint {left[-1]}`"
-            )
-        return 0
 
 
 def spark_server(workdir: Path, mode: str) -> contextlib.AbstractContextManager[Any]:
@@ -429,7 +304,7 @@ def run_story(workdir: Path, epochs: int, spark_mode: str) -> int:
         demo.gated_restore(bad, good)
         demo.fixed_deploy()
         demo.history()
-        result = demo.exactly_once()
+        result = demo.checks.exactly_once()
         times = ", ".join(f"{t:.1f}s" for t in demo.epoch_seconds)
         say(f"epoch wall times ({spark_mode} mode): {times}")
         airflow.quietly(stop_spark)
