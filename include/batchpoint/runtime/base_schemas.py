@@ -59,7 +59,8 @@ def stored_state_schema(store: ObjectStore, files: list[FileHandle]) -> pa.Schem
         from pyspark.sql.pandas.types import to_arrow_schema
 
         # The exact conversion the writer made for the file's schema (state_writer).
-        return _state_columns(to_arrow_schema(T.StructType.fromJson(json.loads(recorded))))
+        struct = T.StructType.fromJson(json.loads(recorded))
+        return _state_columns(to_arrow_schema(struct, timezone="UTC"))
     smallest = min(full, key=lambda h: h.size)
     footer = pq.ParquetFile(pa.BufferReader(store.get(smallest.path).data)).schema_arrow
     return _state_columns(footer)
