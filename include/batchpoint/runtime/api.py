@@ -373,7 +373,8 @@ class Pipeline:
     # -- the protocol's view --------------------------------------------------------------
 
     def spec(self, parallelism: Mapping[str, int] | None = None) -> PipelineSpec:
-        """The graph the coordinator knows; `parallelism` overrides (rescaling)."""
+        """The graph the coordinator knows; `parallelism` overrides (rescaling). Each
+        operator and sink records the parallelism its code declares as well."""
         parallelism = dict(parallelism or {})
         ops: list[OperatorSpec] = [
             OperatorSpec(s.name, OperatorKind.SOURCE, key_columns=s.key_columns)
@@ -389,6 +390,7 @@ class Pipeline:
                     op.max_parallelism,
                     op.key_columns,
                     tuple(op.states),
+                    code_parallelism=op.parallelism,
                 )
             )
         for sink in self.sinks.values():
@@ -404,6 +406,7 @@ class Pipeline:
                         "mode": sink.mode.value,
                         **(sink.table.to_properties() if sink.table else {}),
                     },
+                    code_parallelism=sink.parallelism,
                 )
             )
         if parallelism:
