@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from batchpoint.errors import CheckpointError, PipelineSpecError
-from batchpoint.ops.dataframes import write_savepoint
+from batchpoint.ops.dataframes import read_state, write_savepoint
 from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint, read_savepoint
+from batchpoint.settings import Settings
 from batchpoint.spark import keyed_io
 from batchpoint.state.keygroups import key_group_range_for_subtask
 from batchpoint.storage import StoreRef
@@ -54,6 +55,12 @@ def test_a_bootstrapped_savepoint_restores_and_continues_exactly_once(
 
     run.epoch(3)
     run.epoch(4)
+    if table_store.uri.startswith("file:"):  # read_state reads the BATCHPOINT_* settings
+        settings = Settings.from_env({}, root=table_store.uri)
+        read = read_state(spark, "clicks", "aggregate", "totals", imported.checkpoint_id,
+                          settings=settings).toPandas()  # fmt: skip
+        read = read.sort_values("user", ignore_index=True)
+        pd.testing.assert_frame_equal(read, before[list(read.columns)], check_dtype=False)
     pd.testing.assert_frame_equal(run.state()[["user", "n", "total"]], reference(range(5)),
                                   check_dtype=False)  # fmt: skip
 

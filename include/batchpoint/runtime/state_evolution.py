@@ -76,7 +76,9 @@ def describe(verdict: SchemaVerdict) -> str:
     return f"{verdict.what}: {verdict.kind.value}: {changes}"
 
 
-def user_migrated(node: OperatorDef, state: str, verdict: SchemaVerdict, old: DataFrame):
+def user_migrated(
+    node: OperatorDef, state: str, verdict: SchemaVerdict, old: DataFrame
+) -> DataFrame:
     """The state's migrate= function over its stored rows, as the declared schema: its
     columns in the declared order, refused (naming the differences) when they are not
     the declared ones."""
