@@ -1,11 +1,13 @@
 """`savepoint`: run one epoch as a savepoint on local Spark and export it to a folder
 (with --stop, a stop-with-savepoint);
 or, with --checkpoint-id, export a completed checkpoint; `savepoint dispose ID` removes
-a retained savepoint from the pipeline."""
+a retained savepoint from the pipeline; `savepoint bootstrap --state OP.STATE=FILE ...
+TARGET` writes a savepoint folder from Parquet files of state (ops/bootstrap.py)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from batchpoint.cli import render
@@ -18,6 +20,8 @@ def cmd_savepoint(cmd: Command) -> int:
     args = cmd.args
     if args.action == "dispose":
         return cmd_dispose(cmd)
+    if args.action == "bootstrap":
+        return cmd_bootstrap(cmd)
     pipeline = cmd.pipeline()
     if args.checkpoint_id is not None:
         if args.stop:
@@ -45,14 +49,75 @@ def cmd_savepoint(cmd: Command) -> int:
 
 
 def cmd_dispose(cmd: Command) -> int:
-    if cmd.args.savepoint_id is None:
+    if cmd.args.operand is None:
         raise BatchpointError("savepoint dispose needs the savepoint's checkpoint id")
+    try:
+        savepoint_id = checkpoint_id(cmd.args.operand)
+    except argparse.ArgumentTypeError as exc:
+        raise BatchpointError(f"savepoint dispose {cmd.args.operand!r}: {exc}") from None
     coordinator = cmd.coordinator()
-    dispose(coordinator, cmd.args.savepoint_id)
+    dispose(coordinator, savepoint_id)
     cmd.out.emit(
-        {"pipeline": coordinator.pipeline, "disposed": cmd.args.savepoint_id},
-        f"savepoint {cmd.args.savepoint_id} of pipeline {coordinator.pipeline} disposed: "
+        {"pipeline": coordinator.pipeline, "disposed": savepoint_id},
+        f"savepoint {savepoint_id} of pipeline {coordinator.pipeline} disposed: "
         "its files go with the next gc",
+    )
+    return 0
+
+
+def state_files(values: list[str] | None) -> dict[str, dict[str, str]]:
+    """--state OP.STATE=FILE.parquet, repeated: operator -> state -> file."""
+    if not values:
+        raise BatchpointError(
+            "savepoint bootstrap needs at least one --state OPERATOR.STATE=FILE.parquet"
+        )
+    out: dict[str, dict[str, str]] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        operator, dot, state = name.strip().partition(".")
+        if not (sep and dot and operator and state and path.strip()):
+            raise BatchpointError(
+                f"--state {value!r}: give OPERATOR.STATE=FILE.parquet (e.g. "
+                "aggregate.totals=totals.parquet)"
+            )
+        if state in out.get(operator, {}):
+            raise BatchpointError(f"--state {operator}.{state} is given twice")
+        out.setdefault(operator, {})[state] = path.strip()
+    return out
+
+
+def cmd_bootstrap(cmd: Command) -> int:
+    target = cmd.args.operand or cmd.args.target
+    if not target:
+        raise BatchpointError("savepoint bootstrap needs the TARGET folder of the savepoint")
+    files = state_files(cmd.args.state)
+    missing = [p for states in files.values() for p in states.values() if not Path(p).is_file()]
+    if missing:
+        raise BatchpointError(f"no such Parquet file: {', '.join(missing)}")
+    pipeline = cmd.pipeline()
+    # Here, not at the top: batchpoint.spark imports pyspark, which no other verb needs.
+    from batchpoint.ops.bootstrap import write_savepoint
+    from batchpoint.spark.session import spark_session
+
+    cmd.out.progress(f"starting Spark ({cmd.settings.spark_master})")
+    spark = spark_session(f"batchpoint-bootstrap-{pipeline.name}", cmd.settings.spark_master)
+    frames = {
+        op: {state: spark.read.parquet(str(Path(p).resolve())) for state, p in states.items()}
+        for op, states in files.items()
+    }
+    metadata = write_savepoint(
+        spark,
+        pipeline,
+        frames,
+        target,
+        parallelism=cmd.args.parallelism,
+        description=cmd.args.description or "bootstrapped from Parquet files",
+        settings=cmd.settings,
+    )
+    cmd.out.emit(
+        {"pipeline": pipeline.name, "target": target, "files": metadata.file_count},
+        f"savepoint bootstrapped at {target} ({metadata.file_count} file(s)); import and "
+        "restore it with `batchpoint restore --savepoint ...`",
     )
     return 0
 
@@ -64,11 +129,22 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
     )
     p.add_argument(
-        "action", nargs="?", choices=["dispose"], help="dispose ID: remove a retained savepoint"
+        "action",
+        nargs="?",
+        choices=["dispose", "bootstrap"],
+        help="dispose ID: remove a retained savepoint; bootstrap TARGET: write one from "
+        "Parquet files of state (--state)",
     )
-    p.add_argument("savepoint_id", nargs="?", type=checkpoint_id, help=argparse.SUPPRESS)
+    p.add_argument("operand", nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--target", help="s3://..., file:///... or a path under the root")
     p.add_argument("--description", default="", help="stored in the savepoint's _metadata")
+    p.add_argument(
+        "--state",
+        action="append",
+        metavar="OPERATOR.STATE=FILE.parquet",
+        help="bootstrap: a state's rows (repeat for each state)",
+    )
+    p.add_argument("--parallelism", type=int, default=None, help="bootstrap: default, the code's")
     p.add_argument(
         "--checkpoint-id",
         type=checkpoint_id,

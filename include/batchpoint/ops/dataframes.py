@@ -166,3 +166,8 @@ def describe_rows(df: DataFrame, limit: int) -> tuple[list[str], list[list[Any]]
     total = df.count()
     rows = df.orderBy(df.columns[0]).limit(limit).collect() if df.columns else []
     return df.columns, [list(r) for r in rows], total
+
+
+# The writing side (a savepoint from DataFrames) lives in its own module; it is asked of
+# this one beside read_state.
+from batchpoint.ops.bootstrap import write_savepoint  # noqa: E402, F401

@@ -34,6 +34,11 @@ class OperatorSpec(codec.Value):
     key_columns: tuple[str, ...] = ()
     states: tuple[str, ...] = ()
     properties: Mapping[str, Any] = field(default_factory=dict)
+    # The parallelism the code declared when this spec was registered, beside the
+    # effective one above (which a rescaling restore may have set): a deploy that
+    # changes the code's value is told apart from a restore's rescale that must
+    # persist. Absent in specs registered before it was recorded.
+    code_parallelism: int | None = codec.field(default=None, omit=None)
 
     @property
     def has_tasks(self) -> bool:

@@ -21,7 +21,7 @@ import enum
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,6 +31,7 @@ from batchpoint.protocol.layout import check_name
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.redaction import Secret
 from batchpoint.runtime.schemas import arrow_schema
+from batchpoint.state.evolution.types import default_problem
 from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
 
@@ -138,6 +139,30 @@ class SourceDef:
         return self.location.uri if self.location else self.root
 
 
+def _state_decl(operator: str, state: str, declared: pa.Schema | StructType | str | State) -> State:
+    """The declaration with its schema as a pyarrow schema and its uid filled in; a
+    default that does not fit its column, or a column both declared and marked
+    dropped, is refused here, at declaration, rather than at the first deploy."""
+    what = f"operator '{operator}': state '{state}'"
+    decl = declared if isinstance(declared, State) else State(declared)
+    schema = arrow_schema(decl.schema, what)
+    both = sorted(set(decl.dropped) & set(schema.names))
+    if both:
+        raise PipelineSpecError(f"{what}: column(s) {both} are marked dropped but still declared")
+    for column, value in decl.defaults.items():
+        if column in schema.names and (problem := default_problem(value, schema.field(column))):
+            raise PipelineSpecError(f"{what}: the default of column '{column}': {problem}")
+    if decl.migrate is not None and not callable(decl.migrate):
+        raise PipelineSpecError(f"{what}: migrate= must be a function of the old DataFrame")
+    return replace(
+        decl,
+        schema=schema,
+        uid=decl.uid or state,
+        defaults=dict(decl.defaults),
+        dropped=tuple(decl.dropped),
+    )
+
+
 def _opened(store: StoreRef | ObjectStore) -> ObjectStore:
     return store.open() if isinstance(store, StoreRef) else store
 
@@ -160,6 +185,22 @@ def _expand(value: str | Secret, what: str) -> str | Secret:
 
 
 @dataclass(frozen=True)
+class State:
+    """A keyed state's declaration: its schema and how it evolves across deploys.
+
+    `uid` keeps the state's identity when it is renamed (default: its name). `defaults`
+    fills a column the schema gained, for rows written before it; `dropped` names columns
+    the code removed on purpose; `migrate` turns the old DataFrame into the new one, once,
+    in the first epoch after a deploy whose change no rule migrates."""
+
+    schema: pa.Schema | StructType | str
+    uid: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    dropped: tuple[str, ...] = ()
+    migrate: Callable[[DataFrame], DataFrame] | None = None
+
+
+@dataclass(frozen=True)
 class OperatorDef:
     name: str
     fn: OperatorFn
@@ -169,6 +210,7 @@ class OperatorDef:
     parallelism: int
     max_parallelism: int
     output_schema: pa.Schema | None = None
+    state_decls: Mapping[str, State] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -246,19 +288,21 @@ class Pipeline:
         *,
         inputs: Sequence[str],
         key: Sequence[str],
-        states: Mapping[str, pa.Schema | StructType | str] | None = None,
+        states: Mapping[str, pa.Schema | StructType | str | State] | None = None,
         parallelism: int = 1,
         max_parallelism: int | None = None,
     ) -> Callable[[OperatorFn], OperatorFn]:
-        """`states`: name -> schema (pyarrow, Spark StructType or DDL string)."""
+        """`states`: name -> schema (pyarrow, Spark StructType or DDL string), or a
+        `State` saying how it evolves across deploys."""
 
         def register(fn: OperatorFn) -> OperatorFn:
             op_name = name or fn.__name__
             self._check_new(op_name)
-            schemas = {
-                state: arrow_schema(schema, f"operator '{op_name}': state '{state}'")
-                for state, schema in (states or {}).items()
+            decls = {
+                state: _state_decl(op_name, state, declared)
+                for state, declared in (states or {}).items()
             }
+            schemas = {state: decl.schema for state, decl in decls.items()}
             for state_name, schema in schemas.items():
                 check_name(state_name, f"operator '{op_name}': state")
                 missing = [c for c in key if c not in schema.names]
@@ -274,6 +318,7 @@ class Pipeline:
                 schemas,
                 parallelism,
                 max_parallelism or self.max_parallelism,
+                state_decls=decls,
             )
             return fn
 
@@ -328,7 +373,8 @@ class Pipeline:
     # -- the protocol's view --------------------------------------------------------------
 
     def spec(self, parallelism: Mapping[str, int] | None = None) -> PipelineSpec:
-        """The graph the coordinator knows; `parallelism` overrides (rescaling)."""
+        """The graph the coordinator knows; `parallelism` overrides (rescaling). Each
+        operator and sink records the parallelism its code declares as well."""
         parallelism = dict(parallelism or {})
         ops: list[OperatorSpec] = [
             OperatorSpec(s.name, OperatorKind.SOURCE, key_columns=s.key_columns)
@@ -344,6 +390,7 @@ class Pipeline:
                     op.max_parallelism,
                     op.key_columns,
                     tuple(op.states),
+                    code_parallelism=op.parallelism,
                 )
             )
         for sink in self.sinks.values():
@@ -359,6 +406,7 @@ class Pipeline:
                         "mode": sink.mode.value,
                         **(sink.table.to_properties() if sink.table else {}),
                     },
+                    code_parallelism=sink.parallelism,
                 )
             )
         if parallelism:

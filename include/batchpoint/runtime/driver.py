@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from batchpoint.errors import RecordError, RestoreRefused
+from batchpoint.errors import PipelineSpecError, RecordError, RestoreRefused
 from batchpoint.protocol.checkpoint import (
     CheckpointType,
     PendingCheckpoint,
@@ -22,6 +22,34 @@ from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
     from batchpoint.tables.iceberg import SyncReport
+
+
+def in_force(stored: PipelineSpec | None, pipeline: Pipeline) -> dict[str, int]:
+    """Per operator and sink of `pipeline` that `stored` knows: the parallelism in force
+    (see PipelineDriver.current_spec)."""
+    out = {}
+    for op in stored.operators if stored is not None else ():
+        node = pipeline.operators.get(op.name) or pipeline.sinks.get(op.name)
+        if node is None:
+            continue
+        recorded = op.code_parallelism if op.code_parallelism is not None else op.parallelism
+        out[op.name] = node.parallelism if node.parallelism != recorded else op.parallelism
+    return out
+
+
+def max_parallelism_changes(stored: PipelineSpec | None, pipeline: Pipeline) -> list[str]:
+    """Stateful operators whose code declares another max_parallelism than `stored`."""
+    out = []
+    for op in stored.operators if stored is not None else ():
+        node = pipeline.operators.get(op.name)
+        if node is None or not (op.states and node.states):
+            continue
+        if node.max_parallelism != op.max_parallelism:
+            out.append(
+                f"operator '{op.name}' changes max_parallelism from {op.max_parallelism} "
+                f"to {node.max_parallelism}"
+            )
+    return out
 
 
 class PipelineDriver:
@@ -42,14 +70,27 @@ class PipelineDriver:
     # -- the graph in force ---------------------------------------------------------------
 
     def current_spec(self) -> PipelineSpec:
-        """The pipeline from code, with the parallelism last set by a rescaling restore."""
-        stored = self.coordinator.stored_spec()
-        overrides = {
-            op.name: op.parallelism
-            for op in (stored.operators if stored is not None else ())
-            if op.name in self.pipeline.operators or op.name in self.pipeline.sinks
-        }
-        return self.pipeline.spec(overrides)
+        """The pipeline from code, at the parallelism in force: per operator and sink,
+        the code's when it differs from the code's value recorded at the last
+        registration (a deploy changed it: the next checkpoint rescales by key group),
+        else the effective one recorded (a rescaling restore's, kept until the code
+        changes). A spec registered before the code's value was recorded counts its
+        effective parallelism as the code's."""
+        return self.pipeline.spec(in_force(self.coordinator.stored_spec(), self.pipeline))
+
+    def check_deployable_spec(self) -> None:
+        """Refuse a deploy that changes a stateful operator's max_parallelism: it is the
+        number of key groups, by which every stored row was placed."""
+        refused = max_parallelism_changes(self.coordinator.stored_spec(), self.pipeline)
+        if refused:
+            raise PipelineSpecError(
+                f"pipeline '{self.pipeline.name}': "
+                + "; ".join(refused)
+                + ": max_parallelism is the key-group count, and each stored row's key "
+                "group is its key's hash modulo it, so the state cannot be restored under "
+                "another one; keep the old value (a new max_parallelism needs a new state, "
+                "e.g. a savepoint bootstrapped from the state read as a DataFrame)"
+            )
 
     def rescale(self, parallelism: Mapping[str, int]) -> PipelineSpec:
         current = {op.name: op.parallelism for op in self.current_spec().operators if op.has_tasks}
@@ -71,6 +112,7 @@ class PipelineDriver:
         properties: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> PendingCheckpoint:
+        self.check_deployable_spec()
         self.coordinator.register(self.current_spec())
         return self.coordinator.trigger(
             self.capture_barrier(),

@@ -12,9 +12,11 @@ from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import OperatorDef, SourceDef
 from batchpoint.runtime.incremental import base_state_files
+from batchpoint.runtime.state_evolution import describe, state_verdicts, user_migrated
 from batchpoint.runtime.streams import reads_channel
 from batchpoint.runtime.task_attempt import TaskAttempt
 from batchpoint.runtime.task_metrics import channel_rows_by_subtask
+from batchpoint.state.evolution import SchemaVerdict, VerdictKind
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,16 +57,24 @@ def restore(attempt: TaskAttempt, base: CompletedCheckpoint | None, channels: Ch
     """Every input as a DataFrame, and an operator's states as of `base`; records the
     rows each subtask reads from upstream operators."""
     node = attempt.node
+    base_files: dict[str, list[FileHandle]] = {}
+    verdicts: dict[str, SchemaVerdict] = {}
+    if isinstance(node, OperatorDef):
+        base_files = {state: base_state_files(base, node.name, state) for state in node.states}
+        # First: a refused schema change fails the attempt before any Spark job.
+        verdicts = state_verdicts(attempt.env.store, node, base, base_files)
+        for verdict in verdicts.values():
+            if verdict.kind is not VerdictKind.UNCHANGED:
+                attempt.log(f"restore: {describe(verdict)}")
     inputs = {name: _input(attempt, name, channels[name]) for name in node.inputs}
     attempt.report.records_in = channel_rows_by_subtask(
         [h for files in channels.values() for h in files], node.max_parallelism, attempt.parallelism
     )
     if not isinstance(node, OperatorDef):
         return Restored(inputs)
-    base_files = {state: base_state_files(base, node.name, state) for state in node.states}
     states = {
-        state: _restored_state(attempt, base, state, schema, base_files[state])
-        for state, schema in node.states.items()
+        state: _restored_state(attempt, base, state, base_files[state], verdicts.get(state))
+        for state in node.states
     }
     return Restored(inputs, states, base_files)
 
@@ -88,18 +98,24 @@ def _restored_state(
     attempt: TaskAttempt,
     base: CompletedCheckpoint | None,
     state: str,
-    schema,
     files: list[FileHandle],
+    verdict: SchemaVerdict | None,
 ) -> DataFrame:
+    """The state as the code declares it now: read as stored, migrated by the rules in
+    the executors, or handed to the state's migrate= function (state_evolution)."""
     from batchpoint.spark import keyed_io
 
     env = attempt.env
+    node = attempt.node
+    assert isinstance(node, OperatorDef)
+    schema = node.states[state]
     if base is None or not files:
         return keyed_io.empty(env.session, schema)
-    return keyed_io.read_keyed(
-        env.session,
-        env.store_ref,
-        files,
-        schema=schema,
-        what=f"state '{state}' of '{attempt.operator}' in checkpoint {base.checkpoint_id}",
-    )
+    what = f"state '{state}' of '{attempt.operator}' in checkpoint {base.checkpoint_id}"
+    if verdict is None or verdict.kind is VerdictKind.UNCHANGED:
+        return keyed_io.read_keyed(env.session, env.store_ref, files, schema=schema, what=what)
+    if verdict.kind is VerdictKind.MIGRATED:
+        return keyed_io.read_keyed(env.session, env.store_ref, files, verdict=verdict, what=what)
+    old = keyed_io.read_keyed(env.session, env.store_ref, files, schema=verdict.stored, what=what)
+    attempt.log(f"restore: {verdict.what}: running its migrate= function (once, for this deploy)")
+    return user_migrated(node, state, verdict, old)

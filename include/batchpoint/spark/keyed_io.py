@@ -18,6 +18,7 @@ from batchpoint.sources.files import SourceSplit
 from batchpoint.spark.remote import for_workers
 from batchpoint.spark.state_reader import ReadSpec, read_keyed_state
 from batchpoint.spark.state_writer import SubtaskHooks, WriteSpec, write_keyed_state
+from batchpoint.state.evolution import SchemaVerdict
 from batchpoint.state.format import StateHandle
 from batchpoint.storage import StoreRef
 
@@ -68,13 +69,20 @@ def read_keyed(
     files: Sequence[FileHandle],
     schema: pa.Schema | None = None,
     what: str = "",
+    *,
+    verdict: SchemaVerdict | None = None,
 ) -> DataFrame:
-    """Every row of the files (one keyed stream), read by executors."""
+    """Every row of the files (one keyed stream), read by executors. With a `verdict`
+    (state schema evolution), files of its stored schema read as its declared one."""
+    if verdict is not None:
+        schema = verdict.declared
     if not files:
         if schema is None:
             raise ValueError(f"no files to read for {what or 'a stream'} and no schema")
         return empty(spark, schema)
     handles = [StateHandle.coerce(f) for f in files]
+    if verdict is not None:
+        return read_keyed_state(spark, store_ref, handles, ReadSpec(verdict=verdict))
     struct = spark_schema(schema) if schema is not None else None
     return read_keyed_state(spark, store_ref, handles, ReadSpec(schema=struct))
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from batchpoint.spark.shipping import ShippedStore
+from batchpoint.state.evolution import SchemaVerdict, migrate_batch
 from batchpoint.state.format import (
     CHANGE_COLUMN,
     CHANGE_ROW,
@@ -63,6 +64,9 @@ class TaskRead:
     batch_bytes: int = DEFAULT_READ_BATCH_BYTES
     requested: pa.Schema = field(default_factory=lambda: pa.schema([]))
     key_columns: tuple[str, ...] = ()
+    # A MIGRATED verdict: the files hold its stored schema, Spark was promised the
+    # declared one, and each batch is migrated on the way (state schema evolution).
+    verdict: SchemaVerdict | None = None
 
 
 @contextlib.contextmanager
@@ -235,6 +239,7 @@ def _filter_groups(table: pa.Table, wanted: KeyGroupRange) -> pa.Table:
 
 def _shape(spec: TaskRead, batch: pa.RecordBatch) -> pa.RecordBatch:
     """The batch in exactly the Arrow schema Spark was promised."""
+    rows = batch if spec.verdict is None else _migrated(spec.verdict, batch)
     columns = []
     for out in spec.out_schema:
         if out.name == spec.subtask_column:
@@ -245,8 +250,21 @@ def _shape(spec: TaskRead, batch: pa.RecordBatch) -> pa.RecordBatch:
             )  # integer division of non-negative ints: Flink's operator index
             columns.append(subtasks.cast(pa.int32()))
         else:
-            columns.append(batch.column(out.name).cast(out.type))
+            columns.append(rows.column(out.name).cast(out.type))
     return pa.RecordBatch.from_arrays(columns, schema=spec.out_schema)
+
+
+def _migrated(verdict: SchemaVerdict, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Stored rows in the declared schema. The file's types are first cast to the
+    verdict's stored ones, which may differ only as Spark's arrow types do (string or
+    large_string, a timestamp's zone): the rule's casts start from the stored types."""
+    stored = verdict.stored
+    fields = [stored.field(f.name) if f.name in stored.names else f for f in batch.schema]
+    arrays = [
+        column if column.type == f.type else column.cast(f.type)
+        for column, f in zip(batch.columns, fields, strict=True)
+    ]
+    return migrate_batch(pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields)), verdict)
 
 
 def read_task(spec: TaskRead, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -28,6 +28,7 @@ from batchpoint.spark.state_read_tasks import (
     footer_task,
     read_task,
 )
+from batchpoint.state.evolution import SchemaVerdict, VerdictKind
 from batchpoint.state.format import (
     KEY_GROUP_COLUMN,
     SUBTASK_COLUMN,
@@ -65,7 +66,11 @@ class ReadSpec:
     from the first file). `verify` checks each file's size and sha256 against its handle.
     `rescale_to`: all of the state, with column `subtask_column` naming the subtask that
     owns each row at that parallelism (partition i holding subtask i's rows with
-    `partition_by_subtask`)."""
+    `partition_by_subtask`). `verdict`: a state whose code declares another schema than
+    its files hold (state schema evolution): `schema` is then the files' (the verdict's
+    stored schema) and the rows are read as the verdict's declared schema, each batch
+    migrated by `migrate_batch` in the executors; an UNCHANGED verdict changes nothing,
+    any verdict the rules cannot migrate is refused before any Spark job."""
 
     key_groups: KeyGroupRange | None = None
     schema: T.StructType | str | None = None
@@ -75,6 +80,7 @@ class ReadSpec:
     rescale_to: int | None = None
     subtask_column: str = SUBTASK_COLUMN
     partition_by_subtask: bool = True
+    verdict: SchemaVerdict | None = None
 
 
 def stored_schema(spark: SparkSession, store: StoreLike, handle: StateHandle) -> pa.Schema:
@@ -164,7 +170,10 @@ def _task_read(
 ) -> tuple[TaskRead, T.StructType]:
     """What each task gets, and the Spark schema of what the tasks yield."""
     requested = to_arrow_schema(struct, timezone="UTC")
+    verdict = _migrating(spec.verdict)
     out_struct = T.StructType(list(struct.fields))
+    if verdict is not None:
+        out_struct = from_arrow_schema(pa.schema(f.with_nullable(True) for f in verdict.declared))
     if spec.keep_key_group:
         out_struct = out_struct.add(KEY_GROUP_COLUMN, T.IntegerType(), nullable=False)
     subtask_col = spec.subtask_column if spec.rescale_to is not None else None
@@ -182,8 +191,25 @@ def _task_read(
         verify=spec.verify,
         requested=requested,
         key_columns=key_columns,
+        verdict=verdict,
     )
     return task, out_struct
+
+
+def _migrating(verdict: SchemaVerdict | None) -> SchemaVerdict | None:
+    """The verdict the tasks apply: None when there is nothing to migrate; refused
+    here, on the driver, when the rules cannot migrate it (a clear error, not a task
+    failure inside a Spark job)."""
+    if verdict is None or verdict.kind is VerdictKind.UNCHANGED:
+        return None
+    if verdict.kind is not VerdictKind.MIGRATED:
+        verdict.check()  # names every refused column with both types
+        raise StateError(
+            f"{verdict.what}: its stored rows need the state's migrate= function "
+            "(verdict user-migration), not a read in the declared schema: "
+            + "; ".join(verdict.messages)
+        )
+    return verdict
 
 
 def _task_rows(
@@ -215,6 +241,11 @@ def read_keyed_state(
     handles record, each file verified), read by executors. The handles must cover the
     key groups asked for exactly once."""
     spec = spec or ReadSpec()
+    verdict = _migrating(spec.verdict)
+    if verdict is not None and spec.schema is None:
+        # The files hold the verdict's stored schema: that is what is checked and read.
+        stored = pa.schema(f.with_nullable(True) for f in verdict.stored)
+        spec = replace(spec, schema=from_arrow_schema(stored))
     chosen, max_par = _coerce_handles(handles, spec.max_parallelism)
     state = chosen[0].name
     if spec.rescale_to is not None:

@@ -1,0 +1,87 @@
+"""The schema a base checkpoint holds for one state: what a deploy's declared schema is
+compared with (state schema evolution, docs/design/evolution.md).
+
+One function, so that every caller (the runner's restore, `batchpoint plan`) asks the
+same question the same way. Checkpoints written before the topology recorded schemas
+answer from the state files themselves: each handle records the Spark schema its file
+was written with (no download); a handle too old for that is answered by the Parquet
+footer of the smallest of the state's full files. No Spark job either way.
+
+What the files hold is what Spark wrote, not what the code declared: Spark ships strings
+as either offset width, timestamps in the session's zone, and loses nullability through
+most transformations. `comparable_stored` takes the declared type wherever the stored
+one differs from it only in such a way, so those differences are not read as a change.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
+from batchpoint.runtime.incremental import base_state_files
+from batchpoint.state.format import RESERVED_COLUMNS, StateHandle, canonical_schema
+from batchpoint.storage import ObjectStore
+
+
+@dataclass(frozen=True)
+class BaseStateSchema:
+    """`schema`: the state's columns as stored. `declared`: it is the schema the code
+    declared when the checkpoint was taken (recorded in its topology), so its
+    nullability is meant; False: read from the files, where Spark decided nullability."""
+
+    schema: pa.Schema
+    declared: bool = False
+
+
+def base_state_schema(
+    store: ObjectStore, base: CompletedCheckpoint | None, operator_uid: str, state_uid: str
+) -> BaseStateSchema | None:
+    """The schema of (operator, state) in `base`; None when the base holds no files of
+    it (no base, or the operator or state is new)."""
+    files = base_state_files(base, operator_uid, state_uid)
+    if not files:
+        return None
+    return BaseStateSchema(stored_state_schema(store, files))
+
+
+def stored_state_schema(store: ObjectStore, files: list[FileHandle]) -> pa.Schema:
+    """The state columns the files were written with (the full files': a changelog's
+    columns are all nullable, a CHANGE_GONE row holding only its key)."""
+    handles = [StateHandle.coerce(f) for f in files]
+    full = [h for h in handles if not h.is_changelog] or handles
+    recorded = next((h.spark_schema for h in full if h.spark_schema), "")
+    if recorded:
+        from pyspark.sql import types as T
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        # The exact conversion the writer made for the file's schema (state_writer).
+        struct = T.StructType.fromJson(json.loads(recorded))
+        return _state_columns(to_arrow_schema(struct, timezone="UTC"))
+    smallest = min(full, key=lambda h: h.size)
+    footer = pq.ParquetFile(pa.BufferReader(store.get(smallest.path).data)).schema_arrow
+    return _state_columns(footer)
+
+
+def _state_columns(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f for f in schema if f.name not in RESERVED_COLUMNS])
+
+
+def comparable_stored(stored: BaseStateSchema, declared: pa.Schema) -> pa.Schema:
+    """`stored.schema` with the declared type of each column whose stored type differs
+    only as Spark makes it differ (offset width, time zone), and, when read from the
+    files, the declared nullability: what the evolution rules should compare."""
+    equivalent = dict(canonical_schema(declared))
+    fields = []
+    for f in stored.schema:
+        if f.name in declared.names:
+            want = declared.field(f.name)
+            if canonical_schema(pa.schema([f])) == [(f.name, equivalent[f.name])]:
+                f = f.with_type(want.type)
+            if not stored.declared:
+                f = f.with_nullable(want.nullable)
+        fields.append(f)
+    return pa.schema(fields)

@@ -1,0 +1,76 @@
+"""Parallelism in code (issue 26): a deploy that changes an operator's parallelism is
+honoured at the next checkpoint, which rescales its state by key group; a rescaling
+restore's parallelism persists until the code changes; a max_parallelism change is
+refused with the reason. Before, the stored parallelism always won and the code's value
+was silently ignored."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from batchpoint.errors import PipelineSpecError
+from batchpoint.protocol.layout import TaskId
+from batchpoint.runtime.driver import in_force
+from batchpoint.storage import StoreRef
+from support.deploys import Deploys, reference
+
+
+def _spec_with(run: Deploys, parallelism: int, max_parallelism: int = 16):
+    return run.deploy(parallelism=parallelism, max_parallelism=max_parallelism)
+
+
+def test_the_code_wins_only_when_it_changed_since_the_last_registration(tmp_path) -> None:
+    """No Spark: the rule over recorded specs."""
+    run = Deploys(None, StoreRef.of((tmp_path / "store").as_uri()))
+    two = _spec_with(run, 2)
+    registered = two.spec()
+    assert registered.operator("aggregate").code_parallelism == 2
+    three = _spec_with(run, 3)
+    assert in_force(registered, three) == {"aggregate": 3}  # a deploy changed it
+    rescaled = two.spec({"aggregate": 5})  # restore --parallelism 5, the code still 2
+    assert rescaled.operator("aggregate").code_parallelism == 2
+    assert in_force(rescaled, two) == {"aggregate": 5}  # the restore's value persists
+    assert in_force(rescaled, three) == {"aggregate": 3}  # until the code changes
+    # A spec registered before the code's value was recorded: its parallelism counts.
+    old = registered.with_parallelism({"aggregate": 2})
+    old = type(old).decode("spec.json", old.encode().replace(b'"code_parallelism":2,', b""))
+    assert old.operator("aggregate").code_parallelism is None
+    assert in_force(old, two) == {"aggregate": 2} and in_force(old, three) == {"aggregate": 3}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_deploy_rescales_by_key_group_at_the_next_epoch_exactly_once(spark, tmp_path) -> None:
+    run = Deploys(spark, StoreRef.of((tmp_path / "store").as_uri()))
+
+    def subtasks(result) -> set[int]:
+        tasks = [TaskId.parse(t) for t in result.outcome.pending.expected_tasks]
+        assert run.runner is not None
+        head = run.runner.driver.coordinator.completed.get(result.checkpoint_id)
+        files = {h.meta.get("parallelism") for h in head.handles if h.name == "state-totals"}
+        assert len(files) == 1
+        count = len([t for t in tasks if t.operator == "aggregate"])
+        assert files == {count}, (files, count)
+        return {count}
+
+    def counted(upto: int) -> None:
+        got = run.state()[["user", "n", "total"]]
+        pd.testing.assert_frame_equal(got, reference(range(upto + 1)), check_dtype=False)
+
+    run.deploy(parallelism=2)
+    assert subtasks(run.epoch(0)) == {2}
+    run.deploy(parallelism=3)  # the deploy: the next epoch runs at 3
+    assert subtasks(run.epoch(1)) == {3}
+    counted(1)
+    assert run.runner is not None
+    head = run.runner.driver.coordinator.head.get().checkpoint_id
+    run.runner.driver.restore(head, parallelism={"aggregate": 1})
+    assert subtasks(run.epoch(2)) == {1}, "a rescaling restore's parallelism must persist"
+    run.deploy(parallelism=2)
+    assert subtasks(run.epoch(3)) == {2}
+    counted(3)
+
+    run.deploy(parallelism=2, max_parallelism=32)
+    with pytest.raises(PipelineSpecError, match=r"from 16 to 32.*key-group count"):
+        run.epoch(4)

@@ -1,0 +1,125 @@
+"""State schema evolution through the runtime (issue 26): a deploy that changes a
+state's schema reads the base's rows by the rules, with no user code, inside the
+executors; a migrate= function runs once; a change the rules refuse fails the epoch
+before any Spark job, naming the state, the column and both types. Every epoch counts
+its events exactly once against a pandas reference."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from batchpoint.runtime.api import State
+from batchpoint.runtime.runner import OperatorFailed
+from batchpoint.storage import StoreRef
+from support.deploys import TOTALS_V1, Deploys, counting, reference
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _layers(run: Deploys) -> set[int]:
+    assert run.runner is not None
+    coordinator = run.runner.driver.coordinator
+    head = coordinator.completed.get(coordinator.head.get().checkpoint_id)
+    return {int(h.meta.get("layer", 0)) for h in head.handles if h.name == "state-totals"}
+
+
+def _counts(run: Deploys, upto: int) -> None:
+    got = run.state()
+    expected = reference(range(upto + 1))
+    pd.testing.assert_frame_equal(
+        got[["user", "n", "total"]], expected, check_dtype=False, check_exact=True
+    )
+
+
+def test_an_added_nullable_column_reads_null_on_both_stores(spark, table_store: StoreRef) -> None:
+    """The issue's reproduction: before, the epoch after the deploy failed with "does
+    not have the requested schema" until the pipeline was FAILED."""
+    run = Deploys(spark, table_store)
+    run.deploy()
+    run.epoch(0)
+    run.epoch(1)
+    with_note = TOTALS_V1.append(pa.field("note", pa.string()))
+    run.deploy(with_note)
+    run.epoch(2)
+    restored = run.states_seen[-1]
+    assert list(restored.columns) == ["user", "n", "total", "note"]
+    assert len(restored) > 0 and restored["note"].isna().all()
+    _counts(run, 2)
+    assert run.state()["note"].isna().all()
+
+
+def test_deploys_migrate_stored_state_by_the_rules_and_migrate_runs_once(spark, tmp_path) -> None:
+    run = Deploys(spark, StoreRef.of((tmp_path / "store").as_uri()))
+    run.deploy()
+    for n in range(3):
+        run.epoch(n)
+    assert _layers(run) != {0}, "the base of the first deploy should be a changelog chain"
+
+    # Deploy 1: a nullable column and one with a declared default.
+    added = TOTALS_V1.append(pa.field("note", pa.string())).append(
+        pa.field("tier", pa.int32(), nullable=False)
+    )
+    run.deploy(State(added, defaults={"tier": 1}))
+    run.epoch(3)
+    restored = run.states_seen[-1]
+    assert restored["note"].isna().all() and (restored["tier"] == 1).all()
+    assert len(restored) == len(reference(range(3)))
+    _counts(run, 3)
+
+    # Deploy 2: widen n (int -> bigint), reorder, and drop `note`, marked dropped.
+    reordered = pa.schema(
+        [
+            pa.field("total", pa.int64()),
+            pa.field("user", pa.string()),
+            pa.field("tier", pa.int32(), nullable=False),
+            pa.field("n", pa.int64()),
+        ]
+    )
+    run.deploy(State(reordered, defaults={"tier": 1}, dropped=("note",)))
+    run.epoch(4)
+    restored = run.states_seen[-1]
+    assert list(restored.columns) == ["total", "user", "tier", "n"]
+    assert str(restored["n"].dtype) == "int64"
+    _counts(run, 4)
+
+    # Deploy 3: total becomes a double, which no rule does: migrate= runs, once.
+    calls: list[int] = []
+
+    def to_double(old):
+        from pyspark.sql import functions as F
+
+        calls.append(len(old.columns))
+        return old.withColumn("total", F.col("total").cast("double"))
+
+    doubled = reordered.set(0, pa.field("total", pa.float64()))
+    run.deploy(State(doubled, migrate=to_double))
+    run.epoch(5)
+    assert calls == [4]
+    assert str(run.states_seen[-1]["total"].dtype) == "float64"
+    run.epoch(6)
+    assert calls == [4], "migrate= ran again although the base has the declared schema"
+    _counts(run, 6)
+
+    # Deploy 4: narrowing n back to int is refused, before any Spark job, by name.
+    narrowed = doubled.set(3, pa.field("n", pa.int32()))
+    run.deploy(narrowed)
+    tracker = spark.sparkContext.statusTracker()
+    jobs = set(tracker.getJobIdsForGroup())
+    seen = len(run.states_seen)
+    with pytest.raises(OperatorFailed) as failed:
+        run.epoch(7)
+    message = str(failed.value)
+    assert "operator 'aggregate', state 'totals': column 'n'" in message
+    assert "from int64 to int32" in message
+    assert "does not have the requested schema" not in message
+    assert len(run.states_seen) == seen, "the operator ran"
+    assert set(tracker.getJobIdsForGroup()) == jobs, "a Spark job ran for a refused deploy"
+
+    # The code put back, the pipeline goes on from the same state, exactly once.
+    run.deploy(doubled, fn=counting())
+    run.epoch(8)
+    got = run.state()
+    expected = reference(range(9))  # 7's file too: the refused epoch read nothing
+    pd.testing.assert_frame_equal(got[["user", "n", "total"]], expected, check_dtype=False)
