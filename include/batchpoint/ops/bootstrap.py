@@ -27,6 +27,7 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
     TaskMetrics,
 )
+from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.savepoints import (
     METADATA,
     SavepointLocation,
@@ -74,24 +75,8 @@ def write_savepoint(
         if location.store.exists(location.metadata_key):
             raise CheckpointError(f"{location.uri} already holds a savepoint ({METADATA} exists)")
     spec = pipeline.spec(_parallelism(pipeline, parallelism))
-    acks = []
     now = time.time()
-    for op in spec.topological_order():
-        if not op.has_tasks:
-            continue
-        node = pipeline.operators.get(op.name)
-        by_subtask: dict[int, list[FileHandle]] = {i: [] for i in range(op.parallelism)}
-        if isinstance(node, OperatorDef):
-            for state in node.states:
-                frame = checked.get(op.name, {}).get(state)
-                written = _write_state(spark, location, node, state, frame, op.parallelism)
-                for subtask, handles in written.items():
-                    by_subtask[subtask].extend(handles)
-        for subtask, task in enumerate(op.tasks()):
-            acks.append(
-                AckRecord(BOOTSTRAP_CHECKPOINT_ID, task, BOOTSTRAP_ATTEMPT,
-                          tuple(by_subtask[subtask]), _metrics(by_subtask[subtask]), now)
-            )  # fmt: skip
+    acks = _acks(spark, location, pipeline, spec, checked, now)
     pending = PendingCheckpoint(
         pipeline=pipeline.name,
         checkpoint_id=BOOTSTRAP_CHECKPOINT_ID,
@@ -117,6 +102,36 @@ def write_savepoint(
     with no_links(location):
         location.store.create(location.metadata_key, metadata.encode())  # last
     return metadata
+
+
+def _acks(
+    spark: SparkSession,
+    location: SavepointLocation,
+    pipeline: Pipeline,
+    spec: PipelineSpec,
+    checked: Mapping[str, Mapping[str, DataFrame]],
+    now: float,
+) -> list[AckRecord]:
+    """One ack per task, as if each had snapshotted the given state: its files written by
+    the runtime's own keyed write path, so they sit in the key groups a restore expects."""
+    acks = []
+    for op in spec.topological_order():
+        if not op.has_tasks:
+            continue
+        node = pipeline.operators.get(op.name)
+        by_subtask: dict[int, list[FileHandle]] = {i: [] for i in range(op.parallelism)}
+        if isinstance(node, OperatorDef):
+            for state in node.states:
+                frame = checked.get(op.name, {}).get(state)
+                written = _write_state(spark, location, node, state, frame, op.parallelism)
+                for subtask, handles in written.items():
+                    by_subtask[subtask].extend(handles)
+        for subtask, task in enumerate(op.tasks()):
+            acks.append(
+                AckRecord(BOOTSTRAP_CHECKPOINT_ID, task, BOOTSTRAP_ATTEMPT,
+                          tuple(by_subtask[subtask]), _metrics(by_subtask[subtask]), now)
+            )  # fmt: skip
+    return acks
 
 
 def _metrics(handles: list[FileHandle]) -> TaskMetrics:
