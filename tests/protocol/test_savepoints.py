@@ -71,7 +71,7 @@ def test_export_writes_every_file_relative_to_the_folder_and_metadata_last(store
         assert store.get(f"savepoints/sp1/{relative.path}").data == store.get(original.path).data
         assert (relative.size, relative.sha256) == (original.size, original.sha256)
     body = json.loads(store.get(f"savepoints/sp1/{METADATA}").data)
-    assert body["kind"] == "savepoint" and body["version"] == 1
+    assert body["kind"] == "savepoint" and body["version"] == 2
     assert "pipelines/" not in json.dumps(body["acks"])  # nothing names where it came from
     assert check_savepoint(target, checksums=True) == []
 
