@@ -27,6 +27,7 @@ def cmd_savepoint(cmd: Command) -> int:
         description=args.description,
         checkpoint_id=args.checkpoint_id,
         progress=cmd.out.progress,
+        allow_non_restored_state=args.allow_non_restored_state,
     )
     cmd.out.emit(
         result.to_json,
@@ -66,5 +67,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         type=checkpoint_id,
         default=None,
         help="export this completed checkpoint instead of running an epoch",
+    )
+    p.add_argument(
+        "--allow-non-restored-state",
+        action="store_true",
+        help="the savepoint's epoch may leave state of its base that the code no longer "
+        "declares unrestored (see `batchpoint plan`)",
     )
     p.set_defaults(run=cmd_savepoint)

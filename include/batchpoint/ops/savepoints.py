@@ -104,9 +104,11 @@ def run_savepoint_epoch(
     description: str = "",
     via: str = "cli",
     progress: Progress = _quiet,
+    allow_non_restored_state: bool = False,
 ) -> int:
     """Trigger a savepoint, run the epoch on local Spark (settings.spark_master),
-    finalize and publish it; its id. A BatchpointError when it does not complete."""
+    finalize and publish it; its id. A BatchpointError when it does not complete.
+    `allow_non_restored_state`: the deploy may leave state of its base unrestored."""
     # Here, not at the top: batchpoint.spark imports pyspark, which no other verb needs.
     from batchpoint.spark.session import spark_session
 
@@ -120,7 +122,9 @@ def run_savepoint_epoch(
         log=lambda line: progress(f"  {line}"),
     )
     pending = runner.driver.trigger(
-        CheckpointType.SAVEPOINT, properties={"description": description, "via": via}
+        CheckpointType.SAVEPOINT,
+        properties={"description": description, "via": via},
+        allow_non_restored_state=allow_non_restored_state,
     )
     cid = pending.checkpoint_id
     progress(f"savepoint {cid} triggered (base {pending.base_checkpoint_id})")
@@ -144,12 +148,17 @@ def take_savepoint(
     description: str = "",
     checkpoint_id: int | None = None,
     progress: Progress = _quiet,
+    allow_non_restored_state: bool = False,
 ) -> ExportResult:
     """Run one epoch as a savepoint and export it; with `checkpoint_id`, export that
     completed checkpoint instead of running an epoch."""
     if checkpoint_id is None:
         checkpoint_id = run_savepoint_epoch(
-            pipeline, settings, description=description, progress=progress
+            pipeline,
+            settings,
+            description=description,
+            progress=progress,
+            allow_non_restored_state=allow_non_restored_state,
         )
     coordinator = CheckpointCoordinator(
         settings.store_ref.open(), pipeline.name, settings.checkpoint
