@@ -31,7 +31,7 @@ def deploy_plan(
         return driver.plan(checkpoint_id, allow_non_restored_state=allow_non_restored_state)
     location = confined(
         savepoint_location(savepoint, driver.store, settings.store_options),
-        settings.effective_savepoint_roots(),
+        settings.savepoint_roots,
     )
     metadata = read_savepoint(location)
     if metadata.pipeline != pipeline.name:
