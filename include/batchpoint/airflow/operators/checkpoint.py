@@ -35,6 +35,7 @@ from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
 from batchpoint.redaction import redact_uri
+from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.job_status import JobStatus
 
 
@@ -67,7 +68,11 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
                 audit=self.audit,
             )
         except TriggerRefused as exc:
-            if exc.reason is CheckpointFailureReason.PIPELINE_FAILED:
+            self._log_plan(driver)
+            if exc.reason in (
+                CheckpointFailureReason.PIPELINE_FAILED,
+                CheckpointFailureReason.INCOMPATIBLE_DEPLOY,  # someone must act: the plan says how
+            ):
                 raise AirflowFailException(exc.detail) from None
             self.log.warning("no checkpoint this time (%s): %s", exc.reason.code, exc.detail)
             # Every task after this one at once: left to trigger rules, a skip travels one
@@ -87,6 +92,7 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
         for line in barrier_lines(pending):
             self.log.info("%s", line)
         self.log.info("expected tasks: %s", ", ".join(pending.expected_tasks))
+        self._log_plan(driver)
         return {
             "checkpoint_id": pending.checkpoint_id,
             "type": pending.type.value,
@@ -95,6 +101,12 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
             "expected_tasks": list(pending.expected_tasks),
             "audit": pending.requires_audit,
         }
+
+    def _log_plan(self, driver: PipelineDriver) -> None:
+        """The deploy plan the trigger judged (one line when everything is kept)."""
+        if driver.last_plan is not None:
+            for line in driver.last_plan.render(compact=True).splitlines():
+                self.log.info("%s", line)
 
 
 class SparkOperatorJob(BatchpointOperator):
