@@ -286,3 +286,30 @@ def test_a_new_node_of_either_kind_starts_empty(kind: str) -> None:
     node = op("late", None, state("s1")) if kind == "operator" else sink("late")
     plan = plan_deploy(topo(), topo(node))
     assert (kind, "late", Verdict.NEW, False) in verdicts(plan)
+
+
+def test_a_version_1_checkpoint_s_topology_is_what_its_records_prove() -> None:
+    from batchpoint.protocol.checkpoint import CompletedCheckpoint
+    from support.record_examples import acks, pending
+
+    old = pending()  # as a version-1 record reads: no topology
+    state_acks = tuple(
+        replace(a, handles=tuple(replace(h, name="state-balances") for h in a.handles[:1]))
+        if a.task.startswith("balances")
+        else a
+        for a in acks()
+    )
+    derived = CompletedCheckpoint(old, state_acks, 0.0).topology
+    assert old.topology is None
+    balances = derived.node(OperatorKind.OPERATOR, "balances")
+    assert balances is not None and balances.parallelism == 2 and balances.max_parallelism == 128
+    assert [(s.uid, s.schema) for s in balances.states] == [("balances", None)]
+    assert derived.node(OperatorKind.SINK, "alerts") is not None  # it staged sink output
+    assert set(derived.of_kind(OperatorKind.SOURCE)) == {"payments"}
+    assert derived.state_schema("balances", "balances") is None
+
+
+def test_a_recorded_schema_is_found_by_uids() -> None:
+    t = topo(op("agg", "renamed", state("totals", name="sums")))
+    assert t.state_schema("agg", "totals") == TOTALS
+    assert t.state_schema("renamed", "sums") is None

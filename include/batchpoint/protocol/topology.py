@@ -89,6 +89,16 @@ class Topology(codec.Value):
     def node(self, kind: OperatorKind, uid: str) -> NodeTopology | None:
         return self.of_kind(kind).get(uid)
 
+    def state_schema(self, operator_uid: str, state_uid: str) -> pa.Schema | None:
+        """The schema recorded for a state (None: not recorded, or no such state): what
+        `runtime.base_schemas.base_state_schema` (the state reader's) asks first."""
+        node = next(
+            (n for n in self.nodes if n.uid == operator_uid and n.kind is OperatorKind.OPERATOR),
+            None,
+        )
+        state = node.state(state_uid) if node is not None else None
+        return state.arrow_schema() if state is not None else None
+
     def table_bindings(self) -> dict[str, Mapping[str, Any]]:
         """sink uid -> the table binding's properties, for the sinks that have a table."""
         return {
