@@ -103,13 +103,33 @@ def plan_on(
 ) -> DeployPlan:
     """The plan of deploying the code on `completed` (None: on nothing stored)."""
     stored = completed.topology if completed is not None else None
+    return plan_against(
+        pipeline,
+        stored,
+        completed.checkpoint_id if completed is not None else None,
+        spec,
+        allow_non_restored_state=allow_non_restored_state,
+        recorded=completed is None or completed.pending.topology is not None,
+    )
+
+
+def plan_against(
+    pipeline: Pipeline,
+    stored: Topology | None,
+    base: int | None,
+    spec: PipelineSpec | None = None,
+    *,
+    allow_non_restored_state: bool = False,
+    recorded: bool = True,
+) -> DeployPlan:
+    """The plan of deploying the code on a checkpoint whose topology is `stored`."""
     return plan_deploy(
         stored,
         code_topology(pipeline, spec),
         allowances(pipeline, allow_non_restored_state=allow_non_restored_state),
         evolution=state_evolution(pipeline),
-        base=completed.checkpoint_id if completed is not None else None,
-        recorded=completed is None or completed.pending.topology is not None,
+        base=base,
+        recorded=recorded,
     )
 
 
@@ -146,8 +166,15 @@ class BaseCheck:
             completed = completed_checkpoint(self.coordinator, base) if base else None
         except RecordError as exc:
             return [f"the record of base checkpoint {base} is unreadable ({exc})"]
-        if base is not None and completed is None:
-            return []  # a base still pending: its own trigger judged the same code
         allow = self.allow.get(base, False) if isinstance(self.allow, Mapping) else self.allow
+        if base is not None and completed is None:
+            # a base still pending (concurrent checkpoints): what its trigger recorded
+            pending = self.coordinator.get_pending(base)
+            if pending is None or pending.topology is None:
+                return []  # its own trigger judged the code then; nothing recorded to judge
+            self.plan = plan_against(
+                self.pipeline, pending.topology, base, self.spec, allow_non_restored_state=allow
+            )
+            return self.plan.problems
         self.plan = plan_on(self.pipeline, completed, self.spec, allow_non_restored_state=allow)
         return self.plan.problems

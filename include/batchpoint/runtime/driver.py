@@ -15,6 +15,7 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
 )
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
 from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.pipeline import PipelineSpec
@@ -102,7 +103,10 @@ class PipelineDriver:
 
     def _restored_allowing(self) -> int | None:
         """The target of the last restore when it allowed non-restored state."""
-        control = self.coordinator.control_record()
+        try:
+            control = self.coordinator.control_record()
+        except ControlUnreadable:
+            return None  # the trigger refuses it itself (NEEDS_REPAIR), naming the damage
         restore = control.restore if control is not None else None
         if restore is not None and restore.allow_non_restored_state:
             return restore.target
