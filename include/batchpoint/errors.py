@@ -120,3 +120,13 @@ class TriggerRefused(CheckpointError):
 
 class RestoreRefused(CheckpointError):
     pass
+
+
+class DeployRefused(RestoreRefused):
+    """The code would leave state of the checkpoint unrestored, or cannot read it
+    (issue 26): `plan` is the deploy plan (protocol/deploy_plan.DeployPlan) that says
+    what, and how to allow it."""
+
+    def __init__(self, message: str, plan: object) -> None:
+        super().__init__(message)
+        self.plan = plan

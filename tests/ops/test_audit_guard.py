@@ -113,7 +113,7 @@ def test_the_audit_completes_a_passing_checkpoint_and_aborts_a_failing_one(drive
 def test_the_audit_mark_keeps_the_record_format(driver, gate, tmp_path):
     pending = trigger_audited(driver, properties={"why": "nightly"})
     stored = json.loads(driver.store.get(LAYOUT.active(pending.checkpoint_id)).data)
-    assert stored["version"] == 1
+    assert stored["version"] == 2  # version 2 (issue 26: the topology), the mark unchanged
     assert stored["properties"] == {
         "why": "nightly",
         AUDIT_PROPERTY: True,

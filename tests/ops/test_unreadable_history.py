@@ -14,7 +14,7 @@ from support import protocol_steps as steps
 DAMAGE = {
     "truncated JSON": lambda data: data[: len(data) // 2],
     "bad field": lambda data: data.replace(b'"decided_at":"', b'"decided_at":"not a time '),
-    "unknown version": lambda data: data.replace(b'"version":1', b'"version":9'),
+    "unknown version": lambda data: data.replace(b'"version":2', b'"version":9'),
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from support.record_examples import FOLDER, LEGACY, RECORDS, VALUES
+from support.record_examples import FOLDER, LEGACY, RECORDS, VALUES, as_version_1
 
 
 def same(a: Any, b: Any, path: str = "value") -> None:
@@ -95,6 +95,10 @@ def test_an_earlier_release_s_records_read_back_to_the_same_bytes(archive_name: 
     for name, data in found.items():
         record = by_kind[json.loads(data)["kind"]].decode(name, data)
         again = json.loads(record.encode())
+        if json.loads(data)["version"] < record.VERSION:
+            # a checkpoint record of version 1 (before uids): read through its upgrade,
+            # which loses nothing: without the fields of version 2 it is the same body
+            again = json.loads(as_version_1(record))
         if record.KIND == "pipeline-control" and "findings" not in json.loads(data):
             # written before the control record kept findings: it gains an empty list
             assert again.pop("findings") == []

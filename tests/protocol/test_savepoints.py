@@ -71,7 +71,7 @@ def test_export_writes_every_file_relative_to_the_folder_and_metadata_last(store
         assert store.get(f"savepoints/sp1/{relative.path}").data == store.get(original.path).data
         assert (relative.size, relative.sha256) == (original.size, original.sha256)
     body = json.loads(store.get(f"savepoints/sp1/{METADATA}").data)
-    assert body["kind"] == "savepoint" and body["version"] == 1
+    assert body["kind"] == "savepoint" and body["version"] == 2
     assert "pipelines/" not in json.dumps(body["acks"])  # nothing names where it came from
     assert check_savepoint(target, checksums=True) == []
 
@@ -264,3 +264,35 @@ def test_a_link_swapped_in_during_an_export_writes_nothing_outside(tmp_path: Pat
     assert str(folder / "data" / "sink") in str(info.value)
     assert everything_under(outside) == []
     assert not (folder / METADATA).exists()  # the export did not finish
+
+
+def test_an_imported_savepoint_keeps_its_topology_and_operator_uids(store):
+    """A savepoint taken after a rename that kept its uid (operator `keyed` now called
+    `keyed2`) imports with the same identities: the next deploy finds the state."""
+    from batchpoint.protocol.pipeline import OperatorKind
+    from batchpoint.protocol.topology import NodeTopology, Topology
+
+    c = coordinator(store)
+    topology = Topology(
+        (
+            NodeTopology("source", "source", OperatorKind.SOURCE),
+            NodeTopology("keyed-uid", "keyed", OperatorKind.OPERATOR, 2, 128, ()),
+            NodeTopology("sink", "sink", OperatorKind.SINK, 1, 128, ()),
+        )
+    )
+    pending = c.trigger(
+        {"source": {"p0": 3}}, checkpoint_type=CheckpointType.SAVEPOINT, topology=topology
+    )
+    for task in pending.expected_tasks:
+        key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a1") + "f"
+        c.store.put(key, task.encode())
+        digest = hashlib.sha256(task.encode()).hexdigest()
+        c.acknowledge(pending.checkpoint_id, task, "a1", [FileHandle(key, len(task), digest)])
+    assert c.try_finalize(pending.checkpoint_id).status is CheckpointStatus.COMPLETED
+    written = c.acks(pending.checkpoint_id)
+    assert {a.operator_uid for a in written.values()} == {"keyed-uid", "sink"}
+    location = SavepointLocation(store, "savepoints/sp")
+    c.savepoints.export(pending.checkpoint_id, location)
+    imported = c.savepoints.import_folder(location)
+    assert imported.pending.topology == topology
+    assert sorted(a.operator_uid for a in imported.acks) == ["keyed-uid", "keyed-uid", "sink"]

@@ -55,6 +55,7 @@ from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
 from batchpoint.protocol.repair import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
 from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
+from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.quality.findings import Finding
 from batchpoint.quality.report import CandidateReport, GateMode
 from batchpoint.sources.barrier import PartitionOffset, SourceBarrier
@@ -502,7 +503,7 @@ def ack_before_metrics() -> AckRecord:
 
 
 def ack_before_metrics_bytes() -> bytes:
-    body = json.loads(ack_before_metrics().encode())
+    body = json.loads(as_version_1(ack_before_metrics()))
     del body["metrics"]
     for handle in body["handles"]:
         del handle["rows"]  # the oldest handles had no row count either
@@ -518,6 +519,102 @@ def ack_before_metrics_value() -> AckRecord:
     return AckRecord(ack.checkpoint_id, ack.task, ack.attempt, handles, ack.metrics, ack.acked_at)
 
 
+# -- version 2 of the checkpoint records: uids and the recorded topology ------------------
+
+
+def topology() -> Topology:
+    """The payments pipeline after a deploy that renamed `balances` to `totals` (uid
+    kept) and whose source has a uid of its own."""
+    import pyarrow as pa
+
+    balances = pa.schema(
+        [pa.field("account", pa.string(), nullable=False), pa.field("balance", pa.int64())]
+    )
+    seen = pa.schema([pa.field("account", pa.string(), nullable=False)])
+    return Topology(
+        (
+            NodeTopology("payments-in", "payments", OperatorKind.SOURCE, key_columns=()),
+            NodeTopology(
+                "balances",
+                "totals",
+                OperatorKind.OPERATOR,
+                2,
+                128,
+                ("account",),
+                (
+                    StateTopology.declared("balances", "balances", balances),
+                    StateTopology.declared("seen", "seen_ids", seen),
+                ),
+            ),
+            NodeTopology(
+                "alerts",
+                "alerts",
+                OperatorKind.SINK,
+                1,
+                128,
+                ("account", "ts"),
+                properties={"mode": "append", "table": "payments.alerts"},
+            ),
+        )
+    )
+
+
+def pending_v2(checkpoint_id: int = 7, type: CheckpointType = CheckpointType.CHECKPOINT):
+    p = pending(checkpoint_id, type)
+    return dataclasses.replace(
+        p,
+        barrier={"payments-in": p.barrier["payments"]},
+        base_barrier={"payments-in": p.base_barrier["payments"]},
+        expected_tasks=("totals#0", "totals#1", "alerts#0"),
+        topology=topology(),
+    )
+
+
+def acks_v2(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
+    renamed = {"balances#0": "totals#0", "balances#1": "totals#1"}
+    return tuple(
+        dataclasses.replace(a, task=renamed.get(a.task, a.task), operator_uid=a.task.split("#")[0])
+        for a in acks(checkpoint_id)
+    )
+
+
+def completed_outcome_v2() -> CheckpointOutcome:
+    p = pending_v2()
+    decided = at("2026-11-20T10:04:02.000Z")
+    return CheckpointOutcome(
+        CheckpointStatus.COMPLETED, p, decided, completed=CompletedCheckpoint(p, acks_v2(), decided)
+    )
+
+
+def aborted_outcome_v2() -> CheckpointOutcome:
+    return dataclasses.replace(aborted_outcome(), pending=pending_v2(8))
+
+
+def savepoint_v2() -> SavepointMetadata:
+    old = savepoint()
+    return dataclasses.replace(
+        old,
+        pending=pending_v2(4, CheckpointType.SAVEPOINT),
+        acks=tuple(
+            dataclasses.replace(a, operator_uid=a.task.split("#")[0] + "-uid") for a in old.acks
+        ),
+    )
+
+
+def as_version_1(record: Any) -> bytes:
+    """A checkpoint record as version 1 wrote it: the same body without the fields of
+    version 2 (an ack's operator_uid, a pending record's topology: None here)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("operator_uid", "topology")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return records.encode(record.KIND, 1, strip(record.to_body()))
+
+
 def _json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
@@ -525,14 +622,12 @@ def _json(value: Any) -> bytes:
 #: fixture file name -> the value it holds. Records are `<kind>-v<version>[-case].json`;
 #: JSON values inside records are `value-<name>.json`.
 RECORDS: dict[str, Callable[[], Any]] = {
-    "pending-checkpoint-v1.json": pending,
-    "pending-checkpoint-v1-imported.json": imported_pending,
-    "ack-v1.json": lambda: acks()[0],
-    "ack-v1-shared.json": lambda: acks()[1],
-    "ack-v1-sink.json": lambda: acks()[2],
+    "pending-checkpoint-v2.json": pending_v2,
+    "ack-v2.json": lambda: acks_v2()[0],
+    "ack-v2-sink.json": lambda: acks_v2()[2],
     "decline-v1.json": decline,
-    "checkpoint-outcome-v1-completed.json": completed_outcome,
-    "checkpoint-outcome-v1-aborted.json": aborted_outcome,
+    "checkpoint-outcome-v2-completed.json": completed_outcome_v2,
+    "checkpoint-outcome-v2-aborted.json": aborted_outcome_v2,
     "pipeline-control-v2.json": control,
     "pipeline-control-v2-stopping.json": control_stopping,
     "pipeline-control-v2-stopped.json": control_stopped,
@@ -542,7 +637,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "head-pointer-v1.json": head_pointer,
     "retained-checkpoint-v1.json": retained_marker,
     "pipeline-spec-v1.json": spec,
-    "savepoint-v1.json": savepoint,
+    "savepoint-v2.json": savepoint_v2,
     "quality-report-v1.json": quality_report,
     "quarantine-v2.json": quarantine_v2,
     "quarantine-v2-restore.json": quarantine_v2_restore,
@@ -563,6 +658,24 @@ LEGACY: dict[str, tuple[Callable[[], bytes], Callable[[], Any]]] = {
     "quarantine-v1.json": (quarantine_v1_bytes, quarantine_v1),
     "pipeline-control-v1.json": (control_v1_bytes, control),
     "ack-v1-before-metrics.json": (ack_before_metrics_bytes, ack_before_metrics_value),
+    # version 1 of the checkpoint records (before uids): read through their upgrades
+    "pending-checkpoint-v1.json": (lambda: as_version_1(pending()), pending),
+    "pending-checkpoint-v1-imported.json": (
+        lambda: as_version_1(imported_pending()),
+        imported_pending,
+    ),
+    "ack-v1.json": (lambda: as_version_1(acks()[0]), lambda: acks()[0]),
+    "ack-v1-shared.json": (lambda: as_version_1(acks()[1]), lambda: acks()[1]),
+    "ack-v1-sink.json": (lambda: as_version_1(acks()[2]), lambda: acks()[2]),
+    "checkpoint-outcome-v1-completed.json": (
+        lambda: as_version_1(completed_outcome()),
+        completed_outcome,
+    ),
+    "checkpoint-outcome-v1-aborted.json": (
+        lambda: as_version_1(aborted_outcome()),
+        aborted_outcome,
+    ),
+    "savepoint-v1.json": (lambda: as_version_1(savepoint()), savepoint),
 }
 
 

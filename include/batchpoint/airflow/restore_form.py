@@ -60,6 +60,17 @@ def restore_params(pipeline: Pipeline) -> dict[str, Param]:
                 "A savepoint folder is copied in and never deleted either way."
             ),
         ),
+        "allow_non_restored_state": Param(
+            False,
+            type="boolean",
+            title="Allow non-restored state",
+            description=(
+                "Restore even though the code leaves state of the checkpoint unrestored "
+                "(an operator, a state or a sink it no longer declares, or renamed "
+                "without its uid). Off: such a restore is refused, naming each; the "
+                "check task logs the deploy plan (as `batchpoint plan` prints it)."
+            ),
+        ),
         "quality_gate": Param(
             True,
             type="boolean",
@@ -118,6 +129,11 @@ def restore_form_table(pipeline: Pipeline) -> str:
             "Claim the restored checkpoint",
             "CLAIM mode: retention may drop it (and GC its files) once newer checkpoints "
             "complete, even a savepoint; off (NO_CLAIM, the default): it stays as retained",
+        ),
+        (
+            "Allow non-restored state",
+            "restore even though the code leaves state of the checkpoint unrestored; off "
+            "(the default): refused, the check task logs the deploy plan",
         ),
         (
             "Quality gate",

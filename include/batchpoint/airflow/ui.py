@@ -68,6 +68,34 @@ def _deployment_pipelines() -> list[str]:
     return [cached_pipeline(ref).name for ref in AirflowDeployment.from_env().pipeline_refs]
 
 
+def _deployment_code(name: str) -> Any:
+    """The pipeline's code, loaded by its ref as the DAGs load it (airflow/links.py)."""
+    from batchpoint.airflow.config import AirflowDeployment
+    from batchpoint.airflow.hooks import cached_pipeline
+
+    for ref in AirflowDeployment.from_env().pipeline_refs:
+        pipeline = cached_pipeline(ref)
+        if pipeline.name == name:
+            return pipeline
+    raise BatchpointError(f"no pipeline ref of this deployment names '{name}'")
+
+
+def deploy_plan_of(settings: Settings, code: Callable[[str], Any], name: str) -> dict[str, Any]:
+    """The deploy plan of the code on the head, for the pipeline's page: its text, or
+    why there is none (the code cannot be loaded here, a record cannot be read)."""
+    from batchpoint.ops.deploy import deploy_plan
+
+    try:
+        pipeline = code(name)
+    except Exception as exc:  # a user's module: whatever it raises, the page still shows
+        return {"error": f"the pipeline's code could not be loaded here: {exc}"}
+    try:
+        plan = deploy_plan(pipeline, settings)
+    except BatchpointError as exc:
+        return {"error": f"no deploy plan: {exc}"}
+    return {"text": plan.render(), "deployable": plan.deployable}
+
+
 def _may_read_dags(user: Any, pipeline: str) -> bool:
     """The auth manager's answer for reading the pipeline's checkpoint DAG: whoever may
     see the DAG's runs may see its checkpoints."""
@@ -88,9 +116,15 @@ def _airflow_user_dependency() -> Callable[..., Any]:
 class CheckpointPages:
     """The records behind the pages, read off the event loop (storage calls block)."""
 
-    def __init__(self, settings: SettingsSource, pipelines: PipelineNames) -> None:
+    def __init__(
+        self,
+        settings: SettingsSource,
+        pipelines: PipelineNames,
+        code: Callable[[str], Any] = _deployment_code,
+    ) -> None:
         self._settings = settings
         self._pipelines = pipelines
+        self._code = code
 
     def names(self) -> list[str]:
         return self._pipelines()
@@ -104,10 +138,11 @@ class CheckpointPages:
         return [self.pipeline(name, OVERVIEW_PAGE)[0] for name in names]
 
     def pipeline(
-        self, name: str, limit: int, before: int | None = None
+        self, name: str, limit: int, before: int | None = None, with_plan: bool = False
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The pipeline with its status, and a page of its history (the newest page
-        also tells the status, so it is read once for both)."""
+        also tells the status, so it is read once for both); `with_plan`: the deploy
+        plan of the code on the head too (the pipeline's own page)."""
         settings, c = self._open(name)
         newest = c.stats.page(None, limit)
         page = newest if before is None else c.stats.page(before, limit)
@@ -120,6 +155,8 @@ class CheckpointPages:
             "config": dataclasses.asdict(settings.checkpoint),
             "dags": dag_ids(name),
         }
+        if with_plan:
+            about["deploy_plan"] = deploy_plan_of(settings, self._code, name)
         held = set(c.quarantine.ids())
         rows = [{**s.to_json(), "quarantined": s.checkpoint_id in held} for s in page.checkpoints]
         return about, {
@@ -235,7 +272,7 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
     async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
         await access.check_pipeline(user, pipeline)
         try:
-            about, page = await call(reader.pipeline, pipeline, HISTORY_LIMIT, before)
+            about, page = await call(reader.pipeline, pipeline, HISTORY_LIMIT, before, True)
         except HTTPException as exc:
             return render_index([], error=str(exc.detail))
         return render_pipeline(about, page, about["config"], about["dags"])

@@ -306,10 +306,22 @@ def render_pipeline(
                 ("stop_pipeline", "stop the pipeline afterwards", False),
             ],
         )
+        + deploy_plan_block(pipeline.get("deploy_plan"))
         + "<h3>Configuration</h3>"
         + _definition_list([(k, str(v)) for k, v in sorted(config.items())])
     )
     return PAGE.format(title=f"{name} checkpoints", body=body)
+
+
+def deploy_plan_block(plan: Mapping[str, Any] | None) -> str:
+    """What a deploy of the code the DAGs run would do to the head (`batchpoint plan`),
+    or why it cannot be said here."""
+    if plan is None:
+        return ""
+    if "error" in plan:
+        return f"<h3>Deploy plan</h3><p class='error'>{esc(plan['error'])}</p>"
+    css = "ok" if plan.get("deployable") else "error"
+    return f"<h3>Deploy plan</h3><pre class='{css}'>{esc(plan.get('text', ''))}</pre>"
 
 
 def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, str]) -> str:

@@ -60,7 +60,7 @@ def global_options() -> Parser:
     common.add_argument(
         "--pipeline-ref",
         default=argparse.SUPPRESS,
-        help="module:attr of the pipeline code, for savepoint, restore and verify "
+        help="module:attr of the pipeline code, for savepoint, restore, plan and verify "
         "(default: $BATCHPOINT_PIPELINE_REF)",
     )
     return common

@@ -2,13 +2,13 @@
 (BATCHPOINT_ROOT and BATCHPOINT_S3_* or --root), prints a table, or JSON with --json.
 The global options (--root, --pipeline, --pipeline-ref, --json) go anywhere on the line.
 
-`savepoint`, `restore` and `verify` also need the pipeline's code: --pipeline-ref
+`savepoint`, `restore`, `plan` and `verify` also need the pipeline's code: --pipeline-ref
 module:attr or BATCHPOINT_PIPELINE_REF (`verify` finds it in the quality gate named by
 BATCHPOINT_QUALITY_GATE too). `restore` runs that quality gate too, as the restore DAG
 does. Long operations print their progress (to stderr with --json, so the JSON on stdout
 stays parseable; always to stderr for `restore`, whose report is stdout). Exit codes: 0
 done (or passed), 1 a check failed or a restore was refused, 2 a mistake in the command
-or the setup.
+or the setup, 3 `plan`: the deploy would be refused.
 
 Each command group is a module of this package with a `register(subparsers, common)`
 that adds its subcommands; a command takes a `Command` and returns its exit code, and
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from batchpoint.cli import (
     checkpoints,
     maintenance,
+    plan,
     quarantine,
     restore,
     savepoint,
@@ -34,7 +35,7 @@ from batchpoint.cli.context import Command, Parser, finish, global_options
 from batchpoint.errors import BatchpointError
 
 #: The command groups, in the order `--help` lists them.
-GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, restore)
+GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, plan, restore)
 
 #: Commands whose report is stdout while their progress goes to stderr, even without --json.
 PROGRESS_TO_STDERR = ("restore",)

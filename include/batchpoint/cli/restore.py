@@ -14,7 +14,7 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, add_gate_option
-from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
+from batchpoint.errors import BatchpointError, ConfigError, DeployRefused, RestoreRefused
 from batchpoint.ops.gates import choose_restore_gate
 from batchpoint.ops.restore import RestoreRun, restore
 from batchpoint.quality.report import CandidateReport
@@ -78,19 +78,28 @@ def cmd_restore(cmd: Command) -> int:
     for warning in gate.warnings:
         cmd.out.note(warning)
     cmd.out.note(gate.description)
-    run = restore(
-        PipelineDriver(pipeline, settings.store_ref, settings.checkpoint),
-        source,
-        gate,
-        options,
-        parallelism=args.parallelism,
-        checksums=args.checksums,
-        dry_run=args.dry_run,
-        claim=args.claim,
-        store_options=settings.store_options,
-        savepoint_roots=settings.savepoint_roots,
-        progress=cmd.out.note,
-    )
+    try:
+        run = restore(
+            PipelineDriver(pipeline, settings.store_ref, settings.checkpoint),
+            source,
+            gate,
+            options,
+            parallelism=args.parallelism,
+            checksums=args.checksums,
+            dry_run=args.dry_run,
+            claim=args.claim,
+            store_options=settings.store_options,
+            savepoint_roots=settings.savepoint_roots,
+            progress=cmd.out.note,
+            allow_non_restored_state=args.allow_non_restored_state,
+        )
+    except DeployRefused as exc:  # the code cannot take the chosen checkpoint's state
+        plan: Any = exc.plan
+        why = str(exc)
+        cmd.out.emit(
+            {"refused": why, "deploy_plan": plan.to_json()}, f"refused: {why}\n{plan.render()}"
+        )
+        return 1
     cmd.out.emit(run.to_json, lambda: report_text(run))
     return 1 if run.refused else 0
 
@@ -177,6 +186,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="CLAIM mode: the pipeline takes ownership of the restored checkpoint, so "
         "retention drops it (and GC deletes its files) once newer checkpoints complete, "
         "even a savepoint; default NO_CLAIM: it stays as retained as it was",
+    )
+    p.add_argument(
+        "--allow-non-restored-state",
+        action="store_true",
+        help="restore even though the code leaves state of the checkpoint unrestored "
+        "(an operator, a state or a sink it no longer declares; see `batchpoint plan`)",
     )
     p.add_argument(
         "--checksums",

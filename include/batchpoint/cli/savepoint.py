@@ -38,6 +38,7 @@ def cmd_savepoint(cmd: Command) -> int:
         checkpoint_id=args.checkpoint_id,
         stop=args.stop,
         progress=cmd.out.progress,
+        allow_non_restored_state=args.allow_non_restored_state,
     )
     cmd.out.emit(
         result.to_json,
@@ -156,5 +157,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="stop-with-savepoint: no checkpoint starts after it (the pending ones are "
         "abandoned) until `batchpoint resume` or a restore",
+    )
+    p.add_argument(
+        "--allow-non-restored-state",
+        action="store_true",
+        help="the savepoint's epoch may leave state of its base that the code no longer "
+        "declares unrestored (see `batchpoint plan`)",
     )
     p.set_defaults(run=cmd_savepoint)

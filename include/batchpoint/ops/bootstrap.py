@@ -37,6 +37,7 @@ from batchpoint.protocol.savepoints import (
     no_links,
 )
 from batchpoint.runtime.api import OperatorDef, Pipeline
+from batchpoint.runtime.deploy import code_topology
 from batchpoint.runtime.restore_options import savepoint_location
 from batchpoint.runtime.streams import state_stream
 from batchpoint.settings import Settings
@@ -86,6 +87,7 @@ def write_savepoint(
         barrier={},
         base_barrier={},
         expected_tasks=spec.expected_tasks(),
+        topology=code_topology(pipeline, spec),
         trigger_time=now,
         deadline=now,
     )
@@ -129,7 +131,8 @@ def _acks(
         for subtask, task in enumerate(op.tasks()):
             acks.append(
                 AckRecord(BOOTSTRAP_CHECKPOINT_ID, task, BOOTSTRAP_ATTEMPT,
-                          tuple(by_subtask[subtask]), _metrics(by_subtask[subtask]), now)
+                          tuple(by_subtask[subtask]), _metrics(by_subtask[subtask]), now,
+                          operator_uid=pipeline.node(op.name).uid)
             )  # fmt: skip
     return acks
 
@@ -207,7 +210,7 @@ def _write_state(
         frame = keyed_io.empty(spark, node.states[state])
     spec = keyed_io.WriteSpec(
         base_key=location.key(f"data/{node.name}"),
-        stream=state_stream(state),
+        stream=state_stream(node.state_uid(state)),  # found by (operator uid, state uid)
         attempt=f"{BOOTSTRAP_ATTEMPT}-{uuid.uuid4().hex[:12]}",
         key_columns=node.key_columns,
         max_parallelism=node.max_parallelism,

@@ -23,6 +23,7 @@ from batchpoint.errors import BatchpointError
 from batchpoint.ops.pipelines import open_pipeline
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.protocol.sinks import visible_files
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.settings import Settings
@@ -79,7 +80,12 @@ def state_files(
             f"operator '{operator}' has no state '{state}' "
             f"(states: {', '.join(names[operator].states)})"
         )
-    files = base_state_files(_completed(coordinator, cid), operator, state)
+    completed = _completed(coordinator, cid)
+    # the files are named by identity: the checkpoint's uids of the names asked for
+    op_uid = completed.pending.operator_uid(operator)
+    node = completed.topology.node(OperatorKind.OPERATOR, op_uid)
+    state_uid = next((s.uid for s in node.states if s.name == state), state) if node else state
+    files = base_state_files(completed, op_uid, state_uid)
     if not files:
         raise BatchpointError(f"checkpoint {cid} holds no files of state {operator}/{state}")
     return cid, files

@@ -81,6 +81,7 @@ def restore(
     store_options: Mapping[str, str] | None = None,
     savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
+    allow_non_restored_state: bool = False,
 ) -> RestoreRun:
     """Find and check the candidates, then restore to the chosen one. A dry run writes
     nothing; `check_only` stops before the restore too, having written only the
@@ -98,7 +99,10 @@ def restore(
     )
     run = RestoreRun(planner.plan(source, parallelism), gate, options, dry_run)
     if not (run.refused or dry_run or check_only):
-        run.result = planner.apply(run.plan, claim=claim)  # the gate is not asked again
+        # the gate is not asked again
+        run.result = planner.apply(
+            run.plan, claim=claim, allow_non_restored_state=allow_non_restored_state
+        )
     return run
 
 
@@ -111,6 +115,7 @@ def apply_restore(
     store_options: Mapping[str, str] | None = None,
     savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
+    allow_non_restored_state: bool = False,
 ) -> RestoreResult:
     """Restore to what an earlier check chose (`RestoreRun.to_json()["restore"]`). It is
     checked again without the gate (it passed already): the files must still be there,
@@ -120,4 +125,4 @@ def apply_restore(
         driver, store_options=store_options, progress=progress, savepoint_roots=savepoint_roots
     )
     plan = planner.plan(RestoreSource.parse(source), parallelism or None)
-    return planner.apply(plan, claim=claim)
+    return planner.apply(plan, claim=claim, allow_non_restored_state=allow_non_restored_state)

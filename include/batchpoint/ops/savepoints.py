@@ -105,11 +105,13 @@ def run_savepoint_epoch(
     via: str = "cli",
     stop: bool = False,
     progress: Progress = _quiet,
+    allow_non_restored_state: bool = False,
 ) -> int:
     """Trigger a savepoint, run the epoch on local Spark (settings.spark_master),
     finalize and publish it; its id. A BatchpointError when it does not complete.
     `stop`: a stop-with-savepoint (protocol/stopping.py): no checkpoint starts after it
-    until `batchpoint resume` or a restore."""
+    until `batchpoint resume` or a restore. `allow_non_restored_state`: the deploy may leave
+    state of its base unrestored."""
     # Here, not at the top: batchpoint.spark imports pyspark, which no other verb needs.
     from batchpoint.spark.session import spark_session
 
@@ -125,6 +127,7 @@ def run_savepoint_epoch(
     pending = runner.driver.trigger(
         CheckpointType.SAVEPOINT,
         properties={"description": description, "via": via, "stop_pipeline": stop},
+        allow_non_restored_state=allow_non_restored_state,
     )
     cid = pending.checkpoint_id
     progress(f"savepoint {cid} triggered (base {pending.base_checkpoint_id})")
@@ -149,12 +152,18 @@ def take_savepoint(
     checkpoint_id: int | None = None,
     stop: bool = False,
     progress: Progress = _quiet,
+    allow_non_restored_state: bool = False,
 ) -> ExportResult:
     """Run one epoch as a savepoint and export it; with `checkpoint_id`, export that
     completed checkpoint instead of running an epoch. `stop`: a stop-with-savepoint."""
     if checkpoint_id is None:
         checkpoint_id = run_savepoint_epoch(
-            pipeline, settings, description=description, stop=stop, progress=progress
+            pipeline,
+            settings,
+            description=description,
+            stop=stop,
+            progress=progress,
+            allow_non_restored_state=allow_non_restored_state,
         )
     coordinator = CheckpointCoordinator(
         settings.store_ref.open(), pipeline.name, settings.checkpoint

@@ -63,10 +63,13 @@ class AckAccounting:
         """On anything but SUCCESS the files this attempt brought are deleted: no
         checkpoint will ever reference them."""
         handles = tuple(handles)
-        ack = AckRecord(
-            checkpoint_id, task, attempt, handles, metrics or TaskMetrics(), self._clock()
-        )
         pending = self._reads.get_pending(checkpoint_id)
+        # the operator's uid as the trigger recorded it: what later checkpoints find
+        # this task's state by, whatever the operator is called then
+        uid = pending.operator_uid(split_task_name(task)[0]) if pending is not None else ""
+        ack = AckRecord(
+            checkpoint_id, task, attempt, handles, metrics or TaskMetrics(), self._clock(), uid
+        )
         if pending is None:
             result = self._ack_after_outcome(ack)
         elif task not in pending.expected_tasks:

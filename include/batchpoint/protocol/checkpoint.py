@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint import codec
+from batchpoint.protocol.layout import split_task_name
 from batchpoint.protocol.properties import CheckpointProperties
+from batchpoint.protocol.topology import Topology, derived_topology
 
 
 class CheckpointType(enum.StrEnum):
@@ -59,6 +61,12 @@ class CheckpointFailureReason(enum.Enum):
     NEEDS_REPAIR = (
         "needs-repair",
         "a record the decision needs is missing or unreadable",
+        False,
+    )
+    # a refusal that also aborts the checkpoint its admission took: never counted
+    INCOMPATIBLE_DEPLOY = (
+        "incompatible-deploy",
+        "the code would leave state of the base unrestored or cannot read it",
         False,
     )
 
@@ -148,11 +156,36 @@ class TaskMetrics(codec.Value):
 
 
 @dataclass(frozen=True)
+class PendingCheckpointV1(codec.Value):
+    """Version 1: no topology; the barriers keyed by source name."""
+
+    pipeline: str
+    checkpoint_id: int
+    type: CheckpointType
+    base_checkpoint_id: int | None = codec.field(missing=None)
+    restore_generation: int = codec.field()
+    barrier: Mapping[str, Any] = codec.field()
+    base_barrier: Mapping[str, Any] = codec.field()
+    expected_tasks: tuple[str, ...] = codec.field()
+    trigger_time: float = codec.time()
+    deadline: float = codec.time()
+    properties: CheckpointProperties = field(default_factory=CheckpointProperties)
+
+
+def _pending_from_v1(old: PendingCheckpointV1) -> PendingCheckpoint:
+    # uids were names then: the barriers' keys are the sources' uids as they are
+    return PendingCheckpoint(**{f: getattr(old, f) for f in old.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
 class PendingCheckpoint(codec.Record):
-    """What the trigger fixes for the whole life of a checkpoint."""
+    """What the trigger fixes for the whole life of a checkpoint. From version 2 the
+    barriers are keyed by source uid and `topology` records every node by uid, with its
+    states' declared schemas (None: a checkpoint of version 1, see `topology_of`)."""
 
     KIND = "pending-checkpoint"
-    VERSION = 1
+    VERSION = 2
+    READS = {1: codec.Upgrade(PendingCheckpointV1, _pending_from_v1)}
 
     pipeline: str
     checkpoint_id: int
@@ -165,6 +198,7 @@ class PendingCheckpoint(codec.Record):
     trigger_time: float = codec.time()
     deadline: float = codec.time()
     properties: CheckpointProperties = field(default_factory=CheckpointProperties)
+    topology: Topology | None = codec.field(default=None, omit=None)
 
     def __post_init__(self) -> None:
         if not isinstance(self.properties, CheckpointProperties):  # a flat mapping, given
@@ -173,6 +207,12 @@ class PendingCheckpoint(codec.Record):
     @property
     def is_savepoint(self) -> bool:
         return self.type is CheckpointType.SAVEPOINT
+
+    def operator_uid(self, name: str) -> str:
+        """The uid of the operator or sink called `name` in this checkpoint (its name
+        when the checkpoint recorded no topology)."""
+        nodes = self.topology.nodes if self.topology is not None else ()
+        return next((n.uid for n in nodes if n.name == name and n.kind.value != "source"), name)
 
     @property
     def requires_audit(self) -> bool:
@@ -183,9 +223,32 @@ class PendingCheckpoint(codec.Record):
 
 
 @dataclass(frozen=True)
+class AckRecordV1(codec.Value):
+    """Version 1: the task's operator was known by its name only."""
+
+    checkpoint_id: int
+    task: str
+    attempt: str
+    handles: tuple[FileHandle, ...]
+    metrics: TaskMetrics = codec.field(missing=TaskMetrics())
+    acked_at: float = codec.time()
+
+
+def _ack_from_v1(old: AckRecordV1) -> AckRecord:
+    return AckRecord(
+        old.checkpoint_id, old.task, old.attempt, old.handles, old.metrics, old.acked_at
+    )
+
+
+@dataclass(frozen=True)
 class AckRecord(codec.Record):
+    """A task's acknowledgement. `operator_uid` (version 2): the identity of the task's
+    operator, by which a later checkpoint finds this state whatever the operator is
+    called then (version 1: the operator's name)."""
+
     KIND = "ack"
-    VERSION = 1
+    VERSION = 2
+    READS = {1: codec.Upgrade(AckRecordV1, _ack_from_v1)}
 
     checkpoint_id: int
     task: str
@@ -193,6 +256,11 @@ class AckRecord(codec.Record):
     handles: tuple[FileHandle, ...]
     metrics: TaskMetrics = codec.field(missing=TaskMetrics())  # acks before metrics: zeros
     acked_at: float = codec.time()
+    operator_uid: str = codec.field(default="", required=True)
+
+    def __post_init__(self) -> None:
+        if not self.operator_uid:
+            object.__setattr__(self, "operator_uid", split_task_name(self.task)[0])
 
     @property
     def state_size(self) -> int:
@@ -271,6 +339,17 @@ class CompletedCheckpoint:
     def ack_for(self, task: str) -> AckRecord | None:
         return next((a for a in self.acks if a.task == task), None)
 
+    @property
+    def topology(self) -> Topology:
+        """The recorded topology, or for a version-1 checkpoint what its records prove."""
+        return topology_of(self.pending, self.acks)
+
+
+def topology_of(pending: PendingCheckpoint, acks: tuple[AckRecord, ...]) -> Topology:
+    if pending.topology is not None:
+        return pending.topology
+    return derived_topology(pending.barrier, acks, pending.expected_tasks)
+
 
 def _completed(fields: Mapping[str, Any]) -> bool:
     return fields["status"] is CheckpointStatus.COMPLETED
@@ -294,12 +373,41 @@ _AS_ACKS = codec.Adapter(
 
 
 @dataclass(frozen=True)
+class CheckpointOutcomeV1(codec.Value):
+    """Version 1: the pending record and the acks of version 1."""
+
+    status: CheckpointStatus = codec.field(
+        choices=(CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED)
+    )
+    pending: PendingCheckpointV1 = codec.field(key="checkpoint")
+    decided_at: float = codec.time()
+    acks: tuple[AckRecordV1, ...] | None = codec.field(default=None, when=_completed, required=True)
+    reason: CheckpointFailureReason | None = codec.field(
+        default=None, by="code", when=_aborted, required=True, check=_a_reason
+    )
+    message: str = codec.field(default="", when=_aborted)
+
+
+def _outcome_from_v1(old: CheckpointOutcomeV1) -> CheckpointOutcome:
+    pending = _pending_from_v1(old.pending)
+    completed = None
+    if old.acks is not None:
+        acks = tuple(_ack_from_v1(a) for a in old.acks)
+        completed = CompletedCheckpoint(pending, acks, old.decided_at)
+    return CheckpointOutcome(
+        old.status, pending, old.decided_at, completed, old.reason, old.message
+    )
+
+
+@dataclass(frozen=True)
 class CheckpointOutcome(codec.Record):
     """The single write-once record that settles a checkpoint: the acks when COMPLETED,
-    the reason and message when ABORTED."""
+    the reason and message when ABORTED. Version 2 embeds the pending record and the
+    acks of version 2."""
 
     KIND = "checkpoint-outcome"
-    VERSION = 1
+    VERSION = 2
+    READS = {1: codec.Upgrade(CheckpointOutcomeV1, _outcome_from_v1)}
 
     status: CheckpointStatus = codec.field(
         choices=(CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED)

@@ -99,6 +99,9 @@ class RestoreInFlight(codec.Value):
     aborted: tuple[int, ...] = codec.field(default=(), required=True)  # the abandoned pending
     sinks_rewound: bool = False
     at: float = codec.time(default=0.0, required=True)
+    # The restore allowed state of its target that the code leaves unrestored (issue
+    # 26): the first trigger on the target honours it. Written only when set.
+    allow_non_restored_state: bool = codec.field(default=False, omit=False)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,8 @@ from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.protocol.sink_tables import SinkTables
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.stats import CheckpointStatsTracker
-from batchpoint.protocol.trigger import CheckpointTrigger
+from batchpoint.protocol.topology import Topology
+from batchpoint.protocol.trigger import CheckBase, CheckpointTrigger
 from batchpoint.storage.base import ObjectStore
 
 __all__ = ["AckProgress", "CheckpointCoordinator", "Clock"]
@@ -182,6 +183,11 @@ class CheckpointCoordinator(CheckpointReads):
             return None
         return PipelineSpec.decode(self.layout.spec, data)
 
+    def control_record(self) -> ControlRecord | None:
+        """The control record as stored (None: none yet). Raises ControlUnreadable."""
+        found = self.control.read()
+        return found[0] if found else None
+
     # == trigger, acknowledge, decline ===================================================
 
     def trigger(
@@ -191,18 +197,30 @@ class CheckpointCoordinator(CheckpointReads):
         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
         properties: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        spec: PipelineSpec | None = None,
+        topology: Topology | None = None,
+        check_base: CheckBase | None = None,
     ) -> PendingCheckpoint:
         """Start a checkpoint, or raise TriggerRefused with the reason (see
-        protocol/trigger.py). Settles what is due and rolls a restore forward first."""
-        spec = self.load_spec()
+        protocol/trigger.py). Settles what is due and rolls a restore forward first.
+        A `spec` given is registered only once `check_base` accepted the deploy."""
         self.settle()
         self.finish_restore()
+
+        def checked(base: int | None) -> list[str]:
+            problems = check_base(base) if check_base is not None else []
+            if not problems and spec is not None:
+                self.register(spec)
+            return problems
+
         return self.checkpoint_trigger.trigger(
-            spec,
+            spec or self.load_spec(),
             barrier,
             checkpoint_type=checkpoint_type,
             properties=properties,
             timeout=timeout,
+            topology=topology,
+            check_base=checked,
         )
 
     def acknowledge(
@@ -274,11 +292,18 @@ class CheckpointCoordinator(CheckpointReads):
         *,
         checksums: bool | None = None,
         claim: bool = False,
+        allow_non_restored_state: bool = False,
     ) -> RestoreResult:
         """Point the head at a retained completed checkpoint or savepoint (the newest
         intact, unquarantined one when none is given) in one CAS, then rewind the sinks.
-        `claim`: take ownership of it (CLAIM mode; see protocol/restorer.py)."""
-        return self.restorer.restore(checkpoint_id, checksums=checksums, claim=claim)
+        `claim`: take ownership of it (CLAIM mode; see protocol/restorer.py).
+        `allow_non_restored_state` is recorded for the first trigger after it."""
+        return self.restorer.restore(
+            checkpoint_id,
+            checksums=checksums,
+            claim=claim,
+            allow_non_restored_state=allow_non_restored_state,
+        )
 
     def finish_restore(self) -> None:
         """Roll a restore that has not rewound its sinks forward (any actor may)."""

@@ -124,6 +124,7 @@ class CheckpointRestorer:
         *,
         checksums: bool | None = None,
         claim: bool = False,
+        allow_non_restored_state: bool = False,
     ) -> RestoreResult:
         """Move the head to `checkpoint_id` (or the newest restorable). With `claim`
         (Flink's CLAIM mode) the pipeline takes ownership of the restored checkpoint: a
@@ -151,7 +152,7 @@ class CheckpointRestorer:
             examined = self.examine(cid, checksums)
             problem = examined.problem
             if problem is None:
-                moved = self._move(cid, claim)
+                moved = self._move(cid, claim, allow_non_restored_state)
                 if moved is not None:
                     self.finish()
                     return RestoreResult(HeadPointer.of(moved), tuple(findings))
@@ -239,7 +240,7 @@ class CheckpointRestorer:
             )
         return found[0]
 
-    def _move(self, target: int, claim: bool) -> ControlRecord | None:
+    def _move(self, target: int, claim: bool, allow: bool = False) -> ControlRecord | None:
         now = self._clock()
 
         def move(current: ControlRecord | None) -> ControlRecord | None:
@@ -260,7 +261,7 @@ class CheckpointRestorer:
                 restore_generation=generation,
                 pending=(),
                 restore=RestoreInFlight(
-                    generation, target, current.head, tuple(abandoned), False, now
+                    generation, target, current.head, tuple(abandoned), False, now, allow
                 ),
                 moved_at=now,
                 cause=HeadMoveCause.RESTORE,

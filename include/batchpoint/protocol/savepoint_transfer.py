@@ -250,6 +250,9 @@ class Savepoints:
                 savepoint_taken_from=metadata.taken_from,
                 savepoint_description=metadata.description,
             ),
+            # the uids and schemas the savepoint was taken with: the replayed acks get
+            # their operator uids from it, and the next deploy is judged against it
+            topology=source.topology,
         )
         self._store.create(self._layout.active(entry.checkpoint_id), pending.encode())
         return entry.checkpoint_id

@@ -45,9 +45,11 @@ from batchpoint.errors import (
 )
 from batchpoint.protocol.checkpoint import (
     AckRecord,
+    AckRecordV1,
     CompletedCheckpoint,
     FileHandle,
     PendingCheckpoint,
+    PendingCheckpointV1,
 )
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import ProgressFn
@@ -89,11 +91,50 @@ def _inside_the_folder(acks: tuple[AckRecord, ...]) -> None:
 
 
 @dataclass(frozen=True)
+class SavepointMetadataV1(codec.Value):
+    """Version 1: the pending record and the acks of version 1."""
+
+    DERIVED = {"files": "file_count", "state_size": "state_size"}
+
+    pipeline: str
+    checkpoint_id: int
+    pending: PendingCheckpointV1 = codec.field(key="checkpoint")
+    acks: tuple[AckRecordV1, ...] = codec.field(check=_inside_the_folder)
+    completed_at: float = codec.time()
+    exported_at: float = codec.time()
+    description: str = ""
+    taken_from: str = ""
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(a.handles) for a in self.acks)
+
+    @property
+    def state_size(self) -> int:
+        return sum(h.size for a in self.acks for h in a.handles)
+
+
+def _savepoint_from_v1(old: SavepointMetadataV1) -> SavepointMetadata:
+    return SavepointMetadata(
+        old.pipeline,
+        old.checkpoint_id,
+        PendingCheckpoint.upgrade(1, old.pending),
+        tuple(AckRecord.upgrade(1, a) for a in old.acks),
+        old.completed_at,
+        old.exported_at,
+        old.description,
+        old.taken_from,
+    )
+
+
+@dataclass(frozen=True)
 class SavepointMetadata(codec.Record):
-    """The completed checkpoint, with every handle's path relative to the folder."""
+    """The completed checkpoint, with every handle's path relative to the folder.
+    Version 2 holds the pending record and the acks of version 2 (uids, topology)."""
 
     KIND = "savepoint"
-    VERSION = 1
+    VERSION = 2
+    READS = {1: codec.Upgrade(SavepointMetadataV1, _savepoint_from_v1)}
     # written for people reading the folder, never read back
     DERIVED = {"files": "file_count", "state_size": "state_size"}
 

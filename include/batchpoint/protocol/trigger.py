@@ -31,7 +31,12 @@ from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import AbortCheckpoint, Clock
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.reads import CheckpointReads
+from batchpoint.protocol.topology import Topology
 from batchpoint.storage.base import ObjectStore
+
+#: Judges the code against the admitted base checkpoint (its id, None for the first):
+#: the problems that refuse the deploy, none when it may run.
+CheckBase = Callable[[int | None], list[str]]
 
 
 class CheckpointTrigger:
@@ -72,9 +77,16 @@ class CheckpointTrigger:
         checkpoint_type: CheckpointType,
         properties: Mapping[str, Any] | None,
         timeout: float | None,
+        topology: Topology | None = None,
+        check_base: CheckBase | None = None,
     ) -> PendingCheckpoint:
         """Admit a checkpoint of `spec`'s tasks reading up to `barrier` and write its
-        pending record, or raise TriggerRefused with the reason."""
+        pending record (recording `topology`), or raise TriggerRefused with the reason.
+
+        `check_base` judges the deploy against the base the admission chose (not the
+        head read before it, which a concurrent restore may have moved): it returns
+        the problems that refuse it, and then the admitted checkpoint is aborted
+        (INCOMPATIBLE_DEPLOY, each problem named) before any pending record exists."""
         given = CheckpointProperties.of(properties)  # refused before anything is admitted
         now = self._clock()
         self._refuse_if_failed()
@@ -103,6 +115,8 @@ class CheckpointTrigger:
         except TriggerRefused:
             self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "base unreadable")
             raise
+        if check_base is not None:
+            self._check_deploy(checkpoint_id, entry.base, check_base)
         chain = self._config.changelog_chain if given.changelog_chain is None else None
         props = replace(given, changelog_chain=chain) if chain is not None else given
         if (why := held_elsewhere(admitted, entry.base)) is not None:
@@ -119,6 +133,7 @@ class CheckpointTrigger:
             trigger_time=now,
             deadline=deadline,
             properties=props,
+            topology=topology,
         )
         self._store.create(self._layout.active(checkpoint_id), pending.encode())
         return pending
@@ -146,6 +161,22 @@ class CheckpointTrigger:
         entry = admitted.pending_entry(checkpoint_id)
         assert entry is not None
         return entry
+
+    def _check_deploy(self, checkpoint_id: int, base: int | None, check: CheckBase) -> None:
+        try:
+            problems = check(base)
+        except Exception:
+            self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "deploy check failed")
+            raise
+        if problems:
+            reason = CheckpointFailureReason.INCOMPATIBLE_DEPLOY
+            message = "; ".join(problems)
+            self._abort(checkpoint_id, reason, message)
+            raise TriggerRefused(
+                reason,
+                f"pipeline '{self._pipeline}': the code cannot be deployed on base checkpoint "
+                f"{base}: {message}",
+            )
 
     def _check_first(
         self,

@@ -193,13 +193,24 @@ def stateful_streams(
                 for state in op.states:
                     streams[(op.name, state)] = []
     prefix = state_stream("")
+    names = _state_names(completed)
     for ack in completed.acks:
         operator = split_task_name(ack.task)[0]
         for handle in ack.handles:
             if handle.name.startswith(prefix):
-                key = (operator, handle.name[len(prefix) :])
+                uid = handle.name[len(prefix) :]
+                key = (operator, names.get((ack.operator_uid, uid), uid))
                 streams.setdefault(key, []).append(handle)
     return streams
+
+
+def _state_names(completed: CompletedCheckpoint) -> dict[tuple[str, str], str]:
+    """(operator uid, state uid) -> the state's name in the checkpoint's code: the
+    stream of a state is named by its uid."""
+    topology = completed.pending.topology
+    if topology is None:
+        return {}
+    return {(n.uid, s.uid): s.name for n in topology.nodes for s in n.states}
 
 
 def max_parallelism_of(
@@ -385,11 +396,11 @@ def _source_files(
 ) -> list[Finding]:
     findings = []
     for name, source in sorted(sources.items()):
-        if name not in pending.barrier:
+        if source.uid not in pending.barrier:  # keyed by uid (the name by default)
             continue
         files = source.files(store)
         try:
-            files.verify_barrier(pending.barrier[name])
+            files.verify_barrier(pending.barrier[source.uid])
         except (SourceOffsetError, ConfigError) as exc:
             findings.append(Finding(f"source {name}", Check.SOURCE_OFFSETS, str(exc)))
     return findings

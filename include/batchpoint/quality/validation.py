@@ -177,11 +177,11 @@ class StateValidator:
             if op.name not in present:
                 continue  # new in this version of the pipeline: nothing to validate
             for state in op.states:
-                stream = state_stream(state)
+                stream = state_stream(op.state_uid(state))  # files by identity
                 out[(op.name, state)] = [
                     h
                     for ack in completed.acks
-                    if split_task_name(ack.task)[0] == op.name
+                    if ack.operator_uid == op.uid
                     for h in ack.handles
                     if h.name == stream
                 ]

@@ -17,11 +17,8 @@ Nobody writes a storage path or an ack: the runtime does, from the declarations.
 
 from __future__ import annotations
 
-import enum
-import os
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -30,199 +27,34 @@ from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.redaction import Secret
+from batchpoint.runtime.nodes import (
+    OperatorContext,
+    OperatorDef,
+    OperatorFn,
+    SinkDef,
+    SinkMode,
+    SourceDef,
+    State,
+    expand_variables,
+    state_declarations,
+)
 from batchpoint.runtime.schemas import arrow_schema
-from batchpoint.state.evolution.types import default_problem
-from batchpoint.storage import ObjectStore, StoreRef
+from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from batchpoint.sources.files import PartitionedFileSource
-    from batchpoint.sources.iceberg_table import IcebergTableSource
-
-
-class SinkMode(enum.StrEnum):
-    APPEND = "append"  # readers see every published epoch's rows
-    SNAPSHOT = "snapshot"  # readers see the newest published epoch's rows only
-
-
-class OperatorContext:
-    """What an operator function sees for one epoch: its input and restored state as
-    Spark DataFrames, and where to put its new state."""
-
-    def __init__(
-        self,
-        spark: SparkSession,
-        checkpoint_id: int,
-        operator: str,
-        inputs: Mapping[str, DataFrame],
-        states: Mapping[str, DataFrame],
-        properties: Mapping[str, Any],
-    ) -> None:
-        self.spark = spark
-        self.checkpoint_id = checkpoint_id
-        self.operator = operator
-        self.properties = properties
-        self._inputs = dict(inputs)
-        self._states = dict(states)
-        self._new_states: dict[str, DataFrame] = {}
-
-    def input(self, name: str | None = None) -> DataFrame:
-        if name is None:
-            if len(self._inputs) != 1:
-                raise PipelineSpecError(
-                    f"operator '{self.operator}' has inputs {sorted(self._inputs)}: name one"
-                )
-            return next(iter(self._inputs.values()))
-        if name not in self._inputs:
-            raise PipelineSpecError(
-                f"operator '{self.operator}' has no input '{name}' (inputs: {sorted(self._inputs)})"
-            )
-        return self._inputs[name]
-
-    def state(self, name: str) -> DataFrame:
-        if name not in self._states:
-            raise PipelineSpecError(
-                f"operator '{self.operator}' declares no state '{name}' "
-                f"(states: {sorted(self._states)})"
-            )
-        return self._states[name]
-
-    def set_state(self, name: str, df: DataFrame) -> None:
-        self.state(name)  # validates the name
-        self._new_states[name] = df
-
-    def new_state(self, name: str) -> DataFrame:
-        """The state to snapshot: what the function set, else the restored state."""
-        return self._new_states.get(name, self._states[name])
-
-
-OperatorFn = Callable[[OperatorContext], "DataFrame | None"]
-
-
-@dataclass(frozen=True)
-class SourceDef:
-    name: str
-    root: str  # key prefix under the storage root: <root>/<partition>/<files>
-    format: str
-    schema: pa.Schema
-    key_columns: tuple[str, ...] = ()  # columns that must never be null
-    # Where the files are when not under the pipeline's storage root: a landing bucket,
-    # another endpoint and credentials (`root` is then relative to it, usually "").
-    location: StoreRef | None = None
-    table: TableBinding | None = None  # an Iceberg table read incrementally, not files
-
-    def store_ref(self, default: StoreRef) -> StoreRef:
-        return self.location or default
-
-    def files(
-        self, default: StoreRef | ObjectStore, *, with_schema: bool = False
-    ) -> PartitionedFileSource | IcebergTableSource:
-        """The source's files (or table), on its own storage or else on `default` (the
-        pipeline's)."""
-        store = self.location.open() if self.location else _opened(default)
-        schema = self.schema if with_schema else None
-        if self.table is not None:
-            from batchpoint.sources.iceberg_table import IcebergTableSource
-
-            return IcebergTableSource(store, self.table, schema=schema)
-        from batchpoint.sources.files import PartitionedFileSource
-
-        return PartitionedFileSource(store, self.root, self.format, schema=schema)
-
-    @property
-    def uri(self) -> str:
-        if self.table is not None:
-            return f"iceberg:{self.table.catalog}/{self.table.identifier}"
-        return self.location.uri if self.location else self.root
-
-
-def _state_decl(operator: str, state: str, declared: pa.Schema | StructType | str | State) -> State:
-    """The declaration with its schema as a pyarrow schema and its uid filled in; a
-    default that does not fit its column, or a column both declared and marked
-    dropped, is refused here, at declaration, rather than at the first deploy."""
-    what = f"operator '{operator}': state '{state}'"
-    decl = declared if isinstance(declared, State) else State(declared)
-    schema = arrow_schema(decl.schema, what)
-    both = sorted(set(decl.dropped) & set(schema.names))
-    if both:
-        raise PipelineSpecError(f"{what}: column(s) {both} are marked dropped but still declared")
-    for column, value in decl.defaults.items():
-        if column in schema.names and (problem := default_problem(value, schema.field(column))):
-            raise PipelineSpecError(f"{what}: the default of column '{column}': {problem}")
-    if decl.migrate is not None and not callable(decl.migrate):
-        raise PipelineSpecError(f"{what}: migrate= must be a function of the old DataFrame")
-    return replace(
-        decl,
-        schema=schema,
-        uid=decl.uid or state,
-        defaults=dict(decl.defaults),
-        dropped=tuple(decl.dropped),
-    )
-
-
-def _opened(store: StoreRef | ObjectStore) -> ObjectStore:
-    return store.open() if isinstance(store, StoreRef) else store
-
-
-def _expand(value: str | Secret, what: str) -> str | Secret:
-    """`${VAR}` in a source's storage option: the secret stays in the environment, and
-    what it expands to is a Secret (masked in every repr, message and log line; the
-    registered spec never holds source options at all)."""
-    if isinstance(value, Secret):
-        return value
-
-    def variable(match: re.Match[str]) -> str:
-        name = match[1]
-        if name not in os.environ:
-            raise PipelineSpecError(f"{what}: environment variable {name} is not set")
-        return os.environ[name]
-
-    expanded, count = re.subn(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", variable, str(value))
-    return Secret(expanded) if count else expanded
-
-
-@dataclass(frozen=True)
-class State:
-    """A keyed state's declaration: its schema and how it evolves across deploys.
-
-    `uid` keeps the state's identity when it is renamed (default: its name). `defaults`
-    fills a column the schema gained, for rows written before it; `dropped` names columns
-    the code removed on purpose; `migrate` turns the old DataFrame into the new one, once,
-    in the first epoch after a deploy whose change no rule migrates."""
-
-    schema: pa.Schema | StructType | str
-    uid: str | None = None
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    dropped: tuple[str, ...] = ()
-    migrate: Callable[[DataFrame], DataFrame] | None = None
-
-
-@dataclass(frozen=True)
-class OperatorDef:
-    name: str
-    fn: OperatorFn
-    inputs: tuple[str, ...]
-    key_columns: tuple[str, ...]
-    states: Mapping[str, pa.Schema]
-    parallelism: int
-    max_parallelism: int
-    output_schema: pa.Schema | None = None
-    state_decls: Mapping[str, State] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SinkDef:
-    name: str
-    inputs: tuple[str, ...]
-    key_columns: tuple[str, ...]
-    mode: SinkMode
-    parallelism: int
-    max_parallelism: int
-    fn: OperatorFn | None = None  # optional last transformation before staging
-    table: TableBinding | None = None  # published as an Iceberg table, not only a manifest
+__all__ = [
+    "OperatorContext",
+    "OperatorDef",
+    "OperatorFn",
+    "Pipeline",
+    "SinkDef",
+    "SinkMode",
+    "SourceDef",
+    "State",
+]
 
 
 @dataclass
@@ -233,6 +65,11 @@ class Pipeline:
     sources: dict[str, SourceDef] = field(default_factory=dict)
     operators: dict[str, OperatorDef] = field(default_factory=dict)
     sinks: dict[str, SinkDef] = field(default_factory=dict)
+    # What the code drops on purpose (drop_state, drop_operator, drop_sink): scheduled
+    # epochs may leave the base's state of these unrestored (docs/design/evolution.md).
+    dropped_states: set[tuple[str, str]] = field(default_factory=set)
+    dropped_operators: set[str] = field(default_factory=set)
+    dropped_sinks: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         check_name(self.name, "pipeline")
@@ -250,14 +87,17 @@ class Pipeline:
         storage_options: Mapping[str, str | Secret] | None = None,
         table: str | None = None,
         catalog: str = DEFAULT_CATALOG,
+        uid: str | None = None,
     ) -> SourceDef:
         """`schema`: a pyarrow schema, a Spark StructType or a DDL string. `root` is a
         prefix under the pipeline's storage, or a URI of its own (s3://landing/payments,
         file:///data/in) reached with `storage_options` (the S3 store's: endpoint_url,
         region, access_key_id, ...; `${VAR}` takes a value from the environment). `table`
         ("namespace.table" of `catalog`) reads an Iceberg table incrementally instead:
-        each epoch the rows appended since its base checkpoint's snapshot."""
+        each epoch the rows appended since its base checkpoint's snapshot. `uid` keeps
+        the source's offsets across a rename (default: its name)."""
         self._check_new(name)
+        self._check_uid(uid or name, self.sources.values(), f"source '{name}'")
         if bool(root) == bool(table):
             raise PipelineSpecError(f"source '{name}': give either root (files) or table")
         schema = arrow_schema(schema, f"source '{name}'")
@@ -267,7 +107,7 @@ class Pipeline:
         location = None
         if "://" in root:
             what = f"source '{name}'"
-            options = {k: _expand(v, what) for k, v in (storage_options or {}).items()}
+            options = {k: expand_variables(v, what) for k, v in (storage_options or {}).items()}
             location = StoreRef.of(root.rstrip("/"), options)
             root = ""
         elif storage_options:
@@ -278,7 +118,9 @@ class Pipeline:
         binding = TableBinding(table, catalog) if table else None
         if binding is not None:
             format = "iceberg"
-        source = SourceDef(name, root.strip("/"), format, schema, tuple(key), location, binding)
+        source = SourceDef(
+            name, root.strip("/"), format, schema, tuple(key), location, binding, uid or name
+        )
         self.sources[name] = source
         return source
 
@@ -291,17 +133,17 @@ class Pipeline:
         states: Mapping[str, pa.Schema | StructType | str | State] | None = None,
         parallelism: int = 1,
         max_parallelism: int | None = None,
+        uid: str | None = None,
     ) -> Callable[[OperatorFn], OperatorFn]:
-        """`states`: name -> schema (pyarrow, Spark StructType or DDL string), or a
-        `State` saying how it evolves across deploys."""
+        """`states`: name -> schema (pyarrow, Spark StructType or DDL string) or a
+        `State` (schema, uid, evolution). `uid` keeps the operator's state across a
+        rename (default: its name)."""
 
         def register(fn: OperatorFn) -> OperatorFn:
             op_name = name or fn.__name__
             self._check_new(op_name)
-            decls = {
-                state: _state_decl(op_name, state, declared)
-                for state, declared in (states or {}).items()
-            }
+            self._check_uid(uid or op_name, self.operators.values(), f"operator '{op_name}'")
+            decls = state_declarations(op_name, states or {})
             schemas = {state: decl.schema for state, decl in decls.items()}
             for state_name, schema in schemas.items():
                 check_name(state_name, f"operator '{op_name}': state")
@@ -318,6 +160,7 @@ class Pipeline:
                 schemas,
                 parallelism,
                 max_parallelism or self.max_parallelism,
+                uid=uid or op_name,
                 state_decls=decls,
             )
             return fn
@@ -336,10 +179,13 @@ class Pipeline:
         fn: OperatorFn | None = None,
         table: str | TableBinding | None = None,
         catalog: str = DEFAULT_CATALOG,
+        uid: str | None = None,
     ) -> SinkDef:
         """`table` ("namespace.table"): the sink is also an Iceberg table of `catalog`,
-        one commit per checkpoint, rewound by restores (see batchpoint.tables)."""
+        one commit per checkpoint, rewound by restores (see batchpoint.tables). `uid`
+        keeps the sink's staged output and manifest across a rename (default: its name)."""
         self._check_new(name)
+        self._check_uid(uid or name, self.sinks.values(), f"sink '{name}'")
         try:
             sink_mode = SinkMode(mode)
         except ValueError:
@@ -361,9 +207,33 @@ class Pipeline:
             max_parallelism or self.max_parallelism,
             fn,
             binding,
+            uid or name,
         )
         self.sinks[name] = sink
         return sink
+
+    def drop_state(self, operator_uid: str, state_uid: str) -> None:
+        """Declare that this code drops a state on purpose: scheduled epochs may then
+        leave the base's state `state_uid` of operator `operator_uid` unrestored."""
+        self.dropped_states.add((operator_uid, state_uid))
+
+    def drop_operator(self, uid: str) -> None:
+        """Declare that this code drops operator `uid` (and all its state) on purpose."""
+        self.dropped_operators.add(uid)
+
+    def drop_sink(self, uid: str) -> None:
+        """Declare that this code drops sink `uid` on purpose."""
+        self.dropped_sinks.add(uid)
+
+    def _check_uid(self, uid: str, taken: Iterable[Any], what: str) -> None:
+        """A uid is checked like a name, and unique among the nodes of its kind."""
+        check_name(uid, f"pipeline '{self.name}': {what} uid")
+        for node in taken:
+            if node.uid == uid:
+                raise PipelineSpecError(
+                    f"pipeline '{self.name}': {what} has uid '{uid}', already the uid of "
+                    f"'{node.name}'"
+                )
 
     def _check_new(self, name: str) -> None:
         check_name(name, f"pipeline '{self.name}': operator")

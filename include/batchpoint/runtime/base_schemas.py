@@ -43,9 +43,18 @@ def base_state_schema(
     """The schema of (operator, state) in `base`; None when the base holds no files of
     it (no base, or the operator or state is new)."""
     files = base_state_files(base, operator_uid, state_uid)
-    if not files:
+    if not files or base is None:
         return None
-    return BaseStateSchema(stored_state_schema(store, files))
+    stored = stored_state_schema(store, files)
+    topology = base.pending.topology
+    recorded = topology.state_schema(operator_uid, state_uid) if topology else None
+    if recorded is None:
+        return BaseStateSchema(stored)
+    # The files' types are what a reader casts from; the topology says which columns
+    # the code meant nullable, which Spark's writer does not keep.
+    meant = {f.name: f.nullable for f in recorded}
+    fields = [f.with_nullable(meant.get(f.name, f.nullable)) for f in stored]
+    return BaseStateSchema(pa.schema(fields), declared=True)
 
 
 def stored_state_schema(store: ObjectStore, files: list[FileHandle]) -> pa.Schema:

@@ -8,16 +8,26 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from batchpoint.errors import PipelineSpecError, RecordError, RestoreRefused
+from batchpoint.errors import (
+    CheckpointNotFound,
+    DeployRefused,
+    PipelineSpecError,
+    RecordError,
+    RestoreRefused,
+)
 from batchpoint.protocol.checkpoint import (
     CheckpointType,
+    CompletedCheckpoint,
     PendingCheckpoint,
 )
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
+from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.restorer import RestoreResult
 from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.deploy import BaseCheck, code_topology, completed_checkpoint, plan_on
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -66,6 +76,7 @@ class PipelineDriver:
         self.config = config or CheckpointConfig()
         self.coordinator = CheckpointCoordinator(self.store, pipeline.name, self.config, clock)
         self.sinks = self.coordinator.sinks
+        self.last_plan: DeployPlan | None = None  # the deploy plan of the last trigger
 
     # -- the graph in force ---------------------------------------------------------------
 
@@ -103,7 +114,8 @@ class PipelineDriver:
     def capture_barrier(self) -> dict[str, Any]:
         barrier = {}
         for source in self.pipeline.sources.values():
-            barrier[source.name] = source.files(self.store).capture_barrier().to_json()
+            # keyed by uid: a source renamed with its uid kept goes on from its offsets
+            barrier[source.uid] = source.files(self.store).capture_barrier().to_json()
         return barrier
 
     def trigger(
@@ -111,14 +123,62 @@ class PipelineDriver:
         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
         properties: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        *,
+        allow_non_restored_state: bool = False,
     ) -> PendingCheckpoint:
+        """Admit a checkpoint of the code in force. The deploy is judged against the
+        base the admission chose (`BaseCheck`, protocol/deploy_plan.py): a refused one
+        aborts the admitted checkpoint, registers nothing and runs no Spark job
+        (TriggerRefused INCOMPATIBLE_DEPLOY). The plan made is `last_plan`."""
         self.check_deployable_spec()
-        self.coordinator.register(self.current_spec())
-        return self.coordinator.trigger(
-            self.capture_barrier(),
-            checkpoint_type=checkpoint_type,
-            properties=properties,
-            timeout=timeout,
+        spec = self.current_spec()
+        allow: dict[int, bool] | bool = allow_non_restored_state
+        if not allow_non_restored_state and (target := self._restored_allowing()) is not None:
+            allow = {target: True}  # the restore allowed it: its first trigger honours it
+        check = BaseCheck(self.coordinator, self.pipeline, spec, allow_non_restored_state=allow)
+        try:
+            return self.coordinator.trigger(
+                self.capture_barrier(),
+                checkpoint_type=checkpoint_type,
+                properties=properties,
+                timeout=timeout,
+                spec=spec,
+                topology=code_topology(self.pipeline, spec),
+                check_base=check,
+            )
+        finally:
+            self.last_plan = check.plan
+
+    def _restored_allowing(self) -> int | None:
+        """The target of the last restore when it allowed non-restored state."""
+        try:
+            control = self.coordinator.control_record()
+        except ControlUnreadable:
+            return None  # the trigger refuses it itself (NEEDS_REPAIR), naming the damage
+        restore = control.restore if control is not None else None
+        if restore is not None and restore.allow_non_restored_state:
+            return restore.target
+        return None
+
+    def plan(
+        self, checkpoint_id: int | None = None, *, allow_non_restored_state: bool = False
+    ) -> DeployPlan:
+        """The deploy plan of the code on checkpoint `checkpoint_id` (default: the head;
+        nothing stored: every node new)."""
+        if checkpoint_id is None:
+            checkpoint_id = self.coordinator.head.get().checkpoint_id
+        completed = None
+        if checkpoint_id is not None:
+            completed = completed_checkpoint(self.coordinator, checkpoint_id)
+            if completed is None:
+                raise CheckpointNotFound(
+                    f"pipeline '{self.pipeline.name}' has no completed checkpoint {checkpoint_id}"
+                )
+        return plan_on(
+            self.pipeline,
+            completed,
+            self.current_spec(),
+            allow_non_restored_state=allow_non_restored_state,
         )
 
     # -- publish ---------------------------------------------------------------
@@ -151,19 +211,70 @@ class PipelineDriver:
         *,
         checksums: bool | None = None,
         claim: bool = False,
+        allow_non_restored_state: bool = False,
     ) -> RestoreResult:
         """Move the head (one CAS, the target validated: retained, unquarantined, files
         intact) and rewind every sink; `claim` takes ownership of the target (CLAIM
-        mode); see protocol/restorer.py."""
+        mode); see protocol/restorer.py. The code's deploy plan on the target is checked
+        first: state the code would leave unrestored refuses the restore unless
+        `allow_non_restored_state` (recorded, so the first trigger after it honours it)."""
         if checkpoint_id is not None and not self._has_checkpoint(checkpoint_id):
             raise RestoreRefused(
                 f"pipeline '{self.pipeline.name}' has no checkpoint {checkpoint_id}"
             )
-        result = self.coordinator.restore(checkpoint_id, checksums=checksums, claim=claim)
+        if checkpoint_id is not None:
+            self.check_restore(checkpoint_id, parallelism, allow_non_restored_state)
+        result = self.coordinator.restore(
+            checkpoint_id,
+            checksums=checksums,
+            claim=claim,
+            allow_non_restored_state=allow_non_restored_state,
+        )
         if parallelism:
             self.rescale(parallelism)
         self.sync_tables()  # the tables rewind with the sinks' manifests
         return result
+
+    def check_restore(
+        self,
+        checkpoint_id: int,
+        parallelism: Mapping[str, int] | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> DeployPlan | None:
+        """Refuse (DeployRefused) a restore of the code on a checkpoint whose plan is
+        not deployable. None when the target's records cannot be read here (the
+        restorer refuses it then, naming the damage)."""
+        try:
+            completed = completed_checkpoint(self.coordinator, checkpoint_id)
+        except RecordError:
+            return None
+        if completed is None:
+            return None
+        return self.check_deploy(completed, parallelism, allow_non_restored_state)
+
+    def check_deploy(
+        self,
+        completed: CompletedCheckpoint,
+        parallelism: Mapping[str, int] | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> DeployPlan:
+        """The plan of the code on `completed` (a checkpoint or a savepoint's), or
+        DeployRefused naming each problem and how to allow it."""
+        checkpoint_id = completed.checkpoint_id
+        spec = self.current_spec()
+        if parallelism:
+            spec = spec.with_parallelism(parallelism)
+        plan = plan_on(
+            self.pipeline, completed, spec, allow_non_restored_state=allow_non_restored_state
+        )
+        self.last_plan = plan
+        if not plan.deployable:
+            raise DeployRefused(
+                f"pipeline '{self.pipeline.name}': restoring checkpoint {checkpoint_id} into "
+                f"this code is refused: {'; '.join(plan.problems)}",
+                plan,
+            )
+        return plan
 
     def _has_checkpoint(self, checkpoint_id: int) -> bool:
         try:

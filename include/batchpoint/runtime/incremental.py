@@ -26,7 +26,6 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
     PendingCheckpoint,
 )
-from batchpoint.protocol.layout import split_task_name
 from batchpoint.runtime.streams import StreamWrite, state_stream
 from batchpoint.state.format import FORMAT_VERSION, StateHandle, state_rows
 
@@ -128,20 +127,30 @@ def plan_snapshot(
 
 
 def base_state_files(
-    base: CompletedCheckpoint | None, operator: str, state: str
+    base: CompletedCheckpoint | None, operator_uid: str, state_uid: str
 ) -> list[FileHandle]:
-    """The base's files of an operator's state (every layer); none when the operator is
-    new in this version of the pipeline."""
+    """The base's files of an operator's state (every layer), matched by identity: the
+    acks of the operator's uid (whatever its tasks were called then), the stream of the
+    state's uid. None when the operator or the state is new in this version of the
+    pipeline (the deploy plan said so before the trigger)."""
     if base is None:
         return []
-    own = [a for a in base.acks if split_task_name(a.task)[0] == operator]
-    files = [h for ack in own for h in ack.handles if h.name == state_stream(state)]
-    if own and not files:
+    own = [a for a in base.acks if a.operator_uid == operator_uid]
+    files = [h for ack in own for h in ack.handles if h.name == state_stream(state_uid)]
+    if own and not files and _recorded_state(base, operator_uid, state_uid):
         raise CheckpointError(
-            f"base checkpoint {base.checkpoint_id} has no files of state '{state}' "
-            f"of operator '{operator}'"
+            f"base checkpoint {base.checkpoint_id} has no files of state '{state_uid}' "
+            f"of operator '{operator_uid}'"
         )
     return files
+
+
+def _recorded_state(base: CompletedCheckpoint, operator_uid: str, state_uid: str) -> bool:
+    """Whether the base held the state (a state added since holds no file there)."""
+    if base.pending.topology is None:
+        return False  # recorded no states: one without files is new to it
+    node = next((n for n in base.pending.topology.nodes if n.uid == operator_uid), None)
+    return node is not None and node.state(state_uid) is not None
 
 
 def mark_churn(handles: dict[int, list[FileHandle]], stream: str, plan: SnapshotPlan) -> None:

@@ -396,7 +396,9 @@ class RestorePlanner:
             self.progress(f"{candidate.description} quarantined: {examined.problem}")
         return check
 
-    def apply(self, plan: RestorePlan, *, claim: bool = False) -> RestoreResult:
+    def apply(
+        self, plan: RestorePlan, *, claim: bool = False, allow_non_restored_state: bool = False
+    ) -> RestoreResult:
         """Restore to the plan's chosen candidate: import a savepoint first (new id),
         then move the head (new restore generation, pending checkpoints aborted), rewind
         the sinks to it, and register the new parallelism. `claim` (CLAIM mode): the
@@ -407,6 +409,10 @@ class RestorePlanner:
             raise RestoreRefused(plan.refusal())
         imported_from = None
         checkpoint_id = chosen.checkpoint_id
+        if chosen.completed is not None:  # before any import: a refused deploy copies nothing
+            self.driver.check_deploy(
+                chosen.completed, plan.parallelism or None, allow_non_restored_state
+            )
         if chosen.savepoint is not None:
             completed = self.driver.coordinator.savepoints.import_folder(
                 chosen.savepoint,
@@ -422,7 +428,11 @@ class RestorePlanner:
         if claim:
             self.progress(f"claiming checkpoint {checkpoint_id}: retention may now drop it")
         head: HeadPointer = self.driver.restore(
-            checkpoint_id, plan.parallelism or None, checksums=recheck, claim=claim
+            checkpoint_id,
+            plan.parallelism or None,
+            checksums=recheck,
+            claim=claim,
+            allow_non_restored_state=allow_non_restored_state,
         )
         # A savepoint's (or a never-published checkpoint's) sink output becomes visible
         # now, not only with the next epoch; publishing is idempotent otherwise.

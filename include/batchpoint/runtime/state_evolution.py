@@ -50,7 +50,7 @@ def state_verdicts(
     for state in node.states:
         if base is None or not base_files.get(state):
             continue  # a new state, or no base: it starts empty
-        stored = base_state_schema(store, base, node.name, state)
+        stored = base_state_schema(store, base, node.uid, node.state_uid(state))
         if stored is None:
             continue
         decl = declaration(node, state)

@@ -60,7 +60,10 @@ def restore(attempt: TaskAttempt, base: CompletedCheckpoint | None, channels: Ch
     base_files: dict[str, list[FileHandle]] = {}
     verdicts: dict[str, SchemaVerdict] = {}
     if isinstance(node, OperatorDef):
-        base_files = {state: base_state_files(base, node.name, state) for state in node.states}
+        # matched by identity: the base's acks of this operator's uid, its state uid's files
+        base_files = {
+            state: base_state_files(base, node.uid, node.state_uid(state)) for state in node.states
+        }
         # First: a refused schema change fails the attempt before any Spark job.
         verdicts = state_verdicts(attempt.env.store, node, base, base_files)
         for verdict in verdicts.values():
@@ -88,7 +91,8 @@ def _input(attempt: TaskAttempt, name: str, channel: list[FileHandle]) -> DataFr
     node = env.pipeline.node(name)
     if isinstance(node, SourceDef):
         source = node.files(env.store, with_schema=True)
-        splits = source.files_between(pending.base_barrier.get(name), pending.barrier.get(name, {}))
+        uid = node.uid  # barriers are keyed by source uid
+        splits = source.files_between(pending.base_barrier.get(uid), pending.barrier.get(uid, {}))
         attempt.log(f"{attempt.operator}: reading {len(splits)} new file(s) of source '{name}'")
         return keyed_io.read_source(env.session, node.store_ref(env.store_ref), node, splits)
     return keyed_io.read_keyed(env.session, env.store_ref, channel)

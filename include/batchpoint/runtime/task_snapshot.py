@@ -69,7 +69,7 @@ def snapshot(
         cached.release()
     for state, plan in plans.items():
         attempt.log(f"snapshot: state '{state}': {plan.why}")
-        mark_churn(handles, state_stream(state), plan)
+        mark_churn(handles, state_stream(node.state_uid(state)), plan)
         for subtask, shared in plan.shared_by_subtask().items():
             handles[subtask].extend(shared)
     return handles
@@ -103,7 +103,15 @@ def operator_writes(
     node = attempt.node
     assert isinstance(node, OperatorDef)
     writes = [
-        state_write(ctx, s, state_stream(s), node.key_columns, node.max_parallelism, plans[s])
+        # a state's files are named by its uid: what later checkpoints find it by
+        state_write(
+            ctx,
+            s,
+            state_stream(node.state_uid(s)),
+            node.key_columns,
+            node.max_parallelism,
+            plans[s],
+        )
         for s in node.states
     ]
     pipeline = attempt.env.pipeline

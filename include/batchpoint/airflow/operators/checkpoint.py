@@ -35,6 +35,7 @@ from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
 from batchpoint.redaction import redact_uri
+from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.job_status import JobStatus
 
 
@@ -50,7 +51,10 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
 
     checkpoint_type = CheckpointType.CHECKPOINT
     #: Refusals that fail the run (someone must act) instead of skipping it.
-    fails_on: tuple[CheckpointFailureReason, ...] = (CheckpointFailureReason.PIPELINE_FAILED,)
+    fails_on: tuple[CheckpointFailureReason, ...] = (
+        CheckpointFailureReason.PIPELINE_FAILED,
+        CheckpointFailureReason.INCOMPATIBLE_DEPLOY,  # someone must act: the plan says how
+    )
 
     def __init__(self, *, audit: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -70,6 +74,7 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
                 audit=self.audit,
             )
         except TriggerRefused as exc:
+            self._log_plan(driver)
             if exc.reason in self.fails_on:
                 raise AirflowFailException(exc.detail) from None
             self.log.warning("no checkpoint this time (%s): %s", exc.reason.code, exc.detail)
@@ -90,6 +95,7 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
         for line in barrier_lines(pending):
             self.log.info("%s", line)
         self.log.info("expected tasks: %s", ", ".join(pending.expected_tasks))
+        self._log_plan(driver)
         return {
             "checkpoint_id": pending.checkpoint_id,
             "type": pending.type.value,
@@ -98,6 +104,12 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
             "expected_tasks": list(pending.expected_tasks),
             "audit": pending.requires_audit,
         }
+
+    def _log_plan(self, driver: PipelineDriver) -> None:
+        """The deploy plan the trigger judged (one line when everything is kept)."""
+        if driver.last_plan is not None:
+            for line in driver.last_plan.render(compact=True).splitlines():
+                self.log.info("%s", line)
 
 
 class SparkOperatorJob(BatchpointOperator):

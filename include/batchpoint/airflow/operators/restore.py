@@ -12,9 +12,10 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from batchpoint.airflow import metrics
 from batchpoint.airflow.hooks import cached_pipeline
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, DeployRefused
 from batchpoint.ops.gates import choose_restore_gate
-from batchpoint.ops.restore import apply_restore, restore
+from batchpoint.ops.restore import RestoreRun, apply_restore, restore
+from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import GateOptions, RestoreGate, parse_flag
 
 
@@ -42,6 +43,7 @@ class RestoreCheckOperator(BatchpointOperator):
         max_candidates: int | None = None,
         skip_suites: Sequence[str] = (),
         dry_run: bool = False,
+        allow_non_restored_state: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -54,6 +56,7 @@ class RestoreCheckOperator(BatchpointOperator):
         self.max_candidates = max_candidates
         self.skip_suites = list(skip_suites)
         self.dry_run = dry_run
+        self.allow_non_restored_state = allow_non_restored_state
 
     def execute(self, context: Context) -> dict[str, Any]:
         params = params_of(context)
@@ -69,6 +72,10 @@ class RestoreCheckOperator(BatchpointOperator):
                 skip_suites=params.get("skip_suites", self.skip_suites),
             )
             dry_run = parse_flag("dry_run", params.get("dry_run", self.dry_run))
+            allow = parse_flag(
+                "allow_non_restored_state",
+                params.get("allow_non_restored_state", self.allow_non_restored_state),
+            )
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
         settings = self.settings()
@@ -86,8 +93,9 @@ class RestoreCheckOperator(BatchpointOperator):
             self.log.info("%s", gate.description)
             for warning in gate.warnings:
                 self.log.warning("%s", warning)
+            driver = self.driver(settings)
             run = restore(
-                self.driver(settings),
+                driver,
                 self.source,
                 gate,
                 options,
@@ -106,9 +114,27 @@ class RestoreCheckOperator(BatchpointOperator):
             metrics.gate_rejected(pipeline.name, rejected)
         if run.refused:
             raise AirflowFailException(run.plan.refusal())
+        self._check_deploy(driver, run, allow)
         report = run.to_json()
         self.log.info("restore candidate: %s", report["chosen"])
         return report
+
+    def _check_deploy(self, driver: PipelineDriver, run: RestoreRun, allow: bool) -> None:
+        """The deploy plan of the code on the chosen candidate, logged; a refused one
+        fails the check (the restore task would refuse it too)."""
+        chosen = run.plan.chosen
+        if chosen is None or chosen.completed is None:
+            return
+        try:
+            plan = driver.check_deploy(chosen.completed, run.plan.parallelism or None, allow)
+        except DeployRefused as exc:
+            for line in exc.plan.render().splitlines():  # type: ignore[attr-defined]
+                self.log.error("%s", line)
+            raise AirflowFailException(
+                f"{exc} (the form's 'Allow non-restored state' allows it)"
+            ) from None
+        for line in plan.render(compact=True).splitlines():
+            self.log.info("%s", line)
 
 
 class RestoreOperator(BatchpointOperator):
@@ -116,7 +142,7 @@ class RestoreOperator(BatchpointOperator):
     savepoint, move the head (new restore generation), rewind the sinks, register the
     new parallelism. The next checkpoint run continues from there."""
 
-    template_fields = ("dry_run", "claim")
+    template_fields = ("dry_run", "claim", "allow_non_restored_state")
 
     def __init__(
         self,
@@ -124,12 +150,14 @@ class RestoreOperator(BatchpointOperator):
         check_task_id: str = "check",
         dry_run: bool | str = "{{ params.dry_run }}",
         claim: bool | str = "{{ params.claim }}",
+        allow_non_restored_state: bool | str = "{{ params.allow_non_restored_state }}",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.check_task_id = check_task_id
         self.dry_run = dry_run
         self.claim = claim  # CLAIM mode (RestorePlanner.apply); a DAG without the param: no
+        self.allow_non_restored_state = allow_non_restored_state  # without the param: no
 
     def execute(self, context: Context) -> dict[str, Any]:
         report = context["ti"].xcom_pull(task_ids=self.check_task_id) or {}
@@ -142,6 +170,7 @@ class RestoreOperator(BatchpointOperator):
                 report.get("restore") or {},
                 report.get("parallelism"),
                 claim=template_flag(self.claim),
+                allow_non_restored_state=template_flag(self.allow_non_restored_state),
                 store_options=settings.store_options,
                 savepoint_roots=settings.savepoint_roots,
                 progress=self.log.info,

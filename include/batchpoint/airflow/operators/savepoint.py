@@ -24,7 +24,11 @@ class TriggerSavepointOperator(TriggerCheckpointOperator):
 
     checkpoint_type = CheckpointType.SAVEPOINT
     # Asked for by hand: a stopped pipeline (`batchpoint resume` first) fails the run.
-    fails_on = (CheckpointFailureReason.PIPELINE_FAILED, CheckpointFailureReason.STOPPED)
+    fails_on = (
+        CheckpointFailureReason.PIPELINE_FAILED,
+        CheckpointFailureReason.INCOMPATIBLE_DEPLOY,
+        CheckpointFailureReason.STOPPED,
+    )
 
     def __init__(self, *, api_conn_id: str = "batchpoint_airflow_api", **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -1,0 +1,49 @@
+"""`plan [--checkpoint N | --savepoint PATH]`: what a deploy of the code (--pipeline-ref
+or BATCHPOINT_PIPELINE_REF) would keep, migrate, rescale or drop, per source, operator,
+state and sink, against the head (or the checkpoint or savepoint named). Exit 0 when
+the deploy may run, 3 when the trigger or the restore would refuse it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from batchpoint.cli.context import Command, checkpoint_id
+from batchpoint.ops.deploy import deploy_plan
+
+
+def cmd_plan(cmd: Command) -> int:
+    args = cmd.args
+    pipeline = cmd.pipeline()
+    if args.savepoint is None:
+        cmd.coordinator_of(pipeline.name)  # an unknown pipeline is a mistake: exit 2
+    plan = deploy_plan(
+        pipeline,
+        cmd.settings,
+        checkpoint_id=args.checkpoint,
+        savepoint=args.savepoint,
+        allow_non_restored_state=args.allow_non_restored_state,
+    )
+    cmd.out.emit(lambda: {"pipeline": pipeline.name, **plan.to_json()}, plan.render)
+    return plan.exit_code
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="what a deploy of the code would keep, migrate, rescale or drop (exit 3: refused)",
+        parents=[common],
+    )
+    target = p.add_mutually_exclusive_group()
+    target.add_argument(
+        "--checkpoint", type=checkpoint_id, default=None, help="compare with this checkpoint"
+    )
+    target.add_argument(
+        "--savepoint", default=None, metavar="PATH", help="compare with this savepoint folder"
+    )
+    p.add_argument(
+        "--allow-non-restored-state",
+        action="store_true",
+        help="plan as a restore that allows state the code leaves unrestored",
+    )
+    p.set_defaults(run=cmd_plan)

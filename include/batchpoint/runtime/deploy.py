@@ -1,0 +1,180 @@
+"""The code's side of a deploy (issue 26): the topology the code declares, its states'
+evolution and allowances, and the plan against a checkpoint (protocol/deploy_plan.py).
+No Spark: the DAG processor, the CLI and the UI build plans too."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from batchpoint.errors import RecordError
+from batchpoint.protocol.checkpoint import CheckpointStatus, CompletedCheckpoint
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.deploy_plan import (
+    DeployAllowances,
+    DeployPlan,
+    StateEvolution,
+    plan_deploy,
+)
+from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
+from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
+from batchpoint.runtime.api import Pipeline
+
+
+def code_topology(pipeline: Pipeline, spec: PipelineSpec | None = None) -> Topology:
+    """What a checkpoint of this code records: every node by uid, with the parallelism
+    in force (`spec`'s, else the code's) and each state's declared schema."""
+    spec = spec or pipeline.spec()
+    nodes = [
+        NodeTopology(
+            s.uid,
+            s.name,
+            OperatorKind.SOURCE,
+            key_columns=s.key_columns,
+            properties=_source_properties(pipeline, s.name),
+        )
+        for s in pipeline.sources.values()
+    ]
+    for op in pipeline.operators.values():
+        states = tuple(
+            StateTopology.declared(op.state_uid(name), name, schema)
+            for name, schema in op.states.items()
+        )
+        nodes.append(
+            NodeTopology(
+                op.uid,
+                op.name,
+                OperatorKind.OPERATOR,
+                spec.operator(op.name).parallelism,
+                op.max_parallelism,
+                op.key_columns,
+                states,
+            )
+        )
+    for sink in pipeline.sinks.values():
+        properties = {"mode": sink.mode.value, **(sink.table.to_properties() if sink.table else {})}
+        nodes.append(
+            NodeTopology(
+                sink.uid,
+                sink.name,
+                OperatorKind.SINK,
+                spec.operator(sink.name).parallelism,
+                sink.max_parallelism,
+                sink.key_columns,
+                properties=properties,
+            )
+        )
+    return Topology(tuple(nodes))
+
+
+def _source_properties(pipeline: Pipeline, name: str) -> dict[str, str]:
+    """What tells a source's input apart (for a rename without uid): its files' prefix
+    and format, or its table. Never a location's URI or options (credentials)."""
+    source = pipeline.sources[name]
+    if source.table is not None:
+        return source.table.to_properties()
+    return {"root": source.root, "format": source.format} if source.location is None else {}
+
+
+def state_evolution(pipeline: Pipeline) -> dict[tuple[str, str], StateEvolution]:
+    return {
+        (op.uid, decl.uid or name): StateEvolution(
+            dict(decl.defaults), tuple(decl.dropped), decl.migrate is not None
+        )
+        for op in pipeline.operators.values()
+        for name, decl in op.state_decls.items()
+    }
+
+
+def allowances(pipeline: Pipeline, *, allow_non_restored_state: bool = False) -> DeployAllowances:
+    return DeployAllowances(
+        allow_non_restored_state,
+        frozenset(pipeline.dropped_states),
+        frozenset(pipeline.dropped_operators),
+        frozenset(pipeline.dropped_sinks),
+    )
+
+
+def plan_on(
+    pipeline: Pipeline,
+    completed: CompletedCheckpoint | None,
+    spec: PipelineSpec | None = None,
+    *,
+    allow_non_restored_state: bool = False,
+) -> DeployPlan:
+    """The plan of deploying the code on `completed` (None: on nothing stored)."""
+    stored = completed.topology if completed is not None else None
+    return plan_against(
+        pipeline,
+        stored,
+        completed.checkpoint_id if completed is not None else None,
+        spec,
+        allow_non_restored_state=allow_non_restored_state,
+        recorded=completed is None or completed.pending.topology is not None,
+    )
+
+
+def plan_against(
+    pipeline: Pipeline,
+    stored: Topology | None,
+    base: int | None,
+    spec: PipelineSpec | None = None,
+    *,
+    allow_non_restored_state: bool = False,
+    recorded: bool = True,
+) -> DeployPlan:
+    """The plan of deploying the code on a checkpoint whose topology is `stored`."""
+    return plan_deploy(
+        stored,
+        code_topology(pipeline, spec),
+        allowances(pipeline, allow_non_restored_state=allow_non_restored_state),
+        evolution=state_evolution(pipeline),
+        base=base,
+        recorded=recorded,
+    )
+
+
+def completed_checkpoint(
+    coordinator: CheckpointCoordinator, checkpoint_id: int
+) -> CompletedCheckpoint | None:
+    """The completed checkpoint `checkpoint_id`, None when it did not complete (yet)."""
+    outcome = coordinator.get_outcome(checkpoint_id)
+    if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
+        return None
+    return outcome.completed
+
+
+class BaseCheck:
+    """The trigger's `check_base`: the plan of the code on the base the admission
+    chose; its problems refuse the trigger. `plan` keeps the last plan made (logged)."""
+
+    def __init__(
+        self,
+        coordinator: CheckpointCoordinator,
+        pipeline: Pipeline,
+        spec: PipelineSpec,
+        *,
+        allow_non_restored_state: bool | Mapping[int, bool] = False,
+    ) -> None:
+        self.coordinator = coordinator
+        self.pipeline = pipeline
+        self.spec = spec
+        self.allow = allow_non_restored_state
+        self.plan: DeployPlan | None = None
+
+    def __call__(self, base: int | None) -> list[str]:
+        try:
+            completed = completed_checkpoint(self.coordinator, base) if base else None
+        except RecordError as exc:
+            return [f"the record of base checkpoint {base} is unreadable ({exc})"]
+        allow = self.allow.get(base, False) if isinstance(self.allow, Mapping) else self.allow
+        if base is not None and completed is None:
+            # a base still pending (concurrent checkpoints): what its trigger recorded
+            pending = self.coordinator.get_pending(base)
+            if pending is None or pending.topology is None:
+                return []  # its own trigger judged the code then; nothing recorded to judge
+            self.plan = plan_against(
+                self.pipeline, pending.topology, base, self.spec, allow_non_restored_state=allow
+            )
+            return self.plan.problems
+        self.plan = plan_on(self.pipeline, completed, self.spec, allow_non_restored_state=allow)
+        return self.plan.problems
