@@ -95,7 +95,7 @@ def test_an_earlier_release_s_records_read_back_to_the_same_bytes(archive_name: 
     for name, data in found.items():
         record = by_kind[json.loads(data)["kind"]].decode(name, data)
         again = json.loads(record.encode())
-        if json.loads(data)["version"] < record.VERSION:
+        if json.loads(data)["version"] < record.VERSION and record.KIND != "pipeline-control":
             # a checkpoint record of version 1 (before uids): read through its upgrade,
             # which loses nothing: without the fields of version 2 it is the same body
             again = json.loads(as_version_1(record))

@@ -200,6 +200,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="verify every file's sha256 before the gate (default: "
         "BATCHPOINT_RESTORE_VERIFY_CHECKSUMS, true); --no-checksums for huge states",
     )
+    _add_gate_arguments(p)
+    p.set_defaults(run=cmd_restore)
+
+
+def _add_gate_arguments(p: argparse.ArgumentParser) -> None:
     add_gate_option(
         p,
         "the quality gate, on by default when set (default: $BATCHPOINT_QUALITY_GATE; "
@@ -227,4 +232,3 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a suite, check or operator/state the gate does not run (repeatable)",
     )
-    p.set_defaults(run=cmd_restore)

@@ -110,17 +110,8 @@ class CheckpointTrigger:
             )
 
         admitted, entry = self._admit(checkpoint_id, admit)
-        try:
-            base = self._read_base(entry.base) if entry.base is not None else None
-        except TriggerRefused:
-            self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "base unreadable")
-            raise
-        if check_base is not None:
-            self._check_deploy(checkpoint_id, entry.base, check_base)
-        chain = self._config.changelog_chain if given.changelog_chain is None else None
-        props = replace(given, changelog_chain=chain) if chain is not None else given
-        if (why := held_elsewhere(admitted, entry.base)) is not None:
-            props = replace(props, independent_of_base=why)
+        base = self._checked_base(checkpoint_id, entry.base, check_base)
+        props = self._properties(given, admitted, entry.base)
         pending = PendingCheckpoint(
             pipeline=self._pipeline,
             checkpoint_id=checkpoint_id,
@@ -137,6 +128,29 @@ class CheckpointTrigger:
         )
         self._store.create(self._layout.active(checkpoint_id), pending.encode())
         return pending
+
+    def _checked_base(
+        self, checkpoint_id: int, base_id: int | None, check_base: CheckBase | None
+    ) -> PendingCheckpoint | None:
+        """The admitted checkpoint's base, and the deploy judged against it: an
+        unreadable base or a refused deploy aborts the admitted checkpoint."""
+        try:
+            base = self._read_base(base_id) if base_id is not None else None
+        except TriggerRefused:
+            self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "base unreadable")
+            raise
+        if check_base is not None:
+            self._check_deploy(checkpoint_id, base_id, check_base)
+        return base
+
+    def _properties(
+        self, given: CheckpointProperties, admitted: ControlRecord, base_id: int | None
+    ) -> CheckpointProperties:
+        chain = self._config.changelog_chain if given.changelog_chain is None else None
+        props = replace(given, changelog_chain=chain) if chain is not None else given
+        if (why := held_elsewhere(admitted, base_id)) is not None:
+            props = replace(props, independent_of_base=why)
+        return props
 
     def admit_import(self, now: float) -> PendingEntry:
         """Admit a savepoint import like a savepoint trigger (one CAS), with no base:
