@@ -21,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 TASKS = ("dedup", "balances", "balances_table", "alerts")
 
@@ -87,6 +89,18 @@ def server_footprint(pgid: int) -> tuple[int, int, float]:
 # -- the run ---------------------------------------------------------------------------------
 
 
+@dataclass
+class Run:
+    """The tasks run so far: each one's time split (from the client) and wall time."""
+
+    splits: list[dict[str, float]] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return len(self.walls)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=100)
@@ -95,10 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.client:
         return client(args.client)
 
-    from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-    from batchpoint.demo.payments_data import write_epoch_files
+    from batchpoint.demo.payments import build_pipeline
     from batchpoint.devstack.spark_connect import SparkConnectServer
-    from batchpoint.ops.epoch import finalize
     from batchpoint.runtime.driver import PipelineDriver
     from batchpoint.storage import StoreRef
 
@@ -112,64 +124,82 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         with SparkConnectServer(Path(tmp) / "server") as server:
             print(f"server {server.url} up in {time.monotonic() - started:.1f}s", flush=True)
-            splits: list[dict[str, float]] = []
-            walls: list[float] = []
-            done = 0
-            epoch = 0
-            while done < args.tasks:
-                write_epoch_files(
-                    driver.store, SOURCE_ROOT, epoch, accounts=40, events_per_epoch=300
-                )
-                cid = driver.trigger().checkpoint_id
-                for operator in TASKS:
-                    if done >= args.tasks:
-                        break
-                    t0 = time.monotonic()
-                    result = subprocess.run(
-                        [sys.executable, __file__, "--client", server.url, str(cid), operator],
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        check=False,
-                    )
-                    walls.append(time.monotonic() - t0)
-                    if result.returncode != 0:
-                        print(result.stderr[-3000:], file=sys.stderr)
-                        return 1
-                    splits.append(json.loads(result.stdout.strip().splitlines()[-1]))
-                    done += 1
-                    # Each task as it ends, so that a cut-short run still tells.
-                    split = splits[-1]
-                    print(
-                        f"task {done:3d} {operator:14s} wall {walls[-1]:5.2f}s = imports "
-                        f"{split['imports']:.2f}s + connect {split['connect']:.2f}s + work "
-                        f"{split['work']:.2f}s (+ process start/exit)",
-                        flush=True,
-                    )
-                    if done % 10 == 0 or done == args.tasks:
-                        procs, workers, rss = server_footprint(server.pid or 0)
-                        print(
-                            f"after {done} tasks: server processes {procs}, Python workers "
-                            f"(daemon included) {workers}, RSS {rss:.0f} MiB",
-                            flush=True,
-                        )
-                if done % 4 == 0 or done >= args.tasks:
-                    finalize(driver, cid)
-                epoch += 1
-            for name in ("imports", "connect", "work"):
-                values = [s[name] for s in splits]
-                print(
-                    f"{name:8s} median {statistics.median(values):5.2f}s  max {max(values):5.2f}s"
-                )
-            print(f"task wall median {statistics.median(walls):5.2f}s  max {max(walls):5.2f}s")
-            warm = splits[10:] or splits
-            print(
-                "after warm-up (tasks 11+): imports "
-                f"{statistics.median(s['imports'] for s in warm):.2f}s, connect "
-                f"{statistics.median(s['connect'] for s in warm):.2f}s, work "
-                f"{statistics.median(s['work'] for s in warm):.2f}s (medians)"
-            )
+            run = Run()
+            if not run_tasks(driver, server, env, args.tasks, run):
+                return 1
+            print_summary(run)
     return 0
+
+
+def run_tasks(driver: Any, server: Any, env: dict[str, str], tasks: int, run: Run) -> bool:
+    """`tasks` operator tasks, epoch after epoch (each epoch's files written first, its
+    checkpoint finalized after its four tasks); False if a client failed."""
+    from batchpoint.demo.payments import SOURCE_ROOT
+    from batchpoint.demo.payments_data import write_epoch_files
+    from batchpoint.ops.epoch import finalize
+
+    epoch = 0
+    while run.done < tasks:
+        write_epoch_files(driver.store, SOURCE_ROOT, epoch, accounts=40, events_per_epoch=300)
+        cid = driver.trigger().checkpoint_id
+        for operator in TASKS:
+            if run.done >= tasks:
+                break
+            if not run_task(server, env, cid, operator, run):
+                return False
+            if run.done % 10 == 0 or run.done == tasks:
+                procs, workers, rss = server_footprint(server.pid or 0)
+                print(
+                    f"after {run.done} tasks: server processes {procs}, Python workers "
+                    f"(daemon included) {workers}, RSS {rss:.0f} MiB",
+                    flush=True,
+                )
+        if run.done % 4 == 0 or run.done >= tasks:
+            finalize(driver, cid)
+        epoch += 1
+    return True
+
+
+def run_task(server: Any, env: dict[str, str], cid: int, operator: str, run: Run) -> bool:
+    """One operator task as a fresh client process, its split said as it ends (so that
+    a cut-short run still tells); False (its stderr said) if it failed."""
+    t0 = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, __file__, "--client", server.url, str(cid), operator],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    run.walls.append(time.monotonic() - t0)
+    if result.returncode != 0:
+        print(result.stderr[-3000:], file=sys.stderr)
+        return False
+    split = json.loads(result.stdout.strip().splitlines()[-1])
+    run.splits.append(split)
+    print(
+        f"task {run.done:3d} {operator:14s} wall {run.walls[-1]:5.2f}s = imports "
+        f"{split['imports']:.2f}s + connect {split['connect']:.2f}s + work "
+        f"{split['work']:.2f}s (+ process start/exit)",
+        flush=True,
+    )
+    return True
+
+
+def print_summary(run: Run) -> None:
+    """Medians and maxima of each part and of the wall, then the medians after warm-up."""
+    splits, walls = run.splits, run.walls
+    for name in ("imports", "connect", "work"):
+        values = [s[name] for s in splits]
+        print(f"{name:8s} median {statistics.median(values):5.2f}s  max {max(values):5.2f}s")
+    print(f"task wall median {statistics.median(walls):5.2f}s  max {max(walls):5.2f}s")
+    warm = splits[10:] or splits
+    print(
+        "after warm-up (tasks 11+): imports "
+        f"{statistics.median(s['imports'] for s in warm):.2f}s, connect "
+        f"{statistics.median(s['connect'] for s in warm):.2f}s, work "
+        f"{statistics.median(s['work'] for s in warm):.2f}s (medians)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,72 +39,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-EVENTS = pa.schema([pa.field("key", pa.string()), pa.field("amount", pa.int64())])
+from peer_data import EVENTS, SIZES, Size, expected_totals, write_epoch
+
 TOTALS = pa.schema(
     [pa.field("key", pa.string()), pa.field("count", pa.int64()), pa.field("sum", pa.int64())]
 )
 SOURCE_ROOT = "sources/events"
 PIPELINE = "peer"
-
-
-@dataclass(frozen=True)
-class Size:
-    keys: int
-    events: int  # per epoch
-    files: int
-    first_epoch_touches_every_key: bool = False  # sparse: epoch 0 loads the whole state
-
-
-SIZES = {
-    "small": Size(10_000, 100_000, 4),
-    "medium": Size(1_000_000, 2_000_000, 8),
-    "sparse": Size(1_000_000, 10_000, 4, first_epoch_touches_every_key=True),
-}
-
-
-# -- data -----------------------------------------------------------------------------------
-
-
-def epoch_events(size: Size, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """Key indexes and amounts of one epoch, a pure function of (size, epoch)."""
-    rng = np.random.default_rng([7, epoch])
-    if size.first_epoch_touches_every_key and epoch == 0:
-        keys = rng.permutation(size.keys)
-    elif size.first_epoch_touches_every_key:
-        keys = rng.choice(size.keys, size=size.events, replace=False)  # 1% of the keys
-    else:
-        keys = rng.integers(0, size.keys, size=size.events)
-    return keys, rng.integers(-1000, 1000, size=len(keys))
-
-
-def write_epoch(source_dir: Path, size: Size, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    keys, amounts = epoch_events(size, epoch)
-    names = np.char.add("k", np.char.zfill(keys.astype(str), 7))
-    for i, part in enumerate(np.array_split(np.arange(len(keys)), size.files)):
-        table = pa.table({"key": names[part], "amount": amounts[part]}, schema=EVENTS)
-        # Written aside, then renamed: Structured Streaming must never list a half file.
-        final = source_dir / f"e{epoch:05d}-f{i:03d}.parquet"
-        pq.write_table(table, source_dir / f".{final.name}.tmp")
-        (source_dir / f".{final.name}.tmp").rename(final)
-    return keys, amounts
-
-
-def expected_totals(size: Size, epochs: int) -> dict[str, tuple[int, int]]:
-    count = np.zeros(size.keys, dtype=np.int64)
-    total = np.zeros(size.keys, dtype=np.int64)
-    for epoch in range(epochs):
-        keys, amounts = epoch_events(size, epoch)
-        count += np.bincount(keys, minlength=size.keys)
-        total += np.bincount(keys, weights=amounts, minlength=size.keys).astype(np.int64)
-    return {f"k{i:07d}": (int(count[i]), int(total[i])) for i in np.flatnonzero(count)}
 
 
 # -- the two engines ------------------------------------------------------------------------
@@ -329,26 +275,13 @@ def run(size_name: str, epochs: int, keep: bool) -> int:
     source_dir.mkdir(parents=True)
     spark = spark_session()
     spark.sparkContext.setLogLevel("ERROR")
-    engines = {
-        "batchpoint": BatchpointEngine(spark, root),
-        "structured streaming": StreamingEngine(spark, source_dir, ss_checkpoint),
-    }
-    rows: list[dict[str, Any]] = []
+    bp = BatchpointEngine(spark, root)
+    ss = StreamingEngine(spark, source_dir, ss_checkpoint)
+    engines: dict[str, Any] = {"batchpoint": bp, "structured streaming": ss}
     print(f"size {size_name}: {size.keys:,} keys, {size.events:,} events an epoch in "
           f"{size.files} files, {epochs} epochs; work dir {work}", file=sys.stderr)  # fmt: skip
     try:
-        for epoch in range(epochs):
-            write_epoch(source_dir, size, epoch)
-            row: dict[str, Any] = {"epoch": epoch}
-            for name, engine in engines.items():
-                before = tree(engine.checkpoint_dir())
-                row[f"{name} s"] = timed(engine.epoch)
-                row[f"{name} bytes"], row[f"{name} files"] = added(
-                    before, tree(engine.checkpoint_dir())
-                )
-            rows.append(row)
-            print(f"epoch {epoch}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else
-                  f"{k} {v}" for k, v in row.items() if k != "epoch"), file=sys.stderr)  # fmt: skip
+        rows = [run_epoch(engines, source_dir, size, epoch) for epoch in range(epochs)]
         expected = expected_totals(size, epochs)
         problems = differences("batchpoint", as_dict(read_batchpoint_state(spark, root)), expected)
         problems += differences(
@@ -360,26 +293,53 @@ def run(size_name: str, epochs: int, keep: bool) -> int:
             for line in problems:
                 print(f"  {line}")
             return 1
-        bp_restore, bp_rows = fresh_restore("bp", root)
-        ss_restore, ss_rows = fresh_restore("ss", ss_checkpoint)
-        bp_warm, warm_rows = warm_server_restore(root, work / "spark-connect")
-        if {bp_rows, ss_rows, warm_rows} != {len(expected)}:
-            print(f"refusing to print figures: restores read {bp_rows}, {ss_rows} and "
-                  f"{warm_rows} keys, expected {len(expected)}")  # fmt: skip
+        restores = time_restores(root, ss_checkpoint, work, len(expected))
+        if restores is None:
             return 1
-        full_state = engines["batchpoint"].full_state_bytes  # type: ignore[attr-defined]
-        restores = {"batchpoint": bp_restore, "batchpoint_connect": bp_warm, "ss": ss_restore}
-        report(size_name, size, rows, expected, restores, full_state)
-        phases = engines["batchpoint"].phases[1:]  # type: ignore[attr-defined]
-        print("batchpoint warm epochs, median seconds by phase: " + ", ".join(
-            f"{k} {statistics.median(p[k] for p in phases):.2f}" for k in phases[0]
-        ))  # fmt: skip
+        report(size_name, size, rows, expected, restores, bp.full_state_bytes)
+        print_phases(bp.phases[1:])
         return 0
     finally:
         if keep:
             print(f"kept {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def run_epoch(engines: dict[str, Any], source_dir: Path, size: Size, epoch: int) -> dict[str, Any]:
+    """One epoch's files, then each engine's epoch: its seconds, and the bytes and files
+    its checkpointing added (a progress line on stderr)."""
+    write_epoch(source_dir, size, epoch)
+    row: dict[str, Any] = {"epoch": epoch}
+    for name, engine in engines.items():
+        before = tree(engine.checkpoint_dir())
+        row[f"{name} s"] = timed(engine.epoch)
+        row[f"{name} bytes"], row[f"{name} files"] = added(before, tree(engine.checkpoint_dir()))
+    print(f"epoch {epoch}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else
+          f"{k} {v}" for k, v in row.items() if k != "epoch"), file=sys.stderr)  # fmt: skip
+    return row
+
+
+def time_restores(
+    root: Path, ss_checkpoint: Path, work: Path, keys: int
+) -> dict[str, float] | None:
+    """Each engine's restore in a fresh process, and batchpoint's as a Connect client of
+    a warm server; None (said on stdout) unless each read all `keys` keys."""
+    bp_restore, bp_rows = fresh_restore("bp", root)
+    ss_restore, ss_rows = fresh_restore("ss", ss_checkpoint)
+    bp_warm, warm_rows = warm_server_restore(root, work / "spark-connect")
+    if {bp_rows, ss_rows, warm_rows} != {keys}:
+        print(f"refusing to print figures: restores read {bp_rows}, {ss_rows} and "
+              f"{warm_rows} keys, expected {keys}")  # fmt: skip
+        return None
+    return {"batchpoint": bp_restore, "batchpoint_connect": bp_warm, "ss": ss_restore}
+
+
+def print_phases(phases: list[dict[str, float]]) -> None:
+    """Where batchpoint's warm epochs spent their time, as medians by phase."""
+    print("batchpoint warm epochs, median seconds by phase: " + ", ".join(
+        f"{k} {statistics.median(p[k] for p in phases):.2f}" for k in phases[0]
+    ))  # fmt: skip
 
 
 def report(

@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
-from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointStatus,
@@ -41,6 +37,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.storage import open_store
 from batchpoint.storage.base import ObjectStore
+from harness import add_seaweed_arguments, seaweed, timed
 
 
 @dataclass
@@ -77,78 +74,83 @@ def _spec(name: str, tasks: int) -> PipelineSpec:
     )
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
 def _run_all(pool: ThreadPoolExecutor, calls: Iterable[Callable[[], object]]) -> list[object]:
     return [f.result() for f in [pool.submit(call) for call in calls]]
+
+
+@dataclass
+class _Protocol:
+    """The checkpoint's side of a sample: its phases' seconds and the acks it stored."""
+
+    trigger: float
+    acks: float
+    finalize: float
+    sample_ack: AckRecord
 
 
 def one_checkpoint(
     store: ObjectStore, tasks: int, workers: int, state_bytes: int, epoch: int
 ) -> Sample:
+    with ThreadPoolExecutor(workers) as pool:
+        protocol = _complete_checkpoint(pool, store, tasks, state_bytes, epoch)
+        ack_bytes = len(protocol.sample_ack.encode())
+        raw_puts, raw_list = _raw_requests(pool, store, tasks, ack_bytes)
+    return Sample(protocol.trigger, protocol.acks, protocol.finalize, raw_puts, raw_list, ack_bytes)
+
+
+def _complete_checkpoint(
+    pool: ThreadPoolExecutor, store: ObjectStore, tasks: int, state_bytes: int, epoch: int
+) -> _Protocol:
+    """Trigger, N acks from the pool (state files written before the clock) and
+    finalize, each timed."""
     spec = _spec(f"bench-{tasks}-{epoch}", tasks)
     c = CheckpointCoordinator(store, spec, CheckpointConfig(timeout=3600))
     c.register(spec)
     body = b"s" * state_bytes
     sha = hashlib.sha256(body).hexdigest()
 
-    with ThreadPoolExecutor(workers) as pool:
-        pending = None
+    t_trigger, pending = timed(lambda: c.trigger({"src": {"p0": epoch}}))
+    cid = pending.checkpoint_id
 
-        def trigger() -> None:
-            nonlocal pending
-            pending = c.trigger({"src": {"p0": epoch}})
+    def write_state(task: str) -> tuple[FileHandle, ...]:
+        key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
+        store.put(key, body)
+        return (FileHandle(key, len(body), sha, rows=1),)
 
-        t_trigger = _timed(trigger)
-        assert pending is not None
-        cid = pending.checkpoint_id
+    names = list(pending.expected_tasks)
+    written = _run_all(pool, [lambda t=t: write_state(t) for t in names])
+    handles = dict(zip(names, written, strict=True))
 
-        def write_state(task: str) -> tuple[FileHandle, ...]:
-            key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
-            store.put(key, body)
-            return (FileHandle(key, len(body), sha, rows=1),)
+    def ack(task: str) -> None:
+        result = c.acknowledge(cid, task, "a1", handles[task])  # type: ignore[arg-type]
+        if result is not TaskAcknowledgeResult.SUCCESS:
+            raise RuntimeError(f"ack of {task}: {result}")
 
-        names = list(pending.expected_tasks)
-        written = _run_all(pool, [lambda t=t: write_state(t) for t in names])
-        handles = dict(zip(names, written, strict=True))
+    t_acks, _ = timed(lambda: _run_all(pool, [lambda t=t: ack(t) for t in names]))
+    t_finalize, outcome = timed(lambda: c.try_finalize(cid))
+    if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
+        raise RuntimeError(f"checkpoint {cid} did not complete: {outcome}")
+    sample_ack = AckRecord(cid, names[0], "a1", handles[names[0]], TaskMetrics(), 0.0)  # type: ignore[arg-type]
+    return _Protocol(t_trigger, t_acks, t_finalize, sample_ack)
 
-        def ack(task: str) -> None:
-            result = c.acknowledge(cid, task, "a1", handles[task])  # type: ignore[arg-type]
-            if result is not TaskAcknowledgeResult.SUCCESS:
-                raise RuntimeError(f"ack of {task}: {result}")
 
-        t_acks = _timed(lambda: _run_all(pool, [lambda t=t: ack(t) for t in names]))
-        outcome = None
-
-        def finalize() -> None:
-            nonlocal outcome
-            outcome = c.try_finalize(cid)
-
-        t_finalize = _timed(finalize)
-        if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
-            raise RuntimeError(f"checkpoint {cid} did not complete: {outcome}")
-
-        # The raw baseline: the same number of PUTs of an ack record's size, and one
-        # LIST over them, with nothing conditional and nothing read back.
-        sample_ack = AckRecord(cid, names[0], "a1", handles[names[0]], TaskMetrics(), 0.0)  # type: ignore[arg-type]
-        ack_bytes = len(sample_ack.encode())
-        payload = b"r" * ack_bytes
-        raw_prefix = f"raw/{uuid.uuid4().hex}/"
-        t_puts = _timed(
-            lambda: _run_all(
-                pool,
-                [lambda i=i: store.put(f"{raw_prefix}{i:06d}.json", payload) for i in range(tasks)],
-            )
+def _raw_requests(
+    pool: ThreadPoolExecutor, store: ObjectStore, tasks: int, ack_bytes: int
+) -> tuple[float, float]:
+    """The raw baseline: the same number of PUTs of an ack record's size, and one LIST
+    over them, with nothing conditional and nothing read back."""
+    payload = b"r" * ack_bytes
+    raw_prefix = f"raw/{uuid.uuid4().hex}/"
+    t_puts, _ = timed(
+        lambda: _run_all(
+            pool,
+            [lambda i=i: store.put(f"{raw_prefix}{i:06d}.json", payload) for i in range(tasks)],
         )
-        listed: list[object] = []
-        t_list = _timed(lambda: listed.extend(store.list(raw_prefix)))
-        if len(listed) != tasks:
-            raise RuntimeError(f"raw LIST found {len(listed)} of {tasks} objects")
-    return Sample(t_trigger, t_acks, t_finalize, t_puts, t_list, ack_bytes)
+    )
+    t_list, listed = timed(lambda: list(store.list(raw_prefix)))
+    if len(listed) != tasks:
+        raise RuntimeError(f"raw LIST found {len(listed)} of {tasks} objects")
+    return t_puts, t_list
 
 
 def _ms(seconds: float) -> str:
@@ -186,7 +188,8 @@ def report(results: dict[int, list[Sample]], workers: int, state_bytes: int) -> 
     print(f"ack record size (raw PUT payload): {sizes}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
+    """The options, and --sizes as numbers."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--sizes",
@@ -203,12 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--state-bytes", type=int, default=4096, help="state file size per task (default: 4096)"
     )
-    parser.add_argument(
-        "--keep",
-        action="store_true",
-        help="keep the SeaweedFS data directory (and everything written) afterwards",
-    )
-    parser.add_argument("--data-dir", type=Path, help="where SeaweedFS keeps its data")
+    add_seaweed_arguments(parser)
     args = parser.parse_args(argv)
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -216,34 +214,36 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sizes must be comma-separated integers, not {args.sizes!r}")
     if not sizes or min(sizes) < 1:
         parser.error("--sizes needs at least one positive number")
+    return args, sizes
 
-    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="bp-bench-"))
+
+def measure(
+    store: ObjectStore, args: argparse.Namespace, sizes: list[int]
+) -> dict[int, list[Sample]]:
+    """Every size's checkpoints, after one untimed round; a progress line each on stderr."""
     results: dict[int, list[Sample]] = {}
-    started = time.perf_counter()
-    try:
-        with SeaweedServer(data_dir) as server:
-            print(f"SeaweedFS at {server.endpoint_url} (data: {data_dir})", file=sys.stderr)
-            store = open_store(
-                server.uri(f"bench-{uuid.uuid4().hex[:8]}"), server.storage_options()
+    # one throwaway round, so connection pools and the server are warm
+    one_checkpoint(store, min(sizes), args.workers, args.state_bytes, epoch=0)
+    for tasks in sizes:
+        runs = args.repeat or (5 if tasks <= 100 else 2)
+        for epoch in range(1, runs + 1):
+            sample = one_checkpoint(store, tasks, args.workers, args.state_bytes, epoch)
+            results.setdefault(tasks, []).append(sample)
+            print(
+                f"  {tasks} acks, run {epoch}/{runs}: protocol "
+                f"{sample.protocol * 1000:.0f} ms, raw {sample.raw * 1000:.0f} ms",
+                file=sys.stderr,
             )
-            # one throwaway round, so connection pools and the server are warm
-            one_checkpoint(store, min(sizes), args.workers, args.state_bytes, epoch=0)
-            for tasks in sizes:
-                runs = args.repeat or (5 if tasks <= 100 else 2)
-                for epoch in range(1, runs + 1):
-                    sample = one_checkpoint(store, tasks, args.workers, args.state_bytes, epoch)
-                    results.setdefault(tasks, []).append(sample)
-                    print(
-                        f"  {tasks} acks, run {epoch}/{runs}: protocol "
-                        f"{sample.protocol * 1000:.0f} ms, raw {sample.raw * 1000:.0f} ms",
-                        file=sys.stderr,
-                    )
-            store.close()
-    finally:
-        if args.keep:
-            print(f"kept SeaweedFS data in {data_dir}", file=sys.stderr)
-        elif args.data_dir is None:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, sizes = parse_args(argv)
+    started = time.perf_counter()
+    with seaweed(args, "bp-bench-") as server:
+        store = open_store(server.uri(f"bench-{uuid.uuid4().hex[:8]}"), server.storage_options())
+        results = measure(store, args, sizes)
+        store.close()
     report(results, args.workers, args.state_bytes)
     print(f"(total {time.perf_counter() - started:.0f}s)")
     return 0

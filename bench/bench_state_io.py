@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,11 +52,12 @@ from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.spark import keyed_io, state_io
 from batchpoint.spark.session import spark_session
 from batchpoint.storage import ObjectStore, StoreRef
+from harness import add_seaweed_arguments, seaweed, timed
+from state_io_figures import MB, Result, median_result, report, rows_label
 
 ROOT = "bench"  # every key below lives under s3://<bucket>/bench/
 STATE = "state-balances"
 KEY_COLUMNS = ("account_id",)
-MB = 1_000_000
 
 # -- the state --------------------------------------------------------------------------
 
@@ -214,73 +213,67 @@ def download_only(cfg: RawConfig, keys: list[tuple[str, int]], threads: int) -> 
 # -- one size ---------------------------------------------------------------------------
 
 
-@dataclass
-class Result:
-    rows: int
-    files: int
-    bp_bytes: int
-    raw_bytes: int
-    write_bp: float
-    write_raw: float
-    write_upload: float
-    write_hash: float
-    read_bp: float
-    read_raw: float
-    read_download: float
-
-
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - started, value
-
-
 def _check(what: str, got: int, want: int) -> None:
     if got != want:
         raise RuntimeError(f"{what}: {got} rows, expected {want}")
 
 
-def run_size(
-    spark: SparkSession,
-    store_ref: StoreRef,
-    cfg: RawConfig,
-    rows: int,
-    parallelism: int,
-    max_parallelism: int,
-    tag: str,
-    with_hash: bool = False,
-) -> Result:
-    store = store_ref.open()
-    df = balances(spark, rows, parallelism)
-    schema = to_arrow_schema(df.schema, timezone="UTC")
+@dataclass(frozen=True)
+class Setup:
+    """What every size runs against: the Spark session, the store and the raw side's
+    configuration, and the state's shape."""
 
-    # write: batchpoint, then the raw executor write of the same DataFrame
-    t_bp, written = _timed(
-        lambda: keyed_io.write_keyed(
-            df,
-            store_ref,
-            keyed_io.WriteSpec(
-                base_key=f"{tag}/keyed",
-                stream=STATE,
-                attempt="a1",
-                key_columns=KEY_COLUMNS,
-                max_parallelism=max_parallelism,
-                parallelism=parallelism,
-            ),
-        )
+    spark: SparkSession
+    store_ref: StoreRef
+    cfg: RawConfig
+    parallelism: int
+    max_parallelism: int
+
+
+def run_size(setup: Setup, rows: int, tag: str, with_hash: bool = False) -> Result:
+    df = balances(setup.spark, rows, setup.parallelism)
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    t_bp, handles, t_raw, raw_bytes, t_hash = time_writes(setup, df, rows, tag, with_hash)
+    bp_bytes = sum(h.size for h in handles)
+    t_up = time_upload_only(setup, handles, bp_bytes, tag)
+    t_rbp, t_rraw, t_down = time_reads(setup, handles, schema, rows)
+    return Result(
+        rows, len(handles), bp_bytes, raw_bytes, t_bp, t_raw, t_up, t_hash, t_rbp, t_rraw, t_down
     )
+
+
+def time_writes(
+    setup: Setup, df: DataFrame, rows: int, tag: str, with_hash: bool
+) -> tuple[float, list[FileHandle], float, int, float]:
+    """batchpoint's write, then the raw executor write of the same DataFrame (and, with
+    `with_hash`, the key-group column alone): (bp s, bp handles, raw s, raw bytes,
+    hash s or nan)."""
+    spec = keyed_io.WriteSpec(
+        base_key=f"{tag}/keyed",
+        stream=STATE,
+        attempt="a1",
+        key_columns=KEY_COLUMNS,
+        max_parallelism=setup.max_parallelism,
+        parallelism=setup.parallelism,
+    )
+    t_bp, written = timed(lambda: keyed_io.write_keyed(df, setup.store_ref, spec))
     handles: list[FileHandle] = [h for files in written.values() for h in files]
     _check("batchpoint write", sum(h.rows for h in handles), rows)
-    bp_bytes = sum(h.size for h in handles)
-    t_raw, (raw_bytes, raw_rows, _) = _timed(lambda: raw_spark_write(df, cfg, f"{ROOT}/{tag}/raw"))
+    t_raw, (raw_bytes, raw_rows, _) = timed(
+        lambda: raw_spark_write(df, setup.cfg, f"{ROOT}/{tag}/raw")
+    )
     _check("raw write", raw_rows, rows)
     t_hash = float("nan")
     if with_hash:  # what the Python key-group hash alone costs (a part of the bp write)
-        column = state_io.key_group_column(KEY_COLUMNS, max_parallelism, df.schema)
+        column = state_io.key_group_column(KEY_COLUMNS, setup.max_parallelism, df.schema)
         groups = df.select(column.alias("kg"))
-        t_hash, _ = _timed(lambda: groups.write.format("noop").mode("overwrite").save())
+        t_hash, _ = timed(lambda: groups.write.format("noop").mode("overwrite").save())
+    return t_bp, handles, t_raw, raw_bytes, t_hash
 
-    # upload-only: batchpoint's own files, fetched (untimed) and sent again
+
+def time_upload_only(setup: Setup, handles: list[FileHandle], bp_bytes: int, tag: str) -> float:
+    """batchpoint's own files, fetched (untimed) and sent again."""
+    store = setup.store_ref.open()
     local_dir = Path(tempfile.mkdtemp(prefix="bench-files-"))
     try:
         local = []
@@ -288,136 +281,31 @@ def run_size(
             path = local_dir / f"part-{i:05d}.parquet"
             store.download_file(h.path, path)
             local.append(path)
-        t_up, up_bytes = _timed(lambda: upload_only(store, local, f"{tag}/upload", parallelism))
+        t_up, up_bytes = timed(
+            lambda: upload_only(store, local, f"{tag}/upload", setup.parallelism)
+        )
         if up_bytes != bp_bytes:
             raise RuntimeError(f"upload-only sent {up_bytes} bytes of {bp_bytes}")
     finally:
         shutil.rmtree(local_dir, ignore_errors=True)
+    return t_up
 
-    # read: batchpoint restore, the raw Spark read and the thread pool, same objects
+
+def time_reads(
+    setup: Setup, handles: list[FileHandle], schema: pa.Schema, rows: int
+) -> tuple[float, float, float]:
+    """batchpoint's restore, the raw Spark read and the thread pool, same objects."""
+    spark, store_ref, cfg = setup.spark, setup.store_ref, setup.cfg
     keys = [(f"{ROOT}/{h.path}", h.size) for h in handles]
-    t_rbp, n = _timed(
+    t_rbp, n = timed(
         lambda: keyed_io.read_keyed(spark, store_ref, handles, schema, what="bench").count()
     )
     _check("batchpoint read", n, rows)
-    t_rraw, n = _timed(lambda: raw_spark_read(spark, cfg, keys, schema))
+    t_rraw, n = timed(lambda: raw_spark_read(spark, cfg, keys, schema))
     _check("raw read", n, rows)
-    t_down, n = _timed(lambda: download_only(cfg, keys, parallelism))
+    t_down, n = timed(lambda: download_only(cfg, keys, setup.parallelism))
     _check("download-only", n, rows)
-    return Result(
-        rows, len(handles), bp_bytes, raw_bytes, t_bp, t_raw, t_up, t_hash, t_rbp, t_rraw, t_down
-    )
-
-
-def median_result(samples: list[Result]) -> Result:
-    first = samples[0]
-    timings = {
-        name: statistics.median(getattr(s, name) for s in samples)
-        for name in (
-            "write_bp",
-            "write_raw",
-            "write_upload",
-            "write_hash",
-            "read_bp",
-            "read_raw",
-            "read_download",
-        )
-    }
-    return Result(first.rows, first.files, first.bp_bytes, first.raw_bytes, **timings)
-
-
-# -- output -----------------------------------------------------------------------------
-
-
-def _rows(n: int) -> str:
-    for unit, size in (("M", 1_000_000), ("k", 1_000)):
-        if n >= size and n % (size // 10) == 0:
-            return f"{n / size:g}{unit}"
-    return str(n)
-
-
-def _secs(seconds: float) -> str:
-    return f"{'-':>6}" if math.isnan(seconds) else f"{seconds:6.2f}"
-
-
-def _rate(size: int, seconds: float) -> str:
-    return f"{size / MB / seconds:8.1f}" if seconds > 0 else f"{'-':>8}"
-
-
-def report(results: list[Result], repeat: int) -> None:
-    runs = f"median of {repeat} runs" if repeat > 1 else "one run"
-    print()
-    print(f"WRITE (snapshot), {runs}; seconds and MB/s (1 MB = 10^6 bytes)")
-    header = (
-        f"{'rows':>6} {'files':>5} {'bp MB':>7} {'raw MB':>7} | {'bp s':>6} {'raw s':>6}"
-        f" {'upl s':>6} {'hash s':>6} | {'bp MB/s':>8} {'raw MB/s':>8} {'upl MB/s':>8} |"
-        f" {'bp/raw':>6} {'bp/upl':>6}"
-    )
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        print(
-            f"{_rows(r.rows):>6} {r.files:>5} {r.bp_bytes / MB:7.1f} {r.raw_bytes / MB:7.1f} |"
-            f" {r.write_bp:6.2f} {r.write_raw:6.2f} {r.write_upload:6.2f} {_secs(r.write_hash)} |"
-            f" {_rate(r.bp_bytes, r.write_bp)} {_rate(r.raw_bytes, r.write_raw)}"
-            f" {_rate(r.bp_bytes, r.write_upload)} |"
-            f" {r.write_bp / r.write_raw:5.2f}x {r.write_bp / r.write_upload:5.1f}x"
-        )
-    print()
-    print(f"READ (restore), {runs}; all read the objects batchpoint wrote")
-    header = (
-        f"{'rows':>6} {'files':>5} {'MB':>7} | {'bp s':>6} {'raw s':>6} {'dl s':>6} |"
-        f" {'bp MB/s':>8} {'raw MB/s':>8} {'dl MB/s':>8} | {'bp/raw':>6} {'bp/dl':>6}"
-    )
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        print(
-            f"{_rows(r.rows):>6} {r.files:>5} {r.bp_bytes / MB:7.1f} |"
-            f" {r.read_bp:6.2f} {r.read_raw:6.2f} {r.read_download:6.2f} |"
-            f" {_rate(r.bp_bytes, r.read_bp)} {_rate(r.bp_bytes, r.read_raw)}"
-            f" {_rate(r.bp_bytes, r.read_download)} |"
-            f" {r.read_bp / r.read_raw:5.2f}x {r.read_bp / r.read_download:5.1f}x"
-        )
-    print()
-    print("bp     = batchpoint: keyed_io.write_keyed / keyed_io.read_keyed(...).count()")
-    print("raw    = the same work in Spark tasks with plain pyarrow + boto3: no key groups,")
-    print("         no shuffle or sort, no sha256, no handles or header checks")
-    print("upl/dl = batchpoint's files moved by a thread pool outside Spark (store.upload_file;")
-    print("         boto3 get/download + pq.read_table): the transfer floor")
-    print("hash s = the key-group column alone over the key column, a part of bp s (--hash)")
-    print("bp/raw, bp/upl, bp/dl = time ratios (how many times longer batchpoint takes)")
-    print("MB/s   = own bytes / own seconds (raw write: its own, slightly different files)")
-    sizes = [_summary(r) for r in results]
-    print(json.dumps({"bench": "state_io", "runs": repeat, "sizes": sizes}))
-
-
-def _summary(r: Result) -> dict[str, Any]:
-    """One size as JSON: throughputs and batchpoint's throughput as a share of raw (the
-    issue's target: at least 0.8 at 1 GB)."""
-
-    def rate(size: int, seconds: float) -> float | None:
-        return round(size / MB / seconds, 1) if seconds > 0 else None
-
-    write_share = (r.bp_bytes / r.write_bp) / (r.raw_bytes / r.write_raw)
-    return {
-        "rows": r.rows,
-        "files": r.files,
-        "bp_bytes": r.bp_bytes,
-        "raw_bytes": r.raw_bytes,
-        "write_mb_s": {
-            "bp": rate(r.bp_bytes, r.write_bp),
-            "raw": rate(r.raw_bytes, r.write_raw),
-            "upload": rate(r.bp_bytes, r.write_upload),
-        },
-        "read_mb_s": {
-            "bp": rate(r.bp_bytes, r.read_bp),
-            "raw": rate(r.bp_bytes, r.read_raw),
-            "download": rate(r.bp_bytes, r.read_download),
-        },
-        "write_throughput_vs_raw": round(write_share, 3),
-        "read_throughput_vs_raw": round(r.read_raw / r.read_bp, 3),
-    }
+    return t_rbp, t_rraw, t_down
 
 
 def parse_rows(text: str) -> int:
@@ -436,7 +324,7 @@ def parse_rows(text: str) -> int:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--rows",
@@ -458,87 +346,84 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the key-group column alone (a part of the batchpoint write)",
     )
-    parser.add_argument(
-        "--keep",
-        action="store_true",
-        help="keep the SeaweedFS data directory (and everything written) afterwards",
-    )
-    parser.add_argument("--data-dir", type=Path, help="where SeaweedFS keeps its data")
+    add_seaweed_arguments(parser)
     args = parser.parse_args(argv)
     if args.parallelism < 1 or args.parallelism > args.max_parallelism:
         parser.error("--parallelism must be between 1 and --max-parallelism")
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    return args
 
-    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="bp-bench-state-"))
+
+def set_up(server: SeaweedServer, args: argparse.Namespace) -> Setup:
+    """The store on `server`, the raw side's configuration and a local[2] Spark, whose
+    settings are printed."""
+    options: Mapping[str, str] = server.storage_options()
+    store_ref = StoreRef.of(f"s3://{server.bucket}/{ROOT}", options)
+    store_ref.open()
+    cfg = RawConfig(
+        options=tuple(sorted(options.items())),
+        bucket=server.bucket,
+        row_group_bytes=state_io.DEFAULT_ROW_GROUP_BYTES,
+        small_file_bytes=state_io.SMALL_FILE_BYTES,
+    )
+    spark = spark_session("bench", "local[2]", {"spark.driver.memory": args.driver_memory})
+    print_settings(spark, args)
+    return Setup(spark, store_ref, cfg, args.parallelism, args.max_parallelism)
+
+
+def print_settings(spark: SparkSession, args: argparse.Namespace) -> None:
+    jvm_max = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()  # type: ignore[union-attr]
+    conf = spark.sparkContext.getConf()
+    print(
+        f"Spark {spark.version} local[2]; spark.driver.memory="
+        f"{conf.get('spark.driver.memory', '1g (default)')} (JVM max heap "
+        f"{jvm_max / 2**20:.0f} MiB, executors share it in local mode); "
+        f"arrow batches {conf.get('spark.sql.execution.arrow.maxRecordsPerBatch')} "
+        f"rows / {int(conf.get('spark.sql.execution.arrow.maxBytesPerBatch', '0')) >> 20}"
+        f" MiB; state files: target {state_io.DEFAULT_TARGET_FILE_BYTES >> 20} MiB, row "
+        f"groups {state_io.DEFAULT_ROW_GROUP_BYTES >> 20} MiB, read in memory up to "
+        f"{state_io.SMALL_FILE_BYTES >> 20} MiB"
+    )
+    print(
+        f"parallelism {args.parallelism} (max_parallelism {args.max_parallelism}), "
+        f"sizes {', '.join(rows_label(n) for n in args.rows)}, {args.repeat} run(s) each"
+    )
+    sys.stdout.flush()
+
+
+def measure(setup: Setup, args: argparse.Namespace) -> list[Result]:
+    """Every size, `--repeat` times (medians kept), after one untimed round; a progress
+    line per run on stderr."""
+    # one throwaway round: JVM JIT, Python workers and connections warm up
+    tick = time.perf_counter()
+    run_size(setup, 20_000, "warmup")
+    print(f"  warm-up: {time.perf_counter() - tick:.1f}s", file=sys.stderr)
+    results = []
+    for rows in args.rows:
+        samples = []
+        for run in range(1, args.repeat + 1):
+            r = run_size(setup, rows, f"r{rows}-{run}", with_hash=args.hash)
+            samples.append(r)
+            hashed = "" if math.isnan(r.write_hash) else f" hash {r.write_hash:.2f}s"
+            print(
+                f"  {rows_label(rows)} rows, run {run}: {r.files} files "
+                f"{r.bp_bytes / MB:.1f} MB; write bp {r.write_bp:.2f}s raw "
+                f"{r.write_raw:.2f}s upload {r.write_upload:.2f}s{hashed}; read bp "
+                f"{r.read_bp:.2f}s raw {r.read_raw:.2f}s download {r.read_download:.2f}s",
+                file=sys.stderr,
+            )
+        results.append(median_result(samples))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     started = time.perf_counter()
-    results: list[Result] = []
-    try:
-        with SeaweedServer(data_dir) as server:
-            print(f"SeaweedFS at {server.endpoint_url} (data: {data_dir})", file=sys.stderr)
-            options: Mapping[str, str] = server.storage_options()
-            store_ref = StoreRef.of(f"s3://{server.bucket}/{ROOT}", options)
-            store_ref.open()
-            cfg = RawConfig(
-                options=tuple(sorted(options.items())),
-                bucket=server.bucket,
-                row_group_bytes=state_io.DEFAULT_ROW_GROUP_BYTES,
-                small_file_bytes=state_io.SMALL_FILE_BYTES,
-            )
-            spark = spark_session("bench", "local[2]", {"spark.driver.memory": args.driver_memory})
-            jvm_max = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()  # type: ignore[union-attr]
-            conf = spark.sparkContext.getConf()
-            print(
-                f"Spark {spark.version} local[2]; spark.driver.memory="
-                f"{conf.get('spark.driver.memory', '1g (default)')} (JVM max heap "
-                f"{jvm_max / 2**20:.0f} MiB, executors share it in local mode); "
-                f"arrow batches {conf.get('spark.sql.execution.arrow.maxRecordsPerBatch')} "
-                f"rows / {int(conf.get('spark.sql.execution.arrow.maxBytesPerBatch', '0')) >> 20}"
-                f" MiB; state files: target {state_io.DEFAULT_TARGET_FILE_BYTES >> 20} MiB, row "
-                f"groups {state_io.DEFAULT_ROW_GROUP_BYTES >> 20} MiB, read in memory up to "
-                f"{state_io.SMALL_FILE_BYTES >> 20} MiB"
-            )
-            print(
-                f"parallelism {args.parallelism} (max_parallelism {args.max_parallelism}), "
-                f"sizes {', '.join(_rows(n) for n in args.rows)}, {args.repeat} run(s) each"
-            )
-            sys.stdout.flush()
-            # one throwaway round: JVM JIT, Python workers and connections warm up
-            tick = time.perf_counter()
-            run_size(
-                spark, store_ref, cfg, 20_000, args.parallelism, args.max_parallelism, "warmup"
-            )
-            print(f"  warm-up: {time.perf_counter() - tick:.1f}s", file=sys.stderr)
-            for rows in args.rows:
-                samples = []
-                for run in range(1, args.repeat + 1):
-                    tag = f"r{rows}-{run}"
-                    r = run_size(
-                        spark,
-                        store_ref,
-                        cfg,
-                        rows,
-                        args.parallelism,
-                        args.max_parallelism,
-                        tag,
-                        with_hash=args.hash,
-                    )
-                    samples.append(r)
-                    hashed = "" if math.isnan(r.write_hash) else f" hash {r.write_hash:.2f}s"
-                    print(
-                        f"  {_rows(rows)} rows, run {run}: {r.files} files "
-                        f"{r.bp_bytes / MB:.1f} MB; write bp {r.write_bp:.2f}s raw "
-                        f"{r.write_raw:.2f}s upload {r.write_upload:.2f}s{hashed}; read bp "
-                        f"{r.read_bp:.2f}s raw {r.read_raw:.2f}s download {r.read_download:.2f}s",
-                        file=sys.stderr,
-                    )
-                results.append(median_result(samples))
-            spark.stop()
-    finally:
-        if args.keep:
-            print(f"kept SeaweedFS data in {data_dir}", file=sys.stderr)
-        elif args.data_dir is None:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    with seaweed(args, "bp-bench-state-") as server:
+        setup = set_up(server, args)
+        results = measure(setup, args)
+        setup.spark.stop()
     report(results, args.repeat)
     print(f"(total {time.perf_counter() - started:.0f}s)")
     return 0

@@ -27,8 +27,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -125,40 +126,49 @@ def main(argv: list[str] | None = None) -> int:
         root = server.uri(f"bench-ui-{uuid.uuid4().hex[:8]}")
         settings = Settings(root, server.storage_options(), "local[1]")
         print(f"SeaweedFS at {server.endpoint_url}; seeding {args.checkpoints:,} checkpoints")
-        base = template(settings)
-        store = settings.store_ref.open()
-        coordinator = CheckpointCoordinator(store, PIPELINE, settings.checkpoint)
-        started = time.perf_counter()
-        seed(store, coordinator, args.checkpoints, base.pending.checkpoint_id + 1)
-        print(f"  seeded in {time.perf_counter() - started:.1f}s")
+        store = seeded_store(settings, args.checkpoints)
+        rows = measure(settings, CountingStore(store), args)
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print_figures(rows, args)
+    return 0
 
-        counting = CountingStore(store)
-        counted = CheckpointCoordinator(counting, PIPELINE, settings.checkpoint)  # type: ignore[arg-type]
-        tracker = counted.stats
 
-        def reader() -> list[int]:
-            return [s.checkpoint_id for s in tracker.page(limit=PAGE).checkpoints]
+def seeded_store(settings: Settings, checkpoints: int) -> ObjectStore:
+    """The store, holding one real checkpoint and clones of it up to `checkpoints`."""
+    base = template(settings)
+    store = settings.store_ref.open()
+    coordinator = CheckpointCoordinator(store, PIPELINE, settings.checkpoint)
+    started = time.perf_counter()
+    seed(store, coordinator, checkpoints, base.pending.checkpoint_id + 1)
+    print(f"  seeded in {time.perf_counter() - started:.1f}s")
+    return store
 
-        def baseline() -> list[int]:
-            ids = counted.checkpoint_ids()[-PAGE:]
-            return [tracker.checkpoint(cid)[0].checkpoint_id for cid in ids][::-1]
 
-        from fastapi.testclient import TestClient
+def measure(
+    settings: Settings, counting: CountingStore, args: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
+    """page, reader and baseline: each one's median seconds and storage requests, its
+    result checked."""
+    counted = CheckpointCoordinator(counting, PIPELINE, settings.checkpoint)  # type: ignore[arg-type]
+    tracker = counted.stats
 
-        from batchpoint.airflow.ui import create_app
+    def reader() -> list[int]:
+        return [s.checkpoint_id for s in tracker.page(limit=PAGE).checkpoints]
 
-        app = create_app(lambda: settings, lambda: [PIPELINE], lambda user, name: True)
-        from airflow.api_fastapi.core_api.security import get_user
+    def baseline() -> list[int]:
+        ids = counted.checkpoint_ids()[-PAGE:]
+        return [tracker.checkpoint(cid)[0].checkpoint_id for cid in ids][::-1]
 
-        app.dependency_overrides[get_user] = lambda: "bench"
-        client = TestClient(app)
+    rows: dict[str, dict[str, Any]] = {}
+    with page_client(settings) as client:
 
         def page() -> str:
             answer = client.get(f"/{PIPELINE}")
             answer.raise_for_status()
             return answer.text
 
-        rows: dict[str, dict[str, Any]] = {}
         for name, fn in (("page", page), ("reader", reader), ("baseline", baseline)):
             # The baseline lists every folder (on SeaweedFS confirming each prefix, about
             # 17 s at 10,000): once is enough.
@@ -169,17 +179,41 @@ def main(argv: list[str] | None = None) -> int:
             seconds, result = median_time(fn, repeat)
             requests = {k: v // repeat for k, v in counting.calls.items()}
             rows[name] = {"seconds": seconds, "requests": requests}
-            if name == "reader":
-                expected = list(range(args.checkpoints, args.checkpoints - PAGE, -1))
-                assert result == expected, (result[:5], expected[:5])
-            if name == "page":
-                newest = f"checkpoints/{args.checkpoints}'>{args.checkpoints}</a>"
-                assert newest in result, "newest checkpoint not on the page"
-        client.close()
-    finally:
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+            check(name, result, args.checkpoints)
+    return rows
 
+
+@contextmanager
+def page_client(settings: Settings) -> Iterator[Any]:
+    """A test client of the plugin's FastAPI app, the Airflow user a fixed one."""
+    from fastapi.testclient import TestClient
+
+    from batchpoint.airflow.ui import create_app
+
+    app = create_app(lambda: settings, lambda: [PIPELINE], lambda user, name: True)
+    from airflow.api_fastapi.core_api.security import get_user
+
+    app.dependency_overrides[get_user] = lambda: "bench"
+    client = TestClient(app)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def check(name: str, result: Any, checkpoints: int) -> None:
+    """The reader's ids are the newest page's (all of them below a page: ids start at
+    1), the page shows the newest checkpoint."""
+    if name == "reader":
+        expected = list(range(checkpoints, max(checkpoints - PAGE, 0), -1))
+        assert result == expected, (result[:5], expected[:5])
+    if name == "page":
+        newest = f"checkpoints/{checkpoints}'>{checkpoints}</a>"
+        assert newest in result, "newest checkpoint not on the page"
+
+
+def print_figures(rows: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+    """The table, then the same figures as one JSON line."""
     ratio = rows["page"]["seconds"] / rows["baseline"]["seconds"]
     print(
         f"\nfirst page of {PAGE} at {args.checkpoints:,} checkpoints "
@@ -203,7 +237,6 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     )
-    return 0
 
 
 if __name__ == "__main__":

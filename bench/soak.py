@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,40 @@ def storage(store: Any, prefix: str) -> tuple[int, int, dict[str, int]]:
     return len(objects), sum(o.size for o in objects), kinds
 
 
+@dataclass(frozen=True)
+class Plan:
+    """When the run does what: milestone epochs, the savepoint and the two restores."""
+
+    epochs: int
+    milestones: list[int]
+    savepoint_at: int
+    restore_by_id_at: int
+    restore_folder_at: int
+
+    @staticmethod
+    def of(epochs: int) -> Plan:
+        milestones = [10, 50, 100] if epochs >= 100 else sorted({10, epochs // 2, epochs})
+        return Plan(epochs, milestones, int(epochs * 0.3), int(epochs * 0.4), int(epochs * 0.75))
+
+
+@dataclass
+class Soak:
+    """The run in progress: its runtime, its simulated clock, and what it saw."""
+
+    runner: LocalEpochRunner
+    store: Any
+    uri: str
+    options: dict[str, str]
+    clock: Clock
+    rng: random.Random
+    kill_rate: float
+    started: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    gc_seconds: list[float] = field(default_factory=list)
+    savepoint_prefix: str = ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=100)
@@ -103,22 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.epochs < 10:
         parser.error("--epochs must be >= 10 (the restores happen at 40% and 75%)")
-    rng = random.Random(args.seed)
-    milestones = (
-        [10, 50, 100] if args.epochs >= 100 else sorted({10, args.epochs // 2, args.epochs})
-    )
-    restore_by_id_at = int(args.epochs * 0.4)
-    savepoint_at = int(args.epochs * 0.3)
-    restore_folder_at = int(args.epochs * 0.75)
+    plan = Plan.of(args.epochs)
 
     from batchpoint.devstack.seaweed import SeaweedServer
     from batchpoint.spark.session import spark_session
 
     os.environ["BATCHPOINT_FAULT_MODE"] = "raise"
     tmp = Path(tempfile.mkdtemp(prefix="bp-soak-"))
-    rows: list[dict[str, Any]] = []
-    events: list[str] = []
-    ctx = mp.get_context("spawn")
     started = time.monotonic()
     try:
         with SeaweedServer(tmp / "weed") as server:
@@ -132,96 +158,133 @@ def main(argv: list[str] | None = None) -> int:
             runner = LocalEpochRunner(
                 build_pipeline(), ref, spark, config, clock=clock, hooks=InjectedFaults()
             )
-            driver = runner.driver
-            savepoint_prefix = ""
-            gc_seconds: list[float] = []
+            rng = random.Random(args.seed)
+            soak = Soak(runner, store, uri, options, clock, rng, args.kill_rate, started)
             for epoch in range(1, args.epochs + 1):
-                write_epoch_files(store, SOURCE_ROOT, epoch - 1, **DATA)
-                clock.now += HOUR
-                # GC from a second process, overlapping this epoch.
-                receive, send = ctx.Pipe(duplex=False)
-                gc = ctx.Process(target=gc_process, args=(uri, options, clock.now, send))
-                gc.start()
-                kind_savepoint = epoch == savepoint_at
-                pending = driver.trigger(
-                    CheckpointType.SAVEPOINT if kind_savepoint else CheckpointType.CHECKPOINT
-                )
-                cid = pending.checkpoint_id
-                if rng.random() < args.kill_rate:
-                    operator = rng.choice(runner.task_order())
-                    point = rng.choice(KILL_POINTS)
-                    os.environ["BATCHPOINT_FAULT"] = f"{operator}:{point}:{cid}"
-                    try:
-                        runner.run_operators(cid, attempt="first")
-                    except InjectedKill:
-                        events.append(f"epoch {epoch}: killed {operator} at {point}, retried")
-                    finally:
-                        del os.environ["BATCHPOINT_FAULT"]
-                runner.run_operators(cid, attempt="retry")  # what an Airflow retry does
-                outcome, _ = runner.complete(cid)
-                if outcome is None or outcome.completed is None:
-                    events.append(f"epoch {epoch}: checkpoint {cid} did not complete")
-                gc.join(600)
-                result = receive.recv() if receive.poll(1) else {"seconds": float("nan")}
-                gc_seconds.append(result["seconds"])
-                status = outcome.status.value if outcome is not None else "pending"
-                print(
-                    f"epoch {epoch}: checkpoint {cid} {status}, GC {result['seconds']:.2f}s "
-                    f"({time.monotonic() - started:.0f}s so far)",
-                    flush=True,
-                )
-                if kind_savepoint and outcome is not None and outcome.completed is not None:
-                    savepoint_prefix = default_savepoint_prefix("payments", cid, clock.now)
-                    driver.coordinator.savepoints.export(
-                        cid, SavepointLocation(store, savepoint_prefix)
-                    )
-                    events.append(f"epoch {epoch}: savepoint {cid} exported to {savepoint_prefix}")
-                if epoch == restore_by_id_at:
-                    retained = Checker(store, 0, 1, pipeline="payments").control()
-                    assert retained is not None
-                    target = sorted(retained.retained)[-2]
-                    planner = RestorePlanner(driver)
-                    planner.apply(planner.plan(target))
-                    events.append(f"epoch {epoch}: restored to checkpoint {target} by id")
-                if epoch == restore_folder_at and savepoint_prefix:
-                    planner = RestorePlanner(driver)
-                    done = planner.apply(planner.plan(savepoint_prefix))
-                    events.append(
-                        f"epoch {epoch}: restored from folder {savepoint_prefix} "
-                        f"(imported as {done.checkpoint_id})"
-                    )
-                if epoch in milestones:
-                    objects, size, kinds = storage(store, "pipelines/")
-                    rows.append(
-                        {
-                            "epoch": epoch,
-                            "objects": objects,
-                            "bytes": size,
-                            "gc_seconds": round(gc_seconds[-1], 3),
-                            "by_kind": kinds,
-                            "load": round(os.getloadavg()[0], 1),
-                        }
-                    )
-                    print(json.dumps({"milestone": rows[-1]}), flush=True)
-            # The final GC, past every grace period.
-            clock.now += 10 * HOUR
-            driver.coordinator.settle()
-            ops_gc(driver.coordinator)
-            clock.now += 10 * HOUR
-            final = time.perf_counter()
-            ops_gc(driver.coordinator)
-            final_gc = time.perf_counter() - final
-            orphans = Checker(store, 0, 1, pipeline="payments").orphans()
+                run_epoch(soak, plan, epoch)
+            orphans, final_gc = final_gc_and_orphans(soak)
             ok_sinks, detail = check_reference(runner, store)
             spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print_figures(soak, args.epochs, orphans, final_gc, ok_sinks, detail)
+    return 0 if ok_sinks and not orphans else 1
+
+
+def run_epoch(soak: Soak, plan: Plan, epoch: int) -> None:
+    """One epoch an hour after the last, with GC from a second process overlapping it,
+    perhaps a kill and always a retry; then the savepoint, restore or milestone that
+    falls on it."""
+    driver = soak.runner.driver
+    write_epoch_files(soak.store, SOURCE_ROOT, epoch - 1, **DATA)
+    soak.clock.now += HOUR
+    # GC from a second process, overlapping this epoch.
+    ctx = mp.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    gc = ctx.Process(target=gc_process, args=(soak.uri, soak.options, soak.clock.now, send))
+    gc.start()
+    kind_savepoint = epoch == plan.savepoint_at
+    pending = driver.trigger(
+        CheckpointType.SAVEPOINT if kind_savepoint else CheckpointType.CHECKPOINT
+    )
+    cid = pending.checkpoint_id
+    if soak.rng.random() < soak.kill_rate:
+        kill_one(soak, epoch, cid)
+    soak.runner.run_operators(cid, attempt="retry")  # what an Airflow retry does
+    outcome, _ = soak.runner.complete(cid)
+    if outcome is None or outcome.completed is None:
+        soak.events.append(f"epoch {epoch}: checkpoint {cid} did not complete")
+    gc.join(600)
+    result = receive.recv() if receive.poll(1) else {"seconds": float("nan")}
+    soak.gc_seconds.append(result["seconds"])
+    status = outcome.status.value if outcome is not None else "pending"
+    print(
+        f"epoch {epoch}: checkpoint {cid} {status}, GC {result['seconds']:.2f}s "
+        f"({time.monotonic() - soak.started:.0f}s so far)",
+        flush=True,
+    )
+    if kind_savepoint and outcome is not None and outcome.completed is not None:
+        soak.savepoint_prefix = default_savepoint_prefix("payments", cid, soak.clock.now)
+        driver.coordinator.savepoints.export(
+            cid, SavepointLocation(soak.store, soak.savepoint_prefix)
+        )
+        soak.events.append(f"epoch {epoch}: savepoint {cid} exported to {soak.savepoint_prefix}")
+    restore(soak, plan, epoch)
+    if epoch in plan.milestones:
+        milestone(soak, epoch)
+
+
+def kill_one(soak: Soak, epoch: int, cid: int) -> None:
+    """A first attempt of the operators with one task killed at a random point."""
+    operator = soak.rng.choice(soak.runner.task_order())
+    point = soak.rng.choice(KILL_POINTS)
+    os.environ["BATCHPOINT_FAULT"] = f"{operator}:{point}:{cid}"
+    try:
+        soak.runner.run_operators(cid, attempt="first")
+    except InjectedKill:
+        soak.events.append(f"epoch {epoch}: killed {operator} at {point}, retried")
+    finally:
+        del os.environ["BATCHPOINT_FAULT"]
+
+
+def restore(soak: Soak, plan: Plan, epoch: int) -> None:
+    """At 40%: to the last retained checkpoint but one, by id; at 75%: from the
+    exported savepoint's folder."""
+    driver = soak.runner.driver
+    if epoch == plan.restore_by_id_at:
+        retained = Checker(soak.store, 0, 1, pipeline="payments").control()
+        assert retained is not None
+        target = sorted(retained.retained)[-2]
+        planner = RestorePlanner(driver)
+        planner.apply(planner.plan(target))
+        soak.events.append(f"epoch {epoch}: restored to checkpoint {target} by id")
+    if epoch == plan.restore_folder_at and soak.savepoint_prefix:
+        planner = RestorePlanner(driver)
+        done = planner.apply(planner.plan(soak.savepoint_prefix))
+        soak.events.append(
+            f"epoch {epoch}: restored from folder {soak.savepoint_prefix} "
+            f"(imported as {done.checkpoint_id})"
+        )
+
+
+def milestone(soak: Soak, epoch: int) -> None:
+    objects, size, kinds = storage(soak.store, "pipelines/")
+    soak.rows.append(
+        {
+            "epoch": epoch,
+            "objects": objects,
+            "bytes": size,
+            "gc_seconds": round(soak.gc_seconds[-1], 3),
+            "by_kind": kinds,
+            "load": round(os.getloadavg()[0], 1),
+        }
+    )
+    print(json.dumps({"milestone": soak.rows[-1]}), flush=True)
+
+
+def final_gc_and_orphans(soak: Soak) -> tuple[list[str], float]:
+    """The final GC, past every grace period: the orphans it leaves, and its seconds."""
+    coordinator = soak.runner.driver.coordinator
+    soak.clock.now += 10 * HOUR
+    coordinator.settle()
+    ops_gc(coordinator)
+    soak.clock.now += 10 * HOUR
+    final = time.perf_counter()
+    ops_gc(coordinator)
+    final_gc = time.perf_counter() - final
+    return Checker(soak.store, 0, 1, pipeline="payments").orphans(), final_gc
+
+
+def print_figures(
+    soak: Soak, epochs: int, orphans: list[str], final_gc: float, ok_sinks: bool, detail: str
+) -> None:
+    """The events, the milestones' table, the final checks, and all as one JSON line."""
     print()
-    for line in events:
+    for line in soak.events:
         print(line)
     print()
     print(f"{'epoch':>6}{'objects':>9}{'bytes':>12}{'GC s':>8}")
-    for r in rows:
+    for r in soak.rows:
         print(f"{r['epoch']:>6}{r['objects']:>9}{r['bytes']:>12}{r['gc_seconds']:>8.3f}")
     print(
         f"orphan files after the final GC: {len(orphans)}"
@@ -234,17 +297,16 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "bench": "soak",
-                "epochs": args.epochs,
-                "milestones": rows,
+                "epochs": epochs,
+                "milestones": soak.rows,
                 "orphans": len(orphans),
                 "final_gc_seconds": round(final_gc, 3),
                 "sinks_match_reference": ok_sinks,
-                "kills": sum("killed" in e for e in events),
-                "seconds": round(time.monotonic() - started, 1),
+                "kills": sum("killed" in e for e in soak.events),
+                "seconds": round(time.monotonic() - soak.started, 1),
             }
         )
     )
-    return 0 if ok_sinks and not orphans else 1
 
 
 def check_reference(runner: LocalEpochRunner, store: Any) -> tuple[bool, str]:
