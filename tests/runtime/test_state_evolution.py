@@ -10,8 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from batchpoint.errors import TriggerRefused
+from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.runtime.api import State
-from batchpoint.runtime.runner import OperatorFailed
 from batchpoint.storage import StoreRef
 from support.deploys import TOTALS_V1, Deploys, counting, reference
 
@@ -102,14 +103,16 @@ def test_deploys_migrate_stored_state_by_the_rules_and_migrate_runs_once(spark, 
     assert calls == [4], "migrate= ran again although the base has the declared schema"
     _counts(run, 6)
 
-    # Deploy 4: narrowing n back to int is refused, before any Spark job, by name.
+    # Deploy 4: narrowing n back to int is refused at trigger by the deploy plan, before
+    # any Spark job, by name (the reader's own guard is the second line of defence).
     narrowed = doubled.set(3, pa.field("n", pa.int32()))
     run.deploy(narrowed)
     tracker = spark.sparkContext.statusTracker()
     jobs = set(tracker.getJobIdsForGroup())
     seen = len(run.states_seen)
-    with pytest.raises(OperatorFailed) as failed:
+    with pytest.raises(TriggerRefused) as failed:
         run.epoch(7)
+    assert failed.value.reason is CheckpointFailureReason.INCOMPATIBLE_DEPLOY
     message = str(failed.value)
     assert "operator 'aggregate', state 'totals': column 'n'" in message
     assert "from int64 to int32" in message
