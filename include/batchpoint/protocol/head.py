@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from batchpoint import codec
-
-if TYPE_CHECKING:
-    # The record the pointer is read from: control.py may name the causes without a circle.
-    from batchpoint.protocol.control import ControlRecord
 
 
 class HeadMoveCause(enum.StrEnum):
@@ -26,6 +22,16 @@ class HeadMoveCause(enum.StrEnum):
 
     COMPLETED = "completed"
     RESTORE = "restore"
+
+
+class HeadFields(Protocol):
+    """What the head is read from (the control record; named by its shape, so that
+    control.py, which stores the causes, and this module do not import each other)."""
+
+    head: int | None
+    restore_generation: int
+    moved_at: float
+    cause: HeadMoveCause
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class HeadPointer(codec.Record):
     cause: HeadMoveCause = codec.field(missing=HeadMoveCause.COMPLETED)
 
     @classmethod
-    def of(cls, control: ControlRecord) -> HeadPointer:
+    def of(cls, control: HeadFields) -> HeadPointer:
         return cls(control.head, control.restore_generation, control.moved_at, control.cause)
 
 
