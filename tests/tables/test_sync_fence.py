@@ -20,6 +20,7 @@ from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import file_io_properties, warehouse
 from batchpoint.tables.iceberg import IcebergSinkTable, TableSync
+from batchpoint.tables.service import sync_tables
 from support.faulty_catalog import CallHooks, SteppedCatalog
 from support.hooks import once
 from tables.table_epochs import PIPELINE, SINK, TABLE, TableEpochs
@@ -133,3 +134,19 @@ def test_a_pin_left_by_a_sync_killed_after_its_commit_is_dropped_by_gc(
     assert epochs.read() == {"a": 4}
     assert epochs.assert_every_snapshot_reads() == [four]
 
+
+def test_a_retried_publish_never_brings_back_an_epoch_gc_dropped(epochs: TableEpochs) -> None:
+    """Also found by the model: the catalog down from the start (no table yet), GC
+    dropped epoch 1 and deleted its files, then a retried finalize of 2 published its
+    chain again, 1 included; every sync of the new table then began with 1 and failed
+    on its missing file, so the table never caught up."""
+    with epochs.outage():
+        one, two = (epochs.epoch({"a": n}) for n in (1, 2))
+    gc(epochs.coordinator)
+    assert not _sink_files(epochs, one)
+
+    retried = epochs.coordinator.notify_checkpoint_complete(two, [(SINK, "snapshot", ["k"])])
+    sync_tables(epochs.store_ref, PIPELINE, {SINK: TableBinding(TABLE)})
+
+    assert epochs.assert_every_snapshot_reads() == [two]
+    assert retried.published == []

@@ -170,7 +170,10 @@ class SinkPublisher:
             if is_stale(decided, manifest.generation):
                 result[0] = PublishResult.STALE
                 return None
-            if epoch.checkpoint_id in manifest.epochs:
+            if epoch.checkpoint_id in manifest.epochs or _built_on(manifest, epoch):
+                # An epoch built on this one is published only after it (a notify
+                # publishes the chain oldest first), so it was here and GC dropped it:
+                # its files may be gone, it never comes back.
                 result[0] = PublishResult.ALREADY_PUBLISHED
                 return None
             result[0] = PublishResult.PUBLISHED
@@ -316,6 +319,10 @@ class SinkPublisher:
             if manifest is not None:
                 out.update(f.path for e in manifest.epochs.values() for f in e.files)
         return out
+
+
+def _built_on(manifest: SinkManifest, epoch: PublishedEpoch) -> bool:
+    return any(e.base_checkpoint_id == epoch.checkpoint_id for e in manifest.epochs.values())
 
 
 def live_pins(
