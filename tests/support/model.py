@@ -18,6 +18,8 @@ Actors (each plays what an Airflow task, the CLI or a stray worker would do):
              record (refused unless forced; forced, a compare-and-swap on what it read)
   sync-k     a late table sync: the table sink brought to its manifest, or a retried
              finalize of a completed checkpoint (publish + sync)
+  retry      when the warm-up left the table lagging: Airflow's retry of its last
+             finalize, soon after
 
 The `sums` sink is an Iceberg table on a real SQLite catalog (support/faulty_catalog.py):
 every catalog call is a scheduler step, and the catalog goes down for stretches of

@@ -48,8 +48,9 @@ def fault_rates(rng: random.Random) -> FaultRates:
 
 
 def catalog_outages(rng: random.Random, forced: bool) -> list[tuple[int, int]]:
-    """Stretches of scheduler steps in which the catalog is down: none in half the
-    schedules, else one or two, long enough to span a finalize or a GC pass."""
+    """Stretches of scheduler steps in which the catalog is down: none in 30% of the
+    schedules, else one to three, long enough to span a finalize or a GC pass (and,
+    when forced, one more from the start)."""
     out = [(0, rng.randint(300, 900))] if forced else []
     if rng.random() < 0.7:
         for _ in range(rng.randint(1, 3)):
