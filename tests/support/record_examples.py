@@ -54,7 +54,8 @@ from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpe
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
 from batchpoint.protocol.repair import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
-from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest, TablePin
+from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
+from batchpoint.protocol.table_pins import TablePin
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.quality.findings import Finding
 from batchpoint.quality.report import CandidateReport, GateMode

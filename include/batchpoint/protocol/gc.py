@@ -23,7 +23,7 @@ expire the snapshots of dropped epochs, and every file an unexpired snapshot rea
 reference, wherever the table stands against its manifest; a folder holding such a file
 stays queued. If a table cannot be expired or read, nothing is deleted in that pass.
 The pruning keeps every epoch a table sync has pinned for a commit that can still land
-(`protocol/sinks.py::TablePin`), so a sync that planned on a manifest read before this
+(`protocol/table_pins.py::TablePin`), so a sync that planned on a manifest read before this
 pass never commits an epoch whose files this pass deleted.
 
 Late writers: a zombie that writes into a folder after its id left the queue

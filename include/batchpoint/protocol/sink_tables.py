@@ -41,5 +41,5 @@ class SinkTables(Protocol):
     def head(self, sink: str) -> int | None:
         """The id of the current snapshot of `sink`'s table (None: no table, or no
         snapshot yet), which tells a live table pin from a stale one (see
-        `protocol/sinks.py::TablePin`). Raises if the table cannot be read, or if
+        `protocol/table_pins.py::TablePin`). Raises if the table cannot be read, or if
         `sink` is not a table sink of this port: its pins are then all kept."""

@@ -17,7 +17,8 @@ head or current epoch reaches (`prune_unreachable`).
 Table pins fence a table sink's sync against GC: before committing an epoch to its
 table, the sync pins it in the manifest (a CAS, only while the epoch is still there),
 and GC's pruning never drops a pinned epoch while the pin can still become a commit
-(the table's current snapshot is the one the sync planned on). See `TablePin`.
+(the table's current snapshot is the one the sync planned on). See
+`protocol/table_pins.py`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from batchpoint.errors import CheckpointError
 from batchpoint.protocol.cas import read_record, update_record
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.protocol.table_pins import TablePin, live_pins
 from batchpoint.protocol.timeline import is_stale
 from batchpoint.storage.base import ObjectStore
 
@@ -62,24 +64,6 @@ class PublishedEpoch(codec.Value):
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.files)
-
-
-@dataclass(frozen=True)
-class TablePin(codec.Value):
-    """A table sync about to commit epoch `checkpoint_id` to the sink's table, whose
-    current snapshot it read as `on` (None: the table had none yet).
-
-    Every table commit is a compare-and-set on the table's current snapshot, and
-    snapshot ids never come back, so the pinned commit can land only while the table's
-    current snapshot is still `on`. GC's pruning keeps a pinned epoch exactly as long
-    (`prune_unreachable`): the epoch stays in the manifest, so its files stay
-    referenced, up to the commit; after it, the table's own snapshot references them.
-    Once the table moved on, the pin is stale whatever the time (the sync lost its
-    commit, died, or committed and did not get to unpin) and GC drops it. No clock is
-    involved: a sync paused for an hour is as safe as a fast one."""
-
-    checkpoint_id: int
-    on: int | None
 
 
 @dataclass(frozen=True)
@@ -323,20 +307,6 @@ class SinkPublisher:
 
 def _built_on(manifest: SinkManifest, epoch: PublishedEpoch) -> bool:
     return any(e.base_checkpoint_id == epoch.checkpoint_id for e in manifest.epochs.values())
-
-
-def live_pins(
-    pins: tuple[TablePin, ...], table_head: Callable[[], int | None] | None
-) -> tuple[TablePin, ...]:
-    """The pins whose commit can still land: those planned on the table's current
-    snapshot. All of them when the table cannot be asked (no port, or it raises)."""
-    if not pins or table_head is None:
-        return pins
-    try:
-        head = table_head()
-    except Exception:  # a catalog's or storage's error: keep every pin this round
-        return pins
-    return tuple(p for p in pins if p.on == head)
 
 
 @dataclass(frozen=True)

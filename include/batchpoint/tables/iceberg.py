@@ -10,7 +10,7 @@ a conflict, `TableSync` reads the manifest and the table again and plans anew.
 Before each commit, `TableSync` pins the epoch in the sink manifest (a CAS that fails
 if GC dropped the epoch since the manifest was read: then it plans anew), so GC keeps
 the epoch's files until the commit; from then on the table's snapshot references them
-(protocol/sinks.py::TablePin). A sync that planned before a GC pass therefore never
+(protocol/table_pins.py::TablePin). A sync that planned before a GC pass therefore never
 commits a snapshot whose files that pass deleted.
 """
 
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from batchpoint.errors import BatchpointError, CheckpointError
-from batchpoint.protocol.sinks import SinkManifest, SinkPins, TablePin
+from batchpoint.protocol.sinks import SinkManifest, SinkPins
+from batchpoint.protocol.table_pins import TablePin
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.plan import Operation, SyncStep, TablePosition, plan_sync
