@@ -1,17 +1,20 @@
 """Run the concurrency model for many seeded schedules and report every violation.
 
 Each schedule runs trigger / task acks (with retries, duplicates and zombies) /
-finalize + publish / settle / GC / restore (latest, by id, from a savepoint folder) /
-savepoint export as concurrent actors against one store, interleaved by a seeded step
-scheduler, with storage faults (5xx, throttling, lost replies) and crash points; then an
-independent checker reads the store (see tests/support/model.py and checker.py).
+finalize + publish + table sync / settle / GC (with the table sink's expiry) / restore
+(latest, by id, from a savepoint folder) / savepoint export / repair (forced or not, on a
+readable or damaged control record) / late table syncs as concurrent actors against one
+store and a real Iceberg catalog (SQLite), interleaved by a seeded step scheduler (every
+storage and catalog call a step), with storage faults (5xx, throttling, lost replies),
+crash points, catalog outages and stalls and a lagging table; then an independent
+checker reads the store and the catalog (see tests/support/model.py and checker.py).
 
     .venv/bin/python bench/model_check.py --schedules 1000            # local store
     .venv/bin/python bench/model_check.py --schedules 50 --store s3   # SeaweedFS
     .venv/bin/python bench/model_check.py --seed 417 --schedules 1 -v # replay one
 
-Prints schedules, steps and violations (a table, then one JSON line); exits 1 on any
-violation. A schedule is a function of its seed (the interpreter's string hashing is
+Prints schedules, steps, faults by kind and violations (a table, then one JSON line);
+exits 1 on any violation. A schedule is a function of its seed (the interpreter's string hashing is
 pinned to PYTHONHASHSEED=0 by re-executing itself).
 """
 
@@ -38,6 +41,7 @@ if str(ROOT / "tests") not in sys.path:
 from batchpoint.storage.base import ObjectStore  # noqa: E402
 from batchpoint.storage.local import LocalObjectStore  # noqa: E402
 from support.model import ModelOptions, run_schedule  # noqa: E402
+from support.model_setup import catalog_file  # noqa: E402
 
 
 @contextmanager
@@ -53,8 +57,6 @@ def local_stores() -> Iterator[Callable[[int], ObjectStore]]:
 
 @contextmanager
 def s3_stores() -> Iterator[Callable[[int], ObjectStore]]:
-    from batchpoint.storage.retry import RetryPolicy
-
     from batchpoint.devstack.seaweed import SeaweedServer
     from batchpoint.storage.s3 import S3ObjectStore, S3Settings
 
@@ -62,11 +64,10 @@ def s3_stores() -> Iterator[Callable[[int], ObjectStore]]:
     run = uuid.uuid4().hex[:8]
     try:
         with SeaweedServer(data) as server:
-            settings = S3Settings.from_options(server.storage_options())
-            retry = RetryPolicy(max_attempts=5, base_delay=0.05, max_delay=0.5)
-            yield lambda seed: S3ObjectStore(
-                server.bucket, f"model-{run}/s{seed}", settings, retry=retry
-            )
+            # botocore's own retries (5 tries) under the fault wrapper: a real SeaweedFS
+            # hiccup is retried, an injected fault is the model's and reaches the actor.
+            settings = S3Settings.from_options({**server.storage_options(), "max_attempts": "5"})
+            yield lambda seed: S3ObjectStore(server.bucket, f"model-{run}/s{seed}", settings)
     finally:
         shutil.rmtree(data, ignore_errors=True)
 
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = 0
     failed: list[dict] = []
     rules: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
     injected = 0
     with stores as make:
         for seed in range(args.seed, args.seed + args.schedules):
@@ -96,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             store.close()
             steps += result.steps
             injected += result.injected
+            kinds.update(result.faults)
             if args.verbose:
                 print(
                     f"seed {seed}: {result.steps} steps, {result.injected} faults, "
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(result.summary())
             if args.store == "local" and isinstance(store, LocalObjectStore):
                 shutil.rmtree(store.root, ignore_errors=True)
+                catalog_file(store)[0].unlink(missing_ok=True)
     seconds = time.monotonic() - started
     violations = sum(rules.values())
     print()
@@ -119,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'steps':<22}{steps}")
     print(f"{'faults injected':<22}{injected}")
+    for kind, n in sorted(kinds.items()):
+        print(f"  {kind:<24}{n}")
     print(f"{'violations':<22}{violations} in {len(failed)} schedule(s)")
     for rule, n in rules.most_common():
         print(f"  {rule:<20}{n}")
@@ -132,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 "first_seed": args.seed,
                 "steps": steps,
                 "faults_injected": injected,
+                "faults": dict(sorted(kinds.items())),
                 "violations": violations,
                 "failed_schedules": [f["seed"] for f in failed],
                 "rules": dict(rules),

@@ -1,17 +1,23 @@
 """The concurrency model, seeded: trigger, task acks (retries, duplicates, zombies),
-finalize + publish, settle, GC (with history pruning), restore (latest, by id, from a
-savepoint folder) and savepoint export run as concurrent actors against one store, with
-storage faults and crash points, and an independent checker reads the store after each
-schedule (tests/support/model.py, checker.py).
+finalize + publish, settle, GC (with history pruning and the table sink's expiry),
+restore (latest, by id, from a savepoint folder), savepoint export, repair (forced or
+not, on a readable or a damaged control record) and late table syncs run as concurrent
+actors against one store and a real Iceberg catalog, with storage faults, crash points,
+catalog outages, stalls and a lagging table, and an independent checker reads the store
+and the catalog after each schedule (tests/support/model.py, checker.py).
 
 CI runs a seeded subset here; `bench/model_check.py --schedules 1000` runs the long one.
-The last tests show the checker is not blind: a careless GC, a restore that forgets the
-sinks, and a flipped byte are each reported.
+The last tests show the checker is not blind: a careless GC, a GC that ignores the
+table's references, a sync that never catches up, a sync without its fence, a restore
+that forgets the sinks, a repair that writes over a newer head and a flipped byte are
+each reported.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,13 +25,19 @@ from batchpoint.errors import ObjectAlreadyExists, StorageUnavailable
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
-from support.checker import CHECKPOINTS, Checker
+from batchpoint.tables import iceberg
+from batchpoint.tables.plan import SyncPlan, TablePosition, plan_sync
+from support.checker import CHECKPOINTS, ROOT, Checker
 from support.faulty_store import Crash, Fault, FaultRates, FaultyStore
 from support.model import ModelOptions, Schedule, ScheduleResult, run_schedule
 
 # 4 chunks x 6 seeds: about 1-3 s a schedule on a loaded 2-core box.
 CHUNKS = 4
 PER_CHUNK = 6
+#: Table stress schedules (GC and a late sync forced) whose seeds 46 and 49, with the
+#: table pins off, commit an epoch GC collected: the race of tests/tables/test_sync_fence.py.
+TABLE_RACE = ModelOptions(force=("stress", "gc", "sync"))
+TABLE_RACE_SEEDS = [46, 49]
 
 
 def _report(results: list[ScheduleResult]) -> str:
@@ -43,11 +55,19 @@ def test_seeded_schedules_hold_every_invariant(chunk: int, tmp_path: Path) -> No
     assert all(r.ok for r in results), _report(results)
 
 
-# Schedules the 1,000-schedule run found violating (a restore's sink rewind, rolled
-# forward late, undid a publish of the same generation), kept as regressions.
+# Schedules issue 10's 1,000-schedule run found violating (a restore's sink rewind, rolled
+# forward late, undid a publish of the same generation). The model has grown since (table
+# syncs, repair, catalog faults), so these seeds draw other schedules now; what they found
+# is pinned by test_safety.py::test_a_late_roll_forward_never_moves_the_sinks_back.
 @pytest.mark.parametrize("seed", [272, 368, 686])
 def test_schedules_found_by_the_long_run(seed: int, tmp_path: Path) -> None:
     result = run_schedule(seed, LocalObjectStore(tmp_path / "store"))
+    assert result.ok, _report([result])
+
+
+@pytest.mark.parametrize("seed", TABLE_RACE_SEEDS)
+def test_table_syncs_racing_gc_hold_with_the_fence(seed: int, tmp_path: Path) -> None:
+    result = run_schedule(seed, LocalObjectStore(tmp_path / "store"), TABLE_RACE)
     assert result.ok, _report([result])
 
 
@@ -83,9 +103,11 @@ def careless_gc(driver: PipelineDriver) -> None:
             c.store.delete_many(i.key for i in c.store.list(c.layout.data_prefix(cid)))
 
 
-def _first_seed(options: ModelOptions, tmp_path: Path, rules: set[str]) -> ScheduleResult:
+def _first_seed(
+    options: ModelOptions, tmp_path: Path, rules: set[str], seeds: range = range(12)
+) -> ScheduleResult:
     """Some seed's schedule reports one of `rules` (a seed may draw no completion)."""
-    for seed in range(12):
+    for seed in seeds:
         result = run_schedule(seed, LocalObjectStore(tmp_path / f"s{seed}"), options)
         if {v.rule for v in result.violations} & rules:
             return result
@@ -109,6 +131,75 @@ def test_checker_reports_a_restore_that_does_not_rewind_sinks(
     options = ModelOptions(force=("restore",), faults=False)
     result = _first_seed(options, tmp_path, {"sink-wrong"})
     assert any("restore" in note for note in result.notes)
+
+
+def test_checker_reports_a_gc_that_ignores_table_references(tmp_path: Path) -> None:
+    """A GC without the table port (issue 24, reproduction 1): the manifest drops the
+    epoch a lagging table still reads, and its files go."""
+    options = ModelOptions(
+        gc_variant=lambda driver: driver.coordinator.garbage_collector().collect(),
+        force=("gc", "outage"),
+    )
+    result = _first_seed(options, tmp_path, {"table-unreadable"})
+    (first, *_) = [v for v in result.violations if v.rule == "table-unreadable"]
+    assert "is missing" in first.message and first.step > 0
+
+
+def test_checker_reports_a_sync_that_never_catches_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync that commits the table's first epochs, then always thinks it is done."""
+
+    def stuck(position: TablePosition | None, manifest: Any) -> SyncPlan:
+        plan = plan_sync(position, manifest)
+        return plan if position is None else SyncPlan((), "pretends to be done")
+
+    monkeypatch.setattr(iceberg, "plan_sync", stuck)
+    result = _first_seed(ModelOptions(faults=False), tmp_path, {"table-wrong"})
+    (wrong,) = [v for v in result.violations if v.rule == "table-wrong"]
+    assert "the table's current snapshot (checkpoint" in wrong.message
+
+
+def test_checker_reports_a_sync_racing_gc_without_its_fence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without table pins, a sync that planned before a GC pass commits an epoch whose
+    files the pass deleted: the race the model found (tests/tables/test_sync_fence.py)."""
+    monkeypatch.setattr(iceberg.TableSync, "_pin", lambda self, step, table: True)
+    seeds = range(TABLE_RACE_SEEDS[0], TABLE_RACE_SEEDS[-1] + 1)
+    result = _first_seed(TABLE_RACE, tmp_path, {"table-unreadable"}, seeds)
+    (first, *_) = [v for v in result.violations if v.rule == "table-unreadable"]
+    assert "is missing" in first.message
+
+
+def test_checker_reports_a_repair_that_moves_the_head_back(tmp_path: Path) -> None:
+    """A repair that wrote over a newer head (issue 24, reproduction 3: a finalize
+    settled between its read and its write) is seen at the write."""
+    # A schedule that ends with an intact checkpoint retained behind the head (which
+    # seed does depends on how many store calls the protocol makes, so search a few).
+    for seed in range(3, 15):
+        store = LocalObjectStore(tmp_path / f"s{seed}")
+        assert Schedule(seed, store, ModelOptions(faults=False)).run().ok
+        checker = Checker(store, seed, max_concurrent=1)
+        assert checker.online(0) == []
+        control = checker.control()
+        assert control is not None and control.head is not None
+        older = [cid for cid in control.retained if cid < control.head]
+        if older:
+            break
+    else:
+        pytest.fail("no schedule ended with a checkpoint retained behind the head")
+    behind = max(older)  # intact, older
+    record = json.loads(store.get(ROOT + "head.json").data)
+    record.update(
+        head=behind,
+        restore_generation=control.generation + 1,
+        repaired_at="2027-01-01T00:00:00Z",
+    )
+    store.put(ROOT + "head.json", json.dumps(record).encode())
+    (seen,) = checker.online(1)
+    assert seen.rule == "repair-head-backwards"
+    assert seen.message == f"head {control.head} -> {behind}"
 
 
 def test_checker_reports_a_flipped_byte(tmp_path: Path) -> None:

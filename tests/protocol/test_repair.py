@@ -14,14 +14,21 @@ import pytest
 from tests.support.hooks import HookStore, once
 
 from batchpoint.ops.maintenance import gc as ops_gc
-from batchpoint.protocol.checkpoint import CheckpointType
+from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
-from support.protocol_steps import complete, coordinator, manifest, quarantine, sink_epochs
+from support.protocol_steps import (
+    ack_all,
+    complete,
+    coordinator,
+    manifest,
+    quarantine,
+    sink_epochs,
+)
 
 
 def snapshot(store: ObjectStore) -> dict[str, bytes]:
@@ -216,3 +223,29 @@ def test_repair_racing_a_finalize_changes_nothing(store: ObjectStore, racer: str
     assert report.status is RepairStatus.LOST and "nothing was written" in report.reason
     c.garbage_collector(grace=0).collect()
     assert not c.control.load().is_discarded(newcomer[0])
+
+
+def test_a_checkpoint_a_repair_could_not_know_is_still_collected(store: ObjectStore) -> None:
+    """Found by the concurrency model: a trigger won its admission, then the control
+    record was damaged and repaired before the trigger wrote its pending record, so the
+    repair knew nothing of the checkpoint. Its tasks ran, its finalize aborted it (a
+    new generation), and it must still be queued for GC, or its files stay forever."""
+    c = coordinator(store, num_retained=5)
+    complete(c)
+
+    def damage_and_repair() -> None:
+        damage_control_record(c)
+        assert c.repair().status is RepairStatus.WRITTEN
+
+    hook = once(damage_and_repair, lambda op, key: op == "create" and "/active/" in key)
+    triggering = CheckpointCoordinator(HookStore(store, hook), c.pipeline, c.config, c.clock)
+    cid = triggering.trigger({"src": {"p0": 2}}).checkpoint_id
+    assert hook.fired
+    ack_all(c, cid)
+    outcome = c.try_finalize(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
+    assert list(store.list(c.layout.data_prefix(cid)))
+
+    c.garbage_collector(grace=0).collect()
+
+    assert not list(store.list(c.layout.data_prefix(cid)))

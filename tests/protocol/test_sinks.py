@@ -71,3 +71,19 @@ def test_restore_rewinds_and_the_next_epoch_continues_from_the_restored_one(
     # published files of every epoch stay referenced, so GC never deletes what a
     # reader of an older published checkpoint could still open
     assert len(sinks.referenced_files(["out"])) == 4
+
+
+def test_an_epoch_gc_dropped_is_never_published_again(local_store: ObjectStore) -> None:
+    """A retried notify of 2 walks its chain back to 1, which the snapshot sink had and
+    GC dropped (its files may be gone): 1 does not come back into the manifest."""
+    c = CheckpointCoordinator(local_store, SPEC)
+    c.register(SPEC)
+    sinks = SinkPublisher(local_store, c.layout)
+    first, second = _complete(c, local_store, b"one"), _complete(c, local_store, b"two")
+    assert sinks.publish(first, "out", "snapshot", ["k"])
+    assert sinks.publish(second, "out", "snapshot", ["k"])
+    assert sinks.prune_unreachable("out", lambda: [2]) == [1]
+
+    assert sinks.publish(first, "out", "snapshot", ["k"]) == "ALREADY_PUBLISHED"
+    manifest = sinks.manifest("out")
+    assert manifest is not None and sorted(manifest.epochs) == [2]

@@ -3,6 +3,9 @@ and never asks the coordinator, GC or the sink publisher what they think. It kno
 the documented layout (pipelines/<p>/...) and the record fields, and recomputes what the
 sinks and the state must hold from the source files alone.
 
+A table sink's Iceberg table is read raw too (support/table_checker.py): the catalog's
+SQLite row, the metadata and manifests from the store.
+
 Violations are data (seed, step, rule, message), so a thousand schedules can be run and
 reported, and a failing one replayed from its seed.
 """
@@ -10,15 +13,19 @@ reported, and a failing one replayed from its seed.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from batchpoint.storage.base import ObjectStore
 from support.faulty_store import Write
 from support.model_world import PARTITIONS, PIPELINE, SOURCE, SOURCE_ROOT
+from support.table_checker import TableReader, TableState
 
 ROOT = f"pipelines/{PIPELINE}/"
 CHECKPOINTS = ROOT + "checkpoints/"
@@ -58,18 +65,27 @@ class Control:
     pending: dict[int, str]  # id -> type, of checkpoints admitted and not yet settled
     raw_kind: str
     discarded: set[int] = field(default_factory=set)
+    repaired_at: str | None = None  # set by `batchpoint repair`'s write
 
 
 class Checker:
     def __init__(
-        self, store: ObjectStore, seed: int, max_concurrent: int, pipeline: str = PIPELINE
+        self,
+        store: ObjectStore,
+        seed: int,
+        max_concurrent: int,
+        pipeline: str = PIPELINE,
+        table: TableReader | None = None,
     ) -> None:
         self.store = store
+        #: The `sums` sink's table (None: the checks of tables are off).
+        self.table = table
         self.root = f"pipelines/{pipeline}/"
         self.checkpoints = self.root + "checkpoints/"
         self.seed = seed
         self.max_concurrent = max_concurrent
         self._last_head: tuple[int, int | None] | None = None  # (generation, head)
+        self._last_repair: str | None = None
         self._last_next_id = 0
         self._handles: dict[int, list[dict[str, Any]]] = {}
 
@@ -85,6 +101,11 @@ class Checker:
     def outcome(self, cid: int) -> dict[str, Any] | None:
         return self._json(f"{self.checkpoints}{_chk(cid)}/outcome.json")
 
+    def control_damaged(self) -> bool:
+        """Whether the control record is there but cannot be read (until a repair)."""
+        key = self.root + "head.json"
+        return self.store.head(key) is not None and self._json(key) is None
+
     def control(self) -> Control | None:
         doc = self._json(self.root + "head.json")
         if doc is None:
@@ -98,7 +119,7 @@ class Checker:
             discarded = {int(e["id"]) for e in doc.get("discarded", [])}
             return Control(
                 doc.get("head"), int(doc.get("restore_generation", 0)), retained, pending,
-                kind, discarded,
+                kind, discarded, doc.get("repaired_at"),
             )  # fmt: skip
         if kind == "head-pointer":
             return Control(
@@ -141,6 +162,8 @@ class Checker:
     def online(self, step: int) -> list[Violation]:
         """What must hold at every instant: checked between two storage calls."""
         out: list[Violation] = []
+        if self.control_damaged():
+            return []  # damaged on purpose (the model's fault): judged once repaired
         control = self.control()
         if control is None:
             return [self._v(step, "control-unreadable", "head.json has an unknown kind")]
@@ -170,12 +193,41 @@ class Checker:
                 out.append(
                     self._v(step, "head-backwards", f"head {head} -> {control.head} in gen {gen}")
                 )
+            repaired = control.repaired_at not in (None, self._last_repair)
+            # A repair is a restore to the head the records prove: in the model nothing
+            # is quarantined or damaged, so that head is never behind the one it replaced
+            # (a repair that wrote over a newer head lost a completed checkpoint).
+            if repaired and head is not None and (control.head or 0) < head:
+                out.append(self._v(step, "repair-head-backwards", f"head {head} -> {control.head}"))
         self._last_head = now
+        self._last_repair = control.repaired_at
         ids = self._json(self.root + "ids.json")
         next_id = int(ids.get("next_id", 0)) if ids else 0
         if next_id < self._last_next_id:
             out.append(self._v(step, "ids-backwards", f"next id {self._last_next_id} -> {next_id}"))
         self._last_next_id = max(next_id, self._last_next_id)
+        return out
+
+    def online_table(self, step: int) -> list[Violation]:
+        """Every snapshot the table lists reads (checked after a table or a delete
+        changed: invariant 14 holds at every instant, not only at the end)."""
+        if self.table is None:
+            return []
+        state = self.table.state()
+        return [] if state is None else self._table_reads(step, state)
+
+    def _table_reads(self, step: int, state: TableState) -> list[Violation]:
+        out = []
+        for snapshot, problem in self.table.problems(state) if self.table else []:
+            what = "current snapshot" if snapshot.snapshot_id == state.current else "snapshot"
+            out.append(
+                self._v(
+                    step,
+                    "table-unreadable",
+                    f"{what} {snapshot.snapshot_id} (checkpoint {snapshot.checkpoint_id}) "
+                    f"of the table: {problem}",
+                )
+            )
         return out
 
     # -- checks after the final settle and GC -----------------------------------------
@@ -193,6 +245,7 @@ class Checker:
         if control.head is not None and control.head not in control.retained:
             out.append(self._v(step, "head-not-retained", f"head {control.head} is not retained"))
         out += self._state_and_sinks(step, control)
+        out += self._table_final(step, control)
         out += self._orphans(step, control, keep)
         out += self._write_once(step, writes)
         counts = Counter(allocated)
@@ -276,8 +329,8 @@ class Checker:
                     f"expected {sum(expect_lines.values())} (extra {extra}, missing {missing})",
                 )
             )
-        want = "".join(f"{p}={s}\n" for p, s in zip(PARTITIONS, expect_sums, strict=True))
-        got = [d.decode() for d in visible["sums"]]
+        want = _sums_text(expect_sums)
+        got = [_parquet_sums(d) for d in visible["sums"]]
         if (control.head is None and got not in ([], [want])) or (
             control.head is not None and got != [want]
         ):
@@ -286,6 +339,36 @@ class Checker:
                     step,
                     "sink-wrong",
                     f"snapshot sink 'sums' for head {control.head}: {got!r}, expected {want!r}",
+                )
+            )
+        return out
+
+    def _table_final(self, step: int, control: Control) -> list[Violation]:
+        """After the quiet hours (the catalog back, one sync): every snapshot listed
+        reads, and the current one holds the sums as of the head."""
+        if self.table is None:
+            return []
+        state = self.table.state()
+        if state is None:
+            if control.head is None:
+                return []
+            return [self._v(step, "table-wrong", f"no table, the head is {control.head}")]
+        out = self._table_reads(step, state)
+        if out:
+            return out
+        doc = self.outcome(control.head) if control.head is not None else None
+        sums = self.expected(doc["checkpoint"]["barrier"])[0] if doc else [0] * len(PARTITIONS)
+        rows = sorted((str(r["p"]), int(r["sum"])) for r in self.table.rows(state))
+        want = sorted(zip(PARTITIONS, sums, strict=True))
+        if control.head is None and rows in ([], want):
+            return out
+        if rows != want or state.position != control.head:
+            out.append(
+                self._v(
+                    step,
+                    "table-wrong",
+                    f"the table's current snapshot (checkpoint {state.position}) holds "
+                    f"{rows}, the head {control.head} gives {want}",
                 )
             )
         return out
@@ -379,6 +462,10 @@ class Checker:
                 # A snapshot sink's reader sees one epoch; an append sink's, the chain.
                 for epoch in chain[-1:] if manifest.get("mode") == "snapshot" else chain:
                     referenced.update(f["path"] for f in epoch.get("files", []))
+        # A table snapshot not expired reads its files (invariant 14).
+        state = self.table.state() if self.table is not None else None
+        if self.table is not None and state is not None:
+            referenced |= self.table.referenced_keys(state)
         files = [i.key for i in self.store.list(self.checkpoints) if "/data/" in i.key]
         return sorted(k for k in files if k not in referenced)
 
@@ -400,3 +487,16 @@ class Checker:
 
     def _v(self, step: int, rule: str, message: str) -> Violation:
         return Violation(self.seed, step, rule, message)
+
+
+def _sums_text(sums: list[int]) -> str:
+    return "".join(f"{p}={s}\n" for p, s in zip(PARTITIONS, sums, strict=True))
+
+
+def _parquet_sums(data: bytes) -> str:
+    """A `sums` file as text (`p0=3\n...`), or what it holds when it is no such file."""
+    try:
+        rows = pq.read_table(io.BytesIO(data)).to_pylist()
+    except Exception:  # missing (b"<missing>"), truncated: shown as it is
+        return data.decode(errors="replace")
+    return "".join(f"{r['p']}={r['sum']}\n" for r in rows)

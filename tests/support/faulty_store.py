@@ -157,6 +157,12 @@ class FaultyStore(ObjectStore):
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
 
+    @property
+    def settings(self) -> object:
+        """The wrapped store's S3 settings (None for a folder): what a table's FileIO
+        needs to reach the same objects."""
+        return getattr(self.inner, "settings", None)
+
     # -- arming ---------------------------------------------------------------------------
 
     def arm(self, fault: Fault, op: str | None = None, key_contains: str = "", **kw: int) -> None:

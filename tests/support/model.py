@@ -9,13 +9,26 @@ Actors (each plays what an Airflow task, the CLI or a stray worker would do):
   zombie-k   a late attempt of some task of some checkpoint, writing after the fact
              (and sometimes killed between its file and its ack), but, like every
              task, not after its checkpoint's deadline (Airflow's dagrun_timeout)
-  gc-k       `batchpoint gc` from a terminal (sometimes with a history limit)
+  gc-k       `batchpoint gc` from a terminal (sometimes with a history limit); it also
+             expires the table sink's snapshots of dropped epochs and keeps what the
+             table's snapshots read
   restore    a restore: latest, by id, or from an exported savepoint folder
   cleanup    the cleanup task: settle (expire, finalize leftovers)
+  repair     `batchpoint repair`, with or without --force, on the readable control
+             record (refused unless forced; forced, a compare-and-swap on what it read)
+  sync-k     a late table sync: the table sink brought to its manifest, or a retried
+             finalize of a completed checkpoint (publish + sync)
+  retry      when the warm-up left the table lagging: Airflow's retry of its last
+             finalize, soon after
+
+The `sums` sink is an Iceberg table on a real SQLite catalog (support/faulty_catalog.py):
+every catalog call is a scheduler step, and the catalog goes down for stretches of
+steps (a finalize whose table sync fails leaves the table lagging its manifest).
 
 After the actors end (or the step budget runs out and they are stopped), the model
-plays the quiet hours: no faults, the clock passes every deadline and grace period,
-the next cleanup settles and publishes, GC runs twice; then the checker looks.
+plays the quiet hours: no faults, the catalog back, the clock passes every deadline and
+grace period, the next cleanup settles and publishes (and syncs the table), GC runs
+twice; then the checker looks.
 
 `run_schedule(seed, store)` is the whole thing; everything is derived from the seed.
 """
@@ -24,7 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import random
+import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -32,6 +47,7 @@ from typing import Any, TypeVar
 from batchpoint.errors import BatchpointError, RestoreRefused, TriggerRefused
 from batchpoint.ops.epoch import finalize as ops_finalize
 from batchpoint.ops.maintenance import gc as ops_gc
+from batchpoint.ops.maintenance import repair as ops_repair
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.savepoints import (
@@ -40,12 +56,22 @@ from batchpoint.protocol.savepoints import (
 )
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner
-from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
+from batchpoint.tables.iceberg import TableError
 from support.checker import ROOT, Checker, Violation
+from support.faulty_catalog import CatalogFaults, use_catalog
 from support.faulty_store import Crash, FaultRates, FaultyStore
+from support.model_setup import (
+    FixedStoreRef,
+    ModelClock,
+    catalog_file,
+    catalog_outages,
+    fault_rates,
+)
 from support.model_world import (
     PARTITIONS,
+    TABLE,
+    TABLE_CATALOG,
     BaseAborted,
     BaseNotReady,
     build_model_pipeline,
@@ -54,39 +80,19 @@ from support.model_world import (
     write_task_file,
 )
 from support.scheduler import StepScheduler
+from support.table_checker import TableReader
 
 T = TypeVar("T")
 
-START = 1_800_000_000.0  # the model clock's epoch: far from the wall clock on purpose
-
-
-class ModelClock:
-    """Time as the model says: one second per scheduler step, jumps in the quiet hours."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@dataclass(frozen=True)
-class FixedStoreRef(StoreRef):
-    """A StoreRef that opens the one store object it was given (the fault wrapper)."""
-
-    store: Any = field(default=None, compare=False)
-
-    def open(self) -> ObjectStore:
-        return self.store
+#: Counted with the faults, but not faults injected: an effect, and a plan's size.
+NOT_INJECTED = frozenset({"sync-failed", "catalog-outage-windows"})
 
 
 @dataclass(frozen=True)
 class ModelOptions:
     max_concurrent: int = 1
-    num_retained: int = 2
+    #: None: drawn per schedule (1 to 3: how soon an epoch leaves the sink manifest).
+    num_retained: int | None = None
     timeout: float = 400.0
     faults: bool = True
     online_checks: bool = True
@@ -94,7 +100,9 @@ class ModelOptions:
     #: Replace the GC actor's collection (used to show that the checker catches a GC
     #: that deletes what it must not).
     gc_variant: Callable[[PipelineDriver], Any] | None = None
-    #: Actors every schedule gets, whatever the seed draws ("gc", "restore").
+    #: Actors and faults every schedule gets, whatever the seed draws ("gc", "restore",
+    #: "repair", "sync", "outage": the catalog down from the start for a while,
+    #: "stress": a table stress schedule, see `Schedule.table_stress`).
     force: tuple[str, ...] = ()
 
 
@@ -111,6 +119,10 @@ class ScheduleResult:
     injected: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: Faults by kind: storage faults, catalog outages (failed calls, and windows),
+    #: stalls and crashes, a lagging table, a damaged control record; and the table
+    #: syncs that failed because of them.
+    faults: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -122,14 +134,9 @@ class ScheduleResult:
             "steps": self.steps,
             "actors": self.actors,
             "injected_faults": self.injected,
+            "faults": dict(self.faults),
             "violations": [v.to_json() for v in self.violations],
         }
-
-
-def fault_rates(rng: random.Random) -> FaultRates:
-    """Per schedule: a third without faults, the rest with a mix."""
-    level = rng.choice([0.0, 0.01, 0.02, 0.04])
-    return FaultRates(transient=level, throttle=level / 2, lost_reply=level, crash=level / 2)
 
 
 class Schedule:
@@ -138,6 +145,8 @@ class Schedule:
         self.options = options or ModelOptions()
         self.plan_rng = random.Random(f"plan:{seed}")
         self.rng = random.Random(f"actors:{seed}")
+        # The table actors and catalog faults draw from their own streams.
+        self.table_rng = random.Random(f"tables:{seed}")
         self.inner = inner
         rates = fault_rates(self.plan_rng) if self.options.faults else FaultRates()
         self.store = FaultyStore(inner, rates=rates)
@@ -151,33 +160,65 @@ class Schedule:
         )
         self.store.uniform = self.scheduler.uniform
         self.store.crashes_allowed = self.scheduler.in_actor
+        outages = catalog_outages(self.table_rng, "outage" in self.options.force)
+        self.catalog_faults = CatalogFaults(
+            self.scheduler.yield_point,
+            lambda: self.scheduler.step,
+            outages if self.options.faults or "outage" in self.options.force else [],
+            # Few calls are catalog writes: crashes there are drawn more often.
+            crash=min(0.2, rates.crash * 5),
+            stall=0.06 if rates.any else 0.0,
+            stall_for=lambda _op, _name: self.scheduler.stall(self.table_rng.randint(50, 600)),
+            uniform=self.scheduler.uniform,
+            crashes_allowed=self.scheduler.in_actor,
+        )
+        self.catalog_path, self._catalog_folder = catalog_file(inner)
         self.clock = ModelClock()
+        # A table stress schedule: one retained checkpoint (epochs leave the manifest
+        # fast), a longer warm-up the catalog missed from its start, and GC: the table
+        # catches up on epochs GC is dropping.
+        stress = self.table_rng.random() < 0.15 or "stress" in self.options.force
+        self.table_stress = self.options.faults and stress
+        retained = self.options.num_retained or self.table_rng.choice([1, 2, 2, 3])
+        retained = 1 if self.table_stress and self.options.num_retained is None else retained
         self.config = CheckpointConfig(
             timeout=self.options.timeout,
             max_concurrent=self.options.max_concurrent,
-            num_retained=self.options.num_retained,
+            num_retained=retained,
         )
         self.driver = PipelineDriver(
             build_model_pipeline(), FixedStoreRef(inner.uri, store=self.store), self.config,
             self.clock,
         )  # fmt: skip
-        self.checker = Checker(inner, seed, self.options.max_concurrent)
+        table = TableReader(inner, self.catalog_path, TABLE_CATALOG, TABLE)
+        self.checker = Checker(inner, seed, self.options.max_concurrent, table=table)
         self.violations: list[Violation] = []
+        self.faults: Counter[str] = Counter()
         self.allocated: list[int] = []
         self.completed: list[int] = []
         self.exported: list[str] = []
         self.notes: list[str] = []
         self._source_files = 0
         self._checked_writes = -1
+        self._checked_tables = (-1, -1)
+        self._lagging: int | None = None  # the warm-up's last checkpoint, if unsynced
 
     # -- plumbing -------------------------------------------------------------------------
 
     def _on_step(self, step: int, actor: str, at: str) -> None:
         self.clock.advance(1.0)
+        if not self.options.online_checks:
+            return
         # Only a write changes what the checker sees: check after each one.
-        if self.options.online_checks and len(self.store.writes) != self._checked_writes:
+        if len(self.store.writes) != self._checked_writes:
             self._checked_writes = len(self.store.writes)
             self.violations += self.checker.online(step)
+        # The table's snapshots can stop reading when the table changes or files go.
+        deletes = sum(1 for w in self.store.writes if w.op in ("delete", "delete_many"))
+        now = (self.catalog_faults.changes, deletes)
+        if now != self._checked_tables:
+            self._checked_tables = now
+            self.violations += self.checker.online_table(step)
 
     def _task(self, fn: Callable[[int], T], retries: int = 2) -> T | None:
         """An Airflow task with retries: a crash or a storage error fails the try, and
@@ -187,6 +228,9 @@ class Schedule:
                 return fn(attempt)
             except (TriggerRefused, RestoreRefused) as exc:
                 raise _Refused(str(exc)) from None
+            except TableError:
+                self.faults["sync-failed"] += 1  # the table lags until a later sync
+                continue
             except (Crash, BatchpointError):
                 continue
         return None
@@ -258,8 +302,8 @@ class Schedule:
         cid = self.rng.choice(self.allocated)
         c = self.driver.coordinator
         pending = self._task(lambda _a: c.get_checkpoint(cid), retries=0)
-        if pending is None:
-            return
+        if pending is None or not pending.expected_tasks:
+            return  # none, or one whose trigger died before its tasks were recorded
         task = self.rng.choice(list(pending.expected_tasks))
         if self._killed_by_timeout(pending):
             return
@@ -314,6 +358,57 @@ class Schedule:
             self._idle(self.rng.randint(0, 200))
             self._task(lambda _a: self.driver.coordinator.settle(), retries=1)
 
+    def repair(self, name: str) -> None:
+        """`batchpoint repair`: by mistake or on purpose on the readable control record
+        (refused unless forced; forced, it may only win a compare-and-swap on what it
+        read), or after the record was damaged (a truncated write): then it rebuilds it
+        from the records, without --force. The checker sees whether it moved the head
+        back."""
+        self._idle(self.table_rng.randint(0, 300))
+        damaged = self.options.faults and self.table_rng.random() < 0.4
+        force = not damaged and self.table_rng.random() < 0.7
+        if damaged:
+            self.damage_control_record()
+        result = self._task(lambda _a: ops_repair(self.driver.coordinator, force=force), 2)
+        if result is None:
+            return
+        self.notes.append(f"repair{' --force' if force else ''}: {result.status}")
+        if result.previous == "readable" and not force and result.status != "refused":
+            self.violations.append(
+                Violation(
+                    self.seed,
+                    self.scheduler.step,
+                    "repair-not-refused",
+                    f"repair without --force on a readable record: {result.status}",
+                )
+            )
+
+    def damage_control_record(self) -> None:
+        """The world, not the system: the control record cut short (a broken tool, a
+        bad manual edit), at this step, with no fault or scheduler in the way."""
+        key = ROOT + "head.json"
+        with contextlib.suppress(BatchpointError):
+            data = self.inner.get(key).data
+            self.inner.put(key, data[: len(data) // 2])
+            self.faults["control-record-damaged"] += 1
+
+    def late_sync(self, name: str) -> None:
+        """A table sync that comes late: the sink's table brought to its manifest, or a
+        retried finalize of a completed checkpoint (its publish, then the sync)."""
+        for _ in range(self.table_rng.randint(1, 2)):
+            self._idle(self.table_rng.randint(0, 250))
+            if self.completed and self.table_rng.random() < 0.5:
+                cid = self.table_rng.choice(self.completed)
+                self._task(lambda _a, cid=cid: ops_finalize(self.driver, cid), retries=0)
+            else:
+                self._task(lambda _a: self.driver.sync_tables(), retries=0)
+
+    def retried_finalize(self, name: str, checkpoint_id: int) -> None:
+        """Airflow's retry of a finalize whose table sync failed (the warm-up's last,
+        with the catalog down): soon, the catalog back, the table far behind."""
+        self._idle(self.table_rng.randint(0, 40))
+        self._task(lambda _a: ops_finalize(self.driver, checkpoint_id))
+
     # -- the schedule -------------------------------------------------------------------
 
     def plan(self) -> list[tuple[str, Callable[[], None]]]:
@@ -329,37 +424,69 @@ class Schedule:
             actors.append((f"zombie{k}", lambda n=f"zombie{k}": self.zombie(n)))
         for k in range(r.randint(0, 2)):
             actors.append((f"gc{k}", lambda n=f"gc{k}": self.gc(n)))
-        if "gc" in self.options.force and not any(n.startswith("gc") for n, _ in actors):
+        gc_forced = "gc" in self.options.force or self.table_stress
+        if gc_forced and not any(n.startswith("gc") for n, _ in actors):
             actors.append(("gc0", lambda: self.gc("gc0")))
         if r.random() < 0.6 or "restore" in self.options.force:
             actors.append(("restore", lambda: self.restore("restore")))
         if r.random() < 0.5:
             actors.append(("cleanup", lambda: self.cleanup("cleanup")))
+        t = self.table_rng
+        if t.random() < 0.35 or "repair" in self.options.force:
+            actors.append(("repair", lambda: self.repair("repair")))
+        syncs = t.randint(0, 2) or (1 if "sync" in self.options.force else 0)
+        for k in range(syncs):
+            actors.append((f"sync{k}", lambda n=f"sync{k}": self.late_sync(n)))
+        if self._lagging is not None:
+            cid = self._lagging
+            actors.append(("retry", lambda: self.retried_finalize("retry", cid)))
         return actors
 
     def warm_up(self, epochs: int) -> None:
-        """Completed epochs before the schedule (no faults, no interleaving)."""
+        """Completed epochs before the schedule (no faults, no interleaving). A lagging
+        table is a fault of its own: sometimes the catalog was down through the last
+        warm-up finalizes, so the schedule starts with the table behind its manifest."""
         self.store.enabled = False
+        self.catalog_faults.enabled = False  # only the lag below, no outage window
+        # Down from warm-up epoch `lagging` on: the table lags behind its first epochs,
+        # or was never made (the catalog down since the pipeline started).
+        lagging = epochs
+        if self.options.faults and epochs and self.table_rng.random() < 0.5:
+            lagging = self.table_rng.randint(0, epochs - 1)
+        if self.table_stress:
+            lagging = self.table_rng.randint(0, 1)
         for k in range(epochs):
             kind = CheckpointType.SAVEPOINT if k == 1 else CheckpointType.CHECKPOINT
+            self.catalog_faults.down_now = k >= lagging
             self.dag_run(f"warm{k}", kind)
             self.clock.advance(10)
+        if self.catalog_faults.down_now and self.allocated:
+            self.faults["lagging-table"] += 1
+            self._lagging = self.allocated[-1]
+        self.catalog_faults.down_now = False
+        self.catalog_faults.enabled = True
         self.store.enabled = True
 
     def quiet_hours(self) -> None:
-        """No faults, no interleaving: every deadline and grace period passes, the next
-        cleanup settles and publishes, GC runs twice."""
+        """No faults (the catalog back), no interleaving: every deadline and grace period
+        passes, a control record left damaged is repaired, the next cleanup settles and
+        publishes (syncing the table), GC runs twice."""
         self.store.enabled = False
         self.store.before_call = None
+        self.catalog_faults.enabled = False  # the catalog is back
         c = self.driver.coordinator
         grace = 10 * self.options.timeout + 3600
         self.clock.advance(grace)
         step = self.scheduler.step
         try:
+            if self.checker.control_damaged():
+                ops_repair(c)  # what an operator does first: the repair stopped half-way
             c.settle()
             head = self.checker.control()
             if head is not None and head.head is not None:
-                self.driver.notify_complete(head.head)
+                self.driver.notify_complete(head.head)  # publish, then the table's sync
+            else:
+                self.driver.sync_tables()
             ops_gc(self.driver.coordinator, history_limit=None)
             self.clock.advance(grace)
             ops_gc(self.driver.coordinator, history_limit=None)
@@ -369,9 +496,19 @@ class Schedule:
             )
 
     def run(self) -> ScheduleResult:
+        uri = f"sqlite:///{self.catalog_path}"
+        try:
+            with use_catalog(TABLE_CATALOG, uri, self.catalog_faults):
+                return self._run()
+        finally:
+            if self._catalog_folder is not None:
+                shutil.rmtree(self._catalog_folder, ignore_errors=True)
+
+    def _run(self) -> ScheduleResult:
         started = time.monotonic()
         self.store.before_call = self.scheduler.yield_point
-        self.warm_up(self.plan_rng.randint(0, 3))
+        epochs = self.plan_rng.randint(0, 3)
+        self.warm_up(self.table_rng.randint(3, 5) if self.table_stress else epochs)
         actors = self.plan()
         for name, fn in actors:
             self.scheduler.spawn(name, fn)
@@ -393,14 +530,20 @@ class Schedule:
                 )
         self.quiet_hours()
         self.violations += self.checker.final(step, self.store.writes, self.allocated)
+        faults = Counter(str(i.fault) for i in self.store.injected)
+        faults.update(self.catalog_faults.injected)
+        faults.update(self.faults)
+        if self.catalog_faults.outages:
+            faults["catalog-outage-windows"] += len(self.catalog_faults.outages)
         return ScheduleResult(
             self.seed,
             step,
             [name for name, _ in actors],
             _dedup(self.violations),
-            len(self.store.injected),
+            sum(n for kind, n in faults.items() if kind not in NOT_INJECTED),
             time.monotonic() - started,
             self.notes,
+            faults,
         )
 
 

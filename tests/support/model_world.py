@@ -3,7 +3,9 @@
 Pipeline `model`: a file source `events` with partitions p0 and p1 (JSON lines
 ``{"v": n}``), a keyed operator `total` (parallelism 2, subtask i owns partition pi)
 whose state is the running sum of its partition, an append sink `log` (every record of
-the epoch, one line each) and a snapshot sink `sums` (the running sums after the epoch).
+the epoch, one line each) and a snapshot sink `sums` (the running sums after the epoch,
+one Parquet row per partition) that is also the Iceberg table `model.sums` of the
+catalog `model` (synced after every publish and restore, expired by GC).
 
 Tasks read their input between the base checkpoint's barrier and their own, and their
 state from the base checkpoint's files (invariant 4): so a lost, damaged or wrong base
@@ -13,9 +15,11 @@ shows up in the numbers, which the checker recomputes from the source files alon
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from batchpoint.errors import CheckpointNotFound
 from batchpoint.protocol.checkpoint import (
@@ -35,6 +39,9 @@ SOURCE = "events"
 SOURCE_ROOT = "sources/model"
 PARTITIONS = ("p0", "p1")
 STATE_STREAM = "state-sums"
+TABLE = "model.sums"
+TABLE_CATALOG = "model"
+SUMS_SCHEMA = pa.schema([("p", pa.string()), ("sum", pa.int64())])
 
 
 def _no_spark(ctx: OperatorContext) -> None:  # the model's tasks compute in Python
@@ -52,8 +59,18 @@ def build_model_pipeline() -> Pipeline:
         parallelism=len(PARTITIONS),
     )(_no_spark)
     pipeline.sink("log", inputs=["total"], key=["line"], mode=SinkMode.APPEND)
-    pipeline.sink("sums", inputs=["total"], key=["p"], mode=SinkMode.SNAPSHOT)
+    pipeline.sink(
+        "sums", inputs=["total"], key=["p"], mode=SinkMode.SNAPSHOT, table=TABLE,
+        catalog=TABLE_CATALOG,
+    )  # fmt: skip
     return pipeline
+
+
+def sums_file(sums: list[int]) -> bytes:
+    """The `sums` sink's output: one row per partition, as Parquet (a table's data file)."""
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"p": list(PARTITIONS), "sum": sums}, schema=SUMS_SCHEMA), buffer)
+    return buffer.getvalue()
 
 
 def write_source_file(store: ObjectStore, index: int, partition: str, values: list[int]) -> str:
@@ -115,7 +132,7 @@ def task_output(c: CheckpointCoordinator, pending: PendingCheckpoint, task: str)
     if operator == "log":
         return "".join(line + "\n" for _, line in records).encode()
     if operator == "sums":
-        return "".join(f"{p}={s}\n" for p, s in zip(PARTITIONS, sums, strict=True)).encode()
+        return sums_file(sums)
     raise ValueError(f"the model has no task {task}")
 
 
@@ -131,7 +148,8 @@ def write_task_file(
     key = c.layout.task_data_prefix(pending.checkpoint_id, task, attempt) + f"{stream}/part-0"
     c.store.put(key, data)
     digest = hashlib.sha256(data).hexdigest()
-    return FileHandle(key, len(data), digest, data.count(b"\n") or 1, None, stream)
+    rows = len(PARTITIONS) if task.startswith("sums#") else data.count(b"\n") or 1
+    return FileHandle(key, len(data), digest, rows, None, stream)
 
 
 def run_task(

@@ -55,6 +55,7 @@ from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
 from batchpoint.protocol.repair import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
 from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
+from batchpoint.protocol.table_pins import TablePin
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.quality.findings import Finding
 from batchpoint.quality.report import CandidateReport, GateMode
@@ -334,6 +335,12 @@ def manifest() -> SinkManifest:
         },
         generation=2,
     )
+
+
+def pinned_manifest() -> SinkManifest:
+    """A sync under way: 9 pinned on the table's snapshot, an older pin on no snapshot."""
+    pins = (TablePin(7, None), TablePin(9, 4811207319542316870))
+    return dataclasses.replace(manifest(), pins=pins)
 
 
 def failures() -> FailureState:
@@ -632,6 +639,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "pipeline-control-v2-stopping.json": control_stopping,
     "pipeline-control-v2-stopped.json": control_stopped,
     "sink-manifest-v1.json": manifest,
+    "sink-manifest-v1-pinned.json": pinned_manifest,
     "failure-state-v1.json": failures,
     "checkpoint-id-counter-v1.json": id_counter,
     "head-pointer-v1.json": head_pointer,

@@ -38,6 +38,7 @@ class Actor:
     done: bool = False
     steps: int = 0
     at: str = ""  # the call it waits to make
+    wake: int = 0  # a stalled actor is not picked before this step
     error: BaseException | None = None
     error_trace: str = ""
 
@@ -92,6 +93,16 @@ class StepScheduler:
         actor.at = f"{op} {key}"
         self._park_and_wait(actor)
 
+    def stall(self, steps: int) -> None:
+        """The calling actor hangs (a slow call, a paused process): the others take the
+        next `steps` steps without it, then it goes on from where it stopped."""
+        actor = self.actor_of_thread()
+        if actor is None:
+            return
+        actor.wake = self.step + steps
+        actor.at = f"stalled until step {actor.wake}"
+        self._park_and_wait(actor)
+
     def uniform(self, op: str, key: str) -> float:
         """A draw for a storage call that depends only on (seed, step, op, key, repeat)."""
         with self._draw_lock:
@@ -127,7 +138,9 @@ class StepScheduler:
     # -- the loop ---------------------------------------------------------------------------
 
     def runnable(self) -> list[Actor]:
-        return [a for a in self.actors.values() if not a.done]
+        alive = [a for a in self.actors.values() if not a.done]
+        # When every actor left is stalled, the stall ends early (no one else to run).
+        return [a for a in alive if a.wake <= self.step] or alive
 
     def _pick(self, runnable: list[Actor]) -> Actor:
         if self.current in runnable and self.rng.random() < self.stickiness:

@@ -105,6 +105,9 @@ class _Unreadable:
     def references(self) -> TableReferences:
         raise BatchpointError(self.why)
 
+    def head(self, sink: str) -> int | None:
+        raise BatchpointError(self.why)
+
 
 def gc_summary(report: GcReport) -> dict[str, Any]:
     return {

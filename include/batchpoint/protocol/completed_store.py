@@ -100,12 +100,12 @@ def settle_outcome(
     `num_retained` but never the head nor a pending base; ABORTED joins `discarded`; a
     stop-with-savepoint sets or ends the stop (protocol/stopping.py).
     An id that is not pending any more (a restore abandoned it, or this ran already)
-    changes nothing: a discarded id never comes back."""
+    changes nothing: a discarded id never comes back (but see `_queue_unknown_abort`)."""
     if record is None:
         return None
     entry = record.pending_entry(outcome.checkpoint_id)
     if entry is None:
-        return None
+        return _queue_unknown_abort(record, outcome, now)
     pending = tuple(p for p in record.pending if p.checkpoint_id != entry.checkpoint_id)
     new = replace(record, pending=pending)
     completed_at = None if outcome.completed is None else outcome.completed.completed_at
@@ -139,3 +139,17 @@ def settle_outcome(
         new = replace(new, retained=kept)
         new = new.with_discarded(dropped, now)
     return new
+
+
+def _queue_unknown_abort(
+    record: ControlRecord, outcome: CheckpointOutcome, now: float
+) -> ControlRecord | None:
+    """An ABORTED id that no set of the record holds is queued: it was admitted under a
+    control record a repair rebuilt before its trigger wrote the pending record, so the
+    repair could not know it, and nothing else would ever collect its folder."""
+    cid = outcome.checkpoint_id
+    known = {e.checkpoint_id for e in record.retained} | set(record.collected)
+    if outcome.completed is not None or cid in known:
+        return None
+    queued = record.with_discarded([cid], now)  # no change if queued or held
+    return queued if queued != record else None

@@ -22,6 +22,9 @@ Table sinks (`SinkTables`, injected): after the manifests are pruned, their tabl
 expire the snapshots of dropped epochs, and every file an unexpired snapshot reads is a
 reference, wherever the table stands against its manifest; a folder holding such a file
 stays queued. If a table cannot be expired or read, nothing is deleted in that pass.
+The pruning keeps every epoch a table sync has pinned for a commit that can still land
+(`protocol/table_pins.py::TablePin`), so a sync that planned on a manifest read before this
+pass never commits an epoch whose files this pass deleted.
 
 Late writers: a zombie that writes into a folder after its id left the queue
 (`collected`) is caught by a later pass: each pass sweeps the folders of the newest
@@ -300,7 +303,7 @@ class GarbageCollector:
         requeue: list[int] = []
         for sink in self._sinks.sink_names():
             try:
-                dropped = self._sinks.prune_unreachable(sink, keep, self._base_of)
+                dropped = self._sinks.prune_unreachable(sink, keep, self._base_of, self._head(sink))
             except (RecordError, CheckpointError) as exc:
                 report.findings.append(Finding(f"sink {sink}", f"not pruned: {exc}"))
                 continue
@@ -318,6 +321,12 @@ class GarbageCollector:
                 return new if new != current else None
 
             self._control.update(add)
+
+    def _head(self, sink: str) -> Callable[[], int | None] | None:
+        """How to read the sink's table's current snapshot, which judges its pins
+        (None without table sinks: every pin is then kept)."""
+        tables = self._tables
+        return None if tables is None else lambda: tables.head(sink)
 
     def _base_of(self, checkpoint_id: int) -> int | None:
         # raises on an unreadable or missing record: that sink is then not pruned

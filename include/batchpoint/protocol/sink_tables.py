@@ -37,3 +37,9 @@ class SinkTables(Protocol):
     def references(self) -> TableReferences:
         """Read after `expire`: every storage key an unexpired snapshot reads, and the
         tables that lag their manifests."""
+
+    def head(self, sink: str) -> int | None:
+        """The id of the current snapshot of `sink`'s table (None: no table, or no
+        snapshot yet), which tells a live table pin from a stale one (see
+        `protocol/table_pins.py::TablePin`). Raises if the table cannot be read, or if
+        `sink` is not a table sink of this port: its pins are then all kept."""

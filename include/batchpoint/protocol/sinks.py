@@ -13,6 +13,12 @@ The manifest records the restore generation it is in: a restore's rewind raises 
 a publish decided in an older generation is refused (STALE), so a publish decided
 before a restore never takes effect after it. GC drops epochs no retained checkpoint,
 head or current epoch reaches (`prune_unreachable`).
+
+Table pins fence a table sink's sync against GC: before committing an epoch to its
+table, the sync pins it in the manifest (a CAS, only while the epoch is still there),
+and GC's pruning never drops a pinned epoch while the pin can still become a commit
+(the table's current snapshot is the one the sync planned on). See
+`protocol/table_pins.py`.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from batchpoint.errors import CheckpointError
 from batchpoint.protocol.cas import read_record, update_record
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.protocol.table_pins import TablePin, live_pins
 from batchpoint.protocol.timeline import is_stale
 from batchpoint.storage.base import ObjectStore
 
@@ -71,6 +78,9 @@ class SinkManifest(codec.Record):
     # stored as the list of the epochs, oldest first
     epochs: Mapping[int, PublishedEpoch] = codec.field(keyed_by="checkpoint_id")
     generation: int = 0
+    #: Epochs a table sync is about to commit to the sink's table (see TablePin); only
+    #: while a sync is under way, so a manifest without pins reads and writes as before.
+    pins: tuple[TablePin, ...] = codec.field(default=(), omit=(), missing=())
 
     def reachable(
         self, keep: Iterable[int], base_of: Callable[[int], int | None] | None = None
@@ -144,7 +154,10 @@ class SinkPublisher:
             if is_stale(decided, manifest.generation):
                 result[0] = PublishResult.STALE
                 return None
-            if epoch.checkpoint_id in manifest.epochs:
+            if epoch.checkpoint_id in manifest.epochs or _built_on(manifest, epoch):
+                # An epoch built on this one is published only after it (a notify
+                # publishes the chain oldest first), so it was here and GC dropped it:
+                # its files may be gone, it never comes back.
                 result[0] = PublishResult.ALREADY_PUBLISHED
                 return None
             result[0] = PublishResult.PUBLISHED
@@ -152,7 +165,7 @@ class SinkPublisher:
             if newest is None or epoch.checkpoint_id > newest:
                 newest = epoch.checkpoint_id
             epochs = {**manifest.epochs, epoch.checkpoint_id: epoch}
-            return SinkManifest(sink, mode, keys, newest, epochs, decided)
+            return SinkManifest(sink, mode, keys, newest, epochs, decided, manifest.pins)
 
         update_record(
             self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, add
@@ -205,6 +218,7 @@ class SinkPublisher:
         sink: str,
         keep: Callable[[], Iterable[int]],
         base_of: Callable[[int], int | None] | None = None,
+        table_head: Callable[[], int | None] | None = None,
     ) -> list[int]:
         """Drop the epochs no reader as of `keep()` (or current) needs. `keep` is read
         inside each CAS round, after the manifest: an epoch is published only after its
@@ -214,25 +228,67 @@ class SinkPublisher:
         The manifest speaks for batchpoint's readers only: a table sink's table may still
         read a dropped epoch's files (it lags, or keeps the snapshot until it is
         expired). Those files stay because GC takes the table's own snapshots as
-        references (`protocol/sink_tables.py`), not because the epoch stays here."""
+        references (`protocol/sink_tables.py`), not because the epoch stays here.
+
+        A pinned epoch (and, in append mode, its chain) is kept while its pin is live:
+        `table_head()`, the table's current snapshot id, is read in each round after the
+        manifest, so a pin put before that read is judged by a head at least as new as
+        the one its sync planned on. Stale pins are dropped. Without `table_head`, or
+        when it raises (the catalog is down), every pin counts as live."""
         dropped: list[int] = []
 
         def prune(current: SinkManifest | None) -> SinkManifest | None:
             dropped.clear()
             if current is None:
                 return None
-            reachable = current.reachable(set(keep()), base_of)
+            pins = live_pins(current.pins, table_head)
+            roots = set(keep()) | {p.checkpoint_id for p in pins}
+            reachable = current.reachable(roots, base_of)
             gone = [c for c in current.epochs if c not in reachable]
-            if not gone:
+            if not gone and pins == current.pins:
                 return None
             dropped.extend(sorted(gone))
             epochs = {c: e for c, e in current.epochs.items() if c not in gone}
-            return replace(current, epochs=epochs)
+            return replace(current, epochs=epochs, pins=pins)
 
         update_record(
             self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, prune
         )
         return dropped
+
+    def pin(self, sink: str, pin: TablePin, release: Iterable[TablePin] = ()) -> bool:
+        """Pin an epoch for a table sync's commit (and drop the sync's earlier pins in
+        `release`, in the same write). False, pinning nothing, when the epoch is no
+        longer in the manifest: GC dropped it, and the sync must plan again."""
+        drop = set(release)
+        pinned = [False]
+
+        def add(current: SinkManifest | None) -> SinkManifest | None:
+            pinned[0] = current is not None and pin.checkpoint_id in current.epochs
+            if current is None:
+                return None
+            pins = tuple(p for p in current.pins if p not in drop and p != pin)
+            pins += (pin,) if pinned[0] else ()
+            return replace(current, pins=pins) if pins != current.pins else None
+
+        update_record(
+            self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, add
+        )
+        return pinned[0]
+
+    def unpin(self, sink: str, pins: Iterable[TablePin]) -> None:
+        """Drop a sync's pins once its commits are in the table (or it gave up)."""
+        drop = set(pins)
+
+        def remove(current: SinkManifest | None) -> SinkManifest | None:
+            if current is None or not drop & set(current.pins):
+                return None
+            return replace(current, pins=tuple(p for p in current.pins if p not in drop))
+
+        if drop:
+            update_record(
+                self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, remove
+            )
 
     def sink_names(self) -> list[str]:
         prefix = self._layout.root + "sinks/"
@@ -247,6 +303,24 @@ class SinkPublisher:
             if manifest is not None:
                 out.update(f.path for e in manifest.epochs.values() for f in e.files)
         return out
+
+
+def _built_on(manifest: SinkManifest, epoch: PublishedEpoch) -> bool:
+    return any(e.base_checkpoint_id == epoch.checkpoint_id for e in manifest.epochs.values())
+
+
+@dataclass(frozen=True)
+class SinkPins:
+    """One sink's pins, as its table sync uses them."""
+
+    publisher: SinkPublisher
+    sink: str
+
+    def pin(self, pin: TablePin, release: Iterable[TablePin] = ()) -> bool:
+        return self.publisher.pin(self.sink, pin, release)
+
+    def unpin(self, pins: Iterable[TablePin]) -> None:
+        self.publisher.unpin(self.sink, pins)
 
 
 def visible_files(manifest: SinkManifest, as_of: int | None = None) -> list[FileHandle]:

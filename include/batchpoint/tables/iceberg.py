@@ -6,6 +6,12 @@ Every commit is a compare-and-set on the table's current snapshot (pyiceberg ass
 the branch head it read); the table is created with commit retries off, because a
 rebased retry would commit a decision made on a table that has changed since. After
 a conflict, `TableSync` reads the manifest and the table again and plans anew.
+
+Before each commit, `TableSync` pins the epoch in the sink manifest (a CAS that fails
+if GC dropped the epoch since the manifest was read: then it plans anew), so GC keeps
+the epoch's files until the commit; from then on the table's snapshot references them
+(protocol/table_pins.py::TablePin). A sync that planned before a GC pass therefore never
+commits a snapshot whose files that pass deleted.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from batchpoint.errors import BatchpointError, CheckpointError
-from batchpoint.protocol.sinks import SinkManifest
+from batchpoint.protocol.sinks import SinkManifest, SinkPins
+from batchpoint.protocol.table_pins import TablePin
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.plan import Operation, SyncStep, TablePosition, plan_sync
@@ -313,15 +320,30 @@ class IcebergSinkTable:
 
 
 class TableSync:
-    """Make a table sink's table say what its manifest says (see the module's text)."""
+    """Make a table sink's table say what its manifest says (see the module's text).
+    `pins` fence each commit against GC; only a test of the unfenced race goes without."""
 
     def __init__(
-        self, table: IcebergSinkTable, read_manifest: Callable[[], SinkManifest | None]
+        self,
+        table: IcebergSinkTable,
+        read_manifest: Callable[[], SinkManifest | None],
+        pins: SinkPins | None = None,
     ) -> None:
         self.table = table
         self.read_manifest = read_manifest
+        self.pins = pins
+        self._held: tuple[TablePin, ...] = ()
 
     def run(self) -> SyncReport:
+        try:
+            report = self._rounds()
+        except Exception:
+            self._release()  # a crash leaves its pin: GC drops it once the table moved
+            raise
+        self._release()
+        return report
+
+    def _rounds(self) -> SyncReport:
         from pyiceberg.exceptions import CommitFailedException
 
         report = SyncReport(self.table.binding.identifier)
@@ -339,18 +361,41 @@ class TableSync:
             report.why = plan.why
             try:
                 for step in plan.steps:
+                    if not self._pin(step, table):
+                        break  # GC dropped the epoch since the manifest read: plan again
                     self.table.commit(table, step, manifest.generation)
                     report.committed.append(step.checkpoint_id)
                     table.refresh()
-                if not plan.stale:
-                    report.expired += self.table.expire(table, manifest)
-                return report
+                else:
+                    if not plan.stale:
+                        report.expired += self.table.expire(table, manifest)
+                    return report
+                log.info("%s: an epoch of the plan left the manifest; planning again", report.table)
             except CommitFailedException:
                 log.info("%s: a concurrent commit won; planning again", report.table)
-                continue
         raise TableError(
             f"{self.table.binding}: still conflicting after {MAX_ROUNDS} rounds of sync"
         )
+
+    def _pin(self, step: SyncStep, table: Table) -> bool:
+        """Pin the step's epoch on the table's current snapshot (releasing this sync's
+        earlier pin in the same write); False when the epoch left the manifest."""
+        if self.pins is None or step.checkpoint_id is None or not step.files:
+            return True  # nothing GC could take from under this commit
+        current = table.current_snapshot()
+        pin = TablePin(step.checkpoint_id, None if current is None else current.snapshot_id)
+        pinned = self.pins.pin(pin, release=self._held)
+        self._held = (pin,) if pinned else ()
+        return pinned
+
+    def _release(self) -> None:
+        if self.pins is None or not self._held:
+            return
+        held, self._held = self._held, ()
+        try:
+            self.pins.unpin(held)
+        except BatchpointError as exc:  # left in place, the pin goes stale: GC drops it
+            log.warning("%s: a table pin stays until GC drops it: %s", self.table.binding, exc)
 
 
 __all__ = ["IcebergSinkTable", "Operation", "SyncReport", "TableCommit", "TableError", "TableSync"]

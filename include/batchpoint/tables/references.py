@@ -95,6 +95,17 @@ class PipelineTables:
                 findings.append(finding)
         return TableReferences(frozenset(keys), tuple(findings))
 
+    def head(self, sink: str) -> int | None:
+        if sink not in self.bindings:
+            raise TableError(f"sink '{sink}' has no table among {sorted(self.bindings)}")
+        for found in self._tables([sink]):
+            if found.table is None:
+                return None
+            with _reading(found):
+                snapshot = found.table.current_snapshot()
+            return None if snapshot is None else snapshot.snapshot_id
+        return None
+
     # -- for verify and the UI ----------------------------------------------------------
 
     def findings(self) -> list[Finding]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from batchpoint.errors import BatchpointError
 from batchpoint.protocol.layout import PipelineLayout
-from batchpoint.protocol.sinks import SinkPublisher
+from batchpoint.protocol.sinks import SinkPins, SinkPublisher
+from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import open_catalog
-from batchpoint.tables.iceberg import IcebergSinkTable, SyncReport, TableSync
+from batchpoint.tables.iceberg import IcebergSinkTable, SyncReport, TableError, TableSync
 
 
 def configured_catalog_uri() -> str | None:
@@ -39,12 +41,30 @@ def sync_tables(
     catalog_uri: str | None = None,
 ) -> list[SyncReport]:
     """Bring every table sink's table to its manifest. Idempotent; safe beside other
-    syncs, publishes and restores of the pipeline (see tables/iceberg.py)."""
+    syncs, publishes, restores and GC passes of the pipeline (see tables/iceberg.py).
+    A table that cannot be synced (its catalog down) is an error naming the sink (a
+    TableError for the catalog's own), raised after the other sinks were synced: it
+    lags its manifest until the next sync (a retried finalize, the next publish or
+    restore), and GC keeps what its snapshots read meanwhile."""
     if not bindings:
         return []
     publisher = SinkPublisher(store_ref.open(), PipelineLayout(pipeline))
     reports = []
+    failed: list[BatchpointError] = []
     for sink, binding in bindings.items():
-        table = sink_table(store_ref, pipeline, sink, binding, catalog_uri)
-        reports.append(TableSync(table, lambda s=sink: publisher.manifest(s)).run())
+        try:
+            table = sink_table(store_ref, pipeline, sink, binding, catalog_uri)
+            read = lambda s=sink: publisher.manifest(s)  # noqa: E731
+            reports.append(TableSync(table, read, SinkPins(publisher, sink)).run())
+        except BatchpointError as exc:
+            failed.append(exc)
+        except Exception as exc:  # the catalog's or its driver's: said as the sink's
+            # A driver's text may repeat the catalog's URI: never with its password.
+            text = redact_uri(str(exc)).strip().splitlines()
+            detail = text[0] if text else type(exc).__name__
+            failed.append(TableError(f"sink '{sink}': {binding} could not be synced ({detail})"))
+    if len(failed) == 1:
+        raise failed[0]
+    if failed:
+        raise TableError("; ".join(map(str, failed)))
     return reports

@@ -1,0 +1,152 @@
+"""A table sync racing GC, fenced by table pins (invariant 14): a sync that planned on a
+manifest read before a GC pass never commits an epoch whose files that pass deleted.
+
+Found by the concurrency model (issue 24): the catalog down through the finalizes of 2
+and 3 (the table at 1), a sync reads the manifest and plans 2 then 3, and a GC pass
+runs before its commit of 2: checkpoint 2 is subsumed, so GC drops its epoch and, with
+no pin, deletes its files; the sync then commits a snapshot of 2 that cannot be read.
+Forced interleavings on the real SQLite catalog (a hook at a catalog call, no sleep),
+on a folder and on SeaweedFS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from batchpoint.ops.maintenance import gc
+from batchpoint.protocol.sinks import SinkPins, SinkPublisher
+from batchpoint.storage import StoreRef
+from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.catalog import file_io_properties, warehouse
+from batchpoint.tables.iceberg import IcebergSinkTable, TableSync
+from batchpoint.tables.service import sync_tables
+from support.faulty_catalog import CallHooks, SteppedCatalog
+from support.hooks import once
+from tables.table_epochs import PIPELINE, SINK, TABLE, TableEpochs
+
+
+@pytest.fixture
+def epochs(table_store: StoreRef, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TableEpochs:
+    return TableEpochs(table_store, tmp_path, monkeypatch)  # num_retained=1
+
+
+def _lagging(epochs: TableEpochs) -> list[int]:
+    """Checkpoints 1-3 published, the table synced to 1 only: the catalog was down
+    through the finalizes of 2 and 3. Checkpoint 3 subsumed 2 (one retained)."""
+    first = epochs.epoch({"a": 1})
+    with epochs.outage():
+        later = [epochs.epoch({"a": n}) for n in (2, 3)]
+    assert [c.checkpoint_id for c in epochs.table().history()] == [first]
+    return [first, *later]
+
+
+def _sync(epochs: TableEpochs, hooks: CallHooks) -> TableSync:
+    """A sync as `tables.service.sync_tables` builds it, its catalog calls hooked."""
+    store = epochs.store
+    catalog = SteppedCatalog(
+        "batchpoint",
+        hooks=hooks,
+        uri=epochs.catalog,
+        warehouse=warehouse(store),
+        **file_io_properties(store),
+    )
+    table = IcebergSinkTable(catalog, TableBinding(TABLE), PIPELINE, SINK, store)
+    publisher = SinkPublisher(store, epochs.coordinator.layout)
+    return TableSync(table, lambda: publisher.manifest(SINK), SinkPins(publisher, SINK))
+
+
+def _sink_files(epochs: TableEpochs, checkpoint_id: int) -> list[str]:
+    prefix = epochs.coordinator.layout.operator_data_prefix(checkpoint_id, SINK)
+    return [i.key for i in epochs.store.list(prefix)]
+
+
+def _pins(epochs: TableEpochs) -> tuple:
+    manifest = SinkPublisher(epochs.store, epochs.coordinator.layout).manifest(SINK)
+    assert manifest is not None
+    return manifest.pins
+
+
+def test_gc_between_a_syncs_plan_and_its_commit_keeps_the_pinned_epoch(
+    epochs: TableEpochs,
+) -> None:
+    one, two, three = _lagging(epochs)
+    passes: list = []
+    hook = once(lambda: passes.append(gc(epochs.coordinator)), lambda op, _: op == "commit_table")
+
+    report = _sync(epochs, CallHooks(hook)).run()
+
+    assert hook.fired, "GC did not run inside the sync"
+    assert report.committed == [two, three]
+    assert epochs.assert_every_snapshot_reads() == [one, two, three]
+    # The pass ran between the plan (2, then 3) and the commit of 2: 2 was pinned.
+    assert f"{SINK}@{two}" not in passes[0].dropped_epochs
+    assert _pins(epochs) == ()  # released after the last commit
+
+    # The next pass lets go of 2: its snapshot expires, then its files go.
+    report = gc(epochs.coordinator)
+    assert f"{SINK}@{two}" in report.dropped_epochs
+    assert epochs.assert_every_snapshot_reads() == [three]
+    assert not _sink_files(epochs, two)
+
+
+def test_gc_between_a_syncs_manifest_read_and_its_pin_makes_it_plan_again(
+    epochs: TableEpochs,
+) -> None:
+    """GC dropped 2 after the sync read the manifest: the pin is refused, the sync plans
+    again on what is left and rewinds the table to 3, reading nothing GC deleted."""
+    _one, two, three = _lagging(epochs)
+    hook = once(lambda: gc(epochs.coordinator), lambda op, _: op == "load_table")
+
+    report = _sync(epochs, CallHooks(hook)).run()
+
+    assert hook.fired
+    assert not _sink_files(epochs, two)  # GC deleted them before the sync pinned 2
+    assert report.rounds == 2 and report.committed == [three]
+    assert epochs.read() == {"a": 3}
+    assert epochs.assert_every_snapshot_reads() == [three]
+    assert _pins(epochs) == ()
+
+
+def test_a_pin_left_by_a_sync_killed_after_its_commit_is_dropped_by_gc(
+    epochs: TableEpochs,
+) -> None:
+    """No clock: the killed sync's pin goes stale because the table moved past the
+    snapshot it planned on, and GC drops it; the table's own snapshot keeps the files."""
+    _one, two, _three = _lagging(epochs)
+
+    def killed_after_the_commit_of_two(op: str, _name: str) -> None:
+        if op == "commit_table" and epochs.table().history()[-1].checkpoint_id == two:
+            raise KeyboardInterrupt("the sync's process is killed")
+
+    sync = _sync(epochs, CallHooks(on_after=killed_after_the_commit_of_two))
+    with pytest.raises(KeyboardInterrupt):
+        sync.run()
+    assert [p.checkpoint_id for p in _pins(epochs)] == [two]  # no process to unpin
+
+    report = gc(epochs.coordinator)
+    assert _pins(epochs) == ()
+    assert f"{SINK}@{two}" in report.dropped_epochs
+    assert epochs.read() == {"a": 2}  # the current snapshot, read through the table
+    assert epochs.assert_every_snapshot_reads() == [two]
+
+    four = epochs.epoch({"a": 4})  # the next publish's sync catches up
+    assert epochs.read() == {"a": 4}
+    assert epochs.assert_every_snapshot_reads() == [four]
+
+
+def test_a_retried_publish_never_brings_back_an_epoch_gc_dropped(epochs: TableEpochs) -> None:
+    """Also found by the model: the catalog down from the start (no table yet), GC
+    dropped epoch 1 and deleted its files, then a retried finalize of 2 published its
+    chain again, 1 included; every sync of the new table then began with 1 and failed
+    on its missing file, so the table never caught up."""
+    with epochs.outage():
+        one, two = (epochs.epoch({"a": n}) for n in (1, 2))
+    gc(epochs.coordinator)
+    assert not _sink_files(epochs, one)
+
+    retried = epochs.coordinator.notify_checkpoint_complete(two, [(SINK, "snapshot", ["k"])])
+    sync_tables(epochs.store_ref, PIPELINE, {SINK: TableBinding(TABLE)})
+
+    assert epochs.assert_every_snapshot_reads() == [two]
+    assert retried.published == []
