@@ -109,4 +109,3 @@ def audit_then_finalize(
         return AuditResult(checkpoint_id, None, report)
     published = driver.notify_complete(checkpoint_id) if decided.completed is not None else []
     return AuditResult(checkpoint_id, decided, report, published)
-

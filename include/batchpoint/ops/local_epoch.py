@@ -206,9 +206,7 @@ def take_savepoint(
 ) -> ExportResult:
     """Run one epoch as a savepoint and export it; with `checkpoint_id`, export that
     completed checkpoint instead of running an epoch."""
-    where = SavepointExport(
-        target, description, settings.store_options, settings.savepoint_roots
-    )
+    where = SavepointExport(target, description, settings.store_options, settings.savepoint_roots)
     if checkpoint_id is not None:
         coordinator = CheckpointCoordinator(
             settings.store_ref.open(), pipeline.name, settings.checkpoint
