@@ -6,11 +6,11 @@ Tasks run in the plan's order, each when its upstream tasks succeeded (the clean
 whatever became of them), as the DAG's trigger rules say. Where the DAG has a scheduler
 to wait on, one process has nothing to wait for: the operators ran here, so their acks
 are in or they raised. An exception ends the run at once (the process would have gone
-on only in a scheduler): the cleanup runs, settling the checkpoint as the DAG's cleanup
-task does, and the result carries the exception (`EpochResult.error`; `raise_error`). A
-run that ends without one (an audit that rejects, a finalize that waits for its base)
-leaves its outcome as it stands, and collecting garbage is `batchpoint gc`'s, not every
-in-process epoch's."""
+on only in a scheduler): the cleanup runs, settling a checkpoint that did not complete
+as the DAG's cleanup task does (abort it, remove what it staged), and the result carries
+the exception (`EpochResult.error`; `raise_error`). A run that ends without one (an audit
+that rejects, a finalize that waits for its base) leaves its outcome as it stands, and
+collecting garbage is `batchpoint gc`'s, not every in-process epoch's."""
 
 from __future__ import annotations
 
