@@ -154,7 +154,9 @@ def run_operator(
 class EpochExecutor:
     """Runs plans of one pipeline on `driver`, its operator tasks with `operators`.
     `gate` judges an audited epoch; `export` says where a savepoint goes; `stop` stops
-    the pipeline (stop-with-savepoint), given the savepoint's id."""
+    the pipeline (stop-with-savepoint), given the savepoint's id;
+    `allow_non_restored_state`: the trigger lets the code leave state of its base
+    unrestored (`batchpoint savepoint --allow-non-restored-state`)."""
 
     def __init__(
         self,
@@ -165,8 +167,10 @@ class EpochExecutor:
         export: SavepointExport | None = None,
         stop: Callable[[int], None] | None = None,
         progress: Progress = _quiet,
+        allow_non_restored_state: bool = False,
     ) -> None:
         self.driver = driver
+        self.allow_non_restored_state = allow_non_restored_state
         self.operators = operators
         self.gate = gate
         self.export = export or SavepointExport()
@@ -211,6 +215,8 @@ class EpochExecutor:
             )
         if plan.of_kind(TaskKind.AUDIT) and self.gate is None:
             raise ConfigError("an audited epoch needs its quality gate")
+        if plan.audited and self.allow_non_restored_state:
+            raise ConfigError("an audited epoch cannot allow non-restored state")
         if plan.of_kind(TaskKind.STOP_PIPELINE) and self.stop is None:
             raise ConfigError("stop-with-savepoint: nothing here can stop the pipeline")
 
@@ -221,7 +227,11 @@ class EpochExecutor:
         if run.plan.audited:
             run.pending = trigger_audited(self.driver, kind, run.properties)
         else:
-            run.pending = self.driver.trigger(kind, properties=run.properties)
+            run.pending = self.driver.trigger(
+                kind,
+                properties=run.properties,
+                allow_non_restored_state=self.allow_non_restored_state,
+            )
         note = (
             f"{kind.value} {run.pending.checkpoint_id} triggered "
             f"(base {run.pending.base_checkpoint_id})"

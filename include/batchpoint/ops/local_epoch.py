@@ -117,9 +117,15 @@ class LocalEpochRunner:
         gate: QualityGate | None = None,
         export: SavepointExport | None = None,
         progress: Progress = _quiet,
+        allow_non_restored_state: bool = False,
     ) -> EpochExecutor:
         return EpochExecutor(
-            self.driver, self.operator_runner(), gate=gate, export=export, progress=progress
+            self.driver,
+            self.operator_runner(),
+            gate=gate,
+            export=export,
+            progress=progress,
+            allow_non_restored_state=allow_non_restored_state,
         )
 
     def run_epoch(
@@ -166,9 +172,13 @@ def _savepoint(
     properties: Mapping[str, Any],
     export: SavepointExport | None,
     progress: Progress,
+    allow_non_restored_state: bool,
 ) -> EpochResult:
     """The savepoint epoch of `plan`; a BatchpointError when it does not complete."""
-    result = runner.executor(export=export, progress=progress).run(plan, properties)
+    executor = runner.executor(
+        export=export, progress=progress, allow_non_restored_state=allow_non_restored_state
+    )
+    result = executor.run(plan, properties)
     cid = result.checkpoint_id
     if isinstance(result.error, OperatorFailed):
         raise BatchpointError(f"savepoint {cid} declined: {result.error}") from None
@@ -185,14 +195,20 @@ def run_savepoint_epoch(
     *,
     description: str = "",
     via: str = "cli",
+    stop: bool = False,
     progress: Progress = _quiet,
+    allow_non_restored_state: bool = False,
 ) -> int:
     """Trigger a savepoint, run the epoch on local Spark (settings.spark_master),
-    finalize and publish it; its id. A BatchpointError when it does not complete."""
+    finalize and publish it; its id. A BatchpointError when it does not complete.
+    `stop`: a stop-with-savepoint (protocol/stopping.py): no checkpoint starts after it
+    until `batchpoint resume` or a restore. `allow_non_restored_state`: the deploy may leave
+    state of its base unrestored."""
     runner = _local_runner(pipeline, settings, progress)
     plan = runner.plan(CheckpointType.SAVEPOINT)
-    properties = {"description": description, "via": via}
-    return _savepoint(runner, plan, properties, None, progress).checkpoint_id
+    properties = {"description": description, "via": via, "stop_pipeline": stop}
+    result = _savepoint(runner, plan, properties, None, progress, allow_non_restored_state)
+    return result.checkpoint_id
 
 
 def take_savepoint(
@@ -202,10 +218,13 @@ def take_savepoint(
     target: str | None = None,
     description: str = "",
     checkpoint_id: int | None = None,
+    stop: bool = False,
     progress: Progress = _quiet,
+    allow_non_restored_state: bool = False,
 ) -> ExportResult:
     """Run one epoch as a savepoint and export it; with `checkpoint_id`, export that
-    completed checkpoint instead of running an epoch."""
+    completed checkpoint instead of running an epoch. `stop`: a stop-with-savepoint (the
+    protocol's: this process has no scheduler to pause)."""
     where = SavepointExport(target, description, settings.store_options, settings.savepoint_roots)
     if checkpoint_id is not None:
         coordinator = CheckpointCoordinator(
@@ -222,7 +241,7 @@ def take_savepoint(
         )
     runner = _local_runner(pipeline, settings, progress)
     plan = runner.plan(CheckpointType.SAVEPOINT, export=True)
-    properties = {"description": description, "via": "cli"}
-    result = _savepoint(runner, plan, properties, where, progress)
+    properties = {"description": description, "via": "cli", "stop_pipeline": stop}
+    result = _savepoint(runner, plan, properties, where, progress, allow_non_restored_state)
     assert result.export is not None, "a completed savepoint is exported"
     return result.export
