@@ -43,6 +43,11 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     restored = int(re.search(r"head moved back to checkpoint (\d+)", out).group(1))
     assert restored < min(int(i) for i in quarantined.groups())
     assert "3 subtasks" in out
+    # the deploy that keeps state: its plan printed first, then its epoch
+    plan = out.split("$ batchpoint plan --pipeline-ref batchpoint.demo.payments_v2", 1)[-1]
+    assert re.search(r"operator\s+balances\s+accounts\s+renamed", plan), out
+    assert re.search(r"state\s+balances/balances\s+balances\s+migrated\s+added-nullable", plan)
+    assert re.search(r"checkpoint \d+: accounts#0.* restored the state of 'balances'", plan)
     # the history table, then the check
     assert re.search(r"^\s*id\s+type\s+status", out, re.M), out
     assert "Exactly once: no event lost, none counted twice." in out
@@ -57,8 +62,8 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     # connect mode: one server for the run, each epoch's wall time, nothing left behind
     assert re.search(r"Spark Connect server at sc://127\.0\.0\.1:\d+", out), out
     walls = re.findall(r"epoch \d+: wall time (\d+\.\d)s", out)
-    assert len(walls) == 2 + 2 + 1, out  # good epochs, the bad deploy, the fix
-    assert re.search(r"epoch wall times \(connect mode\): (\d+\.\ds(, )?){5}$", out, re.M)
+    assert len(walls) == 2 + 2 + 1 + 1, out  # good epochs, the bad deploy, the fix, v3
+    assert re.search(r"epoch wall times \(connect mode\): (\d+\.\ds(, )?){6}$", out, re.M)
     assert "no process left behind" in out
     # what ./dev ui needs to reopen it
     assert (keep / "demo.json").is_file() and (keep / "airflow" / "airflow.db").is_file()

@@ -65,6 +65,15 @@ def test_schedules_found_by_the_long_run(seed: int, tmp_path: Path) -> None:
     assert result.ok, _report([result])
 
 
+# Issue 24's 1,000-schedule run: a retried finalize published again an ancestor GC had
+# dropped together with its child, and the new table's sync failed on its missing file:
+# tests/protocol/test_sinks.py::test_an_ancestor_gc_dropped_with_its_child_is_never_published_again
+@pytest.mark.parametrize("seed", [88])
+def test_schedules_found_by_the_table_run(seed: int, tmp_path: Path) -> None:
+    result = run_schedule(seed, LocalObjectStore(tmp_path / "store"))
+    assert result.ok, _report([result])
+
+
 @pytest.mark.parametrize("seed", TABLE_RACE_SEEDS)
 def test_table_syncs_racing_gc_hold_with_the_fence(seed: int, tmp_path: Path) -> None:
     result = run_schedule(seed, LocalObjectStore(tmp_path / "store"), TABLE_RACE)

@@ -87,3 +87,25 @@ def test_an_epoch_gc_dropped_is_never_published_again(local_store: ObjectStore) 
     assert sinks.publish(first, "out", "snapshot", ["k"]) == "ALREADY_PUBLISHED"
     manifest = sinks.manifest("out")
     assert manifest is not None and sorted(manifest.epochs) == [2]
+
+
+def test_an_ancestor_gc_dropped_with_its_child_is_never_published_again(
+    local_store: ObjectStore,
+) -> None:
+    """Found by the 1,000-schedule run (seed 88): GC dropped 1 and 2 of the chain
+    1 <- 2 <- 3, then a retried notify of 2 walked back to 1. No epoch left is built on
+    1 itself, but 3 descends from it through 2: 1 was published before 3, and stays out."""
+    c = CheckpointCoordinator(local_store, SPEC)
+    c.register(SPEC)
+    sinks = SinkPublisher(local_store, c.layout)
+    target = [("out", "snapshot", ["k"])]
+    ids = [_complete(c, local_store, payload).checkpoint_id for payload in (b"1", b"2", b"3")]
+    for cid in ids:
+        assert c.notify_checkpoint_complete(cid, target).published == [f"out@{cid}"]
+    assert sinks.prune_unreachable("out", lambda: [ids[2]]) == ids[:2]
+
+    retried = c.notify_checkpoint_complete(ids[1], target)
+
+    assert retried.published == []
+    manifest = sinks.manifest("out")
+    assert manifest is not None and sorted(manifest.epochs) == [ids[2]]

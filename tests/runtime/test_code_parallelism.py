@@ -11,7 +11,7 @@ import pytest
 
 from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import TaskId
-from batchpoint.runtime.driver import in_force
+from batchpoint.runtime.driver import in_force, max_parallelism_changes
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.storage import StoreRef
 from support.deploys import Deploys, reference
@@ -75,3 +75,31 @@ def test_a_deploy_rescales_by_key_group_at_the_next_epoch_exactly_once(spark, tm
     run.deploy(parallelism=2, max_parallelism=32)
     with pytest.raises(PipelineSpecError, match=r"from 16 to 32.*key-group count"):
         run.epoch(4)
+
+
+def _keyed(name: str, parallelism: int, max_parallelism: int = 16, uid: str | None = None):
+    import pyarrow as pa
+
+    from batchpoint.runtime.api import Pipeline
+
+    pipeline = Pipeline("clicks", max_parallelism=max_parallelism)
+    pipeline.source("events", root="in", format="jsonl", schema="user string")
+    schema = pa.schema([("user", pa.string()), ("n", pa.int64())])
+    pipeline.operator(
+        name, inputs=["events"], key=["user"], states={"totals": schema},
+        parallelism=parallelism, uid=uid,
+    )(lambda ctx: None)  # fmt: skip
+    return pipeline
+
+
+def test_a_rename_that_keeps_its_uid_keeps_the_parallelism_in_force() -> None:
+    """spec.json names nodes: a node renamed with its uid kept is found by its uid, so a
+    rescaling restore's parallelism survives the rename, and a max_parallelism change
+    of the renamed operator is still refused."""
+    rescaled = _keyed("aggregate", 2).spec({"aggregate": 5})  # restore --parallelism 5
+    renamed = _keyed("totals", 2, uid="aggregate")
+    assert in_force(rescaled, renamed) == {"totals": 5}
+    assert in_force(rescaled, _keyed("totals", 3, uid="aggregate")) == {"totals": 3}
+    assert in_force(rescaled, _keyed("totals", 2)) == {}  # another uid: another operator
+    changed = max_parallelism_changes(rescaled, _keyed("totals", 2, 32, uid="aggregate"))
+    assert changed and "from 16 to 32" in changed[0]

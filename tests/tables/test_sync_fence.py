@@ -150,3 +150,23 @@ def test_a_retried_publish_never_brings_back_an_epoch_gc_dropped(epochs: TableEp
 
     assert epochs.assert_every_snapshot_reads() == [two]
     assert retried.published == []
+
+
+def test_a_retried_publish_never_brings_back_an_ancestor_gc_dropped_with_its_child(
+    epochs: TableEpochs,
+) -> None:
+    """Found by the 1,000-schedule run (seed 88): GC dropped epochs 1 and 2 (3 retained)
+    and deleted their files; a retried finalize of 2 walks its chain back to 1. Nothing
+    left in the manifest is built on 1 itself (2, its child, is gone too), yet 3 descends
+    from it, so 1 was there before and must not come back: a new table's sync would
+    take its schema from 1's missing file and never catch up."""
+    with epochs.outage():
+        one, two, three = (epochs.epoch({"a": n}) for n in (1, 2, 3))
+    gc(epochs.coordinator)
+    assert not _sink_files(epochs, one) and not _sink_files(epochs, two)
+
+    retried = epochs.coordinator.notify_checkpoint_complete(two, [(SINK, "snapshot", ["k"])])
+    sync_tables(epochs.store_ref, PIPELINE, {SINK: TableBinding(TABLE)})
+
+    assert retried.published == []
+    assert epochs.assert_every_snapshot_reads() == [three]

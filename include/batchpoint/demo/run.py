@@ -10,10 +10,11 @@ prints each epoch's wall time. Along the way it kills a Spark job after its
 snapshot (Airflow retries the task and the checkpoint completes), takes a savepoint with
 the `payments_savepoint` DAG, ships a bad deploy that corrupts `balances` for two epochs,
 rolls back with the quality-gated `payments_restore` DAG, deploys the fix and lets the
-pipeline reprocess. It prints the checkpoint history and ends by checking the published
-sinks against a plain pandas computation over all the input: exactly once, or it exits
-non-zero. It stops both servers and exits non-zero too if any process it started is
-still alive at the end.
+pipeline reprocess, then deploys a version that renames an operator (its uid kept) and
+adds a column to its state, `batchpoint plan` printed before it. It prints the
+checkpoint history and ends by checking the published sinks against a plain pandas
+computation over all the input: exactly once, or it exits non-zero. It stops both
+servers and exits non-zero too if any process it started is still alive at the end.
 
 With --keep DIR everything stays in DIR; `./dev ui DIR` opens the Airflow UI on it.
 """
@@ -239,6 +240,31 @@ class PaymentsDemo:
             f"with balances rescaled by key group to {len(subtasks)} subtasks"
         )
 
+    def evolving_deploy(self) -> None:
+        from batchpoint.demo.payments_v2 import OPERATOR, TABLE_REF
+
+        step(f"deploy v3: 'balances' renamed '{OPERATOR}' (uid kept), its state gains a column")
+        plan = subprocess.run(
+            [str(Path(sys.executable).parent / "batchpoint"), "plan", "--pipeline-ref", TABLE_REF],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        say(f"$ batchpoint plan --pipeline-ref {TABLE_REF}")
+        for line in plan.stdout.splitlines():
+            say(f"  {line}")
+        if plan.returncode != 0 or "renamed" not in plan.stdout or "migrated" not in plan.stdout:
+            raise DemoFailed(f"batchpoint plan exit {plan.returncode}: {plan.stderr.strip()}")
+        os.environ["BATCHPOINT_PIPELINE_REF"] = TABLE_REF
+        self.new_input()
+        cid = self.checkpoint()
+        outcome = self.coordinator.get_outcome(cid)
+        tasks = sorted(a.task for a in outcome.completed.acks if a.operator_uid == "balances")
+        say(
+            f"checkpoint {cid}: {', '.join(tasks)} restored the state of 'balances' by its "
+            "uid; its stored rows read the new column 'deposits' as null"
+        )
+
     def history(self) -> None:
         from batchpoint.cli.render import history_table
 
@@ -303,6 +329,7 @@ def run_story(workdir: Path, epochs: int, spark_mode: str) -> int:
         bad = demo.bad_deploy()
         demo.gated_restore(bad, good)
         demo.fixed_deploy()
+        demo.evolving_deploy()
         demo.history()
         result = demo.checks.exactly_once()
         times = ", ".join(f"{t:.1f}s" for t in demo.epoch_seconds)

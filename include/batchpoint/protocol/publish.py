@@ -104,9 +104,15 @@ class CompletionNotifier:
             log.warning("pipeline '%s': %s", self._reads.pipeline, report.stale)
             return report
         generation = control.restore_generation
-        for completed in reversed(self._unpublished_chain(checkpoint_id, sinks)):
+        chain = self._unpublished_chain(checkpoint_id, sinks)
+        for at, completed in reversed(list(enumerate(chain))):
+            # Oldest first; what the chain says builds on it lets a sink that has a
+            # descendant already (GC dropped this one) refuse it.
+            newer = [c.checkpoint_id for c in chain[:at]]
             for name, mode, keys in sinks:
-                result = self._sinks.publish(completed, name, mode, keys, generation=generation)
+                result = self._sinks.publish(
+                    completed, name, mode, keys, generation=generation, descendants=newer
+                )
                 if result is PublishResult.PUBLISHED:
                     report.published.append(f"{name}@{completed.checkpoint_id}")
                 elif result is PublishResult.STALE:

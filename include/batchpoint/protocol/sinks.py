@@ -136,11 +136,13 @@ class SinkPublisher:
         parents: Mapping[int, int | None] | None = None,
         *,
         generation: int | None = None,
+        descendants: Iterable[int] = (),
     ) -> PublishResult:
         """Commit a completed checkpoint's staged output of `sink`. `generation` is the
         restore generation the caller decided in (it checked that the checkpoint is on
         that generation's timeline); a manifest already in a newer one refuses (STALE).
-        Without it, the checkpoint's own generation is used."""
+        Without it, the checkpoint's own generation is used. `descendants`: checkpoints
+        the caller knows build on this one (the newer part of the chain it publishes)."""
         files = tuple(
             h for ack in completed.acks if split_task_name(ack.task)[0] == sink for h in ack.handles
         )
@@ -148,16 +150,17 @@ class SinkPublisher:
         keys = tuple(key_columns)
         decided = completed.pending.restore_generation if generation is None else generation
         result = [PublishResult.ALREADY_PUBLISHED]
+        lineage = {epoch.checkpoint_id, *descendants}
 
         def add(current: SinkManifest | None) -> SinkManifest | None:
             manifest = current or SinkManifest(sink, mode, keys, None, {}, decided)
             if is_stale(decided, manifest.generation):
                 result[0] = PublishResult.STALE
                 return None
-            if epoch.checkpoint_id in manifest.epochs or _built_on(manifest, epoch):
-                # An epoch built on this one is published only after it (a notify
-                # publishes the chain oldest first), so it was here and GC dropped it:
-                # its files may be gone, it never comes back.
+            if epoch.checkpoint_id in manifest.epochs or _descends(manifest, lineage):
+                # An epoch that descends from this one is published only after it (a
+                # notify publishes the chain oldest first), so it was here and GC
+                # dropped it: its files may be gone, it never comes back.
                 result[0] = PublishResult.ALREADY_PUBLISHED
                 return None
             result[0] = PublishResult.PUBLISHED
@@ -305,8 +308,14 @@ class SinkPublisher:
         return out
 
 
-def _built_on(manifest: SinkManifest, epoch: PublishedEpoch) -> bool:
-    return any(e.base_checkpoint_id == epoch.checkpoint_id for e in manifest.epochs.values())
+def _descends(manifest: SinkManifest, lineage: set[int]) -> bool:
+    """Whether an epoch of the manifest descends from the first of `lineage` (an epoch's
+    id and the ids the caller knows build on it): a known descendant is published, or
+    a published epoch is built on one of them."""
+    return any(
+        e.checkpoint_id in lineage or e.base_checkpoint_id in lineage
+        for e in manifest.epochs.values()
+    )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
 from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.pipeline import PipelineSpec
-from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.api import OperatorDef, Pipeline, SinkDef
 from batchpoint.runtime.deploy import BaseCheck, code_topology, completed_checkpoint, plan_on
 from batchpoint.storage import StoreRef
 
@@ -35,23 +35,37 @@ if TYPE_CHECKING:
 
 def in_force(stored: PipelineSpec | None, pipeline: Pipeline) -> dict[str, int]:
     """Per operator and sink of `pipeline` that `stored` knows: the parallelism in force
-    (see PipelineDriver.current_spec)."""
+    (see PipelineDriver.current_spec), keyed by the code's names."""
     out = {}
     for op in stored.operators if stored is not None else ():
-        node = pipeline.operators.get(op.name) or pipeline.sinks.get(op.name)
+        node = _code_node(pipeline, op.name)
         if node is None:
             continue
         recorded = op.code_parallelism if op.code_parallelism is not None else op.parallelism
-        out[op.name] = node.parallelism if node.parallelism != recorded else op.parallelism
+        out[node.name] = node.parallelism if node.parallelism != recorded else op.parallelism
     return out
+
+
+def _code_node(pipeline: Pipeline, stored_name: str) -> OperatorDef | SinkDef | None:
+    """The operator or sink of the code that a stored spec's entry is: by name, else the
+    one renamed with its uid kept (spec.json names nodes; a uid defaults to the name the
+    node had when it was recorded)."""
+    for table in (pipeline.operators, pipeline.sinks):
+        if stored_name in table:
+            return table[stored_name]
+    for table in (pipeline.operators, pipeline.sinks):
+        for node in table.values():
+            if node.uid == stored_name:
+                return node
+    return None
 
 
 def max_parallelism_changes(stored: PipelineSpec | None, pipeline: Pipeline) -> list[str]:
     """Stateful operators whose code declares another max_parallelism than `stored`."""
     out = []
     for op in stored.operators if stored is not None else ():
-        node = pipeline.operators.get(op.name)
-        if node is None or not (op.states and node.states):
+        node = _code_node(pipeline, op.name)
+        if not isinstance(node, OperatorDef) or not (op.states and node.states):
             continue
         if node.max_parallelism != op.max_parallelism:
             out.append(
