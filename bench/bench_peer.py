@@ -105,7 +105,7 @@ def build_pipeline():
 
 class BatchpointEngine:
     def __init__(self, spark: Any, root: Path) -> None:
-        from batchpoint.ops.epoch import LocalEpochRunner
+        from batchpoint.ops.local_epoch import LocalEpochRunner
         from batchpoint.storage import StoreRef
 
         self.root = root

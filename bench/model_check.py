@@ -31,6 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,7 @@ if str(ROOT / "tests") not in sys.path:
 
 from batchpoint.storage.base import ObjectStore  # noqa: E402
 from batchpoint.storage.local import LocalObjectStore  # noqa: E402
-from support.model import ModelOptions, run_schedule  # noqa: E402
+from support.model import ModelOptions, ScheduleResult, run_schedule  # noqa: E402
 from support.model_setup import catalog_file  # noqa: E402
 
 
@@ -72,7 +73,39 @@ def s3_stores() -> Iterator[Callable[[int], ObjectStore]]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass
+class ModelTally:
+    """What the schedules of one run add up to."""
+
+    steps: int = 0
+    injected: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+    rules: Counter[str] = field(default_factory=Counter)
+    failed_seeds: list[int] = field(default_factory=list)
+
+    def add(self, seed: int, result: ScheduleResult, *, verbose: bool) -> None:
+        self.steps += result.steps
+        self.injected += result.injected
+        self.kinds.update(result.faults)
+        if verbose:
+            print(
+                f"seed {seed}: {result.steps} steps, {result.injected} faults, "
+                f"actors {','.join(result.actors)}, {len(result.violations)} violation(s)"
+                + (f"  [{'; '.join(result.notes)}]" if result.notes else ""),
+                flush=True,
+            )
+        for v in result.violations:
+            self.rules[v.rule] += 1
+            print(f"  VIOLATION {v}", flush=True)
+        if result.violations:
+            self.failed_seeds.append(seed)
+
+    @property
+    def violations(self) -> int:
+        return sum(self.rules.values())
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--schedules", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
@@ -82,71 +115,55 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.schedules < 1:
         parser.error("--schedules must be >= 1")
+    return args
 
+
+def _report(args: argparse.Namespace, tally: ModelTally, seconds: float) -> None:
+    last = args.seed + args.schedules - 1
+    print()
+    print(f"{'store':<22}{args.store}")
+    print(f"{'schedules':<22}{args.schedules} (seeds {args.seed}..{last})")
+    print(f"{'steps':<22}{tally.steps}")
+    print(f"{'faults injected':<22}{tally.injected}")
+    for kind, n in sorted(tally.kinds.items()):
+        print(f"  {kind:<24}{n}")
+    print(f"{'violations':<22}{tally.violations} in {len(tally.failed_seeds)} schedule(s)")
+    for rule, n in tally.rules.most_common():
+        print(f"  {rule:<20}{n}")
+    print(f"{'seconds':<22}{seconds:.1f}")
+    figures = {
+        "bench": "model_check",
+        "store": args.store,
+        "schedules": args.schedules,
+        "first_seed": args.seed,
+        "steps": tally.steps,
+        "faults_injected": tally.injected,
+        "faults": dict(sorted(tally.kinds.items())),
+        "violations": tally.violations,
+        "failed_schedules": tally.failed_seeds,
+        "rules": dict(tally.rules),
+        "seconds": round(seconds, 1),
+    }
+    print(json.dumps(figures))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     options = ModelOptions(faults=not args.no_faults)
     stores = local_stores() if args.store == "local" else s3_stores()
     started = time.monotonic()
-    steps = 0
-    failed: list[dict] = []
-    rules: Counter[str] = Counter()
-    kinds: Counter[str] = Counter()
-    injected = 0
+    tally = ModelTally()
     with stores as make:
         for seed in range(args.seed, args.seed + args.schedules):
             store = make(seed)
             result = run_schedule(seed, store, options)
             store.close()
-            steps += result.steps
-            injected += result.injected
-            kinds.update(result.faults)
-            if args.verbose:
-                print(
-                    f"seed {seed}: {result.steps} steps, {result.injected} faults, "
-                    f"actors {','.join(result.actors)}, {len(result.violations)} violation(s)"
-                    + (f"  [{'; '.join(result.notes)}]" if result.notes else ""),
-                    flush=True,
-                )
-            for v in result.violations:
-                rules[v.rule] += 1
-                print(f"  VIOLATION {v}", flush=True)
-            if result.violations:
-                failed.append(result.summary())
+            tally.add(seed, result, verbose=args.verbose)
             if args.store == "local" and isinstance(store, LocalObjectStore):
                 shutil.rmtree(store.root, ignore_errors=True)
                 catalog_file(store)[0].unlink(missing_ok=True)
-    seconds = time.monotonic() - started
-    violations = sum(rules.values())
-    print()
-    print(f"{'store':<22}{args.store}")
-    print(
-        f"{'schedules':<22}{args.schedules} (seeds {args.seed}..{args.seed + args.schedules - 1})"
-    )
-    print(f"{'steps':<22}{steps}")
-    print(f"{'faults injected':<22}{injected}")
-    for kind, n in sorted(kinds.items()):
-        print(f"  {kind:<24}{n}")
-    print(f"{'violations':<22}{violations} in {len(failed)} schedule(s)")
-    for rule, n in rules.most_common():
-        print(f"  {rule:<20}{n}")
-    print(f"{'seconds':<22}{seconds:.1f}")
-    print(
-        json.dumps(
-            {
-                "bench": "model_check",
-                "store": args.store,
-                "schedules": args.schedules,
-                "first_seed": args.seed,
-                "steps": steps,
-                "faults_injected": injected,
-                "faults": dict(sorted(kinds.items())),
-                "violations": violations,
-                "failed_schedules": [f["seed"] for f in failed],
-                "rules": dict(rules),
-                "seconds": round(seconds, 1),
-            }
-        )
-    )
-    return 1 if violations else 0
+    _report(args, tally, time.monotonic() - started)
+    return 1 if tally.violations else 0
 
 
 if __name__ == "__main__":

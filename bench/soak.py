@@ -38,7 +38,7 @@ import pandas as pd  # noqa: E402
 from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline  # noqa: E402
 from batchpoint.demo.payments_data import write_epoch_files  # noqa: E402
 from batchpoint.demo.payments_reference import compute_reference  # noqa: E402
-from batchpoint.ops.epoch import LocalEpochRunner  # noqa: E402
+from batchpoint.ops.local_epoch import LocalEpochRunner  # noqa: E402
 from batchpoint.ops.maintenance import gc as ops_gc  # noqa: E402
 from batchpoint.protocol.checkpoint import CheckpointType  # noqa: E402
 from batchpoint.protocol.config import CheckpointConfig  # noqa: E402

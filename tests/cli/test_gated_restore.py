@@ -188,7 +188,7 @@ def test_the_gate_quarantines_a_bad_deploy_and_restores_the_good_checkpoint(
 ) -> None:
     from batchpoint.demo.payments import SOURCE_ROOT
     from batchpoint.demo.payments_data import write_epoch_files
-    from batchpoint.ops.epoch import LocalEpochRunner
+    from batchpoint.ops.local_epoch import LocalEpochRunner
 
     ref = StoreRef.of(root)
     runner = LocalEpochRunner(build_pipeline(), ref, spark)

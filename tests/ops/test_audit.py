@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from batchpoint.ops.audit import audit_then_finalize, run_audited_epoch
+from batchpoint.ops.audit import audit_then_finalize
+from batchpoint.ops.local_epoch import run_audited_epoch
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.quality.findings import Check
 from support.bad_deploys import buggy_balances, deploy, deploy_fixed, negative_counts

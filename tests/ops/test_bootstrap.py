@@ -10,6 +10,7 @@ import pytest
 from batchpoint.errors import CheckpointError, PipelineSpecError
 from batchpoint.ops.dataframes import read_state, write_savepoint
 from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint, read_savepoint
+from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.settings import Settings
 from batchpoint.spark import keyed_io
 from batchpoint.state.keygroups import key_group_range_for_subtask
@@ -49,7 +50,7 @@ def test_a_bootstrapped_savepoint_restores_and_continues_exactly_once(
     assert run.runner is not None
     driver = run.runner.driver
     imported = driver.coordinator.savepoints.import_folder(folder)
-    driver.restore(imported.checkpoint_id)
+    restore_checkpoint(driver, imported.checkpoint_id)
     got = run.state(imported.checkpoint_id)
     pd.testing.assert_frame_equal(got, before[list(got.columns)], check_dtype=False)
 

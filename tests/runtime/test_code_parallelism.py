@@ -12,6 +12,7 @@ import pytest
 from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.driver import in_force, max_parallelism_changes
+from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.storage import StoreRef
 from support.deploys import Deploys, reference
 
@@ -65,7 +66,7 @@ def test_a_deploy_rescales_by_key_group_at_the_next_epoch_exactly_once(spark, tm
     counted(1)
     assert run.runner is not None
     head = run.runner.driver.coordinator.head.get().checkpoint_id
-    run.runner.driver.restore(head, parallelism={"aggregate": 1})
+    restore_checkpoint(run.runner.driver, head, {"aggregate": 1})
     assert subtasks(run.epoch(2)) == {1}, "a rescaling restore's parallelism must persist"
     run.deploy(parallelism=2)
     assert subtasks(run.epoch(3)) == {2}

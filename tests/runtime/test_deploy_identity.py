@@ -22,11 +22,12 @@ import pyarrow as pa
 import pytest
 
 from batchpoint.errors import DeployRefused, TriggerRefused
-from batchpoint.ops.epoch import EpochResult, LocalEpochRunner
+from batchpoint.ops.local_epoch import EpochResult, LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.deploy_plan import Verdict
 from batchpoint.runtime.api import OperatorContext, Pipeline, State
+from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
@@ -267,9 +268,9 @@ def test_a_restore_into_code_that_drops_state_needs_the_allowance(
     completed(d.epoch())
     runner = d.deploy(build(states={"totals": TOTALS}))
     with pytest.raises(DeployRefused, match="--allow-non-restored-state"):
-        runner.driver.restore(1)
+        restore_checkpoint(runner.driver, 1)
     assert runner.driver.coordinator.head.get().checkpoint_id == 2  # nothing moved
-    runner.driver.restore(1, allow_non_restored_state=True)
+    restore_checkpoint(runner.driver, 1, allow_non_restored_state=True)
     # the first trigger after it is on checkpoint 1, allowed by the restore
     completed(d.epoch())
     same(d.state("aggregate"), d.reference())  # files 1 and 2 read once, after file 0

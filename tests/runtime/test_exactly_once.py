@@ -24,6 +24,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint
 from batchpoint.runtime.faults import InjectedFaults, InjectedKill
+from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.runtime.streams import reads_channel
 from support.payments import PaymentsRun
 
@@ -232,7 +233,7 @@ def test_rescaling_4_to_3_to_6(make_run: Callable[..., PaymentsRun]) -> None:
     run.epoch(0)
     run.epoch(1)
     for parallelism in (3, 6):
-        run.runner.driver.restore(None, {"dedup": parallelism, "balances": parallelism})
+        restore_checkpoint(run.runner.driver, None, {"dedup": parallelism, "balances": parallelism})
         result = run.epoch(2 if parallelism == 3 else 3)
         assert sum(t.startswith("dedup#") for t in result.pending.expected_tasks) == parallelism
         run.assert_matches_reference()
@@ -279,7 +280,7 @@ def test_channels_are_collected_once_the_epoch_completes(
     assert not any(run.store.exists(p) for p in channels - durable)
     assert all(run.store.exists(p) for p in durable)
     # without its channels the checkpoint still restores, and exports a whole savepoint
-    run.runner.driver.restore(1)
+    restore_checkpoint(run.runner.driver, 1)
     target = SavepointLocation(run.store, "savepoints/after-gc")
     report = c.savepoints.export(1, target)
     assert report.files == len(durable) and check_savepoint(target) == []

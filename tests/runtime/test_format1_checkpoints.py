@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.state.format import FORMAT_VERSION, StateHandle
 from support.payments import PaymentsRun
 
@@ -50,7 +51,7 @@ def test_a_format_1_checkpoint_restores_at_a_new_parallelism(
     make_run: Callable[..., PaymentsRun], format1_store: Path
 ) -> None:
     run = make_run(copy_from=format1_store)
-    run.runner.driver.restore(1, {"dedup": 3, "balances": 3})
+    restore_checkpoint(run.runner.driver, 1, {"dedup": 3, "balances": 3})
     result = run.epoch(1)
     assert sum(t.startswith("balances#") for t in result.pending.expected_tasks) == 3
     run.assert_matches_reference()

@@ -25,6 +25,7 @@ from batchpoint.protocol.savepoints import (
     check_savepoint,
 )
 from batchpoint.protocol.verify import check_handles
+from batchpoint.runtime.restore import restore_checkpoint
 from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -111,7 +112,7 @@ def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
 
     # Restore 3: its state reaches back through 2's and 1's files, and the epochs after
     # it are counted exactly once.
-    run.runner.driver.restore(3)
+    restore_checkpoint(run.runner.driver, 3)
     five = _epoch(run, 4)
     assert _layers(five, "seen") == {0, 1, 2, 3}
     run.assert_matches_reference()
@@ -126,7 +127,7 @@ def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
     assert not _shared(imported) and _layers(imported, "seen") == {0, 1, 2, 3}
     own = c.layout.data_prefix(imported.checkpoint_id)
     assert all(h.path.startswith(own) for h in imported.durable_handles)
-    run.runner.driver.restore(imported.checkpoint_id)
+    restore_checkpoint(run.runner.driver, imported.checkpoint_id)
     after = _epoch(run, 5)
     assert _layers(after) == {0} and INDEPENDENT_OF_BASE in after.pending.properties
     run.assert_matches_reference()
@@ -149,7 +150,7 @@ def test_full_snapshots_start_a_chain_where_sharing_must_not_happen(
     assert _layers(_epoch(run, 6)) == {0, 1}
     # A rescale restore writes in full at the new parallelism.
     head = run.runner.driver.coordinator.head.get().checkpoint_id
-    run.runner.driver.restore(head, parallelism={"balances": 3})
+    restore_checkpoint(run.runner.driver, head, {"balances": 3})
     rescaled = _epoch(run, 7)
     assert {
         int(h.meta.get("layer", 0)) for h in _state_files(rescaled) if "balances" in h.name

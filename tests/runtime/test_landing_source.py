@@ -17,7 +17,7 @@ from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.demo.payments_reference import compute_reference
 from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import PipelineSpecError
-from batchpoint.ops.epoch import LocalEpochRunner
+from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.storage import StoreRef

@@ -16,7 +16,7 @@ from batchpoint.demo.payments import SOURCE_ROOT
 from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.demo.payments_reference import compute_reference, input_files, read_events
 from batchpoint.errors import TriggerRefused
-from batchpoint.ops.epoch import LocalEpochRunner
+from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.deploy_plan import DeployPlan, PlanEntry, Verdict

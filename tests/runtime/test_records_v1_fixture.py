@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.runtime.restore import RestorePlanner
+from batchpoint.runtime.restore import RestorePlanner, restore_checkpoint
 from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -51,7 +51,7 @@ def test_a_version_1_chain_and_its_exported_savepoint_restore(
 ) -> None:
     run = make_run(copy_from=v1_store)
     driver = run.runner.driver
-    driver.restore(3)  # through the chain of shared files of 2 and 1
+    restore_checkpoint(driver, 3)  # through the chain of shared files of 2 and 1
     run.assert_matches_reference()
     run.epoch(4)
     run.assert_matches_reference()

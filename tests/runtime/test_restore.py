@@ -12,6 +12,8 @@ from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.restorer import CheckpointRestorer
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import (
@@ -19,6 +21,7 @@ from batchpoint.runtime.restore import (
     RestorePlanner,
     RestoreSource,
     parse_parallelism,
+    restore_checkpoint,
 )
 from batchpoint.storage import StoreRef
 
@@ -136,3 +139,34 @@ def test_a_savepoint_path_is_imported_then_restored(driver):
     assert driver.sinks.manifest("balances_table").current == 4  # published at once
     uri = driver.store.child("savepoints/x")
     assert RestorePlanner(driver).plan(uri).chosen.kind == "savepoint"  # or a URI
+
+
+def test_a_restore_examines_its_target_once(driver, monkeypatch):
+    epoch(driver)
+    epoch(driver)
+    looked = []
+    real = CheckpointRestorer.check_files
+
+    def counted(self, examined, checksums):
+        looked.append((examined.checkpoint_id, checksums))
+        return real(self, examined, checksums)
+
+    monkeypatch.setattr(CheckpointRestorer, "check_files", counted)
+    applied = restore_checkpoint(driver)
+    assert (applied.checkpoint_id, applied.restore_generation) == (2, 1)
+    assert looked == [(2, True)]  # the plan's look, sha256 included; the restore moves on it
+
+
+def test_a_target_that_leaves_the_retained_set_after_its_plan_changes_nothing(tmp_path):
+    config = CheckpointConfig(num_retained=1)
+    driver = PipelineDriver(build_pipeline(), StoreRef.of((tmp_path / "s").as_uri()), config)
+    epoch(driver)
+    planner = RestorePlanner(driver)
+    plan = planner.plan("1")
+    assert plan.chosen.checkpoint_id == 1
+    epoch(driver)  # one checkpoint retained: 1 is subsumed
+    assert driver.coordinator.completed.retained_ids() == [2]
+    with pytest.raises(RestoreRefused, match="left the retained set while restoring"):
+        planner.apply(plan)
+    head = driver.coordinator.head.get()
+    assert (head.checkpoint_id, head.restore_generation) == (2, 0)

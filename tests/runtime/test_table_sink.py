@@ -19,6 +19,7 @@ from batchpoint.demo.payments_reference import compute_reference
 from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.runtime.faults import InjectedKill
+from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.tables.iceberg import IcebergSinkTable
 from batchpoint.tables.service import sink_table
 from support.payments import PaymentsRun
@@ -114,7 +115,7 @@ def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
 
     # Restore to the second checkpoint; a new epoch continues from it.
     target = completed[1]
-    driver.restore(target)
+    restore_checkpoint(driver, target)
     completed.append(run.epoch(6).checkpoint_id)
     history = table.history()
     tail = [(c.checkpoint_id, c.operation) for c in history][-2:]

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from batchpoint.ops.epoch import LocalEpochRunner
+from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.sinks import read_sink_table

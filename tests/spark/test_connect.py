@@ -17,7 +17,7 @@ import pytest
 
 from batchpoint.demo.payments import build_pipeline
 from batchpoint.devstack.seaweed import SeaweedServer
-from batchpoint.ops.epoch import LocalEpochRunner
+from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.storage import StoreRef

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from batchpoint.ops.epoch import EpochResult, LocalEpochRunner
+from batchpoint.ops.local_epoch import EpochResult, LocalEpochRunner
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.runtime.api import OperatorContext, Pipeline, State
 from batchpoint.storage import StoreRef

@@ -14,7 +14,7 @@ import pandas as pd
 from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
 from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.demo.payments_reference import PaymentsReference, compute_reference
-from batchpoint.ops.epoch import EpochResult, LocalEpochRunner
+from batchpoint.ops.local_epoch import EpochResult, LocalEpochRunner
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import PipelineLayout

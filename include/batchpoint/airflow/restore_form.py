@@ -3,6 +3,9 @@ the table of them in the DAG's docs."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import Param
@@ -14,145 +17,141 @@ from batchpoint.runtime.restore import ungated_phrase
 GATE_SECTION = "Quality gate"
 
 
+@dataclass(frozen=True)
+class FormField:
+    """One field of the form: its Param and, when the DAG's docs explain it, its row
+    there. `description` and `doc` are format strings: `{phrase}` is the typed
+    confirmation, `{declared}` what the gate could skip (a literal brace is doubled)."""
+
+    name: str
+    default: Any
+    title: str
+    description: str
+    schema: Mapping[str, Any]
+    section: str | None = None
+    doc: str | None = None  # the meaning in the docs' table
+
+
+FIELDS: tuple[FormField, ...] = (
+    FormField(
+        "source",
+        "latest",
+        "Restore from",
+        "latest (the newest retained checkpoint that passes the checks, else older ones), "
+        "a checkpoint id, or a savepoint folder (s3://..., file:///..., or a path under the "
+        "storage root).",
+        {"type": "string", "minLength": 1},
+    ),
+    FormField(
+        "parallelism",
+        None,
+        "New parallelism",
+        "Empty: keep it. An integer: every operator and sink. An object: per operator, "
+        'e.g. {{"balances": 4}}.',
+        {"type": ["null", "integer", "object"]},
+    ),
+    FormField(
+        "dry_run",
+        False,
+        "Dry run",
+        "Only check the candidates and report; change nothing: no restore, no quarantine, "
+        "no stored quality report.",
+        {"type": "boolean"},
+        doc="check and report only: nothing restored, quarantined or stored",
+    ),
+    FormField(
+        "claim",
+        False,
+        "Claim the restored checkpoint",
+        "CLAIM mode: the pipeline takes ownership of what it restores, so retention drops "
+        "it (and GC deletes its files) once newer checkpoints complete, even a savepoint. "
+        "Off (NO_CLAIM): it stays retained as it was. A savepoint folder is copied in and "
+        "never deleted either way.",
+        {"type": "boolean"},
+        doc="CLAIM mode: retention may drop it (and GC its files) once newer checkpoints "
+        "complete, even a savepoint; off (NO_CLAIM, the default): it stays as retained",
+    ),
+    FormField(
+        "allow_non_restored_state",
+        False,
+        "Allow non-restored state",
+        "Restore even though the code leaves state of the checkpoint unrestored (an "
+        "operator, a state or a sink it no longer declares, or renamed without its uid). "
+        "Off: such a restore is refused, naming each; the check task logs the deploy plan "
+        "(as `batchpoint plan` prints it).",
+        {"type": "boolean"},
+        doc="restore even though the code leaves state of the checkpoint unrestored; off "
+        "(the default): refused, the check task logs the deploy plan",
+    ),
+    FormField(
+        "quality_gate",
+        True,
+        "Quality gate",
+        "Check each candidate's integrity and state suites before restoring it. Turning it "
+        "off checks only that the files are there, and needs the confirmation below.",
+        {"type": "boolean"},
+        GATE_SECTION,
+        "on by default; a candidate the gate fails is quarantined (never offered again "
+        "until released)",
+    ),
+    FormField(
+        "confirm_ungated",
+        "",
+        "Confirm a restore without the gate",
+        'Only with the quality gate off: type exactly "{phrase}".',
+        {"type": "string"},
+        GATE_SECTION,
+        "with the gate off, type exactly `{phrase}`, else `check` fails at once",
+    ),
+    FormField(
+        "max_candidates",
+        None,
+        "How far back",
+        "For latest: examine at most this many of the newest retained checkpoints "
+        "(quarantined ones included). Empty: all of them.",
+        {"type": ["null", "integer"], "minimum": 1},
+        GATE_SECTION,
+        "for *latest*: at most this many of the newest retained checkpoints (empty: all)",
+    ),
+    FormField(
+        "skip_suites",
+        [],
+        "Suites to skip",
+        "Suites, checks or operator/state names the gate does not run for this restore. {declared}",
+        {"type": "array", "items": {"type": "string"}},
+        GATE_SECTION,
+        "suite, check or `operator/state` names the gate does not run; unknown names fail `check`",
+    ),
+)
+
+
 def restore_params(pipeline: Pipeline) -> dict[str, Param]:
     """The restore DAG's trigger form. Every value is plain JSON (the Airflow 3 UI builds
     the form from the params' JSON schema); the check task validates them again."""
     skippable = skippable_names(pipeline, quality_of(pipeline))
-    skip_extra: dict[str, Any] = {"examples": skippable} if skippable else {}
-    return {
-        "source": Param(
-            "latest",
-            type="string",
-            minLength=1,
-            title="Restore from",
-            description=(
-                "latest (the newest retained checkpoint that passes the checks, else "
-                "older ones), a checkpoint id, or a savepoint folder (s3://..., "
-                "file:///..., or a path under the storage root)."
-            ),
-        ),
-        "parallelism": Param(
-            None,
-            type=["null", "integer", "object"],
-            title="New parallelism",
-            description=(
-                "Empty: keep it. An integer: every operator and sink. An object: "
-                'per operator, e.g. {"balances": 4}.'
-            ),
-        ),
-        "dry_run": Param(
-            False,
-            type="boolean",
-            title="Dry run",
-            description=(
-                "Only check the candidates and report; change nothing: no restore, no "
-                "quarantine, no stored quality report."
-            ),
-        ),
-        "claim": Param(
-            False,
-            type="boolean",
-            title="Claim the restored checkpoint",
-            description=(
-                "CLAIM mode: the pipeline takes ownership of what it restores, so "
-                "retention drops it (and GC deletes its files) once newer checkpoints "
-                "complete, even a savepoint. Off (NO_CLAIM): it stays retained as it was. "
-                "A savepoint folder is copied in and never deleted either way."
-            ),
-        ),
-        "allow_non_restored_state": Param(
-            False,
-            type="boolean",
-            title="Allow non-restored state",
-            description=(
-                "Restore even though the code leaves state of the checkpoint unrestored "
-                "(an operator, a state or a sink it no longer declares, or renamed "
-                "without its uid). Off: such a restore is refused, naming each; the "
-                "check task logs the deploy plan (as `batchpoint plan` prints it)."
-            ),
-        ),
-        "quality_gate": Param(
-            True,
-            type="boolean",
-            title="Quality gate",
-            description=(
-                "Check each candidate's integrity and state suites before restoring it. "
-                "Turning it off checks only that the files are there, and needs the "
-                "confirmation below."
-            ),
-            section=GATE_SECTION,
-        ),
-        "confirm_ungated": Param(
-            "",
-            type="string",
-            title="Confirm a restore without the gate",
-            description=(
-                f'Only with the quality gate off: type exactly "{ungated_phrase(pipeline.name)}".'
-            ),
-            section=GATE_SECTION,
-        ),
-        "max_candidates": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            title="How far back",
-            description=(
-                "For latest: examine at most this many of the newest retained checkpoints "
-                "(quarantined ones included). Empty: all of them."
-            ),
-            section=GATE_SECTION,
-        ),
-        "skip_suites": Param(
-            [],
-            type="array",
-            items={"type": "string"},
-            title="Suites to skip",
-            description=(
-                "Suites, checks or operator/state names the gate does not run for this "
-                "restore. "
-                + (
-                    f"Declared: {', '.join(skippable)}."
-                    if skippable
-                    else "This pipeline declares none."
-                )
-            ),
-            section=GATE_SECTION,
-            **skip_extra,
-        ),
+    words = {
+        "phrase": ungated_phrase(pipeline.name),
+        "declared": f"Declared: {', '.join(skippable)}."
+        if skippable
+        else "This pipeline declares none.",
     }
+    params = {}
+    for field in FIELDS:
+        extra: dict[str, Any] = dict(field.schema)
+        if field.section is not None:
+            extra["section"] = field.section
+        if field.name == "skip_suites" and skippable:
+            extra["examples"] = skippable
+        params[field.name] = Param(
+            copy.deepcopy(field.default),
+            title=field.title,
+            description=field.description.format(**words),
+            **extra,
+        )
+    return params
 
 
 def restore_form_table(pipeline: Pipeline) -> str:
-    rows = [
-        ("Dry run", "check and report only: nothing restored, quarantined or stored"),
-        (
-            "Claim the restored checkpoint",
-            "CLAIM mode: retention may drop it (and GC its files) once newer checkpoints "
-            "complete, even a savepoint; off (NO_CLAIM, the default): it stays as retained",
-        ),
-        (
-            "Allow non-restored state",
-            "restore even though the code leaves state of the checkpoint unrestored; off "
-            "(the default): refused, the check task logs the deploy plan",
-        ),
-        (
-            "Quality gate",
-            "on by default; a candidate the gate fails is quarantined (never offered "
-            "again until released)",
-        ),
-        (
-            "Confirm a restore without the gate",
-            f"with the gate off, type exactly `{ungated_phrase(pipeline.name)}`, "
-            "else `check` fails at once",
-        ),
-        (
-            "How far back",
-            "for *latest*: at most this many of the newest retained checkpoints (empty: all)",
-        ),
-        (
-            "Suites to skip",
-            "suite, check or `operator/state` names the gate does not run; unknown names "
-            "fail `check`",
-        ),
-    ]
+    phrase = ungated_phrase(pipeline.name)
+    rows = [(f.title, f.doc.format(phrase=phrase)) for f in FIELDS if f.doc is not None]
     return "| field | meaning |\n|---|---|\n" + "\n".join(f"| *{k}* | {v} |" for k, v in rows)

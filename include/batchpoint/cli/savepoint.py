@@ -13,7 +13,8 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id
 from batchpoint.errors import BatchpointError
-from batchpoint.ops.savepoints import dispose, take_savepoint
+from batchpoint.ops.local_epoch import take_savepoint
+from batchpoint.ops.savepoints import dispose
 
 
 def cmd_savepoint(cmd: Command) -> int:

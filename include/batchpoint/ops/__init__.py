@@ -10,17 +10,18 @@ from batchpoint.ops.audit import (
     AuditResult,
     audit_then_finalize,
     audited_properties,
-    run_audited_epoch,
     trigger_audited,
 )
-from batchpoint.ops.epoch import (
-    EpochResult,
+from batchpoint.ops.epoch import Finalized, expire, finalize
+from batchpoint.ops.epoch_executor import EpochExecutor, EpochResult, SavepointExport
+from batchpoint.ops.epoch_plan import (
+    EpochPlan,
+    EpochSettings,
     EpochTask,
-    Finalized,
-    LocalEpochRunner,
+    EpochTaskId,
+    TaskKind,
     epoch_tasks,
-    expire,
-    finalize,
+    plan_epoch,
 )
 from batchpoint.ops.gates import (
     GateChoice,
@@ -37,6 +38,12 @@ from batchpoint.ops.inspect import (
     list_checkpoints,
     pipeline_stats,
     show_checkpoint,
+)
+from batchpoint.ops.local_epoch import (
+    LocalEpochRunner,
+    run_audited_epoch,
+    run_savepoint_epoch,
+    take_savepoint,
 )
 from batchpoint.ops.maintenance import (
     ResetResult,
@@ -61,13 +68,7 @@ from batchpoint.ops.runs import (
     settle_run,
     trigger_for_run,
 )
-from batchpoint.ops.savepoints import (
-    ExportResult,
-    export,
-    import_folder,
-    run_savepoint_epoch,
-    take_savepoint,
-)
+from batchpoint.ops.savepoints import ExportResult, export, import_folder
 from batchpoint.ops.verify import (
     FileCheck,
     Verification,
@@ -81,8 +82,12 @@ __all__ = [
     "AuditResult",
     "CheckpointDetail",
     "CheckpointHistory",
+    "EpochExecutor",
+    "EpochPlan",
     "EpochResult",
+    "EpochSettings",
     "EpochTask",
+    "EpochTaskId",
     "ExportResult",
     "FileCheck",
     "Finalized",
@@ -92,6 +97,8 @@ __all__ = [
     "ResetResult",
     "RestoreRun",
     "RunSettlement",
+    "SavepointExport",
+    "TaskKind",
     "UnknownPipeline",
     "Verification",
     "apply_restore",
@@ -118,6 +125,7 @@ __all__ = [
     "pipeline_code",
     "pipeline_names",
     "pipeline_stats",
+    "plan_epoch",
     "quarantined",
     "release_quarantine",
     "require_pipeline",

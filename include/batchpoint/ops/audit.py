@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from batchpoint.ops.epoch import EpochResult, LocalEpochRunner
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointOutcome,
@@ -110,15 +109,3 @@ def audit_then_finalize(
         return AuditResult(checkpoint_id, None, report)
     published = driver.notify_complete(checkpoint_id) if decided.completed is not None else []
     return AuditResult(checkpoint_id, decided, report, published)
-
-
-def run_audited_epoch(
-    runner: LocalEpochRunner, gate: QualityGate
-) -> tuple[EpochResult, AuditResult]:
-    """One in-process epoch whose checkpoint is audited before it completes."""
-    pending = trigger_audited(runner.driver)
-    result = EpochResult(pending, None)
-    result.reports = runner.run_operators(pending.checkpoint_id)
-    audit = audit_then_finalize(runner.driver, pending.checkpoint_id, gate)
-    result.outcome, result.published = audit.outcome, audit.published
-    return result, audit

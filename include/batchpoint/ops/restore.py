@@ -13,10 +13,10 @@ from typing import Any
 from batchpoint.ops.gates import GateChoice
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import (
+    AppliedRestore,
     GateOptions,
     RestorePlan,
     RestorePlanner,
-    RestoreResult,
     RestoreSource,
 )
 
@@ -33,7 +33,7 @@ class RestoreRun:
     gate: GateChoice
     options: GateOptions
     dry_run: bool
-    result: RestoreResult | None = None  # None: refused, or a dry run
+    result: AppliedRestore | None = None  # None: refused, or a dry run
 
     @property
     def restored(self) -> bool:
@@ -116,7 +116,7 @@ def apply_restore(
     savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
     allow_non_restored_state: bool = False,
-) -> RestoreResult:
+) -> AppliedRestore:
     """Restore to what an earlier check chose (`RestoreRun.to_json()["restore"]`). It is
     checked again without the gate (it passed already): the files must still be there,
     and 'latest' must not slide to a newer checkpoint meanwhile."""

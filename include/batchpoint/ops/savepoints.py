@@ -1,8 +1,9 @@
-"""Savepoints: take one (trigger a SAVEPOINT epoch, run it in-process on local Spark,
-finalize and publish), export a completed checkpoint to a folder, import a folder.
+"""Savepoints: export a completed checkpoint to a folder, dispose of a retained one,
+import a folder.
 
-The savepoint DAG runs the same steps as tasks: its trigger, the epoch's operator tasks
-and finalize, then `export` (ExportSavepointOperator)."""
+Taking one is an epoch, planned as any other (`epoch_plan.py`: a SAVEPOINT trigger, the
+operator tasks, finalize, then the export): the savepoint DAG renders that plan, and
+`batchpoint savepoint` runs it in this process (`local_epoch.take_savepoint`)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import BatchpointError
-from batchpoint.ops.epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType, CompletedCheckpoint
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.savepoints import SavepointLocation, default_savepoint_prefix
-from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.restore import savepoint_location
-from batchpoint.runtime.runner import OperatorFailed
-from batchpoint.settings import Settings
 
 Progress = Callable[[str], None]
 
@@ -94,88 +91,6 @@ def export(
         report.files,
         report.bytes,
         round(time.monotonic() - started, 3),
-    )
-
-
-def run_savepoint_epoch(
-    pipeline: Pipeline,
-    settings: Settings,
-    *,
-    description: str = "",
-    via: str = "cli",
-    stop: bool = False,
-    progress: Progress = _quiet,
-    allow_non_restored_state: bool = False,
-) -> int:
-    """Trigger a savepoint, run the epoch on local Spark (settings.spark_master),
-    finalize and publish it; its id. A BatchpointError when it does not complete.
-    `stop`: a stop-with-savepoint (protocol/stopping.py): no checkpoint starts after it
-    until `batchpoint resume` or a restore. `allow_non_restored_state`: the deploy may leave
-    state of its base unrestored."""
-    # Here, not at the top: batchpoint.spark imports pyspark, which no other verb needs.
-    from batchpoint.spark.session import spark_session
-
-    progress(f"starting Spark ({settings.spark_master})")
-    spark = spark_session(f"batchpoint-savepoint-{pipeline.name}", settings.spark_master)
-    runner = LocalEpochRunner(
-        pipeline,
-        settings.store_ref,
-        spark,
-        settings.checkpoint,
-        log=lambda line: progress(f"  {line}"),
-    )
-    pending = runner.driver.trigger(
-        CheckpointType.SAVEPOINT,
-        properties={"description": description, "via": via, "stop_pipeline": stop},
-        allow_non_restored_state=allow_non_restored_state,
-    )
-    cid = pending.checkpoint_id
-    progress(f"savepoint {cid} triggered (base {pending.base_checkpoint_id})")
-    try:
-        runner.run_operators(cid, progress=progress)
-    except OperatorFailed as exc:
-        raise BatchpointError(f"savepoint {cid} declined: {exc}") from None
-    outcome, published = runner.complete(cid)
-    if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
-        message = outcome.message if outcome else "not every task acknowledged"
-        raise BatchpointError(f"savepoint {cid} did not complete: {message}")
-    progress(f"savepoint {cid} completed; published {', '.join(published) or 'nothing new'}")
-    return cid
-
-
-def take_savepoint(
-    pipeline: Pipeline,
-    settings: Settings,
-    *,
-    target: str | None = None,
-    description: str = "",
-    checkpoint_id: int | None = None,
-    stop: bool = False,
-    progress: Progress = _quiet,
-    allow_non_restored_state: bool = False,
-) -> ExportResult:
-    """Run one epoch as a savepoint and export it; with `checkpoint_id`, export that
-    completed checkpoint instead of running an epoch. `stop`: a stop-with-savepoint."""
-    if checkpoint_id is None:
-        checkpoint_id = run_savepoint_epoch(
-            pipeline,
-            settings,
-            description=description,
-            stop=stop,
-            progress=progress,
-            allow_non_restored_state=allow_non_restored_state,
-        )
-    coordinator = CheckpointCoordinator(
-        settings.store_ref.open(), pipeline.name, settings.checkpoint
-    )
-    return export(
-        coordinator,
-        checkpoint_id,
-        target,
-        store_options=settings.store_options,
-        description=description,
-        roots=settings.savepoint_roots,
-        progress=progress,
     )
 
 

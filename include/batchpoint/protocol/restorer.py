@@ -169,6 +169,30 @@ class CheckpointRestorer:
             f"pipeline '{self._pipeline}': no retained checkpoint can be restored ({listed})"
         )
 
+    def restore_examined(
+        self, examined: Examination, *, claim: bool = False, allow_non_restored_state: bool = False
+    ) -> RestoreResult:
+        """Move the head to a target the caller examined (`examine`; or an import, which
+        completes a checkpoint only once its files check out): that verdict is the
+        validation, not repeated here. What only the CAS can hold is: the target must
+        still be retained when the head moves, or nothing changes (RestoreRefused).
+        `claim` and `allow_non_restored_state` as for `restore`."""
+        cid = examined.checkpoint_id
+        if not examined.restorable:
+            raise RestoreRefused(
+                f"checkpoint {cid} of pipeline '{self._pipeline}' cannot be restored: "
+                f"{examined.problem}"
+            )
+        self.finish()
+        moved = self._move(cid, claim, allow_non_restored_state)
+        if moved is None:
+            raise RestoreRefused(
+                f"checkpoint {cid} of pipeline '{self._pipeline}' left the retained set "
+                "while restoring (nothing changed)"
+            )
+        self.finish()
+        return RestoreResult(HeadPointer.of(moved))
+
     def problem(self, checkpoint_id: int, checksums: bool) -> str | None:
         """Why a retained checkpoint must not be restored, or None."""
         return self.examine(checkpoint_id, checksums).problem

@@ -1,5 +1,7 @@
-"""The coordinator's side of an epoch, outside any scheduler: the graph in force,
-trigger (capturing every source's barrier), publish, restore. The use cases built on it
+"""The coordinator's side of an epoch, outside any scheduler: the graph in force (and
+rescaling it), trigger (capturing every source's barrier), publish and the table sinks'
+sync. A restore is planned and applied by runtime/restore.py (`RestorePlanner`,
+`restore_checkpoint`): the one restore path. The use cases built on it
 (finalize-and-publish, settle a run, gc, ...) are in `batchpoint.ops`."""
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from batchpoint.errors import (
     CheckpointNotFound,
     DeployRefused,
     PipelineSpecError,
-    RecordError,
-    RestoreRefused,
 )
 from batchpoint.protocol.checkpoint import (
     CheckpointType,
@@ -25,7 +25,6 @@ from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
 from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.pipeline import PipelineSpec
-from batchpoint.protocol.restorer import RestoreResult
 from batchpoint.runtime.api import OperatorDef, Pipeline, SinkDef
 from batchpoint.runtime.deploy import BaseCheck, code_topology, completed_checkpoint, plan_on
 from batchpoint.storage import StoreRef
@@ -207,8 +206,8 @@ class PipelineDriver:
         return published
 
     def sync_tables(self) -> list[SyncReport]:
-        """Bring the table sinks' tables to their manifests (after a publish or a
-        restore; idempotent): one table commit per published checkpoint."""
+        """Bring the table sinks' tables to their manifests (after a publish, which a
+        restore ends with; idempotent): one table commit per published checkpoint."""
         bindings = {s.name: s.table for s in self.pipeline.sinks.values() if s.table}
         if not bindings:
             return []
@@ -216,55 +215,7 @@ class PipelineDriver:
 
         return sync_tables(self.store_ref, self.pipeline.name, bindings)
 
-    # -- restore -------------------------------------------------------------------
-
-    def restore(
-        self,
-        checkpoint_id: int | None = None,
-        parallelism: Mapping[str, int] | None = None,
-        *,
-        checksums: bool | None = None,
-        claim: bool = False,
-        allow_non_restored_state: bool = False,
-    ) -> RestoreResult:
-        """Move the head (one CAS, the target validated: retained, unquarantined, files
-        intact) and rewind every sink; `claim` takes ownership of the target (CLAIM
-        mode); see protocol/restorer.py. The code's deploy plan on the target is checked
-        first: state the code would leave unrestored refuses the restore unless
-        `allow_non_restored_state` (recorded, so the first trigger after it honours it)."""
-        if checkpoint_id is not None and not self._has_checkpoint(checkpoint_id):
-            raise RestoreRefused(
-                f"pipeline '{self.pipeline.name}' has no checkpoint {checkpoint_id}"
-            )
-        if checkpoint_id is not None:
-            self.check_restore(checkpoint_id, parallelism, allow_non_restored_state)
-        result = self.coordinator.restore(
-            checkpoint_id,
-            checksums=checksums,
-            claim=claim,
-            allow_non_restored_state=allow_non_restored_state,
-        )
-        if parallelism:
-            self.rescale(parallelism)
-        self.sync_tables()  # the tables rewind with the sinks' manifests
-        return result
-
-    def check_restore(
-        self,
-        checkpoint_id: int,
-        parallelism: Mapping[str, int] | None = None,
-        allow_non_restored_state: bool = False,
-    ) -> DeployPlan | None:
-        """Refuse (DeployRefused) a restore of the code on a checkpoint whose plan is
-        not deployable. None when the target's records cannot be read here (the
-        restorer refuses it then, naming the damage)."""
-        try:
-            completed = completed_checkpoint(self.coordinator, checkpoint_id)
-        except RecordError:
-            return None
-        if completed is None:
-            return None
-        return self.check_deploy(completed, parallelism, allow_non_restored_state)
+    # -- a restore's deploy check ---------------------------------------------------
 
     def check_deploy(
         self,
@@ -273,7 +224,8 @@ class PipelineDriver:
         allow_non_restored_state: bool = False,
     ) -> DeployPlan:
         """The plan of the code on `completed` (a checkpoint or a savepoint's), or
-        DeployRefused naming each problem and how to allow it."""
+        DeployRefused naming each problem and how to allow it: what a restore
+        (`RestorePlanner.apply`) checks before it imports or moves anything."""
         checkpoint_id = completed.checkpoint_id
         spec = self.current_spec()
         if parallelism:
@@ -289,9 +241,3 @@ class PipelineDriver:
                 plan,
             )
         return plan
-
-    def _has_checkpoint(self, checkpoint_id: int) -> bool:
-        try:
-            return self.coordinator.status(checkpoint_id) is not None
-        except RecordError:
-            return True  # damaged records: the restorer refuses it, naming the damage

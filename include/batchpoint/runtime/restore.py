@@ -1,20 +1,25 @@
 """Restores: choose what to roll back to, check it is fit, then move the pipeline there.
+The one restore path: `batchpoint restore`, the restore DAG's check and restore tasks,
+`ops.restore`, the quality gate's `gated_restore` and `restore_checkpoint` all plan and
+apply here.
 
     planner = RestorePlanner(driver, gate=my_gate)
     plan = planner.plan("latest", parallelism={"balances": 4})   # reads only
-    result = planner.apply(plan)                                # head, sinks, parallelism
+    applied = planner.apply(plan)                               # head, sinks, parallelism
 
 A source is `latest` (the newest retained checkpoint or savepoint that passes the checks,
 falling back to older ones when it does not), a checkpoint id, or a savepoint folder (a
-URI, or a path under the storage root). Every candidate is checked for integrity (not
-quarantined, its outcome record readable, each referenced file present with its recorded
-size, and checksum when asked) and then by the optional quality gate: any callable that
-takes the candidate and returns a GateResult. A retained checkpoint whose records or
-files prove it damaged is quarantined with that finding (protocol/restorer.py), unless
-the planner is told to record nothing (a dry run).
-The restore DAG and `batchpoint restore` share this module; neither imports Airflow here.
-What a restore is asked (source, parallelism, the gate's options) is parsed in
-restore_options.py; its names are importable from here too.
+URI, or a path under the storage root). Every candidate is checked once, for integrity
+(the protocol restorer's `examine`: not quarantined, its outcome record readable, each
+referenced file present with its recorded size, and checksum when asked; a savepoint
+folder: its files), then by the optional quality gate: any callable that takes the
+candidate and returns a GateResult (restore_gate.py). `apply` moves the head on that
+verdict (the compare-and-swap only requires the target still retained), then publishes
+and syncs the table sinks once. A retained checkpoint whose records or files prove it
+damaged is quarantined with that finding (protocol/restorer.py), unless the planner is
+told to record nothing (a dry run). Nothing here imports Airflow. What a restore is
+asked (source, parallelism, the gate's options) is parsed in restore_options.py; its
+names, and restore_gate.py's, are importable from here too.
 
 What the restore form asks of the gate is a `GateOptions`: the gate on (default) or off,
 which needs a typed confirmation (`ungated_phrase`); how far back `latest` may look
@@ -24,15 +29,13 @@ run, which a configurable gate (`ConfigurableGate`) is told so that it records n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
-from batchpoint.protocol.checkpoint import CheckpointType, CompletedCheckpoint
-from batchpoint.protocol.head import HeadPointer
+from batchpoint.protocol.restorer import Examination, RestoreResult
 from batchpoint.protocol.savepoints import (
-    SavepointLocation,
     check_savepoint,
     confined,
     default_savepoint_roots,
@@ -40,6 +43,13 @@ from batchpoint.protocol.savepoints import (
     read_savepoint,
 )
 from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.runtime.restore_gate import (
+    ConfigurableGate,
+    GateResult,
+    RestoreCandidate,
+    RestoreGate,
+    configure_gate,
+)
 from batchpoint.runtime.restore_options import (
     GateOptions,
     RestoreSource,
@@ -50,9 +60,9 @@ from batchpoint.runtime.restore_options import (
     savepoint_location,
     ungated_phrase,
 )
-from batchpoint.storage.base import ObjectStore
 
 __all__ = [
+    "AppliedRestore",
     "CandidateCheck",
     "ConfigurableGate",
     "GateOptions",
@@ -62,13 +72,13 @@ __all__ = [
     "RestoreGate",
     "RestorePlan",
     "RestorePlanner",
-    "RestoreResult",
     "RestoreSource",
     "configure_gate",
     "parse_flag",
     "parse_max_candidates",
     "parse_parallelism",
     "parse_skip_suites",
+    "restore_checkpoint",
     "savepoint_location",
     "ungated_phrase",
 ]
@@ -76,79 +86,7 @@ __all__ = [
 ProgressFn = Callable[[str], None]
 
 
-# -- candidates, checks and the quality gate --------------------------------------------
-
-
-@dataclass(frozen=True)
-class RestoreCandidate:
-    """A checkpoint a restore could go to. `completed.handles` are keys of `store`: the
-    pipeline's store for a checkpoint, the savepoint's folder for a savepoint (which is
-    only imported once chosen). `completed` is None for a retained checkpoint until its
-    check has read its outcome record, and stays None when that record is unreadable."""
-
-    pipeline: str
-    kind: str  # "checkpoint" | "savepoint"
-    checkpoint_id: int  # the id in the store it comes from
-    completed: CompletedCheckpoint | None
-    store: ObjectStore
-    savepoint: SavepointLocation | None = None
-
-    @property
-    def description(self) -> str:
-        if self.savepoint is not None:
-            return f"savepoint {self.savepoint.uri} (its checkpoint {self.checkpoint_id})"
-        is_savepoint = (
-            self.completed is not None and self.completed.pending.type is CheckpointType.SAVEPOINT
-        )
-        kind = "savepoint" if is_savepoint else "checkpoint"
-        return f"{kind} {self.checkpoint_id}"
-
-
-@dataclass(frozen=True)
-class GateResult:
-    passed: bool
-    report: Mapping[str, Any] | str = ""
-    name: str = "quality gate"
-
-
-#: The quality-gate hook: Great Expectations suites, row-count checks, anything that
-#: reads the candidate's state and says whether it may be restored.
-RestoreGate = Callable[[RestoreCandidate], GateResult]
-
-
-@runtime_checkable
-class ConfigurableGate(Protocol):
-    """A gate hook that can be set up for one restore (batchpoint's own,
-    `batchpoint.quality.hook.QualityRestoreGate`, is one)."""
-
-    def __call__(self, candidate: RestoreCandidate) -> GateResult: ...
-
-    def configured(
-        self, *, record: bool | None = None, skip_suites: Collection[str] | None = None
-    ) -> ConfigurableGate:
-        """A copy that records nothing when `record` is False (a dry run: no
-        quarantine, no stored report) and skips `skip_suites`."""
-        ...
-
-    def prepare(self) -> None:
-        """Check the gate's configuration before the first candidate; raise ConfigError."""
-        ...
-
-
-def configure_gate(
-    gate: RestoreGate, *, record: bool, skip_suites: Collection[str] = ()
-) -> RestoreGate:
-    """The gate for one restore. A plain callable cannot be told to skip suites (an
-    error: the restore would run what was asked to be skipped) nor to record nothing
-    (it is called as it is; what it writes is its own business)."""
-    if isinstance(gate, ConfigurableGate):
-        return gate.configured(record=record, skip_suites=skip_suites)
-    if skip_suites:
-        raise ConfigError(
-            f"the quality gate {getattr(gate, '__name__', type(gate).__name__)} cannot skip "
-            f"suites ({', '.join(skip_suites)}): only a batchpoint QualityRestoreGate can"
-        )
-    return gate
+# -- checks and plans ----------------------------------------------------------------
 
 
 @dataclass
@@ -160,6 +98,9 @@ class CandidateCheck:
     quarantine: str | None = None
     # ...or whether this check quarantined it, its problems proving it damaged.
     quarantined: bool = False
+    #: A retained candidate's examination by the protocol's restorer: the verdict a
+    #: restore to it moves the head on, without a second look.
+    examination: Examination | None = None
 
     @property
     def passed(self) -> bool:
@@ -197,8 +138,13 @@ class RestorePlan:
     not_examined: list[int] = field(default_factory=list)  # older than max_candidates
 
     @property
+    def chosen_check(self) -> CandidateCheck | None:
+        return next((c for c in self.checks if c.passed), None)
+
+    @property
     def chosen(self) -> RestoreCandidate | None:
-        return next((c.candidate for c in self.checks if c.passed), None)
+        check = self.chosen_check
+        return None if check is None else check.candidate
 
     def to_json(self) -> dict[str, Any]:
         chosen = self.chosen
@@ -234,18 +180,38 @@ class RestorePlan:
         return "\n".join(lines)
 
 
-@dataclass
-class RestoreResult:
+@dataclass(frozen=True)
+class AppliedRestore:
+    """What `RestorePlanner.apply` did: the protocol's RestoreResult (where the head
+    went, the fact) and what the restore did around it."""
+
     pipeline: str
-    checkpoint_id: int  # the checkpoint the head now points at
-    restore_generation: int
-    imported_from: str | None
+    restored: RestoreResult
+    imported_from: str | None  # the savepoint folder it imported, if it did
     parallelism: dict[str, int]
     published: list[str]
     claimed: bool = False  # CLAIM mode: retention may drop the restored checkpoint
 
+    @property
+    def checkpoint_id(self) -> int:
+        """The checkpoint the head now points at."""
+        assert self.restored.checkpoint_id is not None, "a restore moves the head to one"
+        return self.restored.checkpoint_id
+
+    @property
+    def restore_generation(self) -> int:
+        return self.restored.restore_generation
+
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {
+            "pipeline": self.pipeline,
+            "checkpoint_id": self.checkpoint_id,
+            "restore_generation": self.restore_generation,
+            "imported_from": self.imported_from,
+            "parallelism": self.parallelism,
+            "published": self.published,
+            "claimed": self.claimed,
+        }
 
 
 class RestorePlanner:
@@ -276,7 +242,6 @@ class RestorePlanner:
         if checksums is None:
             checksums = config.restore_verify_checksums and gate is None
         self.checksums = checksums
-        self._verified = checksums or gate is not None
         self.store_options = dict(store_options or {})
         self.progress = progress or (lambda _line: None)
 
@@ -390,7 +355,7 @@ class RestorePlanner:
             self._checking(candidate)
             examined = restorer.check_files(examined, self.checksums)
         problems = list(examined.details) or ([examined.problem] if examined.problem else [])
-        check = CandidateCheck(candidate, problems)
+        check = CandidateCheck(candidate, problems, examination=examined)
         if self.record and restorer.condemn(examined):
             check.quarantined = True
             self.progress(f"{candidate.description} quarantined: {examined.problem}")
@@ -398,53 +363,73 @@ class RestorePlanner:
 
     def apply(
         self, plan: RestorePlan, *, claim: bool = False, allow_non_restored_state: bool = False
-    ) -> RestoreResult:
-        """Restore to the plan's chosen candidate: import a savepoint first (new id),
-        then move the head (new restore generation, pending checkpoints aborted), rewind
-        the sinks to it, and register the new parallelism. `claim` (CLAIM mode): the
-        pipeline owns the restored checkpoint from now on, so retention may drop it;
-        a savepoint folder is copied in either mode and never deleted."""
-        chosen = plan.chosen
-        if chosen is None:
+    ) -> AppliedRestore:
+        """Restore to the plan's chosen candidate: check the code's deploy plan on it,
+        import a savepoint (new id), then move the head (new restore generation, pending
+        checkpoints aborted, the sinks rewound), register the new parallelism and publish
+        what the target staged, with one sync of the table sinks. The plan's check is
+        the validation: what the head moves on is its verdict, and the one condition left
+        for the compare-and-swap (the target still retained). `claim` (CLAIM mode): the
+        pipeline owns the restored checkpoint from now on, so retention may drop it; a
+        savepoint folder is copied in either mode and never deleted.
+        `allow_non_restored_state`: the code may leave state of the target unrestored
+        (recorded with the restore, so the first trigger after it honours it)."""
+        check = plan.chosen_check
+        if check is None:
             raise RestoreRefused(plan.refusal())
-        imported_from = None
-        checkpoint_id = chosen.checkpoint_id
-        if chosen.completed is not None:  # before any import: a refused deploy copies nothing
+        if check.candidate.completed is not None:  # before any import: a refusal copies nothing
             self.driver.check_deploy(
-                chosen.completed, plan.parallelism or None, allow_non_restored_state
+                check.candidate.completed, plan.parallelism or None, allow_non_restored_state
             )
-        if chosen.savepoint is not None:
-            completed = self.driver.coordinator.savepoints.import_folder(
-                chosen.savepoint,
-                checksums=self.checksums,
-                roots=self.savepoint_roots,
-                progress=self.progress,
-            )
-            checkpoint_id, imported_from = completed.checkpoint_id, chosen.savepoint.uri
+        examined, imported_from = self._target(check)
+        checkpoint_id = examined.checkpoint_id
         self.progress(f"moving the head of '{self.pipeline}' to checkpoint {checkpoint_id}")
-        # The plan read every sha256 already (or the gate did): the restore's own check
-        # of the target needs only the sizes, unless the files are a fresh import.
-        recheck = None if chosen.savepoint is not None or not self._verified else False
         if claim:
             self.progress(f"claiming checkpoint {checkpoint_id}: retention may now drop it")
-        head: HeadPointer = self.driver.restore(
-            checkpoint_id,
-            plan.parallelism or None,
-            checksums=recheck,
-            claim=claim,
-            allow_non_restored_state=allow_non_restored_state,
+        restored = self.driver.coordinator.restorer.restore_examined(
+            examined, claim=claim, allow_non_restored_state=allow_non_restored_state
         )
-        # A savepoint's (or a never-published checkpoint's) sink output becomes visible
-        # now, not only with the next epoch; publishing is idempotent otherwise.
-        published = self.driver.notify_complete(checkpoint_id)
         if plan.parallelism:
+            self.driver.rescale(plan.parallelism)
             self.progress(f"parallelism set to {plan.parallelism}")
-        return RestoreResult(
-            self.pipeline,
-            checkpoint_id,
-            head.restore_generation,
-            imported_from,
-            plan.parallelism,
-            published,
-            claim,
+        # The sinks' manifests were rewound with the head; publishing makes a savepoint's
+        # (or a never-published checkpoint's) output visible now, not only with the next
+        # epoch (idempotent otherwise), and syncs the tables to the manifests: once.
+        published = self.driver.notify_complete(checkpoint_id)
+        return AppliedRestore(
+            self.pipeline, restored, imported_from, plan.parallelism, published, claim
         )
+
+    def _target(self, check: CandidateCheck) -> tuple[Examination, str | None]:
+        """What the head moves to, with its verdict: a retained candidate's examination
+        by the plan, or a savepoint folder imported now (the import completes only once
+        every file it copied checks out: that is its verdict); and the folder, if any."""
+        savepoint = check.candidate.savepoint
+        if savepoint is None:
+            assert check.examination is not None, "a retained candidate's check examined it"
+            return check.examination, None
+        completed = self.driver.coordinator.savepoints.import_folder(
+            savepoint,
+            checksums=self.checksums,
+            roots=self.savepoint_roots,
+            progress=self.progress,
+        )
+        return Examination(completed.checkpoint_id, completed), savepoint.uri
+
+
+def restore_checkpoint(
+    driver: PipelineDriver,
+    checkpoint_id: int | None = None,
+    parallelism: Mapping[str, int] | None = None,
+    *,
+    checksums: bool | None = None,
+    claim: bool = False,
+    allow_non_restored_state: bool = False,
+) -> AppliedRestore:
+    """Restore to `checkpoint_id` (None: the newest restorable) with no quality gate: its
+    RestorePlan, applied. Refused (RestoreRefused, nothing changed) when no candidate
+    passes its checks; DeployRefused when the code would leave state of it unrestored,
+    unless `allow_non_restored_state`."""
+    planner = RestorePlanner(driver, checksums=checksums)
+    plan = planner.plan(checkpoint_id, parallelism)
+    return planner.apply(plan, claim=claim, allow_non_restored_state=allow_non_restored_state)

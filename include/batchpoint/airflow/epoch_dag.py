@@ -1,0 +1,203 @@
+"""An EpochPlan rendered into Airflow tasks: one operator class per task kind, the
+plan's settings as Airflow's (retries, retry delay, execution timeout, trigger rule) and
+its edges as dependencies. The plan decides the epoch's shape; this module only
+translates it (cosmos: DbtGraph -> TaskMetadata -> render)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import DAG, BaseOperator, TaskGroup, TriggerRule
+
+from batchpoint.airflow.assets import batchpoint_asset, cleanup_alias
+from batchpoint.airflow.config import AirflowDeployment
+from batchpoint.airflow.dag_docs import TASK_DOCS, operator_doc, trigger_doc
+from batchpoint.airflow.dag_names import dag_ids
+from batchpoint.airflow.operators import (
+    AuditCheckpointOperator,
+    CheckpointCleanupOperator,
+    ExportSavepointOperator,
+    FinalizeCheckpointOperator,
+    PausePipelineOperator,
+    SparkOperatorJob,
+    TriggerCheckpointOperator,
+    TriggerSavepointOperator,
+)
+from batchpoint.airflow.sensors import CheckpointAckSensor
+from batchpoint.ops.epoch_plan import (
+    OPERATOR_GROUP,
+    EpochPlan,
+    EpochSettings,
+    EpochTaskId,
+    PlannedTask,
+    RunsWhen,
+    TaskKind,
+)
+from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.settings import SparkMode
+
+#: The one mapping from task kind to the Airflow operator that runs it.
+OPERATOR_CLASSES: Mapping[TaskKind, type[BaseOperator]] = {
+    TaskKind.TRIGGER_CHECKPOINT: TriggerCheckpointOperator,
+    TaskKind.TRIGGER_SAVEPOINT: TriggerSavepointOperator,
+    TaskKind.OPERATOR: SparkOperatorJob,
+    TaskKind.WAIT_FOR_ACKS: CheckpointAckSensor,
+    TaskKind.AUDIT: AuditCheckpointOperator,
+    TaskKind.FINALIZE: FinalizeCheckpointOperator,
+    TaskKind.EXPORT_SAVEPOINT: ExportSavepointOperator,
+    TaskKind.STOP_PIPELINE: PausePipelineOperator,
+    TaskKind.CLEANUP: CheckpointCleanupOperator,
+}
+
+TRIGGER_RULES: Mapping[RunsWhen, TriggerRule] = {
+    RunsWhen.UPSTREAM_SUCCEEDED: TriggerRule.ALL_SUCCESS,
+    RunsWhen.UPSTREAM_DONE: TriggerRule.ALL_DONE,
+}
+
+GROUP_TOOLTIPS = {OPERATOR_GROUP: "one Spark job per pipeline operator"}
+
+
+def epoch_settings(deployment: AirflowDeployment) -> EpochSettings:
+    return EpochSettings(
+        deployment.checkpoint.timeout,
+        deployment.task_retries,
+        deployment.retry_delay,
+        deployment.cleanup_grace,
+    )
+
+
+@dataclass(frozen=True)
+class _Render:
+    """What the arguments of a task are made of, beside the task itself."""
+
+    plan: EpochPlan
+    spec: PipelineSpec
+    ref: str
+    deployment: AirflowDeployment
+
+    @property
+    def storage(self) -> dict[str, Any]:
+        return {"pipeline_ref": self.ref, "storage_conn_id": self.deployment.storage_conn_id}
+
+
+def _settings(task: PlannedTask) -> dict[str, Any]:
+    """The plan's retry and timeout settings in Airflow's words (the sensor's timeout is
+    its own: how long it waits)."""
+    s = task.settings
+    out: dict[str, Any] = {}
+    if s.retries is not None:
+        out["retries"] = s.retries
+    if s.retry_delay is not None:
+        out["retry_delay"] = timedelta(seconds=s.retry_delay)
+    if s.timeout is not None and task.kind is not TaskKind.WAIT_FOR_ACKS:
+        out["execution_timeout"] = timedelta(seconds=s.timeout)
+    if task.runs_when is not RunsWhen.UPSTREAM_SUCCEEDED:
+        out["trigger_rule"] = TRIGGER_RULES[task.runs_when]
+    return out
+
+
+def _trigger(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    return {**r.storage, "audit": r.plan.audited, "doc_md": trigger_doc(r.plan.audited)}
+
+
+def _trigger_savepoint(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    return {**r.storage, "api_conn_id": r.deployment.api_conn_id}
+
+
+def _operator(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    assert task.operator is not None
+    op = r.spec.operator(task.operator)
+    return {
+        **r.storage,
+        "operator": op.name,
+        "deployment": r.deployment,
+        "doc_md": operator_doc(op.name, op.kind, op.inputs, op.parallelism),
+    }
+
+
+def _wait_for_acks(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    mode = r.deployment.sensor_mode
+    return {
+        "pipeline": r.plan.pipeline,
+        "storage_conn_id": r.deployment.storage_conn_id,
+        "deferrable": mode == "deferrable",
+        "mode": "reschedule" if mode == "reschedule" else "poke",
+        "poll_interval": r.deployment.poll_interval,
+        "timeout": task.settings.timeout,
+    }
+
+
+def _audit(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    d = r.deployment
+    connect = d.spark_mode is SparkMode.CONNECT
+    return {
+        **r.storage,
+        "spark_master": d.settings.spark_master,
+        "spark_conf": d.spark_conf,
+        "spark_remote": d.spark_remote if connect else None,
+    }
+
+
+def _finalize(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    return {**r.storage, "outlets": [batchpoint_asset(r.plan.pipeline)]}
+
+
+def _export(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    return {**r.storage, "target": "{{ params.target }}", "description": "{{ params.description }}"}
+
+
+def _stop(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    return {
+        "dag_to_pause": dag_ids(r.plan.pipeline)["checkpoint"],
+        "api_conn_id": r.deployment.api_conn_id,
+    }
+
+
+def _cleanup(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    return {
+        **r.storage,
+        "outlets": [cleanup_alias(r.plan.pipeline)],
+        "operator_group": OPERATOR_GROUP,
+    }
+
+
+_ARGUMENTS: Mapping[TaskKind, Callable[[PlannedTask, _Render], dict[str, Any]]] = {
+    TaskKind.TRIGGER_CHECKPOINT: _trigger,
+    TaskKind.TRIGGER_SAVEPOINT: _trigger_savepoint,
+    TaskKind.OPERATOR: _operator,
+    TaskKind.WAIT_FOR_ACKS: _wait_for_acks,
+    TaskKind.AUDIT: _audit,
+    TaskKind.FINALIZE: _finalize,
+    TaskKind.EXPORT_SAVEPOINT: _export,
+    TaskKind.STOP_PIPELINE: _stop,
+    TaskKind.CLEANUP: _cleanup,
+}
+
+
+def render_epoch(
+    dag: DAG, plan: EpochPlan, spec: PipelineSpec, ref: str, deployment: AirflowDeployment
+) -> dict[EpochTaskId, BaseOperator]:
+    """Every task of `plan` in `dag` (a task with a group in that TaskGroup), its edges
+    as dependencies; the tasks by plan id."""
+    r = _Render(plan, spec, ref, deployment)
+    groups: dict[str, TaskGroup] = {}
+    tasks: dict[EpochTaskId, BaseOperator] = {}
+    for task in plan.tasks:
+        where: dict[str, Any] = {}
+        if task.id.group is not None:
+            if task.id.group not in groups:
+                tooltip = GROUP_TOOLTIPS.get(task.id.group, "")
+                groups[task.id.group] = TaskGroup(task.id.group, tooltip=tooltip, dag=dag)
+            where["task_group"] = groups[task.id.group]
+        arguments = {"doc_md": TASK_DOCS.get(task.kind), **_ARGUMENTS[task.kind](task, r)}
+        if arguments["doc_md"] is None:
+            del arguments["doc_md"]
+        tasks[task.id] = OPERATOR_CLASSES[task.kind](
+            task_id=task.id.name, dag=dag, **where, **arguments, **_settings(task)
+        )
+    for upstream, downstream in plan.edges:
+        tasks[upstream] >> tasks[downstream]
+    return tasks
