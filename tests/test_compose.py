@@ -41,7 +41,7 @@ DOCKERFILE = PROJECT / "docker" / "Dockerfile"
 
 def _expand(text: str) -> str:
     """${VAR:-default} -> default, as compose does with VAR unset."""
-    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", text)
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", text)
 
 
 @pytest.fixture(scope="module")
