@@ -23,6 +23,7 @@ import yaml
 from batchpoint.airflow.config import KNOWN_VARIABLES, parse_bool, parse_interval
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import Settings
+from batchpoint.spark.session import DEFAULT_CONF
 
 PROJECT = Path(__file__).resolve().parents[1]
 AIRFLOW_SERVICES = {
@@ -239,6 +240,9 @@ def test_the_connect_server_runs_on_the_cluster(services):
     # it leaves the worker cores for other applications (submit mode, the audit)
     worker = services["spark-worker"]["command"]
     assert 0 < int(conf["spark.cores.max"]) < int(worker[worker.index("--cores") + 1])
+    # shuffles as wide as batchpoint's own sessions', not Spark's 200 tasks per stage
+    for key in ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone"):
+        assert conf[key] == DEFAULT_CONF[key], key
     assert str(remote.port) in " ".join(connect["healthcheck"]["test"])
     scheduler_needs = services["airflow-scheduler"]["depends_on"]
     assert scheduler_needs["spark-connect"]["condition"] == "service_healthy"
