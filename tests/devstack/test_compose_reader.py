@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchpoint.devstack.compose import COMPLETED, ComposeFile, interpolate, merge
+from batchpoint.devstack.compose import COMPLETED, ComposeFile, duration, interpolate, merge
 from batchpoint.errors import ConfigError
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -88,6 +88,23 @@ def test_each_service_runs_what_the_file_says(compose, raw):
         volumes = [v.split(":")[1] for v in spec.get("volumes", [])]
         configs = [c["target"] for c in spec.get("configs", [])]
         assert targets == sorted(volumes + configs), name
+
+
+def test_healthchecks_are_spaced_as_docker_spaces_them(compose, raw):
+    checked = 0
+    for name, spec in raw["services"].items():
+        if "healthcheck" not in spec:
+            continue
+        given, check = spec["healthcheck"], compose.services[name].healthcheck
+        assert check is not None
+        assert check.interval == duration(given.get("interval", "30s"), name)
+        assert check.start_period == duration(given.get("start_period", "0s"), name)
+        assert check.timeout == duration(given.get("timeout", "30s"), name)
+        # start_interval (Docker's default 5 s) in the start period, interval after it
+        assert check.gap(0.0) == (5.0 if check.start_period > 0 else check.interval)
+        assert check.gap(check.start_period) == check.interval
+        checked += 1
+    assert checked >= 9  # every long-running service of the file has one
 
 
 def test_variables_are_interpolated_as_compose_does(tmp_path):

@@ -142,9 +142,15 @@ class HealthCheck:
     timeout: float = 30.0
     retries: int = 3
     start_period: float = 0.0
+    start_interval: float = 5.0
 
     def argv(self) -> list[str]:
         return ["/bin/sh", "-c", self.test[0]] if self.shell else list(self.test)
+
+    def gap(self, since_start: float) -> float:
+        """Seconds between two probes, as Docker spaces them: `start_interval` in the
+        start period, `interval` after it (a probe can cost a whole interpreter's start)."""
+        return self.start_interval if since_start < self.start_period else self.interval
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], where: str) -> HealthCheck | None:
@@ -162,7 +168,7 @@ class HealthCheck:
             raise ConfigError(f"{where}.test: a string or [CMD|CMD-SHELL, ...], got {test!r}")
         timing = {
             key: duration(raw[key], f"{where}.{key}")
-            for key in ("interval", "timeout", "start_period")
+            for key in ("interval", "timeout", "start_period", "start_interval")
             if key in raw
         }
         return cls(argv, shell, retries=int(raw.get("retries", 3)), **timing)

@@ -8,8 +8,9 @@ restore the link between two hosts.
 
 Every process is started by one long-lived thread of the stack's own: the servers die
 with the thread that started them (batchpoint.devstack.processes), so no short-lived
-caller may start one. Health checks run until a service first passes (and again after
-each start), which gates what depends on it; they are not repeated afterwards.
+caller may start one. Health checks run while the stack comes up, spaced as Docker
+spaces them (start_interval in the start period, interval after), until a service first
+passes, which gates what depends on it; afterwards only `wait_healthy` runs them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from batchpoint.errors import BatchpointError
 
 T = TypeVar("T")
 
-HEALTH_POLL = 2.0  # seconds between two runs of a healthcheck that has not passed yet
 RESTART_BACKOFF_MAX = 30.0
 
 
@@ -46,7 +46,7 @@ class StackError(BatchpointError):
 class StackEvent:
     """Something done to the stack (a fault, a deploy) or by it (a restart)."""
 
-    at: float  # wall clock
+    at: float  # wall clock, when it began
     kind: str
     target: str
     detail: str = ""
@@ -260,9 +260,12 @@ class Stack:
                 self.say(f"{name} healthy ({took:.0f}s after its start)")
                 return
             state.checks = [*state.checks[-4:], output]
-        elif running is None and time.monotonic() - last_check.get(name, 0) >= HEALTH_POLL:
-            last_check[name] = time.monotonic()
-            checks[name] = pool.submit(container.check_health)
+        elif running is None:
+            now, started = time.monotonic(), state.started_at or 0.0
+            gap = container.service.healthcheck.gap(now - started)
+            if now - last_check.get(name, started) >= gap:
+                last_check[name] = now
+                checks[name] = pool.submit(container.check_health)
 
     def _is_up(self, name: str) -> bool:
         state = self.state[name]
@@ -275,13 +278,15 @@ class Stack:
         """Wait until `name` is running and passes its healthcheck; returns the wait."""
         started = time.monotonic()
         container = self.containers[name]
+        check = container.service.healthcheck
         while time.monotonic() - started < timeout:
             if container.running():
                 passed, _ = container.check_health()
                 if passed:
                     self.state[name].healthy_at = time.monotonic()
                     return time.monotonic() - started
-            time.sleep(HEALTH_POLL)
+            since_start = time.monotonic() - (self.state[name].started_at or started)
+            time.sleep(check.gap(since_start) if check is not None else 1.0)
         raise StackError(f"{name} not healthy within {timeout:.0f}s:\n{container.log_tail()}")
 
     def down(self) -> list[str]:
@@ -324,6 +329,19 @@ class Stack:
 
     # -- faults and deploys -----------------------------------------------------------------
 
+    def _fault(
+        self, kind: str, target: str, act: Callable[[], None], detail: str = ""
+    ) -> StackEvent:
+        """`act` on the stack's thread, recorded first (stamped when it began, and
+        before whatever the restart policy then records of it)."""
+
+        def recorded() -> StackEvent:
+            event = self._event(kind, target, detail)
+            act()
+            return event
+
+        return self._call(recorded)
+
     def stop(self, name: str) -> StackEvent:
         """`docker compose stop NAME`: down until started again."""
 
@@ -331,22 +349,19 @@ class Stack:
             self.state[name].stopped = True
             self.containers[name].stop()
 
-        self._call(stop)
-        return self._event("stop", name)
+        return self._fault("stop", name, stop)
 
     def start(self, name: str) -> StackEvent:
         def start() -> None:
             self.state[name].stopped = False
             self._start(name)
 
-        self._call(start)
-        return self._event("start", name)
+        return self._fault("start", name, start)
 
     def kill(self, name: str) -> StackEvent:
         """kill -9 of every process of the service, as when its machine dies; its
         restart policy brings it back as Docker's would."""
-        self._call(self.containers[name].kill)
-        return self._event("kill -9", name)
+        return self._fault("kill -9", name, self.containers[name].kill)
 
     def restart(self, name: str) -> StackEvent:
         """`docker compose restart NAME`: SIGTERM, then started again."""
@@ -356,8 +371,7 @@ class Stack:
             self.state[name].stopped = False
             self._start(name)
 
-        self._call(restart)
-        return self._event("restart", name)
+        return self._fault("restart", name, restart)
 
     def recreate(self, name: str, environment: Mapping[str, str]) -> StackEvent:
         """`docker compose up -d NAME` after its environment changed (a deploy): stopped,
@@ -370,16 +384,15 @@ class Stack:
             self.state[name].stopped = False
             self._start(name)
 
-        self._call(recreate)
-        return self._event("recreate", name, json.dumps(dict(environment), sort_keys=True))
+        detail = json.dumps(dict(environment), sort_keys=True)
+        return self._fault("recreate", name, recreate, detail)
 
     def cut(self, a: str, b: str) -> StackEvent:
-        self.network.cut(a, b)
-        return self._event("cut", f"{a} <-> {b}")
+        """Take the link between hosts `a` and `b` away, both ways (netns.Network.cut)."""
+        return self._fault("cut", f"{a} <-> {b}", lambda: self.network.cut(a, b))
 
     def restore(self, a: str, b: str) -> StackEvent:
-        self.network.restore(a, b)
-        return self._event("restore", f"{a} <-> {b}")
+        return self._fault("restore", f"{a} <-> {b}", lambda: self.network.restore(a, b))
 
     # -- what users need ----------------------------------------------------------------------
 
