@@ -3,7 +3,8 @@
 between two hosts cut and restored, as a network would take it away (only that link); a
 service killed -9 to its last process and brought back by its restart policy; stopped
 (and left down, as `docker compose stop` leaves it) and started; restarted; and nothing
-left behind once the stack is down."""
+left behind once the stack is down. And a host's configs are read-only there, for root
+too, as a container's are."""
 
 from __future__ import annotations
 
@@ -131,3 +132,13 @@ def test_kill_stop_start_and_restart_a_service(stack):
         "start",
         "restart",
     ]
+
+
+def test_a_config_is_read_only_on_its_host_even_for_root(stack):
+    seaweed = stack.containers["seaweedfs"]
+    (config,) = seaweed.read_only_paths()  # the S3 identities, a compose config
+    before = Path(config).read_text()
+    argv = seaweed.inside(["/bin/sh", "-c", f"echo '{{}}' > {config}"])
+    done = subprocess.run(argv, env=seaweed.environment(), capture_output=True, text=True)
+    assert done.returncode != 0 and "Read-only file system" in done.stderr, done
+    assert Path(config).read_text() == before

@@ -11,7 +11,9 @@ configs, a hostname and a /tmp of its own, and its network namespace.
   image's own executables (its Python, its spark-submit) are the local ones.
 - Processes: started under `unshare --uts --mount` in the host's namespace, with the
   hostname set and the container's folder mounted on /tmp (so programs that put sockets
-  or scratch files in /tmp, as SeaweedFS and the JVM do, cannot meet another host's).
+  or scratch files in /tmp, as SeaweedFS and the JVM do, cannot meet another host's),
+  and each config and `:ro` mount bound read-only (a service that writes to one fails as
+  it would in its container, root or not).
   Every process carries the container's marker variable, so stop and kill reach all of
   them, re-parented ones included, as the end of a container does.
 """
@@ -40,8 +42,14 @@ STOP_GRACE = 10.0  # compose's default stop_grace_period
 
 # A container path: it starts a value or follows a space, '=' or a quote.
 _PATH = re.compile(r"(?:^|(?<=[\s='\"]))(/[^\s'\",;]*)")
-# Runs inside the host: its own hostname and /tmp, then the service's command.
-_ENTER = '"$1" "$0" && "$2" --bind "$3" /tmp && shift 3 && exec "$@"'
+# Runs inside the host: its own hostname and /tmp, each read-only mount (the paths up to
+# "--") bound read-only onto itself, then the service's command.
+_ENTER = (
+    'mnt="$2"; "$1" "$0" && "$mnt" --bind "$3" /tmp || exit 125; shift 3; '
+    'while [ "$1" != "--" ]; do '
+    '"$mnt" --bind "$1" "$1" && "$mnt" -o remount,bind,ro "$1" || exit 125; shift; '
+    'done; shift; exec "$@"'
+)
 
 
 def marked(value: str) -> list[int]:
@@ -172,8 +180,13 @@ class Container:
     def command(self) -> list[str]:
         return self._resolve(self.image.argv(self.service), self.environment())
 
+    def read_only_paths(self) -> list[str]:
+        """The local places of its read-only mounts (every config, `:ro` volumes)."""
+        return sorted({str(self.mounts[m.target]) for m in self.service.mounts if m.read_only})
+
     def inside(self, argv: list[str]) -> list[str]:
-        """`argv` run on this container's host, with its hostname and /tmp."""
+        """`argv` run on this container's host, with its hostname and /tmp, and its
+        read-only mounts read-only there (for root too, as in a container)."""
         tools = [shutil.which(t) or f"/usr/bin/{t}" for t in ("unshare", "hostname", "mount")]
         return [
             *self.host.exec_prefix(),
@@ -190,6 +203,8 @@ class Container:
             tools[1],
             tools[2],
             str(self.rootfs / "tmp"),
+            *self.read_only_paths(),
+            "--",
             *argv,
         ]
 
