@@ -114,6 +114,7 @@ def test_the_manual_dags_have_their_forms(parsed):
     assert savepoint["timetable"] == "NullTimetable" and restore["timetable"] == "NullTimetable"
     assert savepoint["params"] == ["description", "stop_pipeline", "target"]
     assert restore["params"] == [
+        "allow_non_restored_state",
         "claim",
         "confirm_ungated",
         "dry_run",

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from batchpoint.demo import payments
+from batchpoint.errors import TriggerRefused
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.runtime.runner import OperatorFailed
 from support.payments import PaymentsRun
@@ -48,13 +49,12 @@ def test_state_schema_that_does_not_match_the_checkpoint(
     monkeypatch.setattr(payments, "BALANCE_SCHEMA", changed)
     run = make_run(copy_from=after_first_epoch)
     run.add_input(1)
-    cid = run.runner.driver.trigger().checkpoint_id
-    with pytest.raises(OperatorFailed, match=r"balances failed.*balance") as failure:
-        run.runner.run_operators(cid)
-    assert "state" in str(failure.value)
-    outcome = run.runner.driver.coordinator.get_outcome(cid)
-    assert outcome is not None and outcome.reason is CheckpointFailureReason.DECLINED
-    # the previous checkpoint is intact and still the one to restore from
-    head = run.runner.driver.coordinator.head.get().checkpoint_id
-    assert head == cid - 1
-    assert run.runner.driver.coordinator.completed.is_retained(head)
+    coordinator = run.runner.driver.coordinator
+    head_before = coordinator.head.get().checkpoint_id
+    # the deploy check names the change before any operator reads a row of it
+    with pytest.raises(TriggerRefused, match=r"'balance' changed type from int64 to string"):
+        run.runner.driver.trigger()
+    control = coordinator.control_record()
+    assert control is not None and control.pending == ()  # nothing was started
+    assert coordinator.head.get().checkpoint_id == head_before
+    assert coordinator.completed.is_retained(head_before)
