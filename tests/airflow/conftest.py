@@ -150,6 +150,8 @@ def bp(
         monkeypatch.delenv(name)
     env.set(
         root=env.root,
+        # The DAG entry builds nothing without both (batchpoint.airflow.dags).
+        pipeline_ref="batchpoint.demo.payments:pipeline",
         spark_master="local[1]",
         # The fake spark-submit acks in a fraction of a second; the tests that run real
         # Spark switch to connect mode on the session's server (`connect_mode`).

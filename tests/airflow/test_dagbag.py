@@ -58,6 +58,7 @@ def parsed(tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHPOINT_")}
     env.update(
         BATCHPOINT_ROOT=tmp_path_factory.mktemp("root").as_uri(),
+        BATCHPOINT_PIPELINE_REF="batchpoint.demo.payments:pipeline",
         BATCHPOINT_CHECKPOINT_TIMEOUT="600",
         BATCHPOINT_MAX_CONCURRENT="2",
         BATCHPOINT_CHECKPOINT_INTERVAL="5m",
@@ -169,17 +170,49 @@ def test_only_task_sdk_apis_are_used():
     ],
 )
 def test_a_bad_setting_fails_the_import_naming_it(variable, value, monkeypatch, tmp_path):
-    from airflow.dag_processing.dagbag import DagBag
 
     monkeypatch.setenv("BATCHPOINT_ROOT", tmp_path.as_uri())
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", "batchpoint.demo.payments:pipeline")
     monkeypatch.setenv("BATCHPOINT_SPARK_MODE", "submit")
     monkeypatch.setenv(variable, value)
+    assert_one_import_error_naming(variable)
+
+
+def assert_one_import_error_naming(*variables: str) -> str:
+    """The DAG folder parses to no DAG and one import error whose last line is the DAG
+    entry's ConfigError naming `variables`; returns that line."""
+    from airflow.dag_processing.dagbag import DagBag
+
     bag = DagBag(dag_folder=str(DAGS), safe_mode=False)
     assert bag.dag_ids == []
     (error,) = bag.import_errors.values()
     last_line = error.strip().splitlines()[-1]
     assert last_line.startswith("batchpoint.errors.ConfigError: batchpoint DAGs not loaded: ")
-    assert variable in last_line
+    for variable in variables:
+        assert variable in last_line
     # raised by the DAG entry itself, not a walk through the factory's frames
     frames = [line for line in error.splitlines() if "include/batchpoint/" in line]
     assert all("include/batchpoint/airflow/dags.py" in line for line in frames), frames
+    return last_line
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        ("BATCHPOINT_PIPELINE_REF",),
+        ("BATCHPOINT_ROOT",),
+        ("BATCHPOINT_PIPELINE_REF", "BATCHPOINT_ROOT"),
+    ],
+)
+def test_without_a_pipeline_or_a_root_no_dag_is_built(missing, monkeypatch, tmp_path):
+    # Each container of a deployment would otherwise build the demo pipeline on a store
+    # of its own (file://<its cwd>/.batchpoint).
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BATCHPOINT_ROOT", (tmp_path / "root").as_uri())
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", "batchpoint.demo.payments:pipeline")
+    monkeypatch.setenv("BATCHPOINT_SPARK_MODE", "submit")
+    for variable in missing:
+        monkeypatch.delenv(variable)
+    line = assert_one_import_error_naming(*missing)
+    assert f": {' and '.join(missing)} not set;" in line  # exactly those
+    assert list(tmp_path.iterdir()) == []  # nothing made, in the cwd or anywhere

@@ -1,0 +1,425 @@
+"""docker-compose.yaml read as `docker compose` reads it, for `./dev stack`: the file users
+run is the file the stack starts, so each service's command, entrypoint, environment,
+mounts, healthcheck and dependencies come from it, never from a copy kept here.
+
+What is read (the part of the Compose specification the deployment uses):
+- interpolation of `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:?error}`,
+  `${VAR?error}`, `${VAR:+alt}` and `$VAR` in every value, `$$` for a literal `$`, from
+  the given variables (`./dev stack`: the shell's environment over the `.env` file beside
+  the compose file, as compose does);
+- YAML anchors and `<<` merge keys (PyYAML);
+- override files merged over it (`docker compose -f a.yaml -f b.yaml`): mappings merge key
+  by key (`environment` included), anything else the override gives replaces;
+- `command`/`entrypoint` as a list or a shell-split string; `environment` as a mapping
+  or a `KEY=VALUE` list; `depends_on` as a list or with conditions; volumes and configs
+  in the short and the long syntax; `healthcheck` with CMD, CMD-SHELL or a string.
+Anything else a service says (networks, deploy, ...) is not used by the stack and is
+refused, so that nothing the file asks for is silently dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from batchpoint.errors import ConfigError
+
+STARTED = "service_started"
+HEALTHY = "service_healthy"
+COMPLETED = "service_completed_successfully"
+CONDITIONS = (STARTED, HEALTHY, COMPLETED)
+
+#: The service keys the stack knows what to do with (image and build name the image
+#: whose local equivalent runs; ports and expose are reachable at the service's address).
+SERVICE_KEYS = frozenset(
+    {
+        "image",
+        "build",
+        "command",
+        "entrypoint",
+        "environment",
+        "volumes",
+        "configs",
+        "depends_on",
+        "healthcheck",
+        "hostname",
+        "restart",
+        "ports",
+        "expose",
+    }
+)
+
+_VARIABLE = re.compile(
+    r"\$(?:(?P<escaped>\$)"
+    r"|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+    r"|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))"
+)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def interpolate(text: str, variables: Mapping[str, str], where: str = "") -> str:
+    """One value with compose's variable syntax substituted."""
+
+    def substitute(match: re.Match[str]) -> str:
+        if match["escaped"]:
+            return "$"
+        name = match["braced"] or match["plain"]
+        value = variables.get(name)
+        op, arg = match["op"], match["arg"] or ""
+        unset_or_empty = value is None or (value == "" and op is not None and op[0] == ":")
+        if op in (":-", "-"):
+            return arg if unset_or_empty else str(value)
+        if op in (":?", "?"):
+            if unset_or_empty:
+                raise ConfigError(f"{where}: ${{{name}}} is required: {arg or 'not set'}")
+            return str(value)
+        if op in (":+", "+"):
+            return "" if unset_or_empty else arg
+        return "" if value is None else str(value)
+
+    return _VARIABLE.sub(substitute, text)
+
+
+def _interpolate_all(node: Any, variables: Mapping[str, str], where: str) -> Any:
+    if isinstance(node, str):
+        return interpolate(node, variables, where)
+    if isinstance(node, Mapping):
+        return {k: _interpolate_all(v, variables, f"{where}.{k}") for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate_all(v, variables, where) for v in node]
+    return node
+
+
+def merge(base: Any, override: Any) -> Any:
+    """`override` over `base`: mappings key by key, anything else replaced."""
+    if isinstance(base, Mapping) and isinstance(override, Mapping):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = merge(base[key], value) if key in base else value
+        return out
+    return override
+
+
+def duration(value: Any, where: str) -> float:
+    """Compose's duration (`1m30s`, `10s`, `500ms`) in seconds."""
+    text = str(value).strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ConfigError(f"{where}: {value!r} is not a duration such as 10s or 1m30s")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _argv(value: Any, where: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(shlex.split(value))
+    if isinstance(value, list):
+        return tuple(_scalar(v) for v in value)
+    raise ConfigError(f"{where}: a list or a string, not {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    test: tuple[str, ...]
+    #: CMD-SHELL (or a string): `test` is one command line for /bin/sh -c
+    shell: bool
+    interval: float = 30.0
+    timeout: float = 30.0
+    retries: int = 3
+    start_period: float = 0.0
+    start_interval: float = 5.0
+
+    def argv(self) -> list[str]:
+        return ["/bin/sh", "-c", self.test[0]] if self.shell else list(self.test)
+
+    def gap(self, since_start: float) -> float:
+        """Seconds between two probes, as Docker spaces them: `start_interval` in the
+        start period, `interval` after it (a probe can cost a whole interpreter's start)."""
+        return self.start_interval if since_start < self.start_period else self.interval
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], where: str) -> HealthCheck | None:
+        if raw.get("disable"):
+            return None
+        test = raw.get("test")
+        if isinstance(test, str):
+            argv, shell = (test,), True
+        elif isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL", "NONE"):
+            if test[0] == "NONE":
+                return None
+            shell = test[0] == "CMD-SHELL"
+            argv = (" ".join(map(str, test[1:])),) if shell else tuple(map(str, test[1:]))
+        else:
+            raise ConfigError(f"{where}.test: a string or [CMD|CMD-SHELL, ...], got {test!r}")
+        timing = {
+            key: duration(raw[key], f"{where}.{key}")
+            for key in ("interval", "timeout", "start_period", "start_interval")
+            if key in raw
+        }
+        return cls(argv, shell, retries=int(raw.get("retries", 3)), **timing)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A volume, bind mount or config inside a service's filesystem. `source` is a
+    folder or file on this machine for a bind mount (resolved against the compose file's
+    folder), else the named volume's or config's name."""
+
+    kind: str  # "bind", "volume" or "config"
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Dependency:
+    service: str
+    condition: str = STARTED
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    image: str
+    entrypoint: tuple[str, ...] | None
+    command: tuple[str, ...] | None
+    environment: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    depends_on: tuple[Dependency, ...]
+    healthcheck: HealthCheck | None
+    hostname: str
+    restart: str
+    ports: tuple[str, ...]
+    expose: tuple[str, ...]
+
+    @property
+    def port_numbers(self) -> set[int]:
+        """Every port the service says it serves (container side)."""
+        numbers = {int(str(p).split(":")[-1].split("/")[0]) for p in self.ports}
+        return numbers | {int(str(p).split("/")[0]) for p in self.expose}
+
+
+def _environment(raw: Any, where: str, variables: Mapping[str, str]) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if isinstance(raw, list):
+        pairs = [str(item).partition("=") for item in raw]
+        return {k: v if sep else variables.get(k, "") for k, sep, v in pairs}
+    if isinstance(raw, Mapping):
+        return {
+            str(k): variables.get(str(k), "") if v is None else _scalar(v) for k, v in raw.items()
+        }
+    raise ConfigError(f"{where}: a mapping or a KEY=VALUE list")
+
+
+def _mounts(raw: Mapping[str, Any], where: str, folder: Path) -> tuple[Mount, ...]:
+    mounts = []
+    for item in raw.get("volumes") or []:
+        if isinstance(item, str):
+            source, _, rest = item.partition(":")
+            target, _, mode = rest.partition(":")
+            read_only = "ro" in mode.split(",")
+        else:
+            source, target = item.get("source", ""), item["target"]
+            read_only = bool(item.get("read_only", False))
+        if not target.startswith("/"):
+            raise ConfigError(f"{where}.volumes: {item!r} has no absolute target")
+        if source.startswith((".", "/", "~")):
+            path = (folder / os.path.expanduser(source)).resolve()
+            mounts.append(Mount("bind", str(path), target, read_only))
+        else:
+            mounts.append(Mount("volume", source, target, read_only))
+    for item in raw.get("configs") or []:
+        name = item if isinstance(item, str) else item["source"]
+        target = f"/{name}" if isinstance(item, str) else item.get("target", f"/{name}")
+        mounts.append(Mount("config", name, target, True))
+    return tuple(mounts)
+
+
+def _dependencies(raw: Any, where: str) -> tuple[Dependency, ...]:
+    if raw is None:
+        return ()
+    if isinstance(raw, list):
+        return tuple(Dependency(str(name)) for name in raw)
+    out = []
+    for name, spec in raw.items():
+        condition = (spec or {}).get("condition", STARTED)
+        if condition not in CONDITIONS:
+            raise ConfigError(f"{where}.{name}: unknown condition {condition!r}")
+        out.append(Dependency(str(name), condition))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ComposeFile:
+    path: Path
+    name: str
+    services: Mapping[str, Service]
+    volumes: tuple[str, ...]
+    #: config name -> its content
+    configs: Mapping[str, str]
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str,
+        variables: Mapping[str, str] | None = None,
+        overrides: Iterable[Path | str] = (),
+    ) -> ComposeFile:
+        """The compose file at `path` (with `overrides` merged over it), interpolated
+        with `variables` (default: the `.env` file beside it, then this environment)."""
+        path = Path(path).resolve()
+        if variables is None:
+            variables = {**read_dotenv(path.parent / ".env"), **os.environ}
+        document = _read(path)
+        for extra in overrides:
+            document = merge(document, _read(Path(extra)))
+        document = _interpolate_all(document, variables, path.name)
+        return cls.parse(path, document, variables)
+
+    @classmethod
+    def parse(
+        cls, path: Path, document: Mapping[str, Any], variables: Mapping[str, str]
+    ) -> ComposeFile:
+        services = {}
+        for name, raw in (document.get("services") or {}).items():
+            where = f"{path.name}: services.{name}"
+            unknown = sorted(k for k in raw if k not in SERVICE_KEYS)
+            if unknown:
+                raise ConfigError(f"{where}: {', '.join(unknown)} not supported by ./dev stack")
+            if "image" not in raw:
+                raise ConfigError(f"{where}: no image")
+            health = raw.get("healthcheck")
+            services[name] = Service(
+                name=name,
+                image=str(raw["image"]),
+                entrypoint=_argv(raw.get("entrypoint"), f"{where}.entrypoint"),
+                command=_argv(raw.get("command"), f"{where}.command"),
+                environment=_environment(raw.get("environment"), where, variables),
+                mounts=_mounts(raw, where, path.parent),
+                depends_on=_dependencies(raw.get("depends_on"), f"{where}.depends_on"),
+                healthcheck=HealthCheck.parse(health, f"{where}.healthcheck") if health else None,
+                hostname=str(raw.get("hostname") or name),
+                restart=str(raw.get("restart") or "no"),
+                ports=tuple(map(str, raw.get("ports") or ())),
+                expose=tuple(map(str, raw.get("expose") or ())),
+            )
+        configs = {}
+        for name, raw in (document.get("configs") or {}).items():
+            if "content" not in raw:
+                raise ConfigError(f"{path.name}: configs.{name}: only `content` configs are read")
+            configs[str(name)] = str(raw["content"])
+        compose = cls(
+            path=path,
+            name=str(document.get("name") or path.parent.name),
+            services=services,
+            volumes=tuple(document.get("volumes") or ()),
+            configs=configs,
+        )
+        compose._check()
+        return compose
+
+    def _check(self) -> None:
+        for service in self.services.values():
+            for dependency in service.depends_on:
+                if dependency.service not in self.services:
+                    raise ConfigError(
+                        f"service {service.name} depends on {dependency.service}, "
+                        "which the file does not define"
+                    )
+            for mount in service.mounts:
+                if mount.kind == "volume" and mount.source not in self.volumes:
+                    raise ConfigError(f"service {service.name}: volume {mount.source} undeclared")
+                if mount.kind == "config" and mount.source not in self.configs:
+                    raise ConfigError(f"service {service.name}: config {mount.source} undeclared")
+        self.start_order()  # raises on a cycle
+
+    def one_shot(self, name: str) -> bool:
+        """A service others wait on to finish (compose's service_completed_successfully):
+        it runs to its end instead of being kept up."""
+        return any(
+            d.service == name and d.condition == COMPLETED
+            for s in self.services.values()
+            for d in s.depends_on
+        )
+
+    def start_order(self, wanted: Iterable[str] | None = None) -> list[str]:
+        """`wanted` (default every service) and what they depend on, each after its
+        dependencies (in the file's order where free)."""
+        order: list[str] = []
+        visiting: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in order:
+                return
+            if name in visiting:
+                raise ConfigError(f"a dependency cycle through service {name}")
+            visiting.add(name)
+            for dependency in self.services[name].depends_on:
+                visit(dependency.service)
+            visiting.discard(name)
+            order.append(name)
+
+        for name in self.services if wanted is None else wanted:
+            if name not in self.services:
+                raise ConfigError(f"no service {name} in {self.path.name}")
+            visit(name)
+        return order
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: not a compose file (no mapping at the top)")
+    return document
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of a compose `.env` file (none when there is no file)."""
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key.strip().removeprefix("export ").strip()] = value
+    return out
+
+
+__all__ = [
+    "COMPLETED",
+    "HEALTHY",
+    "STARTED",
+    "ComposeFile",
+    "Dependency",
+    "HealthCheck",
+    "Mount",
+    "Service",
+    "duration",
+    "interpolate",
+    "merge",
+    "read_dotenv",
+]

@@ -1,0 +1,306 @@
+"""One service of the compose file running on its host, as its container would: the local
+equivalent of its image, its command and environment from the file, its volumes and
+configs, a hostname and a /tmp of its own, and its network namespace.
+
+- Filesystem: a folder per container stands for the image's own filesystem (its home,
+  AIRFLOW_HOME, PGDATA's parent, ...); a named volume is a folder shared by the services
+  that mount it, a config a file, a bind mount the project's folder. Every container
+  path the service's command, entrypoint, environment or healthcheck names under one of
+  these is rewritten to its local place (and the mounts are links inside the folder, so
+  paths a program derives itself, such as $AIRFLOW_HOME/dags, lead there too). The
+  image's own executables (its Python, its spark-submit) are the local ones.
+- Processes: started under `unshare --uts --mount` in the host's namespace, with the
+  hostname set and the container's folder mounted on /tmp (so programs that put sockets
+  or scratch files in /tmp, as SeaweedFS and the JVM do, cannot meet another host's),
+  and each config and `:ro` mount bound read-only (a service that writes to one fails as
+  it would in its container, root or not).
+  Every process carries the container's marker variable, so stop and kill reach all of
+  them, re-parented ones included, as the end of a container does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO
+
+from batchpoint.devstack.compose import ComposeFile, Service
+from batchpoint.devstack.images import LocalImage
+from batchpoint.devstack.netns import Host
+from batchpoint.devstack.processes import start_group
+from batchpoint.errors import ConfigError
+
+MARKER = "BATCHPOINT_STACK_CONTAINER"
+STOP_GRACE = 10.0  # compose's default stop_grace_period
+
+# A container path: it starts a value or follows a space, '=' or a quote.
+_PATH = re.compile(r"(?:^|(?<=[\s='\"]))(/[^\s'\",;]*)")
+# Runs inside the host: its own hostname and /tmp, each read-only mount (the paths up to
+# "--") bound read-only onto itself, then the service's command.
+_ENTER = (
+    'mnt="$2"; "$1" "$0" && "$mnt" --bind "$3" /tmp || exit 125; shift 3; '
+    'while [ "$1" != "--" ]; do '
+    '"$mnt" --bind "$1" "$1" && "$mnt" -o remount,bind,ro "$1" || exit 125; shift; '
+    'done; shift; exec "$@"'
+)
+
+
+def marked(value: str) -> list[int]:
+    """The live processes whose environment carries MARKER=`value`."""
+    needle = f"{MARKER}={value}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                stat = (entry / "stat").read_text()
+                if stat[stat.rfind(")") + 2] != "Z":
+                    found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+class Container:
+    def __init__(
+        self,
+        service: Service,
+        compose: ComposeFile,
+        image: LocalImage,
+        host: Host,
+        workdir: Path,
+        tag: str,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        self.service = service
+        self.compose = compose
+        self.image = image
+        self.host = host
+        self.workdir = workdir
+        self.rootfs = workdir / "hosts" / service.name
+        self.log_path = workdir / "logs" / f"{service.name}.log"
+        self.marker = f"{tag}/{service.name}"
+        #: extra environment over the file's (a redeploy's change)
+        self.overrides = dict(environment or {})
+        self.mounts: dict[str, Path] = {}
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.started_at: float | None = None
+        self.starts = 0
+
+    @property
+    def name(self) -> str:
+        return self.service.name
+
+    # -- the filesystem -------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Make the container's folder, volumes, configs and mount links (idempotent)."""
+        self.rootfs.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.rootfs / "tmp"
+        tmp.mkdir(exist_ok=True)
+        tmp.chmod(0o1777)
+        for root in self.image.roots:
+            (self.rootfs / root.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        for mount in self.service.mounts:
+            if mount.kind == "bind":
+                local = Path(mount.source)
+                if not local.exists():
+                    raise ConfigError(f"service {self.name}: bind mount {local} does not exist")
+            elif mount.kind == "volume":
+                local = self.workdir / "volumes" / mount.source
+                local.mkdir(parents=True, exist_ok=True)
+            else:
+                local = self.workdir / "configs" / mount.source
+                local.parent.mkdir(parents=True, exist_ok=True)
+                if not local.exists():
+                    local.write_text(self.compose.configs[mount.source])
+                    local.chmod(0o444)
+            self.mounts[mount.target] = local
+            link = self.rootfs / mount.target.lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                if link.is_dir():
+                    link.rmdir()  # made above as one of the image's roots
+                link.symlink_to(local)
+
+    def translate(self, value: str) -> str:
+        """`value` with every container path in it made local."""
+        roots = sorted({*self.mounts, *self.image.roots, "/tmp"}, key=len, reverse=True)
+
+        def local(match: re.Match[str]) -> str:
+            path = match.group(1)
+            if path in self.image.executables:
+                return self.image.executables[path]
+            for root in roots:
+                if path == root or path.startswith(root.rstrip("/") + "/"):
+                    if root == "/tmp":
+                        return path  # the container's own /tmp is mounted there
+                    if root in self.mounts:
+                        return str(self.mounts[root]) + path[len(root) :]
+                    return str(self.rootfs) + path
+            return path
+
+        return _PATH.sub(local, value)
+
+    # -- what runs ------------------------------------------------------------------------
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            "PATH": self.image.path(),
+            "LANG": "C.UTF-8",
+            "HOSTNAME": self.service.hostname,
+        }
+        for source in (self.image.env, self.service.environment, self.overrides):
+            env.update({k: self.translate(v) for k, v in source.items()})
+        # Spark binds where its host is reachable; as in a container, that is the one
+        # address of the host (the JVM would otherwise look for one itself).
+        env["SPARK_LOCAL_IP"] = self.host.address
+        env[MARKER] = self.marker
+        return env
+
+    def _resolve(self, argv: list[str], env: Mapping[str, str]) -> list[str]:
+        argv = [self.translate(a) for a in argv]
+        if argv and "/" not in argv[0]:
+            found = shutil.which(argv[0], path=env["PATH"])
+            if found is None:
+                raise ConfigError(
+                    f"service {self.name}: {argv[0]} is not in the local {self.image.image}"
+                )
+            argv[0] = found
+        return argv
+
+    def command(self) -> list[str]:
+        return self._resolve(self.image.argv(self.service), self.environment())
+
+    def read_only_paths(self) -> list[str]:
+        """The local places of its read-only mounts (every config, `:ro` volumes)."""
+        return sorted({str(self.mounts[m.target]) for m in self.service.mounts if m.read_only})
+
+    def inside(self, argv: list[str]) -> list[str]:
+        """`argv` run on this container's host, with its hostname and /tmp, and its
+        read-only mounts read-only there (for root too, as in a container)."""
+        tools = [shutil.which(t) or f"/usr/bin/{t}" for t in ("unshare", "hostname", "mount")]
+        return [
+            *self.host.exec_prefix(),
+            tools[0],
+            "--uts",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            _ENTER,
+            self.service.hostname,
+            tools[1],
+            tools[2],
+            str(self.rootfs / "tmp"),
+            *self.read_only_paths(),
+            "--",
+            *argv,
+        ]
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.running():
+            return
+        self.prepare()
+        env = self.environment()
+        argv = self.command()
+        if self._log is None:
+            self._log = self.log_path.open("ab")
+        self.starts += 1
+        self._log.write(f"\n=== start {self.starts}: {' '.join(argv)}\n".encode())
+        self._log.flush()
+        self._process = start_group(self.inside(argv), log=self._log, cwd=self.rootfs, env=env)
+        self.started_at = time.monotonic()
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self._process is None else self._process.poll()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def terminate(self) -> None:
+        """SIGTERM to the service (its supervisor passes it to every process of it)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+
+    def stop(self, grace: float = STOP_GRACE, deadline: float | None = None) -> None:
+        """SIGTERM, then SIGKILL to whatever of it is left after `grace` seconds (or at
+        `deadline`, a time.monotonic() value)."""
+        self.terminate()
+        deadline = time.monotonic() + grace if deadline is None else deadline
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(max(0.0, deadline - time.monotonic()))
+        while marked(self.marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the container, as when its machine dies."""
+        for _ in range(50):
+            pids = marked(self.marker)
+            if self._process is not None and self._process.poll() is None:
+                pids.append(self._process.pid)
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        if self._process is not None:
+            self._process.wait()
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    # -- health ---------------------------------------------------------------------------
+
+    def check_health(self) -> tuple[bool, str]:
+        """One run of the service's healthcheck on its host: (passed, its output)."""
+        check = self.service.healthcheck
+        if check is None:
+            return self.running(), ""
+        env = self.environment()
+        try:
+            done = subprocess.run(
+                self.inside(self._resolve(check.argv(), env)),
+                env=env,
+                cwd=self.rootfs,
+                capture_output=True,
+                timeout=check.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return False, f"timed out after {check.timeout:.0f}s"
+        output = (done.stdout + done.stderr).decode(errors="replace").strip()
+        return done.returncode == 0, output[-500:]
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+__all__ = ["MARKER", "Container", "marked"]

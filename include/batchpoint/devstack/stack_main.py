@@ -1,0 +1,120 @@
+"""`./dev stack`: the services of docker-compose.yaml on hosts of their own, without Docker.
+
+    ./dev stack [SERVICE...] [-f OVERRIDE.yaml] [--keep DIR]
+
+Reads the compose file (and the `.env` beside it, and any override files), says which
+local program stands in for each image, starts every service (or SERVICE and what it
+depends on) on a network namespace of its own in the order `depends_on` allows, and
+prints the Airflow UI's address and the admin's password. Ctrl-C (or SIGTERM) stops
+everything and removes the hosts and, without --keep, the stack's folder; it exits
+non-zero if anything it started is left. Needs root (network namespaces) and Linux.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from batchpoint.devstack.compose import ComposeFile, read_dotenv
+from batchpoint.devstack.processes import signals_stop
+from batchpoint.devstack.stack import Stack, remove_workdir
+from batchpoint.errors import BatchpointError
+
+PROJECT = Path(__file__).resolve().parents[3]
+API_SERVER = "airflow-apiserver"
+
+
+def ui_url(stack: Stack) -> str | None:
+    """The api-server's published port at its host's address."""
+    if API_SERVER not in stack.containers:
+        return None
+    service = stack.compose.services[API_SERVER]
+    port = int(service.ports[0].split(":")[-1]) if service.ports else 8080
+    return f"http://{stack.address(API_SERVER)}:{port}"
+
+
+def build(args: argparse.Namespace, workdir: Path) -> Stack:
+    variables = {**read_dotenv(args.file.parent / ".env"), **os.environ}
+    compose = ComposeFile.load(args.file, variables, args.override)
+    stack = Stack(compose, workdir, args.services or None)
+    url = ui_url(stack)
+    if url and "AIRFLOW_BASE_URL" not in variables:
+        # Links and redirects of the UI lead to where this machine reaches it.
+        variables["AIRFLOW_BASE_URL"] = url
+        compose = ComposeFile.load(args.file, variables, args.override)
+        stack = Stack(compose, workdir, args.services or None)
+    return stack
+
+
+def serve(stack: Stack) -> None:
+    print(f"batchpoint stack from {stack.compose.path} (project {stack.compose.name})")
+    print(f"  folder: {stack.workdir}")
+    print("images and what runs in their place:")
+    print("\n".join(stack.describe_images()))
+    print(f"hosts (network {stack.network.subnet} on bridge {stack.network.bridge}):")
+    print("\n".join(stack.describe_hosts()))
+    stack.up()
+    url = ui_url(stack)
+    if url:
+        password = stack.admin_password() or "(see airflow-init's log)"
+        print(f"\nAirflow UI and REST API: {url}  (user admin, password {password})")
+    print("Ctrl-C to stop.", flush=True)
+    seen = len(stack.events)
+    while True:
+        time.sleep(1)
+        for event in stack.events[seen:]:
+            print(event, flush=True)
+        seen = len(stack.events)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="./dev stack", description=__doc__.split("\n\n")[0])
+    parser.add_argument("services", nargs="*", help="only these and what they depend on")
+    parser.add_argument("--file", type=Path, default=PROJECT / "docker-compose.yaml")
+    parser.add_argument(
+        "-f",
+        "--override",
+        action="append",
+        default=[],
+        type=Path,
+        help="a compose file merged over it (as docker compose -f)",
+    )
+    parser.add_argument("--keep", type=Path, help="keep the stack's folder (volumes, logs) here")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("error: ./dev stack needs root (it makes network namespaces)", file=sys.stderr)
+        return 2
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="bp-stack-", dir="/var/tmp"))
+    stack = None
+    code = 0
+    try:
+        with signals_stop():
+            stack = build(args, workdir.resolve())
+            serve(stack)
+    except KeyboardInterrupt:
+        pass
+    except BatchpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        if stack is not None:
+            print("stopping...", flush=True)
+            left = stack.down()
+            for thing in left:
+                print(f"left behind: {thing}", file=sys.stderr)
+            code = code or (1 if left else 0)
+            if not left:
+                print("stopped; nothing left behind")
+        if args.keep is None:
+            remove_workdir(workdir)
+        else:
+            print(f"kept in {workdir}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

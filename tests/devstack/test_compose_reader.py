@@ -1,0 +1,210 @@
+"""The compose reader of `./dev stack` on the real docker-compose.yaml: it starts every
+service of the file and nothing else, each with the command, entrypoint, environment and
+healthcheck the file gives it (checked against a plain YAML read), in an order its
+depends_on allows; compose's interpolation and override merging; the container paths it
+makes local; a local equivalent for every image, at the versions the file pins."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from batchpoint.devstack.compose import COMPLETED, ComposeFile, duration, interpolate, merge
+from batchpoint.errors import ConfigError
+
+PROJECT = Path(__file__).resolve().parents[2]
+COMPOSE = PROJECT / "docker-compose.yaml"
+
+
+def _defaults(text: str) -> str:
+    """${VAR:-default} -> default and $$ -> $, as compose does with VAR unset."""
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", text).replace("$$", "$")
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict:
+    return yaml.safe_load(_defaults(COMPOSE.read_text()))
+
+
+@pytest.fixture(scope="module")
+def compose() -> ComposeFile:
+    return ComposeFile.load(COMPOSE, variables={})
+
+
+def _argv(value: object) -> tuple[str, ...] | None:
+    return None if value is None else tuple(map(str, value))  # type: ignore[arg-type]
+
+
+def test_every_service_of_the_file_is_started_and_nothing_else(compose, raw):
+    order = compose.start_order()
+    assert sorted(order) == sorted(raw["services"])
+    assert len(order) == len(set(order))
+    for name in order:  # each after what it depends on
+        for dependency in compose.services[name].depends_on:
+            assert order.index(dependency.service) < order.index(name), (name, dependency)
+    waited = {
+        d
+        for s in raw["services"].values()
+        for d, spec in (s.get("depends_on") or {}).items()
+        if isinstance(spec, dict) and spec["condition"] == COMPLETED
+    }
+    assert {n for n in order if compose.one_shot(n)} == waited
+
+
+def test_a_service_brings_exactly_what_it_depends_on(compose, raw):
+    def needs(name: str) -> set[str]:
+        found = set(raw["services"][name].get("depends_on") or [])
+        return found.union(*(needs(d) for d in found)) if found else found
+
+    for name in raw["services"]:
+        assert set(compose.start_order([name])) == {name} | needs(name), name
+
+
+def test_each_service_runs_what_the_file_says(compose, raw):
+    for name, spec in raw["services"].items():
+        service = compose.services[name]
+        assert service.image == spec["image"]
+        assert service.command == _argv(spec.get("command")), name
+        assert service.entrypoint == _argv(spec.get("entrypoint")), name
+        expected_env = {k: str(v) for k, v in (spec.get("environment") or {}).items()}
+        assert dict(service.environment) == expected_env, name
+        assert service.restart == spec.get("restart", "no")
+        assert service.hostname == spec.get("hostname", name)
+        check = spec.get("healthcheck")
+        if check is None:
+            assert service.healthcheck is None
+        else:
+            kind, *test = check["test"]
+            assert service.healthcheck is not None
+            assert service.healthcheck.shell is (kind == "CMD-SHELL"), name
+            assert list(service.healthcheck.test) == (
+                [" ".join(test)] if kind == "CMD-SHELL" else test
+            )
+        targets = sorted(m.target for m in service.mounts)
+        volumes = [v.split(":")[1] for v in spec.get("volumes", [])]
+        configs = [c["target"] for c in spec.get("configs", [])]
+        assert targets == sorted(volumes + configs), name
+
+
+def test_healthchecks_are_spaced_as_docker_spaces_them(compose, raw):
+    checked = 0
+    for name, spec in raw["services"].items():
+        if "healthcheck" not in spec:
+            continue
+        given, check = spec["healthcheck"], compose.services[name].healthcheck
+        assert check is not None
+        assert check.interval == duration(given.get("interval", "30s"), name)
+        assert check.start_period == duration(given.get("start_period", "0s"), name)
+        assert check.timeout == duration(given.get("timeout", "30s"), name)
+        # start_interval (Docker's default 5 s) in the start period, interval after it
+        assert check.gap(0.0) == (5.0 if check.start_period > 0 else check.interval)
+        assert check.gap(check.start_period) == check.interval
+        checked += 1
+    assert checked >= 9  # every long-running service of the file has one
+
+
+def test_variables_are_interpolated_as_compose_does(tmp_path):
+    variables = {"SET": "x", "EMPTY": ""}
+    assert interpolate("${SET:-d} ${UNSET:-d} ${EMPTY:-d} ${EMPTY-d}", variables) == "x d d "
+    assert interpolate("$SET/${SET}/$$SET/${UNSET}", variables) == "x/x/$SET/"
+    assert interpolate("${SET:+alt}${UNSET:+alt}", variables) == "alt"
+    with pytest.raises(ConfigError, match=r"\$\{UNSET\} is required: give it"):
+        interpolate("${UNSET:?give it}", variables)
+    # on the real file: a secret from the environment reaches every place that uses it
+    compose = ComposeFile.load(COMPOSE, variables={"AIRFLOW_ADMIN_PASSWORD": "s3cret"})
+    init = compose.services["airflow-init"].environment
+    assert init["AIRFLOW_ADMIN_PASSWORD"] == "s3cret"
+    api_conn = compose.services["airflow-scheduler"].environment[
+        "AIRFLOW_CONN_BATCHPOINT_AIRFLOW_API"
+    ]
+    assert '"password": "s3cret"' in api_conn
+    # and $$ stays a literal $ for the service's shell
+    check = compose.services["airflow-triggerer"].healthcheck
+    assert check is not None and '"${HOSTNAME}"' in check.test[0]
+
+
+def test_an_override_file_merges_environments_key_by_key(tmp_path):
+    override = tmp_path / "override.yaml"
+    override.write_text(
+        "services:\n"
+        "  airflow-scheduler:\n"
+        "    environment:\n"
+        '      BATCHPOINT_CHECKPOINT_INTERVAL: "30"\n'
+        '      EXTRA: "1"\n'
+    )
+    base = ComposeFile.load(COMPOSE, variables={})
+    merged = ComposeFile.load(COMPOSE, variables={}, overrides=[override])
+    before = dict(base.services["airflow-scheduler"].environment)
+    after = dict(merged.services["airflow-scheduler"].environment)
+    assert after == {**before, "BATCHPOINT_CHECKPOINT_INTERVAL": "30", "EXTRA": "1"}
+    assert (
+        merged.services["airflow-scheduler"].command == base.services["airflow-scheduler"].command
+    )
+    assert merged.services["airflow-triggerer"] == base.services["airflow-triggerer"]
+    assert merge({"a": [1], "b": {"c": 1}}, {"a": [2], "b": {"d": 2}}) == {
+        "a": [2],
+        "b": {"c": 1, "d": 2},
+    }
+
+
+def test_what_the_stack_cannot_honour_is_refused(tmp_path):
+    path = tmp_path / "docker-compose.yaml"
+    path.write_text("services:\n  web:\n    image: nginx:1.27\n    networks: [front]\n")
+    with pytest.raises(ConfigError, match=r"networks not supported by \./dev stack"):
+        ComposeFile.load(path, variables={})
+    path.write_text("services:\n  web:\n    image: nginx:1.27\n    depends_on: [db]\n")
+    with pytest.raises(ConfigError, match="depends on db, which the file does not define"):
+        ComposeFile.load(path, variables={})
+
+
+def _container(compose: ComposeFile, name: str, workdir: Path):
+    from batchpoint.devstack.container import Container
+    from batchpoint.devstack.images import local_image
+    from batchpoint.devstack.netns import Host
+
+    service = compose.services[name]
+    host = Host(name, f"bpstest-{name}", "10.213.255.2", "bpstestv0")
+    return Container(service, compose, local_image(service.image), host, workdir, "bpstest")
+
+
+def test_container_paths_become_local_ones(compose, tmp_path):
+    seaweed = _container(compose, "seaweedfs", tmp_path)
+    seaweed.prepare()
+    argv = seaweed.command()
+    assert argv[:3] == [str(Path(sys.executable).parent / "weed"), "-logtostderr=true", "server"]
+    assert f"-dir={tmp_path / 'volumes' / 'seaweedfs-data'}" in argv
+    (config,) = [a.split("=", 1)[1] for a in argv if a.startswith("-s3.config=")]
+    assert Path(config).read_text() == compose.configs["seaweedfs_s3"]
+    assert "-s3.port=8333" in argv  # not a path: as it is
+
+    scheduler = _container(compose, "airflow-scheduler", tmp_path)
+    scheduler.prepare()
+    env = scheduler.environment()
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] == str(
+        tmp_path / "volumes" / "airflow-auth" / "passwords.json"
+    )
+    assert env["BATCHPOINT_PYSPARK_PYTHON"] == sys.executable  # the image's Python
+    assert env["AIRFLOW_HOME"] == str(tmp_path / "hosts" / "airflow-scheduler" / "opt/airflow")
+    # $AIRFLOW_HOME/dags is the project's dags/, as the bind mount says
+    assert (Path(env["AIRFLOW_HOME"]) / "dags").resolve() == PROJECT / "dags"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == (
+        "http://airflow-apiserver:8080/execution/"
+    )
+    assert env["HOSTNAME"] == "airflow-scheduler" and env["SPARK_LOCAL_IP"] == "10.213.255.2"
+    assert scheduler.command()[1:] == ["scheduler"]  # the image's entrypoint: airflow ...
+
+
+def test_every_image_has_a_local_equivalent_at_the_pinned_version(compose):
+    from batchpoint.devstack.images import local_image
+
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/postgres")):
+        pytest.skip("no PostgreSQL here (apt-get install postgresql)")
+    for image in sorted({s.image for s in compose.services.values()}):
+        local = local_image(image)
+        assert local.difference == "", str(local)
+    with pytest.raises(ConfigError, match="no local equivalent of image redis:7"):
+        local_image("redis:7")
