@@ -150,7 +150,7 @@ def _epoch_tasks(
     """operators.* and wait_for_acks -> [audit ->] finalize, after `trigger`; returns
     (wait_for_acks, finalize, every other task)."""
     timeout = deployment.checkpoint.timeout
-    common = {"pipeline_ref": ref, "storage_conn_id": deployment.storage_conn_id}
+    common = {"pipeline_ref": ref, "aws_conn_id": deployment.storage_conn_id}
     jobs: dict[str, Any] = {}
     with TaskGroup(OPERATOR_GROUP, tooltip="one Spark job per pipeline operator", dag=dag):
         for task in epoch_tasks(spec):
@@ -170,7 +170,7 @@ def _epoch_tasks(
     wait = CheckpointAckSensor(
         task_id="wait_for_acks",
         pipeline=pipeline.name,
-        storage_conn_id=deployment.storage_conn_id,
+        aws_conn_id=deployment.storage_conn_id,
         deferrable=sensor_mode == "deferrable",
         mode="reschedule" if sensor_mode == "reschedule" else "poke",
         poll_interval=deployment.poll_interval,
@@ -215,7 +215,7 @@ def _cleanup_task(
         task_id="cleanup",
         outlets=[cleanup_alias(pipeline)],
         pipeline_ref=ref,
-        storage_conn_id=deployment.storage_conn_id,
+        aws_conn_id=deployment.storage_conn_id,
         trigger_rule=TriggerRule.ALL_DONE,
         operator_group=OPERATOR_GROUP,
         doc_md="Always runs: aborts a checkpoint left pending (declined or expired), "
@@ -244,7 +244,7 @@ def build_checkpoint_dag(
         trigger = TriggerCheckpointOperator(
             task_id="trigger",
             pipeline_ref=ref,
-            storage_conn_id=deployment.storage_conn_id,
+            aws_conn_id=deployment.storage_conn_id,
             audit=audit,
             doc_md="Captures the sources' barrier and writes the pending checkpoint "
             + ("(marked: only its audit may complete it); " if audit else "; ")
@@ -307,14 +307,14 @@ def build_savepoint_dag(
         trigger = TriggerSavepointOperator(
             task_id="trigger",
             pipeline_ref=ref,
-            storage_conn_id=deployment.storage_conn_id,
+            aws_conn_id=deployment.storage_conn_id,
             api_conn_id=deployment.api_conn_id,
         )
         wait, finalize, jobs = _epoch_tasks(dag, pipeline, ref, deployment, spec, trigger)
         export = ExportSavepointOperator(
             task_id="export_savepoint",
             pipeline_ref=ref,
-            storage_conn_id=deployment.storage_conn_id,
+            aws_conn_id=deployment.storage_conn_id,
             target="{{ params.target }}",
             description="{{ params.description }}",
             doc_md="Copies every file of the savepoint with relative paths, then _metadata.",
@@ -337,7 +337,7 @@ def build_restore_dag(
     *,
     gate: RestoreGate | None = None,
 ) -> DAG:
-    common = {"pipeline_ref": ref, "storage_conn_id": deployment.storage_conn_id}
+    common = {"pipeline_ref": ref, "aws_conn_id": deployment.storage_conn_id}
     with DAG(
         dag_id=dag_ids(pipeline.name)["restore"],
         schedule=None,
