@@ -13,7 +13,6 @@ import textwrap
 import warnings
 
 import pytest
-from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from batchpoint.airflow.dag_factory import build_pipeline_dags
 from batchpoint.airflow.operators import (
@@ -52,10 +51,9 @@ def test_every_task_takes_aws_conn_id():
 
 def test_storage_conn_id_is_a_deprecated_alias():
     for task_class in (TriggerCheckpointOperator, FinalizeCheckpointOperator):
-        with pytest.warns(AirflowProviderDeprecationWarning, match="storage_conn_id is deprecated"):
+        with pytest.warns(DeprecationWarning, match="storage_conn_id is deprecated"):
             task = task_class(task_id="t", pipeline_ref=REF, storage_conn_id="bp_old")
         assert (task.aws_conn_id, task.storage_conn_id, task.hook.aws_conn_id) == ("bp_old",) * 3
-    assert issubclass(AirflowProviderDeprecationWarning, DeprecationWarning)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="disagree"):
         CheckpointAckSensor(task_id="w", pipeline="p", aws_conn_id="a", storage_conn_id="b")
 

@@ -11,7 +11,6 @@ import warnings
 from functools import cached_property
 from typing import Any
 
-from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -31,12 +30,13 @@ def checkpoint_id_from(context: Context, trigger_task_id: str) -> int | None:
 
 def storage_conn_id_of(aws_conn_id: str | None, storage_conn_id: str | None, owner: str) -> str:
     """The storage connection from `aws_conn_id`, or from its old name `storage_conn_id`
-    (deprecated: a warning, as the Amazon provider warns for a renamed argument)."""
+    (deprecated: a warning, as the Amazon provider warns for a renamed argument; a plain
+    DeprecationWarning, as its AirflowProviderDeprecationWarning is no Task SDK API)."""
     if storage_conn_id is None:
         return BatchpointHook.default_conn_name if aws_conn_id is None else aws_conn_id
     warnings.warn(
         f"{owner}: storage_conn_id is deprecated, use aws_conn_id (the same connection)",
-        AirflowProviderDeprecationWarning,
+        DeprecationWarning,
         stacklevel=3,
     )
     if aws_conn_id is not None and aws_conn_id != storage_conn_id:

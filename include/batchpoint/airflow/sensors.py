@@ -16,8 +16,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from airflow.configuration import conf
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from batchpoint.airflow.links import CHECKPOINT_LINKS
