@@ -94,6 +94,21 @@ def test_the_config_section_documents_every_setting_with_its_default():
         assert getattr(parsed, option_name) == getattr(S3Settings(), option_name), name
 
 
+def test_the_provider_info_costs_no_boto3_import():
+    # Airflow asks every provider for its info in each process that loads providers.
+    probe = (
+        "import sys\n"
+        "from batchpoint.airflow.provider import get_provider_info\n"
+        "get_provider_info()\n"
+        "print(sorted(m for m in ('boto3', 'pyspark', 'pyarrow') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_description_survives_airflow_providers_list():
     from batchpoint.airflow.provider import DESCRIPTION
 
