@@ -1,11 +1,14 @@
 """The command line as a whole: global options anywhere on the line, `python -m
-batchpoint`, help, and the one-line error for a command that does not exist."""
+batchpoint`, help, --version, the one-line error for a command that does not exist (a JSON
+object under --json), a bad --root named as the flag, and shell completion."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 
 import pytest
 
@@ -73,3 +76,90 @@ def test_the_gate_variable_is_checked_as_the_dags_check_it(payments, cli, monkey
     assert run.err == (
         "error: BATCHPOINT_QUALITY_GATE='no_colon': expected 'package.module:attribute'\n"
     )
+
+
+def test_version_is_the_installed_distributions(cli):
+    run = cli("--version")
+    assert run.code == 0 and run.out == f"batchpoint {version('batchpoint')}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # found by argparse, before it knows --json was given
+        (["--json", "nonsense"], "argument COMMAND: invalid choice"),
+        (["checkpoints", "list", "--limit", "-1", "--json"], "argument --limit: must be 0"),
+        # found by the command
+        (["--json", "--pipeline", "nope", "stats"], "no pipeline 'nope'"),
+        (["--json", "--root", "/no/scheme", "stats"], "argument --root: '/no/scheme': has no"),
+    ],
+)
+def test_under_json_every_error_is_a_json_object(payments, cli, argv, message):
+    run = cli(*argv)
+    assert run.code == 2 and run.err == ""
+    assert list(run.json) == ["error"] and run.json["error"].startswith(message)
+
+
+def test_a_bad_setting_under_json_is_a_json_object_too(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHPOINT_ROOT", "s3a://bucket/prefix")
+    run = cli("stats", "--json")
+    assert run.code == 2 and run.err == ""
+    assert run.json["error"].startswith("BATCHPOINT_ROOT='s3a://bucket/prefix': use s3://")
+
+
+def test_an_operand_after_a_double_dash_does_not_ask_for_json(payments, cli):
+    run = cli("--pipeline", "nope", "stats", "--", "--json")
+    assert run.code == 2 and run.out == "" and run.err.startswith("error: ")
+
+
+@pytest.mark.parametrize("at", ["before", "after"])
+def test_a_bad_root_flag_is_reported_as_the_flag(payments, cli, root, tmp_path, at):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    flag = ["--root", a_file.as_uri()]
+    run = cli(*([*flag, "stats"] if at == "before" else ["stats", *flag]))
+    assert run.code == 2
+    assert run.err.startswith(f"error: argument --root: '{a_file.as_uri()}': {a_file} exists")
+    assert "BATCHPOINT_ROOT" not in run.err
+
+
+def test_the_environments_root_is_still_named_as_the_variable(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHPOINT_ROOT", "/no/scheme")
+    run = cli("stats")
+    assert run.code == 2 and run.err.startswith("error: BATCHPOINT_ROOT='/no/scheme': has no")
+
+
+def _complete(line: str, tmp_path) -> list[str]:
+    """What the shell's completion hook gets for `line` from the installed command."""
+    script = shutil.which("batchpoint", path=os.path.dirname(sys.executable))
+    assert script, "the batchpoint console script is not installed in this environment"
+    out = tmp_path / "completions"
+    env = {
+        **os.environ,
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+    }
+    done = subprocess.run([script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [word.strip() for word in out.read_text().split("\n")]
+
+
+def test_the_shell_completes_commands_and_options(tmp_path):
+    assert _complete("batchpoint chec", tmp_path) == ["checkpoints"]
+    assert {"list", "show"} <= set(_complete("batchpoint checkpoints ", tmp_path))
+    assert _complete("batchpoint --ver", tmp_path) == ["--version"]
+    assert _complete("batchpoint stats --jso", tmp_path) == ["--json"]
+
+
+def test_global_completion_finds_the_marker():
+    script = shutil.which("batchpoint", path=os.path.dirname(sys.executable))
+    done = subprocess.run(
+        [sys.executable, "-m", "argcomplete._check_console_script", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr

@@ -87,4 +87,4 @@ def test_without_the_code_it_says_how_to_give_it(cli: Cli, payments: PipelineDri
 
 def test_an_unknown_pipeline_is_a_mistake(cli: Cli, root: str) -> None:
     run = cli("plan", "--pipeline-ref", REF, "--json")
-    assert run.code == 2 and "no pipeline 'payments'" in run.err
+    assert run.code == 2 and "no pipeline 'payments'" in run.json["error"]

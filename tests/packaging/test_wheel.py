@@ -2,7 +2,8 @@
 built, installed with the `airflow` extra into a fresh venv, and a three-line DAG file in
 a folder of its own is parsed by Airflow's DagBag from a process that cannot see this
 checkout (working directory elsewhere, no PYTHONPATH). The plugin and provider entry
-points are found and the Spark entry point ships inside the installed package.
+points are found and the Spark entry point ships inside the installed package. The wheel
+itself carries the license, `py.typed` and the project's classifiers.
 
 Packages come from uv's cache at the versions of uv.lock (PyPI only for what the cache
 lacks), so the run takes about a minute once the cache is warm."""
@@ -15,6 +16,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 import pytest
@@ -104,17 +107,27 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> dict:
-    uv = _uv()
-    work = tmp_path_factory.mktemp("wheel")
-    env = {
+def _clean_env() -> dict[str, str]:
+    return {
         k: v
         for k, v in os.environ.items()
         if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith(("BATCHPOINT_", "AIRFLOW"))
     }
-    _run([uv, "build", "--wheel", "--out-dir", str(work / "dist"), str(PROJECT)], work, env)
-    (wheel,) = (work / "dist").glob("batchpoint-*.whl")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("dist")
+    _run([_uv(), "build", "--wheel", "--out-dir", str(work), str(PROJECT)], work, _clean_env())
+    (built,) = work.glob("batchpoint-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, wheel) -> dict:
+    uv = _uv()
+    work = tmp_path_factory.mktemp("wheel")
+    env = _clean_env()
     # The locked versions, so that everything comes from the cache.
     constraints = work / "constraints.txt"
     _run(
@@ -183,3 +196,23 @@ def test_the_spark_entry_point_ships_inside_the_package(installed):
     assert job.startswith(installed["venv"]) and job.endswith("batchpoint/jobs/run_operator.py")
     assert installed["spark_job_exists"] is True
     assert installed["deployment_job"] == job
+
+
+def test_the_wheel_ships_the_license_py_typed_and_classifiers(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+        license_text = archive.read(f"{info}/licenses/LICENSE").decode()
+        metadata = Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+    assert "batchpoint/py.typed" in names  # PEP 561: type checkers read the hints
+    assert license_text == (PROJECT / "LICENSE").read_text()
+    assert "Apache License\n                           Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text  # the full text, not a notice
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata["License-File"] == "LICENSE"
+    classifiers = metadata.get_all("Classifier") or []
+    assert "Framework :: Apache Airflow :: Provider" in classifiers
+    assert "Typing :: Typed" in classifiers
+    supported = {c.rsplit(" :: ", 1)[1] for c in classifiers if c.count(".") == 1}
+    assert supported == {"3.11", "3.12", "3.13"}  # as requires-python says
+    assert metadata["Requires-Python"] == "<3.14,>=3.11"

@@ -212,7 +212,7 @@ def build_restore_dag(
     *,
     gate: RestoreGate | None = None,
 ) -> DAG:
-    common = {"pipeline_ref": ref, "storage_conn_id": deployment.storage_conn_id}
+    common = {"pipeline_ref": ref, "aws_conn_id": deployment.storage_conn_id}
     with DAG(
         dag_id=dag_ids(pipeline.name)["restore"],
         schedule=None,

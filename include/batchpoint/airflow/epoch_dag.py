@@ -80,7 +80,7 @@ class _Render:
 
     @property
     def storage(self) -> dict[str, Any]:
-        return {"pipeline_ref": self.ref, "storage_conn_id": self.deployment.storage_conn_id}
+        return {"pipeline_ref": self.ref, "aws_conn_id": self.deployment.storage_conn_id}
 
 
 def _settings(task: PlannedTask) -> dict[str, Any]:
@@ -122,7 +122,7 @@ def _wait_for_acks(task: PlannedTask, r: _Render) -> dict[str, Any]:
     mode = r.deployment.sensor_mode
     return {
         "pipeline": r.plan.pipeline,
-        "storage_conn_id": r.deployment.storage_conn_id,
+        "aws_conn_id": r.deployment.storage_conn_id,
         "deferrable": mode == "deferrable",
         "mode": "reschedule" if mode == "reschedule" else "poke",
         "poll_interval": r.deployment.poll_interval,

@@ -1,12 +1,13 @@
 """What batchpoint's operators, its ack sensor and its trigger share, as the Amazon
 provider's tasks share one AwsBaseHook through `AwsBaseHookMixin`: the storage
-connection, one `BatchpointHook` per task instance (cached: the connection is looked up
-once), the settings and the coordinator it gives, and the checkpoint the run's trigger
-task started. A configuration mistake fails the task without a retry, with the message
-naming it."""
+connection (`aws_conn_id`, as every AWS-backed operator names it), one `BatchpointHook`
+per task instance (cached: the connection is looked up once), the settings and the
+coordinator it gives, and the checkpoint the run's trigger task started. A configuration
+mistake fails the task without a retry, with the message naming it."""
 
 from __future__ import annotations
 
+import warnings
 from functools import cached_property
 from typing import Any
 
@@ -27,29 +28,54 @@ def checkpoint_id_from(context: Context, trigger_task_id: str) -> int | None:
     return None if value is None else int(value)
 
 
-class BatchpointHookMixin:
-    """One cached `hook` for anything with a `storage_conn_id` (the trigger too)."""
+def storage_conn_id_of(aws_conn_id: str | None, storage_conn_id: str | None, owner: str) -> str:
+    """The storage connection from `aws_conn_id`, or from its old name `storage_conn_id`
+    (deprecated: a warning, as the Amazon provider warns for a renamed argument; a plain
+    DeprecationWarning, as its AirflowProviderDeprecationWarning is no Task SDK API)."""
+    if storage_conn_id is None:
+        return BatchpointHook.default_conn_name if aws_conn_id is None else aws_conn_id
+    warnings.warn(
+        f"{owner}: storage_conn_id is deprecated, use aws_conn_id (the same connection)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if aws_conn_id is not None and aws_conn_id != storage_conn_id:
+        raise ValueError(
+            f"{owner}: aws_conn_id={aws_conn_id!r} and its deprecated alias "
+            f"storage_conn_id={storage_conn_id!r} disagree: give aws_conn_id only"
+        )
+    return storage_conn_id
 
-    storage_conn_id: str
+
+class BatchpointHookMixin:
+    """One cached `hook` for anything with an `aws_conn_id` (the trigger too)."""
+
+    aws_conn_id: str
 
     @cached_property
     def hook(self) -> BatchpointHook:
-        return BatchpointHook(self.storage_conn_id)
+        return BatchpointHook(self.aws_conn_id)
+
+    @property
+    def storage_conn_id(self) -> str:
+        """The old name of `aws_conn_id`, still readable."""
+        return self.aws_conn_id
 
 
 class BatchpointTaskMixin(BatchpointHookMixin):
-    """For operators and sensors: placed before the Airflow base class, it takes the two
+    """For operators and sensors: placed before the Airflow base class, it takes the
     connection arguments every batchpoint task has and passes the rest on."""
 
     def __init__(
         self,
         *,
-        storage_conn_id: str = BatchpointHook.default_conn_name,
+        aws_conn_id: str | None = None,
+        storage_conn_id: str | None = None,
         trigger_task_id: str = "trigger",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.storage_conn_id = storage_conn_id
+        self.aws_conn_id = storage_conn_id_of(aws_conn_id, storage_conn_id, type(self).__name__)
         self.trigger_task_id = trigger_task_id
 
     def settings(self) -> Settings:

@@ -3,10 +3,11 @@ run's checkpoint has acknowledged it (then `finalize` may run), or fails fast wh
 declines it, or expires it at its deadline.
 
 Like the Amazon provider's sensors it looks once, and if the answer is not there yet it
-defers to `CheckpointAckTrigger` (deferrable=True, the default) or falls back to the
-ordinary poke/reschedule loop. Reschedule mode suits executors that run one task at a
-time (`dag.test()` runs a deferred trigger inline, which would block the very operator
-tasks whose acks it waits for).
+defers to `CheckpointAckTrigger` (deferrable=True; its default is Airflow's `[operators]
+default_deferrable`, as theirs is) or falls back to the ordinary poke/reschedule loop.
+The DAG factory always says which (BATCHPOINT_ACK_SENSOR_MODE, deferrable by default).
+Reschedule mode suits executors that run one task at a time (`dag.test()` runs a deferred
+trigger inline, which would block the very operator tasks whose acks it waits for).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from batchpoint.airflow.links import CHECKPOINT_LINKS
@@ -46,7 +47,7 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
         self,
         *,
         pipeline: str,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
@@ -82,7 +83,7 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
                 pipeline=self.pipeline,
                 checkpoint_id=checkpoint_id,
                 deadline=deadline,
-                storage_conn_id=self.storage_conn_id,
+                aws_conn_id=self.aws_conn_id,
                 poll_interval=self.poll_interval,
             ),
             method_name="execute_complete",

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from batchpoint.airflow.mixins import BatchpointHookMixin
+from batchpoint.airflow.mixins import BatchpointHookMixin, storage_conn_id_of
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.coordinator import AckProgress, CheckpointCoordinator
@@ -83,14 +83,15 @@ class CheckpointAckTrigger(BatchpointHookMixin, BaseTrigger):
         pipeline: str,
         checkpoint_id: int,
         deadline: float,
-        storage_conn_id: str = "batchpoint_storage",
+        aws_conn_id: str | None = None,
         poll_interval: float = 5.0,
+        storage_conn_id: str | None = None,  # old name, as triggers serialized before it
     ) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.checkpoint_id = int(checkpoint_id)
         self.deadline = float(deadline)
-        self.storage_conn_id = storage_conn_id
+        self.aws_conn_id = storage_conn_id_of(aws_conn_id, storage_conn_id, type(self).__name__)
         self.poll_interval = float(poll_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -100,7 +101,7 @@ class CheckpointAckTrigger(BatchpointHookMixin, BaseTrigger):
                 "pipeline": self.pipeline,
                 "checkpoint_id": self.checkpoint_id,
                 "deadline": self.deadline,
-                "storage_conn_id": self.storage_conn_id,
+                "aws_conn_id": self.aws_conn_id,
                 "poll_interval": self.poll_interval,
             },
         )

@@ -7,20 +7,28 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from batchpoint import redaction
 from batchpoint.cli.render import Output
-from batchpoint.errors import ConfigError
+from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.ops.gates import gate_reference
 from batchpoint.ops.pipelines import open_pipeline, pipeline_code
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.runtime.api import Pipeline
+from batchpoint.setting_values import check_root
 from batchpoint.settings import Settings
 
 
+class UsageError(BatchpointError):
+    """A mistake on the command line (exit code 2), printed by `main` as every other
+    error is: one `error:` line, or `{"error": ...}` under --json."""
+
+
 class Parser(argparse.ArgumentParser):
-    """A mistake on the command line is one `error:` line and exit code 2."""
+    """A mistake on the command line is raised, not printed here: argparse decides before
+    --json is known, so `main` prints it."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
+        raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
 def non_negative(text: str) -> int:
@@ -40,6 +48,17 @@ def checkpoint_id(text: str) -> int:
     return value
 
 
+def root_flag(text: str) -> str | None:
+    """--root, checked as BATCHPOINT_ROOT is, so that a bad one is reported as the flag's
+    (empty: not given, the variable's)."""
+    if not text.strip():
+        return None
+    try:
+        return check_root(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{redaction.redact_uri(repr(text))}: {exc}") from None
+
+
 GLOBAL_DEFAULTS = {"root": None, "pipeline": None, "json": False, "pipeline_ref": None}
 
 
@@ -49,7 +68,10 @@ def global_options() -> Parser:
     `finish` fills the defaults in."""
     common = Parser(add_help=False)
     common.add_argument(
-        "--root", default=argparse.SUPPRESS, help="storage root URI (default: $BATCHPOINT_ROOT)"
+        "--root",
+        type=root_flag,
+        default=argparse.SUPPRESS,
+        help="storage root URI (default: $BATCHPOINT_ROOT)",
     )
     common.add_argument(
         "--pipeline", default=argparse.SUPPRESS, help="pipeline name (default: the only one)"

@@ -8,7 +8,10 @@ BATCHPOINT_QUALITY_GATE too). `restore` runs that quality gate too, as the resto
 does. Long operations print their progress (to stderr with --json, so the JSON on stdout
 stays parseable; always to stderr for `restore`, whose report is stdout). Exit codes: 0
 done (or passed), 1 a check failed or a restore was refused, 2 a mistake in the command
-or the setup, 3 `plan`: the deploy would be refused.
+or the setup, 3 `plan`: the deploy would be refused. A mistake is one `error:` line on
+stderr, or with --json one `{"error": "..."}` object on stdout, where the result would be.
+`--version` prints the installed distribution's version. Shell completion: argcomplete's
+(`eval "$(register-python-argcomplete batchpoint)"`, or its global activation).
 
 Each command group is a module of this package with a `register(subparsers, common)`
 that adds its subcommands; a command takes a `Command` and returns its exit code, and
@@ -17,8 +20,12 @@ does its work through `batchpoint.ops`."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+import argcomplete
 
 from batchpoint.cli import (
     checkpoints,
@@ -41,6 +48,13 @@ GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint,
 PROGRESS_TO_STDERR = ("restore",)
 
 
+def installed_version() -> str:
+    try:
+        return version("batchpoint")
+    except PackageNotFoundError:  # imported from a source tree, not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = global_options()
     parser = Parser(
@@ -49,22 +63,44 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.register(sub, common)
     return parser
 
 
+def asks_for_json(argv: Sequence[str]) -> bool:
+    """Whether --json is on the line (an option, not an operand after `--`): known
+    before argparse has parsed it, for the errors argparse itself finds."""
+    options = argv[: list(argv).index("--")] if "--" in argv else argv
+    return "--json" in options
+
+
+def report_error(exc: BatchpointError, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"error": str(exc)}))
+    else:
+        print(f"error: {exc}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    argcomplete.autocomplete(parser)  # does nothing unless the shell asks for completions
+    as_json = asks_for_json(argv)
     try:
-        args = finish(build_parser().parse_args(argv))
-    except SystemExit as exc:  # --help (0) or a mistake argparse reported (2)
+        args = finish(parser.parse_args(argv))
+    except SystemExit as exc:  # --help or --version (0)
         return exc.code if isinstance(exc.code, int) else 2
+    except BatchpointError as exc:  # a mistake argparse found
+        report_error(exc, as_json)
+        return 2
     try:
         cmd = Command.of(args, progress_to_stderr=args.command in PROGRESS_TO_STDERR)
         return args.run(cmd)
     except BatchpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        report_error(exc, args.json)
         return 2
 
 
