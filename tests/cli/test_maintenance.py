@@ -70,6 +70,6 @@ def test_reset_clears_a_failed_pipeline(payments, cli):
 def test_bad_input_is_refused_and_creates_nothing(payments, cli, argv, message):
     before = listing(payments)
     run = cli(*argv)
-    assert run.code == 2 and message in run.err and run.out == ""
+    assert run.code == 2 and message in run.refusal(argv)
     assert listing(payments) == before
     assert not list(payments.store.list("pipelines/nope/"))

@@ -18,6 +18,7 @@ from batchpoint.quality.report import CandidateReport, GateMode
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
 from support import fake_epochs
+from support.cli import said_error
 
 
 @pytest.fixture
@@ -76,8 +77,8 @@ def test_mistakes_exit_2_and_write_nothing(quarantine, capsys, argv, message):
     store = StoreRef.of(os.environ["BATCHPOINT_ROOT"]).open()
     before = fake_epochs.listing(store)
     assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err, err
+    said = capsys.readouterr()
+    assert message in said_error(argv, said.out, said.err)
     assert fake_epochs.listing(store) == before
 
 

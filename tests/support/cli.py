@@ -33,6 +33,21 @@ class CliRun:
     def json(self) -> Any:
         return json.loads(self.out)
 
+    def refusal(self, argv: tuple[str, ...] | list[str]) -> str:
+        """What a refused command said, where it says it: under --json one
+        {"error": ...} object on stdout and nothing on stderr, else one `error:` line on
+        stderr and nothing on stdout."""
+        return said_error(argv, self.out, self.err)
+
+
+def said_error(argv: tuple[str, ...] | list[str], out: str, err: str) -> str:
+    if "--json" in argv:
+        assert err == "", err
+        return str(json.loads(out)["error"])
+    assert out == "", out
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    return err
+
 
 class Cli:
     """`cli("checkpoints", "list")`: runs main() and returns what it printed."""
