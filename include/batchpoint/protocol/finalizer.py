@@ -244,9 +244,15 @@ class CheckpointFinalizer:
             return outcome
         pending = self._reads.pending_or_admitted(checkpoint_id)
         if pending is None:
-            raise CheckpointNotFound(
-                f"pipeline '{self._layout.pipeline}' has no checkpoint {checkpoint_id}"
-            )
+            # A decision may have written its outcome and settled the pending record
+            # between the two reads: that outcome holds.
+            outcome = self._reads.get_outcome(checkpoint_id)
+            if outcome is None:
+                raise CheckpointNotFound(
+                    f"pipeline '{self._layout.pipeline}' has no checkpoint {checkpoint_id}"
+                )
+            self._settle_outcome(outcome, won=False)
+            return outcome
         return self.decide_abort(pending, Abort(reason, message))[1]
 
     def decide_abort(
