@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,12 @@ from support.scheduler import StepScheduler
 # 4 chunks x 6 seeds: about 1-3 s a schedule on a loaded 2-core box.
 CHUNKS = 4
 PER_CHUNK = 6
-#: A table stress schedule (GC and a late sync forced) whose seed, with the table pins
-#: off, commits an epoch GC collected: the race of tests/tables/test_sync_fence.py (the
-#: only one of seeds 0-99 since draws stopped depending on pyiceberg's uuids).
+#: Table stress schedules (GC and a late sync forced) whose seeds, with the table pins
+#: off, commit an epoch GC collected: the race of tests/tables/test_sync_fence.py. The
+#: race is rare (4 of seeds 100-399 on this code) and which seeds draw it moves when the
+#: code's storage calls change (a restore that reads less): the checker's test needs one.
 TABLE_RACE = ModelOptions(force=("stress", "gc", "sync"))
-TABLE_RACE_SEEDS = [84]
+TABLE_RACE_SEEDS = [134, 170, 279, 351]
 
 
 def _report(results: list[ScheduleResult]) -> str:
@@ -126,7 +128,7 @@ def careless_gc(driver: PipelineDriver) -> None:
 
 
 def _first_seed(
-    options: ModelOptions, tmp_path: Path, rules: set[str], seeds: range = range(12)
+    options: ModelOptions, tmp_path: Path, rules: set[str], seeds: Iterable[int] = range(12)
 ) -> ScheduleResult:
     """Some seed's schedule reports one of `rules` (a seed may draw no completion)."""
     for seed in seeds:
@@ -188,8 +190,7 @@ def test_checker_reports_a_sync_racing_gc_without_its_fence(
     """Without table pins, a sync that planned before a GC pass commits an epoch whose
     files the pass deleted: the race the model found (tests/tables/test_sync_fence.py)."""
     monkeypatch.setattr(iceberg.TableSync, "_pin", lambda self, step, table: True)
-    seeds = range(TABLE_RACE_SEEDS[0], TABLE_RACE_SEEDS[-1] + 1)
-    result = _first_seed(TABLE_RACE, tmp_path, {"table-unreadable"}, seeds)
+    result = _first_seed(TABLE_RACE, tmp_path, {"table-unreadable"}, TABLE_RACE_SEEDS)
     (first, *_) = [v for v in result.violations if v.rule == "table-unreadable"]
     assert "is missing" in first.message
 
