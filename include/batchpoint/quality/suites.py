@@ -64,31 +64,54 @@ class SuiteRef:
 
 
 def suite_from_json(body: Any, where: str, default_name: str = "") -> ExpectationSuite:
-    """An ExpectationSuite from its JSON form, refusing any expectation GX cannot build
-    (GX itself only logs and drops those, which would silently weaken the gate)."""
+    """An ExpectationSuite from its JSON form, as a GX 1.x context's expectations store
+    writes it (ids, meta, notes, rendered content included) or as written by hand.
+
+    Read with GX's own schemas, as its store reads the file: building the suite from
+    Expectation objects instead would make GX refuse every one that carries the `id` it
+    saved ("must not belong to another ExpectationSuite"). Any expectation GX cannot
+    build is refused here: GX itself only logs and drops those, which would silently
+    weaken the gate."""
     import great_expectations as gx
-    from great_expectations.expectations.expectation_configuration import (
-        ExpectationConfiguration,
-    )
+    from great_expectations.core.expectation_suite import ExpectationSuiteSchema
 
     if not isinstance(body, dict) or not isinstance(body.get("expectations"), list):
         raise ConfigError(f"quality suite {where}: expected an object with an 'expectations' list")
+    configurations = _expectations_from_json(body["expectations"], where)
+    try:
+        fields = ExpectationSuiteSchema().load({**body, "expectations": []})
+    except Exception as exc:  # marshmallow's ValidationError: a field GX does not accept
+        raise ConfigError(f"quality suite {where} is not a GX suite: {exc}") from None
+    fields["name"] = fields.get("name") or default_name
+    if not fields["name"]:
+        raise ConfigError(f"quality suite {where} has no name")
+    suite = gx.ExpectationSuite(**{**fields, "expectations": configurations})
+    if len(suite.expectations) != len(configurations):  # GX dropped one, only logging why
+        raise ConfigError(f"quality suite {where}: GX did not accept all its expectations")
+    return suite
+
+
+def _expectations_from_json(specs: list[Any], where: str) -> list[Any]:
+    """Each expectation as an ExpectationConfiguration GX can build, or a ConfigError
+    that names every one it cannot (by position and type)."""
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfigurationSchema,
+    )
+
+    schema = ExpectationConfigurationSchema()
     built, problems = [], []
-    for i, spec in enumerate(body["expectations"]):
+    for i, spec in enumerate(specs):
         try:
             if not isinstance(spec, dict):
                 raise TypeError(f"expected an object, found {spec!r}")
-            built.append(ExpectationConfiguration(**spec).to_domain_obj())
+            configuration = schema.load(spec)
+            configuration.to_domain_obj()  # raises on an unknown type or bad kwargs
+            built.append(configuration)
         except Exception as exc:  # GX raises many types here; all mean "bad config"
             problems.append(f"expectation {i} ({_type_of(spec)}): {exc}")
     if problems:
         raise ConfigError(f"quality suite {where} has invalid expectations: " + "; ".join(problems))
-    name = body.get("name") or default_name
-    if not name:
-        raise ConfigError(f"quality suite {where} has no name")
-    return gx.ExpectationSuite(
-        name=name, expectations=built, meta=body.get("meta"), notes=body.get("notes")
-    )
+    return built
 
 
 def _type_of(spec: Any) -> str:
