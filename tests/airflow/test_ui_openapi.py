@@ -12,6 +12,8 @@ from typing import Any
 import jsonschema
 import pytest
 
+from support.airflow_ui import on_local_store, viewer_client
+
 pytestmark = [pytest.mark.airflow]
 
 SCHEMA_URL = "/batchpoint/api/openapi.json"
@@ -19,34 +21,23 @@ SCHEMA_URL = "/batchpoint/api/openapi.json"
 
 @pytest.fixture
 def local(bp, monkeypatch, tmp_path: Path):
-    """The deployment of `bp`, on a local store (no storage connection)."""
-    bp.root = (tmp_path / "root").as_uri()
-    bp.set(root=bp.root)
-    monkeypatch.delenv("AIRFLOW_CONN_BATCHPOINT_STORAGE")
-    return bp
+    return on_local_store(bp, monkeypatch, tmp_path)
 
 
 @pytest.fixture
 def api(local, monkeypatch):
-    """Airflow's own API app, as a logged-in viewer."""
-    from airflow.api_fastapi.app import create_app, get_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-    from fastapi.testclient import TestClient
-
-    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "tests-only-" * 8)
-    with TestClient(create_app()) as client:
-        user = SimpleAuthManagerUser(username="u", role="viewer")
-        client.headers["Authorization"] = f"Bearer {get_auth_manager().generate_jwt(user)}"
+    with viewer_client(monkeypatch) as client:
         yield client
 
 
 def history(local) -> tuple[int, int]:
-    """Completed checkpoints, an aborted one, a quality report and a quarantine mark:
-    every optional field of the answers is both set and unset somewhere. The ids of a
-    checkpoint with a report and of the aborted one."""
+    """Completed checkpoints, an aborted one, a quality report, a quarantine mark and a
+    gated restore: every optional field of the answers is both set and unset somewhere.
+    The ids of a checkpoint with a report and of the aborted one."""
     from batchpoint.quality.findings import Finding
     from batchpoint.quality.quarantine import QuarantineStore
     from batchpoint.quality.report import CandidateReport, GateMode
+    from batchpoint.runtime.restore import GateResult, RestorePlanner
     from support.fake_epochs import epoch, land_a_file
 
     driver = local.driver()
@@ -61,6 +52,9 @@ def history(local) -> tuple[int, int]:
     land_a_file(driver)
     pending = driver.trigger()
     c.decline(pending.checkpoint_id, pending.expected_tasks[0], "a0", "disk full")
+    epoch(driver)
+    planner = RestorePlanner(driver, gate=lambda candidate: GateResult(True, name="row counts"))
+    planner.apply(planner.plan(second))
     epoch(driver)
     assert second == first + 1
     return first, pending.checkpoint_id
@@ -124,8 +118,9 @@ def test_every_json_answer_validates_against_the_published_schema(local, api) ->
 
     # what was validated is what the records hold (not an empty page)
     rows = api.get("/batchpoint/api/payments/checkpoints").json()["checkpoints"]
-    assert [r["status"] for r in rows] == ["COMPLETED", "ABORTED", "COMPLETED", "COMPLETED"]
-    assert [r["quarantined"] for r in rows] == [False, False, False, True]
+    assert [r["status"] for r in rows] == ["COMPLETED"] * 2 + ["ABORTED"] + ["COMPLETED"] * 2
+    assert [r["quarantined"] for r in rows] == [False] * 4 + [True]
+    assert [[e["gate"] for e in r["restores"]] for r in rows] == [[], [], [], ["row counts"], []]
     detail = api.get(f"/batchpoint/api/payments/checkpoints/{first}").json()
     assert detail["quality_report"]["findings"][0]["problem"] == "3 of 50 keys differ"
     assert detail["files"] and detail["tasks"] and detail["quarantine"]

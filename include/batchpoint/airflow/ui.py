@@ -40,7 +40,8 @@ from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
 from batchpoint.errors import BatchpointError, CheckpointNotFound
-from batchpoint.ops.overview import checkpoint_page, page_summary, pipeline_overview
+from batchpoint.ops.overview import checkpoint_page, control_of, page_summary, pipeline_overview
+from batchpoint.ops.restore_history import recent_restores
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.settings import Settings
 
@@ -164,7 +165,17 @@ class CheckpointPages:
         if with_plan:
             about["deploy_plan"] = deploy_plan_of(settings, self._code, name)
         held = set(c.quarantine.ids())
-        rows = [{**s.to_json(), "quarantined": s.checkpoint_id in held} for s in page.checkpoints]
+        restored: dict[int, list[dict[str, Any]]] = {}
+        for event in recent_restores(c, control_of(c)):
+            restored.setdefault(event.checkpoint_id, []).append(event.to_json())
+        rows = [
+            {
+                **s.to_json(),
+                "quarantined": s.checkpoint_id in held,
+                "restores": restored.get(s.checkpoint_id, []),
+            }
+            for s in page.checkpoints
+        ]
         return about, {
             "pipeline": name,
             "checkpoints": rows,

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, create_model
 
 from batchpoint.ops.overview import PipelineOverview
+from batchpoint.ops.restore_history import RestoreEvent
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.stats import Summary, TaskStats
@@ -26,17 +27,20 @@ from batchpoint.protocol.stats import Summary, TaskStats
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-def _model_of(cls: type, **more: Any) -> type[BaseModel]:
-    """A pydantic model with the dataclass's fields and types (plus `more`)."""
+def _model_of(cls: type, **nested: Any) -> type[BaseModel]:
+    """A pydantic model with the dataclass's fields and types; `nested`: the type of a
+    field that holds another dataclass, as its model (a strict one too)."""
     hints = typing.get_type_hints(cls)
     fields: dict[str, Any] = {f.name: (hints[f.name], ...) for f in dataclasses.fields(cls)}
-    return create_model(cls.__name__, __config__=_STRICT, **fields, **more)
+    fields.update({name: (hint, ...) for name, hint in nested.items()})
+    return create_model(cls.__name__, __config__=_STRICT, **fields)
 
 
 CheckpointConfigModel = _model_of(CheckpointConfig)
 TaskStatsModel = _model_of(TaskStats)
 SummaryModel = _model_of(Summary)
-OverviewModel = _model_of(PipelineOverview)
+RestoreModel = _model_of(RestoreEvent)
+OverviewModel = _model_of(PipelineOverview, latest_restore=RestoreModel | None)
 # The JSON holds enums by value, and a strict model takes a value only as its own type.
 CheckpointKind = Literal[tuple(t.value for t in CheckpointType)]  # type: ignore[valid-type]
 Status = Literal[tuple(s.value for s in CheckpointStatus)]  # type: ignore[valid-type]
@@ -67,6 +71,8 @@ class CheckpointRow(_Strict):
 
 class HistoryRow(CheckpointRow):
     quarantined: bool
+    #: The restores that went back to this checkpoint, newest first (usually none).
+    restores: list[RestoreModel]  # type: ignore[valid-type]
 
 
 class DagIds(_Strict):
