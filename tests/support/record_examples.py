@@ -321,6 +321,13 @@ def control_stopped() -> ControlRecord:
     )
 
 
+def control_gated_restore() -> ControlRecord:
+    """The last restore, to 4, was passed by a gate (its name is recorded)."""
+    base = control()
+    assert base.restore is not None
+    return dataclasses.replace(base, restore=dataclasses.replace(base.restore, gate="quality gate"))
+
+
 def manifest() -> SinkManifest:
     files = (acks()[2].handles[0],)
     return SinkManifest(
@@ -475,6 +482,10 @@ def quarantine_v2_restore() -> QuarantineRecord:
 
 def restore_record() -> RestoreRecord:
     return RestoreRecord(4, 2, 3, at("2026-11-19T08:00:00.000Z"))
+
+
+def restore_record_gated() -> RestoreRecord:
+    return RestoreRecord(4, 2, 3, at("2026-11-19T08:00:00.000Z"), gate="quality gate")
 
 
 # -- older shapes an earlier release wrote ------------------------------------------------
@@ -638,6 +649,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "pipeline-control-v2.json": control,
     "pipeline-control-v2-stopping.json": control_stopping,
     "pipeline-control-v2-stopped.json": control_stopped,
+    "pipeline-control-v2-gated-restore.json": control_gated_restore,
     "sink-manifest-v1.json": manifest,
     "sink-manifest-v1-pinned.json": pinned_manifest,
     "failure-state-v1.json": failures,
@@ -650,6 +662,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "quarantine-v2.json": quarantine_v2,
     "quarantine-v2-restore.json": quarantine_v2_restore,
     "restore-v1.json": restore_record,
+    "restore-v1-gated.json": restore_record_gated,
 }
 
 #: JSON values stored inside records (or a Parquet file's metadata): name -> value.

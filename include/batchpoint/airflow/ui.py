@@ -10,11 +10,14 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
     GET /batchpoint/api/{pipeline}/checkpoints?before=N&limit=M
                                                a page of the history (newest first)
     GET /batchpoint/api/{pipeline}/checkpoints/{id}    one checkpoint
+    GET /batchpoint/api/openapi.json           the JSON routes' OpenAPI schema
 
-Every endpoint needs an authenticated Airflow user: the API server's own JWT, from the
-Authorization header or the session cookie the UI holds (401 without one), and shows a
-pipeline only to users allowed to read its checkpoint DAG (403 otherwise). A page costs
-storage requests in proportion to its length, not to the history's.
+Each JSON route declares its response model (ui_models.py), so the schema describes
+every field; the schema says nothing about a pipeline and is public, like Airflow's own.
+Every other endpoint needs an authenticated Airflow user: the API server's own JWT, from
+the Authorization header or the session cookie the UI holds (401 without one), and
+shows a pipeline only to users allowed to read its checkpoint DAG (403 otherwise). A
+page costs storage requests in proportion to its length, not to the history's.
 
 Read-only: it reads records and never moves the head or writes a byte. Storage comes
 from the same place as the DAGs' (the `batchpoint_storage` connection, else the
@@ -34,13 +37,17 @@ from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from batchpoint.airflow.dag_names import dag_ids
+from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
 from batchpoint.errors import BatchpointError, CheckpointNotFound
-from batchpoint.ops.overview import checkpoint_page, page_summary, pipeline_overview
+from batchpoint.ops.overview import checkpoint_page, control_of, page_summary, pipeline_overview
+from batchpoint.ops.restore_history import recent_restores
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.settings import Settings
 
 URL_PREFIX = "/batchpoint"
+#: The OpenAPI schema of the JSON routes, under the prefix.
+OPENAPI_URL = "/api/openapi.json"
 #: How many checkpoints a page shows by default, and at most.
 HISTORY_LIMIT = 50
 MAX_PAGE = 500
@@ -158,7 +165,17 @@ class CheckpointPages:
         if with_plan:
             about["deploy_plan"] = deploy_plan_of(settings, self._code, name)
         held = set(c.quarantine.ids())
-        rows = [{**s.to_json(), "quarantined": s.checkpoint_id in held} for s in page.checkpoints]
+        restored: dict[int, list[dict[str, Any]]] = {}
+        for event in recent_restores(c, control_of(c)):
+            restored.setdefault(event.checkpoint_id, []).append(event.to_json())
+        rows = [
+            {
+                **s.to_json(),
+                "quarantined": s.checkpoint_id in held,
+                "restores": restored.get(s.checkpoint_id, []),
+            }
+            for s in page.checkpoints
+        ]
         return about, {
             "pipeline": name,
             "checkpoints": rows,
@@ -216,7 +233,8 @@ def create_app(
         title="batchpoint checkpoints",
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        # The JSON routes' schema (ui_models.py); the HTML pages are not in it.
+        openapi_url=OPENAPI_URL,
         # Every route, the HTML pages too: nothing about a pipeline without a user.
         dependencies=[Depends(user_of)],
     )
@@ -230,11 +248,11 @@ def create_app(
 def _json_routes(app: FastAPI, access: _Access, User: Any) -> None:
     reader, call = access.reader, access.call
 
-    @app.get("/api/pipelines")
+    @app.get("/api/pipelines", response_model=list[PipelineEntry])
     async def list_pipelines(user: User) -> list[dict[str, Any]]:
         return await call(reader.pipelines, await access.readable(user))
 
-    @app.get("/api/{pipeline}/checkpoints")
+    @app.get("/api/{pipeline}/checkpoints", response_model=CheckpointsPage)
     async def checkpoints(
         pipeline: str, user: User, before: Before = None, limit: Limit = HISTORY_LIMIT
     ) -> dict[str, Any]:
@@ -242,7 +260,7 @@ def _json_routes(app: FastAPI, access: _Access, User: Any) -> None:
         about, page = await call(reader.pipeline, pipeline, limit, before)
         return {**page, "overview": about["overview"], "config": about["config"]}
 
-    @app.get("/api/{pipeline}/checkpoints/{checkpoint_id}")
+    @app.get("/api/{pipeline}/checkpoints/{checkpoint_id}", response_model=CheckpointDetailModel)
     async def checkpoint(pipeline: str, checkpoint_id: int, user: User) -> dict[str, Any]:
         await access.check_pipeline(user, pipeline)
         return await call(reader.checkpoint, pipeline, checkpoint_id)
@@ -251,14 +269,14 @@ def _json_routes(app: FastAPI, access: _Access, User: Any) -> None:
 def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
     reader, call = access.reader, access.call
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index(user: User) -> str:
         try:
             return render_index(await call(reader.pipelines, await access.readable(user)))
         except HTTPException as exc:
             return render_index([], error=str(exc.detail))
 
-    @app.get("/dag/{dag_id}", response_model=None)
+    @app.get("/dag/{dag_id}", response_model=None, include_in_schema=False)
     async def dag_tab(dag_id: str, user: User) -> RedirectResponse | HTMLResponse:
         """The Checkpoints tab of every DAG's pages: its pipeline's page, if it has one."""
         for name in await access.readable(user):
@@ -268,7 +286,7 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
         text = f"DAG {dag_id!r} is not a DAG of a batchpoint pipeline you may read."
         return HTMLResponse(render_index([], error=text), status_code=404)
 
-    @app.get("/{pipeline}", response_class=HTMLResponse)
+    @app.get("/{pipeline}", response_class=HTMLResponse, include_in_schema=False)
     async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
         await access.check_pipeline(user, pipeline)
         try:
@@ -277,7 +295,11 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
             return render_index([], error=str(exc.detail))
         return render_pipeline(about, page, about["config"], about["dags"])
 
-    @app.get("/{pipeline}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)
+    @app.get(
+        "/{pipeline}/checkpoints/{checkpoint_id}",
+        response_class=HTMLResponse,
+        include_in_schema=False,
+    )
     async def checkpoint_page_html(pipeline: str, checkpoint_id: int, user: User) -> str:
         await access.check_pipeline(user, pipeline)
         detail = await call(reader.checkpoint, pipeline, checkpoint_id)

@@ -29,6 +29,7 @@ HISTORY_COLUMNS = [
     ("acks", "acks"),
     ("reason", "reason"),
     ("quarantined", "gate"),
+    ("restores", "restored to"),
 ]
 TASK_COLUMNS = [
     ("task", "task"),
@@ -64,6 +65,14 @@ def size(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
+def restore_text(e: Mapping[str, Any]) -> str:
+    """One restore, in words: `restore generation 2 at <when>, gated by the quality gate`."""
+    gate = f"gated by the {e['gate']}" if e["gated"] else "ungated"
+    rewinding = ", sinks still rewinding" if e["in_progress"] else ""
+    at = when(e["restored_at"])
+    return f"restore generation {e['restore_generation']} at {at}, {gate}{rewinding}"
+
+
 def _history_cell(row: Mapping[str, Any], key: str) -> str:
     value = row.get(key)
     if key == "duration_s":
@@ -76,6 +85,8 @@ def _history_cell(row: Mapping[str, Any], key: str) -> str:
         return f"{row['acknowledged']}/{row['expected']}"
     if key == "quarantined":
         return "quarantined" if value else ""
+    if key == "restores":  # where a restore went back to, as Flink's "Latest Restore"
+        return "; ".join(restore_text(e) for e in value or [])
     if key == "reason":
         reason = row["failure_reason"]
         return f"{reason}: {row['failure_message']}" if reason else ""
@@ -106,7 +117,8 @@ def history_table(rows: Sequence[Mapping[str, Any]], link: str) -> str:
             if key == "checkpoint_id":
                 text = f"<a href='{esc(link)}{r['checkpoint_id']}'>{text}</a>"
             cells.append(f"<td>{text}</td>")
-        body.append(f"<tr class='{esc(str(r['status']).lower())}'>{''.join(cells)}</tr>")
+        kind = str(r["status"]).lower() + (" restored" if r.get("restores") else "")
+        body.append(f"<tr class='{esc(kind)}'>{''.join(cells)}</tr>")
     return f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
@@ -227,7 +239,14 @@ def _overview_items(overview: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("in progress", ", ".join(map(str, pending)) or "-"),
         ("consecutive failures", str(overview.get("consecutive_failures", 0))),
         *(("finding", f) for f in overview.get("findings") or []),
+        *_latest_restore(overview.get("latest_restore")),
     ]
+
+
+def _latest_restore(e: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    if e is None:
+        return [("latest restore", "none")]
+    return [("latest restore", f"to checkpoint {e['checkpoint_id']}: {restore_text(e)}")]
 
 
 def render_index(pipelines: Sequence[Mapping[str, Any]], *, error: str = "") -> str:

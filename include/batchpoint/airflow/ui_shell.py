@@ -45,6 +45,7 @@ table {{ border-collapse: collapse; margin-bottom: 1em; }}
 td, th {{ border-bottom: 1px solid #ddd; padding: 0.3em 0.8em; text-align: left; }}
 tr.aborted td, .error, li.bad, tr.failing td {{ color: #b00; }}
 tr.pending td {{ color: #06c; }}
+tr.restored td {{ background: #eef6ff; }}
 dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }}
 dt {{ color: #555; }}
 form.trigger {{ border: 1px solid #ddd; padding: 0.5em 1em; margin: 1em 0; }}

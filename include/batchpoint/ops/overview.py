@@ -12,6 +12,7 @@ from typing import Any
 from batchpoint.errors import ObjectNotFound, RecordError
 from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint, stop_status
 from batchpoint.ops.maintenance import table_findings
+from batchpoint.ops.restore_history import RestoreEvent, latest_restore
 from batchpoint.protocol.checkpoint import (
     ADOPTED_FROM_META,
     SHARED_FROM_META,
@@ -19,6 +20,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointType,
     FileHandle,
 )
+from batchpoint.protocol.control import ControlRecord, ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
 from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, HistoryPage
@@ -41,6 +43,8 @@ class PipelineOverview:
     #: What needs an operator's eye without stopping the pipeline: a table sink whose
     #: table lags its manifest, or cannot be read.
     findings: list[str] = field(default_factory=list)
+    #: The restore that last moved the head (Flink's "Latest Restore"); None: none yet.
+    latest_restore: RestoreEvent | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -84,7 +88,17 @@ def pipeline_overview(
         failures.consecutive_failures,
         c.ids.peek() - 1,
         [str(f) for f in table_findings(c)],
+        latest_restore(control_of(c)),
     )
+
+
+def control_of(c: CheckpointCoordinator) -> ControlRecord | None:
+    """The control record, None when there is none or it cannot be read (a finding that
+    `batchpoint repair` reports; the pages still show the rest)."""
+    try:
+        return c.control_record()
+    except ControlUnreadable:
+        return None
 
 
 def _newest_retained_savepoint(c: CheckpointCoordinator) -> int | None:

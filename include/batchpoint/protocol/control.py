@@ -102,6 +102,10 @@ class RestoreInFlight(codec.Value):
     # The restore allowed state of its target that the code leaves unrestored (issue
     # 26): the first trigger on the target honours it. Written only when set.
     allow_non_restored_state: bool = codec.field(default=False, omit=False)
+    # The gate that passed the target before the head moved (its name, "quality gate"),
+    # None when none judged it: the UI shows whether a restore was gated. Written only
+    # when set, so an ungated restore's record is what it was before the field.
+    gate: str | None = codec.field(default=None, omit=None)
 
 
 @dataclass(frozen=True)

@@ -170,13 +170,19 @@ class CheckpointRestorer:
         )
 
     def restore_examined(
-        self, examined: Examination, *, claim: bool = False, allow_non_restored_state: bool = False
+        self,
+        examined: Examination,
+        *,
+        claim: bool = False,
+        allow_non_restored_state: bool = False,
+        gate: str | None = None,
     ) -> RestoreResult:
         """Move the head to a target the caller examined (`examine`; or an import, which
         completes a checkpoint only once its files check out): that verdict is the
         validation, not repeated here. What only the CAS can hold is: the target must
         still be retained when the head moves, or nothing changes (RestoreRefused).
-        `claim` and `allow_non_restored_state` as for `restore`."""
+        `claim` and `allow_non_restored_state` as for `restore`; `gate`: the name of the
+        gate that passed the target, recorded with the restore (None: ungated)."""
         cid = examined.checkpoint_id
         if not examined.restorable:
             raise RestoreRefused(
@@ -184,7 +190,7 @@ class CheckpointRestorer:
                 f"{examined.problem}"
             )
         self.finish()
-        moved = self._move(cid, claim, allow_non_restored_state)
+        moved = self._move(cid, claim, allow_non_restored_state, gate)
         if moved is None:
             raise RestoreRefused(
                 f"checkpoint {cid} of pipeline '{self._pipeline}' left the retained set "
@@ -264,7 +270,9 @@ class CheckpointRestorer:
             )
         return found[0]
 
-    def _move(self, target: int, claim: bool, allow: bool = False) -> ControlRecord | None:
+    def _move(
+        self, target: int, claim: bool, allow: bool = False, gate: str | None = None
+    ) -> ControlRecord | None:
         now = self._clock()
 
         def move(current: ControlRecord | None) -> ControlRecord | None:
@@ -285,7 +293,7 @@ class CheckpointRestorer:
                 restore_generation=generation,
                 pending=(),
                 restore=RestoreInFlight(
-                    generation, target, current.head, tuple(abandoned), False, now, allow
+                    generation, target, current.head, tuple(abandoned), False, now, allow, gate
                 ),
                 moved_at=now,
                 cause=HeadMoveCause.RESTORE,

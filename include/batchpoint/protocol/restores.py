@@ -19,7 +19,9 @@ class RestoreRecord(codec.Record):
     restore_generation: int  # the generation the restore started
     previous_head: int | None = codec.field(missing=None)
     restored_at: float = codec.time()
+    # The gate that passed the target (RestoreInFlight.gate); written only when set.
+    gate: str | None = codec.field(default=None, omit=None)
 
     @classmethod
     def of(cls, restore: RestoreInFlight) -> RestoreRecord:
-        return cls(restore.target, restore.generation, restore.previous, restore.at)
+        return cls(restore.target, restore.generation, restore.previous, restore.at, restore.gate)

@@ -387,7 +387,10 @@ class RestorePlanner:
         if claim:
             self.progress(f"claiming checkpoint {checkpoint_id}: retention may now drop it")
         restored = self.driver.coordinator.restorer.restore_examined(
-            examined, claim=claim, allow_non_restored_state=allow_non_restored_state
+            examined,
+            claim=claim,
+            allow_non_restored_state=allow_non_restored_state,
+            gate=None if check.gate is None else check.gate.name,
         )
         if plan.parallelism:
             self.driver.rescale(plan.parallelism)
