@@ -28,10 +28,11 @@ from batchpoint.protocol.sinks import visible_files
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.settings import Settings
 from batchpoint.state.format import RESERVED_COLUMNS
-from batchpoint.storage import StoreRef
+from batchpoint.storage import ObjectStore, StoreRef
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 Checkpoint = int | str  # an id, or "latest"
 
@@ -125,15 +126,31 @@ def sink_files(
     return as_of, visible_files(manifest, as_of)
 
 
-def _read_files_task(store_ref: StoreRef, schema: pa.Schema, batches: Iterator[pa.RecordBatch]):
+def sink_struct(sink: str, files: list[FileHandle]) -> StructType:
+    """The Spark schema of a sink's rows, as its files record it (reserved columns out)."""
+    from pyspark.sql import types as T
+
+    recorded = next((f.meta.get("spark_schema") for f in files if f.meta.get("spark_schema")), None)
+    if recorded is None:
+        raise BatchpointError(f"sink '{sink}': its files record no schema (nothing to read)")
+    struct = T.StructType.fromJson(json.loads(recorded))
+    return T.StructType([f for f in struct.fields if f.name not in RESERVED_COLUMNS])
+
+
+def read_sink_file(store: ObjectStore, schema: pa.Schema, key: str) -> Iterator[pa.RecordBatch]:
+    """One published file's rows in `schema` (read inside a Spark task)."""
     import pyarrow.parquet as pq
 
+    table = pq.read_table(io.BytesIO(store.get(key).data))
+    table = table.drop_columns([c for c in table.column_names if c in RESERVED_COLUMNS])
+    yield from table.select(schema.names).cast(schema).to_batches()
+
+
+def _read_files_task(store_ref: StoreRef, schema: pa.Schema, batches: Iterator[pa.RecordBatch]):
     store = store_ref.open()
     for batch in batches:
         for key in batch.column("key").to_pylist():
-            table = pq.read_table(io.BytesIO(store.get(key).data))
-            table = table.drop_columns([c for c in table.column_names if c in RESERVED_COLUMNS])
-            yield from table.select(schema.names).cast(schema).to_batches()
+            yield from read_sink_file(store, schema, key)
 
 
 def read_sink(
@@ -146,18 +163,13 @@ def read_sink(
 ) -> DataFrame:
     """A sink's published rows as of a checkpoint ("latest": what readers see now), one
     Spark task per file. A table sink's table holds the same rows (see tables/)."""
-    from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from batchpoint.spark.remote import for_workers
 
     coordinator, store_ref = _open(pipeline, settings)
     _, files = sink_files(coordinator, sink, checkpoint)
-    recorded = next((f.meta.get("spark_schema") for f in files if f.meta.get("spark_schema")), None)
-    if recorded is None:
-        raise BatchpointError(f"sink '{sink}': its files record no schema (nothing to read)")
-    struct = T.StructType.fromJson(json.loads(recorded))
-    struct = T.StructType([f for f in struct.fields if f.name not in RESERVED_COLUMNS])
+    struct = sink_struct(sink, files)
     arrow = to_arrow_schema(struct, timezone="UTC")
     keys = [(i, f.path) for i, f in enumerate(files) if f.rows]
     if not keys:

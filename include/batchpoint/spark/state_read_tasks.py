@@ -11,7 +11,7 @@ import hashlib
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,17 +267,32 @@ def _migrated(verdict: SchemaVerdict, batch: pa.RecordBatch) -> pa.RecordBatch:
     return migrate_batch(pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields)), verdict)
 
 
+def read_row(
+    spec: TaskRead, store: ObjectStore, row: Mapping[str, Any]
+) -> Iterator[pa.RecordBatch]:
+    """One task's share of a read: a full file (its `handle`), the key groups `lo`..`hi`
+    of it, and the `changelogs` over them, as the driver planned it (a row of
+    state_reader's task table, or a partition of the batchpoint data source)."""
+    handle = StateHandle.from_json(json.loads(row["handle"]))
+    wanted = KeyGroupRange(row["lo"], row["hi"])
+    changelogs = [StateHandle.from_json(h) for h in json.loads(row["changelogs"])]
+    if changelogs:
+        yield from _read_merged(spec, store, handle, changelogs, wanted)
+    else:
+        yield from _read_one(spec, store, handle, wanted)
+
+
 def read_task(spec: TaskRead, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     store = spec.store.open()
     for batch in batches:
         for row in batch.to_pylist():
-            handle = StateHandle.from_json(json.loads(row["handle"]))
-            wanted = KeyGroupRange(row["lo"], row["hi"])
-            changelogs = [StateHandle.from_json(h) for h in json.loads(row["changelogs"])]
-            if changelogs:
-                yield from _read_merged(spec, store, handle, changelogs, wanted)
-            else:
-                yield from _read_one(spec, store, handle, wanted)
+            yield from read_row(spec, store, row)
+
+
+def file_schema(store: ObjectStore, handle: StateHandle) -> pa.Schema:
+    """A state file's Arrow schema, from its footer (read where the store is at hand)."""
+    with fetched(store, handle, verify=False) as source:
+        return pq.ParquetFile(source).schema_arrow
 
 
 def footer_task(store: ShippedStore, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -285,8 +300,7 @@ def footer_task(store: ShippedStore, batches: Iterator[pa.RecordBatch]) -> Itera
     for batch in batches:
         for row in batch.to_pylist():
             handle = StateHandle.from_json(json.loads(row["handle"]))
-            with fetched(opened, handle, verify=False) as source:
-                schema = pq.ParquetFile(source).schema_arrow
+            schema = file_schema(opened, handle)
             yield pa.RecordBatch.from_pydict(
                 {"schema": [schema.serialize().to_pybytes()]},
                 schema=pa.schema([pa.field("schema", pa.binary())]),

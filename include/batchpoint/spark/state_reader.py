@@ -25,6 +25,7 @@ from batchpoint.spark.state_read_tasks import (
     DEFAULT_READ_BATCH_ROWS,
     SMALL_FILE_BYTES,
     TaskRead,
+    file_schema,
     footer_task,
     read_task,
 )
@@ -45,8 +46,10 @@ __all__ = [
     "DEFAULT_READ_BATCH_BYTES",
     "DEFAULT_READ_BATCH_ROWS",
     "SMALL_FILE_BYTES",
+    "ReadPlan",
     "ReadSpec",
     "check_state_schema",
+    "plan_keyed_read",
     "read_keyed_state",
     "read_keyed_state_for_parallelism",
     "stored_schema",
@@ -83,9 +86,12 @@ class ReadSpec:
     verdict: SchemaVerdict | None = None
 
 
-def stored_schema(spark: SparkSession, store: StoreLike, handle: StateHandle) -> pa.Schema:
+def stored_schema(spark: SparkSession | None, store: StoreLike, handle: StateHandle) -> pa.Schema:
     """A state file's Arrow schema, read by a one-task job (the file may be on S3, where
-    only executors are meant to read state)."""
+    only executors are meant to read state); without a session (a data source's planner,
+    itself a Spark-side Python worker), read here."""
+    if spark is None:
+        return file_schema(ship_store(store).open(), handle)
     tasks = spark.createDataFrame([(json.dumps(handle.to_json()),)], "handle string")
     row = tasks.mapInArrow(
         functools.partial(footer_task, ship_store(store)), "schema binary"
@@ -94,15 +100,17 @@ def stored_schema(spark: SparkSession, store: StoreLike, handle: StateHandle) ->
     return pa.ipc.read_schema(pa.py_buffer(row.schema))
 
 
-def _as_struct(spark: SparkSession, schema: T.StructType | str) -> T.StructType:
+def _as_struct(spark: SparkSession | None, schema: T.StructType | str) -> T.StructType:
     if isinstance(schema, T.StructType):
         return schema
+    if spark is None:
+        raise StateError(f"a schema given as DDL ({schema!r}) needs a Spark session to parse")
     parsed = spark.createDataFrame([], schema).schema
     return parsed
 
 
 def check_state_schema(
-    spark: SparkSession,
+    spark: SparkSession | None,
     store: StoreLike,
     handles: Sequence[StateHandle],
     schema: T.StructType | str,
@@ -138,7 +146,7 @@ def _coerce_handles(handles: Handles, max_parallelism: int | None) -> tuple[list
 
 
 def _state_struct(
-    spark: SparkSession, store: StoreLike, chosen: list[StateHandle], spec: ReadSpec
+    spark: SparkSession | None, store: StoreLike, chosen: list[StateHandle], spec: ReadSpec
 ) -> T.StructType:
     """The state's columns: as asked (checked against the files), else as recorded."""
     if spec.schema is None and chosen[0].spark_schema:
@@ -161,7 +169,7 @@ def _changelog_keys(layers: Mapping[int, Sequence[StateHandle]], state: str) -> 
 
 
 def _task_read(
-    spark: SparkSession,
+    time_zone: str,
     store: StoreLike,
     struct: T.StructType,
     key_columns: tuple[str, ...],
@@ -179,7 +187,6 @@ def _task_read(
     subtask_col = spec.subtask_column if spec.rescale_to is not None else None
     if subtask_col is not None:
         out_struct = out_struct.add(subtask_col, T.IntegerType(), nullable=False)
-    time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
     task = TaskRead(
         store=ship_store(store),
         out_schema=to_arrow_schema(out_struct, timezone=time_zone),
@@ -234,12 +241,32 @@ def _task_rows(
     return rows
 
 
-def read_keyed_state(
-    spark: SparkSession, store: StoreLike, handles: Handles, spec: ReadSpec | None = None
-) -> DataFrame:
-    """The state's rows as `spec` asks (by default: all of them, in the schema the
-    handles record, each file verified), read by executors. The handles must cover the
-    key groups asked for exactly once."""
+#: The columns of a planned read's task table: one row per Spark task.
+TASK_COLUMNS = "idx int, handle string, lo int, hi int, changelogs string"
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """A read planned on the driver: what every task gets, the Spark schema of what the
+    tasks yield, and one row (TASK_COLUMNS) per task: a full file, the key groups kept of
+    it and the changelogs over them (read_row reads one)."""
+
+    task: TaskRead
+    struct: T.StructType
+    rows: list[tuple[int, str, int, int, str]]
+
+
+def plan_keyed_read(
+    spark: SparkSession | None,
+    store: StoreLike,
+    handles: Handles,
+    spec: ReadSpec | None = None,
+    *,
+    time_zone: str | None = None,
+) -> ReadPlan:
+    """How to read the state's rows as `spec` asks (see read_keyed_state). Without a
+    session (a Python data source plans in a Spark-side worker), files are read here
+    when their handles record no schema, and timestamps are UTC as such sources yield."""
     spec = spec or ReadSpec()
     verdict = _migrating(spec.verdict)
     if verdict is not None and spec.schema is None:
@@ -256,13 +283,25 @@ def read_keyed_state(
     chosen, layers = split_layers(chosen, wanted, f"state '{state}' key groups {wanted}")
     struct = _state_struct(spark, store, chosen, spec)
     keys = _changelog_keys(layers, state)
-    task, out_struct = _task_read(spark, store, struct, keys, max_par, spec)
-    rows = _task_rows(chosen, layers, wanted)
+    if time_zone is None:
+        time_zone = (spark.conf.get("spark.sql.session.timeZone") if spark else None) or "UTC"
+    task, out_struct = _task_read(time_zone, store, struct, keys, max_par, spec)
+    return ReadPlan(task, out_struct, _task_rows(chosen, layers, wanted))
+
+
+def read_keyed_state(
+    spark: SparkSession, store: StoreLike, handles: Handles, spec: ReadSpec | None = None
+) -> DataFrame:
+    """The state's rows as `spec` asks (by default: all of them, in the schema the
+    handles record, each file verified), read by executors. The handles must cover the
+    key groups asked for exactly once."""
+    spec = spec or ReadSpec()
+    plan = plan_keyed_read(spark, store, handles, spec)
     # One full file (and the changelogs over its key groups) per task: repartitionById
     # places row i in partition i exactly.
-    tasks = spark.createDataFrame(rows, "idx int, handle string, lo int, hi int, changelogs string")
-    tasks = tasks.repartitionById(len(rows), "idx")
-    out = tasks.mapInArrow(functools.partial(read_task, task), out_struct)
+    tasks = spark.createDataFrame(plan.rows, TASK_COLUMNS)
+    tasks = tasks.repartitionById(len(plan.rows), "idx")
+    out = tasks.mapInArrow(functools.partial(read_task, plan.task), plan.struct)
     if spec.rescale_to is not None and spec.partition_by_subtask:
         return out.repartitionById(spec.rescale_to, spec.subtask_column)
     return out
