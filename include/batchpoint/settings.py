@@ -22,9 +22,7 @@ Airflow part.
                                     child process; the CLI's own commands always are)
   BATCHPOINT_SPARK_REMOTE           the Spark Connect server, sc://host:port (in connect
                                     mode, this or BATCHPOINT_SPARK_CONN_ID)
-  BATCHPOINT_SPARK_CONN_ID          the Airflow connection of the Spark endpoint (a
-                                    spark_connect or spark one); these variables are its
-                                    fallback (batchpoint.airflow.spark_connection)
+  BATCHPOINT_SPARK_CONN_ID          its Airflow connection, if any (airflow.spark_connection)
   BATCHPOINT_SPARK_CONF             Spark settings both modes apply, a JSON object
   BATCHPOINT_CONNECT_CLIENT         task (default: a connect-mode operator task's client
                                     runs in the Airflow task's process) or subprocess (a
