@@ -47,6 +47,10 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_SPARK_MASTER": "spark://master:7077",
         "BATCHPOINT_SPARK_MODE": "Connect",
         "BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002",
+        "BATCHPOINT_SPARK_CONN_ID": "my_spark",
+        # JSON numbers and booleans as Spark reads them
+        "BATCHPOINT_SPARK_CONF": '{"spark.sql.shuffle.partitions": 8, "spark.sql.ansi.enabled": '
+        "true}",
         "BATCHPOINT_CONNECT_CLIENT": "Subprocess",
         "BATCHPOINT_CHECKPOINT_TIMEOUT": "15m",
         "BATCHPOINT_MIN_PAUSE": "90s",
@@ -93,6 +97,7 @@ def test_every_variable_is_read(tmp_path, root):
     assert s.savepoint_roots == ("s3://bucket/sp/", "s3://other/keep/")
     assert s.spark_master == "spark://master:7077"
     assert (s.spark_mode, s.spark_remote) == ("connect", "sc://spark-connect:15002")
+    assert s.spark_conf == {"spark.sql.shuffle.partitions": "8", "spark.sql.ansi.enabled": "true"}
     assert s.checkpoint == CheckpointConfig(
         timeout=900,
         min_pause=90,
@@ -125,6 +130,9 @@ def test_every_variable_is_read(tmp_path, root):
     assert (d.storage_conn_id, d.api_conn_id) == ("my_storage", "my.api-conn")
     assert d.quality_gate_ref == s.quality_gate_ref and d.audit is True
     assert (d.spark_mode, d.spark_remote) == ("connect", "sc://spark-connect:15002")
+    assert d.spark_conn_id == "my_spark"
+    # Both sources of the jobs' Spark settings, BATCHPOINT_SPARK_CONF the stronger.
+    assert d.spark_conf == {"spark.x": "1", **s.spark_conf}
 
 
 def test_defaults(root):

@@ -96,6 +96,15 @@ def mask_key(access_key: str) -> str:
     return access_key if len(access_key) <= 8 else f"{access_key[:4]}...{access_key[-4:]}"
 
 
+#: Spark settings whose value is a credential (spark.hadoop.fs.s3a.secret.key, ...).
+_SECRET_CONF_KEY = re.compile(r"secret|password|passwd|token|credential|key$", re.IGNORECASE)
+
+
+def masked_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Spark settings as a repr or a log may show them: credentials masked."""
+    return {k: REDACTED if _SECRET_CONF_KEY.search(k) else v for k, v in conf.items()}
+
+
 def redact_uri(text: str) -> str:
     """`text` with the password of every `scheme://user:password@` and every token or
     signature parameter replaced by the mask."""

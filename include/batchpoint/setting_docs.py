@@ -27,6 +27,12 @@ SETTINGS: dict[str, str] = {
     "(a local Spark in a child process). Default: connect for Airflow and the demo.",
     "spark_remote": "The Spark Connect server, sc://host:port (optionally /;use_ssl=true;"
     "token=...); required in connect mode.",
+    "spark_conn_id": "The Airflow connection of the Spark endpoint, of the apache-spark "
+    "provider's types: a spark_connect connection in connect mode, a spark one in submit "
+    "mode (default: spark_connect_default, spark_default). Looked up when a task runs; the "
+    "Spark remote and master settings are its fallback.",
+    "spark_conf": "Spark settings every job's session applies, in connect and submit mode "
+    'alike: a JSON object, {"spark.sql.shuffle.partitions": "8"}.',
     "connect_client": "Where a connect-mode operator task runs its Spark Connect client: "
     "task (in the Airflow task's own process) or subprocess (a child process per task).",
     "checkpoint_timeout": "How long a checkpoint may stay pending (seconds, or 90s, 5m, "

@@ -51,6 +51,12 @@ SavepointRoots = Annotated[
     BeforeValidator(lambda v: tuple(values.check_savepoint_root(r) for r in values.split_list(v))),
 ]
 
+#: Spark settings: a JSON object in the variable; never shown in a repr (a Hadoop
+#: credential may be among them).
+SparkConf = Annotated[
+    dict[str, str], NoDecode, Field(repr=False), BeforeValidator(values.parse_spark_conf)
+]
+
 
 def submit_args(value: Any) -> tuple[str, ...]:
     return tuple(shlex.split(value)) if isinstance(value, str) else tuple(value)

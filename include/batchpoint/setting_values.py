@@ -8,13 +8,17 @@ commands stay read-only.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlparse
+
+from batchpoint import redaction
 
 
 class SparkMode(StrEnum):
@@ -154,11 +158,33 @@ def check_spark_remote(value: Any) -> str:
     text = str(value).strip()
     match = _SPARK_REMOTE.match(text)
     if not match:
+        # The hint repeats the address: without a token it may carry.
         hint = f" (did you mean sc://{text.split('://', 1)[-1]}?)" if "://" in text else ""
+        hint = redaction.redact_uri(hint)
         raise ValueError(f"not a Spark Connect address: use sc://host:port{hint}")
     if match.group(3) is not None and not 0 < int(match.group(3)) < 65536:
         raise ValueError("the port must be between 1 and 65535")
     return text
+
+
+def parse_spark_conf(value: Any) -> dict[str, str]:
+    """Spark settings as a JSON object (`{"spark.sql.shuffle.partitions": "8"}`), or a
+    mapping: keys must be `spark.*`; values become strings as Spark reads them."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError:
+            raise ValueError('not a JSON object: use {"spark.sql.key": "value", ...}') from None
+    if not isinstance(value, Mapping):
+        raise ValueError('not a JSON object: use {"spark.sql.key": "value", ...}')
+    bad = [str(k) for k in value if not str(k).startswith("spark.")]
+    if bad:
+        raise ValueError(f"not a Spark setting (keys start with spark.): {', '.join(bad)}")
+    return {str(k): _conf_value(v) for k, v in value.items()}
+
+
+def _conf_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_root(value: Any) -> str:

@@ -20,8 +20,10 @@ Airflow part.
                                     task), submit (one spark-submit per operator task, on
                                     BATCHPOINT_SPARK_MASTER) or local (a local Spark in a
                                     child process; the CLI's own commands always are)
-  BATCHPOINT_SPARK_REMOTE           the Spark Connect server, sc://host:port (required in
-                                    connect mode)
+  BATCHPOINT_SPARK_REMOTE           the Spark Connect server, sc://host:port (in connect
+                                    mode, this or BATCHPOINT_SPARK_CONN_ID)
+  BATCHPOINT_SPARK_CONN_ID          its Airflow connection, if any (airflow.spark_connection)
+  BATCHPOINT_SPARK_CONF             Spark settings both modes apply, a JSON object
   BATCHPOINT_CONNECT_CLIENT         task (default: a connect-mode operator task's client
                                     runs in the Airflow task's process) or subprocess (a
                                     child process per task)
@@ -52,6 +54,7 @@ Airflow part.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -78,6 +81,7 @@ from batchpoint.setting_fields import (
     Refs,
     SavepointRoots,
     Secret,
+    SparkConf,
     Text,
     count,
     default_root,
@@ -95,7 +99,8 @@ DEFAULT_PIPELINE_REF = "batchpoint.demo.payments:pipeline"
 DEFAULT_GC_GRACE = 3600.0
 MISSING_REMOTE = (
     f"{PREFIX}SPARK_MODE=connect needs {PREFIX}SPARK_REMOTE, the Spark Connect server's "
-    f"address (sc://host:port), or set {PREFIX}SPARK_MODE=submit or local"
+    f"address (sc://host:port), or {PREFIX}SPARK_CONN_ID, an Airflow spark_connect "
+    f"connection, or set {PREFIX}SPARK_MODE=submit or local"
 )
 
 
@@ -143,6 +148,8 @@ class BatchpointEnvironment(BaseSettings):
     # None: each front end's own default (connect for Airflow and the demo).
     spark_mode: Annotated[SparkMode | None, optional(lowercase)] = None
     spark_remote: Annotated[str | None, optional(values.check_spark_remote)] = None
+    spark_conn_id: Annotated[str | None, optional(values.check_conn_id)] = None
+    spark_conf: SparkConf = Field(default_factory=dict)
     connect_client: Annotated[Literal["task", "subprocess"], BeforeValidator(lowercase)] = "task"
     # -- checkpointing (CheckpointConfig)
     checkpoint_timeout: Annotated[float, duration(positive=True)] = 600.0
@@ -182,7 +189,7 @@ class BatchpointEnvironment(BaseSettings):
     def _consistent(self) -> BatchpointEnvironment:
         if not self.pipeline_ref:
             raise ValueError(f"{PREFIX}PIPELINE_REF is empty: name a module:attribute")
-        if self.spark_mode is SparkMode.CONNECT and not self.spark_remote:
+        if self.spark_mode is SparkMode.CONNECT and not (self.spark_remote or self.spark_conn_id):
             raise ValueError(MISSING_REMOTE)
         if self.gc_grace is not None and self.gc_grace < self.checkpoint_timeout:
             raise ValueError(
@@ -285,7 +292,9 @@ def _one_line(exc: ValidationError) -> str:
 
 
 #: Variables whose value never appears in a message.
-_SECRET_VARIABLES = frozenset(S3_PREFIX + option.upper() for option in redaction.CREDENTIAL_OPTIONS)
+_SECRET_VARIABLES = frozenset(
+    [*(S3_PREFIX + o.upper() for o in redaction.CREDENTIAL_OPTIONS), PREFIX + "SPARK_CONF"]
+)
 
 
 def _shown(var: str, value: Any) -> str:
@@ -358,12 +367,15 @@ class Settings:
     #: None: the front end's default (see the module's table).
     spark_mode: SparkMode | None = None
     spark_remote: str | None = None
+    #: Spark settings every session of the jobs applies (connect and classic alike).
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         # Every field as the generated repr shows it, the Connect address without its token.
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.repr}
         if shown.get("spark_remote"):
             shown["spark_remote"] = redaction.redact_uri(shown["spark_remote"])
+        shown["spark_conf"] = redaction.masked_conf(self.spark_conf)
         return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def __post_init__(self) -> None:
@@ -395,6 +407,7 @@ class Settings:
             quality_gate_ref=model.quality_gate,
             spark_mode=model.spark_mode,
             spark_remote=model.spark_remote,
+            spark_conf=model.spark_conf,
         )
 
     def with_storage(
@@ -404,15 +417,8 @@ class Settings:
         roots that were the old root's default follow the new root."""
         default = (values.default_savepoint_root(self.root),)
         roots = () if self.savepoint_roots == default else self.savepoint_roots
-        return Settings(
-            root,
-            dict(store_options),
-            self.spark_master,
-            self.checkpoint,
-            roots,
-            self.quality_gate_ref,
-            self.spark_mode,
-            self.spark_remote,
+        return dataclasses.replace(
+            self, root=root, store_options=dict(store_options), savepoint_roots=roots
         )
 
     def as_env(self) -> dict[str, str]:
@@ -433,6 +439,8 @@ class Settings:
             out[variable("spark_mode")] = self.spark_mode.value
         if self.spark_remote:
             out[variable("spark_remote")] = self.spark_remote
+        if self.spark_conf:
+            out[variable("spark_conf")] = json.dumps(dict(self.spark_conf))
         return out
 
 

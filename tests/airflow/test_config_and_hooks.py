@@ -259,9 +259,10 @@ def test_the_connect_and_local_commands_run_the_job_module_without_spark_submit(
     connect = launcher_for(AirflowDeployment.from_env(env(BATCHPOINT_SPARK_REMOTE=REMOTE)), "m:p")
     assert isinstance(connect, ConnectLauncher)
     argv = connect.command(settings, 7, "dedup", "af-1-t1")
-    # a thin client: this Python, the job module, the server's address; no spark-submit
-    assert argv[:5] == [sys.executable, "-m", "batchpoint.jobs.run_operator", "--remote", REMOTE]
-    assert argv[5:] == [
+    # a thin client: this Python, the job module, a client of the server its environment
+    # names (a token in the address stays off the command line); no spark-submit
+    assert argv[:4] == [sys.executable, "-m", "batchpoint.jobs.run_operator", "--connect"]
+    assert argv[4:] == [
         "--pipeline", "m:p", "--checkpoint-id", "7", "--operator", "dedup", "--attempt", "af-1-t1"
     ]  # fmt: skip
     child = connect.environment(settings, {"PATH": "/bin"})

@@ -88,3 +88,33 @@ def test_a_server_killed_mid_epoch_then_back_loses_nothing(
         run, states = bp.run("payments_checkpoint")
         assert run.state == "success", states
         assert_sinks_match_reference(bp.store, bp.driver().coordinator, 2)
+
+
+def test_a_killed_tasks_interrupt_reads_the_server_from_its_environment(
+    bp, connect_server, monkeypatch
+):
+    """on_kill of a task whose client was a child process: the launcher interrupts the
+    attempt's job tag from a child of its own, which joins the pipeline's session on the
+    server named in its environment, not on its command line (where a token would show
+    in `ps` and the task log)."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from batchpoint.airflow import connect_launcher
+
+    bp.connect(connect_server)
+    seen: list[list[str]] = []
+
+    def recording(argv, **kwargs):
+        seen.append(list(argv))
+        return subprocess.run(argv, **kwargs)
+
+    patched = SimpleNamespace(run=recording, TimeoutExpired=subprocess.TimeoutExpired)
+    monkeypatch.setattr(connect_launcher, "subprocess", patched)
+    launcher = connect_launcher.ConnectLauncher(
+        bp.deployment(), "batchpoint.demo.payments:pipeline"
+    )
+    said: list[str] = []
+    launcher.interrupt("payments", 1, "dedup", "attempt-x", said.append)
+    assert said == [f"interrupted attempt attempt-x on {connect_server.url}"], said
+    assert len(seen) == 1 and not any(connect_server.url in arg for arg in seen[0]), seen

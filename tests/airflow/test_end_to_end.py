@@ -7,10 +7,13 @@ checkpoint, and the published sinks always equal the pandas reference over exact
 input read so far.
 
 In submit mode (kept for clusters reached through spark-submit) a `--conf` given in
-BATCHPOINT_SPARK_SUBMIT_ARGS reaches the job's session, over batchpoint's defaults."""
+BATCHPOINT_SPARK_SUBMIT_ARGS reaches the job's session, over batchpoint's defaults; in
+connect mode BATCHPOINT_SPARK_CONF reaches the job's Connect session, on the server its
+Airflow `spark_connect` connection names."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -102,3 +105,44 @@ def test_submit_mode_a_submit_conf_reaches_the_jobs_session(bp, write_epoch, mon
     assert len(table) == 40  # every account of the input
     assert set(table["spark_sql_shuffle_partitions"]) == {"3"}
     assert set(table["spark_batchpoint_probe"]) == {"from-airflow"}
+
+
+def test_connect_mode_the_spark_conf_setting_reaches_the_jobs_session_on_the_connections_server(
+    bp, write_epoch, monkeypatch, connect_server
+):
+    from batchpoint.protocol.coordinator import CheckpointCoordinator
+    from batchpoint.protocol.sinks import read_sink_table
+
+    # The probe pipeline lives in tests/support: the job's Python must find it too.
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), path])))
+    # The server comes from the Airflow connection; the variable, its fallback, names a
+    # port where nothing listens (a job that used it would fail unreachable).
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BP_SPARK",
+        json.dumps(
+            {"conn_type": "spark_connect", "host": connect_server.host, "port": connect_server.port}
+        ),
+    )
+    bp.set(
+        spark_mode="connect",
+        spark_remote="sc://127.0.0.1:1",
+        spark_conn_id="bp_spark",
+        connect_client="subprocess",
+        pipeline_ref="support.conf_probe:pipeline",
+        # 3 where the server's session would say otherwise: the user's setting must win
+        spark_conf=json.dumps(
+            {"spark.sql.shuffle.partitions": "3", "spark.batchpoint.probe": "from-conf"}
+        ),
+        checkpoint_timeout=1800,
+        ack_poll_interval=1,
+    )
+    write_epoch(0)
+    run, states = bp.run("confprobe_checkpoint")
+    assert run.state == "success", states
+    coordinator = CheckpointCoordinator(bp.store, "confprobe")
+    assert coordinator.get_outcome(1).status is CheckpointStatus.COMPLETED
+    table = read_sink_table(bp.store, "confprobe", "probe_table").to_pandas()
+    assert len(table) == 40  # every account of the input
+    assert set(table["spark_sql_shuffle_partitions"]) == {"3"}
+    assert set(table["spark_batchpoint_probe"]) == {"from-conf"}

@@ -79,6 +79,7 @@ def test_the_config_section_documents_every_setting_with_its_default():
         "s3_secret_access_key",
         "s3_session_token",
         "table_catalog",
+        "spark_conf",  # a Hadoop credential may be among the Spark settings
     }
     # Each documented default, given as the variable, reads as the model's own default.
     env = {"BATCHPOINT_ROOT": "s3://bucket/prefix"}

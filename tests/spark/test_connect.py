@@ -4,6 +4,7 @@ environment holds wrong S3 settings and credentials."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -141,6 +142,24 @@ def test_a_client_of_another_batchpoint_version_is_refused(
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert "batchpoint version mismatch: the client runs 0.0.0-skew" in lines[0]
+
+
+def test_a_spark_setting_the_server_refuses_is_one_line_naming_it_and_exit_2(
+    seaweed: SeaweedServer, connect_server: Any
+) -> None:
+    """BATCHPOINT_SPARK_CONF reaches the Connect session key by key: a static setting,
+    which no session may change, is named, where pyspark's builder would ignore it."""
+    env = storage_env(seaweed, seaweed.uri(f"tests/refused-{uuid.uuid4().hex[:8]}"))
+    conf = json.dumps({"spark.sql.warehouse.dir": "/elsewhere"})
+    code, _, err = finish(
+        start_operator(connect_server.url, 1, "dedup", {**env, "BATCHPOINT_SPARK_CONF": conf})
+    )
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(
+        "error: Spark setting spark.sql.warehouse.dir: the server refused it: "
+    ), err
 
 
 def test_an_unreachable_server_is_one_line_and_exit_2(

@@ -15,6 +15,10 @@ hooks.py); parsing reads only the environment, as it must not depend on connecti
   BATCHPOINT_SPARK_MODE           connect (default), submit or local: see
                                   batchpoint.settings
   BATCHPOINT_SPARK_REMOTE         sc://host:port of the Spark Connect server (connect)
+  BATCHPOINT_SPARK_CONN_ID        the Airflow connection of the Spark endpoint (default:
+                                  spark_connect_default in connect mode, spark_default in
+                                  submit mode); the variables above are its fallback
+  BATCHPOINT_SPARK_CONF           Spark settings of every job's session, a JSON object
   BATCHPOINT_CONNECT_CLIENT       task (default) or subprocess: see batchpoint.settings
   BATCHPOINT_SPARK_SUBMIT         the spark-submit executable (default: pyspark's, next
                                   to this Python)
@@ -125,6 +129,8 @@ class AirflowDeployment:
     spark_mode: SparkMode = SparkMode.SUBMIT
     # Shown in the repr by `settings`, without a `;token=`.
     spark_remote: str | None = field(default=None, repr=False)
+    #: The Airflow connection of the Spark endpoint (None: the mode's default id).
+    spark_conn_id: str | None = None
     #: task (the operator task's Connect client in its own process) or subprocess.
     connect_client: str = "task"
     start_date: datetime = START_DATE
@@ -141,9 +147,10 @@ class AirflowDeployment:
 
     @property
     def spark_conf(self) -> dict[str, str]:
-        """The `--conf key=value` pairs of BATCHPOINT_SPARK_SUBMIT_ARGS, for a Spark
-        session started inside a task (the audit): on a cluster the same settings (the
-        driver's host, executor memory) let the executors reach that driver too."""
+        """The `--conf key=value` pairs of BATCHPOINT_SPARK_SUBMIT_ARGS, then
+        BATCHPOINT_SPARK_CONF, for a Spark session started inside a task (the audit): on
+        a cluster the same settings (the driver's host, executor memory) let the
+        executors reach that driver too."""
         conf: dict[str, str] = {}
         args = iter(self.spark_submit_args)
         for arg in args:
@@ -156,7 +163,7 @@ class AirflowDeployment:
             key, sep, value = pair.partition("=")
             if sep and key:
                 conf[key] = value
-        return conf
+        return {**conf, **self.settings.spark_conf}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AirflowDeployment:
@@ -168,7 +175,7 @@ class AirflowDeployment:
         cls, model: BatchpointEnvironment, env: Mapping[str, str] | None = None
     ) -> AirflowDeployment:
         mode = model.spark_mode or DEFAULT_SPARK_MODE
-        if mode is SparkMode.CONNECT and not model.spark_remote:
+        if mode is SparkMode.CONNECT and not (model.spark_remote or model.spark_conn_id):
             raise ConfigError(MISSING_REMOTE)
         settings = Settings.of(model, env)
         return cls(
@@ -192,6 +199,7 @@ class AirflowDeployment:
             audit=model.audit,
             spark_mode=mode,
             spark_remote=model.spark_remote,
+            spark_conn_id=model.spark_conn_id,
             connect_client=model.connect_client,
         )
 

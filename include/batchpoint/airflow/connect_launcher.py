@@ -8,6 +8,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from batchpoint.airflow.config import AirflowDeployment
@@ -37,6 +38,7 @@ class ConnectLauncher(OperatorJobLauncher):
         super().__init__(deployment, pipeline_ref)
         self._here: tuple[Any, int, str] | None = None  # (runner, checkpoint, operator)
         self._stopped_here = False
+        self._remote: str | None = None  # the server of the last launch
 
     def runs_here(self) -> bool:
         """Whether the client can run in this process (see the class)."""
@@ -56,6 +58,8 @@ class ConnectLauncher(OperatorJobLauncher):
         attempt: str,
         log: Callable[[str], None],
     ) -> SparkJobResult:
+        remote = self._remote = self.remote_of(settings)
+        settings = replace(settings, spark_remote=remote)
         if not self.runs_here():
             return super().launch(settings, checkpoint_id, operator, attempt, log)
         import traceback
@@ -64,7 +68,7 @@ class ConnectLauncher(OperatorJobLauncher):
 
         log(
             f"checkpoint {checkpoint_id}, attempt {attempt} (connect mode, a client in this "
-            f"process): {redact_uri(self.remote)}"
+            f"process): {redact_uri(remote)}"
         )
         started = time.monotonic()
         tail: deque[str] = deque(maxlen=40)
@@ -82,7 +86,7 @@ class ConnectLauncher(OperatorJobLauncher):
                 checkpoint_id,
                 operator,
                 settings,
-                remote=self.remote,
+                remote=remote,
                 attempt=attempt,
                 log=lambda text: line(f"[{operator}] {text}"),
                 error=line,
@@ -112,22 +116,27 @@ class ConnectLauncher(OperatorJobLauncher):
             return
         runner.log(f"killed: interrupted {len(stopped)} Spark operation(s)")
 
-    @property
-    def remote(self) -> str:
-        remote = self.deployment.spark_remote
+    def remote_of(self, settings: Settings) -> str:
+        """The server: the task's (its Spark connection's, see spark_connection.py), else
+        the deployment's BATCHPOINT_SPARK_REMOTE."""
+        remote = settings.spark_remote or self.deployment.spark_remote
         if not remote:
-            raise ConfigError("BATCHPOINT_SPARK_REMOTE is not set")
+            raise ConfigError(
+                "no Spark Connect server: BATCHPOINT_SPARK_REMOTE is not set and there is no "
+                "spark_connect connection (BATCHPOINT_SPARK_CONN_ID)"
+            )
         return remote
 
     def command(
         self, settings: Settings, checkpoint_id: int, operator: str, attempt: str
     ) -> list[str]:
+        # The child reads the server from BATCHPOINT_SPARK_REMOTE (settings.as_env): a
+        # token in it stays off the command line, which `ps` and the task's log show.
         return [
             sys.executable,
             "-m",
             JOB_MODULE,
-            "--remote",
-            self.remote,
+            "--connect",
             *self._job_args(checkpoint_id, operator, attempt),
             "--attempt",
             attempt,
@@ -149,26 +158,30 @@ class ConnectLauncher(OperatorJobLauncher):
         from batchpoint.spark.remote import attempt_tag
 
         tag = attempt_tag(pipeline, checkpoint_id, operator, attempt)
+        # The server through the environment, as the job gets it: no token on a command line.
         code = (
-            "import sys\n"
+            "import os, sys\n"
             "from batchpoint.spark.remote import interrupt_attempt\n"
-            "interrupt_attempt(sys.argv[1], sys.argv[2], sys.argv[3])\n"
+            "interrupt_attempt(os.environ['BATCHPOINT_SPARK_REMOTE'], sys.argv[1], sys.argv[2])\n"
         )
+        shown = redact_uri(self._remote or str(self.deployment.spark_remote))
         try:
+            base = Settings.from_env()
+            settings = replace(base, spark_remote=self._remote or base.spark_remote)
             done = subprocess.run(
-                [sys.executable, "-c", code, self.remote, pipeline, tag],
+                [sys.executable, "-c", code, pipeline, tag],
                 capture_output=True,
                 text=True,
                 timeout=60,
-                env=self.environment(Settings.from_env()),
+                env=self.environment(settings),
             )
         except (subprocess.TimeoutExpired, ConfigError) as exc:
-            log(f"could not interrupt attempt {attempt} on {redact_uri(self.remote)}: {exc}")
+            log(f"could not interrupt attempt {attempt} on {shown}: {exc}")
             return
         output = (done.stdout + done.stderr).strip().splitlines()
         log(
-            f"interrupted attempt {attempt} on {redact_uri(self.remote)}"
+            f"interrupted attempt {attempt} on {shown}"
             if done.returncode == 0
-            else f"could not interrupt attempt {attempt} on {redact_uri(self.remote)}: "
+            else f"could not interrupt attempt {attempt} on {shown}: "
             + (output[-1] if output else f"exit {done.returncode}")
         )

@@ -138,6 +138,8 @@ def _audit(task: PlannedTask, r: _Render) -> dict[str, Any]:
         "spark_master": d.settings.spark_master,
         "spark_conf": d.spark_conf,
         "spark_remote": d.spark_remote if connect else None,
+        "spark_mode": d.spark_mode,
+        "spark_conn_id": d.spark_conn_id,
     }
 
 

@@ -7,7 +7,8 @@
     python -m batchpoint.jobs.run_operator --remote sc://spark:15002 \
         --pipeline batchpoint.demo.payments:pipeline --checkpoint-id 7 --operator dedup
 
-With --remote the process is a thin Spark Connect client (no JVM here): it joins the
+(--connect instead of --remote: the server of BATCHPOINT_SPARK_REMOTE.) With --remote
+the process is a thin Spark Connect client (no JVM here): it joins the
 pipeline's session on the server (batchpoint.spark.session.pipeline_session_id), runs its
 Spark work under the attempt's job tag, and on SIGTERM interrupts that tag before it
 exits, so that a killed task's work stops on the server too.
@@ -30,6 +31,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.runtime.job_status import JobReport, JobStatus
@@ -37,6 +39,9 @@ from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.runner import AttemptInterrupted, OperatorRunner
 from batchpoint.runtime.task_hooks import AttemptHooks
 from batchpoint.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 OnStart = Callable[[OperatorRunner, int, str], None]
 
@@ -68,10 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--master", default=None, help="Spark master (default local[2])")
     where.add_argument("--remote", default=None, help="Spark Connect server, sc://host:port")
+    where.add_argument(
+        "--connect",
+        action="store_true",
+        help="a client of BATCHPOINT_SPARK_REMOTE (its token stays off the command line)",
+    )
     parser.add_argument("--attempt", default=None, help="attempt id (default: a new one)")
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env(spark_master=args.master or "")
+        remote = args.remote or (_remote_of(settings) if args.connect else None)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         report = JobReport(JobStatus.BAD_CONFIG, args.checkpoint_id, args.operator, str(exc))
@@ -81,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             args.checkpoint_id,
             args.operator,
             settings,
-            remote=args.remote,
+            remote=remote,
             attempt=args.attempt,
             log=lambda line: print(f"[{args.operator}] {line}", flush=True),
             error=lambda line: print(line, file=sys.stderr, flush=True),
@@ -90,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.flush()
     print(report.line(), flush=True)  # last: what the launcher reads
     return report.exit_code
+
+
+def _remote_of(settings: Settings) -> str:
+    if not settings.spark_remote:
+        raise ConfigError("--connect: BATCHPOINT_SPARK_REMOTE is not set")
+    return settings.spark_remote
 
 
 def run_job(
@@ -150,17 +167,7 @@ def _runner(
     """The pipeline's runner on its Spark session (a Connect client of `remote`, else a
     classic session on settings.spark_master)."""
     pipeline = load_pipeline(pipeline_ref)
-    app_name = f"batchpoint-{pipeline.name}-{operator}"
-    if remote:
-        from batchpoint.spark.connect import connect_session, pipeline_session_id
-
-        spark = connect_session(
-            remote, app_name, session_id=pipeline_session_id(pipeline.name, remote)
-        )
-    else:
-        from batchpoint.spark.session import spark_session
-
-        spark = spark_session(app_name, settings.spark_master)
+    spark = operator_session(pipeline.name, operator, settings, remote)
     return OperatorRunner(
         pipeline,
         settings.store_ref,
@@ -170,6 +177,23 @@ def _runner(
         log=log,
         hooks=_injected_faults(),
     )
+
+
+def operator_session(
+    pipeline: str, operator: str, settings: Settings, remote: str | None = None
+) -> SparkSession:
+    """The Spark session an operator's job runs on: a Connect client of `remote` in the
+    pipeline's server session, else a classic session on settings.spark_master. Both
+    apply settings.spark_conf (BATCHPOINT_SPARK_CONF), over batchpoint's defaults."""
+    app_name = f"batchpoint-{pipeline}-{operator}"
+    if remote:
+        from batchpoint.spark.connect import connect_session, pipeline_session_id
+
+        session_id = pipeline_session_id(pipeline, remote)
+        return connect_session(remote, app_name, session_id=session_id, conf=settings.spark_conf)
+    from batchpoint.spark.session import spark_session
+
+    return spark_session(app_name, settings.spark_master, conf=settings.spark_conf)
 
 
 def _injected_faults() -> AttemptHooks | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import socket
 import sys
@@ -234,7 +233,7 @@ def _join(
         session = _open_connect(base, params, wanted)
         try:
             # The first RPC: reaches the server, and learns whether it knows the id.
-            session.conf._set_all(configs=dict(settings), silent=False)
+            _apply_conf(session, settings)
             return session
         except Exception as exc:
             _drop(session)
@@ -255,30 +254,51 @@ def _join(
     log.warning("Spark Connect sessions after %s are all closed; using %s", wanted, fresh)
     session = _open_connect(base, params, fresh)
     try:
-        session.conf._set_all(configs=dict(settings), silent=False)
+        _apply_conf(session, settings)
     except Exception as exc:
         _drop(session)
+        if isinstance(exc, ConfigError):
+            raise
         raise unreachable_error(remote, exc) from None
     return session
 
 
+def _apply_conf(session: SparkSession, settings: Mapping[str, str]) -> None:
+    """Set the session's conf through the public API, one key at a time, so that a key
+    the server refuses (a static setting, a bad value) is named in a ConfigError rather
+    than silently ignored (what the builder's `config()` does over Connect). A server
+    that cannot be reached, or closed the session, raises as it is."""
+    for key, value in settings.items():
+        try:
+            session.conf.set(key, value)
+        except Exception as exc:
+            if _closed_session(exc) or is_unreachable(exc):
+                raise
+            raise ConfigError(
+                f"Spark setting {key}: the server refused it: {_reason(exc)}"
+            ) from None
+
+
 def _open_connect(base: str, params: Mapping[str, str], session_id: str) -> SparkSession:
+    """A client of session `session_id`, through pyspark's public builder (which also
+    switches the process to Connect). No conf is given to the builder: it would set it in
+    its first RPC, before the retry policy below applies (pyspark's default retries a
+    dead server for over 10 minutes), and ignore a key the server refuses; `_apply_conf`
+    sets it next."""
+    from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
     pairs = {**params, "session_id": session_id}
     url = ";".join([f"{base}/", *(f"{k}={v}" for k, v in pairs.items())])
-    # What pyspark's builder.remote() does: from now on pyspark.sql.functions build
-    # Connect expressions.
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     active = RemoteSparkSession.getActiveSession()
     if active is not None and active.session_id == session_id and not active.is_stopped:
         return active  # type: ignore[return-value]
     # pyspark warns once its retries are spent; the caller gets SparkUnreachable instead.
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
-    session = RemoteSparkSession.builder.remote(url).create()
-    session.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY_POLICY)])
-    return session  # type: ignore[return-value]
+    session = SparkSession.builder.remote(url).create()
+    session.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY_POLICY)])  # type: ignore[attr-defined]
+    return session
 
 
 def _drop(session: SparkSession) -> None:

@@ -192,21 +192,24 @@ def session_here(app_name: str, pipeline: str, settings: Settings) -> SparkSessi
     """The Spark session for work that does not say which (a restore's quality gate): a
     classic one already running here; else, in connect mode, the pipeline's session on
     the Spark Connect server (one that cannot be reached raises SparkUnreachable); else
-    a classic one on settings.spark_master. A process whose tasks ran as Connect clients
-    (ConnectLauncher) can hold no classic session any more, so it must not start one."""
+    a classic one on settings.spark_master; either with settings.spark_conf. A process
+    whose tasks ran as Connect clients (ConnectLauncher) can hold no classic session any
+    more, so it must not start one."""
     connected = "SPARK_CONNECT_MODE_ENABLED" in os.environ
     remote = settings.spark_remote
     from batchpoint.settings import SparkMode
 
     connect_mode = settings.spark_mode is SparkMode.CONNECT
+    conf = settings.spark_conf
     if not classic_spark_running() and remote and (connect_mode or connected):
-        return connect_session(remote, app_name, session_id=pipeline_session_id(pipeline, remote))
+        session_id = pipeline_session_id(pipeline, remote)
+        return connect_session(remote, app_name, session_id=session_id, conf=conf)
     if connected:
         raise ConfigError(
             "this process runs Spark Connect sessions; set BATCHPOINT_SPARK_REMOTE (and "
             "BATCHPOINT_SPARK_MODE=connect) for its other Spark work"
         )
-    return spark_session(app_name, settings.spark_master)
+    return spark_session(app_name, settings.spark_master, conf)
 
 
 __all__ = [

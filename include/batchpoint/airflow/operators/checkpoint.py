@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from airflow.sdk import Context, SkipMixin
@@ -21,6 +22,7 @@ from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launcher_for
 from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
+from batchpoint.airflow.spark_connection import spark_settings, task_spark_settings
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.audit import audit_then_finalize
 from batchpoint.ops.barrier_log import barrier_lines
@@ -37,6 +39,7 @@ from batchpoint.quality.gate import QualityGate
 from batchpoint.redaction import redact_uri
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.job_status import JobStatus
+from batchpoint.settings import Settings, SparkMode
 
 
 class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
@@ -127,19 +130,41 @@ class SparkOperatorJob(BatchpointOperator):
     template_fields = ("operator",)
     ui_color = "#f5d5b0"
 
-    def __init__(self, *, operator: str, deployment: AirflowDeployment, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        operator: str,
+        deployment: AirflowDeployment,
+        spark_conn_id: str | None = None,
+        spark_conf: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """`spark_conn_id`: the Airflow connection of the Spark endpoint (default: the
+        deployment's BATCHPOINT_SPARK_CONN_ID, else the apache-spark provider's default id
+        of the mode; see spark_connection.py); `spark_conf`: Spark settings of the job's
+        session, over BATCHPOINT_SPARK_CONF, in every mode."""
         super().__init__(**kwargs)
         self.operator = operator
         self.deployment = deployment
+        self.spark_conn_id = spark_conn_id or deployment.spark_conn_id
+        self.spark_conf = dict(spark_conf or {})
         self._launcher: OperatorJobLauncher | None = None
         self._attempt: tuple[int, str] | None = None
+
+    def spark_settings(self) -> Settings:
+        """The task's settings with its Spark endpoint and conf (see __init__)."""
+        mode = self.deployment.spark_mode
+        try:
+            return task_spark_settings(self.settings(), mode, self.spark_conn_id, self.spark_conf)
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
 
     def execute(self, context: Context) -> dict[str, Any]:
         checkpoint_id = self.require_checkpoint_id(context)
         ti = context["ti"]
         attempt = attempt_id(context["run_id"], ti.try_number, ti.map_index)
         self._attempt = (checkpoint_id, attempt)
-        settings = self.settings()
+        settings = self.spark_settings()
         launcher = self._launcher = launcher_for(self.deployment, self.pipeline_ref)
         result = launcher.launch(settings, checkpoint_id, self.operator, attempt, self.log.info)
         status = result.status
@@ -207,22 +232,35 @@ class AuditCheckpointOperator(BatchpointOperator):
         spark_master: str,
         spark_conf: Mapping[str, str] | None = None,
         spark_remote: str | None = None,
+        spark_mode: SparkMode | str | None = None,
+        spark_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """`spark_mode` None: connect if `spark_remote` is given, else submit; the
+        endpoint of the `spark_conn_id` connection, if it exists, wins over both."""
         super().__init__(**kwargs)
         self.spark_master = spark_master
         self.spark_conf = dict(spark_conf or {})
         self.spark_remote = spark_remote
+        self.spark_mode = SparkMode(spark_mode or ("connect" if spark_remote else "submit"))
+        self.spark_conn_id = spark_conn_id
 
-    def _gate(self, driver: Any, settings: Any) -> AbstractContextManager[QualityGate]:
+    def _gate(self, driver: Any, settings: Settings) -> AbstractContextManager[QualityGate]:
         from batchpoint.spark.connect import classic_spark_running
 
-        if self.spark_remote and not classic_spark_running():
-            return _connect_gate(driver.pipeline, settings.store_ref, self.spark_remote, self.log)
+        given = replace(
+            settings,
+            spark_master=self.spark_master,
+            spark_remote=self.spark_remote or settings.spark_remote,
+        )
+        spark = spark_settings(given, self.spark_mode, self.spark_conn_id)
+        connect = self.spark_mode is SparkMode.CONNECT and spark.spark_remote
+        if connect and not classic_spark_running():
+            return _connect_gate(driver.pipeline, spark, self.spark_conf, self.log)
         return audit_gate(
             driver.pipeline,
             settings.store_ref,
-            self.spark_master,
+            spark.spark_master,
             spark_conf=self.spark_conf,
             log=self.log.info,
         )
@@ -260,16 +298,22 @@ class AuditCheckpointOperator(BatchpointOperator):
 
 
 @contextmanager
-def _connect_gate(pipeline: Any, store_ref: Any, remote: str, log: Any) -> Iterator[QualityGate]:
+def _connect_gate(
+    pipeline: Any, settings: Settings, conf: Mapping[str, str], log: Any
+) -> Iterator[QualityGate]:
     """The audit's gate on the pipeline's session of the Spark Connect server (the one
     its operator jobs use: no Python workers of a session of its own pile up there)."""
     from batchpoint.spark.connect import connect_session, pipeline_session_id
 
+    remote = str(settings.spark_remote)
     spark = connect_session(
-        remote, "batchpoint-audit", session_id=pipeline_session_id(pipeline.name, remote)
+        remote,
+        "batchpoint-audit",
+        session_id=pipeline_session_id(pipeline.name, remote),
+        conf=conf,
     )
     log.info("audit on the Spark Connect server at %s", redact_uri(remote))
-    yield QualityGate(pipeline, store_ref, spark=spark, log=log.info)
+    yield QualityGate(pipeline, settings.store_ref, spark=spark, log=log.info)
 
 
 class FinalizeCheckpointOperator(BatchpointOperator):

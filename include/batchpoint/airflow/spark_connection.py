@@ -1,0 +1,119 @@
+"""The Spark endpoint of a task from an Airflow connection of the apache-spark provider's
+types, read the way its hooks read them (the provider itself need not be installed):
+
+* connect mode, a `spark_connect` connection (SparkConnectHook, default id
+  `spark_connect_default`): host and port the server, login the `user_id`, password the
+  `token`, extra `use_ssl`; the URL is built as `get_connection_url` builds it;
+* submit mode, a `spark` connection (SparkSubmitHook, default id `spark_default`): host
+  (and port) the master, as `spark://host:7077`, `yarn`, `k8s://https://...`, `local[4]`.
+
+The connection is looked up when the task runs (never when the DAG is parsed);
+BATCHPOINT_SPARK_REMOTE and BATCHPOINT_SPARK_MASTER are the fallback when it does not
+exist. A connection's token only ever shows redacted (batchpoint.redaction)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote, urlparse, urlunparse
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from batchpoint import setting_values
+from batchpoint.errors import ConfigError
+from batchpoint.redaction import redact_uri
+from batchpoint.settings import Settings, SparkMode
+
+log = logging.getLogger(__name__)
+
+#: The provider's connection type and default connection id of each mode.
+CONN_TYPES: dict[SparkMode, str] = {SparkMode.CONNECT: "spark_connect", SparkMode.SUBMIT: "spark"}
+DEFAULT_CONN_IDS: dict[SparkMode, str] = {
+    SparkMode.CONNECT: "spark_connect_default",
+    SparkMode.SUBMIT: "spark_default",
+}
+
+GetConnection = Callable[[str], Any]
+
+
+def connect_url(conn: Any) -> str:
+    """`sc://host:port/;user_id=...;token=...;use_ssl=...` of a `spark_connect`
+    connection, as the provider's SparkConnectHook.get_connection_url builds it."""
+    host = str(conn.host or "")
+    if "://" not in host:
+        host = f"sc://{host}"
+    if conn.port:
+        host = f"{host}:{conn.port}"
+    url = urlparse(host)
+    if url.path:
+        raise ValueError(f"path {url.path!r} is not supported in a Spark Connect address")
+    params = []
+    if conn.login:
+        params.append(f"user_id={quote(conn.login)}")
+    if conn.password:
+        params.append(f"token={quote(conn.password)}")
+    use_ssl = conn.extra_dejson.get("use_ssl")
+    if use_ssl is not None:
+        params.append(f"use_ssl={quote(str(use_ssl).lower())}")
+    return urlunparse(("sc", url.netloc, "/", ";".join(params), "", ""))
+
+
+def submit_master(conn: Any) -> str:
+    """The master of a `spark` connection, as the provider's SparkSubmitHook reads it."""
+    host = str(conn.host or "")
+    return f"{host}:{conn.port}" if conn.port else host
+
+
+def spark_settings(
+    settings: Settings,
+    mode: SparkMode | None,
+    conn_id: str | None = None,
+    get_connection: GetConnection = BaseHook.get_connection,
+) -> Settings:
+    """`settings` with the Spark endpoint of connection `conn_id` (None: the mode's
+    default id), or as they are when no such connection exists (local mode has none)."""
+    if mode not in CONN_TYPES:
+        return settings
+    conn_id = conn_id or DEFAULT_CONN_IDS[mode]
+    try:
+        conn = get_connection(conn_id)
+    except AirflowNotFoundException:
+        return settings  # the BATCHPOINT_SPARK_* variables
+    if conn.conn_type != CONN_TYPES[mode]:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}' is of type '{conn.conn_type}': {mode} mode "
+            f"needs a '{CONN_TYPES[mode]}' connection (the apache-spark provider's)"
+        )
+    if mode is SparkMode.CONNECT:
+        remote = _checked(conn_id, lambda: setting_values.check_spark_remote(connect_url(conn)))
+        log.info("Spark Connect server from connection '%s': %s", conn_id, redact_uri(remote))
+        return dataclasses.replace(settings, spark_remote=remote)
+    master = _checked(conn_id, lambda: setting_values.check_spark_master(submit_master(conn)))
+    log.info("Spark master from connection '%s': %s", conn_id, master)
+    return dataclasses.replace(settings, spark_master=master)
+
+
+def task_spark_settings(
+    settings: Settings,
+    mode: SparkMode | None,
+    conn_id: str | None,
+    conf: Mapping[str, str] | None = None,
+) -> Settings:
+    """What an operator task's Spark job runs with: the endpoint of `conn_id` (see
+    spark_settings) and the operator's `conf` over BATCHPOINT_SPARK_CONF."""
+    settings = spark_settings(settings, mode, conn_id)
+    if conf:
+        settings = dataclasses.replace(settings, spark_conf={**settings.spark_conf, **conf})
+    return settings
+
+
+def _checked(conn_id: str, endpoint: Callable[[], str]) -> str:
+    """The checked endpoint of connection `conn_id`, or a ConfigError naming it (and no
+    token: the reason may quote the address)."""
+    try:
+        return endpoint()
+    except ValueError as exc:
+        raise ConfigError(f"Airflow connection '{conn_id}': {redact_uri(str(exc))}") from None
