@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from batchpoint.devstack.compose import ComposeFile
-from batchpoint.devstack.container import marked
+from batchpoint.devstack.container import in_namespaces, marked, namespace_id
 from batchpoint.devstack.netns import leftovers
 from batchpoint.devstack.stack import Stack
 
@@ -142,3 +142,28 @@ def test_a_config_is_read_only_on_its_host_even_for_root(stack):
     done = subprocess.run(argv, env=seaweed.environment(), capture_output=True, text=True)
     assert done.returncode != 0 and "Read-only file system" in done.stderr, done
     assert Path(config).read_text() == before
+
+
+def test_kill_reaches_a_process_whose_environment_no_longer_shows_the_marker(stack):
+    """Airflow's executor workers and log server set their process title, which writes
+    over the environment /proc shows: such a process of a killed scheduler lived on and
+    kept its database connection, and the row locks in it, open. It is on the service's
+    host all the same, and a kill -9 of the service reaches it."""
+    seaweed = stack.containers["seaweedfs"]
+    hidden = subprocess.Popen(
+        [*seaweed.host.exec_prefix(), "env", "-i", "sleep", "600"], start_new_session=True
+    )
+    try:
+        host = namespace_id(seaweed.host.namespace)
+        deadline = time.monotonic() + 30
+        while hidden.pid not in in_namespaces({host}) and time.monotonic() < deadline:
+            time.sleep(0.05)  # `ip netns exec` enters the host, then execs in place
+        assert hidden.pid in in_namespaces({host}) and hidden.pid not in marked(seaweed.marker)
+
+        stack.kill("seaweedfs")
+
+        assert hidden.wait(timeout=10) == -9
+    finally:
+        if hidden.poll() is None:
+            hidden.kill()
+    stack.wait_healthy("seaweedfs", timeout=120)

@@ -27,7 +27,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -59,6 +59,34 @@ def marked(value: str) -> list[int]:
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             if needle in (entry / "environ").read_bytes().split(b"\0"):
+                stat = (entry / "stat").read_text()
+                if stat[stat.rfind(")") + 2] != "Z":
+                    found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def namespace_id(namespace: str) -> tuple[int, int] | None:
+    """The identity of network namespace `namespace` (an `ip netns` name), None if gone."""
+    try:
+        found = os.stat(f"/run/netns/{namespace}")
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def in_namespaces(ids: Collection[tuple[int, int]]) -> list[int]:
+    """The live processes in any of the network namespaces `ids`: every process of those
+    hosts, as a container's cgroup holds them. The environment marker alone misses some:
+    a process that sets its title (Airflow's executor workers, its log server) writes over
+    the environment /proc shows, and one such worker kept the killed scheduler's database
+    connection, and its row locks, open."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            net = os.stat(entry / "ns" / "net")
+            if (net.st_dev, net.st_ino) in ids:
                 stat = (entry / "stat").read_text()
                 if stat[stat.rfind(")") + 2] != "Z":
                     found.append(int(entry.name))
@@ -250,14 +278,20 @@ class Container:
         if self._process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._process.wait(max(0.0, deadline - time.monotonic()))
-        while marked(self.marker) and time.monotonic() < deadline:
+        while self.members() and time.monotonic() < deadline:
             time.sleep(0.2)
         self.kill()
+
+    def members(self) -> list[int]:
+        """Every live process of the container: marked, or on its host."""
+        netns = namespace_id(self.host.namespace)
+        on_host = in_namespaces({netns}) if netns is not None else []
+        return sorted(set(marked(self.marker)) | set(on_host))
 
     def kill(self) -> None:
         """SIGKILL to every process of the container, as when its machine dies."""
         for _ in range(50):
-            pids = marked(self.marker)
+            pids = self.members()
             if self._process is not None and self._process.poll() is None:
                 pids.append(self._process.pid)
             if not pids:

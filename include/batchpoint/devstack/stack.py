@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from batchpoint.devstack.compose import COMPLETED, HEALTHY, ComposeFile
-from batchpoint.devstack.container import STOP_GRACE, Container, marked
+from batchpoint.devstack.container import STOP_GRACE, Container, in_namespaces, marked, namespace_id
 from batchpoint.devstack.images import LocalImage, local_image
 from batchpoint.devstack.netns import Network, leftovers
 from batchpoint.errors import BatchpointError
@@ -299,9 +299,11 @@ class Stack:
             self._thread.join(60)
         else:
             self._stop_all()
+        hosts = {namespace_id(h.namespace) for h in self.network.hosts.values()}
         self.network.destroy()
         self.down_at = time.time()
-        left = [f"process {pid}" for pid in marked_by(self.tag)]
+        on_hosts = in_namespaces({h for h in hosts if h is not None})
+        left = [f"process {pid}" for pid in sorted(set(marked_by(self.tag)) | set(on_hosts))]
         return left + leftovers([self.tag])
 
     def _stop_all(self) -> None:
