@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from batchpoint.airflow.ui_pages import HISTORY_COLUMNS
 from batchpoint.devstack.compose import ComposeFile
 from batchpoint.devstack.stack import Stack, StackEvent
 from support.browser import INSTALL_HINT, chromium_paths
@@ -481,9 +482,14 @@ def _check_browse(stack: Stack, run: Run, deploy: Deploy) -> None:
     seen = _browse(stack, str(deploy.after_restore))
     history = {int(row[0]): row for row in seen["history"] if row and row[0].isdigit()}
     assert f"head\ncheckpoint {run.head()}\n" in seen["pipeline_page"]
+    column = {key: i for i, (key, _) in enumerate(HISTORY_COLUMNS)}
     for cid in deploy.quarantined:
-        assert history[cid][2] == "COMPLETED" and history[cid][-1] == "quarantined", history[cid]
-    assert history[deploy.after_restore][2] == "COMPLETED"
+        row = history[cid]
+        assert row[column["status"]] == "COMPLETED", row
+        assert row[column["quarantined"]] == "quarantined", row
+    # the checkpoint the restore went back to carries it, as Flink's "Latest Restore"
+    assert "restore generation 1" in history[deploy.restored][column["restores"]]
+    assert history[deploy.after_restore][column["status"]] == "COMPLETED"
     assert "restore generation\n1" in seen["checkpoint_page"], seen["checkpoint_page"][:2000]
     assert any("payments" in row and str(run.head()) in row for row in seen["index_rows"])
 
