@@ -34,7 +34,7 @@ from typing import IO
 from batchpoint.devstack.compose import ComposeFile, Service
 from batchpoint.devstack.images import LocalImage
 from batchpoint.devstack.netns import Host
-from batchpoint.devstack.processes import start_group
+from batchpoint.devstack.processes import live_where, start_group
 from batchpoint.errors import ConfigError
 
 MARKER = "BATCHPOINT_STACK_CONTAINER"
@@ -55,16 +55,7 @@ _ENTER = (
 def marked(value: str) -> list[int]:
     """The live processes whose environment carries MARKER=`value`."""
     needle = f"{MARKER}={value}".encode()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                stat = (entry / "stat").read_text()
-                if stat[stat.rfind(")") + 2] != "Z":
-                    found.append(int(entry.name))
-        except (OSError, IndexError):
-            continue
-    return found
+    return live_where(lambda pid: needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
 
 
 def namespace_id(namespace: str) -> tuple[int, int] | None:
@@ -82,17 +73,12 @@ def in_namespaces(ids: Collection[tuple[int, int]]) -> list[int]:
     a process that sets its title (Airflow's executor workers, its log server) writes over
     the environment /proc shows, and one such worker kept the killed scheduler's database
     connection, and its row locks, open."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            net = os.stat(entry / "ns" / "net")
-            if (net.st_dev, net.st_ino) in ids:
-                stat = (entry / "stat").read_text()
-                if stat[stat.rfind(")") + 2] != "Z":
-                    found.append(int(entry.name))
-        except (OSError, IndexError):
-            continue
-    return found
+
+    def on_host(pid: int) -> bool:
+        net = os.stat(f"/proc/{pid}/ns/net")
+        return (net.st_dev, net.st_ino) in ids
+
+    return live_where(on_host)
 
 
 class Container:

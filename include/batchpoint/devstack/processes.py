@@ -91,6 +91,16 @@ def _live() -> Iterator[tuple[int, list[str]]]:
             yield int(entry.name), fields
 
 
+def live_where(keep: Callable[[int], bool]) -> list[int]:
+    """The live processes `keep` accepts (it may raise OSError: the process ended)."""
+    found = []
+    for pid, _ in _live():
+        with contextlib.suppress(OSError):
+            if keep(pid):
+                found.append(pid)
+    return found
+
+
 def group_members(pgid: int) -> list[int]:
     """The live processes of process group `pgid` (Linux: read from /proc)."""
     return [pid for pid, fields in _live() if int(fields[2]) == pgid]

@@ -31,6 +31,7 @@ from batchpoint.devstack.compose import COMPLETED, HEALTHY, ComposeFile
 from batchpoint.devstack.container import STOP_GRACE, Container, in_namespaces, marked, namespace_id
 from batchpoint.devstack.images import LocalImage, local_image
 from batchpoint.devstack.netns import Network, leftovers
+from batchpoint.devstack.processes import live_where
 from batchpoint.errors import BatchpointError
 
 T = TypeVar("T")
@@ -429,16 +430,12 @@ def marked_by(tag: str) -> list[int]:
     from batchpoint.devstack.container import MARKER
 
     needle = f"{MARKER}={tag}/".encode()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if any(v.startswith(needle) for v in (entry / "environ").read_bytes().split(b"\0")):
-                stat = (entry / "stat").read_text()
-                if stat[stat.rfind(")") + 2] != "Z":
-                    found.append(int(entry.name))
-        except (OSError, IndexError):
-            continue
-    return found
+
+    def of_stack(pid: int) -> bool:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return any(v.startswith(needle) for v in environ)
+
+    return live_where(of_stack)
 
 
 def remove_workdir(workdir: Path) -> None:
