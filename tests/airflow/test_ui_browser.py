@@ -98,7 +98,9 @@ def test_a_user_logs_in_and_browses_the_checkpoints(bp, airflow_home, tmp_path):
         screenshot(browser, SCREENSHOTS, "4-restore-triggered")
 
         # Airflow's colour mode reaches the pages: "dark" under Airflow's own key (the
-        # frame shares the UI's origin, so its localStorage) turns the page dark
+        # frame shares the UI's origin, so its localStorage) marks the page dark and its
+        # colours turn (Chromium also gives the frame the dark UI's prefers-color-scheme,
+        # so either dark rule does it; test_ui_templates.py checks both are there)
         browser.switch_to.frame(frame)
         style = "return getComputedStyle(document.body).backgroundColor"
         light = browser.execute_script(style)
