@@ -96,3 +96,18 @@ def test_a_user_logs_in_and_browses_the_checkpoints(bp, airflow_home, tmp_path):
         assert conf["source"] == str(ids[-1]) and conf["dry_run"] is True, conf
         browser.switch_to.default_content()
         screenshot(browser, SCREENSHOTS, "4-restore-triggered")
+
+        # Airflow's colour mode reaches the pages: "dark" under Airflow's own key (the
+        # frame shares the UI's origin, so its localStorage) marks the page dark and its
+        # colours turn (Chromium also gives the frame the dark UI's prefers-color-scheme,
+        # so either dark rule does it; test_ui_templates.py checks both are there)
+        browser.switch_to.frame(frame)
+        style = "return getComputedStyle(document.body).backgroundColor"
+        light = browser.execute_script(style)
+        browser.execute_script("localStorage.setItem('theme', 'dark'); location.reload()")
+        wait_for(browser, lambda b: "Quality gate" in b.find_element(By.TAG_NAME, "body").text)
+        assert browser.execute_script("return document.documentElement.className") == "dark"
+        dark = browser.execute_script(style)
+        assert light == "rgb(255, 255, 255)" and dark != light, (light, dark)
+        browser.switch_to.default_content()
+        screenshot(browser, SCREENSHOTS, "5-dark-mode")

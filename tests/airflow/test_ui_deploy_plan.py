@@ -37,7 +37,7 @@ def test_the_page_shows_the_plan_of_the_code(settings: Settings) -> None:
     )
     refused = page(settings, lambda name: renamed_without_uid)
     assert "<pre class='error'>deploy plan against checkpoint 2: REFUSED" in refused
-    assert "declare uid=&#x27;dedup&#x27; on &#x27;dedup2&#x27;" in refused
+    assert "declare uid=&#39;dedup&#39; on &#39;dedup2&#39;" in refused
 
 
 def test_code_that_does_not_load_is_said_instead_of_a_plan(settings: Settings) -> None:
@@ -45,5 +45,5 @@ def test_code_that_does_not_load_is_said_instead_of_a_plan(settings: Settings) -
         raise ModuleNotFoundError("No module named 'payments_v2'")
 
     html = page(settings, broken)
-    assert "the pipeline&#x27;s code could not be loaded here: No module named" in html
+    assert "the pipeline&#39;s code could not be loaded here: No module named" in html
     assert "<pre" not in html.split("<h3>Deploy plan</h3>")[1].split("<h3>")[0]

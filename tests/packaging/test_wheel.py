@@ -205,6 +205,9 @@ def test_the_wheel_ships_the_license_py_typed_and_classifiers(wheel):
         license_text = archive.read(f"{info}/licenses/LICENSE").decode()
         metadata = Parser().parsestr(archive.read(f"{info}/METADATA").decode())
     assert "batchpoint/py.typed" in names  # PEP 561: type checkers read the hints
+    templates = PROJECT / "include" / "batchpoint" / "airflow" / "templates"
+    shipped = {f"batchpoint/airflow/templates/{p.name}" for p in templates.iterdir()}
+    assert shipped and shipped <= names  # the Checkpoints pages render from these
     assert license_text == (PROJECT / "LICENSE").read_text()
     assert "Apache License\n                           Version 2.0, January 2004" in license_text
     assert "END OF TERMS AND CONDITIONS" in license_text  # the full text, not a notice

@@ -18,6 +18,9 @@ ENTRY_POINT = "batchpoint.airflow.plugin:BatchpointPlugin"
 class BatchpointPlugin(AirflowPlugin):
     name = "batchpoint"
     fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "batchpoint"}]
+    # Server-rendered pages in an iframe of the UI, in Airflow's look (ui_theme.py), rather
+    # than `react_apps`: Airflow 3.3 imports a React plugin as a built JS bundle that
+    # brings its own React, and this project has no npm toolchain to build one with.
     external_views = [
         {
             "name": "Checkpoints",

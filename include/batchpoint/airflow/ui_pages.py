@@ -1,22 +1,28 @@
-"""HTML for the Checkpoints pages (batchpoint.airflow.ui serves them).
+"""The Checkpoints pages (batchpoint.airflow.ui serves them): what each page shows, as
+plain values, rendered by the Jinja2 templates in templates/ (shipped in the package),
+with autoescaping on, so a pipeline's, operator's or file's name is text, never markup.
 
 Every link is relative, so the pages work under any prefix Airflow's UI or a proxy puts
 them at: the index is ``<base>/batchpoint/``, a pipeline ``<base>/batchpoint/<p>`` and a
-checkpoint ``<base>/batchpoint/<p>/checkpoints/<id>``; each renderer gets `up`, the
-relative path from its page to ``<base>/``, for links into Airflow itself (its DAG
-pages and its REST API, which the trigger forms post to with the UI's own session).
+checkpoint ``<base>/batchpoint/<p>/checkpoints/<id>``; each page knows `up`, the
+relative path from it to ``<base>/``, for links into Airflow itself (its DAG pages and
+its REST API, which the trigger forms post to with the UI's own session).
 """
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 from urllib.parse import quote
 
-from batchpoint.airflow.ui_shell import PAGE
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from batchpoint.airflow.ui_chart import BYTES, SECONDS, Series, line_chart
+from batchpoint.airflow.ui_theme import css_variables
 
 HISTORY_COLUMNS = [
     ("checkpoint_id", "id"),
@@ -43,10 +49,26 @@ TASK_COLUMNS = [
     ("records_in", "records in"),
     ("records_out", "records out"),
 ]
+FILE_COLUMNS = ["task", "stream", "path", "size", "rows", "key groups", "origin"]
 
 
-def esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
+@cache
+def templates() -> Environment:
+    """The templates shipped in the package; autoescaped (HTML and SVG alike), and a
+    missing value is an error, not an empty cell."""
+    env = Environment(
+        loader=PackageLoader("batchpoint.airflow", "templates"),
+        autoescape=select_autoescape(["html", "svg"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["urlquote"] = quote
+    return env
+
+
+def _render(template: str, **context: Any) -> str:
+    return templates().get_template(template).render(theme=css_variables(), **context)
 
 
 def when(epoch_s: float | None) -> str:
@@ -106,34 +128,16 @@ def _task_cell(row: Mapping[str, Any], key: str) -> str:
     return "" if value is None else str(value)
 
 
-def history_table(rows: Sequence[Mapping[str, Any]], link: str) -> str:
-    """`link` + id is each checkpoint's drill-down, relative to the page."""
-    header = "".join(f"<th>{label}</th>" for _, label in HISTORY_COLUMNS)
-    body = []
-    for r in rows:
-        cells = []
-        for key, _ in HISTORY_COLUMNS:
-            text = esc(_history_cell(r, key))
-            if key == "checkpoint_id":
-                text = f"<a href='{esc(link)}{r['checkpoint_id']}'>{text}</a>"
-            cells.append(f"<td>{text}</td>")
-        kind = str(r["status"]).lower() + (" restored" if r.get("restores") else "")
-        body.append(f"<tr class='{esc(kind)}'>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-FILE_HEADER = (
-    "<tr><th>task</th><th>stream</th><th>path</th><th>size</th><th>rows</th>"
-    "<th>key groups</th><th>origin</th></tr>"
-)
-
-
-def _table(header_row: str, body_rows: str) -> str:
-    return f"<table><thead>{header_row}</thead><tbody>{body_rows}</tbody></table>"
-
-
-def _definition_list(items: Sequence[tuple[str, str]]) -> str:
-    return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>"
+def history_rows(rows: Sequence[Mapping[str, Any]], link: str) -> list[dict[str, Any]]:
+    """Each checkpoint's cells, its row's classes, and `link` + id: its drill-down."""
+    return [
+        {
+            "cells": [_history_cell(r, key) for key, _ in HISTORY_COLUMNS],
+            "kind": str(r["status"]).lower() + (" restored" if r.get("restores") else ""),
+            "href": f"{link}{r['checkpoint_id']}",
+        }
+        for r in rows
+    ]
 
 
 def _min_avg_max(values: Sequence[float] | None, fmt: Any) -> str:
@@ -143,86 +147,56 @@ def _min_avg_max(values: Sequence[float] | None, fmt: Any) -> str:
     return f"{fmt(low)} / {fmt(mean)} / {fmt(high)}"
 
 
-def summary_block(summary: Mapping[str, Any]) -> str:
+def summary_items(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     counts = (
         f"{summary['count']} on this page: {summary['completed']} completed, "
         f"{summary['failed']} failed, {summary['in_progress']} in progress"
     )
-    seconds = _min_avg_max(summary.get("duration_s"), lambda v: f"{v:.1f}s")
-    sizes = _min_avg_max(summary.get("state_size"), size)
-    return (
-        "<section class='summary'><h3>Summary</h3>"
-        + _definition_list(
-            [
-                ("counts", counts),
-                ("duration min / avg / max", seconds),
-                ("state size min / avg / max", sizes),
-            ]
-        )
-        + "</section>"
-    )
+    return [
+        ("counts", counts),
+        ("duration min / avg / max", _min_avg_max(summary.get("duration_s"), "{:.1f}s".format)),
+        ("state size min / avg / max", _min_avg_max(summary.get("state_size"), size)),
+    ]
 
 
-def chart(rows: Sequence[Mapping[str, Any]], width: int = 480, height: int = 90) -> str:
-    """Duration and state size of the page's completed checkpoints, oldest to newest, each
-    scaled to its own maximum: an inline SVG, nothing to load."""
+def charts(rows: Sequence[Mapping[str, Any]]) -> list[Markup]:
+    """Duration and state size of the page's completed checkpoints, oldest to newest,
+    each on axes of its own (ui_chart.py); none for fewer than two."""
     done = [r for r in reversed(rows) if r["status"] == "COMPLETED"]
     if len(done) < 2:
-        return ""
-    lines = []
-    for key, colour, label in (("duration_s", "#06c", "duration"), ("state_size", "#c60", "size")):
-        values = [float(r.get(key) or 0.0) for r in done]
-        top = max(values) or 1.0
-        step = width / (len(values) - 1)
-        points = " ".join(
-            f"{i * step:.1f},{height - 4 - (v / top) * (height - 8):.1f}"
-            for i, v in enumerate(values)
+        return []
+    ids = [r["checkpoint_id"] for r in done]
+    return [
+        line_chart(Series(name, ids, [float(r.get(key) or 0.0) for r in done], unit))
+        for key, name, unit in (
+            ("duration_s", "duration", SECONDS),
+            ("state_size", "state size", BYTES),
         )
-        lines.append(
-            f"<polyline class='{label}' fill='none' stroke='{colour}' stroke-width='2' "
-            f"points='{points}'><title>{label}</title></polyline>"
-        )
-    first, last = done[0]["checkpoint_id"], done[-1]["checkpoint_id"]
-    return (
-        f"<figure class='chart'><svg width='{width}' height='{height}' role='img' "
-        f"aria-label='duration and state size of checkpoints {first} to {last}'>"
-        + "".join(lines)
-        + "</svg><figcaption><span style='color:#06c'>duration</span> and "
-        f"<span style='color:#c60'>state size</span>, checkpoints {first} to {last} "
-        "(completed, each line scaled to its maximum)</figcaption></figure>"
-    )
+    ]
 
 
 def trigger_form(
     form_id: str, dag_id: str, up: str, title: str, fields: Sequence[tuple[str, str, Any]]
-) -> str:
+) -> dict[str, Any]:
     """A form that triggers `dag_id` through Airflow's REST API with the UI's session:
     `fields` are (conf key, label, default); a bool default is a checkbox, a dict or list
-    default a JSON text field."""
+    default (or None) a JSON text field."""
     inputs = []
     for key, label, default in fields:
-        name = esc(key)
         if isinstance(default, bool):
-            checked = " checked" if default else ""
-            inputs.append(
-                f"<label><input type='checkbox' name='{name}'{checked}> {esc(label)}</label>"
-            )
-        else:
-            kind = "json" if isinstance(default, dict | list) or default is None else "text"
-            value = json.dumps(default) if kind == "json" else str(default)
-            inputs.append(
-                f"<label>{esc(label)} <input name='{name}' data-kind='{kind}' "
-                f"value='{esc(value)}'></label>"
-            )
-    api = f"{up}api/v2/dags/{quote(dag_id)}/dagRuns"
-    runs = f"{up}dags/{quote(dag_id)}/runs/"
-    return (
-        f"<form class='trigger' id='{esc(form_id)}' data-api='{esc(api)}' "
-        f"data-runs='{esc(runs)}'><h3>{esc(title)}</h3>"
-        + " ".join(inputs)
-        + f" <button type='submit'>Trigger {esc(dag_id)}</button>"
-        "<output></output></form>"
-    )
+            inputs.append({"name": key, "label": label, "kind": "checkbox", "value": default})
+            continue
+        kind = "json" if isinstance(default, dict | list) or default is None else "text"
+        value = json.dumps(default) if kind == "json" else str(default)
+        inputs.append({"name": key, "label": label, "kind": kind, "value": value})
+    return {
+        "id": form_id,
+        "dag_id": dag_id,
+        "title": title,
+        "api": f"{up}api/v2/dags/{quote(dag_id)}/dagRuns",
+        "runs": f"{up}dags/{quote(dag_id)}/runs/",
+        "fields": inputs,
+    }
 
 
 def _overview_items(overview: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -249,43 +223,28 @@ def _latest_restore(e: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return [("latest restore", f"to checkpoint {e['checkpoint_id']}: {restore_text(e)}")]
 
 
+def _index_row(p: Mapping[str, Any]) -> dict[str, Any]:
+    o = p["overview"]
+    return {
+        "name": p["pipeline"],
+        "href": quote(p["pipeline"]),
+        "status": o["status"],
+        "detail": o.get("status_detail") or "",
+        # A lagging table does not stop the pipeline: said beside its status.
+        "noted": o.get("findings") or [],
+        "head": o["head"] if o["head"] is not None else "-",
+        "latest_checkpoint": o.get("latest_checkpoint") or "-",
+        "latest_savepoint": o.get("latest_savepoint") or "-",
+        "pending": ", ".join(map(str, o.get("pending") or [])) or "-",
+        "failures": o.get("consecutive_failures", 0),
+        "root": p["root"],
+    }
+
+
 def render_index(pipelines: Sequence[Mapping[str, Any]], *, error: str = "") -> str:
     """Browse -> Checkpoints: every pipeline the user may read, with its status."""
-    if error:
-        return PAGE.format(title="Checkpoints", body=f"<p class='error'>{esc(error)}</p>")
-    if not pipelines:
-        return PAGE.format(title="Checkpoints", body="<p>No pipelines you may read.</p>")
-    header = (
-        "<tr><th>pipeline</th><th>status</th><th>head</th><th>latest checkpoint</th>"
-        "<th>latest savepoint</th><th>in progress</th><th>failures</th><th>storage</th></tr>"
-    )
-    rows = []
-    for p in pipelines:
-        o = p["overview"]
-        detail = f" title='{esc(o['status_detail'])}'" if o.get("status_detail") else ""
-        findings = o.get("findings") or []
-        # A lagging table does not stop the pipeline: said beside its status.
-        noted = (
-            f" <span class='error' title='{esc('; '.join(findings))}'>"
-            f"({len(findings)} finding(s))</span>"
-            if findings
-            else ""
-        )
-        rows.append(
-            f"<tr class='{esc(o['status'])}'>"
-            f"<td><a href='{quote(p['pipeline'])}'>{esc(p['pipeline'])}</a></td>"
-            f"<td{detail}>{esc(o['status'])}{noted}</td>"
-            f"<td>{esc(o['head'] if o['head'] is not None else '-')}</td>"
-            f"<td>{esc(o.get('latest_checkpoint') or '-')}</td>"
-            f"<td>{esc(o.get('latest_savepoint') or '-')}</td>"
-            f"<td>{esc(', '.join(map(str, o.get('pending') or [])) or '-')}</td>"
-            f"<td>{esc(o.get('consecutive_failures', 0))}</td>"
-            f"<td>{esc(p['root'])}</td></tr>"
-        )
-    body = (
-        f"<h2>Checkpoints</h2><table><thead>{header}</thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-    return PAGE.format(title="Checkpoints", body=body)
+    rows = [] if error else [_index_row(p) for p in pipelines]
+    return _render("index.html", title="Checkpoints", error=error, pipelines=rows)
 
 
 def render_pipeline(
@@ -294,27 +253,31 @@ def render_pipeline(
     config: Mapping[str, Any],
     dags: Mapping[str, str],
 ) -> str:
-    """One pipeline's tab: status, summary, chart, history page, configuration, and the
+    """One pipeline's tab: status, summary, charts, history page, configuration, and the
     savepoint form. The page lives at ``<base>/batchpoint/<p>``."""
     name = pipeline["pipeline"]
     up = "../"
     older = page["older"]
-    more = (
-        f"<p><a class='older' href='{quote(name)}?before={older}'>older checkpoints</a></p>"
-        if older is not None
-        else ""
-    )
-    body = (
-        f"<p><a href='./'>all pipelines</a> &middot; "
-        f"<a href='{up}dags/{quote(dags['checkpoint'])}'>{esc(dags['checkpoint'])}</a></p>"
-        f"<h2>{esc(name)}</h2>"
-        + _definition_list([*_overview_items(pipeline["overview"]), ("storage", pipeline["root"])])
-        + summary_block(page["summary"])
-        + chart(page["checkpoints"])
-        + "<h3>History</h3>"
-        + history_table(page["checkpoints"], f"{quote(name)}/checkpoints/")
-        + more
-        + trigger_form(
+    done = [r for r in page["checkpoints"] if r["status"] == "COMPLETED"]
+    return _render(
+        "pipeline.html",
+        title=f"{name} checkpoints",
+        name=name,
+        checkpoint_dag=dags["checkpoint"],
+        checkpoint_dag_href=f"{up}dags/{quote(dags['checkpoint'])}",
+        overview=[*_overview_items(pipeline["overview"]), ("storage", pipeline["root"])],
+        summary=summary_items(page["summary"]),
+        charts=charts(page["checkpoints"]),
+        chart_caption=(
+            f"duration and state size of the completed checkpoints {done[-1]['checkpoint_id']}"
+            f" to {done[0]['checkpoint_id']} on this page"
+            if done
+            else ""
+        ),
+        history_header=[label for _, label in HISTORY_COLUMNS],
+        history=history_rows(page["checkpoints"], f"{quote(name)}/checkpoints/"),
+        older_href=f"{quote(name)}?before={older}" if older is not None else "",
+        savepoint_form=trigger_form(
             "savepoint",
             dags["savepoint"],
             up,
@@ -324,53 +287,64 @@ def render_pipeline(
                 ("target", "target folder", ""),
                 ("stop_pipeline", "stop the pipeline afterwards", False),
             ],
-        )
-        + deploy_plan_block(pipeline.get("deploy_plan"))
-        + "<h3>Configuration</h3>"
-        + _definition_list([(k, str(v)) for k, v in sorted(config.items())])
+        ),
+        deploy_plan=_deploy_plan(pipeline.get("deploy_plan")),
+        config=[(k, str(v)) for k, v in sorted(config.items())],
     )
-    return PAGE.format(title=f"{name} checkpoints", body=body)
 
 
-def deploy_plan_block(plan: Mapping[str, Any] | None) -> str:
+def _deploy_plan(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What a deploy of the code the DAGs run would do to the head (`batchpoint plan`),
     or why it cannot be said here."""
     if plan is None:
-        return ""
-    if "error" in plan:
-        return f"<h3>Deploy plan</h3><p class='error'>{esc(plan['error'])}</p>"
-    css = "ok" if plan.get("deployable") else "error"
-    return f"<h3>Deploy plan</h3><pre class='{css}'>{esc(plan.get('text', ''))}</pre>"
+        return None
+    return {
+        "error": plan.get("error", ""),
+        "text": plan.get("text", ""),
+        "deployable": bool(plan.get("deployable")),
+    }
 
 
 def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, str]) -> str:
     """One checkpoint's drill-down, at ``<base>/batchpoint/<p>/checkpoints/<id>``."""
     cid = detail["checkpoint_id"]
-    task_header = "".join(f"<th>{label}</th>" for _, label in TASK_COLUMNS)
-    tasks = "".join(
-        "<tr>" + "".join(f"<td>{esc(_task_cell(t, k))}</td>" for k, _ in TASK_COLUMNS) + "</tr>"
-        for t in detail["tasks"]
+    report = detail.get("quality_report")
+    files = [_file_cells(f) for f in detail["files"]]
+    return _render(
+        "checkpoint.html",
+        title=f"{name} {detail['type']} {cid}",
+        name=name,
+        kind=detail["type"],
+        checkpoint_id=cid,
+        facts=_checkpoint_facts(detail),
+        task_header=[label for _, label in TASK_COLUMNS],
+        tasks=[[_task_cell(t, k) for k, _ in TASK_COLUMNS] for t in detail["tasks"]],
+        report=None if report is None else _report(report),
+        file_header=FILE_COLUMNS,
+        files=files,
+        restore_form=_restore_form(detail, dags),
     )
-    files = "".join(
-        f"<tr><td>{esc(f['task'])}</td><td>{esc(f['stream'])}</td><td>{esc(f['path'])}</td>"
-        f"<td>{esc(size(f['size']))}</td><td>{esc(f['rows'])}</td>"
-        f"<td>{esc(f['key_groups'] or '')}</td><td>{esc(f.get('origin', ''))}</td></tr>"
-        for f in detail["files"]
-    )
-    body = (
-        f"<p><a href='../../'>all pipelines</a> &middot; "
-        f"<a href='../../{quote(name)}'>{esc(name)}</a></p>"
-        f"<h2>{esc(name)}: {esc(detail['type'])} {cid}</h2>"
-        + _definition_list(_checkpoint_facts(detail))
-        + "<h3>Tasks</h3>"
-        + _table(f"<tr>{task_header}</tr>", tasks)
-        + "<h3>Quality gate</h3>"
-        + _quality_report(detail.get("quality_report"))
-        + "<h3>Files</h3>"
-        + _table(FILE_HEADER, files)
-        + _restore_form(detail, dags)
-    )
-    return PAGE.format(title=f"{name} {detail['type']} {cid}", body=body)
+
+
+def _file_cells(f: Mapping[str, Any]) -> list[Any]:
+    return [
+        f["task"],
+        f["stream"],
+        f["path"],
+        size(f["size"]),
+        f["rows"],
+        f["key_groups"] or "",
+        f.get("origin", ""),
+    ]
+
+
+def _report(report: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "passed": bool(report.get("passed")),
+        "mode": report.get("mode", ""),
+        "evaluated_at": report.get("evaluated_at", ""),
+        "lines": "\n".join(report.get("lines") or []),
+    }
 
 
 def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -396,22 +370,10 @@ def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _quality_report(report: Mapping[str, Any] | None) -> str:
-    if report is None:
-        return "<p>No quality-gate report for this checkpoint.</p>"
-    verdict = "passed" if report.get("passed") else "FAILED"
-    lines = "\n".join(report.get("lines") or [])
-    return (
-        f"<p class='{'ok' if report.get('passed') else 'error'}'>verdict: {esc(verdict)}"
-        f" ({esc(report.get('mode', ''))}, {esc(report.get('evaluated_at', ''))})</p>"
-        f"<pre>{esc(lines)}</pre>"
-    )
-
-
-def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> str:
+def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> dict[str, Any] | None:
     """The restore DAG's form for a completed checkpoint (none for any other)."""
     if detail["status"] != "COMPLETED":
-        return ""
+        return None
     cid = detail["checkpoint_id"]
     return trigger_form(
         "restore",

@@ -1,10 +1,5 @@
-"""The shell every Checkpoints page is rendered into: its style, and the script that
-posts a trigger form's conf to Airflow's REST API. `PAGE` is a str.format template with
-`title` and `body`."""
-
-#: Posts a trigger form's conf to Airflow's REST API (same origin: the UI's session
-#: cookie is the credential) and links the run it created.
-SCRIPT = """
+// Posts a trigger form's conf to Airflow's REST API (same origin: the UI's session
+// cookie is the credential) and links the run it created.
 document.querySelectorAll('form.trigger').forEach(function (form) {
   form.addEventListener('submit', async function (event) {
     event.preventDefault();
@@ -34,27 +29,3 @@ document.querySelectorAll('form.trigger').forEach(function (form) {
     out.appendChild(link);
   });
 });
-"""
-
-PAGE = (
-    """<!doctype html>
-<html><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; margin-bottom: 1em; }}
-td, th {{ border-bottom: 1px solid #ddd; padding: 0.3em 0.8em; text-align: left; }}
-tr.aborted td, .error, li.bad, tr.failing td {{ color: #b00; }}
-tr.pending td {{ color: #06c; }}
-tr.restored td {{ background: #eef6ff; }}
-dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }}
-dt {{ color: #555; }}
-form.trigger {{ border: 1px solid #ddd; padding: 0.5em 1em; margin: 1em 0; }}
-</style></head>
-<body>
-{body}
-<script>"""
-    + SCRIPT.replace("{", "{{").replace("}", "}}")
-    + """</script>
-</body></html>
-"""
-)
