@@ -133,12 +133,11 @@ def test_under_json_a_terminal_gets_json_and_plain_progress(payments, cli: Cli, 
 
 
 def run_on(argv: list[str], root: str, tty: bool) -> str:
-    """`python -m batchpoint.cli.main ARGV` with stdout and stderr on a new
+    """The installed `batchpoint ARGV` with stdout and stderr on a new
     pseudo-terminal (`tty`) or a pipe; what it wrote."""
     env = {k: v for k, v in os.environ.items() if k not in TERMINAL_SWITCHES}
     env.update(BATCHPOINT_ROOT=root, TERM="xterm-256color", COLUMNS="160")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "batchpoint.cli.main", *argv]
+    command = [str(Path(sys.executable).parent / "batchpoint"), *argv]
     if not tty:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
