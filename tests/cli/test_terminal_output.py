@@ -1,6 +1,6 @@
 """On a terminal the CLI draws: tables with box characters, and a progress bar for each
-counted step (the folders GC examines, the files an export copies) that reaches its
-total. Anywhere else (a pipe, a file, NO_COLOR, TERM=dumb, --json) it prints the plain
+counted step (the folders GC examines, the files an export copies or a restore checks)
+that reaches its total. Anywhere else (a pipe, a file, NO_COLOR, TERM=dumb, --json) it prints the plain
 text scripts read: no escape code, no box character, the progress as lines.
 
 In-process runs stand a terminal in with rich's TTY_COMPATIBLE=1 (the CLI honours it);
@@ -101,6 +101,17 @@ def test_on_a_terminal_an_export_draws_its_copy_to_the_last_file(payments, cli: 
     assert "savepoint of checkpoint 3:" in run.out
 
 
+def test_on_a_terminal_a_restore_draws_its_file_check_beside_the_report(
+    payments, cli: Cli, terminal
+) -> None:
+    run = cli("restore", "2")
+    assert run.code == 0, run.out + run.err
+    files = len(payments.coordinator.get_outcome(2).completed.durable_handles)
+    assert drawn_bar(run.err, "checking files") == (files, files)  # progress: stderr
+    assert f"checked {files}/{files} file(s)" not in run.err
+    assert "restored pipeline payments to checkpoint 2" in run.out
+
+
 @pytest.mark.parametrize(
     "env",
     [{}, {"TTY_COMPATIBLE": "1", "NO_COLOR": "1"}, {"TTY_COMPATIBLE": "1", "TERM": "dumb"}],
@@ -109,12 +120,13 @@ def test_on_a_terminal_an_export_draws_its_copy_to_the_last_file(payments, cli: 
 def test_elsewhere_the_output_is_plain_text(payments, cli: Cli, monkeypatch, env) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    listed, collected, exported = (
+    listed, collected, exported, restored = (
         cli("checkpoints", "list"),
         cli("gc"),
         cli("savepoint", "--checkpoint-id", "3"),
+        cli("restore", "2"),
     )
-    for run in (listed, collected, exported):
+    for run in (listed, collected, exported, restored):
         assert run.code == 0, run.err
         assert ESCAPE not in run.out + run.err and not BOX.search(run.out + run.err), run.out
     assert re.search(r"^id\s+type\s+status", listed.out, re.M), listed.out
@@ -122,6 +134,7 @@ def test_elsewhere_the_output_is_plain_text(payments, cli: Cli, monkeypatch, env
     folders = gc_folders(payments)
     assert f"gc: {folders}/{folders} checkpoint folder(s) examined" in collected.out
     assert "copied 6/6 file(s)" in exported.out
+    assert "checked 6/6 file(s)" in restored.err
 
 
 def test_under_json_a_terminal_gets_json_and_plain_progress(payments, cli: Cli, terminal):

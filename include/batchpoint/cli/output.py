@@ -34,8 +34,12 @@ class Output:
             print(line, file=self._progress_stream, flush=True)
 
     def note(self, line: str) -> None:
-        """A remark beside the result, never inside the JSON: always stderr."""
-        print(line, file=sys.stderr, flush=True)
+        """A remark beside the result, never inside the JSON: always stderr (above the
+        bars, when they are drawn there)."""
+        if self._bars is not None and self._progress_stream is sys.stderr:
+            self._bars.show(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def emit(
         self,

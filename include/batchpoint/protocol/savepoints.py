@@ -197,13 +197,14 @@ def check_savepoint(
     metadata: SavepointMetadata | None = None,
     *,
     checksums: bool = False,
+    progress: ProgressFn | None = None,
 ) -> list[FileProblem]:
     """Every file the savepoint references exists in its folder with the recorded size
     (and checksum, when asked); problems name paths relative to the folder."""
     metadata = metadata or read_savepoint(location)
     located = [replace(h, path=location.key(h.path)) for h in metadata.handles]
     with no_links(location):
-        problems = check_handles(location.store, located, checksums=checksums)
+        problems = check_handles(location.store, located, checksums=checksums, progress=progress)
     return [FileProblem(p.path[len(location.prefix) :], p.problem) for p in problems]
 
 
