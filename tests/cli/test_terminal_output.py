@@ -1,7 +1,8 @@
 """On a terminal the CLI draws: tables with box characters, and a progress bar for each
-counted step (the folders GC examines, the files an export copies or a restore checks)
-that reaches its total. Anywhere else (a pipe, a file, NO_COLOR, TERM=dumb, --json) it prints the plain
-text scripts read: no escape code, no box character, the progress as lines.
+counted step (the folders GC examines, the files an export copies or a restore checks,
+the states a bootstrap writes) that reaches its total. Anywhere else (a pipe, a file,
+NO_COLOR, TERM=dumb, --json) it prints the plain text scripts read: no escape code, no
+box character, the progress as lines.
 
 In-process runs stand a terminal in with rich's TTY_COMPATIBLE=1 (the CLI honours it);
 one test runs the installed command on a real pseudo-terminal. The root is a folder and a
@@ -190,3 +191,28 @@ def test_the_command_draws_on_a_real_terminal_and_prints_plain_text_into_a_pipe(
     assert ESCAPE not in piped and not BOX.search(piped), piped
     assert re.search(r"^id\s+type\s+status", piped, re.M), piped
     assert f"gc: {folders}/{folders} checkpoint folder(s) examined" in piped
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_on_a_terminal_a_bootstrap_draws_its_states_to_the_last(
+    spark, root: str, cli: Cli, terminal, tmp_path: Path, monkeypatch
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from batchpoint.demo.payments import BALANCE_SCHEMA
+
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
+    balances = tmp_path / "balances.parquet"
+    rows = [{"account_id": "a-1", "balance": 120, "event_count": 3, "last_ts": 1}]
+    pq.write_table(pa.Table.from_pylist(rows, BALANCE_SCHEMA), balances)
+    states = sum(len(op.states) for op in build_pipeline().operators.values())
+
+    run = cli(
+        "savepoint", "bootstrap", "savepoints/boot", "--state", f"balances.balances={balances}"
+    )
+    assert run.code == 0, run.out + run.err
+    assert drawn_bar(run.out, "writing states") == (states, states)
+    assert "state(s) written" not in run.out
+    assert "savepoint bootstrapped at savepoints/boot" in run.out
