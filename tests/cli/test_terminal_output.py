@@ -88,8 +88,8 @@ def test_on_a_terminal_gc_draws_a_bar_that_reaches_its_total(payments, cli: Cli,
     run = cli("gc")
     assert run.code == 0, run.err
     folders = gc_folders(payments)
-    assert drawn_bar(run.out, "gc: examining checkpoint folders") == (folders, folders)
-    assert "checkpoint folder(s) examined" not in run.out  # the bar, not the lines
+    assert drawn_bar(run.err, "gc: examining checkpoint folders") == (folders, folders)
+    assert "checkpoint folder(s) examined" not in run.err  # the bar, not the lines
     assert "deleted 0 file(s)" in run.out
 
 
@@ -133,7 +133,8 @@ def test_elsewhere_the_output_is_plain_text(payments, cli: Cli, monkeypatch, env
     assert re.search(r"^id\s+type\s+status", listed.out, re.M), listed.out
     assert re.search(r"^--\s+-+", listed.out, re.M), listed.out
     folders = gc_folders(payments)
-    assert f"gc: {folders}/{folders} checkpoint folder(s) examined" in collected.out
+    assert f"gc: {folders}/{folders} checkpoint folder(s) examined" in collected.err
+    assert collected.out.startswith("deleted 0 file(s)")  # stdout: the report alone
     assert "copied 6/6 file(s)" in exported.out
     assert "checked 6/6 file(s)" in restored.err
 

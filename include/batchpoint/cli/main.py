@@ -6,7 +6,7 @@ The global options (--root, --pipeline, --pipeline-ref, --json) go anywhere on t
 module:attr or BATCHPOINT_PIPELINE_REF (`verify` finds it in the quality gate named by
 BATCHPOINT_QUALITY_GATE too). `restore` runs that quality gate too, as the restore DAG
 does. Long operations print their progress (to stderr with --json, so the JSON on stdout
-stays parseable; always to stderr for `restore`, whose report is stdout). On a terminal
+stays parseable; always to stderr for `restore` and `gc`, whose report is stdout). On a terminal
 tables are drawn and counted steps (files copied, folders GC examined, ...) are progress
 bars; a pipe, a file, NO_COLOR or TERM=dumb get plain text. Exit codes: 0
 done (or passed), 1 a check failed or a restore was refused, 2 a mistake in the command
@@ -47,7 +47,7 @@ from batchpoint.errors import BatchpointError
 GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, plan, restore)
 
 #: Commands whose report is stdout while their progress goes to stderr, even without --json.
-PROGRESS_TO_STDERR = ("restore",)
+PROGRESS_TO_STDERR = ("restore", "gc")
 
 
 def installed_version() -> str:
