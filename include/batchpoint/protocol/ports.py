@@ -42,6 +42,9 @@ class Count(str):
         self.step, self.done, self.total = step, done, total
         return self
 
+    def __reduce__(self) -> tuple[type[Count], tuple[str, int, int, str]]:
+        return (Count, (self.step, self.done, self.total, str(self)))
+
 
 def count_due(done: int, total: int) -> bool:
     """Whether a step `done` of `total` is worth a line: about every tenth, and the
