@@ -44,7 +44,10 @@ def draw(console: Console, parts: Sequence[str]) -> None:
 
 
 def grid_table(grid: Grid) -> Table:
-    table = Table(*grid.headers, header_style="bold")
+    table = Table(header_style="bold")
+    for header in grid.headers:
+        # Folded onto more lines, never cut short: the cells are ids, paths and reasons.
+        table.add_column(header, overflow="fold")
     for row in grid.rows:
         table.add_row(*(Text(cell) for cell in row))
     return table
@@ -74,8 +77,9 @@ class Bars:
             self._progress.start()
             self._live = True
         known = self._bars.get(line.step)
-        # The same step again (another copy): a new bar, the finished one stays.
-        if known is None or known[1] > line.done or known[2] != line.total:
+        # A step counts each unit once: a count that does not go up is the same step
+        # again (another candidate's files): a new bar, the finished one stays.
+        if known is None or known[1] >= line.done or known[2] != line.total:
             bar = self._progress.add_task(line.step, total=line.total)
         else:
             bar = known[0]
