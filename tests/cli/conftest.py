@@ -9,6 +9,14 @@ from batchpoint.runtime.driver import PipelineDriver
 from support.cli import Cli, fresh_root, payments_driver
 
 
+@pytest.fixture(autouse=True)
+def plain_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain text, whatever the environment running the tests sets: rich draws when one
+    of these says the output is a terminal (tests/cli/test_terminal_output.py sets them)."""
+    for name in ("TTY_COMPATIBLE", "TTY_INTERACTIVE", "FORCE_COLOR", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def root(tmp_path, monkeypatch) -> str:
     return fresh_root(tmp_path, monkeypatch)

@@ -147,9 +147,9 @@ def test_a_restore_examines_its_target_once(driver, monkeypatch):
     looked = []
     real = CheckpointRestorer.check_files
 
-    def counted(self, examined, checksums):
+    def counted(self, examined, checksums, progress=None):
         looked.append((examined.checkpoint_id, checksums))
-        return real(self, examined, checksums)
+        return real(self, examined, checksums, progress)
 
     monkeypatch.setattr(CheckpointRestorer, "check_files", counted)
     applied = restore_checkpoint(driver)

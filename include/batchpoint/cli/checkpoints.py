@@ -14,10 +14,11 @@ def cmd_list(cmd: Command) -> int:
     history = list_checkpoints(cmd.coordinator(), cmd.args.limit)
     cmd.out.emit(
         history.to_json,
-        lambda: (
+        lambda: [
             f"pipeline {history.pipeline}: head = checkpoint {history.head}, "
-            f"retained = {history.retained}\n" + render.history_table(history.checkpoints)
-        ),
+            f"retained = {history.retained}",
+            render.history_table(history.checkpoints),
+        ],
     )
     return 0
 
@@ -25,7 +26,7 @@ def cmd_list(cmd: Command) -> int:
 def cmd_show(cmd: Command) -> int:
     detail = show_checkpoint(cmd.coordinator(), cmd.args.checkpoint_id)
 
-    def text() -> str:
+    def text() -> list[str]:
         tasks = render.table(
             [
                 "task",
@@ -55,12 +56,15 @@ def cmd_show(cmd: Command) -> int:
                 for t in detail.tasks
             ],
         )
-        return (
-            render.history_table([detail.stats])
-            + f"\n\nbase: {detail.base_checkpoint_id}   restore generation: "
+        return [
+            render.history_table([detail.stats]),
+            "",
+            f"base: {detail.base_checkpoint_id}   restore generation: "
             f"{detail.restore_generation}   full state size (what a restore reads): "
-            f"{render.size(detail.stats.full_state_size)}\n\n{tasks}"
-        )
+            f"{render.size(detail.stats.full_state_size)}",
+            "",
+            tasks,
+        ]
 
     cmd.out.emit(detail.to_json, text)
     return 0

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from batchpoint import redaction
-from batchpoint.cli.render import Output
+from batchpoint.cli.output import Output
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.ops.gates import gate_reference
 from batchpoint.ops.pipelines import open_pipeline, pipeline_code

@@ -6,7 +6,9 @@ The global options (--root, --pipeline, --pipeline-ref, --json) go anywhere on t
 module:attr or BATCHPOINT_PIPELINE_REF (`verify` finds it in the quality gate named by
 BATCHPOINT_QUALITY_GATE too). `restore` runs that quality gate too, as the restore DAG
 does. Long operations print their progress (to stderr with --json, so the JSON on stdout
-stays parseable; always to stderr for `restore`, whose report is stdout). Exit codes: 0
+stays parseable; always to stderr for `restore` and `gc`, whose report is stdout). On a terminal
+tables are drawn and counted steps (files copied, folders GC examined, ...) are progress
+bars; a pipe, a file, NO_COLOR or TERM=dumb get plain text. Exit codes: 0
 done (or passed), 1 a check failed or a restore was refused, 2 a mistake in the command
 or the setup, 3 `plan`: the deploy would be refused. A mistake is one `error:` line on
 stderr, or with --json one `{"error": "..."}` object on stdout, where the result would be.
@@ -45,7 +47,7 @@ from batchpoint.errors import BatchpointError
 GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, plan, restore)
 
 #: Commands whose report is stdout while their progress goes to stderr, even without --json.
-PROGRESS_TO_STDERR = ("restore",)
+PROGRESS_TO_STDERR = ("restore", "gc")
 
 
 def installed_version() -> str:
@@ -98,10 +100,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         cmd = Command.of(args, progress_to_stderr=args.command in PROGRESS_TO_STDERR)
-        return args.run(cmd)
-    except BatchpointError as exc:
+    except BatchpointError as exc:  # a bad setting
         report_error(exc, args.json)
         return 2
+    try:
+        return args.run(cmd)
+    except BatchpointError as exc:
+        cmd.out.close()  # the error below the last bar, not inside it
+        report_error(exc, args.json)
+        return 2
+    finally:
+        cmd.out.close()
 
 
 if __name__ == "__main__":

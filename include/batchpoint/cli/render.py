@@ -1,26 +1,37 @@
-"""The one place the CLI prints results: plain-text tables in human units, or the same
-result as JSON with --json. Progress goes to stderr with --json (stdout stays parseable)
-and for commands whose report is stdout."""
+"""The CLI's plain text: tables and human units, as a pipe or a file gets them (a
+terminal gets the same tables drawn by cli/console.py; cli/output.py decides)."""
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from batchpoint.protocol.stats import CheckpointStats
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+class Grid(str):
+    """A table as plain text, that keeps its headers and cells for a terminal to draw.
+    Joined into a longer str it is plain text only: a result that wants it drawn gives
+    it as one of its parts (`Output.emit`)."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def __new__(cls, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Grid:
+        cells = [list(headers), *map(list, rows)]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in cells
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        self = super().__new__(cls, "\n".join(lines))
+        self.headers, self.rows = tuple(headers), tuple(map(tuple, rows))
+        return self
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Grid:
+    return Grid([str(h) for h in headers], [["" if c is None else str(c) for c in r] for r in rows])
 
 
 def size(n: float | None) -> str:
@@ -49,7 +60,7 @@ def when(ts: float | None) -> str:
 HISTORY_HEADERS = ["id", "type", "status", "triggered", "duration", "size", "rows", "acks"]
 
 
-def history_table(history: Iterable[CheckpointStats]) -> str:
+def history_table(history: Iterable[CheckpointStats]) -> Grid:
     """The checkpoint history, one row per checkpoint (also the demo's closing table)."""
     rows = [
         [
@@ -66,30 +77,3 @@ def history_table(history: Iterable[CheckpointStats]) -> str:
         for s in history
     ]
     return table([*HISTORY_HEADERS, "reason"], rows)
-
-
-class Output:
-    """Where one command's result and progress go."""
-
-    def __init__(self, as_json: bool, progress_to_stderr: bool = False) -> None:
-        self.as_json = as_json
-        self._progress_stream = sys.stderr if as_json or progress_to_stderr else sys.stdout
-
-    def progress(self, line: str) -> None:
-        print(line, file=self._progress_stream, flush=True)
-
-    def note(self, line: str) -> None:
-        """A remark beside the result, never inside the JSON: always stderr."""
-        print(line, file=sys.stderr, flush=True)
-
-    def emit(
-        self,
-        data: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
-        text: str | Callable[[], str],
-    ) -> None:
-        """The result: `data` as JSON with --json, else `text`."""
-        if self.as_json:
-            body = data() if callable(data) else data
-            print(json.dumps(body, indent=2, default=str))
-        else:
-            print(text() if callable(text) else text)

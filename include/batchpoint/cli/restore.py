@@ -90,7 +90,7 @@ def cmd_restore(cmd: Command) -> int:
             claim=args.claim,
             store_options=settings.store_options,
             savepoint_roots=settings.savepoint_roots,
-            progress=cmd.out.note,
+            progress=cmd.out.progress,  # stderr: PROGRESS_TO_STDERR names restore
             allow_non_restored_state=args.allow_non_restored_state,
         )
     except DeployRefused as exc:  # the code cannot take the chosen checkpoint's state

@@ -115,6 +115,7 @@ def cmd_bootstrap(cmd: Command) -> int:
         parallelism=cmd.args.parallelism,
         description=cmd.args.description or "bootstrapped from Parquet files",
         settings=cmd.settings,
+        progress=cmd.out.progress,
     )
     cmd.out.emit(
         {"pipeline": pipeline.name, "target": target, "files": metadata.file_count},

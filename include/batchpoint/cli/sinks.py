@@ -18,14 +18,14 @@ def cmd_show(cmd: Command) -> int:
         cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink, a.checkpoint, a.limit
     )
 
-    def text() -> str:
+    def text() -> list[str]:
         as_of = f"as of checkpoint {view.checkpoint_id}" if view.checkpoint_id else "now"
         head = f"{view.pipeline}.{view.sink} {as_of} ({view.source}): {view.total_rows} row(s)"
         body = render.table(
             view.rows.column_names, [list(r.values()) for r in view.rows.to_pylist()]
         )
         more = view.total_rows - view.rows.num_rows
-        return f"{head}\n{body}" + (f"\n... {more} more (--limit)" if more > 0 else "")
+        return [head, body, *([f"... {more} more (--limit)"] if more > 0 else [])]
 
     cmd.out.emit(view.to_json, text)
     return 0

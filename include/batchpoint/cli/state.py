@@ -54,11 +54,11 @@ def cmd_show(cmd: Command) -> int:
             "rows": [dict(zip(columns, r, strict=True)) for r in rows],
         }
 
-    def text() -> str:
+    def text() -> list[str]:
         head = f"{a.pipeline_name} {a.operator}/{a.state} as of checkpoint {cid}: {total} row(s)"
         more = total - len(rows)
         body = render.table(columns, rows)
-        return f"{head}\n{body}" + (f"\n... {more} more (--limit)" if more > 0 else "")
+        return [head, body, *([f"... {more} more (--limit)"] if more > 0 else [])]
 
     cmd.out.emit(data, text)
     return 0

@@ -54,7 +54,7 @@ def cmd_verify(cmd: Command) -> int:
     tables = table_lag(gate.coordinator)
     cmd.out.emit(
         lambda: {**result.to_json(), "tables": tables},
-        lambda: "\n".join([render_report(result.target, result.report), *_table_lines(tables)]),
+        lambda: [*render_report(result.target, result.report), *_table_lines(tables)],
     )
     return 0 if result.passed else 1
 
@@ -66,7 +66,7 @@ def _table_lines(tables: list[str]) -> list[str]:
     return ["", "sink tables (the pipeline's, not this checkpoint's):", *(f"  {t}" for t in tables)]
 
 
-def render_report(what: str, report: CandidateReport) -> str:
+def render_report(what: str, report: CandidateReport) -> list[str]:
     """The report as tables: every expectation and check with what it observed, then
     the findings (integrity first: a checkpoint whose files are broken is not read)."""
     lines = [
@@ -108,7 +108,7 @@ def render_report(what: str, report: CandidateReport) -> str:
         lines.append(f"\nskipped: {', '.join(sorted(report.skipped))}")
     if report.quarantined:
         lines.append("quarantined: no restore will offer it until it is released")
-    return "\n".join(lines)
+    return lines
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

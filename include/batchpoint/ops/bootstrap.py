@@ -28,6 +28,7 @@ from batchpoint.protocol.checkpoint import (
     TaskMetrics,
 )
 from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.protocol.ports import Count, ProgressFn, count_due
 from batchpoint.protocol.savepoints import (
     METADATA,
     SavepointLocation,
@@ -64,12 +65,14 @@ def write_savepoint(
     settings: Settings | None = None,
     store_options: Mapping[str, str] | None = None,
     roots: tuple[str, ...] | None = None,
+    progress: ProgressFn | None = None,
 ) -> SavepointMetadata:
     """Write `states` (operator -> state -> DataFrame of the state's declared columns) as
     a savepoint folder at `target` (a location, a URI, or a path under the storage root
     of `settings`), at `parallelism` (default: each operator's in the code). A declared
     state not given starts empty. Refuses unknown operators and states, a DataFrame
-    without the declared columns, and a target that already holds a savepoint."""
+    without the declared columns, and a target that already holds a savepoint.
+    `progress` hears of each state written (a Count line)."""
     checked = _checked_states(pipeline, states)
     location = _location(target, settings, store_options, roots)
     with no_links(location):
@@ -77,7 +80,7 @@ def write_savepoint(
             raise CheckpointError(f"{location.uri} already holds a savepoint ({METADATA} exists)")
     spec = pipeline.spec(_parallelism(pipeline, parallelism))
     now = time.time()
-    acks = _acks(spark, location, pipeline, spec, checked, now)
+    acks = _acks(spark, location, pipeline, spec, checked, now, progress)
     pending = PendingCheckpoint(
         pipeline=pipeline.name,
         checkpoint_id=BOOTSTRAP_CHECKPOINT_ID,
@@ -113,10 +116,13 @@ def _acks(
     spec: PipelineSpec,
     checked: Mapping[str, Mapping[str, DataFrame]],
     now: float,
+    progress: ProgressFn | None = None,
 ) -> list[AckRecord]:
     """One ack per task, as if each had snapshotted the given state: its files written by
     the runtime's own keyed write path, so they sit in the key groups a restore expects."""
     acks = []
+    states = _state_count(pipeline, spec)
+    written_states = 0
     for op in spec.topological_order():
         if not op.has_tasks:
             continue
@@ -128,6 +134,12 @@ def _acks(
                 written = _write_state(spark, location, node, state, frame, op.parallelism)
                 for subtask, handles in written.items():
                     by_subtask[subtask].extend(handles)
+                written_states += 1
+                if progress is not None and count_due(written_states, states):
+                    line = (
+                        f"bootstrap: {written_states}/{states} state(s) written ({op.name}.{state})"
+                    )
+                    progress(Count("writing states", written_states, states, line))
         for subtask, task in enumerate(op.tasks()):
             acks.append(
                 AckRecord(BOOTSTRAP_CHECKPOINT_ID, task, BOOTSTRAP_ATTEMPT,
@@ -135,6 +147,12 @@ def _acks(
                           operator_uid=pipeline.node(op.name).uid)
             )  # fmt: skip
     return acks
+
+
+def _state_count(pipeline: Pipeline, spec: PipelineSpec) -> int:
+    """The states a bootstrap writes: every declared one (given or empty)."""
+    nodes = [pipeline.operators.get(op.name) for op in spec.operators if op.has_tasks]
+    return sum(len(node.states) for node in nodes if isinstance(node, OperatorDef))
 
 
 def _metrics(handles: list[FileHandle]) -> TaskMetrics:

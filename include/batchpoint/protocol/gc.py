@@ -49,7 +49,7 @@ from batchpoint.protocol.control import (
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.layout import PipelineLayout
-from batchpoint.protocol.ports import Clock, ProgressFn, RollForward
+from batchpoint.protocol.ports import Clock, Count, ProgressFn, RollForward, count_due
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
 from batchpoint.protocol.sinks import SinkPublisher
@@ -234,7 +234,8 @@ class GarbageCollector:
         sweep: list[tuple[DiscardedEntry | None, int]] = [
             (None, i) for i in dict.fromkeys([*report.kept_checkpoints, *late])
         ]
-        for entry, cid in [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]:
+        folders = [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]
+        for examined, (entry, cid) in enumerate(folders, 1):
             found = list(self._store.list(self._layout.data_prefix(cid)))
             doomed = [i for i in found if i.key not in referenced]
             if doomed:
@@ -250,6 +251,9 @@ class GarbageCollector:
             holds = any(i.key in holding for i in found)
             if entry is not None and now >= entry.at + self.grace and not holds:
                 done.append(cid)
+            if progress is not None and count_due(examined, len(folders)):
+                line = f"gc: {examined}/{len(folders)} checkpoint folder(s) examined"
+                progress(Count("gc: examining checkpoint folders", examined, len(folders), line))
         return done
 
     def discard_aborted(self, checkpoint_id: int) -> list[str]:

@@ -23,5 +23,30 @@ RollForward = Callable[[], None]
 #: (`CheckpointFinalizer.abort`): a restore aborts the checkpoints it abandoned.
 AbortCheckpoint = Callable[[int, CheckpointFailureReason, str], CheckpointOutcome]
 
-#: One line of progress for a person (the CLI prints it, a task logs it).
+#: One line of progress for a person (the CLI prints it, a task logs it). A `Count` line
+#: also says how far a long step is: the CLI draws it as a bar in a terminal.
 ProgressFn = Callable[[str], None]
+
+
+class Count(str):
+    """A line of progress that counts (`gc: 3/10 checkpoint folder(s) examined`): `done`
+    of `total` units of the step named `step`. A str, so every ProgressFn that logs
+    lines logs it as it is."""
+
+    step: str
+    done: int
+    total: int
+
+    def __new__(cls, step: str, done: int, total: int, line: str) -> Count:
+        self = super().__new__(cls, line)
+        self.step, self.done, self.total = step, done, total
+        return self
+
+    def __reduce__(self) -> tuple[type[Count], tuple[str, int, int, str]]:
+        return (Count, (self.step, self.done, self.total, str(self)))
+
+
+def count_due(done: int, total: int) -> bool:
+    """Whether a step `done` of `total` is worth a line: about every tenth, and the
+    last, so that a task log gets a dozen lines for a thousand files."""
+    return done == total or done % max(1, total // 10) == 0

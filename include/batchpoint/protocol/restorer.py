@@ -33,7 +33,7 @@ from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
 from batchpoint.protocol.layout import PipelineLayout
-from batchpoint.protocol.ports import AbortCheckpoint, Clock
+from batchpoint.protocol.ports import AbortCheckpoint, Clock, ProgressFn
 from batchpoint.protocol.quarantine import QuarantineRecord, QuarantineStore
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.restores import RestoreRecord
@@ -223,13 +223,15 @@ class CheckpointRestorer:
             return Examination(checkpoint_id, problem=str(exc), damaged=True)
         return Examination(checkpoint_id, completed)
 
-    def check_files(self, examined: Examination, checksums: bool) -> Examination:
+    def check_files(
+        self, examined: Examination, checksums: bool, progress: ProgressFn | None = None
+    ) -> Examination:
         """Every file of a readable candidate: present, its size and (with `checksums`)
         its sha256 as recorded."""
         if not examined.restorable or examined.completed is None:
             return examined
         problems = check_handles(
-            self._store, examined.completed.durable_handles, checksums=checksums
+            self._store, examined.completed.durable_handles, checksums=checksums, progress=progress
         )
         if not problems:
             return examined

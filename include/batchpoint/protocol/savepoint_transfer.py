@@ -198,7 +198,7 @@ class Savepoints:
                 f"{given.uri} is a savepoint of pipeline '{metadata.pipeline}', "
                 f"not of '{self._pipeline}'"
             )
-        problems = check_savepoint(location, metadata, checksums=checksums)
+        problems = check_savepoint(location, metadata, checksums=checksums, progress=progress)
         if problems:
             raise RestoreRefused(f"savepoint {given.uri} is damaged: {_problems(problems)}")
         self._roll_forward()

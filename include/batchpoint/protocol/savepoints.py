@@ -52,7 +52,7 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpointV1,
 )
 from batchpoint.protocol.layout import PipelineLayout
-from batchpoint.protocol.ports import ProgressFn
+from batchpoint.protocol.ports import Count, ProgressFn, count_due
 from batchpoint.protocol.records import to_iso
 
 # Where a savepoint lives (and may live) is asked of this module too: re-exported.
@@ -197,13 +197,14 @@ def check_savepoint(
     metadata: SavepointMetadata | None = None,
     *,
     checksums: bool = False,
+    progress: ProgressFn | None = None,
 ) -> list[FileProblem]:
     """Every file the savepoint references exists in its folder with the recorded size
     (and checksum, when asked); problems name paths relative to the folder."""
     metadata = metadata or read_savepoint(location)
     located = [replace(h, path=location.key(h.path)) for h in metadata.handles]
     with no_links(location):
-        problems = check_handles(location.store, located, checksums=checksums)
+        problems = check_handles(location.store, located, checksums=checksums, progress=progress)
     return [FileProblem(p.path[len(location.prefix) :], p.problem) for p in problems]
 
 
@@ -236,7 +237,6 @@ def copy_objects(
     if not pairs:
         return []
     done = 0
-    step = max(1, len(pairs) // 10)
 
     def one(pair: tuple[str, str]) -> ObjectInfo:
         with tempfile.TemporaryDirectory(prefix="bp-copy-") as tmp:
@@ -249,8 +249,9 @@ def copy_objects(
         for info in pool.map(one, pairs):
             out.append(info)
             done += 1
-            if progress is not None and (done % step == 0 or done == len(pairs)):
-                progress(f"  copied {done}/{len(pairs)} file(s)")
+            if progress is not None and count_due(done, len(pairs)):
+                line = f"  copied {done}/{len(pairs)} file(s)"
+                progress(Count("copying files", done, len(pairs), line))
     return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from batchpoint.errors import ObjectNotFound
 from batchpoint.protocol.checkpoint import FileHandle
+from batchpoint.protocol.ports import Count, ProgressFn, count_due
 from batchpoint.storage.base import ObjectStore
 
 
@@ -53,11 +54,23 @@ def check_handle(store: ObjectStore, handle: FileHandle, checksums: bool) -> Fil
 
 
 def check_handles(
-    store: ObjectStore, handles: Iterable[FileHandle], *, checksums: bool, workers: int = 8
+    store: ObjectStore,
+    handles: Iterable[FileHandle],
+    *,
+    checksums: bool,
+    workers: int = 8,
+    progress: ProgressFn | None = None,
 ) -> list[FileProblem]:
     handles = list(handles)
     if not handles:
         return []
+    problems = []
     with ThreadPoolExecutor(max_workers=min(workers, len(handles))) as pool:
         results = pool.map(lambda h: check_handle(store, h, checksums), handles)
-        return [p for p in results if p is not None]
+        for done, problem in enumerate(results, 1):
+            if problem is not None:
+                problems.append(problem)
+            if progress is not None and count_due(done, len(handles)):
+                line = f"  checked {done}/{len(handles)} file(s)"
+                progress(Count("checking files", done, len(handles), line))
+    return problems

@@ -323,7 +323,9 @@ class RestorePlanner:
     def check(self, candidate: RestoreCandidate) -> CandidateCheck:
         if candidate.savepoint is not None:
             self._checking(candidate)
-            problems = check_savepoint(candidate.savepoint, checksums=self.checksums)
+            problems = check_savepoint(
+                candidate.savepoint, checksums=self.checksums, progress=self.progress
+            )
             check = CandidateCheck(candidate, [str(p) for p in problems])
         else:
             check = self._check_retained(candidate)
@@ -353,7 +355,7 @@ class RestorePlanner:
             return CandidateCheck(candidate, quarantine=examined.held.describe())
         if examined.restorable:
             self._checking(candidate)
-            examined = restorer.check_files(examined, self.checksums)
+            examined = restorer.check_files(examined, self.checksums, self.progress)
         problems = list(examined.details) or ([examined.problem] if examined.problem else [])
         check = CandidateCheck(candidate, problems, examination=examined)
         if self.record and restorer.condemn(examined):
