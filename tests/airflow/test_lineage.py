@@ -7,6 +7,9 @@ the facet builder is checked on both stores."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 
 from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
 from batchpoint.demo.payments_data import write_epoch_files
+from batchpoint.sources.barrier import SourceBarrier
 
 pytestmark = [pytest.mark.airflow]
 
@@ -128,7 +132,7 @@ def test_the_checkpoint_dags_tasks_report_sources_sinks_and_tables(
     assert _named(finalize["outputs"]) == sinks | {table}
     pending = bp.driver().coordinator.get_outcome(1).pending
     read = finalize["inputs"][0]["facets"]["batchpoint_barrier"]["partitions"]
-    assert read == {p: o.offset for p, o in pending.barrier["events"].items()}
+    assert read == SourceBarrier.coerce(pending.barrier["events"]).counts()
     assert sum(read.values()) == len(list(bp.store.list(SOURCE_ROOT + "/")))
     facet = finalize["run"]["facets"]["batchpoint_checkpoint"]
     assert facet["_schemaURL"].startswith("urn:batchpoint:openlineage:CheckpointRunFacet")
@@ -253,3 +257,37 @@ def test_the_custom_facets_are_what_their_published_schemas_say():
         jsonschema.validate(json.loads(Serde.to_json(facet)), own)
         fields = {f.name for f in attr.fields(type(facet)) if not f.name.startswith("_")}
         assert set(own["properties"]) == fields, type(facet).__name__
+
+
+def test_the_operators_need_no_openlineage_provider():
+    """Lineage is imported inside the hooks only: without OpenLineage (its client, and
+    the provider's extractors; the provider's package itself stays importable, as Airflow
+    discovers every installed provider) the operator modules import and the DAGs build."""
+    blocked = (
+        "import sys\nfor name in ('openlineage', 'airflow.providers.openlineage.extractors'):\n"
+    )
+    blocked += "    sys.modules[name] = None\n"
+    code = blocked + (
+        "from batchpoint.airflow.operators.checkpoint import FinalizeCheckpointOperator\n"
+        "from batchpoint.airflow.dag_factory import build_pipeline_dags\n"
+        "from batchpoint.airflow.config import AirflowDeployment\n"
+        "from batchpoint.demo.payments import pipeline\n"
+        "ref = 'batchpoint.demo.payments:pipeline'\n"
+        "dags = build_pipeline_dags(pipeline, ref, AirflowDeployment.from_env())\n"
+        "task = dags['payments_checkpoint'].get_task('finalize')\n"
+        "assert callable(task.get_openlineage_facets_on_complete)\n"
+        "try:\n"
+        "    task.get_openlineage_facets_on_start()\n"
+        "except ImportError:\n"
+        "    print('lineage needs the provider')\n"
+    )
+    env = {
+        **os.environ,
+        "BATCHPOINT_ROOT": "file:///tmp/bp-lineage",
+        "BATCHPOINT_SPARK_MODE": "local",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("lineage needs the provider"), done.stdout
