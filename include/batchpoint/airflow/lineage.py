@@ -37,6 +37,9 @@ from openlineage.client.facet_v2 import (
     symlinks_dataset,
 )
 
+from batchpoint.sources.barrier import SourceBarrier
+from batchpoint.sources.iceberg_table import PARTITION as TABLE_PARTITION  # last: snapshot id
+
 if TYPE_CHECKING:
     from batchpoint.runtime.api import Pipeline, SinkDef, SourceDef
     from batchpoint.tables.binding import TableBinding
@@ -46,7 +49,6 @@ RUN_FACET_SCHEMA = "urn:batchpoint:openlineage:CheckpointRunFacet:1-0-0"
 RUN_FACET = "batchpoint_checkpoint"
 BARRIER_FACET_SCHEMA = "urn:batchpoint:openlineage:SourceBarrierInputFacet:1-0-0"
 BARRIER_FACET = "batchpoint_barrier"
-TABLE_PARTITION = "snapshots"  # an Iceberg source's one barrier partition (last: snapshot id)
 
 
 @attr.define
@@ -106,22 +108,19 @@ def source_dataset(
 ) -> Dataset:
     """A source's dataset; `barrier` (its offsets in a pending checkpoint) adds how far
     the checkpoint read it."""
-    offsets = dict(barrier or {})
+    offsets = SourceBarrier.coerce(barrier)
     root = source.location.uri if source.location else root_uri
+    facets: dict[str, Any] = {}
     if source.table is not None:
-        snapshot = (offsets.get(TABLE_PARTITION) or {}).get("last")
-        facets: dict[str, Any] = {}
+        snapshot = offsets[TABLE_PARTITION].last if TABLE_PARTITION in offsets else None
         if snapshot is not None:
             facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
                 datasetVersion=str(snapshot)
             )
         return table_dataset(root, source.table, facets)
-    uri = _under(root, source.root)
-    namespace, name = location_name(uri)
-    facets = {}
+    namespace, name = location_name(_under(root, source.root))
     if offsets:
-        counts = {p: o if isinstance(o, int) else int(o["offset"]) for p, o in offsets.items()}
-        facets[BARRIER_FACET] = SourceBarrierInputFacet(partitions=counts)
+        facets[BARRIER_FACET] = SourceBarrierInputFacet(partitions=offsets.counts())
     return Dataset(namespace=namespace, name=name, facets=facets)
 
 
