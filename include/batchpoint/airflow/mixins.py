@@ -8,8 +8,9 @@ mistake fails the task without a retry, with the message naming it."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
@@ -18,6 +19,9 @@ from batchpoint.airflow.hooks import BatchpointHook
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.settings import Settings
+
+if TYPE_CHECKING:
+    from batchpoint.protocol.checkpoint import PendingCheckpoint
 
 
 def checkpoint_id_from(context: Context, trigger_task_id: str) -> int | None:
@@ -95,3 +99,54 @@ class BatchpointTaskMixin(BatchpointHookMixin):
         if checkpoint_id is None:
             raise AirflowFailException(f"task '{self.trigger_task_id}' started no {what}")
         return checkpoint_id
+
+
+class LineageMixin:
+    """OpenLineage's operator hooks (the provider calls them when it is installed and
+    configured; see batchpoint.airflow.lineage, imported only here, so that batchpoint
+    works without the provider). `lineage_node`: the pipeline node the task runs (None:
+    the whole checkpoint, as finalize publishes it). `lineage_checkpoint`: what execute
+    learnt of the checkpoint (with its barrier); else the trigger task's XCom."""
+
+    pipeline_ref: str
+    trigger_task_id: str
+    settings: Callable[[], Settings]  # BatchpointTaskMixin's
+    lineage_checkpoint: dict[str, Any] | None = None
+
+    @property
+    def lineage_node(self) -> str | None:
+        return None
+
+    def _lineage(self, task_instance: Any) -> Any:
+        from batchpoint.airflow.hooks import cached_pipeline
+        from batchpoint.airflow.lineage import checkpoint_lineage
+
+        checkpoint = self.lineage_checkpoint
+        if checkpoint is None and task_instance is not None:
+            found = task_instance.xcom_pull(task_ids=self.trigger_task_id)
+            checkpoint = found if isinstance(found, dict) else None
+        return checkpoint_lineage(
+            cached_pipeline(self.pipeline_ref),
+            self.settings().store_ref.uri,
+            operator=self.lineage_node,
+            checkpoint=checkpoint,
+        )
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self._lineage(task_instance)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self._lineage(task_instance)
+
+
+def lineage_facts(pending: PendingCheckpoint) -> dict[str, Any]:
+    """What lineage reports of a checkpoint: the trigger's XCom fields and the barrier."""
+    return {
+        "checkpoint_id": pending.checkpoint_id,
+        "type": pending.type.value,
+        "base_checkpoint_id": pending.base_checkpoint_id,
+        "barrier": dict(pending.barrier),
+    }

@@ -21,6 +21,7 @@ from batchpoint.airflow.assets import emit_completed, emit_completed_by_cleanup
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launcher_for
 from batchpoint.airflow.links import CHECKPOINT_LINKS
+from batchpoint.airflow.mixins import LineageMixin, lineage_facts
 from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
 from batchpoint.airflow.spark_connection import spark_settings, task_spark_settings
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
@@ -115,7 +116,7 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
                 self.log.info("%s", line)
 
 
-class SparkOperatorJob(BatchpointOperator):
+class SparkOperatorJob(LineageMixin, BatchpointOperator):
     """Run one pipeline operator (all its subtasks) for the run's checkpoint: a thin
     Spark Connect client, a spark-submit or a local Spark, by BATCHPOINT_SPARK_MODE (see
     hooks.launcher_for). Each Airflow try is a new attempt id, so a retry never collides
@@ -150,6 +151,10 @@ class SparkOperatorJob(BatchpointOperator):
         self.spark_conf = dict(spark_conf or {})
         self._launcher: OperatorJobLauncher | None = None
         self._attempt: tuple[int, str] | None = None
+
+    @property
+    def lineage_node(self) -> str:
+        return self.operator
 
     def spark_settings(self) -> Settings:
         """The task's settings with its Spark endpoint and conf (see __init__)."""
@@ -316,7 +321,7 @@ def _connect_gate(
     yield QualityGate(pipeline, settings.store_ref, spark=spark, log=log.info)
 
 
-class FinalizeCheckpointOperator(BatchpointOperator):
+class FinalizeCheckpointOperator(LineageMixin, BatchpointOperator):
     """Every ack is in: write the outcome (after checking every referenced file) and
     publish the sinks' staged output (notifyCheckpointComplete)."""
 
@@ -333,6 +338,7 @@ class FinalizeCheckpointOperator(BatchpointOperator):
         if outcome.completed is None:
             raise AirflowFailException(done.message)
         emit_completed(context, outcome.pending)
+        self.lineage_checkpoint = lineage_facts(outcome.pending)
         metrics.checkpoint_completed(outcome)
         self.log.info(
             "checkpoint %s COMPLETED: %d file(s), %d bytes; published %s",
