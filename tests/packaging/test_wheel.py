@@ -81,6 +81,7 @@ PROBE = textwrap.dedent(
     from batchpoint.airflow.config import AirflowDeployment, default_spark_job
     job = default_spark_job()
     print(json.dumps({
+        "airflow": md.version("apache-airflow"),
         "package": batchpoint.__file__,
         "sys_path": sys.path,
         "dags": sorted(bag.dag_ids),
@@ -208,8 +209,12 @@ def installed(tmp_path_factory, wheel) -> dict:
     work = tmp_path_factory.mktemp("wheel")
     env = _clean_env()
     python = _venv(uv, work, env, wheel, "airflow")
-    venv = python.parent.parent
+    return _parse_dags(python, work, env)
 
+
+def _parse_dags(python: Path, work: Path, env: dict[str, str]) -> dict:
+    """What PROBE finds with `python`, the DAG file and the pipeline in a bundle of
+    their own."""
     dags = work / "dags"
     dags.mkdir()
     (dags / "orders_dags.py").write_text(DAG_FILE)
@@ -233,7 +238,7 @@ def installed(tmp_path_factory, wheel) -> dict:
         "BATCHPOINT_SPARK_MODE": "submit",
     }
     out = _run([str(python), "-c", PROBE, str(dags)], work, probe_env)
-    return {**json.loads(out.strip().splitlines()[-1]), "venv": str(venv)}
+    return {**json.loads(out.strip().splitlines()[-1]), "venv": str(python.parent.parent)}
 
 
 def test_the_package_is_the_installed_one_not_the_checkout(installed):
@@ -338,3 +343,39 @@ def test_the_connect_extra_alone_runs_operator_tasks_on_a_connect_server(connect
         assert job["status"] == "acknowledged", f"{name}: {job['output']}"
     assert connect_tasks["status"] == "COMPLETED"
     assert connect_tasks["published"] == ["a", "b", "c"]
+
+
+#: The lowest Airflow the `airflow` extra allows (pyproject.toml): 3.1 and older lack
+#: airflow.sdk.plugins_manager, which the UI plugin imports.
+LOWEST_AIRFLOW = "3.2.0"
+
+
+@pytest.fixture(scope="module")
+def on_lowest_airflow(tmp_path_factory, wheel) -> dict:
+    """The wheel with the `airflow` extra on LOWEST_AIRFLOW, everything else as the
+    resolver picks it for that version (PyPI, or uv's cache)."""
+    uv = _uv()
+    work = tmp_path_factory.mktemp("lowest-airflow")
+    env = _clean_env()
+    pinned = work / "lowest.txt"
+    pinned.write_text(f"apache-airflow=={LOWEST_AIRFLOW}\n")
+    venv = work / "venv"
+    _run([uv, "venv", "--python", sys.executable, str(venv)], work, env)
+    python = venv / "bin" / "python"
+    _run(
+        [uv, "pip", "install", "--python", str(python), "-c", str(pinned),
+         f"batchpoint[airflow] @ {wheel.as_uri()}"],
+        work,
+        env,
+    )  # fmt: skip
+    return _parse_dags(python, work, env)
+
+
+def test_the_lowest_supported_airflow_parses_the_dags_and_finds_the_provider(on_lowest_airflow):
+    found = on_lowest_airflow
+    assert found["airflow"] == LOWEST_AIRFLOW
+    assert found["errors"] == {}
+    assert found["dags"] == ["orders_checkpoint", "orders_restore", "orders_savepoint"]
+    assert found["plugin"] == "batchpoint" and found["plugin_errors"] == {}
+    assert found["discovered"] is True  # the provider info passes that version's schema
+    assert found["provider"] == ["batchpoint", ["0.1.0"]]
