@@ -74,6 +74,7 @@ def test_the_gates_endpoint_is_the_connections_and_the_variable_its_fallback(dep
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_the_restore_dag_gates_on_the_server_of_the_connection(
     airflow_home: Path, good_epochs: Path, connect_server: Any, tmp_path: Path
 ) -> None:

@@ -96,6 +96,7 @@ def test_a_bad_connection_id_is_reported_as_the_flag(cli, root):
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_the_restore_gate_runs_on_the_server_of_the_connection(
     good_epochs: Path, connect_server: Any, tmp_path: Path
 ) -> None:
