@@ -5,6 +5,11 @@ checkout (working directory elsewhere, no PYTHONPATH). The plugin and provider e
 points are found and the Spark entry point ships inside the installed package. The wheel
 itself carries the license, `py.typed` and the project's classifiers.
 
+The `connect` extra alone (with `airflow`: no full pyspark, no JVM) runs a small
+pipeline's operator tasks, as an Airflow worker's task process runs them, against a real
+Spark Connect server started from this checkout's pyspark: the thin client is
+pyspark-client 4.2, the server Spark 4.3.
+
 Packages come from uv's cache at the versions of uv.lock (PyPI only for what the cache
 lacks), so the run takes about a minute once the cache is warm."""
 
@@ -76,6 +81,7 @@ PROBE = textwrap.dedent(
     from batchpoint.airflow.config import AirflowDeployment, default_spark_job
     job = default_spark_job()
     print(json.dumps({
+        "airflow": md.version("apache-airflow"),
         "package": batchpoint.__file__,
         "sys_path": sys.path,
         "dags": sorted(bag.dag_ids),
@@ -89,6 +95,51 @@ PROBE = textwrap.dedent(
         "spark_job_exists": job.is_file(),
         "deployment_job": AirflowDeployment.from_env().spark_job,
         "storage_created": os.path.exists(os.environ["BATCHPOINT_ROOT"][len("file://"):]),
+    }))
+    """
+)
+
+
+# What an operator task's execute runs in connect mode (SparkOperatorJob): its Spark
+# settings (the endpoint of its spark_connect connection), then the deployment's launcher;
+# the trigger and finalize tasks around them, so that the checkpoint completes.
+CONNECT_TASKS = textwrap.dedent(
+    """
+    import dataclasses, importlib.metadata as md, json, os, sys
+    import pyspark
+    from batchpoint.airflow.config import AirflowDeployment
+    from batchpoint.airflow.hooks import launcher_for
+    from batchpoint.airflow.operators.checkpoint import SparkOperatorJob
+    from batchpoint.ops.epoch import finalize
+    from batchpoint.protocol.sinks import read_sink_table
+    from batchpoint.runtime.driver import PipelineDriver
+    from batchpoint.runtime.loader import load_pipeline
+
+    ref = os.environ["BATCHPOINT_PIPELINE_REF"]
+    deployment = AirflowDeployment.from_env()
+    driver = PipelineDriver(load_pipeline(ref), deployment.settings.store_ref)
+    checkpoint_id = driver.trigger().checkpoint_id
+    jobs = {}
+    # The operator's client in the task's own process; the sink's as the task's child
+    # (`python -m batchpoint.jobs.run_operator --connect`).
+    for name, client in (("dedup", "task"), ("new_orders", "subprocess")):
+        where = dataclasses.replace(deployment, connect_client=client)
+        task = SparkOperatorJob(task_id=name, pipeline_ref=ref, operator=name, deployment=where)
+        settings = task.spark_settings()
+        result = launcher_for(where, ref).launch(settings, checkpoint_id, name, "a1", print)
+        jobs[name] = {"status": result.status.value, "output": result.output()}
+    done = finalize(driver, checkpoint_id)
+    table = read_sink_table(driver.store, "orders", "new_orders")
+    distributions = {d.metadata["Name"] for d in md.distributions()}
+    print(json.dumps({
+        "package": sys.modules["batchpoint"].__file__,
+        "pyspark": [pyspark.__version__, pyspark.__file__],
+        "spark_distributions": sorted(d for d in distributions if "spark" in d or "py4j" in d),
+        "jars": os.path.isdir(os.path.join(os.path.dirname(pyspark.__file__), "jars")),
+        "remote_variable": os.environ.get("BATCHPOINT_SPARK_REMOTE"),
+        "jobs": jobs,
+        "status": done.outcome.status.value if done.outcome else None,
+        "published": sorted(table.column("id").to_pylist()),
     }))
     """
 )
@@ -123,29 +174,47 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory, wheel) -> dict:
-    uv = _uv()
-    work = tmp_path_factory.mktemp("wheel")
-    env = _clean_env()
-    # The locked versions, so that everything comes from the cache.
+def _constraints(uv: str, work: Path, env: dict[str, str], *extras: str) -> Path:
+    """The locked versions of `extras` (all but `connect` when none), so that everything
+    comes from the cache. `connect` and `spark` conflict: uv.lock resolves them apart."""
+    chosen = [f"--extra={e}" for e in extras] or ["--all-extras", "--no-extra=connect"]
     constraints = work / "constraints.txt"
     _run(
-        [uv, "export", "--frozen", "--no-hashes", "--all-extras", "--no-dev",
+        [uv, "export", "--frozen", "--no-hashes", *chosen, "--no-dev",
          "--no-emit-project", "--project", str(PROJECT), "-o", str(constraints)],
         work,
         env,
     )  # fmt: skip
+    return constraints
+
+
+def _venv(uv: str, work: Path, env: dict[str, str], wheel: Path, extras: str) -> Path:
+    """A fresh venv with the wheel and `extras` at their locked versions; its python."""
+    constraints = _constraints(uv, work, env, *(extras.split(",") if "connect" in extras else ()))
     venv = work / "venv"
     _run([uv, "venv", "--python", sys.executable, str(venv)], work, env)
     python = venv / "bin" / "python"
     _run(
         [uv, "pip", "install", "--python", str(python), "-c", str(constraints),
-         f"batchpoint[airflow] @ {wheel.as_uri()}"],
+         f"batchpoint[{extras}] @ {wheel.as_uri()}"],
         work,
         env,
     )  # fmt: skip
+    return python
 
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, wheel) -> dict:
+    uv = _uv()
+    work = tmp_path_factory.mktemp("wheel")
+    env = _clean_env()
+    python = _venv(uv, work, env, wheel, "airflow")
+    return _parse_dags(python, work, env)
+
+
+def _parse_dags(python: Path, work: Path, env: dict[str, str]) -> dict:
+    """What PROBE finds with `python`, the DAG file and the pipeline in a bundle of
+    their own."""
     dags = work / "dags"
     dags.mkdir()
     (dags / "orders_dags.py").write_text(DAG_FILE)
@@ -169,7 +238,7 @@ def installed(tmp_path_factory, wheel) -> dict:
         "BATCHPOINT_SPARK_MODE": "submit",
     }
     out = _run([str(python), "-c", PROBE, str(dags)], work, probe_env)
-    return {**json.loads(out.strip().splitlines()[-1]), "venv": str(venv)}
+    return {**json.loads(out.strip().splitlines()[-1]), "venv": str(python.parent.parent)}
 
 
 def test_the_package_is_the_installed_one_not_the_checkout(installed):
@@ -219,3 +288,97 @@ def test_the_wheel_ships_the_license_py_typed_and_classifiers(wheel):
     supported = {c.rsplit(" :: ", 1)[1] for c in classifiers if c.count(".") == 1}
     assert supported == {"3.11", "3.12", "3.13"}  # as requires-python says
     assert metadata["Requires-Python"] == "<3.14,>=3.11"
+
+
+@pytest.fixture(scope="module")
+def connect_tasks(tmp_path_factory, wheel, connect_server) -> dict:
+    uv = _uv()
+    work = tmp_path_factory.mktemp("connect-extra")
+    env = _clean_env()
+    python = _venv(uv, work, env, wheel, "connect,airflow")
+    bundle = work / "dags"
+    bundle.mkdir()
+    (bundle / "orders_pipeline.py").write_text(PIPELINE)
+    storage = work / "storage"
+    partition = storage / "sources" / "orders" / "2026-11-26"
+    partition.mkdir(parents=True)
+    (partition / "0001.jsonl").write_text("".join(f'{{"id": "{i}"}}\n' for i in "cab"))
+    # The server only in the task's spark_connect connection, as a deployment that keeps
+    # its address in Airflow has it (BATCHPOINT_SPARK_REMOTE unset).
+    host, port = connect_server.url.removeprefix("sc://").split(":")
+    task_env = {
+        **env,
+        "AIRFLOW_HOME": str(work / "airflow-home"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_CONN_BP_SPARK": json.dumps(
+            {"conn_type": "spark_connect", "host": host, "port": int(port)}
+        ),
+        "BATCHPOINT_ROOT": storage.as_uri(),
+        "BATCHPOINT_PIPELINE_REF": "orders_pipeline:orders",
+        "BATCHPOINT_SPARK_MODE": "connect",
+        "BATCHPOINT_SPARK_CONN_ID": "bp_spark",
+        # The pipeline's module where the task and its child job both import it.
+        "PYTHONPATH": str(bundle),
+    }
+    task_env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    # A script file, as a worker's task process has a __main__ file: under `python -c`
+    # pyspark.sql.connect takes itself for a doctest run and looks for a SPARK_HOME.
+    script = work / "run_tasks.py"
+    script.write_text(CONNECT_TASKS)
+    out = _run([str(python), str(script)], work, task_env)
+    return {**json.loads(out.strip().splitlines()[-1]), "venv": str(python.parent.parent)}
+
+
+@pytest.mark.spark
+def test_the_connect_extra_alone_runs_operator_tasks_on_a_connect_server(connect_tasks):
+    import pyspark
+
+    # The thin client, not the full distribution: no jars, no py4j, no pyspark beside it.
+    version, location = connect_tasks["pyspark"]
+    assert location.startswith(connect_tasks["venv"])
+    assert connect_tasks["package"].startswith(connect_tasks["venv"])
+    assert connect_tasks["spark_distributions"] == ["pyspark-client"]
+    assert connect_tasks["jars"] is False
+    # A client of another minor than the server's: what the extra's range allows.
+    assert version.split(".")[:2] == ["4", "2"] and pyspark.__version__.startswith("4.3.")
+    assert connect_tasks["remote_variable"] is None  # the server came from the connection
+    for name, job in connect_tasks["jobs"].items():
+        assert job["status"] == "acknowledged", f"{name}: {job['output']}"
+    assert connect_tasks["status"] == "COMPLETED"
+    assert connect_tasks["published"] == ["a", "b", "c"]
+
+
+#: The lowest Airflow the `airflow` extra allows (pyproject.toml): 3.1 and older lack
+#: airflow.sdk.plugins_manager, which the UI plugin imports.
+LOWEST_AIRFLOW = "3.2.0"
+
+
+@pytest.fixture(scope="module")
+def on_lowest_airflow(tmp_path_factory, wheel) -> dict:
+    """The wheel with the `airflow` extra on LOWEST_AIRFLOW, everything else as the
+    resolver picks it for that version (PyPI, or uv's cache)."""
+    uv = _uv()
+    work = tmp_path_factory.mktemp("lowest-airflow")
+    env = _clean_env()
+    pinned = work / "lowest.txt"
+    pinned.write_text(f"apache-airflow=={LOWEST_AIRFLOW}\n")
+    venv = work / "venv"
+    _run([uv, "venv", "--python", sys.executable, str(venv)], work, env)
+    python = venv / "bin" / "python"
+    _run(
+        [uv, "pip", "install", "--python", str(python), "-c", str(pinned),
+         f"batchpoint[airflow] @ {wheel.as_uri()}"],
+        work,
+        env,
+    )  # fmt: skip
+    return _parse_dags(python, work, env)
+
+
+def test_the_lowest_supported_airflow_parses_the_dags_and_finds_the_provider(on_lowest_airflow):
+    found = on_lowest_airflow
+    assert found["airflow"] == LOWEST_AIRFLOW
+    assert found["errors"] == {}
+    assert found["dags"] == ["orders_checkpoint", "orders_restore", "orders_savepoint"]
+    assert found["plugin"] == "batchpoint" and found["plugin_errors"] == {}
+    assert found["discovered"] is True  # the provider info passes that version's schema
+    assert found["provider"] == ["batchpoint", ["0.1.0"]]

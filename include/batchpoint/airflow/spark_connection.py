@@ -9,7 +9,10 @@ types, read the way its hooks read them (the provider itself need not be install
 
 The connection is looked up when the task runs (never when the DAG is parsed);
 BATCHPOINT_SPARK_REMOTE and BATCHPOINT_SPARK_MASTER are the fallback when it does not
-exist. A connection's token only ever shows redacted (batchpoint.redaction)."""
+exist. A connection's token only ever shows redacted (batchpoint.redaction). The operator
+tasks and the audit read it (task_spark_settings, spark_settings), so does a restore's
+quality gate (gate_spark_settings) and the CLI given --spark-conn-id (cli_spark_settings,
+where a missing connection is an error: nothing else names the endpoint it asked for)."""
 
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from batchpoint import setting_values
+from batchpoint.airflow.config import DEFAULT_SPARK_MODE
 from batchpoint.errors import ConfigError
 from batchpoint.redaction import redact_uri
-from batchpoint.settings import Settings, SparkMode
+from batchpoint.settings import Settings, SparkMode, read_environment
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +112,50 @@ def task_spark_settings(
     if conf:
         settings = dataclasses.replace(settings, spark_conf={**settings.spark_conf, **conf})
     return settings
+
+
+def gate_spark_settings(settings: Settings, conn_id: str | None) -> Settings:
+    """What Spark work a task starts by itself (a restore's quality gate) runs with: the
+    deployment's mode (BATCHPOINT_SPARK_MODE, connect by default, as the operator tasks)
+    and the endpoint of `conn_id` (None: BATCHPOINT_SPARK_CONN_ID, else the mode's
+    default id; see spark_settings)."""
+    mode = settings.spark_mode or DEFAULT_SPARK_MODE
+    conn_id = conn_id or read_environment().spark_conn_id
+    return spark_settings(dataclasses.replace(settings, spark_mode=mode), mode, conn_id)
+
+
+#: The mode a connection type gives the CLI when BATCHPOINT_SPARK_MODE does not say.
+MODE_OF_TYPE = {conn_type: mode for mode, conn_type in CONN_TYPES.items()}
+
+
+def cli_spark_settings(
+    settings: Settings, conn_id: str, get_connection: GetConnection = BaseHook.get_connection
+) -> Settings:
+    """`settings` with the Spark endpoint of connection `conn_id`, found as Airflow finds
+    it outside a task (AIRFLOW_CONN_<ID>, then the configured secrets backends). The mode
+    is BATCHPOINT_SPARK_MODE's, else the connection type's. Asked for by name, a missing
+    connection is an error, not the variables' endpoint."""
+    try:
+        conn = get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}' not found (Airflow looked in "
+            f"AIRFLOW_CONN_{conn_id.upper()} and its configured secrets backends)"
+        ) from None
+    mode = settings.spark_mode or MODE_OF_TYPE.get(conn.conn_type)
+    if mode is SparkMode.LOCAL:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': BATCHPOINT_SPARK_MODE=local reaches no Spark "
+            "endpoint (connect or submit mode does)"
+        )
+    if mode is None:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}' is of type '{conn.conn_type}': the Spark "
+            f"endpoint is a '{CONN_TYPES[SparkMode.CONNECT]}' or '{CONN_TYPES[SparkMode.SUBMIT]}' "
+            "connection (the apache-spark provider's)"
+        )
+    found = dataclasses.replace(settings, spark_mode=mode)
+    return spark_settings(found, mode, conn_id, lambda _conn_id: conn)
 
 
 def _checked(conn_id: str, endpoint: Callable[[], str]) -> str:

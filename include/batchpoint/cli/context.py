@@ -4,6 +4,7 @@ pipeline it is about (by name on the storage, or its code)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from dataclasses import dataclass
 
@@ -14,8 +15,8 @@ from batchpoint.ops.gates import gate_reference
 from batchpoint.ops.pipelines import open_pipeline, pipeline_code
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.runtime.api import Pipeline
-from batchpoint.setting_values import check_root
-from batchpoint.settings import Settings
+from batchpoint.setting_values import check_conn_id, check_root
+from batchpoint.settings import Settings, read_environment
 
 
 class UsageError(BatchpointError):
@@ -59,7 +60,20 @@ def root_flag(text: str) -> str | None:
         raise argparse.ArgumentTypeError(f"{redaction.redact_uri(repr(text))}: {exc}") from None
 
 
-GLOBAL_DEFAULTS = {"root": None, "pipeline": None, "json": False, "pipeline_ref": None}
+def conn_id_flag(text: str) -> str:
+    try:
+        return check_conn_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+GLOBAL_DEFAULTS = {
+    "root": None,
+    "pipeline": None,
+    "json": False,
+    "pipeline_ref": None,
+    "spark_conn_id": None,
+}
 
 
 def global_options() -> Parser:
@@ -84,6 +98,15 @@ def global_options() -> Parser:
         default=argparse.SUPPRESS,
         help="module:attr of the pipeline code, for savepoint, restore, plan and verify "
         "(default: $BATCHPOINT_PIPELINE_REF)",
+    )
+    common.add_argument(
+        "--spark-conn-id",
+        type=conn_id_flag,
+        default=argparse.SUPPRESS,
+        metavar="CONN_ID",
+        help="Airflow connection (spark_connect or spark) of the Spark endpoint of commands "
+        "that run Spark (default: $BATCHPOINT_SPARK_CONN_ID, else BATCHPOINT_SPARK_REMOTE "
+        "or _MASTER); needs Airflow installed",
     )
     return common
 
@@ -111,6 +134,32 @@ class Command:
     def of(cls, args: argparse.Namespace, progress_to_stderr: bool = False) -> Command:
         settings = Settings.from_env(root=args.root or "")
         return cls(args, settings, Output(args.json, progress_to_stderr))
+
+    @functools.cached_property
+    def _spark_settings(self) -> Settings:
+        flag = self.args.spark_conn_id
+        conn_id = flag or read_environment().spark_conn_id
+        if not conn_id:
+            return self.settings
+        given_as = "--spark-conn-id" if flag else "BATCHPOINT_SPARK_CONN_ID"
+        try:
+            from batchpoint.airflow.spark_connection import cli_spark_settings
+        except ImportError as exc:
+            raise ConfigError(
+                f"{given_as}={conn_id}: reading an Airflow connection needs Apache Airflow "
+                f"installed here ({exc}); install batchpoint[airflow], or give the endpoint in "
+                "BATCHPOINT_SPARK_REMOTE or BATCHPOINT_SPARK_MASTER"
+            ) from None
+        try:
+            return cli_spark_settings(self.settings, conn_id)
+        except ConfigError as exc:
+            raise ConfigError(f"{given_as}: {exc}") from None
+
+    def spark_settings(self) -> Settings:
+        """The settings of this command's Spark work: the endpoint of the Airflow
+        connection --spark-conn-id (else BATCHPOINT_SPARK_CONN_ID) names, read when first
+        asked for (only commands that run Spark import Airflow); else the variables'."""
+        return self._spark_settings
 
     def coordinator(self) -> CheckpointCoordinator:
         """The named pipeline (it must exist), or the only one."""

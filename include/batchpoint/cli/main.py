@@ -1,6 +1,10 @@
 """`batchpoint` command line. Every command reads the same storage as the Airflow DAGs
 (BATCHPOINT_ROOT and BATCHPOINT_S3_* or --root), prints a table, or JSON with --json.
-The global options (--root, --pipeline, --pipeline-ref, --json) go anywhere on the line.
+The global options (--root, --pipeline, --pipeline-ref, --json, --spark-conn-id) go
+anywhere on the line. Commands that run Spark (`state show`, the quality gate of `verify`
+and `restore`) reach it as BATCHPOINT_SPARK_* say, or through the Airflow connection
+--spark-conn-id or BATCHPOINT_SPARK_CONN_ID names (Airflow's lookup: AIRFLOW_CONN_<ID>,
+its secrets backends).
 
 `savepoint`, `restore`, `plan` and `verify` also need the pipeline's code: --pipeline-ref
 module:attr or BATCHPOINT_PIPELINE_REF (`verify` finds it in the quality gate named by
@@ -42,6 +46,7 @@ from batchpoint.cli import (
 )
 from batchpoint.cli.context import Command, Parser, finish, global_options
 from batchpoint.errors import BatchpointError
+from batchpoint.spark_endpoint import spark_endpoint
 
 #: The command groups, in the order `--help` lists them.
 GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, plan, restore)
@@ -104,7 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_error(exc, args.json)
         return 2
     try:
-        return args.run(cmd)
+        # A quality gate's Spark session too is on the endpoint the command was given.
+        with spark_endpoint(cmd.spark_settings):
+            return args.run(cmd)
     except BatchpointError as exc:
         cmd.out.close()  # the error below the last bar, not inside it
         report_error(exc, args.json)

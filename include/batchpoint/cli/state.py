@@ -36,7 +36,7 @@ def cmd_show(cmd: Command) -> int:
     coordinator = cmd.coordinator_of(a.pipeline_name)
     cid = resolve_checkpoint(coordinator, a.checkpoint)
     cmd.out.progress(f"reading {a.operator}/{a.state} of checkpoint {cid} with Spark")
-    spark = session_here("batchpoint-state-show", a.pipeline_name, cmd.settings)
+    spark = session_here("batchpoint-state-show", a.pipeline_name, cmd.spark_settings())
     df = read_state(spark, a.pipeline_name, a.operator, a.state, cid, settings=cmd.settings)
     for column, value in a.key:
         if column not in df.columns:

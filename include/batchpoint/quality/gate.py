@@ -110,11 +110,12 @@ class QualityGate:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            from batchpoint.settings import Settings
             from batchpoint.spark.session import session_here
+            from batchpoint.spark_endpoint import spark_settings_here
 
+            # The endpoint of the restore task's Spark connection, or of the CLI's.
             self._spark = session_here(
-                "batchpoint-quality-gate", self.pipeline.name, Settings.from_env()
+                "batchpoint-quality-gate", self.pipeline.name, spark_settings_here()
             )
         return self._spark
 

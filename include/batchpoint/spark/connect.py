@@ -313,9 +313,11 @@ def classic_spark_running() -> bool:
     importing pyspark when nothing did."""
     if "pyspark" not in sys.modules:
         return False
-    from pyspark import SparkContext
+    import pyspark
 
-    return SparkContext._active_spark_context is not None
+    # pyspark-client (the `connect` extra) has no classic Spark, hence no SparkContext.
+    context = getattr(pyspark, "SparkContext", None)
+    return context is not None and context._active_spark_context is not None
 
 
 def remote_of(spark: SparkSession) -> str:

@@ -12,18 +12,23 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from batchpoint.airflow import metrics
 from batchpoint.airflow.hooks import cached_pipeline
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
+from batchpoint.airflow.spark_connection import gate_spark_settings
 from batchpoint.errors import BatchpointError, DeployRefused
-from batchpoint.ops.gates import choose_restore_gate
+from batchpoint.ops.gates import GateChoice, choose_restore_gate
 from batchpoint.ops.restore import RestoreRun, apply_restore, restore
+from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import GateOptions, RestoreGate, parse_flag
+from batchpoint.spark_endpoint import spark_endpoint
 
 
 class RestoreCheckOperator(BatchpointOperator):
     """Resolve the restore source to a candidate and check it: every file present with
     its recorded size, then the quality gate if one is configured. Writes nothing, except
     that the gate quarantines (and stores the report of) each candidate it fails, unless
-    this is a dry run.
+    this is a dry run. The gate's Spark session (batchpoint's gate) is on the endpoint
+    of `spark_conn_id` (default BATCHPOINT_SPARK_CONN_ID, else the provider's default id
+    of the mode), as the operator tasks' is; the variables when it does not exist.
 
     The form's gate fields (`quality_gate`, `confirm_ungated`, `max_candidates`,
     `skip_suites`, `dry_run`) are read from the run's params; the arguments of the same
@@ -44,6 +49,7 @@ class RestoreCheckOperator(BatchpointOperator):
         skip_suites: Sequence[str] = (),
         dry_run: bool = False,
         allow_non_restored_state: bool = False,
+        spark_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -57,6 +63,7 @@ class RestoreCheckOperator(BatchpointOperator):
         self.skip_suites = list(skip_suites)
         self.dry_run = dry_run
         self.allow_non_restored_state = allow_non_restored_state
+        self.spark_conn_id = spark_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         params = params_of(context)
@@ -80,33 +87,23 @@ class RestoreCheckOperator(BatchpointOperator):
             raise AirflowFailException(str(exc)) from None
         settings = self.settings()
         try:
-            # The gate is loaded here, at run time: a Great Expectations gate must not be
-            # imported when the DAG file is parsed.
-            gate = choose_restore_gate(
-                pipeline,
-                options,
-                gate=self.gate,
-                reference=self.gate_ref,
-                dry_run=dry_run,
-                log=self.log.info,
-            )
-            self.log.info("%s", gate.description)
-            for warning in gate.warnings:
-                self.log.warning("%s", warning)
+            gate = self._choose_gate(pipeline, options, dry_run)
             driver = self.driver(settings)
-            run = restore(
-                driver,
-                self.source,
-                gate,
-                options,
-                parallelism=params.get("parallelism", self.parallelism),
-                checksums=None,  # the planner: sha256 by the gate, else before it
-                dry_run=dry_run,
-                check_only=True,  # apply_restore is the next task's
-                store_options=settings.store_options,
-                savepoint_roots=settings.savepoint_roots,
-                progress=self.log.info,
-            )
+            # Looked up when the gate first asks for Spark: a check of files alone needs none.
+            with spark_endpoint(lambda: gate_spark_settings(settings, self.spark_conn_id)):
+                run = restore(
+                    driver,
+                    self.source,
+                    gate,
+                    options,
+                    parallelism=params.get("parallelism", self.parallelism),
+                    checksums=None,  # the planner: sha256 by the gate, else before it
+                    dry_run=dry_run,
+                    check_only=True,  # apply_restore is the next task's
+                    store_options=settings.store_options,
+                    savepoint_roots=settings.savepoint_roots,
+                    progress=self.log.info,
+                )
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
         if not dry_run:
@@ -118,6 +115,22 @@ class RestoreCheckOperator(BatchpointOperator):
         report = run.to_json()
         self.log.info("restore candidate: %s", report["chosen"])
         return report
+
+    def _choose_gate(self, pipeline: Pipeline, options: GateOptions, dry_run: bool) -> GateChoice:
+        # The gate is loaded here, at run time: a Great Expectations gate must not be
+        # imported when the DAG file is parsed.
+        gate = choose_restore_gate(
+            pipeline,
+            options,
+            gate=self.gate,
+            reference=self.gate_ref,
+            dry_run=dry_run,
+            log=self.log.info,
+        )
+        self.log.info("%s", gate.description)
+        for warning in gate.warnings:
+            self.log.warning("%s", warning)
+        return gate
 
     def _check_deploy(self, driver: PipelineDriver, run: RestoreRun, allow: bool) -> None:
         """The deploy plan of the code on the chosen candidate, logged; a refused one
