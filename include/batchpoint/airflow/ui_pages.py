@@ -405,6 +405,11 @@ def _quality_report(report: Mapping[str, Any] | None) -> str:
         f"<p class='{'ok' if report.get('passed') else 'error'}'>verdict: {esc(verdict)}"
         f" ({esc(report.get('mode', ''))}, {esc(report.get('evaluated_at', ''))})</p>"
         f"<pre>{esc(lines)}</pre>"
+        + (
+            f"<p><a href='{esc(report['data_docs'])}'>Data Docs</a></p>"
+            if report.get("data_docs")
+            else ""
+        )
     )
 
 
