@@ -13,7 +13,7 @@ The actions are run by the Checkpoint's own runner on a CheckpointResult made of
 ValidationDefinitions' results, not by `Checkpoint.run`: that gives every definition one
 `batch_parameters`, while each state is a DataFrame of its own, and the gate judges up to
 `max_candidates` checkpoints, each in up to two passes, of which only the final results
-count (the design is in docs/quality.md, "GX Checkpoints and Data Docs").
+count (the design is in README.md, "GX Checkpoints and Data Docs").
 
 GX is imported inside functions, never when batchpoint is imported.
 """

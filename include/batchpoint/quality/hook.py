@@ -118,7 +118,8 @@ class QualityRestoreGate:
 def restore_gate(pipeline_ref: str, *, record: bool = True, **options: Any) -> QualityRestoreGate:
     """A hook for the pipeline at `pipeline_ref` (`module:attribute`), on the store and
     Spark master of the environment's settings (BATCHPOINT_ROOT, ...). `options` go to
-    QualityGate (max_candidates, skip_suites, checksums, log)."""
+    QualityGate (max_candidates, skip_suites, checksums, log, and gx_project and
+    gx_checkpoint: the GX project whose Checkpoint acts once per restore)."""
 
     def make() -> QualityGate:
         from batchpoint.runtime.loader import load_pipeline
