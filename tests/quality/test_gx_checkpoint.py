@@ -20,8 +20,6 @@ from batchpoint.quality.suites import PipelineQuality, StateQuality
 from support.bad_deploys import buggy_balances, deploy, negative_counts
 from support.payments import GOOD_EPOCHS, LAYOUT
 
-pytestmark = pytest.mark.spark
-
 HEAD = GOOD_EPOCHS
 CHECKPOINT = "on_restore"
 #: The demo's two GX suites and nothing else (its sample recompute costs a minute).
@@ -95,6 +93,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.spark
 @pytest.mark.slow
 def test_a_gx_saved_suite_gates_a_restore_and_the_users_checkpoint_acts_once_per_run(
     good_run: Any, make_gate: Callable[..., Any], tmp_path: Path
@@ -138,6 +137,7 @@ def test_a_gx_saved_suite_gates_a_restore_and_the_users_checkpoint_acts_once_per
     assert len(_lines(actions_log)) == 2
 
 
+@pytest.mark.spark
 def test_each_gate_run_builds_data_docs_beside_its_report_linked_from_the_page(
     good_run: Any, make_gate: Callable[..., Any]
 ) -> None:
@@ -170,6 +170,7 @@ def test_each_gate_run_builds_data_docs_beside_its_report_linked_from_the_page(
     assert f"href='{second.data_docs}'" in html
 
 
+@pytest.mark.spark
 def test_a_dry_run_builds_no_data_docs(good_run: Any, make_gate: Callable[..., Any]) -> None:
     before = {o.key for o in good_run.store.list(LAYOUT.checkpoint(HEAD))}
     report = make_gate(good_run, quality=SUITES_ONLY).run(HEAD, dry_run=True)
@@ -177,6 +178,7 @@ def test_a_dry_run_builds_no_data_docs(good_run: Any, make_gate: Callable[..., A
     assert {o.key for o in good_run.store.list(LAYOUT.checkpoint(HEAD))} == before
 
 
+@pytest.mark.spark
 def test_a_mistyped_gx_project_or_checkpoint_is_a_config_error(
     good_run: Any, make_gate: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -190,3 +192,26 @@ def test_a_mistyped_gx_project_or_checkpoint_is_a_config_error(
         ).prepare()
     with pytest.raises(ConfigError, match="gx_checkpoint='on_restore' needs gx_project"):
         make_gate(good_run, quality=quality, gx_checkpoint=CHECKPOINT)
+
+
+def test_a_run_site_is_stored_with_the_stores_api_on_each_backend(
+    store: Any, tmp_path: Path
+) -> None:
+    from batchpoint.quality.gx_checkpoint import publish_site, run_folder_name
+
+    site = tmp_path / "site"
+    page = site / "validations" / "payments_balances" / "run" / "page.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html>validation</html>")
+    (site / "index.html").write_text("<a href='validations/payments_balances/run/page.html'>")
+    prefix = LAYOUT.checkpoint(HEAD) + f"data-docs/{run_folder_name(0.0)}/"
+
+    link = publish_site(store, prefix, site)
+
+    assert link == store.child(prefix + "index.html")
+    assert store.get(prefix + "index.html").data.startswith(b"<a href='validations/")
+    # the pages keep their paths below the index, so its relative links hold
+    assert store.get(prefix + "validations/payments_balances/run/page.html").data == (
+        b"<html>validation</html>"
+    )
+    assert prefix.startswith(LAYOUT.checkpoint(HEAD) + "data-docs/19700101T000000.000Z-")
