@@ -127,6 +127,7 @@ class QualityReportModel(_Strict):
     quarantined: bool
     passed: bool
     lines: list[str]
+    data_docs: str | None = None  # the Data Docs index of the gate run that judged it
 
 
 class FileRow(_Strict):

@@ -344,6 +344,7 @@ def _report(report: Mapping[str, Any]) -> dict[str, Any]:
         "mode": report.get("mode", ""),
         "evaluated_at": report.get("evaluated_at", ""),
         "lines": "\n".join(report.get("lines") or []),
+        "data_docs": report.get("data_docs"),
     }
 
 

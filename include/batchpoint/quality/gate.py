@@ -12,13 +12,21 @@ run writes nothing and restores nothing, it only reports.
 
 Suites, checks and whole states can be skipped by name for one gate (`skip_suites`,
 checked against what the pipeline declares); the report lists what was skipped.
+
+Suites run through GX ValidationDefinitions; once per gate run that records (not a dry
+run), the actions of a GX Checkpoint run on the verdict that counts (`conclude`): the
+Checkpoint of the user's GX project (`gx_project`, `gx_checkpoint`), or by default one
+that builds a Data Docs site of the run, stored beside the deciding checkpoint's report
+(`checkpoints/chk-N/data-docs/<run>/`) and linked from every report of the run.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from batchpoint.errors import ConfigError, RestoreRefused
@@ -27,6 +35,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.head import HeadPointer
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.findings import Finding
+from batchpoint.quality.gx_checkpoint import GxProject, publish_site, run_folder_name
 from batchpoint.quality.integrity import (
     FileChecker,
     check_checkpoint,
@@ -80,6 +89,8 @@ class QualityGate:
         skip_suites: Collection[str] = (),
         checksums: bool = True,
         detailed: bool = False,
+        gx_project: str | Path | None = None,
+        gx_checkpoint: str | None = None,
         clock: Callable[[], float] = time.time,
         log: Log = lambda _line: None,
     ) -> None:
@@ -97,6 +108,8 @@ class QualityGate:
         # Full GX results (observed values, unexpected counts) even for passing suites:
         # what `batchpoint verify` shows; a restore only needs them for failures.
         self.detailed = detailed
+        # The user's GX project and Checkpoint, whose actions run once per gate run.
+        self.gx_project = GxProject(None if gx_project is None else str(gx_project), gx_checkpoint)
         self.clock = clock
         self.log = log
         self.coordinator = CheckpointCoordinator(self.store, pipeline.name)
@@ -104,6 +117,7 @@ class QualityGate:
         self.quarantine = QuarantineStore(self.store, self.layout)
         self._spark = spark
         self._validator: StateValidator | None = None
+        self._run_started = clock()
 
     # -- collaborators, built on first use ----------------------------------------------
 
@@ -130,6 +144,8 @@ class QualityGate:
             skip_suites=self.skip_suites | set(names),
             checksums=self.checksums,
             detailed=self.detailed,
+            gx_project=self.gx_project.root,
+            gx_checkpoint=self.gx_project.checkpoint,
             clock=self.clock,
             log=self.log,
         )
@@ -171,7 +187,9 @@ class QualityGate:
                 self.quality,
                 skip=self.skip_suites,
                 detailed=self.detailed,
+                gx_project=self.gx_project,
             )
+            self._validator.gx.new_run(self._run_started)
         return self._validator
 
     def prepare(self) -> None:
@@ -185,6 +203,8 @@ class QualityGate:
         for declared in self.quality.states:
             if declared.suite is not None and self._runs_something(declared):
                 load_suite(self.pipeline, self.quality, declared, self.skip_suites)
+        if self.gx_project.root is not None:
+            self.gx_project.open()  # a mistyped project or Checkpoint: a ConfigError now
         if self.skip_suites:
             self.log(f"quality gate: skipping {', '.join(sorted(self.skip_suites))} on request")
 
@@ -307,6 +327,7 @@ class QualityGate:
         """Find the checkpoint to restore: the first candidate that passes. Raises
         QualityGateRefused (after storing the reports and quarantines) when none does."""
         report = GateReport(self.pipeline.name, GateMode.RESTORE, self.clock(), dry_run)
+        self.new_run()
         eligible, report.quarantined_skipped, beyond = self.candidates(checkpoint_id)
         if eligible:
             self.prepare()
@@ -323,10 +344,47 @@ class QualityGate:
                 break
         else:
             report.not_reached = beyond
+        if not dry_run:
+            self.conclude(report.candidates)
         self.log(report.render())
         if report.chosen is None:
             raise QualityGateRefused(report)
         return report
+
+    def new_run(self) -> None:
+        """Forget the GX results of an earlier run of this gate."""
+        self._run_started = self.clock()
+        if self._validator is not None:
+            self._validator.gx.new_run(self._run_started)
+
+    def conclude(self, judged: Sequence[CandidateReport]) -> str | None:
+        """Once per gate run that records: the GX Checkpoint's actions on the verdict
+        that counts, the chosen candidate's results (or, when none passed, every judged
+        one's), and the link to the run's Data Docs stored in each judged report. An
+        action that fails is logged: the verdict stands."""
+        if self._validator is None or not judged:
+            return None  # no suite ran, so GX has no result to act on
+        deciding = [c for c in judged if c.passed][-1:] or list(judged)
+        prefix = (
+            self.layout.checkpoint(deciding[0].checkpoint_id)
+            + f"data-docs/{run_folder_name(self._run_started)}/"
+        )
+        try:
+            with tempfile.TemporaryDirectory(prefix="batchpoint-data-docs-") as folder:
+                link = self._validator.gx.run_actions(
+                    self.pipeline.name, [c.checkpoint_id for c in deciding], Path(folder)
+                )
+                if link is None and any(Path(folder).iterdir()):
+                    link = publish_site(self.store, prefix, Path(folder))
+        except Exception as exc:  # Slack down, a site unwritable: not the state's verdict
+            self.log(f"quality gate: the GX Checkpoint's actions failed: {exc}")
+            return None
+        if link is not None:
+            self.log(f"quality gate: Data Docs of this run at {link}")
+            for candidate in judged:
+                candidate.data_docs = link
+                self.store_report(candidate)
+        return link
 
     def record(self, candidate: CandidateReport) -> None:
         """Store the candidate's report; quarantine it if it failed."""

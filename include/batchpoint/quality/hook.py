@@ -9,6 +9,9 @@ quarantined checkpoint is refused without being read. A savepoint folder (not ye
 imported) gets the integrity checks only: its state is validated once imported, as a
 checkpoint of the pipeline.
 
+Once the planner has judged its candidates it calls `conclude`: the GX Checkpoint's
+actions run once for the restore, on the verdict that counts (QualityGate.conclude).
+
 One hook object serves every restore of a deployment; what a single restore asks for (a
 dry run that records nothing, suites to skip) is a copy made by `configured`, so that
 one run's choices never leak into the next.
@@ -46,6 +49,7 @@ class QualityRestoreGate:
         self._gate: QualityGate | None = None
         self.record = record
         self.skip_suites = tuple(sorted(set(skip_suites)))
+        self._judged: list[CandidateReport] = []  # this restore's, for `conclude`
 
     def configured(
         self, *, record: bool | None = None, skip_suites: Collection[str] | None = None
@@ -89,12 +93,22 @@ class QualityRestoreGate:
             held = gate.quarantine.held(candidate.checkpoint_id)
             if held is not None:
                 return GateResult(False, f"{held.describe()}; release it to reconsider", NAME)
+            if not self._judged:
+                gate.new_run()
             report = gate.evaluate(candidate.checkpoint_id)
+            self._judged.append(report)
             if self.record:
                 gate.record(report)
         for line in report.render():
             gate.log(line)
         return GateResult(report.passed, report.to_body(), NAME)
+
+    def conclude(self) -> None:
+        """The restore judged its last candidate: the GX Checkpoint's actions, once
+        (not on a dry run, which records nothing)."""
+        judged, self._judged = self._judged, []
+        if self.record and judged:
+            self.gate.conclude(judged)
 
     def _folder_report(self, candidate: RestoreCandidate) -> CandidateReport:
         assert candidate.completed is not None  # a folder's metadata is read to offer it
@@ -104,7 +118,8 @@ class QualityRestoreGate:
 def restore_gate(pipeline_ref: str, *, record: bool = True, **options: Any) -> QualityRestoreGate:
     """A hook for the pipeline at `pipeline_ref` (`module:attribute`), on the store and
     Spark master of the environment's settings (BATCHPOINT_ROOT, ...). `options` go to
-    QualityGate (max_candidates, skip_suites, checksums, log)."""
+    QualityGate (max_candidates, skip_suites, checksums, log, and gx_project and
+    gx_checkpoint: the GX project whose Checkpoint acts once per restore)."""
 
     def make() -> QualityGate:
         from batchpoint.runtime.loader import load_pipeline

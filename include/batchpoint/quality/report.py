@@ -87,6 +87,8 @@ class CandidateReport(codec.Record):
     skipped: list[str] = field(default_factory=list)  # suites and checks not run, by request
     suites_run: bool = False  # False when integrity failed first (state not worth reading)
     quarantined: bool = False
+    # The Data Docs index of the gate run that judged it (gx_checkpoint.py), if built.
+    data_docs: str | None = codec.field(default=None, omit=None, missing=None)
 
     @property
     def passed(self) -> bool:

@@ -2,15 +2,14 @@
 executors (keyed_io.read_keyed), its rows are counted against the metadata, then its
 declared Great Expectations suite and batchpoint checks run on it.
 
-Great Expectations runs with an ephemeral context and a Spark data source: its Spark
-execution engine computes every metric as a Spark job, so the state is never collected to
-the driver; only the metrics (counts, a few unexpected values) come back. GX is imported
-here, inside functions, never when batchpoint is imported.
+Great Expectations runs each suite through a ValidationDefinition on a Spark data source
+(gx_checkpoint.py): its Spark execution engine computes every metric as a Spark job, so
+the state is never collected to the driver; only the metrics (counts, a few unexpected
+values) come back. GX is imported inside functions, never when batchpoint is imported.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.layout import split_task_name
 from batchpoint.quality.checks import CheckResult, StateTarget, count_rows
 from batchpoint.quality.findings import Check, Finding
+from batchpoint.quality.gx_checkpoint import GxProject, GxValidator
 from batchpoint.quality.integrity import max_parallelism_of
 from batchpoint.quality.report import describe_expectation, observed_text
 from batchpoint.quality.suites import LoadedSuite, PipelineQuality, StateQuality, is_skipped
@@ -36,61 +36,6 @@ from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-#: First pass: success only, which GX computes in a few Spark jobs for the whole suite.
-QUICK_FORMAT = "BOOLEAN_ONLY"
-#: Second pass, only when the first failed: counts and up to 20 unexpected values per
-#: expectation, which cost a job or two per expectation.
-DETAIL_FORMAT = "SUMMARY"
-
-
-class GxValidator:
-    """One ephemeral GX context with one Spark data source, reused for every state a gate
-    validates (building a context costs about a second)."""
-
-    DATASOURCE = "batchpoint"
-
-    def __init__(self, *, detailed: bool = False) -> None:
-        self.detailed = detailed
-        self._context: Any = None
-        self._batches: dict[str, Any] = {}
-
-    def _datasource(self) -> Any:
-        if self._context is None:
-            import great_expectations as gx
-            from great_expectations.data_context.types.base import ProgressBarsConfig
-
-            self._context = gx.get_context(mode="ephemeral")
-            # Progress bars would fill the task log with one line per metric.
-            self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
-            # persist=False: the validator persists (and unpersists) the state itself;
-            # GX would cache every DataFrame it sees for the life of the session.
-            self._context.data_sources.add_spark(name=self.DATASOURCE, persist=False)
-        return self._context.data_sources.get(self.DATASOURCE)
-
-    def _batch_definition(self, asset: str) -> Any:
-        if asset not in self._batches:
-            source = self._datasource()
-            data_asset = source.add_dataframe_asset(name=asset)
-            self._batches[asset] = data_asset.add_batch_definition_whole_dataframe("whole")
-        return self._batches[asset]
-
-    def validate(self, asset: str, df: DataFrame, suite: Any) -> dict[str, Any]:
-        """The suite's result on the whole DataFrame, as JSON: with details (counts,
-        examples) when it failed. A passing state, the common case, costs one cheap pass."""
-        definition = self._batch_definition(_asset_name(asset))
-        batch = definition.get_batch(batch_parameters={"dataframe": df})
-        result = batch.validate(
-            suite, result_format=DETAIL_FORMAT if self.detailed else QUICK_FORMAT
-        )
-        if not result.success and not self.detailed:
-            result = batch.validate(suite, result_format=DETAIL_FORMAT)
-        # Round-trip through json: GX's dict may hold numpy and Decimal values.
-        return json.loads(json.dumps(result.to_json_dict(), default=str))
-
-
-def _asset_name(key: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", key)
 
 
 def findings_from_result(key: str, suite: str, result: dict[str, Any]) -> list[Finding]:
@@ -138,13 +83,14 @@ class StateValidator:
         *,
         skip: Collection[str] = (),
         detailed: bool = False,
+        gx_project: GxProject | None = None,
     ) -> None:
         self.spark = spark
         self.store_ref = store_ref
         self.pipeline = pipeline
         self.quality = quality
         self.skip = frozenset(skip)
-        self.gx = GxValidator(detailed=detailed)
+        self.gx = GxValidator(detailed=detailed, project=gx_project)
         self._suites: dict[int, LoadedSuite | None] = {}
 
     def load_suites(self) -> None:
@@ -163,6 +109,7 @@ class StateValidator:
 
     def validate(self, completed: CompletedCheckpoint) -> ValidationRun:
         run = ValidationRun()
+        self.gx.candidate(self.pipeline.name, completed.checkpoint_id)
         for (operator, state), handles in self._states(completed).items():
             declared = self.quality.for_state(operator, state)
             if not declared and not self.quality.count_rows:

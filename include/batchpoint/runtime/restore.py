@@ -44,6 +44,7 @@ from batchpoint.protocol.savepoints import (
 )
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore_gate import (
+    ConcludingGate,
     ConfigurableGate,
     GateResult,
     RestoreCandidate,
@@ -64,6 +65,7 @@ from batchpoint.runtime.restore_options import (
 __all__ = [
     "AppliedRestore",
     "CandidateCheck",
+    "ConcludingGate",
     "ConfigurableGate",
     "GateOptions",
     "GateResult",
@@ -271,6 +273,8 @@ class RestorePlanner:
             self.progress(f"{candidate.description}: {verdict}")
             if check.passed:
                 break
+        if isinstance(self.gate, ConcludingGate):
+            self.gate.conclude()
         return plan
 
     def _candidates(self, source: RestoreSource, plan: RestorePlan) -> Iterator[RestoreCandidate]:

@@ -71,6 +71,14 @@ class ConfigurableGate(Protocol):
         ...
 
 
+@runtime_checkable
+class ConcludingGate(Protocol):
+    """A gate hook told when a restore has judged its last candidate (batchpoint's own
+    runs the GX Checkpoint's actions then, once per restore)."""
+
+    def conclude(self) -> None: ...
+
+
 def configure_gate(
     gate: RestoreGate, *, record: bool, skip_suites: Collection[str] = ()
 ) -> RestoreGate:
