@@ -167,7 +167,9 @@ def test_each_gate_run_builds_data_docs_beside_its_report_linked_from_the_page(
     model = CheckpointDetailModel.model_validate(page)
     assert model.quality_report is not None and model.quality_report.data_docs == second.data_docs
     html = render_checkpoint("payments", page, dag_ids("payments"))
-    assert f"href='{second.data_docs}'" in html
+    # through the UI's route (test_ui_data_docs.py), relative to the checkpoint's page
+    key = second.data_docs.removeprefix(good_run.store.child(LAYOUT.checkpoint(HEAD)))
+    assert key.startswith("data-docs/") and f"href='{HEAD}/{key}'" in html
 
 
 @pytest.mark.spark

@@ -5,6 +5,8 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
     GET /batchpoint/                           every pipeline with its status
     GET /batchpoint/{pipeline}?before=N        its summary, chart, history page, config
     GET /batchpoint/{pipeline}/checkpoints/{id}    one checkpoint: tasks, report, files
+    GET /batchpoint/{pipeline}/checkpoints/{id}/data-docs/{path}
+                                               a file of a gate run's Data Docs site
     GET /batchpoint/dag/{dag_id}               a DAG's Checkpoints tab: its pipeline's page
     GET /batchpoint/api/pipelines              the pipelines with their status (JSON)
     GET /batchpoint/api/{pipeline}/checkpoints?before=N&limit=M
@@ -29,17 +31,18 @@ BATCHPOINT_* environment), read per request, so a changed connection needs no re
 
 import asyncio
 import dataclasses
+import mimetypes
 from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
-from batchpoint.errors import BatchpointError, CheckpointNotFound
+from batchpoint.errors import BatchpointError, CheckpointNotFound, ObjectNotFound
 from batchpoint.ops.overview import checkpoint_page, control_of, page_summary, pipeline_overview
 from batchpoint.ops.restore_history import recent_restores
 from batchpoint.protocol.coordinator import CheckpointCoordinator
@@ -187,6 +190,14 @@ class CheckpointPages:
         _, c = self._open(name)
         return checkpoint_page(c, checkpoint_id).to_json()
 
+    def data_docs(self, name: str, checkpoint_id: int, path: str) -> bytes | None:
+        """A file of a Data Docs site the gate stored beside the checkpoint, or None."""
+        _, c = self._open(name)
+        try:
+            return c.store.get(c.layout.checkpoint(checkpoint_id) + "data-docs/" + path).data
+        except ObjectNotFound:
+            return None
+
 
 Before = Annotated[int | None, Query(ge=1)]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
@@ -304,3 +315,22 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
         await access.check_pipeline(user, pipeline)
         detail = await call(reader.checkpoint, pipeline, checkpoint_id)
         return render_checkpoint(pipeline, detail, dag_ids(pipeline))
+
+    @app.get(
+        "/{pipeline}/checkpoints/{checkpoint_id}/data-docs/{path:path}",
+        response_class=Response,
+        include_in_schema=False,
+    )
+    async def data_docs(pipeline: str, checkpoint_id: int, path: str, user: User) -> Response:
+        await access.check_pipeline(user, pipeline)
+        # A key, not a file path: nothing that climbs out of the site's folder.
+        parts = path.split("/")
+        if "" in parts or "." in parts or ".." in parts or "\\" in path:
+            raise HTTPException(status_code=404, detail=f"no Data Docs file {path!r}")
+        data = await call(reader.data_docs, pipeline, checkpoint_id, path)
+        if data is None:
+            raise HTTPException(status_code=404, detail=f"no Data Docs file {path!r}")
+        media = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        # GX's pages run scripts: sandboxed, so they never run as the Airflow UI's origin.
+        headers = {"Content-Security-Policy": "sandbox allow-scripts allow-popups"}
+        return Response(data, media_type=media, headers=headers)

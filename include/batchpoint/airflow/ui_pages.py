@@ -12,6 +12,7 @@ its REST API, which the trigger forms post to with the UI's own session).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
@@ -23,6 +24,7 @@ from markupsafe import Markup
 
 from batchpoint.airflow.ui_chart import BYTES, SECONDS, Series, line_chart
 from batchpoint.airflow.ui_theme import css_variables
+from batchpoint.protocol.layout import PipelineLayout
 
 HISTORY_COLUMNS = [
     ("checkpoint_id", "id"),
@@ -319,7 +321,7 @@ def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, s
         facts=_checkpoint_facts(detail),
         task_header=[label for _, label in TASK_COLUMNS],
         tasks=[[_task_cell(t, k) for k, _ in TASK_COLUMNS] for t in detail["tasks"]],
-        report=None if report is None else _report(report),
+        report=None if report is None else _report(report, name),
         file_header=FILE_COLUMNS,
         files=files,
         restore_form=_restore_form(detail, dags),
@@ -338,13 +340,28 @@ def _file_cells(f: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-def _report(report: Mapping[str, Any]) -> dict[str, Any]:
+#: A Data Docs file's key under the pipeline's checkpoints folder (quality/gate.py).
+_DATA_DOCS_KEY = re.compile(r"chk-0*(\d+)/data-docs/([^?#]+)")
+
+
+def served_data_docs(pipeline: str, link: str | None) -> str | None:
+    """The gate run's Data Docs as the UI serves them (ui.py), relative to the
+    checkpoint's page: the report holds the store's URI, which a browser cannot open
+    on S3 (and should not open on the Airflow host's disk)."""
+    if not link:
+        return None
+    _, found, key = link.rpartition("/" + PipelineLayout(pipeline).checkpoints_prefix)
+    match = _DATA_DOCS_KEY.fullmatch(key) if found else None
+    return f"{int(match[1])}/data-docs/{match[2]}" if match else link
+
+
+def _report(report: Mapping[str, Any], pipeline: str) -> dict[str, Any]:
     return {
         "passed": bool(report.get("passed")),
         "mode": report.get("mode", ""),
         "evaluated_at": report.get("evaluated_at", ""),
         "lines": "\n".join(report.get("lines") or []),
-        "data_docs": report.get("data_docs"),
+        "data_docs": served_data_docs(pipeline, report.get("data_docs")),
     }
 
 
