@@ -79,14 +79,10 @@ def _written(attempt: TaskAttempt, job: StreamWrite) -> Handles:
 
 
 def _tagged(attempt: TaskAttempt, tag: str | None, job: StreamWrite) -> Handles:
-    if tag is None:
+    from batchpoint.spark.job_count import tagged
+
+    with tagged(attempt.env.session, tag):
         return _written(attempt, job)
-    spark = attempt.env.session
-    spark.addTag(tag)
-    try:
-        return _written(attempt, job)
-    finally:
-        spark.removeTag(tag)
 
 
 def _log_progress(attempt: TaskAttempt, futures: dict[Future[Any], str], started: float) -> None:
