@@ -61,12 +61,14 @@ def snapshot(
         return _timed_writes(attempt, [sink], aligned)
     assert isinstance(node, OperatorDef)
     plans = snapshot_plans(attempt, processed.ctx, restored)
-    cached = _cache(node, processed, restored, plans)
-    try:
-        writes = operator_writes(attempt, processed.ctx, cached.output, plans)
-        handles = _timed_writes(attempt, writes, aligned)
-    finally:
-        cached.release()
+    handles = _idle(attempt, processed, restored, plans, aligned)
+    if handles is None:
+        cached = _cache(node, processed, restored, plans)
+        try:
+            writes = operator_writes(attempt, processed.ctx, cached.output, plans)
+            handles = _timed_writes(attempt, writes, aligned)
+        finally:
+            cached.release()
     for state, plan in plans.items():
         attempt.log(f"snapshot: state '{state}': {plan.why}")
         mark_churn(handles, state_stream(node.state_uid(state)), plan)
@@ -133,6 +135,25 @@ def operator_writes(
         for (key, max_par), names in alike.items()
     ]
     return writes
+
+
+def _idle(
+    attempt: TaskAttempt,
+    processed: Processed,
+    restored: Restored,
+    plans: dict[str, SnapshotPlan],
+    aligned: float,
+) -> Handles | None:
+    """The epoch by reference when the operator has nothing to do (task_idle)."""
+    from batchpoint.runtime.task_idle import idle_handles
+
+    writing = attempt.report.timed_sync(aligned)
+    writes = operator_writes(attempt, processed.ctx, processed.output, plans)
+    channels = [w for w in writes if w.layer == 0 and w.stream.startswith("channel-")]
+    handles = idle_handles(attempt, processed, restored, plans, channels)
+    if handles is not None:
+        attempt.report.timed_async(writing)
+    return handles
 
 
 def _timed_writes(attempt: TaskAttempt, writes: list[StreamWrite], aligned: float) -> Handles:
