@@ -29,12 +29,12 @@ pytestmark = [pytest.mark.spark]
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 #: operator -> (Spark jobs, stages that ran) of its steady-state epoch.
-BENCH_OPERATOR = {"totals": (7, 5)}
+BENCH_OPERATOR = {"totals": (4, 2)}
 PAYMENTS = {
-    "dedup": (17, 17),
-    "balances": (10, 10),
+    "dedup": (13, 13),
+    "balances": (8, 8),
     "balances_table": (0, 0),  # stages balances' channel by reference: no Spark job
-    "alerts": (3, 3),
+    "alerts": (2, 2),
 }
 
 

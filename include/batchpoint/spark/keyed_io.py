@@ -24,6 +24,7 @@ from batchpoint.spark.state_writer import (
     write_empty_keyed_state,
     write_keyed_state,
 )
+from batchpoint.spark.task_rows import task_rows
 from batchpoint.state.evolution import SchemaVerdict
 from batchpoint.state.format import StateHandle
 from batchpoint.storage import StoreRef
@@ -139,7 +140,7 @@ def read_source(
     if not splits:
         return empty(spark, source.schema)
     rows = [(i, json.dumps(s.to_json())) for i, s in enumerate(splits)]
-    tasks = spark.createDataFrame(rows, "idx int, split string").repartitionById(len(rows), "idx")
+    tasks = task_rows(spark, rows, "idx int, split string")
     reader = functools.partial(_read_splits_task, for_workers(store_ref), source)
     return tasks.mapInArrow(reader, spark_schema(source.schema))
 
