@@ -181,12 +181,15 @@ def _cache(
 ) -> _Cached:
     """New state and output usually share most of their plan, and each is written once
     per consumer: computing them once (spilling to disk if large) saves work. A
-    changelog compares the new state with the base's, read once for both."""
+    changelog compares the new state with the base's, read once for both. A lone state
+    with no output is not persisted: one write reads it, and filling the cache would
+    cost a Spark job of its own."""
     from pyspark import StorageLevel
 
     level = StorageLevel.MEMORY_AND_DISK
     ctx = processed.ctx
-    frames = [ctx.new_state(s).persist(level) for s in node.states]
+    shared = processed.output is not None or len(node.states) > 1
+    frames = [ctx.new_state(s).persist(level) for s in node.states] if shared else []
     frames += [restored.states[s].persist(level) for s, p in plans.items() if not p.full]
     output = processed.output
     if output is not None:
