@@ -588,6 +588,14 @@ def pending_v2(checkpoint_id: int = 7, type: CheckpointType = CheckpointType.CHE
     )
 
 
+def ack_v2_spark_work() -> AckRecord:
+    """An ack that counted its attempt's Spark jobs and stages (issue 28); acks without
+    the counts are the other fixtures, byte for byte as before."""
+    ack = acks_v2()[1]
+    metrics = dataclasses.replace(ack.metrics, spark_jobs=2, spark_stages=5)
+    return dataclasses.replace(ack, metrics=metrics)
+
+
 def acks_v2(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
     renamed = {"balances#0": "totals#0", "balances#1": "totals#1"}
     return tuple(
@@ -643,6 +651,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "pending-checkpoint-v2.json": pending_v2,
     "ack-v2.json": lambda: acks_v2()[0],
     "ack-v2-sink.json": lambda: acks_v2()[2],
+    "ack-v2-spark-work.json": ack_v2_spark_work,
     "decline-v1.json": decline,
     "checkpoint-outcome-v2-completed.json": completed_outcome_v2,
     "checkpoint-outcome-v2-aborted.json": aborted_outcome_v2,

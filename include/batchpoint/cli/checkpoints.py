@@ -39,6 +39,7 @@ def cmd_show(cmd: Command) -> int:
                 "rows",
                 "records in",
                 "records out",
+                "spark jobs/stages",
             ],
             [
                 [
@@ -52,6 +53,7 @@ def cmd_show(cmd: Command) -> int:
                     t.rows,
                     t.records_in,
                     t.records_out,
+                    _spark_work(t.spark_jobs, t.spark_stages),
                 ]
                 for t in detail.tasks
             ],
@@ -68,6 +70,11 @@ def cmd_show(cmd: Command) -> int:
 
     cmd.out.emit(detail.to_json, text)
     return 0
+
+
+def _spark_work(jobs: int | None, stages: int | None) -> str:
+    """An operator's Spark jobs and stages in the epoch (blank: its ack did not count)."""
+    return "" if jobs is None else f"{jobs}/{stages}"
 
 
 def cmd_stats(cmd: Command) -> int:

@@ -143,16 +143,23 @@ class TaskMetrics(codec.Value):
       (Spark evaluates lazily, so this is where the rows are processed);
     - records_in: rows that reached the task from upstream operators' channels (rows
       read straight from a source are not counted: that would take a Spark job);
-    - records_out: rows the task wrote (state, channels, sink).
+    - records_out: rows the task wrote (state, channels, sink);
+    - spark_jobs, spark_stages: the Spark jobs the operator's attempt ran and the stages
+      they ran (skipped stages left out), counted by its job tag; 0 jobs when it acked
+      without Spark (by reference), None when Spark could not say.
 
-    Both durations are the operator's, the same for each of its subtasks: one Spark
-    job set runs them all. Records without these fields (older acks) read as zeros.
+    The durations and the Spark counts are the operator's, the same for each of its
+    subtasks: one Spark job set runs them all. Records without these fields (older
+    acks) read as zeros, and without the counts as None (an ack without them is
+    written without them, byte for byte as before).
     """
 
     sync_ms: float = 0.0
     async_ms: float = 0.0
     records_in: int = 0
     records_out: int = 0
+    spark_jobs: int | None = codec.field(default=None, omit=None)
+    spark_stages: int | None = codec.field(default=None, omit=None)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ class TaskStats:
     records_in: int = 0
     records_out: int = 0
     full_state_size: int = 0  # what a restore reads: state_size plus the files it shares
+    spark_jobs: int | None = None  # the Spark jobs its attempt ran (None: not counted)
+    spark_stages: int | None = None
 
     @classmethod
     def of(cls, pending: PendingCheckpoint, ack: AckRecord) -> TaskStats:
@@ -47,6 +49,8 @@ class TaskStats:
             ack.metrics.records_in,
             ack.metrics.records_out,
             ack.full_state_size,
+            ack.metrics.spark_jobs,
+            ack.metrics.spark_stages,
         )
 
 

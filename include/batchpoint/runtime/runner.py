@@ -125,17 +125,13 @@ class OperatorRunner:
         return list(stop(self.tag(checkpoint_id, name))) if stop is not None else []
 
     def run(self, checkpoint_id: int, name: str) -> OperatorRunReport:
-        tag = self.tag(checkpoint_id, name)
-        add = getattr(self.spark, "addTag", None)
-        if add is None:
+        from batchpoint.spark.job_count import tagged
+
+        # Every Spark job of the attempt carries the tag (what interrupt() stops and the
+        # ack's job count counts). Acks are written here, after the jobs returned, so a
+        # server-side job whose client died can never ack.
+        with tagged(self.spark, self.tag(checkpoint_id, name)):
             return self._run(checkpoint_id, name)
-        # Every Spark job of the attempt carries the tag. Acks are written here, after
-        # the jobs returned, so a server-side job whose client died can never ack.
-        add(tag)
-        try:
-            return self._run(checkpoint_id, name)
-        finally:
-            self.spark.removeTag(tag)
 
     def _run(self, checkpoint_id: int, name: str) -> OperatorRunReport:
         started = time.monotonic()
@@ -152,6 +148,7 @@ class OperatorRunner:
                 ) from exc
             fail(attempt, exc)
         attempt.at(AttemptPoint.AFTER_SNAPSHOT)
+        count_spark_work(attempt)
         if self.env.interrupted.is_set():  # the kill came between the last job and the ack
             raise AttemptInterrupted(f"{name} was interrupted in checkpoint {checkpoint_id}")
         report.results = acknowledge(attempt, handles)
@@ -198,6 +195,19 @@ class OperatorRunner:
         raise CheckpointAlreadySettled(
             f"checkpoint {checkpoint_id} was aborted ({outcome.message}); nothing to run"
         )
+
+
+def count_spark_work(attempt: TaskAttempt) -> None:
+    """Record in the report the Spark jobs and stages the attempt ran (its acks carry
+    them); nothing when the session has no job tags or cannot say."""
+    tag = attempt.job_tag
+    if tag is None:
+        return
+    from batchpoint.spark.job_count import spark_work
+
+    work = spark_work(attempt.env.session, tag)
+    if work is not None:
+        attempt.report.spark_jobs, attempt.report.spark_stages = work
 
 
 def run_phases(attempt: TaskAttempt) -> Handles:

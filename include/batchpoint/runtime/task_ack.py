@@ -29,6 +29,8 @@ def task_metrics(report: OperatorRunReport, subtask: int, files: list[FileHandle
         async_ms=report.async_ms,
         records_in=report.records_in.get(subtask, 0),
         records_out=sum(f.rows for f in files if SHARED_FROM_META not in f.meta),
+        spark_jobs=report.spark_jobs,
+        spark_stages=report.spark_stages,
     )
 
 
@@ -53,9 +55,15 @@ def acknowledge(attempt: TaskAttempt, handles: Handles) -> dict[str, TaskAcknowl
         f"checkpoint {attempt.checkpoint_id}: records in {sum(report.records_in.values())}"
         f" (from upstream operators), records out {sum(f.rows for f in written)}, "
         f"{sum(f.size for f in written)} bytes in {len(written)} file(s); "
-        f"sync {report.sync_ms:.0f} ms, async {report.async_ms:.0f} ms"
+        f"sync {report.sync_ms:.0f} ms, async {report.async_ms:.0f} ms" + _spark_work(report)
     )
     return results
+
+
+def _spark_work(report: OperatorRunReport) -> str:
+    if report.spark_jobs is None:
+        return ""
+    return f"; {report.spark_jobs} Spark job(s), {report.spark_stages} stage(s)"
 
 
 def decline(attempt: TaskAttempt, reason: str) -> None:

@@ -49,6 +49,8 @@ class OperatorRunReport:
     sync_ms: float = 0.0
     async_ms: float = 0.0
     records_in: dict[int, int] = field(default_factory=dict)  # subtask -> channel rows
+    spark_jobs: int | None = None  # what the attempt ran under its job tag (job_count)
+    spark_stages: int | None = None
 
     def timed_sync(self, aligned: float) -> float:
         """The sync part ends (the writes start) now; returns now."""

@@ -95,7 +95,7 @@ def _input(attempt: TaskAttempt, name: str, channel: list[FileHandle]) -> DataFr
         splits = source.files_between(pending.base_barrier.get(uid), pending.barrier.get(uid, {}))
         attempt.log(f"{attempt.operator}: reading {len(splits)} new file(s) of source '{name}'")
         return keyed_io.read_source(env.session, node.store_ref(env.store_ref), node, splits)
-    return keyed_io.read_keyed(env.session, env.store_ref, channel)
+    return keyed_io.read_channel(env.session, env.store_ref, channel)
 
 
 def _restored_state(

@@ -61,12 +61,14 @@ def snapshot(
         return _timed_writes(attempt, [sink], aligned)
     assert isinstance(node, OperatorDef)
     plans = snapshot_plans(attempt, processed.ctx, restored)
-    cached = _cache(node, processed, restored, plans)
-    try:
-        writes = operator_writes(attempt, processed.ctx, cached.output, plans)
-        handles = _timed_writes(attempt, writes, aligned)
-    finally:
-        cached.release()
+    handles = _idle(attempt, processed, restored, plans, aligned)
+    if handles is None:
+        cached = _cache(node, processed, restored, plans)
+        try:
+            writes = operator_writes(attempt, processed.ctx, cached.output, plans)
+            handles = _timed_writes(attempt, writes, aligned)
+        finally:
+            cached.release()
     for state, plan in plans.items():
         attempt.log(f"snapshot: state '{state}': {plan.why}")
         mark_churn(handles, state_stream(node.state_uid(state)), plan)
@@ -135,6 +137,25 @@ def operator_writes(
     return writes
 
 
+def _idle(
+    attempt: TaskAttempt,
+    processed: Processed,
+    restored: Restored,
+    plans: dict[str, SnapshotPlan],
+    aligned: float,
+) -> Handles | None:
+    """The epoch by reference when the operator has nothing to do (task_idle)."""
+    from batchpoint.runtime.task_idle import idle_handles
+
+    writing = attempt.report.timed_sync(aligned)
+    writes = operator_writes(attempt, processed.ctx, processed.output, plans)
+    channels = [w for w in writes if w.layer == 0 and w.stream.startswith("channel-")]
+    handles = idle_handles(attempt, processed, restored, plans, channels)
+    if handles is not None:
+        attempt.report.timed_async(writing)
+    return handles
+
+
 def _timed_writes(attempt: TaskAttempt, writes: list[StreamWrite], aligned: float) -> Handles:
     """The writes, the sync part of the snapshot ending when they start."""
     writing = attempt.report.timed_sync(aligned)
@@ -160,12 +181,15 @@ def _cache(
 ) -> _Cached:
     """New state and output usually share most of their plan, and each is written once
     per consumer: computing them once (spilling to disk if large) saves work. A
-    changelog compares the new state with the base's, read once for both."""
+    changelog compares the new state with the base's, read once for both. A lone state
+    with no output is not persisted: one write reads it, and filling the cache would
+    cost a Spark job of its own."""
     from pyspark import StorageLevel
 
     level = StorageLevel.MEMORY_AND_DISK
     ctx = processed.ctx
-    frames = [ctx.new_state(s).persist(level) for s in node.states]
+    shared = processed.output is not None or len(node.states) > 1
+    frames = [ctx.new_state(s).persist(level) for s in node.states] if shared else []
     frames += [restored.states[s].persist(level) for s, p in plans.items() if not p.full]
     output = processed.output
     if output is not None:

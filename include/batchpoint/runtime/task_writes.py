@@ -68,10 +68,24 @@ def run_writes(attempt: TaskAttempt, writes: list[StreamWrite]) -> Handles:
     return handles
 
 
-def _written(attempt: TaskAttempt, job: StreamWrite) -> Handles:
+def write_nothing(attempt: TaskAttempt, writes: list[StreamWrite]) -> Handles:
+    """The writes of streams known to hold no rows: every subtask's empty files, written
+    here on the driver (no Spark job), in the streams' order."""
+    handles: Handles = {i: [] for i in range(attempt.parallelism)}
+    for job in writes:
+        for subtask, files in _written(attempt, job, empty=True).items():
+            handles[subtask].extend(files)
+    return handles
+
+
+def _written(attempt: TaskAttempt, job: StreamWrite, *, empty: bool = False) -> Handles:
     from batchpoint.spark import keyed_io
 
-    files = keyed_io.write_keyed(job.df, attempt.env.store_ref, write_spec(attempt, job))
+    spec = write_spec(attempt, job)
+    if empty:
+        files = keyed_io.write_empty(job.df.schema, attempt.env.store_ref, spec)
+    else:
+        files = keyed_io.write_keyed(job.df, attempt.env.store_ref, spec)
     if len(job.consumers) < 2:
         return files
     meta = {CONSUMERS_META: list(job.consumers)}
@@ -79,14 +93,10 @@ def _written(attempt: TaskAttempt, job: StreamWrite) -> Handles:
 
 
 def _tagged(attempt: TaskAttempt, tag: str | None, job: StreamWrite) -> Handles:
-    if tag is None:
+    from batchpoint.spark.job_count import tagged
+
+    with tagged(attempt.env.session, tag):
         return _written(attempt, job)
-    spark = attempt.env.session
-    spark.addTag(tag)
-    try:
-        return _written(attempt, job)
-    finally:
-        spark.removeTag(tag)
 
 
 def _log_progress(attempt: TaskAttempt, futures: dict[Future[Any], str], started: float) -> None:

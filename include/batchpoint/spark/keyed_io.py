@@ -11,13 +11,20 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.sources.files import SourceSplit
 from batchpoint.spark.remote import for_workers
 from batchpoint.spark.state_reader import ReadSpec, read_keyed_state
-from batchpoint.spark.state_writer import SubtaskHooks, WriteSpec, write_keyed_state
+from batchpoint.spark.state_writer import (
+    SubtaskHooks,
+    WriteSpec,
+    write_empty_keyed_state,
+    write_keyed_state,
+)
+from batchpoint.spark.task_rows import task_rows
 from batchpoint.state.evolution import SchemaVerdict
 from batchpoint.state.format import StateHandle
 from batchpoint.storage import StoreRef
@@ -45,8 +52,11 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(pa.schema([f.with_nullable(True) for f in schema]))
 
 
-def empty(spark: SparkSession, schema: pa.Schema) -> DataFrame:
-    return spark.createDataFrame([], spark_schema(schema))
+def empty(spark: SparkSession, schema: pa.Schema | T.StructType) -> DataFrame:
+    """No rows, as a plan Spark's optimizer knows is empty (`limit(0)`: an empty local
+    relation), so that what a function derives from it is known empty without a job."""
+    struct = schema if isinstance(schema, T.StructType) else spark_schema(schema)
+    return spark.createDataFrame([], struct).limit(0)
 
 
 def _to_file_handle(handle: StateHandle) -> FileHandle:
@@ -57,10 +67,32 @@ def _to_file_handle(handle: StateHandle) -> FileHandle:
 def write_keyed(df: DataFrame, store_ref: StoreRef, spec: WriteSpec) -> dict[int, list[FileHandle]]:
     """Write `df` partitioned by key group for `spec.parallelism` subtasks; every subtask
     gets at least one file. Returns the handles per subtask."""
-    out: dict[int, list[FileHandle]] = {i: [] for i in range(spec.parallelism)}
-    for handle in write_keyed_state(df, store_ref, spec):
+    return _by_subtask(write_keyed_state(df, store_ref, spec), spec.parallelism)
+
+
+def write_empty(
+    schema: T.StructType, store_ref: StoreRef, spec: WriteSpec
+) -> dict[int, list[FileHandle]]:
+    """write_keyed of no rows: each subtask's empty files, written without Spark."""
+    return _by_subtask(write_empty_keyed_state(schema, store_ref, spec), spec.parallelism)
+
+
+def _by_subtask(handles: list[StateHandle], parallelism: int) -> dict[int, list[FileHandle]]:
+    out: dict[int, list[FileHandle]] = {i: [] for i in range(parallelism)}
+    for handle in handles:
         out[handle.subtask].append(_to_file_handle(handle))
     return out
+
+
+def read_channel(
+    spark: SparkSession, store_ref: StoreRef, files: Sequence[FileHandle]
+) -> DataFrame:
+    """A channel's rows; a channel its handles say holds none is an empty plan, read by
+    no Spark task (what lets a consumer know it has nothing to do)."""
+    handles = [StateHandle.coerce(f) for f in files]
+    if handles and all(h.rows == 0 for h in handles) and handles[0].spark_schema:
+        return empty(spark, T.StructType.fromJson(json.loads(handles[0].spark_schema)))
+    return read_keyed(spark, store_ref, files)
 
 
 def read_keyed(
@@ -108,7 +140,7 @@ def read_source(
     if not splits:
         return empty(spark, source.schema)
     rows = [(i, json.dumps(s.to_json())) for i, s in enumerate(splits)]
-    tasks = spark.createDataFrame(rows, "idx int, split string").repartitionById(len(rows), "idx")
+    tasks = task_rows(spark, rows, "idx int, split string")
     reader = functools.partial(_read_splits_task, for_workers(store_ref), source)
     return tasks.mapInArrow(reader, spark_schema(source.schema))
 
@@ -118,8 +150,10 @@ __all__ = [
     "SubtaskHooks",
     "WriteSpec",
     "empty",
+    "read_channel",
     "read_keyed",
     "read_source",
     "spark_schema",
+    "write_empty",
     "write_keyed",
 ]

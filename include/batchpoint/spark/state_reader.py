@@ -29,6 +29,7 @@ from batchpoint.spark.state_read_tasks import (
     footer_task,
     read_task,
 )
+from batchpoint.spark.task_rows import task_rows
 from batchpoint.state.evolution import SchemaVerdict, VerdictKind
 from batchpoint.state.format import (
     KEY_GROUP_COLUMN,
@@ -297,10 +298,9 @@ def read_keyed_state(
     key groups asked for exactly once."""
     spec = spec or ReadSpec()
     plan = plan_keyed_read(spark, store, handles, spec)
-    # One full file (and the changelogs over its key groups) per task: repartitionById
-    # places row i in partition i exactly.
-    tasks = spark.createDataFrame(plan.rows, TASK_COLUMNS)
-    tasks = tasks.repartitionById(len(plan.rows), "idx")
+    # One full file (and the changelogs over its key groups) per task: row i alone in
+    # partition i, with no shuffle (task_rows).
+    tasks = task_rows(spark, plan.rows, TASK_COLUMNS)
     out = tasks.mapInArrow(functools.partial(read_task, plan.task), plan.struct)
     if spec.rescale_to is not None and spec.partition_by_subtask:
         return out.repartitionById(spec.rescale_to, spec.subtask_column)

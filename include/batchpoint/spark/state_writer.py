@@ -299,8 +299,9 @@ def write_keyed_state(df: DataFrame, store: StoreLike, spec: WriteSpec) -> list[
     `df` to have the CHANGELOG_COLUMNS.
     """
     spec = spec.checked()
-    task = _task_write(df, store, spec)
-    key_group = key_group_column(spec.key_columns, spec.max_parallelism, df.schema)
+    schema = df.schema
+    task = _task_write(schema, store, spec)
+    key_group = key_group_column(spec.key_columns, spec.max_parallelism, schema)
     by_subtask = (
         df.withColumn(KEY_GROUP_COLUMN, key_group)
         .withColumn(
@@ -319,14 +320,26 @@ def write_keyed_state(df: DataFrame, store: StoreLike, spec: WriteSpec) -> list[
     return handles
 
 
-def _task_write(df: DataFrame, store: StoreLike, spec: WriteSpec) -> _TaskWrite:
-    """The file schema (with the header every file carries) of `df` written by `spec`."""
+def write_empty_keyed_state(
+    schema: T.StructType, store: StoreLike, spec: WriteSpec
+) -> list[StateHandle]:
+    """What write_keyed_state writes for rows known to be none (an operator with
+    nothing to do): every subtask's empty files, written here, without a Spark job."""
+    spec = spec.checked()
+    handles = _write_missing_subtasks(_task_write(schema, store, spec), set())
+    check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
+    return handles
+
+
+def _task_write(schema: T.StructType, store: StoreLike, spec: WriteSpec) -> _TaskWrite:
+    """The file schema (with the header every file carries) of rows of `schema` written
+    by `spec`."""
     changelog = frozenset(CHANGELOG_COLUMNS) if spec.layer else frozenset()
-    check_key_columns(df.schema, spec.key_columns, spec.stream, changelog)
-    if spec.layer and not set(CHANGELOG_COLUMNS) <= set(df.columns):
+    check_key_columns(schema, spec.key_columns, spec.stream, changelog)
+    if spec.layer and not set(CHANGELOG_COLUMNS) <= set(schema.fieldNames()):
         raise StateError(f"state '{spec.stream}': a changelog needs columns {CHANGELOG_COLUMNS}")
-    state_struct = T.StructType([f for f in df.schema.fields if f.name not in CHANGELOG_COLUMNS])
-    state_schema = to_arrow_schema(df.schema, timezone="UTC")
+    state_struct = T.StructType([f for f in schema.fields if f.name not in CHANGELOG_COLUMNS])
+    state_schema = to_arrow_schema(schema, timezone="UTC")
     fingerprint = schema_fingerprint(state_schema)
     header = {
         "format": FORMAT_VERSION,

@@ -1,0 +1,32 @@
+"""A small driver-made table whose row i is the input of Spark task i: what a read plans
+(one file, one source split per task). Made from `range(n)` in n slices, which puts
+exactly row i in partition i with no shuffle (a `repartitionById` of local rows costs a
+shuffle stage, and under adaptive execution a Spark job of its own, per read). The rows
+ride in the plan as literals, so it works alike in classic and Connect sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def task_rows(spark: SparkSession, rows: Sequence[tuple[Any, ...]], ddl: str) -> DataFrame:
+    """`rows` as a DataFrame of columns `ddl` ("name type, ..."), row i alone in
+    partition i. The first column must be the row's index (0..n-1)."""
+    from pyspark.sql import functions as F
+
+    if not rows:
+        return spark.createDataFrame([], ddl)
+    names = [part.split()[0] for part in ddl.split(",")]
+    types = [part.split()[1] for part in ddl.split(",")]
+    if any(row[0] != i for i, row in enumerate(rows)):
+        raise ValueError("task rows must be numbered 0..n-1 in order")
+    index = F.col("id").cast("int")
+    columns = [index.alias(names[0])]
+    for c, (name, kind) in enumerate(zip(names[1:], types[1:], strict=True), 1):
+        values = F.array(*(F.lit(row[c]).cast(kind) for row in rows))
+        columns.append(values[index].alias(name))
+    return spark.range(0, len(rows), 1, len(rows)).select(*columns)
