@@ -59,8 +59,8 @@ def rest(server: Any, path: str) -> Any:
     found = re.findall(r"started service 'SparkUI' on port (\d+)", server.log_path.read_text())
     assert found, "the server's UI did not start"
     base = f"http://127.0.0.1:{found[-1]}/api/v1/applications"
-    app = json.load(urllib.request.urlopen(base, timeout=10))[0]["id"]
-    return json.load(urllib.request.urlopen(f"{base}/{app}/{path}", timeout=10))
+    app = json.load(urllib.request.urlopen(base, timeout=60))[0]["id"]
+    return json.load(urllib.request.urlopen(f"{base}/{app}/{path}", timeout=60))
 
 
 def tagged(jobs: list[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
