@@ -1,8 +1,8 @@
 """Is a freshly started Spark Connect server warm? The first epoch against the warm ones.
 
-Starts a local Spark Connect server (batchpoint.devstack.spark_connect) twice in one run,
-once cold (no warm-up job, pyspark's own worker daemon) and once as devstack starts it
-(the warm-up job, the preloading worker daemon), and on each runs epochs of the payments
+Starts two local Spark Connect servers (batchpoint.devstack.spark_connect) in one run,
+one cold (no warm-up job, pyspark's own worker daemon) and one as devstack starts it
+(the warm-up job, the preloading worker daemon), and on each, in turn, runs epochs of the payments
 pipeline on a file:// root: per epoch one client process runs the four operator tasks in
 order, as the demo's in-process tasks do, each in its operator's session and pool. Prints
 each epoch's time (client work: sessions, probe, the operators; not the Python imports,
@@ -15,6 +15,7 @@ the same either way), then per server the first epoch against the median warm on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -113,23 +114,33 @@ def server(workdir: Path, warm: bool, conf: dict[str, str] | None = None) -> Any
     return SparkConnectServer(workdir, conf=settings, warm_up=warm)
 
 
-def run_server(label: str, warm: bool, epochs: int, events: int, tmp: Path) -> dict[str, float]:
-    """Epochs on a fresh server; the first epoch, the median warm one, their ratio."""
-    store = PaymentsStore(tmp / f"store-{label}", events)
-    started = time.monotonic()
-    with server(tmp / f"server-{label}", warm) as spark:
-        up = time.monotonic() - started
-        print(f"[{label}] server up in {up:.1f}s (warm-up {spark.warm_up_seconds or 0:.1f}s)")
-        times = []
+def run_servers(epochs: int, events: int, tmp: Path) -> dict[str, dict[str, float]]:
+    """Both servers up at once, their epochs in turn (cold, warm, cold, ...), so that the
+    load of a shared machine drifts alike over both; per server the first epoch, the
+    median warm one and their ratio."""
+    variants = {"without warm-up": False, "with warm-up": True}
+    rows: dict[str, dict[str, float]] = {}
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for n, (label, warm) in enumerate(variants.items()):
+            started = time.monotonic()
+            spark = stack.enter_context(server(tmp / f"server-{n}", warm))
+            up = time.monotonic() - started
+            print(f"[{label}] server up in {up:.1f}s (warm-up {spark.warm_up_seconds or 0:.1f}s)")
+            runs[label] = (spark, PaymentsStore(tmp / f"store-{n}", events), [])
+            rows[label] = {"up": up}
         for epoch in range(epochs):
-            cid = store.trigger()
-            result = finished(client_process(spark.url, cid, list(OPERATORS), store.env))
-            store.finalize(cid)
-            times.append(result["end"] - result["start"])
-            split = ", ".join(f"{k} {v:.2f}s" for k, v in result["seconds"].items())
-            print(f"[{label}] epoch {epoch + 1}: {times[-1]:.2f}s ({split})", flush=True)
-    warm_median = statistics.median(times[1:])
-    return {"up": up, "first": times[0], "warm": warm_median, "ratio": times[0] / warm_median}
+            for label, (spark, store, times) in runs.items():
+                cid = store.trigger()
+                result = finished(client_process(spark.url, cid, list(OPERATORS), store.env))
+                store.finalize(cid)
+                times.append(result["end"] - result["start"])
+                split = ", ".join(f"{k} {v:.2f}s" for k, v in result["seconds"].items())
+                print(f"[{label}] epoch {epoch + 1}: {times[-1]:.2f}s ({split})", flush=True)
+    for label, (_, _, times) in runs.items():
+        warm_median = statistics.median(times[1:])
+        rows[label].update(first=times[0], warm=warm_median, ratio=times[0] / warm_median)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,10 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         return client(args.client[0], int(args.client[1]), args.client[2].split(","))
     if args.epochs < 2:
         parser.error("--epochs: at least 2 (a first epoch and a warm one)")
-    rows = {}
     with tempfile.TemporaryDirectory(prefix="bench-connect-warm-") as tmp:
-        for label, warm in (("without warm-up", False), ("with warm-up", True)):
-            rows[label] = run_server(label, warm, args.epochs, args.events, Path(tmp))
+        rows = run_servers(args.epochs, args.events, Path(tmp))
     print("\nserver           start-up  first epoch  warm epoch (median)  first/warm")
     for label, row in rows.items():
         print(
