@@ -7,6 +7,13 @@ the process group). Its Python workers run this interpreter, so they import the 
 batchpoint as the clients. It dies with its parent, even on SIGKILL
 (batchpoint.devstack.processes).
 
+A started server is warm (issue 28): once it listens, a warm-up job
+(batchpoint.devstack.spark_warm_up) runs the code paths of an operator's epoch, and its
+Python workers fork from a daemon that has loaded their imports already
+(batchpoint.devstack.worker_daemon). It schedules FAIR, so that the operator tasks
+Airflow runs side by side share it instead of queueing job after job: each operator's
+session names its own pool (batchpoint.spark.connect.operator_pool).
+
     python -m batchpoint.devstack.spark_connect --port 15002
 """
 
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import logging
 import os
 import socket
 import subprocess
@@ -33,10 +41,23 @@ from batchpoint.spark.session import DEFAULT_CONF as SESSION_DEFAULT_CONF
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
+log = logging.getLogger(__name__)
+
 #: Server-wide settings, each only where the caller's `conf` does not set it: what
 #: batchpoint.spark.session gives a local classic session (so state files are the same
-#: either way), driver included, as everything of a devstack server runs on this machine.
-DEFAULT_CONF: dict[str, str] = {**SESSION_DEFAULT_CONF, **LOCAL_DRIVER_CONF}
+#: either way), driver included, as everything of a devstack server runs on this machine;
+#: FAIR scheduling across the operators' pools; workers forked from a daemon that has
+#: loaded their imports.
+DEFAULT_CONF: dict[str, str] = {
+    **SESSION_DEFAULT_CONF,
+    **LOCAL_DRIVER_CONF,
+    "spark.scheduler.mode": "FAIR",
+    "spark.python.daemon.module": "batchpoint.devstack.worker_daemon",
+}
+
+#: How long start() waits for the warm-up job before it gives up on it (the server
+#: serves anyway, cold).
+WARM_UP_TIMEOUT = 300.0
 
 
 class SparkConnectError(BatchpointError):
@@ -60,6 +81,7 @@ class SparkConnectServer:
         env: Mapping[str, str] | None = None,
         port: int | None = None,
         startup_timeout: float = 180.0,
+        warm_up: bool = True,
     ) -> None:
         self.workdir = Path(workdir).absolute()
         self.master = master
@@ -68,6 +90,9 @@ class SparkConnectServer:
         self.host = "127.0.0.1"
         self.startup_timeout = startup_timeout
         self._fixed_port = port
+        self.warm_up = warm_up
+        #: Seconds the warm-up job took, None if it did not run or failed.
+        self.warm_up_seconds: float | None = None
         self.port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -147,7 +172,33 @@ class SparkConnectServer:
         except BaseException:
             self.stop()
             raise
+        if self.warm_up:
+            self._run_warm_up()
         return self
+
+    def _run_warm_up(self) -> None:
+        """The warm-up job (see the module), from a child process: this one may hold a
+        classic Spark session. A failed warm-up leaves the server cold, not unusable: it
+        is logged, and the first epoch pays as it would have."""
+        env = {k: v for k, v in self.environment().items() if k != "MASTER"}
+        scratch = self.workdir / "warm-up"
+        started = time.monotonic()
+        args = [sys.executable, "-m", "batchpoint.devstack.spark_warm_up", self.url, str(scratch)]
+        try:
+            done = subprocess.run(
+                args, env=env, capture_output=True, text=True, timeout=WARM_UP_TIMEOUT
+            )
+        except subprocess.TimeoutExpired:
+            log.warning("the Spark Connect server's warm-up took over %.0fs", WARM_UP_TIMEOUT)
+            return
+        if self._log is not None:
+            self._log.write(f"=== warm-up (exit {done.returncode})\n".encode())
+            self._log.write((done.stdout + done.stderr[-4000:]).encode())
+            self._log.flush()
+        if done.returncode != 0:
+            log.warning("the Spark Connect server's warm-up failed (log: %s)", self.log_path)
+            return
+        self.warm_up_seconds = time.monotonic() - started
 
     def _wait_until_ready(self) -> None:
         """Ready means: the gRPC port accepts connections (the server binds it once its

@@ -9,7 +9,7 @@
 
 (--connect instead of --remote: the server of BATCHPOINT_SPARK_REMOTE.) With --remote
 the process is a thin Spark Connect client (no JVM here): it joins the
-pipeline's session on the server (batchpoint.spark.session.pipeline_session_id), runs its
+operator's session on the server (batchpoint.spark.connect.operator_session_id), runs its
 Spark work under the attempt's job tag, and on SIGTERM interrupts that tag before it
 exits, so that a killed task's work stops on the server too.
 
@@ -183,14 +183,21 @@ def operator_session(
     pipeline: str, operator: str, settings: Settings, remote: str | None = None
 ) -> SparkSession:
     """The Spark session an operator's job runs on: a Connect client of `remote` in the
-    pipeline's server session, else a classic session on settings.spark_master. Both
-    apply settings.spark_conf (BATCHPOINT_SPARK_CONF), over batchpoint's defaults."""
+    operator's server session, its jobs in the operator's scheduler pool (unless
+    BATCHPOINT_SPARK_CONF names one), else a classic session on settings.spark_master.
+    Both apply settings.spark_conf (BATCHPOINT_SPARK_CONF), over batchpoint's defaults."""
     app_name = f"batchpoint-{pipeline}-{operator}"
     if remote:
-        from batchpoint.spark.connect import connect_session, pipeline_session_id
+        from batchpoint.spark.connect import (
+            POOL_SETTING,
+            connect_session,
+            operator_pool,
+            operator_session_id,
+        )
 
-        session_id = pipeline_session_id(pipeline, remote)
-        return connect_session(remote, app_name, session_id=session_id, conf=settings.spark_conf)
+        session_id = operator_session_id(pipeline, operator, remote)
+        conf = {POOL_SETTING: operator_pool(pipeline, operator), **settings.spark_conf}
+        return connect_session(remote, app_name, session_id=session_id, conf=conf)
     from batchpoint.spark.session import spark_session
 
     return spark_session(app_name, settings.spark_master, conf=settings.spark_conf)

@@ -4,6 +4,7 @@ an operator's own error."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import re
@@ -20,6 +21,7 @@ from batchpoint.redaction import redact_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,32 @@ def pipeline_session_id(pipeline: str, remote: str) -> str:
     on: connect_session then moves to a successor id, the same one for every client)."""
     base, _ = _split_remote(remote)
     return str(uuid.uuid5(_SESSION_NAMESPACE, f"{base}|{pipeline}"))
+
+
+def operator_session_id(pipeline: str, operator: str, remote: str) -> str:
+    """The server session the clients of one operator of `pipeline` share.
+
+    An operator's session names its own scheduler pool (operator_pool), and a pool is a
+    session setting: operators that Airflow runs side by side must not share a session,
+    or the last client to set the pool would move the other's jobs into it. Still one
+    session per operator, not per task, so the server's Python workers stay bounded
+    (see pipeline_session_id)."""
+    return str(
+        uuid.uuid5(_SESSION_NAMESPACE, f"{pipeline_session_id(pipeline, remote)}|{operator}")
+    )
+
+
+#: The session setting that puts a session's jobs in a scheduler pool: Spark SQL passes
+#: a session's `spark.*` settings to the jobs it runs as local properties, over Connect too.
+POOL_SETTING = "spark.scheduler.pool"
+
+
+def operator_pool(pipeline: str, operator: str) -> str:
+    """The FAIR scheduler pool of an operator's jobs: with the server in FAIR mode
+    (spark.scheduler.mode), the operators of one level of the graph share its cores
+    instead of each job waiting for the other's. Pools are server-wide, hence the
+    pipeline in the name; an unknown pool is created on first use."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"batchpoint.{pipeline}.{operator}")
 
 
 def successor_session_id(session_id: str) -> str:
@@ -291,6 +319,9 @@ def _open_connect(base: str, params: Mapping[str, str], session_id: str) -> Spar
 
     pairs = {**params, "session_id": session_id}
     url = ";".join([f"{base}/", *(f"{k}={v}" for k, v in pairs.items())])
+    known = _clients.get((base, session_id))
+    if known is not None and not known.is_stopped and not known.client.is_closed:
+        return known  # type: ignore[return-value]
     active = RemoteSparkSession.getActiveSession()
     if active is not None and active.session_id == session_id and not active.is_stopped:
         return active  # type: ignore[return-value]
@@ -298,12 +329,34 @@ def _open_connect(base: str, params: Mapping[str, str], session_id: str) -> Spar
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
     session = SparkSession.builder.remote(url).create()
     session.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY_POLICY)])  # type: ignore[attr-defined]
+    if not _clients:
+        atexit.register(_close_clients)
+    _clients[(base, session_id)] = session  # type: ignore[assignment]
     return session
+
+
+#: This process's clients, by (server, session id): a process that runs several
+#: operators (the demo's in-process tasks) keeps one client, and one gRPC channel, per
+#: operator session rather than a new one per task.
+_clients: dict[tuple[str, str], RemoteSession] = {}
+
+
+def _close_clients() -> None:
+    """Close the clients' channels at exit, before the interpreter tears down: pyspark
+    closes them in each session's __del__, and with more than one session alive that
+    waits forever on a gRPC lock during interpreter shutdown."""
+    for session in list(_clients.values()):
+        with contextlib.suppress(Exception):
+            session.client.close()
+    _clients.clear()
 
 
 def _drop(session: SparkSession) -> None:
     """Forget a client without releasing its server session (never stop() a shared one)."""
     session.release_session_on_close = False  # type: ignore[attr-defined]
+    for key, known in list(_clients.items()):
+        if known is session:
+            del _clients[key]
     with contextlib.suppress(Exception):
         session.stop()
 

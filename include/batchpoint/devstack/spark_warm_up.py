@@ -1,0 +1,95 @@
+"""A warm-up job for a freshly started Spark Connect server: the code paths of an
+operator's epoch run once, so that the first real epoch does not pay for them.
+
+A fresh server's first epoch pays for loading and compiling the JVM classes of Arrow
+batches to and from Python, a shuffle, whole-stage code generation and the Parquet
+writer and reader, and for its Python workers' imports. This job touches each: rows
+through `mapInArrow` and a grouped `applyInArrow` (Python workers that import what an
+operator's tasks import), a shuffle, a join, a Parquet write to a scratch folder and a
+read back. Its jobs carry WARM_UP_TAG, so the server's job list shows it ran.
+
+    python -m batchpoint.devstack.spark_warm_up sc://127.0.0.1:15002 SCRATCH_DIR
+
+It runs as a child process of whoever started the server: a process that holds a
+classic Spark session cannot open a Connect one (batchpoint.spark.connect).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: The job tag of every warm-up job (Connect prefixes it with the session's own tags).
+WARM_UP_TAG = "batchpoint-warm-up"
+
+_ROWS = 20_000
+
+
+def _through_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The mapInArrow body: loads what an operator's tasks load (a no-op in a worker
+    forked from batchpoint's daemon, which loaded it already)."""
+    from batchpoint.devstack.worker_daemon import preload
+
+    preload()
+    yield from batches
+
+
+def _fold(table: pa.Table) -> pa.Table:
+    """The applyInArrow body: one key's rows as one row."""
+    import pyarrow.compute as pc
+
+    return pa.table({"key": table["key"][:1], "total": [pc.sum(table["value"]).as_py()]})
+
+
+def warm_up(spark: SparkSession, scratch: Path) -> float:
+    """Run the warm-up jobs on `spark`; returns the seconds they took."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    spark.addTag(WARM_UP_TAG)
+    try:
+        rows = spark.range(0, _ROWS, 1, 2).select(
+            (F.col("id") % 101).cast("string").alias("key"), F.col("id").alias("value")
+        )
+        folded = (
+            rows.mapInArrow(_through_worker, rows.schema)
+            .groupBy("key")
+            .applyInArrow(_fold, "key string, total long")
+        )
+        target = str(scratch / "warm-up.parquet")
+        folded.write.mode("overwrite").parquet(target)
+        back = spark.read.parquet(target)
+        fresh = rows.dropDuplicates(["key"]).join(back, "key", "left_anti")
+        fresh.groupBy().count().collect()
+    finally:
+        spark.removeTag(WARM_UP_TAG)
+        shutil.rmtree(scratch / "warm-up.parquet", ignore_errors=True)
+    return time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m batchpoint.devstack.spark_warm_up REMOTE SCRATCH", file=sys.stderr)
+        return 2
+    from batchpoint.spark.connect import connect_session
+
+    spark = connect_session(args[0], "warm-up")
+    seconds = warm_up(spark, Path(args[1]))
+    # The warm-up's own session goes: its workers are of no use to other sessions.
+    spark.stop()
+    print(f"warm-up jobs took {seconds:.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

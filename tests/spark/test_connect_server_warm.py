@@ -1,0 +1,101 @@
+"""A devstack Spark Connect server as the launcher starts it (issue 28): it schedules
+FAIR, it ran its warm-up job before serving, and each operator's client puts its jobs in
+the operator's own pool, also when two operators of one pipeline run side by side. Read
+back through the server's REST API (its UI on for the test) and the sessions' conf; the
+clients run in a subprocess (this process may hold a classic Spark session)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchpoint.devstack.spark_warm_up import WARM_UP_TAG
+from batchpoint.spark.connect import operator_pool
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Two operators of one pipeline, jobs in turn (A, B, A): a pool set per pipeline
+#: session would put A's second job in B's pool.
+CLIENT = """
+import json, sys
+from batchpoint.jobs.run_operator import operator_session
+from batchpoint.settings import Settings
+remote = sys.argv[1]
+settings = Settings.from_env()
+seen = {}
+sessions = {n: operator_session("payments", n, settings, remote) for n in ("dedup", "balances")}
+for turn, name in enumerate(("dedup", "balances", "dedup")):
+    spark = sessions[name]
+    tag = f"pool-check-{turn}-{name}"
+    spark.addTag(tag)
+    spark.range(1000).selectExpr("id % 7 as k").groupBy("k").count().collect()
+    spark.removeTag(tag)
+    seen[tag] = spark.conf.get("spark.scheduler.pool")
+print(json.dumps(seen))
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from batchpoint.devstack.spark_connect import SparkConnectServer
+
+    conf = {"spark.ui.enabled": "true", "spark.ui.port": "0"}
+    with SparkConnectServer(tmp_path_factory.mktemp("warm-server"), conf=conf) as started:
+        yield started
+
+
+def rest(server: Any, path: str) -> Any:
+    found = re.findall(r"started service 'SparkUI' on port (\d+)", server.log_path.read_text())
+    assert found, "the server's UI did not start"
+    base = f"http://127.0.0.1:{found[-1]}/api/v1/applications"
+    app = json.load(urllib.request.urlopen(base, timeout=60))[0]["id"]
+    return json.load(urllib.request.urlopen(f"{base}/{app}/{path}", timeout=60))
+
+
+def tagged(jobs: list[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
+    return [j for j in jobs if any(t.endswith(tag) for t in j.get("jobTags", []))]
+
+
+def test_the_server_schedules_fair_and_ran_its_warm_up_first(server: Any) -> None:
+    environment = rest(server, "environment")
+    spark_conf = dict(environment["sparkProperties"])
+    assert spark_conf.get("spark.scheduler.mode") == "FAIR"
+    jobs = rest(server, "jobs?status=succeeded")
+    warm = tagged(jobs, WARM_UP_TAG)
+    # mapInArrow/applyInArrow through a shuffle, a Parquet write and a read back.
+    assert len(warm) >= 2, [j.get("jobTags") for j in jobs]
+    assert server.warm_up_seconds is not None
+    assert min(j["jobId"] for j in jobs) == min(j["jobId"] for j in warm)
+
+
+def test_each_operator_session_runs_its_jobs_in_its_own_pool(server: Any, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED", "MASTER")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "include"), str(ROOT / "tests")])
+    env["BATCHPOINT_ROOT"] = (tmp_path / "store").as_uri()
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT, server.url], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    conf_pools = json.loads(done.stdout.strip().splitlines()[-1])
+    jobs = rest(server, "jobs")
+    stages = {s["stageId"]: s for s in rest(server, "stages")}
+    for tag, conf_pool in conf_pools.items():
+        operator = tag.rsplit("-", 1)[1]
+        assert conf_pool == operator_pool("payments", operator)
+        ran = tagged(jobs, tag)
+        assert ran, f"no job tagged {tag}"
+        # A stage a job skipped (its shuffle output was there) never ran in any pool.
+        ran_stages = [stages[s] for j in ran for s in j["stageIds"] if s in stages]
+        pools = {s["schedulingPool"] for s in ran_stages if s["status"] != "SKIPPED"}
+        assert pools == {operator_pool("payments", operator)}, (tag, pools)
