@@ -5,7 +5,7 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
     GET /batchpoint/                           every pipeline with its status
     GET /batchpoint/{pipeline}?before=N        its summary, chart, history page, config
     GET /batchpoint/{pipeline}/checkpoints/{id}    one checkpoint: tasks, report, files
-    GET /batchpoint/dag/{dag_id}               a DAG's Checkpoints tab: its pipeline's page
+    GET /batchpoint/dag/{dag_id}               a DAG's pipeline's page (a redirect)
     GET /batchpoint/api/pipelines              the pipelines with their status (JSON)
     GET /batchpoint/api/{pipeline}/checkpoints?before=N&limit=M
                                                a page of the history (newest first)
@@ -288,7 +288,7 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
 
     @app.get("/dag/{dag_id}", response_model=None, include_in_schema=False)
     async def dag_tab(dag_id: str, user: User) -> RedirectResponse | HTMLResponse:
-        """The Checkpoints tab of every DAG's pages: its pipeline's page, if it has one."""
+        """A DAG's pipeline's page, if it has one (the DAG tab is the React view)."""
         for name in await access.readable(user):
             if dag_id in dag_ids(name).values():
                 # relative to .../batchpoint/dag/<dag_id>, like every link here
