@@ -1,7 +1,8 @@
 """The Checkpoints pages in a real browser: headless Chromium against a running Airflow
 api-server with the plugin loaded logs in through Airflow's login form, opens Browse ->
 Checkpoints (the plugin's page inside the UI), follows the links to a pipeline and to a
-checkpoint's drill-down, and saves a screenshot of each under build/ui-screenshots/."""
+checkpoint's drill-down, opens a DAG's Checkpoints tab (the React view), and saves a
+screenshot of each under build/ui-screenshots/."""
 
 from __future__ import annotations
 
@@ -111,3 +112,18 @@ def test_a_user_logs_in_and_browses_the_checkpoints(bp, airflow_home, tmp_path):
         assert light == "rgb(255, 255, 255)" and dark != light, (light, dark)
         browser.switch_to.default_content()
         screenshot(browser, SCREENSHOTS, "5-dark-mode")
+
+        # A DAG's Checkpoints tab: the React view (react_apps) that the UI itself imports
+        # and draws with its own components, reading the JSON API with the UI's session
+        browser.get(f"{stack.base_url}/dags/payments_checkpoint/plugin/batchpoint_dag")
+        rows = wait_for(
+            browser,
+            lambda b: b.find_elements(By.CSS_SELECTOR, "[data-testid=batchpoint-history] tbody tr"),
+        )
+        assert [r.text.split()[0] for r in rows] == [str(i) for i in reversed(ids)]
+        assert "COMPLETED" in rows[0].text
+        status = browser.find_element(By.CSS_SELECTOR, "[data-testid=batchpoint-status]").text
+        assert status.startswith("running"), status
+        full = browser.find_element(By.CSS_SELECTOR, "[data-testid=batchpoint-full-page]")
+        assert full.get_attribute("href") == f"{stack.base_url}/batchpoint/payments"
+        screenshot(browser, SCREENSHOTS, "6-dag-checkpoints-tab")

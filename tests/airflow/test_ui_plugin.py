@@ -47,7 +47,9 @@ def test_airflow_loads_the_plugin_from_the_plugins_folder(airflow_home):
     assert [a["url_prefix"] for a in apps if a["name"] == "batchpoint"] == ["/batchpoint"]
     views = [v for p in plugins_manager.get_plugin_info() for v in p.get("external_views", [])]
     hrefs = {(v["destination"], v["href"]) for v in views if v["name"] == "Checkpoints"}
-    assert hrefs == {("nav", "batchpoint/"), ("dag", "batchpoint/dag/{DAG_ID}")}, views
+    assert hrefs == {("nav", "batchpoint/")}, views
+    tabs = [a for p in plugins_manager.get_plugin_info() for a in p.get("react_apps", [])]
+    assert [(a["name"], a["destination"]) for a in tabs] == [("Checkpoints", "dag")], tabs
 
 
 def test_the_history_page_shows_completed_and_aborted_checkpoints(

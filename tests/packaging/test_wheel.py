@@ -277,6 +277,8 @@ def test_the_wheel_ships_the_license_py_typed_and_classifiers(wheel):
     templates = PROJECT / "include" / "batchpoint" / "airflow" / "templates"
     shipped = {f"batchpoint/airflow/templates/{p.name}" for p in templates.iterdir()}
     assert shipped and shipped <= names  # the Checkpoints pages render from these
+    # the DAG's Checkpoints tab (built from ui/): installs need no Node
+    assert "batchpoint/airflow/static/checkpoints-tab.js" in names
     assert license_text == (PROJECT / "LICENSE").read_text()
     assert "Apache License\n                           Version 2.0, January 2004" in license_text
     assert "END OF TERMS AND CONDITIONS" in license_text  # the full text, not a notice

@@ -1,8 +1,8 @@
 """The Airflow UI plugin: Browse -> Checkpoints and a Checkpoints tab on the DAG pages
-(the app is batchpoint.airflow.ui). An installed batchpoint registers it through the
-`airflow.plugins` entry point; a checkout mounted without installing uses
-plugins/batchpoint_plugin.py, which defers to the entry point when there is one (Airflow
-refuses a second plugin of the same name)."""
+(the app is batchpoint.airflow.ui; the tab is a React view built from ui/). An installed
+batchpoint registers it through the `airflow.plugins` entry point; a checkout mounted
+without installing uses plugins/batchpoint_plugin.py, which defers to the entry point when
+there is one (Airflow refuses a second plugin of the same name)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 
 from airflow.sdk.plugins_manager import AirflowPlugin
 
-from batchpoint.airflow.ui import URL_PREFIX, create_app
+from batchpoint.airflow.ui import TAB_BUNDLE, URL_PREFIX, create_app
 
 ENTRY_POINT = "batchpoint.airflow.plugin:BatchpointPlugin"
 
@@ -18,9 +18,8 @@ ENTRY_POINT = "batchpoint.airflow.plugin:BatchpointPlugin"
 class BatchpointPlugin(AirflowPlugin):
     name = "batchpoint"
     fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "batchpoint"}]
-    # Server-rendered pages in an iframe of the UI, in Airflow's look (ui_theme.py), rather
-    # than `react_apps`: Airflow 3.3 imports a React plugin as a built JS bundle that
-    # brings its own React, and this project has no npm toolchain to build one with.
+    # Browse -> Checkpoints: the server-rendered pages in an iframe of the UI, in
+    # Airflow's look (ui_theme.py).
     external_views = [
         {
             "name": "Checkpoints",
@@ -30,11 +29,15 @@ class BatchpointPlugin(AirflowPlugin):
             "category": "browse",
             "url_route": "batchpoint",
         },
+    ]
+    # A "Checkpoints" tab on every DAG's page, drawn by the UI itself with its own React
+    # and Chakra components: the bundle (built from ui/, served by the app) reads the JSON
+    # API with the UI's session and links to the full pages above. Other DAGs' tabs say
+    # they belong to no pipeline.
+    react_apps = [
         {
-            # A "Checkpoints" tab on every DAG's page; the app sends a pipeline's DAGs to
-            # that pipeline's page and answers 404 for other DAGs.
             "name": "Checkpoints",
-            "href": URL_PREFIX.lstrip("/") + "/dag/{DAG_ID}",
+            "bundle_url": f"{URL_PREFIX.lstrip('/')}/{TAB_BUNDLE}",
             "destination": "dag",
             "url_route": "batchpoint_dag",
         },

@@ -7,15 +7,18 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
     GET /batchpoint/{pipeline}/checkpoints/{id}    one checkpoint: tasks, report, files
     GET /batchpoint/{pipeline}/checkpoints/{id}/data-docs/{path}
                                                a file of a gate run's Data Docs site
-    GET /batchpoint/dag/{dag_id}               a DAG's Checkpoints tab: its pipeline's page
+    GET /batchpoint/dag/{dag_id}               a DAG's pipeline's page (a redirect)
     GET /batchpoint/api/pipelines              the pipelines with their status (JSON)
     GET /batchpoint/api/{pipeline}/checkpoints?before=N&limit=M
                                                a page of the history (newest first)
     GET /batchpoint/api/{pipeline}/checkpoints/{id}    one checkpoint
     GET /batchpoint/api/openapi.json           the JSON routes' OpenAPI schema
+    GET /batchpoint/static/checkpoints-tab.js  the DAG's Checkpoints tab (a React bundle
+                                               built from ui/, plugin.py's react_apps)
 
 Each JSON route declares its response model (ui_models.py), so the schema describes
-every field; the schema says nothing about a pipeline and is public, like Airflow's own.
+every field; the schema says nothing about a pipeline and is public, like Airflow's own, and so are
+the static files (static/: code, no data).
 Every other endpoint needs an authenticated Airflow user: the API server's own JWT, from
 the Authorization header or the session cookie the UI holds (401 without one), and
 shows a pipeline only to users allowed to read its checkpoint DAG (403 otherwise). A
@@ -33,11 +36,13 @@ import asyncio
 import dataclasses
 import mimetypes
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
 
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
@@ -51,6 +56,9 @@ from batchpoint.settings import Settings
 URL_PREFIX = "/batchpoint"
 #: The OpenAPI schema of the JSON routes, under the prefix.
 OPENAPI_URL = "/api/openapi.json"
+#: The built bundle of the DAG's Checkpoints tab (ui/ is its source), shipped in the package.
+STATIC_DIR = Path(__file__).with_name("static")
+TAB_BUNDLE = "static/checkpoints-tab.js"
 #: How many checkpoints a page shows by default, and at most.
 HISTORY_LIMIT = 50
 MAX_PAGE = 500
@@ -253,6 +261,8 @@ def create_app(
     user = Annotated[Any, Depends(user_of)]
     _json_routes(app, access, user)
     _html_routes(app, access, user)
+    # Mounted last, so a pipeline's own routes win; a mount skips the app's user check.
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 
 
@@ -289,7 +299,7 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
 
     @app.get("/dag/{dag_id}", response_model=None, include_in_schema=False)
     async def dag_tab(dag_id: str, user: User) -> RedirectResponse | HTMLResponse:
-        """The Checkpoints tab of every DAG's pages: its pipeline's page, if it has one."""
+        """A DAG's pipeline's page, if it has one (the DAG tab is the React view)."""
         for name in await access.readable(user):
             if dag_id in dag_ids(name).values():
                 # relative to .../batchpoint/dag/<dag_id>, like every link here
