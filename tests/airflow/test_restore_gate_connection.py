@@ -78,19 +78,13 @@ def test_the_gates_endpoint_is_the_connections_and_the_variable_its_fallback(dep
 def test_the_restore_dag_gates_on_the_server_of_the_connection(
     airflow_home: Path, good_epochs: Path, connect_server: Any, tmp_path: Path
 ) -> None:
-    from support.connect_env import WRONG_SERVER_ENV
+    from support.connect_env import client_env
 
     store = tmp_path / "store"
     shutil.copytree(good_epochs, store)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("BATCHPOINT_", "AIRFLOW_CONN_")) and k not in WRONG_SERVER_ENV
-    }
-    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    env = client_env(PROJECT / "include")
     env.update(
         {
-            "PYTHONPATH": str(PROJECT / "include"),
             "BATCHPOINT_ROOT": store.as_uri(),
             "BATCHPOINT_PIPELINE_REF": "batchpoint.demo.payments:pipeline",
             "BATCHPOINT_QUALITY_GATE": "batchpoint.demo.payments_quality:restore_gate",

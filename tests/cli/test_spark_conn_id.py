@@ -8,7 +8,6 @@ names, while BATCHPOINT_SPARK_REMOTE (connect mode) names a port where nothing l
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -100,19 +99,13 @@ def test_a_bad_connection_id_is_reported_as_the_flag(cli, root):
 def test_the_restore_gate_runs_on_the_server_of_the_connection(
     good_epochs: Path, connect_server: Any, tmp_path: Path
 ) -> None:
-    from support.connect_env import WRONG_SERVER_ENV
+    from support.connect_env import client_env
 
     store = tmp_path / "store"
     shutil.copytree(good_epochs, store)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("BATCHPOINT_", "AIRFLOW_CONN_")) and k not in WRONG_SERVER_ENV
-    }
-    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    env = client_env(ROOT / "include")
     env.update(
         {
-            "PYTHONPATH": str(ROOT / "include"),
             "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
             "BATCHPOINT_ROOT": store.as_uri(),
             "BATCHPOINT_QUALITY_GATE": "batchpoint.demo.payments_quality:restore_gate",

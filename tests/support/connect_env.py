@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 #: What the shared Spark Connect server finds in its environment: wrong S3 settings and
 #: credentials everywhere, so that a task which works on it proves that its storage
 #: settings travelled with it (batchpoint.spark.remote), never taken from the server.
@@ -16,3 +19,17 @@ WRONG_SERVER_ENV = {
     "BATCHPOINT_S3_SECRET_ACCESS_KEY": "wrong-server-secret",
     "BATCHPOINT_ROOT": "s3://no-such-bucket/nowhere",
 }
+
+
+def client_env(include: Path) -> dict[str, str]:
+    """This process's environment for a client subprocess: none of batchpoint's settings,
+    Airflow connections or the shared server's wrong ones (the test sets its own), and
+    the package imported from `include`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("BATCHPOINT_", "AIRFLOW_CONN_")) and k not in WRONG_SERVER_ENV
+    }
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    env["PYTHONPATH"] = str(include)
+    return env
