@@ -23,8 +23,7 @@ import pytest
 from batchpoint.demo.payments import build_pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
-from support import fake_epochs
-from support.cli import ENV, REF, Cli, payments_driver
+from support.cli import REF, Cli, payments_driver, payments_on_store
 
 #: rich's box characters (the heavy head and light body of its default table)
 BOX = re.compile("[┏┃┡│└━─]")
@@ -46,17 +45,7 @@ def payments(
     table_store: StoreRef, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> PipelineDriver:
     """Three completed checkpoints of payments, the CLI's environment pointing at them."""
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("BATCHPOINT_ROOT", table_store.uri)
-    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
-    if table_store.uri.startswith("s3://"):  # the CLI reads the environment only
-        for option, value in request.getfixturevalue("seaweed").storage_options().items():
-            monkeypatch.setenv(f"BATCHPOINT_S3_{option.upper()}", value)
-    driver = PipelineDriver(build_pipeline(), table_store)
-    for _ in range(3):
-        fake_epochs.epoch(driver)
-    return driver
+    return payments_on_store(table_store, request, monkeypatch)
 
 
 @pytest.fixture

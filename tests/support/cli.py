@@ -80,6 +80,24 @@ def payments_driver(root: str, epochs: int = 0) -> PipelineDriver:
     return driver
 
 
+def payments_on_store(
+    store: StoreRef, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> PipelineDriver:
+    """Three completed checkpoints of payments on `store` (local or SeaweedFS), the CLI's
+    environment pointing at them (the CLI reads the environment only)."""
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BATCHPOINT_ROOT", store.uri)
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
+    if store.uri.startswith("s3://"):
+        for option, value in request.getfixturevalue("seaweed").storage_options().items():
+            monkeypatch.setenv(f"BATCHPOINT_S3_{option.upper()}", value)
+    driver = PipelineDriver(build_pipeline(), store)
+    for _ in range(3):
+        fake_epochs.epoch(driver)
+    return driver
+
+
 def listing(driver: PipelineDriver) -> dict[str, str]:
     """Every object under the root and its etag (equal before and after: nothing written)."""
     return fake_epochs.listing(driver.store)
