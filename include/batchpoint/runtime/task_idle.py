@@ -7,11 +7,16 @@ empty is an empty plan (a source with no new file, a channel whose handles hold 
 rows), and the function's plans over it must reduce to the old state and to nothing.
 Whatever it cannot prove runs as usual: a state due a full snapshot (no base, a
 savepoint, a rescale, a new schema, compaction), a function that re-aggregates its
-state, a Connect session."""
+state, a Connect session.
+
+A sink with nothing new (its inputs hold no rows, and its function, if any, stages
+none) stages every subtask's empty files the same way: its publication adds no rows
+(an append sink's chain gains an empty epoch; a table sink's commit adds no data file
+and carries the checkpoint id, which the table's position is read from)."""
 
 from __future__ import annotations
 
-from batchpoint.runtime.api import OperatorDef
+from batchpoint.runtime.api import OperatorDef, SinkDef
 from batchpoint.runtime.incremental import SnapshotPlan
 from batchpoint.runtime.streams import StreamWrite
 from batchpoint.runtime.task_attempt import TaskAttempt
@@ -46,5 +51,27 @@ def idle_handles(
     attempt.log(
         f"snapshot: nothing to do: no input rows, every state as in checkpoint "
         f"{attempt.checkpoint.base_checkpoint_id} (shared), no output rows (no Spark job)"
+    )
+    return handles
+
+
+def idle_sink_handles(
+    attempt: TaskAttempt, processed: Processed, restored: Restored, sink: StreamWrite
+) -> Handles | None:
+    """A sink's empty staged files when its inputs and what it stages provably hold no
+    rows; None when it has something to stage."""
+    from batchpoint.spark.plan_facts import provably_empty
+
+    node = attempt.node
+    assert isinstance(node, SinkDef)
+    inputs = list(restored.inputs.values())
+    if not inputs or not all(provably_empty(frame) for frame in inputs):
+        return None
+    if processed.output is None or not provably_empty(processed.output):
+        return None
+    handles = write_nothing(attempt, [sink])
+    attempt.log(
+        "snapshot: nothing new: no input rows, nothing staged (empty files written by the "
+        "driver, no Spark job)"
     )
     return handles

@@ -2,7 +2,8 @@
 An operator writes each state (in full, or as a changelog on its base's files) and its
 output once per group of consumers that key it alike; a sink stages its output, or, with
 no function and one input already keyed for it, acknowledges that input's files by
-reference (no Spark job). The writes themselves run in task_writes."""
+reference (no Spark job), or, with nothing new to stage, every subtask's empty files
+written by the driver (no Spark job: task_idle). The writes themselves run in task_writes."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def snapshot(
             processed.output, SINK_STREAM, node.key_columns, node.max_parallelism,
             plain=node.table is not None,
         )  # fmt: skip
-        return _timed_writes(attempt, [sink], aligned)
+        idle = _idle_sink(attempt, processed, restored, sink, aligned)
+        return idle if idle is not None else _timed_writes(attempt, [sink], aligned)
     assert isinstance(node, OperatorDef)
     plans = snapshot_plans(attempt, processed.ctx, restored)
     handles = _idle(attempt, processed, restored, plans, aligned)
@@ -151,6 +153,23 @@ def _idle(
     writes = operator_writes(attempt, processed.ctx, processed.output, plans)
     channels = [w for w in writes if w.layer == 0 and w.stream.startswith("channel-")]
     handles = idle_handles(attempt, processed, restored, plans, channels)
+    if handles is not None:
+        attempt.report.timed_async(writing)
+    return handles
+
+
+def _idle_sink(
+    attempt: TaskAttempt,
+    processed: Processed,
+    restored: Restored,
+    sink: StreamWrite,
+    aligned: float,
+) -> Handles | None:
+    """A sink's epoch with nothing new to stage (task_idle)."""
+    from batchpoint.runtime.task_idle import idle_sink_handles
+
+    writing = attempt.report.timed_sync(aligned)
+    handles = idle_sink_handles(attempt, processed, restored, sink)
     if handles is not None:
         attempt.report.timed_async(writing)
     return handles

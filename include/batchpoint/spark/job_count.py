@@ -3,25 +3,30 @@
 Every Spark operation of an attempt runs under the attempt's tag (`attempt_tag`), on
 each thread that starts one (`tagged`). On a classic session the tag is also a
 SparkContext job tag, so the driver's status tracker lists the attempt's jobs by it;
-over Connect the server's tags carry the session's prefix, and its UI's REST API lists
-each job with its tags. A stage counts when it ran (a stage whose shuffle output an
-earlier job left is skipped, as Spark's UI says). Counting is best effort: when the
-tracker or the API cannot answer, the attempt records no count rather than a wrong one.
+over Connect the server turns each operation's tag into job tags of its own (ending
+`_Tag_<tag>`), and its UI's REST API lists each job with its tags. A stage counts when
+it ran (a stage whose shuffle output an earlier job left is skipped, as Spark's UI
+says). Counting is best effort: when the tracker or the API cannot answer, the attempt
+records no count rather than a wrong one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: Seconds a Connect client waits for the server's REST API before giving up the count.
-REST_TIMEOUT = 5.0
+#: Seconds a Connect client waits for the server's REST API before giving up the count
+#: (its first answer, loading the API, takes seconds on a busy server).
+REST_TIMEOUT = 30.0
+#: Pauses between reads of the REST API until its count settles (see _rest_work).
+REST_SETTLE = (0.2, 0.5, 1.0, 2.0, 4.0)
 
 
 class SparkWork(NamedTuple):
@@ -81,8 +86,9 @@ def _tracked_work(spark: SparkSession, tag: str) -> SparkWork:
 
 
 def _rest_work(spark: SparkSession, tag: str) -> SparkWork | None:
-    """Over Connect: the server's UI lists each job with its tags (`spark-session-<id>-
-    ...-<tag>`); None when the server runs no UI."""
+    """Over Connect: the server's UI lists each job with its tags, a client's tag as
+    `SparkConnect_..._User_<user>_Session_<id>_Tag_<tag>` (Spark's ExecuteHolder and
+    ExecuteSessionTag); None when the server runs no UI."""
     conf = spark.conf
     if (conf.get("spark.ui.enabled", "true") or "true").lower() == "false":
         return None
@@ -91,10 +97,42 @@ def _rest_work(spark: SparkSession, tag: str) -> SparkWork | None:
     app = conf.get("spark.app.id", None)
     if not app:
         return None
-    url = f"http://{host}:{port}/api/v1/applications/{app}/jobs"
+    url = f"http://{host}:{port}/api/v1/applications/{app}"
+    # The UI learns of jobs from the server's listener bus, after they ran, and a client
+    # cannot drain that bus: the count is read until two reads agree with no job of the
+    # tag still running, or not given.
+    last = None
+    for pause in (*REST_SETTLE, None):
+        work, running = _listed_work(url, tag)
+        if not running and work == last:
+            return work
+        last = work
+        if pause is None:
+            return None
+        time.sleep(pause)
+    return None
+
+
+def _listed_work(app_url: str, tag: str) -> tuple[SparkWork, bool]:
+    """The jobs and stages the REST API lists under `tag`, and whether one still runs.
+    A stage counts, as on a classic session, when it was submitted (a skipped one never
+    is): judged by the stage's own record, as a job's count of skipped stages leaves out
+    a stage no job end has marked yet."""
+    jobs = [
+        j
+        for j in _get(f"{app_url}/jobs")
+        if any(t.endswith(f"_Tag_{tag}") for t in j.get("jobTags", ()))
+    ]
+    ids = {int(s) for j in jobs for s in j.get("stageIds", ())}
+    ran = {
+        int(s["stageId"])
+        for s in (_get(f"{app_url}/stages") if ids else ())
+        if int(s["stageId"]) in ids and s.get("submissionTime")
+    }
+    running = any(j.get("status") not in ("SUCCEEDED", "FAILED") for j in jobs)
+    return SparkWork(len(jobs), len(ran)), running
+
+
+def _get(url: str) -> list[dict[str, Any]]:
     with urllib.request.urlopen(url, timeout=REST_TIMEOUT) as answer:
-        jobs = [
-            j for j in json.load(answer) if any(t.endswith(f"-{tag}") for t in j.get("jobTags", ()))
-        ]
-    ran = sum(len(j.get("stageIds", ())) - int(j.get("numSkippedStages", 0)) for j in jobs)
-    return SparkWork(len(jobs), ran)
+        return json.load(answer)
