@@ -158,10 +158,14 @@ def run_epochs(demo: Any, local: LocalPath, epochs: int, events: int) -> list[Ep
 
 
 def checked(demo: Any, local: LocalPath) -> bool:
-    """Both roots' sinks equal the pandas reference (the demo's check, said as it goes)."""
+    """Both roots' sinks equal the pandas reference (the demo's check, said as it goes;
+    its lines name the demo's table, the second root's is LOCAL_TABLE)."""
     from batchpoint.demo.payments import BALANCES_TABLE
+    from batchpoint.demo.say import step
 
+    step(f"checking what the Airflow path published ({demo.settings.root})")
     airflow_ok = table_checks(demo.settings, BALANCES_TABLE).exactly_once() == 0
+    step(f"checking what LocalEpochRunner published ({local.settings.root}, {LOCAL_TABLE})")
     local_ok = table_checks(local.settings, LOCAL_TABLE).exactly_once() == 0
     return airflow_ok and local_ok
 
@@ -255,12 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     workdir = Path(tempfile.mkdtemp(prefix="bench-demo-epochs-")).resolve()
-    marker = mark_run()
+    marker, result = mark_run(), 1
     try:
         result = bench(workdir, args.epochs, args.events, not args.no_ui)
     finally:
         left = wait_for_none(marker)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if result == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:  # what went wrong is in its logs
+            print(f"kept {workdir} (Airflow's and Spark's logs in it)", file=sys.stderr)
     if left:
         print("\nprocesses this bench started are still running:", file=sys.stderr)
         for process in left:
