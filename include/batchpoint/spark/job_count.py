@@ -3,9 +3,10 @@
 Every Spark operation of an attempt runs under the attempt's tag (`attempt_tag`), on
 each thread that starts one (`tagged`). On a classic session the tag is also a
 SparkContext job tag, so the driver's status tracker lists the attempt's jobs by it;
-over Connect the server's tags carry the session's prefix, and its UI's REST API lists
-each job with its tags. A stage counts when it ran (a stage whose shuffle output an
-earlier job left is skipped, as Spark's UI says). Counting is best effort: when the
+over Connect the server turns a client's tag into a job tag of its own
+(`SparkConnect_SessionTag_User_<user>_Session_<session>_Tag_<tag>`), and its UI's REST
+API lists each job with its tags. A stage counts when it ran (a stage whose shuffle
+output an earlier job left is skipped, as Spark's UI says). Counting is best effort: when the
 tracker or the API cannot answer, the attempt records no count rather than a wrong one.
 """
 
@@ -81,8 +82,8 @@ def _tracked_work(spark: SparkSession, tag: str) -> SparkWork:
 
 
 def _rest_work(spark: SparkSession, tag: str) -> SparkWork | None:
-    """Over Connect: the server's UI lists each job with its tags (`spark-session-<id>-
-    ...-<tag>`); None when the server runs no UI."""
+    """Over Connect: the server's UI lists each job with its tags (the client's tag as
+    `..._Tag_<tag>`); None when the server runs no UI."""
     conf = spark.conf
     if (conf.get("spark.ui.enabled", "true") or "true").lower() == "false":
         return None
@@ -94,7 +95,9 @@ def _rest_work(spark: SparkSession, tag: str) -> SparkWork | None:
     url = f"http://{host}:{port}/api/v1/applications/{app}/jobs"
     with urllib.request.urlopen(url, timeout=REST_TIMEOUT) as answer:
         jobs = [
-            j for j in json.load(answer) if any(t.endswith(f"-{tag}") for t in j.get("jobTags", ()))
+            j
+            for j in json.load(answer)
+            if any(t.endswith(f"_Tag_{tag}") for t in j.get("jobTags", ()))
         ]
     ran = sum(len(j.get("stageIds", ())) - int(j.get("numSkippedStages", 0)) for j in jobs)
     return SparkWork(len(jobs), ran)
