@@ -8,7 +8,8 @@ sinks as client processes (one per task, each in its operator's session and sche
 pool): on alternate epochs
 one after the other (each alone) and both at once. Prints the overlapped wall time
 against the sum of the two alone (below 1.0: they overlapped), on a server that
-schedules FAIR across the operators' pools and on one that schedules FIFO, in one run.
+schedules FAIR across the operators' pools and on one that schedules FIFO, in one run;
+and per round each sink's Spark jobs/stages as its ack recorded them (alone).
 
     python bench/bench_connect_overlap.py [--rounds 3] [--events 20000]
 """
@@ -22,20 +23,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_connect_warm import PaymentsStore, client_process, finished, server
+from bench_connect_warm import PaymentsStore, client_process, finished, server, split_of
 
 UPSTREAM = ["dedup", "balances"]
 PAIR = ("balances_table", "alerts")
 
 
 def alone(remote: str, store: PaymentsStore) -> float:
-    """One epoch with the two sinks one after the other: the sum of their work."""
+    """One epoch with the two sinks one after the other: the sum of their work (each
+    one's seconds and Spark jobs/stages said on the way)."""
     cid = store.trigger()
     finished(client_process(remote, cid, UPSTREAM, store.env))
     total = 0.0
     for name in PAIR:
         result = finished(client_process(remote, cid, [name], store.env))
         total += result["end"] - result["start"]
+        print(f"  alone: {split_of(result)}", flush=True)
     store.finalize(cid)
     return total
 

@@ -6,8 +6,10 @@ one cold (no warm-up job, pyspark's own worker daemon) and one as devstack start
 pipeline on a file:// root: per epoch one client process runs the four operator tasks in
 order, as the demo's in-process tasks do, each in its operator's session and pool. Prints
 each epoch's time (client work: sessions, probe, the operators; not the Python imports,
-the same either way), then per server the first epoch against the median warm one (epochs
-2 and later) and the server's start-up time (warm-up included).
+the same either way) and each operator's Spark jobs/stages as its acks recorded them
+(both servers run their UI, on a free port, for the count), then per server the first
+epoch against the median warm one (epochs 2 and later) and the server's start-up time
+(warm-up included).
 
     python bench/bench_connect_warm.py [--epochs 4] [--events 2000]
 """
@@ -32,7 +34,8 @@ PIPELINE = "batchpoint.demo.payments:pipeline"
 
 def client(remote: str, checkpoint_id: int, operators: list[str]) -> int:
     """Run `operators` of one checkpoint in this process, in order; print one JSON line:
-    when the work started and ended (wall clock) and each operator's seconds."""
+    when the work started and ended (wall clock), each operator's seconds and the Spark
+    jobs and stages its ack recorded."""
     from batchpoint.jobs.run_operator import operator_session
     from batchpoint.runtime.loader import load_pipeline
     from batchpoint.runtime.runner import OperatorRunner
@@ -41,14 +44,16 @@ def client(remote: str, checkpoint_id: int, operators: list[str]) -> int:
     started = time.time()
     pipeline = load_pipeline(PIPELINE)
     settings = Settings.from_env()
-    seconds = {}
+    seconds, work = {}, {}
     for name in operators:
         t0 = time.monotonic()
         spark = operator_session(pipeline.name, name, settings, remote)
         runner = OperatorRunner(pipeline, settings.store_ref, spark, log=lambda line: None)
-        runner.run(checkpoint_id, name)
+        report = runner.run(checkpoint_id, name)
         seconds[name] = time.monotonic() - t0
-    print(json.dumps({"start": started, "end": time.time(), "seconds": seconds}), flush=True)
+        work[name] = [report.spark_jobs, report.spark_stages]
+    result = {"start": started, "end": time.time(), "seconds": seconds, "work": work}
+    print(json.dumps(result), flush=True)
     return 0
 
 
@@ -106,12 +111,25 @@ class PaymentsStore:
 
 
 def server(workdir: Path, warm: bool, conf: dict[str, str] | None = None) -> Any:
+    """A devstack server, cold or warm, with its UI on a free port: the REST API an
+    operator over Connect counts its Spark jobs by."""
+    from batchpoint.devstack.seaweed import free_ports
     from batchpoint.devstack.spark_connect import SparkConnectServer
 
-    settings = dict(conf or {})
+    ui = {"spark.ui.enabled": "true", "spark.ui.port": str(free_ports(1, "127.0.0.1")[0])}
+    settings = ui | dict(conf or {})
     if not warm:
         settings.setdefault("spark.python.daemon.module", "pyspark.daemon")
     return SparkConnectServer(workdir, conf=settings, warm_up=warm)
+
+
+def split_of(result: dict[str, Any]) -> str:
+    """Each operator's seconds and Spark jobs/stages (`-`: not counted)."""
+    work = result.get("work", {})
+    return ", ".join(
+        f"{name} {s:.2f}s {'/'.join('-' if n is None else str(n) for n in work.get(name, []))}"
+        for name, s in result["seconds"].items()
+    )
 
 
 def run_servers(epochs: int, events: int, tmp: Path) -> dict[str, dict[str, float]]:
@@ -135,7 +153,7 @@ def run_servers(epochs: int, events: int, tmp: Path) -> dict[str, dict[str, floa
                 result = finished(client_process(spark.url, cid, list(OPERATORS), store.env))
                 store.finalize(cid)
                 times.append(result["end"] - result["start"])
-                split = ", ".join(f"{k} {v:.2f}s" for k, v in result["seconds"].items())
+                split = split_of(result)
                 print(f"[{label}] epoch {epoch + 1}: {times[-1]:.2f}s ({split})", flush=True)
     for label, (_, _, times) in runs.items():
         warm_median = statistics.median(times[1:])

@@ -45,6 +45,7 @@ from typing import Any
 import pyarrow as pa
 
 from peer_data import EVENTS, SIZES, Size, expected_totals, write_epoch
+from spark_jobs import JobCount, jobs, jobs_since, last_job, median_work
 
 TOTALS = pa.schema(
     [pa.field("key", pa.string()), pa.field("count", pa.int64()), pa.field("sum", pa.int64())]
@@ -108,10 +109,11 @@ class BatchpointEngine:
         from batchpoint.ops.local_epoch import LocalEpochRunner
         from batchpoint.storage import StoreRef
 
-        self.root = root
+        self.root, self.spark = root, spark
         self.runner = LocalEpochRunner(build_pipeline(), StoreRef.of(root.as_uri()), spark)
         self.phases: list[dict[str, float]] = []  # where each epoch's time went
         self.full_state_bytes = 0
+        self.work: list[JobCount] = []  # each epoch's Spark jobs and stages, as acked
 
     def epoch(self) -> None:
         clock = time.perf_counter
@@ -125,6 +127,8 @@ class BatchpointEngine:
             raise RuntimeError(f"batchpoint epoch did not complete: {outcome}")
         # What a restore reads (all layers) beside what this epoch wrote.
         self.full_state_bytes = outcome.completed.full_state_size
+        metrics = outcome.completed.acks[0].metrics  # each subtask's ack: the attempt's count
+        self.work.append(JobCount(metrics.spark_jobs or 0, metrics.spark_stages or 0))
         self.phases.append(
             {
                 "trigger": triggered - started,
@@ -140,6 +144,10 @@ class BatchpointEngine:
 
     def checkpoint_dir(self) -> Path:
         return self.root / "pipelines" / PIPELINE
+
+    def spark_work(self, last: int) -> JobCount:
+        """What the last epoch ran, as its acks recorded it (counted by job tag)."""
+        return self.work[-1]
 
 
 def read_batchpoint_state(spark: Any, root: Path) -> Any:
@@ -179,6 +187,10 @@ class StreamingEngine:
 
     def checkpoint_dir(self) -> Path:
         return self.checkpoint
+
+    def spark_work(self, last: int) -> JobCount:
+        """The jobs since job `last`: the engines take turns, so the epoch's own."""
+        return jobs_since(self.spark, last)
 
 
 def read_streaming_state(spark: Any, checkpoint: Path) -> Any:
@@ -308,12 +320,13 @@ def run(size_name: str, epochs: int, keep: bool) -> int:
 
 def run_epoch(engines: dict[str, Any], source_dir: Path, size: Size, epoch: int) -> dict[str, Any]:
     """One epoch's files, then each engine's epoch: its seconds, and the bytes and files
-    its checkpointing added (a progress line on stderr)."""
+    its checkpointing added, the Spark jobs and stages it ran (a progress line on stderr)."""
     write_epoch(source_dir, size, epoch)
     row: dict[str, Any] = {"epoch": epoch}
     for name, engine in engines.items():
-        before = tree(engine.checkpoint_dir())
+        before, last = tree(engine.checkpoint_dir()), last_job(engine.spark)
         row[f"{name} s"] = timed(engine.epoch)
+        row[f"{name} jobs"], row[f"{name} stages"] = engine.spark_work(last)
         row[f"{name} bytes"], row[f"{name} files"] = added(before, tree(engine.checkpoint_dir()))
     print(f"epoch {epoch}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else
           f"{k} {v}" for k, v in row.items() if k != "epoch"), file=sys.stderr)  # fmt: skip
@@ -342,6 +355,19 @@ def print_phases(phases: list[dict[str, float]]) -> None:
     ))  # fmt: skip
 
 
+def print_epochs(rows: list[dict[str, Any]]) -> None:
+    bp, ss = "batchpoint", "structured streaming"
+    header = f"{'epoch':>5} {'bp s':>8} {'ss s':>8} {'bp/ss':>6} {'bp bytes':>12} {'ss bytes':>12} {'bp files':>8} {'ss files':>8} {'bp jobs/stg':>11} {'ss jobs/stg':>11}"  # noqa: E501
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['epoch']:>5} {r[f'{bp} s']:>8.2f} {r[f'{ss} s']:>8.2f} "
+            f"{r[f'{bp} s'] / r[f'{ss} s']:>6.2f} {r[f'{bp} bytes']:>12,} {r[f'{ss} bytes']:>12,} "
+            f"{r[f'{bp} files']:>8} {r[f'{ss} files']:>8} {jobs(r, bp):>11} {jobs(r, ss):>11}"
+        )
+
+
 def report(
     size_name: str,
     size: Size,
@@ -351,17 +377,9 @@ def report(
     full_state: int,
 ) -> None:
     bp, ss = "batchpoint", "structured streaming"
-    header = f"{'epoch':>5} {'bp s':>8} {'ss s':>8} {'bp/ss':>6} {'bp bytes':>12} {'ss bytes':>12} {'bp files':>8} {'ss files':>8}"  # noqa: E501
     print(f"\nKeyed running aggregate, size {size_name}: both equal the independent computation "
           f"({len(expected):,} keys)")  # fmt: skip
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(
-            f"{r['epoch']:>5} {r[f'{bp} s']:>8.2f} {r[f'{ss} s']:>8.2f} "
-            f"{r[f'{bp} s'] / r[f'{ss} s']:>6.2f} {r[f'{bp} bytes']:>12,} {r[f'{ss} bytes']:>12,} "
-            f"{r[f'{bp} files']:>8} {r[f'{ss} files']:>8}"
-        )
+    print_epochs(rows)
     warm = rows[1:] or rows  # epoch 0 pays for starting
     wall_ratio = statistics.median(r[f"{bp} s"] for r in warm) / statistics.median(
         r[f"{ss} s"] for r in warm
@@ -373,6 +391,9 @@ def report(
     share = statistics.median(r[f"{bp} bytes"] for r in warm) / max(1, full_state)
     print(f"warm epochs (median), bp/ss: wall {wall_ratio:.2f}x (target <= 0.5), "
           f"checkpoint bytes {bytes_ratio:.2f}x (target <= 1)")  # fmt: skip
+    (bp_jobs, bp_stages), (ss_jobs, ss_stages) = median_work(warm, bp), median_work(warm, ss)
+    print(f"Spark jobs/stages per warm epoch (median): bp {bp_jobs:g}/{bp_stages:g} (its acks), "
+          f"ss {ss_jobs:g}/{ss_stages:g} (every job of its epoch)")  # fmt: skip
     print(f"batchpoint bytes added per warm epoch / full state ({full_state:,} bytes): "
           f"{share:.3f}x (target <= 0.1 when 1% of keys change)")  # fmt: skip
     bp_restore, bp_warm, ss_restore = (
@@ -398,6 +419,7 @@ def report(
                 "restore_s": {k: round(v, 2) for k, v in restores.items()},
                 "restore_ratio": round(bp_restore / ss_restore, 3),
                 "restore_ratio_connect": round(bp_warm / ss_restore, 3),
+                "warm_spark_jobs_stages": {n: median_work(warm, n) for n in (bp, ss)},
             },
             default=lambda v: round(v, 3) if isinstance(v, float) else v,
         )
