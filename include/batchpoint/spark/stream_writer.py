@@ -75,7 +75,8 @@ def _common_shape(frames: Sequence[tuple[DataFrame, WriteSpec]]) -> DataFrame:
                 ],
             )
         )
-    return reduce(DataFrame.unionByName, shaped)
+    # the frames' own method: a Connect frame is no subclass of the classic one
+    return reduce(lambda left, right: left.unionByName(right), shaped)
 
 
 def _stream_rows(batch: pa.RecordBatch, index: int) -> pa.RecordBatch:
