@@ -61,15 +61,17 @@ def run_writes(attempt: TaskAttempt, writes: list[StreamWrite]) -> Handles:
             still = ", ".join(job.stream for job in writes)
             attempt.log(f"snapshot: still writing {still} after {time.monotonic() - started:.0f}s")
         results = future.result()
+    elapsed = time.monotonic() - started
     handles: Handles = {i: [] for i in range(attempt.parallelism)}
-    for stream_files in results:
-        for subtask, files in stream_files.items():
-            handles[subtask].extend(files)
-    files = [f for fs in handles.values() for f in fs]
-    attempt.log(
-        f"snapshot: {len(writes)} stream(s) written in one pass ({len(files)} file(s), "
-        f"{sum(f.size for f in files)} bytes), {time.monotonic() - started:.1f}s"
-    )
+    for n, (job, stream_files) in enumerate(zip(writes, results, strict=True), start=1):
+        files = [f for fs in stream_files.values() for f in fs]
+        attempt.log(
+            f"snapshot: {job.stream} written ({len(files)} file(s), "
+            f"{sum(f.size for f in files)} bytes), {n} of {len(writes)} streams, "
+            f"in one pass, {elapsed:.1f}s"
+        )
+        for subtask, subtask_files in stream_files.items():
+            handles[subtask].extend(subtask_files)
     return handles
 
 
