@@ -65,9 +65,9 @@ def snapshot(
     plans = snapshot_plans(attempt, processed.ctx, restored)
     handles = _idle(attempt, processed, restored, plans, aligned)
     if handles is None:
-        cached = _cache(node, processed, restored, plans)
+        writes = operator_writes(attempt, processed.ctx, processed.output, plans)
+        cached = _cache(node, processed, writes)
         try:
-            writes = operator_writes(attempt, processed.ctx, cached.output, plans)
             handles = _timed_writes(attempt, writes, aligned)
         finally:
             cached.release()
@@ -184,34 +184,32 @@ def _timed_writes(attempt: TaskAttempt, writes: list[StreamWrite], aligned: floa
 
 
 class _Cached:
-    """Frames persisted for the writes, and the output to write (its persisted form)."""
+    """Frames persisted for the snapshot's one pass, unpersisted once it is written."""
 
-    def __init__(self, frames: list[DataFrame], output: DataFrame | None) -> None:
+    def __init__(self, frames: list[DataFrame]) -> None:
         self.frames = frames
-        self.output = output
 
     def release(self) -> None:
         for frame in self.frames:
             frame.unpersist()
 
 
-def _cache(
-    node: OperatorDef, processed: Processed, restored: Restored, plans: dict[str, SnapshotPlan]
-) -> _Cached:
-    """New state and output usually share most of their plan, and each is written once
-    per consumer: computing them once (spilling to disk if large) saves work. A
-    changelog compares the new state with the base's, read once for both. A lone state
-    with no output is not persisted: one write reads it, and filling the cache would
-    cost a Spark job of its own."""
+def _cache(node: OperatorDef, processed: Processed, writes: list[StreamWrite]) -> _Cached:
+    """What the user's function returned and set, computed once for the snapshot's one
+    pass: each branch of the pass (a state, its changelog, a channel) would otherwise
+    compute its frame again (exchange reuse shares a shuffle, not what runs after it).
+    A state that is the output itself shares its cache. A lone stream reads its frame
+    once: nothing is persisted (filling a cache is a Spark job of its own). The base of
+    a changelog is not persisted: it is state files read again, not the function."""
+    if len(writes) < 2:
+        return _Cached([])
     from pyspark import StorageLevel
 
     level = StorageLevel.MEMORY_AND_DISK
-    ctx = processed.ctx
-    shared = processed.output is not None or len(node.states) > 1
-    frames = [ctx.new_state(s).persist(level) for s in node.states] if shared else []
-    frames += [restored.states[s].persist(level) for s, p in plans.items() if not p.full]
     output = processed.output
-    if output is not None:
-        output = output.persist(level)
-        frames.append(output)
-    return _Cached(frames, output)
+    frames = [] if output is None else [output]
+    for state in node.states:
+        new = processed.ctx.new_state(state)
+        if output is None or not (new is output or new.sameSemantics(output)):
+            frames.append(new)
+    return _Cached([frame.persist(level) for frame in frames])

@@ -1,15 +1,16 @@
-"""The Spark jobs of a snapshot: each stream (a state, a consumer's channel, a sink) is
-one job writing every subtask's files from executors, under the attempt's folder of the
-checkpoint. The jobs are independent, so they run at once: on a warm Spark most of a
-small job's time is fixed latency (scheduling, a Python worker round trip), which then
-overlaps. A long snapshot says it is alive every PROGRESS_EVERY seconds."""
+"""The Spark action of a snapshot: every stream (each state, each consumers' channel, a
+sink) of an attempt written in one pass (spark/stream_writer), each subtask's files of
+every stream by one Spark task, under the attempt's folder of the checkpoint. One action
+reads the operator's new state and output once: no stream waits on another's job, and a
+small snapshot pays Spark's fixed latency (scheduling, a Python worker round trip) once.
+A long snapshot says it is alive every PROGRESS_EVERY seconds."""
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.runtime.streams import CONSUMERS_META, StreamWrite
@@ -49,22 +50,28 @@ def write_spec(attempt: TaskAttempt, job: StreamWrite) -> WriteSpec:
 
 
 def run_writes(attempt: TaskAttempt, writes: list[StreamWrite]) -> Handles:
-    """Every write, at once when there are several; the files go into the result in the
-    streams' order, whichever job finished first. Job tags are per thread: each thread
-    carries the attempt's tag (run() set it on the calling thread)."""
-    tag = attempt.job_tag
+    """Every write in one Spark action (a lone one as a plain keyed write); the files go
+    into the result in the streams' order. The action runs on a thread of its own so the
+    snapshot can say it is alive; job tags are per thread, so it carries the attempt's
+    tag (run() set it on the calling thread)."""
     started = time.monotonic()
-    if len(writes) <= 1:
-        results = [_written(attempt, job) for job in writes]
-    else:
-        with ThreadPoolExecutor(len(writes), thread_name_prefix="batchpoint-write") as pool:
-            futures = {pool.submit(_tagged, attempt, tag, job): job.stream for job in writes}
-            _log_progress(attempt, futures, started)
-        results = [future.result() for future in futures]  # the first failure, in order
+    with ThreadPoolExecutor(1, thread_name_prefix="batchpoint-write") as pool:
+        future = pool.submit(_tagged, attempt, attempt.job_tag, writes)
+        while not wait([future], timeout=PROGRESS_EVERY).done:
+            still = ", ".join(job.stream for job in writes)
+            attempt.log(f"snapshot: still writing {still} after {time.monotonic() - started:.0f}s")
+        results = future.result()
+    elapsed = time.monotonic() - started
     handles: Handles = {i: [] for i in range(attempt.parallelism)}
-    for stream_files in results:
-        for subtask, files in stream_files.items():
-            handles[subtask].extend(files)
+    for n, (job, stream_files) in enumerate(zip(writes, results, strict=True), start=1):
+        files = [f for fs in stream_files.values() for f in fs]
+        attempt.log(
+            f"snapshot: {job.stream} written ({len(files)} file(s), "
+            f"{sum(f.size for f in files)} bytes), {n} of {len(writes)} streams, "
+            f"in one pass, {elapsed:.1f}s"
+        )
+        for subtask, subtask_files in stream_files.items():
+            handles[subtask].extend(subtask_files)
     return handles
 
 
@@ -72,49 +79,41 @@ def write_nothing(attempt: TaskAttempt, writes: list[StreamWrite]) -> Handles:
     """The writes of streams known to hold no rows: every subtask's empty files, written
     here on the driver (no Spark job), in the streams' order."""
     handles: Handles = {i: [] for i in range(attempt.parallelism)}
-    for job in writes:
-        for subtask, files in _written(attempt, job, empty=True).items():
+    for stream_files in _written(attempt, writes, empty=True):
+        for subtask, files in stream_files.items():
             handles[subtask].extend(files)
     return handles
 
 
-def _written(attempt: TaskAttempt, job: StreamWrite, *, empty: bool = False) -> Handles:
+def _written(
+    attempt: TaskAttempt, writes: list[StreamWrite], *, empty: bool = False
+) -> list[Handles]:
     from batchpoint.spark import keyed_io
 
-    spec = write_spec(attempt, job)
+    specs = [write_spec(attempt, job) for job in writes]
+    store = attempt.env.store_ref
     if empty:
-        files = keyed_io.write_empty(job.df.schema, attempt.env.store_ref, spec)
+        files = [
+            keyed_io.write_empty(j.df.schema, store, s) for j, s in zip(writes, specs, strict=True)
+        ]
+    elif len(writes) <= 1:  # a lone stream needs no common shape
+        files = [keyed_io.write_keyed(j.df, store, s) for j, s in zip(writes, specs, strict=True)]
     else:
-        files = keyed_io.write_keyed(job.df, attempt.env.store_ref, spec)
+        files = keyed_io.write_keyed_streams(
+            [(j.df, s) for j, s in zip(writes, specs, strict=True)], store
+        )
+    return [_with_consumers(job, f) for job, f in zip(writes, files, strict=True)]
+
+
+def _with_consumers(job: StreamWrite, files: Handles) -> Handles:
     if len(job.consumers) < 2:
         return files
     meta = {CONSUMERS_META: list(job.consumers)}
     return {i: [replace(f, meta={**f.meta, **meta}) for f in fs] for i, fs in files.items()}
 
 
-def _tagged(attempt: TaskAttempt, tag: str | None, job: StreamWrite) -> Handles:
+def _tagged(attempt: TaskAttempt, tag: str | None, writes: list[StreamWrite]) -> list[Handles]:
     from batchpoint.spark.job_count import tagged
 
     with tagged(attempt.env.session, tag):
-        return _written(attempt, job)
-
-
-def _log_progress(attempt: TaskAttempt, futures: dict[Future[Any], str], started: float) -> None:
-    """A line per stream written, and one every PROGRESS_EVERY seconds naming the
-    streams still being written."""
-    waiting = set(futures)
-    total = len(futures)
-    while waiting:
-        done, waiting = wait(waiting, timeout=PROGRESS_EVERY, return_when=FIRST_COMPLETED)
-        elapsed = time.monotonic() - started
-        for future in done:
-            if future.exception() is None:
-                files = [f for fs in future.result().values() for f in fs]
-                attempt.log(
-                    f"snapshot: {futures[future]} written ({len(files)} file(s), "
-                    f"{sum(f.size for f in files)} bytes), {total - len(waiting)} of "
-                    f"{total} streams, {elapsed:.1f}s"
-                )
-        if not done:
-            still = ", ".join(sorted(futures[f] for f in waiting))
-            attempt.log(f"snapshot: still writing {still} after {elapsed:.0f}s")
+        return _written(attempt, writes)

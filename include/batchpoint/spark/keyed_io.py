@@ -24,6 +24,7 @@ from batchpoint.spark.state_writer import (
     write_empty_keyed_state,
     write_keyed_state,
 )
+from batchpoint.spark.stream_writer import write_streams
 from batchpoint.spark.task_rows import task_rows
 from batchpoint.state.evolution import SchemaVerdict
 from batchpoint.state.format import StateHandle
@@ -68,6 +69,17 @@ def write_keyed(df: DataFrame, store_ref: StoreRef, spec: WriteSpec) -> dict[int
     """Write `df` partitioned by key group for `spec.parallelism` subtasks; every subtask
     gets at least one file. Returns the handles per subtask."""
     return _by_subtask(write_keyed_state(df, store_ref, spec), spec.parallelism)
+
+
+def write_keyed_streams(
+    frames: Sequence[tuple[DataFrame, WriteSpec]], store_ref: StoreRef
+) -> list[dict[int, list[FileHandle]]]:
+    """write_keyed of each (rows, spec), all in one Spark action (spark/stream_writer):
+    each stream's handles per subtask, in `frames`' order."""
+    return [
+        _by_subtask(handles, spec.parallelism)
+        for handles, (_, spec) in zip(write_streams(frames, store_ref), frames, strict=True)
+    ]
 
 
 def write_empty(
@@ -156,4 +168,5 @@ __all__ = [
     "spark_schema",
     "write_empty",
     "write_keyed",
+    "write_keyed_streams",
 ]

@@ -1,0 +1,176 @@
+"""Every stream of an operator's snapshot (its states, full or as a changelog layer, and
+its channels) written by one Spark action, in one pass over the rows.
+
+Each stream's frame gets its own `_key_group` and `_subtask` (its own key columns and
+max parallelism), then all are brought to one shape: `_stream` (the stream's index),
+`_subtask`, `_key_group`, and one struct column per stream holding its columns (null in
+the other streams' rows). One `repartitionById` by subtask and one sort by (stream, key
+group) put subtask i's rows of every stream in partition i, stream after stream, each
+sorted by key group; the task splits its batches by stream and feeds each stream's rows,
+flattened back to its own columns, to that stream's `_SubtaskWriter`. The files and
+handles are exactly those of one `write_keyed_state` per stream.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from functools import reduce
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from batchpoint.spark.key_groups import key_group_column, subtask_column
+from batchpoint.spark.shipping import StoreLike
+from batchpoint.spark.state_writer import (
+    WriteSpec,
+    _SubtaskWriter,
+    _task_write,
+    _TaskWrite,
+    _write_missing_subtasks,
+)
+from batchpoint.state.format import (
+    KEY_GROUP_COLUMN,
+    SUBTASK_COLUMN,
+    StateError,
+    StateHandle,
+    check_written_handles,
+)
+
+STREAM_COLUMN = "_stream"
+
+_HANDLE_SCHEMA = "stream int, handle string"
+_HANDLE_ARROW = pa.schema([pa.field("stream", pa.int32()), pa.field("handle", pa.string())])
+
+
+def _struct_column(index: int) -> str:
+    return f"_s{index}"
+
+
+def _common_shape(frames: Sequence[tuple[DataFrame, WriteSpec]]) -> DataFrame:
+    """The union of every stream's rows, each with its own key group and subtask."""
+    structs = [T.StructType(df.schema.fields) for df, _ in frames]
+    shaped = []
+    for i, (df, spec) in enumerate(frames):
+        own = F.struct(*[F.col(f"`{c}`") for c in df.columns])
+        keyed = df.withColumn(
+            KEY_GROUP_COLUMN, key_group_column(spec.key_columns, spec.max_parallelism, df.schema)
+        ).withColumn(
+            SUBTASK_COLUMN,
+            subtask_column(KEY_GROUP_COLUMN, spec.max_parallelism, spec.parallelism),
+        )
+        shaped.append(
+            keyed.select(
+                F.lit(i).cast(T.IntegerType()).alias(STREAM_COLUMN),
+                F.col(SUBTASK_COLUMN),
+                F.col(KEY_GROUP_COLUMN),
+                *[
+                    (own if j == i else F.lit(None).cast(struct)).alias(_struct_column(j))
+                    for j, struct in enumerate(structs)
+                ],
+            )
+        )
+    # the frames' own method: a Connect frame is no subclass of the classic one
+    return reduce(lambda left, right: left.unionByName(right), shaped)
+
+
+def _stream_rows(batch: pa.RecordBatch, index: int) -> pa.RecordBatch:
+    """Stream `index`'s rows of `batch` (all of them its own) as its own columns."""
+    struct = batch.column(_struct_column(index))
+    fields = [struct.type.field(k) for k in range(struct.type.num_fields)]
+    columns = struct.flatten()
+    return pa.RecordBatch.from_arrays(
+        [*columns, batch.column(KEY_GROUP_COLUMN)],
+        names=[*[f.name for f in fields], KEY_GROUP_COLUMN],
+    )
+
+
+def _split(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The runs of one stream's rows in `batch` (rows come sorted by stream)."""
+    streams = batch.column(STREAM_COLUMN).to_numpy(zero_copy_only=False)
+    if len(streams) == 0:
+        return
+    cuts = [0, *(np.flatnonzero(np.diff(streams)) + 1).tolist(), len(streams)]
+    for start, end in itertools.pairwise(cuts):
+        index = int(streams[start])
+        yield index, _stream_rows(batch.slice(start, end - start), index)
+
+
+def _write_streams_task(
+    tasks: Sequence[_TaskWrite], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """The mapInArrow body: partition i is subtask i of every stream. Any failure
+    removes every file this task attempt uploaded, of every stream (Spark retries the
+    task, which writes them again under its own attempt id)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    assert ctx is not None
+    subtask, task_attempt = ctx.partitionId(), f"t{ctx.taskAttemptId()}"
+    writers: list[_SubtaskWriter] = []
+    try:
+        for task in tasks:
+            if task.spec.hooks.before is not None:
+                task.spec.hooks.before(subtask)
+            writers.append(_SubtaskWriter(task, task.store.open(), subtask, task_attempt))
+        last = -1
+        for batch in batches:
+            for index, rows in _split(batch):
+                if index < last:
+                    raise StateError(
+                        f"subtask {subtask}: rows are not sorted by stream (the Spark plan "
+                        "lost sortWithinPartitions)"
+                    )
+                last = index
+                writers[index].write(rows)
+        out: list[tuple[int, StateHandle]] = []
+        for index, (task, writer) in enumerate(zip(tasks, writers, strict=True)):
+            handles = writer.finish()
+            if task.spec.hooks.after is not None:
+                task.spec.hooks.after(subtask, task_attempt, handles)
+            out += [(index, h) for h in handles]
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    for writer in writers:
+        writer.cleanup()
+    yield pa.RecordBatch.from_pydict(
+        {"stream": [i for i, _ in out], "handle": [json.dumps(h.to_json()) for _, h in out]},
+        schema=_HANDLE_ARROW,
+    )
+
+
+def write_streams(
+    frames: Sequence[tuple[DataFrame, WriteSpec]], store: StoreLike
+) -> list[list[StateHandle]]:
+    """Write each (rows, spec) as write_keyed_state would, all in one Spark action; the
+    handles per stream, in `frames`' order, each sorted by subtask and key group. Every
+    spec has the same parallelism (one attempt's)."""
+    specs = [spec.checked() for _, spec in frames]
+    if len({s.parallelism for s in specs}) != 1:
+        raise StateError("the streams of one pass must share their parallelism")
+    frames = [(df, spec) for (df, _), spec in zip(frames, specs, strict=True)]
+    tasks = [_task_write(df.schema, store, spec) for df, spec in frames]
+    by_subtask = (
+        _common_shape(frames)
+        .repartitionById(specs[0].parallelism, SUBTASK_COLUMN)
+        .sortWithinPartitions(STREAM_COLUMN, KEY_GROUP_COLUMN)
+        .drop(SUBTASK_COLUMN)
+    )
+    writer = functools.partial(_write_streams_task, tasks)
+    rows = by_subtask.mapInArrow(writer, _HANDLE_SCHEMA).collect()
+    written: list[list[StateHandle]] = [[] for _ in frames]
+    for row in rows:
+        written[row.stream].append(StateHandle.from_json(json.loads(row.handle)))
+    for task, handles in zip(tasks, written, strict=True):
+        handles += _write_missing_subtasks(task, {h.subtask for h in handles})
+        handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
+        spec = task.spec
+        check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
+    return written
