@@ -19,7 +19,7 @@ import pyarrow as pa
 from batchpoint.demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
 from batchpoint.demo.payments_quality import payments_quality
 from batchpoint.quality.suites import declare_quality
-from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode
+from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode, State
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -104,7 +104,9 @@ def build_pipeline(
         "balances",
         inputs=["dedup"],
         key=["account_id"],
-        states={"balances": BALANCE_SCHEMA},
+        # One row per account (the function groups by it): a value state's changelog is a
+        # keyed join, not a comparison of each account's rows gathered into an array.
+        states={"balances": State(BALANCE_SCHEMA, value=True)},
         parallelism=parallelism,
     )(balances)
     pipeline.sink(

@@ -71,7 +71,7 @@ def build_pipeline(**options: object) -> Pipeline:
         OPERATOR,
         inputs=old.inputs,
         key=old.key_columns,
-        states={"balances": State(BALANCE_SCHEMA)},
+        states={"balances": State(BALANCE_SCHEMA, value=True)},
         parallelism=old.parallelism,
         uid="balances",
     )(accounts)

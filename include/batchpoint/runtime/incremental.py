@@ -201,13 +201,24 @@ def state_write(
     key_columns: tuple[str, ...],
     max_parallelism: int,
     plan: SnapshotPlan,
+    *,
+    value: bool = False,
 ) -> StreamWrite:
-    """The write of a state: the new state itself, or its changes since the base."""
+    """The write of a state: the new state itself, or its changes since the base. A value
+    state's changes are a keyed join (spark/value_changelog), in the same format as the
+    array comparison's, so a chain may mix both across deploys."""
     new = ctx.new_state(state)
     if plan.full:
         return StreamWrite(new, stream, key_columns, max_parallelism)
     from batchpoint.spark.state_changelog import changelog, no_changes
+    from batchpoint.spark.value_changelog import value_changelog
 
     old = ctx.state(state)
-    changes = no_changes(old) if new is old else changelog(new, old, key_columns)
+    if new is old:
+        changes = no_changes(old)
+    elif value:
+        what = f"operator '{ctx.operator}': state '{state}'"
+        changes = value_changelog(new, old, key_columns, what)
+    else:
+        changes = changelog(new, old, key_columns)
     return StreamWrite(changes, stream, key_columns, max_parallelism, layer=plan.layer)

@@ -95,13 +95,16 @@ class State:
     `uid` keeps the state's identity when it is renamed (default: its name). `defaults`
     fills a column the schema gained, for rows written before it; `dropped` names columns
     the code removed on purpose; `migrate` turns the old DataFrame into the new one, once,
-    in the first epoch after a deploy whose change no rule migrates."""
+    in the first epoch after a deploy whose change no rule migrates. `value=True` is
+    Flink's ValueState: at most one row per key (default: Flink's ListState, any number),
+    so a changelog is a plain keyed join; a second row for a key fails the epoch."""
 
     schema: pa.Schema | StructType | str
     uid: str | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     dropped: tuple[str, ...] = ()
     migrate: Callable[[DataFrame], DataFrame] | None = None
+    value: bool = False
 
 
 def _with_uid(node: Any) -> None:
@@ -166,6 +169,8 @@ def _state_decl(operator: str, state: str, declared: pa.Schema | StructType | st
             raise PipelineSpecError(f"{what}: the default of column '{column}': {problem}")
     if decl.migrate is not None and not callable(decl.migrate):
         raise PipelineSpecError(f"{what}: migrate= must be a function of the old DataFrame")
+    if not isinstance(decl.value, bool):
+        raise PipelineSpecError(f"{what}: value= must be True or False")
     return replace(
         decl,
         schema=schema,
@@ -216,6 +221,11 @@ class OperatorDef:
     def state_uid(self, state: str) -> str:
         decl = self.state_decls.get(state)
         return decl.uid if decl is not None and decl.uid else state
+
+    def value_state(self, state: str) -> bool:
+        """Whether the state is declared to hold at most one row per key."""
+        decl = self.state_decls.get(state)
+        return decl is not None and decl.value
 
 
 @dataclass(frozen=True)

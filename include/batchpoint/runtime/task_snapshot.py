@@ -115,6 +115,7 @@ def operator_writes(
             node.key_columns,
             node.max_parallelism,
             plans[s],
+            value=node.value_state(s),
         )
         for s in node.states
     ]
