@@ -40,6 +40,20 @@ def seen_events(runner: LocalEpochRunner, ref: StoreRef, spark: Any, checkpoint:
     return sorted(r.event_id for r in keyed_io.read_keyed(spark, ref, files).collect())
 
 
+def checked_epoch(
+    runner: LocalEpochRunner, store: Any, clock: FakeClock, new_input: int | None
+) -> Any:
+    """One epoch (with input epoch `new_input`, or none new), completed, its sinks equal to
+    the pandas reference; the result and that reference."""
+    if new_input is not None:
+        write_epoch_files(store, SOURCE_ROOT, new_input, accounts=20, events_per_epoch=60)
+    clock.advance(60)
+    result = runner.run_epoch()
+    assert result.outcome is not None and result.outcome.status is CheckpointStatus.COMPLETED
+    expected = assert_sinks_match_reference(store, runner.driver.coordinator, result.checkpoint_id)
+    return result, expected
+
+
 def test_an_epoch_without_input_runs_no_spark_job_for_dedup_and_restores_alike(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -49,16 +63,9 @@ def test_an_epoch_without_input_runs_no_spark_job_for_dedup_and_restores_alike(
     # Idle epochs run (they are skipped by default): this one is the case under test.
     config = CheckpointConfig(skip_idle=False)
     runner = LocalEpochRunner(build_pipeline(), ref, spark, config, clock=clock)
-    data = {"accounts": 20, "events_per_epoch": 60}
 
     def epoch(new_input: int | None) -> Any:
-        if new_input is not None:
-            write_epoch_files(store, SOURCE_ROOT, new_input, **data)
-        clock.advance(60)
-        result = runner.run_epoch()
-        assert result.outcome is not None and result.outcome.status is CheckpointStatus.COMPLETED
-        assert_sinks_match_reference(store, runner.driver.coordinator, result.checkpoint_id)
-        return result
+        return checked_epoch(runner, store, clock, new_input)[0]
 
     epoch(0)
     epoch(1)
@@ -93,12 +100,7 @@ def test_a_sink_with_nothing_new_runs_no_spark_job_and_publishes_no_rows(
     coordinator = runner.driver.coordinator
 
     def epoch(new_input: int | None) -> Any:
-        if new_input is not None:
-            write_epoch_files(store, SOURCE_ROOT, new_input, accounts=20, events_per_epoch=60)
-        clock.advance(60)
-        result = runner.run_epoch()
-        assert result.outcome is not None and result.outcome.status is CheckpointStatus.COMPLETED
-        expected = assert_sinks_match_reference(store, coordinator, result.checkpoint_id)
+        result, expected = checked_epoch(runner, store, clock, new_input)
         # every event dedup ever passed on, published once: nothing lost, nothing twice
         published = read_sink_table(store, "payments", "fresh").column("event_id").to_pylist()
         assert sorted(published) == sorted(expected.seen_events["event_id"])

@@ -108,7 +108,7 @@ def _rest_work(spark: SparkSession, tag: str) -> SparkWork | None:
             return work
         last = work
         if pause is None:
-            return None
+            break
         time.sleep(pause)
     return None
 

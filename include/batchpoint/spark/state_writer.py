@@ -313,11 +313,7 @@ def write_keyed_state(df: DataFrame, store: StoreLike, spec: WriteSpec) -> list[
         .drop(SUBTASK_COLUMN)
     )
     rows = by_subtask.mapInArrow(functools.partial(_write_task, task), _HANDLE_SCHEMA).collect()
-    handles = [StateHandle.from_json(json.loads(r.handle)) for r in rows]
-    handles += _write_missing_subtasks(task, {h.subtask for h in handles})
-    handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
-    check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
-    return handles
+    return completed_handles(task, [StateHandle.from_json(json.loads(r.handle)) for r in rows])
 
 
 def write_empty_keyed_state(
@@ -326,9 +322,7 @@ def write_empty_keyed_state(
     """What write_keyed_state writes for rows known to be none (an operator with
     nothing to do): every subtask's empty files, written here, without a Spark job."""
     spec = spec.checked()
-    handles = _write_missing_subtasks(_task_write(schema, store, spec), set())
-    check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
-    return handles
+    return completed_handles(_task_write(schema, store, spec), [])
 
 
 def _task_write(schema: T.StructType, store: StoreLike, spec: WriteSpec) -> _TaskWrite:
@@ -358,6 +352,17 @@ def _task_write(schema: T.StructType, store: StoreLike, spec: WriteSpec) -> _Tas
         fingerprint=fingerprint,
         spark_schema=state_struct.json(),
     )
+
+
+def completed_handles(task: _TaskWrite, handles: list[StateHandle]) -> list[StateHandle]:
+    """The handles Spark's tasks returned for a write, with the files of any subtask no
+    task ran (written here), sorted by subtask and key group, and checked to cover every
+    key group once."""
+    handles = handles + _write_missing_subtasks(task, {h.subtask for h in handles})
+    handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
+    spec = task.spec
+    check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
+    return handles
 
 
 def _write_missing_subtasks(task: _TaskWrite, seen: set[int]) -> list[StateHandle]:

@@ -32,14 +32,13 @@ from batchpoint.spark.state_writer import (
     _SubtaskWriter,
     _task_write,
     _TaskWrite,
-    _write_missing_subtasks,
+    completed_handles,
 )
 from batchpoint.state.format import (
     KEY_GROUP_COLUMN,
     SUBTASK_COLUMN,
     StateError,
     StateHandle,
-    check_written_handles,
 )
 
 STREAM_COLUMN = "_stream"
@@ -168,9 +167,4 @@ def write_streams(
     written: list[list[StateHandle]] = [[] for _ in frames]
     for row in rows:
         written[row.stream].append(StateHandle.from_json(json.loads(row.handle)))
-    for task, handles in zip(tasks, written, strict=True):
-        handles += _write_missing_subtasks(task, {h.subtask for h in handles})
-        handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
-        spec = task.spec
-        check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
-    return written
+    return [completed_handles(task, handles) for task, handles in zip(tasks, written, strict=True)]
