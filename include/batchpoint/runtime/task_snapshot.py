@@ -63,9 +63,9 @@ def snapshot(
         return idle if idle is not None else _timed_writes(attempt, [sink], aligned)
     assert isinstance(node, OperatorDef)
     plans = snapshot_plans(attempt, processed.ctx, restored)
-    handles = _idle(attempt, processed, restored, plans, aligned)
+    writes = operator_writes(attempt, processed.ctx, processed.output, plans)
+    handles = _idle(attempt, processed, restored, plans, writes, aligned)
     if handles is None:
-        writes = operator_writes(attempt, processed.ctx, processed.output, plans)
         cached = _cache(node, processed, writes)
         try:
             handles = _timed_writes(attempt, writes, aligned)
@@ -145,13 +145,13 @@ def _idle(
     processed: Processed,
     restored: Restored,
     plans: dict[str, SnapshotPlan],
+    writes: list[StreamWrite],
     aligned: float,
 ) -> Handles | None:
     """The epoch by reference when the operator has nothing to do (task_idle)."""
     from batchpoint.runtime.task_idle import idle_handles
 
     writing = attempt.report.timed_sync(aligned)
-    writes = operator_writes(attempt, processed.ctx, processed.output, plans)
     channels = [w for w in writes if w.layer == 0 and w.stream.startswith("channel-")]
     handles = idle_handles(attempt, processed, restored, plans, channels)
     if handles is not None:
