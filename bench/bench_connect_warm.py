@@ -111,7 +111,8 @@ class PaymentsStore:
 
 
 def server(workdir: Path, warm: bool, conf: dict[str, str] | None = None) -> Any:
-    """A devstack server, cold or warm, with its UI on a free port: the REST API an
+    """A devstack server, cold or warm (as the demo starts it: its warm-up also opens
+    the payments operators' sessions), with its UI on a free port: the REST API an
     operator over Connect counts its Spark jobs by."""
     from batchpoint.devstack.seaweed import free_ports
     from batchpoint.devstack.spark_connect import SparkConnectServer
@@ -120,7 +121,8 @@ def server(workdir: Path, warm: bool, conf: dict[str, str] | None = None) -> Any
     settings = ui | dict(conf or {})
     if not warm:
         settings.setdefault("spark.python.daemon.module", "pyspark.daemon")
-    return SparkConnectServer(workdir, conf=settings, warm_up=warm)
+    pipelines = [PIPELINE] if warm else []
+    return SparkConnectServer(workdir, conf=settings, warm_up=warm, pipelines=pipelines)
 
 
 def split_of(result: dict[str, Any]) -> str:

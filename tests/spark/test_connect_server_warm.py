@@ -1,8 +1,10 @@
 """A devstack Spark Connect server as the launcher starts it (issue 28): it schedules
-FAIR, it ran its warm-up job before serving, and each operator's client puts its jobs in
-the operator's own pool, also when two operators of one pipeline run side by side. Read
-back through the server's REST API (its UI on for the test) and the sessions' conf; the
-clients run in a subprocess (this process may hold a classic Spark session)."""
+FAIR, it ran its warm-up job before serving, its warm-up started the Python workers of
+each operator session of the pipeline it was given (Spark keeps a worker daemon per
+session), and each operator's client puts its jobs in the operator's own pool, also when
+two operators of one pipeline run side by side. Read back through the server's REST API
+(its UI on for the test), the sessions' conf and the server's processes; the clients run
+in a subprocess (this process may hold a classic Spark session)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from batchpoint.devstack.spark_warm_up import WARM_UP_TAG
-from batchpoint.spark.connect import operator_pool
+from batchpoint.devstack.spark_warm_up import WARM_UP_TAG, operator_tasks
+from batchpoint.spark.connect import operator_pool, operator_session_id
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -45,13 +47,35 @@ for turn, name in enumerate(("dedup", "balances", "dedup")):
 print(json.dumps(seen))
 """
 
+DAEMON_MODULE = "batchpoint.devstack.worker_daemon"
+
+#: The pipeline whose operator sessions the server's warm-up opens.
+PIPELINE = "batchpoint.demo.payments:pipeline"
+
+#: One Python task in a session: `operator` names an operator session of PIPELINE
+#: (joined as its jobs join it), "" a session of its own.
+PYTHON_TASK = """
+import sys
+from batchpoint.jobs.run_operator import operator_session
+from batchpoint.settings import Settings
+from batchpoint.spark.connect import connect_session
+remote, operator = sys.argv[1:3]
+if operator:
+    spark = operator_session("payments", operator, Settings.from_env(), remote)
+else:
+    spark = connect_session(remote, "not-warmed")
+rows = spark.range(0, 4, 1, 2)
+print(rows.mapInArrow(lambda batches: batches, rows.schema).count())
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from batchpoint.devstack.spark_connect import SparkConnectServer
 
     conf = {"spark.ui.enabled": "true", "spark.ui.port": "0"}
-    with SparkConnectServer(tmp_path_factory.mktemp("warm-server"), conf=conf) as started:
+    workdir = tmp_path_factory.mktemp("warm-server")
+    with SparkConnectServer(workdir, conf=conf, pipelines=[PIPELINE]) as started:
         yield started
 
 
@@ -79,15 +103,78 @@ def test_the_server_schedules_fair_and_ran_its_warm_up_first(server: Any) -> Non
     assert min(j["jobId"] for j in jobs) == min(j["jobId"] for j in warm)
 
 
-def test_each_operator_session_runs_its_jobs_in_its_own_pool(server: Any, tmp_path: Path) -> None:
+def client_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED", "MASTER")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "include"), str(ROOT / "tests")])
     env["BATCHPOINT_ROOT"] = (tmp_path / "store").as_uri()
+    return env
+
+
+def run_client(code: str, *args: str, env: dict[str, str]) -> str:
     done = subprocess.run(
-        [sys.executable, "-c", CLIENT, server.url], env=env, capture_output=True, text=True
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    conf_pools = json.loads(done.stdout.strip().splitlines()[-1])
+    return done.stdout
+
+
+def worker_daemons(server: Any) -> set[int]:
+    """The server's Python worker daemons: its descendants running the daemon module
+    whose parent is not one (a forked worker's parent is its daemon)."""
+    processes: dict[int, tuple[int, list[str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().decode().split("\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        processes[int(entry.name)] = (parent, command)
+
+    def under_server(pid: int) -> bool:
+        while pid > 1 and pid in processes:
+            if pid == server.pid:
+                return True
+            pid = processes[pid][0]
+        return False
+
+    def is_daemon(pid: int) -> bool:
+        # python -m batchpoint.devstack.worker_daemon (the JVM's own command line names
+        # the module too, in its conf)
+        return pid in processes and processes[pid][1][1:3] == ["-m", DAEMON_MODULE]
+
+    return {
+        pid
+        for pid, (parent, _) in processes.items()
+        if is_daemon(pid) and not is_daemon(parent) and under_server(pid)
+    }
+
+
+def test_the_warm_up_starts_the_python_workers_of_each_operator_session(
+    server: Any, tmp_path: Path
+) -> None:
+    operators = [name for _, name in operator_tasks([PIPELINE])]
+    assert {"dedup", "balances", "alerts"} <= set(operators)
+    warm = tagged(rest(server, "jobs?status=succeeded"), WARM_UP_TAG)
+    for operator in operators:
+        session = operator_session_id("payments", operator, server.url)
+        assert [j for j in warm if any(f"_Session_{session}_" in t for t in j["jobTags"])], (
+            f"no warm-up job ran in {operator}'s session"
+        )
+    env = client_env(tmp_path)
+    before = worker_daemons(server)
+    # An operator's first Python task forks from its session's running daemon...
+    assert run_client(PYTHON_TASK, server.url, "dedup", env=env).split()[-1] == "4"
+    assert worker_daemons(server) == before
+    # ...where a session the warm-up did not open starts a daemon of its own.
+    assert run_client(PYTHON_TASK, server.url, "", env=env).split()[-1] == "4"
+    assert len(worker_daemons(server) - before) == 1
+
+
+def test_each_operator_session_runs_its_jobs_in_its_own_pool(server: Any, tmp_path: Path) -> None:
+    done_stdout = run_client(CLIENT, server.url, env=client_env(tmp_path))
+    conf_pools = json.loads(done_stdout.strip().splitlines()[-1])
     jobs = rest(server, "jobs")
     stages = {s["stageId"]: s for s in rest(server, "stages")}
     for tag, conf_pool in conf_pools.items():

@@ -10,11 +10,13 @@ batchpoint as the clients. It dies with its parent, even on SIGKILL
 A started server is warm (issue 28): once it listens, a warm-up job
 (batchpoint.devstack.spark_warm_up) runs the code paths of an operator's epoch, and its
 Python workers fork from a daemon that has loaded their imports already
-(batchpoint.devstack.worker_daemon). It schedules FAIR, so that the operator tasks
+(batchpoint.devstack.worker_daemon); given pipelines, it also opens each of their
+operator sessions and starts its Python workers (Spark keeps them per session). It
+schedules FAIR, so that the operator tasks
 Airflow runs side by side share it instead of queueing job after job: each operator's
 session names its own pool (batchpoint.spark.connect.operator_pool).
 
-    python -m batchpoint.devstack.spark_connect --port 15002
+    python -m batchpoint.devstack.spark_connect --port 15002 [--pipeline module:attribute]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -82,7 +84,10 @@ class SparkConnectServer:
         port: int | None = None,
         startup_timeout: float = 180.0,
         warm_up: bool = True,
+        pipelines: Sequence[str] = (),
     ) -> None:
+        """`pipelines`: references (module:attribute) of pipelines whose operator
+        sessions the warm-up opens and warms (see spark_warm_up), at this server's `url`."""
         self.workdir = Path(workdir).absolute()
         self.master = master
         self.conf = {**DEFAULT_CONF, **(conf or {})}
@@ -91,6 +96,7 @@ class SparkConnectServer:
         self.startup_timeout = startup_timeout
         self._fixed_port = port
         self.warm_up = warm_up
+        self.pipelines = tuple(pipelines)
         #: Seconds the warm-up job took, None if it did not run or failed.
         self.warm_up_seconds: float | None = None
         self.port: int | None = None
@@ -183,7 +189,14 @@ class SparkConnectServer:
         env = {k: v for k, v in self.environment().items() if k != "MASTER"}
         scratch = self.workdir / "warm-up"
         started = time.monotonic()
-        args = [sys.executable, "-m", "batchpoint.devstack.spark_warm_up", self.url, str(scratch)]
+        args = [
+            sys.executable,
+            "-m",
+            "batchpoint.devstack.spark_warm_up",
+            self.url,
+            str(scratch),
+            *self.pipelines,
+        ]
         try:
             done = subprocess.run(
                 args, env=env, capture_output=True, text=True, timeout=WARM_UP_TIMEOUT
@@ -260,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
+    parser.add_argument(
+        "--pipeline",
+        action="append",
+        default=[],
+        metavar="REF",
+        help="a pipeline (module:attribute) whose operator sessions the warm-up opens",
+    )
     args = parser.parse_args(argv)
     conf = {}
     for item in args.conf:
@@ -268,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --conf {item!r} is not KEY=VALUE", file=sys.stderr)
             return 2
         conf[key] = value
-    server = SparkConnectServer(args.dir, master=args.master, conf=conf, port=args.port)
+    server = SparkConnectServer(
+        args.dir, master=args.master, conf=conf, port=args.port, pipelines=args.pipeline
+    )
     return serve_in_foreground(
         server,
         lambda: (

@@ -8,7 +8,15 @@ through `mapInArrow` and a grouped `applyInArrow` (Python workers that import wh
 operator's tasks import), a shuffle, a join, a Parquet write to a scratch folder and a
 read back. Its jobs carry WARM_UP_TAG, so the server's job list shows it ran.
 
-    python -m batchpoint.devstack.spark_warm_up sc://127.0.0.1:15002 SCRATCH_DIR
+Spark also keeps a Python worker daemon per server session (the session's artifact id is
+in the workers' environment, and a daemon's environment is its key), so each operator's
+session pays over a second for its daemon's start on its first Python task, and with
+one session per operator (spark.connect.operator_session_id) a pipeline's first epoch
+pays it once per operator. Given pipelines, the warm-up opens each operator's session,
+with the id and scheduler pool its jobs use, and runs a Python task in it: the first
+epoch finds every daemon running.
+
+    python -m batchpoint.devstack.spark_warm_up sc://127.0.0.1:15002 SCRATCH_DIR [PIPELINE_REF ...]
 
 It runs as a child process of whoever started the server: a process that holds a
 classic Spark session cannot open a Connect one (batchpoint.spark.connect).
@@ -19,7 +27,8 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,10 +85,58 @@ def warm_up(spark: SparkSession, scratch: Path) -> float:
     return time.monotonic() - started
 
 
+def operator_tasks(pipeline_refs: Sequence[str]) -> list[tuple[str, str]]:
+    """(pipeline, operator) of every operator and sink task of the pipelines."""
+    from batchpoint.runtime.loader import load_pipeline
+
+    tasks = []
+    for ref in pipeline_refs:
+        pipeline = load_pipeline(ref)
+        tasks += [(pipeline.name, name) for name in (*pipeline.operators, *pipeline.sinks)]
+    return tasks
+
+
+def warm_session(remote: str, pipeline: str, operator: str) -> None:
+    """Join the operator's session as its jobs do and run a Python task on each core's
+    worth of partitions, so the session's worker daemon and workers are up."""
+    from batchpoint.spark.connect import (
+        POOL_SETTING,
+        connect_session,
+        operator_pool,
+        operator_session_id,
+    )
+
+    spark = connect_session(
+        remote,
+        f"warm-up-{pipeline}-{operator}",
+        session_id=operator_session_id(pipeline, operator, remote),
+        conf={POOL_SETTING: operator_pool(pipeline, operator)},
+    )
+    spark.addTag(WARM_UP_TAG)
+    try:
+        rows = spark.range(0, 2, 1, 2)
+        rows.mapInArrow(_through_worker, rows.schema).collect()
+    finally:
+        spark.removeTag(WARM_UP_TAG)
+
+
+def warm_sessions(remote: str, pipeline_refs: Sequence[str]) -> list[tuple[str, str]]:
+    """Warm every operator session of the pipelines (two at a time: each daemon's start
+    is a second of one core). The sessions stay open: they are the operators' own."""
+    tasks = operator_tasks(pipeline_refs)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for done in [pool.submit(warm_session, remote, *task) for task in tasks]:
+            done.result()
+    return tasks
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m batchpoint.devstack.spark_warm_up REMOTE SCRATCH", file=sys.stderr)
+    if len(args) < 2:
+        print(
+            "usage: python -m batchpoint.devstack.spark_warm_up REMOTE SCRATCH [PIPELINE_REF ...]",
+            file=sys.stderr,
+        )
         return 2
     from batchpoint.spark.connect import connect_session
 
@@ -88,6 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     # The warm-up's own session goes: its workers are of no use to other sessions.
     spark.stop()
     print(f"warm-up jobs took {seconds:.1f}s", flush=True)
+    if args[2:]:
+        started = time.monotonic()
+        tasks = warm_sessions(args[0], args[2:])
+        names = ", ".join(f"{pipeline}.{operator}" for pipeline, operator in tasks)
+        print(
+            f"warmed {len(tasks)} operator session(s) in {time.monotonic() - started:.1f}s: "
+            f"{names}",
+            flush=True,
+        )
     return 0
 
 
