@@ -212,7 +212,7 @@ def start_airflow(demo: Any) -> float:
     from bench_spark_modes import noop_dag_like, run_dag
 
     step("Airflow's first run in this process: the checkpoint DAG's shape, no-op tasks")
-    noop = noop_dag_like(demo.airflow.dags()["payments_checkpoint"])
+    noop = demo.airflow.quietly(lambda: noop_dag_like(demo.airflow.dags()["payments_checkpoint"]))
     run, seconds = run_dag(noop, demo.airflow.log_file)
     say(f"{noop.dag_id}: {run.state} in {seconds:.1f}s")
     return seconds
