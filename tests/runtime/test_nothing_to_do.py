@@ -22,11 +22,11 @@ from batchpoint.protocol.checkpoint import SHARED_FROM_META, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.sinks import read_sink_table
-from batchpoint.runtime.api import OperatorContext, SinkMode
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.spark import keyed_io
 from batchpoint.storage import StoreRef
+from support import fresh_sink
 from support.clock import FakeClock
 from support.payments import assert_sinks_match_reference
 
@@ -81,22 +81,15 @@ def test_an_epoch_without_input_runs_no_spark_job_for_dedup_and_restores_alike(
     assert len(seen_events(runner, ref, spark, after.checkpoint_id)) > len(before)
 
 
-def fresh_events(ctx: OperatorContext) -> Any:
-    """What the `fresh` sink stages: each event dedup passes on, once ever."""
-    return ctx.input("dedup").select("event_id", "account_id", "amount")
-
-
 def test_a_sink_with_nothing_new_runs_no_spark_job_and_publishes_no_rows(
     spark: Any, tmp_path: Path
 ) -> None:
     ref = StoreRef.of(tmp_path.as_uri())
     store = ref.open()
     clock = FakeClock()
-    pipeline = build_pipeline()
-    pipeline.sink(
-        "fresh", inputs=["dedup"], key=["event_id"], mode=SinkMode.APPEND, fn=fresh_events
+    runner = LocalEpochRunner(
+        fresh_sink.pipeline(), ref, spark, CheckpointConfig(skip_idle=False), clock=clock
     )
-    runner = LocalEpochRunner(pipeline, ref, spark, CheckpointConfig(skip_idle=False), clock=clock)
     coordinator = runner.driver.coordinator
 
     def epoch(new_input: int | None) -> Any:

@@ -1,7 +1,8 @@
 """Counting an attempt's Spark jobs over Connect (issue 28): an operator task that is a
 Connect client of a real local server records in its ack the jobs and stages the
 server's REST API lists under the attempt's tag, the same counts the same epoch records
-on a classic session; a server without a UI records no count, never a wrong one."""
+on a classic session; a server without a UI records no count, never a wrong one; a sink
+with nothing new runs no job over Connect either."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from batchpoint.devstack.spark_connect import SparkConnectServer
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.layout import TaskId
+from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
+from support import fresh_sink
 from support.clock import FakeClock
 from support.connect_env import client_env
 
@@ -31,6 +34,9 @@ CLIENT = ROOT / "tests" / "support" / "connect_client.py"
 #: The payments tasks in an order each finds its inputs acknowledged.
 TASKS = ("dedup", "balances", "balances_table", "alerts")
 DATA = {"accounts": 20, "events_per_epoch": 60}
+PAYMENTS = "batchpoint.demo.payments:pipeline"
+#: Payments with a sink on dedup's output (its client imports it from tests/).
+FRESH_SINK = "support.fresh_sink:pipeline"
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +48,23 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnect
         yield server
 
 
-def runner_on(spark: Any, root: Path) -> tuple[LocalEpochRunner, FakeClock]:
-    """Payments on a store in `root` holding input epoch 0; its driver runs here."""
+def runner_on(
+    spark: Any, root: Path, pipeline: Pipeline | None = None
+) -> tuple[LocalEpochRunner, FakeClock]:
+    """Payments (or `pipeline`) on a store in `root` holding input epoch 0; its driver
+    runs here."""
     ref = StoreRef.of(root.as_uri())
     write_epoch_files(ref.open(), SOURCE_ROOT, 0, **DATA)
     clock = FakeClock()
-    return LocalEpochRunner(build_pipeline(), ref, spark, clock=clock), clock
+    return LocalEpochRunner(pipeline or build_pipeline(), ref, spark, clock=clock), clock
 
 
-def run_over_connect(runner: LocalEpochRunner, remote: str, tasks: tuple[str, ...]) -> Any:
+def run_over_connect(
+    runner: LocalEpochRunner, remote: str, tasks: tuple[str, ...], pipeline: str = PAYMENTS
+) -> Any:
     """One checkpoint whose `tasks` run as Connect clients of `remote` (subprocesses,
-    as Airflow tasks are); the acks of the checkpoint, once every task acknowledged."""
+    as Airflow tasks are), loading `pipeline`; the acks of the checkpoint, once every
+    task acknowledged."""
     checkpoint_id = runner.driver.trigger().checkpoint_id
     env = {**client_env(ROOT / "include"), "BATCHPOINT_ROOT": runner.driver.store_ref.uri}
     env["PYTHONPATH"] += f":{ROOT / 'tests'}"
@@ -60,7 +72,7 @@ def run_over_connect(runner: LocalEpochRunner, remote: str, tasks: tuple[str, ..
         done = subprocess.run(
             [
                 sys.executable, str(CLIENT), "operator", "--remote", remote,
-                "--pipeline", "batchpoint.demo.payments:pipeline",
+                "--pipeline", pipeline,
                 "--checkpoint-id", str(checkpoint_id), "--operator", name,
             ],
             env=env, capture_output=True, text=True, timeout=600, check=False,
@@ -108,3 +120,26 @@ def test_a_server_without_ui_records_no_count(spark: Any, tmp_path: Path) -> Non
         coordinator, checkpoint_id = run_over_connect(runner, server.url, ("dedup",))
         acks = [a for a in coordinator.acks(checkpoint_id).values()]
     assert acks and counts(acks) == {"dedup": {(None, None)}}
+
+
+def test_a_sink_with_nothing_new_runs_no_spark_job_over_connect(
+    spark: Any, ui_server: SparkConnectServer, tmp_path: Path
+) -> None:
+    # The server proves the sink's input empty (spark.plan_facts), as a classic session
+    # does. dedup unions its state with nothing new: proven idle on a classic session
+    # only, so it runs its jobs here.
+    runner, clock = runner_on(spark, tmp_path / "store", fresh_sink.pipeline())
+    clock.advance(60)
+    first = runner.run_epoch()
+    assert first.outcome is not None and first.outcome.status is CheckpointStatus.COMPLETED
+    clock.advance(60)  # no new input
+    tasks = (*TASKS, "fresh")
+    _, checkpoint_id = run_over_connect(runner, ui_server.url, tasks, FRESH_SINK)
+    outcome, _ = runner.complete(checkpoint_id)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    got = counts(outcome.completed.acks)
+    print(f"connect, nothing new: {got}")
+    assert got["fresh"] == {(0, 0)}
+    assert got["dedup"] != {(0, 0)}
+    staged = [h for a in outcome.completed.acks if a.task.startswith("fresh") for h in a.handles]
+    assert staged and all(h.rows == 0 for h in staged)

@@ -7,7 +7,8 @@ empty is an empty plan (a source with no new file, a channel whose handles hold 
 rows), and the function's plans over it must reduce to the old state and to nothing.
 Whatever it cannot prove runs as usual: a state due a full snapshot (no base, a
 savepoint, a rescale, a new schema, compaction), a function that re-aggregates its
-state, a Connect session.
+state. Over Connect the server is asked the same (spark/plan_facts.py): an empty input
+is proven alike, an unchanged state only when returned as it came.
 
 A sink with nothing new (its inputs hold no rows, and its function, if any, stages
 none) stages every subtask's empty files the same way: its publication adds no rows
