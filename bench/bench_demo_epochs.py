@@ -27,9 +27,9 @@ the cost of reading the server's REST API at every ack (about 0.3 s a task).
 
 Airflow is up before the first epoch, as a scheduler is before a server (re)starts: a
 run of the checkpoint DAG's shape with no-op tasks goes first (bench_spark_modes'),
-touching neither Spark nor the store. It takes
-Airflow's own first-task start in this process (its in-process execution API, seconds)
-out of the first epoch; the bench prints it.
+touching neither Spark nor the store. It takes Airflow's own first-task start in this
+process (its in-process execution API, seconds) out of the first epoch; the bench
+prints it.
 """
 
 from __future__ import annotations
@@ -85,18 +85,15 @@ def spark_work(outcome: Any) -> Work:
 
 
 def connect_server(workdir: Path, ui: bool) -> Any:
-    """The demo's server (batchpoint.demo.run.spark_server's), with its UI on a free
-    port when `ui` (the only way a Connect client counts its jobs)."""
-    from batchpoint.demo.run import GOOD_REF
-    from batchpoint.demo.say import step
+    """The demo's server (batchpoint.demo.run.spark_server), with its UI on a free port
+    when `ui` (the only way a Connect client counts its jobs)."""
+    from batchpoint.demo.run import spark_server
     from batchpoint.devstack.seaweed import free_ports
-    from batchpoint.devstack.spark_connect import SparkConnectServer
 
     conf = {}
     if ui:
         conf = {"spark.ui.enabled": "true", "spark.ui.port": str(free_ports(1, "127.0.0.1")[0])}
-    step(f"starting a local Spark Connect server (its log: {workdir / 'spark-connect'})")
-    return SparkConnectServer(workdir / "spark-connect", conf=conf, pipelines=[GOOD_REF])
+    return spark_server(workdir, "connect", conf)
 
 
 class LocalPath:

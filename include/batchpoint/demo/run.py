@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -280,15 +281,18 @@ class PaymentsDemo:
         say(f"quarantined by the quality gate: {', '.join(map(str, held)) or 'none'}")
 
 
-def spark_server(workdir: Path, mode: str) -> contextlib.AbstractContextManager[Any]:
-    """The run's one Spark Connect server (connect mode), or nothing (submit mode)."""
+def spark_server(
+    workdir: Path, mode: str, conf: Mapping[str, str] | None = None
+) -> contextlib.AbstractContextManager[Any]:
+    """The run's one Spark Connect server (connect mode), with the Spark settings `conf`
+    over devstack's, or nothing (submit mode)."""
     if mode != "connect":
         return contextlib.nullcontext()
     from batchpoint.devstack.spark_connect import SparkConnectServer
 
     step(f"starting a local Spark Connect server (its log: {workdir / 'spark-connect'})")
     # Its warm-up also starts the payments operators' sessions (their Python workers).
-    return SparkConnectServer(workdir / "spark-connect", pipelines=[GOOD_REF])
+    return SparkConnectServer(workdir / "spark-connect", conf=conf, pipelines=[GOOD_REF])
 
 
 def run_demo(workdir: Path, epochs: int, spark_mode: str = "connect") -> int:

@@ -97,21 +97,13 @@ def operator_tasks(pipeline_refs: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def warm_session(remote: str, pipeline: str, operator: str) -> None:
-    """Join the operator's session as its jobs do and run a Python task on each core's
-    worth of partitions, so the session's worker daemon and workers are up."""
-    from batchpoint.spark.connect import (
-        POOL_SETTING,
-        connect_session,
-        operator_pool,
-        operator_session_id,
-    )
+    """Join the operator's session as its jobs do (jobs.run_operator.operator_session)
+    and run a Python task on each core's worth of partitions, so the session's worker
+    daemon and workers are up."""
+    from batchpoint.jobs.run_operator import operator_session
+    from batchpoint.settings import Settings
 
-    spark = connect_session(
-        remote,
-        f"warm-up-{pipeline}-{operator}",
-        session_id=operator_session_id(pipeline, operator, remote),
-        conf={POOL_SETTING: operator_pool(pipeline, operator)},
-    )
+    spark = operator_session(pipeline, operator, Settings.from_env(), remote)
     spark.addTag(WARM_UP_TAG)
     try:
         rows = spark.range(0, 2, 1, 2)
