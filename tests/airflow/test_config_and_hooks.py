@@ -274,24 +274,34 @@ def test_the_connect_and_local_commands_run_the_job_module_without_spark_submit(
     assert argv[argv.index("--master") + 1] == "local[2]"
 
 
-def test_an_unreachable_server_is_told_apart_from_other_failures():
-    """Both exit 2; the job's status line says which (no output is scraped)."""
+def test_an_unreachable_server_or_storage_is_told_apart_from_other_failures():
+    """An unreachable server exits 2 as a bad setting does, storage that did not answer
+    3 as a failed operator does; the job's status line says which (no output is
+    scraped), and only the first of each pair is worth a retry."""
     from batchpoint.airflow.hooks import SparkSubmitLauncher
     from batchpoint.runtime.job_status import JobReport, JobStatus
 
     launcher = SparkSubmitLauncher(AirflowDeployment.from_env(submit_env()), "m:p")
     line = "Spark Connect server at sc://127.0.0.1:1 is unreachable: connection refused"
     said = {
-        JobStatus.SPARK_UNREACHABLE: line,
-        JobStatus.BAD_CONFIG: "BATCHPOINT_ROOT='x': bad",
+        JobStatus.SPARK_UNREACHABLE: (2, line),
+        JobStatus.BAD_CONFIG: (2, "BATCHPOINT_ROOT='x': bad"),
+        JobStatus.STORAGE_UNAVAILABLE: (3, "S3 endpoint http://s3:8333 did not answer get"),
+        JobStatus.OPERATOR_FAILED: (3, "dedup failed in checkpoint 7: boom"),
     }
-    for status, message in said.items():
+    for status, (exit_code, message) in said.items():
         report = JobReport(status, 7, "dedup", message)
-        code = f"print('error: ' + {message!r}); print({report.line()!r}); raise SystemExit(2)"
+        code = (
+            f"print('error: ' + {message!r}); print({report.line()!r}); "
+            f"raise SystemExit({exit_code})"
+        )
         result = launcher.run([sys.executable, "-c", code], dict(os.environ), lambda _: None)
-        assert result.returncode == 2 and result.report == report
+        assert result.returncode == exit_code and result.report == report
         assert result.status is status and result.message == message
         assert result.output() == f"error: {message}"  # the status line is not output
+        assert result.status.retry_may_help is (
+            status in (JobStatus.SPARK_UNREACHABLE, JobStatus.STORAGE_UNAVAILABLE)
+        )
 
 
 def test_the_launcher_streams_output_and_reports_the_exit_code(tmp_path):

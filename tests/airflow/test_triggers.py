@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import threading
 import time
+from typing import Any
 
 import pytest
+import structlog.testing
 
+from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.airflow.triggers import CheckpointAckTrigger, ack_event
+from batchpoint.devstack.seaweed import SeaweedServer, free_ports
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.local import LocalObjectStore
+from batchpoint.storage.s3 import S3ObjectStore, S3Settings
 
 pytestmark = pytest.mark.airflow
 
@@ -103,3 +110,68 @@ def test_fires_error_when_the_storage_is_unusable(coordinator, monkeypatch):
     monkeypatch.setenv("BATCHPOINT_ROOT", "s3a://nope/x")
     event = fire(trigger_for(coordinator, 1))
     assert event["status"] == "error" and "s3a" in event["message"]
+
+
+class _TriggerXCom:
+    """The one thing the sensor reads from its context: the trigger task's XCom."""
+
+    def __init__(self, checkpoint_id: int) -> None:
+        self.checkpoint_id = checkpoint_id
+
+    def xcom_pull(self, task_ids: str) -> dict[str, Any]:
+        return {"checkpoint_id": self.checkpoint_id}
+
+
+def _until_logged(seen: list[dict[str, Any]], words: str, fired: dict[str, Any]) -> None:
+    """Until the trigger logs `words`; fails as soon as it fired instead."""
+    deadline = time.monotonic() + 120
+    while not any(words in str(e.get("event")) for e in seen):
+        assert not fired, f"the trigger fired {fired} before logging {words!r}"
+        assert time.monotonic() < deadline, f"no log saying {words!r} in 120s"
+        time.sleep(0.05)
+
+
+@pytest.mark.s3
+def test_the_wait_goes_on_through_a_storage_restart(tmp_path, monkeypatch):
+    """SeaweedFS stopped while the sensor and its trigger wait (as the stack test's
+    restart does mid-epoch): a look that gets no answer, after the store's own retries,
+    is "not yet", not a failed sensor that leaves the checkpoint to expire; once the
+    server is back and the tasks (retried by Airflow) ack, the trigger fires done."""
+    server = SeaweedServer(tmp_path / "s3", s3_port=free_ports(1)[0]).start()
+    try:
+        monkeypatch.setenv("BATCHPOINT_ROOT", server.uri("restart"))
+        connection = {
+            "conn_type": "aws",
+            "host": server.endpoint_url,
+            "login": server.access_key,
+            "password": server.secret_key,
+            "extra": {"region": server.region},
+        }
+        monkeypatch.setenv("AIRFLOW_CONN_BATCHPOINT_STORAGE", json.dumps(connection))
+        store = S3ObjectStore(
+            server.bucket, "restart", S3Settings.from_options(server.storage_options())
+        )
+        c = CheckpointCoordinator(store, "p")
+        c.register(simple_pipeline("p", [("op", 2)]))
+        pending = c.trigger({})
+        sensor = CheckpointAckSensor(task_id="wait_for_acks", pipeline="p", poll_interval=0.05)
+        context: Any = {"ti": _TriggerXCom(pending.checkpoint_id)}
+        assert sensor.poke(context) is False  # up, nothing acked yet
+
+        fired: dict[str, Any] = {}
+        with structlog.testing.capture_logs() as seen:
+            server.stop()
+            trigger = trigger_for(c, pending.checkpoint_id, deadline=time.time() + 600)
+            waiting = threading.Thread(target=lambda: fired.update(fire(trigger, 600)))
+            waiting.start()
+            _until_logged(seen, "looking again until its deadline", fired)  # the outage met
+            assert sensor.poke(context) is False  # so does a poke: not yet, no failure
+            server.start()
+            ack(c, pending.checkpoint_id, "op#0")
+            ack(c, pending.checkpoint_id, "op#1")
+            waiting.join(600)
+        assert fired["status"] == "done" and fired["acknowledged"] == 2, fired
+        done = sensor.poke(context)
+        assert not isinstance(done, bool) and done.is_done
+    finally:
+        server.stop()

@@ -140,7 +140,16 @@ class Run:
                 at, cid = min(done)
                 return cid, at - moment
             time.sleep(3)
-        raise AssertionError(f"no checkpoint completed within {timeout:.0f}s after {moment}")
+        runs = [
+            r
+            for r in self.api.runs(CHECKPOINT_DAG)
+            if r["run_after"] and seconds_of(r["run_after"]) > moment
+        ]
+        said = [str(a) for a in account_runs(runs, self.coordinator, self.why_no_checkpoint)]
+        raise AssertionError(
+            f"no checkpoint completed within {timeout:.0f}s after {moment}; the checkpoint "
+            f"DAG's runs since: {said}"
+        )
 
     def completed_checkpoints(self) -> list[int]:
         """Every completed checkpoint (savepoints aside), quarantined ones included."""
@@ -454,11 +463,18 @@ def _bad_deploy_then_gated_restore(run: Run) -> Deploy:
 
 def _last_interval(run: Run, feed: PaymentsFeed) -> int:
     """Checkpoints complete until one is missing to the bar of intervals; then the feed
-    stops and the next checkpoint, triggered after that, reads all it wrote. Its id."""
+    stops, writes its last interval, and the next checkpoint triggered after that write
+    reads all it wrote. Its id.
+
+    The last write comes after the stop, not from the feed's thread: a checkpoint
+    triggered between the thread's last write and the stop would read everything, and
+    every run after it would skip as idle (no-new-input), leaving none to wait for."""
     while len(run.completed_checkpoints()) < MIN_INTERVALS - 1:
         run.completed_after(time.time())
-    stopped = feed.stop()
-    last, _ = run.completed_after(stopped, triggered_after=stopped)
+    feed.stop()
+    feed.write()
+    written = time.time()
+    last, _ = run.completed_after(written, triggered_after=written)
     return last
 
 

@@ -98,3 +98,40 @@ def test_entry_point_names_a_bad_operator_without_a_traceback(
     # a checkpoint that completed already: nothing to do, success
     assert run_operator.main([*args, "--operator", "dedup"]) == 0
     assert "nothing to do" in capsys.readouterr().out
+
+
+@pytest.mark.s3
+def test_storage_that_does_not_answer_ends_the_job_to_be_retried(
+    spark: object,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """S3 down (restarting) when the job starts: it says storage-unavailable, not
+    operator-failed, so the Airflow task is retried instead of failed for good and the
+    checkpoint is not left to expire (it declined nothing: it could not)."""
+    from batchpoint.devstack.seaweed import SeaweedServer
+    from batchpoint.runtime.job_status import JobReport, JobStatus
+
+    sys.path.insert(0, str(ROOT / "spark_jobs"))
+    try:
+        import run_operator
+    finally:
+        sys.path.pop(0)
+    server = SeaweedServer(tmp_path / "s3").start()
+    server.stop()  # its endpoint is known, and nothing answers there
+    monkeypatch.setenv("BATCHPOINT_ROOT", server.uri("down"))
+    for name, value in {
+        "BATCHPOINT_S3_ENDPOINT_URL": server.endpoint_url,
+        "BATCHPOINT_S3_REGION": server.region,
+        "BATCHPOINT_S3_ACCESS_KEY_ID": server.access_key,
+        "BATCHPOINT_S3_SECRET_ACCESS_KEY": server.secret_key,
+    }.items():
+        monkeypatch.setenv(name, value)
+    args = ["--pipeline", "batchpoint.demo.payments:pipeline", "--checkpoint-id", "1"]
+    assert run_operator.main([*args, "--operator", "dedup"]) == 3
+    out, err = capsys.readouterr()
+    report = JobReport.last_in(out.splitlines())
+    assert report is not None and report.status is JobStatus.STORAGE_UNAVAILABLE, out[-2000:]
+    assert "did not answer" in report.message and "did not answer" in err
+    assert report.status.retry_may_help

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from batchpoint.errors import BatchpointError, CheckpointError, ConfigError, PipelineSpecError
+from batchpoint.errors import (
+    BatchpointError,
+    CheckpointError,
+    ConfigError,
+    PipelineSpecError,
+    StorageUnavailable,
+)
 from batchpoint.jobs.run_operator import job_status_of
 from batchpoint.runtime.job_status import STATUS_PREFIX, JobReport, JobStatus
 from batchpoint.runtime.runner import AttemptInterrupted, CheckpointAlreadySettled, OperatorFailed
@@ -19,6 +25,7 @@ EXIT_CODES = {
     JobStatus.BAD_CONFIG: 2,
     JobStatus.SPARK_UNREACHABLE: 2,
     JobStatus.OPERATOR_FAILED: 3,
+    JobStatus.STORAGE_UNAVAILABLE: 3,
     JobStatus.INTERRUPTED: 143,
 }
 
@@ -36,6 +43,10 @@ EXIT_CODES = {
         (CheckpointAlreadySettled("checkpoint 7 was aborted"), JobStatus.OPERATOR_FAILED),
         (CheckpointError("checkpoint 7 expects no task of 'x'"), JobStatus.OPERATOR_FAILED),
         (BatchpointError("anything else"), JobStatus.OPERATOR_FAILED),
+        (
+            StorageUnavailable("S3 endpoint http://s3:8333 did not answer get s3://b/k"),
+            JobStatus.STORAGE_UNAVAILABLE,
+        ),
         (AttemptInterrupted("dedup was interrupted in checkpoint 7"), JobStatus.INTERRUPTED),
     ],
 )
@@ -64,6 +75,7 @@ def test_exit_codes_are_the_jobs_of_old_and_read_back() -> None:
     }
     assert {s for s in JobStatus if s.retry_may_help} == {
         JobStatus.SPARK_UNREACHABLE,
+        JobStatus.STORAGE_UNAVAILABLE,
         JobStatus.INTERRUPTED,
         JobStatus.DIED,
     }

@@ -30,6 +30,7 @@ from batchpoint.airflow.triggers import (
     ack_event,
     progress_line,
 )
+from batchpoint.errors import StorageUnavailable
 from batchpoint.ops.epoch import expire
 from batchpoint.protocol.checkpoint import CheckpointStatus
 
@@ -58,12 +59,30 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
         self.poll_interval = poll_interval
 
     def _look(self, context: Context) -> dict[str, Any] | None:
-        coordinator = self.coordinator(self.pipeline)
+        """One look at the acks: the event that ends the wait, or None. Storage that does
+        not answer is "not yet": the operator tasks retry through an S3 restart and ack,
+        and the sensor's timeout (the checkpoint's) bounds the wait."""
         checkpoint_id = self.require_checkpoint_id(context)
-        pending = coordinator.get_checkpoint(checkpoint_id)
-        progress = coordinator.progress(checkpoint_id)
+        try:
+            coordinator = self.coordinator(self.pipeline)
+            pending = coordinator.get_checkpoint(checkpoint_id)
+            progress = coordinator.progress(checkpoint_id)
+        except StorageUnavailable as exc:
+            self.log.warning("checkpoint %s: %s; looking again", checkpoint_id, exc)
+            return None
         self.log.info("checkpoint %s: %s", checkpoint_id, progress_line(progress))
         return ack_event(progress, pending.deadline, time.time())
+
+    def _deadline(self, checkpoint_id: int) -> float:
+        try:
+            return self.coordinator(self.pipeline).get_checkpoint(checkpoint_id).deadline
+        except StorageUnavailable as exc:
+            # Later than the checkpoint's own (it was triggered before this task began);
+            # the trigger still fires as soon as the acks are in.
+            self.log.warning(
+                "checkpoint %s: %s; waiting out the sensor's timeout", checkpoint_id, exc
+            )
+            return time.time() + float(self.timeout)
 
     def execute(self, context: Context) -> Any:
         event = self._look(context)
@@ -72,7 +91,7 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         checkpoint_id = self.require_checkpoint_id(context)
-        deadline = self.coordinator(self.pipeline).get_checkpoint(checkpoint_id).deadline
+        deadline = self._deadline(checkpoint_id)
         self.log.info(
             "checkpoint %s: waiting for acks until %s",
             checkpoint_id,

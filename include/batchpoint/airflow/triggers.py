@@ -17,7 +17,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from batchpoint.airflow.mixins import BatchpointHookMixin, storage_conn_id_of
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, StorageUnavailable
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.coordinator import AckProgress, CheckpointCoordinator
 
@@ -112,23 +112,40 @@ class CheckpointAckTrigger(BatchpointHookMixin, BaseTrigger):
         return await asyncio.to_thread(self.hook.coordinator, self.pipeline, settings)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        try:
-            coordinator = await self._coordinator()
-            logged = ""
-            while True:
+        coordinator: CheckpointCoordinator | None = None
+        logged = ""
+        while True:
+            try:
+                if coordinator is None:
+                    coordinator = await self._coordinator()
                 progress = await asyncio.to_thread(coordinator.progress, self.checkpoint_id)
-                if (line := progress_line(progress)) != logged:
-                    self.log.info("checkpoint %s: %s", self.checkpoint_id, line)
-                    logged = line
-                event = ack_event(progress, self.deadline, time.time())
-                if event is not None:
-                    self.log.info("checkpoint %s: %s", self.checkpoint_id, event["message"])
-                    yield TriggerEvent(event)
+            except StorageUnavailable as exc:
+                # An S3 restart outlasts the store's own retries; the operator tasks retry
+                # through it and ack, so the wait goes on until the checkpoint's deadline.
+                if time.time() >= self.deadline:
+                    yield self._error(exc)
                     return
+                self.log.warning(
+                    "checkpoint %s: %s; looking again until its deadline", self.checkpoint_id, exc
+                )
                 await asyncio.sleep(self.poll_interval)
-        except BatchpointError as exc:
-            # Storage that stays unreachable after the store's own retries: let the
-            # sensor fail (and Airflow retry it) with the message, not a triggerer crash.
-            yield TriggerEvent(
-                {"checkpoint_id": self.checkpoint_id, "status": ERROR, "message": str(exc)}
-            )
+                continue
+            except BatchpointError as exc:
+                # Storage that cannot be used (no bucket, bad keys, bad settings): the
+                # sensor fails with the message, not the triggerer with a traceback.
+                yield self._error(exc)
+                return
+            if (line := progress_line(progress)) != logged:
+                self.log.info("checkpoint %s: %s", self.checkpoint_id, line)
+                logged = line
+            event = ack_event(progress, self.deadline, time.time())
+            if event is not None:
+                self.log.info("checkpoint %s: %s", self.checkpoint_id, event["message"])
+                yield TriggerEvent(event)
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    def _error(self, exc: BatchpointError) -> TriggerEvent:
+        return TriggerEvent(
+            {"checkpoint_id": self.checkpoint_id, "status": ERROR, "message": str(exc)}
+        )

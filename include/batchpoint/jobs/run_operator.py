@@ -21,7 +21,8 @@ Storage and checkpoint settings come from BATCHPOINT_* environment variables
 (batchpoint.settings). The job ends with one status line and its exit code (a
 batchpoint.runtime.job_status.JobStatus): 0 acknowledged (or nothing to do), 2 bad usage
 or configuration (and a Spark Connect server that cannot be reached), 3 the operator
-failed and declined the checkpoint; 143 after SIGTERM.
+failed and declined the checkpoint (or the storage did not answer, declining nothing);
+143 after SIGTERM.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.errors import BatchpointError, ConfigError, StorageUnavailable
 from batchpoint.runtime.job_status import JobReport, JobStatus
 from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.runner import AttemptInterrupted, OperatorRunner
@@ -141,10 +142,12 @@ def run_job(
 
 
 def job_status_of(exc: BatchpointError) -> JobStatus:
-    """How a job that raised `exc` ends. Any error but a setting, an interrupt or an
-    unreachable server ends it as a failed operator (OperatorFailed declined the
-    checkpoint; a checkpoint settled meanwhile, or one that expects no such task, would
-    meet a retry the same way)."""
+    """How a job that raised `exc` ends. Any error but a setting, an interrupt, an
+    unreachable server or storage that did not answer ends it as a failed operator
+    (OperatorFailed declined the checkpoint; a checkpoint settled meanwhile, or one that
+    expects no such task, would meet a retry the same way). StorageUnavailable reaches
+    here only undeclined: before the attempt began, at its ack, or when the decline
+    itself found no storage; a retry once S3 is back may still complete the checkpoint."""
     from batchpoint.spark.connect import SparkUnreachable
 
     if isinstance(exc, AttemptInterrupted):
@@ -153,6 +156,8 @@ def job_status_of(exc: BatchpointError) -> JobStatus:
         return JobStatus.BAD_CONFIG
     if isinstance(exc, SparkUnreachable):
         return JobStatus.SPARK_UNREACHABLE
+    if isinstance(exc, StorageUnavailable):
+        return JobStatus.STORAGE_UNAVAILABLE
     return JobStatus.OPERATOR_FAILED
 
 

@@ -9,8 +9,9 @@ standard output, one status line:
 The launcher (airflow/launchers.py) reads that line instead of scraping the job's other
 output; a job that died before printing it (killed, out of memory, a crash) is read by
 its exit code alone. Exit codes are what they always were: 0 done, 2 bad configuration
-or an unreachable Spark Connect server, 3 the operator failed and declined, 143 after
-SIGTERM (137: killed).
+or an unreachable Spark Connect server, 3 the operator failed and declined (or the
+storage did not answer: only the status line tells them apart), 143 after SIGTERM (137:
+killed).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class JobStatus(StrEnum):
     BAD_CONFIG = "bad-config"  # a setting, the pipeline or the operator is wrong
     SPARK_UNREACHABLE = "spark-unreachable"  # the Spark Connect server is not there
     OPERATOR_FAILED = "operator-failed"  # the operator raised and declined the checkpoint
+    STORAGE_UNAVAILABLE = "storage-unavailable"  # S3 did not answer: nothing declined
     INTERRUPTED = "interrupted"  # SIGTERM or a kill: nothing declined
     DIED = "died"  # the job ended without saying how (killed, a crash): launcher side only
 
@@ -47,9 +49,14 @@ class JobStatus(StrEnum):
 
     @property
     def retry_may_help(self) -> bool:
-        """A bad setting or a declined checkpoint stays so; a server that comes back or
-        a job that was killed may do better next time."""
-        return self in (JobStatus.SPARK_UNREACHABLE, JobStatus.INTERRUPTED, JobStatus.DIED)
+        """A bad setting or a declined checkpoint stays so; a server or storage that
+        comes back, or a job that was killed, may do better next time."""
+        return self in (
+            JobStatus.SPARK_UNREACHABLE,
+            JobStatus.STORAGE_UNAVAILABLE,
+            JobStatus.INTERRUPTED,
+            JobStatus.DIED,
+        )
 
     @classmethod
     def from_exit_code(cls, code: int) -> JobStatus:
@@ -70,6 +77,7 @@ _EXIT_CODES = {
     JobStatus.BAD_CONFIG: 2,
     JobStatus.SPARK_UNREACHABLE: 2,
     JobStatus.OPERATOR_FAILED: 3,
+    JobStatus.STORAGE_UNAVAILABLE: 3,
     JobStatus.INTERRUPTED: 143,
     JobStatus.DIED: 1,
 }

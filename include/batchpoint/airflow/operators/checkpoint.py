@@ -177,9 +177,10 @@ class SparkOperatorJob(LineageMixin, BatchpointOperator):
             self.log.info("%s done in %.1fs (%s)", self.operator, result.seconds, status.value)
             return {"checkpoint_id": checkpoint_id, "attempt": attempt, "seconds": result.seconds}
         tail = result.output()
-        if status is JobStatus.SPARK_UNREACHABLE:
-            # The server is down (or restarting): nothing of this attempt was acked, and
-            # a retry once it is back completes the checkpoint (or it expires).
+        if status in (JobStatus.SPARK_UNREACHABLE, JobStatus.STORAGE_UNAVAILABLE):
+            # The server or S3 is down (or restarting): nothing of this attempt was acked
+            # or declined, and a retry once it is back completes the checkpoint (or it
+            # expires).
             self._give_up_or_retry(ti, checkpoint_id, attempt, result.message, tail="")
         if not status.retry_may_help:
             # A bad configuration, or the operator failed and its runner declined (or the
