@@ -33,6 +33,7 @@ from batchpoint.airflow.triggers import (
 from batchpoint.errors import StorageUnavailable
 from batchpoint.ops.epoch import expire
 from batchpoint.protocol.checkpoint import CheckpointStatus
+from batchpoint.protocol.coordinator import AckProgress
 
 #: How much longer than the checkpoint's own deadline the deferral may last: the trigger
 #: fires at the deadline itself; Airflow's deferral timeout is only the backstop.
@@ -58,11 +59,10 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
 
-    def _look(self, context: Context) -> dict[str, Any] | None:
-        """One look at the acks: the event that ends the wait, or None. Storage that does
-        not answer is "not yet": the operator tasks retry through an S3 restart and ack,
-        and the sensor's timeout (the checkpoint's) bounds the wait."""
-        checkpoint_id = self.require_checkpoint_id(context)
+    def _read(self, checkpoint_id: int) -> tuple[AckProgress, float] | None:
+        """The checkpoint's acks and its deadline; None when storage does not answer,
+        which is "not yet": the operator tasks retry through an S3 restart and ack, and
+        the sensor's timeout (the checkpoint's) bounds the wait."""
         try:
             coordinator = self.coordinator(self.pipeline)
             pending = coordinator.get_checkpoint(checkpoint_id)
@@ -71,27 +71,24 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
             self.log.warning("checkpoint %s: %s; looking again", checkpoint_id, exc)
             return None
         self.log.info("checkpoint %s: %s", checkpoint_id, progress_line(progress))
-        return ack_event(progress, pending.deadline, time.time())
+        return progress, pending.deadline
 
-    def _deadline(self, checkpoint_id: int) -> float:
-        try:
-            return self.coordinator(self.pipeline).get_checkpoint(checkpoint_id).deadline
-        except StorageUnavailable as exc:
-            # Later than the checkpoint's own (it was triggered before this task began);
-            # the trigger still fires as soon as the acks are in.
-            self.log.warning(
-                "checkpoint %s: %s; waiting out the sensor's timeout", checkpoint_id, exc
-            )
-            return time.time() + float(self.timeout)
+    def _look(self, context: Context) -> dict[str, Any] | None:
+        """One look at the acks: the event that ends the wait, or None."""
+        read = self._read(self.require_checkpoint_id(context))
+        return None if read is None else ack_event(*read, time.time())
 
     def execute(self, context: Context) -> Any:
-        event = self._look(context)
+        checkpoint_id = self.require_checkpoint_id(context)
+        read = self._read(checkpoint_id)
+        event = None if read is None else ack_event(*read, time.time())
         if event is not None:
             return self.execute_complete(context, event)
         if not self.deferrable:
             return super().execute(context)
-        checkpoint_id = self.require_checkpoint_id(context)
-        deadline = self._deadline(checkpoint_id)
+        # With no answer, the sensor's timeout: later than the checkpoint's own deadline
+        # (it was triggered before this task began); the trigger fires once acks are in.
+        deadline = read[1] if read is not None else time.time() + float(self.timeout)
         self.log.info(
             "checkpoint %s: waiting for acks until %s",
             checkpoint_id,
