@@ -95,7 +95,10 @@ def test_the_format_reads_a_sinks_published_rows_as_read_sink_does(
             "checkpoint 9 of 'payments' does not exist (or was pruned): retained are [1, 2]",
         ),
         ({"operator": "dedup", "state": "seen", "checkpoint": "x"}, "checkpoint 'x': give an id"),
-        ({"sink": "nope"}, "sink 'nope' of 'payments' has published nothing"),
+        (
+            {"sink": "nope"},
+            "pipeline 'payments' has no sink 'nope' (sinks: alerts, balances_table)",
+        ),
         (
             {"operator": "dedup", "state": "seen", "chekpoint": "1"},
             "unknown option(s) chekpoint (options: root, pipeline, operator, state, sink, "

@@ -313,3 +313,22 @@ def test_a_recorded_schema_is_found_by_uids() -> None:
     t = topo(op("agg", "renamed", state("totals", name="sums")))
     assert t.state_schema("agg", "totals") == TOTALS
     assert t.state_schema("renamed", "sums") is None
+
+
+def test_a_sink_mode_change_is_incompatible() -> None:
+    old = topo(op("agg", None, state("totals")), sink("out"))
+    snapshot = topo(op("agg", None, state("totals")), sink("out", mode="snapshot"))
+    plan = plan_deploy(old, snapshot)
+    assert ("sink", "out", Verdict.INCOMPATIBLE, True) in verdicts(plan)
+    (problem,) = plan.problems
+    assert "mode append -> snapshot" in problem and "pipeline.drop_sink('out')" in problem
+    # the advice followed: a new uid under the old name, the old uid dropped
+    renewed = topo(op("agg", None, state("totals")), sink("out2", "out", mode="snapshot"))
+    assert plan_deploy(old, renewed, DeployAllowances(dropped_sinks=frozenset({"out"}))).deployable
+    # a base that recorded no mode (an older release): nothing to judge it by
+    unknown = topo(op("agg", None, state("totals")), replace(sink("out"), properties={}))
+    assert plan_deploy(unknown, snapshot).deployable
+    # a table binding added or removed keeps the sink's history: not a mode
+    assert plan_deploy(
+        old, topo(op("agg", None, state("totals")), sink("out", table="db.t"))
+    ).deployable

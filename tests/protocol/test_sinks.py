@@ -24,7 +24,7 @@ def _complete(c: CheckpointCoordinator, store: ObjectStore, payload: bytes) -> C
     pending = c.trigger({"src": {}})
     key = c.layout.task_data_prefix(pending.checkpoint_id, "out#0", "a1") + "sink/part-0.parquet"
     store.put(key, payload)
-    handle = FileHandle(key, len(payload), hashlib.sha256(payload).hexdigest(), rows=1)
+    handle = FileHandle(key, len(payload), hashlib.sha256(payload).hexdigest(), 1, name="sink")
     c.acknowledge(pending.checkpoint_id, "out#0", "a1", [handle], TaskMetrics())
     outcome = c.try_finalize(pending.checkpoint_id)
     assert outcome is not None and outcome.completed is not None

@@ -74,7 +74,7 @@ def test_damage_is_found_named_and_the_gate_falls_back(
     store = good_run.store
     damaged = corrupt(store)
 
-    report = check_checkpoint(store, LAYOUT, HEAD, spec=good_run.runner.pipeline.spec())
+    report = check_checkpoint(store, LAYOUT, HEAD, pipeline=good_run.runner.pipeline)
     assert not report.passed
     assert [(f.object, f.check) for f in report.findings] == [(damaged, check)], report.findings
     assert words in report.findings[0].problem

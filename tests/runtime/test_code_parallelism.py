@@ -1,17 +1,17 @@
 """Parallelism in code (issue 26): a deploy that changes an operator's parallelism is
 honoured at the next checkpoint, which rescales its state by key group; a rescaling
 restore's parallelism persists until the code changes; a max_parallelism change is
-refused with the reason. Before, the stored parallelism always won and the code's value
-was silently ignored."""
+refused by the deploy plan, with the reason. Before, the stored parallelism always won
+and the code's value was silently ignored."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from batchpoint.errors import PipelineSpecError
+from batchpoint.errors import TriggerRefused
 from batchpoint.protocol.layout import TaskId
-from batchpoint.runtime.driver import in_force, max_parallelism_changes
+from batchpoint.runtime.driver import in_force
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.storage import StoreRef
 from support.deploys import Deploys, reference
@@ -73,7 +73,7 @@ def test_a_deploy_rescales_by_key_group_at_the_next_epoch_exactly_once(spark, tm
     counted(3)
 
     run.deploy(parallelism=2, max_parallelism=32)
-    with pytest.raises(PipelineSpecError, match=r"from 16 to 32.*key-group count"):
+    with pytest.raises(TriggerRefused, match=r"max_parallelism 16 -> 32.*key-group count"):
         run.epoch(4)
 
 
@@ -92,14 +92,21 @@ def _keyed(name: str, parallelism: int, max_parallelism: int = 16, uid: str | No
     return pipeline
 
 
-def test_a_rename_that_keeps_its_uid_keeps_the_parallelism_in_force() -> None:
-    """spec.json names nodes: a node renamed with its uid kept is found by its uid, so a
-    rescaling restore's parallelism survives the rename, and a max_parallelism change
-    of the renamed operator is still refused."""
+def test_spec_entries_are_matched_by_uid() -> None:
+    """A node renamed with its uid kept is found by its uid, so a rescaling restore's
+    parallelism survives the rename; a node given a new uid under its old name is
+    another node (issue 36: it was matched by name). A spec registered before uids were
+    recorded is matched by name, else by a uid that was the name."""
     rescaled = _keyed("aggregate", 2).spec({"aggregate": 5})  # restore --parallelism 5
+    assert rescaled.operator("aggregate").uid == "aggregate"
     renamed = _keyed("totals", 2, uid="aggregate")
     assert in_force(rescaled, renamed) == {"totals": 5}
     assert in_force(rescaled, _keyed("totals", 3, uid="aggregate")) == {"totals": 3}
     assert in_force(rescaled, _keyed("totals", 2)) == {}  # another uid: another operator
-    changed = max_parallelism_changes(rescaled, _keyed("totals", 2, 32, uid="aggregate"))
-    assert changed and "from 16 to 32" in changed[0]
+    assert in_force(rescaled, _keyed("aggregate", 2, uid="aggregate2")) == {}
+    legacy = type(rescaled).decode(
+        "spec.json", rescaled.encode().replace(b',"uid":"aggregate"', b"")
+    )
+    assert legacy.operator("aggregate").uid is None
+    assert in_force(legacy, _keyed("aggregate", 2, uid="aggregate2")) == {"aggregate": 5}
+    assert in_force(legacy, renamed) == {"totals": 5}

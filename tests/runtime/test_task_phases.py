@@ -184,8 +184,11 @@ def test_an_operator_writes_its_states_then_one_channel_per_keying(
     ctx = OperatorContext(None, cid, "up", {}, {"seen": old}, {})  # type: ignore[arg-type]
     ctx.set_state("seen", new)  # type: ignore[arg-type]
     writes = operator_writes(attempt, ctx, out, {"seen": SnapshotPlan(0, "full")})  # type: ignore[arg-type]
+    declared = world.pipeline.operators["up"].states["seen"]
     assert writes == [
-        StreamWrite(new, "state-seen", ("k",), 8),  # type: ignore[arg-type]
+        StreamWrite(
+            new, "state-seen", ("k",), 8, declared=declared, what="operator 'up', state 'seen'"
+        ),  # type: ignore[arg-type]
         StreamWrite(out, "channel-down", ("k",), 8, ("down", "alike")),  # type: ignore[arg-type]
         StreamWrite(out, "channel-other", ("v",), 8, ("other",)),  # type: ignore[arg-type]
     ]

@@ -68,7 +68,7 @@ def test_declaring_a_state_a_value_state_continues_its_chain_either_way(
     assert _layers(deploys, deploys.epoch(2)) == {0, 1, 2} and joins
     joined = len(joins)
     assert _layers(deploys, deploys.epoch(3)) == {0, 1, 2, 3} and len(joins) > joined
-    assert set(joins) == {"operator 'aggregate': state 'totals'"}
+    assert set(joins) == {"operator 'aggregate', state 'totals'"}
     _same(deploys.state(), reference(range(4)))
     _same(deploys.state(3), reference(range(3)))  # a restore point inside the mixed chain
 
@@ -96,7 +96,7 @@ def test_a_value_state_with_two_rows_for_a_key_fails_the_epoch_by_name(
         deploys.runner.run_epoch()
     message = str(failed.value)
     print(f"the epoch failed with: {message}")
-    assert "operator 'aggregate': state 'totals' is declared a value state" in message
+    assert "operator 'aggregate', state 'totals' is declared a value state" in message
     assert "two or more rows for one key" in message and "u07" not in message
     assert deploys.runner.driver.coordinator.head.get().checkpoint_id == 1
 

@@ -39,9 +39,9 @@ from batchpoint.state.format import (
     StateHandle,
     StateSchemaMismatch,
     file_schema,
-    schema_fingerprint,
 )
 from batchpoint.state.keygroups import KeyGroupRange
+from batchpoint.state.schemas import schema_fingerprint, types_fingerprint
 from batchpoint.storage.local import LocalObjectStore
 
 MAX_PARALLELISM = 8
@@ -187,7 +187,6 @@ def read(
         store=ship_store(store),
         out_schema=out,
         state_columns=tuple(requested.names),
-        fingerprint=schema_fingerprint(requested),
         max_parallelism=MAX_PARALLELISM,
         new_parallelism=None,
         subtask_column=None,
@@ -246,7 +245,7 @@ def test_a_compatible_deploy_reads_stored_files_as_a_reference_migration(
     handle = write_state_file(store, tmp, stored, columns)
     # The schema the base holds, as the runtime finds it (the handle's Spark schema).
     found = stored_state_schema(store, [handle])
-    assert schema_fingerprint(found) == schema_fingerprint(stored)
+    assert types_fingerprint(found) == types_fingerprint(stored)
     verdict = verdict_of(found, deploy)
     event(verdict.kind.value)
     assert verdict.kind in (VerdictKind.UNCHANGED, VerdictKind.MIGRATED), verdict.messages
@@ -312,6 +311,6 @@ def test_any_other_deploy_is_refused_by_the_reader(
     with pytest.raises(StateError, match=verdict.kind.value):
         read(store, handle, verdict.stored, verdict)
     # Nor does a read in the declared schema, without a verdict, get past the header.
-    if schema_fingerprint(deploy["declared"]) != schema_fingerprint(stored):
+    if types_fingerprint(deploy["declared"]) != types_fingerprint(stored):
         with pytest.raises(StateSchemaMismatch):
             read(store, handle, deploy["declared"], None)

@@ -66,6 +66,7 @@ class Control:
     raw_kind: str
     discarded: set[int] = field(default_factory=set)
     repaired_at: str | None = None  # set by `batchpoint repair`'s write
+    restored_to: int | None = None  # the target of the restore that began this generation
 
 
 class Checker:
@@ -88,6 +89,11 @@ class Checker:
         self._last_repair: str | None = None
         self._last_next_id = 0
         self._handles: dict[int, list[dict[str, Any]]] = {}
+        #: Checkpoints a restore (not a repair) moved the head to: the only imports the
+        #: head may stand on.
+        self._restored: set[int] = set()
+        #: Checkpoints whose chain of bases holds no import but a restored one.
+        self._chain_checked: set[int] = set()
 
     # -- raw reads -----------------------------------------------------------------------
 
@@ -117,9 +123,12 @@ class Checker:
                 int(e["id"]): str(e.get("type", "checkpoint")) for e in doc.get("pending", [])
             }
             discarded = {int(e["id"]) for e in doc.get("discarded", [])}
+            generation = int(doc.get("restore_generation", 0))
+            restore = doc.get("restore") or {}
+            target = restore.get("target") if restore.get("generation") == generation else None
             return Control(
-                doc.get("head"), int(doc.get("restore_generation", 0)), retained, pending,
-                kind, discarded, doc.get("repaired_at"),
+                doc.get("head"), generation, retained, pending, kind, discarded,
+                doc.get("repaired_at"), target,
             )  # fmt: skip
         if kind == "head-pointer":
             return Control(
@@ -185,6 +194,13 @@ class Checker:
         if control.head is not None:
             out += self._files_present(step, control.head, "head", sizes_only=True, cached=True)
         now = (control.generation, control.head)
+        repaired = control.repaired_at not in (None, self._last_repair)
+        if now != self._last_head:
+            if not repaired and control.restored_to is not None:
+                new_generation = self._last_head is None or self._last_head[0] != now[0]
+                if new_generation:
+                    self._restored.add(control.restored_to)
+            out += self._head_on_import(step, control.head)
         if self._last_head is not None:
             gen, head = self._last_head
             if control.generation < gen:
@@ -193,7 +209,6 @@ class Checker:
                 out.append(
                     self._v(step, "head-backwards", f"head {head} -> {control.head} in gen {gen}")
                 )
-            repaired = control.repaired_at not in (None, self._last_repair)
             # A repair is a restore to the head the records prove: in the model nothing
             # is quarantined or damaged, so that head is never behind the one it replaced
             # (a repair that wrote over a newer head lost a completed checkpoint).
@@ -206,6 +221,50 @@ class Checker:
         if next_id < self._last_next_id:
             out.append(self._v(step, "ids-backwards", f"next id {self._last_next_id} -> {next_id}"))
         self._last_next_id = max(next_id, self._last_next_id)
+        return out
+
+    def _head_on_import(self, step: int, head: int | None) -> list[Violation]:
+        """The head is never an imported savepoint, nor a checkpoint built on one, that no
+        restore chose (issue 36): an import is beside the timeline, and completing it or
+        a checkpoint on it must not move the head onto it with no new generation, no
+        gate and no sink rewind. Its bases are walked down to one walked before."""
+        walked: list[int] = []
+        cid = head
+        while cid is not None and cid not in self._chain_checked:
+            doc = self.outcome(cid)
+            if doc is None:
+                return []  # lost (reported as such), or its records pruned: judged before
+            body = doc.get("checkpoint") or {}
+            if (body.get("properties") or {}).get("imported_from") and cid not in self._restored:
+                return [
+                    self._v(
+                        step,
+                        "head-on-import",
+                        f"head {head} is imported savepoint {cid} or built on it, and no "
+                        "restore chose it",
+                    )
+                ]
+            walked.append(cid)
+            base = body.get("base_checkpoint_id")
+            cid = base if isinstance(base, int) and base < cid else None
+        self._chain_checked.update(walked)
+        return []
+
+    def _built_on_imports(self, step: int) -> list[Violation]:
+        """No trigger built on an import no restore chose, whatever became of what it
+        built (issue 36's rule; `head-on-import` is what it would cost): read from each
+        checkpoint's own record (every id handed out), and its base's."""
+        out = []
+        ids = self._json(self.root + "ids.json") or {}
+        for cid in range(1, int(ids.get("next_id", 1))):
+            base = self._base(cid)
+            if base is None or base in self._restored:
+                continue
+            doc = self.outcome(base) or self._json(f"{self.root}active/{_chk(base)}.json") or {}
+            body = doc.get("checkpoint", doc)
+            if (body.get("properties") or {}).get("imported_from"):
+                message = f"checkpoint {cid} was built on imported savepoint {base}"
+                out.append(self._v(step, "built-on-import", message + ", which no restore chose"))
         return out
 
     def online_table(self, step: int) -> list[Violation]:
@@ -244,6 +303,10 @@ class Checker:
             out += self._files_present(step, cid, "retained", sizes_only=False)
         if control.head is not None and control.head not in control.retained:
             out.append(self._v(step, "head-not-retained", f"head {control.head} is not retained"))
+        if self._last_head is None and control.restored_to is not None:
+            self._restored.add(control.restored_to)  # not online: the last restore is all known
+        out += self._head_on_import(step, control.head)
+        out += self._built_on_imports(step)
         out += self._state_and_sinks(step, control)
         out += self._table_final(step, control)
         out += self._orphans(step, control, keep)

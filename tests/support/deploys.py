@@ -88,6 +88,7 @@ class Deploys:
         fn: Aggregate | None = None,
         parallelism: int = 2,
         max_parallelism: int = 16,
+        key: tuple[str, ...] = ("user",),
     ) -> Pipeline:
         pipeline = Pipeline("clicks", max_parallelism=max_parallelism)
         pipeline.source("events", root=SOURCE_ROOT, format="jsonl", schema=EVENTS)
@@ -101,7 +102,7 @@ class Deploys:
         pipeline.operator(
             "aggregate",
             inputs=["events"],
-            key=["user"],
+            key=list(key),
             states={"totals": totals},
             parallelism=parallelism,
             max_parallelism=max_parallelism,

@@ -13,7 +13,7 @@ from batchpoint.protocol.checkpoint import CheckpointType, FileHandle, PendingCh
 from batchpoint.protocol.layout import split_task_name
 from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.runtime.driver import PipelineDriver
-from batchpoint.runtime.streams import state_stream
+from batchpoint.runtime.streams import SINK_STREAM, state_stream
 from batchpoint.state.keygroups import key_group_range_for_subtask
 from batchpoint.storage.base import ObjectStore
 
@@ -28,7 +28,8 @@ def ack_all(driver: PipelineDriver, pending: PendingCheckpoint) -> None:
     for task in pending.expected_tasks:
         name, subtask = split_task_name(task)
         op = spec.operator(name)
-        streams: list[tuple[str, tuple[int, int] | None]] = [("out", None)]
+        out = SINK_STREAM if op.kind is OperatorKind.SINK else "out"  # a sink stages its output
+        streams: list[tuple[str, tuple[int, int] | None]] = [(out, None)]
         if op.kind is OperatorKind.OPERATOR and op.states:
             groups = key_group_range_for_subtask(op.max_parallelism, op.parallelism, subtask)
             streams = [(state_stream(s), (groups.start, groups.end)) for s in op.states]

@@ -13,6 +13,9 @@ Actors (each plays what an Airflow task, the CLI or a stray worker would do):
              expires the table sink's snapshots of dropped epochs and keeps what the
              table's snapshots read
   restore    a restore: latest, by id, or from an exported savepoint folder
+  import     `batchpoint savepoint import` of an exported folder, no restore after it,
+             and run-next, the next scheduled run, due while it is imported: only a
+             restore may make an import the head, or a base
   cleanup    the cleanup task: settle (expire, finalize leftovers)
   repair     `batchpoint repair`, with or without --force, on the readable control
              record (refused unless forced; forced, a compare-and-swap on what it read)
@@ -48,6 +51,7 @@ from batchpoint.errors import BatchpointError, RestoreRefused, TriggerRefused
 from batchpoint.ops.epoch import finalize as ops_finalize
 from batchpoint.ops.maintenance import gc as ops_gc
 from batchpoint.ops.maintenance import repair as ops_repair
+from batchpoint.ops.savepoints import import_folder as ops_import_folder
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.savepoints import (
@@ -101,8 +105,8 @@ class ModelOptions:
     #: that deletes what it must not).
     gc_variant: Callable[[PipelineDriver], Any] | None = None
     #: Actors and faults every schedule gets, whatever the seed draws ("gc", "restore",
-    #: "repair", "sync", "outage": the catalog down from the start for a while,
-    #: "stress": a table stress schedule, see `Schedule.table_stress`).
+    #: "repair", "sync", "import", "outage": the catalog down from the start for a
+    #: while, "stress": a table stress schedule, see `Schedule.table_stress`).
     force: tuple[str, ...] = ()
 
 
@@ -147,6 +151,9 @@ class Schedule:
         self.rng = random.Random(f"actors:{seed}")
         # The table actors and catalog faults draw from their own streams.
         self.table_rng = random.Random(f"tables:{seed}")
+        # So does the import actor (its own stream: the schedules without one are as
+        # they were before it).
+        self.import_rng = random.Random(f"imports:{seed}")
         self.inner = inner
         rates = fault_rates(self.plan_rng) if self.options.faults else FaultRates()
         self.store = FaultyStore(inner, rates=rates)
@@ -199,6 +206,7 @@ class Schedule:
         self.exported: list[str] = []
         self.notes: list[str] = []
         self._source_files = 0
+        self._importing = False  # the import actor is about to import (or gave up)
         self._checked_writes = -1
         self._checked_tables = (-1, -1)
         self._lagging: int | None = None  # the warm-up's last checkpoint, if unsynced
@@ -249,7 +257,9 @@ class Schedule:
 
     # -- actors -------------------------------------------------------------------------
 
-    def dag_run(self, name: str, kind: CheckpointType) -> None:
+    def dag_run(self, name: str, kind: CheckpointType, due: int = 0) -> None:
+        """A DAG run; `due`: polls before its scheduled time comes."""
+        self._idle(due)
         self._append_source()
         try:
             pending = self._task(lambda _a: self.driver.trigger(kind))
@@ -275,10 +285,13 @@ class Schedule:
             return
         self.completed.append(cid)
         if kind is CheckpointType.SAVEPOINT:
-            prefix = default_savepoint_prefix(self.driver.pipeline.name, cid, self.clock())
-            target = SavepointLocation(self.store, prefix)
-            if self._task(lambda _a: self.driver.coordinator.savepoints.export(cid, target)):
-                self.exported.append(prefix)
+            self._export(cid)
+
+    def _export(self, cid: int) -> None:
+        prefix = default_savepoint_prefix(self.driver.pipeline.name, cid, self.clock())
+        target = SavepointLocation(self.store, prefix)
+        if self._task(lambda _a: self.driver.coordinator.savepoints.export(cid, target)):
+            self.exported.append(prefix)
 
     def _run_task(self, pending: Any, task: str, who: str) -> None:
         c = self.driver.coordinator
@@ -352,6 +365,50 @@ class Schedule:
 
         with contextlib.suppress(_Refused):
             self._task(go, retries=1)
+
+    def import_savepoint(self, name: str) -> None:
+        """An import of an exported savepoint folder with no restore after it (the
+        restore actor restores from folders): admitted while scheduled runs trigger,
+        complete and settle, it must stay beside their timeline (the checker's
+        `head-on-import`)."""
+        prefix = self._folder_to_import()
+        self._importing = True  # the next scheduled run is due from now on
+        if prefix is None:
+            return
+        c = self.driver.coordinator
+        admitted = len(self.allocated)
+        try:
+            imported = self._task(lambda _a: ops_import_folder(c, prefix), retries=3)
+        except _Refused as exc:
+            self.notes.append(f"import of {prefix} refused: {exc}")
+            return
+        done = f"as {imported.checkpoint_id}" if imported else "failed (faults)"
+        raced = self.allocated[admitted:]  # triggered while it was being imported
+        self.notes.append(
+            f"imported {prefix} {done}" + (f", raced by checkpoints {raced}" if raced else "")
+        )
+
+    def _folder_to_import(self) -> str | None:
+        r = self.import_rng
+        for _ in range(5):  # a folder exported by the warm-up or by a savepoint run
+            if self.exported:
+                break
+            self._idle(r.randint(10, 60))
+        if not self.exported and self.completed:  # none yet: `batchpoint savepoint export`
+            self._export(r.choice(self.completed))
+        if not self.exported:
+            return None
+        self._idle(r.randint(0, 40))
+        return r.choice(self.exported)
+
+    def next_run(self, name: str, due: int) -> None:
+        """The next scheduled run, due `due` polls after an import began: it triggers
+        while the import copies, acks or finalizes, or soon after."""
+        for _ in range(100):
+            if self._importing:
+                break
+            self._idle(5)
+        self.dag_run(name, CheckpointType.CHECKPOINT, due)
 
     def cleanup(self, name: str) -> None:
         for _ in range(self.rng.randint(1, 3)):
@@ -431,6 +488,11 @@ class Schedule:
             actors.append(("restore", lambda: self.restore("restore")))
         if r.random() < 0.5:
             actors.append(("cleanup", lambda: self.cleanup("cleanup")))
+        i = self.import_rng
+        if i.random() < 0.4 or "import" in self.options.force:
+            actors.append(("import", lambda: self.import_savepoint("import")))
+            due = i.randint(0, 40)
+            actors.append(("run-next", lambda: self.next_run("run-next", due)))
         t = self.table_rng
         if t.random() < 0.35 or "repair" in self.options.force:
             actors.append(("repair", lambda: self.repair("repair")))

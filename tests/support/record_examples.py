@@ -58,7 +58,7 @@ from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
 from batchpoint.protocol.table_pins import TablePin
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.quality.findings import Finding
-from batchpoint.quality.report import CandidateReport, GateMode
+from batchpoint.quality.report import CandidateReport, GateMode, StateSkip
 from batchpoint.sources.barrier import PartitionOffset, SourceBarrier
 from batchpoint.sources.files import SourceSplit
 from batchpoint.state.format import StateHandle
@@ -321,6 +321,16 @@ def control_stopped() -> ControlRecord:
     )
 
 
+def control_importing() -> ControlRecord:
+    """Savepoint 9 being imported (marked: never a base) beside checkpoint 8. An import
+    an older release admitted has no mark (`control()`'s 9) and reads as unmarked."""
+    base = control()
+    return dataclasses.replace(
+        base,
+        pending=(base.pending[0], dataclasses.replace(base.pending[1], imported=True)),
+    )
+
+
 def control_gated_restore() -> ControlRecord:
     """The last restore, to 4, was passed by a gate (its name is recorded)."""
     base = control()
@@ -348,6 +358,12 @@ def pinned_manifest() -> SinkManifest:
     """A sync under way: 9 pinned on the table's snapshot, an older pin on no snapshot."""
     pins = (TablePin(7, None), TablePin(9, 4811207319542316870))
     return dataclasses.replace(manifest(), pins=pins)
+
+
+def moving_manifest() -> SinkManifest:
+    """A manifest a release before issue 36 kept under the sink's name, frozen while
+    the sink's uid adopts it."""
+    return dataclasses.replace(manifest(), moved_to="alerts-log")
 
 
 def failures() -> FailureState:
@@ -457,6 +473,36 @@ def quality_report() -> CandidateReport:
         skipped=["suite:slow"],
         suites_run=True,
         quarantined=True,
+    )
+
+
+def quality_report_by_uid() -> CandidateReport:
+    """A report since states are keyed by uid (issue 36): the checkpoint was written
+    before `balances` was renamed `totals` (uid kept); labels beside the uids, and the
+    states the gate did not judge, with why."""
+    report = quality_report()
+    return dataclasses.replace(
+        report,
+        findings=[
+            dataclasses.replace(
+                report.findings[0], object="totals/balances", uid="balances/balances"
+            ),
+            report.findings[1],
+        ],
+        states={"balances/balances": "totals/balances"},
+        not_judged=[
+            StateSkip(
+                "balances/flags",
+                "totals/flags",
+                "new since checkpoint 7: it holds no state of uid 'flags' of operator uid "
+                "'balances'",
+            ),
+            StateSkip(
+                "dedup/seen",
+                "dedup/seen",
+                "not declared by the code (dropped, or its uid changed): nothing to judge it by",
+            ),
+        ],
     )
 
 
@@ -659,8 +705,10 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "pipeline-control-v2-stopping.json": control_stopping,
     "pipeline-control-v2-stopped.json": control_stopped,
     "pipeline-control-v2-gated-restore.json": control_gated_restore,
+    "pipeline-control-v2-importing.json": control_importing,
     "sink-manifest-v1.json": manifest,
     "sink-manifest-v1-pinned.json": pinned_manifest,
+    "sink-manifest-v1-moving.json": moving_manifest,
     "failure-state-v1.json": failures,
     "checkpoint-id-counter-v1.json": id_counter,
     "head-pointer-v1.json": head_pointer,
@@ -668,6 +716,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "pipeline-spec-v1.json": spec,
     "savepoint-v2.json": savepoint_v2,
     "quality-report-v1.json": quality_report,
+    "quality-report-v1-by-uid.json": quality_report_by_uid,
     "quarantine-v2.json": quarantine_v2,
     "quarantine-v2-restore.json": quarantine_v2_restore,
     "restore-v1.json": restore_record,

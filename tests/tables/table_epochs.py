@@ -86,7 +86,7 @@ class TableEpochs:
         data = buffer.getvalue()
         key = self.coordinator.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
         self.store.put(key, data)
-        return FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), len(rows))
+        return FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), len(rows), name="sink")
 
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:

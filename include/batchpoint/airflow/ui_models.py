@@ -107,6 +107,15 @@ class FindingModel(_Strict):
     object: str
     check: str
     problem: str
+    uid: str | None = None  # `operator uid/state uid` of a finding on a state
+
+
+class StateSkipModel(_Strict):
+    """A state the gate did not judge, and why (`report.StateSkip`)."""
+
+    uid: str
+    label: str
+    reason: str
 
 
 class QualityReportModel(_Strict):
@@ -120,14 +129,16 @@ class QualityReportModel(_Strict):
     evaluated_at: str  # ISO-8601
     seconds: float
     findings: list[FindingModel]
-    gx_results: dict[str, dict[str, Any]]  # state -> suite -> GX's own result JSON
-    checks: dict[str, dict[str, Any]]  # state -> check -> its details
+    gx_results: dict[str, dict[str, Any]]  # state uid -> suite -> GX's own result JSON
+    checks: dict[str, dict[str, Any]]  # state uid -> check -> its details
     skipped: list[str]
     suites_run: bool
     quarantined: bool
     passed: bool
     lines: list[str]
     data_docs: str | None = None  # the Data Docs index of the gate run that judged it
+    states: dict[str, str] = {}  # state uid -> its label, `operator/state`
+    not_judged: list[StateSkipModel] = []
 
 
 class FileRow(_Strict):

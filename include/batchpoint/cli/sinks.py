@@ -1,6 +1,7 @@
 """`sink show PIPELINE SINK [--checkpoint N]`, `sink history PIPELINE SINK`: a sink's rows
 as of a checkpoint (a table sink through its table's time travel), and a table sink's
-commits, one per checkpoint."""
+commits, one per checkpoint. SINK is the sink's name, its uid, or a name a retained
+checkpoint recorded for it; the output names it by its current name."""
 
 from __future__ import annotations
 
@@ -33,11 +34,13 @@ def cmd_show(cmd: Command) -> int:
 
 def cmd_history(cmd: Command) -> int:
     a = cmd.args
-    commits = sink_history(cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink)
+    history = sink_history(cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink)
+    commits = history.commits
     cmd.out.emit(
         lambda: {
-            "pipeline": a.pipeline_name,
-            "sink": a.sink,
+            "pipeline": history.pipeline,
+            "sink": history.sink,
+            "uid": history.uid,
             "commits": [c.to_json() for c in commits],
         },
         lambda: render.table(
@@ -65,7 +68,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "show", help="the rows published as of a checkpoint (default: now)", parents=[common]
     )
     p.add_argument("pipeline_name", metavar="PIPELINE")
-    p.add_argument("sink", metavar="SINK")
+    p.add_argument("sink", metavar="SINK", help="its name or uid")
     p.add_argument("--checkpoint", type=checkpoint_id, default=None, help="as of checkpoint N")
     p.add_argument("--limit", type=non_negative, default=20, help="rows to print (default 20)")
     p.set_defaults(run=cmd_show)

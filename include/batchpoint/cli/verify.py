@@ -106,6 +106,7 @@ def render_report(what: str, report: CandidateReport) -> list[str]:
         lines.append("\nsuites not run: integrity failed first")
     if report.skipped:
         lines.append(f"\nskipped: {', '.join(sorted(report.skipped))}")
+    lines += [f"not judged: {skip}" for skip in report.not_judged]
     if report.quarantined:
         lines.append("quarantined: no restore will offer it until it is released")
     return lines

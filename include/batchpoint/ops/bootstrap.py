@@ -40,9 +40,10 @@ from batchpoint.protocol.savepoints import (
 from batchpoint.runtime.api import OperatorDef, Pipeline
 from batchpoint.runtime.deploy import code_topology
 from batchpoint.runtime.restore_options import savepoint_location
+from batchpoint.runtime.state_conform import conform_state
 from batchpoint.runtime.streams import state_stream
 from batchpoint.settings import Settings
-from batchpoint.state.format import schema_differences, schema_fingerprint
+from batchpoint.state.schemas import StateNotAsDeclared, schema_differences
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -179,15 +180,18 @@ def _checked_states(pipeline: Pipeline, states: States) -> dict[str, dict[str, D
                     f"(states: {', '.join(node.states)})"
                 )
             declared = node.states[state]
+            what = f"operator '{operator}', state '{state}'"
             missing = [c for c in declared.names if c not in frame.columns]
-            if not missing:
-                frame = frame.select(*declared.names)
-            got = to_arrow_schema(frame.schema, timezone="UTC")
-            if missing or schema_fingerprint(got) != schema_fingerprint(declared):
+            if missing:
+                got = to_arrow_schema(frame.schema, timezone="UTC")
                 raise PipelineSpecError(
-                    f"operator '{operator}', state '{state}': the DataFrame is not the "
-                    f"declared schema: {'; '.join(schema_differences(declared, got))}"
+                    f"{what}: the DataFrame is not the declared schema: "
+                    + "; ".join(schema_differences(declared, got))
                 )
+            try:  # other columns are left out: a frame may carry more than the state
+                frame = conform_state(frame.select(*declared.names), declared, what)
+            except StateNotAsDeclared as exc:
+                raise PipelineSpecError(str(exc)) from None
             out.setdefault(operator, {})[state] = frame
     return out
 
@@ -233,6 +237,8 @@ def _write_state(
         key_columns=node.key_columns,
         max_parallelism=node.max_parallelism,
         parallelism=parallelism,
+        declared=node.states[state],
+        what=f"operator '{node.name}', state '{state}'",
     )
     with no_links(location):
         written = keyed_io.write_keyed(frame, location.store, spec)

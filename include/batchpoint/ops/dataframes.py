@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.pipelines import open_pipeline
+from batchpoint.ops.sinks import find_sink
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import OperatorKind
@@ -118,10 +119,14 @@ def read_state(
 def sink_files(
     coordinator: CheckpointCoordinator, sink: str, checkpoint: Checkpoint
 ) -> tuple[int | None, list[FileHandle]]:
-    """The files a reader of the sink sees as of a published checkpoint ("latest": now)."""
-    manifest = coordinator.sinks.manifest(sink)
+    """The files a reader of the sink sees as of a published checkpoint ("latest": now);
+    `sink` a uid, a name or an earlier name (ops/sinks.py::find_sink)."""
+    ref = find_sink(coordinator, sink).ref
+    manifest = coordinator.sinks.manifest(ref)
     if manifest is None:
-        raise BatchpointError(f"sink '{sink}' of '{coordinator.pipeline}' has published nothing")
+        raise BatchpointError(
+            f"sink '{ref.label}' of '{coordinator.pipeline}' has published nothing"
+        )
     as_of = None if checkpoint == "latest" else resolve_checkpoint(coordinator, checkpoint)
     return as_of, visible_files(manifest, as_of)
 

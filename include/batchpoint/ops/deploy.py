@@ -41,6 +41,7 @@ def deploy_plan(
         )
     return plan_on(
         pipeline,
+        location.store,
         located_checkpoint(location, metadata),
         driver.current_spec(),
         allow_non_restored_state=allow_non_restored_state,

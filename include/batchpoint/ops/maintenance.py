@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
+from batchpoint.ops.sinks import sink_directory
 from batchpoint.protocol.checkpoint import CheckpointOutcome
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.gc import GcReport
-from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
-from batchpoint.tables.binding import TableBinding, table_bindings
+from batchpoint.tables.binding import TableBinding
 
 
 def gc(
@@ -48,41 +48,28 @@ def gc(
 
 
 def sink_tables(coordinator: CheckpointCoordinator) -> SinkTables | None:
-    """The pipeline's table sinks, from the spec it registered and from the topologies
-    its retained checkpoints recorded: a sink the code no longer declares keeps its
+    """The pipeline's table sinks by uid, from the spec it registered and from the
+    topologies its checkpoints recorded: a sink the code no longer declares keeps its
     table's files referenced while a checkpoint that had it is retained (invariant 14).
     None: it has none, or registered no graph yet. A spec or a retained record that
     cannot be read could name tables: GC then gets a port that refuses, and deletes
     nothing."""
     try:
-        recorded = _recorded_bindings(coordinator)
-        bindings = {**recorded, **table_bindings(coordinator.load_spec().operators)}
+        sinks = sink_directory(coordinator, pending=False).sinks
     except CheckpointNotFound:
         return None
     except BatchpointError as exc:
         return _Unreadable(f"the pipeline's spec: {exc}")
+    bindings = {}
+    for sink in sinks:
+        binding = TableBinding.from_properties(sink.properties)
+        if binding is not None:
+            bindings[sink.ref] = binding
     if not bindings:
         return None
     from batchpoint.tables.references import PipelineTables
 
     return PipelineTables(coordinator.store, coordinator.pipeline, bindings)
-
-
-def _recorded_bindings(coordinator: CheckpointCoordinator) -> dict[str, TableBinding]:
-    """sink name -> table, from the topologies of the retained checkpoints (oldest
-    first, so the newest name of a table wins). Checkpoints before version 2 recorded
-    none: their sinks are the spec's."""
-    found: dict[str, TableBinding] = {}
-    for checkpoint_id in sorted(coordinator.completed.retained_ids()):
-        outcome = coordinator.get_outcome(checkpoint_id)
-        topology = outcome.pending.topology if outcome is not None else None
-        if topology is None:
-            continue
-        for node in topology.nodes:
-            binding = TableBinding.from_properties(node.properties)
-            if node.kind is OperatorKind.SINK and binding is not None:
-                found[node.name] = binding
-    return found
 
 
 def table_findings(coordinator: CheckpointCoordinator) -> list[Finding]:

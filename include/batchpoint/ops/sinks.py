@@ -1,6 +1,10 @@
 """A sink's published rows as of a checkpoint (or now), and a table sink's commit
 history: what `batchpoint sink show` and `sink history` print. A table sink is read
-through its table (time travel by checkpoint id), any other through its manifest."""
+through its table (time travel by checkpoint id), any other through its manifest.
+
+A sink is its uid (invariant 17): a user names it by its uid, its current name, or a
+name a retained checkpoint recorded for it (`protocol/sink_directory.py`); what is
+printed shows the current name as the label."""
 
 from __future__ import annotations
 
@@ -9,10 +13,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, RecordError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.pipeline import OperatorKind
+from batchpoint.protocol.sink_directory import KnownSink, SinkDirectory
 from batchpoint.protocol.sinks import read_sink_table
+from batchpoint.protocol.topology import Topology
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.iceberg import IcebergSinkTable, TableCommit
@@ -21,7 +26,8 @@ from batchpoint.tables.iceberg import IcebergSinkTable, TableCommit
 @dataclass
 class SinkView:
     pipeline: str
-    sink: str
+    sink: str  # its current name
+    uid: str
     checkpoint_id: int | None  # None: as published now
     source: str  # "iceberg table <id> snapshot <n>" or "sink manifest"
     rows: pa.Table
@@ -31,6 +37,7 @@ class SinkView:
         return {
             "pipeline": self.pipeline,
             "sink": self.sink,
+            "uid": self.uid,
             "checkpoint_id": self.checkpoint_id,
             "source": self.source,
             "total_rows": self.total_rows,
@@ -38,27 +45,59 @@ class SinkView:
         }
 
 
-def sink_binding(coordinator: CheckpointCoordinator, sink: str) -> TableBinding | None:
-    """The sink's table, from the spec the pipeline registered (no code needed); an
-    unknown sink is an error naming the pipeline's sinks."""
-    spec = coordinator.load_spec()  # raises, naming the pipeline, when none is registered
-    sinks = {op.name: op for op in spec.operators if op.kind is OperatorKind.SINK}
-    if sink not in sinks:
+def recorded_topologies(
+    coordinator: CheckpointCoordinator, *, pending: bool = True
+) -> list[Topology]:
+    """What the pipeline's checkpoints recorded, oldest first: the retained ones, then
+    (with `pending`) the pending ones, triggered by the newest code."""
+    out = []
+    for cid in sorted(coordinator.completed.retained_ids()):
+        try:
+            outcome = coordinator.get_outcome(cid)
+        except RecordError:
+            # a damaged record, or a newer release's: it only names sinks, which the
+            # registered spec and the other checkpoints still do (integrity reports it)
+            continue
+        if outcome is not None and outcome.completed is not None:
+            out.append(outcome.completed.topology)
+    if pending:
+        newest = sorted(coordinator.pending_checkpoints(), key=lambda p: p.checkpoint_id)
+        out += [p.topology for p in newest if p.topology is not None]
+    return out
+
+
+def sink_directory(coordinator: CheckpointCoordinator, *, pending: bool = True) -> SinkDirectory:
+    """The sinks of the spec the pipeline registered (no code needed) and of its
+    checkpoints (`pending`: the pending ones' too); raises, naming the pipeline, when
+    none is registered."""
+    recorded = recorded_topologies(coordinator, pending=pending)
+    return SinkDirectory(coordinator.load_spec().operators, recorded)
+
+
+def find_sink(coordinator: CheckpointCoordinator, sink: str) -> KnownSink:
+    """The sink `sink` names (a uid, a name, a recorded earlier name); an unknown one is
+    an error naming the pipeline's sinks."""
+    directory = sink_directory(coordinator)
+    found = directory.find(sink)
+    if found is None:
         raise BatchpointError(
             f"pipeline '{coordinator.pipeline}' has no sink '{sink}' "
-            f"(sinks: {', '.join(sorted(sinks)) or 'none'})"
+            f"(sinks: {', '.join(directory.labels()) or 'none'})"
         )
-    return TableBinding.from_properties(sinks[sink].properties)
+    return found
 
 
 def _table(
-    coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: str, binding: TableBinding | None
-) -> IcebergSinkTable:
+    coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: KnownSink
+) -> tuple[IcebergSinkTable, TableBinding]:
     from batchpoint.tables.service import sink_table
 
+    binding = TableBinding.from_properties(sink.properties)
     if binding is None:
-        raise BatchpointError(f"sink '{sink}' of '{coordinator.pipeline}' is not a table sink")
-    return sink_table(store_ref, coordinator.pipeline, sink, binding)
+        raise BatchpointError(
+            f"sink '{sink.ref.label}' of '{coordinator.pipeline}' is not a table sink"
+        )
+    return sink_table(store_ref, coordinator.pipeline, sink.ref, binding), binding
 
 
 def show_sink(
@@ -68,27 +107,34 @@ def show_sink(
     checkpoint_id: int | None = None,
     limit: int | None = None,
 ) -> SinkView:
-    binding = sink_binding(coordinator, sink)
-    if binding is not None:
-        table = _table(coordinator, store_ref, sink, binding)
+    found = find_sink(coordinator, sink)
+    if TableBinding.from_properties(found.properties) is not None:
+        table, binding = _table(coordinator, store_ref, found)
         snapshot = table.snapshot_of(checkpoint_id) if checkpoint_id is not None else None
         rows = table.read(checkpoint_id)
         source = f"{binding}" + (f", snapshot {snapshot}" if snapshot is not None else "")
     else:
-        manifest = coordinator.sinks.manifest(sink)
-        if manifest is None:
-            raise BatchpointError(f"sink '{sink}' of '{coordinator.pipeline}' published nothing")
-        rows = read_sink_table(coordinator.store, coordinator.pipeline, sink, checkpoint_id)
+        rows = read_sink_table(coordinator.store, coordinator.pipeline, found.ref, checkpoint_id)
         source = "sink manifest"
     total = rows.num_rows
     if rows.num_rows and rows.column_names:
         rows = rows.sort_by([(rows.column_names[0], "ascending")])
     if limit is not None:
         rows = rows.slice(0, limit)
-    return SinkView(coordinator.pipeline, sink, checkpoint_id, source, rows, total)
+    return SinkView(
+        coordinator.pipeline, found.ref.label, found.uid, checkpoint_id, source, rows, total
+    )
 
 
-def sink_history(
-    coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: str
-) -> list[TableCommit]:
-    return _table(coordinator, store_ref, sink, sink_binding(coordinator, sink)).history()
+@dataclass
+class SinkHistory:
+    pipeline: str
+    sink: str  # its current name
+    uid: str
+    commits: list[TableCommit]
+
+
+def sink_history(coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: str) -> SinkHistory:
+    found = find_sink(coordinator, sink)
+    commits = _table(coordinator, store_ref, found)[0].history()
+    return SinkHistory(coordinator.pipeline, found.ref.label, found.uid, commits)

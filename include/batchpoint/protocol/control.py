@@ -7,7 +7,8 @@ pipelines/<p>/head.json, kind "pipeline-control":
   head                newest completed checkpoint of the current timeline (or null)
   restore_generation  bumped by every restore; a decision of an older one is stale
   retained            the CompletedCheckpointStore's members
-  pending             admitted checkpoints (admission is the CAS that adds them)
+  pending             admitted checkpoints (admission is the CAS that adds them); an
+                      import's entry is marked `imported`: it is never a base
   discarded           GC's work queue: ids whose files may go, with when they came in
   collected           ids whose data GC removed and whose records it may prune
   restore             the last restore; `sinks_rewound` false while it is in flight
@@ -67,6 +68,23 @@ class PendingEntry(codec.Value):
     base: int | None = codec.field(missing=None)
     restore_generation: int = codec.field()
     deadline: float = codec.time()
+    # A savepoint folder being imported: its state does not continue the timeline, so
+    # no trigger builds on it (`decider.base_of`). Written only when set; an import an
+    # older release admitted reads as False, and the finalize of a checkpoint built on
+    # it still refuses it (`settlement.unrestored_import`).
+    imported: bool = codec.field(default=False, omit=False)
+
+    @classmethod
+    def of(cls, pending: PendingCheckpoint) -> PendingEntry:
+        """The entry of an admitted checkpoint, rebuilt from its pending record."""
+        return cls(
+            pending.checkpoint_id,
+            pending.type,
+            pending.base_checkpoint_id,
+            pending.restore_generation,
+            pending.deadline,
+            imported=pending.properties.is_imported,
+        )
 
     def placeholder(self, pipeline: str) -> PendingCheckpoint:
         """A trigger record for an admitted checkpoint whose own record is missing or

@@ -71,10 +71,10 @@ class CheckpointRequestDecider:
         stop: bool = False,
     ) -> ControlRecord:
         """The mutation of the admission CAS: the control record with the new pending
-        entry, whose base is the newest admitted checkpoint of the current timeline
-        (concurrent checkpoints chain) or else the head; none when `self_contained` (a
-        savepoint import brings all of its state). A savepoint with `stop` records the
-        stop and abandons the periodic checkpoints pending (protocol/stopping.py)."""
+        entry, whose base is `base_of` the record; none when `self_contained` (a
+        savepoint import brings all of its state, and its entry is marked `imported`:
+        never a base). A savepoint with `stop` records the stop and abandons the
+        periodic checkpoints pending (protocol/stopping.py)."""
         control = self.check(
             control, checkpoint_type, now, has_history=has_history, self_contained=self_contained
         )
@@ -82,7 +82,12 @@ class CheckpointRequestDecider:
             control = stopping.admit_stop(control, checkpoint_id, now)
         base = None if self_contained else base_of(control)
         entry = PendingEntry(
-            checkpoint_id, checkpoint_type, base, control.restore_generation, deadline
+            checkpoint_id,
+            checkpoint_type,
+            base,
+            control.restore_generation,
+            deadline,
+            imported=self_contained,
         )
         return replace(control, pending=(*control.pending, entry))
 
@@ -139,6 +144,10 @@ class CheckpointRequestDecider:
 
 
 def base_of(control: ControlRecord) -> int | None:
-    """The newest admitted checkpoint of the current timeline, else the head."""
-    newer = [p for p in control.current_pending() if p.checkpoint_id > (control.head or 0)]
+    """The newest admitted checkpoint of the current timeline (concurrent checkpoints
+    chain), else the head. Never an import: a savepoint folder being imported does not
+    continue the timeline (completed, it is retained beside it), and only a restore
+    makes it the head, and so a base."""
+    head = control.head or 0
+    newer = [p for p in control.current_pending() if p.checkpoint_id > head and not p.imported]
     return newer[-1].checkpoint_id if newer else control.head

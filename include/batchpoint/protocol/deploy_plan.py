@@ -37,6 +37,7 @@ class Verdict(enum.StrEnum):
     NEW = "new"  # starts empty (an operator, a state, a sink) or from the beginning (a source)
     RESCALED = "rescaled"  # parallelism from -> to, by key group
     RENAMED = "renamed"  # same uid, another name: kept
+    REWRITTEN = "rewritten"  # its state written in full under the code's key
     DROPPED = "dropped"  # in the checkpoint, not in the code: allowed or refused
     INCOMPATIBLE = "incompatible"
 
@@ -206,11 +207,19 @@ class _Planner:
         kind, before = new.kind.value, len(self.entries)
         if old.name != new.name:
             self.add(kind, new.uid, new.name, Verdict.RENAMED, f"'{old.name}' -> '{new.name}'")
-        for problem in _placement_problems(old, new):
+        for problem in _placement_problems(old, new) + _sink_problems(old, new):
             self.add(kind, new.uid, new.name, Verdict.INCOMPATIBLE, problem, refused=True)
         if new.kind is not OperatorKind.SOURCE and old.parallelism != new.parallelism:
             detail = f"parallelism {old.parallelism} -> {new.parallelism}, by key group"
             self.add(kind, new.uid, new.name, Verdict.RESCALED, detail)
+        if old.states and old.key_columns is None and new.key_columns is not None:
+            # Placed by a key it never recorded: a changelog under the code's key would
+            # lay rows over files placed by another (runtime/incremental.rewrite_reason).
+            detail = (
+                "key not recorded (an older release): its state is rewritten in full "
+                f"under key {list(new.key_columns)}"
+            )
+            self.add(kind, new.uid, new.name, Verdict.REWRITTEN, detail)
         if len(self.entries) == before:
             self.add(kind, new.uid, new.name, Verdict.KEPT)
         self.states(old, new)
@@ -323,6 +332,23 @@ def _placement_problems(old: NodeTopology, new: NodeTopology) -> list[str]:
             "(a new uid)"
         )
     return problems
+
+
+def _sink_problems(old: NodeTopology, new: NodeTopology) -> list[str]:
+    """A sink's mode is how its readers read its whole published history (append: every
+    epoch; snapshot: the last), and gc keeps only what that mode reads: another mode
+    would show what gc happened to keep, not the sink's history. Unknown on a base an
+    older release wrote (no properties recorded): not judged."""
+    if new.kind is not OperatorKind.SINK:
+        return []
+    before, after = old.properties.get("mode"), new.properties.get("mode")
+    if before is None or after is None or before == after:
+        return []
+    return [
+        f"sink '{new.name}': mode {before} -> {after}: its readers read its published "
+        "history in one mode; give the sink a new uid (its output starts empty) and "
+        f"declare pipeline.drop_sink('{new.uid}')"
+    ]
 
 
 def _same_schema(a: StateTopology, b: StateTopology) -> bool:

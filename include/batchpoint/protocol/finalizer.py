@@ -40,7 +40,13 @@ from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import Clock
 from batchpoint.protocol.reads import CheckpointReads
-from batchpoint.protocol.settlement import Abort, FinalizeWait, deadline_verdict, expired_message
+from batchpoint.protocol.settlement import (
+    Abort,
+    FinalizeWait,
+    deadline_verdict,
+    expired_message,
+    unrestored_import,
+)
 from batchpoint.protocol.timeline import on_timeline
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
@@ -173,7 +179,8 @@ class CheckpointFinalizer:
     def _finalize_blocker(self, pending: PendingCheckpoint) -> FinalizeWait | Abort | None:
         """What keeps a checkpoint with every ack in from completing: a restore since its
         trigger, a stop-with-savepoint that abandoned it, or its base (still pending:
-        wait; aborted or gone: abort)."""
+        wait; aborted or gone: abort; an import no restore made the head: abort, as an
+        older release built checkpoints on an import being imported)."""
         control = self._control.load()
         if not on_timeline(pending.restore_generation, control.restore_generation):
             return Abort(
@@ -185,13 +192,16 @@ class CheckpointFinalizer:
         if base_id is None:
             return None
         base = self._reads.get_outcome(base_id)
-        if base is None:
-            if self._reads.get_pending(base_id):
-                return FinalizeWait.BASE
+        base_pending = base.pending if base else self._reads.get_pending(base_id)
+        if base_pending is None:
             return Abort(
                 CheckpointFailureReason.BASE_ABORTED,
                 f"its base checkpoint {base_id} no longer exists",
             )
+        if (refused := unrestored_import(base_pending, control.head)) is not None:
+            return refused
+        if base is None:
+            return FinalizeWait.BASE
         if base.status is CheckpointStatus.ABORTED:
             return Abort(
                 CheckpointFailureReason.BASE_ABORTED, f"its base checkpoint {base_id} was aborted"
@@ -345,6 +355,8 @@ class CheckpointFinalizer:
     def _after_completed(self, pending: PendingCheckpoint, now: float) -> None:
         if not pending.is_savepoint:
             self._failures.record_success(pending.checkpoint_id, now)
+        if pending.properties.is_imported:
+            return  # beside the timeline: it subsumes none of the checkpoints on it
         for older in self._admitted():
             if older.checkpoint_id < pending.checkpoint_id and older.type is not (
                 CheckpointType.SAVEPOINT

@@ -52,7 +52,7 @@ from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import Clock, Count, ProgressFn, RollForward, count_due
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
-from batchpoint.protocol.sinks import SinkPublisher
+from batchpoint.protocol.sinks import SinkPublisher, published_base
 from batchpoint.storage.base import ObjectStore
 
 #: Folders of collected ids swept per pass for late writers (the newest ones).
@@ -159,14 +159,12 @@ class GarbageCollector:
             for ack in acks.values():
                 referenced.update(h.path for h in ack.handles)
         by_checkpoints = set(referenced)
-        for sink in self._sinks.sink_names():
-            try:
-                manifest = self._sinks.manifest(sink)
-            except RecordError as exc:
-                findings.append(Finding(f"sink {sink}", f"unreadable manifest: {exc}"))
+        # Every manifest, one adopted at its uid's key meanwhile too (sink_keys.py).
+        for sink, manifest in self._sinks.stored():
+            if isinstance(manifest, RecordError):
+                findings.append(Finding(f"sink {sink}", f"unreadable manifest: {manifest}"))
                 continue
-            if manifest is not None:
-                referenced.update(f.path for e in manifest.epochs.values() for f in e.files)
+            referenced.update(f.path for e in manifest.epochs.values() for f in e.files)
         if self._extra_references is not None:
             referenced.update(self._extra_references())
         # A table's files hold their folder: no manifest prune requeues it once the
@@ -334,7 +332,7 @@ class GarbageCollector:
 
     def _base_of(self, checkpoint_id: int) -> int | None:
         # raises on an unreadable or missing record: that sink is then not pruned
-        return self._reads.get_checkpoint(checkpoint_id).base_checkpoint_id
+        return published_base(self._reads.get_checkpoint(checkpoint_id), self._store.uri)
 
     def _dequeue(self, ids: list[int]) -> None:
         gone = set(ids)

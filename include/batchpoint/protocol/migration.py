@@ -91,11 +91,7 @@ def migrate(store: ObjectStore, layout: PipelineLayout, data: bytes, now: float)
             # Not admitted in the new record: its folder follows its marker like any other.
             findings.append(ControlFinding(cid, f"unreadable pending record: {_why(exc)}", now))
             continue
-        pending.append(
-            PendingEntry(
-                p.checkpoint_id, p.type, p.base_checkpoint_id, p.restore_generation, p.deadline
-            )
-        )
+        pending.append(PendingEntry.of(p))
     keep = {e.checkpoint_id for e in retained} | {p.checkpoint_id for p in pending}
     keep |= {f.checkpoint_id for f in findings if f.hold}
     if old.checkpoint_id is not None:

@@ -39,6 +39,10 @@ class OperatorSpec(codec.Value):
     # changes the code's value is told apart from a restore's rescale that must
     # persist. Absent in specs registered before it was recorded.
     code_parallelism: int | None = codec.field(default=None, omit=None)
+    # The node's identity (runtime.api: default its name), by which the next deploy's
+    # code finds what this spec says of it (the parallelism in force). Absent in specs
+    # registered before it was recorded: they are matched by name.
+    uid: str | None = codec.field(default=None, omit=None)
 
     @property
     def has_tasks(self) -> bool:

@@ -48,6 +48,9 @@ class CheckpointProperties(codec.Value, Mapping[str, Any]):
     imported_from: str | None = _flag("the savepoint folder it was imported from")
     savepoint_checkpoint_id: int | None = _flag("the id it had where the savepoint was taken")
     savepoint_taken_from: str | None = _flag("the storage root the savepoint was taken from")
+    savepoint_base_checkpoint_id: int | None = _flag(
+        "the base the savepoint was taken on, where it was taken"
+    )
     savepoint_description: str | None = _flag("the imported savepoint's description")
     # -- the user's own, handed to user functions as they are ------------------------------
     user: Mapping[str, Any] = codec.field(extra=True, default_factory=dict)

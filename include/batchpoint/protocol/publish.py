@@ -8,6 +8,10 @@ only once a restore made it the head). Each manifest write carries that
 generation and a manifest already rewound into a newer one refuses it (STALE). If a
 restore lands between our control read and our manifest write, we roll its rewind
 forward for the sinks we touched, so the late publish never stays visible.
+
+Sinks are published by uid (invariant 17): each target names its uid and its name (a
+label); the names the checkpoint and its base recorded for that uid tell where a
+release before issue 36 may have kept its manifest (protocol/sink_keys.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from batchpoint.errors import RecordError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint
@@ -22,12 +27,23 @@ from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.ports import RollForward
 from batchpoint.protocol.reads import CheckpointReads
+from batchpoint.protocol.sink_keys import SinkRef, sink_refs
 from batchpoint.protocol.sinks import PublishResult, SinkPublisher
 from batchpoint.protocol.timeline import is_stale, on_timeline
 
 log = logging.getLogger(__name__)
 
-SinkTarget = tuple[str, str, Sequence[str]]  # name, mode ("append"/"snapshot"), key columns
+
+class SinkTarget(NamedTuple):
+    """A sink to publish: its uid, mode ("append"/"snapshot"), key columns, and name
+    (a label; default: the uid)."""
+
+    uid: str
+    mode: str
+    key_columns: Sequence[str]
+    name: str = ""
+
+
 #: For a checkpoint imported from a savepoint of this storage: the id it was taken from
 #: (`CheckpointRestorer.alias_of`), whose sink epochs a rewind to it keeps.
 AliasOf = Callable[[int], int | None]
@@ -88,11 +104,11 @@ class CompletionNotifier:
         return cid == checkpoint_id
 
     def notify_checkpoint_complete(
-        self, checkpoint_id: int, sinks: Iterable[SinkTarget]
+        self, checkpoint_id: int, sinks: Iterable[SinkTarget | tuple[str, str, Sequence[str]]]
     ) -> PublishReport:
         """Publish every sink's staged output of a completed checkpoint and of any
         unpublished completed checkpoint it builds on. Idempotent."""
-        sinks = list(sinks)
+        targets = [SinkTarget(*t) for t in sinks]
         report = PublishReport()
         self._roll_forward()
         control = self._control.load()
@@ -104,30 +120,47 @@ class CompletionNotifier:
             log.warning("pipeline '%s': %s", self._reads.pipeline, report.stale)
             return report
         generation = control.restore_generation
-        chain = self._unpublished_chain(checkpoint_id, sinks)
+        refs, chain = self._chain(checkpoint_id, targets)
         for at, completed in reversed(list(enumerate(chain))):
             # Oldest first; what the chain says builds on it lets a sink that has a
             # descendant already (GC dropped this one) refuse it.
             newer = [c.checkpoint_id for c in chain[:at]]
-            for name, mode, keys in sinks:
+            for ref, target in zip(refs, targets, strict=True):
                 result = self._sinks.publish(
-                    completed, name, mode, keys, generation=generation, descendants=newer
-                )
+                    completed, ref, target.mode, target.key_columns,
+                    generation=generation, descendants=newer,
+                )  # fmt: skip
                 if result is PublishResult.PUBLISHED:
-                    report.published.append(f"{name}@{completed.checkpoint_id}")
+                    report.published.append(f"{ref.label}@{completed.checkpoint_id}")
                 elif result is PublishResult.STALE:
-                    report.stale = f"sink {name} moved to a newer restore generation"
+                    report.stale = f"sink {ref.label} moved to a newer restore generation"
         after = self._control.load()
         if is_stale(generation, after.restore_generation) and after.restore is not None:
             # A restore won meanwhile: re-apply its rewind over what we just wrote.
             alias = self._alias_of(after.restore.target)
-            for name, _, _ in sinks:
-                self._sinks.rewind(name, after.restore.target, after.restore.generation, alias)
+            for ref in refs:
+                self._sinks.rewind(ref, after.restore.target, after.restore.generation, alias)
             report.stale = report.stale or "a restore happened while publishing"
         return report
 
+    def _chain(
+        self, checkpoint_id: int, targets: list[SinkTarget]
+    ) -> tuple[list[SinkRef], list[CompletedCheckpoint]]:
+        """The targets by uid, and the chain to publish. A chain that reaches back past
+        the checkpoint (a sink with no manifest under its uid or name) is walked again
+        if its checkpoints recorded other names for the targets: where a release before
+        issue 36 kept their manifests (adopted on the first write)."""
+        declared = [(t.uid, t.name or t.uid) for t in targets]
+        refs = sink_refs(declared)
+        chain = self._unpublished_chain(checkpoint_id, refs)
+        if len(chain) > 1:
+            named = sink_refs(declared, [n for c in chain for n in c.topology.nodes])
+            if named != refs:
+                return named, self._unpublished_chain(checkpoint_id, named)
+        return refs, chain
+
     def _unpublished_chain(
-        self, checkpoint_id: int, sinks: list[SinkTarget]
+        self, checkpoint_id: int, refs: list[SinkRef]
     ) -> list[CompletedCheckpoint]:
         """The checkpoint and its completed ancestors, newest first, back to the first
         one every sink has published already."""
@@ -139,9 +172,6 @@ class CompletionNotifier:
                 break
             chain.append(outcome.completed)
             cid = outcome.pending.base_checkpoint_id
-            if all(
-                (m := self._sinks.manifest(name)) is not None and cid in m.epochs
-                for name, _, _ in sinks
-            ):
+            if all((m := self._sinks.manifest(r)) is not None and cid in m.epochs for r in refs):
                 break
         return chain

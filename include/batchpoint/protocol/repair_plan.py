@@ -192,7 +192,7 @@ def _open_checkpoints(
     by_id = {p.checkpoint_id: p for p in admitted}
     for p in ev.open:
         if p.checkpoint_id in open_ids:
-            by_id.setdefault(p.checkpoint_id, _pending_entry(p))
+            by_id.setdefault(p.checkpoint_id, PendingEntry.of(p))
     return tuple(by_id[cid] for cid in sorted(by_id)), []
 
 
@@ -381,12 +381,6 @@ def _entry(outcome: CheckpointOutcome, current: ControlRecord | None) -> Retaine
         outcome.completed.completed_at,
         bool(p.properties.retain_forever),
         claimed=known.claimed if known is not None else False,
-    )
-
-
-def _pending_entry(p: PendingCheckpoint) -> PendingEntry:
-    return PendingEntry(
-        p.checkpoint_id, p.type, p.base_checkpoint_id, p.restore_generation, p.deadline
     )
 
 

@@ -248,6 +248,7 @@ class Savepoints:
                 imported_from=given.uri,
                 savepoint_checkpoint_id=metadata.checkpoint_id,
                 savepoint_taken_from=metadata.taken_from,
+                savepoint_base_checkpoint_id=source.base_checkpoint_id,
                 savepoint_description=metadata.description,
             ),
             # the uids and schemas the savepoint was taken with: the replayed acks get

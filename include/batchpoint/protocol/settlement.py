@@ -108,6 +108,23 @@ def deadline_verdict(
     return FinalizeWait.AUDIT if wait is AuditWait.OPEN else None
 
 
+# -- the base ---------------------------------------------------------------------------
+
+
+def unrestored_import(base: PendingCheckpoint, head: int | None) -> Abort | None:
+    """Why a checkpoint built on `base` may not complete, when `base` is an imported
+    savepoint that no restore made the head: an import is beside the timeline until a
+    restore chooses it, so what is built on it must never move the head. Only an older
+    release admitted such checkpoints (`decider.base_of` skips imports)."""
+    if not base.properties.is_imported or base.checkpoint_id == head:
+        return None
+    return Abort(
+        CheckpointFailureReason.BASE_ABORTED,
+        f"its base checkpoint {base.checkpoint_id} is an imported savepoint that no restore "
+        "made the head (an import is never a base until restored to)",
+    )
+
+
 # -- a scheduler run that is over -------------------------------------------------------
 
 

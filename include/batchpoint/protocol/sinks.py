@@ -9,6 +9,12 @@ The manifest keeps the published epochs with their base, so the sink can be read
 any published checkpoint by following the chain; a restore rewinds `current`, and the
 next publication continues the chain from the restored checkpoint.
 
+A sink is its uid (invariant 17): its manifest is stored at the uid's key, and its
+output is what the acks of that uid staged as the sink stream, whatever the tasks were
+called when they ran (a publish may cover an older checkpoint, written under an older
+name). Callers name a sink by uid, or by a `SinkRef` that also names the keys an older
+release may have kept its manifest under (protocol/sink_keys.py adopts them).
+
 The manifest records the restore generation it is in: a restore's rewind raises it, and
 a publish decided in an older generation is refused (STALE), so a publish decided
 before a restore never takes effect after it. GC drops epochs no retained checkpoint,
@@ -32,14 +38,30 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from batchpoint import codec
-from batchpoint.errors import CheckpointError
-from batchpoint.protocol.cas import read_record, update_record
-from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
-from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.errors import CheckpointError, RecordError
+from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle, PendingCheckpoint
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.sink_keys import ManifestKeys, SinkRef
+from batchpoint.protocol.sink_manifest import PublishedEpoch, SinkManifest, visible_files
 from batchpoint.protocol.table_pins import TablePin, live_pins
 from batchpoint.protocol.timeline import is_stale
+from batchpoint.protocol.topology import SINK_STREAM_NAME
 from batchpoint.storage.base import ObjectStore
+
+__all__ = [
+    "PublishResult",
+    "PublishedEpoch",
+    "SinkManifest",
+    "SinkPins",
+    "SinkPublisher",
+    "SinkRef",
+    "describe",
+    "read_sink_table",
+    "staged_output",
+    "visible_files",
+]
+
+Sink = str | SinkRef  # a uid, or a ref with the sink's label and older keys
 
 
 class PublishResult(enum.StrEnum):
@@ -53,84 +75,32 @@ class PublishResult(enum.StrEnum):
         return self is PublishResult.PUBLISHED
 
 
-@dataclass(frozen=True)
-class PublishedEpoch(codec.Value):
-    checkpoint_id: int
-    base_checkpoint_id: int | None = codec.field(missing=None)
-    files: tuple[FileHandle, ...] = codec.field(missing=())
-    # an imported savepoint standing for its original epoch
-    alias_of: int | None = codec.field(default=None, omit=None)
-
-    @property
-    def rows(self) -> int:
-        return sum(f.rows for f in self.files)
-
-
-@dataclass(frozen=True)
-class SinkManifest(codec.Record):
-    KIND = "sink-manifest"
-    VERSION = 1
-
-    sink: str
-    mode: str
-    key_columns: tuple[str, ...] = codec.field(missing=())
-    current: int | None = codec.field(missing=None)
-    # stored as the list of the epochs, oldest first
-    epochs: Mapping[int, PublishedEpoch] = codec.field(keyed_by="checkpoint_id")
-    generation: int = 0
-    #: Epochs a table sync is about to commit to the sink's table (see TablePin); only
-    #: while a sync is under way, so a manifest without pins reads and writes as before.
-    pins: tuple[TablePin, ...] = codec.field(default=(), omit=(), missing=())
-
-    def reachable(
-        self, keep: Iterable[int], base_of: Callable[[int], int | None] | None = None
-    ) -> set[int]:
-        """The epochs a reader as of any of `keep` (or of `current`) needs: the whole
-        chain in append mode, the epoch itself in snapshot mode. A kept checkpoint not
-        published yet (a restore target, a completed one whose publish is pending) needs
-        its nearest published ancestor's chain, found through `base_of`."""
-        out: set[int] = set()
-        for start in {*keep, self.current}:
-            cid = start
-            for _ in range(10_000):
-                if cid is None or cid in self.epochs or base_of is None:
-                    break
-                cid = base_of(cid)
-            if cid is None or cid not in self.epochs:
-                continue
-            chain = self.chain(cid)
-            out.update(e.checkpoint_id for e in (chain if self.mode != "snapshot" else chain[-1:]))
-        return out
-
-    def chain(self, as_of: int | None = None) -> list[PublishedEpoch]:
-        """The published epochs visible as of a checkpoint, oldest first."""
-        cid = self.current if as_of is None else as_of
-        if cid is not None and cid not in self.epochs:
-            raise CheckpointError(
-                f"sink '{self.sink}' has published no checkpoint {cid} "
-                f"(published: {sorted(self.epochs) or 'none'})"
-            )
-        out: list[PublishedEpoch] = []
-        while cid is not None and cid in self.epochs:
-            epoch = self.epochs[cid]
-            out.append(epoch)
-            cid = epoch.base_checkpoint_id
-        return out[::-1]
+def staged_output(completed: CompletedCheckpoint, uid: str) -> tuple[FileHandle, ...]:
+    """What the sink `uid` staged in a checkpoint: the sink stream of its acks, found by
+    the acks' operator uid (an operator may share the uid: its streams are others)."""
+    return tuple(
+        h
+        for ack in completed.acks
+        if ack.operator_uid == uid
+        for h in ack.handles
+        if h.name == SINK_STREAM_NAME
+    )
 
 
 class SinkPublisher:
     def __init__(self, store: ObjectStore, layout: PipelineLayout) -> None:
         self._store = store
         self._layout = layout
+        self._keys = ManifestKeys(store, layout)
 
-    def manifest(self, sink: str) -> SinkManifest | None:
-        found = read_record(self._store, self._layout.sink_manifest(sink), SinkManifest.decode)
-        return found[0] if found else None
+    def manifest(self, sink: Sink) -> SinkManifest | None:
+        """The sink's manifest (before its adoption, what its older keys hold)."""
+        return self._keys.read(sink)
 
     def publish(
         self,
         completed: CompletedCheckpoint,
-        sink: str,
+        sink: Sink,
         mode: str,
         key_columns: Iterable[str],
         parents: Mapping[int, int | None] | None = None,
@@ -143,17 +113,16 @@ class SinkPublisher:
         that generation's timeline); a manifest already in a newer one refuses (STALE).
         Without it, the checkpoint's own generation is used. `descendants`: checkpoints
         the caller knows build on this one (the newer part of the chain it publishes)."""
-        files = tuple(
-            h for ack in completed.acks if split_task_name(ack.task)[0] == sink for h in ack.handles
-        )
-        epoch = PublishedEpoch(completed.checkpoint_id, completed.pending.base_checkpoint_id, files)
+        uid = SinkRef.of(sink).uid
+        files = staged_output(completed, uid)
+        epoch = PublishedEpoch(completed.checkpoint_id, self._published_base(completed), files)
         keys = tuple(key_columns)
         decided = completed.pending.restore_generation if generation is None else generation
         result = [PublishResult.ALREADY_PUBLISHED]
         lineage = {epoch.checkpoint_id, *descendants}
 
         def add(current: SinkManifest | None) -> SinkManifest | None:
-            manifest = current or SinkManifest(sink, mode, keys, None, {}, decided)
+            manifest = current or SinkManifest(uid, mode, keys, None, {}, decided)
             if is_stale(decided, manifest.generation):
                 result[0] = PublishResult.STALE
                 return None
@@ -168,23 +137,28 @@ class SinkPublisher:
             if newest is None or epoch.checkpoint_id > newest:
                 newest = epoch.checkpoint_id
             epochs = {**manifest.epochs, epoch.checkpoint_id: epoch}
-            return SinkManifest(sink, mode, keys, newest, epochs, decided, manifest.pins)
+            return replace(
+                manifest, sink=uid, mode=mode, key_columns=keys, current=newest,
+                epochs=epochs, generation=decided,
+            )  # fmt: skip
 
-        update_record(
-            self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, add
-        )
+        self._keys.update(sink, add)
         return result[0]
+
+    def _published_base(self, completed: CompletedCheckpoint) -> int | None:
+        return published_base(completed.pending, self._store.uri)
 
     def rewind(
         self,
-        sink: str,
+        sink: Sink,
         checkpoint_id: int | None,
         generation: int | None = None,
         alias_of: int | None = None,
-    ) -> None:
+    ) -> bool:
         """After a restore: readers see the sink as of the restored checkpoint, and the
         manifest enters the restore's generation. A restore to a checkpoint imported from
-        a savepoint of this pipeline keeps the original epoch's chain (an alias epoch)."""
+        a savepoint of this pipeline keeps the original epoch's chain (an alias epoch).
+        False when the sink has no manifest."""
 
         def move(current: SinkManifest | None) -> SinkManifest | None:
             if current is None:
@@ -206,19 +180,18 @@ class SinkPublisher:
                 return None
             return replace(current, current=target, epochs=epochs, generation=gen)
 
-        update_record(
-            self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, move
-        )
+        return self._keys.update(sink, move) is not None
 
     def rewind_all(
         self, checkpoint_id: int | None, generation: int, alias_of: int | None = None
     ) -> None:
-        for sink in self.sink_names():
-            self.rewind(sink, checkpoint_id, generation, alias_of)
+        """Rewind every stored manifest (a sink's under an older key too: an adoption
+        after this copies it rewound, one during it is followed to its uid)."""
+        self._keys.each_key(lambda key: self.rewind(key, checkpoint_id, generation, alias_of))
 
     def prune_unreachable(
         self,
-        sink: str,
+        sink: Sink,
         keep: Callable[[], Iterable[int]],
         base_of: Callable[[int], int | None] | None = None,
         table_head: Callable[[], int | None] | None = None,
@@ -254,12 +227,10 @@ class SinkPublisher:
             epochs = {c: e for c, e in current.epochs.items() if c not in gone}
             return replace(current, epochs=epochs, pins=pins)
 
-        update_record(
-            self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, prune
-        )
+        self._keys.update(sink, prune)
         return dropped
 
-    def pin(self, sink: str, pin: TablePin, release: Iterable[TablePin] = ()) -> bool:
+    def pin(self, sink: Sink, pin: TablePin, release: Iterable[TablePin] = ()) -> bool:
         """Pin an epoch for a table sync's commit (and drop the sync's earlier pins in
         `release`, in the same write). False, pinning nothing, when the epoch is no
         longer in the manifest: GC dropped it, and the sync must plan again."""
@@ -274,12 +245,10 @@ class SinkPublisher:
             pins += (pin,) if pinned[0] else ()
             return replace(current, pins=pins) if pins != current.pins else None
 
-        update_record(
-            self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, add
-        )
+        self._keys.update(sink, add)
         return pinned[0]
 
-    def unpin(self, sink: str, pins: Iterable[TablePin]) -> None:
+    def unpin(self, sink: Sink, pins: Iterable[TablePin]) -> None:
         """Drop a sync's pins once its commits are in the table (or it gave up)."""
         drop = set(pins)
 
@@ -289,23 +258,39 @@ class SinkPublisher:
             return replace(current, pins=tuple(p for p in current.pins if p not in drop))
 
         if drop:
-            update_record(
-                self._store, self._layout.sink_manifest(sink), SinkManifest.decode, _encode, remove
-            )
+            self._keys.update(sink, remove)
 
     def sink_names(self) -> list[str]:
-        prefix = self._layout.root + "sinks/"
-        return [p[len(prefix) :].rstrip("/") for p in self._store.list_dirs(prefix)]
+        """The keys of the stored manifests: sinks' uids (and, until adopted, a name an
+        older release kept a manifest under)."""
+        return self._keys.keys()
 
-    def referenced_files(self, sinks: Iterable[str] | None = None) -> set[str]:
-        """Every published file (of the named sinks, or of all): GC must keep them while
-        a manifest lists them."""
-        out: set[str] = set()
-        for sink in self.sink_names() if sinks is None else sinks:
-            manifest = self.manifest(sink)
+    def stored(self) -> list[tuple[str, SinkManifest | RecordError]]:
+        """Every stored manifest by key (or why it cannot be read), each read after a
+        listing that shows every manifest adopted meanwhile (see `each_key`)."""
+        out: list[tuple[str, SinkManifest | RecordError]] = []
+
+        def read(key: str) -> bool:
+            try:
+                manifest = self._keys.read(key)
+            except RecordError as exc:
+                out.append((key, exc))
+                return True
             if manifest is not None:
-                out.update(f.path for e in manifest.epochs.values() for f in e.files)
+                out.append((key, manifest))
+            return manifest is not None
+
+        self._keys.each_key(read)
         return out
+
+    def referenced_files(self, sinks: Iterable[Sink] | None = None) -> set[str]:
+        """Every published file (of the given sinks, or of all): GC must keep them while
+        a manifest lists them."""
+        if sinks is None:
+            manifests = [m for _, m in self.stored() if isinstance(m, SinkManifest)]
+        else:
+            manifests = [m for m in map(self.manifest, sinks) if m is not None]
+        return {f.path for m in manifests for e in m.epochs.values() for f in e.files}
 
 
 def _descends(manifest: SinkManifest, lineage: set[int]) -> bool:
@@ -323,7 +308,7 @@ class SinkPins:
     """One sink's pins, as its table sync uses them."""
 
     publisher: SinkPublisher
-    sink: str
+    sink: Sink
 
     def pin(self, pin: TablePin, release: Iterable[TablePin] = ()) -> bool:
         return self.publisher.pin(self.sink, pin, release)
@@ -332,24 +317,15 @@ class SinkPins:
         self.publisher.unpin(self.sink, pins)
 
 
-def visible_files(manifest: SinkManifest, as_of: int | None = None) -> list[FileHandle]:
-    """The files a reader of the sink sees, as of a published checkpoint (or now)."""
-    chain = manifest.chain(as_of)
-    if not chain:
-        return []
-    if manifest.mode == "snapshot":
-        return list(chain[-1].files)
-    return [f for epoch in chain for f in epoch.files]
-
-
 def read_sink_table(
-    store: ObjectStore, pipeline: str, sink: str, as_of: int | None = None
+    store: ObjectStore, pipeline: str, sink: Sink, as_of: int | None = None
 ) -> pa.Table:
     """A sink's published content as one Arrow table (for checks and small sinks; Spark
     readers use the same `visible_files`)."""
     manifest = SinkPublisher(store, PipelineLayout(pipeline)).manifest(sink)
     if manifest is None:
-        raise CheckpointError(f"sink '{sink}' of pipeline '{pipeline}' has published nothing")
+        label = SinkRef.of(sink).label
+        raise CheckpointError(f"sink '{label}' of pipeline '{pipeline}' has published nothing")
     tables = []
     for handle in visible_files(manifest, as_of):
         table = pq.read_table(io.BytesIO(store.get(handle.path).data))
@@ -357,10 +333,6 @@ def read_sink_table(
     if not tables:
         return pa.table({})
     return pa.concat_tables(tables, promote_options="permissive")
-
-
-def _encode(manifest: SinkManifest) -> bytes:
-    return manifest.encode()
 
 
 def describe(manifest: SinkManifest) -> dict[str, Any]:
@@ -371,3 +343,15 @@ def describe(manifest: SinkManifest) -> dict[str, Any]:
         "epochs": [e.checkpoint_id for e in chain],
         "rows": sum(e.rows for e in chain),
     }
+
+
+def published_base(pending: PendingCheckpoint, store_uri: str) -> int | None:
+    """The epoch a checkpoint's output follows. A savepoint of this storage imported
+    (and restored to) follows the epoch its savepoint was taken on: with the
+    savepoint's own epoch gone from the manifest (disposed of and collected), an
+    append sink read as of the import still holds the history before it."""
+    props = pending.properties
+    imported_here = props.is_imported and props.savepoint_taken_from == store_uri
+    if pending.base_checkpoint_id is None and imported_here:
+        return props.savepoint_base_checkpoint_id
+    return pending.base_checkpoint_id

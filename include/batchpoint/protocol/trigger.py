@@ -153,8 +153,9 @@ class CheckpointTrigger:
         return props
 
     def admit_import(self, now: float) -> PendingEntry:
-        """Admit a savepoint import like a savepoint trigger (one CAS), with no base:
-        the imported state is self-contained. Raises ControlUnreadable."""
+        """Admit a savepoint import like a savepoint trigger (one CAS), with no base
+        (the imported state is self-contained) and marked imported: no trigger builds
+        on it, only a restore makes it the head. Raises ControlUnreadable."""
         history = self._ids.peek() > 1
         checkpoint_id = self._ids.get_and_increment()
         deadline = now + self._config.timeout

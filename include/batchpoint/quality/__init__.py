@@ -9,9 +9,10 @@ validates state: importing this package is cheap.
 from batchpoint.quality.checks import CheckResult, RecomputeSample, StateCheck, StateTarget
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.gate import GatedRestore, QualityGate, QualityGateRefused, gated_restore
+from batchpoint.quality.identity import StateId
 from batchpoint.quality.integrity import IntegrityReport, check_checkpoint, check_completed
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore, release
-from batchpoint.quality.report import CandidateReport, GateMode, GateReport
+from batchpoint.quality.report import CandidateReport, GateMode, GateReport, StateSkip
 from batchpoint.quality.suites import (
     PipelineQuality,
     StateQuality,
@@ -38,7 +39,9 @@ __all__ = [
     "QuarantineStore",
     "RecomputeSample",
     "StateCheck",
+    "StateId",
     "StateQuality",
+    "StateSkip",
     "StateTarget",
     "SuiteRef",
     "audit_enabled",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.quality.findings import Check, Finding
+from batchpoint.quality.identity import StateId
 from batchpoint.runtime.api import Pipeline
 from batchpoint.state.format import FORMAT_VERSION, StateHandle, state_rows
 from batchpoint.storage import StoreRef
@@ -27,7 +28,9 @@ EXAMPLES = 5
 
 @dataclass(frozen=True)
 class StateTarget:
-    """One state of one operator in one checkpoint, as a check sees it."""
+    """One state of one operator in one checkpoint, as a check sees it: `operator` and
+    `state` are the code's names (its schema and key are the code's), `state_id` its
+    identity, by which the gate found it in the checkpoint (whatever it was called then)."""
 
     spark: SparkSession
     store_ref: StoreRef
@@ -38,9 +41,11 @@ class StateTarget:
     handles: tuple[FileHandle, ...]
     max_parallelism: int
     df: DataFrame  # every row of the state, read by executors (persisted by the validator)
+    state_id: StateId
 
     @property
     def key(self) -> str:
+        """The state's label, `operator/state`: what a finding on it names."""
         return f"{self.operator}/{self.state}"
 
     @property

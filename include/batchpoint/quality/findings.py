@@ -2,7 +2,8 @@
 
 Integrity checks, Great Expectations suites and batchpoint's own state checks all
 report findings of this one shape, so the gate, the stored report, the task log and
-the CLI render them alike.
+the CLI render them alike. A finding on a state carries the state's uid beside its name
+(invariant 17: names are labels); findings stored before uids read with none.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class Finding(codec.Value):
     object: str = codec.field(missing="")  # what is wrong: a record key, a file, a partition
     check: str = codec.field(missing="")  # which check found it (see Check)
     problem: str = codec.field()  # what is wrong with it, in words
+    # What it concerns, by identity: `operator uid/state uid` for a state (`object` is
+    # then its label, the names of the code); None for a record or a file.
+    uid: str | None = codec.field(default=None, omit=None)
 
     def __str__(self) -> str:
         return f"[{self.check}] {self.object}: {self.problem}"

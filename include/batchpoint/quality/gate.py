@@ -10,8 +10,11 @@ quarantined, so no later restore is offered it again until it is released.
 Every candidate's report is stored beside it (`checkpoints/chk-N/quality.json`); a dry
 run writes nothing and restores nothing, it only reports.
 
-Suites, checks and whole states can be skipped by name for one gate (`skip_suites`,
-checked against what the pipeline declares); the report lists what was skipped.
+States are found and judged by uid (identity.py), whatever a candidate called them; a
+state with nothing to judge (new since the candidate, or no longer declared) is reported
+as not judged, with why. Suites, checks and whole states (by names or uid) can be
+skipped for one gate (`skip_suites`, checked against what the pipeline declares); the
+report lists what was skipped.
 
 Suites run through GX ValidationDefinitions; once per gate run that records (not a dry
 run), the actions of a GX Checkpoint run on the verdict that counts (`conclude`): the
@@ -48,8 +51,9 @@ from batchpoint.quality.suites import (
     PipelineQuality,
     StateQuality,
     check_skip_names,
-    is_skipped,
     quality_of,
+    reads_state,
+    runs_something,
     validate_declaration,
 )
 from batchpoint.runtime.api import Pipeline
@@ -134,7 +138,7 @@ class QualityGate:
         return self._spark
 
     def skipping(self, names: Collection[str]) -> QualityGate:
-        """This gate, also skipping `names` (suites, checks or `operator/state`)."""
+        """This gate, also skipping `names` (suites, checks, states by names or uid)."""
         return QualityGate(
             self.pipeline,
             self.store_ref,
@@ -151,22 +155,10 @@ class QualityGate:
         )
 
     def _runs_something(self, declared: StateQuality) -> bool:
-        if is_skipped(self.skip_suites, declared.key):
-            return False
-        suite = self.quality.suite_name(declared)
-        if declared.suite is not None and not is_skipped(self.skip_suites, suite):
-            return True
-        return any(not is_skipped(self.skip_suites, c.name) for c in declared.checks)
+        return runs_something(self.pipeline, self.quality, self.skip_suites, declared)
 
     def _needs_spark(self) -> bool:
-        # Skipping every declared suite and check, and row counts (off, or every state
-        # skipped by name), leaves integrity alone, which needs no Spark.
-        counted = self.quality.count_rows and any(
-            not is_skipped(self.skip_suites, f"{op.name}/{state}")
-            for op in self.pipeline.operators.values()
-            for state in op.states
-        )
-        return counted or any(map(self._runs_something, self.quality.states))
+        return reads_state(self.pipeline, self.quality, self.skip_suites)
 
     def file_checker(self) -> FileChecker:
         """Checksums on executors when the gate uses Spark anyway, else on the driver."""
@@ -239,7 +231,7 @@ class QualityGate:
             self.store,
             self.layout,
             checkpoint_id,
-            spec=self.pipeline.spec(),
+            pipeline=self.pipeline,
             sources=self.pipeline.sources,
             file_checker=self.file_checker(),
         )
@@ -257,7 +249,7 @@ class QualityGate:
             self.store,
             self.layout,
             completed,
-            spec=self.pipeline.spec(),
+            pipeline=self.pipeline,
             sources=self.pipeline.sources,
             file_checker=self.file_checker(),
         )
@@ -275,7 +267,7 @@ class QualityGate:
             store,
             PipelineLayout(self.pipeline.name),
             completed,
-            spec=self.pipeline.spec(),
+            pipeline=self.pipeline,
             file_checker=driver_file_checker(store, self.checksums),
         )
         return CandidateReport(
@@ -311,11 +303,13 @@ class QualityGate:
             report.suites_run = True
             for state in run.states:
                 report.findings += state.findings
+                report.states[state.uid] = state.label
                 if state.gx_results:
-                    report.gx_results[state.key] = state.gx_results
+                    report.gx_results[state.uid] = state.gx_results
                 if state.checks:
-                    report.checks[state.key] = state.checks
+                    report.checks[state.uid] = state.checks
                 report.skipped += state.skipped
+            report.not_judged = run.not_judged
         else:
             report.skipped = sorted(self.skip_suites)
         report.seconds = time.monotonic() - started

@@ -7,8 +7,9 @@ an older one):
   metadata        the outcome record parses, has a known version, says COMPLETED, and
                   holds exactly one ack per expected task
   file            every referenced file exists with its recorded size and sha256
-  key-groups      every key group 0..max_parallelism-1 of every state of every stateful
-                  operator is covered by exactly one state file
+  key-groups      every key group 0..max_parallelism-1 of every state the checkpoint
+                  holds (by uid: its topology and its acks) is covered by exactly one
+                  state file, in each layer
   source-offsets  the barriers agree with the base chain (each base_barrier is the base's
                   barrier; offsets never go backwards) and the source still holds the
                   files they cover
@@ -31,13 +32,20 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
 )
 from batchpoint.protocol.layout import PipelineLayout, split_task_name
-from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
-from batchpoint.protocol.sinks import SinkPublisher
+from batchpoint.protocol.sinks import SinkPublisher, staged_output
+from batchpoint.protocol.topology import SINK_STREAM_NAME
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.quality.findings import Check, Finding
+from batchpoint.quality.identity import (
+    DeclaredState,
+    HeldState,
+    StateId,
+    declared_states,
+    match_states,
+    max_parallelism_of,
+)
 from batchpoint.quality.source_offsets import check_source_offsets
-from batchpoint.runtime.api import SourceDef
-from batchpoint.runtime.streams import state_stream
+from batchpoint.runtime.api import Pipeline, SourceDef
 from batchpoint.storage.base import ObjectStore
 
 #: Checks the files of a checkpoint; returns the problems found.
@@ -75,7 +83,7 @@ def check_checkpoint(
     layout: PipelineLayout,
     checkpoint_id: int,
     *,
-    spec: PipelineSpec | None = None,
+    pipeline: Pipeline | None = None,
     sources: Mapping[str, SourceDef] | None = None,
     file_checker: FileChecker | None = None,
 ) -> IntegrityReport:
@@ -87,7 +95,7 @@ def check_checkpoint(
             store,
             layout,
             completed,
-            spec=spec,
+            pipeline=pipeline,
             sources=sources,
             file_checker=file_checker,
         )
@@ -99,16 +107,17 @@ def check_completed(
     layout: PipelineLayout,
     completed: CompletedCheckpoint,
     *,
-    spec: PipelineSpec | None = None,
+    pipeline: Pipeline | None = None,
     sources: Mapping[str, SourceDef] | None = None,
     file_checker: FileChecker | None = None,
 ) -> list[Finding]:
     """The checks that need the metadata but not the record it came from: an audit runs
-    them on a checkpoint whose acks are in but whose outcome is not yet written."""
+    them on a checkpoint whose acks are in but whose outcome is not yet written.
+    `pipeline`, the code, names the states in the findings (they are found by uid)."""
     checker = file_checker or driver_file_checker(store)
     findings = check_acks(completed)
     findings += check_files(completed.durable_handles, checker)
-    findings += check_key_groups(completed, spec)
+    findings += check_key_groups(completed, declared_states(pipeline) if pipeline else None)
     findings += check_source_offsets(store, layout, completed.pending, sources)
     findings += check_sinks(store, layout, completed, checker)
     return findings
@@ -177,77 +186,31 @@ def check_files(handles: Iterable[FileHandle], checker: FileChecker) -> list[Fin
 # -- key groups -----------------------------------------------------------------------
 
 
-def stateful_streams(
-    completed: CompletedCheckpoint, spec: PipelineSpec | None
-) -> dict[tuple[str, str], list[FileHandle]]:
-    """(operator, state) -> its state files in the checkpoint: every state the pipeline
-    declares for an operator that took part, and any state stream found in the acks."""
-    present = {split_task_name(t)[0] for t in completed.pending.expected_tasks}
-    streams: dict[tuple[str, str], list[FileHandle]] = {}
-    if spec is not None:
-        for op in spec.operators:
-            if op.kind is OperatorKind.OPERATOR and op.name in present:
-                for state in op.states:
-                    streams[(op.name, state)] = []
-    prefix = state_stream("")
-    names = _state_names(completed)
-    for ack in completed.acks:
-        operator = split_task_name(ack.task)[0]
-        for handle in ack.handles:
-            if handle.name.startswith(prefix):
-                uid = handle.name[len(prefix) :]
-                key = (operator, names.get((ack.operator_uid, uid), uid))
-                streams.setdefault(key, []).append(handle)
-    return streams
+def check_key_groups(
+    completed: CompletedCheckpoint, declared: Mapping[StateId, DeclaredState] | None = None
+) -> list[Finding]:
+    """Every state the checkpoint holds (by uid: see identity.py), named as the code
+    `declared` names it, else as the checkpoint did."""
+    return [
+        Finding(held.label, Check.KEY_GROUPS, problem, uid=held.id.key)
+        for held in match_states(completed, declared or {}).held
+        for problem in _key_group_problems(held)
+    ]
 
 
-def _state_names(completed: CompletedCheckpoint) -> dict[tuple[str, str], str]:
-    """(operator uid, state uid) -> the state's name in the checkpoint's code: the
-    stream of a state is named by its uid."""
-    topology = completed.pending.topology
-    if topology is None:
-        return {}
-    return {(n.uid, s.uid): s.name for n in topology.nodes for s in n.states}
-
-
-def max_parallelism_of(
-    operator: str, handles: Sequence[FileHandle], spec: PipelineSpec | None
-) -> tuple[int | None, str]:
-    """The max parallelism the state files were written with (their meta), else the
-    pipeline's; with a problem when they disagree or it is unknown."""
-    recorded = {int(h.meta["max_parallelism"]) for h in handles if h.meta.get("max_parallelism")}
-    if len(recorded) > 1:
-        return None, f"its files disagree on max_parallelism: {sorted(recorded)}"
-    if recorded:
-        return recorded.pop(), ""
-    if spec is not None:
-        for op in spec.operators:
-            if op.name == operator:
-                return op.max_parallelism, ""
-    return None, "max_parallelism is recorded nowhere (no file meta, no pipeline spec)"
-
-
-def check_key_groups(completed: CompletedCheckpoint, spec: PipelineSpec | None) -> list[Finding]:
-    findings = []
-    for (operator, state), handles in sorted(stateful_streams(completed, spec).items()):
-        what = f"{operator}/{state}"
-        max_par, problem = max_parallelism_of(operator, handles, spec)
-        if max_par is None:
-            findings.append(Finding(what, Check.KEY_GROUPS, problem))
-            continue
-        # Each layer (the full snapshot, then each changelog) covers every key group once.
-        layers: dict[int, list[FileHandle]] = {}
-        for handle in handles:
-            layers.setdefault(int(handle.meta.get("layer", 0)), []).append(handle)
-        if 0 not in layers:
-            findings.append(Finding(what, Check.KEY_GROUPS, "changelogs without a full snapshot"))
-        for layer, files in sorted(layers.items()):
-            label = f"changelog layer {layer}: " if layer else ""
-            findings += [
-                Finding(what, Check.KEY_GROUPS, label + p)
-                for p in coverage_problems(files, max_par)
-            ]
-    return findings
+def _key_group_problems(held: HeldState) -> list[str]:
+    max_par, problem = max_parallelism_of(held)
+    if max_par is None:
+        return [problem]
+    # Each layer (the full snapshot, then each changelog) covers every key group once.
+    layers: dict[int, list[FileHandle]] = {}
+    for handle in held.handles:
+        layers.setdefault(int(handle.meta.get("layer", 0)), []).append(handle)
+    problems = [] if 0 in layers else ["changelogs without a full snapshot"]
+    for layer, files in sorted(layers.items()):
+        prefix = f"changelog layer {layer}: " if layer else ""
+        problems += [prefix + p for p in coverage_problems(files, max_par)]
+    return problems
 
 
 def coverage_problems(handles: Sequence[FileHandle], max_parallelism: int) -> list[str]:
@@ -297,24 +260,19 @@ def check_sinks(
     be the ones the checkpoint staged, and exist. A checkpoint not published yet (or an
     audited one) has nothing to check here."""
     publisher = SinkPublisher(store, layout)
-    staged: dict[str, set[str]] = {}
-    for ack in completed.acks:
-        for handle in ack.handles:
-            staged.setdefault(split_task_name(ack.task)[0], set()).add(handle.path)
     checked = {h.path for h in completed.durable_handles}  # check_files covered them
     findings = []
-    for sink in publisher.sink_names():
-        key = layout.sink_manifest(sink)
-        try:
-            manifest = publisher.manifest(sink)
-        except RecordError as exc:
-            findings.append(Finding(key, Check.SINK_MANIFEST, f"unreadable: {exc}"))
+    for sink, manifest in publisher.stored():
+        if isinstance(manifest, RecordError):
+            findings.append(
+                Finding(layout.sink_manifest(sink), Check.SINK_MANIFEST, f"unreadable: {manifest}")
+            )
             continue
-        epoch = manifest.epochs.get(completed.checkpoint_id) if manifest else None
+        epoch = manifest.epochs.get(completed.checkpoint_id)
         if epoch is None:
             continue
         published = {f.path for f in epoch.files}
-        stray = sorted(published - staged.get(sink, set()))
+        stray = sorted(published - _staged(completed, sink))
         if stray:
             findings.append(
                 Finding(
@@ -329,3 +287,11 @@ def check_sinks(
             for p in checker(missing)
         ]
     return findings
+
+
+def _staged(completed: CompletedCheckpoint, key: str) -> set[str]:
+    """What the sink whose manifest is at `key` staged in the checkpoint: by uid (the
+    key), or by name for a manifest an older release kept under the sink's name."""
+    by_name = [a for a in completed.acks if split_task_name(a.task)[0] == key]
+    named = {h.path for a in by_name for h in a.handles if h.name == SINK_STREAM_NAME}
+    return {h.path for h in staged_output(completed, key)} | named

@@ -1,5 +1,9 @@
 """What the quality gate decided, as data (stored as versioned JSON beside each
-checkpoint and inside quarantine records) and as text (for the task log and the CLI)."""
+checkpoint and inside quarantine records) and as text (for the task log and the CLI).
+
+A report keys each state's results by its uid (`operator uid/state uid`) and labels it
+with the code's names (`states`); a report stored before uids keyed them by name and
+has no labels: each key is its own label, as uids were the names then."""
 
 from __future__ import annotations
 
@@ -53,10 +57,24 @@ def observed_text(item: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class StateSkip(codec.Value):
+    """A state the gate did not judge in a candidate, and why: new since it, or held by
+    it but no longer declared by the code."""
+
+    uid: str  # operator uid/state uid
+    label: str  # operator/state as the code names it (the checkpoint, if undeclared)
+    reason: str
+
+    def __str__(self) -> str:
+        uid = "" if self.uid == self.label else f" (uid {self.uid})"
+        return f"{self.label}{uid}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class ResultRow:
     """One line of a report's table: an expectation of a suite, or a batchpoint check."""
 
-    state: str  # operator/state
+    state: str  # operator/state, the state's label
     source: str  # `suite <name>` or `check <name>`
     item: str  # the expectation, or what the check compares
     passed: bool
@@ -82,17 +100,26 @@ class CandidateReport(codec.Record):
     evaluated_at: float = codec.time()
     seconds: float = codec.field(default=0.0, prepare=_seconds)
     findings: list[Finding] = field(default_factory=list)
-    gx_results: dict[str, dict[str, Any]] = field(default_factory=dict)  # state -> suite -> JSON
-    checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # state -> check -> details
-    skipped: list[str] = field(default_factory=list)  # suites and checks not run, by request
+    # state uid -> suite -> GX's result JSON; state uid -> check -> its details
+    gx_results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # suites, checks, states not run, by request
     suites_run: bool = False  # False when integrity failed first (state not worth reading)
     quarantined: bool = False
     # The Data Docs index of the gate run that judged it (gx_checkpoint.py), if built.
     data_docs: str | None = codec.field(default=None, omit=None, missing=None)
+    # state uid -> its label (`operator/state` as the code names it), for each state judged
+    states: dict[str, str] = codec.field(default_factory=dict, omit={})
+    # the states it held or the code declares that were not judged, each with why
+    not_judged: list[StateSkip] = codec.field(default_factory=list, omit=[])
 
     @property
     def passed(self) -> bool:
         return not self.findings
+
+    def label(self, state: str) -> str:
+        """The label of the state keyed `state` (a key of gx_results or checks)."""
+        return self.states.get(state, state)
 
     @property
     def integrity_findings(self) -> list[Finding]:
@@ -109,7 +136,7 @@ class CandidateReport(codec.Record):
             for name, result in sorted(suites.items()):
                 rows += [
                     ResultRow(
-                        state,
+                        self.label(state),
                         f"suite {name}",
                         describe_expectation(item),
                         bool(item.get("success")),
@@ -117,13 +144,13 @@ class CandidateReport(codec.Record):
                     )
                     for item in result.get("results", [])
                 ]
-        failed = {(f.object, f.check) for f in self.findings}
+        failed = {(f.uid or f.object, f.check) for f in self.findings}
         for state, checks in sorted(self.checks.items()):
             for name, details in sorted(checks.items()):
                 check = name if name == Check.ROW_COUNT else f"{Check.SAMPLE}:{name}"
                 rows.append(
                     ResultRow(
-                        state,
+                        self.label(state),
                         f"check {name}",
                         _check_item(name, details),
                         (state, check) not in failed,
@@ -151,6 +178,7 @@ class CandidateReport(codec.Record):
             lines.append(f"{indent}    suites not run: integrity failed first")
         if self.skipped:
             lines.append(f"{indent}    skipped on request: {', '.join(self.skipped)}")
+        lines += [f"{indent}    not judged: {skip}" for skip in self.not_judged]
         return lines
 
     def _suite_summary(self) -> str:
@@ -159,15 +187,15 @@ class CandidateReport(codec.Record):
             for name, result in sorted(suites.items()):
                 stats = result.get("statistics") or {}
                 parts.append(
-                    f"{state} {name} {stats.get('successful_expectations', '?')}/"
+                    f"{self.label(state)} {name} {stats.get('successful_expectations', '?')}/"
                     f"{stats.get('evaluated_expectations', '?')}"
                 )
         for state, checks in sorted(self.checks.items()):
             for name, details in sorted(checks.items()):
                 if "keys_compared" in details:
-                    parts.append(f"{state} {name} {details['keys_compared']} keys")
+                    parts.append(f"{self.label(state)} {name} {details['keys_compared']} keys")
                 elif "rows" in details:
-                    parts.append(f"{state} {details['rows']} rows")
+                    parts.append(f"{self.label(state)} {details['rows']} rows")
         if parts:
             return "; ".join(parts)
         return "every suite skipped" if self.skipped else "no suites declared"

@@ -12,6 +12,10 @@ and batchpoint's own state checks.
     )
     declare_quality(pipeline, quality)
 
+A declaration names a state by the code's names; the gate binds it to the state's
+identity (operator uid, state uid) and finds that state in each candidate by uid, so a
+checkpoint written before a rename is judged by what the renamed state declares.
+
 Declaring imports nothing heavy: a suite given by name or by a function is only built
 when a gate loads it (importing great_expectations takes seconds, and Airflow and the CLI
 import pipelines at start).
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchpoint.errors import ConfigError
+from batchpoint.quality.identity import DeclaredState, StateId, declared_states
 
 if TYPE_CHECKING:
     from great_expectations import ExpectationSuite
@@ -197,10 +202,55 @@ def is_skipped(skip: Collection[str], *names: str | None) -> bool:
     return any(n is not None and n in skip for n in names)
 
 
+def state_skipped(skip: Collection[str], state: DeclaredState) -> bool:
+    """Everything on a state is skipped by its names (`operator/state`) or its uid
+    (`operator uid/state uid`)."""
+    return is_skipped(skip, state.label, state.id.key)
+
+
+def state_id(pipeline: Pipeline, declared: StateQuality) -> StateId:
+    """The identity of the state a (validated) declaration names."""
+    op = pipeline.operators[declared.operator]
+    return StateId(op.uid, op.state_uid(declared.state))
+
+
+def bound_quality(
+    pipeline: Pipeline, quality: PipelineQuality
+) -> dict[StateId, list[StateQuality]]:
+    """What is declared on each state, by the state's identity."""
+    bound: dict[StateId, list[StateQuality]] = {}
+    for declared in quality.states:
+        bound.setdefault(state_id(pipeline, declared), []).append(declared)
+    return bound
+
+
+def runs_something(
+    pipeline: Pipeline, quality: PipelineQuality, skip: Collection[str], declared: StateQuality
+) -> bool:
+    """Whether anything declared on a state is left to run when `skip` is skipped."""
+    if is_skipped(skip, declared.key, state_id(pipeline, declared).key):
+        return False
+    if declared.suite is not None and not is_skipped(skip, quality.suite_name(declared)):
+        return True
+    return any(not is_skipped(skip, c.name) for c in declared.checks)
+
+
+def reads_state(pipeline: Pipeline, quality: PipelineQuality, skip: Collection[str]) -> bool:
+    """Whether a gate that skips `skip` reads any state (with Spark): a suite or check is
+    left to run, or rows are counted on a state not skipped. Skipping all of them leaves
+    integrity alone, which needs no Spark."""
+    counted = quality.count_rows and any(
+        not state_skipped(skip, state) for state in declared_states(pipeline).values()
+    )
+    return counted or any(runs_something(pipeline, quality, skip, d) for d in quality.states)
+
+
 def skippable_names(pipeline: Pipeline, quality: PipelineQuality) -> list[str]:
     """What a gate may be asked to skip: every declared suite and check by name, and
-    every state of the pipeline as `operator/state` (everything on it, its row count too)."""
-    names = {f"{op.name}/{state}" for op in pipeline.operators.values() for state in op.states}
+    every state of the pipeline (everything on it, its row count too) as `operator/state`
+    and by its uid, `operator uid/state uid`."""
+    states = declared_states(pipeline).values()
+    names = {s.label for s in states} | {s.id.key for s in states}
     for declared in quality.states:
         names.add(declared.key)
         suite = quality.suite_name(declared)
@@ -220,6 +270,17 @@ def check_skip_names(pipeline: Pipeline, quality: PipelineQuality, skip: Collect
             f"skip_suites: pipeline '{pipeline.name}' declares no suite, check or state named "
             f"{', '.join(repr(n) for n in unknown)}; valid names: {', '.join(valid) or 'none'}"
         )
+    states = declared_states(pipeline).values()
+    for name in sorted(set(skip)):
+        named = next((s for s in states if s.label == name), None)
+        by_uid = next((s for s in states if s.id.key == name), None)
+        if named is not None and by_uid is not None and named != by_uid:
+            # A rename that kept the uid, and another state took the old name.
+            raise ConfigError(
+                f"skip_suites: '{name}' names state {named.label} and is the uid of state "
+                f"{by_uid.label}; skip {named.label} by its uid '{named.id.key}', or "
+                f"{by_uid.label} by its names '{by_uid.label}'"
+            )
 
 
 def declare_quality(pipeline: Pipeline, quality: PipelineQuality) -> Pipeline:
@@ -249,12 +310,26 @@ def validate_declaration(pipeline: Pipeline, quality: PipelineQuality) -> None:
     for declared in quality.states:
         op = pipeline.operators.get(declared.operator)
         if op is None:
+            renamed = next(
+                (o.name for o in pipeline.operators.values() if o.uid == declared.operator), None
+            )
             raise ConfigError(
                 f"quality of {declared.key}: pipeline '{pipeline.name}' has no operator "
                 f"'{declared.operator}' (operators: {sorted(pipeline.operators)})"
+                + _uid_hint(declared.operator, renamed)
             )
         if declared.state not in op.states:
+            renamed = next((s for s in op.states if op.state_uid(s) == declared.state), None)
             raise ConfigError(
                 f"quality of {declared.key}: operator '{declared.operator}' has no state "
                 f"'{declared.state}' (states: {sorted(op.states)})"
+                + _uid_hint(declared.state, renamed)
             )
+
+
+def _uid_hint(given: str, named: str | None) -> str:
+    """A declaration that gives a uid where the code's name is asked (after a rename
+    that kept the uid): which name to write."""
+    if named is None:
+        return ""
+    return f"; '{given}' is the uid of '{named}': declare its quality by that name"

@@ -2,6 +2,11 @@
 executors (keyed_io.read_keyed), its rows are counted against the metadata, then its
 declared Great Expectations suite and batchpoint checks run on it.
 
+States are found and matched by uid (identity.py): a checkpoint written before a deploy
+that renamed an operator or a state is judged by what the code declares on that state
+now. A declared state the checkpoint does not hold, and a state it holds that the code
+no longer declares, are reported as not judged, with why.
+
 Great Expectations runs each suite through a ValidationDefinition on a Spark data source
 (gx_checkpoint.py): its Spark execution engine computes every metric as a Spark job, so
 the state is never collected to the driver; only the metrics (counts, a few unexpected
@@ -10,6 +15,7 @@ values) come back. GX is imported inside functions, never when batchpoint is imp
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,15 +29,28 @@ from batchpoint.errors import (
     StorageUnavailable,
 )
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
-from batchpoint.protocol.layout import split_task_name
 from batchpoint.quality.checks import CheckResult, StateTarget, count_rows
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.gx_checkpoint import GxProject, GxValidator
-from batchpoint.quality.integrity import max_parallelism_of
-from batchpoint.quality.report import describe_expectation, observed_text
-from batchpoint.quality.suites import LoadedSuite, PipelineQuality, StateQuality, is_skipped
+from batchpoint.quality.identity import (
+    UNDECLARED,
+    DeclaredState,
+    HeldState,
+    declared_states,
+    match_states,
+    max_parallelism_of,
+)
+from batchpoint.quality.report import StateSkip, describe_expectation, observed_text
+from batchpoint.quality.suites import (
+    LoadedSuite,
+    PipelineQuality,
+    StateQuality,
+    bound_quality,
+    is_skipped,
+    state_id,
+    state_skipped,
+)
 from batchpoint.runtime.api import Pipeline
-from batchpoint.runtime.streams import state_stream
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -55,7 +74,8 @@ def findings_from_result(key: str, suite: str, result: dict[str, Any]) -> list[F
 class StateValidation:
     """What the suites and checks found on one state."""
 
-    key: str
+    uid: str  # operator uid/state uid
+    label: str  # operator/state, the code's names
     findings: list[Finding] = field(default_factory=list)
     gx_results: dict[str, Any] = field(default_factory=dict)  # suite name -> result JSON
     checks: dict[str, Any] = field(default_factory=dict)  # check name -> details
@@ -65,6 +85,7 @@ class StateValidation:
 @dataclass
 class ValidationRun:
     states: list[StateValidation] = field(default_factory=list)
+    not_judged: list[StateSkip] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Finding]:
@@ -91,6 +112,8 @@ class StateValidator:
         self.quality = quality
         self.skip = frozenset(skip)
         self.gx = GxValidator(detailed=detailed, project=gx_project)
+        self.declared = declared_states(pipeline)
+        self.bound = bound_quality(pipeline, quality)
         self._suites: dict[int, LoadedSuite | None] = {}
 
     def load_suites(self) -> None:
@@ -110,56 +133,50 @@ class StateValidator:
     def validate(self, completed: CompletedCheckpoint) -> ValidationRun:
         run = ValidationRun()
         self.gx.candidate(self.pipeline.name, completed.checkpoint_id)
-        for (operator, state), handles in self._states(completed).items():
-            declared = self.quality.for_state(operator, state)
-            if not declared and not self.quality.count_rows:
-                continue
-            run.states.append(self._validate_state(completed, operator, state, handles, declared))
+        match = match_states(completed, self.declared)
+        for held in match.held:
+            if held.declared is None:
+                run.not_judged.append(StateSkip(held.id.key, held.label, UNDECLARED))
+            elif self._judges(held.declared):
+                bound = self.bound.get(held.id, [])
+                run.states.append(self._validate_state(completed, held, held.declared, bound))
+        run.not_judged += [
+            StateSkip(new.declared.id.key, new.declared.label, new.reason)
+            for new in match.new
+            if self._judges(new.declared) and not state_skipped(self.skip, new.declared)
+        ]
         return run
 
-    def _states(self, completed: CompletedCheckpoint) -> dict[tuple[str, str], list[FileHandle]]:
-        present = {split_task_name(t)[0] for t in completed.pending.expected_tasks}
-        out: dict[tuple[str, str], list[FileHandle]] = {}
-        for op in self.pipeline.operators.values():
-            if op.name not in present:
-                continue  # new in this version of the pipeline: nothing to validate
-            for state in op.states:
-                stream = state_stream(op.state_uid(state))  # files by identity
-                out[(op.name, state)] = [
-                    h
-                    for ack in completed.acks
-                    if ack.operator_uid == op.uid
-                    for h in ack.handles
-                    if h.name == stream
-                ]
-        return out
+    def _judges(self, declared: DeclaredState) -> bool:
+        """Whether the gate reads this state: something is declared on it, or rows are
+        counted."""
+        return declared.id in self.bound or self.quality.count_rows
 
     def _validate_state(
         self,
         completed: CompletedCheckpoint,
-        operator: str,
-        state: str,
-        handles: Sequence[FileHandle],
+        held: HeldState,
+        code: DeclaredState,
         declared: Sequence[StateQuality],
     ) -> StateValidation:
-        key = f"{operator}/{state}"
-        outcome = StateValidation(key)
-        if is_skipped(self.skip, key):
-            outcome.skipped.append(key)
+        outcome = StateValidation(held.id.key, code.label)
+        if state_skipped(self.skip, code):
+            outcome.skipped.append(code.label)
             return outcome
-        max_par, _ = max_parallelism_of(operator, handles, self.pipeline.spec())
+        max_par, _ = max_parallelism_of(held)
         try:
-            with self._state_frame(operator, state, handles) as df:
+            with self._state_frame(code, held.handles) as df:
                 target = StateTarget(
                     self.spark,
                     self.store_ref,
                     self.pipeline,
                     completed,
-                    operator,
-                    state,
-                    tuple(handles),
-                    max_par or self.pipeline.operators[operator].max_parallelism,
+                    code.operator,
+                    code.state,
+                    held.handles,
+                    max_par or code.max_parallelism,
                     df,
+                    held.id,
                 )
                 self._record(outcome, Check.ROW_COUNT, count_rows(target))
                 for item in declared:
@@ -167,7 +184,12 @@ class StateValidator:
         except Exception as exc:  # unreadable state fails the candidate, not the gate
             if _is_outage(exc):
                 raise  # the store is unreachable: no verdict on the state, no quarantine
-            outcome.findings.append(Finding(key, Check.READ, _first_line(exc)))
+            outcome.findings.append(Finding(code.label, Check.READ, _first_line(exc)))
+        # What a check of the user's found names the state by its label: add its uid.
+        outcome.findings = [
+            f if f.uid is not None else dataclasses.replace(f, uid=outcome.uid)
+            for f in outcome.findings
+        ]
         return outcome
 
     def _run_declared(
@@ -175,7 +197,7 @@ class StateValidator:
     ) -> None:
         suite = self._suite(declared)
         if suite is not None:
-            result = self.gx.validate(target.key, target.df, suite.suite)
+            result = self.gx.validate(target.state_id.key, target.df, suite.suite)
             outcome.gx_results[suite.name] = result
             outcome.findings += findings_from_result(target.key, suite.name, result)
         elif declared.suite is not None:
@@ -198,19 +220,19 @@ class StateValidator:
 
     @contextmanager
     def _state_frame(
-        self, operator: str, state: str, handles: Sequence[FileHandle]
+        self, code: DeclaredState, handles: Sequence[FileHandle]
     ) -> Iterator[DataFrame]:
         from pyspark import StorageLevel
 
         from batchpoint.spark import keyed_io
 
-        schema = self.pipeline.operators[operator].states[state]
+        schema = self.pipeline.operators[code.operator].states[code.state]
         df = keyed_io.read_keyed(
             self.spark,
             self.store_ref,
             list(handles),
             schema=schema,
-            what=f"state '{state}' of '{operator}'",
+            what=f"state '{code.state}' of '{code.operator}'",
         )
         # Every metric is a pass over the state: read the files once, spill if large.
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
@@ -225,7 +247,8 @@ def load_suite(
 ) -> LoadedSuite | None:
     """The declared suite, built and checked against its state's columns; None when it
     is skipped or there is none. Needs Great Expectations, not Spark."""
-    if is_skipped(skip, declared.key, quality.suite_name(declared)):
+    uid = state_id(pipeline, declared).key
+    if is_skipped(skip, declared.key, uid, quality.suite_name(declared)):
         return None
     loaded = quality.load(declared)
     if loaded is not None:

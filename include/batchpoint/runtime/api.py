@@ -247,7 +247,7 @@ class Pipeline:
         operator and sink records the parallelism its code declares as well."""
         parallelism = dict(parallelism or {})
         ops: list[OperatorSpec] = [
-            OperatorSpec(s.name, OperatorKind.SOURCE, key_columns=s.key_columns)
+            OperatorSpec(s.name, OperatorKind.SOURCE, key_columns=s.key_columns, uid=s.uid)
             for s in self.sources.values()
         ]
         for op in self.operators.values():
@@ -261,6 +261,7 @@ class Pipeline:
                     op.key_columns,
                     tuple(op.states),
                     code_parallelism=op.parallelism,
+                    uid=op.uid,
                 )
             )
         for sink in self.sinks.values():
@@ -277,6 +278,7 @@ class Pipeline:
                         **(sink.table.to_properties() if sink.table else {}),
                     },
                     code_parallelism=sink.parallelism,
+                    uid=sink.uid,
                 )
             )
         if parallelism:

@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.runtime.incremental import base_state_files
-from batchpoint.state.format import RESERVED_COLUMNS, StateHandle, canonical_schema
+from batchpoint.state.format import RESERVED_COLUMNS, StateHandle
+from batchpoint.state.schemas import canonical_schema
 from batchpoint.storage import ObjectStore
 
 
@@ -45,9 +46,9 @@ def base_state_schema(
     files = base_state_files(base, operator_uid, state_uid)
     if not files or base is None:
         return None
-    stored = stored_state_schema(store, files)
     topology = base.pending.topology
     recorded = topology.state_schema(operator_uid, state_uid) if topology else None
+    stored = stored_state_schema(store, files, recorded)
     if recorded is None:
         return BaseStateSchema(stored)
     # The files' types are what a reader casts from; the topology says which columns
@@ -57,19 +58,24 @@ def base_state_schema(
     return BaseStateSchema(pa.schema(fields), declared=True)
 
 
-def stored_state_schema(store: ObjectStore, files: list[FileHandle]) -> pa.Schema:
+def stored_state_schema(
+    store: ObjectStore, files: list[FileHandle], recorded: pa.Schema | None = None
+) -> pa.Schema:
     """The state columns the files were written with (the full files': a changelog's
-    columns are all nullable, a CHANGE_GONE row holding only its key)."""
+    columns are all nullable, a CHANGE_GONE row holding only its key): as their handles
+    record it, else as the checkpoint `recorded` it, else from a file's footer."""
     handles = [StateHandle.coerce(f) for f in files]
     full = [h for h in handles if not h.is_changelog] or handles
-    recorded = next((h.spark_schema for h in full if h.spark_schema), "")
-    if recorded:
+    written = next((h.spark_schema for h in full if h.spark_schema), "")
+    if written:
         from pyspark.sql import types as T
         from pyspark.sql.pandas.types import to_arrow_schema
 
         # The exact conversion the writer made for the file's schema (state_writer).
-        struct = T.StructType.fromJson(json.loads(recorded))
+        struct = T.StructType.fromJson(json.loads(written))
         return _state_columns(to_arrow_schema(struct, timezone="UTC"))
+    if recorded is not None:
+        return recorded
     smallest = min(full, key=lambda h: h.size)
     footer = pq.ParquetFile(pa.BufferReader(store.get(smallest.path).data)).schema_arrow
     return _state_columns(footer)
@@ -94,3 +100,22 @@ def comparable_stored(stored: BaseStateSchema, declared: pa.Schema) -> pa.Schema
                 f = f.with_nullable(want.nullable)
         fields.append(f)
     return pa.schema(fields)
+
+
+def judged_schema(
+    store: ObjectStore,
+    base: CompletedCheckpoint | None,
+    operator_uid: str,
+    state_uid: str,
+    declared: pa.Schema | None,
+) -> pa.Schema | None:
+    """A state's stored schema as the evolution rules compare it with `declared` (None:
+    a state the code no longer declares): what its files hold, read without a Spark
+    job, with the declaration's type where the files differ from it only as Spark makes
+    them differ. None when the base holds no files of it. The one answer both the
+    deploy plan (runtime/deploy.plan_on) and the restore's reader (state_evolution)
+    take, so that a plan that says yes is an epoch that reads."""
+    stored = base_state_schema(store, base, operator_uid, state_uid)
+    if stored is None:
+        return None
+    return comparable_stored(stored, declared) if declared is not None else stored.schema

@@ -5,8 +5,11 @@ No Spark: the DAG processor, the CLI and the UI build plans too."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
-from batchpoint.errors import RecordError
+import pyarrow as pa
+
+from batchpoint.errors import BatchpointError, RecordError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CompletedCheckpoint
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.deploy_plan import (
@@ -18,6 +21,8 @@ from batchpoint.protocol.deploy_plan import (
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.base_schemas import judged_schema
+from batchpoint.storage import ObjectStore
 
 
 def code_topology(pipeline: Pipeline, spec: PipelineSpec | None = None) -> Topology:
@@ -96,13 +101,21 @@ def allowances(pipeline: Pipeline, *, allow_non_restored_state: bool = False) ->
 
 def plan_on(
     pipeline: Pipeline,
+    store: ObjectStore,
     completed: CompletedCheckpoint | None,
     spec: PipelineSpec | None = None,
     *,
     allow_non_restored_state: bool = False,
 ) -> DeployPlan:
-    """The plan of deploying the code on `completed` (None: on nothing stored)."""
-    stored = completed.topology if completed is not None else None
+    """Whether the code may be deployed on `completed` (None: on nothing stored), and
+    what the deploy keeps, migrates, rewrites or drops: the one decision that
+    `batchpoint plan`, the trigger (BaseCheck), the restore (PipelineDriver.check_deploy)
+    and the DAGs' check tasks all make (DESIGN.md invariant 18). Each state's stored
+    schema is the one its files are read with (`judged_schema`, what the restore's
+    reader finds too), so a plan that says yes is an epoch that runs. `store` holds the
+    checkpoint's files (a savepoint folder's store for a folder)."""
+    code = code_topology(pipeline, spec)
+    stored = judged_topology(store, completed, code) if completed is not None else None
     return plan_against(
         pipeline,
         stored,
@@ -111,6 +124,34 @@ def plan_on(
         allow_non_restored_state=allow_non_restored_state,
         recorded=completed is None or completed.pending.topology is not None,
     )
+
+
+def judged_topology(store: ObjectStore, completed: CompletedCheckpoint, code: Topology) -> Topology:
+    """The checkpoint's topology with each state's schema as its files are read under
+    the code's declaration (`judged_schema`); a state without files keeps what was
+    recorded."""
+    declared = {
+        (n.uid, s.uid): s.arrow_schema()
+        for n in code.nodes
+        if n.kind is OperatorKind.OPERATOR
+        for s in n.states
+    }
+    nodes = []
+    for node in completed.topology.nodes:
+        states = []
+        for state in node.states:
+            want = declared.get((node.uid, state.uid))
+            try:
+                schema = judged_schema(store, completed, node.uid, state.uid, want)
+            except (BatchpointError, pa.ArrowException):
+                # files missing or unreadable are damage, the restore's and integrity's
+                # finding (invariant 11), not a deploy's: judged as recorded
+                schema = None
+            if schema is not None:
+                state = StateTopology.declared(state.uid, state.name, schema)
+            states.append(state)
+        nodes.append(replace(node, states=tuple(states)))
+    return Topology(tuple(nodes))
 
 
 def plan_against(
@@ -145,7 +186,8 @@ def completed_checkpoint(
 
 class BaseCheck:
     """The trigger's `check_base`: the plan of the code on the base the admission
-    chose; its problems refuse the trigger. `plan` keeps the last plan made (logged)."""
+    chose (`plan_on`); its problems refuse the trigger. `plan` keeps the last plan made
+    (logged)."""
 
     def __init__(
         self,
@@ -176,5 +218,11 @@ class BaseCheck:
                 self.pipeline, pending.topology, base, self.spec, allow_non_restored_state=allow
             )
             return self.plan.problems
-        self.plan = plan_on(self.pipeline, completed, self.spec, allow_non_restored_state=allow)
+        self.plan = plan_on(
+            self.pipeline,
+            self.coordinator.store,
+            completed,
+            self.spec,
+            allow_non_restored_state=allow,
+        )
         return self.plan.problems

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from batchpoint.errors import (
     CheckpointNotFound,
     DeployRefused,
-    PipelineSpecError,
 )
 from batchpoint.protocol.checkpoint import (
     CheckpointType,
@@ -24,10 +23,11 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
 from batchpoint.protocol.deploy_plan import DeployPlan
-from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
+from batchpoint.protocol.publish import SinkTarget
 from batchpoint.runtime.api import OperatorDef, Pipeline, SinkDef
 from batchpoint.runtime.deploy import BaseCheck, code_topology, completed_checkpoint, plan_on
-from batchpoint.storage import StoreRef
+from batchpoint.storage import ObjectStore, StoreRef
 
 if TYPE_CHECKING:
     from batchpoint.tables.iceberg import SyncReport
@@ -38,7 +38,7 @@ def in_force(stored: PipelineSpec | None, pipeline: Pipeline) -> dict[str, int]:
     (see PipelineDriver.current_spec), keyed by the code's names."""
     out = {}
     for op in stored.operators if stored is not None else ():
-        node = _code_node(pipeline, op.name)
+        node = _code_node(pipeline, op)
         if node is None:
             continue
         recorded = op.code_parallelism if op.code_parallelism is not None else op.parallelism
@@ -46,33 +46,23 @@ def in_force(stored: PipelineSpec | None, pipeline: Pipeline) -> dict[str, int]:
     return out
 
 
-def _code_node(pipeline: Pipeline, stored_name: str) -> OperatorDef | SinkDef | None:
-    """The operator or sink of the code that a stored spec's entry is: by name, else the
-    one renamed with its uid kept (spec.json names nodes; a uid defaults to the name the
-    node had when it was recorded)."""
-    for table in (pipeline.operators, pipeline.sinks):
-        if stored_name in table:
-            return table[stored_name]
-    for table in (pipeline.operators, pipeline.sinks):
-        for node in table.values():
-            if node.uid == stored_name:
-                return node
-    return None
-
-
-def max_parallelism_changes(stored: PipelineSpec | None, pipeline: Pipeline) -> list[str]:
-    """Stateful operators whose code declares another max_parallelism than `stored`."""
-    out = []
-    for op in stored.operators if stored is not None else ():
-        node = _code_node(pipeline, op.name)
-        if not isinstance(node, OperatorDef) or not (op.states and node.states):
-            continue
-        if node.max_parallelism != op.max_parallelism:
-            out.append(
-                f"operator '{op.name}' changes max_parallelism from {op.max_parallelism} "
-                f"to {node.max_parallelism}"
-            )
-    return out
+def _code_node(pipeline: Pipeline, op: OperatorSpec) -> OperatorDef | SinkDef | None:
+    """The operator or sink of the code that a stored spec's entry is: the one of its
+    kind with its uid. A spec registered before uids were recorded names its nodes: by
+    name, else the one renamed with its uid kept (a uid defaulted to the name the node
+    had when it was recorded)."""
+    table: Mapping[str, OperatorDef | SinkDef]
+    if op.kind is OperatorKind.OPERATOR:
+        table = pipeline.operators
+    elif op.kind is OperatorKind.SINK:
+        table = pipeline.sinks
+    else:
+        return None
+    if op.uid is not None:
+        return next((n for n in table.values() if n.uid == op.uid), None)
+    if op.name in table:
+        return table[op.name]
+    return next((n for n in table.values() if n.uid == op.name), None)
 
 
 class PipelineDriver:
@@ -102,20 +92,6 @@ class PipelineDriver:
         effective parallelism as the code's."""
         return self.pipeline.spec(in_force(self.coordinator.stored_spec(), self.pipeline))
 
-    def check_deployable_spec(self) -> None:
-        """Refuse a deploy that changes a stateful operator's max_parallelism: it is the
-        number of key groups, by which every stored row was placed."""
-        refused = max_parallelism_changes(self.coordinator.stored_spec(), self.pipeline)
-        if refused:
-            raise PipelineSpecError(
-                f"pipeline '{self.pipeline.name}': "
-                + "; ".join(refused)
-                + ": max_parallelism is the key-group count, and each stored row's key "
-                "group is its key's hash modulo it, so the state cannot be restored under "
-                "another one; keep the old value (a new max_parallelism needs a new state, "
-                "e.g. a savepoint bootstrapped from the state read as a DataFrame)"
-            )
-
     def rescale(self, parallelism: Mapping[str, int]) -> PipelineSpec:
         current = {op.name: op.parallelism for op in self.current_spec().operators if op.has_tasks}
         spec = self.pipeline.spec({**current, **parallelism})
@@ -143,7 +119,6 @@ class PipelineDriver:
         base the admission chose (`BaseCheck`, protocol/deploy_plan.py): a refused one
         aborts the admitted checkpoint, registers nothing and runs no Spark job
         (TriggerRefused INCOMPATIBLE_DEPLOY). The plan made is `last_plan`."""
-        self.check_deployable_spec()
         spec = self.current_spec()
         allow: dict[int, bool] | bool = allow_non_restored_state
         if not allow_non_restored_state and (target := self._restored_allowing()) is not None:
@@ -177,9 +152,14 @@ class PipelineDriver:
         self, checkpoint_id: int | None = None, *, allow_non_restored_state: bool = False
     ) -> DeployPlan:
         """The deploy plan of the code on checkpoint `checkpoint_id` (default: the head;
-        nothing stored: every node new)."""
+        nothing stored: every node new). On the head, a restore that allowed
+        non-restored state allows it here too while the head is its target: the plan
+        says what the next trigger does. A named checkpoint is a restore's plan: only
+        `allow_non_restored_state` allows."""
         if checkpoint_id is None:
             checkpoint_id = self.coordinator.head.get().checkpoint_id
+            if not allow_non_restored_state and checkpoint_id is not None:
+                allow_non_restored_state = self._restored_allowing() == checkpoint_id
         completed = None
         if checkpoint_id is not None:
             completed = completed_checkpoint(self.coordinator, checkpoint_id)
@@ -189,6 +169,7 @@ class PipelineDriver:
                 )
         return plan_on(
             self.pipeline,
+            self.store,
             completed,
             self.current_spec(),
             allow_non_restored_state=allow_non_restored_state,
@@ -200,7 +181,10 @@ class PipelineDriver:
         """Publish every sink's staged output of a completed checkpoint and of any
         unpublished completed checkpoint it builds on. Idempotent; a checkpoint a
         restore abandoned is not published (logged)."""
-        sinks = [(s.name, s.mode.value, s.key_columns) for s in self.pipeline.sinks.values()]
+        sinks = [
+            SinkTarget(s.uid, s.mode.value, s.key_columns, s.name)
+            for s in self.pipeline.sinks.values()
+        ]
         published = self.coordinator.notify_checkpoint_complete(checkpoint_id, sinks).published
         self.sync_tables()
         return published
@@ -208,12 +192,12 @@ class PipelineDriver:
     def sync_tables(self) -> list[SyncReport]:
         """Bring the table sinks' tables to their manifests (after a publish, which a
         restore ends with; idempotent): one table commit per published checkpoint."""
-        bindings = {s.name: s.table for s in self.pipeline.sinks.values() if s.table}
-        if not bindings:
+        if not any(s.table for s in self.pipeline.sinks.values()):
             return []
-        from batchpoint.tables.service import sync_tables
+        from batchpoint.tables.service import sync_tables, table_refs
 
-        return sync_tables(self.store_ref, self.pipeline.name, bindings)
+        sinks = [(s.uid, s.name, s.table) for s in self.pipeline.sinks.values()]
+        return sync_tables(self.store_ref, self.pipeline.name, table_refs(sinks))
 
     # -- a restore's deploy check ---------------------------------------------------
 
@@ -222,16 +206,22 @@ class PipelineDriver:
         completed: CompletedCheckpoint,
         parallelism: Mapping[str, int] | None = None,
         allow_non_restored_state: bool = False,
+        store: ObjectStore | None = None,
     ) -> DeployPlan:
-        """The plan of the code on `completed` (a checkpoint or a savepoint's), or
-        DeployRefused naming each problem and how to allow it: what a restore
-        (`RestorePlanner.apply`) checks before it imports or moves anything."""
+        """The plan of the code on `completed` (a checkpoint or a savepoint's, whose
+        files are in `store`: default the pipeline's), or DeployRefused naming each
+        problem and how to allow it: what a restore (`RestorePlanner.apply`) checks
+        before it imports or moves anything."""
         checkpoint_id = completed.checkpoint_id
         spec = self.current_spec()
         if parallelism:
             spec = spec.with_parallelism(parallelism)
         plan = plan_on(
-            self.pipeline, completed, spec, allow_non_restored_state=allow_non_restored_state
+            self.pipeline,
+            store or self.store,
+            completed,
+            spec,
+            allow_non_restored_state=allow_non_restored_state,
         )
         self.last_plan = plan
         if not plan.deployable:

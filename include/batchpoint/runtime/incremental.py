@@ -7,8 +7,12 @@ again. A state whose last changelog changed most of its rows is written in full 
 (no join with the base, one layer to read), for a few epochs, then a changelog probes
 whether it settled. Full
 snapshots also start every chain the base cannot continue: savepoints (self-contained),
-a rescale, a new state format or schema, and a base held outside this pipeline's
-retention (a savepoint, or a checkpoint restored without claim: Flink's NO_CLAIM).
+a rescale, a new state format or schema (nullability included), and a base held outside
+this pipeline's retention (a savepoint, or a checkpoint restored without claim: Flink's
+NO_CLAIM). And a rewrite is always full: a deploy that migrated the stored rows (by a
+rule or by `migrate=`) or a base whose rows were placed by another key, or by a key it
+never recorded (an older release), is written in full in its first epoch; a changelog
+there would lay the rows the epoch touched over files it did not rewrite.
 GC needs nothing new: it keeps every file a retained or pending checkpoint references,
 wherever the file lives.
 """
@@ -27,7 +31,9 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
 )
 from batchpoint.runtime.streams import StreamWrite, state_stream
+from batchpoint.state.evolution import VerdictKind
 from batchpoint.state.format import FORMAT_VERSION, StateHandle, state_rows
+from batchpoint.state.schemas import schema_fingerprint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -75,10 +81,12 @@ def plan_snapshot(
     fingerprint: str,
     changelog_chain: int,
     comparable: bool = True,
+    rewrite: str | None = None,
 ) -> SnapshotPlan:
     """How this checkpoint snapshots a state whose base files are `base_files`. Decided
     from the pending record (which fixes the chain bound at trigger; `changelog_chain`
-    only for records without it) and the base alone, so every attempt decides alike."""
+    only for records without it), the base and the deploy (`rewrite`: why every row is
+    rewritten, see `rewrite_reason`) alone, so every attempt decides alike."""
 
     def full(why: str, churn: int = 0) -> SnapshotPlan:
         return SnapshotPlan(0, why, churn=churn)
@@ -89,10 +97,10 @@ def plan_snapshot(
         return full("incremental checkpoints are off (changelog chain 0)")
     if pending.is_savepoint:
         return full("a savepoint is self-contained")
-    if reason := pending.properties.independent_of_base:
-        return full(reason)
     if not base_files:
         return full("no base state")
+    if reason := pending.properties.independent_of_base or rewrite:
+        return full(reason)
     handles = [StateHandle.coerce(f) for f in base_files]
     if any(h.format != FORMAT_VERSION for h in handles):
         return full(f"the base is in state format {handles[0].format}")
@@ -124,6 +132,34 @@ def plan_snapshot(
         for f in base_files
     )
     return SnapshotPlan(top + 1, f"changelog {top + 1} on checkpoint {base_id}", shared)
+
+
+def rewrite_reason(
+    base: CompletedCheckpoint | None,
+    operator_uid: str,
+    key_columns: tuple[str, ...],
+    verdict: VerdictKind | None,
+) -> str | None:
+    """Why this epoch rewrites every row of a state the base holds, or None: the deploy
+    migrated its stored rows (`verdict`, the state's schema verdict), or the base placed
+    them by another key, or recorded none (written by an older release): each row's key
+    group is then recomputed as it is written."""
+    if verdict is not None and verdict is not VerdictKind.UNCHANGED:
+        return f"its stored rows were migrated ({verdict.value}): every row is rewritten"
+    if base is None:
+        return None
+    node = next((n for n in base.topology.nodes if n.uid == operator_uid), None)
+    if node is None or node.key_columns == key_columns:
+        return None
+    if node.key_columns is None:
+        return (
+            f"checkpoint {base.checkpoint_id} recorded no key (an older release): "
+            f"every row is rewritten under key {list(key_columns)}"
+        )
+    return (
+        f"checkpoint {base.checkpoint_id} placed its rows by key {list(node.key_columns)}: "
+        f"every row is rewritten under key {list(key_columns)}"
+    )
 
 
 def base_state_files(
@@ -173,52 +209,49 @@ def plan_state_snapshot(
     base_files: Sequence[FileHandle],
     new_state: DataFrame,
     node: OperatorDef,
+    state: str,
     parallelism: int,
     changelog_chain: int,
+    rewrite: str | None = None,
 ) -> SnapshotPlan:
-    """`plan_snapshot` for the state an operator function returned."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
+    """`plan_snapshot` for the state an operator function set: written as declared, so
+    its fingerprint is the declaration's."""
     from batchpoint.spark.state_changelog import comparable
-    from batchpoint.state.format import schema_fingerprint
 
-    schema = new_state.schema
     return plan_snapshot(
         pending,
         base_files,
         parallelism=parallelism,
         max_parallelism=node.max_parallelism,
-        fingerprint=schema_fingerprint(to_arrow_schema(schema, timezone="UTC")),
+        fingerprint=schema_fingerprint(node.states[state]),
         changelog_chain=changelog_chain,
-        comparable=all(comparable(f.dataType) for f in schema.fields),
+        comparable=all(comparable(f.dataType) for f in new_state.schema.fields),
+        rewrite=rewrite,
     )
 
 
 def state_write(
-    ctx: OperatorContext,
-    state: str,
-    stream: str,
-    key_columns: tuple[str, ...],
-    max_parallelism: int,
-    plan: SnapshotPlan,
-    *,
-    value: bool = False,
+    ctx: OperatorContext, node: OperatorDef, state: str, stream: str, plan: SnapshotPlan
 ) -> StreamWrite:
-    """The write of a state: the new state itself, or its changes since the base. A value
-    state's changes are a keyed join (spark/value_changelog), in the same format as the
-    array comparison's, so a chain may mix both across deploys."""
+    """The write of a state: the new state itself, or its changes since the base, in
+    its declared schema. A value state's changes are a keyed join
+    (spark/value_changelog), in the same format as the array comparison's, so a chain
+    may mix both across deploys."""
     new = ctx.new_state(state)
+    key_columns, max_parallelism = node.key_columns, node.max_parallelism
+    schema, what = node.states[state], f"operator '{ctx.operator}', state '{state}'"
     if plan.full:
-        return StreamWrite(new, stream, key_columns, max_parallelism)
+        return StreamWrite(new, stream, key_columns, max_parallelism, declared=schema, what=what)
     from batchpoint.spark.state_changelog import changelog, no_changes
     from batchpoint.spark.value_changelog import value_changelog
 
     old = ctx.state(state)
     if new is old:
         changes = no_changes(old)
-    elif value:
-        what = f"operator '{ctx.operator}': state '{state}'"
+    elif node.value_state(state):
         changes = value_changelog(new, old, key_columns, what)
     else:
         changes = changelog(new, old, key_columns)
-    return StreamWrite(changes, stream, key_columns, max_parallelism, layer=plan.layer)
+    return StreamWrite(
+        changes, stream, key_columns, max_parallelism, layer=plan.layer, declared=schema, what=what
+    )

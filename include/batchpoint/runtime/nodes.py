@@ -17,6 +17,7 @@ from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
 from batchpoint.redaction import Secret
 from batchpoint.runtime.schemas import arrow_schema
+from batchpoint.runtime.state_conform import conform_state
 from batchpoint.state.evolution.types import default_problem
 from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.tables.binding import TableBinding
@@ -36,7 +37,9 @@ class SinkMode(enum.StrEnum):
 
 class OperatorContext:
     """What an operator function sees for one epoch: its input and restored state as
-    Spark DataFrames, and where to put its new state."""
+    Spark DataFrames, and where to put its new state. With `declared` (state name ->
+    its declared schema), what the function sets is checked against the declaration
+    when it is set (runtime/state_conform.py)."""
 
     def __init__(
         self,
@@ -46,6 +49,7 @@ class OperatorContext:
         inputs: Mapping[str, DataFrame],
         states: Mapping[str, DataFrame],
         properties: Mapping[str, Any],
+        declared: Mapping[str, pa.Schema] | None = None,
     ) -> None:
         self.spark = spark
         self.checkpoint_id = checkpoint_id
@@ -53,6 +57,7 @@ class OperatorContext:
         self.properties = properties
         self._inputs = dict(inputs)
         self._states = dict(states)
+        self._declared = dict(declared or {})
         self._new_states: dict[str, DataFrame] = {}
 
     def input(self, name: str | None = None) -> DataFrame:
@@ -78,6 +83,9 @@ class OperatorContext:
 
     def set_state(self, name: str, df: DataFrame) -> None:
         self.state(name)  # validates the name
+        if name in self._declared:
+            what = f"operator '{self.operator}', state '{name}'"
+            df = conform_state(df, self._declared[name], what)
         self._new_states[name] = df
 
     def new_state(self, name: str) -> DataFrame:

@@ -385,7 +385,10 @@ class RestorePlanner:
             raise RestoreRefused(plan.refusal())
         if check.candidate.completed is not None:  # before any import: a refusal copies nothing
             self.driver.check_deploy(
-                check.candidate.completed, plan.parallelism or None, allow_non_restored_state
+                check.candidate.completed,
+                plan.parallelism or None,
+                allow_non_restored_state,
+                store=check.candidate.store,
             )
         examined, imported_from = self._target(check)
         checkpoint_id = examined.checkpoint_id

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.runtime.api import OperatorDef, State
-from batchpoint.runtime.base_schemas import base_state_schema, comparable_stored
+from batchpoint.runtime.base_schemas import judged_schema
+from batchpoint.runtime.state_conform import conform_state
 from batchpoint.state.evolution import (
     SchemaVerdict,
     VerdictKind,
     check_deployable,
     resolve_schema_compatibility,
 )
-from batchpoint.state.format import StateError, schema_differences, schema_fingerprint
 from batchpoint.storage import ObjectStore
 
 if TYPE_CHECKING:
@@ -50,13 +50,14 @@ def state_verdicts(
     for state in node.states:
         if base is None or not base_files.get(state):
             continue  # a new state, or no base: it starts empty
-        stored = base_state_schema(store, base, node.uid, node.state_uid(state))
+        declared = node.states[state]
+        # what the deploy plan judged too (runtime/deploy.plan_on): one question, one answer
+        stored = judged_schema(store, base, node.uid, node.state_uid(state), declared)
         if stored is None:
             continue
         decl = declaration(node, state)
-        declared = node.states[state]
         verdicts[state] = resolve_schema_compatibility(
-            comparable_stored(stored, declared),
+            stored,
             declared,
             node.key_columns,
             defaults=decl.defaults,
@@ -81,20 +82,7 @@ def user_migrated(
 ) -> DataFrame:
     """The state's migrate= function over its stored rows, as the declared schema: its
     columns in the declared order, refused (naming the differences) when they are not
-    the declared ones."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
+    the declared ones (runtime/state_conform.py)."""
     fn = declaration(node, state).migrate
     assert fn is not None, "a user-migration verdict needs a migrate= function"
-    new = fn(old)
-    declared = node.states[state]
-    missing = [n for n in declared.names if n not in new.columns]
-    if not missing:
-        new = new.select(*declared.names)
-    got = to_arrow_schema(new.schema, timezone="UTC")
-    if missing or schema_fingerprint(got) != schema_fingerprint(declared):
-        raise StateError(
-            f"{verdict.what}: its migrate= function returned rows that are not the "
-            f"declared schema: {'; '.join(schema_differences(declared, got))}"
-        )
-    return new
+    return conform_state(fn(old), node.states[state], f"{verdict.what}: its migrate= function")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+import pyarrow as pa
+
 from batchpoint.protocol.checkpoint import FileHandle
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ class StreamWrite(NamedTuple):
     consumers: tuple[str, ...] = ()
     layer: int = 0  # a state's changelog layer (0: written in full)
     plain: bool = False  # no `_key_group` column: a table sink's data files
+    declared: pa.Schema | None = None  # a state's declared schema: its files get it exactly
+    what: str = ""  # a state's name for messages: "operator 'o', state 's'"
 
 
 def state_stream(name: str) -> str:

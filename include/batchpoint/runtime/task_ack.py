@@ -81,14 +81,16 @@ def fail(attempt: TaskAttempt, exc: Exception) -> NoReturn:
     if isinstance(exc, BatchpointError):
         decline(attempt, str(exc))
         raise OperatorFailed(f"{name} failed in checkpoint {cid}: {exc}") from exc
-    reason = f"{type(exc).__name__}: {exc}"
+    from batchpoint.spark.remote import error_line
+
+    # batchpoint's own error raised in a Spark task (a state set null where declared
+    # not null), not the worker's traceback and the JVM's stack around it
+    reason = error_line(exc)
     if attempt.env.remote:
         from batchpoint.spark.connect import remote_of, server_went_away, unreachable_error
-        from batchpoint.spark.remote import error_line
 
         remote = remote_of(attempt.env.session)
         if server_went_away(remote, exc):
             raise unreachable_error(remote, exc) from None
-        reason = error_line(exc)
     decline(attempt, reason)
     raise OperatorFailed(f"{name} failed in checkpoint {cid}: {reason}") from exc

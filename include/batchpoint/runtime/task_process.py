@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from batchpoint.runtime.api import OperatorContext, SinkDef
+from batchpoint.runtime.api import OperatorContext, OperatorDef, SinkDef
 from batchpoint.runtime.task_attempt import TaskAttempt
 from batchpoint.runtime.task_restore import Restored
 
@@ -35,6 +35,7 @@ def process(attempt: TaskAttempt, restored: Restored) -> Processed:
         restored.inputs,
         restored.states,
         pending.properties,
+        declared=node.states if isinstance(node, OperatorDef) else None,
     )
     if not isinstance(node, SinkDef):
         return Processed(ctx, node.fn(ctx))

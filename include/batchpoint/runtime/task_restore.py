@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import OperatorDef, SourceDef
-from batchpoint.runtime.incremental import base_state_files
+from batchpoint.runtime.incremental import base_state_files, rewrite_reason
 from batchpoint.runtime.state_evolution import describe, state_verdicts, user_migrated
 from batchpoint.runtime.streams import reads_channel
 from batchpoint.runtime.task_attempt import TaskAttempt
@@ -27,12 +27,14 @@ Channels = dict[str, list[FileHandle]]
 
 @dataclass(frozen=True)
 class Restored:
-    """The attempt's inputs and, for an operator, its restored states and the base's
-    files of each (what an incremental snapshot shares)."""
+    """The attempt's inputs and, for an operator, its restored states, the base's files
+    of each (what an incremental snapshot shares) and why a state is rewritten in full
+    (`incremental.rewrite_reason`)."""
 
     inputs: dict[str, DataFrame]
     states: dict[str, DataFrame] = field(default_factory=dict)
     base_files: dict[str, list[FileHandle]] = field(default_factory=dict)
+    rewrites: dict[str, str] = field(default_factory=dict)
 
 
 def upstream_channels(attempt: TaskAttempt) -> Channels:
@@ -79,7 +81,13 @@ def restore(attempt: TaskAttempt, base: CompletedCheckpoint | None, channels: Ch
         state: _restored_state(attempt, base, state, base_files[state], verdicts.get(state))
         for state in node.states
     }
-    return Restored(inputs, states, base_files)
+    rewrites = {}
+    for state, files in base_files.items():
+        verdict = verdicts.get(state)
+        kind = verdict.kind if verdict is not None else None
+        if files and (why := rewrite_reason(base, node.uid, node.key_columns, kind)):
+            rewrites[state] = why
+    return Restored(inputs, states, base_files, rewrites)
 
 
 def _input(attempt: TaskAttempt, name: str, channel: list[FileHandle]) -> DataFrame:

@@ -88,8 +88,8 @@ def snapshot_plans(
     chain = attempt.env.coordinator.config.changelog_chain
     return {
         state: plan_state_snapshot(
-            attempt.checkpoint, restored.base_files[state], ctx.new_state(state), node,
-            attempt.parallelism, chain,
+            attempt.checkpoint, restored.base_files[state], ctx.new_state(state), node, state,
+            attempt.parallelism, chain, restored.rewrites.get(state),
         )
         for state in node.states
     }  # fmt: skip
@@ -108,15 +108,7 @@ def operator_writes(
     assert isinstance(node, OperatorDef)
     writes = [
         # a state's files are named by its uid: what later checkpoints find it by
-        state_write(
-            ctx,
-            s,
-            state_stream(node.state_uid(s)),
-            node.key_columns,
-            node.max_parallelism,
-            plans[s],
-            value=node.value_state(s),
-        )
+        state_write(ctx, node, s, state_stream(node.state_uid(s)), plans[s])
         for s in node.states
     ]
     pipeline = attempt.env.pipeline

@@ -43,6 +43,8 @@ def write_spec(attempt: TaskAttempt, job: StreamWrite) -> WriteSpec:
         parallelism=attempt.parallelism,
         layer=job.layer,
         plain=job.plain,
+        declared=job.declared,
+        what=job.what,
         hooks=SubtaskHooks()
         if hooks is None
         else hooks.spark_tasks(attempt.operator, attempt.checkpoint_id),

@@ -32,9 +32,9 @@ from batchpoint.state.format import (
     StateSchemaMismatch,
     file_sha256,
     read_header,
-    schema_differences,
 )
 from batchpoint.state.keygroups import KeyGroupRange
+from batchpoint.state.schemas import same_types, schema_differences
 from batchpoint.storage import ObjectStore
 
 #: Files up to this size are read into memory with store.get instead of a temp file.
@@ -55,7 +55,6 @@ class TaskRead:
     store: ShippedStore
     out_schema: pa.Schema  # what the tasks yield, in Spark's column order
     state_columns: tuple[str, ...]
-    fingerprint: str
     max_parallelism: int
     new_parallelism: int | None
     subtask_column: str | None
@@ -140,7 +139,7 @@ def _raw_tables(
         parquet = pq.ParquetFile(source)
         stored = parquet.schema_arrow
         header = read_header(stored, handle.path)
-        if header.get("schema_fingerprint") != spec.fingerprint:
+        if not same_types(header.get("schema_fingerprint", ""), spec.requested):
             raise StateSchemaMismatch(handle.path, schema_differences(spec.requested, stored))
         groups = _row_groups_in(parquet, wanted)
         if not groups:

@@ -37,11 +37,10 @@ from batchpoint.state.format import (
     StateError,
     StateHandle,
     StateSchemaMismatch,
-    schema_differences,
-    schema_fingerprint,
     split_layers,
 )
 from batchpoint.state.keygroups import KeyGroupRange, check_parallelism
+from batchpoint.state.schemas import same_types, schema_differences
 
 __all__ = [
     "DEFAULT_READ_BATCH_BYTES",
@@ -119,9 +118,8 @@ def check_state_schema(
     """Raise StateSchemaMismatch, naming the file and the columns that differ, when the
     files were not written with `schema` (compared by name and type, in order)."""
     requested = to_arrow_schema(_as_struct(spark, schema), timezone="UTC")
-    fingerprint = schema_fingerprint(requested)
     for handle in handles:
-        if handle.schema_fingerprint and handle.schema_fingerprint != fingerprint:
+        if handle.schema_fingerprint and not same_types(handle.schema_fingerprint, requested):
             actual = stored_schema(spark, store, handle)
             differences = schema_differences(requested, actual)
             raise StateSchemaMismatch(handle.path, differences or ["the schema fingerprint"])
@@ -192,7 +190,6 @@ def _task_read(
         store=ship_store(store),
         out_schema=to_arrow_schema(out_struct, timezone=time_zone),
         state_columns=tuple(struct.fieldNames()),
-        fingerprint=schema_fingerprint(requested),
         max_parallelism=max_parallelism,
         new_parallelism=spec.rescale_to,
         subtask_column=subtask_col,

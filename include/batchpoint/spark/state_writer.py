@@ -19,13 +19,16 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from batchpoint.spark.key_groups import check_key_columns, key_group_column, subtask_column
 from batchpoint.spark.shipping import ShippedStore, StoreLike, driver_store, ship_store
 from batchpoint.state.format import (
+    CHANGE_COLUMN,
+    CHANGE_ROW,
     CHANGELOG_COLUMNS,
     FORMAT_VERSION,
     KEY_GROUP_COLUMN,
@@ -37,7 +40,6 @@ from batchpoint.state.format import (
     check_segment,
     check_written_handles,
     file_schema,
-    schema_fingerprint,
     state_file_key,
     subtask_prefix,
 )
@@ -46,6 +48,7 @@ from batchpoint.state.keygroups import (
     check_parallelism,
     key_group_range_for_subtask,
 )
+from batchpoint.state.schemas import StateNotAsDeclared, schema_fingerprint
 from batchpoint.storage import ObjectStore
 
 DEFAULT_TARGET_FILE_BYTES = 128 << 20
@@ -75,7 +78,9 @@ class WriteSpec:
     `parallelism` subtasks over `max_parallelism` key groups of `key_columns`, written by
     attempt `attempt` under `base_key`. `layer` > 0 writes changelog `layer` (see
     `state_changelog`); `plain` files hold the user's columns only (no `_key_group`: a
-    table format's data files)."""
+    table format's data files). `declared`: a state's declared schema, which its files
+    get exactly (nullability included: a null in a column declared not null fails the
+    write, naming `what`), whatever Spark's schema of the rows says."""
 
     base_key: str
     stream: str
@@ -85,6 +90,8 @@ class WriteSpec:
     parallelism: int
     layer: int = 0
     plain: bool = False
+    declared: pa.Schema | None = None
+    what: str = ""
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
     hooks: SubtaskHooks = field(default_factory=SubtaskHooks)
@@ -112,6 +119,7 @@ class _TaskWrite:
     file_schema: pa.Schema
     fingerprint: str
     spark_schema: str
+    required: tuple[str, ...] = ()  # state columns declared not null
 
     @property
     def stored_schema(self) -> pa.Schema:
@@ -187,7 +195,25 @@ class _SubtaskWriter:
         # exactly the schema computed once on the driver.
         schema = self.task.file_schema
         columns = [batch.column(f.name).cast(f.type) for f in schema]
+        self._check_required(batch)
         return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def _check_required(self, batch: pa.RecordBatch) -> None:
+        """No null in a column the state declares not null (in a changelog, on the rows
+        that hold a key's rows: a CHANGE_GONE row holds only its key)."""
+        if not self.task.required:
+            return
+        rows = batch
+        if self.spec.layer:
+            rows = batch.filter(pc.equal(batch.column(CHANGE_COLUMN), CHANGE_ROW))
+        for name in self.task.required:
+            nulls = rows.column(name).null_count
+            if nulls:
+                raise StateNotAsDeclared(
+                    f"{self.spec.what or self.spec.stream}: column '{name}' is declared not "
+                    f"null, and the function set null in {nulls} row(s) (subtask "
+                    f"{self.subtask}): fill it in the function, or declare it nullable"
+                )
 
     def _stored(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if not self.spec.plain:
@@ -334,6 +360,13 @@ def _task_write(schema: T.StructType, store: StoreLike, spec: WriteSpec) -> _Tas
         raise StateError(f"state '{spec.stream}': a changelog needs columns {CHANGELOG_COLUMNS}")
     state_struct = T.StructType([f for f in schema.fields if f.name not in CHANGELOG_COLUMNS])
     state_schema = to_arrow_schema(schema, timezone="UTC")
+    required: tuple[str, ...] = ()
+    if spec.declared is not None:
+        # The rows were conformed to the declaration (runtime/state_conform): the files
+        # get it exactly, and the fingerprint says so, nullability included.
+        state_schema = pa.schema(list(spec.declared))
+        state_struct = from_arrow_schema(state_schema)
+        required = tuple(f.name for f in state_schema if not f.nullable)
     fingerprint = schema_fingerprint(state_schema)
     header = {
         "format": FORMAT_VERSION,
@@ -351,6 +384,7 @@ def _task_write(schema: T.StructType, store: StoreLike, spec: WriteSpec) -> _Tas
         file_schema=file_schema(state_schema, header),
         fingerprint=fingerprint,
         spark_schema=state_struct.json(),
+        required=required,
     )
 
 

@@ -118,41 +118,7 @@ def state_file_key(
     return f"{prefix}part-{part:05d}-{task_attempt}{FILE_SUFFIX}"
 
 
-# --- schemas --------------------------------------------------------------------------
-
-
-def _canonical_type(arrow_type: pa.DataType) -> str:
-    # Spark may ship strings as large_string (useLargeVarTypes) and timestamps in the
-    # session time zone; neither changes what is stored, so neither changes the schema.
-    text = str(arrow_type).replace("large_", "")
-    return re.sub(r"tz=[^,\]>]+", "tz=UTC", text)
-
-
-def canonical_schema(schema: pa.Schema) -> list[tuple[str, str]]:
-    """(name, type) of the state's own columns, in order; nullability is left out on
-    purpose because Spark loses it through most transformations."""
-    return [(f.name, _canonical_type(f.type)) for f in schema if f.name not in RESERVED_COLUMNS]
-
-
-def schema_fingerprint(schema: pa.Schema) -> str:
-    text = json.dumps(canonical_schema(schema), separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def schema_differences(expected: pa.Schema, actual: pa.Schema) -> list[str]:
-    """Human-readable differences between a requested and a stored schema."""
-    want = dict(canonical_schema(expected))
-    have = dict(canonical_schema(actual))
-    out = [f"column '{n}' ({t}) is missing" for n, t in want.items() if n not in have]
-    out += [f"column '{n}' ({t}) is not requested" for n, t in have.items() if n not in want]
-    out += [
-        f"column '{n}' is {have[n]}, requested {t}"
-        for n, t in want.items()
-        if n in have and have[n] != t
-    ]
-    if not out and list(want) != list(have):
-        out.append(f"columns are in order {list(have)}, requested {list(want)}")
-    return out
+# --- files ----------------------------------------------------------------------------
 
 
 def file_schema(state_schema: pa.Schema, header: Mapping[str, Any]) -> pa.Schema:

@@ -15,7 +15,7 @@ copy. `read_table` reads a table as of any checkpoint (time travel by checkpoint
     references.py  GC's view of the tables: the files every snapshot reads, which lag
 """
 
-from batchpoint.tables.binding import TableBinding, table_bindings
+from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.plan import SyncPlan, SyncStep, TablePosition, plan_sync
 
 __all__ = [
@@ -24,5 +24,4 @@ __all__ = [
     "TableBinding",
     "TablePosition",
     "plan_sync",
-    "table_bindings",
 ]

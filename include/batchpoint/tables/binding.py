@@ -6,7 +6,7 @@ from storage alone (`batchpoint sink show`, `gc`) find the table without the cod
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,13 +62,3 @@ class TableBinding:
 
     def __str__(self) -> str:
         return f"{self.format} table {self.identifier} (catalog {self.catalog})"
-
-
-def table_bindings(operators: Iterable[Any]) -> dict[str, TableBinding]:
-    """The table sinks among a spec's operators (anything with `name` and `properties`)."""
-    out = {}
-    for op in operators:
-        binding = TableBinding.from_properties(getattr(op, "properties", {}) or {})
-        if binding is not None:
-            out[op.name] = binding
-    return out

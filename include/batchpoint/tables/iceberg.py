@@ -12,6 +12,12 @@ if GC dropped the epoch since the manifest was read: then it plans anew), so GC 
 the epoch's files until the commit; from then on the table's snapshot references them
 (protocol/table_pins.py::TablePin). A sync that planned before a GC pass therefore never
 commits a snapshot whose files that pass deleted.
+
+A table belongs to its sink by uid (invariant 17): the table's `batchpoint.sink`
+property and every commit's summary name the uid, so a sink renamed with its uid kept
+goes on in its table. A release before issue 36 wrote the sink's name there: a table
+whose property is one of the sink's older names (`SinkRef.legacy`) is its own, and the
+next sync writes the uid in its place.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from batchpoint.errors import BatchpointError, CheckpointError
-from batchpoint.protocol.sinks import SinkManifest, SinkPins
+from batchpoint.protocol.sinks import Sink, SinkManifest, SinkPins, SinkRef
 from batchpoint.protocol.table_pins import TablePin
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
@@ -105,32 +111,35 @@ class IcebergSinkTable:
         catalog: Catalog,
         binding: TableBinding,
         pipeline: str,
-        sink: str,
+        sink: Sink,
         store: ObjectStore,
     ) -> None:
         self.catalog = catalog
         self.binding = binding
         self.pipeline = pipeline
-        self.sink = sink
+        self.ref = SinkRef.of(sink)
+        self.sink = self.ref.uid
         self.store = store
 
     # -- the table ----------------------------------------------------------------------
 
-    def load(self) -> Table | None:
+    def load(self, *, claim: bool = False) -> Table | None:
+        """The table (None: it does not exist), checked to be this sink's. `claim`: a
+        sync's load, which writes the uid over an older release's name."""
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
             table = self.catalog.load_table(self.binding.identifier)
         except NoSuchTableError:
             return None
-        self._check_owner(table)
+        self._check_owner(table, claim)
         return table
 
     def require(self) -> Table:
         table = self.load()
         if table is None:
             raise CheckpointError(
-                f"{self.binding} of sink '{self.sink}' does not exist yet: nothing was "
+                f"{self.binding} of sink '{self.ref.label}' does not exist yet: nothing was "
                 "published to it"
             )
         return table
@@ -139,7 +148,7 @@ class IcebergSinkTable:
         """The table, created on the first sync from the staged files' schema (every
         column optional: nullability is a data-quality rule, as in the sinks' files).
         None while the manifest holds no file to take the schema from."""
-        table = self.load()
+        table = self.load(claim=True)
         if table is not None:
             return table
         sample = next((f for e in manifest.epochs.values() for f in e.files), None)
@@ -166,7 +175,7 @@ class IcebergSinkTable:
             return self.load()  # another sync created it meanwhile
         with table.transaction() as txn:
             txn.set_properties(**_name_mapping(table))
-        log.info("created %s for sink %s.%s", self.binding, self.pipeline, self.sink)
+        log.info("created %s for sink %s.%s", self.binding, self.pipeline, self.ref.label)
         return self.load()
 
     def _file_schema(self, key: str) -> pa.Schema:
@@ -178,11 +187,15 @@ class IcebergSinkTable:
             schema = pq.read_schema(stream)
         return pa.schema([f.with_nullable(True) for f in schema])  # drops the metadata too
 
-    def _check_owner(self, table: Table) -> None:
+    def _check_owner(self, table: Table, claim: bool = False) -> None:
         props = table.properties
         mine = {PIPELINE: self.pipeline, SINK: self.sink, ROOT: self.store.uri}
         theirs = {k: props.get(k) for k in mine}
         if theirs == mine:
+            return
+        if {**theirs, SINK: self.sink} == mine and theirs[SINK] in self.ref.legacy:
+            if claim:  # this sink's, under its older name: its uid from now on
+                self._claim(table)
             return
         if not any(theirs.values()) and table.current_snapshot() is None:
             from pyiceberg.table import TableProperties
@@ -198,10 +211,23 @@ class IcebergSinkTable:
             if any(theirs.values())
             else "no batchpoint sink (it holds data written otherwise)"
         )
+        mine_said = (
+            self.sink if self.ref.label == self.sink else f"{self.ref.label} (uid {self.sink})"
+        )
         raise TableError(
-            f"{self.binding} belongs to {owner}, not to sink {self.pipeline}.{self.sink} on "
+            f"{self.binding} belongs to {owner}, not to sink {self.pipeline}.{mine_said} on "
             f"{self.store.uri}: name another table, or drop that one"
         )
+
+    def _claim(self, table: Table) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        try:
+            with table.transaction() as txn:
+                txn.set_properties(**{SINK: self.sink})
+        except CommitFailedException:  # another sync changed the table: it claims it next
+            return
+        table.refresh()
 
     # -- position and history -----------------------------------------------------------
 
@@ -283,7 +309,7 @@ class IcebergSinkTable:
             ]
         except ValueError as exc:
             raise TableError(
-                f"sink '{self.sink}': checkpoint {step.checkpoint_id}'s output does not fit "
+                f"sink '{self.ref.label}': checkpoint {step.checkpoint_id}'s output does not fit "
                 f"{self.binding}'s schema ({exc}); evolve the table's schema or write a new table"
             ) from None
         with table.transaction() as txn:

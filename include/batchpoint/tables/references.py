@@ -27,7 +27,7 @@ from batchpoint.errors import BatchpointError
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sink_tables import TableReferences
-from batchpoint.protocol.sinks import SinkManifest, SinkPublisher
+from batchpoint.protocol.sinks import Sink, SinkManifest, SinkPublisher, SinkRef
 from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
@@ -59,18 +59,19 @@ def snapshot_keys(table: Table, store: ObjectStore) -> set[str]:
 
 
 class PipelineTables:
-    """The table sinks of one pipeline (implements `SinkTables` for GC)."""
+    """The table sinks of one pipeline (implements `SinkTables` for GC), by uid."""
 
     def __init__(
         self,
         store: ObjectStore,
         pipeline: str,
-        bindings: Mapping[str, TableBinding],
+        bindings: Mapping[Sink, TableBinding],
         catalog_uri: str | None = None,
     ) -> None:
         self.store = store
         self.pipeline = pipeline
-        self.bindings = dict(bindings)
+        self.refs = {r.uid: r for r in map(SinkRef.of, bindings)}
+        self.bindings = {SinkRef.of(s).uid: b for s, b in bindings.items()}
         self.catalog_uri = catalog_uri
         self._manifests = SinkPublisher(store, PipelineLayout(pipeline))
 
@@ -96,9 +97,11 @@ class PipelineTables:
         return TableReferences(frozenset(keys), tuple(findings))
 
     def head(self, sink: str) -> int | None:
-        if sink not in self.bindings:
+        """`sink`: a manifest's key, a uid (or, until adopted, an older name)."""
+        uid = next((r.uid for r in self.refs.values() if sink in (r.uid, *r.legacy)), None)
+        if uid is None:
             raise TableError(f"sink '{sink}' has no table among {sorted(self.bindings)}")
-        for found in self._tables([sink]):
+        for found in self._tables([uid]):
             if found.table is None:
                 return None
             with _reading(found):
@@ -119,7 +122,7 @@ class PipelineTables:
                     if finding is not None:
                         out.append(finding)
             except BatchpointError as exc:
-                out.append(Finding(f"sink {sink}", str(exc)))
+                out.append(Finding(f"sink {self.refs[sink].label}", str(exc)))
         return out
 
     # -- reading ------------------------------------------------------------------------
@@ -130,11 +133,12 @@ class PipelineTables:
         from batchpoint.tables.service import configured_catalog_uri, sink_table
 
         uri = self.catalog_uri if self.catalog_uri is not None else configured_catalog_uri()
-        for sink in self.bindings if sinks is None else sinks:
-            found = _SinkTable(sink, self.bindings[sink], self._manifests.manifest(sink))
+        for uid in self.bindings if sinks is None else sinks:
+            ref = self.refs[uid]
+            found = _SinkTable(ref.label, self.bindings[uid], self._manifests.manifest(ref))
             if not default_catalog_missing(found.binding.catalog, self.store, uri):
                 with _reading(found):
-                    found.adapter = sink_table(self.store, self.pipeline, sink, found.binding, uri)
+                    found.adapter = sink_table(self.store, self.pipeline, ref, found.binding, uri)
                     found.table = found.adapter.load()
             if found.table is None:
                 self._check_no_metadata(found)
@@ -171,7 +175,7 @@ class PipelineTables:
 
 @dataclass
 class _SinkTable:
-    sink: str
+    sink: str  # its label
     binding: TableBinding
     manifest: SinkManifest | None
     adapter: IcebergSinkTable | None = None  # None: its catalog was never made

@@ -1,13 +1,15 @@
 """Table sinks for the layers above: open a sink's table, sync every table sink of a
-pipeline after a publish or a restore, read a table as of a checkpoint."""
+pipeline after a publish or a restore, read a table as of a checkpoint. A sink is named
+by uid, or by a `SinkRef` (its uid, its name as a label, its older names)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.layout import PipelineLayout
-from batchpoint.protocol.sinks import SinkPins, SinkPublisher
+from batchpoint.protocol.sink_keys import sink_refs
+from batchpoint.protocol.sinks import Sink, SinkPins, SinkPublisher, SinkRef
 from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.tables.binding import TableBinding
@@ -24,7 +26,7 @@ def configured_catalog_uri() -> str | None:
 def sink_table(
     store: StoreRef | ObjectStore,
     pipeline: str,
-    sink: str,
+    sink: Sink,
     binding: TableBinding,
     catalog_uri: str | None = None,
 ) -> IcebergSinkTable:
@@ -34,10 +36,19 @@ def sink_table(
     return IcebergSinkTable(catalog, binding, pipeline, sink, store)
 
 
+def table_refs(
+    sinks: Iterable[tuple[str, str, TableBinding | None]],
+) -> dict[SinkRef, TableBinding]:
+    """The table sinks among a pipeline's (uid, name, table) sinks, by ref."""
+    sinks = list(sinks)
+    refs = sink_refs((uid, name) for uid, name, _ in sinks)
+    return {ref: table for ref, (_, _, table) in zip(refs, sinks, strict=True) if table}
+
+
 def sync_tables(
     store_ref: StoreRef,
     pipeline: str,
-    bindings: Mapping[str, TableBinding],
+    bindings: Mapping[Sink, TableBinding],
     catalog_uri: str | None = None,
 ) -> list[SyncReport]:
     """Bring every table sink's table to its manifest. Idempotent; safe beside other
@@ -52,17 +63,20 @@ def sync_tables(
     reports = []
     failed: list[BatchpointError] = []
     for sink, binding in bindings.items():
+        ref = SinkRef.of(sink)
         try:
-            table = sink_table(store_ref, pipeline, sink, binding, catalog_uri)
-            read = lambda s=sink: publisher.manifest(s)  # noqa: E731
-            reports.append(TableSync(table, read, SinkPins(publisher, sink)).run())
+            table = sink_table(store_ref, pipeline, ref, binding, catalog_uri)
+            read = lambda r=ref: publisher.manifest(r)  # noqa: E731
+            reports.append(TableSync(table, read, SinkPins(publisher, ref)).run())
         except BatchpointError as exc:
             failed.append(exc)
         except Exception as exc:  # the catalog's or its driver's: said as the sink's
             # A driver's text may repeat the catalog's URI: never with its password.
             text = redact_uri(str(exc)).strip().splitlines()
             detail = text[0] if text else type(exc).__name__
-            failed.append(TableError(f"sink '{sink}': {binding} could not be synced ({detail})"))
+            failed.append(
+                TableError(f"sink '{ref.label}': {binding} could not be synced ({detail})")
+            )
     if len(failed) == 1:
         raise failed[0]
     if failed:

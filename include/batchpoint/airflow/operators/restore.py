@@ -139,7 +139,9 @@ class RestoreCheckOperator(BatchpointOperator):
         if chosen is None or chosen.completed is None:
             return
         try:
-            plan = driver.check_deploy(chosen.completed, run.plan.parallelism or None, allow)
+            plan = driver.check_deploy(
+                chosen.completed, run.plan.parallelism or None, allow, store=chosen.store
+            )
         except DeployRefused as exc:
             for line in exc.plan.render().splitlines():  # type: ignore[attr-defined]
                 self.log.error("%s", line)

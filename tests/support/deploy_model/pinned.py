@@ -1,0 +1,232 @@
+"""The shortest sequences the deploy model checker found breaking an invariant, written
+out step by step (each names the seed that found it and what it breaks). They run on a
+`Sequence` like any seed and fail with the same violation until the defect is fixed."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import replace
+
+from support.deploy_model.changes import _reuid_op
+from support.deploy_model.records import as_future_version, as_version_1
+from support.deploy_model.sequence import Sequence, Violated
+from support.deploy_model.version import Column, Migration, StateV, Version, initial
+
+Case = Callable[[Sequence], None]
+PINNED: dict[str, Case] = {}
+
+
+def pinned(fn: Case) -> Case:
+    PINNED[fn.__name__.replace("_", "-")] = fn
+    return fn
+
+
+def run_pinned(seq: Sequence, case: str) -> None:
+    """Run a pinned case to its end or its first violation (in `seq.tally`)."""
+    with contextlib.suppress(Violated):
+        PINNED[case](seq)
+
+
+def _totals(version: Version, **changes: object) -> Version:
+    """`initial()`'s aggregate with its state `totals` changed."""
+    agg = version.op("agg")
+    assert agg is not None
+    state: StateV = replace(agg.states[0], **changes)  # type: ignore[arg-type]
+    return version.with_op(replace(agg, states=(state,)))
+
+
+def _start(seq: Sequence, version: Version, epochs: int = 2) -> None:
+    seq.deploy(version)
+    for _ in range(epochs):
+        seq.epoch()
+
+
+def _as_version_1(seq: Sequence) -> None:
+    assert seq.ref.head is not None and seq.version is not None
+    as_version_1(seq.world.store, seq.ref.head)
+    seq.ref.snapshots[seq.ref.head] = seq.ref.snapshots[seq.ref.head].unrecorded()
+    seq.deploy(seq.version)
+
+
+@pinned
+def migration_over_a_changelog(seq: Sequence) -> None:
+    """Seed 204 (issue 36, row 1): a nullable column made non-null with a migrate= that
+    fills it; the migration epoch writes a changelog over the unmigrated base, so the
+    rows it did not touch keep their nulls."""
+    nullable = _totals(initial(), extras=(Column("x", "int32"),))
+    _start(seq, nullable, epochs=6)  # a state of many keys: the base is a changelog
+    seq.deploy(
+        _totals(nullable, extras=(Column("x", "int32", False),), migrate=Migration((("x", 7),)))
+    )
+    seq.epoch()
+
+
+@pinned
+def rekey_on_a_version_1_base(seq: Sequence) -> None:
+    """Issue 36, row 2: a base written by the release before uids records no key; the
+    plan keeps a re-keyed operator and the epoch layers a changelog under the new key
+    over files placed by the old one (the state cannot be read back)."""
+    _start(seq, initial())
+    _as_version_1(seq)
+    agg = initial().op("agg")
+    assert agg is not None
+    seq.deploy(initial().with_op(replace(agg, key=("user", "grp"))))
+    seq.epoch()
+
+
+@pinned
+def sink_renamed_keeping_its_uid(seq: Sequence) -> None:
+    """Seeds 3 and 12 (issue 36, row 3): the sink starts a new manifest under its new
+    name; an append sink's readers lose every epoch published before the rename."""
+    _start(seq, initial())
+    seq.deploy(initial().with_sink(replace(initial().sinks[0], name="out2")))
+    seq.epoch()
+
+
+@pinned
+def state_set_wider_than_declared(seq: Sequence) -> None:
+    """Seed 10 (issue 36, row 5): the function sets `n` as bigint where the state
+    declares int; the checkpoint records int over bigint files."""
+    narrow = _totals(initial(), n_type="int32")
+    _start(seq, narrow)
+    agg = narrow.op("agg")
+    assert agg is not None
+    seq.deploy(narrow.with_op(replace(agg, sloppy=True)))
+    seq.epoch()
+    seq.epoch()
+
+
+@pinned
+def new_uid_keeping_the_name(seq: Sequence) -> None:
+    """Seeds 102, 103 (issue 36, row 6): the advice for a max_parallelism change
+    followed (a new uid, the name kept, the old uid dropped): the plan says deployable,
+    the trigger refuses by spec.json's entry of that name."""
+    _start(seq, initial())
+    agg = initial().op("agg")
+    assert agg is not None
+    moved = _reuid_op(initial(), agg, replace(agg, uid="agg2", max_parallelism=32))
+    seq.deploy(replace(moved, dropped_operators=frozenset({"agg"})))
+    seq.epoch()
+
+
+@pinned
+def max_parallelism_refused_twice(seq: Sequence) -> None:
+    """Seeds 102, 103: a stateful operator's max_parallelism changed; the trigger is
+    refused by the spec check before the plan, with another text than the plan's."""
+    _start(seq, initial())
+    agg = initial().op("agg")
+    assert agg is not None
+    seq.deploy(initial().with_op(replace(agg, max_parallelism=32)))
+    seq.epoch()
+
+
+@pinned
+def epoch_during_an_import(seq: Sequence) -> None:
+    """Seed 206 (issue 36, row 7): an epoch triggered while a savepoint folder is being
+    imported takes the import as its base and fails waiting for it."""
+    _start(seq, initial())
+    folder = "savepoints/dm/sp-pinned"
+    attempt = seq.epoch(savepoint=folder)
+    assert attempt.checkpoint_id is not None
+    seq.epoch()
+    ran: list[bool] = []
+
+    def progress(line: str) -> None:
+        if line.startswith("importing savepoint") and not ran:
+            ran.append(True)
+            seq.epoch()
+
+    seq.world.import_folder(folder, progress)
+
+
+@pinned
+def plan_after_an_allowing_restore(seq: Sequence) -> None:
+    """Seed 1: a state dropped without a declaration is refused; restoring the head with
+    allow-non-restored-state lets the next trigger drop it, but `batchpoint plan` (made
+    just before that trigger) still refuses it."""
+    agg = initial().op("agg")
+    assert agg is not None
+    _start(seq, initial().with_op(replace(agg, states=(*agg.states, StateV("extra", "extra")))))
+    seq.deploy(initial())
+    seq.epoch()  # refused: state dropped
+    assert seq.ref.head is not None
+    seq.restore(seq.ref.head, allow=True)
+    seq.epoch()
+
+
+@pinned
+def narrowing_on_a_version_1_base(seq: Sequence) -> None:
+    """Seeds 304, 310: on a base written by the release before uids (no schema
+    recorded) the plan keeps a state whose column is narrowed, and the epoch then
+    refuses the change from the files' schema: the plan said deployable, nothing runs."""
+    _start(seq, initial())
+    _as_version_1(seq)
+    seq.deploy(_totals(initial(), n_type="int32"))
+    seq.epoch()
+
+
+@pinned
+def savepoint_folder_after_dispose(seq: Sequence) -> None:
+    """Seed 505: a savepoint exported, the pipeline restored to an earlier checkpoint
+    and on from there, the savepoint disposed of and collected; restoring its folder
+    rewinds the append sink to the savepoint's own epoch only, dropping the history
+    it was taken on (still published: the chain it builds on is the head's too)."""
+    _start(seq, initial())
+    folder = "savepoints/dm/sp-disposed"
+    savepoint = seq.epoch(savepoint=folder).checkpoint_id
+    assert savepoint is not None and seq.ref.head is not None
+    seq.restore(savepoint - 1)
+    seq.epoch()
+    seq.world.dispose(savepoint)
+    seq.world.gc()
+    seq.restore(savepoint, folder=folder)
+
+
+@pinned
+def sink_mode_back_to_append_after_gc(seq: Sequence) -> None:
+    """Seeds 520, 522, 524, 530: a sink's mode change was planned `kept`, but its
+    manifest re-reads the whole chain in the mode of its last publish: append ->
+    snapshot, gc (which keeps only each retained checkpoint's own epoch), snapshot ->
+    append showed the epochs gc happened to keep, not the sink's history. Now refused
+    (a new uid starts a new sink)."""
+    _start(seq, initial())
+    out = initial().sinks[0]
+    snapshot = initial().with_sink(replace(out, mode="snapshot"))
+    seq.deploy(snapshot)
+    for _ in range(3):  # the append-mode checkpoints leave the retained set
+        seq.epoch()
+    seq.world.gc()
+    seq.deploy(initial())
+    seq.epoch()
+
+
+@pinned
+def sink_shown_beside_a_newer_record(seq: Sequence) -> None:
+    """Seed 10000: the head's outcome as a newer release writes it; `restore latest`
+    falls back to the checkpoint before, then `batchpoint sink show` failed on that
+    record (it read every retained checkpoint's topology to name the sinks)."""
+    _start(seq, initial(), epochs=3)
+    head = seq.ref.head
+    assert head is not None and seq.version is not None
+    as_future_version(seq.world.store, head)
+    seq.damaged.add(head)
+    seq.deploy(seq.version)
+    restored = seq.world.restore("latest")
+    seq.ref.restore(restored, False, seq.version)
+    seq.check()
+
+
+@pinned
+def restore_plan_after_an_allowing_restore(seq: Sequence) -> None:
+    """Seed 10010: a sink dropped after a restore that allowed it; a later restore to
+    that same checkpoint, not allowing, was planned deployable (the plan honoured the
+    earlier restore's allowance on a named checkpoint) and then refused."""
+    _start(seq, initial())
+    seq.deploy(replace(initial(), sinks=()))
+    seq.epoch()  # refused: sink dropped
+    target = seq.ref.head
+    assert target is not None
+    seq.restore(target, allow=True)
+    seq.epoch()
+    seq.restore(target)
