@@ -160,7 +160,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _report(args: argparse.Namespace, tally: DeployTally, seconds: float) -> None:
-    last = args.start + args.seeds - 1
+    last = args.start + tally.sequences - 1  # fewer than asked when interrupted
     per_seed = sum(tally.seconds) / max(1, len(tally.seconds))
     print()
     print(f"{'store':<24}{args.store}")
@@ -257,14 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     tally = DeployTally()
     with stores as make:
-        for seed in range(args.start, args.start + args.seeds):
-            ref = make(seed)
-            if args.verbose:
-                print(f"seed {seed}:", flush=True)
-            world = World(spark, ref, replace(CONFIG, changelog_chain=args.changelog_chain))
-            tally.add(run_sequence(world, seed, options), verbose=args.verbose)
-            if args.store == "local":
-                shutil.rmtree(ref.uri.removeprefix("file://"), ignore_errors=True)
+        seed = args.start
+        try:
+            for seed in range(args.start, args.start + args.seeds):
+                ref = make(seed)
+                if args.verbose:
+                    print(f"seed {seed}:", flush=True)
+                world = World(spark, ref, replace(CONFIG, changelog_chain=args.changelog_chain))
+                tally.add(run_sequence(world, seed, options), verbose=args.verbose)
+                if args.store == "local":
+                    shutil.rmtree(ref.uri.removeprefix("file://"), ignore_errors=True)
+        except KeyboardInterrupt:
+            # a long run stopped by hand still reports the seeds it finished
+            print(f"interrupted in seed {seed}: it is not counted", flush=True)
     _report(args, tally, time.monotonic() - started)
     return 1 if tally.violations else 0
 
