@@ -57,6 +57,7 @@ SCRIPTS: dict[str, tuple[int, tuple[str, ...]]] = {
 PINNED_HERE = (
     "plan-after-an-allowing-restore",
     "restore-plan-after-an-allowing-restore",
+    "incomplete-migrate-after-a-restore",
     "max-parallelism-refused-twice",
     "narrowing-on-a-version-1-base",
     "sink-mode-back-to-append-after-gc",

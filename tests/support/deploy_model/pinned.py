@@ -230,3 +230,20 @@ def restore_plan_after_an_allowing_restore(seq: Sequence) -> None:
     seq.restore(target, allow=True)
     seq.epoch()
     seq.restore(target)
+
+
+@pinned
+def incomplete_migrate_after_a_restore(seq: Sequence) -> None:
+    """Seed 10015: a non-null column added with a migrate= that fills it; a restore to
+    the checkpoint before; then a narrowing whose migrate= fills nothing. On that base
+    the column is new too: the function leaves it null, and the epoch must fail on the
+    declaration, nothing written (the reference had expected it to run)."""
+    _start(seq, initial())
+    before = seq.ref.head
+    assert before is not None
+    x1 = Column("x1", "int32", False)
+    seq.deploy(_totals(initial(), extras=(x1,), migrate=Migration((("x1", 0),))))
+    seq.epoch()
+    seq.restore(before)
+    seq.deploy(_totals(initial(), extras=(x1,), n_type="int32", migrate=Migration(())))
+    seq.epoch()

@@ -16,7 +16,7 @@ from support.deploy_model.rules import (
     migrate_rows,
     state_verdict,
 )
-from support.deploy_model.version import SOURCE, OpV, Version
+from support.deploy_model.version import SOURCE, OpV, StateV, Version
 
 Row = Mapping[str, Any]
 
@@ -139,8 +139,24 @@ def _judge_op(out: Judgement, code: Version, op: OpV, old: OpStored, allow: bool
             out.migrations.append(f"{op.uid}/{state.uid}")
             if state.migrate is not None and state.migrate.raises:
                 out.failing.append(f"migrate= of {op.uid}/{state.uid} raises")
+            elif gaps := _left_null(stored, state):
+                # written for another change (the base is older than it thought): the
+                # epoch fails on the declaration, before anything is written
+                out.failing.append(f"an incomplete migrate= of {op.uid}/{state.uid} ({gaps})")
     if op.sloppy and any(s.n_type != "int64" for s in op.states):
         out.maybe_failing.append(f"{op.uid} sets n as int64 against a narrower declaration")
+
+
+def _left_null(stored: StoredState, code: StateV) -> list[str]:
+    """The non-null columns a migrate= leaves null in some stored row."""
+    fill = code.migrate.fill_of if code.migrate is not None else lambda _: None
+    return [
+        c.name
+        for c in code.columns()
+        if not c.nullable
+        and fill(c.name) is None
+        and any(row.get(c.name) is None for row in stored.rows.values())
+    ]
 
 
 def epoch(code: Version, base: Snapshot | None, events: list[Row], files: int) -> Snapshot:
