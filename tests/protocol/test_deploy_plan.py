@@ -146,8 +146,9 @@ def test_a_removed_stateless_operator_or_source_loses_nothing() -> None:
 def test_a_renamed_sink_or_source_without_uid_is_named() -> None:
     old = topo(sink("out", table="db.t"))
     new = topo(sink("out2", table="db.t"))
-    (problem,) = plan_deploy(old, new).problems
-    assert "declare uid='out' on 'out2'" in problem
+    dropped, table = plan_deploy(old, new).problems
+    assert "declare uid='out' on 'out2'" in dropped
+    assert "db.t" in table and "uid='out'" in table
 
 
 def test_parallelism_rescales_and_max_parallelism_or_key_is_incompatible() -> None:
@@ -332,3 +333,37 @@ def test_a_sink_mode_change_is_incompatible() -> None:
     assert plan_deploy(
         old, topo(op("agg", None, state("totals")), sink("out", table="db.t"))
     ).deployable
+
+
+def test_a_sink_binding_a_table_another_sink_uid_writes_is_incompatible() -> None:
+    """Seed 10033 of the deploy model checker: a table sink renamed without its uid,
+    restored allowing non-restored state, failed in the restore's table sync."""
+    t3 = {"table": "dm.t3", "table_catalog": "batchpoint"}
+    agg = op("agg", None, state("totals"))
+    old = topo(agg, sink("out", **t3))
+    renamed = topo(agg, sink("sink4", **t3))
+    allow_all = DeployAllowances(allow_non_restored_state=True)
+    dropped = DeployAllowances(dropped_sinks=frozenset({"out"}))
+    for allowances in (None, allow_all, dropped):
+        plan = plan_deploy(old, renamed, allowances)
+        assert ("sink", "sink4", Verdict.INCOMPATIBLE, True) in verdicts(plan)
+        (problem,) = [p for p in plan.problems if "table" in p]
+        assert "dm.t3" in problem and "uid='out'" in problem
+    # the advice followed: the old uid on the new name goes on in its table
+    assert plan_deploy(old, topo(agg, sink("out", "sink4", **t3))).deployable
+    # another catalog's table of that name is another table
+    elsewhere = {**t3, "table_catalog": "other"}
+    assert plan_deploy(old, topo(agg, sink("sink4", **elsewhere)), dropped).deployable
+    # two sinks swapping their tables: each binds the other's
+    both = topo(agg, sink("a", table="dm.ta"), sink("b", table="dm.tb"))
+    swapped = topo(agg, sink("a", table="dm.tb"), sink("b", table="dm.ta"))
+    assert {e.uid for e in plan_deploy(both, swapped).entries if e.refused} == {"a", "b"}
+
+
+def test_a_table_sink_mode_change_advises_another_table() -> None:
+    agg = op("agg", None, state("totals"))
+    old = topo(agg, sink("out", table="dm.t"))
+    (problem,) = plan_deploy(old, topo(agg, sink("out", mode="snapshot", table="dm.t"))).problems
+    assert "another table" in problem
+    followed = topo(agg, sink("out2", "out", mode="snapshot", table="dm.t2"))
+    assert plan_deploy(old, followed, DeployAllowances(dropped_sinks=frozenset({"out"}))).deployable

@@ -172,6 +172,8 @@ def plan_deploy(
     for kind in (OperatorKind.SOURCE, OperatorKind.OPERATOR, OperatorKind.SINK):
         old = stored.of_kind(kind) if stored is not None else {}
         planner.kind(kind, old, code.of_kind(kind))
+    for node, problem in _table_problems(stored, code):
+        planner.add("sink", node.uid, node.name, Verdict.INCOMPATIBLE, problem, refused=True)
     return DeployPlan(tuple(planner.entries), base, recorded)
 
 
@@ -346,9 +348,38 @@ def _sink_problems(old: NodeTopology, new: NodeTopology) -> list[str]:
         return []
     return [
         f"sink '{new.name}': mode {before} -> {after}: its readers read its published "
-        "history in one mode; give the sink a new uid (its output starts empty) and "
-        f"declare pipeline.drop_sink('{new.uid}')"
+        "history in one mode; give the sink a new uid (its output starts empty"
+        + ("; and another table" if "table" in new.properties else "")
+        + f") and declare pipeline.drop_sink('{new.uid}')"
     ]
+
+
+def _table_problems(stored: Topology | None, code: Topology) -> list[tuple[NodeTopology, str]]:
+    """A table belongs to the sink uid that writes it (invariant 17): its history is
+    that sink's. A sink of another uid binding it would fail every sync, or, allowed to
+    take it, lay a new history over the old one; dropping the old sink does not free
+    the table either (its snapshots are the dropped sink's epochs)."""
+    if stored is None:
+        return []
+    owners = {_table_key(p): uid for uid, p in stored.table_bindings().items()}
+    sinks = code.of_kind(OperatorKind.SINK)
+    problems = []
+    for uid, properties in code.table_bindings().items():
+        owner = owners.get(_table_key(properties))
+        if owner is None or owner == uid:
+            continue
+        old = stored.node(OperatorKind.SINK, owner)
+        was = f"sink '{old.name}' (uid '{owner}')" if old is not None else f"sink uid '{owner}'"
+        problems.append((sinks[uid], (
+            f"sink '{sinks[uid].name}' binds table {properties['table']}, which {was} "
+            f"writes: declare uid='{owner}' on it to go on in that table, or bind another "
+            "table"
+        )))  # fmt: skip
+    return problems
+
+
+def _table_key(properties: Mapping[str, Any]) -> tuple[str, str]:
+    return str(properties.get("table_catalog", "")), str(properties["table"])
 
 
 def _same_schema(a: StateTopology, b: StateTopology) -> bool:

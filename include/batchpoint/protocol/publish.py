@@ -163,15 +163,34 @@ class CompletionNotifier:
         self, checkpoint_id: int, refs: list[SinkRef]
     ) -> list[CompletedCheckpoint]:
         """The checkpoint and its completed ancestors, newest first, back to the first
-        one every sink has published already."""
+        one every sink has published already or did not have yet (a sink added later
+        starts at the epoch that added it, and reads no record older than that epoch's
+        base: a newer release's among them would fail every epoch)."""
         chain: list[CompletedCheckpoint] = []
+        waiting = list(refs)
         cid: int | None = checkpoint_id
-        while cid is not None:
+        while cid is not None and waiting:
             outcome = self._reads.get_outcome(cid)
             if outcome is None or outcome.completed is None:
                 break
+            if chain:
+                waiting = [r for r in waiting if _had_sink(outcome.completed, r)]
+                if not waiting:
+                    break
             chain.append(outcome.completed)
             cid = outcome.pending.base_checkpoint_id
-            if all((m := self._sinks.manifest(r)) is not None and cid in m.epochs for r in refs):
-                break
+            waiting = [
+                r for r in waiting
+                if (m := self._sinks.manifest(r)) is None or cid not in m.epochs
+            ]  # fmt: skip
         return chain
+
+
+def _had_sink(completed: CompletedCheckpoint, ref: SinkRef) -> bool:
+    """Whether the checkpoint's recorded topology has the sink (by uid, or by a name a
+    release before uids keyed it by). A topology derived from version-1 records cannot
+    tell a sink that staged nothing from no sink: assumed had."""
+    if completed.pending.topology is None:
+        return True
+    names = {ref.uid, ref.name, *ref.legacy}
+    return any(n.uid == ref.uid or n.name in names for n in completed.topology.nodes)

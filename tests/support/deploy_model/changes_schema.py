@@ -183,10 +183,16 @@ def sink_mode(rng: random.Random, v: Version, on: frozenset[str]) -> Change | No
     mode = "snapshot" if sink.mode == "append" else "append"
     label = f"sink {sink.name} mode {sink.mode} -> {mode}"
     uid, fresh = v.fresh("sink")
-    # the refusal's advice: a new uid (its output starts empty), the old one dropped
+    table = sink.table
+    if table is not None:
+        name, fresh = fresh.fresh("t")
+        table = f"dm.{name}"
+    # the refusal's advice: a new uid (its output starts empty) and another table, the
+    # old uid dropped
+    renewed = replace(sink, uid=uid, mode=mode, table=table)
     fixed = replace(
         fresh,
-        sinks=tuple(replace(s, uid=uid, mode=mode) if s.uid == sink.uid else s for s in v.sinks),
+        sinks=tuple(renewed if s.uid == sink.uid else s for s in v.sinks),
         dropped_sinks=fresh.dropped_sinks | {sink.uid},
     )
     changed = _labelled(v.with_sink(replace(sink, mode=mode)), label)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from support.deploy_model.changes import _reuid_op
 from support.deploy_model.records import as_future_version, as_version_1
 from support.deploy_model.sequence import Sequence, Violated
-from support.deploy_model.version import Column, Migration, StateV, Version, initial
+from support.deploy_model.version import Column, Migration, SinkV, StateV, Version, initial
 
 Case = Callable[[Sequence], None]
 PINNED: dict[str, Case] = {}
@@ -247,3 +247,38 @@ def incomplete_migrate_after_a_restore(seq: Sequence) -> None:
     seq.restore(before)
     seq.deploy(_totals(initial(), extras=(x1,), n_type="int32", migrate=Migration(())))
     seq.epoch()
+
+
+@pinned
+def sink_added_after_a_newer_record(seq: Sequence) -> None:
+    """Seed 10027: a checkpoint's outcome as a newer release writes it, on the chain of
+    the checkpoint `restore latest` falls back to; a sink added later failed every
+    epoch: its first publish walked the whole chain back and read that record."""
+    _start(seq, initial(), epochs=3)
+    head = seq.ref.head
+    assert head is not None and seq.version is not None
+    seq.restore(head - 1)
+    as_future_version(seq.world.store, head - 1)
+    seq.damaged.add(head - 1)
+    seq.deploy(seq.version)
+    restored = seq.world.restore("latest")
+    seq.ref.restore(restored, False, seq.version)
+    seq.check()
+    seq.epoch()
+    seq.deploy(replace(seq.version, sinks=(*seq.version.sinks, SinkV("late", "late", "agg"))))
+    seq.epoch()
+
+
+@pinned
+def table_sink_renamed_then_restored_allowing(seq: Sequence) -> None:
+    """Seed 10033: an Iceberg table sink renamed without its uid, then a restore
+    allowing non-restored state: the restore's table sync failed after its
+    compare-and-swap (the table is the old sink uid's). Now the plan refuses a sink
+    binding a table another sink uid writes, allowed or not."""
+    out = initial().sinks[0]
+    tabled = initial().with_sink(replace(out, table="dm.t3"))
+    _start(seq, tabled)
+    seq.deploy(replace(tabled, sinks=(replace(out, name="sink4", uid="sink4", table="dm.t3"),)))
+    seq.epoch()  # refused: sink out dropped, its table bound by sink4
+    assert seq.ref.head is not None
+    seq.restore(seq.ref.head, allow=True)  # refused: the table is still out's

@@ -104,6 +104,15 @@ def judge(code: Version, base: Snapshot | None, allow: bool = False) -> Judgemen
                 out.refuse("sink-mode")
             else:
                 out.allow_either("sink mode changed on a base that recorded none")
+    owners = {s.table: uid for uid, s in base.sinks.items() if s.table}
+    for sink in code.sinks:
+        if owners.get(sink.table, sink.uid) != sink.uid:  # the table is another sink's
+            if base.recorded:
+                out.refuse("sink-table")
+            else:
+                why = "a table another sink uid writes, on a base that recorded no tables"
+                out.allow_either(why)
+                out.maybe_failing.append(why + ": its sync refuses")
     if out.expect is Expect.REFUSE:
         out.failing.clear()
         out.maybe_failing.clear()

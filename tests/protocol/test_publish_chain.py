@@ -1,0 +1,104 @@
+"""What a notify publishes: the checkpoint and the unpublished part of its chain, per
+sink. A sink added by a deploy starts at the epoch that added it: its first publish
+neither records the epochs before it nor reads their records (seed 10027 of the deploy
+model checker: a newer release's record among them failed every epoch after the add)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchpoint.errors import RecordError
+from batchpoint.protocol.checkpoint import CheckpointStatus
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline import OperatorKind, simple_pipeline
+from batchpoint.protocol.sinks import SinkPublisher
+from batchpoint.protocol.topology import NodeTopology, Topology
+from batchpoint.storage.base import ObjectStore
+from support.protocol_steps import NAME, SINKS, ack_all, coordinator
+
+LATE = ("late", "append", ["k"])
+
+
+def _add_late_sink(c: CheckpointCoordinator) -> None:
+    c.register(simple_pipeline(NAME, [("keyed", 2), ("sink", 1), ("late", 1)]))
+
+
+def _topology(*sinks: str) -> Topology:
+    """What the runtime records: here, which sinks the checkpoint's code had."""
+    nodes = [NodeTopology("src", "src", OperatorKind.SOURCE)]
+    nodes.append(NodeTopology("keyed", "keyed", OperatorKind.OPERATOR, 2))
+    nodes += [NodeTopology(s, s, OperatorKind.SINK) for s in sinks]
+    return Topology(tuple(nodes))
+
+
+def _finish(c: CheckpointCoordinator, *sinks: str) -> int:
+    cid = c.trigger({"src": {"p0": 1}}, topology=_topology(*sinks)).checkpoint_id
+    ack_all(c, cid)
+    outcome = c.try_finalize(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    return cid
+
+
+def complete(c: CheckpointCoordinator, publish: bool = True) -> int:
+    """A checkpoint of the code before the late sink, published unless told not to."""
+    cid = _finish(c, "sink")
+    if publish:
+        c.notify_checkpoint_complete(cid, SINKS)
+    return cid
+
+
+def _stamp_unknown_version(store: ObjectStore, c: CheckpointCoordinator, cid: int) -> None:
+    key = c.layout.outcome(cid)
+    document = json.loads(store.get(key).data)
+    document["version"] = 99
+    store.put(key, json.dumps(document).encode())
+
+
+def _epochs(store: ObjectStore, c: CheckpointCoordinator, sink: str) -> list[int]:
+    manifest = SinkPublisher(store, c.layout).manifest(sink)
+    assert manifest is not None
+    return sorted(manifest.epochs)
+
+
+def test_a_sink_added_later_publishes_from_the_epoch_that_added_it(
+    local_store: ObjectStore,
+) -> None:
+    c = coordinator(local_store)
+    before = [complete(c), complete(c)]
+    _add_late_sink(c)
+    added = _finish(c, "sink", "late")
+    c.notify_checkpoint_complete(added, [*SINKS, LATE])
+    assert _epochs(local_store, c, "late") == [added]
+    assert _epochs(local_store, c, "sink") == [*before, added]
+
+
+def test_a_newer_release_record_before_the_sink_was_added_is_never_read(
+    local_store: ObjectStore,
+) -> None:
+    c = coordinator(local_store)
+    complete(c)
+    newer = complete(c)
+    complete(c)  # the base of the add: read, and it had no late sink
+    _add_late_sink(c)
+    added = _finish(c, "sink", "late")
+    _stamp_unknown_version(local_store, c, newer)
+    fresh = coordinator(local_store)  # reads the records again, the stamped one unread
+    _add_late_sink(fresh)
+    fresh.notify_checkpoint_complete(added, [*SINKS, LATE])
+    assert _epochs(local_store, c, "late") == [added]
+
+
+def test_an_unpublished_ancestor_a_newer_release_wrote_is_refused_not_skipped(
+    local_store: ObjectStore,
+) -> None:
+    """Skipping it would hide every epoch before it from an append sink's readers."""
+    c = coordinator(local_store)
+    complete(c)
+    newer = complete(c, publish=False)
+    latest = complete(c, publish=False)
+    _stamp_unknown_version(local_store, c, newer)
+    fresh = coordinator(local_store)
+    with pytest.raises(RecordError, match="version 99"):
+        fresh.notify_checkpoint_complete(latest, SINKS)
