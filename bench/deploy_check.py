@@ -17,6 +17,7 @@ job, and nothing the plan calls deployable gets stuck.
     .venv/bin/python bench/deploy_check.py --start 17 --seeds 1 -v       # replay one
     .venv/bin/python bench/deploy_check.py --exclude rename-sink-uid,migrate
     .venv/bin/python bench/deploy_check.py --pinned                      # the pinned cases
+    .venv/bin/python bench/deploy_check.py --scripted                    # every script
 
 Prints one line per seed (its seconds), then sequences, deploys, epochs, restores,
 refusals by kind, violations with their seed and the steps that led to them (a table,
@@ -153,6 +154,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--pinned", action="store_true", help="run the pinned shortest sequences instead"
     )
+    parser.add_argument(
+        "--scripted",
+        action="store_true",
+        help="run the scripted sequences instead (the suite runs two of them)",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.deploys < 1:
         parser.error("--seeds and --deploys must be >= 1")
@@ -240,6 +246,26 @@ def run_pinned(spark: object, stores: AbstractContextManager[Callable[[int], Sto
     return 1 if broken else 0
 
 
+def run_scripted(spark: object, stores: AbstractContextManager[Callable[[int], StoreRef]]) -> int:
+    """Each scripted sequence (support/deploy_model/scripts.py): held, or its violation."""
+    from support.deploy_model.changes import KINDS
+    from support.deploy_model.scripts import SCRIPTS
+
+    broken = 0
+    with stores as make:
+        for name, (seed, script) in SCRIPTS.items():
+            options = Options(deploys=sum(step in KINDS for step in script), script=script)
+            result = run_sequence(World(spark, make(seed)), seed, options)
+            found = result.tally.violations
+            broken += bool(found)
+            print(
+                f"{name:<36}{result.seconds:5.0f}s  "
+                + (f"VIOLATION {found[0]}" if found else "held")
+            )
+    print(json.dumps({"bench": "deploy_check", "scripted": len(SCRIPTS), "broken": broken}))
+    return 1 if broken else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     options = Options(
@@ -254,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     stores = local_stores() if args.store == "local" else s3_stores()
     if args.pinned:
         return run_pinned(spark, stores)
+    if args.scripted:
+        return run_scripted(spark, stores)
     started = time.monotonic()
     tally = DeployTally()
     with stores as make:

@@ -1,9 +1,10 @@
 """The deploy model checker in the suite (issue 36, invariants 15-18): fixed seeds of
 tests/support/deploy_model, each a scripted sequence of code changes and user steps on
 the real engine (Spark, the local store; one on SeaweedFS) beside the plain-Python
-reference of every state and sink. Between them the scripts deploy every kind of change
-the generator makes and take every step it takes; the random steps of each seed fill in
-the rest. A sequence fails at its first violation, with the steps that led to it.
+reference of every state and sink. Two of the scripts (support/deploy_model/scripts.py)
+run here, a few minutes; between them all the scripts deploy every kind of change the
+generator makes and take every step it takes (`bench/deploy_check.py --scripted`). A
+sequence fails at its first violation, with the steps that led to it.
 
 bench/deploy_check.py runs the same sequences from many seeds; a seed that finds a
 defect there is pinned here as a script once the defect is understood."""
@@ -20,37 +21,11 @@ from batchpoint.storage import StoreRef
 from support.deploy_model.changes import KINDS
 from support.deploy_model.drive import ACTIONS, Options, SequenceResult, run_sequence
 from support.deploy_model.pinned import run_pinned
+from support.deploy_model.scripts import SCRIPTS, SUITE
 from support.deploy_model.sequence import Sequence
 from support.deploy_model.world import World
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-#: Each case: a seed and its script (kinds of change and actions, in order).
-SCRIPTS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "renames": (
-        3,
-        ("rename-op-uid", "rename-state-uid", "restore", "rename-op", "rename-state"),
-    ),
-    "sink-renames": (4, ("rename-sink", "rename-sink-uid", "savepoint", "import", "dispose")),
-    "operators-states-sinks": (
-        5,
-        ("add-op", "add-state", "add-sink", "drop-state", "drop-sink", "gc", "drop-op", "repair"),
-    ),
-    "schemas": (
-        6,
-        ("add-column", "nullable", "widen-narrow", "drop-column", "value-state", "stop"),
-    ),
-    "placement-and-tables": (
-        7,
-        ("rekey", "parallelism", "max-parallelism", "sink-mode", "sink-table", "records-newer"),
-    ),
-    "older-records-and-imports": (
-        8,
-        # a narrowed n first: the sloppy function sets int64 against int32
-        ("records-v1", "rekey", "savepoint", "import-race", "widen-narrow", "sloppy-set-state"),
-    ),
-}
-
 
 #: Pinned shortest sequences of the defects the checker found that no regression test
 #: of issue 36's rows covers (the rest run from `bench/deploy_check.py --pinned`).
@@ -80,7 +55,7 @@ def test_the_scripts_cover_every_kind_of_change_and_step() -> None:
     assert set(ACTIONS) - {"epoch"} - scripted == set()
 
 
-@pytest.mark.parametrize("case", sorted(SCRIPTS))
+@pytest.mark.parametrize("case", SUITE)
 def test_a_scripted_deploy_sequence_keeps_every_state_and_sink(
     spark: Any, tmp_path: Path, case: str
 ) -> None:
