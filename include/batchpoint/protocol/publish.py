@@ -190,7 +190,8 @@ def _had_sink(completed: CompletedCheckpoint, ref: SinkRef) -> bool:
     """Whether the checkpoint's recorded topology has the sink (by uid, or by a name a
     release before uids keyed it by). A topology derived from version-1 records cannot
     tell a sink that staged nothing from no sink: assumed had."""
-    if completed.pending.topology is None:
+    recorded = completed.pending.topology
+    if recorded is None:
         return True
     names = {ref.uid, ref.name, *ref.legacy}
-    return any(n.uid == ref.uid or n.name in names for n in completed.topology.nodes)
+    return any(n.uid == ref.uid or n.name in names for n in recorded.nodes)
