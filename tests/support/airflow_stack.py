@@ -21,6 +21,8 @@ from batchpoint.devstack.seaweed import free_ports
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 USER, PASSWORD = "admin", "bp-stack-secret"
+REQUEST_TIMEOUT = 60.0
+GET_ATTEMPTS = 3
 
 
 class AirflowStack:
@@ -98,7 +100,7 @@ class AirflowStack:
                         f"{name} exited with {process.returncode}:\n{self.tail(name)}"
                     )
             try:
-                last = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=3).json()
+                last = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=15).json()
                 wanted = [c for c in ("scheduler", "triggerer") if c in self._processes]
                 if all(last.get(c, {}).get("status") == "healthy" for c in wanted):
                     return last
@@ -139,16 +141,30 @@ class AirflowStack:
             response = httpx.post(
                 f"{self.base_url}/auth/token",
                 json={"username": USER, "password": PASSWORD},
-                timeout=10,
+                timeout=REQUEST_TIMEOUT,
             )
             response.raise_for_status()
             self._token = response.json()["access_token"]
         return {"Authorization": f"Bearer {self._token}"}
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = httpx.request(
-            method, f"{self.base_url}/api/v2{path}", headers=self._headers(), timeout=30, **kwargs
-        )
+        # A GET is asked again when the api-server, on SQLite and on cores the rest of the
+        # suite shares, does not answer in time (CI saw one take over 30 s); a write is
+        # never sent twice.
+        attempts = GET_ATTEMPTS if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                response = httpx.request(
+                    method,
+                    f"{self.base_url}/api/v2{path}",
+                    headers=self._headers(),
+                    timeout=REQUEST_TIMEOUT,
+                    **kwargs,
+                )
+                break
+            except httpx.TimeoutException:
+                if attempt == attempts:
+                    raise
         if response.status_code >= 400:
             raise AssertionError(f"{method} {path}: {response.status_code} {response.text}")
         return response.json()
