@@ -35,6 +35,7 @@ PINNED_HERE = (
     "incomplete-migrate-after-a-restore",
     "max-parallelism-refused-twice",
     "narrowing-on-a-version-1-base",
+    "tightening-on-a-version-1-base",
     "sink-mode-back-to-append-after-gc",
     "sink-shown-beside-a-newer-record",
 )

@@ -8,7 +8,9 @@ stores, with the pandas reference:
   narrower type than declared is cast (a safe widening), a wider one fails the epoch
   naming operator, state, column and both types, a null in a non-null column too;
 - an operator given a new uid under its old name, its old uid dropped as the refusal
-  advised: plan and trigger agree, the epoch runs."""
+  advised: plan and trigger agree, the epoch runs;
+- on a base that recorded no schema, a nullable column made non-null: refused when its
+  stored rows hold a null (migrate= then fills them), kept when none does."""
 
 from __future__ import annotations
 
@@ -316,3 +318,92 @@ def test_a_re_key_on_a_base_of_an_older_release_is_rewritten_in_full(
     first = coordinator.completed.get(coordinator.head.get().checkpoint_id - 1)
     layers = {int(h.meta.get("layer", 0)) for h in first.handles if h.name.startswith("state-")}
     assert layers == {0}, "the first epoch on the older release's base wrote a changelog"
+
+
+def _forget_recorded_schemas(run: Deploys) -> None:
+    """The head's outcome as a release before recorded schemas wrote it: its states'
+    schemas are only what their files hold."""
+    import json
+
+    assert run.runner is not None
+    coordinator = run.runner.driver.coordinator
+    key = coordinator.layout.outcome(coordinator.head.get().checkpoint_id)
+    store = run.store_ref.open()
+    outcome = json.loads(store.get(key).data)
+    for node in outcome["checkpoint"]["topology"]["nodes"]:
+        for state in node.get("states", ()):
+            state.pop("schema", None)
+            state.pop("fields", None)
+    store.put(key, json.dumps(outcome).encode())
+
+
+def _state_entry(run: Deploys) -> Any:
+    assert run.runner is not None
+    plan = run.runner.driver.plan()
+    return plan, next(e for e in plan.entries if e.kind == "state")
+
+
+def test_a_column_tightened_on_a_base_that_recorded_no_schema_is_judged_by_its_rows(
+    spark: Any, table_store: StoreRef
+) -> None:
+    """Seeds 20351, 20483: the files' schema took the declared nullability, so a column
+    whose stored rows hold nulls, made non-null without migrate=, planned deployable and
+    its epoch failed on the declaration. Now the stored nulls make it a tightening: the
+    plan and the trigger refuse it before any Spark job; migrate= then fills the rows."""
+    from pyspark.sql import functions as F
+
+    from batchpoint.errors import TriggerRefused
+
+    run = Deploys(spark, table_store)
+    tagged = TOTALS_V1.append(pa.field("tag", pa.string()))
+    run.deploy(tagged)
+    for n in range(3):
+        run.epoch(n)
+    assert run.state()["tag"].isna().all()
+    _forget_recorded_schemas(run)
+
+    tight = tagged.set(3, pa.field("tag", pa.string(), nullable=False))
+    run.deploy(tight)
+    plan, entry = _state_entry(run)
+    assert not plan.deployable and entry.verdict is Verdict.INCOMPATIBLE, plan.render()
+    assert "'tag'" in entry.detail and "migrate=" in plan.render(), plan.render()
+    assert run.runner is not None
+    with pytest.raises(TriggerRefused, match=r"column 'tag' .* stored rows may hold nulls"):
+        run.epoch(3)
+
+    def fill(old: Any) -> Any:
+        return old.withColumn("tag", F.coalesce(F.col("tag"), F.lit("x")))
+
+    run.deploy(State(tight, migrate=fill), fn=counting(fill))
+    plan, entry = _state_entry(run)
+    assert entry.verdict is Verdict.USER_MIGRATION, plan.render()
+    run.epoch(3)
+    got = run.state()
+    assert (got["tag"] == "x").all(), f"{int(got['tag'].isna().sum())} of 30 rows not filled"
+    _same_counts(got, 3)
+
+
+def test_a_column_tightened_on_a_base_that_recorded_no_schema_without_nulls_is_kept(
+    spark: Any, table_store: StoreRef
+) -> None:
+    """The other side: files that hold the column as nullable but no null in it (the
+    code set it in every row) are read in the declaration, with no refusal."""
+    from pyspark.sql import functions as F
+
+    def tag(new: Any) -> Any:
+        return new.withColumn("tag", F.lit("t"))
+
+    run = Deploys(spark, table_store)
+    tagged = TOTALS_V1.append(pa.field("tag", pa.string()))
+    run.deploy(tagged, fn=counting(tag))
+    for n in range(3):
+        run.epoch(n)
+    _forget_recorded_schemas(run)
+
+    run.deploy(tagged.set(3, pa.field("tag", pa.string(), nullable=False)), fn=counting(tag))
+    plan, entry = _state_entry(run)
+    assert plan.deployable and entry.verdict is Verdict.KEPT, plan.render()
+    run.epoch(3)
+    got = run.state()
+    assert (got["tag"] == "t").all()
+    _same_counts(got, 3)

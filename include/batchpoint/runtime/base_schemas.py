@@ -11,6 +11,9 @@ What the files hold is what Spark wrote, not what the code declared: Spark ships
 as either offset width, timestamps in the session's zone, and loses nullability through
 most transformations. `comparable_stored` takes the declared type wherever the stored
 one differs from it only in such a way, so those differences are not read as a change.
+A column such files hold as nullable and the code declares non-null is judged by its
+rows: nullable (a tightening the rules refuse) when a file holds a null in it, since a
+reader would hand those nulls to a function whose output must not hold any.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import json
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.runtime.incremental import base_state_files
-from batchpoint.state.format import RESERVED_COLUMNS, StateHandle
+from batchpoint.state.format import CHANGE_COLUMN, CHANGE_ROW, RESERVED_COLUMNS, StateHandle
 from batchpoint.state.schemas import canonical_schema
 from batchpoint.storage import ObjectStore
 
@@ -85,10 +89,13 @@ def _state_columns(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in schema if f.name not in RESERVED_COLUMNS])
 
 
-def comparable_stored(stored: BaseStateSchema, declared: pa.Schema) -> pa.Schema:
+def comparable_stored(
+    stored: BaseStateSchema, declared: pa.Schema, holding_nulls: frozenset[str] = frozenset()
+) -> pa.Schema:
     """`stored.schema` with the declared type of each column whose stored type differs
     only as Spark makes it differ (offset width, time zone), and, when read from the
-    files, the declared nullability: what the evolution rules should compare."""
+    files, the declared nullability, unless the column is one of `holding_nulls` (a
+    null in the files): what the evolution rules should compare."""
     equivalent = dict(canonical_schema(declared))
     fields = []
     for f in stored.schema:
@@ -97,9 +104,45 @@ def comparable_stored(stored: BaseStateSchema, declared: pa.Schema) -> pa.Schema
             if canonical_schema(pa.schema([f])) == [(f.name, equivalent[f.name])]:
                 f = f.with_type(want.type)
             if not stored.declared:
-                f = f.with_nullable(want.nullable)
+                f = f.with_nullable(want.nullable or f.name in holding_nulls)
         fields.append(f)
     return pa.schema(fields)
+
+
+def tightened_columns(stored: BaseStateSchema, declared: pa.Schema) -> list[str]:
+    """The columns files hold as nullable that the code declares non-null, when nothing
+    recorded what the code that wrote them meant: only their rows can tell."""
+    if stored.declared:
+        return []
+    return [
+        f.name
+        for f in stored.schema
+        if f.nullable and f.name in declared.names and not declared.field(f.name).nullable
+    ]
+
+
+def columns_holding_nulls(
+    store: ObjectStore, files: list[FileHandle], columns: list[str]
+) -> frozenset[str]:
+    """Which of `columns` hold a null in a row of the files (a changelog's deletion rows
+    aside: they hold only their key). Reads those columns of each file, no Spark job; a
+    null a later layer overwrote counts too, so a deploy may be refused that would have
+    read, never the reverse."""
+    found: set[str] = set()
+    for handle in (StateHandle.coerce(f) for f in files):
+        wanted = [c for c in columns if c not in found]
+        if not wanted:
+            break
+        parquet = pq.ParquetFile(pa.BufferReader(store.get(handle.path).data))
+        present = [c for c in wanted if c in parquet.schema_arrow.names]
+        if not present:
+            continue
+        extra = [CHANGE_COLUMN] if handle.is_changelog else []
+        rows = parquet.read(columns=present + extra)
+        if handle.is_changelog:
+            rows = rows.filter(pc.equal(rows[CHANGE_COLUMN], CHANGE_ROW))
+        found.update(c for c in present if rows[c].null_count)
+    return frozenset(found)
 
 
 def judged_schema(
@@ -118,4 +161,10 @@ def judged_schema(
     stored = base_state_schema(store, base, operator_uid, state_uid)
     if stored is None:
         return None
-    return comparable_stored(stored, declared) if declared is not None else stored.schema
+    if declared is None:
+        return stored.schema
+    nulls: frozenset[str] = frozenset()
+    if tightened := tightened_columns(stored, declared):
+        files = base_state_files(base, operator_uid, state_uid)
+        nulls = columns_holding_nulls(store, files, tightened)
+    return comparable_stored(stored, declared, nulls)

@@ -167,6 +167,23 @@ def narrowing_on_a_version_1_base(seq: Sequence) -> None:
 
 
 @pinned
+def tightening_on_a_version_1_base(seq: Sequence) -> None:
+    """Seeds 20351, 20483: on a base written by the release before uids (no schema
+    recorded) whose rows hold nulls in a nullable column, a deploy makes it non-null
+    without migrate=: the plan took the declared nullability and said deployable, the
+    epoch failed on the declaration (stuck)."""
+    nullable = _totals(initial(), extras=(Column("x1", "int32"),))
+    _start(seq, nullable)
+    _as_version_1(seq)
+    seq.deploy(_totals(nullable, extras=(Column("x1", "int32", False),)))
+    seq.epoch()  # refused: stored nulls
+    seq.deploy(
+        _totals(nullable, extras=(Column("x1", "int32", False),), migrate=Migration((("x1", 3),)))
+    )
+    seq.epoch()
+
+
+@pinned
 def savepoint_folder_after_dispose(seq: Sequence) -> None:
     """Seed 505: a savepoint exported, the pipeline restored to an earlier checkpoint
     and on from there, the savepoint disposed of and collected; restoring its folder

@@ -43,9 +43,10 @@ def state_verdict(stored: StoredState, code: StateV, key: tuple[str, ...]) -> St
     before = {c.name: c for c in stored.columns}
     if not stored.recorded:
         # no recorded schema: the files' own is read, with the declared nullability
-        # (docs/design/evolution.md, "In the runtime")
+        # unless a stored row holds a null there (docs/design/evolution.md, "In the
+        # runtime"); the model never overwrites a null, so its files hold the rows' nulls
         before = {
-            n: Column(n, c.type, declared[n].nullable if n in declared else c.nullable)
+            n: Column(n, c.type, _nullable_unrecorded(c, declared.get(n), stored.rows))
             for n, c in before.items()
         }
     needs: list[str] = []
@@ -82,6 +83,14 @@ def state_verdict(stored: StoredState, code: StateV, key: tuple[str, ...]) -> St
     if needs:
         return StateVerdict("user-migration" if code.migrate else "incompatible", needs)
     return StateVerdict("migrated" if migrated else "kept")
+
+
+def _nullable_unrecorded(
+    stored: Column, declared: Column | None, rows: Mapping[tuple, Mapping[str, Any]]
+) -> bool:
+    if declared is None:
+        return stored.nullable
+    return declared.nullable or any(row.get(stored.name) is None for row in rows.values())
 
 
 def migrate_rows(
