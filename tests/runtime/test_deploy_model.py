@@ -38,6 +38,7 @@ PINNED_HERE = (
     "tightening-on-a-version-1-base",
     "sink-mode-back-to-append-after-gc",
     "sink-shown-beside-a-newer-record",
+    "table-sink-renamed-after-a-restore-took-it-back",
 )
 
 

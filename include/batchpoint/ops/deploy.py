@@ -45,4 +45,5 @@ def deploy_plan(
         located_checkpoint(location, metadata),
         driver.current_spec(),
         allow_non_restored_state=allow_non_restored_state,
+        tables=driver.store,
     )

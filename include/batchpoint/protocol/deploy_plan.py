@@ -163,16 +163,19 @@ def plan_deploy(
     evolution: Mapping[tuple[str, str], StateEvolution] | None = None,
     base: int | None = None,
     recorded: bool = True,
+    claimed: Mapping[tuple[str, str], str] | None = None,
 ) -> DeployPlan:
     """The plan of deploying `code` on a checkpoint whose topology is `stored` (None:
     nothing stored, everything is new). `evolution`: (operator uid, state uid) -> the
-    state's declared evolution."""
+    state's declared evolution. `claimed`: (catalog, table) -> the sink uid its table
+    names as its writer, for tables the code binds that `stored` records no sink of (a
+    sink a restore took back made it, or an older release that recorded no tables)."""
     allow = allowances or DeployAllowances()
     planner = _Planner(allow, evolution or {})
     for kind in (OperatorKind.SOURCE, OperatorKind.OPERATOR, OperatorKind.SINK):
         old = stored.of_kind(kind) if stored is not None else {}
         planner.kind(kind, old, code.of_kind(kind))
-    for node, problem in _table_problems(stored, code):
+    for node, problem in _table_problems(stored, code, claimed or {}):
         planner.add("sink", node.uid, node.name, Verdict.INCOMPATIBLE, problem, refused=True)
     return DeployPlan(tuple(planner.entries), base, recorded)
 
@@ -354,21 +357,26 @@ def _sink_problems(old: NodeTopology, new: NodeTopology) -> list[str]:
     ]
 
 
-def _table_problems(stored: Topology | None, code: Topology) -> list[tuple[NodeTopology, str]]:
+def _table_problems(
+    stored: Topology | None, code: Topology, claimed: Mapping[tuple[str, str], str]
+) -> list[tuple[NodeTopology, str]]:
     """A table belongs to the sink uid that writes it (invariant 17): its history is
     that sink's. A sink of another uid binding it would fail every sync, or, allowed to
     take it, lay a new history over the old one; dropping the old sink does not free
-    the table either (its snapshots are the dropped sink's epochs)."""
-    if stored is None:
-        return []
-    owners = {_table_key(p): uid for uid, p in stored.table_bindings().items()}
+    the table either (its snapshots are the dropped sink's epochs), nor does a restore
+    to before the sink made it (the table stays the old uid's)."""
+    recorded = stored.table_bindings() if stored is not None else {}
+    owners = {table_key(p): uid for uid, p in recorded.items()}
     sinks = code.of_kind(OperatorKind.SINK)
     problems = []
     for uid, properties in code.table_bindings().items():
-        owner = owners.get(_table_key(properties))
+        key = table_key(properties)
+        owner = owners.get(key)
+        if owner is None and claimed.get(key) not in (None, sinks[uid].name):
+            owner = claimed[key]  # a table naming the sink's name: an older release's
         if owner is None or owner == uid:
             continue
-        old = stored.node(OperatorKind.SINK, owner)
+        old = stored.node(OperatorKind.SINK, owner) if stored is not None else None
         was = f"sink '{old.name}' (uid '{owner}')" if old is not None else f"sink uid '{owner}'"
         problems.append((sinks[uid], (
             f"sink '{sinks[uid].name}' binds table {properties['table']}, which {was} "
@@ -378,7 +386,8 @@ def _table_problems(stored: Topology | None, code: Topology) -> list[tuple[NodeT
     return problems
 
 
-def _table_key(properties: Mapping[str, Any]) -> tuple[str, str]:
+def table_key(properties: Mapping[str, Any]) -> tuple[str, str]:
+    """(catalog, table) of a sink's recorded table binding."""
     return str(properties.get("table_catalog", "")), str(properties["table"])
 
 

@@ -17,6 +17,7 @@ from batchpoint.protocol.deploy_plan import (
     DeployPlan,
     StateEvolution,
     plan_deploy,
+    table_key,
 )
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
@@ -106,6 +107,7 @@ def plan_on(
     spec: PipelineSpec | None = None,
     *,
     allow_non_restored_state: bool = False,
+    tables: ObjectStore | None = None,
 ) -> DeployPlan:
     """Whether the code may be deployed on `completed` (None: on nothing stored), and
     what the deploy keeps, migrates, rewrites or drops: the one decision that
@@ -113,7 +115,8 @@ def plan_on(
     and the DAGs' check tasks all make (DESIGN.md invariant 18). Each state's stored
     schema is the one its files are read with (`judged_schema`, what the restore's
     reader finds too), so a plan that says yes is an epoch that runs. `store` holds the
-    checkpoint's files (a savepoint folder's store for a folder)."""
+    checkpoint's files (a savepoint folder's store for a folder); `tables`: the
+    pipeline's store, whose root its tables name (default `store`)."""
     code = code_topology(pipeline, spec)
     stored = judged_topology(store, completed, code) if completed is not None else None
     return plan_against(
@@ -123,7 +126,30 @@ def plan_on(
         spec,
         allow_non_restored_state=allow_non_restored_state,
         recorded=completed is None or completed.pending.topology is not None,
+        claimed=claimed_tables(pipeline, tables or store, stored),
     )
+
+
+def claimed_tables(
+    pipeline: Pipeline, store: ObjectStore, stored: Topology | None
+) -> dict[tuple[str, str], str]:
+    """(catalog, table) -> the sink uid the table names as its writer, for the tables
+    the code binds that `stored` records no sink of: a sink a restore took back may
+    have made one (the catalog, not the checkpoint, still says whose it is). `store`:
+    the pipeline's (its tables name its root). No catalog is opened when every table
+    the code binds is recorded."""
+    recorded = set(map(table_key, (stored.table_bindings() if stored else {}).values()))
+    bindings = [
+        s.table
+        for s in pipeline.sinks.values()
+        if s.table is not None and table_key(s.table.to_properties()) not in recorded
+    ]
+    if not bindings:
+        return {}
+    from batchpoint.tables.service import table_writers
+
+    writers = table_writers(store, pipeline.name, bindings)
+    return {table_key(b.to_properties()): uid for b, uid in writers.items()}
 
 
 def judged_topology(store: ObjectStore, completed: CompletedCheckpoint, code: Topology) -> Topology:
@@ -162,6 +188,7 @@ def plan_against(
     *,
     allow_non_restored_state: bool = False,
     recorded: bool = True,
+    claimed: Mapping[tuple[str, str], str] | None = None,
 ) -> DeployPlan:
     """The plan of deploying the code on a checkpoint whose topology is `stored`."""
     return plan_deploy(
@@ -171,6 +198,7 @@ def plan_against(
         evolution=state_evolution(pipeline),
         base=base,
         recorded=recorded,
+        claimed=claimed,
     )
 
 

@@ -222,6 +222,7 @@ class PipelineDriver:
             completed,
             spec,
             allow_non_restored_state=allow_non_restored_state,
+            tables=self.store,
         )
         self.last_plan = plan
         if not plan.deployable:

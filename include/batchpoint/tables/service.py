@@ -4,6 +4,7 @@ by uid, or by a `SinkRef` (its uid, its name as a label, its older names)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from batchpoint.errors import BatchpointError
@@ -14,7 +15,17 @@ from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import open_catalog
-from batchpoint.tables.iceberg import IcebergSinkTable, SyncReport, TableError, TableSync
+from batchpoint.tables.iceberg import (
+    PIPELINE,
+    ROOT,
+    SINK,
+    IcebergSinkTable,
+    SyncReport,
+    TableError,
+    TableSync,
+)
+
+log = logging.getLogger(__name__)
 
 
 def configured_catalog_uri() -> str | None:
@@ -82,3 +93,30 @@ def sync_tables(
     if failed:
         raise TableError("; ".join(map(str, failed)))
     return reports
+
+
+def table_writers(
+    store: ObjectStore, pipeline: str, bindings: Iterable[TableBinding]
+) -> dict[TableBinding, str]:
+    """The sink each existing table names as its writer, for the tables of `pipeline` on
+    `store` among `bindings`: what a deploy plan holds a binding against when the base
+    checkpoint records no sink of the table (a restore took back the epoch that made
+    it). A table that cannot be read is left out: its sync reports it."""
+    try:
+        from pyiceberg.exceptions import NoSuchTableError
+    except ImportError:  # the sync says how to install it
+        return {}
+    uri = configured_catalog_uri()
+    writers = {}
+    for binding in bindings:
+        try:
+            table = open_catalog(binding.catalog, store, uri).load_table(binding.identifier)
+        except NoSuchTableError:
+            continue
+        except Exception as exc:  # the catalog's or its driver's; never with its password
+            log.info("%s: its writer not read (%s)", binding, redact_uri(str(exc))[:200])
+            continue
+        props = table.properties
+        if props.get(PIPELINE) == pipeline and props.get(ROOT) == store.uri and props.get(SINK):
+            writers[binding] = props[SINK]
+    return writers

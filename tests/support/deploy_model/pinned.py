@@ -299,3 +299,25 @@ def table_sink_renamed_then_restored_allowing(seq: Sequence) -> None:
     seq.epoch()  # refused: sink out dropped, its table bound by sink4
     assert seq.ref.head is not None
     seq.restore(seq.ref.head, allow=True)  # refused: the table is still out's
+
+
+@pinned
+def table_sink_renamed_after_a_restore_took_it_back(seq: Sequence) -> None:
+    """Seed 20554: a table sink added, a restore to before the epoch that made its
+    table, then the sink renamed without its uid: the base records no sink of the table,
+    so the plan said deployable, and every sync failed (the catalog's table names the
+    old uid). Now the plan holds the binding against the table's writer too."""
+    _start(seq, initial())
+    added = replace(
+        initial(), sinks=(*initial().sinks, SinkV("sink5", "sink5", "agg", "snapshot", "dm.t5"))
+    )
+    seq.deploy(added)
+    before = seq.ref.head
+    seq.epoch()
+    assert before is not None
+    seq.restore(before)
+    renamed = replace(
+        added, sinks=(*initial().sinks, SinkV("sink6", "sink6", "agg", "snapshot", "dm.t5"))
+    )
+    seq.deploy(renamed)
+    seq.epoch()  # refused: the table is sink5's

@@ -82,8 +82,25 @@ class Judgement:
             self.expect = Expect.EITHER
 
 
-def judge(code: Version, base: Snapshot | None, allow: bool = False) -> Judgement:
+def judge(
+    code: Version,
+    base: Snapshot | None,
+    allow: bool = False,
+    tables: Mapping[str, tuple[str, bool]] | None = None,
+) -> Judgement:
+    """`tables`: table -> (the sink uid that made it, whether it surely exists), the
+    catalog's, which a restore does not take back."""
     out = Judgement()
+    for sink in code.sinks:
+        made = (tables or {}).get(sink.table or "")
+        in_base = base is not None and any(s.table == sink.table for s in base.sinks.values())
+        if made is None or made[0] == sink.uid or in_base:
+            continue
+        if made[1]:
+            out.refuse("sink-table")
+        else:
+            out.allow_either("a table another sink uid may have made (it published no row)")
+            out.maybe_failing.append("a table another sink uid may have made")
     if base is None:
         return out
     for op in code.ops:
@@ -213,6 +230,9 @@ class Reference:
     #: a sink's manifest reads in the mode of its last publish: after a restore, the
     #: mode the code in force declares (the restore publishes), by sink uid
     modes: dict[str, str] = field(default_factory=dict)
+    #: table -> (the sink uid whose sync made it, whether it surely did: a sync makes
+    #: it from a published file, and an epoch of no row may publish none)
+    tables: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     @property
     def base(self) -> Snapshot | None:
@@ -220,13 +240,17 @@ class Reference:
 
     def judge(self, code: Version, allow: bool = False) -> Judgement:
         allowed = allow or (self.head is not None and self.allowed_by_restore == self.head)
-        return judge(code, self.base, allowed)
+        return judge(code, self.base, allowed, self.tables)
 
     def complete(self, code: Version, checkpoint_id: int) -> Snapshot:
         base = self.base
         start = base.files if base is not None else 0
         events = [e for f in self.files[start:] for e in f]
         snapshot = epoch(code, base, events, len(self.files))
+        for uid, sink in snapshot.sinks.items():
+            made = self.tables.get(sink.table or "")
+            if sink.table and (made is None or (made[0] == uid and not made[1])):
+                self.tables[sink.table] = (uid, any(sink.chain))
         self.snapshots[checkpoint_id] = snapshot
         self.head = checkpoint_id
         self.allowed_by_restore = None

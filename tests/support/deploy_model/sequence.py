@@ -190,7 +190,7 @@ class Sequence:
         """Restore to checkpoint `target` (or import `folder`, a savepoint of `target`);
         the checkpoint restored to, None when refused."""
         assert self.version is not None
-        judgement = judge(self.version, self.ref.snapshots[target], allow)
+        judgement = judge(self.version, self.ref.snapshots[target], allow, self.ref.tables)
         plan = self._restore_plan(target, folder, allow)
         what = f"restore to {folder or target}" + (" allowing non-restored state" if allow else "")
         self.check_plan(plan, judgement, what)
