@@ -39,6 +39,7 @@ PINNED_HERE = (
     "sink-mode-back-to-append-after-gc",
     "sink-shown-beside-a-newer-record",
     "table-sink-renamed-after-a-restore-took-it-back",
+    "restore-latest-past-a-newer-record-to-a-new-sink",
 )
 
 

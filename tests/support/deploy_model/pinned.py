@@ -321,3 +321,24 @@ def table_sink_renamed_after_a_restore_took_it_back(seq: Sequence) -> None:
     )
     seq.deploy(renamed)
     seq.epoch()  # refused: the table is sink5's
+
+
+@pinned
+def restore_latest_past_a_newer_record_to_a_new_sink(seq: Sequence) -> None:
+    """Seed 20850: a sink added, a restore to the epoch before, that checkpoint's
+    outcome then written by a newer release; `restore latest` moved the head to the
+    sink's epoch and its publish failed reading the newer record (to learn whether the
+    new sink had epochs there), so the restore did not finish."""
+    _start(seq, initial())
+    seq.deploy(replace(initial(), sinks=(*initial().sinks, SinkV("late", "late", "agg"))))
+    seq.epoch()
+    head = seq.ref.head
+    assert head is not None and seq.version is not None
+    seq.restore(head - 1)
+    as_future_version(seq.world.store, head - 1)
+    seq.damaged.add(head - 1)
+    seq.deploy(seq.version)
+    restored = seq.world.restore("latest")
+    seq.ref.restore(restored, False, seq.version)
+    seq.check()
+    seq.epoch()

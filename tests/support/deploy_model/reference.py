@@ -91,6 +91,9 @@ def judge(
     """`tables`: table -> (the sink uid that made it, whether it surely exists), the
     catalog's, which a restore does not take back."""
     out = Judgement()
+    for op in code.ops:  # an operator new to the base too (seed 20970: a new uid)
+        if op.sloppy and any(s.n_type != "int64" for s in op.states):
+            out.maybe_failing.append(f"{op.uid} sets n as int64 against a narrower declaration")
     for sink in code.sinks:
         made = (tables or {}).get(sink.table or "")
         in_base = base is not None and any(s.table == sink.table for s in base.sinks.values())
@@ -169,8 +172,6 @@ def _judge_op(out: Judgement, code: Version, op: OpV, old: OpStored, allow: bool
                 # written for another change (the base is older than it thought): the
                 # epoch fails on the declaration, before anything is written
                 out.failing.append(f"an incomplete migrate= of {op.uid}/{state.uid} ({gaps})")
-    if op.sloppy and any(s.n_type != "int64" for s in op.states):
-        out.maybe_failing.append(f"{op.uid} sets n as int64 against a narrower declaration")
 
 
 def _left_null(stored: StoredState, code: StateV) -> list[str]:
