@@ -42,6 +42,18 @@ def _start(seq: Sequence, version: Version, epochs: int = 2) -> None:
         seq.epoch()
 
 
+def _restore_latest_past_a_newer_record(seq: Sequence, target: int) -> None:
+    """Write checkpoint `target`'s outcome as a newer release would, then `restore
+    latest` (which must pass it by)."""
+    assert seq.version is not None
+    as_future_version(seq.world.store, target)
+    seq.damaged.add(target)
+    seq.deploy(seq.version)
+    restored = seq.world.restore("latest")
+    seq.ref.restore(restored, False, seq.version)
+    seq.check()
+
+
 def _as_version_1(seq: Sequence) -> None:
     assert seq.ref.head is not None and seq.version is not None
     as_version_1(seq.world.store, seq.ref.head)
@@ -226,12 +238,7 @@ def sink_shown_beside_a_newer_record(seq: Sequence) -> None:
     _start(seq, initial(), epochs=3)
     head = seq.ref.head
     assert head is not None and seq.version is not None
-    as_future_version(seq.world.store, head)
-    seq.damaged.add(head)
-    seq.deploy(seq.version)
-    restored = seq.world.restore("latest")
-    seq.ref.restore(restored, False, seq.version)
-    seq.check()
+    _restore_latest_past_a_newer_record(seq, head)
 
 
 @pinned
@@ -275,12 +282,7 @@ def sink_added_after_a_newer_record(seq: Sequence) -> None:
     head = seq.ref.head
     assert head is not None and seq.version is not None
     seq.restore(head - 1)
-    as_future_version(seq.world.store, head - 1)
-    seq.damaged.add(head - 1)
-    seq.deploy(seq.version)
-    restored = seq.world.restore("latest")
-    seq.ref.restore(restored, False, seq.version)
-    seq.check()
+    _restore_latest_past_a_newer_record(seq, head - 1)
     seq.epoch()
     seq.deploy(replace(seq.version, sinks=(*seq.version.sinks, SinkV("late", "late", "agg"))))
     seq.epoch()
@@ -335,10 +337,5 @@ def restore_latest_past_a_newer_record_to_a_new_sink(seq: Sequence) -> None:
     head = seq.ref.head
     assert head is not None and seq.version is not None
     seq.restore(head - 1)
-    as_future_version(seq.world.store, head - 1)
-    seq.damaged.add(head - 1)
-    seq.deploy(seq.version)
-    restored = seq.world.restore("latest")
-    seq.ref.restore(restored, False, seq.version)
-    seq.check()
+    _restore_latest_past_a_newer_record(seq, head - 1)
     seq.epoch()
