@@ -165,9 +165,7 @@ class CheckpointFinalizer:
         """An admitted checkpoint whose pending record is missing or unreadable."""
         admitted = self._reads.pending_or_admitted(checkpoint_id)
         if admitted is None:
-            raise CheckpointNotFound(
-                f"pipeline '{self._layout.pipeline}' has no checkpoint {checkpoint_id}"
-            )
+            return self._decided_meanwhile(checkpoint_id)
         if self._clock() <= admitted.deadline:
             return FinalizeWait.ACKS  # its trigger may still be writing the record
         return self.abort(
@@ -175,6 +173,18 @@ class CheckpointFinalizer:
             CheckpointFailureReason.FINALIZE_FAILED,
             "the trigger did not finish (no readable pending record)",
         )
+
+    def _decided_meanwhile(self, checkpoint_id: int) -> CheckpointOutcome:
+        """No outcome at the first read and no pending record now: a decision may have
+        written its outcome and settled the record between the two reads (a finalize
+        and an expiry racing). That outcome holds; without one there is no checkpoint."""
+        outcome = self._reads.get_outcome(checkpoint_id)
+        if outcome is None:
+            raise CheckpointNotFound(
+                f"pipeline '{self._layout.pipeline}' has no checkpoint {checkpoint_id}"
+            )
+        self._settle_outcome(outcome, won=False)
+        return outcome
 
     def _finalize_blocker(self, pending: PendingCheckpoint) -> FinalizeWait | Abort | None:
         """What keeps a checkpoint with every ack in from completing: a restore since its
@@ -254,15 +264,7 @@ class CheckpointFinalizer:
             return outcome
         pending = self._reads.pending_or_admitted(checkpoint_id)
         if pending is None:
-            # A decision may have written its outcome and settled the pending record
-            # between the two reads: that outcome holds.
-            outcome = self._reads.get_outcome(checkpoint_id)
-            if outcome is None:
-                raise CheckpointNotFound(
-                    f"pipeline '{self._layout.pipeline}' has no checkpoint {checkpoint_id}"
-                )
-            self._settle_outcome(outcome, won=False)
-            return outcome
+            return self._decided_meanwhile(checkpoint_id)
         return self.decide_abort(pending, Abort(reason, message))[1]
 
     def decide_abort(

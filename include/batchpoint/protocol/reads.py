@@ -102,11 +102,15 @@ class CheckpointReads:
         if outcome is not None:
             return outcome.pending
         pending = self.get_pending(checkpoint_id)
-        if pending is None:
+        if pending is not None:
+            return pending
+        # Settled between the two reads: the outcome is written before the record goes.
+        outcome = self.get_outcome(checkpoint_id)
+        if outcome is None:
             raise CheckpointNotFound(
                 f"pipeline '{self.pipeline}' has no checkpoint {checkpoint_id}"
             )
-        return pending
+        return outcome.pending
 
     def status(self, checkpoint_id: int) -> CheckpointStatus | None:
         outcome = self.get_outcome(checkpoint_id)
