@@ -280,7 +280,7 @@ def test_connections_point_at_the_services(services):
         services["seaweedfs"]
     )
     bucket = urlparse(storage["extra"]["root"]).netloc
-    assert f"-name {bucket}" in services["seaweedfs-init"]["command"][0]
+    assert f"bucket={bucket} " in services["seaweedfs-init"]["command"][0]
     assert storage["extra"]["root"] == env["BATCHPOINT_ROOT"]
     assert env["BATCHPOINT_S3_ENDPOINT_URL"] == storage["host"]
     assert (storage["login"], storage["password"]) == (

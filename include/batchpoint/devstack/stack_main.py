@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("stopped; nothing left behind")
         if args.keep is None:
             remove_workdir(workdir)
-        else:
+        elif stack is not None:  # refused before it started: nothing of it was kept
             print(f"kept in {workdir}")
     return code
 
