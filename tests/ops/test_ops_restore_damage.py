@@ -16,12 +16,14 @@ from batchpoint.errors import RestoreRefused
 from batchpoint.ops.gates import GateChoice
 from batchpoint.ops.overview import checkpoint_page
 from batchpoint.ops.restore import apply_restore, restore
+from batchpoint.ops.restore_history import recent_restores
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineStore
 from batchpoint.quality.findings import Finding
 from batchpoint.quality.quarantine import QuarantineStore as GateQuarantine
 from batchpoint.quality.report import CandidateReport, GateMode
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import GateOptions
+from batchpoint.runtime.restore_gate import GateResult, RestoreCandidate
 from batchpoint.storage import StoreRef
 from support import fake_epochs
 from support.payments import LAYOUT
@@ -110,3 +112,33 @@ def test_latest_falls_back_over_a_quarantined_checkpoint_with_the_gate_off(drive
     assert run.result is not None and run.result.checkpoint_id == 2 and head(driver) == 2
     held = run.plan.checks[0].quarantine
     assert held is not None and f"by the quality gate: {finding}" in held
+
+
+def test_the_restore_task_records_the_gate_that_passed_the_check(driver):
+    """The restore DAG's two tasks: the check runs the gate, the restore task applies its
+    choice without running it again; the restore is recorded as passed by that gate, not
+    as ungated."""
+    judged = []
+
+    def row_counts(candidate: RestoreCandidate) -> GateResult:
+        judged.append(candidate.checkpoint_id)
+        return GateResult(candidate.checkpoint_id == 2, name="row counts")
+
+    gate = GateChoice(row_counts, "row counts of every state", name="row_counts")
+    checked = restore(driver, "latest", gate, GateOptions(), check_only=True)
+    report = checked.to_json()
+    assert judged == [3, 2] and report["restore"]["gate"] == "row counts"
+
+    apply_restore(driver, report["restore"])
+
+    assert judged == [3, 2] and head(driver) == 2  # not judged again
+    event = recent_restores(driver.coordinator, driver.coordinator.control.load())[0]
+    assert event.gated and event.gate == "row counts"
+    assert "passed by the row counts" in event.describe()
+
+    # An ungated check (its gate off) is recorded as ungated.
+    ungated = restore(driver, "3", NO_GATE, GateOptions(), check_only=True).to_json()
+    assert ungated["restore"]["gate"] is None
+    apply_restore(driver, ungated["restore"])
+    latest = recent_restores(driver.coordinator, driver.coordinator.control.load())[0]
+    assert head(driver) == 3 and not latest.gated and "ungated" in latest.describe()

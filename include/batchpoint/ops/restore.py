@@ -54,14 +54,17 @@ class RestoreRun:
         out["dry_run"] = self.dry_run
         out["refused"] = self.plan.refusal_headline() if self.refused else None
         out["result"] = self.result.to_json() if self.result else None
-        chosen = self.plan.chosen
+        check = self.plan.chosen_check
         out["restore"] = (
             None
-            if chosen is None
+            if check is None
             else {
-                "kind": chosen.kind,
-                "checkpoint_id": chosen.checkpoint_id,
-                "location": chosen.savepoint.uri if chosen.savepoint else None,
+                "kind": check.candidate.kind,
+                "checkpoint_id": check.candidate.checkpoint_id,
+                "location": check.candidate.savepoint.uri if check.candidate.savepoint else None,
+                # Recorded with the restore by the task that applies it, which checks
+                # the choice again without the gate.
+                "gate": None if check.gate is None else check.gate.name,
             }
         )
         return out
@@ -119,10 +122,16 @@ def apply_restore(
 ) -> AppliedRestore:
     """Restore to what an earlier check chose (`RestoreRun.to_json()["restore"]`). It is
     checked again without the gate (it passed already): the files must still be there,
-    and 'latest' must not slide to a newer checkpoint meanwhile."""
+    and 'latest' must not slide to a newer checkpoint meanwhile. The restore is recorded
+    as passed by the gate that passed it in that check."""
     source = chosen.get("location") or chosen.get("checkpoint_id")
     planner = RestorePlanner(
         driver, store_options=store_options, progress=progress, savepoint_roots=savepoint_roots
     )
     plan = planner.plan(RestoreSource.parse(source), parallelism or None)
-    return planner.apply(plan, claim=claim, allow_non_restored_state=allow_non_restored_state)
+    return planner.apply(
+        plan,
+        claim=claim,
+        allow_non_restored_state=allow_non_restored_state,
+        passed_by=chosen.get("gate"),
+    )
