@@ -19,6 +19,7 @@ from batchpoint.runtime.restore import (
     RestorePlanner,
     RestoreSource,
 )
+from batchpoint.runtime.restore_gate import GateResult
 
 Progress = Callable[[str], None]
 
@@ -129,9 +130,7 @@ def apply_restore(
         driver, store_options=store_options, progress=progress, savepoint_roots=savepoint_roots
     )
     plan = planner.plan(RestoreSource.parse(source), parallelism or None)
-    return planner.apply(
-        plan,
-        claim=claim,
-        allow_non_restored_state=allow_non_restored_state,
-        passed_by=chosen.get("gate"),
-    )
+    if (gate := chosen.get("gate")) is not None and plan.chosen_check is not None:
+        # The check's verdict, recorded with the restore; the gate does not run twice.
+        plan.chosen_check.gate = GateResult(True, "passed in the check", name=gate)
+    return planner.apply(plan, claim=claim, allow_non_restored_state=allow_non_restored_state)

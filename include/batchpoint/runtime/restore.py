@@ -368,12 +368,7 @@ class RestorePlanner:
         return check
 
     def apply(
-        self,
-        plan: RestorePlan,
-        *,
-        claim: bool = False,
-        allow_non_restored_state: bool = False,
-        passed_by: str | None = None,
+        self, plan: RestorePlan, *, claim: bool = False, allow_non_restored_state: bool = False
     ) -> AppliedRestore:
         """Restore to the plan's chosen candidate: check the code's deploy plan on it,
         import a savepoint (new id), then move the head (new restore generation, pending
@@ -384,9 +379,7 @@ class RestorePlanner:
         pipeline owns the restored checkpoint from now on, so retention may drop it; a
         savepoint folder is copied in either mode and never deleted.
         `allow_non_restored_state`: the code may leave state of the target unrestored
-        (recorded with the restore, so the first trigger after it honours it).
-        `passed_by`: the gate that passed the target in an earlier check of it (the
-        restore DAG's check task), recorded when this plan ran no gate."""
+        (recorded with the restore, so the first trigger after it honours it)."""
         check = plan.chosen_check
         if check is None:
             raise RestoreRefused(plan.refusal())
@@ -406,7 +399,7 @@ class RestorePlanner:
             examined,
             claim=claim,
             allow_non_restored_state=allow_non_restored_state,
-            gate=passed_by if check.gate is None else check.gate.name,
+            gate=None if check.gate is None else check.gate.name,
         )
         if plan.parallelism:
             self.driver.rescale(plan.parallelism)
