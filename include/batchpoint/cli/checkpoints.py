@@ -7,10 +7,11 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id, non_negative
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.ops.inspect import list_checkpoints, pipeline_stats, show_checkpoint
 
 
-def cmd_list(cmd: Command) -> int:
+def cmd_list(cmd: Command) -> ExitCode:
     history = list_checkpoints(cmd.coordinator(), cmd.args.limit)
     cmd.out.emit(
         history.to_json,
@@ -20,10 +21,10 @@ def cmd_list(cmd: Command) -> int:
             render.history_table(history.checkpoints),
         ],
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_show(cmd: Command) -> int:
+def cmd_show(cmd: Command) -> ExitCode:
     detail = show_checkpoint(cmd.coordinator(), cmd.args.checkpoint_id)
 
     def text() -> list[str]:
@@ -69,7 +70,7 @@ def cmd_show(cmd: Command) -> int:
         ]
 
     cmd.out.emit(detail.to_json, text)
-    return 0
+    return ExitCode.OK
 
 
 def _spark_work(jobs: int | None, stages: int | None) -> str:
@@ -77,7 +78,7 @@ def _spark_work(jobs: int | None, stages: int | None) -> str:
     return "" if jobs is None else f"{jobs}/{stages}"
 
 
-def cmd_stats(cmd: Command) -> int:
+def cmd_stats(cmd: Command) -> ExitCode:
     stats = pipeline_stats(cmd.coordinator())
 
     def text() -> str:
@@ -103,7 +104,7 @@ def cmd_stats(cmd: Command) -> int:
         return "\n".join(lines)
 
     cmd.out.emit(stats.to_json, text)
-    return 0
+    return ExitCode.OK
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -45,6 +45,7 @@ from batchpoint.cli import (
     verify,
 )
 from batchpoint.cli.context import Command, Parser, finish, global_options
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.errors import BatchpointError
 from batchpoint.spark_endpoint import spark_endpoint
 
@@ -91,7 +92,7 @@ def report_error(exc: BatchpointError, as_json: bool) -> None:
         print(f"error: {exc}", file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> ExitCode | int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     argcomplete.autocomplete(parser)  # does nothing unless the shell asks for completions
@@ -99,15 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = finish(parser.parse_args(argv))
     except SystemExit as exc:  # --help or --version (0)
-        return exc.code if isinstance(exc.code, int) else 2
+        return exc.code if isinstance(exc.code, int) else ExitCode.ERROR
     except BatchpointError as exc:  # a mistake argparse found
         report_error(exc, as_json)
-        return 2
+        return ExitCode.ERROR
     try:
         cmd = Command.of(args, progress_to_stderr=args.command in PROGRESS_TO_STDERR)
     except BatchpointError as exc:  # a bad setting
         report_error(exc, args.json)
-        return 2
+        return ExitCode.ERROR
     try:
         # A quality gate's Spark session too is on the endpoint the command was given.
         with spark_endpoint(cmd.spark_settings):
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BatchpointError as exc:
         cmd.out.close()  # the error below the last bar, not inside it
         report_error(exc, args.json)
-        return 2
+        return ExitCode.ERROR
     finally:
         cmd.out.close()
 

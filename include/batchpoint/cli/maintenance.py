@@ -8,6 +8,7 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, non_negative
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.ops.maintenance import (
     RepairResult,
     gc,
@@ -21,7 +22,7 @@ from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.stopping import NotStopped
 
 
-def cmd_gc(cmd: Command) -> int:
+def cmd_gc(cmd: Command) -> ExitCode:
     args = cmd.args
     report = gc(
         cmd.coordinator(),
@@ -37,10 +38,10 @@ def cmd_gc(cmd: Command) -> int:
     lines += [f"  settled {settled_line(outcome)}" for outcome in report.settled]
     lines += [f"  finding: {finding}" for finding in report.findings]
     cmd.out.emit(gc_summary(report), "\n".join(lines))
-    return 0
+    return ExitCode.OK
 
 
-def cmd_resume(cmd: Command) -> int:
+def cmd_resume(cmd: Command) -> ExitCode:
     coordinator = cmd.coordinator()
     try:
         result = resume(coordinator)
@@ -48,30 +49,30 @@ def cmd_resume(cmd: Command) -> int:
         cmd.out.emit(
             {"pipeline": coordinator.pipeline, "resumed": False, "reason": str(exc)}, str(exc)
         )
-        return 1
+        return ExitCode.FAILED
     cmd.out.emit(
         result.to_json,
         f"pipeline {result.pipeline}: resumed (it was stopped with savepoint "
         f"{result.savepoint} at {render.when(result.stopped_at)}); the next checkpoint "
         "builds on the head",
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_reset(cmd: Command) -> int:
+def cmd_reset(cmd: Command) -> ExitCode:
     result = reset(cmd.coordinator())
     cmd.out.emit(
         {"pipeline": result.pipeline, "status": result.status, "was": result.previous_status},
         f"pipeline {result.pipeline}: {result.status}",
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_repair(cmd: Command) -> int:
+def cmd_repair(cmd: Command) -> ExitCode:
     args = cmd.args
     result = repair(cmd.coordinator(), dry_run=args.dry_run, force=args.force)
     cmd.out.emit(result.to_json, lambda: repair_text(result))
-    return 1 if result.refused else 0
+    return ExitCode.failed_if(result.refused)
 
 
 def repair_text(result: RepairResult) -> str:

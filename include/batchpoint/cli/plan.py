@@ -9,10 +9,11 @@ import argparse
 from typing import Any
 
 from batchpoint.cli.context import Command, checkpoint_id
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.ops.deploy import deploy_plan
 
 
-def cmd_plan(cmd: Command) -> int:
+def cmd_plan(cmd: Command) -> ExitCode:
     args = cmd.args
     pipeline = cmd.pipeline()
     if args.savepoint is None:
@@ -25,7 +26,7 @@ def cmd_plan(cmd: Command) -> int:
         allow_non_restored_state=args.allow_non_restored_state,
     )
     cmd.out.emit(lambda: {"pipeline": pipeline.name, **plan.to_json()}, plan.render)
-    return plan.exit_code
+    return ExitCode.OK if plan.deployable else ExitCode.DEPLOY_REFUSED
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.ops.maintenance import (
     quarantine_json,
     quarantine_reason,
@@ -16,7 +17,7 @@ from batchpoint.ops.maintenance import (
 )
 
 
-def cmd_list(cmd: Command) -> int:
+def cmd_list(cmd: Command) -> ExitCode:
     c = cmd.coordinator()
     held = quarantined(c)
 
@@ -37,10 +38,10 @@ def cmd_list(cmd: Command) -> int:
     cmd.out.emit(
         lambda: {"pipeline": c.pipeline, "quarantined": [quarantine_json(r) for r in held]}, text
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_release(cmd: Command) -> int:
+def cmd_release(cmd: Command) -> ExitCode:
     c = cmd.coordinator()
     cid = cmd.args.checkpoint_id
     held = release_quarantine(c, cid)
@@ -49,7 +50,7 @@ def cmd_release(cmd: Command) -> int:
         f"checkpoint {cid} released (it was {held.describe(quarantine_reason(c, held))}): "
         "restores may offer it again, checking its records, files and quality afresh",
     )
-    return 0
+    return ExitCode.OK
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

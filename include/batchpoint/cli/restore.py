@@ -14,6 +14,7 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, add_gate_option
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.errors import BatchpointError, ConfigError, DeployRefused, RestoreRefused
 from batchpoint.ops.gates import choose_restore_gate
 from batchpoint.ops.restore import RestoreRun, restore
@@ -57,7 +58,7 @@ def gate_options(args: argparse.Namespace, pipeline: Pipeline) -> GateOptions:
         ) from None
 
 
-def cmd_restore(cmd: Command) -> int:
+def cmd_restore(cmd: Command) -> ExitCode:
     args, settings = cmd.args, cmd.settings
     pipeline = cmd.pipeline()
     options = gate_options(args, pipeline)
@@ -99,9 +100,9 @@ def cmd_restore(cmd: Command) -> int:
         cmd.out.emit(
             {"refused": why, "deploy_plan": plan.to_json()}, f"refused: {why}\n{plan.render()}"
         )
-        return 1
+        return ExitCode.FAILED
     cmd.out.emit(run.to_json, lambda: report_text(run))
-    return 1 if run.refused else 0
+    return ExitCode.failed_if(run.refused)
 
 
 def report_text(run: RestoreRun) -> str:

@@ -12,12 +12,13 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.local_epoch import take_savepoint
 from batchpoint.ops.savepoints import dispose
 
 
-def cmd_savepoint(cmd: Command) -> int:
+def cmd_savepoint(cmd: Command) -> ExitCode:
     args = cmd.args
     if args.action == "dispose":
         return cmd_dispose(cmd)
@@ -47,10 +48,10 @@ def cmd_savepoint(cmd: Command) -> int:
         f"({result.files} file(s), {render.size(result.bytes)})"
         + ("; the pipeline is stopped (`batchpoint resume` starts it)" if args.stop else ""),
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_dispose(cmd: Command) -> int:
+def cmd_dispose(cmd: Command) -> ExitCode:
     if cmd.args.operand is None:
         raise BatchpointError("savepoint dispose needs the savepoint's checkpoint id")
     try:
@@ -64,7 +65,7 @@ def cmd_dispose(cmd: Command) -> int:
         f"savepoint {savepoint_id} of pipeline {coordinator.pipeline} disposed: "
         "its files go with the next gc",
     )
-    return 0
+    return ExitCode.OK
 
 
 def state_files(values: list[str] | None) -> dict[str, dict[str, str]]:
@@ -88,7 +89,7 @@ def state_files(values: list[str] | None) -> dict[str, dict[str, str]]:
     return out
 
 
-def cmd_bootstrap(cmd: Command) -> int:
+def cmd_bootstrap(cmd: Command) -> ExitCode:
     target = cmd.args.operand or cmd.args.target
     if not target:
         raise BatchpointError("savepoint bootstrap needs the TARGET folder of the savepoint")
@@ -122,7 +123,7 @@ def cmd_bootstrap(cmd: Command) -> int:
         f"savepoint bootstrapped at {target} ({metadata.file_count} file(s)); import and "
         "restore it with `batchpoint restore --savepoint ...`",
     )
-    return 0
+    return ExitCode.OK
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -10,10 +10,11 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id, non_negative
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.ops.sinks import show_sink, sink_history
 
 
-def cmd_show(cmd: Command) -> int:
+def cmd_show(cmd: Command) -> ExitCode:
     a = cmd.args
     view = show_sink(
         cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink, a.checkpoint, a.limit
@@ -29,10 +30,10 @@ def cmd_show(cmd: Command) -> int:
         return [head, body, *([f"... {more} more (--limit)"] if more > 0 else [])]
 
     cmd.out.emit(view.to_json, text)
-    return 0
+    return ExitCode.OK
 
 
-def cmd_history(cmd: Command) -> int:
+def cmd_history(cmd: Command) -> ExitCode:
     a = cmd.args
     history = sink_history(cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink)
     commits = history.commits
@@ -58,7 +59,7 @@ def cmd_history(cmd: Command) -> int:
             ],
         ),
     )
-    return 0
+    return ExitCode.OK
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

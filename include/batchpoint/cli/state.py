@@ -9,6 +9,7 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, non_negative
+from batchpoint.cli.exit_codes import ExitCode
 
 
 def _key(text: str) -> tuple[str, str]:
@@ -27,7 +28,7 @@ def _checkpoint(text: str) -> int | str:
     return value
 
 
-def cmd_show(cmd: Command) -> int:
+def cmd_show(cmd: Command) -> ExitCode:
     from batchpoint.errors import BatchpointError
     from batchpoint.ops.dataframes import describe_rows, read_state, resolve_checkpoint
     from batchpoint.spark.session import session_here
@@ -61,7 +62,7 @@ def cmd_show(cmd: Command) -> int:
         return [head, body, *([f"... {more} more (--limit)"] if more > 0 else [])]
 
     cmd.out.emit(data, text)
-    return 0
+    return ExitCode.OK
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

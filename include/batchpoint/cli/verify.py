@@ -9,6 +9,7 @@ from typing import Any
 
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, add_gate_option
+from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.errors import ConfigError
 from batchpoint.ops.gates import judging_gate
 from batchpoint.ops.pipelines import require_pipeline
@@ -16,7 +17,7 @@ from batchpoint.ops.verify import table_lag, verify_files, verify_quality, verif
 from batchpoint.quality.report import CandidateReport
 
 
-def cmd_verify(cmd: Command) -> int:
+def cmd_verify(cmd: Command) -> ExitCode:
     args = cmd.args
     if args.integrity_only:
         c = cmd.coordinator()
@@ -28,7 +29,7 @@ def cmd_verify(cmd: Command) -> int:
         lines = [f"{check.target}: {check.files} file(s), {len(check.problems)} problem(s)"]
         lines += [f"  {p}" for p in check.problems] + _table_lines(tables)
         cmd.out.emit(lambda: {**check.to_json(), "tables": tables}, "\n".join(lines))
-        return 0 if check.passed else 1
+        return ExitCode.failed_if(not check.passed)
     reference = cmd.gate_ref()
     pipeline = None
     if reference is None:
@@ -56,7 +57,7 @@ def cmd_verify(cmd: Command) -> int:
         lambda: {**result.to_json(), "tables": tables},
         lambda: [*render_report(result.target, result.report), *_table_lines(tables)],
     )
-    return 0 if result.passed else 1
+    return ExitCode.failed_if(not result.passed)
 
 
 def _table_lines(tables: list[str]) -> list[str]:

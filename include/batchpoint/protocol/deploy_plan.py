@@ -26,9 +26,6 @@ from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.state.evolution import VerdictKind, resolve_schema_compatibility
 
-#: The exit code of `batchpoint plan` for a deploy that would be refused.
-REFUSED_EXIT_CODE = 3
-
 
 class Verdict(enum.StrEnum):
     KEPT = "kept"
@@ -110,10 +107,6 @@ class DeployPlan:
     @property
     def deployable(self) -> bool:
         return not any(e.refused for e in self.entries)
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.deployable else REFUSED_EXIT_CODE
 
     @property
     def problems(self) -> list[str]:
