@@ -34,6 +34,7 @@ from batchpoint.protocol.layout import split_task_name
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.publish import SinkTarget
 from batchpoint.protocol.sink_keys import ManifestKeys, SinkRef
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest, SinkPublisher, read_sink_table
 from batchpoint.protocol.table_pins import TablePin
 from batchpoint.protocol.topology import NodeTopology, Topology
@@ -93,7 +94,7 @@ class Sinks:
         )
         key = self.c.layout.sink_manifest(name)
         found = read_record(self.store, key, SinkManifest.decode)
-        current = found[0] if found else SinkManifest(name, "append", ("k",), None, {}, 0)
+        current = found[0] if found else SinkManifest(name, SinkMode.APPEND, ("k",), None, {}, 0)
         epoch = PublishedEpoch(completed.checkpoint_id, completed.pending.base_checkpoint_id, files)
         epochs = {**current.epochs, completed.checkpoint_id: epoch}
         self.store.put(

@@ -3,11 +3,13 @@ on restore so readers never see output of an abandoned timeline."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle, TaskMetrics
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import SinkPublisher, visible_files
 from batchpoint.storage.base import ObjectStore
 
@@ -44,9 +46,7 @@ def test_publish_is_idempotent_and_readers_follow_the_chain(local_store: ObjectS
     assert [e.checkpoint_id for e in manifest.chain()] == [1, 2]
     assert len(visible_files(manifest)) == 2
     assert len(visible_files(manifest, as_of=1)) == 1
-    snapshot = manifest.__class__(
-        manifest.sink, "snapshot", manifest.key_columns, manifest.current, manifest.epochs
-    )
+    snapshot = dataclasses.replace(manifest, mode=SinkMode.SNAPSHOT)
     assert [f.path for f in visible_files(snapshot)] == [second.handles[0].path]
 
 

@@ -54,6 +54,7 @@ from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpe
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
 from batchpoint.protocol.repair import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
 from batchpoint.protocol.table_pins import TablePin
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
@@ -342,7 +343,7 @@ def manifest() -> SinkManifest:
     files = (acks()[2].handles[0],)
     return SinkManifest(
         "alerts",
-        "append",
+        SinkMode.APPEND,
         ("account", "ts"),
         9,
         {

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
 from batchpoint.storage import ObjectStore
 
@@ -47,7 +48,7 @@ def manifest(
     """A manifest of (checkpoint id, base id, files) epochs."""
     return SinkManifest(
         SINK,
-        mode,
+        SinkMode(mode),
         ("account_id",),
         current,
         {cid: PublishedEpoch(cid, base, tuple(files)) for cid, base, files in epochs},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from batchpoint.protocol.checkpoint import FileHandle
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
 from batchpoint.tables.plan import Operation, TablePosition, plan_sync
 
@@ -19,7 +20,7 @@ def _manifest(current: int | None, generation: int = 0, mode: str = "append") ->
         3: PublishedEpoch(3, 2, (_file("c"),)),
         4: PublishedEpoch(4, 2, (_file("d"),)),
     }
-    return SinkManifest("s", mode, ("k",), current, epochs, generation)
+    return SinkManifest("s", SinkMode(mode), ("k",), current, epochs, generation)
 
 
 def _paths(step) -> list[str]:

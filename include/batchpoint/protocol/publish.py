@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from batchpoint.errors import RecordError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint
@@ -28,20 +27,26 @@ from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.ports import RollForward
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.sink_keys import SinkRef, sink_refs
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import PublishResult, SinkPublisher
 from batchpoint.protocol.timeline import is_stale, on_timeline
 
 log = logging.getLogger(__name__)
 
 
-class SinkTarget(NamedTuple):
-    """A sink to publish: its uid, mode ("append"/"snapshot"), key columns, and name
-    (a label; default: the uid)."""
+@dataclass(frozen=True)
+class SinkTarget:
+    """A sink to publish: its uid, mode, key columns, and name (a label; default: the
+    uid)."""
 
     uid: str
-    mode: str
-    key_columns: Sequence[str]
+    mode: SinkMode
+    key_columns: tuple[str, ...]
     name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", SinkMode(self.mode))  # "append" reads as APPEND
+        object.__setattr__(self, "key_columns", tuple(self.key_columns))
 
 
 #: For a checkpoint imported from a savepoint of this storage: the id it was taken from
@@ -108,7 +113,7 @@ class CompletionNotifier:
     ) -> PublishReport:
         """Publish every sink's staged output of a completed checkpoint and of any
         unpublished completed checkpoint it builds on. Idempotent."""
-        targets = [SinkTarget(*t) for t in sinks]
+        targets = [t if isinstance(t, SinkTarget) else SinkTarget(*t) for t in sinks]
         report = PublishReport()
         self._roll_forward()
         control = self._control.load()

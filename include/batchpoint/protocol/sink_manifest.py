@@ -9,6 +9,7 @@ from then on nobody changes it, and `merged` folds it into the uid's manifest.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -31,13 +32,18 @@ class PublishedEpoch(codec.Value):
         return sum(f.rows for f in self.files)
 
 
+class SinkMode(enum.StrEnum):
+    APPEND = "append"  # readers see every published epoch's rows
+    SNAPSHOT = "snapshot"  # readers see the newest published epoch's rows only
+
+
 @dataclass(frozen=True)
 class SinkManifest(codec.Record):
     KIND = "sink-manifest"
     VERSION = 1
 
     sink: str  # the uid (a release before issue 36 wrote the name: the uid by default)
-    mode: str
+    mode: SinkMode
     key_columns: tuple[str, ...] = codec.field(missing=())
     current: int | None = codec.field(missing=None)
     # stored as the list of the epochs, oldest first
@@ -69,7 +75,10 @@ class SinkManifest(codec.Record):
             if cid is None or cid not in self.epochs:
                 continue
             chain = self.chain(cid)
-            out.update(e.checkpoint_id for e in (chain if self.mode != "snapshot" else chain[-1:]))
+            out.update(
+                e.checkpoint_id
+                for e in (chain if self.mode is not SinkMode.SNAPSHOT else chain[-1:])
+            )
         return out
 
     def chain(self, as_of: int | None = None) -> list[PublishedEpoch]:
@@ -110,7 +119,7 @@ def visible_files(manifest: SinkManifest, as_of: int | None = None) -> list[File
     chain = manifest.chain(as_of)
     if not chain:
         return []
-    if manifest.mode == "snapshot":
+    if manifest.mode is SinkMode.SNAPSHOT:
         return list(chain[-1].files)
     return [f for epoch in chain for f in epoch.files]
 

@@ -42,7 +42,12 @@ from batchpoint.errors import CheckpointError, RecordError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle, PendingCheckpoint
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sink_keys import ManifestKeys, SinkRef
-from batchpoint.protocol.sink_manifest import PublishedEpoch, SinkManifest, visible_files
+from batchpoint.protocol.sink_manifest import (
+    PublishedEpoch,
+    SinkManifest,
+    SinkMode,
+    visible_files,
+)
 from batchpoint.protocol.table_pins import TablePin, live_pins
 from batchpoint.protocol.timeline import is_stale
 from batchpoint.protocol.topology import SINK_STREAM_NAME
@@ -101,7 +106,7 @@ class SinkPublisher:
         self,
         completed: CompletedCheckpoint,
         sink: Sink,
-        mode: str,
+        mode: SinkMode | str,
         key_columns: Iterable[str],
         parents: Mapping[int, int | None] | None = None,
         *,
@@ -117,6 +122,7 @@ class SinkPublisher:
         files = staged_output(completed, uid)
         epoch = PublishedEpoch(completed.checkpoint_id, self._published_base(completed), files)
         keys = tuple(key_columns)
+        mode = SinkMode(mode)
         decided = completed.pending.restore_generation if generation is None else generation
         result = [PublishResult.ALREADY_PUBLISHED]
         lineage = {epoch.checkpoint_id, *descendants}

@@ -4,7 +4,6 @@ Each node has a uid, its identity across deploys (default: its name)."""
 
 from __future__ import annotations
 
-import enum
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -15,6 +14,7 @@ import pyarrow as pa
 
 from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.redaction import Secret
 from batchpoint.runtime.schemas import arrow_schema
 from batchpoint.runtime.state_conform import conform_state
@@ -28,11 +28,6 @@ if TYPE_CHECKING:
 
     from batchpoint.sources.files import PartitionedFileSource
     from batchpoint.sources.iceberg_table import IcebergTableSource
-
-
-class SinkMode(enum.StrEnum):
-    APPEND = "append"  # readers see every published epoch's rows
-    SNAPSHOT = "snapshot"  # readers see the newest published epoch's rows only
 
 
 class OperatorContext:

@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass
 
 from batchpoint.protocol.checkpoint import FileHandle
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import SinkManifest, visible_files
 from batchpoint.protocol.timeline import is_stale, on_timeline
 
@@ -64,7 +65,7 @@ def plan_sync(position: TablePosition | None, manifest: SinkManifest) -> SyncPla
             return SyncPlan((), f"{why} ({target}): stale read", stale=True)
     chain = manifest.chain(target) if target is not None else []
     ids = [e.checkpoint_id for e in chain]
-    snapshot = manifest.mode == "snapshot"
+    snapshot = manifest.mode is SinkMode.SNAPSHOT
     if position is None or position.checkpoint_id is None:
         start = 0  # an empty table: every epoch of the chain in turn
     elif position.checkpoint_id in ids:
