@@ -20,16 +20,9 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectStore
+from support.clock import FakeClock
 
 NAME = "paused"
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def coordinator(store: Any, clock: FakeClock, **config: Any) -> CheckpointCoordinator:

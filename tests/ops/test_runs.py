@@ -24,18 +24,12 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.settlement import SettlementAction
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
-
-
-class Clock:
-    now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from support.clock import FakeClock
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture

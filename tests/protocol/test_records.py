@@ -40,20 +40,10 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectStore
+from support.clock import FakeClock
 
 SPEC = simple_pipeline("rec", [("a", 2), ("b", 1)])
 TASKS = SPEC.expected_tasks()
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def _coordinator(

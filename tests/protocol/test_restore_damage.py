@@ -24,22 +24,15 @@ from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord, QuarantineStore
 from batchpoint.protocol.restorer import CheckpointRestorer, Examination
 from batchpoint.storage.base import ObjectStore
+from support.clock import FakeClock
 from support.faulty_store import Fault, FaultyStore
 from support.hooks import HookStore, once
 
 NAME = "damage"
 
 
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def coordinator(store: Any, clock: Clock | None = None) -> CheckpointCoordinator:
-    c = CheckpointCoordinator(store, NAME, CheckpointConfig(num_retained=5), clock or Clock())
+def coordinator(store: Any, clock: FakeClock | None = None) -> CheckpointCoordinator:
+    c = CheckpointCoordinator(store, NAME, CheckpointConfig(num_retained=5), clock or FakeClock())
     c.register(simple_pipeline(NAME, [("keyed", 2), ("sink", 1)]))
     return c
 
@@ -159,16 +152,16 @@ def test_a_storage_error_is_no_finding_and_quarantines_nothing(
 
 
 def test_concurrent_restores_agree_on_the_first_quarantine_record(store: ObjectStore) -> None:
-    c = coordinator(store, Clock(1_000_000.0))
+    c = coordinator(store, FakeClock(1_000_000.0))
     good, head = complete(c), complete(c)
     garble(c, head, "truncated JSON")
-    other = coordinator(store, Clock(2_000_000.0))
+    other = coordinator(store, FakeClock(2_000_000.0))
     # The other restore runs whole between this one's finding and its quarantine write.
     hook = once(
         lambda: other.restore(),
         lambda op, key: op == "create" and key == c.layout.quarantine(head),
     )
-    mine = coordinator(HookStore(store, hook), Clock(3_000_000.0))
+    mine = coordinator(HookStore(store, hook), FakeClock(3_000_000.0))
 
     result = mine.restore()
     assert hook.fired

@@ -35,17 +35,10 @@ from batchpoint.protocol.savepoints import (
 from batchpoint.protocol.sinks import PublishResult, SinkPublisher, visible_files
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
+from support.clock import FakeClock
 
 NAME = "safe"
 SINKS = [("sink", "append", ["k"])]
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def coordinator(store: Any, clock: FakeClock | None = None, **config: Any) -> CheckpointCoordinator:

@@ -57,6 +57,7 @@ from batchpoint.protocol.failures import PipelineStatus
 from batchpoint.protocol.layout import parse_checkpoint_dir_name
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectInfo, ObjectStore
+from support.clock import FakeClock
 
 # -- settings --------------------------------------------------------------------------
 # Profiles, so a run can be lengthened (`settings.load_profile`) without editing the
@@ -80,15 +81,6 @@ TASKS_OF = [("a", 2), ("b", 1)]
 UNKNOWN_TASKS = ("zz#0", "a#7", "b#1")  # a missing operator, and subtasks out of range
 TIMEOUT = 30.0
 _EXAMPLES = itertools.count()
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        # whole seconds: records keep milliseconds, so every time survives a round trip
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

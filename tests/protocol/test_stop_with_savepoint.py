@@ -27,19 +27,12 @@ from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.stopping import NotStopped
 from batchpoint.storage.base import ObjectStore
+from support.clock import FakeClock
 
 NAME = "stops"
 SINKS = [("sink", "append", ["k"])]
 STOP = {"stop_pipeline": True}
 CHECKPOINT, SAVEPOINT = CheckpointType.CHECKPOINT, CheckpointType.SAVEPOINT
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def coordinator(store: Any, clock: FakeClock | None = None, **config: Any) -> CheckpointCoordinator:

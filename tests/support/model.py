@@ -63,11 +63,11 @@ from batchpoint.runtime.restore import RestorePlanner
 from batchpoint.storage.base import ObjectStore
 from batchpoint.tables.iceberg import TableError
 from support.checker import ROOT, Checker, Violation
+from support.clock import FakeClock
 from support.faulty_catalog import CatalogFaults, use_catalog
 from support.faulty_store import Crash, FaultRates, FaultyStore
 from support.model_setup import (
     FixedStoreRef,
-    ModelClock,
     catalog_file,
     catalog_outages,
     fault_rates,
@@ -180,7 +180,9 @@ class Schedule:
             crashes_allowed=self.scheduler.in_actor,
         )
         self.catalog_path, self._catalog_folder = catalog_file(inner)
-        self.clock = ModelClock()
+        # Model time, far from the wall clock on purpose: one second per scheduler step,
+        # jumps in the quiet hours.
+        self.clock = FakeClock()
         # A table stress schedule: one retained checkpoint (epochs leave the manifest
         # fast), a longer warm-up the catalog missed from its start, and GC: the table
         # catches up on epochs GC is dropping.

@@ -15,21 +15,6 @@ from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
 from support.faulty_store import FaultRates
 
-START = 1_800_000_000.0  # the model clock's epoch: far from the wall clock on purpose
-
-
-class ModelClock:
-    """Time as the model says: one second per scheduler step, jumps in the quiet hours."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
 
 @dataclass(frozen=True)
 class FixedStoreRef(StoreRef):
