@@ -20,6 +20,7 @@ from batchpoint.runtime.restore import (
     GateResult,
     RestorePlanner,
     RestoreSource,
+    SourceKind,
     parse_parallelism,
     restore_checkpoint,
 )
@@ -51,9 +52,11 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
 def test_sources_parse():
     assert RestoreSource.parse(None).kind == "latest"
     assert RestoreSource.parse(" Latest ").kind == "latest"
-    assert RestoreSource.parse("12") == RestoreSource("checkpoint", 12)
-    assert RestoreSource.parse(3) == RestoreSource("checkpoint", 3)
-    assert RestoreSource.parse("s3://b/sp/x") == RestoreSource("savepoint", location="s3://b/sp/x")
+    assert RestoreSource.parse("12") == RestoreSource(SourceKind.CHECKPOINT, 12)
+    assert RestoreSource.parse(3) == RestoreSource(SourceKind.CHECKPOINT, 3)
+    assert RestoreSource.parse("s3://b/sp/x") == RestoreSource(
+        SourceKind.SAVEPOINT, location="s3://b/sp/x"
+    )
     with pytest.raises(ConfigError):
         RestoreSource.parse("0")
 

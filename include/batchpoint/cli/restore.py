@@ -25,6 +25,7 @@ from batchpoint.runtime.restore import (
     CandidateCheck,
     GateOptions,
     RestoreSource,
+    SourceKind,
     parse_max_candidates,
     parse_parallelism,
     ungated_phrase,
@@ -66,7 +67,9 @@ def cmd_restore(cmd: Command) -> ExitCode:
     operators = [op.name for op in pipeline.spec().operators if op.has_tasks]
     pipeline.spec(parse_parallelism(args.parallelism, operators))  # checks max_parallelism
     source = RestoreSource.parse(args.source)
-    if source.kind != "savepoint":  # a savepoint may start a pipeline the storage lacks
+    if (
+        source.kind is not SourceKind.SAVEPOINT
+    ):  # a savepoint may start a pipeline the storage lacks
         cmd.coordinator_of(pipeline.name)  # an unknown pipeline is a mistake, no refusal
     gate = choose_restore_gate(
         pipeline,

@@ -54,6 +54,7 @@ from batchpoint.runtime.restore_gate import (
 from batchpoint.runtime.restore_options import (
     GateOptions,
     RestoreSource,
+    SourceKind,
     parse_flag,
     parse_max_candidates,
     parse_parallelism,
@@ -75,6 +76,7 @@ __all__ = [
     "RestorePlan",
     "RestorePlanner",
     "RestoreSource",
+    "SourceKind",
     "configure_gate",
     "parse_flag",
     "parse_max_candidates",
@@ -165,7 +167,7 @@ class RestorePlan:
         """The first line of `refusal`, without the per-candidate reasons (for a caller
         that shows each candidate's report itself, like `batchpoint restore`)."""
         head = f"no candidate for a restore of pipeline '{self.pipeline}' from {self.source}"
-        if self.max_candidates is not None and self.source.kind == "latest":
+        if self.max_candidates is not None and self.source.kind is SourceKind.LATEST:
             head += f": looked at the {len(self.checks)} newest; none passed"
             if self.not_examined:
                 older = ", ".join(map(str, self.not_examined))
@@ -280,7 +282,7 @@ class RestorePlanner:
     def _candidates(self, source: RestoreSource, plan: RestorePlan) -> Iterator[RestoreCandidate]:
         c = self.driver.coordinator
         store = self.driver.store
-        if source.kind == "savepoint":
+        if source.kind is SourceKind.SAVEPOINT:
             # Confined before anything is read: a restore source outside the roots is
             # refused as given, not after its metadata was fetched; a local one is read
             # by its real path and through no link from here on.
@@ -298,7 +300,7 @@ class RestorePlanner:
                 )
             yield RestoreCandidate(
                 self.pipeline,
-                "savepoint",
+                SourceKind.SAVEPOINT,
                 metadata.checkpoint_id,
                 located_checkpoint(location, metadata),
                 location.store,
@@ -306,7 +308,7 @@ class RestorePlanner:
             )
             return
         retained = c.completed.retained_ids()
-        if source.kind == "checkpoint":
+        if source.kind is SourceKind.CHECKPOINT:
             if source.checkpoint_id not in retained:
                 raise RestoreRefused(
                     f"checkpoint {source.checkpoint_id} of pipeline '{self.pipeline}' is not "
@@ -322,7 +324,7 @@ class RestorePlanner:
         for checkpoint_id in ids:
             assert checkpoint_id is not None
             # Its outcome is read by its check: a damaged record is a finding there.
-            yield RestoreCandidate(self.pipeline, "checkpoint", checkpoint_id, None, store)
+            yield RestoreCandidate(self.pipeline, SourceKind.CHECKPOINT, checkpoint_id, None, store)
 
     def check(self, candidate: RestoreCandidate) -> CandidateCheck:
         if candidate.savepoint is not None:

@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.checkpoint import CheckpointType, CompletedCheckpoint
 from batchpoint.protocol.savepoints import SavepointLocation
+from batchpoint.runtime.restore_options import SourceKind
 from batchpoint.storage.base import ObjectStore
 
 
@@ -23,7 +24,7 @@ class RestoreCandidate:
     check has read its outcome record, and stays None when that record is unreadable."""
 
     pipeline: str
-    kind: str  # "checkpoint" | "savepoint"
+    kind: SourceKind  # CHECKPOINT or SAVEPOINT
     checkpoint_id: int  # the id in the store it comes from
     completed: CompletedCheckpoint | None
     store: ObjectStore

@@ -6,6 +6,7 @@ give them. runtime.restore plans and applies the restore."""
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from collections.abc import Mapping
@@ -20,9 +21,17 @@ from batchpoint.storage.base import ObjectStore
 # -- what to restore from ---------------------------------------------------------------
 
 
+class SourceKind(enum.StrEnum):
+    """What a restore goes back to; a candidate is a checkpoint or a savepoint."""
+
+    LATEST = "latest"  # the newest retained checkpoint that passes the checks
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
+
+
 @dataclass(frozen=True)
 class RestoreSource:
-    kind: str  # "latest" | "checkpoint" | "savepoint"
+    kind: SourceKind
     checkpoint_id: int | None = None
     location: str = ""
 
@@ -30,20 +39,20 @@ class RestoreSource:
     def parse(cls, value: str | int | None) -> RestoreSource:
         """`latest` (or empty), a checkpoint id, or a savepoint location."""
         if value is None or (isinstance(value, str) and value.strip().lower() in ("", "latest")):
-            return cls("latest")
+            return cls(SourceKind.LATEST)
         if isinstance(value, bool):
             raise ConfigError(f"restore source {value!r}: expected latest, an id or a path")
         if isinstance(value, int) or value.strip().isdigit():
             checkpoint_id = int(value)
             if checkpoint_id < 1:
                 raise ConfigError(f"restore source {value!r}: checkpoint ids start at 1")
-            return cls("checkpoint", checkpoint_id=checkpoint_id)
-        return cls("savepoint", location=value.strip())
+            return cls(SourceKind.CHECKPOINT, checkpoint_id=checkpoint_id)
+        return cls(SourceKind.SAVEPOINT, location=value.strip())
 
     def __str__(self) -> str:
-        if self.kind == "checkpoint":
+        if self.kind is SourceKind.CHECKPOINT:
             return f"checkpoint {self.checkpoint_id}"
-        if self.kind == "savepoint":
+        if self.kind is SourceKind.SAVEPOINT:
             return f"savepoint {self.location}"
         return "the latest retained checkpoint"
 
