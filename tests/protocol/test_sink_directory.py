@@ -32,3 +32,18 @@ def test_a_recorded_sink_is_found_by_uid_name_or_earlier_name() -> None:
         found = directory.find(given)
         assert found is not None and found.uid == "s1" and not found.declared, given
     assert directory.find("third") is None
+
+
+def test_a_name_the_head_has_means_the_heads_sink_before_a_recorded_uid() -> None:
+    """Seed 21568: `out` is the dropped sink's uid (an older checkpoint records it) and
+    the name the head's sink has; the registered code renamed that sink since, and a
+    restore went back to the head. The user means the head's sink."""
+    old, head = Topology((_sink("out", "out"),)), Topology((_sink("sink4", "out", "snapshot"),))
+    declared = [_declared("sink4", "sink5")]
+
+    found = SinkDirectory(declared, [old, head], head).find("out")
+
+    assert found is not None and found.uid == "sink4"
+    # without the head's names the recorded uid wins, as before
+    unheaded = SinkDirectory(declared, [old, head]).find("out")
+    assert unheaded is not None and unheaded.uid == "out"

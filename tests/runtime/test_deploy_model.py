@@ -40,6 +40,7 @@ PINNED_HERE = (
     "sink-shown-beside-a-newer-record",
     "table-sink-renamed-after-a-restore-took-it-back",
     "restore-latest-past-a-newer-record-to-a-new-sink",
+    "sink-shown-by-its-name-at-the-head-after-a-restore",
 )
 
 

@@ -66,12 +66,24 @@ def recorded_topologies(
     return out
 
 
+def head_topology(coordinator: CheckpointCoordinator) -> Topology | None:
+    """What the head checkpoint recorded (None: no head, or its record unreadable)."""
+    head = coordinator.head.get().checkpoint_id
+    if head is None:
+        return None
+    try:
+        outcome = coordinator.get_outcome(head)
+    except RecordError:
+        return None
+    return outcome.completed.topology if outcome and outcome.completed else None
+
+
 def sink_directory(coordinator: CheckpointCoordinator, *, pending: bool = True) -> SinkDirectory:
     """The sinks of the spec the pipeline registered (no code needed) and of its
     checkpoints (`pending`: the pending ones' too); raises, naming the pipeline, when
     none is registered."""
     recorded = recorded_topologies(coordinator, pending=pending)
-    return SinkDirectory(coordinator.load_spec().operators, recorded)
+    return SinkDirectory(coordinator.load_spec().operators, recorded, head_topology(coordinator))
 
 
 def find_sink(coordinator: CheckpointCoordinator, sink: str) -> KnownSink:

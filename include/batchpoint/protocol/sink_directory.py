@@ -32,9 +32,18 @@ class KnownSink:
 
 
 class SinkDirectory:
-    def __init__(self, spec: Iterable[OperatorSpec], recorded: Iterable[Topology]) -> None:
-        """`recorded`: the topologies of the retained checkpoints, oldest first."""
+    def __init__(
+        self,
+        spec: Iterable[OperatorSpec],
+        recorded: Iterable[Topology],
+        head: Topology | None = None,
+    ) -> None:
+        """`recorded`: the topologies of the retained checkpoints, oldest first; `head`:
+        the head checkpoint's, whose names are the pipeline's as it stands (after a
+        restore, until the next trigger registers the code's)."""
         nodes = [n for t in recorded for n in t.nodes if n.kind is OperatorKind.SINK]
+        heads = [n for n in (head.nodes if head else ()) if n.kind is OperatorKind.SINK]
+        self._at_head = {n.name: n.uid for n in heads}  # name -> the head's sink of it
         latest: dict[str, NodeTopology] = {}  # uid -> its newest node
         self._had: dict[str, str] = {}  # name -> the uid that had it most recently
         for node in reversed(nodes):
@@ -56,14 +65,18 @@ class SinkDirectory:
         return list(self._sinks)
 
     def find(self, given: str) -> KnownSink | None:
-        """The sink `given` names: a declared sink's uid or name, else a recorded
-        sink's uid or name, else an earlier name (the sink that had it most recently).
-        Declared first: a sink given a new uid under the old name (a dropped uid) is the
-        one a user means by that name."""
+        """The sink `given` names: a declared sink's uid or name, else the head's sink of
+        that name, else a recorded sink's uid or name, else an earlier name (the sink
+        that had it most recently). Declared and the head's first: a sink given a new
+        uid under the old name (a dropped uid) is the one a user means by that name,
+        also after a restore to a checkpoint that has it under that name while the code
+        registered calls it otherwise."""
         earlier = self._had.get(given)
+        at_head = self._at_head.get(given)
         for match in (
             lambda s: s.declared and s.uid == given,
             lambda s: s.declared and s.ref.name == given,
+            lambda s: s.uid == at_head,
             lambda s: s.uid == given,
             lambda s: s.ref.name == given,
             lambda s: s.uid == earlier,

@@ -339,3 +339,26 @@ def restore_latest_past_a_newer_record_to_a_new_sink(seq: Sequence) -> None:
     seq.restore(head - 1)
     _restore_latest_past_a_newer_record(seq, head - 1)
     seq.epoch()
+
+
+@pinned
+def sink_shown_by_its_name_at_the_head_after_a_restore(seq: Sequence) -> None:
+    """Seed 21568: a sink given a new uid under its old name (the advice for a mode
+    change, the old uid dropped), then renamed keeping that uid; a restore to the
+    checkpoint before the rename. `sink show out` read the dropped uid's manifest (the
+    name is that uid, which a retained checkpoint still records), not the sink the head
+    has under that name: 0 rows."""
+    _start(seq, initial())
+    out = initial().sinks[0]
+    renewed = replace(
+        initial(),
+        sinks=(replace(out, uid="sink4", mode="snapshot"),),
+        dropped_sinks=frozenset({out.uid}),
+    )
+    seq.deploy(renewed)
+    seq.epoch()
+    named = seq.ref.head
+    assert named is not None
+    seq.deploy(replace(renewed, sinks=(replace(renewed.sinks[0], name="sink5"),)))
+    seq.epoch()
+    seq.restore(named)
