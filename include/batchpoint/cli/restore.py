@@ -67,9 +67,8 @@ def cmd_restore(cmd: Command) -> ExitCode:
     operators = [op.name for op in pipeline.spec().operators if op.has_tasks]
     pipeline.spec(parse_parallelism(args.parallelism, operators))  # checks max_parallelism
     source = RestoreSource.parse(args.source)
-    if (
-        source.kind is not SourceKind.SAVEPOINT
-    ):  # a savepoint may start a pipeline the storage lacks
+    # A savepoint may start a pipeline the storage lacks.
+    if source.kind is not SourceKind.SAVEPOINT:
         cmd.coordinator_of(pipeline.name)  # an unknown pipeline is a mistake, no refusal
     gate = choose_restore_gate(
         pipeline,
