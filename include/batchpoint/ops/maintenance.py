@@ -55,7 +55,7 @@ def sink_tables(coordinator: CheckpointCoordinator) -> SinkTables | None:
     cannot be read could name tables: GC then gets a port that refuses, and deletes
     nothing."""
     try:
-        sinks = sink_directory(coordinator, pending=False).sinks
+        sinks = sink_directory(coordinator, pending=False, names=False).sinks
     except CheckpointNotFound:
         return None
     except BatchpointError as exc:

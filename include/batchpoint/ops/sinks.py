@@ -78,12 +78,16 @@ def head_topology(coordinator: CheckpointCoordinator) -> Topology | None:
     return outcome.completed.topology if outcome and outcome.completed else None
 
 
-def sink_directory(coordinator: CheckpointCoordinator, *, pending: bool = True) -> SinkDirectory:
+def sink_directory(
+    coordinator: CheckpointCoordinator, *, pending: bool = True, names: bool = True
+) -> SinkDirectory:
     """The sinks of the spec the pipeline registered (no code needed) and of its
     checkpoints (`pending`: the pending ones' too); raises, naming the pipeline, when
-    none is registered."""
+    none is registered. `names`: resolve names as the head has them too (one more
+    read; a caller that only lists the sinks needs none)."""
     recorded = recorded_topologies(coordinator, pending=pending)
-    return SinkDirectory(coordinator.load_spec().operators, recorded, head_topology(coordinator))
+    head = head_topology(coordinator) if names else None
+    return SinkDirectory(coordinator.load_spec().operators, recorded, head)
 
 
 def find_sink(coordinator: CheckpointCoordinator, sink: str) -> KnownSink:
