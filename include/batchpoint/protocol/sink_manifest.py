@@ -75,10 +75,8 @@ class SinkManifest(codec.Record):
             if cid is None or cid not in self.epochs:
                 continue
             chain = self.chain(cid)
-            out.update(
-                e.checkpoint_id
-                for e in (chain if self.mode is not SinkMode.SNAPSHOT else chain[-1:])
-            )
+            needed = chain[-1:] if self.mode is SinkMode.SNAPSHOT else chain
+            out.update(e.checkpoint_id for e in needed)
         return out
 
     def chain(self, as_of: int | None = None) -> list[PublishedEpoch]:

@@ -182,8 +182,7 @@ class PipelineDriver:
         unpublished completed checkpoint it builds on. Idempotent; a checkpoint a
         restore abandoned is not published (logged)."""
         sinks = [
-            SinkTarget(s.uid, s.mode, tuple(s.key_columns), s.name)
-            for s in self.pipeline.sinks.values()
+            SinkTarget(s.uid, s.mode, s.key_columns, s.name) for s in self.pipeline.sinks.values()
         ]
         published = self.coordinator.notify_checkpoint_complete(checkpoint_id, sinks).published
         self.sync_tables()
