@@ -62,8 +62,8 @@ def test_the_provider_info_passes_the_installed_schema_file():
 
 def test_the_config_section_documents_every_setting_with_its_default():
     from batchpoint.airflow.provider import get_provider_info
-    from batchpoint.setting_docs import S3_OPTIONS, SETTINGS
     from batchpoint.settings import KNOWN_VARIABLES, BatchpointEnvironment, read_environment
+    from batchpoint.settings.docs import S3_OPTIONS, SETTINGS
     from batchpoint.storage.s3.settings import S3Settings
 
     options = get_provider_info()["config"]["batchpoint"]["options"]

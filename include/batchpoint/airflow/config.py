@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 import batchpoint
-from batchpoint import setting_values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.redaction import redact_uri
@@ -63,6 +62,7 @@ from batchpoint.settings import (
     Settings,
     SparkMode,
     read_environment,
+    values,
 )
 
 __all__ = [
@@ -231,17 +231,17 @@ def parse_bool(text: Any, var: str, default: bool = False) -> bool:
     if text is None or not str(text).strip():
         return default
     try:
-        return setting_values.parse_bool(text)
+        return values.parse_bool(text)
     except ValueError as exc:
         raise ConfigError(f"{var}={text!r}: {exc}") from None
 
 
 def parse_interval(text: Any, var: str = "BATCHPOINT_CHECKPOINT_INTERVAL") -> Any:
-    """A checkpoint schedule (see setting_values.parse_interval), naming `var` when bad;
+    """A checkpoint schedule (see values.parse_interval), naming `var` when bad;
     empty means the default, 300 seconds."""
     if text is None or not str(text).strip():
         text = "300"
     try:
-        return setting_values.parse_interval(text)
+        return values.parse_interval(text)
     except ValueError as exc:
         raise ConfigError(f"{var}={text!r}: {exc}") from None

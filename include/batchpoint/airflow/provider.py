@@ -10,7 +10,7 @@ type, each registered by the provider that owns it.
 
 The `config` section documents every BATCHPOINT_* setting, generated from their
 declarations (`batchpoint.settings`, the S3 store's options) and their meanings
-(`batchpoint.setting_docs`). batchpoint reads them from the environment, the same way in
+(`batchpoint.settings.docs`). batchpoint reads them from the environment, the same way in
 every Airflow component, the Spark jobs and the CLI: the section is their reference
 (`airflow config list --include-providers`, the provider's docs), not another place to
 set them."""
@@ -88,8 +88,8 @@ def _option(variable: str, meaning: str, kind: str, default: Any, sensitive: boo
 def config_options() -> dict[str, dict[str, Any]]:
     """An option per BATCHPOINT_* setting: the model's fields, then the S3 store's
     other options (BATCHPOINT_S3_<OPTION>), by the name of the field it is read into."""
-    from batchpoint.setting_docs import S3_OPTIONS, SETTINGS
     from batchpoint.settings import BatchpointEnvironment, variable
+    from batchpoint.settings.docs import S3_OPTIONS, SETTINGS
     from batchpoint.storage.s3.settings import S3Settings
 
     options = {}

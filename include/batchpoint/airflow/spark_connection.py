@@ -25,11 +25,11 @@ from urllib.parse import quote, urlparse, urlunparse
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from batchpoint import setting_values
 from batchpoint.airflow.config import DEFAULT_SPARK_MODE
 from batchpoint.errors import ConfigError
 from batchpoint.redaction import redact_uri
 from batchpoint.settings import Settings, SparkMode, read_environment
+from batchpoint.settings.values import check_spark_master, check_spark_remote
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +92,10 @@ def spark_settings(
             f"needs a '{CONN_TYPES[mode]}' connection (the apache-spark provider's)"
         )
     if mode is SparkMode.CONNECT:
-        remote = _checked(conn_id, lambda: setting_values.check_spark_remote(connect_url(conn)))
+        remote = _checked(conn_id, lambda: check_spark_remote(connect_url(conn)))
         log.info("Spark Connect server from connection '%s': %s", conn_id, redact_uri(remote))
         return dataclasses.replace(settings, spark_remote=remote)
-    master = _checked(conn_id, lambda: setting_values.check_spark_master(submit_master(conn)))
+    master = _checked(conn_id, lambda: check_spark_master(submit_master(conn)))
     log.info("Spark master from connection '%s': %s", conn_id, master)
     return dataclasses.replace(settings, spark_master=master)
 

@@ -15,8 +15,8 @@ from batchpoint.ops.gates import gate_reference
 from batchpoint.ops.pipelines import open_pipeline, pipeline_code
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.runtime.api import Pipeline
-from batchpoint.setting_values import check_conn_id, check_root
 from batchpoint.settings import Settings, read_environment
+from batchpoint.settings.values import check_conn_id, check_root
 
 
 class UsageError(BatchpointError):

@@ -24,7 +24,7 @@ from batchpoint.runtime.restore import (
     RestoreGate,
     configure_gate,
 )
-from batchpoint.setting_values import check_ref
+from batchpoint.settings.values import check_ref
 from batchpoint.storage import StoreRef
 
 GATE_VARIABLE = "BATCHPOINT_QUALITY_GATE"

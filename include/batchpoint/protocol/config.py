@@ -9,7 +9,7 @@ from typing import Any
 
 from batchpoint.errors import ConfigError
 
-#: Longer than any sensible timeout, pause or grace (batchpoint.setting_values has the
+#: Longer than any sensible timeout, pause or grace (batchpoint.settings.values has the
 #: same bound for the variables): a larger value is a typo that would overflow deadlines.
 MAX_SECONDS = 30 * 86400.0
 

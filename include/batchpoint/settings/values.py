@@ -1,6 +1,6 @@
 """How each kind of BATCHPOINT_* value is read: durations, counts, true/false, `module:attr`
 references, storage roots, Spark masters and modes, schedules. Pure functions that raise ValueError
-with the reason; `batchpoint.settings` adds the variable's name and value to the message.
+with the reason; `environment` adds the variable's name and value to the message.
 
 Nothing here creates anything: a root is checked by looking at what exists, so read-only
 commands stay read-only.

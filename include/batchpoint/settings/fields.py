@@ -1,6 +1,6 @@
 """The pydantic field types of the BATCHPOINT_* variables: how one value is parsed and
 checked (durations, counts, booleans, refs, savepoint roots, secrets kept out of reprs).
-The rules themselves are in `setting_values`; this module only binds them to fields."""
+The rules themselves are in `values`; this module only binds them to fields."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode
 
-from batchpoint import setting_values as values
+from batchpoint.settings import values
 
 
 def duration(minimum: float = 0.0, positive: bool = False) -> BeforeValidator:

@@ -73,10 +73,10 @@ from pydantic_settings import (
 )
 
 from batchpoint import redaction
-from batchpoint import setting_values as values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.setting_fields import (
+from batchpoint.settings import values
+from batchpoint.settings.fields import (
     Bool,
     Refs,
     SavepointRoots,
@@ -90,7 +90,7 @@ from batchpoint.setting_fields import (
     optional,
     submit_args,
 )
-from batchpoint.setting_values import SparkMode
+from batchpoint.settings.values import SparkMode
 from batchpoint.storage import StoreRef
 
 PREFIX = "BATCHPOINT_"

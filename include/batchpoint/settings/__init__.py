@@ -1,0 +1,36 @@
+"""Every BATCHPOINT_* setting, read and checked in one place, the same way by the CLI, the
+DAGs, the Spark jobs and the UI.
+
+- `environment`: `BatchpointEnvironment`, the model of every variable, and
+  `read_environment`, which turns a bad value into one ConfigError line; the table of
+  the variables is there;
+- `values`: how each kind of value is parsed (durations, counts, roots, Spark masters,
+  schedules), pure functions raising ValueError;
+- `fields`: those rules bound to the model's pydantic field types;
+- `docs`: what each setting means (the Airflow provider's config section shows it).
+
+`batchpoint.airflow.config.AirflowDeployment` is the Airflow deployment's view of the same
+model.
+"""
+
+from batchpoint.settings.environment import (
+    DEFAULT_PIPELINE_REF,
+    KNOWN_VARIABLES,
+    MISSING_REMOTE,
+    BatchpointEnvironment,
+    Settings,
+    read_environment,
+    variable,
+)
+from batchpoint.settings.values import SparkMode
+
+__all__ = [
+    "DEFAULT_PIPELINE_REF",
+    "KNOWN_VARIABLES",
+    "MISSING_REMOTE",
+    "BatchpointEnvironment",
+    "Settings",
+    "SparkMode",
+    "read_environment",
+    "variable",
+]
