@@ -4,6 +4,7 @@ DAGs, the Spark jobs and the UI.
 - `environment`: `BatchpointEnvironment`, the model of every variable, and
   `read_environment`, which turns a bad value into one ConfigError line; the table of
   the variables is there;
+- `settings`: `Settings`, the part most code wants (storage, Spark, checkpointing);
 - `values`: how each kind of value is parsed (durations, counts, roots, Spark masters,
   schedules), pure functions raising ValueError;
 - `fields`: those rules bound to the model's pydantic field types;
@@ -18,10 +19,10 @@ from batchpoint.settings.environment import (
     KNOWN_VARIABLES,
     MISSING_REMOTE,
     BatchpointEnvironment,
-    Settings,
     read_environment,
     variable,
 )
+from batchpoint.settings.settings import Settings
 from batchpoint.settings.values import SparkMode
 
 __all__ = [
