@@ -11,8 +11,8 @@ import pytest
 
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.redaction import Secret, revealed_options
 from batchpoint.settings import KNOWN_VARIABLES, Settings, read_environment
+from batchpoint.storage.redaction import Secret, revealed_options
 
 PROJECT = Path(__file__).resolve().parents[1]
 

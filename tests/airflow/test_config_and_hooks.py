@@ -13,8 +13,8 @@ import pytest
 
 from batchpoint.airflow.config import AirflowDeployment, parse_interval
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import revealed_options
 from batchpoint.settings import Settings
+from batchpoint.storage.redaction import revealed_options
 
 pytestmark = pytest.mark.airflow
 

@@ -19,8 +19,8 @@ import pytest
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.hooks import BatchpointHook, SparkSubmitLauncher, settings_from_connection
 from batchpoint.errors import ConfigError, StorageAccessDenied
-from batchpoint.redaction import Secret, revealed_options
 from batchpoint.settings import Settings
+from batchpoint.storage.redaction import Secret, revealed_options
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 

@@ -8,7 +8,6 @@ import uuid
 import pytest
 
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import revealed_options
 from batchpoint.spark.remote import (
     PinnedStoreRef,
     WorkerVersionMismatch,
@@ -18,6 +17,7 @@ from batchpoint.spark.remote import (
 )
 from batchpoint.spark.session import pipeline_session_id, successor_session_id
 from batchpoint.storage import StoreRef
+from batchpoint.storage.redaction import revealed_options
 
 
 def test_s3_settings_and_credentials_are_resolved_on_the_client(

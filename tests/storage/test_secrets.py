@@ -13,11 +13,11 @@ import pytest
 
 from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import BatchpointError, StorageAccessDenied
-from batchpoint.redaction import REDACTED, Secret
 from batchpoint.runtime.api import Pipeline
 from batchpoint.spark.remote import portable_store_ref
 from batchpoint.storage import StoreRef, open_store, probe
 from batchpoint.storage.probe import ConditionalWritesUnsupported
+from batchpoint.storage.redaction import REDACTED, Secret
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
 
 pytestmark = pytest.mark.s3

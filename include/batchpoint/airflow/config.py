@@ -53,7 +53,6 @@ from typing import Any
 import batchpoint
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.redaction import redact_uri
 from batchpoint.settings import (
     DEFAULT_PIPELINE_REF,
     KNOWN_VARIABLES,
@@ -64,6 +63,7 @@ from batchpoint.settings import (
     read_environment,
     values,
 )
+from batchpoint.storage.redaction import redact_uri
 
 __all__ = [
     "DEFAULT_PIPELINE_REF",

@@ -14,9 +14,9 @@ from typing import Any
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.launchers import JOB_MODULE, OperatorJobLauncher, SparkJobResult
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import redact_uri
 from batchpoint.runtime.job_status import JobStatus
 from batchpoint.settings import Settings, SparkMode
+from batchpoint.storage.redaction import redact_uri
 
 
 class ConnectLauncher(OperatorJobLauncher):

@@ -9,10 +9,11 @@ types, read the way its hooks read them (the provider itself need not be install
 
 The connection is looked up when the task runs (never when the DAG is parsed);
 BATCHPOINT_SPARK_REMOTE and BATCHPOINT_SPARK_MASTER are the fallback when it does not
-exist. A connection's token only ever shows redacted (batchpoint.redaction). The operator
-tasks and the audit read it (task_spark_settings, spark_settings), so does a restore's
-quality gate (gate_spark_settings) and the CLI given --spark-conn-id (cli_spark_settings,
-where a missing connection is an error: nothing else names the endpoint it asked for)."""
+exist. A connection's token only ever shows redacted (batchpoint.storage.redaction). The
+operator tasks and the audit read it (task_spark_settings, spark_settings), so does a
+restore's quality gate (gate_spark_settings) and the CLI given --spark-conn-id
+(cli_spark_settings, where a missing connection is an error: nothing else names the
+endpoint it asked for)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from batchpoint.airflow.config import DEFAULT_SPARK_MODE
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import redact_uri
 from batchpoint.settings import Settings, SparkMode, read_environment
 from batchpoint.settings.values import check_spark_master, check_spark_remote
+from batchpoint.storage.redaction import redact_uri
 
 log = logging.getLogger(__name__)
 

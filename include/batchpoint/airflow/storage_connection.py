@@ -24,8 +24,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import redact_uri, scrub
 from batchpoint.settings import Settings
+from batchpoint.storage.redaction import redact_uri, scrub
 
 # batchpoint's own extras.
 _OWN_EXTRAS = {"root", "region"}

@@ -8,7 +8,6 @@ import functools
 import os
 from dataclasses import dataclass
 
-from batchpoint import redaction
 from batchpoint.cli.output import Output
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.ops.gates import gate_reference
@@ -17,6 +16,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.runtime.api import Pipeline
 from batchpoint.settings import Settings, read_environment
 from batchpoint.settings.values import check_conn_id, check_root
+from batchpoint.storage import redaction
 
 
 class UsageError(BatchpointError):

@@ -26,7 +26,6 @@ import pyarrow as pa
 from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
-from batchpoint.redaction import Secret
 from batchpoint.runtime.nodes import (
     OperatorContext,
     OperatorDef,
@@ -40,6 +39,7 @@ from batchpoint.runtime.nodes import (
 )
 from batchpoint.runtime.schemas import arrow_schema
 from batchpoint.storage import StoreRef
+from batchpoint.storage.redaction import Secret
 from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ import pyarrow as pa
 from batchpoint.errors import PipelineSpecError
 from batchpoint.protocol.layout import check_name
 from batchpoint.protocol.sink_manifest import SinkMode
-from batchpoint.redaction import Secret
 from batchpoint.runtime.schemas import arrow_schema
 from batchpoint.runtime.state_conform import conform_state
 from batchpoint.state.evolution.types import default_problem
 from batchpoint.storage import ObjectStore, StoreRef
+from batchpoint.storage.redaction import Secret
 from batchpoint.tables.binding import TableBinding
 
 if TYPE_CHECKING:

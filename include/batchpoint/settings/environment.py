@@ -69,7 +69,6 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from batchpoint import redaction
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import values
@@ -88,6 +87,7 @@ from batchpoint.settings.fields import (
     submit_args,
 )
 from batchpoint.settings.values import SparkMode
+from batchpoint.storage import redaction
 
 PREFIX = "BATCHPOINT_"
 S3_PREFIX = "BATCHPOINT_S3_"

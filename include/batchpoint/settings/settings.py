@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from batchpoint import redaction
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import values
 from batchpoint.settings.environment import (
@@ -21,7 +20,7 @@ from batchpoint.settings.environment import (
     variable,
 )
 from batchpoint.settings.values import SparkMode
-from batchpoint.storage import StoreRef
+from batchpoint.storage import StoreRef, redaction
 
 
 @dataclass(frozen=True)

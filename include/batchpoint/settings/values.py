@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlparse
 
-from batchpoint import redaction
+from batchpoint.storage import redaction
 
 
 class SparkMode(StrEnum):

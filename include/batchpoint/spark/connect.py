@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from batchpoint.errors import BatchpointError, ConfigError
-from batchpoint.redaction import redact_uri
+from batchpoint.storage.redaction import redact_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -28,8 +28,8 @@ import pyarrow as pa
 
 import batchpoint
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore, StoreRef
+from batchpoint.storage.redaction import redact_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

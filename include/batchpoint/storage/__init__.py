@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import Secret, conceal
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
+from batchpoint.storage.redaction import Secret, conceal
 
 __all__ = ["ObjectInfo", "ObjectStore", "StoreRef", "StoredObject", "open_store"]
 

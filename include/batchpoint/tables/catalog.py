@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import redact_uri, reveal, scrub
 from batchpoint.storage import ObjectStore
+from batchpoint.storage.redaction import redact_uri, reveal, scrub
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

@@ -28,8 +28,8 @@ from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sink_tables import TableReferences
 from batchpoint.protocol.sinks import Sink, SinkManifest, SinkPublisher, SinkRef
-from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore
+from batchpoint.storage.redaction import redact_uri
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import default_catalog_missing, table_metadata_prefix
 from batchpoint.tables.iceberg import IcebergSinkTable, TableError

@@ -11,8 +11,8 @@ from batchpoint.errors import BatchpointError
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sink_keys import sink_refs
 from batchpoint.protocol.sinks import Sink, SinkPins, SinkPublisher, SinkRef
-from batchpoint.redaction import redact_uri
 from batchpoint.storage import ObjectStore, StoreRef
+from batchpoint.storage.redaction import redact_uri
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import open_catalog
 from batchpoint.tables.iceberg import (

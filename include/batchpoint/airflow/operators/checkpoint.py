@@ -37,10 +37,10 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
-from batchpoint.redaction import redact_uri
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.job_status import JobStatus
 from batchpoint.settings import Settings, SparkMode
+from batchpoint.storage.redaction import redact_uri
 
 
 class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):

@@ -16,7 +16,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import mask_key, reveal
+from batchpoint.storage.redaction import mask_key, reveal
 from batchpoint.storage.s3 import errors
 from batchpoint.storage.s3.retry import botocore_retries
 from batchpoint.storage.s3.settings import S3Settings

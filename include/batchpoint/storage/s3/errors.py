@@ -15,7 +15,7 @@ from batchpoint.errors import (
     StorageError,
     StorageUnavailable,
 )
-from batchpoint.redaction import scrub
+from batchpoint.storage.redaction import scrub
 from batchpoint.storage.s3.settings import S3Settings
 
 

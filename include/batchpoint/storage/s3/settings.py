@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
-from batchpoint.redaction import CREDENTIAL_OPTIONS, REDACTED, Secret, mask_key, redact_uri
+from batchpoint.storage.redaction import CREDENTIAL_OPTIONS, REDACTED, Secret, mask_key, redact_uri
 
 MiB = 1024 * 1024
 MIN_PART = 5 * MiB  # S3 refuses smaller multipart parts (except the last one)
