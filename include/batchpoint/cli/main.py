@@ -47,7 +47,7 @@ from batchpoint.cli import (
 from batchpoint.cli.context import Command, Parser, finish, global_options
 from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.errors import BatchpointError
-from batchpoint.spark_endpoint import spark_endpoint
+from batchpoint.settings.spark_endpoint import spark_endpoint
 
 #: The command groups, in the order `--help` lists them.
 GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, plan, restore)

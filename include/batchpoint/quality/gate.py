@@ -128,8 +128,8 @@ class QualityGate:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
+            from batchpoint.settings.spark_endpoint import spark_settings_here
             from batchpoint.spark.session import session_here
-            from batchpoint.spark_endpoint import spark_settings_here
 
             # The endpoint of the restore task's Spark connection, or of the CLI's.
             self._spark = session_here(

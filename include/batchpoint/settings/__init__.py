@@ -8,7 +8,9 @@ DAGs, the Spark jobs and the UI.
 - `values`: how each kind of value is parsed (durations, counts, roots, Spark masters,
   schedules), pure functions raising ValueError;
 - `fields`: those rules bound to the model's pydantic field types;
-- `docs`: what each setting means (the Airflow provider's config section shows it).
+- `docs`: what each setting means (the Airflow provider's config section shows it);
+- `spark_endpoint`: the settings of Spark work that names no endpoint (a restore's
+  quality gate), as the front end running it found them.
 
 `batchpoint.airflow.config.AirflowDeployment` is the Airflow deployment's view of the same
 model.

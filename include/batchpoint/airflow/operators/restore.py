@@ -19,7 +19,7 @@ from batchpoint.ops.restore import RestoreRun, apply_restore, restore
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import GateOptions, RestoreGate, parse_flag
-from batchpoint.spark_endpoint import spark_endpoint
+from batchpoint.settings.spark_endpoint import spark_endpoint
 
 
 class RestoreCheckOperator(BatchpointOperator):

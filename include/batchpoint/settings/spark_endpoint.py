@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from batchpoint.settings import Settings
+from batchpoint.settings.settings import Settings
 
 Resolve = Callable[[], Settings]
 
