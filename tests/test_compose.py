@@ -20,9 +20,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from batchpoint.airflow.config import KNOWN_VARIABLES, parse_bool, parse_interval
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.settings import Settings
+from batchpoint.settings import KNOWN_VARIABLES, Settings, parse_bool, parse_interval
 from batchpoint.spark.session import DEFAULT_CONF
 
 PROJECT = Path(__file__).resolve().parents[1]

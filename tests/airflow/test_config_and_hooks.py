@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from batchpoint.airflow.config import AirflowDeployment, parse_interval
+from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.errors import ConfigError
-from batchpoint.settings import Settings
+from batchpoint.settings import Settings, parse_interval
 from batchpoint.storage.redaction import revealed_options
 
 pytestmark = pytest.mark.airflow

@@ -48,7 +48,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import batchpoint
 from batchpoint.errors import ConfigError
@@ -61,7 +60,6 @@ from batchpoint.settings import (
     Settings,
     SparkMode,
     read_environment,
-    values,
 )
 from batchpoint.storage.redaction import redact_uri
 
@@ -72,8 +70,6 @@ __all__ = [
     "START_DATE",
     "AirflowDeployment",
     "package_root",
-    "parse_bool",
-    "parse_interval",
 ]
 
 SENSOR_MODES = ("deferrable", "reschedule", "poke")
@@ -224,24 +220,3 @@ def _spark_job(given: str | None, required: bool = True) -> str:
     if required and not os.path.isfile(spark_job):
         raise ConfigError(f"BATCHPOINT_SPARK_JOB={spark_job!r}: no such file")
     return spark_job
-
-
-def parse_bool(text: Any, var: str, default: bool = False) -> bool:
-    """`true`/`false` (any case; empty: the default), naming `var` when it is neither."""
-    if text is None or not str(text).strip():
-        return default
-    try:
-        return values.parse_bool(text)
-    except ValueError as exc:
-        raise ConfigError(f"{var}={text!r}: {exc}") from None
-
-
-def parse_interval(text: Any, var: str = "BATCHPOINT_CHECKPOINT_INTERVAL") -> Any:
-    """A checkpoint schedule (see values.parse_interval), naming `var` when bad;
-    empty means the default, 300 seconds."""
-    if text is None or not str(text).strip():
-        text = "300"
-    try:
-        return values.parse_interval(text)
-    except ValueError as exc:
-        raise ConfigError(f"{var}={text!r}: {exc}") from None

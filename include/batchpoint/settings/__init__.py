@@ -21,6 +21,8 @@ from batchpoint.settings.environment import (
     KNOWN_VARIABLES,
     MISSING_REMOTE,
     BatchpointEnvironment,
+    parse_bool,
+    parse_interval,
     read_environment,
     variable,
 )
@@ -34,6 +36,8 @@ __all__ = [
     "BatchpointEnvironment",
     "Settings",
     "SparkMode",
+    "parse_bool",
+    "parse_interval",
     "read_environment",
     "variable",
 ]

@@ -276,6 +276,31 @@ def read_environment(
     return model
 
 
+# One variable's text read on its own, outside the model (a deployment file's value, say),
+# its name in the message as the model's own errors name theirs.
+
+
+def parse_bool(text: Any, var: str, default: bool = False) -> bool:
+    """`true`/`false` (any case; empty: the default), naming `var` when it is neither."""
+    if text is None or not str(text).strip():
+        return default
+    try:
+        return values.parse_bool(text)
+    except ValueError as exc:
+        raise ConfigError(f"{var}={text!r}: {exc}") from None
+
+
+def parse_interval(text: Any, var: str = "BATCHPOINT_CHECKPOINT_INTERVAL") -> Any:
+    """A checkpoint schedule (see values.parse_interval), naming `var` when bad;
+    empty means the default, 300 seconds."""
+    if text is None or not str(text).strip():
+        text = "300"
+    try:
+        return values.parse_interval(text)
+    except ValueError as exc:
+        raise ConfigError(f"{var}={text!r}: {exc}") from None
+
+
 def _one_line(exc: ValidationError) -> str:
     error = exc.errors(include_url=False)[0]
     reason = str(error["msg"]).removeprefix("Value error, ")
