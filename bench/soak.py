@@ -73,7 +73,7 @@ def gc_process(uri: str, options: dict[str, str], now: float, out: Any) -> None:
         build_pipeline(), StoreRef.of(uri, options), CheckpointConfig(), lambda: now
     )
     started = time.perf_counter()
-    report = ops_gc(driver.coordinator, history_limit=20)
+    report = ops_gc(driver.coordinator, driver.coordinator.store, history_limit=20)
     out.send({"seconds": time.perf_counter() - started, "deleted": len(report.deleted_files)})
 
 
@@ -267,10 +267,10 @@ def final_gc_and_orphans(soak: Soak) -> tuple[list[str], float]:
     coordinator = soak.runner.driver.coordinator
     soak.clock.now += 10 * HOUR
     coordinator.settle()
-    ops_gc(coordinator)
+    ops_gc(coordinator, coordinator.store)
     soak.clock.now += 10 * HOUR
     final = time.perf_counter()
-    ops_gc(coordinator)
+    ops_gc(coordinator, coordinator.store)
     final_gc = time.perf_counter() - final
     return Checker(soak.store, 0, 1, pipeline="payments").orphans(), final_gc
 

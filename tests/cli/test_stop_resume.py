@@ -21,7 +21,7 @@ STOP = {"stop_pipeline": True}
 
 def overview_status(driver: PipelineDriver) -> tuple[str, str]:
     c = driver.coordinator
-    overview = pipeline_overview(c, c.stats.page(None, 10))
+    overview = pipeline_overview(c, c.store, c.stats.page(None, 10))
     return overview.status, overview.status_detail
 
 

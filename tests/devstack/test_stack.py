@@ -528,7 +528,7 @@ def _gc_then_orphans(run: Run, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setenv("BATCHPOINT_TABLE_CATALOG", run.catalog_uri)  # reached from here
     for _ in range(2):  # the second pass sweeps what the first one collected
-        tables = sink_tables(run.coordinator)
+        tables = sink_tables(run.coordinator, run.coordinator.store)
         run.coordinator.garbage_collector(grace=0.0, tables=tables).collect()
     table = run.balances_table().require()
     referenced = table_data_keys(table, run.settings.root.partition("://")[2].partition("/")[2])

@@ -32,11 +32,11 @@ def test_a_removed_table_sink_keeps_its_binding_while_a_checkpoint_has_it(
     without = PipelineDriver(pipeline, root)
     fake_epochs.epoch(without)
     assert "balances_table" not in {op.name for op in without.coordinator.load_spec().operators}
-    tables = sink_tables(without.coordinator)
+    tables = sink_tables(without.coordinator, without.coordinator.store)
     assert tables is not None, "GC would forget the table's references"
     assert tables.bindings == {"balances_table": TableBinding("payments.balances")}  # type: ignore[attr-defined]
     # once no retained checkpoint has the sink, its binding goes with it
     for _ in range(without.config.num_retained + 1):
         fake_epochs.epoch(without)
     assert first not in without.coordinator.completed.retained_ids()
-    assert sink_tables(without.coordinator) is None
+    assert sink_tables(without.coordinator, without.coordinator.store) is None

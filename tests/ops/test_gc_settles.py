@@ -51,15 +51,15 @@ def test_gc_expires_a_checkpoint_left_pending_past_its_deadline(store: ObjectSto
     staged = ack(c, paused, "keyed#0")  # then the DAG was paused: nobody acks the rest
 
     clock.now += 30  # within its deadline: gc leaves it pending
-    report = gc(c)
+    report = gc(c, c.store)
     assert report.settled == [] and c.get_outcome(paused) is None
     assert [p.checkpoint_id for p in c.control.load().pending] == [paused]
 
     clock.now += 60  # past it
-    dry = gc(c, dry_run=True)
+    dry = gc(c, c.store, dry_run=True)
     assert dry.settled == [] and c.get_outcome(paused) is None  # a dry run writes nothing
 
-    report = gc(c)
+    report = gc(c, c.store)
     outcome = c.get_outcome(paused)
     assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
     assert outcome.reason is CheckpointFailureReason.EXPIRED
@@ -89,8 +89,8 @@ def test_gc_expires_an_audited_checkpoint_whose_audit_never_came(store: ObjectSt
     ).checkpoint_id
     for task in c.get_checkpoint(cid).expected_tasks:
         ack(c, cid, task)
-    assert gc(c).settled == [] and c.get_outcome(cid) is None  # waits for its audit
+    assert gc(c, c.store).settled == [] and c.get_outcome(cid) is None  # waits for its audit
     clock.now += 120
-    (outcome,) = gc(c).settled
+    (outcome,) = gc(c, c.store).settled
     assert outcome.checkpoint_id == cid and outcome.reason is CheckpointFailureReason.EXPIRED
     assert "audit gave no verdict" in outcome.message

@@ -45,4 +45,4 @@ def test_a_garbled_outcome_is_a_row_of_the_history_not_an_error(store, damage):
     assert detail.stats.status is CheckpointStatus.UNREADABLE and detail.tasks == []
     assert checkpoint_page(c, ids[1]).files == []
     assert checkpoint_page(c, ids[2]).files  # the others still show their files
-    assert pipeline_overview(c, tracker.page(limit=10)).head == ids[2]
+    assert pipeline_overview(c, c.store, tracker.page(limit=10)).head == ids[2]

@@ -44,7 +44,7 @@ def test_a_restored_savepoint_is_kept_unless_claimed(store, claim: bool) -> None
     assert files_of(c, savepoint)
 
     newer = [complete(c) for _ in range(2)]  # the head moves on past the savepoint
-    gc(c)
+    gc(c, c.store)
     retained = c.control.load().retained_ids()
     if claim:
         assert retained == [newer[-1]]  # subsumed like any checkpoint beyond num_retained
@@ -59,7 +59,7 @@ def test_claiming_the_head_keeps_it_until_a_newer_checkpoint_completes(store) ->
     c.register(simple_pipeline("p", [("op", 1)]))
     savepoint = complete(c, CheckpointType.SAVEPOINT)
     c.restore(savepoint, claim=True)
-    gc(c)
+    gc(c, c.store)
     assert c.control.load().retained_ids() == [savepoint]  # the head is never subsumed
     assert files_of(c, savepoint)
     # a restore of it again without claim does not take the claim back

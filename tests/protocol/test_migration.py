@@ -77,7 +77,7 @@ def test_a_damaged_marker_falls_back_to_the_outcome(
     complete(c)  # the next write migrates the record (and subsumes the old head)
     assert not list(store.list(c.layout.retained_prefix))  # the markers said all they could
     clock.advance(1e6)  # past every grace period
-    report = ops_gc(c)
+    report = ops_gc(c, c.store)
     assert report.deleted_files  # the subsumed checkpoints went
     assert intact(c, keeper) and keeper in c.completed.retained_ids()
     assert any(f.checkpoint_id == keeper and marker in f.problem for f in report.findings)
@@ -99,7 +99,7 @@ def test_a_folder_nothing_can_judge_is_held_and_reported(store: ObjectStore) -> 
     assert savepoint not in control.retained_ids() and not control.is_discarded(savepoint)
     complete(c)  # the next write migrates the record
     clock.advance(1e6)
-    report = ops_gc(c)
+    report = ops_gc(c, c.store)
     assert report.deleted_files  # the subsumed checkpoints went
     assert sorted(i.key for i in store.list(c.layout.data_prefix(savepoint))) == files
     held = [f for f in report.findings if f.checkpoint_id == savepoint]

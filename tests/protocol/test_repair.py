@@ -183,7 +183,7 @@ def test_unreadable_outcome_is_held_never_queued(store: ObjectStore) -> None:
     assert not control.is_discarded(broken) and broken not in control.retained_ids()
     assert not control.with_discarded([broken], clock()).is_discarded(broken)  # never queued
     clock.advance(1e6)
-    found = ops_gc(c)
+    found = ops_gc(c, c.store)
     assert [i.key for i in store.list(c.layout.data_prefix(broken))] == files
     assert any(f.checkpoint_id == broken and "batchpoint repair" in str(f) for f in found.findings)
 

@@ -84,7 +84,7 @@ def test_task_killed_then_retried(
         assert by_op[operator].skipped  # its acks survived the kill: nothing to redo
     # files the killed attempt wrote but never acknowledged are garbage, and only them
     leftovers = _data_files(run, cid) - _referenced(run, cid)
-    gc(run.runner.driver.coordinator)
+    gc(run.runner.driver.coordinator, run.runner.driver.coordinator.store)
     assert _data_files(run, cid) == _referenced(run, cid)
     if point == "after-snapshot":
         assert any("/first/" in key for key in leftovers)
@@ -161,7 +161,7 @@ def test_spark_task_failure_is_retried_by_spark(
     assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
     # every subtask's files come from the retried Spark attempt; the first attempt's
     # uploads were deleted by the failing task itself or are unreferenced garbage
-    gc(run.runner.driver.coordinator)
+    gc(run.runner.driver.coordinator, run.runner.driver.coordinator.store)
     assert _data_files(run, cid) == _referenced(run, cid)
     monkeypatch.delenv("BATCHPOINT_FAULT")
     run.epoch(2)
@@ -276,7 +276,7 @@ def test_channels_are_collected_once_the_epoch_completes(
     durable = {h.path for h in completed.durable_handles}
     staged_by_sink = channels & durable  # balances' channel, the balances_table sink's files
     assert staged_by_sink and channels - durable
-    gc(c)
+    gc(c, c.store)
     assert not any(run.store.exists(p) for p in channels - durable)
     assert all(run.store.exists(p) for p in durable)
     # without its channels the checkpoint still restores, and exports a whole savepoint

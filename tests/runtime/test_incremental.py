@@ -104,7 +104,7 @@ def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
 
     # Retention keeps 3 and 4; GC takes 1's and 2's own files but not what 3 still shares.
     c = run.runner.driver.coordinator
-    gc(c)
+    gc(c, c.store)
     assert c.control.load().retained_ids() == [3, 4]
     three = _completed(run, 3)
     assert any(h.path.startswith(c.layout.data_prefix(1)) for h in _state_files(three))

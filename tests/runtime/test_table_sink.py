@@ -134,7 +134,7 @@ def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
 
     # GC drops what no retained checkpoint needs; it expires their table snapshots
     # before deleting their files, so time travel offers only what it can read.
-    gc(driver.coordinator)
+    gc(driver.coordinator, driver.coordinator.store)
     kept = {c.checkpoint_id for c in table.history()}
     manifest = driver.sinks.manifest("balances_table")
     assert manifest is not None and kept == set(manifest.epochs)

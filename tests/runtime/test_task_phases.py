@@ -76,7 +76,13 @@ class World:
                 on_log(line)
 
         return TaskEnvironment(
-            self.pipeline, self.coordinator, None, StoreRef.of("file:///unused"), log, **options
+            self.pipeline,
+            self.coordinator,
+            self.coordinator.store,
+            None,
+            StoreRef.of("file:///unused"),
+            log,
+            **options,
         )
 
     def trigger(self) -> int:

@@ -287,7 +287,7 @@ def test_a_killed_clients_server_job_cannot_ack_and_its_late_files_are_collected
     assert not referenced & set(late)
     assert all(ack.attempt != "zombie" for ack in completed.acks)
 
-    report = gc(coordinator)
+    report = gc(coordinator, coordinator.store)
     assert set(late) <= set(report.deleted_files)
     assert not zombie_files()
     run.assert_matches_reference()

@@ -346,7 +346,9 @@ class Schedule:
             def collect(_a: int, limit: int | None = limit) -> Any:
                 if variant is not None:
                     return variant(self.driver)
-                return ops_gc(self.driver.coordinator, history_limit=limit)
+                return ops_gc(
+                    self.driver.coordinator, self.driver.coordinator.store, history_limit=limit
+                )
 
             self._task(collect, retries=1)
 
@@ -551,9 +553,9 @@ class Schedule:
                 self.driver.notify_complete(head.head)  # publish, then the table's sync
             else:
                 self.driver.sync_tables()
-            ops_gc(self.driver.coordinator, history_limit=None)
+            ops_gc(self.driver.coordinator, self.driver.coordinator.store, history_limit=None)
             self.clock.advance(grace)
-            ops_gc(self.driver.coordinator, history_limit=None)
+            ops_gc(self.driver.coordinator, self.driver.coordinator.store, history_limit=None)
         except BatchpointError as exc:
             self.violations.append(
                 Violation(self.seed, step, "recovery-failed", f"{type(exc).__name__}: {exc}")

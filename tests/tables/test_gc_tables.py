@@ -37,7 +37,7 @@ def test_gc_keeps_the_current_snapshot_of_a_table_that_lags_its_manifest(
         later = [epochs.epoch({"a": n}) for n in (2, 3, 4)]
     assert epochs.table().history()[-1].checkpoint_id == first  # the table lags
 
-    report = gc(epochs.coordinator)
+    report = gc(epochs.coordinator, epochs.coordinator.store)
 
     assert f"{SINK}@{first}" in report.dropped_epochs  # the manifest let go of it
     assert epochs.assert_every_snapshot_reads() == [first]  # the table did not
@@ -54,7 +54,7 @@ def test_gc_keeps_the_current_snapshot_of_a_table_that_lags_its_manifest(
     # checkpoint, the old snapshot expired), and the next pass frees checkpoint 1.
     fifth = epochs.epoch({"a": 5})
     assert epochs.read() == {"a": 5}
-    report = gc(epochs.coordinator)
+    report = gc(epochs.coordinator, epochs.coordinator.store)
     assert not report.findings
     assert not _sink_files(epochs, first)
     assert epochs.assert_every_snapshot_reads() == [fifth]
@@ -71,14 +71,14 @@ def test_gc_deletes_nothing_while_a_table_cannot_be_expired(epochs: TableEpochs)
     c.abort(aborted, CheckpointFailureReason.DECLINED, "declined")
 
     with epochs.outage():
-        report = gc(c)
+        report = gc(c, c.store)
     assert epochs.assert_every_snapshot_reads() == ids
     assert report.deleted_files == [] and report.dequeued == []
     assert [f.subject for f in report.findings] == ["sink tables"]
     assert "not expired, nothing deleted" in report.findings[0].problem
     assert epochs.store.exists(stray)  # nothing at all, not only the table's files
 
-    report = gc(c)  # the catalog is back: snapshots of dropped epochs expire, then go
+    report = gc(c, c.store)  # the catalog is back: snapshots of dropped epochs expire, then go
     assert not report.findings
     assert not epochs.store.exists(stray)
     assert not _sink_files(epochs, ids[0]) and not _sink_files(epochs, ids[1])
@@ -92,10 +92,10 @@ def test_a_dry_run_that_cannot_read_a_table_would_delete_nothing(epochs: TableEp
     with epochs.outage():
         for n in (2, 3):
             epochs.epoch({"a": n})
-    gc(epochs.coordinator)
+    gc(epochs.coordinator, epochs.coordinator.store)
     assert _sink_files(epochs, first)
     with epochs.outage():
-        report = gc(epochs.coordinator, dry_run=True)
+        report = gc(epochs.coordinator, epochs.coordinator.store, dry_run=True)
     assert report.deleted_files == []
     assert [f.subject for f in report.findings] == ["sink tables"]
     assert "not read, nothing deleted" in report.findings[0].problem
@@ -109,7 +109,7 @@ def test_gc_through_another_catalog_than_the_pipelines_deletes_nothing(
     take the table's absence there for no table: its metadata is in storage."""
     ids = [epochs.epoch({"a": n}) for n in (1, 2, 3)]
     monkeypatch.setenv("BATCHPOINT_TABLE_CATALOG", f"sqlite:///{tmp_path / 'other.db'}")
-    report = gc(epochs.coordinator)
+    report = gc(epochs.coordinator, epochs.coordinator.store)
     assert report.deleted_files == []
     (finding,) = report.findings
     assert "not in the catalog read here, yet its metadata is in storage" in finding.problem
@@ -125,7 +125,9 @@ def test_the_cleanup_of_one_checkpoint_leaves_a_completed_ones_files_to_gc(
     with epochs.outage():
         for n in (2, 3):
             epochs.epoch({"a": n})
-    gc(epochs.coordinator)  # the manifest drops epoch 1; the lagging table reads it
+    gc(
+        epochs.coordinator, epochs.coordinator.store
+    )  # the manifest drops epoch 1; the lagging table reads it
     assert discard_checkpoint_data(epochs.coordinator, first) == []
     assert epochs.assert_every_snapshot_reads() == [first]
 
@@ -137,7 +139,7 @@ def test_a_catalog_that_cannot_be_reached_is_named_without_its_password(
     secret = "s3cret-catalog-pass"
     uri = f"postgresql+psycopg2://batchpoint:{secret}@127.0.0.1:9/catalog"
     monkeypatch.setenv("BATCHPOINT_TABLE_CATALOG", uri)
-    report = gc(epochs.coordinator)
+    report = gc(epochs.coordinator, epochs.coordinator.store)
     (finding,) = report.findings
     assert report.deleted_files == [] and "nothing deleted" in finding.problem
     assert "postgresql+psycopg2://batchpoint:**********@127.0.0.1:9/catalog" in finding.problem

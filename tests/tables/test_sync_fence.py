@@ -72,7 +72,10 @@ def test_gc_between_a_syncs_plan_and_its_commit_keeps_the_pinned_epoch(
 ) -> None:
     one, two, three = _lagging(epochs)
     passes: list = []
-    hook = once(lambda: passes.append(gc(epochs.coordinator)), lambda op, _: op == "commit_table")
+    hook = once(
+        lambda: passes.append(gc(epochs.coordinator, epochs.coordinator.store)),
+        lambda op, _: op == "commit_table",
+    )
 
     report = _sync(epochs, CallHooks(hook)).run()
 
@@ -84,7 +87,7 @@ def test_gc_between_a_syncs_plan_and_its_commit_keeps_the_pinned_epoch(
     assert _pins(epochs) == ()  # released after the last commit
 
     # The next pass lets go of 2: its snapshot expires, then its files go.
-    report = gc(epochs.coordinator)
+    report = gc(epochs.coordinator, epochs.coordinator.store)
     assert f"{SINK}@{two}" in report.dropped_epochs
     assert epochs.assert_every_snapshot_reads() == [three]
     assert not _sink_files(epochs, two)
@@ -96,7 +99,9 @@ def test_gc_between_a_syncs_manifest_read_and_its_pin_makes_it_plan_again(
     """GC dropped 2 after the sync read the manifest: the pin is refused, the sync plans
     again on what is left and rewinds the table to 3, reading nothing GC deleted."""
     _one, two, three = _lagging(epochs)
-    hook = once(lambda: gc(epochs.coordinator), lambda op, _: op == "load_table")
+    hook = once(
+        lambda: gc(epochs.coordinator, epochs.coordinator.store), lambda op, _: op == "load_table"
+    )
 
     report = _sync(epochs, CallHooks(hook)).run()
 
@@ -124,7 +129,7 @@ def test_a_pin_left_by_a_sync_killed_after_its_commit_is_dropped_by_gc(
         sync.run()
     assert [p.checkpoint_id for p in _pins(epochs)] == [two]  # no process to unpin
 
-    report = gc(epochs.coordinator)
+    report = gc(epochs.coordinator, epochs.coordinator.store)
     assert _pins(epochs) == ()
     assert f"{SINK}@{two}" in report.dropped_epochs
     assert epochs.read() == {"a": 2}  # the current snapshot, read through the table
@@ -142,7 +147,7 @@ def test_a_retried_publish_never_brings_back_an_epoch_gc_dropped(epochs: TableEp
     on its missing file, so the table never caught up."""
     with epochs.outage():
         one, two = (epochs.epoch({"a": n}) for n in (1, 2))
-    gc(epochs.coordinator)
+    gc(epochs.coordinator, epochs.coordinator.store)
     assert not _sink_files(epochs, one)
 
     retried = epochs.coordinator.notify_checkpoint_complete(two, [(SINK, "snapshot", ["k"])])
@@ -162,7 +167,7 @@ def test_a_retried_publish_never_brings_back_an_ancestor_gc_dropped_with_its_chi
     take its schema from 1's missing file and never catch up."""
     with epochs.outage():
         one, two, three = (epochs.epoch({"a": n}) for n in (1, 2, 3))
-    gc(epochs.coordinator)
+    gc(epochs.coordinator, epochs.coordinator.store)
     assert not _sink_files(epochs, one) and not _sink_files(epochs, two)
 
     retried = epochs.coordinator.notify_checkpoint_complete(two, [(SINK, "snapshot", ["k"])])

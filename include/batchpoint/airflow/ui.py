@@ -47,11 +47,13 @@ from fastapi.staticfiles import StaticFiles
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
-from batchpoint.errors import BatchpointError, CheckpointNotFound, ObjectNotFound
+from batchpoint.errors import BatchpointError, CheckpointNotFound
 from batchpoint.ops.overview import checkpoint_page, control_of, page_summary, pipeline_overview
 from batchpoint.ops.restore_history import recent_restores
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.settings import Settings
+from batchpoint.storage.base import ObjectStore
 
 URL_PREFIX = "/batchpoint"
 #: The OpenAPI schema of the JSON routes, under the prefix.
@@ -147,10 +149,10 @@ class CheckpointPages:
     def names(self) -> list[str]:
         return self._pipelines()
 
-    def _open(self, name: str) -> tuple[Settings, CheckpointCoordinator]:
+    def _open(self, name: str) -> tuple[Settings, ObjectStore, PipelineHistory]:
         settings = self._settings()
         store = settings.store_ref.open()
-        return settings, CheckpointCoordinator(store, name, settings.checkpoint)
+        return settings, store, CheckpointCoordinator(store, name, settings.checkpoint)
 
     def pipelines(self, names: list[str]) -> list[dict[str, Any]]:
         return [self.pipeline(name, OVERVIEW_PAGE)[0] for name in names]
@@ -161,10 +163,10 @@ class CheckpointPages:
         """The pipeline with its status, and a page of its history (the newest page
         also tells the status, so it is read once for both); `with_plan`: the deploy
         plan of the code on the head too (the pipeline's own page)."""
-        settings, c = self._open(name)
+        settings, store, c = self._open(name)
         newest = c.stats.page(None, limit)
         page = newest if before is None else c.stats.page(before, limit)
-        overview = pipeline_overview(c, newest)
+        overview = pipeline_overview(c, store, newest)
         about = {
             "pipeline": name,
             "root": settings.root,
@@ -195,16 +197,13 @@ class CheckpointPages:
         }
 
     def checkpoint(self, name: str, checkpoint_id: int) -> dict[str, Any]:
-        _, c = self._open(name)
+        _, _, c = self._open(name)
         return checkpoint_page(c, checkpoint_id).to_json()
 
     def data_docs(self, name: str, checkpoint_id: int, path: str) -> bytes | None:
         """A file of a Data Docs site the gate stored beside the checkpoint, or None."""
-        _, c = self._open(name)
-        try:
-            return c.store.get(c.layout.checkpoint(checkpoint_id) + "data-docs/" + path).data
-        except ObjectNotFound:
-            return None
+        _, _, c = self._open(name)
+        return c.reports.data_docs_file(checkpoint_id, path)
 
 
 Before = Annotated[int | None, Query(ge=1)]

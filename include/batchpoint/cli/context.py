@@ -17,6 +17,7 @@ from batchpoint.runtime.api import Pipeline
 from batchpoint.settings import Settings, read_environment
 from batchpoint.settings.values import check_conn_id, check_root
 from batchpoint.storage import redaction
+from batchpoint.storage.base import ObjectStore
 
 
 class UsageError(BatchpointError):
@@ -161,12 +162,17 @@ class Command:
         asked for (only commands that run Spark import Airflow); else the variables'."""
         return self._spark_settings
 
+    @functools.cached_property
+    def store(self) -> ObjectStore:
+        """The storage root, opened once for the command: every pipeline lives in it."""
+        return self.settings.store_ref.open()
+
     def coordinator(self) -> CheckpointCoordinator:
         """The named pipeline (it must exist), or the only one."""
-        return open_pipeline(self.settings, self.args.pipeline)
+        return open_pipeline(self.settings, self.args.pipeline, self.store)
 
     def coordinator_of(self, name: str) -> CheckpointCoordinator:
-        return open_pipeline(self.settings, name)
+        return open_pipeline(self.settings, name, self.store)
 
     def pipeline(self) -> Pipeline:
         """The pipeline's code, from --pipeline-ref or BATCHPOINT_PIPELINE_REF (a

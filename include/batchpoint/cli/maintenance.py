@@ -26,6 +26,7 @@ def cmd_gc(cmd: Command) -> ExitCode:
     args = cmd.args
     report = gc(
         cmd.coordinator(),
+        cmd.store,
         dry_run=args.dry_run,
         history_limit=args.history_limit,
         progress=None if args.json else cmd.out.progress,

@@ -25,7 +25,7 @@ def cmd_verify(cmd: Command) -> ExitCode:
             c, args.target, cmd.settings.store_options, cmd.settings.savepoint_roots
         )
         check = verify_files(c, target, checksums=not args.quick)
-        tables = table_lag(c)
+        tables = table_lag(c, cmd.store)
         lines = [f"{check.target}: {check.files} file(s), {len(check.problems)} problem(s)"]
         lines += [f"  {p}" for p in check.problems] + _table_lines(tables)
         cmd.out.emit(lambda: {**check.to_json(), "tables": tables}, "\n".join(lines))
@@ -52,7 +52,7 @@ def cmd_verify(cmd: Command) -> ExitCode:
         gate.coordinator, args.target, cmd.settings.store_options, cmd.settings.savepoint_roots
     )
     result = verify_quality(gate, target, quarantine=args.quarantine, progress=cmd.out.progress)
-    tables = table_lag(gate.coordinator)
+    tables = table_lag(gate.coordinator, gate.store)
     cmd.out.emit(
         lambda: {**result.to_json(), "tables": tables},
         lambda: [*render_report(result.target, result.report), *_table_lines(tables)],

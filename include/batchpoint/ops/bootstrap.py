@@ -29,6 +29,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import Count, ProgressFn, count_due
+from batchpoint.protocol.savepoint_paths import savepoint_location
 from batchpoint.protocol.savepoints import (
     METADATA,
     SavepointLocation,
@@ -39,7 +40,6 @@ from batchpoint.protocol.savepoints import (
 )
 from batchpoint.runtime.api import OperatorDef, Pipeline
 from batchpoint.runtime.deploy import code_topology
-from batchpoint.runtime.restore_options import savepoint_location
 from batchpoint.runtime.state_conform import conform_state
 from batchpoint.runtime.streams import state_stream
 from batchpoint.settings import Settings

@@ -25,6 +25,7 @@ from batchpoint.ops.sinks import find_sink
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import OperatorKind
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.sinks import visible_files
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.settings import Settings
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 Checkpoint = int | str  # an id, or "latest"
 
 
-def resolve_checkpoint(coordinator: CheckpointCoordinator, checkpoint: Checkpoint) -> int:
+def resolve_checkpoint(coordinator: PipelineHistory, checkpoint: Checkpoint) -> int:
     """ "latest" is the head (what the next epoch builds on); an id must be completed
     and its records still kept."""
     if checkpoint == "latest":
@@ -53,7 +54,7 @@ def resolve_checkpoint(coordinator: CheckpointCoordinator, checkpoint: Checkpoin
     return checkpoint
 
 
-def _completed(coordinator: CheckpointCoordinator, checkpoint_id: int) -> CompletedCheckpoint:
+def _completed(coordinator: PipelineHistory, checkpoint_id: int) -> CompletedCheckpoint:
     outcome = coordinator.get_outcome(checkpoint_id)
     if outcome is None or outcome.completed is None:
         state = "is not completed" if outcome is not None else "does not exist (or was pruned)"
@@ -65,7 +66,7 @@ def _completed(coordinator: CheckpointCoordinator, checkpoint_id: int) -> Comple
 
 
 def state_files(
-    coordinator: CheckpointCoordinator, operator: str, state: str, checkpoint: Checkpoint
+    coordinator: PipelineHistory, operator: str, state: str, checkpoint: Checkpoint
 ) -> tuple[int, list[FileHandle]]:
     """The files (every layer) of an operator's state at a checkpoint."""
     cid = resolve_checkpoint(coordinator, checkpoint)
@@ -117,7 +118,7 @@ def read_state(
 
 
 def sink_files(
-    coordinator: CheckpointCoordinator, sink: str, checkpoint: Checkpoint
+    coordinator: PipelineHistory, sink: str, checkpoint: Checkpoint
 ) -> tuple[int | None, list[FileHandle]]:
     """The files a reader of the sink sees as of a published checkpoint ("latest": now);
     `sink` a uid, a name or an earlier name (ops/sinks.py::find_sink)."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.protocol.deploy_plan import DeployPlan
+from batchpoint.protocol.savepoint_paths import savepoint_location
 from batchpoint.protocol.savepoints import confined, located_checkpoint, read_savepoint
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.deploy import plan_on
 from batchpoint.runtime.driver import PipelineDriver
-from batchpoint.runtime.restore_options import savepoint_location
 from batchpoint.settings import Settings
 
 

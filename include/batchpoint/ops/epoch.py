@@ -17,7 +17,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointOutcome,
     CheckpointStatus,
 )
-from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline_ports import CheckpointDecisions
 from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.runtime.driver import PipelineDriver
 
@@ -76,7 +76,7 @@ def finalize(driver: PipelineDriver, checkpoint_id: int, *, audited: bool = Fals
     return Finalized(checkpoint_id, outcome, published, retained=after or [], subsumed=subsumed)
 
 
-def _retained(coordinator: CheckpointCoordinator) -> list[int] | None:
+def _retained(coordinator: CheckpointDecisions) -> list[int] | None:
     """The retained ids, for the log of what a completion subsumed: a read that fails
     only leaves that out, it never fails the finalize."""
     try:
@@ -86,7 +86,7 @@ def _retained(coordinator: CheckpointCoordinator) -> list[int] | None:
 
 
 def expire(
-    coordinator: CheckpointCoordinator, checkpoint_id: int, missing: Iterable[str] | None = None
+    coordinator: CheckpointDecisions, checkpoint_id: int, missing: Iterable[str] | None = None
 ) -> CheckpointOutcome:
     """Abort the checkpoint as EXPIRED, naming the tasks that did not acknowledge it in
     time (those still missing when `missing` is None), in the coordinator's own words.

@@ -8,8 +8,8 @@ from typing import Any
 
 from batchpoint.errors import ConfigError, RecordError
 from batchpoint.protocol.control import ControlUnreadable
-from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.records import to_iso
 from batchpoint.protocol.stats import CheckpointStats, Summary, TaskStats
 
@@ -30,9 +30,7 @@ class CheckpointHistory:
         }
 
 
-def list_checkpoints(
-    coordinator: CheckpointCoordinator, limit: int | None = None
-) -> CheckpointHistory:
+def list_checkpoints(coordinator: PipelineHistory, limit: int | None = None) -> CheckpointHistory:
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be >= 0, got {limit}")
     # history(0) would be every checkpoint (ids[-0:]): the newest none is none.
@@ -61,7 +59,7 @@ class CheckpointDetail:
         return out
 
 
-def show_checkpoint(coordinator: CheckpointCoordinator, checkpoint_id: int) -> CheckpointDetail:
+def show_checkpoint(coordinator: PipelineHistory, checkpoint_id: int) -> CheckpointDetail:
     """One checkpoint; CheckpointNotFound for an id the pipeline never had. A checkpoint
     whose records cannot be read is shown as UNREADABLE with the problem, not refused."""
     try:
@@ -92,7 +90,7 @@ class PipelineStats:
         }
 
 
-def pipeline_stats(coordinator: CheckpointCoordinator) -> PipelineStats:
+def pipeline_stats(coordinator: PipelineHistory) -> PipelineStats:
     """The summary and the pipeline's status: FAILED (the failure counter), else
     STOPPED or STOPPING (a stop-with-savepoint, from the control record), else RUNNING."""
     tracker = coordinator.stats
@@ -109,13 +107,15 @@ def pipeline_stats(coordinator: CheckpointCoordinator) -> PipelineStats:
     )
 
 
-def stop_status(c: CheckpointCoordinator) -> tuple[str, str] | None:
+def stop_status(c: PipelineHistory) -> tuple[str, str] | None:
     """("stopped" | "stopping", why), read from the control record, where the stop is
     decided (protocol/stopping.py): what the UI shows is what refuses triggers. None
     when the pipeline runs (or its control record cannot be read: another finding)."""
     try:
-        control = c.control.load()
+        control = c.control_record()
     except ControlUnreadable:
+        return None
+    if control is None:
         return None
     if control.stopped is not None:
         s = control.stopped

@@ -10,26 +10,32 @@ from typing import Any
 from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
 from batchpoint.ops.sinks import sink_directory
 from batchpoint.protocol.checkpoint import CheckpointOutcome
-from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.gc import GcReport
+from batchpoint.protocol.pipeline_ports import (
+    CheckpointDecisions,
+    PipelineHistory,
+    PipelineMaintenance,
+)
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
-from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore
+from batchpoint.quality.quarantine import QuarantineRecord, first_finding
+from batchpoint.storage.base import ObjectStore
 from batchpoint.tables.binding import TableBinding
 
 
 def gc(
-    coordinator: CheckpointCoordinator,
+    coordinator: CheckpointDecisions,
+    store: ObjectStore,
     *,
     dry_run: bool = False,
     history_limit: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> GcReport:
     """Settle the pipeline's pending checkpoints (expire the overdue ones, finalize the
-    complete ones), then delete files no retained checkpoint and no table snapshot
-    references (nothing with `dry_run`), and the records of settled, unretained
-    checkpoints beyond the newest `history_limit` (the pipeline's
+    complete ones), then delete files no retained checkpoint and no snapshot of a table
+    in `store` (the storage root) references (nothing with `dry_run`), and the records
+    of settled, unretained checkpoints beyond the newest `history_limit` (the pipeline's
     BATCHPOINT_HISTORY_LIMIT when not given). Every GC of a pipeline goes through
     here, so none forgets its table sinks."""
     if history_limit is not None and history_limit < 0:
@@ -40,20 +46,20 @@ def gc(
     # past its ack or audit deadline here, instead of staying "in progress" until the
     # next trigger. A dry run settles nothing: it writes nothing.
     settled = [] if dry_run else coordinator.settle()
-    collector = coordinator.garbage_collector(tables=sink_tables(coordinator))
+    collector = coordinator.garbage_collector(tables=sink_tables(coordinator, store))
     report = collector.collect(dry_run=dry_run, history_limit=history_limit, progress=progress)
     report.settled = settled
     report.findings.extend(collector.recorded_findings())
     return report
 
 
-def sink_tables(coordinator: CheckpointCoordinator) -> SinkTables | None:
-    """The pipeline's table sinks by uid, from the spec it registered and from the
-    topologies its checkpoints recorded: a sink the code no longer declares keeps its
-    table's files referenced while a checkpoint that had it is retained (invariant 14).
-    None: it has none, or registered no graph yet. A spec or a retained record that
-    cannot be read could name tables: GC then gets a port that refuses, and deletes
-    nothing."""
+def sink_tables(coordinator: PipelineHistory, store: ObjectStore) -> SinkTables | None:
+    """The pipeline's table sinks (their tables in `store`, the storage root) by uid,
+    from the spec it registered and from the topologies its checkpoints recorded: a
+    sink the code no longer declares keeps its table's files referenced while a
+    checkpoint that had it is retained (invariant 14). None: it has none, or registered
+    no graph yet. A spec or a retained record that cannot be read could name tables: GC
+    then gets a port that refuses, and deletes nothing."""
     try:
         sinks = sink_directory(coordinator, pending=False, names=False).sinks
     except CheckpointNotFound:
@@ -69,12 +75,12 @@ def sink_tables(coordinator: CheckpointCoordinator) -> SinkTables | None:
         return None
     from batchpoint.tables.references import PipelineTables
 
-    return PipelineTables(coordinator.store, coordinator.pipeline, bindings)
+    return PipelineTables(store, coordinator.pipeline, bindings)
 
 
-def table_findings(coordinator: CheckpointCoordinator) -> list[Finding]:
+def table_findings(coordinator: PipelineHistory, store: ObjectStore) -> list[Finding]:
     """The table sinks that lag their manifests or cannot be read (`verify`, the UI)."""
-    tables = sink_tables(coordinator)
+    tables = sink_tables(coordinator, store)
     if tables is None:
         return []
     if isinstance(tables, _Unreadable):
@@ -132,7 +138,7 @@ class ResetResult:
     previous_status: str
 
 
-def reset(coordinator: CheckpointCoordinator) -> ResetResult:
+def reset(coordinator: PipelineMaintenance) -> ResetResult:
     """Clear a FAILED pipeline's consecutive-failure counter so that it triggers again."""
     before = coordinator.failures.state().status.value
     coordinator.reset_failures()
@@ -149,7 +155,7 @@ class ResumeResult:
         return {"pipeline": self.pipeline, "resumed": True, "savepoint": self.savepoint}
 
 
-def resume(coordinator: CheckpointCoordinator) -> ResumeResult:
+def resume(coordinator: PipelineMaintenance) -> ResumeResult:
     """Start a pipeline a stop-with-savepoint stopped: clear `stopped` in the control
     record (one CAS), so triggers run again from its head. NotStopped when it is not
     stopped (protocol/stopping.py)."""
@@ -157,7 +163,7 @@ def resume(coordinator: CheckpointCoordinator) -> ResumeResult:
     return ResumeResult(coordinator.pipeline, cleared.savepoint, cleared.at)
 
 
-def quarantined(coordinator: CheckpointCoordinator) -> list[QuarantineRecord]:
+def quarantined(coordinator: PipelineHistory) -> list[QuarantineRecord]:
     """The checkpoints a restore found damaged or the quality gate refused, oldest id
     first (one whose record cannot be read is listed all the same: it still holds)."""
     return coordinator.quarantine.records()
@@ -173,14 +179,12 @@ def quarantine_json(record: QuarantineRecord) -> dict[str, Any]:
     }
 
 
-def quarantine_reason(coordinator: CheckpointCoordinator, record: QuarantineRecord) -> str:
+def quarantine_reason(coordinator: PipelineHistory, record: QuarantineRecord) -> str:
     """Why it is held, in one line (the gate's first finding, or what a restore found)."""
-    # The quality gate's view of the quarantine: it reads the report a record holds.
-    gate_quarantine = QuarantineStore(coordinator.store, coordinator.layout)
-    return gate_quarantine.first_finding(record)
+    return first_finding(record, coordinator.pipeline)
 
 
-def release_quarantine(coordinator: CheckpointCoordinator, checkpoint_id: int) -> QuarantineRecord:
+def release_quarantine(coordinator: PipelineHistory, checkpoint_id: int) -> QuarantineRecord:
     """Make a quarantined checkpoint a restore candidate again (its records, files and
     the gate are checked afresh); what held it. An error when it is not quarantined."""
     store = coordinator.quarantine
@@ -221,7 +225,7 @@ class RepairResult:
 
 
 def repair(
-    coordinator: CheckpointCoordinator, *, dry_run: bool = False, force: bool = False
+    coordinator: PipelineMaintenance, *, dry_run: bool = False, force: bool = False
 ) -> RepairResult:
     """Rebuild a missing or unreadable control record from the records that remain (a
     readable one only with `force`): the head the restore history proves, the retained

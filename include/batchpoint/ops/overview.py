@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchpoint.errors import ObjectNotFound, RecordError
+from batchpoint.errors import RecordError
 from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint, stop_status
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.ops.restore_history import RestoreEvent, latest_restore
@@ -21,10 +21,11 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
 )
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable
-from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, HistoryPage
 from batchpoint.quality.report import CandidateReport
+from batchpoint.storage.base import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,11 @@ class PipelineOverview:
 
 
 def pipeline_overview(
-    coordinator: CheckpointCoordinator, first_page: HistoryPage
+    coordinator: PipelineHistory, store: ObjectStore, first_page: HistoryPage
 ) -> PipelineOverview:
-    """The pipeline's status; `first_page` is its newest history page (already read for
-    the page that shows it, so it is not read twice)."""
+    """The pipeline's status (`store`: the storage root, where its table sinks are);
+    `first_page` is its newest history page (already read for the page that shows it,
+    so it is not read twice)."""
     c = coordinator
     head = c.head.get()
     failures = c.failures.state()
@@ -87,12 +89,12 @@ def pipeline_overview(
         [s.checkpoint_id for s in rows if s.status is CheckpointStatus.PENDING],
         failures.consecutive_failures,
         c.ids.peek() - 1,
-        [str(f) for f in table_findings(c)],
+        [str(f) for f in table_findings(c, store)],
         latest_restore(control_of(c)),
     )
 
 
-def control_of(c: CheckpointCoordinator) -> ControlRecord | None:
+def control_of(c: PipelineHistory) -> ControlRecord | None:
     """The control record, None when there is none or it cannot be read (a finding that
     `batchpoint repair` reports; the pages still show the rest)."""
     try:
@@ -101,7 +103,7 @@ def control_of(c: CheckpointCoordinator) -> ControlRecord | None:
         return None
 
 
-def _newest_retained_savepoint(c: CheckpointCoordinator) -> int | None:
+def _newest_retained_savepoint(c: PipelineHistory) -> int | None:
     """Savepoints stay retained until disposed, so an old one is among the few retained."""
     for cid in sorted(c.completed.retained_ids(), reverse=True):
         try:
@@ -135,15 +137,12 @@ class CheckpointPage:
         return out
 
 
-def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> CheckpointPage:
+def checkpoint_page(coordinator: PipelineHistory, checkpoint_id: int) -> CheckpointPage:
     """CheckpointNotFound for an id with no records."""
     c = coordinator
     detail = show_checkpoint(c, checkpoint_id)
-    key = c.layout.quality_report(checkpoint_id)
-    try:
-        report: CandidateReport | None = CandidateReport.decode(key, c.store.get(key).data)
-    except ObjectNotFound:
-        report = None
+    stored = c.reports.quality_report(checkpoint_id)
+    report = CandidateReport.decode(stored.key, stored.data) if stored else None
     held = c.quarantine.held(checkpoint_id)
     try:
         outcome = c.get_outcome(checkpoint_id)

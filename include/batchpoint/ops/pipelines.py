@@ -34,10 +34,12 @@ def require_pipeline(store: ObjectStore, name: str, root: str = "") -> None:
         )
 
 
-def open_pipeline(settings: Settings, name: str | None = None) -> CheckpointCoordinator:
+def open_pipeline(
+    settings: Settings, name: str | None = None, store: ObjectStore | None = None
+) -> CheckpointCoordinator:
     """The coordinator of pipeline `name`, which must exist; the only pipeline when no
-    name is given."""
-    store = settings.store_ref.open()
+    name is given. `store`: the storage root already opened (else opened here)."""
+    store = store or settings.store_ref.open()
     if not name:
         names = pipeline_names(store)
         if len(names) != 1:

@@ -16,9 +16,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import ObjectNotFound, RecordError
+from batchpoint.errors import RecordError
 from batchpoint.protocol.control import ControlRecord, RestoreInFlight
-from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.restores import RestoreRecord
 
 #: How many restores the history looks back over (newest first).
@@ -72,7 +72,7 @@ def latest_restore(control: ControlRecord | None) -> RestoreEvent | None:
 
 
 def recent_restores(
-    c: CheckpointCoordinator, control: ControlRecord | None, limit: int = RECENT_RESTORES
+    c: PipelineHistory, control: ControlRecord | None, limit: int = RECENT_RESTORES
 ) -> list[RestoreEvent]:
     """The latest restore and up to `limit` - 1 before it, newest first. Generations
     with no readable record (a restore record is written as its sinks are rewound; a
@@ -83,8 +83,8 @@ def recent_restores(
     events = [latest]
     generation = latest.restore_generation - 1
     while generation > 0 and len(events) < limit:
-        key = c.layout.restore(generation)
-        with contextlib.suppress(ObjectNotFound, RecordError):
-            events.append(RestoreEvent.recorded(RestoreRecord.decode(key, c.store.get(key).data)))
+        with contextlib.suppress(RecordError):
+            if stored := c.reports.restore_record(generation):
+                events.append(RestoreEvent.recorded(RestoreRecord.decode(stored.key, stored.data)))
         generation -= 1
     return events

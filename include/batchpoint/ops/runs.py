@@ -25,8 +25,8 @@ from batchpoint.protocol.checkpoint import (
     DeclineResult,
     PendingCheckpoint,
 )
-from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.pipeline_ports import CheckpointDecisions
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import (
     RunSettlementDecision,
@@ -70,7 +70,7 @@ def trigger_for_run(
 
 
 def decline_operator(
-    coordinator: CheckpointCoordinator,
+    coordinator: CheckpointDecisions,
     checkpoint_id: int,
     operator: str,
     attempt: str,
@@ -157,12 +157,12 @@ def settle_run(
         settlement.discarded_files = discard_checkpoint_data(c, checkpoint_id)
     else:
         settlement.published = finalize(driver, checkpoint_id).published
-        settlement.gc_deleted = len(gc(c).deleted_files)
+        settlement.gc_deleted = len(gc(c, driver.store).deleted_files)
     return settlement
 
 
 def _carry_out(
-    c: CheckpointCoordinator, checkpoint_id: int, decision: RunSettlementDecision, attempt: str
+    c: CheckpointDecisions, checkpoint_id: int, decision: RunSettlementDecision, attempt: str
 ) -> CheckpointOutcome | None:
     """Execute the protocol's decision: the outcome that holds afterwards, or None (a
     finalize that waits for its base, or declines that all came too late)."""
@@ -180,7 +180,7 @@ def _carry_out(
     return None
 
 
-def discard_checkpoint_data(coordinator: CheckpointCoordinator, checkpoint_id: int) -> list[str]:
+def discard_checkpoint_data(coordinator: CheckpointDecisions, checkpoint_id: int) -> list[str]:
     """GC restricted to one aborted checkpoint: delete its data files that nothing
     retained or pending references (all of them, unless a checkpoint built on it)."""
     return coordinator.garbage_collector().discard_aborted(checkpoint_id)

@@ -14,9 +14,8 @@ from typing import Any
 
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType, CompletedCheckpoint
-from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.savepoints import SavepointLocation, default_savepoint_prefix
-from batchpoint.runtime.restore import savepoint_location
+from batchpoint.protocol.pipeline_ports import PipelineHistory
+from batchpoint.protocol.savepoints import SavepointLocation
 
 Progress = Callable[[str], None]
 
@@ -44,7 +43,7 @@ class ExportResult:
 
 
 def savepoint_target(
-    coordinator: CheckpointCoordinator,
+    coordinator: PipelineHistory,
     checkpoint_id: int,
     target: str | None,
     store_options: Mapping[str, str] | None = None,
@@ -53,13 +52,12 @@ def savepoint_target(
     savepoints/<pipeline>/savepoint-<id>-<time> under the root."""
     text = (target or "").strip()
     if text:
-        return savepoint_location(text, coordinator.store, store_options)
-    prefix = default_savepoint_prefix(coordinator.pipeline, checkpoint_id, time.time())
-    return SavepointLocation(coordinator.store, prefix)
+        return coordinator.savepoints.locate(text, store_options)
+    return coordinator.savepoints.default_location(checkpoint_id)
 
 
 def export(
-    coordinator: CheckpointCoordinator,
+    coordinator: PipelineHistory,
     checkpoint_id: int,
     target: str | None = None,
     *,
@@ -94,14 +92,14 @@ def export(
     )
 
 
-def dispose(coordinator: CheckpointCoordinator, checkpoint_id: int) -> None:
+def dispose(coordinator: PipelineHistory, checkpoint_id: int) -> None:
     """Remove a retained savepoint from the pipeline; GC collects its files. Refused
     while it is the head, a pending checkpoint's base, or a retained checkpoint uses it."""
     coordinator.savepoints.dispose(checkpoint_id)
 
 
 def import_folder(
-    coordinator: CheckpointCoordinator,
+    coordinator: PipelineHistory,
     location: str,
     *,
     store_options: Mapping[str, str] | None = None,
@@ -111,7 +109,7 @@ def import_folder(
 ) -> CompletedCheckpoint:
     """Bring a savepoint folder into the pipeline's storage as a new retained
     checkpoint (a restore does this itself; this is the step alone)."""
-    folder = savepoint_location(location, coordinator.store, store_options)
+    folder = coordinator.savepoints.locate(location, store_options)
     return coordinator.savepoints.import_folder(
         folder, checksums=checksums, roots=roots, progress=progress
     )

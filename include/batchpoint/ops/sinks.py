@@ -14,9 +14,8 @@ from typing import Any
 import pyarrow as pa
 
 from batchpoint.errors import BatchpointError, RecordError
-from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.sink_directory import KnownSink, SinkDirectory
-from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.protocol.topology import Topology
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
@@ -45,9 +44,7 @@ class SinkView:
         }
 
 
-def recorded_topologies(
-    coordinator: CheckpointCoordinator, *, pending: bool = True
-) -> list[Topology]:
+def recorded_topologies(coordinator: PipelineHistory, *, pending: bool = True) -> list[Topology]:
     """What the pipeline's checkpoints recorded, oldest first: the retained ones, then
     (with `pending`) the pending ones, triggered by the newest code."""
     out = []
@@ -66,7 +63,7 @@ def recorded_topologies(
     return out
 
 
-def head_topology(coordinator: CheckpointCoordinator) -> Topology | None:
+def head_topology(coordinator: PipelineHistory) -> Topology | None:
     """What the head checkpoint recorded (None: no head, or its record unreadable)."""
     head = coordinator.head.get().checkpoint_id
     if head is None:
@@ -79,7 +76,7 @@ def head_topology(coordinator: CheckpointCoordinator) -> Topology | None:
 
 
 def sink_directory(
-    coordinator: CheckpointCoordinator, *, pending: bool = True, names: bool = True
+    coordinator: PipelineHistory, *, pending: bool = True, names: bool = True
 ) -> SinkDirectory:
     """The sinks of the spec the pipeline registered (no code needed) and of its
     checkpoints (`pending`: the pending ones' too); raises, naming the pipeline, when
@@ -90,7 +87,7 @@ def sink_directory(
     return SinkDirectory(coordinator.load_spec().operators, recorded, head)
 
 
-def find_sink(coordinator: CheckpointCoordinator, sink: str) -> KnownSink:
+def find_sink(coordinator: PipelineHistory, sink: str) -> KnownSink:
     """The sink `sink` names (a uid, a name, a recorded earlier name); an unknown one is
     an error naming the pipeline's sinks."""
     directory = sink_directory(coordinator)
@@ -104,7 +101,7 @@ def find_sink(coordinator: CheckpointCoordinator, sink: str) -> KnownSink:
 
 
 def _table(
-    coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: KnownSink
+    coordinator: PipelineHistory, store_ref: StoreRef, sink: KnownSink
 ) -> tuple[IcebergSinkTable, TableBinding]:
     from batchpoint.tables.service import sink_table
 
@@ -117,7 +114,7 @@ def _table(
 
 
 def show_sink(
-    coordinator: CheckpointCoordinator,
+    coordinator: PipelineHistory,
     store_ref: StoreRef,
     sink: str,
     checkpoint_id: int | None = None,
@@ -130,7 +127,7 @@ def show_sink(
         rows = table.read(checkpoint_id)
         source = f"{binding}" + (f", snapshot {snapshot}" if snapshot is not None else "")
     else:
-        rows = read_sink_table(coordinator.store, coordinator.pipeline, found.ref, checkpoint_id)
+        rows = coordinator.sinks.read_table(found.ref, checkpoint_id)
         source = "sink manifest"
     total = rows.num_rows
     if rows.num_rows and rows.column_names:
@@ -150,7 +147,7 @@ class SinkHistory:
     commits: list[TableCommit]
 
 
-def sink_history(coordinator: CheckpointCoordinator, store_ref: StoreRef, sink: str) -> SinkHistory:
+def sink_history(coordinator: PipelineHistory, store_ref: StoreRef, sink: str) -> SinkHistory:
     found = find_sink(coordinator, sink)
     commits = _table(coordinator, store_ref, found)[0].history()
     return SinkHistory(coordinator.pipeline, found.ref.label, found.uid, commits)

@@ -10,25 +10,23 @@ from typing import Any
 
 from batchpoint.errors import BatchpointError, CheckpointNotFound
 from batchpoint.ops.maintenance import table_findings
-from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     check_savepoint,
     confined,
-    default_savepoint_roots,
     located_checkpoint,
     read_savepoint,
 )
-from batchpoint.protocol.verify import check_handles
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.report import CandidateReport
-from batchpoint.runtime.restore import savepoint_location
+from batchpoint.storage.base import ObjectStore
 
 Target = int | SavepointLocation
 
 
 def verify_target(
-    coordinator: CheckpointCoordinator,
+    coordinator: PipelineHistory,
     text: str | None,
     store_options: Mapping[str, str] | None = None,
     savepoint_roots: Sequence[str] | None = None,
@@ -58,8 +56,8 @@ def verify_target(
                 f"pipeline '{c.pipeline}' has no checkpoint {checkpoint_id} (checkpoints: {shown})"
             )
         return checkpoint_id
-    location = savepoint_location(text, c.store, store_options)
-    roots = default_savepoint_roots(c.store) if savepoint_roots is None else savepoint_roots
+    location = c.savepoints.locate(text, store_options)
+    roots = c.savepoints.default_roots() if savepoint_roots is None else savepoint_roots
     return confined(location, roots)
 
 
@@ -83,12 +81,12 @@ class FileCheck:
 
 
 def verify_files(
-    coordinator: CheckpointCoordinator, target: Target, *, checksums: bool = True
+    coordinator: PipelineHistory, target: Target, *, checksums: bool = True
 ) -> FileCheck:
     """Every referenced file exists with its size (and checksum)."""
     if isinstance(target, int):
         completed = coordinator.completed.get(target)
-        problems = check_handles(coordinator.store, completed.durable_handles, checksums=checksums)
+        problems = coordinator.completed.check_files(completed, checksums=checksums)
         return FileCheck(
             f"checkpoint {target}",
             len(completed.durable_handles),
@@ -100,12 +98,12 @@ def verify_files(
     return FileCheck(f"savepoint {target.uri}", len(metadata.handles), [str(p) for p in problems])
 
 
-def table_lag(coordinator: CheckpointCoordinator) -> list[str]:
+def table_lag(coordinator: PipelineHistory, store: ObjectStore) -> list[str]:
     """The pipeline's table sinks that lag their manifests or cannot be read. Reported
     beside every verification, they do not fail it: `verify` judges a checkpoint's files
     and state, and a table behind them is the pipeline's to catch up (the next publish
     or restore syncs it; GC keeps what its snapshots read meanwhile)."""
-    return [str(f) for f in table_findings(coordinator)]
+    return [str(f) for f in table_findings(coordinator, store)]
 
 
 @dataclass

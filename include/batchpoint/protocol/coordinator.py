@@ -34,9 +34,12 @@ from batchpoint.errors import CheckpointNotFound, ObjectNotFound
 from batchpoint.protocol import stopping
 from batchpoint.protocol.ack_accounting import AckAccounting
 from batchpoint.protocol.checkpoint import (
+    AckRecord,
     CheckpointFailureReason,
     CheckpointOutcome,
+    CheckpointStatus,
     CheckpointType,
+    DeclineRecord,
     DeclineResult,
     FileHandle,
     PendingCheckpoint,
@@ -59,6 +62,7 @@ from batchpoint.protocol.publish import CompletionNotifier, PublishReport, SinkT
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.reads import AckProgress, CheckpointReads
 from batchpoint.protocol.repair import Repairer, RepairReport
+from batchpoint.protocol.reports import StoredReports
 from batchpoint.protocol.restorer import CheckpointRestorer, RestoreResult
 from batchpoint.protocol.savepoint_transfer import Savepoints
 from batchpoint.protocol.settlement import FinalizeWait
@@ -66,14 +70,16 @@ from batchpoint.protocol.sink_tables import SinkTables
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.stats import CheckpointStatsTracker
 from batchpoint.protocol.topology import Topology
-from batchpoint.protocol.trigger import CheckBase, CheckpointTrigger
+from batchpoint.protocol.trigger import CheckBase, CheckpointTrigger, DeployBase
 from batchpoint.storage.base import ObjectStore
 
 __all__ = ["AckProgress", "CheckpointCoordinator", "Clock"]
 
 
-class CheckpointCoordinator(CheckpointReads):
-    """The reads (`CheckpointReads`) and every command of one pipeline's protocol."""
+class CheckpointCoordinator:
+    """Every command of one pipeline's protocol, and its reads (delegated to the read
+    port, `CheckpointReads`). Its `store`, `layout` and `control` are the composition
+    root's own: front ends get the ports (protocol/pipeline_ports.py), never these."""
 
     def __init__(
         self,
@@ -84,7 +90,10 @@ class CheckpointCoordinator(CheckpointReads):
     ) -> None:
         name = pipeline.name if isinstance(pipeline, PipelineSpec) else pipeline
         layout = PipelineLayout(name)
-        super().__init__(store, layout, ControlStore(store, layout, clock))
+        self.store = store
+        self.layout = layout
+        self.control = ControlStore(store, layout, clock)
+        self.reads = CheckpointReads(store, layout, self.control)
         self.spec = pipeline if isinstance(pipeline, PipelineSpec) else None
         self.config = config or CheckpointConfig()
         self.clock = clock
@@ -101,7 +110,7 @@ class CheckpointCoordinator(CheckpointReads):
 
     def _build_collaborators(self) -> None:
         """Each collaborator gets only its parts; none gets the coordinator."""
-        reads = CheckpointReads(self.store, self.layout, self.control)
+        reads = self.reads
         base = {"store": self.store, "layout": self.layout}
         self.finalizer = CheckpointFinalizer(
             **base,
@@ -155,7 +164,46 @@ class CheckpointCoordinator(CheckpointReads):
             finalize=self.finalizer.try_finalize,
         )
         self.stats = CheckpointStatsTracker(reads, self.ids)
-        self._reads = reads
+        self.reports = StoredReports(self.store, self.layout)
+
+    # == the reads (protocol/reads.py) ===================================================
+
+    @property
+    def pipeline(self) -> str:
+        return self.layout.pipeline
+
+    def pending_checkpoints(self) -> list[PendingCheckpoint]:
+        return self.reads.pending_checkpoints()
+
+    def get_pending(self, checkpoint_id: int) -> PendingCheckpoint | None:
+        return self.reads.get_pending(checkpoint_id)
+
+    def pending_or_admitted(self, checkpoint_id: int) -> PendingCheckpoint | None:
+        return self.reads.pending_or_admitted(checkpoint_id)
+
+    def get_outcome(self, checkpoint_id: int) -> CheckpointOutcome | None:
+        return self.reads.get_outcome(checkpoint_id)
+
+    def has_outcome(self, checkpoint_id: int) -> bool:
+        return self.reads.has_outcome(checkpoint_id)
+
+    def get_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint:
+        return self.reads.get_checkpoint(checkpoint_id)
+
+    def status(self, checkpoint_id: int) -> CheckpointStatus | None:
+        return self.reads.status(checkpoint_id)
+
+    def acks(self, checkpoint_id: int) -> dict[str, AckRecord]:
+        return self.reads.acks(checkpoint_id)
+
+    def declines(self, checkpoint_id: int) -> list[DeclineRecord]:
+        return self.reads.declines(checkpoint_id)
+
+    def progress(self, checkpoint_id: int) -> AckProgress:
+        return self.reads.progress(checkpoint_id)
+
+    def checkpoint_ids(self) -> list[int]:
+        return self.reads.checkpoint_ids()
 
     # == the pipeline's graph ============================================================
 
@@ -207,7 +255,7 @@ class CheckpointCoordinator(CheckpointReads):
         self.settle()
         self.finish_restore()
 
-        def checked(base: int | None) -> list[str]:
+        def checked(base: DeployBase) -> list[str]:
             problems = check_base(base) if check_base is not None else []
             if not problems and spec is not None:
                 self.register(spec)
@@ -337,7 +385,7 @@ class CheckpointCoordinator(CheckpointReads):
         repairer = Repairer(
             store=self.store,
             layout=self.layout,
-            reads=self._reads,
+            reads=self.reads,
             control=self.control,
             quarantine=self.quarantine,
             sinks=self.sinks,
@@ -359,7 +407,7 @@ class CheckpointCoordinator(CheckpointReads):
         return GarbageCollector(
             store=self.store,
             layout=self.layout,
-            reads=self._reads,
+            reads=self.reads,
             control=self.control,
             sinks=self.sinks,
             clock=self.clock,

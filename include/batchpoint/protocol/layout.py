@@ -152,6 +152,10 @@ class PipelineLayout:
     def quality_report(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "quality.json"
 
+    def data_docs_prefix(self, checkpoint_id: int) -> str:
+        """The Data Docs sites a gate stored beside the checkpoint (a folder a run)."""
+        return self.checkpoint(checkpoint_id) + "data-docs/"
+
     @property
     def quarantine_prefix(self) -> str:
         return self.root + "quarantine/"

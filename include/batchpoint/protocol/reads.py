@@ -39,24 +39,27 @@ class AckProgress:
 
 
 class CheckpointReads:
+    """The port: its store, layout and control store stay inside it (a reader asks for
+    records, never for keys)."""
+
     def __init__(self, store: ObjectStore, layout: PipelineLayout, control: ControlStore) -> None:
-        self.store = store
-        self.layout = layout
-        self.control = control
+        self._store = store
+        self._layout = layout
+        self._control = control
 
     @property
     def pipeline(self) -> str:
-        return self.layout.pipeline
+        return self._layout.pipeline
 
     # == reads ===========================================================================
 
     def pending_checkpoints(self) -> list[PendingCheckpoint]:
         out = []
-        for info in self.store.list(self.layout.active_prefix):
+        for info in self._store.list(self._layout.active_prefix):
             if parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1]) is None:
                 continue
             try:
-                out.append(PendingCheckpoint.decode(info.key, self.store.get(info.key).data))
+                out.append(PendingCheckpoint.decode(info.key, self._store.get(info.key).data))
             except ObjectNotFound:
                 continue  # settled while listing
             except RecordError:
@@ -64,9 +67,9 @@ class CheckpointReads:
         return sorted(out, key=lambda p: p.checkpoint_id)
 
     def get_pending(self, checkpoint_id: int) -> PendingCheckpoint | None:
-        key = self.layout.active(checkpoint_id)
+        key = self._layout.active(checkpoint_id)
         try:
-            return PendingCheckpoint.decode(key, self.store.get(key).data)
+            return PendingCheckpoint.decode(key, self._store.get(key).data)
         except ObjectNotFound:
             return None
 
@@ -80,21 +83,21 @@ class CheckpointReads:
         if pending is not None:
             return pending
         with contextlib.suppress(ControlUnreadable):
-            entry = self.control.load().pending_entry(checkpoint_id)
+            entry = self._control.load().pending_entry(checkpoint_id)
             if entry is not None:
                 return entry.placeholder(self.pipeline)
         return None
 
     def get_outcome(self, checkpoint_id: int) -> CheckpointOutcome | None:
-        key = self.layout.outcome(checkpoint_id)
+        key = self._layout.outcome(checkpoint_id)
         try:
-            return CheckpointOutcome.decode(key, self.store.get(key).data)
+            return CheckpointOutcome.decode(key, self._store.get(key).data)
         except ObjectNotFound:
             return None
 
     def has_outcome(self, checkpoint_id: int) -> bool:
         """Whether the checkpoint's outcome record exists (readable or not)."""
-        return self.store.exists(self.layout.outcome(checkpoint_id))
+        return self._store.exists(self._layout.outcome(checkpoint_id))
 
     def get_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint:
         """The trigger record of a checkpoint, pending or settled."""
@@ -119,11 +122,11 @@ class CheckpointReads:
         return CheckpointStatus.PENDING if self.get_pending(checkpoint_id) else None
 
     def acks(self, checkpoint_id: int) -> dict[str, AckRecord]:
-        keys = [info.key for info in self.store.list(self.layout.acks_prefix(checkpoint_id))]
+        keys = [info.key for info in self._store.list(self._layout.acks_prefix(checkpoint_id))]
 
         def read(key: str) -> AckRecord | None:
             try:
-                return AckRecord.decode(key, self.store.get(key).data)
+                return AckRecord.decode(key, self._store.get(key).data)
             except ObjectNotFound:
                 return None
 
@@ -134,9 +137,9 @@ class CheckpointReads:
 
     def declines(self, checkpoint_id: int) -> list[DeclineRecord]:
         out = []
-        for info in self.store.list(self.layout.declines_prefix(checkpoint_id)):
+        for info in self._store.list(self._layout.declines_prefix(checkpoint_id)):
             try:
-                out.append(DeclineRecord.decode(info.key, self.store.get(info.key).data))
+                out.append(DeclineRecord.decode(info.key, self._store.get(info.key).data))
             except ObjectNotFound:
                 continue
         return out
@@ -159,7 +162,7 @@ class CheckpointReads:
     def checkpoint_ids(self) -> list[int]:
         """Every checkpoint with records in storage (pending, or settled and not pruned)."""
         ids = {p.checkpoint_id for p in self.pending_checkpoints()}
-        for prefix in self.store.list_dirs(self.layout.checkpoints_prefix):
+        for prefix in self._store.list_dirs(self._layout.checkpoints_prefix):
             cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
             if cid is not None:
                 ids.add(cid)

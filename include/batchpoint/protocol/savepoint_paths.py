@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from batchpoint.errors import CheckpointError, PathRefused
 from batchpoint.protocol.layout import checkpoint_dir_name
+from batchpoint.storage import open_store
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.confined import ConfinedLocalStore
 
@@ -54,6 +55,16 @@ class SavepointLocation:
 
     def __str__(self) -> str:
         return self.uri
+
+
+def savepoint_location(
+    text: str, root_store: ObjectStore, options: Mapping[str, str] | None = None
+) -> SavepointLocation:
+    """A savepoint folder named by a URI (s3://bucket/prefix, file:///path, opened with
+    the deployment's S3 options) or by a key prefix under the storage root."""
+    if "://" in text:
+        return SavepointLocation(open_store(text.rstrip("/"), options or {}))
+    return SavepointLocation(root_store, text.strip("/"))
 
 
 def default_savepoint_prefix(pipeline: str, checkpoint_id: int, now: float) -> str:

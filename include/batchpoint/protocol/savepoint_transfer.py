@@ -6,7 +6,7 @@ may lie (the savepoint roots, no links) is protocol/savepoint_paths.py's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from batchpoint.errors import (
@@ -32,6 +32,7 @@ from batchpoint.protocol.control import ControlUnreadable, PendingEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import Clock, ProgressFn, RollForward
+from batchpoint.protocol.savepoint_paths import savepoint_location
 from batchpoint.protocol.savepoints import (
     METADATA,
     SavepointLocation,
@@ -39,6 +40,7 @@ from batchpoint.protocol.savepoints import (
     check_savepoint,
     confined,
     copy_objects,
+    default_savepoint_prefix,
     default_savepoint_roots,
     imported_path,
     no_links,
@@ -96,6 +98,22 @@ class Savepoints:
     @property
     def _pipeline(self) -> str:
         return self._layout.pipeline
+
+    # -- where savepoints are -----------------------------------------------------------
+
+    def locate(self, text: str, options: Mapping[str, str] | None = None) -> SavepointLocation:
+        """A folder named by a URI (opened with `options`) or by a path under the
+        pipeline's storage root."""
+        return savepoint_location(text, self._store, options)
+
+    def default_location(self, checkpoint_id: int) -> SavepointLocation:
+        """savepoints/<pipeline>/savepoint-<id>-<time> under the storage root."""
+        prefix = default_savepoint_prefix(self._pipeline, checkpoint_id, self._clock())
+        return SavepointLocation(self._store, prefix)
+
+    def default_roots(self) -> tuple[str, ...]:
+        """Where savepoint folders may be read and written when no roots are configured."""
+        return default_savepoint_roots(self._store)
 
     # -- export -------------------------------------------------------------------------
 

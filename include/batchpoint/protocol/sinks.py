@@ -98,6 +98,10 @@ class SinkPublisher:
         self._layout = layout
         self._keys = ManifestKeys(store, layout)
 
+    def read_table(self, sink: Sink, as_of: int | None = None) -> pa.Table:
+        """The sink's published content as one Arrow table (`read_sink_table`)."""
+        return read_sink_table(self._store, self._layout.pipeline, sink, as_of)
+
     def manifest(self, sink: Sink) -> SinkManifest | None:
         """The sink's manifest (before its adoption, what its older keys hold)."""
         return self._keys.read(sink)

@@ -11,13 +11,15 @@ A savepoint import is admitted the same way, with no base (`admit_import`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from batchpoint.errors import RecordError, TriggerRefused
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
+    CheckpointStatus,
     CheckpointType,
+    CompletedCheckpoint,
     PendingCheckpoint,
 )
 from batchpoint.protocol.config import CheckpointConfig
@@ -34,9 +36,23 @@ from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.topology import Topology
 from batchpoint.storage.base import ObjectStore
 
-#: Judges the code against the admitted base checkpoint (its id, None for the first):
-#: the problems that refuse the deploy, none when it may run.
-CheckBase = Callable[[int | None], list[str]]
+
+@dataclass(frozen=True)
+class DeployBase:
+    """The base checkpoint the admission chose, as the deploy check judges the code
+    against it, read here so that the check (a policy of the runtime's) reads nothing
+    of the protocol's: completed, still pending (what its trigger recorded), neither
+    (none, or it aborted), or a record that cannot be read."""
+
+    checkpoint_id: int | None  # None: the first checkpoint, or a restore to nothing
+    completed: CompletedCheckpoint | None = None
+    pending_topology: Topology | None = None
+    unreadable: str | None = None  # why the base's outcome record cannot be read
+
+
+#: Judges the code against the admitted base: the problems that refuse the deploy,
+#: none when it may run.
+CheckBase = Callable[[DeployBase], list[str]]
 
 
 class CheckpointTrigger:
@@ -177,9 +193,21 @@ class CheckpointTrigger:
         assert entry is not None
         return entry
 
+    def _deploy_base(self, base: int | None) -> DeployBase:
+        if not base:
+            return DeployBase(None)
+        try:
+            outcome = self._reads.get_outcome(base)
+        except RecordError as exc:
+            return DeployBase(base, unreadable=str(exc))
+        if outcome is not None and outcome.status is CheckpointStatus.COMPLETED:
+            return DeployBase(base, completed=outcome.completed)
+        pending = self._reads.get_pending(base)
+        return DeployBase(base, pending_topology=pending.topology if pending else None)
+
     def _check_deploy(self, checkpoint_id: int, base: int | None, check: CheckBase) -> None:
         try:
-            problems = check(base)
+            problems = check(self._deploy_base(base))
         except Exception:
             self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "deploy check failed")
             raise

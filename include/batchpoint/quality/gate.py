@@ -360,8 +360,8 @@ class QualityGate:
             return None  # no suite ran, so GX has no result to act on
         deciding = [c for c in judged if c.passed][-1:] or list(judged)
         prefix = (
-            self.layout.checkpoint(deciding[0].checkpoint_id)
-            + f"data-docs/{run_folder_name(self._run_started)}/"
+            self.layout.data_docs_prefix(deciding[0].checkpoint_id)
+            + f"{run_folder_name(self._run_started)}/"
         )
         try:
             with tempfile.TemporaryDirectory(prefix="batchpoint-data-docs-") as folder:

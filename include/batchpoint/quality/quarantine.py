@@ -17,7 +17,15 @@ from batchpoint.quality.findings import summarize
 from batchpoint.quality.report import CandidateReport
 from batchpoint.storage.base import ObjectStore
 
-__all__ = ["QuarantineCause", "QuarantineRecord", "QuarantineStore", "gate_record", "release"]
+__all__ = [
+    "QuarantineCause",
+    "QuarantineRecord",
+    "QuarantineStore",
+    "first_finding",
+    "gate_record",
+    "held_report",
+    "release",
+]
 
 
 def gate_record(report: CandidateReport, now: float) -> QuarantineRecord:
@@ -40,21 +48,28 @@ class QuarantineStore(quarantine.QuarantineStore):
     def report(self, record: QuarantineRecord) -> CandidateReport | None:
         """The gate's report the record holds; None for damage a restore found.
         RecordError when the report cannot be read."""
-        if record.report is None:
-            return None
-        key = self._layout.quarantine(record.checkpoint_id)
-        return CandidateReport.from_body(key, record.report)
+        return held_report(record, self._layout.pipeline)
 
-    def first_finding(self, record: QuarantineRecord) -> str:
-        """Why it is held, in one line: the gate's first finding, else the reason (what
-        a restore found, or why the record cannot tell)."""
-        try:
-            report = self.report(record)
-        except (RecordError, KeyError, TypeError, ValueError):  # the reason still says why
-            report = None
-        if report is not None and report.findings:
-            return str(report.findings[0])
-        return record.reason
+
+def held_report(record: QuarantineRecord, pipeline: str) -> CandidateReport | None:
+    """The gate's report a quarantine record of `pipeline` holds; None for damage a
+    restore found. RecordError when the report cannot be read."""
+    if record.report is None:
+        return None
+    key = PipelineLayout(pipeline).quarantine(record.checkpoint_id)
+    return CandidateReport.from_body(key, record.report)
+
+
+def first_finding(record: QuarantineRecord, pipeline: str) -> str:
+    """Why it is held, in one line: the gate's first finding, else the reason (what a
+    restore found, or why the record cannot tell)."""
+    try:
+        report = held_report(record, pipeline)
+    except (RecordError, KeyError, TypeError, ValueError):  # the reason still says why
+        report = None
+    if report is not None and report.findings:
+        return str(report.findings[0])
+    return record.reason
 
 
 def release(store: ObjectStore, pipeline: str, checkpoint_id: int) -> bool:

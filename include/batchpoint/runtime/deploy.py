@@ -9,9 +9,8 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from batchpoint.errors import BatchpointError, RecordError
+from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CompletedCheckpoint
-from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.deploy_plan import (
     DeployAllowances,
     DeployPlan,
@@ -20,7 +19,9 @@ from batchpoint.protocol.deploy_plan import (
     table_key,
 )
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
+from batchpoint.protocol.trigger import DeployBase
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.base_schemas import judged_schema
 from batchpoint.storage import ObjectStore
@@ -203,7 +204,7 @@ def plan_against(
 
 
 def completed_checkpoint(
-    coordinator: CheckpointCoordinator, checkpoint_id: int
+    coordinator: PipelineHistory, checkpoint_id: int
 ) -> CompletedCheckpoint | None:
     """The completed checkpoint `checkpoint_id`, None when it did not complete (yet)."""
     outcome = coordinator.get_outcome(checkpoint_id)
@@ -219,37 +220,35 @@ class BaseCheck:
 
     def __init__(
         self,
-        coordinator: CheckpointCoordinator,
+        store: ObjectStore,
         pipeline: Pipeline,
         spec: PipelineSpec,
         *,
         allow_non_restored_state: bool | Mapping[int, bool] = False,
     ) -> None:
-        self.coordinator = coordinator
+        self.store = store
         self.pipeline = pipeline
         self.spec = spec
         self.allow = allow_non_restored_state
         self.plan: DeployPlan | None = None
 
-    def __call__(self, base: int | None) -> list[str]:
-        try:
-            completed = completed_checkpoint(self.coordinator, base) if base else None
-        except RecordError as exc:
-            return [f"the record of base checkpoint {base} is unreadable ({exc})"]
-        allow = self.allow.get(base, False) if isinstance(self.allow, Mapping) else self.allow
-        if base is not None and completed is None:
+    def __call__(self, base: DeployBase) -> list[str]:
+        cid = base.checkpoint_id
+        if base.unreadable is not None:
+            return [f"the record of base checkpoint {cid} is unreadable ({base.unreadable})"]
+        allow = self.allow.get(cid, False) if isinstance(self.allow, Mapping) else self.allow
+        if cid is not None and base.completed is None:
             # a base still pending (concurrent checkpoints): what its trigger recorded
-            pending = self.coordinator.get_pending(base)
-            if pending is None or pending.topology is None:
+            if base.pending_topology is None:
                 return []  # its own trigger judged the code then; nothing recorded to judge
             self.plan = plan_against(
-                self.pipeline, pending.topology, base, self.spec, allow_non_restored_state=allow
+                self.pipeline, base.pending_topology, cid, self.spec, allow_non_restored_state=allow
             )
             return self.plan.problems
         self.plan = plan_on(
             self.pipeline,
-            self.coordinator.store,
-            completed,
+            self.store,
+            base.completed,
             self.spec,
             allow_non_restored_state=allow,
         )

@@ -123,7 +123,7 @@ class PipelineDriver:
         allow: dict[int, bool] | bool = allow_non_restored_state
         if not allow_non_restored_state and (target := self._restored_allowing()) is not None:
             allow = {target: True}  # the restore allowed it: its first trigger honours it
-        check = BaseCheck(self.coordinator, self.pipeline, spec, allow_non_restored_state=allow)
+        check = BaseCheck(self.store, self.pipeline, spec, allow_non_restored_state=allow)
         try:
             return self.coordinator.trigger(
                 self.capture_barrier(),

@@ -35,6 +35,7 @@ from typing import Any
 
 from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
 from batchpoint.protocol.restorer import Examination, RestoreResult
+from batchpoint.protocol.savepoint_paths import savepoint_location
 from batchpoint.protocol.savepoints import (
     check_savepoint,
     confined,
@@ -59,7 +60,6 @@ from batchpoint.runtime.restore_options import (
     parse_max_candidates,
     parse_parallelism,
     parse_skip_suites,
-    savepoint_location,
     ungated_phrase,
 )
 

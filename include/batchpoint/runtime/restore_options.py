@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import ConfigError, RestoreRefused
-from batchpoint.protocol.savepoints import SavepointLocation
-from batchpoint.storage import open_store
-from batchpoint.storage.base import ObjectStore
 
 # -- what to restore from ---------------------------------------------------------------
 
@@ -55,16 +52,6 @@ class RestoreSource:
         if self.kind is SourceKind.SAVEPOINT:
             return f"savepoint {self.location}"
         return "the latest retained checkpoint"
-
-
-def savepoint_location(
-    text: str, root_store: ObjectStore, options: Mapping[str, str] | None = None
-) -> SavepointLocation:
-    """A savepoint folder named by a URI (s3://bucket/prefix, file:///path, opened with
-    the deployment's S3 options) or by a key prefix under the storage root."""
-    if "://" in text:
-        return SavepointLocation(open_store(text.rstrip("/"), options or {}))
-    return SavepointLocation(root_store, text.strip("/"))
 
 
 def parse_parallelism(value: Any, operators: list[str]) -> dict[str, int]:

@@ -95,6 +95,7 @@ class OperatorRunner:
         self.env = TaskEnvironment(
             pipeline,
             self.coordinator,
+            self.store,
             spark,
             store_ref,
             log=log,

@@ -8,8 +8,8 @@ import time
 
 from batchpoint.errors import CheckpointError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CompletedCheckpoint, PendingCheckpoint
-from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import TaskId
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.runtime.task_attempt import AttemptInterrupted, TaskAttempt
 
 
@@ -45,7 +45,7 @@ def align(attempt: TaskAttempt) -> CompletedCheckpoint | None:
 
 
 def base_state(
-    coordinator: CheckpointCoordinator, pending: PendingCheckpoint
+    coordinator: PipelineHistory, pending: PendingCheckpoint
 ) -> CompletedCheckpoint | bool | None:
     """The base checkpoint's metadata; None with no base; False while it is pending."""
     if pending.base_checkpoint_id is None:

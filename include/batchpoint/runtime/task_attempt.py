@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from batchpoint.errors import BatchpointError, CheckpointError
 from batchpoint.protocol.checkpoint import PendingCheckpoint, TaskAcknowledgeResult
-from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import TaskId
+from batchpoint.protocol.layout import PipelineLayout, TaskId
+from batchpoint.protocol.pipeline_ports import CheckpointDecisions
 from batchpoint.runtime.api import OperatorDef, Pipeline, SinkDef
 from batchpoint.runtime.task_hooks import AttemptHooks, AttemptPoint
 from batchpoint.storage import ObjectStore, StoreRef
@@ -71,7 +71,8 @@ class TaskEnvironment:
     the production path (see task_hooks)."""
 
     pipeline: Pipeline
-    coordinator: CheckpointCoordinator
+    coordinator: CheckpointDecisions
+    store: ObjectStore  # the storage root the coordinator's pipeline lives in
     spark: SparkSession | None
     store_ref: StoreRef
     log: Log = print
@@ -82,8 +83,8 @@ class TaskEnvironment:
     interrupted: threading.Event = field(default_factory=threading.Event)
 
     @property
-    def store(self) -> ObjectStore:
-        return self.coordinator.store
+    def layout(self) -> PipelineLayout:
+        return PipelineLayout(self.pipeline.name)
 
     @property
     def session(self) -> SparkSession:

@@ -33,9 +33,7 @@ def write_spec(attempt: TaskAttempt, job: StreamWrite) -> WriteSpec:
 
     hooks = attempt.env.hooks
     return WriteSpec(
-        base_key=attempt.env.coordinator.layout.operator_data_prefix(
-            attempt.checkpoint_id, attempt.operator
-        ),
+        base_key=attempt.env.layout.operator_data_prefix(attempt.checkpoint_id, attempt.operator),
         stream=job.stream,
         attempt=attempt.attempt,
         key_columns=job.key_columns,

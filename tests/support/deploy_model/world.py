@@ -150,7 +150,7 @@ class World:
         return completed.checkpoint_id
 
     def _location(self, folder: str) -> Any:
-        from batchpoint.runtime.restore_options import savepoint_location
+        from batchpoint.protocol.savepoint_paths import savepoint_location
 
         return savepoint_location(folder, self.store)
 
@@ -162,7 +162,7 @@ class World:
         dispose(self.coordinator, checkpoint_id)
 
     def gc(self) -> str:
-        report = gc(self.coordinator)
+        report = gc(self.coordinator, self.coordinator.store)
         return (
             f"{len(report.deleted_files)} file(s) deleted, epochs dropped {report.dropped_epochs}"
         )

@@ -298,7 +298,7 @@ class AuditCheckpointOperator(BatchpointOperator):
             "checkpoint_id": checkpoint_id,
             "status": outcome.status.value,
             "audited": audit.report is not None,
-            "report": driver.coordinator.layout.quality_report(checkpoint_id),
+            "report": driver.coordinator.reports.quality_report_key(checkpoint_id),
             "published": audit.published,
         }
 
