@@ -41,7 +41,7 @@ from batchpoint.protocol.restorer import CheckpointRestorer
 from batchpoint.protocol.settlement import Abort, FinalizeWait
 from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import SinkPublisher
-from batchpoint.protocol.trigger import CheckpointTrigger
+from batchpoint.protocol.trigger import CheckpointTrigger, DeployBase
 from support.collaborator_parts import (
     PIPELINE,
     TASKS,
@@ -265,9 +265,9 @@ def test_trigger_builds_on_the_head_and_asks_abort_when_the_deploy_is_refused(
     write_completed(parts, 1)
     CheckpointIDCounter(parts.store, parts.layout).get_and_increment()  # 1 was allocated
     asked: Asked = []
-    judged: list[int | None] = []
+    judged: list[DeployBase] = []
 
-    def check_base(base: int | None) -> list[str]:
+    def check_base(base: DeployBase) -> list[str]:
         judged.append(base)
         return ["operator keyed changed its key"]
 
@@ -277,7 +277,8 @@ def test_trigger_builds_on_the_head_and_asks_abort_when_the_deploy_is_refused(
             timeout=None, check_base=check_base,
         )  # fmt: skip
     assert refused.value.reason is CheckpointFailureReason.INCOMPATIBLE_DEPLOY
-    assert judged == [1]  # the base the admission chose: the head
+    # the base the admission chose, the head, read for the check: completed
+    assert [(b.checkpoint_id, b.completed is not None) for b in judged] == [(1, True)]
     assert parts.control.load().pending_entry(2) is not None  # admitted, then handed to abort
     refusal = "operator keyed changed its key"
     assert asked == [(2, CheckpointFailureReason.INCOMPATIBLE_DEPLOY, refusal)]
