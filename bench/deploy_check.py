@@ -71,7 +71,7 @@ def local_stores() -> Iterator[Callable[[int], StoreRef]]:
 def s3_stores() -> Iterator[Callable[[int], StoreRef]]:
     """A prefix per seed on one SeaweedFS, and a SQLite catalog per seed for the tables
     (an S3 root needs a configured catalog)."""
-    from batchpoint.devstack.seaweed import SeaweedServer
+    from devstack.seaweed import SeaweedServer
 
     data = Path(tempfile.mkdtemp(prefix="bp-deploy-weed-"))
     run = uuid.uuid4().hex[:8]

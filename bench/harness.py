@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from batchpoint.devstack.seaweed import SeaweedServer
+from devstack.seaweed import SeaweedServer
 
 T = TypeVar("T")
 

@@ -58,8 +58,8 @@ def local_stores() -> Iterator[Callable[[int], ObjectStore]]:
 
 @contextmanager
 def s3_stores() -> Iterator[Callable[[int], ObjectStore]]:
-    from batchpoint.devstack.seaweed import SeaweedServer
     from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+    from devstack.seaweed import SeaweedServer
 
     data = Path(tempfile.mkdtemp(prefix="bp-model-weed-"))
     run = uuid.uuid4().hex[:8]

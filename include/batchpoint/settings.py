@@ -95,7 +95,7 @@ from batchpoint.storage import StoreRef
 
 PREFIX = "BATCHPOINT_"
 S3_PREFIX = "BATCHPOINT_S3_"
-DEFAULT_PIPELINE_REF = "batchpoint.demo.payments:pipeline"
+DEFAULT_PIPELINE_REF = "demo.payments:pipeline"
 DEFAULT_GC_GRACE = 3600.0
 MISSING_REMOTE = (
     f"{PREFIX}SPARK_MODE=connect needs {PREFIX}SPARK_REMOTE, the Spark Connect server's "

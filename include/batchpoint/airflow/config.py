@@ -9,7 +9,7 @@ storage part may be replaced by the Airflow connection `batchpoint_storage` (see
 hooks.py); parsing reads only the environment, as it must not depend on connections.
 
   BATCHPOINT_PIPELINE_REF         `module:attr` of the Pipeline(s), comma-separated
-                                  (default batchpoint.demo.payments:pipeline)
+                                  (default demo.payments:pipeline)
   BATCHPOINT_CHECKPOINT_INTERVAL  seconds (300, 90s, 5m, 1h), a cron expression or
                                   preset, or `none` (default 300)
   BATCHPOINT_SPARK_MODE           connect (default), submit or local: see
