@@ -37,7 +37,7 @@ def test_defaults():
     assert d.settings.spark_mode == "connect"
     d = AirflowDeployment.from_env(submit_env())
     assert d.spark_mode == "submit"
-    assert d.pipeline_refs == ("demo.payments:pipeline",)
+    assert d.pipeline_refs == ()  # none: the library names no pipeline of its own
     assert d.schedule == timedelta(seconds=300)
     assert d.spark_submit == os.path.join(os.path.dirname(sys.executable), "spark-submit")
     # the job ships inside the package, so an installed batchpoint needs no checkout

@@ -124,3 +124,9 @@ def test_two_references_to_one_pipeline_name_are_refused():
         ConfigError, match=r"BATCHPOINT_PIPELINE_REF: .* are both pipeline 'payments'"
     ):
         load_dags(deployment(BATCHPOINT_PIPELINE_REF=both))
+
+
+def test_without_a_pipeline_reference_the_setting_is_named():
+    # The library has no default pipeline: a deployment names its own.
+    with pytest.raises(ConfigError, match=r"^BATCHPOINT_PIPELINE_REF is not set: name the"):
+        load_dags(deployment())

@@ -9,7 +9,7 @@ storage part may be replaced by the Airflow connection `batchpoint_storage` (see
 hooks.py); parsing reads only the environment, as it must not depend on connections.
 
   BATCHPOINT_PIPELINE_REF         `module:attr` of the Pipeline(s), comma-separated
-                                  (default demo.payments:pipeline)
+                                  (no default: the DAGs need it)
   BATCHPOINT_CHECKPOINT_INTERVAL  seconds (300, 90s, 5m, 1h), a cron expression or
                                   preset, or `none` (default 300)
   BATCHPOINT_SPARK_MODE           connect (default), submit or local: see
@@ -56,7 +56,6 @@ from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.redaction import redact_uri
 from batchpoint.settings import (
-    DEFAULT_PIPELINE_REF,
     KNOWN_VARIABLES,
     MISSING_REMOTE,
     BatchpointEnvironment,
@@ -66,7 +65,6 @@ from batchpoint.settings import (
 )
 
 __all__ = [
-    "DEFAULT_PIPELINE_REF",
     "KNOWN_VARIABLES",
     "SENSOR_MODES",
     "START_DATE",
