@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 OPERATORS = ("dedup", "balances", "balances_table", "alerts")
 PIPELINE = "demo.payments:pipeline"
 

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 #: The LocalEpochRunner's pipeline root in the demo's bucket (the demo's own is /demo).
 LOCAL_ROOT = "bench-local"
 #: Its Iceberg table (the demo's is payments.balances), in the same catalog.

@@ -44,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from peer_data import EVENTS, SIZES, Size, expected_totals, write_epoch
 from spark_jobs import JobCount, jobs, jobs_since, last_job, median_work
 

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore

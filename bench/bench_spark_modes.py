@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from spark_modes_jobs import SITECUSTOMIZE, JobRecorder, JobTiming, task_rows
 
 BENCH_DIR = Path(__file__).resolve().parent

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from devstack.seaweed import SeaweedServer
 
 T = TypeVar("T")

@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 ROOT = Path(__file__).resolve().parents[1]
 # The model and its checker are the test suite's own (tests/support), shared as `support`.
 if str(ROOT / "tests") not in sys.path:
