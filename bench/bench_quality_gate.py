@@ -34,9 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchpoint.demo.payments import BALANCE_SCHEMA
-from batchpoint.demo.payments_data import PAYMENTS_SCHEMA
-from batchpoint.demo.payments_quality import SUITES_DIR
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from batchpoint.protocol.checkpoint import CheckpointStatus, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import task_name
@@ -47,6 +45,9 @@ from batchpoint.quality.suites import PipelineQuality, StateQuality
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.streams import state_stream
 from batchpoint.storage import StoreRef
+from demo.payments import BALANCE_SCHEMA
+from demo.payments_data import PAYMENTS_SCHEMA
+from demo.payments_quality import SUITES_DIR
 from harness import timed
 
 PIPELINE = "bench_quality"
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.s3:
             return run(StoreRef.of((data_dir / "store").as_uri()), args)
-        from batchpoint.devstack.seaweed import SeaweedServer
+        from devstack.seaweed import SeaweedServer
 
         with SeaweedServer(data_dir / "seaweed") as server:
             uri = server.uri(f"bench-{uuid.uuid4().hex[:8]}")

@@ -7,9 +7,11 @@
   another batchpoint package it imports.
 - The protocol's collaborators take narrow ports: no protocol module but the
   coordinator itself imports `batchpoint.protocol.coordinator` (not even for typing).
+- The library imports none of the repository's own tools (demo/, devstack/), which stay
+  out of its wheel.
 - No module is over MAX_LINES lines, and no function of the project's code outside tests
-  (the library, the DAGs, the plugins, the Spark entry points, the benches) is over
-  MAX_FUNCTION_LINES.
+  (the library, the DAGs, the plugins, the Spark entry points, the benches, the demo and
+  the local services) is over MAX_FUNCTION_LINES.
 
 Imports under `if TYPE_CHECKING:` are left out everywhere but in the coordinator check:
 they never run.
@@ -37,7 +39,12 @@ SOURCE_ROOTS = (
     PROJECT / "plugins",
     PROJECT / "spark_jobs",
     PROJECT / "bench",
+    PROJECT / "demo",
+    PROJECT / "devstack",
 )
+#: The repository's own tools, top-level packages beside include/: they import the
+#: library, never the other way round (the wheel ships the library alone).
+REPOSITORY_TOOLS = ("demo", "devstack")
 
 #: Packages that must import no Airflow (the front ends only translate into them).
 NO_AIRFLOW = ("protocol", "storage", "state", "sources", "ops")
@@ -283,6 +290,15 @@ def forbidden_imports(imports: list[Import], library: str, packages: tuple[str, 
 @pytest.mark.parametrize("library", sorted(FORBIDDEN))
 def test_the_core_does_not_import(library: str) -> None:
     problems = forbidden_imports(all_imports(), library, FORBIDDEN[library])
+    assert not problems, "\n".join(problems)
+
+
+def test_the_library_imports_no_repository_tool() -> None:
+    problems = [
+        str(i)
+        for i in all_imports(type_checking=True)
+        if i.target.split(".")[0] in REPOSITORY_TOOLS
+    ]
     assert not problems, "\n".join(problems)
 
 

@@ -37,7 +37,7 @@ def test_defaults():
     assert d.settings.spark_mode == "connect"
     d = AirflowDeployment.from_env(submit_env())
     assert d.spark_mode == "submit"
-    assert d.pipeline_refs == ("batchpoint.demo.payments:pipeline",)
+    assert d.pipeline_refs == ()  # none: the library names no pipeline of its own
     assert d.schedule == timedelta(seconds=300)
     assert d.spark_submit == os.path.join(os.path.dirname(sys.executable), "spark-submit")
     # the job ships inside the package, so an installed batchpoint needs no checkout
@@ -219,7 +219,7 @@ def test_the_spark_submit_command_and_environment():
     deployment = AirflowDeployment.from_env(
         submit_env(BATCHPOINT_SPARK_SUBMIT_ARGS="--conf spark.executor.memory=1g")
     )
-    launcher = SparkSubmitLauncher(deployment, "batchpoint.demo.payments:pipeline")
+    launcher = SparkSubmitLauncher(deployment, "demo.payments:pipeline")
     settings = Settings(
         "s3://b/p",
         {"endpoint_url": "http://s3:8333", "access_key_id": "AK", "secret_access_key": "SK"},
@@ -231,7 +231,7 @@ def test_the_spark_submit_command_and_environment():
     job = argv.index(deployment.spark_job)
     assert argv[job + 1 :] == [
         "--pipeline",
-        "batchpoint.demo.payments:pipeline",
+        "demo.payments:pipeline",
         "--checkpoint-id",
         "12",
         "--operator",

@@ -18,13 +18,13 @@ from batchpoint.airflow.dag_factory import (
     savepoint_plan,
 )
 from batchpoint.airflow.epoch_dag import OPERATOR_CLASSES, epoch_settings, render_epoch
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.epoch_plan import RunsWhen, TaskKind, plan_epoch
 from batchpoint.runtime.api import Pipeline
+from demo.payments import build_pipeline
 
 pytestmark = pytest.mark.airflow
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 
 
 def deployment(**values: str) -> AirflowDeployment:

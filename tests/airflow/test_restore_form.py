@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments import pipeline
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.hook import QualityRestoreGate
 from batchpoint.quality.suites import PipelineQuality, quality_of
+from demo.payments import pipeline
 from support import fake_epochs
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 LAYOUT = PipelineLayout("payments")
 INTEGRITY_ONLY = PipelineQuality(count_rows=False)
 PHRASE = "restore payments without the gate"

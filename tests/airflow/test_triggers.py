@@ -15,12 +15,12 @@ import structlog.testing
 
 from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.airflow.triggers import CheckpointAckTrigger, ack_event
-from batchpoint.devstack.seaweed import SeaweedServer, free_ports
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.local import LocalObjectStore
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+from devstack.seaweed import SeaweedServer, free_ports
 
 pytestmark = pytest.mark.airflow
 

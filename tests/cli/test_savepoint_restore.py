@@ -10,14 +10,14 @@ import json
 import pytest
 
 from batchpoint.cli.main import main
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 
 
 @pytest.fixture
@@ -142,8 +142,8 @@ def test_savepoint_and_restore_need_the_pipeline_code(driver, capsys):
 @pytest.mark.slow
 def test_savepoint_runs_an_epoch_on_local_spark(driver, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHPOINT_SAVEPOINT_ROOTS", tmp_path.as_uri())
-    from batchpoint.demo.payments import SOURCE_ROOT
-    from batchpoint.demo.payments_data import write_epoch_files
+    from demo.payments import SOURCE_ROOT
+    from demo.payments_data import write_epoch_files
 
     write_epoch_files(driver.store, SOURCE_ROOT, 0, accounts=40, events_per_epoch=300)
     code = main(["--pipeline-ref", REF, "savepoint", "--target", (tmp_path / "sp").as_uri()])

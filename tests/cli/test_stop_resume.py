@@ -64,7 +64,7 @@ def test_stats_and_the_overview_read_the_stop_from_the_control_record(payments, 
 def test_savepoint_stop_needs_an_epoch(payments, cli):
     run = cli(
         "--pipeline-ref",
-        "batchpoint.demo.payments:pipeline",
+        "demo.payments:pipeline",
         "savepoint",
         "--stop",
         "--checkpoint-id",

@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import TriggerRefused
 from batchpoint.ops.audit import audit_then_finalize, trigger_audited
 from batchpoint.ops.epoch import finalize
@@ -25,6 +24,7 @@ from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.clock import FakeClock
 from support.payments import INTEGRITY_ONLY, LAYOUT

@@ -11,7 +11,6 @@ import pytest
 
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.ui_pages import render_checkpoint
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import RestoreRefused
 from batchpoint.ops.gates import GateChoice
 from batchpoint.ops.overview import checkpoint_page
@@ -25,6 +24,7 @@ from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import GateOptions
 from batchpoint.runtime.restore_gate import GateResult, RestoreCandidate
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.payments import LAYOUT
 

@@ -7,7 +7,6 @@ import hashlib
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.runs import (
     attempt_id,
@@ -24,6 +23,7 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.settlement import SettlementAction
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support.clock import FakeClock
 
 

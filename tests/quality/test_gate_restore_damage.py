@@ -4,12 +4,12 @@ its report and restores the previous good checkpoint. Integrity only: no Spark."
 
 from __future__ import annotations
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.maintenance import quarantine_reason
 from batchpoint.quality.gate import QualityGate, gated_restore
 from batchpoint.quality.quarantine import QuarantineCause
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.payments import INTEGRITY_ONLY, LAYOUT
 from support.tampering import rewrite_outcome

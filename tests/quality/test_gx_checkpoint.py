@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 import pytest
 
-from batchpoint.demo.payments_quality import SUITES_DIR
 from batchpoint.errors import ConfigError
 from batchpoint.quality.findings import Check
 from batchpoint.quality.gate import gated_restore
 from batchpoint.quality.suites import PipelineQuality, StateQuality
+from demo.payments_quality import SUITES_DIR
 from support.bad_deploys import buggy_balances, deploy, negative_counts
 from support.payments import GOOD_EPOCHS, LAYOUT
 

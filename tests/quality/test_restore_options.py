@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.quality.gate import QualityGate
@@ -24,6 +23,7 @@ from batchpoint.runtime.restore import (
     ungated_phrase,
 )
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.fake_epochs import listing
 from support.payments import INTEGRITY_ONLY, LAYOUT

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, PipelineSpecError
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.loader import load_pipeline
+from demo.payments import build_pipeline
 
 SCHEMA = pa.schema([pa.field("k", pa.string()), pa.field("v", pa.int64())])
 
@@ -71,9 +71,9 @@ def test_loader_explains_bad_references() -> None:
     with pytest.raises(ConfigError, match="cannot import"):
         load_pipeline("no.such.module:pipeline")
     with pytest.raises(ConfigError, match="has no 'nothing'"):
-        load_pipeline("batchpoint.demo.payments:nothing")
-    assert load_pipeline("batchpoint.demo.payments:pipeline").name == "payments"
-    assert load_pipeline("batchpoint.demo.payments:build_pipeline").name == "payments"
+        load_pipeline("demo.payments:nothing")
+    assert load_pipeline("demo.payments:pipeline").name == "payments"
+    assert load_pipeline("demo.payments:build_pipeline").name == "payments"
 
 
 def test_schemas_may_be_ddl_strings_or_spark_struct_types() -> None:

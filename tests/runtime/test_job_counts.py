@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.layout import TaskId
 from batchpoint.storage import StoreRef
+from demo.payments import SOURCE_ROOT, build_pipeline
+from demo.payments_data import write_epoch_files
 from support.clock import FakeClock
 from support.payments import assert_sinks_match_reference
 

@@ -14,9 +14,6 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
-from batchpoint.demo.payments_reference import compute_reference
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import SHARED_FROM_META, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
@@ -26,6 +23,9 @@ from batchpoint.runtime.incremental import base_state_files
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.spark import keyed_io
 from batchpoint.storage import StoreRef
+from demo.payments import SOURCE_ROOT, build_pipeline
+from demo.payments_data import write_epoch_files
+from demo.payments_reference import compute_reference
 from support import fresh_sink
 from support.clock import FakeClock
 from support.payments import assert_sinks_match_reference

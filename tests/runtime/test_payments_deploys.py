@@ -12,9 +12,6 @@ import pandas as pd
 import pytest
 
 from batchpoint.cli.main import main
-from batchpoint.demo.payments import SOURCE_ROOT
-from batchpoint.demo.payments_data import write_epoch_files
-from batchpoint.demo.payments_reference import compute_reference, input_files, read_events
 from batchpoint.errors import TriggerRefused
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
@@ -23,6 +20,9 @@ from batchpoint.protocol.deploy_plan import DeployPlan, PlanEntry, Verdict
 from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.storage import StoreRef
+from demo.payments import SOURCE_ROOT
+from demo.payments_data import write_epoch_files
+from demo.payments_reference import compute_reference, input_files, read_events
 from support.clock import FakeClock
 from support.payments import assert_sinks_match_reference
 from support.payments_deploys import OUTPUT_COLUMNS, Version, allowed, build, versions

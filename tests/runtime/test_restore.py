@@ -8,7 +8,6 @@ import hashlib
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
@@ -25,6 +24,7 @@ from batchpoint.runtime.restore import (
     restore_checkpoint,
 )
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 
 
 @pytest.fixture

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
-from batchpoint.devstack.seaweed import free_ports
-from batchpoint.devstack.spark_connect import SparkConnectServer
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
+from demo.payments import SOURCE_ROOT, build_pipeline
+from demo.payments_data import write_epoch_files
+from devstack.seaweed import free_ports
+from devstack.spark_connect import SparkConnectServer
 from support import fresh_sink
 from support.clock import FakeClock
 from support.connect_env import client_env
@@ -34,7 +34,7 @@ CLIENT = ROOT / "tests" / "support" / "connect_client.py"
 #: The payments tasks in an order each finds its inputs acknowledged.
 TASKS = ("dedup", "balances", "balances_table", "alerts")
 DATA = {"accounts": 20, "events_per_epoch": 60}
-PAYMENTS = "batchpoint.demo.payments:pipeline"
+PAYMENTS = "demo.payments:pipeline"
 #: Payments with a sink on dedup's output (its client imports it from tests/).
 FRESH_SINK = "support.fresh_sink:pipeline"
 

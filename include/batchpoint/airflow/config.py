@@ -9,7 +9,7 @@ storage part may be replaced by the Airflow connection `batchpoint_storage` (see
 hooks.py); parsing reads only the environment, as it must not depend on connections.
 
   BATCHPOINT_PIPELINE_REF         `module:attr` of the Pipeline(s), comma-separated
-                                  (default batchpoint.demo.payments:pipeline)
+                                  (no default: the DAGs need it)
   BATCHPOINT_CHECKPOINT_INTERVAL  seconds (300, 90s, 5m, 1h), a cron expression or
                                   preset, or `none` (default 300)
   BATCHPOINT_SPARK_MODE           connect (default), submit or local: see
@@ -53,7 +53,6 @@ import batchpoint
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import (
-    DEFAULT_PIPELINE_REF,
     KNOWN_VARIABLES,
     MISSING_REMOTE,
     BatchpointEnvironment,
@@ -64,7 +63,6 @@ from batchpoint.settings import (
 from batchpoint.storage.redaction import redact_uri
 
 __all__ = [
-    "DEFAULT_PIPELINE_REF",
     "KNOWN_VARIABLES",
     "SENSOR_MODES",
     "START_DATE",
