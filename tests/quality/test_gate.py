@@ -104,7 +104,7 @@ def test_dry_run_writes_nothing_and_quarantine_holds_until_released(
     assert [c.checkpoint_id for c in second.candidates] == [HEAD - 1]
     with pytest.raises(QualityGateRefused, match="quarantined earlier"):
         gate.run(HEAD)  # not even when named
-    with pytest.raises(RestoreRefused, match="not a retained checkpoint"):
+    with pytest.raises(RestoreRefused, match="is not retained"):
         gate.run(HEAD + 7)
 
     assert release(store, "payments", HEAD)
