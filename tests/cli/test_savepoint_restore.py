@@ -95,11 +95,16 @@ def test_restore_dry_run_changes_nothing(driver, capsys):
     assert driver.coordinator.head.get().checkpoint_id == 2
 
 
-@pytest.mark.parametrize("claim", [False, True], ids=["no-claim", "claim"])
-def test_restore_claims_a_savepoint_only_when_asked(driver, capsys, claim):
+@pytest.mark.parametrize(
+    "flags",
+    [[], ["--claim-mode", "no_claim"], ["--claim"], ["--claim-mode", "claim"]],
+    ids=["default", "no-claim", "claim", "claim-mode"],
+)
+def test_restore_claims_a_savepoint_only_when_asked(driver, capsys, flags):
+    claim = "claim" in flags or "--claim" in flags
     savepoint = epoch(driver, CheckpointType.SAVEPOINT)
     epoch(driver)
-    code = main(["--pipeline-ref", REF, "restore", str(savepoint), *(["--claim"] if claim else [])])
+    code = main(["--pipeline-ref", REF, "restore", str(savepoint), *flags])
     out = capsys.readouterr().out
     assert code == 0, out
     said = "claimed: retention may now drop it" if claim else "not claimed: it stays retained"

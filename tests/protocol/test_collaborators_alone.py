@@ -312,8 +312,10 @@ def test_restorer_moves_the_head_rewinds_the_sink_and_asks_abort_for_the_abandon
         assert sinks.publish(completed, "sink", SinkMode.APPEND, ["k"])
     write_pending(parts, 3, base=2)
     asked: Asked = []
-    result = restorer_of(parts, asked).restore(1)
-    assert (result.checkpoint_id, result.restore_generation, result.findings) == (1, 1, ())
+    restorer = restorer_of(parts, asked)
+    chosen = restorer.choose(1)  # the candidate walk, then the one way in
+    head = restorer.restore(chosen.target)
+    assert (head.checkpoint_id, head.restore_generation, chosen.skipped) == (1, 1, ())
     control = parts.control.load()
     assert (control.head, control.pending, control.is_discarded(3)) == (1, (), True)
     assert control.restore is not None and control.restore.sinks_rewound
@@ -328,10 +330,11 @@ def test_restorer_skips_a_damaged_candidate_and_quarantines_it(parts: Parts) -> 
     damaged = write_completed(parts, 2, base=1)
     parts.store.put(damaged.handles[0].path, b"not what was written")
     asked: Asked = []
-    result = restorer_of(parts, asked).restore()
-    assert result.checkpoint_id == 1
-    assert [f.checkpoint_id for f in result.findings] == [2]
-    assert "quarantined" in result.findings[0].problem
+    restorer = restorer_of(parts, asked)
+    chosen = restorer.choose()
+    assert restorer.restore(chosen.target).checkpoint_id == 1
+    assert [f.checkpoint_id for f in chosen.skipped] == [2]
+    assert "quarantined" in chosen.skipped[0].problem
     assert QuarantineStore(parts.store, parts.layout).held(2) is not None
     assert asked == []  # nothing was pending: nothing to abort
 

@@ -27,6 +27,7 @@ from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.storage.base import ObjectStore
 from support.hooks import HookStore, once
 from support.protocol_steps import SINKS, ack_all, complete, coordinator, sink_epochs
+from support.restoring import restore
 
 SAVEPOINT = CheckpointType.SAVEPOINT
 
@@ -113,7 +114,7 @@ def assert_restore_to_the_import_works(p: Pipeline, imported: int) -> None:
     to it, and the next checkpoint builds on it."""
     c = p.c
     generation = c.control.load().restore_generation
-    c.restore(imported)
+    restore(c, imported)
     control = c.control.load()
     assert (control.head, control.restore_generation) == (imported, generation + 1)
     assert control.restore is not None and control.restore.sinks_rewound

@@ -41,6 +41,7 @@ from batchpoint.protocol.failures import PipelineStatus
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
+from support.restoring import restore
 
 SPEC = simple_pipeline("rec", [("a", 2), ("b", 1)])
 TASKS = SPEC.expected_tasks()
@@ -138,7 +139,7 @@ TARGETS: dict[str, tuple[Callable[[_World], str], list[ReadPath]]] = {
             (lambda w: w.c.head.get(), ControlUnreadable),
             (lambda w: w.c.completed.retained_ids(), ControlUnreadable),
             (lambda w: w.c.trigger({"src": {"p0": 2}}), TriggerRefused),
-            (lambda w: w.c.restore(), RestoreRefused),
+            (lambda w: restore(w.c), RestoreRefused),
         ],
     ),
     "id counter": (
@@ -319,7 +320,7 @@ def test_the_first_checkpoint_after_a_restored_savepoint_runs_even_when_idle(
     _complete(c, 1)
     savepoint = _complete(c, 2, CheckpointType.SAVEPOINT)
     _complete(c, 3)
-    c.restore(savepoint)
+    restore(c, savepoint)
 
     # NO_CLAIM: the savepoint stays its holder's, and one checkpoint must make the
     # pipeline independent of its files before the holder may delete it.
@@ -369,7 +370,7 @@ def test_failed_pipeline_refuses_until_reset_or_restore(store: ObjectStore) -> N
     with pytest.raises(TriggerRefused, match="is FAILED"):
         c.trigger({"src": {"p0": 5}})
 
-    c.restore(done)
+    restore(c, done)
     state = c.failures.state()
     assert state.status is PipelineStatus.RUNNING and not state.failed_ids
     assert state.reason == f"restored to checkpoint {done}"
@@ -421,7 +422,7 @@ def test_savepoints_are_never_subsumed(store: ObjectStore) -> None:
     assert all(store.exists(path) for path in savepoint_files)
     assert c.completed.get(savepoint).pending.is_savepoint
     # and a savepoint stays restorable however far the head has moved on
-    assert c.restore(savepoint).checkpoint_id == savepoint
+    assert restore(c, savepoint).checkpoint_id == savepoint
 
 
 def test_subsumption_keeps_num_retained(store: ObjectStore) -> None:
@@ -500,7 +501,7 @@ def test_late_finalize_of_old_timeline_cannot_move_head(store: ObjectStore) -> N
     # (a) pending at restore: aborted by the restore itself
     p = c.trigger({"src": {"p0": 2}})
     _ack_all(c, p.checkpoint_id)
-    head = c.restore(first)
+    head = restore(c, first)
     assert (head.checkpoint_id, head.restore_generation) == (first, 1)
     late = c.try_finalize(p.checkpoint_id)
     assert late is not None and late.reason is CheckpointFailureReason.RESTORED
@@ -553,7 +554,7 @@ def test_outcome_written_before_restore_settled_after_it(
     assert c.head.get().checkpoint_id == first
     assert isinstance(c.get_pending(p.checkpoint_id), PendingCheckpoint)
 
-    c.restore(first)
+    restore(c, first)
     c.try_finalize(p.checkpoint_id)  # the stalled finalizer resumes
     head = c.head.get()
     assert (head.checkpoint_id, head.restore_generation) == (first, 1)

@@ -19,11 +19,13 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
     TaskAcknowledgeResult,
 )
+from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
+from support.restoring import restore
 
 NAME = "shared"
 
@@ -148,11 +150,11 @@ def test_a_claimed_savepoint_may_be_shared(store: ObjectStore) -> None:
     c = coordinator(store)
     savepoint = complete(c, CheckpointType.SAVEPOINT)
     complete(c)
-    c.restore(savepoint)  # NO_CLAIM: the savepoint stays someone else's
+    restore(c, savepoint)  # NO_CLAIM: the savepoint stays someone else's
     assert INDEPENDENT_OF_BASE in c.trigger({"src": {"p0": 3}}).properties
     other = CheckpointCoordinator(store, "claimed", CheckpointConfig(num_retained=1))
     other.register(simple_pipeline("claimed", [("op", 2)]))
     kept = complete(other, CheckpointType.SAVEPOINT)
     complete(other)
-    other.restore(kept, claim=True)
+    restore(other, kept, mode=ClaimMode.CLAIM)
     assert INDEPENDENT_OF_BASE not in other.trigger({"src": {"p0": 3}}).properties

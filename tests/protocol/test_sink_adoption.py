@@ -40,6 +40,7 @@ from batchpoint.protocol.table_pins import TablePin
 from batchpoint.protocol.topology import NodeTopology, Topology
 from batchpoint.storage.base import ObjectStore
 from support.hooks import HookStore, once
+from support.restoring import restore
 
 PIPELINE = "p"
 UID = "out-log"
@@ -200,7 +201,7 @@ def test_two_actors_adopting_at_once_neither_lose_nor_repeat_an_epoch(
         elif other == "gc":
             sinks.coordinator().garbage_collector(grace=0).collect()
         else:
-            sinks.coordinator().restore(2)
+            restore(sinks.coordinator(), 2)
 
     hook = once(meanwhile, _when(sinks, *STEPS[step]))
     sinks.notify(third.checkpoint_id, "out", HookStore(sinks.store, hook))

@@ -12,6 +12,7 @@ from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpe
 from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import SinkPublisher, visible_files
 from batchpoint.storage.base import ObjectStore
+from support.restoring import restore
 
 SPEC = PipelineSpec(
     "p",
@@ -58,7 +59,7 @@ def test_restore_rewinds_and_the_next_epoch_continues_from_the_restored_one(
     sinks = SinkPublisher(local_store, c.layout)
     for payload in (b"one", b"two", b"three"):
         sinks.publish(_complete(c, local_store, payload), "out", "append", ["k"])
-    c.restore(1)
+    restore(c, 1)
     sinks.rewind("out", 1)
     manifest = sinks.manifest("out")
     assert manifest is not None and [e.checkpoint_id for e in manifest.chain()] == [1]

@@ -58,6 +58,7 @@ from batchpoint.protocol.layout import parse_checkpoint_dir_name
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 from support.clock import FakeClock
+from support.restoring import restore
 
 # -- settings --------------------------------------------------------------------------
 # Profiles, so a run can be lengthened (`settings.load_profile`) without editing the
@@ -550,12 +551,12 @@ class ProtocolMachine(RuleBasedStateMachine):
             cid = data.draw(st.sampled_from(not_retained), label="not retained")
             head = c.head.get()
             with pytest.raises(RestoreRefused, match=f"checkpoint {cid} .* is not retained"):
-                c.restore(cid)
+                restore(c, cid)
             assert c.head.get() == head
             return
         target = data.draw(st.sampled_from(sorted(self.m.retained)), label="target")
         was_pending = self.m.pending()
-        head = c.restore(target)
+        head = restore(c, target)
         self._sync()
         for cid in was_pending:
             # aborted by the restore, or first, as its base was (the restore aborts in

@@ -12,7 +12,7 @@ from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.restorer import CheckpointRestorer
+from batchpoint.protocol.restore_candidates import RestoreCandidates
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import (
@@ -148,13 +148,13 @@ def test_a_restore_examines_its_target_once(driver, monkeypatch):
     epoch(driver)
     epoch(driver)
     looked = []
-    real = CheckpointRestorer.check_files
+    real = RestoreCandidates.check_files
 
     def counted(self, examined, checksums, progress=None):
         looked.append((examined.checkpoint_id, checksums))
         return real(self, examined, checksums, progress)
 
-    monkeypatch.setattr(CheckpointRestorer, "check_files", counted)
+    monkeypatch.setattr(RestoreCandidates, "check_files", counted)
     applied = restore_checkpoint(driver)
     assert (applied.checkpoint_id, applied.restore_generation) == (2, 1)
     assert looked == [(2, True)]  # the plan's look, sha256 included; the restore moves on it

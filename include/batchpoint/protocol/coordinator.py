@@ -63,7 +63,7 @@ from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.reads import AckProgress, CheckpointReads
 from batchpoint.protocol.repair import Repairer, RepairReport
 from batchpoint.protocol.reports import StoredReports
-from batchpoint.protocol.restorer import CheckpointRestorer, RestoreResult
+from batchpoint.protocol.restorer import CheckpointRestorer
 from batchpoint.protocol.savepoint_transfer import Savepoints
 from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.protocol.sink_tables import SinkTables
@@ -333,25 +333,6 @@ class CheckpointCoordinator:
         """Publish the sinks' staged output of a completed checkpoint of the current
         timeline (protocol/publish.py). Idempotent."""
         return self.notifier.notify_checkpoint_complete(checkpoint_id, sinks)
-
-    def restore(
-        self,
-        checkpoint_id: int | None = None,
-        *,
-        checksums: bool | None = None,
-        claim: bool = False,
-        allow_non_restored_state: bool = False,
-    ) -> RestoreResult:
-        """Point the head at a retained completed checkpoint or savepoint (the newest
-        intact, unquarantined one when none is given) in one CAS, then rewind the sinks.
-        `claim`: take ownership of it (CLAIM mode; see protocol/restorer.py).
-        `allow_non_restored_state` is recorded for the first trigger after it."""
-        return self.restorer.restore(
-            checkpoint_id,
-            checksums=checksums,
-            claim=claim,
-            allow_non_restored_state=allow_non_restored_state,
-        )
 
     def finish_restore(self) -> None:
         """Roll a restore that has not rewound its sinks forward (any actor may)."""
