@@ -20,6 +20,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
     PendingCheckpoint,
 )
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
@@ -98,7 +99,7 @@ def test_the_audit_completes_a_passing_checkpoint_and_aborts_a_failing_one(drive
 
     bad = trigger_audited(driver)
     fake_epochs.ack_all(driver, bad)
-    path = c.acks(bad.checkpoint_id)["balances#0"].handles[0].path
+    path = c.acks(bad.checkpoint_id)[TaskId("balances", 0)].handles[0].path
     driver.store.put(path, b"X" + driver.store.get(path).data[1:])  # same size, other bytes
     failed = audit_then_finalize(driver, bad.checkpoint_id, gate)
     assert failed.rejected and failed.outcome is not None

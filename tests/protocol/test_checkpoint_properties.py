@@ -15,6 +15,7 @@ from batchpoint.errors import ConfigError, CorruptRecord
 from batchpoint.protocol.checkpoint import CheckpointType, PendingCheckpoint
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, HeadMoveCause
 from batchpoint.protocol.head import HeadPointer
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.storage.base import ObjectStore
 from support import protocol_steps as steps
@@ -74,7 +75,7 @@ def test_a_stored_flag_of_the_wrong_type_is_damage_naming_it(store: ObjectStore)
 
 def test_a_record_without_properties_has_none() -> None:
     pending = PendingCheckpoint(
-        "p", 1, CheckpointType.CHECKPOINT, None, 0, {}, {}, ("op#0",), 1.0, 2.0
+        "p", 1, CheckpointType.CHECKPOINT, None, 0, {}, {}, (TaskId("op", 0),), 1.0, 2.0
     )
     document = json.loads(pending.encode())
     del document["properties"]

@@ -54,7 +54,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
-from batchpoint.protocol.layout import parse_checkpoint_dir_name
+from batchpoint.protocol.layout import TaskId, parse_checkpoint_dir_name
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 from support.clock import FakeClock
@@ -78,7 +78,11 @@ settings.register_profile(
 )
 
 TASKS_OF = [("a", 2), ("b", 1)]
-UNKNOWN_TASKS = ("zz#0", "a#7", "b#1")  # a missing operator, and subtasks out of range
+UNKNOWN_TASKS = (
+    TaskId("zz", 0),
+    TaskId("a", 7),
+    TaskId("b", 1),
+)  # a missing operator, and subtasks out of range
 TIMEOUT = 30.0
 _EXAMPLES = itertools.count()
 
@@ -170,7 +174,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # == helpers =========================================================================
 
-    def _write_files(self, cid: int, task: str, attempt: str, count: int) -> list[FileHandle]:
+    def _write_files(self, cid: int, task: TaskId, attempt: str, count: int) -> list[FileHandle]:
         out = []
         prefix = self.co.layout.task_data_prefix(cid, task, attempt)
         for part in range(count):
@@ -180,11 +184,11 @@ class ProtocolMachine(RuleBasedStateMachine):
             out.append(FileHandle(key, len(body), hashlib.sha256(body).hexdigest(), rows=part))
         return out
 
-    def _own(self, cid: int, task: str, attempt: str, handles: list[FileHandle]) -> list[str]:
+    def _own(self, cid: int, task: TaskId, attempt: str, handles: list[FileHandle]) -> list[str]:
         prefix = self.co.layout.task_data_prefix(cid, task, attempt)
         return [h.path for h in handles if h.path.startswith(prefix)]
 
-    def _assert_discarded(self, cid: int, task: str, attempt: str, paths: list[str]) -> None:
+    def _assert_discarded(self, cid: int, task: TaskId, attempt: str, paths: list[str]) -> None:
         """Invariant 3: the files of an ack that lost are deleted, at once."""
         for path in paths:
             assert not self.store.exists(path), f"{cid}/{task}/{attempt}: {path} left behind"
@@ -383,7 +387,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             if task not in self.m.acks.get(cid, {}):
                 self._ack(data, cid, task)
 
-    def _ack(self, data: st.DataObject, cid: int, task: str) -> None:
+    def _ack(self, data: st.DataObject, cid: int, task: TaskId) -> None:
         attempt = self._new_attempt()
         handles = self._write_files(cid, task, attempt, data.draw(st.integers(0, 2)))
         # Incremental state: share a file of the base checkpoint instead of rewriting it.

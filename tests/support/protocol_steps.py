@@ -37,7 +37,7 @@ def ack_all(c: CheckpointCoordinator, cid: int) -> None:
         key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
         data = f"{task} of {cid}".encode() * 8
         c.store.put(key, data)
-        stream = "sink" if task.startswith("sink#") else "s"  # a sink stages its output
+        stream = "sink" if task.operator == "sink" else "s"  # a sink stages its output
         handle = FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), rows=1, name=stream)
         assert c.acknowledge(cid, task, "a1", (handle,)) is TaskAcknowledgeResult.SUCCESS
 

@@ -255,7 +255,8 @@ class EpochExecutor:
             decline = progress.declines[0]
             return StepStatus.FAILED, f"task {decline.task} declined: {decline.reason}"
         if progress.missing:
-            return StepStatus.FAILED, f"not acknowledged by: {', '.join(progress.missing)}"
+            missing = ", ".join(map(str, progress.missing))
+            return StepStatus.FAILED, f"not acknowledged by: {missing}"
         return StepStatus.DONE, f"{len(progress.acknowledged)} ack(s)"
 
     def _audit(self, run: _Run, task: PlannedTask) -> Outcome:

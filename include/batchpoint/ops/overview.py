@@ -155,7 +155,7 @@ def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> C
         acks = []  # the detail says why: its status is UNREADABLE, with the problem
     files = [
         {
-            "task": ack.task,
+            "task": str(ack.task),
             "stream": h.name,
             "path": h.path,
             "size": h.size,
@@ -163,7 +163,7 @@ def checkpoint_page(coordinator: CheckpointCoordinator, checkpoint_id: int) -> C
             "key_groups": None if h.key_group_range is None else list(h.key_group_range),
             "origin": file_origin(h),
         }
-        for ack in sorted(acks, key=lambda a: a.task)
+        for ack in sorted(acks, key=lambda a: str(a.task))
         for h in ack.handles
     ]
     if held is None:

@@ -26,7 +26,6 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
 )
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import split_task_name
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import (
     RunSettlementDecision,
@@ -80,7 +79,7 @@ def decline_operator(
     memory, lost executor) and will not be retried, every subtask that has not acked: the
     checkpoint then aborts at once instead of waiting for its timeout."""
     progress = coordinator.progress(checkpoint_id)
-    tasks = [t for t in progress.missing if split_task_name(t)[0] == operator]
+    tasks = [t for t in progress.missing if t.operator == operator]
     return [coordinator.decline(checkpoint_id, t, attempt, reason) for t in tasks]
 
 

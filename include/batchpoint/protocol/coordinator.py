@@ -52,7 +52,7 @@ from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.finalizer import AuditJudge, CheckpointFinalizer
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.ids import CheckpointIDCounter
-from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import Clock
 from batchpoint.protocol.publish import CompletionNotifier, PublishReport, SinkTarget
@@ -226,7 +226,7 @@ class CheckpointCoordinator(CheckpointReads):
     def acknowledge(
         self,
         checkpoint_id: int,
-        task: str,
+        task: TaskId,
         attempt: str,
         handles: Iterable[FileHandle] = (),
         metrics: TaskMetrics | None = None,
@@ -234,7 +234,7 @@ class CheckpointCoordinator(CheckpointReads):
         """Flink's PendingCheckpoint.acknowledgeTask (protocol/ack_accounting.py)."""
         return self.ack_accounting.acknowledge(checkpoint_id, task, attempt, handles, metrics)
 
-    def decline(self, checkpoint_id: int, task: str, attempt: str, reason: str) -> DeclineResult:
+    def decline(self, checkpoint_id: int, task: TaskId, attempt: str, reason: str) -> DeclineResult:
         """Flink's declineCheckpoint: the checkpoint aborts at once."""
         return self.ack_accounting.decline(checkpoint_id, task, attempt, reason)
 

@@ -9,7 +9,6 @@ import time
 from batchpoint.errors import CheckpointError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CompletedCheckpoint, PendingCheckpoint
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.task_attempt import AttemptInterrupted, TaskAttempt
 
 
@@ -30,12 +29,12 @@ def align(attempt: TaskAttempt) -> CompletedCheckpoint | None:
         if progress.declines:
             d = progress.declines[0]
             raise CheckpointError(f"checkpoint {cid} was declined by {d.task}: {d.reason}")
-        waiting = [t for t in progress.missing if TaskId.parse(t).operator in upstream_ops]
+        waiting = [t for t in progress.missing if t.operator in upstream_ops]
         base = base_state(env.coordinator, pending)
         if not waiting and base is not False:
             return base  # type: ignore[return-value]
         if time.monotonic() > deadline:
-            what = waiting or [f"base checkpoint {pending.base_checkpoint_id}"]
+            what = [str(t) for t in waiting] or [f"base checkpoint {pending.base_checkpoint_id}"]
             raise CheckpointError(f"alignment timed out waiting for {', '.join(what)}")
         if not announced:
             attempt.log(f"aligning: waiting for {', '.join(waiting) or 'the base checkpoint'}")

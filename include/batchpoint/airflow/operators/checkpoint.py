@@ -98,14 +98,14 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
         )
         for line in barrier_lines(pending):
             self.log.info("%s", line)
-        self.log.info("expected tasks: %s", ", ".join(pending.expected_tasks))
+        self.log.info("expected tasks: %s", ", ".join(map(str, pending.expected_tasks)))
         self._log_plan(driver)
         return {
             "checkpoint_id": pending.checkpoint_id,
             "type": pending.type.value,
             "base_checkpoint_id": pending.base_checkpoint_id,
             "deadline": pending.deadline,
-            "expected_tasks": list(pending.expected_tasks),
+            "expected_tasks": [str(t) for t in pending.expected_tasks],
             "audit": pending.requires_audit,
         }
 
