@@ -21,6 +21,7 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
 )
 from batchpoint.protocol.layout import TaskId
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
@@ -112,7 +113,7 @@ def test_the_audit_completes_a_passing_checkpoint_and_aborts_a_failing_one(drive
 
 
 def test_the_audit_mark_keeps_the_record_format(driver, gate, tmp_path):
-    pending = trigger_audited(driver, properties={"why": "nightly"})
+    pending = trigger_audited(driver, properties=CheckpointProperties.of({"why": "nightly"}))
     stored = json.loads(driver.store.get(LAYOUT.active(pending.checkpoint_id)).data)
     assert stored["version"] == 2  # version 2 (issue 26: the topology), the mark unchanged
     assert stored["properties"] == {

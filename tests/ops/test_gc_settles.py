@@ -20,6 +20,7 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
 
@@ -86,7 +87,9 @@ def test_gc_expires_an_audited_checkpoint_whose_audit_never_came(store: ObjectSt
     clock = FakeClock()
     c = coordinator(store, clock, timeout=60)
     cid = c.trigger(
-        {"src": {"p0": 1}}, checkpoint_type=CheckpointType.CHECKPOINT, properties={"audit": True}
+        {"src": {"p0": 1}},
+        checkpoint_type=CheckpointType.CHECKPOINT,
+        properties=CheckpointProperties(audit=True),
     ).checkpoint_id
     for task in c.get_checkpoint(cid).expected_tasks:
         ack(c, cid, task)

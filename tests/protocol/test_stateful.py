@@ -56,6 +56,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
 from batchpoint.protocol.layout import TaskId, parse_checkpoint_dir_name
 from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 from support.clock import FakeClock
 
@@ -301,7 +302,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         c = self.co
         self.offset += 1
         kind = CheckpointType.SAVEPOINT if savepoint else CheckpointType.CHECKPOINT
-        properties = {"retain_forever": True} if retain_forever and not savepoint else {}
+        kept = retain_forever and not savepoint
+        properties = CheckpointProperties(retain_forever=True) if kept else None
         barrier = {"src": {"p0": self.offset}}
         try:
             pending = c.trigger(barrier, checkpoint_type=kind, properties=properties)

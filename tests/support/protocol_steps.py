@@ -16,6 +16,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.sinks import SinkManifest, SinkPublisher
 from batchpoint.protocol.verify import check_handles
 from batchpoint.quality.quarantine import QuarantineStore
@@ -46,7 +47,7 @@ def complete(
     c: CheckpointCoordinator,
     kind: CheckpointType = CheckpointType.CHECKPOINT,
     publish: bool = True,
-    properties: dict[str, Any] | None = None,
+    properties: CheckpointProperties | None = None,
 ) -> int:
     """One checkpoint triggered, acknowledged, finalized (settled) and published."""
     cid = c.trigger({"src": {"p0": 1}}, checkpoint_type=kind, properties=properties).checkpoint_id

@@ -51,7 +51,7 @@ def trigger_for_run(
     driver: PipelineDriver,
     run_id: str,
     checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
-    properties: Mapping[str, Any] | None = None,
+    properties: CheckpointProperties | None = None,
     *,
     audit: bool = False,
 ) -> PendingCheckpoint:
@@ -62,7 +62,7 @@ def trigger_for_run(
     for pending in driver.coordinator.pending_checkpoints():
         if pending.properties.scheduler_run_id == run_id:
             return pending
-    properties = replace(CheckpointProperties.of(properties), scheduler_run_id=run_id)
+    properties = replace(properties or CheckpointProperties(), scheduler_run_id=run_id)
     if audit:
         properties = audited_properties(properties)
     return driver.trigger(checkpoint_type, properties=properties)

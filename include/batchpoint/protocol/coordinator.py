@@ -55,6 +55,7 @@ from batchpoint.protocol.ids import CheckpointIDCounter
 from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import Clock
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.publish import CompletionNotifier, PublishReport, SinkTarget
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.reads import AckProgress, CheckpointReads
@@ -195,7 +196,7 @@ class CheckpointCoordinator(CheckpointReads):
         barrier: Mapping[str, Any],
         *,
         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
-        properties: Mapping[str, Any] | None = None,
+        properties: CheckpointProperties | None = None,
         timeout: float | None = None,
         spec: PipelineSpec | None = None,
         topology: Topology | None = None,

@@ -34,6 +34,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
     CheckpointType,
 )
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
@@ -64,8 +65,9 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
         super().__init__(**kwargs)
         self.audit = audit
 
-    def properties(self, context: Context) -> dict[str, Any]:
-        return {}
+    def properties(self, context: Context) -> CheckpointProperties | None:
+        """What the run's trigger fixes beyond its run id (none for a checkpoint)."""
+        return None
 
     def execute(self, context: Context) -> dict[str, Any]:
         driver = self.driver()
