@@ -76,6 +76,7 @@ from batchpoint import redaction
 from batchpoint import setting_values as values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.sensor_mode import SensorMode
 from batchpoint.setting_fields import (
     Bool,
     Refs,
@@ -174,9 +175,7 @@ class BatchpointEnvironment(BaseSettings):
     spark_job: Text = None
     spark_submit_args: Annotated[tuple[str, ...], NoDecode, BeforeValidator(submit_args)] = ()
     pyspark_python: Text = None
-    ack_sensor_mode: Annotated[
-        Literal["deferrable", "reschedule", "poke"], BeforeValidator(lowercase)
-    ] = "deferrable"
+    ack_sensor_mode: Annotated[SensorMode, BeforeValidator(lowercase)] = SensorMode.DEFERRABLE
     ack_poll_interval: Annotated[float, duration(minimum=0.1)] = 5.0
     task_retries: Annotated[int, count(0)] = 1
     task_retry_delay: Annotated[float, duration()] = 30.0

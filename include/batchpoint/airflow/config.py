@@ -55,6 +55,7 @@ from batchpoint import setting_values
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.redaction import redact_uri
+from batchpoint.sensor_mode import SensorMode
 from batchpoint.settings import (
     DEFAULT_PIPELINE_REF,
     KNOWN_VARIABLES,
@@ -116,7 +117,7 @@ class AirflowDeployment:
     spark_job: str
     spark_submit_args: tuple[str, ...] = ()
     pyspark_python: str = sys.executable
-    sensor_mode: str = "deferrable"
+    sensor_mode: SensorMode = SensorMode.DEFERRABLE
     poll_interval: float = 5.0
     task_retries: int = 1
     retry_delay: float = 30.0

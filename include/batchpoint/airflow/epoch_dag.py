@@ -37,6 +37,7 @@ from batchpoint.ops.epoch_plan import (
     TaskKind,
 )
 from batchpoint.protocol.pipeline import PipelineSpec
+from batchpoint.sensor_mode import SensorMode
 from batchpoint.settings import SparkMode
 
 #: The one mapping from task kind to the Airflow operator that runs it.
@@ -123,8 +124,8 @@ def _wait_for_acks(task: PlannedTask, r: _Render) -> dict[str, Any]:
     return {
         "pipeline": r.plan.pipeline,
         "aws_conn_id": r.deployment.storage_conn_id,
-        "deferrable": mode == "deferrable",
-        "mode": "reschedule" if mode == "reschedule" else "poke",
+        "deferrable": mode is SensorMode.DEFERRABLE,
+        "mode": "reschedule" if mode is SensorMode.RESCHEDULE else "poke",
         "poll_interval": r.deployment.poll_interval,
         "timeout": task.settings.timeout,
     }
