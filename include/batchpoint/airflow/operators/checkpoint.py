@@ -379,13 +379,23 @@ class CheckpointCleanupOperator(BatchpointOperator):
     def __init__(
         self,
         *,
+        operator_tasks: Mapping[str, str] | None = None,
         operator_group: str = "operators",
         finalize_task_id: str = "finalize",
         **kwargs: Any,
     ) -> None:
+        """`operator_tasks`: Airflow task id -> the pipeline operator it runs, as the
+        epoch's plan names them (render_epoch); without, `operator_group`'s tasks."""
         super().__init__(**kwargs)
+        self.operator_tasks = dict(operator_tasks) if operator_tasks is not None else None
         self.operator_group = operator_group
         self.finalize_task_id = finalize_task_id
+
+    def operator_of(self, task_id: str) -> str | None:
+        if self.operator_tasks is not None:
+            return self.operator_tasks.get(task_id)
+        group, _, name = task_id.partition(".")
+        return name if group == self.operator_group and name else None
 
     def execute(self, context: Context) -> dict[str, Any]:
         states = self.run_task_states(context)
@@ -395,11 +405,10 @@ class CheckpointCleanupOperator(BatchpointOperator):
             if failed:
                 raise AirflowFailException(f"no checkpoint: task(s) {failed} failed")
             raise AirflowSkipException("no checkpoint was triggered in this run")
-        prefix = f"{self.operator_group}."
         failed_operators = {
-            t.removeprefix(prefix): f"Airflow task {t} failed"
+            operator: f"Airflow task {t} failed"
             for t in failed
-            if t.startswith(prefix)
+            if (operator := self.operator_of(t)) is not None
         }
         ti = context["ti"]
         settlement = settle_run(
