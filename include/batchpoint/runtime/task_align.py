@@ -33,11 +33,12 @@ def align(attempt: TaskAttempt) -> CompletedCheckpoint | None:
         base = base_state(env.coordinator, pending)
         if not waiting and base is not False:
             return base  # type: ignore[return-value]
+        names = ", ".join(map(str, waiting))
         if time.monotonic() > deadline:
-            what = [str(t) for t in waiting] or [f"base checkpoint {pending.base_checkpoint_id}"]
-            raise CheckpointError(f"alignment timed out waiting for {', '.join(what)}")
+            what = names or f"base checkpoint {pending.base_checkpoint_id}"
+            raise CheckpointError(f"alignment timed out waiting for {what}")
         if not announced:
-            attempt.log(f"aligning: waiting for {', '.join(waiting) or 'the base checkpoint'}")
+            attempt.log(f"aligning: waiting for {names or 'the base checkpoint'}")
             announced = True
         if env.interrupted.wait(env.poll_interval):
             raise AttemptInterrupted(f"checkpoint {cid}: interrupted while aligning")
