@@ -75,13 +75,12 @@ class Epoch:
 def spark_work(outcome: Any) -> Work:
     """Each operator's Spark jobs and stages as its acks recorded them (every subtask's
     ack carries its attempt's count)."""
-    from batchpoint.protocol.layout import TaskId
 
     if outcome is None or outcome.completed is None:
         raise RuntimeError(f"the epoch's checkpoint did not complete: {outcome}")
     work: Work = {}
     for ack in outcome.completed.acks:
-        operator = TaskId.parse(ack.task).operator
+        operator = ack.task.operator
         work.setdefault(operator, (ack.metrics.spark_jobs, ack.metrics.spark_stages))
     return work
 

@@ -37,7 +37,7 @@ from typing import Any
 import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from batchpoint.protocol.checkpoint import CheckpointStatus, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import task_name
+from batchpoint.protocol.layout import TaskId
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.integrity import check_checkpoint
 from batchpoint.quality.spark_files import executor_file_checker
@@ -99,7 +99,7 @@ def complete_checkpoint(
     written = keyed_io.write_keyed(generate_state(spark, keys), store_ref, spec)
     for subtask, handles in written.items():
         coordinator.acknowledge(
-            pending.checkpoint_id, task_name("balances", subtask), "bench", handles
+            pending.checkpoint_id, TaskId("balances", subtask), "bench", handles
         )
     outcome = coordinator.try_finalize(pending.checkpoint_id)
     assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED, outcome

@@ -173,7 +173,7 @@ class PaymentsDemo:
                     raise DemoFailed("the killed balances task was not retried")
                 last = self.coordinator.head.get().checkpoint_id
                 acks = self.coordinator.get_outcome(last).completed.acks
-                attempts = sorted({a.attempt for a in acks if a.task.startswith("balances#")})
+                attempts = sorted({a.attempt for a in acks if a.task.operator == "balances"})
                 say(
                     f"try 1 died before acking; Airflow retried the task and checkpoint {last} "
                     f"completed with balances acked by attempt {', '.join(attempts)}"
@@ -239,7 +239,7 @@ class PaymentsDemo:
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
-        subtasks = sorted(a.task for a in outcome.completed.acks if a.task.startswith("balances#"))
+        subtasks = [a.task for a in outcome.completed.acks if a.task.operator == "balances"]
         say(
             f"checkpoint {cid} continued from checkpoint {outcome.pending.base_checkpoint_id}, "
             f"with balances rescaled by key group to {len(subtasks)} subtasks"
@@ -264,7 +264,7 @@ class PaymentsDemo:
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
-        tasks = sorted(a.task for a in outcome.completed.acks if a.operator_uid == "balances")
+        tasks = sorted(str(a.task) for a in outcome.completed.acks if a.operator_uid == "balances")
         say(
             f"checkpoint {cid}: {', '.join(tasks)} restored the state of 'balances' by its "
             "uid; its stored rows read the new column 'deposits' as null"

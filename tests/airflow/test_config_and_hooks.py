@@ -14,6 +14,7 @@ import pytest
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.errors import ConfigError
 from batchpoint.settings import Settings, parse_interval
+from batchpoint.settings.sensor_mode import SensorMode
 from batchpoint.storage.redaction import revealed_options
 
 pytestmark = pytest.mark.airflow
@@ -92,6 +93,20 @@ def test_each_bad_setting_is_named(values, named):
     with pytest.raises(ConfigError, match=named) as raised:
         AirflowDeployment.from_env(env(**values))
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("text", ["poke", "Reschedule", "DEFERRABLE"])
+def test_the_sensor_mode_is_read_as_its_enum(text):
+    d = AirflowDeployment.from_env(submit_env(BATCHPOINT_ACK_SENSOR_MODE=text))
+    assert d.sensor_mode is SensorMode(text.lower())
+
+
+def test_a_bad_sensor_mode_is_refused_naming_the_setting_and_the_modes():
+    with pytest.raises(ConfigError) as raised:
+        AirflowDeployment.from_env(submit_env(BATCHPOINT_ACK_SENSOR_MODE="sleepy"))
+    assert str(raised.value) == (
+        "BATCHPOINT_ACK_SENSOR_MODE='sleepy': use one of deferrable, reschedule or poke"
+    )
 
 
 def test_connect_mode_needs_no_spark_submit_nor_job_file():

@@ -39,9 +39,10 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
     c = driver.coordinator
     for task in pending.expected_tasks:
         key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a") + "f"
-        c.store.put(key, task.encode())
-        digest = hashlib.sha256(task.encode()).hexdigest()
-        c.acknowledge(pending.checkpoint_id, task, "a", [FileHandle(key, len(task), digest)])
+        data = str(task).encode()
+        c.store.put(key, data)
+        digest = hashlib.sha256(data).hexdigest()
+        c.acknowledge(pending.checkpoint_id, task, "a", [FileHandle(key, len(data), digest)])
     finalize(driver, pending.checkpoint_id)
     return pending.checkpoint_id
 

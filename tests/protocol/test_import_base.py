@@ -23,6 +23,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.storage.base import ObjectStore
 from support.hooks import HookStore, once
@@ -77,7 +78,7 @@ def scheduled_trigger(c: CheckpointCoordinator, p0: int) -> int:
 
 
 def stop_with_savepoint(c: CheckpointCoordinator, p0: int) -> int:
-    stop = {"stop_pipeline": True}
+    stop = CheckpointProperties(stop_pipeline=True)
     return c.trigger({"src": {"p0": p0}}, checkpoint_type=SAVEPOINT, properties=stop).checkpoint_id
 
 

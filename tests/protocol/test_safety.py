@@ -25,6 +25,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.restore_candidates import Examination, RestoreCandidates
 from batchpoint.protocol.savepoints import (
@@ -53,9 +54,9 @@ def ack_all(c: CheckpointCoordinator, cid: int, extra: tuple[FileHandle, ...] = 
         key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
         data = f"{task} of {cid}".encode() * 8
         c.store.put(key, data)
-        stream = "sink" if task.startswith("sink#") else "s"  # a sink stages its output
+        stream = "sink" if task.operator == "sink" else "s"  # a sink stages its output
         handle = FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), rows=1, name=stream)
-        handles = (handle, *extra) if task.startswith("keyed") else (handle,)
+        handles = (handle, *extra) if task.operator == "keyed" else (handle,)
         assert c.acknowledge(cid, task, "a1", handles) is TaskAcknowledgeResult.SUCCESS
 
 
@@ -454,7 +455,7 @@ def test_grace_keeps_discarded_entries_for_late_writers(store: ObjectStore) -> N
     c.abort(aborted, CheckpointFailureReason.EXPIRED)
     c.garbage_collector().collect()
     assert c.control.load().is_discarded(aborted)  # within the grace period
-    late = c.layout.task_data_prefix(aborted, "keyed#0", "zombie") + "x"
+    late = c.layout.task_data_prefix(aborted, TaskId("keyed", 0), "zombie") + "x"
     store.put(late, b"late write")
     clock.now += 61  # past the timeout, not the grace: the entry stays for late writers
     c.garbage_collector().collect()

@@ -286,9 +286,10 @@ def test_an_imported_savepoint_keeps_its_topology_and_operator_uids(store):
     )
     for task in pending.expected_tasks:
         key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a1") + "f"
-        c.store.put(key, task.encode())
-        digest = hashlib.sha256(task.encode()).hexdigest()
-        c.acknowledge(pending.checkpoint_id, task, "a1", [FileHandle(key, len(task), digest)])
+        data = str(task).encode()
+        c.store.put(key, data)
+        digest = hashlib.sha256(data).hexdigest()
+        c.acknowledge(pending.checkpoint_id, task, "a1", [FileHandle(key, len(data), digest)])
     assert c.try_finalize(pending.checkpoint_id).status is CheckpointStatus.COMPLETED
     written = c.acks(pending.checkpoint_id)
     assert {a.operator_uid for a in written.values()} == {"keyed-uid", "sink"}

@@ -22,6 +22,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
@@ -36,7 +37,7 @@ def coordinator(store: ObjectStore) -> CheckpointCoordinator:
     return c
 
 
-def own_file(c: CheckpointCoordinator, cid: int, task: str, layer: int) -> FileHandle:
+def own_file(c: CheckpointCoordinator, cid: int, task: TaskId, layer: int) -> FileHandle:
     key = c.layout.task_data_prefix(cid, task, "a1") + f"state-s/layer-{layer}.parquet"
     data = f"{task} layer {layer} of {cid}".encode()
     c.store.put(key, data)

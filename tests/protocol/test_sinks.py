@@ -8,6 +8,7 @@ import hashlib
 
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle, TaskMetrics
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import SinkPublisher, visible_files
@@ -25,10 +26,13 @@ SPEC = PipelineSpec(
 
 def _complete(c: CheckpointCoordinator, store: ObjectStore, payload: bytes) -> CompletedCheckpoint:
     pending = c.trigger({"src": {}})
-    key = c.layout.task_data_prefix(pending.checkpoint_id, "out#0", "a1") + "sink/part-0.parquet"
+    key = (
+        c.layout.task_data_prefix(pending.checkpoint_id, TaskId("out", 0), "a1")
+        + "sink/part-0.parquet"
+    )
     store.put(key, payload)
     handle = FileHandle(key, len(payload), hashlib.sha256(payload).hexdigest(), 1, name="sink")
-    c.acknowledge(pending.checkpoint_id, "out#0", "a1", [handle], TaskMetrics())
+    c.acknowledge(pending.checkpoint_id, TaskId("out", 0), "a1", [handle], TaskMetrics())
     outcome = c.try_finalize(pending.checkpoint_id)
     assert outcome is not None and outcome.completed is not None
     return outcome.completed

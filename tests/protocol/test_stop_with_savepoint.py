@@ -24,6 +24,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.stopping import NotStopped
 from batchpoint.storage.base import ObjectStore
@@ -32,7 +33,7 @@ from support.restoring import restore
 
 NAME = "stops"
 SINKS = [("sink", "append", ["k"])]
-STOP = {"stop_pipeline": True}
+STOP = CheckpointProperties(stop_pipeline=True)
 CHECKPOINT, SAVEPOINT = CheckpointType.CHECKPOINT, CheckpointType.SAVEPOINT
 
 

@@ -17,7 +17,6 @@ import pytest
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import SHARED_FROM_META, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.runtime.restore import restore_checkpoint
@@ -70,7 +69,7 @@ def test_an_epoch_without_input_runs_no_spark_job_for_dedup_and_restores_alike(
     epoch(0)
     epoch(1)
     idle = epoch(None)
-    acks = [a for a in idle.outcome.completed.acks if TaskId.parse(a.task).operator == "dedup"]
+    acks = [a for a in idle.outcome.completed.acks if a.task.operator == "dedup"]
     assert {(a.metrics.spark_jobs, a.metrics.records_out) for a in acks} == {(0, 0)}
     states = [h for a in acks for h in a.handles if h.name == "state-seen"]
     assert states and all(h.meta.get(SHARED_FROM_META) for h in states)
@@ -102,7 +101,7 @@ def test_a_sink_with_nothing_new_runs_no_spark_job_and_publishes_no_rows(
     epoch(0)
     epoch(1)
     idle = epoch(None)
-    acks = [a for a in idle.outcome.completed.acks if TaskId.parse(a.task).operator == "fresh"]
+    acks = [a for a in idle.outcome.completed.acks if a.task.operator == "fresh"]
     assert {(a.metrics.spark_jobs, a.metrics.records_out) for a in acks} == {(0, 0)}
     staged = [h for a in acks for h in a.handles]
     assert staged and all(h.rows == 0 for h in staged)

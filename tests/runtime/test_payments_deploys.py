@@ -228,7 +228,7 @@ def test_eight_deploys_in_a_row_keep_state_exactly_once(
     assert entry(plan, "operator", "balances").detail == "parallelism 1 -> 2, by key group"
     run.epoch()
     completed = run.coordinator.completed.get(run.head)
-    assert sorted(a.task for a in completed.acks if a.operator_uid == "balances") == [
+    assert sorted(str(a.task) for a in completed.acks if a.operator_uid == "balances") == [
         "accounts#0",
         "accounts#1",
     ]

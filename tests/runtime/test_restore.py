@@ -37,7 +37,7 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
     c = driver.coordinator
     for task in pending.expected_tasks:
         key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a") + "f.parquet"
-        data = task.encode()
+        data = str(task).encode()
         c.store.put(key, data)
         c.acknowledge(
             pending.checkpoint_id,

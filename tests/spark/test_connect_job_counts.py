@@ -16,7 +16,6 @@ import pytest
 
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus
-from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
 from demo.payments import SOURCE_ROOT, build_pipeline
@@ -85,9 +84,7 @@ def counts(acks: Any) -> dict[str, set[tuple[int | None, int | None]]]:
     out: dict[str, set[tuple[int | None, int | None]]] = {}
     for ack in acks:
         metrics = ack.metrics
-        out.setdefault(TaskId.parse(ack.task).operator, set()).add(
-            (metrics.spark_jobs, metrics.spark_stages)
-        )
+        out.setdefault(ack.task.operator, set()).add((metrics.spark_jobs, metrics.spark_stages))
     return out
 
 
@@ -141,5 +138,5 @@ def test_a_sink_with_nothing_new_runs_no_spark_job_over_connect(
     print(f"connect, nothing new: {got}")
     assert got["fresh"] == {(0, 0)}
     assert got["dedup"] != {(0, 0)}
-    staged = [h for a in outcome.completed.acks if a.task.startswith("fresh") for h in a.handles]
+    staged = [h for a in outcome.completed.acks if a.task.operator == "fresh" for h in a.handles]
     assert staged and all(h.rows == 0 for h in staged)

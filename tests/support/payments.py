@@ -93,7 +93,7 @@ class PaymentsRun:
         files = [
             h
             for ack in completed.acks
-            if ack.task.startswith(f"{operator}#")
+            if ack.task.operator == operator
             for h in ack.handles
             if h.name == stream
         ]

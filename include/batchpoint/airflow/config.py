@@ -60,6 +60,7 @@ from batchpoint.settings import (
     SparkMode,
     read_environment,
 )
+from batchpoint.settings.sensor_mode import SensorMode
 from batchpoint.storage.redaction import redact_uri
 
 __all__ = [
@@ -110,7 +111,7 @@ class AirflowDeployment:
     spark_job: str
     spark_submit_args: tuple[str, ...] = ()
     pyspark_python: str = sys.executable
-    sensor_mode: str = "deferrable"
+    sensor_mode: SensorMode = SensorMode.DEFERRABLE
     poll_interval: float = 5.0
     task_retries: int = 1
     retry_delay: float = 30.0

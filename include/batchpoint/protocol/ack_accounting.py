@@ -25,7 +25,7 @@ from batchpoint.protocol.checkpoint import (
     TaskAcknowledgeResult,
     TaskMetrics,
 )
-from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.ports import Clock
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.settlement import Abort
@@ -55,7 +55,7 @@ class AckAccounting:
     def acknowledge(
         self,
         checkpoint_id: int,
-        task: str,
+        task: TaskId,
         attempt: str,
         handles: Iterable[FileHandle] = (),
         metrics: TaskMetrics | None = None,
@@ -66,7 +66,7 @@ class AckAccounting:
         pending = self._reads.get_pending(checkpoint_id)
         # the operator's uid as the trigger recorded it: what later checkpoints find
         # this task's state by, whatever the operator is called then
-        uid = pending.operator_uid(split_task_name(task)[0]) if pending is not None else ""
+        uid = pending.operator_uid(task.operator) if pending is not None else ""
         ack = AckRecord(
             checkpoint_id, task, attempt, handles, metrics or TaskMetrics(), self._clock(), uid
         )
@@ -112,8 +112,7 @@ class AckAccounting:
         # checkpoint, in a folder named by the attempt id. A handle pointing anywhere else
         # is another checkpoint's, another attempt's or another task's file (a sink
         # references its input channel's files), which is never ours to delete.
-        operator = split_task_name(ack.task)[0]
-        data = self._layout.operator_data_prefix(ack.checkpoint_id, operator)
+        data = self._layout.operator_data_prefix(ack.checkpoint_id, ack.task.operator)
         own = [
             h.path
             for h in ack.handles
@@ -121,7 +120,7 @@ class AckAccounting:
         ]
         self._store.delete_many(own)
 
-    def decline(self, checkpoint_id: int, task: str, attempt: str, reason: str) -> DeclineResult:
+    def decline(self, checkpoint_id: int, task: TaskId, attempt: str, reason: str) -> DeclineResult:
         """A task cannot take part: abort the checkpoint at once rather than waiting for
         the timeout (Flink's declineCheckpoint)."""
         pending = self._reads.get_pending(checkpoint_id)

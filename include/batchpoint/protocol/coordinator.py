@@ -55,9 +55,10 @@ from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.finalizer import AuditJudge, CheckpointFinalizer
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.ids import CheckpointIDCounter
-from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import Clock
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.publish import CompletionNotifier, PublishReport, SinkTarget
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.reads import AckProgress, CheckpointReads
@@ -193,7 +194,7 @@ class CheckpointCoordinator:
     def status(self, checkpoint_id: int) -> CheckpointStatus | None:
         return self.reads.status(checkpoint_id)
 
-    def acks(self, checkpoint_id: int) -> dict[str, AckRecord]:
+    def acks(self, checkpoint_id: int) -> dict[TaskId, AckRecord]:
         return self.reads.acks(checkpoint_id)
 
     def declines(self, checkpoint_id: int) -> list[DeclineRecord]:
@@ -243,7 +244,7 @@ class CheckpointCoordinator:
         barrier: Mapping[str, Any],
         *,
         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
-        properties: Mapping[str, Any] | None = None,
+        properties: CheckpointProperties | None = None,
         timeout: float | None = None,
         spec: PipelineSpec | None = None,
         topology: Topology | None = None,
@@ -274,7 +275,7 @@ class CheckpointCoordinator:
     def acknowledge(
         self,
         checkpoint_id: int,
-        task: str,
+        task: TaskId,
         attempt: str,
         handles: Iterable[FileHandle] = (),
         metrics: TaskMetrics | None = None,
@@ -282,7 +283,7 @@ class CheckpointCoordinator:
         """Flink's PendingCheckpoint.acknowledgeTask (protocol/ack_accounting.py)."""
         return self.ack_accounting.acknowledge(checkpoint_id, task, attempt, handles, metrics)
 
-    def decline(self, checkpoint_id: int, task: str, attempt: str, reason: str) -> DeclineResult:
+    def decline(self, checkpoint_id: int, task: TaskId, attempt: str, reason: str) -> DeclineResult:
         """Flink's declineCheckpoint: the checkpoint aborts at once."""
         return self.ack_accounting.decline(checkpoint_id, task, attempt, reason)
 
@@ -314,7 +315,9 @@ class CheckpointCoordinator:
         """Abort a pending checkpoint; returns the outcome that holds."""
         return self.finalizer.abort(checkpoint_id, reason, message)
 
-    def expire(self, checkpoint_id: int, missing: Iterable[str] | None = None) -> CheckpointOutcome:
+    def expire(
+        self, checkpoint_id: int, missing: Iterable[TaskId] | None = None
+    ) -> CheckpointOutcome:
         """Abort as EXPIRED, naming the tasks that did not acknowledge it in time."""
         return self.finalizer.expire(checkpoint_id, missing)
 

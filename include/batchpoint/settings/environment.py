@@ -86,6 +86,7 @@ from batchpoint.settings.fields import (
     optional,
     submit_args,
 )
+from batchpoint.settings.sensor_mode import SensorMode
 from batchpoint.settings.values import SparkMode
 from batchpoint.storage import redaction
 
@@ -171,9 +172,7 @@ class BatchpointEnvironment(BaseSettings):
     spark_job: Text = None
     spark_submit_args: Annotated[tuple[str, ...], NoDecode, BeforeValidator(submit_args)] = ()
     pyspark_python: Text = None
-    ack_sensor_mode: Annotated[
-        Literal["deferrable", "reschedule", "poke"], BeforeValidator(lowercase)
-    ] = "deferrable"
+    ack_sensor_mode: Annotated[SensorMode, BeforeValidator(lowercase)] = SensorMode.DEFERRABLE
     ack_poll_interval: Annotated[float, duration(minimum=0.1)] = 5.0
     task_retries: Annotated[int, count(0)] = 1
     task_retry_delay: Annotated[float, duration()] = 30.0
