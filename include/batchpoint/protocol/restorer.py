@@ -26,20 +26,17 @@ from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CompletedCheckpoint,
 )
+from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, RestoreInFlight
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
-from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import AbortCheckpoint, Clock, ProgressFn
 from batchpoint.protocol.quarantine import QuarantineRecord, QuarantineStore
-from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sinks import SinkPublisher
-from batchpoint.protocol.verify import check_handles
-from batchpoint.storage.base import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -90,9 +87,7 @@ class CheckpointRestorer:
     def __init__(
         self,
         *,
-        store: ObjectStore,
-        layout: PipelineLayout,
-        reads: CheckpointReads,
+        records: CheckpointRecords,
         control: ControlStore,
         completed: CompletedCheckpointStore,
         quarantine: QuarantineStore,
@@ -102,9 +97,7 @@ class CheckpointRestorer:
         abort: AbortCheckpoint,
         verify_checksums: bool,
     ) -> None:
-        self._store = store
-        self._layout = layout
-        self._reads = reads
+        self._records = records
         self._control = control
         self._completed = completed
         self.quarantine = quarantine
@@ -116,7 +109,7 @@ class CheckpointRestorer:
 
     @property
     def _pipeline(self) -> str:
-        return self._layout.pipeline
+        return self._records.pipeline
 
     def restore(
         self,
@@ -230,8 +223,8 @@ class CheckpointRestorer:
         its sha256 as recorded."""
         if not examined.restorable or examined.completed is None:
             return examined
-        problems = check_handles(
-            self._store, examined.completed.durable_handles, checksums=checksums, progress=progress
+        problems = self._completed.check_files(
+            examined.completed, checksums=checksums, progress=progress
         )
         if not problems:
             return examined
@@ -323,7 +316,7 @@ class CheckpointRestorer:
                     cid, CheckpointFailureReason.RESTORED, f"restore to checkpoint {r.target}"
                 )
         self._sinks.rewind_all(r.target, r.generation, alias_of=self.alias_of(r.target))
-        self._store.put(self._layout.restore(r.generation), RestoreRecord.of(r).encode())
+        self._records.put_restore(RestoreRecord.of(r))
         self._failures.reset(self._clock(), reason=f"restored to checkpoint {r.target}")
 
         def done(current: ControlRecord | None) -> ControlRecord | None:
@@ -339,7 +332,7 @@ class CheckpointRestorer:
         """For a checkpoint imported from a savepoint of this very storage: the id the
         savepoint was taken from, whose sink epochs the restore keeps."""
         try:
-            outcome = self._reads.get_outcome(checkpoint_id)
+            outcome = self._records.get_outcome(checkpoint_id)
         except RecordError:
             return None
         if outcome is None:
@@ -348,4 +341,4 @@ class CheckpointRestorer:
         original = props.savepoint_checkpoint_id
         if not props.is_imported or original is None:
             return None
-        return original if props.savepoint_taken_from == self._store.uri else None
+        return original if props.savepoint_taken_from == self._records.storage_uri else None
