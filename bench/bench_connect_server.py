@@ -2,7 +2,7 @@
 
 Runs N operator tasks of the payments pipeline (default 100: 25 epochs of 4 tasks) as
 fresh client processes, one after the other like Airflow tasks, against one local Spark
-Connect server (batchpoint.devstack.spark_connect), on a file:// root both share. Every
+Connect server (devstack.spark_connect), on a file:// root both share. Every
 client joins the pipeline's server session (pipeline_session_id). Prints the server's
 Python worker count and memory (RSS summed over its process group, from /proc) after
 every 10 tasks (10 and 100 are the figures to compare), and each task's time split:
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 TASKS = ("dedup", "balances", "balances_table", "alerts")
 
 
@@ -43,7 +45,7 @@ def client(argv: list[str]) -> int:
 
     remote, checkpoint_id, operator = argv[0], int(argv[1]), argv[2]
     imported = time.monotonic()
-    pipeline = load_pipeline("batchpoint.demo.payments:pipeline")
+    pipeline = load_pipeline("demo.payments:pipeline")
     spark = connect_session(
         remote, f"bench-{operator}", session_id=pipeline_session_id(pipeline.name, remote)
     )
@@ -67,7 +69,7 @@ def client(argv: list[str]) -> int:
 def server_footprint(pgid: int) -> tuple[int, int, float]:
     """(processes, Python workers, RSS MiB) of the server's process tree. Workers are
     pyspark's daemon and the workers it forks (they keep its command line)."""
-    from batchpoint.devstack.processes import descendants
+    from devstack.processes import descendants
 
     members = [pgid, *descendants(pgid)]
     workers = 0
@@ -109,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.client:
         return client(args.client)
 
-    from batchpoint.demo.payments import build_pipeline
-    from batchpoint.devstack.spark_connect import SparkConnectServer
     from batchpoint.runtime.driver import PipelineDriver
     from batchpoint.storage import StoreRef
+    from demo.payments import build_pipeline
+    from devstack.spark_connect import SparkConnectServer
 
     with tempfile.TemporaryDirectory(prefix="bench-connect-") as tmp:
         root = Path(tmp) / "store"
@@ -134,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
 def run_tasks(driver: Any, server: Any, env: dict[str, str], tasks: int, run: Run) -> bool:
     """`tasks` operator tasks, epoch after epoch (each epoch's files written first, its
     checkpoint finalized after its four tasks); False if a client failed."""
-    from batchpoint.demo.payments import SOURCE_ROOT
-    from batchpoint.demo.payments_data import write_epoch_files
     from batchpoint.ops.epoch import finalize
+    from demo.payments import SOURCE_ROOT
+    from demo.payments_data import write_epoch_files
 
     epoch = 0
     while run.done < tasks:

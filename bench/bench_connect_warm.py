@@ -1,6 +1,6 @@
 """Is a freshly started Spark Connect server warm? The first epoch against the warm ones.
 
-Starts two local Spark Connect servers (batchpoint.devstack.spark_connect) in one run,
+Starts two local Spark Connect servers (devstack.spark_connect) in one run,
 one cold (no warm-up job, pyspark's own worker daemon) and one as devstack starts it
 (the warm-up job, the preloading worker daemon), and on each, in turn, runs epochs of the payments
 pipeline on a file:// root: per epoch one client process runs the four operator tasks in
@@ -28,8 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 OPERATORS = ("dedup", "balances", "balances_table", "alerts")
-PIPELINE = "batchpoint.demo.payments:pipeline"
+PIPELINE = "demo.payments:pipeline"
 
 
 def client(remote: str, checkpoint_id: int, operators: list[str]) -> int:
@@ -78,9 +80,9 @@ class PaymentsStore:
     """The payments pipeline on a file:// root: epoch files, triggers, finalizes."""
 
     def __init__(self, root: Path, events: int) -> None:
-        from batchpoint.demo.payments import build_pipeline
         from batchpoint.runtime.driver import PipelineDriver
         from batchpoint.storage import StoreRef
+        from demo.payments import build_pipeline
 
         self.ref = StoreRef.of(root.as_uri())
         self.driver = PipelineDriver(build_pipeline(parallelism=2), self.ref)
@@ -93,8 +95,8 @@ class PaymentsStore:
         } | {"BATCHPOINT_ROOT": self.ref.uri}
 
     def trigger(self) -> int:
-        from batchpoint.demo.payments import SOURCE_ROOT
-        from batchpoint.demo.payments_data import write_epoch_files
+        from demo.payments import SOURCE_ROOT
+        from demo.payments_data import write_epoch_files
 
         accounts = max(40, self.events // 10)
         write_epoch_files(
@@ -114,8 +116,8 @@ def server(workdir: Path, warm: bool, conf: dict[str, str] | None = None) -> Any
     """A devstack server, cold or warm (as the demo starts it: its warm-up also opens
     the payments operators' sessions), with its UI on a free port: the REST API an
     operator over Connect counts its Spark jobs by."""
-    from batchpoint.devstack.seaweed import free_ports
-    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from devstack.seaweed import free_ports
+    from devstack.spark_connect import SparkConnectServer
 
     ui = {"spark.ui.enabled": "true", "spark.ui.port": str(free_ports(1, "127.0.0.1")[0])}
     settings = ui | dict(conf or {})

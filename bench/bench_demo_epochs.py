@@ -1,7 +1,7 @@
 """The demo's epochs through Airflow against the same pipeline's epochs without it.
 
 In one run it starts what the demo starts (SeaweedFS, one devstack Spark Connect server,
-Airflow on SQLite: batchpoint.demo.run and batchpoint.demo.airflow_env, reused), then
+Airflow on SQLite: demo.run and demo.airflow_env, reused), then
 per epoch writes the same generated payments into two pipeline roots of the bucket and
 runs the epoch twice: as a run of the `payments_checkpoint` DAG, exactly as the demo runs
 it (connect mode: each operator task a thin client of the server), and in this process
@@ -9,7 +9,7 @@ through `LocalEpochRunner` on a classic local Spark session (as bench_peer runs 
 the second root. Both publish the balances as an Iceberg table (each its own).
 
 Before any figure it checks both roots' published sinks against the pandas reference
-(batchpoint.demo.checks); if either differs it says so and exits 1 without figures. Then
+(demo.checks); if either differs it says so and exits 1 without figures. Then
 it prints per epoch both wall times and the part of the Airflow epoch spent outside its
 tasks (Airflow's own: starting and scheduling tasks, from the DAG run summary's task
 durations); the median warm epoch (2..N) of each and their ratio; the Airflow path's
@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 #: The LocalEpochRunner's pipeline root in the demo's bucket (the demo's own is /demo).
 LOCAL_ROOT = "bench-local"
 #: Its Iceberg table (the demo's is payments.balances), in the same catalog.
@@ -73,22 +75,21 @@ class Epoch:
 def spark_work(outcome: Any) -> Work:
     """Each operator's Spark jobs and stages as its acks recorded them (every subtask's
     ack carries its attempt's count)."""
-    from batchpoint.protocol.layout import TaskId
 
     if outcome is None or outcome.completed is None:
         raise RuntimeError(f"the epoch's checkpoint did not complete: {outcome}")
     work: Work = {}
     for ack in outcome.completed.acks:
-        operator = TaskId.parse(ack.task).operator
+        operator = ack.task.operator
         work.setdefault(operator, (ack.metrics.spark_jobs, ack.metrics.spark_stages))
     return work
 
 
 def connect_server(workdir: Path, ui: bool) -> Any:
-    """The demo's server (batchpoint.demo.run.spark_server), with its UI on a free port
+    """The demo's server (demo.run.spark_server), with its UI on a free port
     when `ui` (the only way a Connect client counts its jobs)."""
-    from batchpoint.demo.run import spark_server
-    from batchpoint.devstack.seaweed import free_ports
+    from demo.run import spark_server
+    from devstack.seaweed import free_ports
 
     conf = {}
     if ui:
@@ -143,10 +144,10 @@ ANSWER = "@bench-local "
 def local_worker(root: str) -> int:
     """The child's loop: a classic local Spark session (as bench_peer's) and the
     pipeline's LocalEpochRunner on `root`; one epoch per `epoch` line on stdin."""
-    from batchpoint.demo.payments import build_pipeline
     from batchpoint.ops.local_epoch import LocalEpochRunner
     from batchpoint.settings import Settings
     from batchpoint.spark.session import spark_session
+    from demo.payments import build_pipeline
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     settings = Settings.from_env(root=root)
@@ -177,9 +178,9 @@ def local_worker(root: str) -> int:
 def table_checks(settings: Any, table: str) -> Any:
     """The demo's published checks (sinks and the Iceberg table's history against the
     pandas reference) on `settings`' root, its balances published as `table`."""
-    from batchpoint.demo.checks import PublishedChecks
     from batchpoint.tables.binding import TableBinding
     from batchpoint.tables.service import sink_table
+    from demo.checks import PublishedChecks
 
     class Checks(PublishedChecks):
         def balances_table(self) -> Any:
@@ -191,8 +192,8 @@ def table_checks(settings: Any, table: str) -> Any:
 
 def write_input(stores: list[Any], epoch: int, events: int) -> None:
     """The epoch's payment files, the same in every root."""
-    from batchpoint.demo.payments import SOURCE_ROOT
-    from batchpoint.demo.payments_data import write_epoch_files
+    from demo.payments import SOURCE_ROOT
+    from demo.payments_data import write_epoch_files
 
     for store in stores:
         write_epoch_files(
@@ -205,8 +206,8 @@ def start_airflow(demo: Any) -> float:
     seconds, once per process): a run of the checkpoint DAG's shape with each task a
     no-op (bench_spark_modes' noop DAG), touching neither Spark nor the store. Returns
     its wall time."""
-    from batchpoint.demo.say import say, step
     from bench_spark_modes import noop_dag_like, run_dag
+    from demo.say import say, step
 
     step("Airflow's first run in this process: the checkpoint DAG's shape, no-op tasks")
     noop = demo.airflow.quietly(lambda: noop_dag_like(demo.airflow.dags()["payments_checkpoint"]))
@@ -218,7 +219,7 @@ def start_airflow(demo: Any) -> float:
 def run_epochs(demo: Any, local: LocalPath, epochs: int, events: int) -> list[Epoch]:
     """Each epoch through Airflow first (the first one is the first after the server
     started), then through LocalEpochRunner, on the same input."""
-    from batchpoint.demo.say import say, step
+    from demo.say import say, step
 
     rows = []
     for n in range(epochs):
@@ -237,8 +238,8 @@ def run_epochs(demo: Any, local: LocalPath, epochs: int, events: int) -> list[Ep
 def checked(demo: Any, local: LocalPath) -> bool:
     """Both roots' sinks equal the pandas reference (the demo's check, said as it goes;
     its lines name the demo's table, the second root's is LOCAL_TABLE)."""
-    from batchpoint.demo.payments import BALANCES_TABLE
-    from batchpoint.demo.say import step
+    from demo.payments import BALANCES_TABLE
+    from demo.say import step
 
     step(f"checking what the Airflow path published ({demo.settings.root})")
     airflow_ok = table_checks(demo.settings, BALANCES_TABLE).exactly_once() == 0
@@ -293,10 +294,10 @@ def print_work(rows: list[Epoch]) -> None:
 
 def bench(workdir: Path, epochs: int, events: int, ui: bool) -> int:
     """Servers up, Airflow prepared, the epochs, the checks, the figures."""
-    from batchpoint.demo.airflow_env import AirflowSetup, DemoAirflow
-    from batchpoint.demo.run import PaymentsDemo, deployment_env, stop_spark
-    from batchpoint.demo.say import step, timed
-    from batchpoint.devstack.seaweed import SeaweedServer
+    from demo.airflow_env import AirflowSetup, DemoAirflow
+    from demo.run import PaymentsDemo, deployment_env, stop_spark
+    from demo.say import step, timed
+    from devstack.seaweed import SeaweedServer
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     step(f"starting SeaweedFS (S3) in {workdir / 's3'}")
@@ -327,7 +328,7 @@ def bench(workdir: Path, epochs: int, events: int, ui: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from batchpoint.demo.leftovers import mark_run, wait_for_none
+    from demo.leftovers import mark_run, wait_for_none
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=4, help="epochs on each path (default 4)")

@@ -44,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from peer_data import EVENTS, SIZES, Size, expected_totals, write_epoch
 from spark_jobs import JobCount, jobs, jobs_since, last_job, median_work
 
@@ -256,7 +257,7 @@ def restore_child(engine: str, where: str, remote: str = "") -> int:
 def warm_server_restore(root: Path, workdir: Path) -> tuple[float, int]:
     """batchpoint's restore in its default runtime: a fresh client process of a warm
     Spark Connect server (the second restore; the first one warms the server up)."""
-    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from devstack.spark_connect import SparkConnectServer
 
     conf = {"spark.sql.shuffle.partitions": "2"}
     with SparkConnectServer(workdir, master="local[2]", conf=conf) as server:

@@ -34,6 +34,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.storage import open_store
 from batchpoint.storage.base import ObjectStore
@@ -112,7 +113,7 @@ def _complete_checkpoint(
     t_trigger, pending = timed(lambda: c.trigger({"src": {"p0": epoch}}))
     cid = pending.checkpoint_id
 
-    def write_state(task: str) -> tuple[FileHandle, ...]:
+    def write_state(task: TaskId) -> tuple[FileHandle, ...]:
         key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
         store.put(key, body)
         return (FileHandle(key, len(body), sha, rows=1),)
@@ -121,7 +122,7 @@ def _complete_checkpoint(
     written = _run_all(pool, [lambda t=t: write_state(t) for t in names])
     handles = dict(zip(names, written, strict=True))
 
-    def ack(task: str) -> None:
+    def ack(task: TaskId) -> None:
         result = c.acknowledge(cid, task, "a1", handles[task])  # type: ignore[arg-type]
         if result is not TaskAcknowledgeResult.SUCCESS:
             raise RuntimeError(f"ack of {task}: {result}")

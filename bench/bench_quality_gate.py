@@ -34,12 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchpoint.demo.payments import BALANCE_SCHEMA
-from batchpoint.demo.payments_data import PAYMENTS_SCHEMA
-from batchpoint.demo.payments_quality import SUITES_DIR
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from batchpoint.protocol.checkpoint import CheckpointStatus, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import task_name
+from batchpoint.protocol.layout import TaskId
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.integrity import check_checkpoint
 from batchpoint.quality.spark_files import executor_file_checker
@@ -47,6 +45,9 @@ from batchpoint.quality.suites import PipelineQuality, StateQuality
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.streams import state_stream
 from batchpoint.storage import StoreRef
+from demo.payments import BALANCE_SCHEMA
+from demo.payments_data import PAYMENTS_SCHEMA
+from demo.payments_quality import SUITES_DIR
 from harness import timed
 
 PIPELINE = "bench_quality"
@@ -98,7 +99,7 @@ def complete_checkpoint(
     written = keyed_io.write_keyed(generate_state(spark, keys), store_ref, spec)
     for subtask, handles in written.items():
         coordinator.acknowledge(
-            pending.checkpoint_id, task_name("balances", subtask), "bench", handles
+            pending.checkpoint_id, TaskId("balances", subtask), "bench", handles
         )
     outcome = coordinator.try_finalize(pending.checkpoint_id)
     assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED, outcome
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.s3:
             return run(StoreRef.of((data_dir / "store").as_uri()), args)
-        from batchpoint.devstack.seaweed import SeaweedServer
+        from devstack.seaweed import SeaweedServer
 
         with SeaweedServer(data_dir / "seaweed") as server:
             uri = server.uri(f"bench-{uuid.uuid4().hex[:8]}")

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
@@ -60,8 +61,8 @@ def open_stores(which: list[str]) -> Iterator[dict[str, ObjectStore]]:
         if "local" in which:
             stores["local"] = LocalObjectStore(tmp / "local")
         if "s3" in which:
-            from batchpoint.devstack.seaweed import SeaweedServer
             from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+            from devstack.seaweed import SeaweedServer
 
             server = SeaweedServer(tmp / "weed").start()
             settings = S3Settings.from_options(server.storage_options())

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from spark_modes_jobs import SITECUSTOMIZE, JobRecorder, JobTiming, task_rows
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -58,7 +59,7 @@ class EpochRun:
 
 
 def run_dag(dag: Any, log_file: Path) -> tuple[Any, float]:
-    from batchpoint.demo.airflow_env import output_to
+    from demo.airflow_env import output_to
 
     started = time.monotonic()
     with output_to(log_file):
@@ -110,7 +111,7 @@ class Bench:
         self.base = {k: v for k, v in os.environ.items() if not k.startswith("BATCHPOINT_")}
 
     def environment(self, mode: str) -> dict[str, str]:
-        from batchpoint.demo.run import deployment_env
+        from demo.run import deployment_env
 
         connect = self.server.url if mode == "connect" else None
         env = deployment_env(self.s3, self.workdir, connect)
@@ -130,9 +131,9 @@ class Bench:
         return load_dags(AirflowDeployment.from_env())
 
     def one_epoch(self, mode: str, epoch: int, new_input: bool, **extra: str) -> EpochRun:
-        from batchpoint.demo.payments import SOURCE_ROOT
-        from batchpoint.demo.payments_data import write_epoch_files
         from batchpoint.settings import Settings
+        from demo.payments import SOURCE_ROOT
+        from demo.payments_data import write_epoch_files
 
         dag = self.dags(mode, **extra)["payments_checkpoint"]
         if new_input:
@@ -153,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-spark-modes-"))
     set_up(workdir)
 
-    from batchpoint.devstack.seaweed import SeaweedServer
-    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from devstack.seaweed import SeaweedServer
+    from devstack.spark_connect import SparkConnectServer
 
     recorder = JobRecorder()
     recorder.install()
@@ -180,7 +181,7 @@ def set_up(workdir: Path) -> None:
         filter(None, [str(site), os.environ.get("PYTHONPATH")])
     )
 
-    from batchpoint.demo.airflow_env import AirflowSetup, output_to
+    from demo.airflow_env import AirflowSetup, output_to
 
     setup = AirflowSetup(workdir / "airflow")
     setup.apply()

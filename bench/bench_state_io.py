@@ -47,11 +47,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from batchpoint.devstack.seaweed import SeaweedServer
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.spark import keyed_io, state_io
 from batchpoint.spark.session import spark_session
 from batchpoint.storage import ObjectStore, StoreRef
+from devstack.seaweed import SeaweedServer
 from harness import add_seaweed_arguments, seaweed, timed
 from state_io_figures import MB, Result, median_result, report, rows_label
 

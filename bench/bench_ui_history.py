@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from batchpoint.devstack.seaweed import SeaweedServer
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointOutcome,
@@ -44,6 +44,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.ids import NextCheckpointId
 from batchpoint.settings import Settings
 from batchpoint.storage.base import ObjectStore
+from devstack.seaweed import SeaweedServer
 
 # The tests' helpers: fake epochs (acks without Spark) and a store that counts calls.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -56,8 +57,8 @@ PAGE = 50
 def template(settings: Settings) -> CheckpointOutcome:
     """One checkpoint completed by the real protocol: the payments pipeline's tasks ack
     stand-in files (tests' fake epochs, without Spark)."""
-    from batchpoint.demo.payments import pipeline
     from batchpoint.runtime.driver import PipelineDriver
+    from demo.payments import pipeline
     from support.fake_epochs import epoch
 
     driver = PipelineDriver(pipeline, settings.store_ref, settings.checkpoint)

@@ -40,6 +40,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
@@ -71,7 +73,7 @@ def local_stores() -> Iterator[Callable[[int], StoreRef]]:
 def s3_stores() -> Iterator[Callable[[int], StoreRef]]:
     """A prefix per seed on one SeaweedFS, and a SQLite catalog per seed for the tables
     (an S3 root needs a configured catalog)."""
-    from batchpoint.devstack.seaweed import SeaweedServer
+    from devstack.seaweed import SeaweedServer
 
     data = Path(tempfile.mkdtemp(prefix="bp-deploy-weed-"))
     run = uuid.uuid4().hex[:8]

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from batchpoint.devstack.seaweed import SeaweedServer
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+from devstack.seaweed import SeaweedServer
 
 T = TypeVar("T")
 

@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 ROOT = Path(__file__).resolve().parents[1]
 # The model and its checker are the test suite's own (tests/support), shared as `support`.
 if str(ROOT / "tests") not in sys.path:
@@ -58,8 +60,8 @@ def local_stores() -> Iterator[Callable[[int], ObjectStore]]:
 
 @contextmanager
 def s3_stores() -> Iterator[Callable[[int], ObjectStore]]:
-    from batchpoint.devstack.seaweed import SeaweedServer
     from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+    from devstack.seaweed import SeaweedServer
 
     data = Path(tempfile.mkdtemp(prefix="bp-model-weed-"))
     run = uuid.uuid4().hex[:8]

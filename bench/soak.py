@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
+
 ROOT = Path(__file__).resolve().parents[1]
 # The model and its checker are the test suite's own (tests/support), shared as `support`.
 if str(ROOT / "tests") not in sys.path:
@@ -35,9 +37,6 @@ if str(ROOT / "tests") not in sys.path:
 
 import pandas as pd  # noqa: E402
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline  # noqa: E402
-from batchpoint.demo.payments_data import write_epoch_files  # noqa: E402
-from batchpoint.demo.payments_reference import compute_reference  # noqa: E402
 from batchpoint.ops.local_epoch import LocalEpochRunner  # noqa: E402
 from batchpoint.ops.maintenance import gc as ops_gc  # noqa: E402
 from batchpoint.protocol.checkpoint import CheckpointType  # noqa: E402
@@ -50,6 +49,9 @@ from batchpoint.protocol.sinks import read_sink_table  # noqa: E402
 from batchpoint.runtime.faults import POINTS, InjectedFaults, InjectedKill  # noqa: E402
 from batchpoint.runtime.restore import RestorePlanner  # noqa: E402
 from batchpoint.storage import StoreRef  # noqa: E402
+from demo.payments import SOURCE_ROOT, build_pipeline  # noqa: E402
+from demo.payments_data import write_epoch_files  # noqa: E402
+from demo.payments_reference import compute_reference  # noqa: E402
 from support.checker import Checker  # noqa: E402
 
 DATA = {"accounts": 40, "events_per_epoch": 200}
@@ -140,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--epochs must be >= 10 (the restores happen at 40% and 75%)")
     plan = Plan.of(args.epochs)
 
-    from batchpoint.devstack.seaweed import SeaweedServer
     from batchpoint.spark.session import spark_session
+    from devstack.seaweed import SeaweedServer
 
     os.environ["BATCHPOINT_FAULT_MODE"] = "raise"
     tmp = Path(tempfile.mkdtemp(prefix="bp-soak-"))

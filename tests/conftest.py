@@ -13,7 +13,8 @@ longest first (LONGEST_FILES below).
 
 This file also puts tests/ on sys.path (pytest's default `prepend` import mode inserts
 the folder of a conftest.py that is not in a package), so every test imports its shared
-helpers as `support.*`.
+helpers as `support.*`, and the project root on the PYTHONPATH of the processes the
+tests start (PROJECT_ROOT below).
 """
 
 from __future__ import annotations
@@ -31,17 +32,25 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
 from batchpoint.storage.probe import probe_conditional_writes
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+from devstack.seaweed import SeaweedServer
 from support.connect_env import WRONG_SERVER_ENV
 
 if TYPE_CHECKING:
     from batchpoint.quality.gate import QualityGate
     from support.payments import PaymentsRun
+
+#: demo/ and devstack/ are folders of the checkout, not of the installed package: pytest
+#: imports them from the project root (`pythonpath` in pyproject.toml), and the processes
+#: the tests start (Spark workers, Airflow task runners, the CLI) get it on PYTHONPATH, as
+#: under ./dev.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_PATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*_PATH, str(PROJECT_ROOT)]))
 
 MiB = 1024 * 1024
 # Small enough that a 12 MiB test file is a real multipart upload.
@@ -213,7 +222,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One Spark Connect server for the whole run, started on first use on a free port,
     with WRONG_SERVER_ENV in its environment. Its clients must run in subprocesses: a
     Connect session cannot live in this process beside the classic `spark` fixture."""
-    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from devstack.spark_connect import SparkConnectServer
 
     started = time.monotonic()
     server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), env=WRONG_SERVER_ENV)

@@ -3,13 +3,17 @@
 - Packages import each other one way: the graph of `batchpoint.<package>` imports,
   counting imports inside functions (they hide a dependency, they do not remove it), is
   acyclic. So are the files: no two modules import each other, directly or round.
+- Every import goes down the floors of docs/design/architecture.md's floor table (read
+  from the page), and every package is in it.
 - The core imports no Airflow, and the storage-side core no Spark, not even through
   another batchpoint package it imports.
 - The protocol's collaborators take narrow ports: no protocol module but the
   coordinator itself imports `batchpoint.protocol.coordinator` (not even for typing).
+- The library imports none of the repository's own tools (demo/, devstack/), which stay
+  out of its wheel.
 - No module is over MAX_LINES lines, and no function of the project's code outside tests
-  (the library, the DAGs, the plugins, the Spark entry points, the benches) is over
-  MAX_FUNCTION_LINES.
+  (the library, the DAGs, the plugins, the Spark entry points, the benches, the demo and
+  the local services) is over MAX_FUNCTION_LINES.
 
 Imports under `if TYPE_CHECKING:` are left out everywhere but in the coordinator check:
 they never run.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +42,12 @@ SOURCE_ROOTS = (
     PROJECT / "plugins",
     PROJECT / "spark_jobs",
     PROJECT / "bench",
+    PROJECT / "demo",
+    PROJECT / "devstack",
 )
+#: The repository's own tools, top-level packages beside include/: they import the
+#: library, never the other way round (the wheel ships the library alone).
+REPOSITORY_TOOLS = ("demo", "devstack")
 
 #: Packages that must import no Airflow (the front ends only translate into them).
 NO_AIRFLOW = ("protocol", "storage", "state", "sources", "ops")
@@ -246,6 +256,68 @@ def test_modules_import_each_other_one_way() -> None:
     assert not problems, "\n".join(problems)
 
 
+ARCHITECTURE_DOC = PROJECT / "docs" / "design" / "architecture.md"
+FLOOR_SECTION = "## The packages, floor by floor"
+
+
+def documented_floors(text: str) -> dict[str, int]:
+    """package -> floor, from the floor table of architecture.md: a row's first cell is
+    its floor, its second names the packages in backquotes (`cli/`, `errors`)."""
+    section = text.split(FLOOR_SECTION, 1)[1].split("\n## ", 1)[0]
+    floors = {}
+    for row in section.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) > 2 and cells[0].isdigit():
+            for name in re.findall(r"`([^`]+)`", cells[1]):
+                floors[name.rstrip("/")] = int(cells[0])
+    return floors
+
+
+def floor_problems(imports: list[Import], floors: dict[str, int]) -> list[str]:
+    """Each package the table leaves out, and each import that does not go down."""
+    graph = package_graph(imports)
+    packages = set(graph) | {target for targets in graph.values() for target in targets}
+    problems = [f"{p}: not in the floor table" for p in sorted(packages - set(floors))]
+    for source in sorted(graph):
+        for target, sites in sorted(graph[source].items()):
+            if source in floors and target in floors and floors[target] >= floors[source]:
+                problems.append(
+                    f"{source} (floor {floors[source]}) imports {target} "
+                    f"(floor {floors[target]}): {sites[0]}"
+                )
+    return problems
+
+
+def test_packages_import_only_lower_floors() -> None:
+    floors = documented_floors(ARCHITECTURE_DOC.read_text())
+    problems = floor_problems(all_imports(), floors)
+    assert not problems, "docs/design/architecture.md's floor table:\n" + "\n".join(problems)
+
+
+def test_a_package_missing_from_the_table_and_an_import_upward_are_found() -> None:
+    table = f"""{FLOOR_SECTION}
+
+| floor | package | what | imports |
+|---|---|---|---|
+| 2 | `ops/` | use cases | `protocol` |
+| 1 | `protocol/`, `errors` | the protocol | nothing |
+
+## Next
+| 9 | `storage/` | not in the section | |
+"""
+    floors = documented_floors(table)
+    assert floors == {"ops": 2, "protocol": 1, "errors": 1}
+    imports = [
+        Import("batchpoint.protocol.x", "batchpoint.ops.y", "x.py:1"),
+        Import("batchpoint.ops.y", "batchpoint.storage.z", "y.py:2"),
+    ]
+    assert floor_problems(imports, floors) == [
+        "storage: not in the floor table",
+        "protocol (floor 1) imports ops (floor 2): "
+        "x.py:1: batchpoint.protocol.x imports batchpoint.ops.y",
+    ]
+
+
 def coordinator_imports(imports: list[Import]) -> list[Import]:
     """Where a protocol module other than the coordinator imports it."""
     return [
@@ -283,6 +355,15 @@ def forbidden_imports(imports: list[Import], library: str, packages: tuple[str, 
 @pytest.mark.parametrize("library", sorted(FORBIDDEN))
 def test_the_core_does_not_import(library: str) -> None:
     problems = forbidden_imports(all_imports(), library, FORBIDDEN[library])
+    assert not problems, "\n".join(problems)
+
+
+def test_the_library_imports_no_repository_tool() -> None:
+    problems = [
+        str(i)
+        for i in all_imports(type_checking=True)
+        if i.target.split(".")[0] in REPOSITORY_TOOLS
+    ]
     assert not problems, "\n".join(problems)
 
 

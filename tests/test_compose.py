@@ -159,6 +159,10 @@ def test_spark_and_airflow_run_one_image_with_batchpoint_installed(services):
     copied = re.findall(r"^COPY .*? (\S+) (/opt/batchpoint\S*)$", dockerfile, re.M)
     assert ("include", "/opt/batchpoint/include") in copied
     assert (PROJECT / "include" / "batchpoint" / "__init__.py").is_file()
+    # the demo's pipeline is not in the package: copied beside it, on every PYTHONPATH
+    assert ("demo", "/opt/batchpoint/demo") in copied
+    assert (PROJECT / "demo" / "payments.py").is_file()
+    assert re.search(r"^ENV PYTHONPATH=/opt/batchpoint$", dockerfile, re.M)
     # the build context leaves out the virtualenv and the tests
     ignored = (PROJECT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored
@@ -197,7 +201,7 @@ def test_every_batchpoint_variable_is_known_and_valid(services):
     shlex.split(env["BATCHPOINT_SPARK_SUBMIT_ARGS"])
     # the job is the installed package's (its default), not a mounted file
     assert "BATCHPOINT_SPARK_JOB" not in env
-    assert env["BATCHPOINT_PIPELINE_REF"].partition(":")[0] == "batchpoint.demo.payments"
+    assert env["BATCHPOINT_PIPELINE_REF"].partition(":")[0] == "demo.payments"
     assert (settings.spark_mode, settings.spark_remote) == ("connect", "sc://spark-connect:15002")
 
 

@@ -63,7 +63,7 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_GC_GRACE": "2h",
         "BATCHPOINT_CHANGELOG_CHAIN": "3",
         "BATCHPOINT_SKIP_IDLE_EPOCHS": "false",
-        "BATCHPOINT_QUALITY_GATE": "batchpoint.demo.payments_quality:restore_gate",
+        "BATCHPOINT_QUALITY_GATE": "demo.payments_quality:restore_gate",
         "BATCHPOINT_PIPELINE_REF": "a.b:p, c:q",
         "BATCHPOINT_CHECKPOINT_INTERVAL": "*/10 * * * *",
         "BATCHPOINT_SPARK_SUBMIT": sys.executable,  # any executable file
@@ -111,7 +111,7 @@ def test_every_variable_is_read(tmp_path, root):
         changelog_chain=3,
         skip_idle=False,
     )
-    assert s.quality_gate_ref == "batchpoint.demo.payments_quality:restore_gate"
+    assert s.quality_gate_ref == "demo.payments_quality:restore_gate"
     assert read_environment(env).table_catalog == "sqlite:////shared/catalog.db"
 
     pytest.importorskip("airflow")
@@ -479,7 +479,7 @@ def test_the_spark_job_reports_a_bad_setting_in_one_line(root, monkeypatch, caps
 
     monkeypatch.setenv("BATCHPOINT_ROOT", root)
     monkeypatch.setenv("BATCHPOINT_CHECKPOINT_TIMEOUT", "inf")
-    args = ["--pipeline", "batchpoint.demo.payments:pipeline", "--checkpoint-id", "1"]
+    args = ["--pipeline", "demo.payments:pipeline", "--checkpoint-id", "1"]
     assert main([*args, "--operator", "dedup"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: BATCHPOINT_CHECKPOINT_TIMEOUT='inf': not a finite duration"

@@ -120,8 +120,8 @@ class BatchpointEnv:
         return load_dags(self.deployment())
 
     def driver(self) -> Any:
-        from batchpoint.demo.payments import pipeline
         from batchpoint.runtime.driver import PipelineDriver
+        from demo.payments import pipeline
 
         deployment = self.deployment()
         return PipelineDriver(pipeline, self.settings.store_ref, deployment.checkpoint)
@@ -151,7 +151,7 @@ def bp(
     env.set(
         root=env.root,
         # The DAG entry builds nothing without both (batchpoint.airflow.dags).
-        pipeline_ref="batchpoint.demo.payments:pipeline",
+        pipeline_ref="demo.payments:pipeline",
         spark_master="local[1]",
         # The fake spark-submit acks in a fraction of a second; the tests that run real
         # Spark switch to connect mode on the session's server (`connect_mode`).
@@ -172,8 +172,8 @@ def bp(
 @pytest.fixture
 def write_epoch(bp: BatchpointEnv) -> Callable[[int], list[str]]:
     """Small payments input: 40 accounts, 300 events per epoch."""
-    from batchpoint.demo.payments import SOURCE_ROOT
-    from batchpoint.demo.payments_data import write_epoch_files
+    from demo.payments import SOURCE_ROOT
+    from demo.payments_data import write_epoch_files
 
     def write(epoch: int) -> list[str]:
         return write_epoch_files(

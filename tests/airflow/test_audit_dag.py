@@ -154,7 +154,7 @@ def test_real_suites_pass_a_good_epoch_and_abort_a_bad_deploy(
     """The operator jobs are clients of the Spark Connect server; the audit runs inside
     dag.test(), in this process, which holds the tests' classic session (`spark`): it
     uses that one, as one Python process cannot hold a classic and a Connect session."""
-    from batchpoint.demo import payments_buggy
+    from demo import payments_buggy
 
     bp.connect(connect_server)
     bp.set(audit="true", checkpoint_timeout=1800, ack_poll_interval=1)

@@ -14,6 +14,7 @@ import pytest
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.errors import ConfigError
 from batchpoint.settings import Settings, parse_interval
+from batchpoint.settings.sensor_mode import SensorMode
 from batchpoint.storage.redaction import revealed_options
 
 pytestmark = pytest.mark.airflow
@@ -37,7 +38,7 @@ def test_defaults():
     assert d.settings.spark_mode == "connect"
     d = AirflowDeployment.from_env(submit_env())
     assert d.spark_mode == "submit"
-    assert d.pipeline_refs == ("batchpoint.demo.payments:pipeline",)
+    assert d.pipeline_refs == ()  # none: the library names no pipeline of its own
     assert d.schedule == timedelta(seconds=300)
     assert d.spark_submit == os.path.join(os.path.dirname(sys.executable), "spark-submit")
     # the job ships inside the package, so an installed batchpoint needs no checkout
@@ -92,6 +93,20 @@ def test_each_bad_setting_is_named(values, named):
     with pytest.raises(ConfigError, match=named) as raised:
         AirflowDeployment.from_env(env(**values))
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("text", ["poke", "Reschedule", "DEFERRABLE"])
+def test_the_sensor_mode_is_read_as_its_enum(text):
+    d = AirflowDeployment.from_env(submit_env(BATCHPOINT_ACK_SENSOR_MODE=text))
+    assert d.sensor_mode is SensorMode(text.lower())
+
+
+def test_a_bad_sensor_mode_is_refused_naming_the_setting_and_the_modes():
+    with pytest.raises(ConfigError) as raised:
+        AirflowDeployment.from_env(submit_env(BATCHPOINT_ACK_SENSOR_MODE="sleepy"))
+    assert str(raised.value) == (
+        "BATCHPOINT_ACK_SENSOR_MODE='sleepy': use one of deferrable, reschedule or poke"
+    )
 
 
 def test_connect_mode_needs_no_spark_submit_nor_job_file():
@@ -219,7 +234,7 @@ def test_the_spark_submit_command_and_environment():
     deployment = AirflowDeployment.from_env(
         submit_env(BATCHPOINT_SPARK_SUBMIT_ARGS="--conf spark.executor.memory=1g")
     )
-    launcher = SparkSubmitLauncher(deployment, "batchpoint.demo.payments:pipeline")
+    launcher = SparkSubmitLauncher(deployment, "demo.payments:pipeline")
     settings = Settings(
         "s3://b/p",
         {"endpoint_url": "http://s3:8333", "access_key_id": "AK", "secret_access_key": "SK"},
@@ -231,7 +246,7 @@ def test_the_spark_submit_command_and_environment():
     job = argv.index(deployment.spark_job)
     assert argv[job + 1 :] == [
         "--pipeline",
-        "batchpoint.demo.payments:pipeline",
+        "demo.payments:pipeline",
         "--checkpoint-id",
         "12",
         "--operator",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.devstack.seaweed import free_ports
 from batchpoint.protocol.checkpoint import CheckpointStatus
+from devstack.seaweed import free_ports
 from support.payments import assert_sinks_match_reference
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3]
@@ -45,7 +45,7 @@ def test_a_server_killed_mid_epoch_then_back_loses_nothing(
     bp, write_epoch, monkeypatch, capsys, tmp_path: Path
 ):
     from batchpoint.airflow.hooks import OperatorJobLauncher
-    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from devstack.spark_connect import SparkConnectServer
 
     (port,) = free_ports(1)
     server = SparkConnectServer(tmp_path / "spark-connect", port=port)
@@ -111,9 +111,7 @@ def test_a_killed_tasks_interrupt_reads_the_server_from_its_environment(
 
     patched = SimpleNamespace(run=recording, TimeoutExpired=subprocess.TimeoutExpired)
     monkeypatch.setattr(connect_launcher, "subprocess", patched)
-    launcher = connect_launcher.ConnectLauncher(
-        bp.deployment(), "batchpoint.demo.payments:pipeline"
-    )
+    launcher = connect_launcher.ConnectLauncher(bp.deployment(), "demo.payments:pipeline")
     said: list[str] = []
     launcher.interrupt("payments", 1, "dedup", "attempt-x", said.append)
     assert said == [f"interrupted attempt attempt-x on {connect_server.url}"], said

@@ -7,13 +7,13 @@ import pytest
 
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.dag_factory import build_pipeline_dags, load_dags
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError
 from batchpoint.runtime.restore import GateResult
+from demo.payments import build_pipeline
 
 pytestmark = pytest.mark.airflow
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 REMOTE = "sc://spark-connect:15002"
 
 
@@ -110,8 +110,8 @@ def test_the_audit_task_is_there_only_with_audit_on():
 
 
 def test_a_pipeline_that_declares_audited_checkpoints_gets_the_audit_task():
-    from batchpoint.demo.payments_quality import payments_quality
     from batchpoint.quality.suites import declare_quality
+    from demo.payments_quality import payments_quality
 
     pipeline = declare_quality(build_pipeline(), payments_quality(audit=True))
     dags = build_pipeline_dags(pipeline, REF, deployment())
@@ -119,8 +119,14 @@ def test_a_pipeline_that_declares_audited_checkpoints_gets_the_audit_task():
 
 
 def test_two_references_to_one_pipeline_name_are_refused():
-    both = f"{REF},batchpoint.demo.payments:build_pipeline"
+    both = f"{REF},demo.payments:build_pipeline"
     with pytest.raises(
         ConfigError, match=r"BATCHPOINT_PIPELINE_REF: .* are both pipeline 'payments'"
     ):
         load_dags(deployment(BATCHPOINT_PIPELINE_REF=both))
+
+
+def test_without_a_pipeline_reference_the_setting_is_named():
+    # The library has no default pipeline: a deployment names its own.
+    with pytest.raises(ConfigError, match=r"^BATCHPOINT_PIPELINE_REF is not set: name the"):
+        load_dags(deployment())

@@ -58,7 +58,7 @@ def parsed(tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHPOINT_")}
     env.update(
         BATCHPOINT_ROOT=tmp_path_factory.mktemp("root").as_uri(),
-        BATCHPOINT_PIPELINE_REF="batchpoint.demo.payments:pipeline",
+        BATCHPOINT_PIPELINE_REF="demo.payments:pipeline",
         BATCHPOINT_CHECKPOINT_TIMEOUT="600",
         BATCHPOINT_MAX_CONCURRENT="2",
         BATCHPOINT_CHECKPOINT_INTERVAL="5m",
@@ -115,7 +115,7 @@ def test_the_manual_dags_have_their_forms(parsed):
     assert savepoint["params"] == ["description", "stop_pipeline", "target"]
     assert restore["params"] == [
         "allow_non_restored_state",
-        "claim",
+        "claim_mode",
         "confirm_ungated",
         "dry_run",
         "max_candidates",
@@ -178,7 +178,7 @@ def test_only_task_sdk_apis_are_used():
 def test_a_bad_setting_fails_the_import_naming_it(variable, value, monkeypatch, tmp_path):
 
     monkeypatch.setenv("BATCHPOINT_ROOT", tmp_path.as_uri())
-    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", "batchpoint.demo.payments:pipeline")
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", "demo.payments:pipeline")
     monkeypatch.setenv("BATCHPOINT_SPARK_MODE", "submit")
     monkeypatch.setenv(variable, value)
     assert_one_import_error_naming(variable)
@@ -215,7 +215,7 @@ def test_without_a_pipeline_or_a_root_no_dag_is_built(missing, monkeypatch, tmp_
     # of its own (file://<its cwd>/.batchpoint).
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BATCHPOINT_ROOT", (tmp_path / "root").as_uri())
-    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", "batchpoint.demo.payments:pipeline")
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", "demo.payments:pipeline")
     monkeypatch.setenv("BATCHPOINT_SPARK_MODE", "submit")
     for variable in missing:
         monkeypatch.delenv(variable)

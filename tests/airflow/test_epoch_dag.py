@@ -17,14 +17,21 @@ from batchpoint.airflow.dag_factory import (
     checkpoint_plan,
     savepoint_plan,
 )
-from batchpoint.airflow.epoch_dag import OPERATOR_CLASSES, epoch_settings, render_epoch
-from batchpoint.demo.payments import build_pipeline
+from batchpoint.airflow.epoch_dag import (
+    OPERATOR_CLASSES,
+    TRIGGER_KINDS,
+    epoch_settings,
+    render_epoch,
+)
+from batchpoint.airflow.mixins import BatchpointTaskMixin
+from batchpoint.airflow.operators import CheckpointCleanupOperator
 from batchpoint.ops.epoch_plan import RunsWhen, TaskKind, plan_epoch
 from batchpoint.runtime.api import Pipeline
+from demo.payments import build_pipeline
 
 pytestmark = pytest.mark.airflow
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 
 
 def deployment(**values: str) -> AirflowDeployment:
@@ -52,6 +59,21 @@ def assert_renders(dag: DAG, plan) -> None:
             assert airflow_task.retry_delay == timedelta(seconds=task.settings.retry_delay)
         if task.settings.timeout is not None and task.kind is not TaskKind.WAIT_FOR_ACKS:
             assert airflow_task.execution_timeout == timedelta(seconds=task.settings.timeout)
+    assert_names_come_from(dag, plan)
+
+
+def assert_names_come_from(dag: DAG, plan) -> None:
+    """The task ids a task reads other tasks by are the plan's: the trigger's (whose XCom
+    has the checkpoint id), and the cleanup's finalize and operator tasks."""
+    (trigger,) = [t for t in plan.tasks if t.kind in TRIGGER_KINDS]
+    readers = [t for t in dag.tasks if isinstance(t, BatchpointTaskMixin)]
+    assert readers and all(t.trigger_task_id == str(trigger.id) for t in readers)
+    cleanup = dag.get_task(str(plan.of_kind(TaskKind.CLEANUP)[0].id))
+    operators = plan.of_kind(TaskKind.OPERATOR)
+    assert cleanup.operator_tasks == {str(t.id): t.operator for t in operators}
+    assert cleanup.finalize_task_id == str(plan.of_kind(TaskKind.FINALIZE)[0].id)
+    assert [cleanup.operator_of(str(t.id)) for t in operators] == list(plan.operators)
+    assert cleanup.operator_of(str(trigger.id)) is None
 
 
 @pytest.mark.parametrize(
@@ -106,3 +128,11 @@ def test_a_plan_of_another_shape_renders_as_that_shape():
     assert_renders(dag, plan)
     assert dag.get_task("operators.c").upstream_task_ids == {"operators.a", "operators.b"}
     assert dag.get_task("operators.c").pipeline_ref == "my.module:diamond"
+
+
+def test_a_cleanup_built_by_hand_takes_its_groups_tasks_for_operators():
+    """Without the plan's operator tasks (a DAG written by hand), the tasks of its
+    operator group are the operators, by their names."""
+    cleanup = CheckpointCleanupOperator(task_id="cleanup", pipeline_ref=REF)
+    assert cleanup.operator_of("operators.balances") == "balances"
+    assert cleanup.operator_of("finalize") is None and cleanup.operator_of("operators.") is None

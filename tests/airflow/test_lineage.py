@@ -17,9 +17,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.sources.barrier import SourceBarrier
+from demo.payments import SOURCE_ROOT, build_pipeline
+from demo.payments_data import write_epoch_files
 
 pytestmark = [pytest.mark.airflow]
 
@@ -108,7 +108,7 @@ def test_the_checkpoint_dags_tasks_report_sources_sinks_and_tables(
     (the table is made from the Parquet files they stage)."""
     bp.connect(connect_server)
     bp.set(
-        pipeline_ref="batchpoint.demo.payments:table_pipeline",
+        pipeline_ref="demo.payments:table_pipeline",
         table_catalog=f"sqlite:///{tmp_path / 'catalog.db'}",
         checkpoint_timeout=1800,
         ack_poll_interval=1,
@@ -271,8 +271,8 @@ def test_the_operators_need_no_openlineage_provider():
         "from batchpoint.airflow.operators.checkpoint import FinalizeCheckpointOperator\n"
         "from batchpoint.airflow.dag_factory import build_pipeline_dags\n"
         "from batchpoint.airflow.config import AirflowDeployment\n"
-        "from batchpoint.demo.payments import pipeline\n"
-        "ref = 'batchpoint.demo.payments:pipeline'\n"
+        "from demo.payments import pipeline\n"
+        "ref = 'demo.payments:pipeline'\n"
         "dags = build_pipeline_dags(pipeline, ref, AirflowDeployment.from_env())\n"
         "task = dags['payments_checkpoint'].get_task('finalize')\n"
         "assert callable(task.get_openlineage_facets_on_complete)\n"

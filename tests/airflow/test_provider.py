@@ -160,7 +160,7 @@ def test_the_dag_entry_names_a_bad_setting_in_one_line(tmp_path):
 
     env = {
         "BATCHPOINT_ROOT": tmp_path.as_uri(),
-        "BATCHPOINT_PIPELINE_REF": "batchpoint.demo.payments:pipeline",
+        "BATCHPOINT_PIPELINE_REF": "demo.payments:pipeline",
         "BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002",
         "BATCHPOINT_TASK_RETRIES": "-1",
     }
@@ -177,7 +177,7 @@ def test_the_dag_entry_builds_the_dags_of_the_given_environment(tmp_path):
     dags = load_dags(
         {
             "BATCHPOINT_ROOT": tmp_path.as_uri(),
-            "BATCHPOINT_PIPELINE_REF": "batchpoint.demo.payments:pipeline",
+            "BATCHPOINT_PIPELINE_REF": "demo.payments:pipeline",
             "BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002",
             "BATCHPOINT_AUDIT": "true",
         }

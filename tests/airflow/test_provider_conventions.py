@@ -23,11 +23,11 @@ from batchpoint.airflow.operators import (
 )
 from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.airflow.triggers import CheckpointAckTrigger
-from batchpoint.demo.payments import build_pipeline
+from demo.payments import build_pipeline
 
 pytestmark = pytest.mark.airflow
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 ENV = {"BATCHPOINT_ROOT": "file:///tmp/bp-conventions", "BATCHPOINT_SPARK_REMOTE": "sc://s:15002"}
 
 
@@ -88,7 +88,7 @@ SENSOR_DEFAULTS = textwrap.dedent(
     from batchpoint.airflow.config import AirflowDeployment
     from batchpoint.airflow.dag_factory import build_pipeline_dags
     from batchpoint.airflow.sensors import CheckpointAckSensor
-    from batchpoint.demo.payments import build_pipeline
+    from demo.payments import build_pipeline
 
     factory = {}
     for mode in ("deferrable", "reschedule", "poke"):

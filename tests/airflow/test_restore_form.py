@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments import pipeline
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.hook import QualityRestoreGate
 from batchpoint.quality.suites import PipelineQuality, quality_of
+from demo.payments import pipeline
 from support import fake_epochs
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 LAYOUT = PipelineLayout("payments")
 INTEGRITY_ONLY = PipelineQuality(count_rows=False)
 PHRASE = "restore payments without the gate"
@@ -165,7 +165,7 @@ def test_without_a_configured_gate_skip_names_are_still_checked(bp):
 def test_the_claim_field_reaches_the_restore(bp):
     restores = Restores(bp, INTEGRITY_ONLY)
     restores.epochs(2)
-    state, states, _ = restores.run(source="1", dry_run=False, claim=True)
+    state, states, _ = restores.run(source="1", dry_run=False, claim_mode="claim")
     assert state == "success", states
     entry = restores.driver.coordinator.control.load().retained_entry(1)
     assert restores.head == 1 and entry is not None and entry.claimed
@@ -173,6 +173,10 @@ def test_the_claim_field_reaches_the_restore(bp):
     state, states, _ = restores.run(source="2", dry_run=False)
     assert state == "success", states
     assert not restores.driver.coordinator.control.load().retained_entry(2).claimed
+    # a run triggered with the older boolean key still claims
+    state, states, _ = restores.run(source="2", dry_run=False, claim=True)
+    assert state == "success", states
+    assert restores.driver.coordinator.control.load().retained_entry(2).claimed
 
 
 def test_a_garbled_head_is_quarantined_and_the_form_offers_it_no_more(bp):
@@ -203,3 +207,14 @@ def test_a_garbled_head_is_quarantined_and_the_form_offers_it_no_more(bp):
     state, states, _ = restores.run(source="3", dry_run=False)
     assert state == "success", states
     assert restores.head == 3
+
+
+def test_the_restore_operator_still_takes_the_older_claim_argument():
+    from batchpoint.airflow.operators import RestoreOperator
+    from batchpoint.protocol.claim_mode import ClaimMode
+
+    with pytest.warns(DeprecationWarning, match="claim_mode=ClaimMode.CLAIM"):
+        legacy = RestoreOperator(task_id="restore", pipeline_ref=REF, claim=True)
+    assert legacy.claim_mode is ClaimMode.CLAIM
+    templated = RestoreOperator(task_id="restore", pipeline_ref=REF)
+    assert templated.claim_mode == "{{ params.claim_mode }}"

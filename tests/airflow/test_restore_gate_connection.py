@@ -86,8 +86,8 @@ def test_the_restore_dag_gates_on_the_server_of_the_connection(
     env.update(
         {
             "BATCHPOINT_ROOT": store.as_uri(),
-            "BATCHPOINT_PIPELINE_REF": "batchpoint.demo.payments:pipeline",
-            "BATCHPOINT_QUALITY_GATE": "batchpoint.demo.payments_quality:restore_gate",
+            "BATCHPOINT_PIPELINE_REF": "demo.payments:pipeline",
+            "BATCHPOINT_QUALITY_GATE": "demo.payments_quality:restore_gate",
             "BATCHPOINT_CHECKPOINT_INTERVAL": "none",
             "BATCHPOINT_SPARK_MODE": "connect",
             # The fallback names a port where nothing listens: a gate that used it

@@ -39,7 +39,7 @@ def deployment_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> pytest.MonkeyPa
 def operator_task(**kwargs) -> SparkOperatorJob:
     return SparkOperatorJob(
         task_id="dedup",
-        pipeline_ref="batchpoint.demo.payments:pipeline",
+        pipeline_ref="demo.payments:pipeline",
         operator="dedup",
         deployment=AirflowDeployment.from_env(),
         **kwargs,
@@ -70,7 +70,7 @@ def test_the_connect_endpoint_comes_from_the_spark_connect_connection(deployment
     assert "token=**********" in repr(settings)
     # The job's command line (ps, the task log) carries no token: the child reads the
     # server from its environment.
-    launcher = ConnectLauncher(AirflowDeployment.from_env(), "batchpoint.demo.payments:pipeline")
+    launcher = ConnectLauncher(AirflowDeployment.from_env(), "demo.payments:pipeline")
     argv = launcher.command(settings, 1, "dedup", "a1")
     assert "--connect" in argv and not any(TOKEN in arg for arg in argv)
     assert launcher.environment(settings)["BATCHPOINT_SPARK_REMOTE"] == settings.spark_remote
@@ -117,7 +117,7 @@ def test_the_operators_spark_conf_goes_over_the_setting(deployment_env):
         "spark.sql.ansi.enabled": "true",
     }
     # ...and reaches a job in a child process through its environment.
-    launcher = ConnectLauncher(AirflowDeployment.from_env(), "batchpoint.demo.payments:pipeline")
+    launcher = ConnectLauncher(AirflowDeployment.from_env(), "demo.payments:pipeline")
     env = launcher.environment(settings)
     assert json.loads(env["BATCHPOINT_SPARK_CONF"]) == settings.spark_conf
 

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.m
 
 @pytest.mark.timeout(1800)
 def test_one_demo_epoch_through_airflow_on_a_standalone_cluster(bp, write_epoch, tmp_path: Path):
-    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from devstack.spark_connect import SparkConnectServer
 
     with StandaloneCluster(tmp_path / "cluster", worker_cores=2, worker_memory="2g") as cluster:
         server = SparkConnectServer(

@@ -11,6 +11,7 @@ import pytest
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.maintenance import resume
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
+from batchpoint.protocol.properties import CheckpointProperties
 from support.fake_epochs import ack_all
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
@@ -22,7 +23,9 @@ def test_a_stopped_pipeline_skips_its_runs_until_resumed(bp, write_epoch):
     driver = bp.driver()
     c = driver.coordinator
     write_epoch(1)
-    stop = driver.trigger(CheckpointType.SAVEPOINT, properties={"stop_pipeline": True})
+    stop = driver.trigger(
+        CheckpointType.SAVEPOINT, properties=CheckpointProperties(stop_pipeline=True)
+    )
     ack_all(driver, stop)
     assert finalize(driver, stop.checkpoint_id).outcome.completed is not None  # type: ignore[union-attr]
 

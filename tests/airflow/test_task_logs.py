@@ -25,7 +25,7 @@ def test_a_runs_log_tells_its_story(bp, write_epoch, capsys):
     assert barrier, log[-3000:]
     assert int(barrier.group(1)) == len(more)  # only the files written since checkpoint 1
     assert int(barrier.group(2)) == len(pending.barrier["events"])
-    assert f"expected tasks: {', '.join(pending.expected_tasks)}" in log
+    assert f"expected tasks: {', '.join(map(str, pending.expected_tasks))}" in log
     n = len(pending.expected_tasks)
     assert f"checkpoint 2: acks {n} of {n}" in log
     assert "checkpoint 2 COMPLETED" in log

@@ -15,12 +15,13 @@ import structlog.testing
 
 from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.airflow.triggers import CheckpointAckTrigger, ack_event
-from batchpoint.devstack.seaweed import SeaweedServer, free_ports
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.local import LocalObjectStore
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+from devstack.seaweed import SeaweedServer, free_ports
 
 pytestmark = pytest.mark.airflow
 
@@ -35,7 +36,7 @@ def coordinator(tmp_path, monkeypatch):
     return c
 
 
-def ack(c: CheckpointCoordinator, checkpoint_id: int, task: str) -> None:
+def ack(c: CheckpointCoordinator, checkpoint_id: int, task: TaskId) -> None:
     key = c.layout.task_data_prefix(checkpoint_id, task, "a1") + "f"
     c.store.put(key, b"x")
     c.acknowledge(checkpoint_id, task, "a1", [FileHandle(key, 1, hashlib.sha256(b"x").hexdigest())])
@@ -74,16 +75,16 @@ def test_serialization_round_trip():
 def test_fires_done_once_every_task_acked(coordinator):
     pending = coordinator.trigger({})
     trigger = trigger_for(coordinator, pending.checkpoint_id)
-    ack(coordinator, pending.checkpoint_id, "op#0")
+    ack(coordinator, pending.checkpoint_id, TaskId("op", 0))
     assert ack_event(coordinator.progress(1), pending.deadline, time.time()) is None
-    ack(coordinator, pending.checkpoint_id, "op#1")
+    ack(coordinator, pending.checkpoint_id, TaskId("op", 1))
     event = fire(trigger)
     assert event["status"] == "done" and event["acknowledged"] == event["expected"] == 2
 
 
 def test_fires_declined_with_the_reason(coordinator):
     pending = coordinator.trigger({})
-    coordinator.decline(pending.checkpoint_id, "op#1", "a1", "disk full")
+    coordinator.decline(pending.checkpoint_id, TaskId("op", 1), "a1", "disk full")
     event = fire(trigger_for(coordinator, pending.checkpoint_id))
     assert event["status"] == "declined"
     assert event["task"] == "op#1" and "disk full" in event["message"]
@@ -99,7 +100,7 @@ def test_fires_aborted_for_an_aborted_checkpoint(coordinator):
 def test_fires_timeout_at_its_own_deadline(coordinator):
     """dag.test() ignores the deferral timeout: the trigger must end the wait itself."""
     pending = coordinator.trigger({})
-    ack(coordinator, pending.checkpoint_id, "op#0")
+    ack(coordinator, pending.checkpoint_id, TaskId("op", 0))
     started = time.monotonic()
     event = fire(trigger_for(coordinator, pending.checkpoint_id, deadline=time.time() + 0.3))
     assert event["status"] == "timeout" and event["missing"] == ["op#1"]
@@ -167,8 +168,8 @@ def test_the_wait_goes_on_through_a_storage_restart(tmp_path, monkeypatch):
             _until_logged(seen, "looking again until its deadline", fired)  # the outage met
             assert sensor.poke(context) is False  # so does a poke: not yet, no failure
             server.start()
-            ack(c, pending.checkpoint_id, "op#0")
-            ack(c, pending.checkpoint_id, "op#1")
+            ack(c, pending.checkpoint_id, TaskId("op", 0))
+            ack(c, pending.checkpoint_id, TaskId("op", 1))
             waiting.join(600)
         assert fired["status"] == "done" and fired["acknowledged"] == 2, fired
         done = sensor.poke(context)

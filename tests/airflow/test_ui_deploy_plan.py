@@ -29,7 +29,7 @@ def page(settings: Settings, code) -> str:
 
 
 def test_the_page_shows_the_plan_of_the_code(settings: Settings) -> None:
-    from batchpoint.demo.payments import build_pipeline
+    from demo.payments import build_pipeline
 
     html = page(settings, lambda name: build_pipeline())
     assert (

@@ -169,6 +169,7 @@ def test_the_history_is_paged_with_relative_links(bp, api):
 def test_a_checkpoint_drill_down_the_dag_tab_and_a_stopped_pipeline(bp, api):
     from batchpoint.ops.epoch import finalize
     from batchpoint.protocol.checkpoint import CheckpointType
+    from batchpoint.protocol.properties import CheckpointProperties
     from batchpoint.quality.findings import Finding
     from batchpoint.quality.report import CandidateReport, GateMode
     from support.fake_epochs import ack_all, epoch
@@ -203,7 +204,8 @@ def test_a_checkpoint_drill_down_the_dag_tab_and_a_stopped_pipeline(bp, api):
     assert other.status_code == 404 and "not a DAG of a batchpoint pipeline" in other.text
 
     # a savepoint taken with stop_pipeline that is the head: the pipeline is stopped
-    pending = driver.trigger(CheckpointType.SAVEPOINT, properties={"stop_pipeline": True})
+    stop = CheckpointProperties(stop_pipeline=True)
+    pending = driver.trigger(CheckpointType.SAVEPOINT, properties=stop)
     ack_all(driver, pending)
     assert finalize(driver, pending.checkpoint_id).outcome.completed is not None
     (listed,) = api.get("/batchpoint/api/pipelines").json()

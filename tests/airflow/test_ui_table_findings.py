@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.demo.payments import BALANCES_TABLE, table_pipeline
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.service import sync_tables
+from demo.payments import BALANCES_TABLE, table_pipeline
 from tables.sinkfiles import SINK, manifest, save, staged_file
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]

@@ -20,7 +20,7 @@ from support import fake_epochs
 from support.cli import EVERY_STATE, Cli, payments_on_store
 from support.payments import LAYOUT
 
-GATE = "batchpoint.demo.payments_quality:restore_gate"
+GATE = "demo.payments_quality:restore_gate"
 
 
 def _rewritten(change: Callable[[dict], None]) -> Callable[[bytes], bytes]:

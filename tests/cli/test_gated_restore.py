@@ -13,15 +13,15 @@ import json
 import pytest
 
 from batchpoint.cli.main import main
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.bad_deploys import buggy_balances, deploy, negative_counts
 
-REF = "batchpoint.demo.payments:pipeline"
-GATE = "batchpoint.demo.payments_quality:restore_gate"
+REF = "demo.payments:pipeline"
+GATE = "demo.payments_quality:restore_gate"
 EVERY_STATE = ["--skip-suite", "balances/balances", "--skip-suite", "dedup/seen"]
 LAYOUT = PipelineLayout("payments")
 PHRASE = "restore payments without the gate"
@@ -155,7 +155,7 @@ def test_a_refusal_in_json_exits_1(driver, capsys):
             ["--skip-suite", "payments_balance"],
             "declares no suite, check or state named 'payments_balance'; valid names: ",
         ),
-        (["--gate", "batchpoint.demo.payments:pipeline"], "is a Pipeline, not a QualityRestore"),
+        (["--gate", "demo.payments:pipeline"], "is a Pipeline, not a QualityRestore"),
         (["--gate", "nocolon"], "expected 'package.module:attribute'"),
         # EVERY_STATE: no suite to build, so Great Expectations (seconds) is not imported.
         (["9", *EVERY_STATE], "checkpoint 9 of pipeline 'payments' is not retained"),
@@ -186,9 +186,9 @@ def test_skipped_names_are_checked_without_a_gate_too(driver, capsys, monkeypatc
 def test_the_gate_quarantines_a_bad_deploy_and_restores_the_good_checkpoint(
     root, spark, capsys
 ) -> None:
-    from batchpoint.demo.payments import SOURCE_ROOT
-    from batchpoint.demo.payments_data import write_epoch_files
     from batchpoint.ops.local_epoch import LocalEpochRunner
+    from demo.payments import SOURCE_ROOT
+    from demo.payments_data import write_epoch_files
 
     ref = StoreRef.of(root)
     runner = LocalEpochRunner(build_pipeline(), ref, spark)

@@ -71,7 +71,7 @@ def test_python_m_batchpoint_runs_the_command(payments, root):
 
 def test_the_gate_variable_is_checked_as_the_dags_check_it(payments, cli, monkeypatch):
     monkeypatch.setenv("BATCHPOINT_QUALITY_GATE", "no_colon")
-    run = cli("--pipeline-ref", "batchpoint.demo.payments:pipeline", "verify")
+    run = cli("--pipeline-ref", "demo.payments:pipeline", "verify")
     assert run.code == 2
     assert run.err == (
         "error: BATCHPOINT_QUALITY_GATE='no_colon': expected 'package.module:attribute'\n"

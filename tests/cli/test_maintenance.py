@@ -8,6 +8,7 @@ import time
 import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.driver import PipelineDriver
 from support.cli import listing
 
@@ -15,7 +16,7 @@ from support.cli import listing
 def test_gc_dry_run_deletes_nothing_then_gc_deletes_what_it_listed(payments, cli):
     c = payments.coordinator
     pending = payments.trigger()
-    stray = c.layout.task_data_prefix(pending.checkpoint_id, "dedup#0", "x") + "f"
+    stray = c.layout.task_data_prefix(pending.checkpoint_id, TaskId("dedup", 0), "x") + "f"
     c.store.put(stray, b"staged by a task of an aborted checkpoint")
     c.abort(pending.checkpoint_id, CheckpointFailureReason.DECLINED, "declined")
     before = listing(payments)

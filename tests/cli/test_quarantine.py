@@ -9,7 +9,6 @@ import time
 import pytest
 
 from batchpoint.cli.main import main
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.protocol import records
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.findings import Finding
@@ -17,6 +16,7 @@ from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.quality.report import CandidateReport, GateMode
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.cli import said_error
 

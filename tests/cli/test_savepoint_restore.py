@@ -10,14 +10,14 @@ import json
 import pytest
 
 from batchpoint.cli.main import main
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 
 
 @pytest.fixture
@@ -39,9 +39,10 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
     c = driver.coordinator
     for task in pending.expected_tasks:
         key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a") + "f"
-        c.store.put(key, task.encode())
-        digest = hashlib.sha256(task.encode()).hexdigest()
-        c.acknowledge(pending.checkpoint_id, task, "a", [FileHandle(key, len(task), digest)])
+        data = str(task).encode()
+        c.store.put(key, data)
+        digest = hashlib.sha256(data).hexdigest()
+        c.acknowledge(pending.checkpoint_id, task, "a", [FileHandle(key, len(data), digest)])
     finalize(driver, pending.checkpoint_id)
     return pending.checkpoint_id
 
@@ -95,11 +96,16 @@ def test_restore_dry_run_changes_nothing(driver, capsys):
     assert driver.coordinator.head.get().checkpoint_id == 2
 
 
-@pytest.mark.parametrize("claim", [False, True], ids=["no-claim", "claim"])
-def test_restore_claims_a_savepoint_only_when_asked(driver, capsys, claim):
+@pytest.mark.parametrize(
+    "flags",
+    [[], ["--claim-mode", "no_claim"], ["--claim"], ["--claim-mode", "claim"]],
+    ids=["default", "no-claim", "claim", "claim-mode"],
+)
+def test_restore_claims_a_savepoint_only_when_asked(driver, capsys, flags):
+    claim = "claim" in flags or "--claim" in flags
     savepoint = epoch(driver, CheckpointType.SAVEPOINT)
     epoch(driver)
-    code = main(["--pipeline-ref", REF, "restore", str(savepoint), *(["--claim"] if claim else [])])
+    code = main(["--pipeline-ref", REF, "restore", str(savepoint), *flags])
     out = capsys.readouterr().out
     assert code == 0, out
     said = "claimed: retention may now drop it" if claim else "not claimed: it stays retained"
@@ -142,8 +148,8 @@ def test_savepoint_and_restore_need_the_pipeline_code(driver, capsys):
 @pytest.mark.slow
 def test_savepoint_runs_an_epoch_on_local_spark(driver, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHPOINT_SAVEPOINT_ROOTS", tmp_path.as_uri())
-    from batchpoint.demo.payments import SOURCE_ROOT
-    from batchpoint.demo.payments_data import write_epoch_files
+    from demo.payments import SOURCE_ROOT
+    from demo.payments_data import write_epoch_files
 
     write_epoch_files(driver.store, SOURCE_ROOT, 0, accounts=40, events_per_epoch=300)
     code = main(["--pipeline-ref", REF, "savepoint", "--target", (tmp_path / "sp").as_uri()])

@@ -108,7 +108,7 @@ def test_the_restore_gate_runs_on_the_server_of_the_connection(
         {
             "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
             "BATCHPOINT_ROOT": store.as_uri(),
-            "BATCHPOINT_QUALITY_GATE": "batchpoint.demo.payments_quality:restore_gate",
+            "BATCHPOINT_QUALITY_GATE": "demo.payments_quality:restore_gate",
             # The variables, the fallback, name a port where nothing listens: a gate
             # that used them would fail unreachable.
             "BATCHPOINT_SPARK_MODE": "connect",
@@ -123,13 +123,13 @@ def test_the_restore_gate_runs_on_the_server_of_the_connection(
         }
     )
     argv = [sys.executable, "-m", "batchpoint", "--pipeline-ref"]
-    argv += ["batchpoint.demo.payments:pipeline", "--spark-conn-id", "bp_spark"]
+    argv += ["demo.payments:pipeline", "--spark-conn-id", "bp_spark"]
     # The samples, which read the source, are skipped: the suites run on the state.
     argv += ["restore", "--dry-run", "--skip-suite", "balance-recompute"]
     argv += ["--skip-suite", "seen-recompute", "--max-candidates", "1"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "quality gate batchpoint.demo.payments_quality:restore_gate" in done.stderr
+    assert "quality gate demo.payments_quality:restore_gate" in done.stderr
     # The suites ran (on the connection's server: the variables' is not there).
     assert "40 rows" in done.stderr and "checkpoint 2: passed" in done.stderr, done.stderr
     assert ": passed" in done.stdout and "balances/balances" in done.stdout, done.stdout

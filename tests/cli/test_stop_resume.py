@@ -13,10 +13,11 @@ from batchpoint.errors import TriggerRefused
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.overview import pipeline_overview
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointType
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.runtime.driver import PipelineDriver
 from support.fake_epochs import ack_all, epoch, land_a_file
 
-STOP = {"stop_pipeline": True}
+STOP = CheckpointProperties(stop_pipeline=True)
 
 
 def overview_status(driver: PipelineDriver) -> tuple[str, str]:
@@ -64,7 +65,7 @@ def test_stats_and_the_overview_read_the_stop_from_the_control_record(payments, 
 def test_savepoint_stop_needs_an_epoch(payments, cli):
     run = cli(
         "--pipeline-ref",
-        "batchpoint.demo.payments:pipeline",
+        "demo.payments:pipeline",
         "savepoint",
         "--stop",
         "--checkpoint-id",

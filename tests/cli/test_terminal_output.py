@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support.cli import REF, Cli, payments_driver, payments_on_store
 
 #: rich's box characters (the heavy head and light body of its default table)
@@ -191,7 +191,7 @@ def test_on_a_terminal_a_bootstrap_draws_its_states_to_the_last(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from batchpoint.demo.payments import BALANCE_SCHEMA
+    from demo.payments import BALANCE_SCHEMA
 
     monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
     balances = tmp_path / "balances.parquet"

@@ -13,15 +13,15 @@ import json
 import pytest
 
 from batchpoint.cli.main import main
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 EVERY_STATE = ["--skip-suite", "balances/balances", "--skip-suite", "dedup/seen"]
 LAYOUT = PipelineLayout("payments")
 
@@ -109,7 +109,7 @@ def test_integrity_only_needs_no_pipeline_code(driver, capsys):
 
 
 def test_the_configured_gate_is_used_without_the_pipeline_code(driver, capsys, monkeypatch):
-    monkeypatch.setenv("BATCHPOINT_QUALITY_GATE", "batchpoint.demo.payments_quality:restore_gate")
+    monkeypatch.setenv("BATCHPOINT_QUALITY_GATE", "demo.payments_quality:restore_gate")
     assert main(["verify", *EVERY_STATE]) == 0
     assert "checkpoint 3 of pipeline 'payments': passed" in capsys.readouterr().out
 
@@ -120,7 +120,7 @@ def test_the_configured_gate_is_used_without_the_pipeline_code(driver, capsys, m
         (["9"], "pipeline 'payments' has no checkpoint 9 (checkpoints: 1, 2, 3)"),
         (["savepoints/no/such/folder"], "is not a savepoint: it has no _metadata"),
         (["--skip-suite", "payments_balance"], "declares no suite, check or state named"),
-        (["--gate", "batchpoint.demo.payments:pipeline"], "is a Pipeline, not a QualityGate"),
+        (["--gate", "demo.payments:pipeline"], "is a Pipeline, not a QualityGate"),
         (["--gate", "no.such.module:gate"], "No module named 'no'"),
         (["--gate", "nocolon"], "expected 'package.module:attribute'"),
     ],

@@ -16,7 +16,7 @@ from support.payments import GOOD_EPOCHS
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 HEAD = GOOD_EPOCHS
 
 

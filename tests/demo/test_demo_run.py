@@ -1,4 +1,4 @@
-"""The README's main job, as a new user runs it: `python -m batchpoint.demo.run` (what
+"""The README's main job, as a new user runs it: `python -m demo.run` (what
 `./dev demo` execs) drives the payments pipeline (its balances an Iceberg table) through
 Airflow on SeaweedFS and real Spark jobs, thin clients of the one Spark Connect server it
 starts (connect mode), and must end with the exactly-once check passing, each epoch's
@@ -25,7 +25,7 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     keep = tmp_path / "demo"
     done = subprocess.run(
-        [sys.executable, "-m", "batchpoint.demo.run", "--epochs", "2", "--keep", str(keep)],
+        [sys.executable, "-m", "demo.run", "--epochs", "2", "--keep", str(keep)],
         cwd=PROJECT,
         env=env,
         capture_output=True,
@@ -44,7 +44,7 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     assert restored < min(int(i) for i in quarantined.groups())
     assert "3 subtasks" in out
     # the deploy that keeps state: its plan printed first, then its epoch
-    plan = out.split("$ batchpoint plan --pipeline-ref batchpoint.demo.payments_v2", 1)[-1]
+    plan = out.split("$ batchpoint plan --pipeline-ref demo.payments_v2", 1)[-1]
     assert re.search(r"operator\s+balances\s+accounts\s+renamed", plan), out
     assert re.search(r"state\s+balances/balances\s+balances\s+migrated\s+added-nullable", plan)
     assert re.search(r"checkpoint \d+: accounts#0.* restored the state of 'balances'", plan)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from batchpoint.demo.leftovers import MARKER, leftovers, mark_run, wait_for_none
+from demo.leftovers import MARKER, leftovers, mark_run, wait_for_none
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -10,7 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from batchpoint.demo.payments_data import (
+from batchpoint.errors import ConfigError
+from batchpoint.sources import PartitionedFileSource, SourceBarrier
+from batchpoint.storage.local import LocalObjectStore
+from demo.payments_data import (
     ALERT_LIMIT,
     EPOCH_SPAN_MS,
     EPOCH_START_MS,
@@ -19,15 +22,12 @@ from batchpoint.demo.payments_data import (
     write_epoch_files,
     write_epochs,
 )
-from batchpoint.demo.payments_reference import (
+from demo.payments_reference import (
     ALERT_COLUMNS,
     BALANCE_COLUMNS,
     compute_reference,
     reference_from_events,
 )
-from batchpoint.errors import ConfigError
-from batchpoint.sources import PartitionedFileSource, SourceBarrier
-from batchpoint.storage.local import LocalObjectStore
 
 ROOT = "input/payments"
 EPOCHS = 4

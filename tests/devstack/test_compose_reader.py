@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchpoint.devstack.compose import COMPLETED, ComposeFile, duration, interpolate, merge
 from batchpoint.errors import ConfigError
+from devstack.compose import COMPLETED, ComposeFile, duration, interpolate, merge
 
 PROJECT = Path(__file__).resolve().parents[2]
 COMPOSE = PROJECT / "docker-compose.yaml"
@@ -162,9 +162,9 @@ def test_what_the_stack_cannot_honour_is_refused(tmp_path):
 
 
 def _container(compose: ComposeFile, name: str, workdir: Path):
-    from batchpoint.devstack.container import Container
-    from batchpoint.devstack.images import local_image
-    from batchpoint.devstack.netns import Host
+    from devstack.container import Container
+    from devstack.images import local_image
+    from devstack.netns import Host
 
     service = compose.services[name]
     host = Host(name, f"bpstest-{name}", "10.213.255.2", "bpstestv0")
@@ -199,7 +199,7 @@ def test_container_paths_become_local_ones(compose, tmp_path):
 
 
 def test_every_image_has_a_local_equivalent_at_the_pinned_version(compose):
-    from batchpoint.devstack.images import local_image
+    from devstack.images import local_image
 
     if not list(Path("/usr/lib/postgresql").glob("*/bin/postgres")):
         pytest.skip("no PostgreSQL here (apt-get install postgresql)")

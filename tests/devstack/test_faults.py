@@ -1,4 +1,4 @@
-"""The faults of batchpoint.devstack on a small part of the real docker-compose.yaml
+"""The faults of devstack on a small part of the real docker-compose.yaml
 (SeaweedFS and the one-shot that makes its bucket, each on a host of its own): a link
 between two hosts cut and restored, as a network would take it away (only that link); a
 service killed -9 to its last process and brought back by its restart policy; stopped
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.devstack.compose import ComposeFile
-from batchpoint.devstack.container import in_namespaces, marked, namespace_id
-from batchpoint.devstack.netns import leftovers
-from batchpoint.devstack.stack import Stack
+from devstack.compose import ComposeFile
+from devstack.container import in_namespaces, marked, namespace_id
+from devstack.netns import leftovers
+from devstack.stack import Stack
 
 pytestmark = [pytest.mark.stack]
 

@@ -10,8 +10,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from batchpoint.devstack.compose import ComposeFile
-from batchpoint.devstack.seaweed import SeaweedServer
+from devstack.compose import ComposeFile
+from devstack.seaweed import SeaweedServer
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yaml"
 

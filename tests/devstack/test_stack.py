@@ -30,8 +30,8 @@ import pandas as pd
 import pytest
 
 from batchpoint.airflow.ui_pages import HISTORY_COLUMNS
-from batchpoint.devstack.compose import ComposeFile
-from batchpoint.devstack.stack import Stack, StackEvent
+from devstack.compose import ComposeFile
+from devstack.stack import Stack, StackEvent
 from support.browser import INSTALL_HINT, chromium_paths
 from support.stack_run import (
     FINISHED,
@@ -55,7 +55,7 @@ INTERVAL = 30.0
 #: the issue's bar: at least 10 intervals of new payment files
 MIN_INTERVALS = 10
 ADMIN_PASSWORD = "bp-stack-admin"
-BUGGY_REF = "batchpoint.demo.payments_buggy:table_pipeline"
+BUGGY_REF = "demo.payments_buggy:table_pipeline"
 CHECKPOINT_DAG = "payments_checkpoint"
 SAVEPOINT_DAG = "payments_savepoint"
 RESTORE_DAG = "payments_restore"
@@ -195,18 +195,18 @@ class Run:
         return int(self.coordinator.head.get().checkpoint_id)
 
     def balances_table(self) -> Any:
-        from batchpoint.demo.payments import BALANCES_TABLE
         from batchpoint.tables.binding import TableBinding
         from batchpoint.tables.service import sink_table
+        from demo.payments import BALANCES_TABLE
 
         binding = TableBinding(BALANCES_TABLE)
         return sink_table(self.store, "payments", "balances_table", binding, self.catalog_uri)
 
     def sinks_against_reference(self) -> tuple[pd.DataFrame, pd.DataFrame, Any]:
         """(balances read from the Iceberg table, alerts, the reference at the head)."""
-        from batchpoint.demo.payments import SOURCE_ROOT
-        from batchpoint.demo.payments_reference import compute_reference
         from batchpoint.protocol.sinks import read_sink_table
+        from demo.payments import SOURCE_ROOT
+        from demo.payments_reference import compute_reference
 
         head = self.coordinator.completed.get(self.head())
         reference = compute_reference(self.store, SOURCE_ROOT, upto=head.pending.barrier["events"])

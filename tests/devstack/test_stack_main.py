@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.devstack.stack_main import main
+from devstack.stack_main import main
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="./dev stack needs root")
 

@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import TriggerRefused
 from batchpoint.ops.audit import audit_then_finalize, trigger_audited
 from batchpoint.ops.epoch import finalize
@@ -20,11 +19,14 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
     PendingCheckpoint,
 )
+from batchpoint.protocol.layout import TaskId
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.clock import FakeClock
 from support.payments import INTEGRITY_ONLY, LAYOUT
@@ -98,7 +100,7 @@ def test_the_audit_completes_a_passing_checkpoint_and_aborts_a_failing_one(drive
 
     bad = trigger_audited(driver)
     fake_epochs.ack_all(driver, bad)
-    path = c.acks(bad.checkpoint_id)["balances#0"].handles[0].path
+    path = c.acks(bad.checkpoint_id)[TaskId("balances", 0)].handles[0].path
     driver.store.put(path, b"X" + driver.store.get(path).data[1:])  # same size, other bytes
     failed = audit_then_finalize(driver, bad.checkpoint_id, gate)
     assert failed.rejected and failed.outcome is not None
@@ -111,7 +113,7 @@ def test_the_audit_completes_a_passing_checkpoint_and_aborts_a_failing_one(drive
 
 
 def test_the_audit_mark_keeps_the_record_format(driver, gate, tmp_path):
-    pending = trigger_audited(driver, properties={"why": "nightly"})
+    pending = trigger_audited(driver, properties=CheckpointProperties.of({"why": "nightly"}))
     stored = json.loads(driver.store.get(LAYOUT.active(pending.checkpoint_id)).data)
     assert stored["version"] == 2  # version 2 (issue 26: the topology), the mark unchanged
     assert stored["properties"] == {

@@ -9,6 +9,7 @@ import pytest
 
 from batchpoint.errors import CheckpointError, PipelineSpecError
 from batchpoint.ops.dataframes import read_state, write_savepoint
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.savepoints import SavepointLocation, check_savepoint, read_savepoint
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.settings import Settings
@@ -39,9 +40,9 @@ def test_a_bootstrapped_savepoint_restores_and_continues_exactly_once(
     # file there; each subtask's files tile its key-group range as the runtime's do.
     assert read_savepoint(folder).encode() == metadata.encode()
     assert check_savepoint(folder, checksums=True) == []
-    assert sorted(metadata.pending.expected_tasks) == [f"aggregate#{i}" for i in range(3)]
+    assert sorted(metadata.pending.expected_tasks) == [TaskId("aggregate", i) for i in range(3)]
     for ack in metadata.acks:
-        subtask = int(ack.task.split("#")[1])
+        subtask = ack.task.subtask
         expected = key_group_range_for_subtask(16, 3, subtask)
         assert ack.handles and all(h.path.startswith("data/aggregate/") for h in ack.handles)
         ranges = sorted(tuple(h.key_group_range) for h in ack.handles)

@@ -10,11 +10,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT
-from batchpoint.demo.payments_reference import PaymentsReference, compute_reference
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.dataframes import read_sink, read_state
 from batchpoint.settings import Settings
+from demo.payments import SOURCE_ROOT
+from demo.payments_reference import PaymentsReference, compute_reference
 from support.cli import Cli
 from support.payments import PaymentsRun
 

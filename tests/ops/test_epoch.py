@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.audit import trigger_audited
 from batchpoint.ops.epoch import epoch_tasks, expire, finalize
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 
 

@@ -19,6 +19,7 @@ from batchpoint.ops.epoch_executor import SavepointExport, StepStatus
 from batchpoint.ops.epoch_plan import EpochPlan, PlannedTask, TaskKind
 from batchpoint.ops.local_epoch import run_audited_epoch
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointType
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.runtime.runner import OperatorFailed, OperatorRunner
 from support.payments import INTEGRITY_ONLY, PaymentsRun
 
@@ -130,7 +131,7 @@ def test_an_exported_savepoint_runs_its_plan(
     plan = run.runner.plan(CheckpointType.SAVEPOINT, export=True)
     recorder = Recorder(monkeypatch, run)
     where = SavepointExport(target="savepoints/payments/before-deploy", description="why")
-    result = run.runner.executor(export=where).run(plan, {"description": "why"})
+    result = run.runner.executor(export=where).run(plan, CheckpointProperties(description="why"))
     assert_ran_the_plan(recorder, plan, result)
     assert recorder.calls[-2:] == ["finalize", "export"]
     assert result.outcome is not None and result.outcome.pending.type is CheckpointType.SAVEPOINT

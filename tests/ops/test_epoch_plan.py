@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError
 from batchpoint.ops.epoch_plan import (
     EpochSettings,
@@ -16,6 +15,7 @@ from batchpoint.ops.epoch_plan import (
     plan_epoch,
 )
 from batchpoint.protocol.checkpoint import CheckpointType
+from demo.payments import build_pipeline
 
 SPEC = build_pipeline().spec()  # dedup -> balances -> {balances_table, alerts}
 SETTINGS = EpochSettings(timeout=600, task_retries=2, retry_delay=30, cleanup_grace=120)

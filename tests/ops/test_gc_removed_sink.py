@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.maintenance import sink_tables
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
+from demo.payments import build_pipeline
 from support import fake_epochs
 
 

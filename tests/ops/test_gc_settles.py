@@ -18,7 +18,9 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
 
@@ -31,7 +33,7 @@ def coordinator(store: Any, clock: FakeClock, **config: Any) -> CheckpointCoordi
     return c
 
 
-def ack(c: CheckpointCoordinator, cid: int, task: str) -> str:
+def ack(c: CheckpointCoordinator, cid: int, task: TaskId) -> str:
     key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
     data = f"{task} of {cid}".encode() * 8
     c.store.put(key, data)
@@ -48,7 +50,7 @@ def test_gc_expires_a_checkpoint_left_pending_past_its_deadline(store: ObjectSto
         ack(c, first, task)
     c.try_finalize(first)
     paused = c.trigger({"src": {"p0": 2}}).checkpoint_id
-    staged = ack(c, paused, "keyed#0")  # then the DAG was paused: nobody acks the rest
+    staged = ack(c, paused, TaskId("keyed", 0))  # then the DAG was paused: nobody acks the rest
 
     clock.now += 30  # within its deadline: gc leaves it pending
     report = gc(c, c.store)
@@ -85,7 +87,9 @@ def test_gc_expires_an_audited_checkpoint_whose_audit_never_came(store: ObjectSt
     clock = FakeClock()
     c = coordinator(store, clock, timeout=60)
     cid = c.trigger(
-        {"src": {"p0": 1}}, checkpoint_type=CheckpointType.CHECKPOINT, properties={"audit": True}
+        {"src": {"p0": 1}},
+        checkpoint_type=CheckpointType.CHECKPOINT,
+        properties=CheckpointProperties(audit=True),
     ).checkpoint_id
     for task in c.get_checkpoint(cid).expected_tasks:
         ack(c, cid, task)

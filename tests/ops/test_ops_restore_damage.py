@@ -11,7 +11,6 @@ import pytest
 
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.ui_pages import render_checkpoint
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import RestoreRefused
 from batchpoint.ops.gates import GateChoice
 from batchpoint.ops.overview import checkpoint_page
@@ -22,9 +21,10 @@ from batchpoint.quality.findings import Finding
 from batchpoint.quality.quarantine import QuarantineStore as GateQuarantine
 from batchpoint.quality.report import CandidateReport, GateMode
 from batchpoint.runtime.driver import PipelineDriver
-from batchpoint.runtime.restore import GateOptions
+from batchpoint.runtime.restore import GateOptions, RestorePlan
 from batchpoint.runtime.restore_gate import GateResult, RestoreCandidate
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.payments import LAYOUT
 
@@ -58,12 +58,12 @@ def test_the_check_task_falls_back_and_quarantines_the_garbled_head(driver):
     before = fake_epochs.listing(driver.store)
     dry = restore(driver, "latest", NO_GATE, GateOptions(), dry_run=True)
     assert dry.plan.chosen is not None and dry.plan.chosen.checkpoint_id == 2
-    assert dry.result is None and not dry.plan.checks[0].quarantined
+    assert not dry.restored and not dry.plan.checks[0].quarantined
     assert fake_epochs.listing(driver.store) == before  # a dry run writes nothing
 
     checked = restore(driver, "latest", NO_GATE, GateOptions(), check_only=True)
     report = checked.to_json()
-    assert report["checkpoint_id"] == 2 and report["restore"]["checkpoint_id"] == 2
+    assert report["checkpoint_id"] == 2 and report["chosen"] == "checkpoint 2"
     damaged = report["checks"][0]
     assert damaged["checkpoint_id"] == 3 and damaged["quarantined"] is True
     assert damaged["files"] is None and LAYOUT.outcome(3) in damaged["problems"][0]
@@ -72,7 +72,7 @@ def test_the_check_task_falls_back_and_quarantines_the_garbled_head(driver):
     assert held.reason == damaged["problems"][0]
     assert head(driver) == 3  # the check task moves nothing
 
-    result = apply_restore(driver, report["restore"])
+    result = apply_restore(driver, RestorePlan.from_json(report))
     assert result.checkpoint_id == 2 and head(driver) == 2
 
     # the next restore's check refuses 3 without reading it
@@ -83,10 +83,10 @@ def test_the_check_task_falls_back_and_quarantines_the_garbled_head(driver):
 
 def test_the_restore_task_refuses_and_quarantines_a_choice_damaged_since_the_check(driver):
     checked = restore(driver, "latest", NO_GATE, GateOptions(), check_only=True)
-    assert checked.to_json()["restore"]["checkpoint_id"] == 3
+    assert checked.to_json()["checkpoint_id"] == 3
     truncate_outcome(driver, 3)
     with pytest.raises(RestoreRefused, match="no candidate for a restore"):
-        apply_restore(driver, checked.to_json()["restore"])
+        apply_restore(driver, RestorePlan.from_json(checked.to_json()))
     assert quarantine(driver).ids() == [3] and head(driver) == 3
 
 
@@ -94,7 +94,7 @@ def test_the_checkpoint_page_shows_what_a_restore_found(driver):
     lost = driver.coordinator.completed.get(3).handles[0].path
     driver.store.delete(lost)
     run = restore(driver, "latest", NO_GATE, GateOptions())
-    assert run.result is not None and run.result.checkpoint_id == 2
+    assert run.restored and run.checkpoint_id == 2
 
     page = checkpoint_page(driver.coordinator, 3).to_json()
     assert page["quarantine"].startswith("quarantined since ")
@@ -109,7 +109,7 @@ def test_latest_falls_back_over_a_quarantined_checkpoint_with_the_gate_off(drive
     assert GateQuarantine(driver.store, LAYOUT).add(report, 1.0)  # its files are intact
 
     run = restore(driver, "latest", NO_GATE, GateOptions())
-    assert run.result is not None and run.result.checkpoint_id == 2 and head(driver) == 2
+    assert run.restored and run.checkpoint_id == 2 and head(driver) == 2
     held = run.plan.checks[0].quarantine
     assert held is not None and f"by the quality gate: {finding}" in held
 
@@ -127,9 +127,9 @@ def test_the_restore_task_records_the_gate_that_passed_the_check(driver):
     gate = GateChoice(row_counts, "row counts of every state", name="row_counts")
     checked = restore(driver, "latest", gate, GateOptions(), check_only=True)
     report = checked.to_json()
-    assert judged == [3, 2] and report["restore"]["gate"] == "row counts"
+    assert judged == [3, 2] and report["checks"][-1]["gate"]["name"] == "row counts"
 
-    apply_restore(driver, report["restore"])
+    apply_restore(driver, RestorePlan.from_json(report))
 
     assert judged == [3, 2] and head(driver) == 2  # not judged again
     event = recent_restores(driver.coordinator, driver.coordinator.control.load())[0]
@@ -138,7 +138,7 @@ def test_the_restore_task_records_the_gate_that_passed_the_check(driver):
 
     # An ungated check (its gate off) is recorded as ungated.
     ungated = restore(driver, "3", NO_GATE, GateOptions(), check_only=True).to_json()
-    assert ungated["restore"]["gate"] is None
-    apply_restore(driver, ungated["restore"])
+    assert ungated["checks"][-1]["gate"] is None
+    apply_restore(driver, RestorePlan.from_json(ungated))
     latest = recent_restores(driver.coordinator, driver.coordinator.control.load())[0]
     assert head(driver) == 3 and not latest.gated and "ungated" in latest.describe()

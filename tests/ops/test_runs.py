@@ -7,7 +7,6 @@ import hashlib
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.runs import (
     attempt_id,
@@ -21,9 +20,11 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
 )
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.settlement import SettlementAction
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support.clock import FakeClock
 
 
@@ -82,7 +83,7 @@ def test_settle_finalizes_when_the_finalize_task_never_ran(driver):
 def test_settle_declines_for_a_failed_operator_and_discards_its_output(driver):
     pending = trigger_for_run(driver, "r")
     cid = pending.checkpoint_id
-    ack(driver, cid, ["dedup#0", "dedup#1"])
+    ack(driver, cid, [TaskId("dedup", 0), TaskId("dedup", 1)])
     settled = settle_run(driver, cid, {"balances": "Airflow task operators.balances failed"})
     assert settled.outcome.reason is CheckpointFailureReason.DECLINED
     assert "operators.balances failed" in settled.outcome.message
@@ -93,7 +94,7 @@ def test_settle_declines_for_a_failed_operator_and_discards_its_output(driver):
 
 def test_settle_expires_an_overdue_checkpoint(driver, clock):
     pending = trigger_for_run(driver, "r")
-    ack(driver, pending.checkpoint_id, ["dedup#0"])
+    ack(driver, pending.checkpoint_id, [TaskId("dedup", 0)])
     clock.now += 61
     settled = settle_run(driver, pending.checkpoint_id)
     assert (settled.action, settled.outcome.reason) == ("expired", CheckpointFailureReason.EXPIRED)
@@ -118,7 +119,7 @@ def test_settle_aborts_a_checkpoint_its_run_left_behind(driver):
 
 def test_decline_operator_declines_only_missing_subtasks(driver):
     pending = trigger_for_run(driver, "r")
-    ack(driver, pending.checkpoint_id, ["dedup#0"])
+    ack(driver, pending.checkpoint_id, [TaskId("dedup", 0)])
     results = decline_operator(driver.coordinator, pending.checkpoint_id, "dedup", "x", "killed")
     assert [r.value for r in results] == ["ABORTED"]
     assert driver.coordinator.status(pending.checkpoint_id) is CheckpointStatus.ABORTED

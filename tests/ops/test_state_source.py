@@ -16,8 +16,6 @@ import pandas as pd
 import pytest
 from pyspark.errors import PySparkException
 
-from batchpoint.demo.payments import build_pipeline
-from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.ops.dataframes import read_sink, read_state
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.ops.state_source import register
@@ -25,6 +23,8 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import Settings
 from batchpoint.spark.remote import error_line
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
+from devstack.seaweed import SeaweedServer
 from support.clock import FakeClock
 from support.payments import PaymentsRun
 
@@ -127,7 +127,7 @@ def _connect_read(remote: str, env: dict[str, str], **options: str) -> dict[str,
     """The format read by a Connect client (a subprocess with only `env`'s settings)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "BATCHPOINT_"))}
     clean.pop("SPARK_CONNECT_MODE_ENABLED", None)
-    clean["PYTHONPATH"] = os.pathsep.join([str(ROOT / "include"), str(ROOT / "tests")])
+    clean["PYTHONPATH"] = os.pathsep.join([str(ROOT / "include"), str(ROOT), str(ROOT / "tests")])
     argv = [sys.executable, str(CLIENT), remote, *(f"{k}={v}" for k, v in options.items())]
     done = subprocess.run(
         argv, env={**clean, **env}, capture_output=True, text=True, timeout=300, check=False

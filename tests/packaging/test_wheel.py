@@ -3,7 +3,8 @@ built, installed with the `airflow` extra into a fresh venv, and a three-line DA
 a folder of its own is parsed by Airflow's DagBag from a process that cannot see this
 checkout (working directory elsewhere, no PYTHONPATH). The plugin and provider entry
 points are found and the Spark entry point ships inside the installed package. The wheel
-itself carries the license, `py.typed` and the project's classifiers.
+itself carries the license, `py.typed` and the project's classifiers, and the library
+alone: not the repository's demo or local services.
 
 The `connect` extra alone (with `airflow`: no full pyspark, no JVM) runs a small
 pipeline's operator tasks, as an Airflow worker's task process runs them, against a real
@@ -23,7 +24,7 @@ import sys
 import textwrap
 import zipfile
 from email.parser import Parser
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -290,6 +291,24 @@ def test_the_wheel_ships_the_license_py_typed_and_classifiers(wheel):
     supported = {c.rsplit(" :: ", 1)[1] for c in classifiers if c.count(".") == 1}
     assert supported == {"3.11", "3.12", "3.13"}  # as requires-python says
     assert metadata["Requires-Python"] == "<3.14,>=3.11"
+
+
+#: The repository's own tools (top-level folders of the checkout), never in the wheel.
+REPOSITORY_TOOLS = {"demo", "devstack"}
+
+
+def test_the_wheel_ships_the_library_alone(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    tops = {PurePosixPath(n).parts[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"batchpoint"}
+    tools = [
+        n
+        for n in names
+        if REPOSITORY_TOOLS & {PurePosixPath(p).stem for p in PurePosixPath(n).parts}
+    ]
+    assert tools == []
+    assert "batchpoint/__init__.py" in names and "batchpoint/jobs/run_operator.py" in names
 
 
 @pytest.fixture(scope="module")

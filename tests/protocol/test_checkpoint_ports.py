@@ -25,7 +25,15 @@ from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
-from support.collaborator_parts import PIPELINE, Parts, write_ack, write_completed, write_pending
+from support.collaborator_parts import (
+    K0,
+    K1,
+    PIPELINE,
+    Parts,
+    write_ack,
+    write_completed,
+    write_pending,
+)
 
 Ops = list[tuple[str, str | None]]
 
@@ -80,17 +88,17 @@ def test_an_outcome_is_written_once_and_a_loser_reads_the_winner(parts: Parts) -
 def test_an_ack_is_written_once_and_a_decline_stands_as_first_written(parts: Parts) -> None:
     store, records, _ = ports_over(parts)
     write_pending(parts, 1)
-    mine = AckRecord(1, "keyed#0", "a1", (), TaskMetrics(), 1.0, "keyed")
-    theirs = AckRecord(1, "keyed#0", "a2", (), TaskMetrics(), 2.0, "keyed")
+    mine = AckRecord(1, K0, "a1", (), TaskMetrics(), 1.0, "keyed")
+    theirs = AckRecord(1, K0, "a2", (), TaskMetrics(), 2.0, "keyed")
     assert records.create_ack(mine) == (True, mine)
     assert records.create_ack(theirs) == (False, mine)
-    assert records.has_ack(1, "keyed#0") and not records.has_ack(1, "keyed#1")
-    key, other = parts.layout.ack(1, "keyed#0"), parts.layout.ack(1, "keyed#1")
+    assert records.has_ack(1, K0) and not records.has_ack(1, K1)
+    key, other = parts.layout.ack(1, K0), parts.layout.ack(1, K1)
     created, lost = [("create", key)], [("create", key), ("get", key)]
     assert store.ops == [*created, *lost, ("exists", key), ("exists", other)]
-    first = DeclineRecord(1, "keyed#1", "a1", "disk full", 3.0)
+    first = DeclineRecord(1, K1, "a1", "disk full", 3.0)
     records.create_decline(first)
-    records.create_decline(DeclineRecord(1, "keyed#1", "a1", "again", 4.0))
+    records.create_decline(DeclineRecord(1, K1, "a1", "again", 4.0))
     assert [d.reason for d in records.declines(1)] == ["disk full"]
 
 
@@ -141,10 +149,10 @@ def test_a_restore_record_is_put_and_read_back_by_generation(parts: Parts) -> No
 def test_files_delete_only_the_attempts_own_files(parts: Parts) -> None:
     _, _, files = ports_over(parts)
     write_pending(parts, 1)
-    mine = write_ack(parts, 1, "keyed#0", "a2")
-    other = write_ack(parts, 1, "keyed#1", "a1")  # another task's file the ack names too
+    mine = write_ack(parts, 1, K0, "a2")
+    other = write_ack(parts, 1, K1, "a1")  # another task's file the ack names too
     files.delete_attempt_files(
-        AckRecord(1, "keyed#0", "a2", (*mine.handles, *other.handles), TaskMetrics(), 1.0)
+        AckRecord(1, K0, "a2", (*mine.handles, *other.handles), TaskMetrics(), 1.0)
     )
     assert not parts.store.exists(mine.handles[0].path)
     assert parts.store.exists(other.handles[0].path)

@@ -1,7 +1,8 @@
 """A pending checkpoint's properties are typed (Flink's CheckpointProperties): the
 protocol's flags are fields, the user's own properties sit beside them, and the record
-holds the same flat object as before it had types. A flag of the wrong type is refused
-when a checkpoint is triggered, before anything is admitted, and is damage when read.
+holds the same flat object as before it had types. The trigger takes the typed value:
+a user's mapping becomes one where it enters (`CheckpointProperties.of`), which refuses
+a flag of the wrong type, naming it, before anything is triggered; read, it is damage.
 The control record's `cause` is a HeadMoveCause."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from batchpoint.errors import ConfigError, CorruptRecord
 from batchpoint.protocol.checkpoint import CheckpointType, PendingCheckpoint
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, HeadMoveCause
 from batchpoint.protocol.head import HeadPointer
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.storage.base import ObjectStore
 from support import protocol_steps as steps
@@ -42,21 +44,34 @@ def test_flags_are_typed_and_the_whole_reads_as_the_flat_object() -> None:
 
 def test_a_pending_record_stores_its_properties_as_the_flat_object(store: ObjectStore) -> None:
     c = steps.coordinator(store)
-    pending = c.trigger({"src": {"p0": 1}}, properties=FLAT)
+    pending = c.trigger({"src": {"p0": 1}}, properties=CheckpointProperties.of(FLAT))
     stored = json.loads(store.get(c.layout.active(pending.checkpoint_id)).data)["properties"]
     # the trigger adds the chain bound only when the caller did not fix one
     assert stored == FLAT
     assert c.get_pending(pending.checkpoint_id).properties == pending.properties
 
 
-def test_a_flag_of_the_wrong_type_is_refused_before_anything_is_admitted(
-    store: ObjectStore,
-) -> None:
-    c = steps.coordinator(store)
-    next_id = c.ids.peek()
+def test_a_flag_of_the_wrong_type_is_refused_where_the_mapping_enters() -> None:
     with pytest.raises(ConfigError, match="field 'changelog_chain' should be int, found 'x'"):
-        c.trigger({"src": {"p0": 1}}, properties={"changelog_chain": "x"})
-    assert c.ids.peek() == next_id and c.control.load().pending == ()
+        CheckpointProperties.of({"changelog_chain": "x"})
+
+
+def test_the_trigger_keeps_the_typed_properties_it_is_given(store: ObjectStore) -> None:
+    """What the caller fixed reaches the pending record as it was given, typed; the
+    trigger adds only what it decides (the changelog chain bound)."""
+    c = steps.coordinator(store)
+    given = CheckpointProperties(description="before the deploy", via="cli", stop_pipeline=False)
+    pending = c.trigger(
+        {"src": {"p0": 1}}, checkpoint_type=CheckpointType.SAVEPOINT, properties=given
+    )
+    assert isinstance(pending.properties, CheckpointProperties)
+    assert replace(pending.properties, changelog_chain=None) == given
+    assert pending.properties.stop_pipeline is False and not pending.properties.user
+    stored = json.loads(store.get(c.layout.active(pending.checkpoint_id)).data)["properties"]
+    assert stored == {**given.to_json(), "changelog_chain": pending.properties.changelog_chain}
+    assert stored["description"] == "before the deploy" and stored["stop_pipeline"] is False
+    untyped = c.trigger({"src": {"p0": 2}}, checkpoint_type=CheckpointType.SAVEPOINT)
+    assert isinstance(untyped.properties, CheckpointProperties)
 
 
 def test_a_stored_flag_of_the_wrong_type_is_damage_naming_it(store: ObjectStore) -> None:
@@ -74,7 +89,7 @@ def test_a_stored_flag_of_the_wrong_type_is_damage_naming_it(store: ObjectStore)
 
 def test_a_record_without_properties_has_none() -> None:
     pending = PendingCheckpoint(
-        "p", 1, CheckpointType.CHECKPOINT, None, 0, {}, {}, ("op#0",), 1.0, 2.0
+        "p", 1, CheckpointType.CHECKPOINT, None, 0, {}, {}, (TaskId("op", 0),), 1.0, 2.0
     )
     document = json.loads(pending.encode())
     del document["properties"]

@@ -10,9 +10,11 @@ import pytest
 
 from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType, FileHandle
+from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
+from support.restoring import restore
 
 
 def complete(c: CheckpointCoordinator, kind: CheckpointType = CheckpointType.CHECKPOINT) -> int:
@@ -32,13 +34,14 @@ def files_of(c: CheckpointCoordinator, cid: int) -> list[str]:
     return [o.key for o in c.store.list(c.layout.data_prefix(cid))]
 
 
-@pytest.mark.parametrize("claim", [False, True], ids=["no-claim", "claim"])
-def test_a_restored_savepoint_is_kept_unless_claimed(store, claim: bool) -> None:
+@pytest.mark.parametrize("mode", list(ClaimMode), ids=["claim", "no-claim"])
+def test_a_restored_savepoint_is_kept_unless_claimed(store, mode: ClaimMode) -> None:
+    claim = mode is ClaimMode.CLAIM
     c = CheckpointCoordinator(store, "p", CheckpointConfig(num_retained=1))
     c.register(simple_pipeline("p", [("op", 2)]))
     savepoint = complete(c, CheckpointType.SAVEPOINT)
     complete(c)
-    c.restore(savepoint, claim=claim)
+    restore(c, savepoint, mode=mode)
     entry = c.control.load().retained_entry(savepoint)
     assert entry is not None and entry.claimed is claim
     assert files_of(c, savepoint)
@@ -58,10 +61,10 @@ def test_claiming_the_head_keeps_it_until_a_newer_checkpoint_completes(store) ->
     c = CheckpointCoordinator(store, "p", CheckpointConfig(num_retained=1))
     c.register(simple_pipeline("p", [("op", 1)]))
     savepoint = complete(c, CheckpointType.SAVEPOINT)
-    c.restore(savepoint, claim=True)
+    restore(c, savepoint, mode=ClaimMode.CLAIM)
     gc(c, c.store)
     assert c.control.load().retained_ids() == [savepoint]  # the head is never subsumed
     assert files_of(c, savepoint)
     # a restore of it again without claim does not take the claim back
-    c.restore(savepoint)
+    restore(c, savepoint)
     assert c.control.load().retained_entry(savepoint).claimed

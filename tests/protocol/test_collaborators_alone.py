@@ -33,6 +33,7 @@ from batchpoint.protocol.decider import CheckpointRequestDecider
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.finalizer import CheckpointFinalizer
 from batchpoint.protocol.ids import CheckpointIDCounter
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.ports import AbortCheckpoint
 from batchpoint.protocol.publish import CompletionNotifier, SinkTarget
@@ -43,7 +44,10 @@ from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.trigger import CheckpointTrigger, DeployBase
 from support.collaborator_parts import (
+    K0,
+    K1,
     PIPELINE,
+    S0,
     TASKS,
     TIMEOUT,
     Parts,
@@ -114,17 +118,17 @@ def test_ack_accounting_writes_one_ack_and_refuses_another_attempt(parts: Parts)
     accounting = ack_accounting(parts, decide_abort)
     write_pending(parts, 1)
     mine, theirs = (
-        write_file(parts, parts.layout.task_data_prefix(1, "keyed#0", a) + "part-0", a)
+        write_file(parts, parts.layout.task_data_prefix(1, K0, a) + "part-0", a)
         for a in ("a1", "a2")
     )
     ok = TaskAcknowledgeResult.SUCCESS
-    assert accounting.acknowledge(1, "keyed#0", "a1", [mine]) is ok
-    assert accounting.acknowledge(1, "keyed#0", "a1", [mine]) is ok  # the same attempt again
-    assert accounting.acknowledge(1, "keyed#0", "a2", [theirs]) is TaskAcknowledgeResult.DUPLICATE
-    assert accounting.acknowledge(1, "other#0", "a1") is TaskAcknowledgeResult.UNKNOWN
+    assert accounting.acknowledge(1, K0, "a1", [mine]) is ok
+    assert accounting.acknowledge(1, K0, "a1", [mine]) is ok  # the same attempt again
+    assert accounting.acknowledge(1, K0, "a2", [theirs]) is TaskAcknowledgeResult.DUPLICATE
+    assert accounting.acknowledge(1, TaskId("other", 0), "a1") is TaskAcknowledgeResult.UNKNOWN
     acks = parts.reads.acks(1)
-    assert list(acks) == ["keyed#0"]
-    assert (acks["keyed#0"].attempt, acks["keyed#0"].acked_at) == ("a1", parts.clock())
+    assert list(acks) == [K0]
+    assert (acks[K0].attempt, acks[K0].acked_at) == ("a1", parts.clock())
     assert parts.store.exists(mine.path)
     assert not parts.store.exists(theirs.path)  # the losing attempt's own file goes
     assert asked == []
@@ -141,16 +145,16 @@ def test_ack_accounting_asks_decide_abort_when_a_task_declines(parts: Parts) -> 
 
     accounting = ack_accounting(parts, decide_abort)
     write_pending(parts, 1)
-    write_ack(parts, 1, "keyed#0")
-    assert accounting.decline(1, "keyed#0", "a1", "late") is DeclineResult.IGNORED_ACKNOWLEDGED
-    assert accounting.decline(1, "nobody#0", "a1", "?") is DeclineResult.UNKNOWN
+    write_ack(parts, 1, K0)
+    assert accounting.decline(1, K0, "a1", "late") is DeclineResult.IGNORED_ACKNOWLEDGED
+    assert accounting.decline(1, TaskId("nobody", 0), "a1", "?") is DeclineResult.UNKNOWN
     assert asked == []
-    assert accounting.decline(1, "keyed#1", "a1", "disk full") is DeclineResult.ABORTED
+    assert accounting.decline(1, K1, "a1", "disk full") is DeclineResult.ABORTED
     declined = Abort(CheckpointFailureReason.DECLINED, "task keyed#1 declined: disk full")
     assert asked == [(1, declined)]
-    assert [(d.task, d.reason) for d in parts.reads.declines(1)] == [("keyed#1", "disk full")]
+    assert [(d.task, d.reason) for d in parts.reads.declines(1)] == [(K1, "disk full")]
     won[0] = False  # a finalize decided first: the decline came too late
-    assert accounting.decline(1, "sink#0", "a1", "gone") is DeclineResult.IGNORED_COMPLETED
+    assert accounting.decline(1, S0, "a1", "gone") is DeclineResult.IGNORED_COMPLETED
 
 
 # == CheckpointFinalizer: the outcome, written once, and the settle after it ===============
@@ -207,7 +211,7 @@ def test_finalizer_aborts_a_checkpoint_whose_file_is_not_intact(parts: Parts) ->
 def test_finalizer_expires_a_checkpoint_past_its_deadline(parts: Parts) -> None:
     subject = finalizer(parts)
     write_pending(parts, 1)
-    write_ack(parts, 1, "keyed#0")
+    write_ack(parts, 1, K0)
     assert subject.settle() == []
     parts.clock.advance(TIMEOUT + 1)
     [outcome] = subject.settle()
@@ -303,8 +307,10 @@ def test_restorer_moves_the_head_rewinds_the_sink_and_asks_abort_for_the_abandon
         assert sinks.publish(completed, "sink", SinkMode.APPEND, ["k"])
     write_pending(parts, 3, base=2)
     asked: Asked = []
-    result = restorer_of(parts, asked).restore(1)
-    assert (result.checkpoint_id, result.restore_generation, result.findings) == (1, 1, ())
+    restorer = restorer_of(parts, asked)
+    chosen = restorer.choose(1)  # the candidate walk, then the one way in
+    head = restorer.restore(chosen.target)
+    assert (head.checkpoint_id, head.restore_generation, chosen.skipped) == (1, 1, ())
     control = parts.control.load()
     assert (control.head, control.pending, control.is_discarded(3)) == (1, (), True)
     assert control.restore is not None and control.restore.sinks_rewound
@@ -319,10 +325,11 @@ def test_restorer_skips_a_damaged_candidate_and_quarantines_it(parts: Parts) -> 
     damaged = write_completed(parts, 2, base=1)
     parts.store.put(damaged.handles[0].path, b"not what was written")
     asked: Asked = []
-    result = restorer_of(parts, asked).restore()
-    assert result.checkpoint_id == 1
-    assert [f.checkpoint_id for f in result.findings] == [2]
-    assert "quarantined" in result.findings[0].problem
+    restorer = restorer_of(parts, asked)
+    chosen = restorer.choose()
+    assert restorer.restore(chosen.target).checkpoint_id == 1
+    assert [f.checkpoint_id for f in chosen.skipped] == [2]
+    assert "quarantined" in chosen.skipped[0].problem
     assert QuarantineStore(parts.store, parts.layout).held(2) is not None
     assert asked == []  # nothing was pending: nothing to abort
 

@@ -27,7 +27,7 @@ from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.control import PendingEntry
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.ids import CheckpointIDCounter
-from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.repair import Repairer, RepairStatus
 from batchpoint.protocol.savepoint_paths import SavepointLocation
@@ -35,6 +35,7 @@ from batchpoint.protocol.savepoint_transfer import ImportSteps, Savepoints
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.stats import CheckpointStatsTracker
 from support.collaborator_parts import (
+    K0,
     TASKS,
     TIMEOUT,
     Parts,
@@ -69,13 +70,13 @@ def savepoints_of(parts: Parts, asked: Asked, imported_id: int = 7) -> Savepoint
 
     def acknowledge(
         checkpoint_id: int,
-        task: str,
+        task: TaskId,
         attempt: str,
         handles: Iterable[FileHandle],
         metrics: TaskMetrics | None,
     ) -> TaskAcknowledgeResult:
         asked.append(("acknowledge", checkpoint_id, task, attempt))
-        uid = split_task_name(task)[0]
+        uid = task.operator
         ack = AckRecord(checkpoint_id, task, attempt, tuple(handles), metrics, parts.clock(), uid)
         acked.append(ack)
         return TaskAcknowledgeResult.SUCCESS
@@ -165,10 +166,10 @@ def gc_of(parts: Parts, asked: Asked) -> GarbageCollector:
 
 def test_gc_deletes_unreferenced_files_and_keeps_referenced_ones(parts: Parts) -> None:
     kept = write_completed(parts, 1)
-    zombie = parts.layout.task_data_prefix(1, "keyed#0", "zombie") + "part-0.parquet"
+    zombie = parts.layout.task_data_prefix(1, K0, "zombie") + "part-0.parquet"
     stray = write_file(parts, zombie, "a losing attempt's file, never acked")
     write_aborted(parts, 2)
-    [aborted_file] = parts.reads.acks(2)["keyed#0"].handles
+    [aborted_file] = parts.reads.acks(2)[K0].handles
     asked: Asked = []
     subject = gc_of(parts, asked)
     report = subject.collect()
@@ -184,10 +185,10 @@ def test_gc_deletes_unreferenced_files_and_keeps_referenced_ones(parts: Parts) -
 
 def test_gc_keeps_a_discarded_file_that_a_pending_checkpoint_acked(parts: Parts) -> None:
     write_aborted(parts, 1)
-    [shared] = parts.reads.acks(1)["keyed#0"].handles
+    [shared] = parts.reads.acks(1)[K0].handles
     write_pending(parts, 2)
-    ack = AckRecord(2, "keyed#0", "a1", (shared,), TaskMetrics(), parts.clock(), "keyed")
-    parts.store.create(parts.layout.ack(2, "keyed#0"), ack.encode())
+    ack = AckRecord(2, K0, "a1", (shared,), TaskMetrics(), parts.clock(), "keyed")
+    parts.store.create(parts.layout.ack(2, K0), ack.encode())
     parts.clock.advance(GRACE)
     report = gc_of(parts, []).collect()
     assert report.deleted_files == [] and report.dequeued == []
@@ -238,7 +239,7 @@ def test_stats_tracker_reads_the_history_from_the_records(parts: Parts) -> None:
     done = write_completed(parts, 1)
     write_aborted(parts, 2)
     write_pending(parts, 3)
-    write_ack(parts, 3, "keyed#0")
+    write_ack(parts, 3, K0)
     tracker = CheckpointStatsTracker(parts.reads, ids)
     history = tracker.history()
     assert [(s.checkpoint_id, s.status, s.acknowledged) for s in history] == [
@@ -247,7 +248,7 @@ def test_stats_tracker_reads_the_history_from_the_records(parts: Parts) -> None:
         (3, CheckpointStatus.PENDING, 1),
     ]
     first, tasks = tracker.checkpoint(1)
-    assert [t.task for t in tasks] == list(TASKS)
+    assert [t.task for t in tasks] == list(map(str, TASKS))  # TaskStats keeps text: UI JSON
     assert (first.duration_s, first.state_size) == (10.0, sum(h.size for h in done.handles))
     assert history[1].failure_reason == "expired"
     summary = tracker.summary(history)

@@ -23,10 +23,12 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.storage.base import ObjectStore
 from support.hooks import HookStore, once
 from support.protocol_steps import SINKS, ack_all, complete, coordinator, sink_epochs
+from support.restoring import restore
 
 SAVEPOINT = CheckpointType.SAVEPOINT
 
@@ -76,7 +78,7 @@ def scheduled_trigger(c: CheckpointCoordinator, p0: int) -> int:
 
 
 def stop_with_savepoint(c: CheckpointCoordinator, p0: int) -> int:
-    stop = {"stop_pipeline": True}
+    stop = CheckpointProperties(stop_pipeline=True)
     return c.trigger({"src": {"p0": p0}}, checkpoint_type=SAVEPOINT, properties=stop).checkpoint_id
 
 
@@ -113,7 +115,7 @@ def assert_restore_to_the_import_works(p: Pipeline, imported: int) -> None:
     to it, and the next checkpoint builds on it."""
     c = p.c
     generation = c.control.load().restore_generation
-    c.restore(imported)
+    restore(c, imported)
     control = c.control.load()
     assert (control.head, control.restore_generation) == (imported, generation + 1)
     assert control.restore is not None and control.restore.sinks_rewound

@@ -12,6 +12,7 @@ from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointSt
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.gc import COLLECTED_SWEEP
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
@@ -30,7 +31,7 @@ def _coordinator(store: Any, clock: FakeClock) -> CheckpointCoordinator:
 
 def _completed(c: CheckpointCoordinator) -> int:
     cid = c.trigger({"src": {"p0": 1}}).checkpoint_id
-    c.acknowledge(cid, "keyed#0", "a1", [])
+    c.acknowledge(cid, TaskId("keyed", 0), "a1", [])
     outcome = c.try_finalize(cid)
     assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
     return cid
@@ -42,7 +43,7 @@ def _collected(c: CheckpointCoordinator, clock: FakeClock, count: int) -> list[i
     ids = []
     for _ in range(count):
         cid = c.trigger({"src": {"p0": 1}}).checkpoint_id
-        c.store.put(c.layout.task_data_prefix(cid, "keyed#0", "a1") + "part-0", b"staged")
+        c.store.put(c.layout.task_data_prefix(cid, TaskId("keyed", 0), "a1") + "part-0", b"staged")
         c.abort(cid, CheckpointFailureReason.EXPIRED)
         ids.append(cid)
     c.garbage_collector().collect()
@@ -53,7 +54,7 @@ def _collected(c: CheckpointCoordinator, clock: FakeClock, count: int) -> list[i
 
 
 def _zombie(c: CheckpointCoordinator, cid: int) -> str:
-    key = c.layout.task_data_prefix(cid, "keyed#0", "zombie") + "part-0"
+    key = c.layout.task_data_prefix(cid, TaskId("keyed", 0), "zombie") + "part-0"
     c.store.put(key, b"written by a server job whose client was killed")
     return key
 

@@ -17,13 +17,14 @@ from batchpoint.protocol.control import RetainedEntry
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
 from batchpoint.protocol.migration import RetainedMarker
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
 from support.protocol_steps import complete, coordinator, intact
 
 KEPT = {
     "savepoint": {"kind": CheckpointType.SAVEPOINT},
-    "checkpoint kept forever": {"properties": {"retain_forever": True}},
+    "checkpoint kept forever": {"properties": CheckpointProperties(retain_forever=True)},
 }
 
 

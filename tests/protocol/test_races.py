@@ -43,7 +43,7 @@ from batchpoint.protocol.control import ControlRecord, PendingEntry
 from batchpoint.protocol.control_store import ControlStore, HeadStore
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.ids import CheckpointIDCounter
-from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage import open_store
 from batchpoint.storage.base import ObjectStore
@@ -141,7 +141,7 @@ def _race(
 
 
 def _write_state(
-    store: ObjectStore, c: CheckpointCoordinator, cid: int, task: str, attempt: str
+    store: ObjectStore, c: CheckpointCoordinator, cid: int, task: TaskId, attempt: str
 ) -> tuple[FileHandle, ...]:
     """What a task attempt writes before it acks: one file in its own attempt folder."""
     body = f"{cid}/{task}/{attempt}".encode() * 8
@@ -385,7 +385,7 @@ DUP_CONFIG = CheckpointConfig(timeout=600)
 
 
 def _ack_as_attempt(
-    index: int, barrier: Any, ref: StoreRef, cid: int, tasks: list[str]
+    index: int, barrier: Any, ref: StoreRef, cid: int, tasks: list[TaskId]
 ) -> list[tuple[str, str, str, list[str]]]:
     store = _open(ref)
     c = CheckpointCoordinator(store, "dups", DUP_CONFIG)

@@ -38,9 +38,11 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
+from support.restoring import restore
 
 SPEC = simple_pipeline("rec", [("a", 2), ("b", 1)])
 TASKS = SPEC.expected_tasks()
@@ -55,7 +57,7 @@ def _coordinator(
 
 
 def _state(
-    c: CheckpointCoordinator, cid: int, task: str, attempt: str = "att", body: bytes = b""
+    c: CheckpointCoordinator, cid: int, task: TaskId, attempt: str = "att", body: bytes = b""
 ) -> tuple[FileHandle, ...]:
     body = body or f"state of {task} in {cid} by {attempt}".encode()
     key = c.layout.task_data_prefix(cid, task, attempt) + "part-0.parquet"
@@ -63,7 +65,7 @@ def _state(
     return (FileHandle(key, len(body), hashlib.sha256(body).hexdigest(), rows=1),)
 
 
-def _ack_all(c: CheckpointCoordinator, cid: int, tasks: tuple[str, ...] = TASKS) -> None:
+def _ack_all(c: CheckpointCoordinator, cid: int, tasks: tuple[TaskId, ...] = TASKS) -> None:
     for task in tasks:
         result = c.acknowledge(cid, task, "att", _state(c, cid, task))
         assert result is TaskAcknowledgeResult.SUCCESS, (task, result)
@@ -138,7 +140,7 @@ TARGETS: dict[str, tuple[Callable[[_World], str], list[ReadPath]]] = {
             (lambda w: w.c.head.get(), ControlUnreadable),
             (lambda w: w.c.completed.retained_ids(), ControlUnreadable),
             (lambda w: w.c.trigger({"src": {"p0": 2}}), TriggerRefused),
-            (lambda w: w.c.restore(), RestoreRefused),
+            (lambda w: restore(w.c), RestoreRefused),
         ],
     ),
     "id counter": (
@@ -160,7 +162,7 @@ TARGETS: dict[str, tuple[Callable[[_World], str], list[ReadPath]]] = {
 
 
 def _wrong_kind() -> bytes:
-    return DeclineRecord(1, "a#0", "att", "boom", 1_000_000.0).encode()
+    return DeclineRecord(1, TaskId("a", 0), "att", "boom", 1_000_000.0).encode()
 
 
 def _bump_version(good: bytes) -> bytes:
@@ -319,7 +321,7 @@ def test_the_first_checkpoint_after_a_restored_savepoint_runs_even_when_idle(
     _complete(c, 1)
     savepoint = _complete(c, 2, CheckpointType.SAVEPOINT)
     _complete(c, 3)
-    c.restore(savepoint)
+    restore(c, savepoint)
 
     # NO_CLAIM: the savepoint stays its holder's, and one checkpoint must make the
     # pipeline independent of its files before the holder may delete it.
@@ -344,7 +346,10 @@ def test_failed_pipeline_refuses_until_reset_or_restore(store: ObjectStore) -> N
         ids = []
         for i in range(2):
             p = c.trigger({"src": {"p0": epoch + i}})
-            assert c.decline(p.checkpoint_id, "b#0", "att", "disk full") is DeclineResult.ABORTED
+            assert (
+                c.decline(p.checkpoint_id, TaskId("b", 0), "att", "disk full")
+                is DeclineResult.ABORTED
+            )
             ids.append(p.checkpoint_id)
         return ids
 
@@ -369,7 +374,7 @@ def test_failed_pipeline_refuses_until_reset_or_restore(store: ObjectStore) -> N
     with pytest.raises(TriggerRefused, match="is FAILED"):
         c.trigger({"src": {"p0": 5}})
 
-    c.restore(done)
+    restore(c, done)
     state = c.failures.state()
     assert state.status is PipelineStatus.RUNNING and not state.failed_ids
     assert state.reason == f"restored to checkpoint {done}"
@@ -383,27 +388,34 @@ def test_decline_semantics(store: ObjectStore) -> None:
     c = _coordinator(store)
     p = c.trigger({"src": {"p0": 0}})
     cid = p.checkpoint_id
-    c.acknowledge(cid, "a#0", "att", _state(c, cid, "a#0"))
+    c.acknowledge(cid, TaskId("a", 0), "att", _state(c, cid, TaskId("a", 0)))
 
     # a speculative attempt of a task that already acked cannot veto the checkpoint
-    assert c.decline(cid, "a#0", "att-2", "speculation lost") is DeclineResult.IGNORED_ACKNOWLEDGED
+    assert (
+        c.decline(cid, TaskId("a", 0), "att-2", "speculation lost")
+        is DeclineResult.IGNORED_ACKNOWLEDGED
+    )
     assert c.status(cid) is CheckpointStatus.PENDING
     assert c.declines(cid) == []
-    assert c.decline(cid, "zz#0", "att", "who?") is DeclineResult.UNKNOWN
-    assert c.decline(cid + 100, "a#0", "att", "which?") is DeclineResult.UNKNOWN
+    assert c.decline(cid, TaskId("zz", 0), "att", "who?") is DeclineResult.UNKNOWN
+    assert c.decline(cid + 100, TaskId("a", 0), "att", "which?") is DeclineResult.UNKNOWN
 
-    _ack_all(c, cid, ("a#1", "b#0"))
+    _ack_all(c, cid, (TaskId("a", 1), TaskId("b", 0)))
     assert c.try_finalize(cid).status is CheckpointStatus.COMPLETED  # type: ignore[union-attr]
-    assert c.decline(cid, "b#0", "att-2", "too late") is DeclineResult.IGNORED_COMPLETED
+    assert c.decline(cid, TaskId("b", 0), "att-2", "too late") is DeclineResult.IGNORED_COMPLETED
     assert c.status(cid) is CheckpointStatus.COMPLETED
 
     p = c.trigger({"src": {"p0": 1}})
-    assert c.decline(p.checkpoint_id, "b#0", "att", "disk full") is DeclineResult.ABORTED
+    assert c.decline(p.checkpoint_id, TaskId("b", 0), "att", "disk full") is DeclineResult.ABORTED
     outcome = c.get_outcome(p.checkpoint_id)
     assert outcome is not None and outcome.reason is CheckpointFailureReason.DECLINED
     assert outcome.message == "task b#0 declined: disk full"
-    assert [(d.task, d.reason) for d in c.declines(p.checkpoint_id)] == [("b#0", "disk full")]
-    assert c.decline(p.checkpoint_id, "a#0", "att", "me too") is DeclineResult.ALREADY_ABORTED
+    assert [(d.task, d.reason) for d in c.declines(p.checkpoint_id)] == [
+        (TaskId("b", 0), "disk full")
+    ]
+    assert (
+        c.decline(p.checkpoint_id, TaskId("a", 0), "att", "me too") is DeclineResult.ALREADY_ABORTED
+    )
     assert c.head.get().checkpoint_id == cid
 
 
@@ -421,7 +433,7 @@ def test_savepoints_are_never_subsumed(store: ObjectStore) -> None:
     assert all(store.exists(path) for path in savepoint_files)
     assert c.completed.get(savepoint).pending.is_savepoint
     # and a savepoint stays restorable however far the head has moved on
-    assert c.restore(savepoint).checkpoint_id == savepoint
+    assert restore(c, savepoint).checkpoint_id == savepoint
 
 
 def test_subsumption_keeps_num_retained(store: ObjectStore) -> None:
@@ -447,7 +459,7 @@ def test_subsumption_keeps_num_retained(store: ObjectStore) -> None:
 def _acked_pending(c: CheckpointCoordinator) -> tuple[int, FileHandle]:
     p = c.trigger({"src": {"p0": 0}})
     _ack_all(c, p.checkpoint_id)
-    (handle,) = c.acks(p.checkpoint_id)["a#1"].handles
+    (handle,) = c.acks(p.checkpoint_id)[TaskId("a", 1)].handles
     return p.checkpoint_id, handle
 
 
@@ -500,7 +512,7 @@ def test_late_finalize_of_old_timeline_cannot_move_head(store: ObjectStore) -> N
     # (a) pending at restore: aborted by the restore itself
     p = c.trigger({"src": {"p0": 2}})
     _ack_all(c, p.checkpoint_id)
-    head = c.restore(first)
+    head = restore(c, first)
     assert (head.checkpoint_id, head.restore_generation) == (first, 1)
     late = c.try_finalize(p.checkpoint_id)
     assert late is not None and late.reason is CheckpointFailureReason.RESTORED
@@ -553,7 +565,7 @@ def test_outcome_written_before_restore_settled_after_it(
     assert c.head.get().checkpoint_id == first
     assert isinstance(c.get_pending(p.checkpoint_id), PendingCheckpoint)
 
-    c.restore(first)
+    restore(c, first)
     c.try_finalize(p.checkpoint_id)  # the stalled finalizer resumes
     head = c.head.get()
     assert (head.checkpoint_id, head.restore_generation) == (first, 1)
@@ -581,7 +593,7 @@ def test_settled_checkpoint_is_not_settled_again(
     assert c.abort(expired, CheckpointFailureReason.EXPIRED).reason is (
         CheckpointFailureReason.EXPIRED
     )
-    assert c.decline(expired, "b#0", "late", "x") is DeclineResult.ALREADY_ABORTED
+    assert c.decline(expired, TaskId("b", 0), "late", "x") is DeclineResult.ALREADY_ABORTED
     state = c.failures.state()
     assert state.status is PipelineStatus.RUNNING and not state.failed_ids, state
 

@@ -29,6 +29,7 @@ from support.protocol_steps import (
     quarantine,
     sink_epochs,
 )
+from support.restoring import restore
 
 
 def snapshot(store: ObjectStore) -> dict[str, bytes]:
@@ -50,7 +51,7 @@ def test_repair_keeps_the_head_a_restore_chose(store: ObjectStore, after_restore
     if after_restore == "quarantined":
         quarantine(c, second)
         quarantine(c, third)
-    c.restore(first)
+    restore(c, first)
     expected = complete(c) if after_restore == "one completed" else first
     assert sink_epochs(c) == sorted({first, expected})
     damage_control_record(c)
@@ -75,7 +76,7 @@ def test_a_restore_whose_record_is_lost_still_counts(store: ObjectStore) -> None
     first = complete(c)
     complete(c)
     complete(c)
-    c.restore(first)
+    restore(c, first)
     store.delete(c.layout.restore(1))
     store.delete(c.layout.head)
 
@@ -106,7 +107,7 @@ def test_repair_never_makes_an_imported_savepoint_the_head(store: ObjectStore) -
     assert any(f.checkpoint_id == imported and "imported" in f.problem for f in report.findings)
 
     # once a restore chose it, it is the head a repair keeps
-    c.restore(imported)
+    restore(c, imported)
     damage_control_record(c)
     assert c.repair().status is RepairStatus.WRITTEN
     assert c.head.get().checkpoint_id == imported
@@ -141,7 +142,7 @@ def test_repair_refuses_a_readable_record_unless_forced(store: ObjectStore) -> N
 def test_repair_refuses_when_the_records_prove_no_head(store: ObjectStore) -> None:
     c = coordinator(store, num_retained=5)
     first, second = complete(c), complete(c)
-    c.restore(first)
+    restore(c, first)
     quarantine(c, first)  # the only checkpoint of the restored timeline
     damage_control_record(c)
     before = snapshot(store)

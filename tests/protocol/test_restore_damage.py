@@ -22,11 +22,12 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord, QuarantineStore
-from batchpoint.protocol.restorer import CheckpointRestorer, Examination
+from batchpoint.protocol.restore_candidates import Examination, RestoreCandidates
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
 from support.faulty_store import Fault, FaultyStore
 from support.hooks import HookStore, once
+from support.restoring import restore
 
 NAME = "damage"
 
@@ -87,7 +88,7 @@ def test_a_garbled_head_record_makes_restore_fall_back_and_quarantines_it(
     good, head = complete(c), complete(c)
     original = garble(c, head, how)
 
-    result = c.restore()
+    result = restore(c)
     assert result.checkpoint_id == good and c.head.get().checkpoint_id == good
     finding = result.findings[0]
     assert finding.checkpoint_id == head and c.layout.outcome(head) in finding.problem
@@ -100,16 +101,16 @@ def test_a_garbled_head_record_makes_restore_fall_back_and_quarantines_it(
 
     # An explicit restore of it is refused, naming the quarantine and its reason.
     with pytest.raises(RestoreRefused, match=r"quarantined since .* by a restore: unreadable"):
-        c.restore(head)
+        restore(c, head)
     # Released, it is a candidate again: still damaged, so refused (and held) again...
     assert quarantine(c).release(head)
     with pytest.raises(RestoreRefused, match="unreadable record"):
-        c.restore(head)
+        restore(c, head)
     assert quarantine(c).is_quarantined(head)
     # ...and once mended and released, restored.
     store.put(c.layout.outcome(head), original)
     assert quarantine(c).release(head)
-    assert c.restore(head).checkpoint_id == head
+    assert restore(c, head).checkpoint_id == head
 
 
 def test_damage_an_explicit_restore_finds_is_quarantined(store: ObjectStore) -> None:
@@ -119,14 +120,14 @@ def test_damage_an_explicit_restore_finds_is_quarantined(store: ObjectStore) -> 
     store.delete(lost)
 
     with pytest.raises(RestoreRefused, match="missing") as refused:
-        c.restore(damaged)
+        restore(c, damaged)
     assert "quarantined (release it with `batchpoint quarantine release 2`" in str(refused.value)
     held = quarantine(c).get(damaged)
     assert held is not None and f"{lost}: missing" in held.reason
     assert c.head.get().checkpoint_id == damaged  # the refusal moved nothing
 
     # `latest` then skips it without reading it again
-    result = c.restore()
+    result = restore(c)
     assert result.checkpoint_id == good
     assert result.findings[0].problem.startswith("quarantined since")
 
@@ -144,11 +145,11 @@ def test_a_storage_error_is_no_finding_and_quarantines_nothing(
     before = c.control.read()
 
     with pytest.raises(StorageError, match="SlowDown"):
-        coordinator(faulty).restore()
+        restore(coordinator(faulty))
     assert faulty.injected  # the fault was met, and proved nothing about the checkpoint
     assert quarantine(c).ids() == []
     assert c.control.read() == before  # the restore changed nothing
-    assert coordinator(faulty).restore().checkpoint_id == head  # the head is sound
+    assert restore(coordinator(faulty)).checkpoint_id == head  # the head is sound
 
 
 def test_concurrent_restores_agree_on_the_first_quarantine_record(store: ObjectStore) -> None:
@@ -158,12 +159,12 @@ def test_concurrent_restores_agree_on_the_first_quarantine_record(store: ObjectS
     other = coordinator(store, FakeClock(2_000_000.0))
     # The other restore runs whole between this one's finding and its quarantine write.
     hook = once(
-        lambda: other.restore(),
+        lambda: restore(other),
         lambda op, key: op == "create" and key == c.layout.quarantine(head),
     )
     mine = coordinator(HookStore(store, hook), FakeClock(3_000_000.0))
 
-    result = mine.restore()
+    result = restore(mine)
     assert hook.fired
     assert result.checkpoint_id == good and "quarantined" in result.findings[0].problem
     held = quarantine(c).get(head)
@@ -181,20 +182,20 @@ def test_a_candidate_that_left_the_retained_set_is_not_quarantined(
     armed: list[bool] = []
 
     def dispose() -> None:  # between the finding and the quarantine, it is disposed of
-        c.restore(damaged - 1)  # (the head cannot be: it moves back first)
+        restore(c, damaged - 1)  # (the head cannot be: it moves back first)
         assert c.completed.release(damaged)
 
     hook = once(dispose, lambda op, key: bool(armed) and op == "get" and key == c.layout.head)
-    real_examine = CheckpointRestorer.examine
+    real_examine = RestoreCandidates.examine
 
-    def examined_then_arm(self: CheckpointRestorer, cid: int, checksums: bool) -> Examination:
+    def examined_then_arm(self: RestoreCandidates, cid: int, checksums: bool) -> Examination:
         examined = real_examine(self, cid, checksums)
         armed.append(cid == damaged)
         return examined
 
-    monkeypatch.setattr(CheckpointRestorer, "examine", examined_then_arm)
+    monkeypatch.setattr(RestoreCandidates, "examine", examined_then_arm)
     with pytest.raises(RestoreRefused, match="missing"):
-        coordinator(HookStore(store, hook)).restore(damaged)
+        restore(coordinator(HookStore(store, hook)), damaged)
     assert hook.fired
     assert quarantine(c).ids() == []  # it left `retained`: GC may delete its files
 

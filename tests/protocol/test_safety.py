@@ -25,8 +25,9 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
-from batchpoint.protocol.restorer import CheckpointRestorer, Examination
+from batchpoint.protocol.restore_candidates import Examination, RestoreCandidates
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     SavepointPathRefused,
@@ -36,6 +37,7 @@ from batchpoint.protocol.sinks import PublishResult, SinkPublisher, visible_file
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
+from support.restoring import restore
 
 NAME = "safe"
 SINKS = [("sink", "append", ["k"])]
@@ -52,9 +54,9 @@ def ack_all(c: CheckpointCoordinator, cid: int, extra: tuple[FileHandle, ...] = 
         key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
         data = f"{task} of {cid}".encode() * 8
         c.store.put(key, data)
-        stream = "sink" if task.startswith("sink#") else "s"  # a sink stages its output
+        stream = "sink" if task.operator == "sink" else "s"  # a sink stages its output
         handle = FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), rows=1, name=stream)
-        handles = (handle, *extra) if task.startswith("keyed") else (handle,)
+        handles = (handle, *extra) if task.operator == "keyed" else (handle,)
         assert c.acknowledge(cid, task, "a1", handles) is TaskAcknowledgeResult.SUCCESS
 
 
@@ -130,16 +132,16 @@ def test_restore_losing_to_subsumption_and_gc_changes_nothing(
         subsume_and_collect, lambda op, key: bool(armed) and op == "get" and key == c.layout.head
     )
     restorer_side = coordinator(HookStore(store, hook), num_retained=1)
-    real_examine = CheckpointRestorer.examine
+    real_examine = RestoreCandidates.examine
 
-    def validated_then_arm(self: CheckpointRestorer, cid: int, checksums: bool) -> Examination:
+    def validated_then_arm(self: RestoreCandidates, cid: int, checksums: bool) -> Examination:
         examined = real_examine(self, cid, checksums)
         armed.append(True)  # the other actors go between validation and the CAS
         return examined
 
-    monkeypatch.setattr(CheckpointRestorer, "examine", validated_then_arm)
+    monkeypatch.setattr(RestoreCandidates, "examine", validated_then_arm)
     with pytest.raises(RestoreRefused, match="left the retained set"):
-        restorer_side.restore(target)
+        restore(restorer_side, target)
     assert hook.fired
     head = c.head.get()
     assert head.checkpoint_id == target + 1 and head.restore_generation == 0
@@ -154,10 +156,10 @@ def test_restore_target_keeps_its_files_against_gc(store: ObjectStore) -> None:
     target = complete(c)
     complete(c)
     with pytest.raises(RestoreRefused, match="not retained"):
-        c.restore(target)
+        restore(c, target)
     old = complete(c, CheckpointType.SAVEPOINT)
     complete(c)
-    c.restore(old)
+    restore(c, old)
     complete(c)
     complete(c)
     c.garbage_collector(grace=0).collect()
@@ -177,7 +179,7 @@ def test_savepoint_folder_restore_keeps_append_history(store: ObjectStore) -> No
     c.savepoints.export(savepoint, folder)
 
     imported = c.savepoints.import_folder(folder)
-    c.restore(imported.checkpoint_id)
+    restore(c, imported.checkpoint_id)
     c.notify_checkpoint_complete(imported.checkpoint_id, SINKS)
     assert [f.path for f in visible_files(_manifest(c))] == expected
     assert sink_epochs(c)[:2] == [first, second]
@@ -199,7 +201,7 @@ def test_late_publish_after_restore_is_refused(store: ObjectStore) -> None:
     c = coordinator(store, num_retained=5)
     good = complete(c)
     late = complete(c, publish=False)  # finalized; its publish comes late
-    c.restore(good)
+    restore(c, good)
     report = c.notify_checkpoint_complete(late, SINKS)
     assert report.is_stale and report.published == []
     assert sink_epochs(c) == [good]
@@ -215,7 +217,7 @@ def test_publish_racing_a_restore_is_undone(store: ObjectStore) -> None:
     good = complete(c)
     late = complete(c, publish=False)
     manifest_key = c.layout.sink_manifest("sink")
-    hook = once(lambda: c.restore(good), lambda op, key: op == "get" and key == manifest_key)
+    hook = once(lambda: restore(c, good), lambda op, key: op == "get" and key == manifest_key)
     publisher_side = coordinator(HookStore(store, hook), num_retained=5)
     report = publisher_side.notify_checkpoint_complete(late, SINKS)
     assert hook.fired and report.is_stale
@@ -231,9 +233,9 @@ def test_quarantined_checkpoint_is_never_restored(store: ObjectStore) -> None:
     complete(c)
     store.put(c.layout.quarantine(bad), b'{"kind": "quarantine"}')
     with pytest.raises(RestoreRefused, match="quarantined"):
-        c.restore(bad)
+        restore(c, bad)
     store.put(c.layout.quarantine(bad + 1), b'{"kind": "quarantine"}')
-    result = c.restore()
+    result = restore(c)
     assert result.checkpoint_id == good
     assert [f.checkpoint_id for f in result.findings] == [bad + 1, bad]
 
@@ -248,14 +250,14 @@ def test_flipped_byte_makes_restore_fall_back(store: ObjectStore) -> None:
     data = bytearray(store.get(victim.path).data)
     data[0] ^= 0xFF
     store.put(victim.path, bytes(data))  # same size: only a checksum sees it
-    result = c.restore()
+    result = restore(c)
     assert result.checkpoint_id == good
     assert "sha256" in result.findings[0].problem
     with pytest.raises(RestoreRefused, match="sha256"):
-        c.restore(damaged)  # quarantined by the fall-back, the finding as its reason
+        restore(c, damaged)  # quarantined by the fall-back, the finding as its reason
     # the opt-out, once the quarantine is released on purpose
     assert c.restorer.quarantine.release(damaged)
-    assert c.restore(damaged, checksums=False).checkpoint_id == damaged
+    assert restore(c, damaged, checksums=False).checkpoint_id == damaged
 
 
 # == 7: unreadable records are findings, not blockers =====================================
@@ -266,7 +268,7 @@ def test_unreadable_outcome_is_skipped_and_reported(store: ObjectStore, damage: 
     c = coordinator(store, num_retained=5)
     good, broken = complete(c), complete(c)
     store.put(c.layout.outcome(broken), damage)
-    result = c.restore()
+    result = restore(c)
     assert result.checkpoint_id == good
     assert result.findings[0].checkpoint_id == broken
     assert c.layout.outcome(broken) in result.findings[0].problem
@@ -453,7 +455,7 @@ def test_grace_keeps_discarded_entries_for_late_writers(store: ObjectStore) -> N
     c.abort(aborted, CheckpointFailureReason.EXPIRED)
     c.garbage_collector().collect()
     assert c.control.load().is_discarded(aborted)  # within the grace period
-    late = c.layout.task_data_prefix(aborted, "keyed#0", "zombie") + "x"
+    late = c.layout.task_data_prefix(aborted, TaskId("keyed", 0), "zombie") + "x"
     store.put(late, b"late write")
     clock.now += 61  # past the timeout, not the grace: the entry stays for late writers
     c.garbage_collector().collect()
@@ -515,7 +517,7 @@ def test_imported_savepoint_is_published_only_after_its_restore(store: ObjectSto
     assert c.head.get().checkpoint_id == head  # completing the import moved nothing
     assert c.notify_checkpoint_complete(imported, SINKS).is_stale
     assert sink_epochs(c) == [first, savepoint, head]
-    c.restore(imported)
+    restore(c, imported)
     assert sink_epochs(c) == [first, imported]  # the import stands for the savepoint's epoch
     assert _manifest(c).epochs[imported].alias_of == savepoint
 
@@ -538,7 +540,7 @@ def test_a_late_roll_forward_never_moves_the_sinks_back(store: ObjectStore) -> N
     c = coordinator(store, num_retained=5)
     first = complete(c)
     complete(c)
-    c.restore(first)
+    restore(c, first)
     third = complete(c)
     assert _manifest(c).current == third
     SinkPublisher(c.store, c.layout).rewind("sink", first, generation=1)  # the stalled step

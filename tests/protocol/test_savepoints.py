@@ -27,6 +27,7 @@ from batchpoint.protocol.savepoints import (
 )
 from batchpoint.storage.local import LocalObjectStore
 from support.hooks import HookStore, once
+from support.restoring import restore
 
 SPEC = simple_pipeline("p", [("keyed", 2), ("sink", 1)])
 
@@ -103,7 +104,7 @@ def test_a_moved_savepoint_restores_into_another_deployment(store, tmp_path):
         assert handle.path.startswith(other.layout.data_prefix(1))
         assert other.store.head(handle.path).size == handle.size
     assert other.head.get().checkpoint_id is None  # only a restore moves the head to it
-    assert other.restore(1).checkpoint_id == 1
+    assert restore(other, 1).checkpoint_id == 1
 
 
 def test_importing_into_the_same_pipeline_takes_a_new_id(store):
@@ -285,9 +286,10 @@ def test_an_imported_savepoint_keeps_its_topology_and_operator_uids(store):
     )
     for task in pending.expected_tasks:
         key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a1") + "f"
-        c.store.put(key, task.encode())
-        digest = hashlib.sha256(task.encode()).hexdigest()
-        c.acknowledge(pending.checkpoint_id, task, "a1", [FileHandle(key, len(task), digest)])
+        data = str(task).encode()
+        c.store.put(key, data)
+        digest = hashlib.sha256(data).hexdigest()
+        c.acknowledge(pending.checkpoint_id, task, "a1", [FileHandle(key, len(data), digest)])
     assert c.try_finalize(pending.checkpoint_id).status is CheckpointStatus.COMPLETED
     written = c.acks(pending.checkpoint_id)
     assert {a.operator_uid for a in written.values()} == {"keyed-uid", "sink"}

@@ -21,6 +21,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.reads import AckProgress
 from batchpoint.protocol.settlement import (
@@ -36,7 +37,7 @@ from batchpoint.protocol.timeline import is_stale, on_timeline
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
 
-TASKS = ("a#0", "a#1", "b#0")
+TASKS = (TaskId("a", 0), TaskId("a", 1), TaskId("b", 0))
 PENDING = PendingCheckpoint(
     pipeline="p",
     checkpoint_id=7,
@@ -52,11 +53,11 @@ PENDING = PendingCheckpoint(
 AUDITED = replace(PENDING, properties={AUDIT_PROPERTY: True})
 
 
-def _acks(*tasks: str, at: float = 1010.0) -> dict[str, AckRecord]:
+def _acks(*tasks: TaskId, at: float = 1010.0) -> dict[TaskId, AckRecord]:
     return {t: AckRecord(7, t, "att", (), TaskMetrics(), at) for t in tasks}
 
 
-def _progress(*acked: str, declines: tuple[DeclineRecord, ...] = ()) -> AckProgress:
+def _progress(*acked: TaskId, declines: tuple[DeclineRecord, ...] = ()) -> AckProgress:
     missing = tuple(t for t in TASKS if t not in acked)
     return AckProgress(7, CheckpointStatus.PENDING, acked, missing, declines, None)
 
@@ -75,11 +76,13 @@ def test_a_decision_is_stale_only_against_a_newer_generation() -> None:
 
 
 def test_the_ack_deadline() -> None:
-    assert deadline_verdict(PENDING, _acks("a#0"), 1050.0, audited=False) is FinalizeWait.ACKS
-    expired = deadline_verdict(PENDING, _acks("a#0"), 1061.0, audited=False)
+    assert (
+        deadline_verdict(PENDING, _acks(TaskId("a", 0)), 1050.0, audited=False) is FinalizeWait.ACKS
+    )
+    expired = deadline_verdict(PENDING, _acks(TaskId("a", 0)), 1061.0, audited=False)
     assert isinstance(expired, Abort) and expired.reason is CheckpointFailureReason.EXPIRED
     assert expired.message == "not acknowledged within 60s by: a#1, b#0"
-    late = {**_acks("a#0", "a#1"), **_acks("b#0", at=1061.0)}
+    late = {**_acks(TaskId("a", 0), TaskId("a", 1)), **_acks(TaskId("b", 0), at=1061.0)}
     verdict = deadline_verdict(PENDING, late, 1070.0, audited=False)
     assert isinstance(verdict, Abort) and verdict.message.endswith("by: b#0")
     assert deadline_verdict(PENDING, _acks(*TASKS), 1070.0, audited=False) is None
@@ -93,7 +96,10 @@ def test_the_audit_deadline() -> None:
     assert audit_wait(AUDITED, 1061.0, audited=True) is AuditWait.NONE
     # anyone but the audit waits for the audit, acks missing or not
     assert deadline_verdict(AUDITED, every, 1050.0, audited=False) is FinalizeWait.AUDIT
-    assert deadline_verdict(AUDITED, _acks("a#0"), 1050.0, audited=False) is FinalizeWait.AUDIT
+    assert (
+        deadline_verdict(AUDITED, _acks(TaskId("a", 0)), 1050.0, audited=False)
+        is FinalizeWait.AUDIT
+    )
     assert deadline_verdict(AUDITED, every, 1050.0, audited=True) is None
     overdue = deadline_verdict(AUDITED, every, 1061.0, audited=False)
     assert isinstance(overdue, Abort) and overdue.reason is CheckpointFailureReason.EXPIRED
@@ -104,16 +110,20 @@ def test_the_audit_deadline() -> None:
 
 
 def test_a_run_that_is_over_settles_its_checkpoint_by_one_table() -> None:
-    decline = DeclineRecord(7, "a#1", "att", "out of memory", 1020.0)
-    declined = decide_settlement(PENDING, _progress("a#0", declines=(decline,)), {}, 1030.0)
+    decline = DeclineRecord(7, TaskId("a", 1), "att", "out of memory", 1020.0)
+    declined = decide_settlement(
+        PENDING, _progress(TaskId("a", 0), declines=(decline,)), {}, 1030.0
+    )
     assert declined.action is SettlementAction.DECLINED
     assert declined.abort == Abort(
         CheckpointFailureReason.DECLINED, "task a#1 declined: out of memory"
     )
 
-    failed = decide_settlement(PENDING, _progress("a#0"), {"a": "killed", "c": "x"}, 1030.0)
+    failed = decide_settlement(
+        PENDING, _progress(TaskId("a", 0)), {"a": "killed", "c": "x"}, 1030.0
+    )
     assert (failed.action, failed.abort) == (SettlementAction.DECLINED, None)
-    assert dict(failed.decline) == {"a#1": "killed"}  # only its subtasks still missing
+    assert dict(failed.decline) == {TaskId("a", 1): "killed"}  # only its subtasks still missing
 
     finalized = decide_settlement(PENDING, _progress(*TASKS), {"a": "killed"}, 1030.0)
     assert (finalized.action, finalized.abort) == (SettlementAction.FINALIZED, None)
@@ -125,11 +135,11 @@ def test_a_run_that_is_over_settles_its_checkpoint_by_one_table() -> None:
     late_audit = decide_settlement(AUDITED, _progress(*TASKS), {}, 1061.0)
     assert late_audit.action is SettlementAction.FINALIZED
 
-    expired = decide_settlement(PENDING, _progress("a#0"), {}, 1060.0)
+    expired = decide_settlement(PENDING, _progress(TaskId("a", 0)), {}, 1060.0)
     assert expired.action is SettlementAction.EXPIRED and expired.abort is not None
     assert expired.abort.message == "not acknowledged within 60s by: a#1, b#0"
 
-    stopped = decide_settlement(PENDING, _progress("a#0"), {}, 1030.0)
+    stopped = decide_settlement(PENDING, _progress(TaskId("a", 0)), {}, 1030.0)
     assert stopped.action is SettlementAction.ABORTED and stopped.abort is not None
     assert stopped.abort.reason is CheckpointFailureReason.EXPIRED
     assert "ended before every task acknowledged (missing: a#1, b#0)" in stopped.abort.message
@@ -148,7 +158,7 @@ def coordinator(store: ObjectStore) -> CheckpointCoordinator:
 
 
 def _ack_all(c: CheckpointCoordinator, checkpoint_id: int) -> None:
-    for task in ("a#0", "a#1"):
+    for task in (TaskId("a", 0), TaskId("a", 1)):
         key = c.layout.task_data_prefix(checkpoint_id, task, "att") + "f"
         c.store.put(key, b"x")
         handle = FileHandle(key, 1, hashlib.sha256(b"x").hexdigest())

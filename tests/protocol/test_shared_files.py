@@ -19,11 +19,14 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
     TaskAcknowledgeResult,
 )
+from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.verify import check_handles
 from batchpoint.storage.base import ObjectStore
+from support.restoring import restore
 
 NAME = "shared"
 
@@ -34,7 +37,7 @@ def coordinator(store: ObjectStore) -> CheckpointCoordinator:
     return c
 
 
-def own_file(c: CheckpointCoordinator, cid: int, task: str, layer: int) -> FileHandle:
+def own_file(c: CheckpointCoordinator, cid: int, task: TaskId, layer: int) -> FileHandle:
     key = c.layout.task_data_prefix(cid, task, "a1") + f"state-s/layer-{layer}.parquet"
     data = f"{task} layer {layer} of {cid}".encode()
     c.store.put(key, data)
@@ -148,11 +151,11 @@ def test_a_claimed_savepoint_may_be_shared(store: ObjectStore) -> None:
     c = coordinator(store)
     savepoint = complete(c, CheckpointType.SAVEPOINT)
     complete(c)
-    c.restore(savepoint)  # NO_CLAIM: the savepoint stays someone else's
+    restore(c, savepoint)  # NO_CLAIM: the savepoint stays someone else's
     assert INDEPENDENT_OF_BASE in c.trigger({"src": {"p0": 3}}).properties
     other = CheckpointCoordinator(store, "claimed", CheckpointConfig(num_retained=1))
     other.register(simple_pipeline("claimed", [("op", 2)]))
     kept = complete(other, CheckpointType.SAVEPOINT)
     complete(other)
-    other.restore(kept, claim=True)
+    restore(other, kept, mode=ClaimMode.CLAIM)
     assert INDEPENDENT_OF_BASE not in other.trigger({"src": {"p0": 3}}).properties

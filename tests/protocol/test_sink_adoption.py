@@ -30,7 +30,7 @@ from batchpoint.protocol.cas import read_record
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.publish import SinkTarget
 from batchpoint.protocol.sink_keys import ManifestKeys, SinkRef
@@ -40,6 +40,7 @@ from batchpoint.protocol.table_pins import TablePin
 from batchpoint.protocol.topology import NodeTopology, Topology
 from batchpoint.storage.base import ObjectStore
 from support.hooks import HookStore, once
+from support.restoring import restore
 
 PIPELINE = "p"
 UID = "out-log"
@@ -77,10 +78,10 @@ class Sinks:
         buffer = io.BytesIO()
         pq.write_table(pa.table({"k": rows}), buffer)
         data = buffer.getvalue()
-        key = self.c.layout.task_data_prefix(cid, f"{name}#0", "a1") + "sink/part-0.parquet"
+        key = self.c.layout.task_data_prefix(cid, TaskId(name, 0), "a1") + "sink/part-0.parquet"
         self.store.put(key, data)
         handle = FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), 3, name="sink")
-        self.c.acknowledge(cid, f"{name}#0", "a1", [handle])
+        self.c.acknowledge(cid, TaskId(name, 0), "a1", [handle])
         outcome = self.c.try_finalize(cid)
         assert outcome is not None and outcome.completed is not None
         self.rows += rows
@@ -89,9 +90,7 @@ class Sinks:
     def old_publish(self, completed: CompletedCheckpoint, name: str) -> None:
         """What the release before issue 36 did on completion: the output of the tasks
         called `name`, into the manifest at the name's key, the sink called by name."""
-        files = tuple(
-            h for a in completed.acks if split_task_name(a.task)[0] == name for h in a.handles
-        )
+        files = tuple(h for a in completed.acks if a.task.operator == name for h in a.handles)
         key = self.c.layout.sink_manifest(name)
         found = read_record(self.store, key, SinkManifest.decode)
         current = found[0] if found else SinkManifest(name, SinkMode.APPEND, ("k",), None, {}, 0)
@@ -200,7 +199,7 @@ def test_two_actors_adopting_at_once_neither_lose_nor_repeat_an_epoch(
         elif other == "gc":
             sinks.coordinator().garbage_collector(grace=0).collect()
         else:
-            sinks.coordinator().restore(2)
+            restore(sinks.coordinator(), 2)
 
     hook = once(meanwhile, _when(sinks, *STEPS[step]))
     sinks.notify(third.checkpoint_id, "out", HookStore(sinks.store, hook))

@@ -8,10 +8,12 @@ import hashlib
 
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle, TaskMetrics
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import SinkPublisher, visible_files
 from batchpoint.storage.base import ObjectStore
+from support.restoring import restore
 
 SPEC = PipelineSpec(
     "p",
@@ -24,10 +26,13 @@ SPEC = PipelineSpec(
 
 def _complete(c: CheckpointCoordinator, store: ObjectStore, payload: bytes) -> CompletedCheckpoint:
     pending = c.trigger({"src": {}})
-    key = c.layout.task_data_prefix(pending.checkpoint_id, "out#0", "a1") + "sink/part-0.parquet"
+    key = (
+        c.layout.task_data_prefix(pending.checkpoint_id, TaskId("out", 0), "a1")
+        + "sink/part-0.parquet"
+    )
     store.put(key, payload)
     handle = FileHandle(key, len(payload), hashlib.sha256(payload).hexdigest(), 1, name="sink")
-    c.acknowledge(pending.checkpoint_id, "out#0", "a1", [handle], TaskMetrics())
+    c.acknowledge(pending.checkpoint_id, TaskId("out", 0), "a1", [handle], TaskMetrics())
     outcome = c.try_finalize(pending.checkpoint_id)
     assert outcome is not None and outcome.completed is not None
     return outcome.completed
@@ -58,7 +63,7 @@ def test_restore_rewinds_and_the_next_epoch_continues_from_the_restored_one(
     sinks = SinkPublisher(local_store, c.layout)
     for payload in (b"one", b"two", b"three"):
         sinks.publish(_complete(c, local_store, payload), "out", "append", ["k"])
-    c.restore(1)
+    restore(c, 1)
     sinks.rewind("out", 1)
     manifest = sinks.manifest("out")
     assert manifest is not None and [e.checkpoint_id for e in manifest.chain()] == [1]

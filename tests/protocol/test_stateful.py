@@ -54,10 +54,12 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.failures import PipelineStatus
-from batchpoint.protocol.layout import parse_checkpoint_dir_name
+from batchpoint.protocol.layout import TaskId, parse_checkpoint_dir_name
 from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 from support.clock import FakeClock
+from support.restoring import restore
 
 # -- settings --------------------------------------------------------------------------
 # Profiles, so a run can be lengthened (`settings.load_profile`) without editing the
@@ -78,7 +80,11 @@ settings.register_profile(
 )
 
 TASKS_OF = [("a", 2), ("b", 1)]
-UNKNOWN_TASKS = ("zz#0", "a#7", "b#1")  # a missing operator, and subtasks out of range
+UNKNOWN_TASKS = (
+    TaskId("zz", 0),
+    TaskId("a", 7),
+    TaskId("b", 1),
+)  # a missing operator, and subtasks out of range
 TIMEOUT = 30.0
 _EXAMPLES = itertools.count()
 
@@ -170,7 +176,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # == helpers =========================================================================
 
-    def _write_files(self, cid: int, task: str, attempt: str, count: int) -> list[FileHandle]:
+    def _write_files(self, cid: int, task: TaskId, attempt: str, count: int) -> list[FileHandle]:
         out = []
         prefix = self.co.layout.task_data_prefix(cid, task, attempt)
         for part in range(count):
@@ -180,11 +186,11 @@ class ProtocolMachine(RuleBasedStateMachine):
             out.append(FileHandle(key, len(body), hashlib.sha256(body).hexdigest(), rows=part))
         return out
 
-    def _own(self, cid: int, task: str, attempt: str, handles: list[FileHandle]) -> list[str]:
+    def _own(self, cid: int, task: TaskId, attempt: str, handles: list[FileHandle]) -> list[str]:
         prefix = self.co.layout.task_data_prefix(cid, task, attempt)
         return [h.path for h in handles if h.path.startswith(prefix)]
 
-    def _assert_discarded(self, cid: int, task: str, attempt: str, paths: list[str]) -> None:
+    def _assert_discarded(self, cid: int, task: TaskId, attempt: str, paths: list[str]) -> None:
         """Invariant 3: the files of an ack that lost are deleted, at once."""
         for path in paths:
             assert not self.store.exists(path), f"{cid}/{task}/{attempt}: {path} left behind"
@@ -297,7 +303,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         c = self.co
         self.offset += 1
         kind = CheckpointType.SAVEPOINT if savepoint else CheckpointType.CHECKPOINT
-        properties = {"retain_forever": True} if retain_forever and not savepoint else {}
+        kept = retain_forever and not savepoint
+        properties = CheckpointProperties(retain_forever=True) if kept else None
         barrier = {"src": {"p0": self.offset}}
         try:
             pending = c.trigger(barrier, checkpoint_type=kind, properties=properties)
@@ -383,7 +390,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             if task not in self.m.acks.get(cid, {}):
                 self._ack(data, cid, task)
 
-    def _ack(self, data: st.DataObject, cid: int, task: str) -> None:
+    def _ack(self, data: st.DataObject, cid: int, task: TaskId) -> None:
         attempt = self._new_attempt()
         handles = self._write_files(cid, task, attempt, data.draw(st.integers(0, 2)))
         # Incremental state: share a file of the base checkpoint instead of rewriting it.
@@ -550,12 +557,12 @@ class ProtocolMachine(RuleBasedStateMachine):
             cid = data.draw(st.sampled_from(not_retained), label="not retained")
             head = c.head.get()
             with pytest.raises(RestoreRefused, match=f"checkpoint {cid} .* is not retained"):
-                c.restore(cid)
+                restore(c, cid)
             assert c.head.get() == head
             return
         target = data.draw(st.sampled_from(sorted(self.m.retained)), label="target")
         was_pending = self.m.pending()
-        head = c.restore(target)
+        head = restore(c, target)
         self._sync()
         for cid in was_pending:
             # aborted by the restore, or first, as its base was (the restore aborts in

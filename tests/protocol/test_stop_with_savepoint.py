@@ -24,14 +24,16 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.stopping import NotStopped
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
+from support.restoring import restore
 
 NAME = "stops"
 SINKS = [("sink", "append", ["k"])]
-STOP = {"stop_pipeline": True}
+STOP = CheckpointProperties(stop_pipeline=True)
 CHECKPOINT, SAVEPOINT = CheckpointType.CHECKPOINT, CheckpointType.SAVEPOINT
 
 
@@ -216,7 +218,7 @@ def test_a_restore_clears_the_stop(store: ObjectStore) -> None:
     c = coordinator(store, num_retained=3)
     first = complete(c, 1, CHECKPOINT)
     complete(c, 2, SAVEPOINT, stop=True)
-    c.restore(first)
+    restore(c, first)
     control = c.control.load()
     assert control.stopped is None and control.stopping is None and control.head == first
     complete(c, 3, CHECKPOINT)
@@ -226,7 +228,7 @@ def test_a_restore_while_stopping_clears_it_and_aborts_the_savepoint(store: Obje
     c = coordinator(store, num_retained=3)
     first = complete(c, 1, CHECKPOINT)
     stop = trigger(c, 2, SAVEPOINT, stop=True)
-    c.restore(first)
+    restore(c, first)
     assert c.control.load().stopping is None
     ack_all(c, stop)
     assert c.try_finalize(stop).status is CheckpointStatus.ABORTED  # type: ignore[union-attr]
@@ -322,7 +324,7 @@ def test_a_repair_after_a_restore_from_the_stop_savepoint_does_not_stop_again(
     c = coordinator(store, num_retained=3)
     complete(c, 1, CHECKPOINT)
     stop = complete(c, 2, SAVEPOINT, stop=True)
-    c.restore(stop)  # the usual deploy: stop with a savepoint, restore the new code from it
+    restore(c, stop)  # the usual deploy: stop with a savepoint, restore the new code from it
     c.store.put(c.layout.head, b'{"kind": "pipeline-control", "version": 2, "head": ')
     c.repair()
     assert c.control.load().stopped is None

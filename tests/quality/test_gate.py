@@ -10,13 +10,15 @@ import pytest
 
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.quality.findings import Check
-from batchpoint.quality.gate import QualityGateRefused, gated_restore
+from batchpoint.quality.gate import QualityGateRefused
+from batchpoint.quality.gated_restore import gated_restore
 from batchpoint.quality.quarantine import QuarantineCause, release
 from batchpoint.quality.report import CandidateReport
 from batchpoint.quality.suites import PipelineQuality, StateQuality
 from support.bad_deploys import buggy_balances, deploy, deploy_fixed, doubled_amounts
 from support.fake_epochs import listing
 from support.payments import GOOD_EPOCHS, INTEGRITY_ONLY, LAYOUT
+from support.restoring import gate_reports
 from support.tampering import rewrite_outcome, state_handles
 
 pytestmark = pytest.mark.spark
@@ -45,30 +47,30 @@ def test_bad_deploy_is_rolled_back_to_the_last_good_checkpoint(
     gate = make_gate(good_run, log=log.append)
     restored = gated_restore(good_run.runner.driver, gate)
 
-    report = restored.report
-    assert report.chosen == HEAD and restored.head is not None
+    candidates = gate_reports(restored)
+    assert restored.plan.chosen_id == HEAD and restored.head is not None
     assert restored.head.checkpoint_id == HEAD
-    assert [c.checkpoint_id for c in report.candidates] == [*reversed(bad_ids), HEAD]
-    for candidate in report.candidates[:2]:
+    assert [c.checkpoint_id for c in candidates] == [*reversed(bad_ids), HEAD]
+    for candidate in candidates[:2]:
         assert not candidate.passed and candidate.quarantined and candidate.suites_run
         assert {f.check for f in candidate.findings} == {f"{Check.SAMPLE}:balance-recompute"}
         assert {f.object for f in candidate.findings} == {"balances/balances"}
         # integrity held and the suites ran: their results are in the report
         assert set(candidate.gx_results) == {"balances/balances", "dedup/seen"}
-    good = report.candidates[2]
+    good = candidates[2]
     assert good.passed and not good.quarantined
     assert good.checks["balances/balances"]["balance-recompute"]["keys_compared"] > 0
     assert gate.quarantine.ids() == sorted(bad_ids)
 
     # the reports are stored beside each checkpoint, the quarantine records hold them too
-    for candidate in report.candidates:
+    for candidate in candidates:
         stored = gate.stored_report(candidate.checkpoint_id)
         assert stored is not None and stored.to_body() == candidate.to_body()
     held = gate.quarantine.get(bad_ids[0])
     assert held is not None and held.found_by is QuarantineCause.QUALITY_GATE
     held_report = gate.quarantine.report(held)
-    assert held_report is not None and held_report.findings == report.candidates[1].findings
-    text = report.render()
+    assert held_report is not None and held_report.findings == candidates[1].findings
+    text = "\n".join(log)  # the gate logs its report
     assert f"restore checkpoint {HEAD}" in text and "FAILED, quarantined" in text
     assert log[-1].startswith("restored pipeline 'payments'")
 
@@ -102,7 +104,7 @@ def test_dry_run_writes_nothing_and_quarantine_holds_until_released(
     assert [c.checkpoint_id for c in second.candidates] == [HEAD - 1]
     with pytest.raises(QualityGateRefused, match="quarantined earlier"):
         gate.run(HEAD)  # not even when named
-    with pytest.raises(RestoreRefused, match="not a retained checkpoint"):
+    with pytest.raises(RestoreRefused, match="is not retained"):
         gate.run(HEAD + 7)
 
     assert release(store, "payments", HEAD)

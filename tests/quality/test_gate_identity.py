@@ -28,7 +28,8 @@ from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.quality.checks import CheckResult, StateTarget
 from batchpoint.quality.findings import Check, Finding
-from batchpoint.quality.gate import QualityGate, gated_restore
+from batchpoint.quality.gate import QualityGate
+from batchpoint.quality.gated_restore import gated_restore
 from batchpoint.quality.hook import QualityRestoreGate
 from batchpoint.quality.report import CandidateReport
 from batchpoint.quality.suites import PipelineQuality, StateQuality, declare_quality
@@ -37,6 +38,7 @@ from batchpoint.runtime.incremental import base_state_files
 from batchpoint.runtime.restore import RestorePlanner
 from batchpoint.storage import StoreRef
 from support.clock import FakeClock
+from support.restoring import gate_reports
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -216,7 +218,7 @@ def test_a_checkpoint_from_before_a_rename_is_judged_by_the_renamed_states_check
 
     if renamed == "operator":
         restored = gated_restore(d.runner.driver, d.gate())
-        chosen, reports = restored.report.chosen, restored.report.candidates
+        chosen, reports = restored.plan.chosen_id, gate_reports(restored)
     else:
         chosen, reports = _restore_through_the_hook(d)
 

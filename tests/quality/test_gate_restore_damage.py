@@ -4,12 +4,13 @@ its report and restores the previous good checkpoint. Integrity only: no Spark."
 
 from __future__ import annotations
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.ops.maintenance import quarantine_reason
-from batchpoint.quality.gate import QualityGate, gated_restore
+from batchpoint.quality.gate import QualityGate
+from batchpoint.quality.gated_restore import gated_restore
 from batchpoint.quality.quarantine import QuarantineCause
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.payments import INTEGRITY_ONLY, LAYOUT
 from support.tampering import rewrite_outcome
@@ -24,7 +25,7 @@ def test_the_gate_falls_back_over_a_garbled_head_and_quarantines_it(table_store:
 
     gate = QualityGate(driver.pipeline, table_store, quality=INTEGRITY_ONLY)
     restored = gated_restore(driver, gate)
-    assert restored.report.chosen == 2 and driver.coordinator.head.get().checkpoint_id == 2
+    assert restored.plan.chosen_id == 2 and driver.coordinator.head.get().checkpoint_id == 2
 
     held = gate.quarantine.get(3)
     assert held is not None and held.found_by is QuarantineCause.QUALITY_GATE

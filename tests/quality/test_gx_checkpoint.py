@@ -12,13 +12,14 @@ from typing import Any, Literal
 
 import pytest
 
-from batchpoint.demo.payments_quality import SUITES_DIR
 from batchpoint.errors import ConfigError
 from batchpoint.quality.findings import Check
-from batchpoint.quality.gate import gated_restore
+from batchpoint.quality.gated_restore import gated_restore
 from batchpoint.quality.suites import PipelineQuality, StateQuality
+from demo.payments_quality import SUITES_DIR
 from support.bad_deploys import buggy_balances, deploy, negative_counts
 from support.payments import GOOD_EPOCHS, LAYOUT
+from support.restoring import gate_reports
 
 HEAD = GOOD_EPOCHS
 CHECKPOINT = "on_restore"
@@ -111,12 +112,12 @@ def test_a_gx_saved_suite_gates_a_restore_and_the_users_checkpoint_acts_once_per
 
     restored = gated_restore(good_run.runner.driver, make_gate(good_run, **options))
 
-    report = restored.report
-    assert [c.checkpoint_id for c in report.candidates] == [HEAD + 1, HEAD]
-    failed, chosen = report.candidates
+    candidates = gate_reports(restored)
+    assert [c.checkpoint_id for c in candidates] == [HEAD + 1, HEAD]
+    failed, chosen = candidates
     assert {f.check for f in failed.findings} == {f"{Check.SUITE}:balances_gx"}
     assert "event_count" in failed.findings[0].problem and failed.quarantined
-    assert chosen.passed and report.chosen == HEAD and restored.head is not None
+    assert chosen.passed and restored.plan.chosen_id == HEAD and restored.head is not None
     # two candidates, the failing one validated twice (quick, then with details): the
     # user's actions ran once, on the verdict that counts
     assert _lines(actions_log) == [

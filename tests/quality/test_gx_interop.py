@@ -11,10 +11,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from batchpoint.demo.payments import pipeline as payments
 from batchpoint.errors import ConfigError
 from batchpoint.quality.suites import PipelineQuality, StateQuality, SuiteRef, suite_from_json
 from batchpoint.quality.validation import load_suite
+from demo.payments import pipeline as payments
 
 
 def _saved_by_gx(root: Path, *, rendered: bool = True) -> tuple[Any, Path]:

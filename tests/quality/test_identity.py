@@ -19,6 +19,7 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
     TaskMetrics,
 )
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.quality.findings import Check, Finding
@@ -79,12 +80,12 @@ def checkpoint(*, recorded: bool = True) -> CompletedCheckpoint:
     )
     pending = dataclasses.replace(
         pending_v2(),
-        expected_tasks=("aggregate#0", "aggregate#1"),
+        expected_tasks=(TaskId("aggregate", 0), TaskId("aggregate", 1)),
         topology=Topology((node,)) if recorded else None,
     )
     files = {
-        "aggregate#0": (state_file("totals", 0, (0, 1)), state_file("gone", 0, (0, 1))),
-        "aggregate#1": (state_file("totals", 1, (2, 3)),),
+        TaskId("aggregate", 0): (state_file("totals", 0, (0, 1)), state_file("gone", 0, (0, 1))),
+        TaskId("aggregate", 1): (state_file("totals", 1, (2, 3)),),
     }
     acks = tuple(AckRecord(7, task, "a", f, TaskMetrics(), 0.0) for task, f in files.items())
     return CompletedCheckpoint(pending, acks, 0.0)

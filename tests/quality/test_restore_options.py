@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.quality.gate import QualityGate
@@ -24,6 +23,7 @@ from batchpoint.runtime.restore import (
     ungated_phrase,
 )
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 from support.fake_epochs import listing
 from support.payments import INTEGRITY_ONLY, LAYOUT
@@ -56,7 +56,7 @@ def test_latest_looks_only_as_far_back_as_asked(driver):
         fake_epochs.break_a_file(driver, cid)  # same sizes: only the gate sees it
     plan = RestorePlanner(driver, gate=hook(driver), max_candidates=2).plan("latest")
     assert plan.chosen is None
-    assert [c.candidate.checkpoint_id for c in plan.checks] == [4, 3]
+    assert [c.checkpoint_id for c in plan.checks] == [4, 3]
     assert plan.to_json()["not_examined"] == [2, 1]
     refusal = plan.refusal()
     assert "looked at the 2 newest; none passed" in refusal
@@ -66,7 +66,7 @@ def test_latest_looks_only_as_far_back_as_asked(driver):
 
     further = RestorePlanner(driver, gate=hook(driver), max_candidates=3).plan("latest")
     assert further.chosen is not None and further.chosen.checkpoint_id == 2
-    assert further.not_examined == [1]
+    assert further.not_examined == (1,)
     assert RestorePlanner(driver, gate=hook(driver)).plan("latest").chosen.checkpoint_id == 2
     # a named checkpoint is the only candidate, however far back it is
     assert RestorePlanner(driver, max_candidates=1).plan("1").chosen.checkpoint_id == 1

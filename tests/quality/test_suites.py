@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments_quality import SUITES_DIR
 from batchpoint.errors import ConfigError
 from batchpoint.quality.checks import sample_key_groups
 from batchpoint.quality.suites import SuiteRef, suite_from_json
 from batchpoint.quality.validation import GxValidator, findings_from_result
+from demo.payments_quality import SUITES_DIR
 
 BALANCES = "account_id string, balance bigint, event_count bigint, last_ts bigint"
 

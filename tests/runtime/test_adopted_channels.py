@@ -13,6 +13,7 @@ from batchpoint.protocol.checkpoint import (
     TaskAcknowledgeResult,
 )
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
@@ -74,7 +75,7 @@ def test_an_adopting_sinks_duplicate_attempt_deletes_nothing_it_did_not_write(st
     pending = c.trigger({"source": {"p0": 1}})
     cid = pending.checkpoint_id
     # the producer's attempt id is "a1", and so is the sink's late duplicate attempt
-    prefix = c.layout.task_data_prefix(cid, "op#0", "a1")
+    prefix = c.layout.task_data_prefix(cid, TaskId("op", 0), "a1")
     out = _write(
         c,
         prefix + "channel-sink/part-0.parquet",
@@ -84,18 +85,23 @@ def test_an_adopting_sinks_duplicate_attempt_deletes_nothing_it_did_not_write(st
         name="channel-sink",
         meta={"max_parallelism": 8},
     )
-    assert c.acknowledge(cid, "op#0", "a1", [out]) is TaskAcknowledgeResult.SUCCESS
+    assert c.acknowledge(cid, TaskId("op", 0), "a1", [out]) is TaskAcknowledgeResult.SUCCESS
     adopted = adopt_channel([out], "sink", 8, 1)
     assert adopted is not None
-    assert c.acknowledge(cid, "sink#0", "s1", adopted[0]) is TaskAcknowledgeResult.SUCCESS
-    assert c.acknowledge(cid, "sink#0", "a1", adopted[0]) is TaskAcknowledgeResult.DUPLICATE
+    assert c.acknowledge(cid, TaskId("sink", 0), "s1", adopted[0]) is TaskAcknowledgeResult.SUCCESS
+    assert (
+        c.acknowledge(cid, TaskId("sink", 0), "a1", adopted[0]) is TaskAcknowledgeResult.DUPLICATE
+    )
     assert store.exists(out.path)  # the producer's file, which the checkpoint references
 
     completed = c.try_finalize(cid).completed
     assert completed is not None and completed.pending.checkpoint_id == cid
     # one file, referenced twice, counted once
     assert completed.state_size == out.size
-    assert {a.task: a.state_size for a in completed.acks} == {"op#0": out.size, "sink#0": 0}
+    assert {a.task: a.state_size for a in completed.acks} == {
+        TaskId("op", 0): out.size,
+        TaskId("sink", 0): 0,
+    }
 
     # a savepoint of it copies the file once and imports whole
     target = SavepointLocation(store, "savepoints/adopted")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, PipelineSpecError
+from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.loader import load_pipeline
+from demo.payments import build_pipeline
 
 SCHEMA = pa.schema([pa.field("k", pa.string()), pa.field("v", pa.int64())])
 
@@ -16,9 +17,9 @@ SCHEMA = pa.schema([pa.field("k", pa.string()), pa.field("v", pa.int64())])
 def test_payments_spec_has_the_expected_tasks_in_topological_order() -> None:
     spec = build_pipeline(parallelism=3).spec()
     assert spec.expected_tasks() == (
-        "dedup#0", "dedup#1", "dedup#2",
-        "balances#0", "balances#1", "balances#2",
-        "balances_table#0", "alerts#0",
+        TaskId("dedup", 0), TaskId("dedup", 1), TaskId("dedup", 2),
+        TaskId("balances", 0), TaskId("balances", 1), TaskId("balances", 2),
+        TaskId("balances_table", 0), TaskId("alerts", 0),
     )  # fmt: skip
 
 
@@ -71,9 +72,9 @@ def test_loader_explains_bad_references() -> None:
     with pytest.raises(ConfigError, match="cannot import"):
         load_pipeline("no.such.module:pipeline")
     with pytest.raises(ConfigError, match="has no 'nothing'"):
-        load_pipeline("batchpoint.demo.payments:nothing")
-    assert load_pipeline("batchpoint.demo.payments:pipeline").name == "payments"
-    assert load_pipeline("batchpoint.demo.payments:build_pipeline").name == "payments"
+        load_pipeline("demo.payments:nothing")
+    assert load_pipeline("demo.payments:pipeline").name == "payments"
+    assert load_pipeline("demo.payments:build_pipeline").name == "payments"
 
 
 def test_schemas_may_be_ddl_strings_or_spark_struct_types() -> None:

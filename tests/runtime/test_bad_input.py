@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from batchpoint.demo import payments
 from batchpoint.errors import TriggerRefused
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.runtime.runner import OperatorFailed
+from demo import payments
 from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -25,7 +25,7 @@ from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.deploy_plan import Verdict
 from batchpoint.runtime.api import OperatorContext, Pipeline, State
-from batchpoint.runtime.restore import restore_checkpoint
+from batchpoint.runtime.restore import ClaimMode, restore_checkpoint
 from batchpoint.runtime.runner import OperatorFailed
 from batchpoint.storage import StoreRef
 from support.deploys import EVENTS, SOURCE_ROOT, TOTALS_V1, Deploys, counting, reference
@@ -293,7 +293,7 @@ def test_a_re_key_on_a_base_of_an_older_release_is_rewritten_in_full(
     run = make_run(copy_from=root)
     # onto checkpoint 3, a changelog chain of the older release, claimed: a base the
     # next checkpoint may build a changelog on (the head, savepoint 4, is not one)
-    restore_checkpoint(run.runner.driver, 3, claim=True)
+    restore_checkpoint(run.runner.driver, 3, mode=ClaimMode.CLAIM)
     pipeline = run.runner.driver.pipeline
     dedup, balances = pipeline.operators["dedup"], pipeline.operators["balances"]
 

@@ -235,7 +235,7 @@ def test_rescaling_4_to_3_to_6(make_run: Callable[..., PaymentsRun]) -> None:
     for parallelism in (3, 6):
         restore_checkpoint(run.runner.driver, None, {"dedup": parallelism, "balances": parallelism})
         result = run.epoch(2 if parallelism == 3 else 3)
-        assert sum(t.startswith("dedup#") for t in result.pending.expected_tasks) == parallelism
+        assert sum(t.operator == "dedup" for t in result.pending.expected_tasks) == parallelism
         run.assert_matches_reference()
 
 
@@ -244,7 +244,7 @@ def test_consumers_that_key_alike_read_one_channel_written_once(
 ) -> None:
     run = make_run(copy_from=after_first_epoch)
     completed = run.runner.driver.coordinator.completed.get(1)
-    balances = [h for a in completed.acks if a.task.startswith("balances#") for h in a.handles]
+    balances = [h for a in completed.acks if a.task.operator == "balances" for h in a.handles]
     channels = [h for h in balances if h.name.startswith("channel-")]
     # both sinks key balances' output by account_id with max parallelism 128
     assert {h.name for h in channels} == {"channel-balances_table"}
@@ -255,11 +255,11 @@ def test_consumers_that_key_alike_read_one_channel_written_once(
     assert all(h.meta.get("spark_schema") for a in completed.acks for h in a.handles)
     # balances_table (no function of its own) stages that channel's files by reference;
     # alerts filters them, so it writes its own
-    (table_ack,) = [a for a in completed.acks if a.task.startswith("balances_table#")]
+    (table_ack,) = [a for a in completed.acks if a.task.operator == "balances_table"]
     assert {h.path for h in table_ack.handles} == {h.path for h in channels}
     assert all(h.name == "sink" and h.meta["adopted_from"] for h in table_ack.handles)
     assert table_ack.state_size == 0 and table_ack.rows == sum(h.rows for h in channels)
-    (alerts_ack,) = [a for a in completed.acks if a.task.startswith("alerts#")]
+    (alerts_ack,) = [a for a in completed.acks if a.task.operator == "alerts"]
     assert not any(h.meta.get("adopted_from") for h in alerts_ack.handles)
     # and the next epoch, whose two sinks read that one channel, publishes the reference
     run.epoch(1)
@@ -300,7 +300,7 @@ def test_acks_record_each_tasks_metrics(
         assert ack.metrics.records_out == sum(h.rows for h in ack.handles) > 0, ack
 
     def of(operator: str) -> list[AckRecord]:
-        return [a for task, a in acks.items() if task.startswith(f"{operator}#")]
+        return [a for task, a in acks.items() if task.operator == operator]
 
     # a consumer's records in are exactly the rows its producer wrote for it
     for producer, consumer in (("dedup", "balances"), ("balances", "alerts")):
@@ -316,10 +316,8 @@ def test_acks_record_each_tasks_metrics(
     result = run.epoch(1)
     assert result.outcome is not None and result.outcome.completed is not None
     second = {a.task: a for a in result.outcome.completed.acks}
-    balances_in = sum(a.metrics.records_in for t, a in second.items() if t.startswith("balances#"))
-    balances_out = sum(
-        a.metrics.records_out for t, a in second.items() if t.startswith("balances#")
-    )
+    balances_in = sum(a.metrics.records_in for t, a in second.items() if t.operator == "balances")
+    balances_out = sum(a.metrics.records_out for t, a in second.items() if t.operator == "balances")
     assert any(
         line.startswith(
             f"checkpoint 2: records in {balances_in} (from upstream operators), "

@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus
-from batchpoint.protocol.layout import TaskId
 from batchpoint.storage import StoreRef
+from demo.payments import SOURCE_ROOT, build_pipeline
+from demo.payments_data import write_epoch_files
 from support.clock import FakeClock
 from support.payments import assert_sinks_match_reference
 
@@ -47,9 +46,7 @@ def spark_work(result: Any) -> dict[str, tuple[int | None, int | None]]:
     counts: dict[str, set[tuple[int | None, int | None]]] = {}
     for ack in result.outcome.completed.acks:
         metrics = ack.metrics
-        counts.setdefault(TaskId.parse(ack.task).operator, set()).add(
-            (metrics.spark_jobs, metrics.spark_stages)
-        )
+        counts.setdefault(ack.task.operator, set()).add((metrics.spark_jobs, metrics.spark_stages))
     assert all(len(c) == 1 for c in counts.values()), counts
     return {name: c.pop() for name, c in counts.items()}
 

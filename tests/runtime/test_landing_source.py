@@ -12,15 +12,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
-from batchpoint.demo.payments_reference import compute_reference
-from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import PipelineSpecError
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
+from demo.payments_data import write_epoch_files
+from demo.payments_reference import compute_reference
+from devstack.seaweed import SeaweedServer
 from support.clock import FakeClock
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]

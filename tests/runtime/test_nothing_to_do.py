@@ -14,18 +14,17 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
-from batchpoint.demo.payments_reference import compute_reference
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import SHARED_FROM_META, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.spark import keyed_io
 from batchpoint.storage import StoreRef
+from demo.payments import SOURCE_ROOT, build_pipeline
+from demo.payments_data import write_epoch_files
+from demo.payments_reference import compute_reference
 from support import fresh_sink
 from support.clock import FakeClock
 from support.payments import assert_sinks_match_reference
@@ -70,7 +69,7 @@ def test_an_epoch_without_input_runs_no_spark_job_for_dedup_and_restores_alike(
     epoch(0)
     epoch(1)
     idle = epoch(None)
-    acks = [a for a in idle.outcome.completed.acks if TaskId.parse(a.task).operator == "dedup"]
+    acks = [a for a in idle.outcome.completed.acks if a.task.operator == "dedup"]
     assert {(a.metrics.spark_jobs, a.metrics.records_out) for a in acks} == {(0, 0)}
     states = [h for a in acks for h in a.handles if h.name == "state-seen"]
     assert states and all(h.meta.get(SHARED_FROM_META) for h in states)
@@ -102,7 +101,7 @@ def test_a_sink_with_nothing_new_runs_no_spark_job_and_publishes_no_rows(
     epoch(0)
     epoch(1)
     idle = epoch(None)
-    acks = [a for a in idle.outcome.completed.acks if TaskId.parse(a.task).operator == "fresh"]
+    acks = [a for a in idle.outcome.completed.acks if a.task.operator == "fresh"]
     assert {(a.metrics.spark_jobs, a.metrics.records_out) for a in acks} == {(0, 0)}
     staged = [h for a in acks for h in a.handles]
     assert staged and all(h.rows == 0 for h in staged)

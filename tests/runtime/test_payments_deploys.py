@@ -12,9 +12,6 @@ import pandas as pd
 import pytest
 
 from batchpoint.cli.main import main
-from batchpoint.demo.payments import SOURCE_ROOT
-from batchpoint.demo.payments_data import write_epoch_files
-from batchpoint.demo.payments_reference import compute_reference, input_files, read_events
 from batchpoint.errors import TriggerRefused
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
@@ -23,6 +20,9 @@ from batchpoint.protocol.deploy_plan import DeployPlan, PlanEntry, Verdict
 from batchpoint.protocol.sinks import read_sink_table
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.storage import StoreRef
+from demo.payments import SOURCE_ROOT
+from demo.payments_data import write_epoch_files
+from demo.payments_reference import compute_reference, input_files, read_events
 from support.clock import FakeClock
 from support.payments import assert_sinks_match_reference
 from support.payments_deploys import OUTPUT_COLUMNS, Version, allowed, build, versions
@@ -228,7 +228,7 @@ def test_eight_deploys_in_a_row_keep_state_exactly_once(
     assert entry(plan, "operator", "balances").detail == "parallelism 1 -> 2, by key group"
     run.epoch()
     completed = run.coordinator.completed.get(run.head)
-    assert sorted(a.task for a in completed.acks if a.operator_uid == "balances") == [
+    assert sorted(str(a.task) for a in completed.acks if a.operator_uid == "balances") == [
         "accounts#0",
         "accounts#1",
     ]

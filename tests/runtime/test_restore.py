@@ -8,12 +8,11 @@ import hashlib
 
 import pytest
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.restorer import CheckpointRestorer
+from batchpoint.protocol.restore_candidates import RestoreCandidates
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import (
@@ -25,6 +24,7 @@ from batchpoint.runtime.restore import (
     restore_checkpoint,
 )
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def epoch(driver: PipelineDriver, kind=CheckpointType.CHECKPOINT) -> int:
     c = driver.coordinator
     for task in pending.expected_tasks:
         key = c.layout.task_data_prefix(pending.checkpoint_id, task, "a") + "f.parquet"
-        data = task.encode()
+        data = str(task).encode()
         c.store.put(key, data)
         c.acknowledge(
             pending.checkpoint_id,
@@ -148,13 +148,13 @@ def test_a_restore_examines_its_target_once(driver, monkeypatch):
     epoch(driver)
     epoch(driver)
     looked = []
-    real = CheckpointRestorer.check_files
+    real = RestoreCandidates.check_files
 
     def counted(self, examined, checksums, progress=None):
         looked.append((examined.checkpoint_id, checksums))
         return real(self, examined, checksums, progress)
 
-    monkeypatch.setattr(CheckpointRestorer, "check_files", counted)
+    monkeypatch.setattr(RestoreCandidates, "check_files", counted)
     applied = restore_checkpoint(driver)
     assert (applied.checkpoint_id, applied.restore_generation) == (2, 1)
     assert looked == [(2, True)]  # the plan's look, sha256 included; the restore moves on it

@@ -15,6 +15,7 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
     PendingCheckpoint,
 )
+from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.incremental import CHURN_META, CHURN_PROBE_EVERY, plan_snapshot
 from batchpoint.state.format import StateHandle
 from batchpoint.state.keygroups import KeyGroupRange
@@ -31,7 +32,7 @@ def pending(kind: CheckpointType = CheckpointType.CHECKPOINT, **properties: Any)
         restore_generation=0,
         barrier={},
         base_barrier={},
-        expected_tasks=("op#0", "op#1"),
+        expected_tasks=(TaskId("op", 0), TaskId("op", 1)),
         trigger_time=0.0,
         deadline=1.0,
         properties=properties,

@@ -14,14 +14,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from batchpoint.demo.payments import BALANCES_TABLE, SOURCE_ROOT
-from batchpoint.demo.payments_reference import compute_reference
 from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.runtime.faults import InjectedKill
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.tables.iceberg import IcebergSinkTable
 from batchpoint.tables.service import sink_table
+from demo.payments import BALANCES_TABLE, SOURCE_ROOT
+from demo.payments_reference import compute_reference
 from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchpoint.protocol.checkpoint import AckRecord, FileHandle, TaskMetrics
+from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.task_metrics import channel_rows_by_subtask
 from batchpoint.state.keygroups import key_group_range_for_subtask
 
@@ -43,6 +44,8 @@ def test_shares_add_up_whatever_the_parallelisms(producers, consumers, rows):
 
 def test_old_acks_without_the_metrics_read_as_zeros():
     assert TaskMetrics.from_json({"records_out": 5}) == TaskMetrics(records_out=5)
-    old_ack = AckRecord(1, "op#0", "a1", (handle(3, None),), TaskMetrics(1.0), 0.0).to_body()
+    old_ack = AckRecord(
+        1, TaskId("op", 0), "a1", (handle(3, None),), TaskMetrics(1.0), 0.0
+    ).to_body()
     del old_ack["metrics"]
     assert AckRecord.from_body("old", old_ack).metrics == TaskMetrics()

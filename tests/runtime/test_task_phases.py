@@ -91,12 +91,12 @@ class World:
     def attempt(self, cid: int, name: str, attempt: str = "a1", **env: Any) -> TaskAttempt:
         pending = self.coordinator.get_pending(cid)
         assert pending is not None
-        tasks = tuple(t for t in map(TaskId.parse, pending.expected_tasks) if t.operator == name)
+        tasks = tuple(t for t in pending.expected_tasks if t.operator == name)
         report = OperatorRunReport(cid, name, attempt)
         node = self.pipeline.node(name)
         return TaskAttempt(self.env(**env), pending, node, tasks, attempt, report)  # type: ignore[arg-type]
 
-    def file(self, cid: int, task: str, attempt: str, name: str, rows: int = 3) -> FileHandle:
+    def file(self, cid: int, task: TaskId, attempt: str, name: str, rows: int = 3) -> FileHandle:
         data = f"{task} {name} {attempt}".encode()
         key = self.coordinator.layout.task_data_prefix(cid, task, attempt) + f"{name}.parquet"
         self.store.put(key, data)
@@ -104,7 +104,7 @@ class World:
 
     def ack_all(self, cid: int, operator: str) -> None:
         for i in range(2):
-            task = f"{operator}#{i}"
+            task = TaskId(operator, i)
             files = [self.file(cid, task, "up", f"channel-{operator}")]
             assert (
                 self.coordinator.acknowledge(cid, task, "up", files)
@@ -145,7 +145,7 @@ def test_align_waits_for_a_pending_base_and_returns_it(local_store: ObjectStore)
             for name in ("up", "down"):
                 world.ack_all(first, name)
             for sink in ("alike", "other"):
-                world.coordinator.acknowledge(first, f"{sink}#0", "up", [])
+                world.coordinator.acknowledge(first, TaskId(sink, 0), "up", [])
             assert world.coordinator.try_finalize(first).completed is not None
 
     base = align(world.attempt(second, "up", on_log=complete_the_base, poll_interval=0.01))
@@ -162,7 +162,7 @@ def test_align_ends_on_a_decline_a_timeout_or_an_interrupt(local_store: ObjectSt
     with pytest.raises(AttemptInterrupted, match=f"checkpoint {cid}: interrupted while aligning"):
         align(interrupted)
     waiting = world.attempt(cid, "down")
-    world.coordinator.decline(cid, "up#1", "a0", "bad input")  # aborts the checkpoint
+    world.coordinator.decline(cid, TaskId("up", 1), "a0", "bad input")  # aborts the checkpoint
     with pytest.raises(CheckpointError, match=f"checkpoint {cid} was settled while aligning: "):
         align(waiting)
 
@@ -224,17 +224,19 @@ def test_acks_carry_files_and_metrics_and_a_late_attempt_learns_duplicate(
     cid = world.trigger()
     first = world.attempt(cid, "up", "first")
     first.report.records_in.update({0: 10, 1: 20})
-    handles = {i: [world.file(cid, f"up#{i}", "first", "state-seen", rows=i + 1)] for i in range(2)}
+    handles = {
+        i: [world.file(cid, TaskId("up", i), "first", "state-seen", rows=i + 1)] for i in range(2)
+    }
     results = acknowledge(first, handles)
     assert results == {"up#0": TaskAcknowledgeResult.SUCCESS, "up#1": TaskAcknowledgeResult.SUCCESS}
-    ack = json.loads(store.get(world.coordinator.layout.ack(cid, "up#1")).data)
+    ack = json.loads(store.get(world.coordinator.layout.ack(cid, TaskId("up", 1))).data)
     assert ack["attempt"] == "first" and [h["path"] for h in ack["handles"]] == [handles[1][0].path]
-    assert world.coordinator.acks(cid)["up#1"].metrics.records_in == 20
-    assert world.coordinator.acks(cid)["up#1"].metrics.records_out == 2
+    assert world.coordinator.acks(cid)[TaskId("up", 1)].metrics.records_in == 20
+    assert world.coordinator.acks(cid)[TaskId("up", 1)].metrics.records_out == 2
     assert f"checkpoint {cid}: acks up#0=SUCCESS, up#1=SUCCESS" in world.lines
 
     late = world.attempt(cid, "up", "late")
-    late_files = {i: [world.file(cid, f"up#{i}", "late", "state-seen")] for i in range(2)}
+    late_files = {i: [world.file(cid, TaskId("up", i), "late", "state-seen")] for i in range(2)}
     assert set(acknowledge(late, late_files).values()) == {TaskAcknowledgeResult.DUPLICATE}
     assert not any(store.exists(f.path) for fs in late_files.values() for f in fs)
     assert all(store.exists(f.path) for fs in handles.values() for f in fs)
@@ -250,7 +252,7 @@ def test_a_failed_operator_declines_every_subtask_and_the_checkpoint_aborts(
         fail(up, ValueError("bad row"))
     # the first subtask's decline aborts the checkpoint; the next finds it aborted
     declines = world.coordinator.progress(cid).declines
-    assert [(d.task, d.reason) for d in declines] == [("up#0", "ValueError: bad row")]
+    assert [(d.task, d.reason) for d in declines] == [(TaskId("up", 0), "ValueError: bad row")]
     assert f"checkpoint {cid}: declined by up: ValueError: bad row" in world.lines
     outcome = world.coordinator.get_outcome(cid)
     assert outcome is not None and outcome.status is CheckpointStatus.ABORTED

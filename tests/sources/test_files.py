@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.errors import ConfigError
 from batchpoint.sources import (
     PartitionedFileSource,
@@ -21,6 +20,7 @@ from batchpoint.sources import (
     SourceSplit,
 )
 from batchpoint.storage.local import LocalObjectStore
+from demo.payments_data import write_epoch_files
 
 SCHEMA = pa.schema(
     [

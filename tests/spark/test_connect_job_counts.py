@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
-from batchpoint.devstack.seaweed import free_ports
-from batchpoint.devstack.spark_connect import SparkConnectServer
 from batchpoint.ops.local_epoch import LocalEpochRunner
 from batchpoint.protocol.checkpoint import CheckpointStatus
-from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
+from demo.payments import SOURCE_ROOT, build_pipeline
+from demo.payments_data import write_epoch_files
+from devstack.seaweed import free_ports
+from devstack.spark_connect import SparkConnectServer
 from support import fresh_sink
 from support.clock import FakeClock
 from support.connect_env import client_env
@@ -34,7 +33,7 @@ CLIENT = ROOT / "tests" / "support" / "connect_client.py"
 #: The payments tasks in an order each finds its inputs acknowledged.
 TASKS = ("dedup", "balances", "balances_table", "alerts")
 DATA = {"accounts": 20, "events_per_epoch": 60}
-PAYMENTS = "batchpoint.demo.payments:pipeline"
+PAYMENTS = "demo.payments:pipeline"
 #: Payments with a sink on dedup's output (its client imports it from tests/).
 FRESH_SINK = "support.fresh_sink:pipeline"
 
@@ -85,9 +84,7 @@ def counts(acks: Any) -> dict[str, set[tuple[int | None, int | None]]]:
     out: dict[str, set[tuple[int | None, int | None]]] = {}
     for ack in acks:
         metrics = ack.metrics
-        out.setdefault(TaskId.parse(ack.task).operator, set()).add(
-            (metrics.spark_jobs, metrics.spark_stages)
-        )
+        out.setdefault(ack.task.operator, set()).add((metrics.spark_jobs, metrics.spark_stages))
     return out
 
 
@@ -141,5 +138,5 @@ def test_a_sink_with_nothing_new_runs_no_spark_job_over_connect(
     print(f"connect, nothing new: {got}")
     assert got["fresh"] == {(0, 0)}
     assert got["dedup"] != {(0, 0)}
-    staged = [h for a in outcome.completed.acks if a.task.startswith("fresh") for h in a.handles]
+    staged = [h for a in outcome.completed.acks if a.task.operator == "fresh" for h in a.handles]
     assert staged and all(h.rows == 0 for h in staged)

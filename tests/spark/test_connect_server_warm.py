@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from batchpoint.devstack.spark_warm_up import WARM_UP_TAG, operator_tasks
 from batchpoint.spark.connect import operator_pool, operator_session_id
+from devstack.spark_warm_up import WARM_UP_TAG, operator_tasks
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -47,10 +47,10 @@ for turn, name in enumerate(("dedup", "balances", "dedup")):
 print(json.dumps(seen))
 """
 
-DAEMON_MODULE = "batchpoint.devstack.worker_daemon"
+DAEMON_MODULE = "devstack.worker_daemon"
 
 #: The pipeline whose operator sessions the server's warm-up opens.
-PIPELINE = "batchpoint.demo.payments:pipeline"
+PIPELINE = "demo.payments:pipeline"
 
 #: One Python task in a session: `operator` names an operator session of PIPELINE
 #: (joined as its jobs join it), "" a session of its own.
@@ -71,7 +71,7 @@ print(rows.mapInArrow(lambda batches: batches, rows.schema).count())
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from devstack.spark_connect import SparkConnectServer
 
     conf = {"spark.ui.enabled": "true", "spark.ui.port": "0"}
     workdir = tmp_path_factory.mktemp("warm-server")
@@ -105,7 +105,7 @@ def test_the_server_schedules_fair_and_ran_its_warm_up_first(server: Any) -> Non
 
 def client_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED", "MASTER")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "include"), str(ROOT / "tests")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "include"), str(ROOT), str(ROOT / "tests")])
     env["BATCHPOINT_ROOT"] = (tmp_path / "store").as_uri()
     return env
 
@@ -140,7 +140,7 @@ def worker_daemons(server: Any) -> set[int]:
         return False
 
     def is_daemon(pid: int) -> bool:
-        # python -m batchpoint.devstack.worker_daemon (the JVM's own command line names
+        # python -m devstack.worker_daemon (the JVM's own command line names
         # the module too, in its conf)
         return pid in processes and processes[pid][1][1:3] == ["-m", DAEMON_MODULE]
 

@@ -1,5 +1,5 @@
 """Local servers die with the process that started them, even when it is SIGKILLed
-(batchpoint.devstack.processes): nothing of their process group outlives it."""
+(devstack.processes): nothing of their process group outlives it."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.devstack.processes import group_members
+from devstack.processes import group_members
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PARENT = """
 import json, subprocess, sys, time
 from pathlib import Path
-from batchpoint.devstack.processes import descendants, start_group
+from devstack.processes import descendants, start_group
 
 work = Path(sys.argv[1])
 groups = []
@@ -40,8 +40,8 @@ groups.append(child.pid)
 """
 
 SERVERS = """
-from batchpoint.devstack.seaweed import SeaweedServer
-from batchpoint.devstack.spark_connect import SparkConnectServer
+from devstack.seaweed import SeaweedServer
+from devstack.spark_connect import SparkConnectServer
 weed = SeaweedServer(work / "weed").start()
 spark = SparkConnectServer(work / "spark").start()
 groups += [weed.pid, spark.pid]
@@ -55,7 +55,7 @@ session.range(4).repartition(2).mapInArrow(lambda batches: batches, "id long").c
 def _parent(tmp_path: Path, start: str) -> tuple[subprocess.Popen[str], dict[str, list[int]]]:
     script = tmp_path / "parent.py"
     script.write_text(PARENT.format(start=textwrap.dedent(start)))
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT)])}
     parent = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path)],
         stdout=subprocess.PIPE,

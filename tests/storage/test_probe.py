@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.storage import open_store, probe
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 from batchpoint.storage.probe import ConditionalWritesUnsupported, probe_conditional_writes
 from batchpoint.storage.s3 import S3ObjectStore
+from devstack.seaweed import SeaweedServer
 
 pytestmark = pytest.mark.s3
 

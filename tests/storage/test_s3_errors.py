@@ -22,7 +22,6 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectionClosedError
 from botocore.httpsession import URLLib3Session
 
-from batchpoint.devstack.seaweed import SeaweedError, SeaweedServer, find_weed, free_ports
 from batchpoint.errors import (
     BucketNotFound,
     ConfigError,
@@ -35,6 +34,7 @@ from batchpoint.errors import (
 from batchpoint.storage import open_store
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
 from batchpoint.storage.s3 import retry as s3_retry
+from devstack.seaweed import SeaweedError, SeaweedServer, find_weed, free_ports
 
 pytestmark = pytest.mark.s3
 

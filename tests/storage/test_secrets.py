@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import BatchpointError, StorageAccessDenied
 from batchpoint.runtime.api import Pipeline
 from batchpoint.spark.remote import portable_store_ref
@@ -19,6 +18,7 @@ from batchpoint.storage import StoreRef, open_store, probe
 from batchpoint.storage.probe import ConditionalWritesUnsupported
 from batchpoint.storage.redaction import REDACTED, Secret
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
+from devstack.seaweed import SeaweedServer
 
 pytestmark = pytest.mark.s3
 

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import httpx
 
-from batchpoint.devstack.seaweed import free_ports
+from devstack.seaweed import free_ports
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 USER, PASSWORD = "admin", "bp-stack-secret"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from batchpoint.demo import payments
-from batchpoint.demo.payments_buggy import with_balances
 from batchpoint.runtime.api import OperatorContext, Pipeline
+from demo import payments
+from demo.payments_buggy import with_balances
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

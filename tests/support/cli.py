@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from batchpoint.cli.main import main
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
 from support import fake_epochs
 
-REF = "batchpoint.demo.payments:pipeline"
+REF = "demo.payments:pipeline"
 #: Every suite and check skipped by state: the gate runs without Spark.
 EVERY_STATE = ("--skip-suite", "balances/balances", "--skip-suite", "dedup/seen")
 ENV = ("BATCHPOINT_ROOT", "BATCHPOINT_PIPELINE_REF", "BATCHPOINT_QUALITY_GATE")

@@ -30,7 +30,7 @@ from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.control import ControlRecord, PendingEntry, RetainedEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.head import HeadMoveCause
-from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.storage.local import LocalObjectStore
 from support.clock import FakeClock
@@ -39,7 +39,8 @@ PIPELINE = "alone"
 #: The expected tasks of every hand-written checkpoint: a keyed operator of two
 #: subtasks and a sink (what `simple_pipeline(PIPELINE, [("keyed", 2), ("sink", 1)])`
 #: expects).
-TASKS = ("keyed#0", "keyed#1", "sink#0")
+K0, K1, S0 = TaskId("keyed", 0), TaskId("keyed", 1), TaskId("sink", 0)
+TASKS = (K0, K1, S0)
 TIMEOUT = 600.0
 
 
@@ -109,10 +110,10 @@ def write_file(parts: Parts, key: str, text: str, stream: str = "state-main") ->
     return FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), rows=1, name=stream)
 
 
-def write_ack(parts: Parts, checkpoint_id: int, task: str, attempt: str = "a1") -> AckRecord:
+def write_ack(parts: Parts, checkpoint_id: int, task: TaskId, attempt: str = "a1") -> AckRecord:
     """One task's state file and its ack record (what `AckAccounting.acknowledge` writes)."""
     key = parts.layout.task_data_prefix(checkpoint_id, task, attempt) + "part-0.parquet"
-    operator = split_task_name(task)[0]
+    operator = task.operator
     stream = "sink" if operator == "sink" else "state-main"  # a sink stages its output
     handle = write_file(parts, key, f"{task} of {checkpoint_id}", stream)
     ack = AckRecord(

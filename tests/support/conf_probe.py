@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from batchpoint.demo.payments import SOURCE_ROOT
-from batchpoint.demo.payments_data import PAYMENTS_SCHEMA
 from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode
+from demo.payments import SOURCE_ROOT
+from demo.payments_data import PAYMENTS_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

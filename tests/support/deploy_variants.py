@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.runtime.api import Pipeline
+from demo.payments import build_pipeline
 
 
 def renamed(uid: str | None) -> Pipeline:

@@ -10,7 +10,6 @@ import hashlib
 
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle, PendingCheckpoint
-from batchpoint.protocol.layout import split_task_name
 from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.streams import SINK_STREAM, state_stream
@@ -26,7 +25,7 @@ def ack_all(driver: PipelineDriver, pending: PendingCheckpoint) -> None:
     spec = c.load_spec()
     cid = pending.checkpoint_id
     for task in pending.expected_tasks:
-        name, subtask = split_task_name(task)
+        name, subtask = task.operator, task.subtask
         op = spec.operator(name)
         out = SINK_STREAM if op.kind is OperatorKind.SINK else "out"  # a sink stages its output
         streams: list[tuple[str, tuple[int, int] | None]] = [(out, None)]

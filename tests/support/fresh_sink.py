@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchpoint.demo.payments import build_pipeline
 from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode
+from demo.payments import build_pipeline
 
 
 def fresh_events(ctx: OperatorContext) -> Any:

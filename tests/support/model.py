@@ -54,6 +54,7 @@ from batchpoint.ops.maintenance import repair as ops_repair
 from batchpoint.ops.savepoints import import_folder as ops_import_folder
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
     default_savepoint_prefix,
@@ -295,7 +296,7 @@ class Schedule:
         if self._task(lambda _a: self.driver.coordinator.savepoints.export(cid, target)):
             self.exported.append(prefix)
 
-    def _run_task(self, pending: Any, task: str, who: str) -> None:
+    def _run_task(self, pending: Any, task: TaskId, who: str) -> None:
         c = self.driver.coordinator
 
         def attempt(n: int) -> Any:

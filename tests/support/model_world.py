@@ -29,7 +29,7 @@ from batchpoint.protocol.checkpoint import (
     TaskAcknowledgeResult,
 )
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode
 from batchpoint.sources.files import PartitionedFileSource
 from batchpoint.storage.base import ObjectStore
@@ -100,7 +100,7 @@ def _base_sums(c: CheckpointCoordinator, pending: PendingCheckpoint) -> list[int
         raise BaseAborted(pending.base_checkpoint_id) from None
     sums = []
     for i in range(len(PARTITIONS)):
-        ack = base.ack_for(f"total#{i}")
+        ack = base.ack_for(TaskId("total", i))
         assert ack is not None, f"base {base.checkpoint_id} has no ack of total#{i}"
         handle = next(h for h in ack.handles if h.name == STATE_STREAM)
         sums.append(int(c.store.get(handle.path).data.decode()))
@@ -120,9 +120,9 @@ def _epoch_records(c: CheckpointCoordinator, pending: PendingCheckpoint) -> list
     return out
 
 
-def task_output(c: CheckpointCoordinator, pending: PendingCheckpoint, task: str) -> bytes:
+def task_output(c: CheckpointCoordinator, pending: PendingCheckpoint, task: TaskId) -> bytes:
     """What `task` writes for this epoch (state or staged sink output)."""
-    operator, subtask = split_task_name(task)
+    operator, subtask = task.operator, task.subtask
     sums = _base_sums(c, pending)
     records = _epoch_records(c, pending)
     for partition, line in records:
@@ -136,24 +136,24 @@ def task_output(c: CheckpointCoordinator, pending: PendingCheckpoint, task: str)
     raise ValueError(f"the model has no task {task}")
 
 
-def stream_of(task: str) -> str:
-    return STATE_STREAM if task.startswith("total#") else "sink"
+def stream_of(task: TaskId) -> str:
+    return STATE_STREAM if task.operator == "total" else "sink"
 
 
 def write_task_file(
-    c: CheckpointCoordinator, pending: PendingCheckpoint, task: str, attempt: str
+    c: CheckpointCoordinator, pending: PendingCheckpoint, task: TaskId, attempt: str
 ) -> FileHandle:
     data = task_output(c, pending, task)
     stream = stream_of(task)
     key = c.layout.task_data_prefix(pending.checkpoint_id, task, attempt) + f"{stream}/part-0"
     c.store.put(key, data)
     digest = hashlib.sha256(data).hexdigest()
-    rows = len(PARTITIONS) if task.startswith("sums#") else data.count(b"\n") or 1
+    rows = len(PARTITIONS) if task.operator == "sums" else data.count(b"\n") or 1
     return FileHandle(key, len(data), digest, rows, None, stream)
 
 
 def run_task(
-    c: CheckpointCoordinator, pending: PendingCheckpoint, task: str, attempt: str
+    c: CheckpointCoordinator, pending: PendingCheckpoint, task: TaskId, attempt: str
 ) -> TaskAcknowledgeResult:
     """One attempt of one task: compute, write, acknowledge (or decline if the base is
     gone). BaseNotReady propagates: the caller polls."""

@@ -11,9 +11,6 @@ from typing import Any
 
 import pandas as pd
 
-from batchpoint.demo.payments import SOURCE_ROOT, build_pipeline
-from batchpoint.demo.payments_data import write_epoch_files
-from batchpoint.demo.payments_reference import PaymentsReference, compute_reference
 from batchpoint.ops.local_epoch import EpochResult, LocalEpochRunner
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
@@ -23,6 +20,9 @@ from batchpoint.quality.suites import PipelineQuality
 from batchpoint.runtime.faults import InjectedFaults
 from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
+from demo.payments import SOURCE_ROOT, build_pipeline
+from demo.payments_data import write_epoch_files
+from demo.payments_reference import PaymentsReference, compute_reference
 from support.clock import FakeClock
 
 #: The size of each generated input epoch.
@@ -93,7 +93,7 @@ class PaymentsRun:
         files = [
             h
             for ack in completed.acks
-            if ack.task.startswith(f"{operator}#")
+            if ack.task.operator == operator
             for h in ack.handles
             if h.name == stream
         ]

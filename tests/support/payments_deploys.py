@@ -23,9 +23,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from batchpoint.demo.payments import BALANCE_SCHEMA, SEEN_SCHEMA, SOURCE_ROOT, dedup
-from batchpoint.demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
 from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode, State
+from demo.payments import BALANCE_SCHEMA, SEEN_SCHEMA, SOURCE_ROOT, dedup
+from demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
 
 OUTPUT_COLUMNS = ("account_id", "balance", "event_count", "last_ts")
 MAXIMA_SCHEMA = pa.schema(

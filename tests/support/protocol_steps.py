@@ -16,6 +16,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.sinks import SinkManifest, SinkPublisher
 from batchpoint.protocol.verify import check_handles
 from batchpoint.quality.quarantine import QuarantineStore
@@ -37,7 +38,7 @@ def ack_all(c: CheckpointCoordinator, cid: int) -> None:
         key = c.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
         data = f"{task} of {cid}".encode() * 8
         c.store.put(key, data)
-        stream = "sink" if task.startswith("sink#") else "s"  # a sink stages its output
+        stream = "sink" if task.operator == "sink" else "s"  # a sink stages its output
         handle = FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), rows=1, name=stream)
         assert c.acknowledge(cid, task, "a1", (handle,)) is TaskAcknowledgeResult.SUCCESS
 
@@ -46,7 +47,7 @@ def complete(
     c: CheckpointCoordinator,
     kind: CheckpointType = CheckpointType.CHECKPOINT,
     publish: bool = True,
-    properties: dict[str, Any] | None = None,
+    properties: CheckpointProperties | None = None,
 ) -> int:
     """One checkpoint triggered, acknowledged, finalized (settled) and published."""
     cid = c.trigger({"src": {"p0": 1}}, checkpoint_type=kind, properties=properties).checkpoint_id

@@ -49,6 +49,7 @@ from batchpoint.protocol.control import (
 from batchpoint.protocol.failures import FailureState, PipelineStatus
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
 from batchpoint.protocol.ids import NextCheckpointId
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.migration import RetainedMarker
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
@@ -129,7 +130,7 @@ def pending(checkpoint_id: int = 7, type: CheckpointType = CheckpointType.CHECKP
                 "p0": {"offset": 2, "last": "e00001-f004.jsonl", "digest": "sha256:" + "ef" * 32}
             }
         },
-        expected_tasks=("balances#0", "balances#1", "alerts#0"),
+        expected_tasks=(TaskId("balances", 0), TaskId("balances", 1), TaskId("alerts", 0)),
         trigger_time=at("2026-11-20T10:00:00.125Z"),
         deadline=at("2026-11-20T10:10:00.125Z"),
         properties={
@@ -198,7 +199,7 @@ def acks(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
     return (
         AckRecord(
             checkpoint_id,
-            "balances#0",
+            TaskId("balances", 0),
             "att-1",
             (file_handle(state_handle(0)), file_handle(state_handle(0, layer=1)), channel),
             TaskMetrics(12.5, 840.25, 300, 160),
@@ -206,7 +207,7 @@ def acks(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
         ),
         AckRecord(
             checkpoint_id,
-            "balances#1",
+            TaskId("balances", 1),
             "att-2",
             (file_handle(state_handle(1), **{SHARED_FROM_META: checkpoint_id - 1}),),
             TaskMetrics(11.0, 799.5, 280, 121),
@@ -214,7 +215,7 @@ def acks(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
         ),
         AckRecord(
             checkpoint_id,
-            "alerts#0",
+            TaskId("alerts", 0),
             "att-1",
             (sink,),
             TaskMetrics(0.5, 3.0, 40, 40),
@@ -225,7 +226,7 @@ def acks(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
 
 def decline() -> DeclineRecord:
     return DeclineRecord(
-        8, "alerts#0", "att-3", "source file vanished", at("2026-11-20T11:00:01.250Z")
+        8, TaskId("alerts", 0), "att-3", "source file vanished", at("2026-11-20T11:00:01.250Z")
     )
 
 
@@ -421,6 +422,10 @@ def spec() -> PipelineSpec:
     )
 
 
+def folder(ack: AckRecord) -> str:
+    return f"{ack.task.operator}/{ack.task.subtask}/{ack.attempt}"
+
+
 def savepoint() -> SavepointMetadata:
     relative = tuple(
         AckRecord(
@@ -428,9 +433,7 @@ def savepoint() -> SavepointMetadata:
             a.task,
             a.attempt,
             tuple(
-                FileHandle.from_json(
-                    {**h.to_json(), "path": f"data/{a.task.replace('#', '/')}/{a.attempt}/{i}"}
-                )
+                FileHandle.from_json({**h.to_json(), "path": f"data/{folder(a)}/{i}"})
                 for i, h in enumerate(a.handles)
             ),
             a.metrics,
@@ -630,7 +633,7 @@ def pending_v2(checkpoint_id: int = 7, type: CheckpointType = CheckpointType.CHE
         p,
         barrier={"payments-in": p.barrier["payments"]},
         base_barrier={"payments-in": p.base_barrier["payments"]},
-        expected_tasks=("totals#0", "totals#1", "alerts#0"),
+        expected_tasks=(TaskId("totals", 0), TaskId("totals", 1), TaskId("alerts", 0)),
         topology=topology(),
     )
 
@@ -644,9 +647,13 @@ def ack_v2_spark_work() -> AckRecord:
 
 
 def acks_v2(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
-    renamed = {"balances#0": "totals#0", "balances#1": "totals#1"}
+    renamed = {"balances": "totals"}
     return tuple(
-        dataclasses.replace(a, task=renamed.get(a.task, a.task), operator_uid=a.task.split("#")[0])
+        dataclasses.replace(
+            a,
+            task=TaskId(renamed.get(a.task.operator, a.task.operator), a.task.subtask),
+            operator_uid=a.task.operator,
+        )
         for a in acks(checkpoint_id)
     )
 
@@ -668,9 +675,7 @@ def savepoint_v2() -> SavepointMetadata:
     return dataclasses.replace(
         old,
         pending=pending_v2(4, CheckpointType.SAVEPOINT),
-        acks=tuple(
-            dataclasses.replace(a, operator_uid=a.task.split("#")[0] + "-uid") for a in old.acks
-        ),
+        acks=tuple(dataclasses.replace(a, operator_uid=a.task.operator + "-uid") for a in old.acks),
     )
 
 

@@ -1,7 +1,7 @@
 """A real Spark standalone cluster without Docker: a master and one worker from the
 pyspark distribution (`spark-class org.apache.spark.deploy.master.Master` / `...Worker`),
 on 127.0.0.1 and free ports, each in its own process group that dies with the test
-process (batchpoint.devstack.processes), stopped at the end."""
+process (devstack.processes), stopped at the end."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
-from batchpoint.devstack.processes import start_group, stop_group
-from batchpoint.devstack.seaweed import free_ports
+from devstack.processes import start_group, stop_group
+from devstack.seaweed import free_ports
 
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
 

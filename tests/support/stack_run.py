@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from batchpoint.demo.payments import SOURCE_ROOT
-from batchpoint.demo.payments_data import write_epoch_files
 from batchpoint.ops.runs import RUN_PROPERTY
 from batchpoint.protocol.checkpoint import CheckpointStatus
+from demo.payments import SOURCE_ROOT
+from demo.payments_data import write_epoch_files
 
 FINISHED = ("success", "failed")
 #: spark.ui.port's default: the compose file leaves the Connect server's UI on

@@ -21,6 +21,7 @@ import pytest
 from batchpoint.protocol.checkpoint import FileHandle, TaskMetrics
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
@@ -68,7 +69,7 @@ class TableEpochs:
         pending = c.trigger({"events": {}})
         cid = pending.checkpoint_id
         for task in pending.expected_tasks:
-            handles = [self._stage(cid, task, rows)] if task.startswith(SINK) else []
+            handles = [self._stage(cid, task, rows)] if task.operator == SINK else []
             c.acknowledge(cid, task, "a1", handles, TaskMetrics())
         outcome = c.try_finalize(cid)
         assert outcome is not None and outcome.completed is not None, outcome
@@ -79,7 +80,7 @@ class TableEpochs:
             sync_tables(self.store_ref, PIPELINE, {SINK: TableBinding(TABLE)})
         return cid
 
-    def _stage(self, cid: int, task: str, rows: Mapping[str, int]) -> FileHandle:
+    def _stage(self, cid: int, task: TaskId, rows: Mapping[str, int]) -> FileHandle:
         table = pa.table({"account_id": list(rows), "balance": list(rows.values())}, SCHEMA)
         buffer = io.BytesIO()
         pq.write_table(table, buffer)

@@ -12,6 +12,7 @@ import pytest
 from batchpoint.ops.maintenance import gc
 from batchpoint.ops.runs import discard_checkpoint_data
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from batchpoint.protocol.layout import TaskId
 from batchpoint.storage import StoreRef
 from tables.table_epochs import SINK, TableEpochs
 
@@ -66,7 +67,7 @@ def test_gc_deletes_nothing_while_a_table_cannot_be_expired(epochs: TableEpochs)
     ids = [epochs.epoch({"a": n}) for n in (1, 2, 3)]
     c = epochs.coordinator
     aborted = c.trigger({"events": {}}).checkpoint_id
-    stray = c.layout.task_data_prefix(aborted, f"{SINK}#0", "a1") + "part-0.parquet"
+    stray = c.layout.task_data_prefix(aborted, TaskId(SINK, 0), "a1") + "part-0.parquet"
     epochs.store.put(stray, b"staged by an aborted checkpoint")
     c.abort(aborted, CheckpointFailureReason.DECLINED, "declined")
 

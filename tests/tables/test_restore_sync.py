@@ -20,7 +20,15 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.runtime.driver import PipelineDriver
-from batchpoint.runtime.restore import AppliedRestore, GateOptions, restore_checkpoint
+from batchpoint.runtime.restore import (
+    CandidateCheck,
+    GateOptions,
+    RestorePlan,
+    RestoreRun,
+    RestoreSource,
+    SourceKind,
+    restore_checkpoint,
+)
 from batchpoint.storage import StoreRef
 from batchpoint.tables.iceberg import SyncReport, TableSync
 from support.counting_store import CountingStore
@@ -28,12 +36,17 @@ from tables.table_epochs import PIPELINE, TABLE, TableEpochs
 
 NO_GATE = GateChoice(None, "no quality gate: only the candidates' records and files")
 
-FRONTS: dict[str, Callable[[PipelineDriver], AppliedRestore | None]] = {
+#: What the restore DAG's check task hands its restore task: checkpoint 2, chosen.
+CHECKED = RestorePlan(
+    PIPELINE,
+    RestoreSource.parse(2),
+    checks=(CandidateCheck("checkpoint 2", 2, SourceKind.CHECKPOINT, files=1),),
+)
+
+FRONTS: dict[str, Callable[[PipelineDriver], RestoreRun]] = {
     "restore_checkpoint": lambda driver: restore_checkpoint(driver, 2),
-    "ops.restore (the CLI)": lambda driver: restore(driver, "2", NO_GATE, GateOptions()).result,
-    "apply_restore (the DAG's restore task)": lambda driver: apply_restore(
-        driver, {"kind": "checkpoint", "checkpoint_id": 2, "location": None}
-    ),
+    "ops.restore (the CLI)": lambda driver: restore(driver, "2", NO_GATE, GateOptions()),
+    "apply_restore (the DAG's restore task)": lambda driver: apply_restore(driver, CHECKED),
 }
 
 
@@ -65,7 +78,7 @@ def test_a_restore_syncs_each_table_sink_once(
 ) -> None:
     driver = PipelineDriver(epochs.pipeline, epochs.store_ref, epochs.config)
     applied: Any = FRONTS[front](driver)
-    assert applied is not None and applied.checkpoint_id == 2
+    assert applied.restored and applied.checkpoint_id == 2
     assert driver.coordinator.head.get().checkpoint_id == 2
 
     assert [s.table for s in syncs] == [TABLE]  # one sync, of the one table sink
@@ -77,10 +90,10 @@ def test_a_restore_syncs_each_table_sink_once(
 
 #: Front ends whose restore walks candidates, and the ones each examines: `latest` from
 #: the newest; the DAG's restore task only what its check task chose.
-WALKS: dict[str, tuple[Callable[[PipelineDriver], AppliedRestore | None], list[int]]] = {
+WALKS: dict[str, tuple[Callable[[PipelineDriver], RestoreRun], list[int]]] = {
     "restore_checkpoint (latest)": (lambda driver: restore_checkpoint(driver), [3, 2]),
     "ops.restore (the CLI, latest)": (
-        lambda driver: restore(driver, "latest", NO_GATE, GateOptions()).result,
+        lambda driver: restore(driver, "latest", NO_GATE, GateOptions()),
         [3, 2],
     ),
     "apply_restore (the DAG's restore task)": (
@@ -114,7 +127,7 @@ def test_a_restore_examines_each_candidate_once(
     walk, examined = WALKS[front]
     driver = PipelineDriver(epochs.pipeline, epochs.store_ref, epochs.config)
     applied: Any = walk(driver)
-    assert applied is not None and applied.checkpoint_id == 2
+    assert applied.restored and applied.checkpoint_id == 2
 
     # each candidate's file looked at once (its size; then its sha256 unless the size
     # already failed), the older one not at all: the head moved on the plan's verdict

@@ -9,7 +9,7 @@ storage part may be replaced by the Airflow connection `batchpoint_storage` (see
 hooks.py); parsing reads only the environment, as it must not depend on connections.
 
   BATCHPOINT_PIPELINE_REF         `module:attr` of the Pipeline(s), comma-separated
-                                  (default batchpoint.demo.payments:pipeline)
+                                  (no default: the DAGs need it)
   BATCHPOINT_CHECKPOINT_INTERVAL  seconds (300, 90s, 5m, 1h), a cron expression or
                                   preset, or `none` (default 300)
   BATCHPOINT_SPARK_MODE           connect (default), submit or local: see
@@ -53,7 +53,6 @@ import batchpoint
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import (
-    DEFAULT_PIPELINE_REF,
     KNOWN_VARIABLES,
     MISSING_REMOTE,
     BatchpointEnvironment,
@@ -61,10 +60,10 @@ from batchpoint.settings import (
     SparkMode,
     read_environment,
 )
+from batchpoint.settings.sensor_mode import SensorMode
 from batchpoint.storage.redaction import redact_uri
 
 __all__ = [
-    "DEFAULT_PIPELINE_REF",
     "KNOWN_VARIABLES",
     "SENSOR_MODES",
     "START_DATE",
@@ -112,7 +111,7 @@ class AirflowDeployment:
     spark_job: str
     spark_submit_args: tuple[str, ...] = ()
     pyspark_python: str = sys.executable
-    sensor_mode: str = "deferrable"
+    sensor_mode: SensorMode = SensorMode.DEFERRABLE
     poll_interval: float = 5.0
     task_retries: int = 1
     retry_delay: float = 30.0

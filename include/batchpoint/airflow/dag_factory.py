@@ -42,6 +42,7 @@ from batchpoint.quality.suites import audit_enabled
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.restore import RestoreGate
+from batchpoint.settings import NO_PIPELINE_REF
 
 
 def build_pipeline_dags(
@@ -66,6 +67,8 @@ def build_pipeline_dags(
 def load_dags(deployment: AirflowDeployment | None = None) -> dict[str, DAG]:
     """Every DAG of every pipeline named by BATCHPOINT_PIPELINE_REF."""
     deployment = deployment or AirflowDeployment.from_env()
+    if not deployment.pipeline_refs:
+        raise ConfigError(NO_PIPELINE_REF)
     out: dict[str, DAG] = {}
     names: dict[str, str] = {}
     for ref in deployment.pipeline_refs:

@@ -16,6 +16,7 @@ from batchpoint.airflow.assets import batchpoint_asset, cleanup_alias
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.dag_docs import TASK_DOCS, operator_doc, trigger_doc
 from batchpoint.airflow.dag_names import dag_ids
+from batchpoint.airflow.mixins import BatchpointTaskMixin
 from batchpoint.airflow.operators import (
     AuditCheckpointOperator,
     CheckpointCleanupOperator,
@@ -38,6 +39,7 @@ from batchpoint.ops.epoch_plan import (
 )
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.settings import SparkMode
+from batchpoint.settings.sensor_mode import SensorMode
 
 #: The one mapping from task kind to the Airflow operator that runs it.
 OPERATOR_CLASSES: Mapping[TaskKind, type[BaseOperator]] = {
@@ -58,6 +60,7 @@ TRIGGER_RULES: Mapping[RunsWhen, TriggerRule] = {
 }
 
 GROUP_TOOLTIPS = {OPERATOR_GROUP: "one Spark job per pipeline operator"}
+TRIGGER_KINDS = (TaskKind.TRIGGER_CHECKPOINT, TaskKind.TRIGGER_SAVEPOINT)
 
 
 def epoch_settings(deployment: AirflowDeployment) -> EpochSettings:
@@ -81,6 +84,10 @@ class _Render:
     @property
     def storage(self) -> dict[str, Any]:
         return {"pipeline_ref": self.ref, "aws_conn_id": self.deployment.storage_conn_id}
+
+    def task_id(self, *kinds: TaskKind) -> str:
+        """The Airflow task id of the plan's task of one of `kinds`, as the plan names it."""
+        return next(str(t.id) for t in self.plan.tasks if t.kind in kinds)
 
 
 def _settings(task: PlannedTask) -> dict[str, Any]:
@@ -123,8 +130,8 @@ def _wait_for_acks(task: PlannedTask, r: _Render) -> dict[str, Any]:
     return {
         "pipeline": r.plan.pipeline,
         "aws_conn_id": r.deployment.storage_conn_id,
-        "deferrable": mode == "deferrable",
-        "mode": "reschedule" if mode == "reschedule" else "poke",
+        "deferrable": mode is SensorMode.DEFERRABLE,
+        "mode": "reschedule" if mode is SensorMode.RESCHEDULE else "poke",
         "poll_interval": r.deployment.poll_interval,
         "timeout": task.settings.timeout,
     }
@@ -159,10 +166,12 @@ def _stop(task: PlannedTask, r: _Render) -> dict[str, Any]:
 
 
 def _cleanup(task: PlannedTask, r: _Render) -> dict[str, Any]:
+    operators = r.plan.of_kind(TaskKind.OPERATOR)
     return {
         **r.storage,
         "outlets": [cleanup_alias(r.plan.pipeline)],
-        "operator_group": OPERATOR_GROUP,
+        "operator_tasks": {str(t.id): t.operator for t in operators},
+        "finalize_task_id": r.task_id(TaskKind.FINALIZE),
     }
 
 
@@ -197,6 +206,8 @@ def render_epoch(
         arguments = {"doc_md": TASK_DOCS.get(task.kind), **_ARGUMENTS[task.kind](task, r)}
         if arguments["doc_md"] is None:
             del arguments["doc_md"]
+        if issubclass(OPERATOR_CLASSES[task.kind], BatchpointTaskMixin):
+            arguments["trigger_task_id"] = r.task_id(*TRIGGER_KINDS)  # whose XCom it reads
         tasks[task.id] = OPERATOR_CLASSES[task.kind](
             task_id=task.id.name, dag=dag, **where, **arguments, **_settings(task)
         )

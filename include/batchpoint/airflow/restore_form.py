@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.quality.suites import quality_of, skippable_names
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.restore import ungated_phrase
@@ -60,16 +61,16 @@ FIELDS: tuple[FormField, ...] = (
         doc="check and report only: nothing restored, quarantined or stored",
     ),
     FormField(
-        "claim",
-        False,
-        "Claim the restored checkpoint",
-        "CLAIM mode: the pipeline takes ownership of what it restores, so retention drops "
-        "it (and GC deletes its files) once newer checkpoints complete, even a savepoint. "
-        "Off (NO_CLAIM): it stays retained as it was. A savepoint folder is copied in and "
-        "never deleted either way.",
-        {"type": "boolean"},
-        doc="CLAIM mode: retention may drop it (and GC its files) once newer checkpoints "
-        "complete, even a savepoint; off (NO_CLAIM, the default): it stays as retained",
+        "claim_mode",
+        ClaimMode.NO_CLAIM.value,
+        "Claim mode",
+        "claim: the pipeline takes ownership of what it restores, so retention drops it "
+        "(and GC deletes its files) once newer checkpoints complete, even a savepoint. "
+        "no_claim: it stays retained as it was. A savepoint folder is copied in and never "
+        "deleted either way.",
+        {"type": "string", "enum": [m.value for m in ClaimMode]},
+        doc="`claim`: retention may drop it (and GC its files) once newer checkpoints "
+        "complete, even a savepoint; `no_claim` (the default): it stays as retained",
     ),
     FormField(
         "allow_non_restored_state",

@@ -33,7 +33,7 @@ def progress_line(progress: AckProgress) -> str:
     done = len(progress.acknowledged)
     line = f"acks {done} of {done + len(progress.missing)}"
     if progress.missing:
-        shown = ", ".join(progress.missing[:8])
+        shown = ", ".join(map(str, progress.missing[:8]))
         more = f" and {len(progress.missing) - 8} more" if len(progress.missing) > 8 else ""
         line += f" (missing: {shown}{more})"
     return line
@@ -57,7 +57,7 @@ def ack_event(progress: AckProgress, deadline: float, now: float) -> dict[str, A
         return {
             **base,
             "status": DECLINED,
-            "task": first.task,
+            "task": str(first.task),
             "message": f"task {first.task} declined: {first.reason}",
         }
     if progress.status is CheckpointStatus.ABORTED and outcome is not None:
@@ -69,7 +69,7 @@ def ack_event(progress: AckProgress, deadline: float, now: float) -> dict[str, A
         return {
             **base,
             "status": TIMEOUT,
-            "missing": list(progress.missing[:20]),
+            "missing": [str(t) for t in progress.missing[:20]],
             "message": f"{len(progress.missing)} task(s) had not acknowledged by the deadline",
         }
     return None

@@ -402,7 +402,7 @@ def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> dict[st
             ("source", "checkpoint", str(cid)),
             ("parallelism", "new parallelism", None),
             ("dry_run", "dry run", True),
-            ("claim", "claim it (retention may then drop it)", False),
+            ("claim_mode", "claim mode (claim: retention may then drop it)", "no_claim"),
             ("quality_gate", "quality gate", True),
         ],
     )

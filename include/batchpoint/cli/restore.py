@@ -17,13 +17,15 @@ from batchpoint.cli.context import Command, add_gate_option
 from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.errors import BatchpointError, ConfigError, DeployRefused, RestoreRefused
 from batchpoint.ops.gates import choose_restore_gate
-from batchpoint.ops.restore import RestoreRun, restore
+from batchpoint.ops.restore import restore
 from batchpoint.quality.report import CandidateReport
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import (
     CandidateCheck,
+    ClaimMode,
     GateOptions,
+    RestoreRun,
     RestoreSource,
     SourceKind,
     parse_max_candidates,
@@ -90,7 +92,7 @@ def cmd_restore(cmd: Command) -> ExitCode:
             parallelism=args.parallelism,
             checksums=args.checksums,
             dry_run=args.dry_run,
-            claim=args.claim,
+            mode=ClaimMode.of(args.claim_mode),
             store_options=settings.store_options,
             savepoint_roots=settings.savepoint_roots,
             progress=cmd.out.progress,  # stderr: PROGRESS_TO_STDERR names restore
@@ -108,7 +110,7 @@ def cmd_restore(cmd: Command) -> ExitCode:
 
 
 def report_text(run: RestoreRun) -> str:
-    plan, result = run.plan, run.result
+    plan = run.plan
     lines = [f"restore of pipeline '{plan.pipeline}' from {plan.source}: {run.gate.description}"]
     for check in plan.checks:
         lines += check_lines(check)
@@ -120,20 +122,20 @@ def report_text(run: RestoreRun) -> str:
                 f"to look further back: --max-candidates {further} "
                 "(or leave it out for every retained checkpoint)"
             )
-    elif result is None:
+    elif not run.restored:
         lines.append(
             f"dry run: would restore {plan.chosen.description}; nothing changed "
             "(head not moved, nothing quarantined, no report stored)"
         )
     else:
         lines.append(
-            f"restored pipeline {result.pipeline} to checkpoint {result.checkpoint_id} "
-            f"(restore generation {result.restore_generation})"
-            + (f", imported from {result.imported_from}" if result.imported_from else "")
-            + (f", parallelism {result.parallelism}" if result.parallelism else "")
+            f"restored pipeline {run.pipeline} to checkpoint {run.checkpoint_id} "
+            f"(restore generation {run.restore_generation})"
+            + (f", imported from {run.imported_from}" if run.imported_from else "")
+            + (f", parallelism {run.parallelism}" if run.parallelism else "")
             + (
                 "; claimed: retention may now drop it"
-                if result.claimed
+                if run.claimed
                 else "; not claimed: it stays retained as it was"
             )
         )
@@ -142,32 +144,29 @@ def report_text(run: RestoreRun) -> str:
 
 def check_lines(check: CandidateCheck) -> list[str]:
     """One candidate's verdict: the gate report's own lines when the gate judged it."""
-    candidate = check.candidate
     if check.quarantine is not None:
-        hint = f"batchpoint quarantine release {candidate.checkpoint_id}"
-        return [f"  {candidate.description}: {check.quarantine}; `{hint}` to reconsider"]
-    if check.problems or candidate.completed is None:
+        hint = f"batchpoint quarantine release {check.checkpoint_id}"
+        return [f"  {check.description}: {check.quarantine}; `{hint}` to reconsider"]
+    if check.problems or check.files is None:
         verdict = "FAILED, quarantined" if check.quarantined else "FAILED"
-        lines = [f"  {candidate.description}: {verdict}, {len(check.problems)} problem(s)"]
+        lines = [f"  {check.description}: {verdict}, {len(check.problems)} problem(s)"]
         lines += [f"      - {p}" for p in check.problems[:5]]
         if len(check.problems) > 5:
             lines.append(f"      (and {len(check.problems) - 5} more)")
         return lines
-    files = (
-        f"{len(candidate.completed.handles)} file(s), {render.size(candidate.completed.state_size)}"
-    )
+    files = f"{check.files} file(s), {render.size(check.state_size or 0)}"
     gate = check.gate
     if gate is None:
-        return [f"  {candidate.description}: ok ({files}; files checked, no quality gate)"]
+        return [f"  {check.description}: ok ({files}; files checked, no quality gate)"]
     if isinstance(gate.report, Mapping):
         try:
-            key = f"{gate.name} report on {candidate.description}"
+            key = f"{gate.name} report on {check.description}"
             return CandidateReport.from_body(key, gate.report).render()
         except (BatchpointError, KeyError, TypeError, ValueError):
             pass  # a gate of the user's own with a report of its own shape: shown as JSON
     verdict = "passed" if gate.passed else "FAILED"
     text = gate.report if isinstance(gate.report, str) else json.dumps(gate.report, default=str)
-    return [f"  {candidate.description}: {gate.name} {verdict}" + (f": {text}" if text else "")]
+    return [f"  {check.description}: {gate.name} {verdict}" + (f": {text}" if text else "")]
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -184,11 +183,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="check and report only: the head is not moved, nothing quarantined or stored",
     )
     p.add_argument(
-        "--claim",
-        action="store_true",
-        help="CLAIM mode: the pipeline takes ownership of the restored checkpoint, so "
+        "--claim-mode",
+        choices=[m.value for m in ClaimMode],
+        default=ClaimMode.NO_CLAIM.value,
+        help="claim: the pipeline takes ownership of the restored checkpoint, so "
         "retention drops it (and GC deletes its files) once newer checkpoints complete, "
-        "even a savepoint; default NO_CLAIM: it stays as retained as it was",
+        "even a savepoint; no_claim (the default): it stays as retained as it was",
+    )
+    p.add_argument(
+        "--claim",
+        dest="claim_mode",
+        action="store_const",
+        const=ClaimMode.CLAIM.value,
+        help="the same as --claim-mode claim",
     )
     p.add_argument(
         "--allow-non-restored-state",

@@ -1,11 +1,11 @@
 """Run one operator (all its subtasks) of one pipeline for one checkpoint.
 
     spark-submit <site-packages>/batchpoint/jobs/run_operator.py \
-        --pipeline batchpoint.demo.payments:pipeline --checkpoint-id 7 --operator dedup \
+        --pipeline demo.payments:pipeline --checkpoint-id 7 --operator dedup \
         [--master local[2]] [--attempt ID]
 
     python -m batchpoint.jobs.run_operator --remote sc://spark:15002 \
-        --pipeline batchpoint.demo.payments:pipeline --checkpoint-id 7 --operator dedup
+        --pipeline demo.payments:pipeline --checkpoint-id 7 --operator dedup
 
 (--connect instead of --remote: the server of BATCHPOINT_SPARK_REMOTE.) With --remote
 the process is a thin Spark Connect client (no JVM here): it joins the

@@ -19,9 +19,7 @@ The gate that audits (Spark started and stopped with it) is
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
@@ -61,16 +59,16 @@ class AuditResult:
         return gate.render()
 
 
-def audited_properties(properties: Mapping[str, Any] | None = None) -> CheckpointProperties:
+def audited_properties(properties: CheckpointProperties | None = None) -> CheckpointProperties:
     """`properties` of a pending checkpoint, marked so that only its audit may complete
     it."""
-    return replace(CheckpointProperties.of(properties), audit=True)
+    return replace(properties or CheckpointProperties(), audit=True)
 
 
 def trigger_audited(
     driver: PipelineDriver,
     checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
-    properties: Mapping[str, Any] | None = None,
+    properties: CheckpointProperties | None = None,
     timeout: float | None = None,
 ) -> PendingCheckpoint:
     """Trigger a checkpoint that only `audit_then_finalize` may complete."""

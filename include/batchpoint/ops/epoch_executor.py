@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from batchpoint.errors import ConfigError
 from batchpoint.ops.audit import AuditResult, audit_then_finalize, trigger_audited
@@ -27,6 +26,7 @@ from batchpoint.ops.epoch_plan import EpochPlan, EpochTaskId, PlannedTask, RunsW
 from batchpoint.ops.runs import RunSettlement, settle_run
 from batchpoint.ops.savepoints import ExportResult, export
 from batchpoint.protocol.checkpoint import CheckpointOutcome, PendingCheckpoint
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.runner import OperatorRunner, OperatorRunReport
@@ -92,7 +92,7 @@ class _Run:
     """The state the steps of one run share."""
 
     plan: EpochPlan
-    properties: Mapping[str, Any] | None
+    properties: CheckpointProperties | None
     pending: PendingCheckpoint | None = None
     outcome: CheckpointOutcome | None = None
     reports: list[OperatorRunReport] = field(default_factory=list)
@@ -188,7 +188,7 @@ class EpochExecutor:
             TaskKind.CLEANUP: self._cleanup,
         }
 
-    def run(self, plan: EpochPlan, properties: Mapping[str, Any] | None = None) -> EpochResult:
+    def run(self, plan: EpochPlan, properties: CheckpointProperties | None = None) -> EpochResult:
         """Every task of `plan` that may run, in order. Raises what made the trigger
         fail (nothing else ran); what a later task raised is the result's `error`."""
         self._check(plan)
@@ -255,7 +255,8 @@ class EpochExecutor:
             decline = progress.declines[0]
             return StepStatus.FAILED, f"task {decline.task} declined: {decline.reason}"
         if progress.missing:
-            return StepStatus.FAILED, f"not acknowledged by: {', '.join(progress.missing)}"
+            missing = ", ".join(map(str, progress.missing))
+            return StepStatus.FAILED, f"not acknowledged by: {missing}"
         return StepStatus.DONE, f"{len(progress.acknowledged)} ack(s)"
 
     def _audit(self, run: _Run, task: PlannedTask) -> Outcome:

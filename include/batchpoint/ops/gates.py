@@ -2,9 +2,9 @@
 (BATCHPOINT_QUALITY_GATE, `--gate`, the restore DAG's `gate_ref`) or a gate object into
 what `verify` reports with and what a restore runs on each candidate.
 
-A reference may name a QualityRestoreGate (what the restore DAG loads, e.g.
-`batchpoint.demo.payments_quality:restore_gate`), a QualityGate, or any callable restore
-gate (`runtime.restore.RestoreGate`)."""
+A reference may name a QualityRestoreGate (what the restore DAG loads, e.g. the
+repository's demo's `demo.payments_quality:restore_gate`), a QualityGate, or any callable
+restore gate (`runtime.restore.RestoreGate`)."""
 
 from __future__ import annotations
 

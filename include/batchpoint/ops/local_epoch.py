@@ -6,8 +6,8 @@ savepoints are the same plan with its audit, or its export, in it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.audit import AuditResult
@@ -23,6 +23,7 @@ from batchpoint.ops.savepoints import ExportResult, export
 from batchpoint.protocol.checkpoint import CheckpointOutcome, CheckpointType
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
@@ -131,7 +132,7 @@ class LocalEpochRunner:
     def run_epoch(
         self,
         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
-        properties: Mapping[str, Any] | None = None,
+        properties: CheckpointProperties | None = None,
         progress: Progress = _quiet,
     ) -> EpochResult:
         """One epoch; what a task raised, once the run is cleaned up."""
@@ -169,7 +170,7 @@ def _local_runner(pipeline: Pipeline, settings: Settings, progress: Progress) ->
 def _savepoint(
     runner: LocalEpochRunner,
     plan: EpochPlan,
-    properties: Mapping[str, Any],
+    properties: CheckpointProperties,
     export: SavepointExport | None,
     progress: Progress,
     allow_non_restored_state: bool,
@@ -206,7 +207,7 @@ def run_savepoint_epoch(
     state of its base unrestored."""
     runner = _local_runner(pipeline, settings, progress)
     plan = runner.plan(CheckpointType.SAVEPOINT)
-    properties = {"description": description, "via": via, "stop_pipeline": stop}
+    properties = CheckpointProperties(description=description, via=via, stop_pipeline=stop)
     result = _savepoint(runner, plan, properties, None, progress, allow_non_restored_state)
     return result.checkpoint_id
 
@@ -241,7 +242,7 @@ def take_savepoint(
         )
     runner = _local_runner(pipeline, settings, progress)
     plan = runner.plan(CheckpointType.SAVEPOINT, export=True)
-    properties = {"description": description, "via": "cli", "stop_pipeline": stop}
+    properties = CheckpointProperties(description=description, via="cli", stop_pipeline=stop)
     result = _savepoint(runner, plan, properties, where, progress, allow_non_restored_state)
     assert result.export is not None, "a completed savepoint is exported"
     return result.export

@@ -154,7 +154,7 @@ def checkpoint_page(coordinator: PipelineHistory, checkpoint_id: int) -> Checkpo
         acks = []  # the detail says why: its status is UNREADABLE, with the problem
     files = [
         {
-            "task": ack.task,
+            "task": str(ack.task),
             "stream": h.name,
             "path": h.path,
             "size": h.size,
@@ -162,7 +162,7 @@ def checkpoint_page(coordinator: PipelineHistory, checkpoint_id: int) -> Checkpo
             "key_groups": None if h.key_group_range is None else list(h.key_group_range),
             "origin": file_origin(h),
         }
-        for ack in sorted(acks, key=lambda a: a.task)
+        for ack in sorted(acks, key=lambda a: str(a.task))
         for h in ack.handles
     ]
     if held is None:

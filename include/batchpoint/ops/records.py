@@ -31,6 +31,7 @@ from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
 from batchpoint.protocol.sinks import SinkManifest
 from batchpoint.quality.report import CandidateReport
+from batchpoint.runtime.restore_plan import RestorePlan
 from batchpoint.sources.barrier import SourceBarrier
 from batchpoint.sources.files import SourceSplit
 from batchpoint.state.format import StateHandle
@@ -57,12 +58,14 @@ RECORDS: tuple[type[codec.Record], ...] = (
 
 #: JSON values stored outside any record, by name: a barrier's offsets (also inside the
 #: pending record), a state handle (inside acks, and beside Spark's state writes), a key
-#: group range (a state file's Parquet metadata), a source split (a Spark task's input).
+#: group range (a state file's Parquet metadata), a source split (a Spark task's input),
+#: a restore plan (the restore DAG's check task hands it to its restore task).
 VALUES: dict[str, type[codec.Value]] = {
     "source-barrier": SourceBarrier,
     "state-handle": StateHandle,
     "key-group-range": KeyGroupRange,
     "source-split": SourceSplit,
+    "restore-plan": RestorePlan,
 }
 
 

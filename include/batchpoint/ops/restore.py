@@ -1,74 +1,35 @@
 """Restore: the candidates newest first (or the one named), each checked for its files
 then by the quality gate, the first that passes restored (head moved, sinks rewound,
 new parallelism registered). `batchpoint restore` runs it in one call; the restore DAG
-splits it into `restore(..., check_only=True)` (its check task) and `apply_restore` (its
-restore task)."""
+splits it into `restore(..., check_only=True)` (its check task, which plans) and
+`apply_restore` (its restore task, which applies the check's RestorePlan)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from batchpoint.ops.gates import GateChoice
+from batchpoint.protocol.claim_mode import ClaimMode
+from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import (
-    AppliedRestore,
     GateOptions,
+    GateSetup,
     RestorePlan,
     RestorePlanner,
+    RestoreRun,
     RestoreSource,
 )
-from batchpoint.runtime.restore_gate import GateResult
+
+__all__ = ["RestoreRun", "apply_restore", "check_restore_deploy", "restore"]
 
 Progress = Callable[[str], None]
 
 
 def _quiet(_line: str) -> None:
     pass
-
-
-@dataclass
-class RestoreRun:
-    plan: RestorePlan
-    gate: GateChoice
-    options: GateOptions
-    dry_run: bool
-    result: AppliedRestore | None = None  # None: refused, or a dry run
-
-    @property
-    def restored(self) -> bool:
-        return self.result is not None
-
-    @property
-    def refused(self) -> bool:
-        return self.plan.chosen is None
-
-    def to_json(self) -> dict[str, Any]:
-        out = self.plan.to_json()
-        out["quality_gate"] = {
-            "enabled": self.options.enabled,
-            "gate": self.gate.name if self.gate.gate is not None else None,
-            "skip_suites": list(self.options.skip_suites),
-            "dry_run": self.dry_run,
-        }
-        out["dry_run"] = self.dry_run
-        out["refused"] = self.plan.refusal_headline() if self.refused else None
-        out["result"] = self.result.to_json() if self.result else None
-        check = self.plan.chosen_check
-        out["restore"] = (
-            None
-            if check is None
-            else {
-                "kind": check.candidate.kind,
-                "checkpoint_id": check.candidate.checkpoint_id,
-                "location": check.candidate.savepoint.uri if check.candidate.savepoint else None,
-                # Recorded with the restore by the task that applies it, which checks
-                # the choice again without the gate.
-                "gate": None if check.gate is None else check.gate.name,
-            }
-        )
-        return out
 
 
 def restore(
@@ -81,7 +42,7 @@ def restore(
     checksums: bool | None = None,
     dry_run: bool = False,
     check_only: bool = False,
-    claim: bool = False,
+    mode: ClaimMode = ClaimMode.NO_CLAIM,
     store_options: Mapping[str, str] | None = None,
     savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
@@ -90,7 +51,7 @@ def restore(
     """Find and check the candidates, then restore to the chosen one. A dry run writes
     nothing; `check_only` stops before the restore too, having written only the
     quarantine of the candidates found damaged and what the gate records (the reports,
-    the quarantine of those it fails). `claim`: CLAIM mode (RestorePlanner.apply)."""
+    the quarantine of those it fails). `mode`: ClaimMode (RestorePlanner.apply)."""
     planner = RestorePlanner(
         driver,
         gate=gate.gate,
@@ -101,36 +62,51 @@ def restore(
         savepoint_roots=savepoint_roots,
         record=not dry_run,
     )
-    run = RestoreRun(planner.plan(source, parallelism), gate, options, dry_run)
+    setup = GateSetup(
+        options.enabled,
+        gate.name if gate.gate is not None else None,
+        options.skip_suites,
+        gate.description,
+    )
+    plan = planner.plan(source, parallelism)
+    run = RestoreRun(plan, setup, dry_run)
     if not (run.refused or dry_run or check_only):
         # the gate is not asked again
-        run.result = planner.apply(
-            run.plan, claim=claim, allow_non_restored_state=allow_non_restored_state
-        )
+        applied = planner.apply(plan, mode=mode, allow_non_restored_state=allow_non_restored_state)
+        run = replace(applied, gate=setup)
     return run
 
 
 def apply_restore(
     driver: PipelineDriver,
-    chosen: Mapping[str, Any],
-    parallelism: Any = None,
+    plan: RestorePlan,
     *,
-    claim: bool = False,
+    mode: ClaimMode = ClaimMode.NO_CLAIM,
     store_options: Mapping[str, str] | None = None,
     savepoint_roots: Sequence[str] | None = None,
     progress: Progress = _quiet,
     allow_non_restored_state: bool = False,
-) -> AppliedRestore:
-    """Restore to what an earlier check chose (`RestoreRun.to_json()["restore"]`). It is
-    checked again without the gate (it passed already): the files must still be there,
-    and 'latest' must not slide to a newer checkpoint meanwhile. The restore is recorded
-    as passed by the gate that passed it in that check."""
-    source = chosen.get("location") or chosen.get("checkpoint_id")
+) -> RestoreRun:
+    """Restore to what an earlier check chose (its RestorePlan, e.g. read back from the
+    check task's XCom). Its target is checked again without the gate (it passed
+    already): the files must still be there, and `latest` does not slide to a newer
+    checkpoint meanwhile. The restore is recorded as passed by the gate that passed it
+    in that check."""
     planner = RestorePlanner(
         driver, store_options=store_options, progress=progress, savepoint_roots=savepoint_roots
     )
-    plan = planner.plan(RestoreSource.parse(source), parallelism or None)
-    if (gate := chosen.get("gate")) is not None and plan.chosen_check is not None:
-        # The check's verdict, recorded with the restore; the gate does not run twice.
-        plan.chosen_check.gate = GateResult(True, "passed in the check", name=gate)
-    return planner.apply(plan, claim=claim, allow_non_restored_state=allow_non_restored_state)
+    return planner.apply(plan, mode=mode, allow_non_restored_state=allow_non_restored_state)
+
+
+def check_restore_deploy(
+    driver: PipelineDriver,
+    plan: RestorePlan,
+    allow_non_restored_state: bool = False,
+    *,
+    store_options: Mapping[str, str] | None = None,
+    savepoint_roots: Sequence[str] | None = None,
+) -> DeployPlan | None:
+    """The deploy plan of the code on what `plan` chose (None: nothing to check), or
+    DeployRefused: what the restore would refuse, found by the check already."""
+    planner = RestorePlanner(driver, store_options=store_options, savepoint_roots=savepoint_roots)
+    return planner.check_deploy(plan, allow_non_restored_state)

@@ -25,7 +25,6 @@ from batchpoint.protocol.checkpoint import (
     DeclineResult,
     PendingCheckpoint,
 )
-from batchpoint.protocol.layout import split_task_name
 from batchpoint.protocol.pipeline_ports import CheckpointDecisions
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import (
@@ -52,7 +51,7 @@ def trigger_for_run(
     driver: PipelineDriver,
     run_id: str,
     checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
-    properties: Mapping[str, Any] | None = None,
+    properties: CheckpointProperties | None = None,
     *,
     audit: bool = False,
 ) -> PendingCheckpoint:
@@ -63,7 +62,7 @@ def trigger_for_run(
     for pending in driver.coordinator.pending_checkpoints():
         if pending.properties.scheduler_run_id == run_id:
             return pending
-    properties = replace(CheckpointProperties.of(properties), scheduler_run_id=run_id)
+    properties = replace(properties or CheckpointProperties(), scheduler_run_id=run_id)
     if audit:
         properties = audited_properties(properties)
     return driver.trigger(checkpoint_type, properties=properties)
@@ -80,7 +79,7 @@ def decline_operator(
     memory, lost executor) and will not be retried, every subtask that has not acked: the
     checkpoint then aborts at once instead of waiting for its timeout."""
     progress = coordinator.progress(checkpoint_id)
-    tasks = [t for t in progress.missing if split_task_name(t)[0] == operator]
+    tasks = [t for t in progress.missing if t.operator == operator]
     return [coordinator.decline(checkpoint_id, t, attempt, reason) for t in tasks]
 
 

@@ -25,7 +25,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
-from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.ports import Clock
 from batchpoint.protocol.settlement import Abort
 
@@ -54,7 +54,7 @@ class AckAccounting:
     def acknowledge(
         self,
         checkpoint_id: int,
-        task: str,
+        task: TaskId,
         attempt: str,
         handles: Iterable[FileHandle] = (),
         metrics: TaskMetrics | None = None,
@@ -65,7 +65,7 @@ class AckAccounting:
         pending = self._reads.get_pending(checkpoint_id)
         # the operator's uid as the trigger recorded it: what later checkpoints find
         # this task's state by, whatever the operator is called then
-        uid = pending.operator_uid(split_task_name(task)[0]) if pending is not None else ""
+        uid = pending.operator_uid(task.operator) if pending is not None else ""
         ack = AckRecord(
             checkpoint_id, task, attempt, handles, metrics or TaskMetrics(), self._clock(), uid
         )
@@ -101,7 +101,7 @@ class AckAccounting:
             return TaskAcknowledgeResult.SUCCESS
         return TaskAcknowledgeResult.DUPLICATE
 
-    def decline(self, checkpoint_id: int, task: str, attempt: str, reason: str) -> DeclineResult:
+    def decline(self, checkpoint_id: int, task: TaskId, attempt: str, reason: str) -> DeclineResult:
         """A task cannot take part: abort the checkpoint at once rather than waiting for
         the timeout (Flink's declineCheckpoint)."""
         pending = self._reads.get_pending(checkpoint_id)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint import codec
-from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.layout import TASK_ID, TASK_IDS, TaskId
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.topology import Topology, derived_topology
 
@@ -173,7 +173,7 @@ class PendingCheckpointV1(codec.Value):
     restore_generation: int = codec.field()
     barrier: Mapping[str, Any] = codec.field()
     base_barrier: Mapping[str, Any] = codec.field()
-    expected_tasks: tuple[str, ...] = codec.field()
+    expected_tasks: tuple[TaskId, ...] = codec.field(adapter=TASK_IDS)
     trigger_time: float = codec.time()
     deadline: float = codec.time()
     properties: CheckpointProperties = field(default_factory=CheckpointProperties)
@@ -201,7 +201,7 @@ class PendingCheckpoint(codec.Record):
     restore_generation: int = codec.field()
     barrier: Mapping[str, Any] = codec.field()  # per source: the offsets this epoch reads up to
     base_barrier: Mapping[str, Any] = codec.field()  # per source: the base checkpoint's offsets
-    expected_tasks: tuple[str, ...] = codec.field()
+    expected_tasks: tuple[TaskId, ...] = codec.field(adapter=TASK_IDS)
     trigger_time: float = codec.time()
     deadline: float = codec.time()
     properties: CheckpointProperties = field(default_factory=CheckpointProperties)
@@ -234,7 +234,7 @@ class AckRecordV1(codec.Value):
     """Version 1: the task's operator was known by its name only."""
 
     checkpoint_id: int
-    task: str
+    task: TaskId = codec.field(adapter=TASK_ID)
     attempt: str
     handles: tuple[FileHandle, ...]
     metrics: TaskMetrics = codec.field(missing=TaskMetrics())
@@ -258,7 +258,7 @@ class AckRecord(codec.Record):
     READS = {1: codec.Upgrade(AckRecordV1, _ack_from_v1)}
 
     checkpoint_id: int
-    task: str
+    task: TaskId = codec.field(adapter=TASK_ID)
     attempt: str
     handles: tuple[FileHandle, ...]
     metrics: TaskMetrics = codec.field(missing=TaskMetrics())  # acks before metrics: zeros
@@ -267,7 +267,7 @@ class AckRecord(codec.Record):
 
     def __post_init__(self) -> None:
         if not self.operator_uid:
-            object.__setattr__(self, "operator_uid", split_task_name(self.task)[0])
+            object.__setattr__(self, "operator_uid", self.task.operator)
 
     @property
     def state_size(self) -> int:
@@ -300,7 +300,7 @@ class DeclineRecord(codec.Record):
     VERSION = 1
 
     checkpoint_id: int
-    task: str
+    task: TaskId = codec.field(adapter=TASK_ID)
     attempt: str
     reason: str
     declined_at: float = codec.time()
@@ -343,7 +343,7 @@ class CompletedCheckpoint:
     def rows(self) -> int:
         return sum(ack.rows for ack in self.acks)
 
-    def ack_for(self, task: str) -> AckRecord | None:
+    def ack_for(self, task: TaskId) -> AckRecord | None:
         return next((a for a in self.acks if a.task == task), None)
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from batchpoint.protocol.checkpoint import AckRecord, FileHandle
-from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import ProgressFn
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.storage.base import ObjectInfo, ObjectStore
@@ -44,8 +44,7 @@ class CheckpointFiles:
         checkpoint, in a folder named by the attempt id. A handle pointing anywhere else
         is another checkpoint's, another attempt's or another task's file (a sink
         references its input channel's files), which is never ours to delete."""
-        operator = split_task_name(ack.task)[0]
-        data = self._layout.operator_data_prefix(ack.checkpoint_id, operator)
+        data = self._layout.operator_data_prefix(ack.checkpoint_id, ack.task.operator)
         own = [
             h.path
             for h in ack.handles

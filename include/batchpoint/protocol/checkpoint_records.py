@@ -19,6 +19,7 @@ from batchpoint.protocol.checkpoint import (
     DeclineRecord,
     PendingCheckpoint,
 )
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.restores import RestoreRecord
 
@@ -64,7 +65,7 @@ class CheckpointRecords(CheckpointReads):
         except ObjectAlreadyExists:
             return False, AckRecord.decode(key, self._store.get(key).data)
 
-    def has_ack(self, checkpoint_id: int, task: str) -> bool:
+    def has_ack(self, checkpoint_id: int, task: TaskId) -> bool:
         return self._store.exists(self._layout.ack(checkpoint_id, task))
 
     def create_decline(self, decline: DeclineRecord) -> None:

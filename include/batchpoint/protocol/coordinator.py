@@ -60,15 +60,16 @@ from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.finalizer import AuditJudge, CheckpointFinalizer
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.ids import CheckpointIDCounter
-from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import Clock
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.publish import CompletionNotifier, PublishReport, SinkTarget
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.reads import AckProgress
 from batchpoint.protocol.repair import Repairer, RepairReport
 from batchpoint.protocol.reports import StoredReports
-from batchpoint.protocol.restorer import CheckpointRestorer, RestoreResult
+from batchpoint.protocol.restorer import CheckpointRestorer
 from batchpoint.protocol.savepoint_transfer import ImportSteps, Savepoints
 from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.protocol.sink_tables import SinkTables
@@ -200,7 +201,7 @@ class CheckpointCoordinator:
     def status(self, checkpoint_id: int) -> CheckpointStatus | None:
         return self.records.status(checkpoint_id)
 
-    def acks(self, checkpoint_id: int) -> dict[str, AckRecord]:
+    def acks(self, checkpoint_id: int) -> dict[TaskId, AckRecord]:
         return self.records.acks(checkpoint_id)
 
     def declines(self, checkpoint_id: int) -> list[DeclineRecord]:
@@ -250,7 +251,7 @@ class CheckpointCoordinator:
         barrier: Mapping[str, Any],
         *,
         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
-        properties: Mapping[str, Any] | None = None,
+        properties: CheckpointProperties | None = None,
         timeout: float | None = None,
         spec: PipelineSpec | None = None,
         topology: Topology | None = None,
@@ -281,7 +282,7 @@ class CheckpointCoordinator:
     def acknowledge(
         self,
         checkpoint_id: int,
-        task: str,
+        task: TaskId,
         attempt: str,
         handles: Iterable[FileHandle] = (),
         metrics: TaskMetrics | None = None,
@@ -289,7 +290,7 @@ class CheckpointCoordinator:
         """Flink's PendingCheckpoint.acknowledgeTask (protocol/ack_accounting.py)."""
         return self.ack_accounting.acknowledge(checkpoint_id, task, attempt, handles, metrics)
 
-    def decline(self, checkpoint_id: int, task: str, attempt: str, reason: str) -> DeclineResult:
+    def decline(self, checkpoint_id: int, task: TaskId, attempt: str, reason: str) -> DeclineResult:
         """Flink's declineCheckpoint: the checkpoint aborts at once."""
         return self.ack_accounting.decline(checkpoint_id, task, attempt, reason)
 
@@ -321,7 +322,9 @@ class CheckpointCoordinator:
         """Abort a pending checkpoint; returns the outcome that holds."""
         return self.finalizer.abort(checkpoint_id, reason, message)
 
-    def expire(self, checkpoint_id: int, missing: Iterable[str] | None = None) -> CheckpointOutcome:
+    def expire(
+        self, checkpoint_id: int, missing: Iterable[TaskId] | None = None
+    ) -> CheckpointOutcome:
         """Abort as EXPIRED, naming the tasks that did not acknowledge it in time."""
         return self.finalizer.expire(checkpoint_id, missing)
 
@@ -340,25 +343,6 @@ class CheckpointCoordinator:
         """Publish the sinks' staged output of a completed checkpoint of the current
         timeline (protocol/publish.py). Idempotent."""
         return self.notifier.notify_checkpoint_complete(checkpoint_id, sinks)
-
-    def restore(
-        self,
-        checkpoint_id: int | None = None,
-        *,
-        checksums: bool | None = None,
-        claim: bool = False,
-        allow_non_restored_state: bool = False,
-    ) -> RestoreResult:
-        """Point the head at a retained completed checkpoint or savepoint (the newest
-        intact, unquarantined one when none is given) in one CAS, then rewind the sinks.
-        `claim`: take ownership of it (CLAIM mode; see protocol/restorer.py).
-        `allow_non_restored_state` is recorded for the first trigger after it."""
-        return self.restorer.restore(
-            checkpoint_id,
-            checksums=checksums,
-            claim=claim,
-            allow_non_restored_state=allow_non_restored_state,
-        )
 
     def finish_restore(self) -> None:
         """Roll a restore that has not rewound its sinks forward (any actor may)."""

@@ -17,6 +17,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlRecord, PendingEntry
+from batchpoint.protocol.layout import TaskId
 
 
 class CheckpointRequestDecider:
@@ -96,7 +97,7 @@ class CheckpointRequestDecider:
         checkpoint_type: CheckpointType,
         base: PendingCheckpoint | None,
         barrier: Mapping[str, Any],
-        expected_tasks: Sequence[str],
+        expected_tasks: Sequence[TaskId],
         *,
         base_held_elsewhere: bool,
     ) -> None:

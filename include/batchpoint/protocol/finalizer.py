@@ -39,6 +39,7 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlUnreadable, PendingEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.ports import Clock
 from batchpoint.protocol.settlement import (
     Abort,
@@ -55,7 +56,7 @@ AuditJudge = Callable[[CompletedCheckpoint], str | None]
 
 
 def completed_of(
-    pending: PendingCheckpoint, acks: Mapping[str, AckRecord], now: float
+    pending: PendingCheckpoint, acks: Mapping[TaskId, AckRecord], now: float
 ) -> CompletedCheckpoint:
     """The checkpoint as it completes: every expected task's ack, in the expected order
     (every one must be in)."""
@@ -277,7 +278,9 @@ class CheckpointFinalizer:
         self._settle_outcome(outcome, won)
         return won, outcome
 
-    def expire(self, checkpoint_id: int, missing: Iterable[str] | None = None) -> CheckpointOutcome:
+    def expire(
+        self, checkpoint_id: int, missing: Iterable[TaskId] | None = None
+    ) -> CheckpointOutcome:
         """Abort the checkpoint as EXPIRED, naming the tasks that did not acknowledge it
         in time (those still missing when `missing` is None). A checkpoint already
         settled keeps its outcome."""
@@ -289,7 +292,7 @@ class CheckpointFinalizer:
         return self.abort(
             checkpoint_id,
             CheckpointFailureReason.EXPIRED,
-            expired_message(pending, tasks or ["nobody missing"]),
+            expired_message(pending, tasks),
         )
 
     def _decide(self, outcome: CheckpointOutcome) -> tuple[bool, CheckpointOutcome]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from batchpoint import codec
 from batchpoint.errors import ConfigError
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -47,7 +48,9 @@ def parse_checkpoint_dir_name(name: str) -> int | None:
 @dataclass(frozen=True, order=True)
 class TaskId:
     """One subtask of an operator, Flink's ExecutionVertex id. Records store it as its
-    `str()`, ``operator#subtask``: that text is the stored form, so it must never change."""
+    `str()`, ``operator#subtask`` (TASK_ID, below): that text is the stored form, so
+    it must never change. Text becomes a TaskId once, where it enters (a record read, a
+    test's or a tool's argument): the protocol takes and returns TaskIds."""
 
     operator: str
     subtask: int
@@ -63,18 +66,23 @@ class TaskId:
             raise ValueError(f"task name {task!r} is not of the form operator#subtask")
         return cls(operator, int(subtask))
 
-    @classmethod
-    def of(cls, task: str | TaskId) -> TaskId:
-        return task if isinstance(task, TaskId) else cls.parse(task)
+
+def _task_id(text: str) -> TaskId:
+    try:
+        return TaskId.parse(text)
+    except ValueError as exc:
+        raise codec.Invalid(str(exc)) from None
 
 
-def task_name(operator: str, subtask: int) -> str:
-    return str(TaskId(operator, subtask))
-
-
-def split_task_name(task: str) -> tuple[str, int]:
-    task_id = TaskId.parse(task)
-    return task_id.operator, task_id.subtask
+#: A record's task (`codec.field(adapter=TASK_ID)`): stored as its text, `operator#subtask`,
+#: exactly as before TaskId; text that is no task id makes the record corrupt.
+TASK_ID = codec.Adapter(stored=str, dump=str, load=lambda text, _: _task_id(text))
+#: A record's tasks, stored as the list of their texts.
+TASK_IDS = codec.Adapter(
+    stored=tuple[str, ...],
+    dump=lambda tasks: tuple(str(t) for t in tasks),
+    load=lambda texts, _: tuple(_task_id(t) for t in texts),
+)
 
 
 @dataclass(frozen=True)
@@ -138,16 +146,14 @@ class PipelineLayout:
     def acks_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "acks/"
 
-    def ack(self, checkpoint_id: int, task: str | TaskId) -> str:
-        t = TaskId.of(task)
-        return f"{self.acks_prefix(checkpoint_id)}{t.operator}/{t.subtask}.json"
+    def ack(self, checkpoint_id: int, task: TaskId) -> str:
+        return f"{self.acks_prefix(checkpoint_id)}{task.operator}/{task.subtask}.json"
 
     def declines_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "declines/"
 
-    def decline(self, checkpoint_id: int, task: str | TaskId, attempt: str) -> str:
-        t = TaskId.of(task)
-        return f"{self.declines_prefix(checkpoint_id)}{t.operator}/{t.subtask}/{attempt}.json"
+    def decline(self, checkpoint_id: int, task: TaskId, attempt: str) -> str:
+        return f"{self.declines_prefix(checkpoint_id)}{task.operator}/{task.subtask}/{attempt}.json"
 
     def quality_report(self, checkpoint_id: int) -> str:
         return self.checkpoint(checkpoint_id) + "quality.json"
@@ -172,8 +178,8 @@ class PipelineLayout:
     def operator_data_prefix(self, checkpoint_id: int, operator: str) -> str:
         return f"{self.data_prefix(checkpoint_id)}{operator}/"
 
-    def task_data_prefix(self, checkpoint_id: int, task: str | TaskId, attempt: str) -> str:
+    def task_data_prefix(self, checkpoint_id: int, task: TaskId, attempt: str) -> str:
         """A folder for one attempt of one task: attempt-scoped, so retries and
         speculative attempts never overwrite each other."""
-        t = TaskId.of(task)
-        return f"{self.operator_data_prefix(checkpoint_id, t.operator)}{t.subtask}/{attempt}/"
+        operator_folder = self.operator_data_prefix(checkpoint_id, task.operator)
+        return f"{operator_folder}{task.subtask}/{attempt}/"

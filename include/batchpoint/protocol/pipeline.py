@@ -14,7 +14,7 @@ from typing import Any
 
 from batchpoint import codec
 from batchpoint.errors import PipelineSpecError
-from batchpoint.protocol.layout import check_name, task_name
+from batchpoint.protocol.layout import TaskId, check_name
 from batchpoint.state.keygroups import check_parallelism
 
 
@@ -49,8 +49,8 @@ class OperatorSpec(codec.Value):
         # A source is not a running task: the trigger's barrier is its whole contribution.
         return self.kind is not OperatorKind.SOURCE
 
-    def tasks(self) -> list[str]:
-        return [task_name(self.name, i) for i in range(self.parallelism)] if self.has_tasks else []
+    def tasks(self) -> list[TaskId]:
+        return [TaskId(self.name, i) for i in range(self.parallelism)] if self.has_tasks else []
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class PipelineSpec(codec.Record):
                 return op
         raise PipelineSpecError(f"pipeline '{self.name}' has no operator '{name}'")
 
-    def expected_tasks(self) -> tuple[str, ...]:
+    def expected_tasks(self) -> tuple[TaskId, ...]:
         return tuple(t for op in self.topological_order() for t in op.tasks())
 
     def topological_order(self) -> list[OperatorSpec]:

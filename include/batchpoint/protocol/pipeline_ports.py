@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from batchpoint.protocol.finalizer import AuditJudge
     from batchpoint.protocol.gc import GarbageCollector
     from batchpoint.protocol.ids import CheckpointIDCounter
+    from batchpoint.protocol.layout import TaskId
     from batchpoint.protocol.pipeline import PipelineSpec
     from batchpoint.protocol.ports import Clock
     from batchpoint.protocol.quarantine import QuarantineStore
@@ -84,7 +85,7 @@ class PipelineHistory(Protocol):
 
     def get_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint: ...
 
-    def acks(self, checkpoint_id: int) -> dict[str, AckRecord]: ...
+    def acks(self, checkpoint_id: int) -> dict[TaskId, AckRecord]: ...
 
     def declines(self, checkpoint_id: int) -> list[DeclineRecord]: ...
 
@@ -97,14 +98,14 @@ class CheckpointDecisions(PipelineHistory, Protocol):
     def acknowledge(
         self,
         checkpoint_id: int,
-        task: str,
+        task: TaskId,
         attempt: str,
         handles: Iterable[FileHandle] = (),
         metrics: TaskMetrics | None = None,
     ) -> TaskAcknowledgeResult: ...
 
     def decline(
-        self, checkpoint_id: int, task: str, attempt: str, reason: str
+        self, checkpoint_id: int, task: TaskId, attempt: str, reason: str
     ) -> DeclineResult: ...
 
     def try_finalize(
@@ -124,7 +125,7 @@ class CheckpointDecisions(PipelineHistory, Protocol):
     ) -> CheckpointOutcome: ...
 
     def expire(
-        self, checkpoint_id: int, missing: Iterable[str] | None = None
+        self, checkpoint_id: int, missing: Iterable[TaskId] | None = None
     ) -> CheckpointOutcome: ...
 
     def settle(self) -> list[CheckpointOutcome]: ...

@@ -21,7 +21,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.control_store import ControlStore
-from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
+from batchpoint.protocol.layout import PipelineLayout, TaskId, parse_checkpoint_dir_name
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.storage.base import ObjectStore
 
@@ -32,8 +32,8 @@ class AckProgress:
 
     checkpoint_id: int
     status: CheckpointStatus | None  # None: no such checkpoint
-    acknowledged: tuple[str, ...]
-    missing: tuple[str, ...]
+    acknowledged: tuple[TaskId, ...]
+    missing: tuple[TaskId, ...]
     declines: tuple[DeclineRecord, ...]
     outcome: CheckpointOutcome | None
 
@@ -142,7 +142,7 @@ class CheckpointReads:
             return outcome.status
         return CheckpointStatus.PENDING if self.get_pending(checkpoint_id) else None
 
-    def acks(self, checkpoint_id: int) -> dict[str, AckRecord]:
+    def acks(self, checkpoint_id: int) -> dict[TaskId, AckRecord]:
         keys = [info.key for info in self._store.list(self._layout.acks_prefix(checkpoint_id))]
 
         def read(key: str) -> AckRecord | None:

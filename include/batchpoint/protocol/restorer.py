@@ -1,16 +1,18 @@
 """Restore: move the head to a retained checkpoint in one conditional write, then rewind
 the sinks, in a way that either finishes or changes nothing.
 
-Before the CAS the target is validated: retained, not quarantined (on every restore
-path, gated or not), its outcome record readable and every file intact (size and, by
-default, sha256). "latest" walks the retained set newest first and skips damaged,
-unreadable and quarantined candidates as findings; a candidate whose damage its records
-or files prove (not a storage error, which fails the restore, changing nothing) is
-quarantined with the finding as the reason, so no later restore, repair or form offers
-it again until it is released. The CAS itself requires the target to still be retained (GC
-only deletes files of discarded ids, and an id leaves `retained` before it can be
-discarded, so a target that wins the CAS keeps its files), bumps the generation and
-abandons every pending checkpoint. The rest is a roll-forward that any actor finishes
+Before the CAS the target is validated by the one candidate walk (restore_candidates.py):
+retained, not quarantined (on every restore path, gated or not), its outcome record
+readable and every file intact (size and, by default, sha256). "latest" walks the
+retained set newest first and skips damaged, unreadable and quarantined candidates as
+findings; a candidate whose damage its records or files prove (not a storage error,
+which fails the restore, changing nothing) is quarantined with the finding as the reason
+(`condemn`), so no later restore, repair or form offers it again until it is released.
+`restore` is the one way in: it moves the head to what the walk (or an import) chose,
+in the mode the caller asks (claim_mode.py). The CAS itself requires the target to
+still be retained (GC only deletes files of discarded ids, and an id leaves `retained`
+before it can be discarded, so a target that wins the CAS keeps its files), bumps the
+generation and abandons every pending checkpoint. The rest is a roll-forward that any actor finishes
 (`finish`): abort the abandoned checkpoints, rewind every sink manifest, then mark
 `sinks_rewound`. Losing the race (the target left `retained`) changes nothing.
 """
@@ -18,69 +20,29 @@ abandons every pending checkpoint. The rest is a roll-forward that any actor fin
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
 from batchpoint.protocol import stopping
-from batchpoint.protocol.checkpoint import (
-    CheckpointFailureReason,
-    CompletedCheckpoint,
-)
+from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
+from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, RestoreInFlight
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
-from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
-from batchpoint.protocol.ports import AbortCheckpoint, Clock, ProgressFn
-from batchpoint.protocol.quarantine import QuarantineRecord, QuarantineStore
+from batchpoint.protocol.ports import AbortCheckpoint, Clock
+from batchpoint.protocol.quarantine import QuarantineStore
+from batchpoint.protocol.restore_candidates import (
+    Chosen,
+    Examination,
+    RestoreCandidates,
+    cannot_restore,
+    left_retained,
+)
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sinks import SinkPublisher
-
-
-@dataclass(frozen=True)
-class RestoreResult:
-    """Where the head went, and which candidates were skipped on the way."""
-
-    head: HeadPointer
-    findings: tuple[Finding, ...] = ()
-
-    @property
-    def checkpoint_id(self) -> int | None:
-        return self.head.checkpoint_id
-
-    @property
-    def restore_generation(self) -> int:
-        return self.head.restore_generation
-
-    @property
-    def moved_at(self) -> float:
-        return self.head.moved_at
-
-    @property
-    def cause(self) -> HeadMoveCause:
-        return self.head.cause
-
-
-@dataclass(frozen=True)
-class Examination:
-    """What a restore found about one retained candidate before moving the head to it."""
-
-    checkpoint_id: int
-    completed: CompletedCheckpoint | None = None  # None: its outcome could not be read
-    problem: str | None = None  # why it must not be restored, in one line
-    details: tuple[str, ...] = ()  # each file problem, when files are at fault
-    held: QuarantineRecord | None = None  # quarantined already
-    damaged: bool = False  # the problem is proven by its records or files
-
-    @property
-    def restorable(self) -> bool:
-        return self.problem is None and self.completed is not None
-
-
-def _release_hint(checkpoint_id: int) -> str:
-    return f"release it with `batchpoint quarantine release {checkpoint_id}` first"
 
 
 class CheckpointRestorer:
@@ -106,6 +68,15 @@ class CheckpointRestorer:
         self._clock = clock
         self._abort = abort
         self._verify_checksums = verify_checksums
+        self.candidates = RestoreCandidates(
+            pipeline=records.pipeline,
+            retained=lambda: self._read_control().retained_ids(),
+            held=quarantine.held,
+            outcome=completed.get,
+            files=lambda done, checksums, progress: completed.check_files(
+                done, checksums=checksums, progress=progress
+            ),
+        )
 
     @property
     def _pipeline(self) -> str:
@@ -113,129 +84,38 @@ class CheckpointRestorer:
 
     def restore(
         self,
-        checkpoint_id: int | None = None,
+        target: Examination,
         *,
-        checksums: bool | None = None,
-        claim: bool = False,
-        allow_non_restored_state: bool = False,
-    ) -> RestoreResult:
-        """Move the head to `checkpoint_id` (or the newest restorable). With `claim`
-        (Flink's CLAIM mode) the pipeline takes ownership of the restored checkpoint: a
-        savepoint or a checkpoint kept forever becomes subsumable, so retention drops it
-        once newer checkpoints complete and GC deletes its files. Without (NO_CLAIM, the
-        default) it stays exactly as retained as before. Either way the first new
-        checkpoint shares no file with it: every checkpoint is a full snapshot."""
-        checksums = self._verify_checksums if checksums is None else checksums
-        self.finish()
-        control = self._read_control()
-        explicit = checkpoint_id is not None
-        if explicit:
-            if control.retained_entry(checkpoint_id) is None:
-                raise RestoreRefused(
-                    f"checkpoint {checkpoint_id} of pipeline '{self._pipeline}' is not retained "
-                    f"(retained: {control.retained_ids() or 'none'})"
-                )
-            candidates = [checkpoint_id]
-        else:
-            candidates = sorted(control.retained_ids(), reverse=True)
-            if not candidates:
-                raise RestoreRefused(f"pipeline '{self._pipeline}' has no retained checkpoint")
-        findings: list[Finding] = []
-        for cid in candidates:
-            examined = self.examine(cid, checksums)
-            problem = examined.problem
-            if problem is None:
-                moved = self._move(cid, claim, allow_non_restored_state)
-                if moved is not None:
-                    self.finish()
-                    return RestoreResult(HeadPointer.of(moved), tuple(findings))
-                problem = "it left the retained set while restoring (nothing changed)"
-            elif self.condemn(examined):
-                problem += f"; quarantined ({_release_hint(cid)} once it is mended)"
-            if explicit:
-                raise RestoreRefused(
-                    f"checkpoint {cid} of pipeline '{self._pipeline}' cannot be restored: {problem}"
-                )
-            findings.append(Finding(f"checkpoint {cid}", problem, cid))
-        listed = "; ".join(map(str, findings))
-        raise RestoreRefused(
-            f"pipeline '{self._pipeline}': no retained checkpoint can be restored ({listed})"
-        )
-
-    def restore_examined(
-        self,
-        examined: Examination,
-        *,
-        claim: bool = False,
+        mode: ClaimMode = ClaimMode.NO_CLAIM,
         allow_non_restored_state: bool = False,
         gate: str | None = None,
-    ) -> RestoreResult:
-        """Move the head to a target the caller examined (`examine`; or an import, which
-        completes a checkpoint only once its files check out): that verdict is the
-        validation, not repeated here. What only the CAS can hold is: the target must
-        still be retained when the head moves, or nothing changes (RestoreRefused).
-        `claim` and `allow_non_restored_state` as for `restore`; `gate`: the name of the
-        gate that passed the target, recorded with the restore (None: ungated)."""
-        cid = examined.checkpoint_id
-        if not examined.restorable:
-            raise RestoreRefused(
-                f"checkpoint {cid} of pipeline '{self._pipeline}' cannot be restored: "
-                f"{examined.problem}"
-            )
+    ) -> HeadPointer:
+        """The one way in: move the head to a target the caller examined (chosen by
+        `candidates`, or an import, which completes a checkpoint only once its files
+        check out): that verdict is the validation, not repeated here. What only the
+        CAS can hold is: the target must still be retained when the head moves, or
+        nothing changes (RestoreRefused). `mode` (claim_mode.py): with CLAIM the
+        pipeline owns the restored checkpoint from now on, so retention may drop it;
+        NO_CLAIM (the default) leaves it as retained as it was. Either way the first
+        new checkpoint shares no file with it: every checkpoint is a full snapshot.
+        `allow_non_restored_state` is recorded for the first trigger after it; `gate`:
+        the name of the gate that passed the target (None: ungated)."""
+        cid = target.checkpoint_id
+        if not target.restorable:
+            raise cannot_restore(self._pipeline, cid, target.problem)
         self.finish()
-        moved = self._move(cid, claim, allow_non_restored_state, gate)
+        moved = self._move(cid, mode, allow_non_restored_state, gate)
         if moved is None:
-            raise RestoreRefused(
-                f"checkpoint {cid} of pipeline '{self._pipeline}' left the retained set "
-                "while restoring (nothing changed)"
-            )
+            raise left_retained(self._pipeline, cid)
         self.finish()
-        return RestoreResult(HeadPointer.of(moved))
+        return HeadPointer.of(moved)
 
-    def problem(self, checkpoint_id: int, checksums: bool) -> str | None:
-        """Why a retained checkpoint must not be restored, or None."""
-        return self.examine(checkpoint_id, checksums).problem
-
-    def examine(self, checkpoint_id: int, checksums: bool) -> Examination:
-        """Quarantine, outcome record, then files: the first that fails is the problem.
-        A storage error (unreachable, throttled) is raised, never a finding: it proves
-        nothing about the checkpoint."""
-        return self.check_files(self.read_candidate(checkpoint_id), checksums)
-
-    def read_candidate(self, checkpoint_id: int) -> Examination:
-        """The candidate's quarantine mark and outcome record, not its files."""
-        held = self.quarantine.held(checkpoint_id)
-        if held is not None:
-            problem = f"{held.describe()} ({_release_hint(checkpoint_id)})"
-            return Examination(checkpoint_id, problem=problem, held=held)
-        try:
-            completed = self._completed.get(checkpoint_id)
-        except RecordError as exc:
-            return Examination(checkpoint_id, problem=f"unreadable record: {exc}", damaged=True)
-        except CheckpointNotFound as exc:  # retained, yet no completed outcome
-            return Examination(checkpoint_id, problem=str(exc), damaged=True)
-        return Examination(checkpoint_id, completed)
-
-    def check_files(
-        self, examined: Examination, checksums: bool, progress: ProgressFn | None = None
-    ) -> Examination:
-        """Every file of a readable candidate: present, its size and (with `checksums`)
-        its sha256 as recorded."""
-        if not examined.restorable or examined.completed is None:
-            return examined
-        problems = self._completed.check_files(
-            examined.completed, checksums=checksums, progress=progress
-        )
-        if not problems:
-            return examined
-        shown = "; ".join(map(str, problems[:3]))
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        return replace(
-            examined,
-            problem=f"{len(problems)} file(s) not intact: {shown}{more}",
-            details=tuple(map(str, problems)),
-            damaged=True,
-        )
+    def choose(self, checkpoint_id: int | None = None, checksums: bool | None = None) -> Chosen:
+        """The walk a restore of `checkpoint_id` (None: the newest restorable) takes,
+        quarantining what it finds damaged (`condemn`); `checksums` defaults to the
+        configuration's."""
+        checksums = self._verify_checksums if checksums is None else checksums
+        return self.candidates.choose(checkpoint_id, checksums, self.condemn)
 
     def condemn(self, examined: Examination) -> bool:
         """Quarantine a candidate whose damage its records or files prove, the finding as
@@ -266,7 +146,7 @@ class CheckpointRestorer:
         return found[0]
 
     def _move(
-        self, target: int, claim: bool, allow: bool = False, gate: str | None = None
+        self, target: int, mode: ClaimMode, allow: bool, gate: str | None
     ) -> ControlRecord | None:
         now = self._clock()
 
@@ -274,7 +154,7 @@ class CheckpointRestorer:
             entry = None if current is None else current.retained_entry(target)
             if current is None or entry is None:
                 return None
-            if claim and not entry.claimed:
+            if mode.claims and not entry.claimed:
                 retained = tuple(
                     replace(e, claimed=True) if e.checkpoint_id == target else e
                     for e in current.retained

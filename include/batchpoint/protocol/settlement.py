@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from batchpoint.protocol.checkpoint import AckRecord, CheckpointFailureReason, PendingCheckpoint
-from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.layout import TaskId
 
 if TYPE_CHECKING:
     # Only its shape: the rules read nothing themselves.
@@ -47,8 +47,8 @@ class FinalizeWait(enum.StrEnum):
 
 
 def overdue_tasks(
-    pending: PendingCheckpoint, acks: Mapping[str, AckRecord], now: float
-) -> list[str]:
+    pending: PendingCheckpoint, acks: Mapping[TaskId, AckRecord], now: float
+) -> list[TaskId]:
     """The tasks that make the checkpoint expire, or none: those still missing once its
     deadline passed, else those whose ack was written after it."""
     missing = [t for t in pending.expected_tasks if t not in acks]
@@ -58,10 +58,11 @@ def overdue_tasks(
     return []
 
 
-def expired_message(pending: PendingCheckpoint, tasks: Sequence[str]) -> str:
+def expired_message(pending: PendingCheckpoint, tasks: Sequence[TaskId]) -> str:
     """The message of an EXPIRED outcome, naming (the first few of) `tasks`."""
-    tasks = list(tasks)
-    shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+    names = [str(t) for t in tasks] or ["nobody missing"]
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    shown = ", ".join(names[:5]) + more
     return f"not acknowledged within {pending.deadline - pending.trigger_time:g}s by: {shown}"
 
 
@@ -91,7 +92,7 @@ def audit_expired(pending: PendingCheckpoint) -> Abort:
 
 
 def deadline_verdict(
-    pending: PendingCheckpoint, acks: Mapping[str, AckRecord], now: float, *, audited: bool
+    pending: PendingCheckpoint, acks: Mapping[TaskId, AckRecord], now: float, *, audited: bool
 ) -> Abort | FinalizeWait | None:
     """Both deadlines at once, as a finalize reads them: expire (an Abort), wait for
     acks or for the audit, or None when the acks and the audit allow completing it.
@@ -145,7 +146,7 @@ class RunSettlementDecision:
 
     action: SettlementAction
     abort: Abort | None = None
-    decline: Mapping[str, str] = field(default_factory=dict)
+    decline: Mapping[TaskId, str] = field(default_factory=dict)
 
 
 def decide_settlement(
@@ -172,7 +173,7 @@ def decide_settlement(
     decline = {
         task: failed_operators[operator]
         for task in progress.missing
-        if (operator := split_task_name(task)[0]) in failed_operators
+        if (operator := task.operator) in failed_operators
     }
     if decline:
         return RunSettlementDecision(SettlementAction.DECLINED, decline=decline)
@@ -188,12 +189,12 @@ def decide_settlement(
     if now >= pending.deadline:
         expired = Abort(
             CheckpointFailureReason.EXPIRED,
-            expired_message(pending, progress.missing or ["nobody missing"]),
+            expired_message(pending, progress.missing),
         )
         return RunSettlementDecision(SettlementAction.EXPIRED, expired)
     message = (
         "the run that triggered it ended before every task acknowledged "
-        f"(missing: {', '.join(progress.missing[:5])})"
+        f"(missing: {', '.join(map(str, progress.missing[:5]))})"
     )
     stopped = Abort(CheckpointFailureReason.EXPIRED, message)
     return RunSettlementDecision(SettlementAction.ABORTED, stopped)

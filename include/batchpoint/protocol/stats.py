@@ -38,7 +38,7 @@ class TaskStats:
     @classmethod
     def of(cls, pending: PendingCheckpoint, ack: AckRecord) -> TaskStats:
         return cls(
-            ack.task,
+            str(ack.task),
             ack.attempt,
             ack.acked_at,
             ack.acked_at - pending.trigger_time,

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from batchpoint import codec
-from batchpoint.protocol.layout import split_task_name
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import OperatorKind
 
 #: The stream name prefix of a state's files (`state-<state uid>`).
@@ -109,15 +109,14 @@ class Topology(codec.Value):
 
 
 def derived_topology(
-    barrier_sources: Iterable[str], acks: Sequence[Any], expected_tasks: Sequence[str]
+    barrier_sources: Iterable[str], acks: Sequence[Any], expected_tasks: Sequence[TaskId]
 ) -> Topology:
     """What a checkpoint without a recorded topology proves about it: uid = name, the
     parallelism its tasks had, the states its acks hold; no schema. An operator whose
     acks hold a sink's staged output is a sink."""
     parallelism: dict[str, int] = {}
     for task in expected_tasks:
-        name = split_task_name(task)[0]
-        parallelism[name] = parallelism.get(name, 0) + 1
+        parallelism[task.operator] = parallelism.get(task.operator, 0) + 1
     streams: dict[str, set[str]] = {name: set() for name in parallelism}
     key_groups: dict[str, int] = {}
     for ack in acks:

@@ -85,7 +85,7 @@ class CheckpointTrigger:
         barrier: Mapping[str, Any],
         *,
         checkpoint_type: CheckpointType,
-        properties: Mapping[str, Any] | None,
+        properties: CheckpointProperties | None,
         timeout: float | None,
         topology: Topology | None = None,
         check_base: CheckBase | None = None,
@@ -97,7 +97,7 @@ class CheckpointTrigger:
         head read before it, which a concurrent restore may have moved): it returns
         the problems that refuse it, and then the admitted checkpoint is aborted
         (INCOMPATIBLE_DEPLOY, each problem named) before any pending record exists."""
-        given = CheckpointProperties.of(properties)  # refused before anything is admitted
+        given = properties if properties is not None else CheckpointProperties()
         now = self._clock()
         self._refuse_if_failed()
         control = self._control_for_trigger()

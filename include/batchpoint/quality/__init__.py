@@ -8,7 +8,8 @@ validates state: importing this package is cheap.
 
 from batchpoint.quality.checks import CheckResult, RecomputeSample, StateCheck, StateTarget
 from batchpoint.quality.findings import Check, Finding
-from batchpoint.quality.gate import GatedRestore, QualityGate, QualityGateRefused, gated_restore
+from batchpoint.quality.gate import QualityGate, QualityGateRefused
+from batchpoint.quality.gated_restore import gated_restore
 from batchpoint.quality.identity import StateId
 from batchpoint.quality.integrity import IntegrityReport, check_checkpoint, check_completed
 from batchpoint.quality.quarantine import QuarantineRecord, QuarantineStore, release
@@ -30,7 +31,6 @@ __all__ = [
     "Finding",
     "GateMode",
     "GateReport",
-    "GatedRestore",
     "IntegrityReport",
     "PipelineQuality",
     "QualityGate",

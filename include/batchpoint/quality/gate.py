@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.protocol.checkpoint import CompletedCheckpoint
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.head import HeadPointer
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.quality.findings import Finding
 from batchpoint.quality.gx_checkpoint import GxProject, publish_site, run_folder_name
@@ -57,7 +55,6 @@ from batchpoint.quality.suites import (
     validate_declaration,
 )
 from batchpoint.runtime.api import Pipeline
-from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 
@@ -65,7 +62,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from batchpoint.quality.validation import StateValidator
-    from batchpoint.runtime.driver import PipelineDriver
 
 Log = Callable[[str], None]
 
@@ -205,18 +201,10 @@ class QualityGate:
     def candidates(
         self, checkpoint_id: int | None = None
     ) -> tuple[list[int], list[int], list[int]]:
-        """(to examine, newest first; quarantined, so skipped; beyond max_candidates)."""
-        if checkpoint_id is not None:
-            if not self.coordinator.completed.is_retained(checkpoint_id):
-                # Only what a restore accepts is judged: nothing else gets a verdict.
-                retained = self.coordinator.completed.retained_ids()
-                raise RestoreRefused(
-                    f"checkpoint {checkpoint_id} of pipeline '{self.pipeline.name}' is not a "
-                    f"retained checkpoint or savepoint (retained: {retained or 'none'})"
-                )
-            ids = [checkpoint_id]
-        else:
-            ids = sorted(self.coordinator.completed.retained_ids(), reverse=True)
+        """(to examine, newest first; quarantined, so skipped; beyond max_candidates), in
+        the order and with the refusals of the protocol's candidate walk: only what a
+        restore accepts is judged, nothing else gets a verdict."""
+        ids = self.coordinator.restorer.candidates.ids(checkpoint_id)
         held = set(self.quarantine.ids())
         eligible = [cid for cid in ids if cid not in held]
         skipped = [cid for cid in ids if cid in held]
@@ -404,37 +392,3 @@ class QualityGate:
     def release(self, checkpoint_id: int) -> bool:
         """Let a quarantined checkpoint be a candidate again."""
         return self.quarantine.release(checkpoint_id)
-
-
-@dataclass(frozen=True)
-class GatedRestore:
-    report: GateReport
-    head: HeadPointer | None  # None on a dry run
-
-
-def gated_restore(
-    driver: PipelineDriver,
-    gate: QualityGate,
-    checkpoint_id: int | None = None,
-    *,
-    parallelism: Mapping[str, int] | None = None,
-    dry_run: bool = False,
-) -> GatedRestore:
-    """Run the gate, then restore every job to the checkpoint it chose (unless a dry
-    run). Raises QualityGateRefused, restoring nothing, when no candidate passes."""
-    if driver.pipeline.name != gate.pipeline.name:
-        raise ConfigError(
-            f"gated restore: the driver runs '{driver.pipeline.name}' but the gate judges "
-            f"'{gate.pipeline.name}'"
-        )
-    report = gate.run(checkpoint_id, dry_run=dry_run)
-    if dry_run:
-        return GatedRestore(report, None)
-    assert report.chosen is not None
-    # The restore path every front end takes; the gate read every sha256 already (when
-    # it checks them), so the restore's own examination compares sizes only.
-    applied = restore_checkpoint(
-        driver, report.chosen, parallelism, checksums=False if gate.checksums else None
-    )
-    gate.log(f"restored pipeline '{driver.pipeline.name}' to checkpoint {report.chosen}")
-    return GatedRestore(report, applied.restored.head)

@@ -1,7 +1,7 @@
 """The quality gate as the restore planner's gate hook (`runtime.restore.RestoreGate`),
 which the restore DAG loads from a `module:attribute` reference at run time:
 
-    BATCHPOINT_QUALITY_GATE=batchpoint.demo.payments_quality:restore_gate
+    BATCHPOINT_QUALITY_GATE=demo.payments_quality:restore_gate   (the repository's demo)
 
 The planner walks the candidates (newest first) and calls the hook on each one whose
 files are intact; the hook answers with the gate's verdict and full report. A

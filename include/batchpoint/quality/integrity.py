@@ -31,7 +31,7 @@ from batchpoint.protocol.checkpoint import (
     CompletedCheckpoint,
     FileHandle,
 )
-from batchpoint.protocol.layout import PipelineLayout, split_task_name
+from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.sinks import SinkPublisher, staged_output
 from batchpoint.protocol.topology import SINK_STREAM_NAME
 from batchpoint.protocol.verify import FileProblem, check_handles
@@ -153,7 +153,7 @@ def check_acks(completed: CompletedCheckpoint) -> list[Finding]:
     """Exactly one ack per expected task: a missing ack means a task's state or output
     is missing from the metadata altogether."""
     expected = completed.pending.expected_tasks
-    seen: dict[str, int] = {}
+    seen: dict[TaskId, int] = {}
     for ack in completed.acks:
         seen[ack.task] = seen.get(ack.task, 0) + 1
     what = f"checkpoint {completed.checkpoint_id}"
@@ -292,6 +292,6 @@ def check_sinks(
 def _staged(completed: CompletedCheckpoint, key: str) -> set[str]:
     """What the sink whose manifest is at `key` staged in the checkpoint: by uid (the
     key), or by name for a manifest an older release kept under the sink's name."""
-    by_name = [a for a in completed.acks if split_task_name(a.task)[0] == key]
+    by_name = [a for a in completed.acks if a.task.operator == key]
     named = {h.path for a in by_name for h in a.handles if h.name == SINK_STREAM_NAME}
     return {h.path for h in staged_output(completed, key)} | named

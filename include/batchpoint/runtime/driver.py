@@ -24,6 +24,7 @@ from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
 from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.publish import SinkTarget
 from batchpoint.runtime.api import OperatorDef, Pipeline, SinkDef
 from batchpoint.runtime.deploy import BaseCheck, code_topology, completed_checkpoint, plan_on
@@ -110,7 +111,7 @@ class PipelineDriver:
     def trigger(
         self,
         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
-        properties: Mapping[str, Any] | None = None,
+        properties: CheckpointProperties | None = None,
         timeout: float | None = None,
         *,
         allow_non_restored_state: bool = False,

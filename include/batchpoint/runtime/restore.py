@@ -4,18 +4,21 @@ The one restore path: `batchpoint restore`, the restore DAG's check and restore 
 apply here.
 
     planner = RestorePlanner(driver, gate=my_gate)
-    plan = planner.plan("latest", parallelism={"balances": 4})   # reads only
-    applied = planner.apply(plan)                               # head, sinks, parallelism
+    plan = planner.plan("latest", parallelism={"balances": 4})   # a RestorePlan; reads only
+    run = planner.apply(plan, mode=ClaimMode.NO_CLAIM)          # head, sinks, parallelism
 
 A source is `latest` (the newest retained checkpoint or savepoint that passes the checks,
 falling back to older ones when it does not), a checkpoint id, or a savepoint folder (a
 URI, or a path under the storage root). Every candidate is checked once, for integrity
-(the protocol restorer's `examine`: not quarantined, its outcome record readable, each
-referenced file present with its recorded size, and checksum when asked; a savepoint
-folder: its files), then by the optional quality gate: any callable that takes the
-candidate and returns a GateResult (restore_gate.py). `apply` moves the head on that
-verdict (the compare-and-swap only requires the target still retained), then publishes
-and syncs the table sinks once. A retained checkpoint whose records or files prove it
+(the protocol's candidate walk, protocol/restore_candidates.py: not quarantined, its
+outcome record readable, each referenced file present with its recorded size, and
+checksum when asked; a savepoint folder: its files), then by the optional quality gate:
+any callable that takes the candidate and returns a GateResult (restore_gate.py). The
+plan is a value (restore_plan.py) that can cross a process boundary; `apply` moves the
+head on its verdict (the compare-and-swap only requires the target still retained; a
+plan made elsewhere has its target checked again, without the gate, never chosen
+again), then publishes and syncs the table sinks once. Every restore returns a
+RestoreRun (restore_run.py). A retained checkpoint whose records or files prove it
 damaged is quarantined with that finding (protocol/restorer.py), unless the planner is
 told to record nothing (a dry run). Nothing here imports Airflow. What a restore is
 asked (source, parallelism, the gate's options) is parsed in restore_options.py; its
@@ -29,12 +32,15 @@ run, which a configurable gate (`ConfigurableGate`) is told so that it records n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
-from batchpoint.protocol.restorer import Examination, RestoreResult
+from batchpoint.protocol.claim_mode import ClaimMode
+from batchpoint.protocol.deploy_plan import DeployPlan
+from batchpoint.protocol.ports import ProgressFn
+from batchpoint.protocol.restore_candidates import Examination
 from batchpoint.protocol.savepoint_paths import savepoint_location
 from batchpoint.protocol.savepoints import (
     check_savepoint,
@@ -62,19 +68,23 @@ from batchpoint.runtime.restore_options import (
     parse_skip_suites,
     ungated_phrase,
 )
+from batchpoint.runtime.restore_plan import CandidateCheck, RestorePlan
+from batchpoint.runtime.restore_run import GateSetup, RestoreRun
 
 __all__ = [
-    "AppliedRestore",
     "CandidateCheck",
+    "ClaimMode",
     "ConcludingGate",
     "ConfigurableGate",
     "GateOptions",
     "GateResult",
+    "GateSetup",
     "ProgressFn",
     "RestoreCandidate",
     "RestoreGate",
     "RestorePlan",
     "RestorePlanner",
+    "RestoreRun",
     "RestoreSource",
     "SourceKind",
     "configure_gate",
@@ -87,135 +97,14 @@ __all__ = [
     "ungated_phrase",
 ]
 
-ProgressFn = Callable[[str], None]
-
-
-# -- checks and plans ----------------------------------------------------------------
-
-
-@dataclass
-class CandidateCheck:
-    candidate: RestoreCandidate
-    problems: list[str] = field(default_factory=list)
-    gate: GateResult | None = None
-    # What quarantine held it before this check (it was refused without a look)...
-    quarantine: str | None = None
-    # ...or whether this check quarantined it, its problems proving it damaged.
-    quarantined: bool = False
-    #: A retained candidate's examination by the protocol's restorer: the verdict a
-    #: restore to it moves the head on, without a second look.
-    examination: Examination | None = None
-
-    @property
-    def passed(self) -> bool:
-        return (
-            not self.problems
-            and self.quarantine is None
-            and (self.gate is None or self.gate.passed)
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        completed = self.candidate.completed
-        return {
-            "candidate": self.candidate.description,
-            "checkpoint_id": self.candidate.checkpoint_id,
-            "kind": self.candidate.kind,
-            "files": None if completed is None else len(completed.durable_handles),
-            "state_size": None if completed is None else completed.full_state_size,
-            "problems": self.problems,
-            "quarantine": self.quarantine,
-            "quarantined": self.quarantined,
-            "gate": None
-            if self.gate is None
-            else {"name": self.gate.name, "passed": self.gate.passed, "report": self.gate.report},
-            "passed": self.passed,
-        }
-
-
-@dataclass
-class RestorePlan:
-    pipeline: str
-    source: RestoreSource
-    parallelism: dict[str, int]
-    checks: list[CandidateCheck]
-    max_candidates: int | None = None
-    not_examined: list[int] = field(default_factory=list)  # older than max_candidates
-
-    @property
-    def chosen_check(self) -> CandidateCheck | None:
-        return next((c for c in self.checks if c.passed), None)
-
-    @property
-    def chosen(self) -> RestoreCandidate | None:
-        check = self.chosen_check
-        return None if check is None else check.candidate
-
-    def to_json(self) -> dict[str, Any]:
-        chosen = self.chosen
-        return {
-            "pipeline": self.pipeline,
-            "source": str(self.source),
-            "chosen": chosen.description if chosen else None,
-            "checkpoint_id": chosen.checkpoint_id if chosen else None,
-            "parallelism": self.parallelism,
-            "checks": [c.to_json() for c in self.checks],
-            "max_candidates": self.max_candidates,
-            "not_examined": self.not_examined,
-        }
-
-    def refusal_headline(self) -> str:
-        """The first line of `refusal`, without the per-candidate reasons (for a caller
-        that shows each candidate's report itself, like `batchpoint restore`)."""
-        head = f"no candidate for a restore of pipeline '{self.pipeline}' from {self.source}"
-        if self.max_candidates is not None and self.source.kind is SourceKind.LATEST:
-            head += f": looked at the {len(self.checks)} newest; none passed"
-            if self.not_examined:
-                older = ", ".join(map(str, self.not_examined))
-                head += f" (max_candidates is {self.max_candidates}; older, not examined: {older})"
-        return head
-
-    def refusal(self) -> str:
-        lines = [self.refusal_headline()]
-        for check in self.checks:
-            why = check.quarantine or "; ".join(check.problems[:3])
-            if check.gate is not None and not check.gate.passed:
-                why = (why + "; " if why else "") + f"{check.gate.name} failed: {check.gate.report}"
-            lines.append(f"  {check.candidate.description}: {why}")
-        return "\n".join(lines)
-
 
 @dataclass(frozen=True)
-class AppliedRestore:
-    """What `RestorePlanner.apply` did: the protocol's RestoreResult (where the head
-    went, the fact) and what the restore did around it."""
+class _Checked:
+    """A candidate as this planner checked it (in-process only): what `apply` moves the
+    head to without a second look."""
 
-    pipeline: str
-    restored: RestoreResult
-    imported_from: str | None  # the savepoint folder it imported, if it did
-    parallelism: dict[str, int]
-    published: list[str]
-    claimed: bool = False  # CLAIM mode: retention may drop the restored checkpoint
-
-    @property
-    def checkpoint_id(self) -> int:
-        """The checkpoint the head now points at."""
-        assert self.restored.checkpoint_id is not None, "a restore moves the head to one"
-        return self.restored.checkpoint_id
-
-    @property
-    def restore_generation(self) -> int:
-        return self.restored.restore_generation
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.pipeline,
-            "checkpoint_id": self.checkpoint_id,
-            "restore_generation": self.restore_generation,
-            "imported_from": self.imported_from,
-            "parallelism": self.parallelism,
-            "published": self.published,
-            "claimed": self.claimed,
-        }
+    candidate: RestoreCandidate
+    examination: Examination | None  # a retained candidate's, by the protocol's walk
 
 
 class RestorePlanner:
@@ -248,6 +137,7 @@ class RestorePlanner:
         self.checksums = checksums
         self.store_options = dict(store_options or {})
         self.progress = progress or (lambda _line: None)
+        self._checked: dict[tuple[int, str | None], _Checked] = {}
 
     @property
     def pipeline(self) -> str:
@@ -265,163 +155,214 @@ class RestorePlanner:
         wanted = parse_parallelism(parallelism, operators)
         if wanted:
             self.driver.pipeline.spec(wanted)  # validates against max_parallelism now
-        plan = RestorePlan(self.pipeline, source, wanted, [], self.max_candidates)
         if isinstance(self.gate, ConfigurableGate):
             self.gate.prepare()
-        for candidate in self._candidates(source, plan):
+        checks: list[CandidateCheck] = []
+        not_examined: list[int] = []
+        for candidate in self._candidates(source, not_examined):
             check = self.check(candidate)
-            plan.checks.append(check)
+            checks.append(check)
             verdict = "passed" if check.passed else "failed"
             self.progress(f"{candidate.description}: {verdict}")
             if check.passed:
                 break
         if isinstance(self.gate, ConcludingGate):
             self.gate.conclude()
-        return plan
+        return RestorePlan(
+            self.pipeline, source, wanted, tuple(checks), self.max_candidates, tuple(not_examined)
+        )
 
-    def _candidates(self, source: RestoreSource, plan: RestorePlan) -> Iterator[RestoreCandidate]:
-        c = self.driver.coordinator
+    def _candidates(
+        self, source: RestoreSource, not_examined: list[int]
+    ) -> Iterator[RestoreCandidate]:
+        """The candidates of `source` in the order the walk takes them: a savepoint
+        folder, or the retained ids of the protocol's candidate walk (newest first, or
+        the one named), at most `max_candidates` of them for `latest`."""
         store = self.driver.store
         if source.kind is SourceKind.SAVEPOINT:
-            # Confined before anything is read: a restore source outside the roots is
-            # refused as given, not after its metadata was fetched; a local one is read
-            # by its real path and through no link from here on.
-            location = confined(
-                savepoint_location(source.location, store, self.store_options),
-                default_savepoint_roots(store)
-                if self.savepoint_roots is None
-                else self.savepoint_roots,
-            )
-            metadata = read_savepoint(location)
-            if metadata.pipeline != self.pipeline:
-                raise RestoreRefused(
-                    f"{location.uri} is a savepoint of pipeline '{metadata.pipeline}', "
-                    f"not of '{self.pipeline}'"
-                )
-            yield RestoreCandidate(
-                self.pipeline,
-                SourceKind.SAVEPOINT,
-                metadata.checkpoint_id,
-                located_checkpoint(location, metadata),
-                location.store,
-                location,
-            )
+            yield self._savepoint(source)
             return
-        retained = c.completed.retained_ids()
-        if source.kind is SourceKind.CHECKPOINT:
-            if source.checkpoint_id not in retained:
-                raise RestoreRefused(
-                    f"checkpoint {source.checkpoint_id} of pipeline '{self.pipeline}' is not "
-                    f"retained (retained: {retained or 'none'})"
-                )
-            ids = [source.checkpoint_id]
-        else:
-            if not retained:
-                raise RestoreRefused(f"pipeline '{self.pipeline}' has no retained checkpoint")
-            ids = sorted(retained, reverse=True)
-            if self.max_candidates is not None:
-                ids, plan.not_examined = ids[: self.max_candidates], ids[self.max_candidates :]
+        ids = self.driver.coordinator.restorer.candidates.ids(source.checkpoint_id)
+        if source.kind is SourceKind.LATEST and self.max_candidates is not None:
+            ids, older = ids[: self.max_candidates], ids[self.max_candidates :]
+            not_examined.extend(older)
         for checkpoint_id in ids:
-            assert checkpoint_id is not None
             # Its outcome is read by its check: a damaged record is a finding there.
             yield RestoreCandidate(self.pipeline, SourceKind.CHECKPOINT, checkpoint_id, None, store)
 
-    def check(self, candidate: RestoreCandidate) -> CandidateCheck:
-        if candidate.savepoint is not None:
-            self._checking(candidate)
-            problems = check_savepoint(
-                candidate.savepoint, checksums=self.checksums, progress=self.progress
+    def _savepoint(self, source: RestoreSource) -> RestoreCandidate:
+        store = self.driver.store
+        # Confined before anything is read: a restore source outside the roots is refused
+        # as given, not after its metadata was fetched; a local one is read by its real
+        # path and through no link from here on.
+        roots = self.savepoint_roots
+        location = confined(
+            savepoint_location(source.location, store, self.store_options),
+            default_savepoint_roots(store) if roots is None else roots,
+        )
+        metadata = read_savepoint(location)
+        if metadata.pipeline != self.pipeline:
+            raise RestoreRefused(
+                f"{location.uri} is a savepoint of pipeline '{metadata.pipeline}', "
+                f"not of '{self.pipeline}'"
             )
-            check = CandidateCheck(candidate, [str(p) for p in problems])
-        else:
-            check = self._check_retained(candidate)
+        return RestoreCandidate(
+            self.pipeline,
+            SourceKind.SAVEPOINT,
+            metadata.checkpoint_id,
+            located_checkpoint(location, metadata),
+            location.store,
+            location,
+        )
+
+    def check(self, candidate: RestoreCandidate) -> CandidateCheck:
+        """The candidate's files and records, then (when they hold) the gate's verdict."""
+        check = self._check_integrity(candidate)
         if self.gate is not None and check.passed:
             self.progress(f"running the quality gate on {candidate.description}")
+            checked = self._checked[_key(check)].candidate  # its outcome read by now
             try:
-                check.gate = self.gate(candidate)
+                verdict = self.gate(checked)
             except ConfigError:
                 raise  # the gate is misconfigured: no verdict on this or any candidate
             except BatchpointError as exc:
-                check.gate = GateResult(False, f"the gate raised: {exc}")
+                verdict = GateResult(False, f"the gate raised: {exc}")
+            check = replace(check, gate=verdict)
         return check
+
+    def _check_integrity(self, candidate: RestoreCandidate) -> CandidateCheck:
+        if candidate.savepoint is None:
+            return self._check_retained(candidate)
+        self._checking(candidate)
+        problems = check_savepoint(
+            candidate.savepoint, checksums=self.checksums, progress=self.progress
+        )
+        self._checked[(candidate.checkpoint_id, candidate.savepoint.uri)] = _Checked(
+            candidate, None
+        )
+        return _summary(candidate, [str(p) for p in problems])
 
     def _checking(self, candidate: RestoreCandidate) -> None:
         files = 0 if candidate.completed is None else len(candidate.completed.durable_handles)
         self.progress(f"checking {candidate.description}: {files} file(s)")
 
     def _check_retained(self, candidate: RestoreCandidate) -> CandidateCheck:
-        """The protocol's own validation of a restore target (protocol/restorer.py), so
+        """The protocol's own validation of a restore target (its candidate walk), so
         that the plan never chooses what the restore would refuse: not quarantined, its
         outcome readable, its files intact. What its records or files prove damaged is
         quarantined (when recording), the finding as the reason."""
         restorer = self.driver.coordinator.restorer
-        examined = restorer.read_candidate(candidate.checkpoint_id)
+        examined = restorer.candidates.read(candidate.checkpoint_id)
         candidate = replace(candidate, completed=examined.completed)
         if examined.held is not None:
-            return CandidateCheck(candidate, quarantine=examined.held.describe())
+            return _summary(candidate, quarantine=examined.held.describe())
         if examined.restorable:
             self._checking(candidate)
-            examined = restorer.check_files(examined, self.checksums, self.progress)
+            examined = restorer.candidates.check_files(examined, self.checksums, self.progress)
         problems = list(examined.details) or ([examined.problem] if examined.problem else [])
-        check = CandidateCheck(candidate, problems, examination=examined)
-        if self.record and restorer.condemn(examined):
-            check.quarantined = True
+        quarantined = self.record and restorer.condemn(examined)
+        if quarantined:
             self.progress(f"{candidate.description} quarantined: {examined.problem}")
-        return check
+        self._checked[(candidate.checkpoint_id, None)] = _Checked(candidate, examined)
+        return _summary(candidate, problems, quarantined=quarantined)
 
     def apply(
-        self, plan: RestorePlan, *, claim: bool = False, allow_non_restored_state: bool = False
-    ) -> AppliedRestore:
+        self,
+        plan: RestorePlan,
+        *,
+        mode: ClaimMode = ClaimMode.NO_CLAIM,
+        allow_non_restored_state: bool = False,
+    ) -> RestoreRun:
         """Restore to the plan's chosen candidate: check the code's deploy plan on it,
         import a savepoint (new id), then move the head (new restore generation, pending
         checkpoints aborted, the sinks rewound), register the new parallelism and publish
         what the target staged, with one sync of the table sinks. The plan's check is
         the validation: what the head moves on is its verdict, and the one condition left
-        for the compare-and-swap (the target still retained). `claim` (CLAIM mode): the
-        pipeline owns the restored checkpoint from now on, so retention may drop it; a
-        savepoint folder is copied in either mode and never deleted.
+        for the compare-and-swap (the target still retained). A plan this planner did
+        not make (the restore DAG's check task made it) has its target checked again
+        first, without the gate: its files must still be there. `mode` (ClaimMode.CLAIM):
+        the pipeline owns the restored checkpoint from now on, so retention may drop it;
+        a savepoint folder is copied in either mode and never deleted.
         `allow_non_restored_state`: the code may leave state of the target unrestored
         (recorded with the restore, so the first trigger after it honours it)."""
-        check = plan.chosen_check
+        check = plan.chosen
         if check is None:
             raise RestoreRefused(plan.refusal())
-        if check.candidate.completed is not None:  # before any import: a refusal copies nothing
-            self.driver.check_deploy(
-                check.candidate.completed,
-                plan.parallelism or None,
-                allow_non_restored_state,
-                store=check.candidate.store,
-            )
-        examined, imported_from = self._target(check)
+        checked = self._checked.get(_key(check)) or self._check_again(plan, check)
+        # Before any import: a refusal copies nothing.
+        self.check_deploy(plan, allow_non_restored_state)
+        examined, imported_from = self._target(checked)
         checkpoint_id = examined.checkpoint_id
         self.progress(f"moving the head of '{self.pipeline}' to checkpoint {checkpoint_id}")
-        if claim:
+        if mode is ClaimMode.CLAIM:
             self.progress(f"claiming checkpoint {checkpoint_id}: retention may now drop it")
-        restored = self.driver.coordinator.restorer.restore_examined(
+        head = self.driver.coordinator.restorer.restore(
             examined,
-            claim=claim,
+            mode=mode,
             allow_non_restored_state=allow_non_restored_state,
             gate=None if check.gate is None else check.gate.name,
         )
         if plan.parallelism:
-            self.driver.rescale(plan.parallelism)
-            self.progress(f"parallelism set to {plan.parallelism}")
+            self.driver.rescale(dict(plan.parallelism))
+            self.progress(f"parallelism set to {dict(plan.parallelism)}")
         # The sinks' manifests were rewound with the head; publishing makes a savepoint's
         # (or a never-published checkpoint's) output visible now, not only with the next
         # epoch (idempotent otherwise), and syncs the tables to the manifests: once.
         published = self.driver.notify_complete(checkpoint_id)
-        return AppliedRestore(
-            self.pipeline, restored, imported_from, plan.parallelism, published, claim
+        return RestoreRun(
+            plan, head=head, imported_from=imported_from, published=tuple(published), mode=mode
         )
 
-    def _target(self, check: CandidateCheck) -> tuple[Examination, str | None]:
+    def check_deploy(
+        self, plan: RestorePlan, allow_non_restored_state: bool = False
+    ) -> DeployPlan | None:
+        """The code's deploy plan on the plan's choice (None: nothing chosen, or its
+        outcome unreadable), or DeployRefused naming each problem and how to allow it."""
+        check = plan.chosen
+        if check is None:
+            return None
+        candidate = self._candidate_of(check)
+        if candidate.completed is None:
+            return None
+        return self.driver.check_deploy(
+            candidate.completed,
+            dict(plan.parallelism) or None,
+            allow_non_restored_state,
+            store=candidate.store,
+        )
+
+    def _candidate_of(self, check: CandidateCheck) -> RestoreCandidate:
+        """The live candidate of a check: as this planner checked it, or read again."""
+        checked = self._checked.get(_key(check))
+        if checked is not None:
+            return checked.candidate
+        if check.location is not None:
+            return self._savepoint(check.source)
+        completed = self.driver.coordinator.completed.get(check.checkpoint_id)
+        return RestoreCandidate(
+            self.pipeline, SourceKind.CHECKPOINT, check.checkpoint_id, completed, self.driver.store
+        )
+
+    def _check_again(self, plan: RestorePlan, chosen: CandidateCheck) -> _Checked:
+        """The target of a plan made elsewhere, checked again without the gate (it passed
+        already). Refused, changing nothing but the quarantine of what it finds damaged,
+        when it no longer passes."""
+        source = chosen.source
+        (candidate,) = self._candidates(source, [])
+        again = self._check_integrity(candidate)
+        if not again.passed:
+            refused = replace(plan, source=source, checks=(again,), max_candidates=None)
+            raise RestoreRefused(refused.refusal())
+        return self._checked[_key(again)]
+
+    def _target(self, checked: _Checked) -> tuple[Examination, str | None]:
         """What the head moves to, with its verdict: a retained candidate's examination
         by the plan, or a savepoint folder imported now (the import completes only once
         every file it copied checks out: that is its verdict); and the folder, if any."""
-        savepoint = check.candidate.savepoint
+        savepoint = checked.candidate.savepoint
         if savepoint is None:
-            assert check.examination is not None, "a retained candidate's check examined it"
-            return check.examination, None
+            assert checked.examination is not None, "a retained candidate's check examined it"
+            return checked.examination, None
         completed = self.driver.coordinator.savepoints.import_folder(
             savepoint,
             checksums=self.checksums,
@@ -431,19 +372,44 @@ class RestorePlanner:
         return Examination(completed.checkpoint_id, completed), savepoint.uri
 
 
+def _key(check: CandidateCheck) -> tuple[int, str | None]:
+    return check.checkpoint_id, check.location
+
+
+def _summary(
+    candidate: RestoreCandidate,
+    problems: Sequence[str] = (),
+    *,
+    quarantine: str | None = None,
+    quarantined: bool = False,
+) -> CandidateCheck:
+    completed = candidate.completed
+    return CandidateCheck(
+        candidate.description,
+        candidate.checkpoint_id,
+        candidate.kind,
+        None if candidate.savepoint is None else candidate.savepoint.uri,
+        None if completed is None else len(completed.durable_handles),
+        None if completed is None else completed.full_state_size,
+        tuple(problems),
+        quarantine,
+        quarantined,
+    )
+
+
 def restore_checkpoint(
     driver: PipelineDriver,
     checkpoint_id: int | None = None,
     parallelism: Mapping[str, int] | None = None,
     *,
     checksums: bool | None = None,
-    claim: bool = False,
+    mode: ClaimMode = ClaimMode.NO_CLAIM,
     allow_non_restored_state: bool = False,
-) -> AppliedRestore:
+) -> RestoreRun:
     """Restore to `checkpoint_id` (None: the newest restorable) with no quality gate: its
     RestorePlan, applied. Refused (RestoreRefused, nothing changed) when no candidate
     passes its checks; DeployRefused when the code would leave state of it unrestored,
     unless `allow_non_restored_state`."""
     planner = RestorePlanner(driver, checksums=checksums)
     plan = planner.plan(checkpoint_id, parallelism)
-    return planner.apply(plan, claim=claim, allow_non_restored_state=allow_non_restored_state)
+    return planner.apply(plan, mode=mode, allow_non_restored_state=allow_non_restored_state)

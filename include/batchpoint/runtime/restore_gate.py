@@ -5,10 +5,11 @@ that takes a `RestoreCandidate` and returns a `GateResult` (batchpoint's own,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from batchpoint import codec
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.checkpoint import CheckpointType, CompletedCheckpoint
 from batchpoint.protocol.savepoints import SavepointLocation
@@ -42,9 +43,12 @@ class RestoreCandidate:
 
 
 @dataclass(frozen=True)
-class GateResult:
+class GateResult(codec.Value):
+    """A gate's verdict on one candidate, with its report: text, or a JSON object
+    (batchpoint's own gate: the candidate's CandidateReport body)."""
+
     passed: bool
-    report: Mapping[str, Any] | str = ""
+    report: Any = ""  # Mapping[str, Any] | str
     name: str = "quality gate"
 
 

@@ -46,6 +46,15 @@ class RestoreSource:
             return cls(SourceKind.CHECKPOINT, checkpoint_id=checkpoint_id)
         return cls(SourceKind.SAVEPOINT, location=value.strip())
 
+    @property
+    def text(self) -> str:
+        """What `parse` reads back as this source."""
+        if self.kind is SourceKind.CHECKPOINT:
+            return str(self.checkpoint_id)
+        if self.kind is SourceKind.SAVEPOINT:
+            return self.location
+        return SourceKind.LATEST.value
+
     def __str__(self) -> str:
         if self.kind is SourceKind.CHECKPOINT:
             return f"checkpoint {self.checkpoint_id}"

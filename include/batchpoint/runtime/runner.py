@@ -30,7 +30,6 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import Pipeline, SourceDef
 from batchpoint.runtime.task_ack import acknowledge, fail
 from batchpoint.runtime.task_align import align
@@ -169,11 +168,11 @@ class OperatorRunner:
         pending = self._pending_or_skip(checkpoint_id, report)
         if pending is None:
             return None
-        tasks = tuple(t for t in map(TaskId.parse, pending.expected_tasks) if t.operator == name)
+        tasks = tuple(t for t in pending.expected_tasks if t.operator == name)
         if not tasks:
             raise CheckpointError(f"checkpoint {checkpoint_id} expects no task of '{name}'")
         acked = self.coordinator.acks(checkpoint_id)
-        if all(str(t) in acked for t in tasks):
+        if all(t in acked for t in tasks):
             report.skipped = "every subtask acknowledged already (a retry after the ack)"
             report.results = {str(t): TaskAcknowledgeResult.DUPLICATE for t in tasks}
             return None

@@ -42,7 +42,7 @@ def acknowledge(attempt: TaskAttempt, handles: Handles) -> dict[str, TaskAcknowl
         files = handles.get(task.subtask, [])
         metrics = task_metrics(report, task.subtask, files)
         result = coordinator.acknowledge(
-            attempt.checkpoint_id, str(task), attempt.attempt, files, metrics
+            attempt.checkpoint_id, task, attempt.attempt, files, metrics
         )
         return str(task), result
 
@@ -68,7 +68,7 @@ def _spark_work(report: OperatorRunReport) -> str:
 
 def decline(attempt: TaskAttempt, reason: str) -> None:
     for task in attempt.tasks:
-        attempt.env.coordinator.decline(attempt.checkpoint_id, str(task), attempt.attempt, reason)
+        attempt.env.coordinator.decline(attempt.checkpoint_id, task, attempt.attempt, reason)
     attempt.log(f"checkpoint {attempt.checkpoint_id}: declined by {attempt.operator}: {reason}")
 
 

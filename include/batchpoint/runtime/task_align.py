@@ -8,7 +8,6 @@ import time
 
 from batchpoint.errors import CheckpointError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CompletedCheckpoint, PendingCheckpoint
-from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.runtime.task_attempt import AttemptInterrupted, TaskAttempt
 
@@ -30,15 +29,16 @@ def align(attempt: TaskAttempt) -> CompletedCheckpoint | None:
         if progress.declines:
             d = progress.declines[0]
             raise CheckpointError(f"checkpoint {cid} was declined by {d.task}: {d.reason}")
-        waiting = [t for t in progress.missing if TaskId.parse(t).operator in upstream_ops]
+        waiting = [t for t in progress.missing if t.operator in upstream_ops]
         base = base_state(env.coordinator, pending)
         if not waiting and base is not False:
             return base  # type: ignore[return-value]
+        names = ", ".join(map(str, waiting))
         if time.monotonic() > deadline:
-            what = waiting or [f"base checkpoint {pending.base_checkpoint_id}"]
-            raise CheckpointError(f"alignment timed out waiting for {', '.join(what)}")
+            what = names or f"base checkpoint {pending.base_checkpoint_id}"
+            raise CheckpointError(f"alignment timed out waiting for {what}")
         if not announced:
-            attempt.log(f"aligning: waiting for {', '.join(waiting) or 'the base checkpoint'}")
+            attempt.log(f"aligning: waiting for {names or 'the base checkpoint'}")
             announced = True
         if env.interrupted.wait(env.poll_interval):
             raise AttemptInterrupted(f"checkpoint {cid}: interrupted while aligning")

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
-from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.api import OperatorDef, SourceDef
 from batchpoint.runtime.incremental import base_state_files, rewrite_reason
 from batchpoint.runtime.state_evolution import describe, state_verdicts, user_migrated
@@ -47,7 +46,7 @@ def upstream_channels(attempt: TaskAttempt) -> Channels:
         name: [
             h
             for task, ack in acks.items()
-            if TaskId.parse(task).operator == name
+            if task.operator == name
             for h in ack.handles
             if reads_channel(h, attempt.operator)
         ]

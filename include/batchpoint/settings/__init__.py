@@ -17,9 +17,9 @@ model.
 """
 
 from batchpoint.settings.environment import (
-    DEFAULT_PIPELINE_REF,
     KNOWN_VARIABLES,
     MISSING_REMOTE,
+    NO_PIPELINE_REF,
     BatchpointEnvironment,
     parse_bool,
     parse_interval,
@@ -30,9 +30,9 @@ from batchpoint.settings.settings import Settings
 from batchpoint.settings.values import SparkMode
 
 __all__ = [
-    "DEFAULT_PIPELINE_REF",
     "KNOWN_VARIABLES",
     "MISSING_REMOTE",
+    "NO_PIPELINE_REF",
     "BatchpointEnvironment",
     "Settings",
     "SparkMode",

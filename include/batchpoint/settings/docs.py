@@ -56,7 +56,8 @@ SETTINGS: dict[str, str] = {
     "table_catalog": "SQLAlchemy URI of the Iceberg SQL catalog of table sinks. Default: "
     "pyiceberg's config of the sink's catalog, else the root's tables/catalog.db on a "
     "file:// root (required on S3 roots).",
-    "pipeline_ref": "module:attr of the pipeline(s) the DAGs are built for, comma-separated.",
+    "pipeline_ref": "module:attr of the pipeline(s) the DAGs are built for, comma-separated "
+    "(no default: the DAGs need it).",
     "checkpoint_interval": "Checkpoint DAG schedule: a duration, a cron expression or "
     "preset, or none (triggered by hand only).",
     "spark_submit": "The spark-submit executable. Default: pyspark's, next to Python.",

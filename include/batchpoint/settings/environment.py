@@ -86,13 +86,15 @@ from batchpoint.settings.fields import (
     optional,
     submit_args,
 )
+from batchpoint.settings.sensor_mode import SensorMode
 from batchpoint.settings.values import SparkMode
 from batchpoint.storage import redaction
 
 PREFIX = "BATCHPOINT_"
 S3_PREFIX = "BATCHPOINT_S3_"
-DEFAULT_PIPELINE_REF = "batchpoint.demo.payments:pipeline"
 DEFAULT_GC_GRACE = 3600.0
+#: No default pipeline: the library ships none, so each deployment names its own.
+NO_PIPELINE_REF = f"{PREFIX}PIPELINE_REF is not set: name the pipeline(s) as module:attribute"
 MISSING_REMOTE = (
     f"{PREFIX}SPARK_MODE=connect needs {PREFIX}SPARK_REMOTE, the Spark Connect server's "
     f"address (sc://host:port), or {PREFIX}SPARK_CONN_ID, an Airflow spark_connect "
@@ -162,7 +164,7 @@ class BatchpointEnvironment(BaseSettings):
     quality_gate: Annotated[str | None, optional(values.check_ref)] = None
     table_catalog: Secret = None  # a SQLAlchemy URI may hold a password
     # -- the Airflow deployment (batchpoint.airflow.config)
-    pipeline_ref: Refs = (DEFAULT_PIPELINE_REF,)
+    pipeline_ref: Refs = ()  # not set (NO_PIPELINE_REF where one is needed)
     checkpoint_interval: Annotated[
         timedelta | str | None, BeforeValidator(values.parse_interval)
     ] = timedelta(seconds=300)
@@ -170,9 +172,7 @@ class BatchpointEnvironment(BaseSettings):
     spark_job: Text = None
     spark_submit_args: Annotated[tuple[str, ...], NoDecode, BeforeValidator(submit_args)] = ()
     pyspark_python: Text = None
-    ack_sensor_mode: Annotated[
-        Literal["deferrable", "reschedule", "poke"], BeforeValidator(lowercase)
-    ] = "deferrable"
+    ack_sensor_mode: Annotated[SensorMode, BeforeValidator(lowercase)] = SensorMode.DEFERRABLE
     ack_poll_interval: Annotated[float, duration(minimum=0.1)] = 5.0
     task_retries: Annotated[int, count(0)] = 1
     task_retry_delay: Annotated[float, duration()] = 30.0
@@ -183,7 +183,7 @@ class BatchpointEnvironment(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> BatchpointEnvironment:
-        if not self.pipeline_ref:
+        if "pipeline_ref" in self.model_fields_set and not self.pipeline_ref:
             raise ValueError(f"{PREFIX}PIPELINE_REF is empty: name a module:attribute")
         if self.spark_mode is SparkMode.CONNECT and not (self.spark_remote or self.spark_conn_id):
             raise ValueError(MISSING_REMOTE)

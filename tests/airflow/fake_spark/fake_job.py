@@ -19,7 +19,7 @@ import sys
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.protocol.checkpoint import CheckpointStatus, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import parse_checkpoint_dir_name, split_task_name
+from batchpoint.protocol.layout import parse_checkpoint_dir_name
 from batchpoint.runtime.job_status import JobReport, JobStatus
 from batchpoint.settings import Settings
 
@@ -80,7 +80,7 @@ def run(argv: list[str]) -> JobReport | int:
             return JobReport(JobStatus.NOTHING_TO_DO, cid, args.operator)
         print(f"error: checkpoint {cid} is not pending", file=sys.stderr)
         return JobReport(JobStatus.OPERATOR_FAILED, cid, args.operator, "not pending")
-    tasks = [t for t in pending.expected_tasks if split_task_name(t)[0] == args.operator]
+    tasks = [t for t in pending.expected_tasks if t.operator == args.operator]
     if os.environ.get("FAKE_JOB_KILL") == args.operator:
         print(f"[{args.operator}] killed (injected)", file=sys.stderr)
         return KILLED

@@ -139,9 +139,9 @@ class World:
             savepoint_roots=self.settings.savepoint_roots,
             allow_non_restored_state=allow,
         )
-        if run.result is None:
+        if not run.restored:
             raise BatchpointError(run.plan.refusal())
-        return run.result.checkpoint_id
+        return run.checkpoint_id
 
     def import_folder(self, folder: str, progress: Any = None) -> int:
         completed = self.coordinator.savepoints.import_folder(

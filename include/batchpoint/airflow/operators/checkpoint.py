@@ -34,6 +34,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointStatus,
     CheckpointType,
 )
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.quality.audit import audit_gate
 from batchpoint.quality.gate import QualityGate
@@ -64,8 +65,9 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
         super().__init__(**kwargs)
         self.audit = audit
 
-    def properties(self, context: Context) -> dict[str, Any]:
-        return {}
+    def properties(self, context: Context) -> CheckpointProperties | None:
+        """What the run's trigger fixes beyond its run id (none for a checkpoint)."""
+        return None
 
     def execute(self, context: Context) -> dict[str, Any]:
         driver = self.driver()
@@ -98,14 +100,14 @@ class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
         )
         for line in barrier_lines(pending):
             self.log.info("%s", line)
-        self.log.info("expected tasks: %s", ", ".join(pending.expected_tasks))
+        self.log.info("expected tasks: %s", ", ".join(map(str, pending.expected_tasks)))
         self._log_plan(driver)
         return {
             "checkpoint_id": pending.checkpoint_id,
             "type": pending.type.value,
             "base_checkpoint_id": pending.base_checkpoint_id,
             "deadline": pending.deadline,
-            "expected_tasks": list(pending.expected_tasks),
+            "expected_tasks": [str(t) for t in pending.expected_tasks],
             "audit": pending.requires_audit,
         }
 
@@ -377,13 +379,23 @@ class CheckpointCleanupOperator(BatchpointOperator):
     def __init__(
         self,
         *,
+        operator_tasks: Mapping[str, str] | None = None,
         operator_group: str = "operators",
         finalize_task_id: str = "finalize",
         **kwargs: Any,
     ) -> None:
+        """`operator_tasks`: Airflow task id -> the pipeline operator it runs, as the
+        epoch's plan names them (render_epoch); without, `operator_group`'s tasks."""
         super().__init__(**kwargs)
+        self.operator_tasks = dict(operator_tasks) if operator_tasks is not None else None
         self.operator_group = operator_group
         self.finalize_task_id = finalize_task_id
+
+    def operator_of(self, task_id: str) -> str | None:
+        if self.operator_tasks is not None:
+            return self.operator_tasks.get(task_id)
+        group, _, name = task_id.partition(".")
+        return name if group == self.operator_group and name else None
 
     def execute(self, context: Context) -> dict[str, Any]:
         states = self.run_task_states(context)
@@ -393,11 +405,10 @@ class CheckpointCleanupOperator(BatchpointOperator):
             if failed:
                 raise AirflowFailException(f"no checkpoint: task(s) {failed} failed")
             raise AirflowSkipException("no checkpoint was triggered in this run")
-        prefix = f"{self.operator_group}."
         failed_operators = {
-            t.removeprefix(prefix): f"Airflow task {t} failed"
+            operator: f"Airflow task {t} failed"
             for t in failed
-            if t.startswith(prefix)
+            if (operator := self.operator_of(t)) is not None
         }
         ti = context["ti"]
         settlement = settle_run(

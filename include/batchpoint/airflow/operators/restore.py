@@ -3,6 +3,7 @@ files, run the quality gate) and restore (move the pipeline there)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,10 +16,17 @@ from batchpoint.airflow.operators.base import BatchpointOperator, params_of, tem
 from batchpoint.airflow.spark_connection import gate_spark_settings
 from batchpoint.errors import BatchpointError, DeployRefused
 from batchpoint.ops.gates import GateChoice, choose_restore_gate
-from batchpoint.ops.restore import RestoreRun, apply_restore, restore
+from batchpoint.ops.restore import apply_restore, check_restore_deploy, restore
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
-from batchpoint.runtime.restore import GateOptions, RestoreGate, parse_flag
+from batchpoint.runtime.restore import (
+    ClaimMode,
+    GateOptions,
+    RestoreGate,
+    RestorePlan,
+    parse_flag,
+)
+from batchpoint.settings import Settings
 from batchpoint.settings.spark_endpoint import spark_endpoint
 
 
@@ -111,10 +119,11 @@ class RestoreCheckOperator(BatchpointOperator):
             metrics.gate_rejected(pipeline.name, rejected)
         if run.refused:
             raise AirflowFailException(run.plan.refusal())
-        self._check_deploy(driver, run, allow)
-        report = run.to_json()
-        self.log.info("restore candidate: %s", report["chosen"])
-        return report
+        self._check_deploy(driver, run.plan, allow, settings)
+        for line in run.plan.render():
+            self.log.info("%s", line)
+        # The plan crosses to the restore task as the top level of this JSON.
+        return run.to_json()
 
     def _choose_gate(self, pipeline: Pipeline, options: GateOptions, dry_run: bool) -> GateChoice:
         # The gate is loaded here, at run time: a Great Expectations gate must not be
@@ -132,15 +141,18 @@ class RestoreCheckOperator(BatchpointOperator):
             self.log.warning("%s", warning)
         return gate
 
-    def _check_deploy(self, driver: PipelineDriver, run: RestoreRun, allow: bool) -> None:
+    def _check_deploy(
+        self, driver: PipelineDriver, plan: RestorePlan, allow: bool, settings: Settings
+    ) -> None:
         """The deploy plan of the code on the chosen candidate, logged; a refused one
         fails the check (the restore task would refuse it too)."""
-        chosen = run.plan.chosen
-        if chosen is None or chosen.completed is None:
-            return
         try:
-            plan = driver.check_deploy(
-                chosen.completed, run.plan.parallelism or None, allow, store=chosen.store
+            deploy = check_restore_deploy(
+                driver,
+                plan,
+                allow,
+                store_options=settings.store_options,
+                savepoint_roots=settings.savepoint_roots,
             )
         except DeployRefused as exc:
             for line in exc.plan.render().splitlines():  # type: ignore[attr-defined]
@@ -148,43 +160,64 @@ class RestoreCheckOperator(BatchpointOperator):
             raise AirflowFailException(
                 f"{exc} (the form's 'Allow non-restored state' allows it)"
             ) from None
-        for line in plan.render(compact=True).splitlines():
-            self.log.info("%s", line)
+        except BatchpointError as exc:
+            raise AirflowFailException(str(exc)) from None
+        if deploy is not None:
+            for line in deploy.render(compact=True).splitlines():
+                self.log.info("%s", line)
 
 
 class RestoreOperator(BatchpointOperator):
-    """Restore to what the check task chose (unless this is a dry run): import a
-    savepoint, move the head (new restore generation), rewind the sinks, register the
-    new parallelism. The next checkpoint run continues from there."""
+    """Restore to what the check task chose (unless this is a dry run): read its
+    RestorePlan from the check's XCom, log it, then import a savepoint, move the head
+    (new restore generation), rewind the sinks, register the new parallelism. The next
+    checkpoint run continues from there.
 
-    template_fields = ("dry_run", "claim", "allow_non_restored_state")
+    `claim_mode`: a ClaimMode, or its value (`claim`, `no_claim`), default the form's
+    field. `claim` (a bool, or its rendered template) is the older spelling of the same,
+    deprecated: `claim=True` is `claim_mode=ClaimMode.CLAIM`."""
+
+    template_fields = ("dry_run", "claim_mode", "allow_non_restored_state")
 
     def __init__(
         self,
         *,
         check_task_id: str = "check",
         dry_run: bool | str = "{{ params.dry_run }}",
-        claim: bool | str = "{{ params.claim }}",
+        claim_mode: ClaimMode | str = "{{ params.claim_mode }}",
+        claim: bool | str | None = None,
         allow_non_restored_state: bool | str = "{{ params.allow_non_restored_state }}",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if claim is not None:
+            warnings.warn(
+                "RestoreOperator(claim=...) is deprecated: pass claim_mode=ClaimMode.CLAIM "
+                "(or 'claim', 'no_claim')",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            claim_mode = claim if isinstance(claim, str) else ClaimMode.of(claim)
         self.check_task_id = check_task_id
         self.dry_run = dry_run
-        self.claim = claim  # CLAIM mode (RestorePlanner.apply); a DAG without the param: no
+        # A DAG without the param renders it empty: NO_CLAIM.
+        self.claim_mode = claim_mode
         self.allow_non_restored_state = allow_non_restored_state  # without the param: no
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any] | None:
         report = context["ti"].xcom_pull(task_ids=self.check_task_id) or {}
         if template_flag(self.dry_run):
             raise AirflowSkipException(f"dry run: would restore {report.get('chosen')}")
         settings = self.settings()
         try:
-            result = apply_restore(
+            plan = RestorePlan.from_json(report, f"the XCom of task {self.check_task_id}")
+            mode = self._mode(context)
+            for line in plan.render():
+                self.log.info("%s", line)
+            run = apply_restore(
                 self.driver(settings),
-                report.get("restore") or {},
-                report.get("parallelism"),
-                claim=template_flag(self.claim),
+                plan,
+                mode=mode,
                 allow_non_restored_state=template_flag(self.allow_non_restored_state),
                 store_options=settings.store_options,
                 savepoint_roots=settings.savepoint_roots,
@@ -194,10 +227,20 @@ class RestoreOperator(BatchpointOperator):
             raise AirflowFailException(str(exc)) from None
         self.log.info(
             "restored '%s' to checkpoint %s (restore generation %s, %s)",
-            result.pipeline,
-            result.checkpoint_id,
-            result.restore_generation,
-            "claimed" if result.claimed else "not claimed",
+            run.pipeline,
+            run.checkpoint_id,
+            run.restore_generation,
+            "claimed" if run.claimed else "not claimed",
         )
-        metrics.restored(result.pipeline)
-        return result.to_json()
+        metrics.restored(run.pipeline)
+        return run.result_json()
+
+    def _mode(self, context: Context) -> ClaimMode:
+        """The claim mode asked; a run triggered with the older `claim` conf key (a
+        bool) is honoured too."""
+        rendered = "" if self.claim_mode in (None, "None") else self.claim_mode
+        mode = ClaimMode.of(rendered)
+        legacy = params_of(context).get("claim")
+        if mode is ClaimMode.NO_CLAIM and legacy is not None:
+            return ClaimMode.of(parse_flag("claim", legacy))
+        return mode

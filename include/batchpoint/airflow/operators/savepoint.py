@@ -15,6 +15,7 @@ from batchpoint.airflow.operators.checkpoint import TriggerCheckpointOperator
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.ops.savepoints import export
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointType
+from batchpoint.protocol.properties import CheckpointProperties
 
 
 class TriggerSavepointOperator(TriggerCheckpointOperator):
@@ -34,13 +35,17 @@ class TriggerSavepointOperator(TriggerCheckpointOperator):
         super().__init__(**kwargs)
         self.api_conn_id = api_conn_id
 
-    def properties(self, context: Context) -> dict[str, Any]:
+    def properties(self, context: Context) -> CheckpointProperties:
+        """The savepoint's properties from the run's form; a value of the wrong type is
+        refused here, naming it, before anything is triggered."""
         params = params_of(context)
-        return {
-            "description": params.get("description") or "",
-            "target": params.get("target") or "",
-            "stop_pipeline": bool(params.get("stop_pipeline")),
-        }
+        return CheckpointProperties.of(
+            {
+                "description": params.get("description") or "",
+                "target": params.get("target") or "",
+                "stop_pipeline": bool(params.get("stop_pipeline")),
+            }
+        )
 
     def execute(self, context: Context) -> dict[str, Any]:
         if params_of(context).get("stop_pipeline"):

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow.json as pa_json
 
-from batchpoint.demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
 from batchpoint.storage.base import ObjectStore
+from demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
 
 BALANCE_COLUMNS = ("account_id", "balance", "event_count", "last_ts")
 ALERT_COLUMNS = ("account_id", "balance", "last_ts")

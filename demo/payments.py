@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from batchpoint.demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
-from batchpoint.demo.payments_quality import payments_quality
 from batchpoint.quality.suites import declare_quality
 from batchpoint.runtime.api import OperatorContext, Pipeline, SinkMode, State
+from demo.payments_data import ALERT_LIMIT, PAYMENTS_SCHEMA
+from demo.payments_quality import payments_quality
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -134,7 +134,7 @@ def build_pipeline(
     return declare_quality(pipeline, payments_quality())
 
 
-#: What `spark_jobs/run_operator.py --pipeline batchpoint.demo.payments:pipeline` loads.
+#: What `spark_jobs/run_operator.py --pipeline demo.payments:pipeline` loads.
 pipeline = build_pipeline()
 
 #: The same with the balances published as the Iceberg table `payments.balances` (the

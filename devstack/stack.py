@@ -1,5 +1,5 @@
 """The services of docker-compose.yaml started without Docker, each on a host of its own
-(batchpoint.devstack.netns), as `docker compose up` would start them: in the order their
+(devstack.netns), as `docker compose up` would start them: in the order their
 `depends_on` conditions allow (started, healthy, completed successfully), one-shot
 services run to their end, long-running ones restarted by their `restart` policy when
 they die. Faults are operations on it, each recorded with its time: stop, start, kill -9
@@ -7,7 +7,7 @@ and restart a service, recreate it with a changed environment (a deploy), and cu
 restore the link between two hosts.
 
 Every process is started by one long-lived thread of the stack's own: the servers die
-with the thread that started them (batchpoint.devstack.processes), so no short-lived
+with the thread that started them (devstack.processes), so no short-lived
 caller may start one. Health checks run while the stack comes up, spaced as Docker
 spaces them (start_interval in the start period, interval after), until a service first
 passes, which gates what depends on it; afterwards only `wait_healthy` runs them.
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from batchpoint.devstack.compose import COMPLETED, HEALTHY, ComposeFile
-from batchpoint.devstack.container import STOP_GRACE, Container, in_namespaces, marked, namespace_id
-from batchpoint.devstack.images import LocalImage, local_image
-from batchpoint.devstack.netns import Network, leftovers
-from batchpoint.devstack.processes import live_where
 from batchpoint.errors import BatchpointError
+from devstack.compose import COMPLETED, HEALTHY, ComposeFile
+from devstack.container import STOP_GRACE, Container, in_namespaces, marked, namespace_id
+from devstack.images import LocalImage, local_image
+from devstack.netns import Network, leftovers
+from devstack.processes import live_where
 
 T = TypeVar("T")
 
@@ -427,7 +427,7 @@ class Stack:
 
 def marked_by(tag: str) -> list[int]:
     """The live processes of any container of the stack `tag`."""
-    from batchpoint.devstack.container import MARKER
+    from devstack.container import MARKER
 
     needle = f"{MARKER}={tag}/".encode()
 

@@ -22,10 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from batchpoint.demo.leftovers import mark_run, wait_for_none
-from batchpoint.demo.run import STATE_FILE
-from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import BatchpointError
+from demo.airflow_env import python_path
+from demo.leftovers import mark_run, wait_for_none
+from demo.run import STATE_FILE
+from devstack.seaweed import SeaweedServer
 
 
 def load_state(workdir: Path) -> dict[str, Any]:
@@ -53,10 +54,8 @@ def ui_environment(
             "BATCHPOINT_ACK_POLL_INTERVAL": "2",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://localhost:{port}",
-            # The triggerer imports batchpoint's trigger from the project.
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(Path(__file__).resolve().parents[3]), env.get("PYTHONPATH")])
-            ),
+            # The triggerer and the tasks import the demo's pipeline from the project root.
+            "PYTHONPATH": python_path(env.get("PYTHONPATH")),
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
         }
     )
@@ -95,7 +94,7 @@ def serve(workdir: Path, state: dict[str, Any], port: int) -> int:
     print(f"SeaweedFS S3 at {server.endpoint_url} on {workdir / 's3'}", flush=True)
     spark = None
     if state["env"].get("BATCHPOINT_SPARK_MODE", "connect") == "connect":
-        from batchpoint.devstack.spark_connect import SparkConnectServer
+        from devstack.spark_connect import SparkConnectServer
 
         spark = SparkConnectServer(workdir / "spark-connect")
         try:

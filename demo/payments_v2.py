@@ -4,8 +4,8 @@
 deposits counted since this deploy; rows stored before it read null). The operator's
 output and both sinks (their names, uids and the Iceberg table) stay as they were.
 
-    batchpoint plan --pipeline-ref batchpoint.demo.payments_v2:table_pipeline
-    BATCHPOINT_PIPELINE_REF=batchpoint.demo.payments_v2:table_pipeline
+    batchpoint plan --pipeline-ref demo.payments_v2:table_pipeline
+    BATCHPOINT_PIPELINE_REF=demo.payments_v2:table_pipeline
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from batchpoint.demo import payments
-from batchpoint.demo.payments_data import ALERT_LIMIT
-from batchpoint.demo.payments_reference import BALANCE_COLUMNS
 from batchpoint.quality.suites import PipelineQuality, declare_quality, quality_of
 from batchpoint.runtime.api import OperatorContext, Pipeline, State
+from demo import payments
+from demo.payments_data import ALERT_LIMIT
+from demo.payments_reference import BALANCE_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 OPERATOR = "accounts"
 BALANCE_SCHEMA = payments.BALANCE_SCHEMA.append(pa.field("deposits", pa.int64()))
-TABLE_REF = "batchpoint.demo.payments_v2:table_pipeline"
+TABLE_REF = "demo.payments_v2:table_pipeline"
 
 
 def accounts(ctx: OperatorContext) -> DataFrame:

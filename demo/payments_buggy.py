@@ -5,7 +5,7 @@ doubles every balance it writes. The state stays plausible (keys present and uni
 counts positive), so the JSON suites pass and checkpoints complete while auditing is
 off; only the gate's recomputed sample of balances from the source sees it.
 
-    BATCHPOINT_PIPELINE_REF=batchpoint.demo.payments_buggy:pipeline
+    BATCHPOINT_PIPELINE_REF=demo.payments_buggy:pipeline
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from batchpoint.demo import payments
 from batchpoint.runtime.api import OperatorContext, Pipeline
+from demo import payments
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-REF = "batchpoint.demo.payments_buggy:pipeline"
+REF = "demo.payments_buggy:pipeline"
 
 
 def doubled_balances(ctx: OperatorContext) -> DataFrame:
@@ -41,7 +41,7 @@ def with_balances(pipeline: Pipeline, fn: Callable[[OperatorContext], Any]) -> P
 pipeline = with_balances(payments.build_pipeline(), doubled_balances)
 
 #: The bad deploy of the demo's variant, whose balances are the Iceberg table too.
-TABLE_REF = "batchpoint.demo.payments_buggy:table_pipeline"
+TABLE_REF = "demo.payments_buggy:table_pipeline"
 table_pipeline = with_balances(
     payments.build_pipeline(balances_table=payments.BALANCES_TABLE), doubled_balances
 )

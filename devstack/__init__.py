@@ -5,7 +5,12 @@ its parent (devstack.processes)."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
+
+#: The checkout's root, which holds this package and the demo's (neither is in the
+#: installed batchpoint): on the PYTHONPATH of the Python processes started from here.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 _WHERE = {
     "SeaweedError": "seaweed",
@@ -18,9 +23,9 @@ __all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so that `python -m batchpoint.devstack.seaweed` does not import the module
+    # Lazy, so that `python -m devstack.seaweed` does not import the module
     # twice (runpy warns when the package has already imported it).
     if name in _WHERE:
-        module = importlib.import_module(f"batchpoint.devstack.{_WHERE[name]}")
+        module = importlib.import_module(f"devstack.{_WHERE[name]}")
         return getattr(module, name)
-    raise AttributeError(f"module 'batchpoint.devstack' has no attribute {name!r}")
+    raise AttributeError(f"module 'devstack' has no attribute {name!r}")

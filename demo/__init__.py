@@ -4,7 +4,7 @@ pandas)."""
 
 from __future__ import annotations
 
-from batchpoint.demo.payments_data import (
+from demo.payments_data import (
     ALERT_LIMIT,
     PARTITIONS,
     PAYMENTS_SCHEMA,

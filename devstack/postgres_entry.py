@@ -1,7 +1,7 @@
 """The official postgres image's entrypoint, for Debian's PostgreSQL: what `./dev stack`
 runs for a service whose image is `postgres`.
 
-    python -m batchpoint.devstack.postgres_entry BIN_DIR [postgres options...]
+    python -m devstack.postgres_entry BIN_DIR [postgres options...]
 
 Started as root on the service's host with PGDATA and PGHOST (the socket folder) set. On
 an empty data folder it does what docker-entrypoint.sh does: initdb with POSTGRES_USER as

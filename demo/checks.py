@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchpoint.demo.payments import BALANCES_TABLE
-from batchpoint.demo.say import say, step
 from batchpoint.settings import Settings
 from batchpoint.storage.base import ObjectStore
+from demo.payments import BALANCES_TABLE
+from demo.say import say, step
 
 
 class PublishedChecks:
@@ -40,9 +40,9 @@ class PublishedChecks:
         return sink_table(self.settings.store_ref, "payments", "balances_table", binding)
 
     def _published_and_expected(self) -> tuple[Any, Any, Any, Any]:
-        from batchpoint.demo.payments import SOURCE_ROOT
-        from batchpoint.demo.payments_reference import compute_reference
         from batchpoint.protocol.sinks import read_sink_table
+        from demo.payments import SOURCE_ROOT
+        from demo.payments_reference import compute_reference
 
         c = self.coordinator
         head = c.completed.get(c.head.get().checkpoint_id)
@@ -87,8 +87,8 @@ class PublishedChecks:
         the table as of every retained checkpoint against the reference at its barrier."""
         import pandas as pd
 
-        from batchpoint.demo.payments import SOURCE_ROOT
-        from batchpoint.demo.payments_reference import compute_reference
+        from demo.payments import SOURCE_ROOT
+        from demo.payments_reference import compute_reference
 
         step(f"the Iceberg table {BALANCES_TABLE}: its commits, and time travel by checkpoint")
         table = self.balances_table()

@@ -85,7 +85,7 @@ def payments_quality(
     )
 
 
-#: The restore DAG's gate hook (BATCHPOINT_QUALITY_GATE=batchpoint.demo.payments_quality:
+#: The restore DAG's gate hook (BATCHPOINT_QUALITY_GATE=demo.payments_quality:
 #: restore_gate): quarantines the checkpoints that fail. `restore_gate_dry` writes nothing.
-restore_gate = quality_restore_gate("batchpoint.demo.payments:pipeline")
-restore_gate_dry = quality_restore_gate("batchpoint.demo.payments:pipeline", record=False)
+restore_gate = quality_restore_gate("demo.payments:pipeline")
+restore_gate_dry = quality_restore_gate("demo.payments:pipeline", record=False)

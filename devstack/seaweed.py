@@ -5,7 +5,7 @@ a demo next to a test session) never collide, and it runs in its own process gro
 that stop() takes all of it down. Auth is on: one identity with a known access key, so
 that wrong credentials are refused exactly as on AWS.
 
-    python -m batchpoint.devstack.seaweed --dir .seaweed --s3-port 8333
+    python -m devstack.seaweed --dir .seaweed --s3-port 8333
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from batchpoint.devstack.processes import serve_in_foreground, start_group, stop_group
 from batchpoint.errors import BatchpointError
+from devstack.processes import serve_in_foreground, start_group, stop_group
 
 DEFAULT_BUCKET = "batchpoint"
 DEFAULT_ACCESS_KEY = "batchpoint-dev"
@@ -319,7 +319,7 @@ class SeaweedServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchpoint.devstack.seaweed",
+        prog="python -m devstack.seaweed",
         description="Run a local SeaweedFS S3 server in the foreground until Ctrl-C.",
     )
     parser.add_argument("--dir", required=True, type=Path, help="data directory (kept)")

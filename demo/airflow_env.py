@@ -22,16 +22,23 @@ from batchpoint.errors import ConfigError
 
 T = TypeVar("T")
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-PROJECT_ROOT = PACKAGE_ROOT.parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def python_path(current: str | None) -> str:
+    """`current` (a PYTHONPATH) with the project root first: the processes the demo starts
+    (Airflow's, spark-submit jobs and their workers, the CLI) import its pipelines from
+    there, as they are not in the installed batchpoint."""
+    parts = [p for p in (current or "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys([str(PROJECT_ROOT), *parts]))
 
 
 def project_folder(name: str) -> Path:
     folder = PROJECT_ROOT / name
     if not folder.is_dir():
         raise ConfigError(
-            f"{folder} not found: the demo runs from a checkout of the project "
-            "(an editable install, as `./dev setup` makes)"
+            f"{folder} not found: the demo runs from a checkout of the project, "
+            "beside its dags/ and plugins/"
         )
     return folder
 

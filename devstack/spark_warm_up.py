@@ -16,7 +16,7 @@ pays it once per operator. Given pipelines, the warm-up opens each operator's se
 with the id and scheduler pool its jobs use, and runs a Python task in it: the first
 epoch finds every daemon running.
 
-    python -m batchpoint.devstack.spark_warm_up sc://127.0.0.1:15002 SCRATCH_DIR [PIPELINE_REF ...]
+    python -m devstack.spark_warm_up sc://127.0.0.1:15002 SCRATCH_DIR [PIPELINE_REF ...]
 
 It runs as a child process of whoever started the server: a process that holds a
 classic Spark session cannot open a Connect one (batchpoint.spark.connect).
@@ -46,7 +46,7 @@ _ROWS = 20_000
 def _through_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The mapInArrow body: loads what an operator's tasks load (a no-op in a worker
     forked from batchpoint's daemon, which loaded it already)."""
-    from batchpoint.devstack.worker_daemon import preload
+    from devstack.worker_daemon import preload
 
     preload()
     yield from batches
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
         print(
-            "usage: python -m batchpoint.devstack.spark_warm_up REMOTE SCRATCH [PIPELINE_REF ...]",
+            "usage: python -m devstack.spark_warm_up REMOTE SCRATCH [PIPELINE_REF ...]",
             file=sys.stderr,
         )
         return 2

@@ -34,22 +34,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from batchpoint.demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow
-from batchpoint.demo.checks import PublishedChecks
-from batchpoint.demo.leftovers import mark_run, wait_for_none
-from batchpoint.demo.payments import BALANCES_TABLE
-from batchpoint.demo.say import say, step, timed
-from batchpoint.devstack.seaweed import SeaweedServer
 from batchpoint.errors import BatchpointError
 from batchpoint.settings import Settings
 from batchpoint.spark.fast_start import submit_args
+from demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow, python_path
+from demo.checks import PublishedChecks
+from demo.leftovers import mark_run, wait_for_none
+from demo.payments import BALANCES_TABLE
+from demo.say import say, step, timed
+from devstack.seaweed import SeaweedServer
 
 T = TypeVar("T")
 
 DATA = {"accounts": 200, "events_per_epoch": 2_000}
 # The demo's pipeline publishes its balances as the Iceberg table payments.balances.
-GOOD_REF = "batchpoint.demo.payments:table_pipeline"
-GATE_REF = "batchpoint.demo.payments_quality:restore_gate"
+GOOD_REF = "demo.payments:table_pipeline"
+GATE_REF = "demo.payments_quality:restore_gate"
 #: What `./dev ui DIR` reads to reopen the demo's S3 and Airflow.
 STATE_FILE = "demo.json"
 
@@ -63,7 +63,8 @@ def deployment_env(
 ) -> dict[str, str]:
     """BATCHPOINT_* of the demo deployment: one pipeline, manual checkpoint runs (the
     demo is the scheduler), jobs as clients of the Spark Connect server `spark_remote`
-    (None: spark-submit jobs on local Spark), the payments quality gate."""
+    (None: spark-submit jobs on local Spark), the payments quality gate; the project root
+    on PYTHONPATH, for the processes that import the pipeline."""
     settings = Settings(f"s3://{s3.bucket}/demo", s3.storage_options(), "local[2]")
     if spark_remote:
         spark = {"BATCHPOINT_SPARK_MODE": "connect", "BATCHPOINT_SPARK_REMOTE": spark_remote}
@@ -92,6 +93,7 @@ def deployment_env(
         "BATCHPOINT_TASK_RETRIES": "1",
         "BATCHPOINT_TASK_RETRY_DELAY": "1",
         "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": python_path(os.environ.get("PYTHONPATH")),
     }
 
 
@@ -116,8 +118,8 @@ class PaymentsDemo:
         return CheckpointCoordinator(self.store, "payments", self.settings.checkpoint)
 
     def new_input(self) -> None:
-        from batchpoint.demo.payments import SOURCE_ROOT
-        from batchpoint.demo.payments_data import write_epoch_files
+        from demo.payments import SOURCE_ROOT
+        from demo.payments_data import write_epoch_files
 
         files = write_epoch_files(self.store, SOURCE_ROOT, self.epoch, **DATA)
         say(f"epoch {self.epoch}: {len(files)} new payment files in s3://.../{SOURCE_ROOT}")
@@ -171,7 +173,7 @@ class PaymentsDemo:
                     raise DemoFailed("the killed balances task was not retried")
                 last = self.coordinator.head.get().checkpoint_id
                 acks = self.coordinator.get_outcome(last).completed.acks
-                attempts = sorted({a.attempt for a in acks if a.task.startswith("balances#")})
+                attempts = sorted({a.attempt for a in acks if a.task.operator == "balances"})
                 say(
                     f"try 1 died before acking; Airflow retried the task and checkpoint {last} "
                     f"completed with balances acked by attempt {', '.join(attempts)}"
@@ -194,7 +196,7 @@ class PaymentsDemo:
         say(f"savepoint in {folder}/: {files} files, self-contained and relocatable")
 
     def bad_deploy(self) -> list[int]:
-        from batchpoint.demo.payments_buggy import TABLE_REF
+        from demo.payments_buggy import TABLE_REF
 
         step("deploy v2 of 'balances' (it doubles every balance): two epochs, audit off")
         os.environ["BATCHPOINT_PIPELINE_REF"] = TABLE_REF
@@ -237,14 +239,14 @@ class PaymentsDemo:
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
-        subtasks = sorted(a.task for a in outcome.completed.acks if a.task.startswith("balances#"))
+        subtasks = [a.task for a in outcome.completed.acks if a.task.operator == "balances"]
         say(
             f"checkpoint {cid} continued from checkpoint {outcome.pending.base_checkpoint_id}, "
             f"with balances rescaled by key group to {len(subtasks)} subtasks"
         )
 
     def evolving_deploy(self) -> None:
-        from batchpoint.demo.payments_v2 import OPERATOR, TABLE_REF
+        from demo.payments_v2 import OPERATOR, TABLE_REF
 
         step(f"deploy v3: 'balances' renamed '{OPERATOR}' (uid kept), its state gains a column")
         plan = subprocess.run(
@@ -262,7 +264,7 @@ class PaymentsDemo:
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
-        tasks = sorted(a.task for a in outcome.completed.acks if a.operator_uid == "balances")
+        tasks = sorted(str(a.task) for a in outcome.completed.acks if a.operator_uid == "balances")
         say(
             f"checkpoint {cid}: {', '.join(tasks)} restored the state of 'balances' by its "
             "uid; its stored rows read the new column 'deposits' as null"
@@ -288,7 +290,7 @@ def spark_server(
     over devstack's, or nothing (submit mode)."""
     if mode != "connect":
         return contextlib.nullcontext()
-    from batchpoint.devstack.spark_connect import SparkConnectServer
+    from devstack.spark_connect import SparkConnectServer
 
     step(f"starting a local Spark Connect server (its log: {workdir / 'spark-connect'})")
     # Its warm-up also starts the payments operators' sessions (their Python workers).
