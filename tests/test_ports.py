@@ -5,6 +5,8 @@
   it uses (protocol/pipeline_ports.py).
 - Nothing outside protocol/ reaches a coordinator's store, layout or control store.
 - No port but the coordinator has a public `store`, `layout` or `control`.
+- No protocol collaborator takes the store or the layout beside a port that holds them
+  (`reads`, `records`, `files`): it asks the port.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "include" / "batchpoint"
 COORDINATOR = "CheckpointCoordinator"
 RAW_PARTS = ("store", "layout", "control")
+#: The parameters that name a port over the store and the layout.
+PORTS_HOLDING_RAW_PARTS = ("reads", "records", "files")
 
 #: Where a coordinator is built, and the functions that hand the one built on: the
 #: only signatures outside protocol/ that may name it.
@@ -100,6 +104,22 @@ def public_raw_parts_of(tree: ast.Module) -> list[str]:
     return found
 
 
+def raw_parts_beside_a_port(tree: ast.Module) -> list[str]:
+    """`Class(parameter)` for each `store` or `layout` parameter of a constructor that
+    also takes a port holding them."""
+    found = []
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+                args = node.args
+                names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+                if names & set(PORTS_HOLDING_RAW_PARTS):
+                    found += [f"{cls.name}({n})" for n in ("store", "layout") if n in names]
+    return found
+
+
 def test_only_the_composition_roots_take_the_coordinator() -> None:
     found = [site for f, tree in _library_files() for site in coordinator_signatures(f, tree)]
     assert found == [], "take a port of protocol/pipeline_ports.py instead:\n" + "\n".join(found)
@@ -117,6 +137,32 @@ def test_no_port_shows_its_store_layout_or_control() -> None:
         if path.name != "coordinator.py" and (parts := public_raw_parts(path))
     }
     assert found == {}
+
+
+def test_no_collaborator_takes_the_store_or_layout_beside_a_port() -> None:
+    found = {
+        path.name: parts
+        for path in sorted((PACKAGE / "protocol").glob("*.py"))
+        if (parts := raw_parts_beside_a_port(ast.parse(path.read_text())))
+    }
+    assert found == {}, "ask the records or files port instead"
+
+
+def test_raw_parts_beside_a_port_are_found() -> None:
+    source = """
+class Twice:
+    def __init__(self, *, store, layout, reads): ...
+
+class Raw:
+    def __init__(self, *, store, layout, clock): ...
+
+class Port:
+    def __init__(self, store, layout): ...
+
+class Narrow:
+    def __init__(self, *, records, files): ...
+"""
+    assert raw_parts_beside_a_port(ast.parse(source)) == ["Twice(store)", "Twice(layout)"]
 
 
 def test_each_check_finds_what_it_looks_for() -> None:

@@ -1,6 +1,6 @@
 """Each protocol collaborator built alone (Flink's PendingCheckpointTest): from the real
-parts the composition root gives it (a local store, the layout, the control store, the
-read port, the fake clock) and, for what it must ask of another collaborator, a
+parts the composition root gives it (the records port, the files port, the control
+store, the fake clock, over a local store) and, for what it must ask of another collaborator, a
 recording function written here, so that each test shows exactly what its one
 collaborator asks of the others. The records a test starts from are written by hand
 (tests/support/collaborator_parts.py). This file: one checkpoint's lifecycle (ack
@@ -104,11 +104,7 @@ def test_no_test_of_a_collaborator_alone_builds_the_coordinator() -> None:
 
 def ack_accounting(parts: Parts, decide_abort: DecideAbort) -> AckAccounting:
     return AckAccounting(
-        store=parts.store,
-        layout=parts.layout,
-        reads=parts.reads,
-        clock=parts.clock,
-        decide_abort=decide_abort,
+        records=parts.records, files=parts.files, clock=parts.clock, decide_abort=decide_abort
     )
 
 
@@ -166,9 +162,8 @@ def test_ack_accounting_asks_decide_abort_when_a_task_declines(parts: Parts) -> 
 
 def finalizer(parts: Parts) -> CheckpointFinalizer:
     return CheckpointFinalizer(
-        store=parts.store,
-        layout=parts.layout,
-        reads=parts.reads,
+        records=parts.records,
+        files=parts.files,
         control=parts.control,
         failures=failures_of(parts),
         config=CheckpointConfig(timeout=TIMEOUT),
@@ -231,9 +226,7 @@ def test_finalizer_expires_a_checkpoint_past_its_deadline(parts: Parts) -> None:
 def trigger_of(parts: Parts, asked: Asked) -> CheckpointTrigger:
     config = CheckpointConfig(timeout=TIMEOUT)
     return CheckpointTrigger(
-        store=parts.store,
-        layout=parts.layout,
-        reads=parts.reads,
+        records=parts.records,
         control=parts.control,
         ids=CheckpointIDCounter(parts.store, parts.layout),
         decider=CheckpointRequestDecider(PIPELINE, config, parts.control.key),
@@ -294,9 +287,7 @@ def test_trigger_builds_on_the_head_and_asks_abort_when_the_deploy_is_refused(
 
 def restorer_of(parts: Parts, asked: Asked) -> CheckpointRestorer:
     return CheckpointRestorer(
-        store=parts.store,
-        layout=parts.layout,
-        reads=parts.reads,
+        records=parts.records,
         control=parts.control,
         completed=CompletedCheckpointStore(parts.store, parts.layout, parts.control),
         quarantine=QuarantineStore(parts.store, parts.layout),

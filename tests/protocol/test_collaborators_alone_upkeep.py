@@ -19,6 +19,7 @@ from batchpoint.protocol.checkpoint import (
     CheckpointType,
     CompletedCheckpoint,
     FileHandle,
+    PendingCheckpoint,
     TaskAcknowledgeResult,
     TaskMetrics,
 )
@@ -30,7 +31,7 @@ from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.repair import Repairer, RepairStatus
 from batchpoint.protocol.savepoint_paths import SavepointLocation
-from batchpoint.protocol.savepoint_transfer import Savepoints
+from batchpoint.protocol.savepoint_transfer import ImportSteps, Savepoints
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.stats import CheckpointStatsTracker
 from support.collaborator_parts import (
@@ -58,8 +59,9 @@ def parts(tmp_path: Path) -> Parts:
 
 
 def savepoints_of(parts: Parts, asked: Asked, imported_id: int = 7) -> Savepoints:
-    """Savepoints whose ports record what they are asked: an import is admitted as
-    `imported_id`, every ack succeeds, and the finalize completes what was acked."""
+    """Savepoints whose import steps record what they are asked: an import is admitted
+    as `imported_id`, its pending record is written through the records port, every ack
+    succeeds, and the finalize completes what was acked."""
     acked: list[AckRecord] = []
 
     def admit_import(now: float) -> PendingEntry:
@@ -79,6 +81,10 @@ def savepoints_of(parts: Parts, asked: Asked, imported_id: int = 7) -> Savepoint
         acked.append(ack)
         return TaskAcknowledgeResult.SUCCESS
 
+    def write_pending(pending: PendingCheckpoint) -> None:
+        asked.append(("write_pending", pending.checkpoint_id))
+        parts.records.create_pending(pending)
+
     def finalize(checkpoint_id: int) -> CheckpointOutcome | None:
         asked.append(("finalize", checkpoint_id))
         pending = parts.reads.get_pending(checkpoint_id)
@@ -95,9 +101,7 @@ def savepoints_of(parts: Parts, asked: Asked, imported_id: int = 7) -> Savepoint
         control=parts.control,
         clock=parts.clock,
         roll_forward=lambda: asked.append(("roll_forward",)),
-        admit_import=admit_import,
-        acknowledge=acknowledge,
-        finalize=finalize,
+        steps=ImportSteps(admit_import, write_pending, acknowledge, finalize),
     )
 
 
@@ -113,7 +117,8 @@ def test_savepoints_import_asks_admission_one_ack_per_task_then_the_finalize(
     assert asked == []  # an export asks nothing of the others
     imported = subject.import_folder(folder)
     acks = [("acknowledge", 7, task, "savepoint-import") for task in TASKS]
-    assert asked == [("roll_forward",), ("admit_import",), *acks, ("finalize", 7)]
+    admitted = [("admit_import",), ("write_pending", 7)]
+    assert asked == [("roll_forward",), *admitted, *acks, ("finalize", 7)]
     assert imported.checkpoint_id == 7
     pending = parts.reads.get_pending(7)
     assert pending is not None and pending.type is CheckpointType.SAVEPOINT
@@ -149,9 +154,8 @@ def test_savepoints_dispose_refuses_the_head_and_releases_an_older_savepoint(
 
 def gc_of(parts: Parts, asked: Asked) -> GarbageCollector:
     return GarbageCollector(
-        store=parts.store,
-        layout=parts.layout,
         reads=parts.reads,
+        files=parts.files,
         control=parts.control,
         sinks=SinkPublisher(parts.store, parts.layout),
         clock=parts.clock,
@@ -197,9 +201,8 @@ def test_gc_keeps_a_discarded_file_that_a_pending_checkpoint_acked(parts: Parts)
 
 def repairer_of(parts: Parts, asked: Asked) -> Repairer:
     return Repairer(
-        store=parts.store,
-        layout=parts.layout,
         reads=parts.reads,
+        files=parts.files,
         control=parts.control,
         quarantine=QuarantineStore(parts.store, parts.layout),
         sinks=SinkPublisher(parts.store, parts.layout),

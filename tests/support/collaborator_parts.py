@@ -25,6 +25,8 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
     TaskMetrics,
 )
+from batchpoint.protocol.checkpoint_files import CheckpointFiles
+from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.control import ControlRecord, PendingEntry, RetainedEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.head import HeadMoveCause
@@ -45,13 +47,14 @@ TIMEOUT = 600.0
 @dataclass
 class Parts:
     """A real local store in a test's folder, the pipeline's layout, the fake clock,
-    and the control store and read port over them."""
+    and the control store, the records port and the files port over them."""
 
     store: LocalObjectStore
     layout: PipelineLayout
     clock: FakeClock
     control: ControlStore
-    reads: CheckpointReads
+    records: CheckpointRecords
+    files: CheckpointFiles
 
     @classmethod
     def at(cls, folder: Path) -> Parts:
@@ -59,7 +62,13 @@ class Parts:
         layout = PipelineLayout(PIPELINE)
         clock = FakeClock()
         control = ControlStore(store, layout, clock)
-        return cls(store, layout, clock, control, CheckpointReads(store, layout, control))
+        records = CheckpointRecords(store, layout, control)
+        return cls(store, layout, clock, control, records, CheckpointFiles(store, layout))
+
+    @property
+    def reads(self) -> CheckpointReads:
+        """The records port's read side: what a test reads its outcome back through."""
+        return self.records
 
     def change_control(self, change: Callable[[ControlRecord], ControlRecord]) -> None:
         self.control.update(lambda current: change(current or ControlRecord()))

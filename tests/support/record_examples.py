@@ -53,7 +53,7 @@ from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.migration import RetainedMarker
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
-from batchpoint.protocol.repair import RestoreRecord
+from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
 from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest

@@ -9,10 +9,8 @@ aborted checkpoint is DISCARDED, and none of them changes the checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable
 
-from batchpoint.errors import ObjectAlreadyExists
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointFailureReason,
@@ -25,11 +23,11 @@ from batchpoint.protocol.checkpoint import (
     TaskAcknowledgeResult,
     TaskMetrics,
 )
-from batchpoint.protocol.layout import PipelineLayout, TaskId
+from batchpoint.protocol.checkpoint_files import CheckpointFiles
+from batchpoint.protocol.checkpoint_records import CheckpointRecords
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.ports import Clock
-from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.settlement import Abort
-from batchpoint.storage.base import ObjectStore
 
 #: Decide an abort of a pending checkpoint and settle it (`CheckpointFinalizer.decide_abort`):
 #: whether this call's outcome won, and the outcome that holds.
@@ -40,15 +38,16 @@ class AckAccounting:
     def __init__(
         self,
         *,
-        store: ObjectStore,
-        layout: PipelineLayout,
-        reads: CheckpointReads,
+        records: CheckpointRecords,
+        files: CheckpointFiles,
         clock: Clock,
         decide_abort: DecideAbort,
     ) -> None:
-        self._store = store
-        self._layout = layout
-        self._reads = reads
+        # One port under two names: `_reads` where acknowledge and decline read (the
+        # name they read by before; one name once the concurrent TaskId change lands).
+        self._reads = records
+        self._records = records
+        self._files = files
         self._clock = clock
         self._decide_abort = decide_abort
 
@@ -81,19 +80,14 @@ class AckAccounting:
                 if outcome is not None and outcome.status is CheckpointStatus.ABORTED:
                     result = TaskAcknowledgeResult.DISCARDED
         if result is not TaskAcknowledgeResult.SUCCESS:
-            self._discard_attempt_files(ack)
+            self._files.delete_attempt_files(ack)
         return result
 
     def _write_ack(self, ack: AckRecord) -> TaskAcknowledgeResult:
-        key = self._layout.ack(ack.checkpoint_id, ack.task)
-        try:
-            self._store.create(key, ack.encode())
-            return TaskAcknowledgeResult.SUCCESS
-        except ObjectAlreadyExists:
-            existing = AckRecord.decode(key, self._store.get(key).data)
-            if existing.attempt == ack.attempt:
-                return TaskAcknowledgeResult.SUCCESS  # the same attempt, acking again
-            return TaskAcknowledgeResult.DUPLICATE
+        written, holding = self._records.create_ack(ack)
+        if written or holding.attempt == ack.attempt:
+            return TaskAcknowledgeResult.SUCCESS  # ours, or the same attempt acking again
+        return TaskAcknowledgeResult.DUPLICATE
 
     def _ack_after_outcome(self, ack: AckRecord) -> TaskAcknowledgeResult:
         outcome = self._reads.get_outcome(ack.checkpoint_id)
@@ -107,19 +101,6 @@ class AckAccounting:
             return TaskAcknowledgeResult.SUCCESS
         return TaskAcknowledgeResult.DUPLICATE
 
-    def _discard_attempt_files(self, ack: AckRecord) -> None:
-        # Only this attempt's own files: under its operator's data folder in this
-        # checkpoint, in a folder named by the attempt id. A handle pointing anywhere else
-        # is another checkpoint's, another attempt's or another task's file (a sink
-        # references its input channel's files), which is never ours to delete.
-        data = self._layout.operator_data_prefix(ack.checkpoint_id, ack.task.operator)
-        own = [
-            h.path
-            for h in ack.handles
-            if h.path.startswith(data) and ack.attempt in h.path[len(data) :].split("/")[:-1]
-        ]
-        self._store.delete_many(own)
-
     def decline(self, checkpoint_id: int, task: TaskId, attempt: str, reason: str) -> DeclineResult:
         """A task cannot take part: abort the checkpoint at once rather than waiting for
         the timeout (Flink's declineCheckpoint)."""
@@ -131,11 +112,11 @@ class AckAccounting:
             return _declined_too_late(outcome)
         if task not in pending.expected_tasks:
             return DeclineResult.UNKNOWN
-        if self._store.exists(self._layout.ack(checkpoint_id, task)):
+        if self._records.has_ack(checkpoint_id, task):
             return DeclineResult.IGNORED_ACKNOWLEDGED
-        record = DeclineRecord(checkpoint_id, task, attempt, reason, self._clock())
-        with contextlib.suppress(ObjectAlreadyExists):
-            self._store.create(self._layout.decline(checkpoint_id, task, attempt), record.encode())
+        self._records.create_decline(
+            DeclineRecord(checkpoint_id, task, attempt, reason, self._clock())
+        )
         declined = Abort(CheckpointFailureReason.DECLINED, f"task {task} declined: {reason}")
         won, outcome = self._decide_abort(pending, declined)
         return DeclineResult.ABORTED if won else _declined_too_late(outcome)

@@ -25,6 +25,7 @@ from batchpoint.protocol.control import ControlRecord, RetainedEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.head import HeadMoveCause
 from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.ports import ProgressFn
 from batchpoint.protocol.timeline import on_timeline
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.storage.base import ObjectStore
@@ -49,10 +50,18 @@ class CompletedCheckpointStore:
     def is_retained(self, checkpoint_id: int) -> bool:
         return self._control.load().retained_entry(checkpoint_id) is not None
 
-    def check_files(self, completed: CompletedCheckpoint, *, checksums: bool) -> list[FileProblem]:
+    def check_files(
+        self,
+        completed: CompletedCheckpoint,
+        *,
+        checksums: bool,
+        progress: ProgressFn | None = None,
+    ) -> list[FileProblem]:
         """Every durable file of the completed checkpoint exists with its size (and its
         checksum when asked)."""
-        return check_handles(self._store, completed.durable_handles, checksums=checksums)
+        return check_handles(
+            self._store, completed.durable_handles, checksums=checksums, progress=progress
+        )
 
     def get(self, checkpoint_id: int) -> CompletedCheckpoint:
         """The metadata of a completed checkpoint (retained or not); raises

@@ -19,9 +19,12 @@ Lifecycle of checkpoint N, and who owns each step:
             and resume (restores resume too)                        completed_store.py
   collect   delete what nothing references any more                 gc.py
 
-No collaborator holds the coordinator: each gets the store, the layout, the read port
-(`CheckpointReads`), the control store, a clock, and for what it must ask of another
-the small ports of protocol/ports.py.
+No collaborator holds the coordinator: each gets the ports it uses: the records port
+(`CheckpointRecords`: reads, and the create-once writes of a checkpoint's records) or
+its read side alone, the files port (`CheckpointFiles`: data files checked, listed,
+deleted), the control store, a clock, and for what it must ask of another the small
+ports of protocol/ports.py. Only savepoints, which copy objects between storages, get
+the store and the layout themselves.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from batchpoint.protocol.checkpoint import (
     TaskAcknowledgeResult,
     TaskMetrics,
 )
+from batchpoint.protocol.checkpoint_files import CheckpointFiles
+from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlRecord, Stopped
@@ -61,11 +66,11 @@ from batchpoint.protocol.ports import Clock
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.publish import CompletionNotifier, PublishReport, SinkTarget
 from batchpoint.protocol.quarantine import QuarantineStore
-from batchpoint.protocol.reads import AckProgress, CheckpointReads
+from batchpoint.protocol.reads import AckProgress
 from batchpoint.protocol.repair import Repairer, RepairReport
 from batchpoint.protocol.reports import StoredReports
 from batchpoint.protocol.restorer import CheckpointRestorer
-from batchpoint.protocol.savepoint_transfer import Savepoints
+from batchpoint.protocol.savepoint_transfer import ImportSteps, Savepoints
 from batchpoint.protocol.settlement import FinalizeWait
 from batchpoint.protocol.sink_tables import SinkTables
 from batchpoint.protocol.sinks import SinkPublisher
@@ -78,8 +83,8 @@ __all__ = ["AckProgress", "CheckpointCoordinator", "Clock"]
 
 
 class CheckpointCoordinator:
-    """Every command of one pipeline's protocol, and its reads (delegated to the read
-    port, `CheckpointReads`). Its `store`, `layout` and `control` are the composition
+    """Every command of one pipeline's protocol, and its reads (delegated to the
+    records port, `CheckpointRecords`). Its `store`, `layout` and `control` are the composition
     root's own: front ends get the ports (protocol/pipeline_ports.py), never these."""
 
     def __init__(
@@ -94,7 +99,8 @@ class CheckpointCoordinator:
         self.store = store
         self.layout = layout
         self.control = ControlStore(store, layout, clock)
-        self.reads = CheckpointReads(store, layout, self.control)
+        self.records = CheckpointRecords(store, layout, self.control)
+        self.files = CheckpointFiles(store, layout)
         self.spec = pipeline if isinstance(pipeline, PipelineSpec) else None
         self.config = config or CheckpointConfig()
         self.clock = clock
@@ -111,22 +117,20 @@ class CheckpointCoordinator:
 
     def _build_collaborators(self) -> None:
         """Each collaborator gets only its parts; none gets the coordinator."""
-        reads = self.reads
-        base = {"store": self.store, "layout": self.layout}
+        records, files = self.records, self.files
         self.finalizer = CheckpointFinalizer(
-            **base,
-            reads=reads,
+            records=records,
+            files=files,
             control=self.control,
             failures=self.failures,
             config=self.config,
             clock=self.clock,
         )
         self.ack_accounting = AckAccounting(
-            **base, reads=reads, clock=self.clock, decide_abort=self.finalizer.decide_abort
+            records=records, files=files, clock=self.clock, decide_abort=self.finalizer.decide_abort
         )
         self.checkpoint_trigger = CheckpointTrigger(
-            **base,
-            reads=reads,
+            records=records,
             control=self.control,
             ids=self.ids,
             decider=self.decider,
@@ -136,8 +140,7 @@ class CheckpointCoordinator:
             abort=self.finalizer.abort,
         )
         self.restorer = CheckpointRestorer(
-            **base,
-            reads=reads,
+            records=records,
             control=self.control,
             completed=self.completed,
             quarantine=self.quarantine,
@@ -148,23 +151,27 @@ class CheckpointCoordinator:
             verify_checksums=self.config.restore_verify_checksums,
         )
         self.notifier = CompletionNotifier(
-            reads=reads,
+            reads=records,
             control=self.control,
             sinks=self.sinks,
             roll_forward=self.restorer.finish,
             alias_of=self.restorer.alias_of,
         )
         self.savepoints = Savepoints(
-            **base,
+            store=self.store,
+            layout=self.layout,
             completed=self.completed,
             control=self.control,
             clock=self.clock,
             roll_forward=self.restorer.finish,
-            admit_import=self.checkpoint_trigger.admit_import,
-            acknowledge=self.ack_accounting.acknowledge,
-            finalize=self.finalizer.try_finalize,
+            steps=ImportSteps(
+                admit=self.checkpoint_trigger.admit_import,
+                write_pending=records.create_pending,
+                acknowledge=self.ack_accounting.acknowledge,
+                finalize=self.finalizer.try_finalize,
+            ),
         )
-        self.stats = CheckpointStatsTracker(reads, self.ids)
+        self.stats = CheckpointStatsTracker(records, self.ids)
         self.reports = StoredReports(self.store, self.layout)
 
     # == the reads (protocol/reads.py) ===================================================
@@ -174,37 +181,37 @@ class CheckpointCoordinator:
         return self.layout.pipeline
 
     def pending_checkpoints(self) -> list[PendingCheckpoint]:
-        return self.reads.pending_checkpoints()
+        return self.records.pending_checkpoints()
 
     def get_pending(self, checkpoint_id: int) -> PendingCheckpoint | None:
-        return self.reads.get_pending(checkpoint_id)
+        return self.records.get_pending(checkpoint_id)
 
     def pending_or_admitted(self, checkpoint_id: int) -> PendingCheckpoint | None:
-        return self.reads.pending_or_admitted(checkpoint_id)
+        return self.records.pending_or_admitted(checkpoint_id)
 
     def get_outcome(self, checkpoint_id: int) -> CheckpointOutcome | None:
-        return self.reads.get_outcome(checkpoint_id)
+        return self.records.get_outcome(checkpoint_id)
 
     def has_outcome(self, checkpoint_id: int) -> bool:
-        return self.reads.has_outcome(checkpoint_id)
+        return self.records.has_outcome(checkpoint_id)
 
     def get_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint:
-        return self.reads.get_checkpoint(checkpoint_id)
+        return self.records.get_checkpoint(checkpoint_id)
 
     def status(self, checkpoint_id: int) -> CheckpointStatus | None:
-        return self.reads.status(checkpoint_id)
+        return self.records.status(checkpoint_id)
 
     def acks(self, checkpoint_id: int) -> dict[TaskId, AckRecord]:
-        return self.reads.acks(checkpoint_id)
+        return self.records.acks(checkpoint_id)
 
     def declines(self, checkpoint_id: int) -> list[DeclineRecord]:
-        return self.reads.declines(checkpoint_id)
+        return self.records.declines(checkpoint_id)
 
     def progress(self, checkpoint_id: int) -> AckProgress:
-        return self.reads.progress(checkpoint_id)
+        return self.records.progress(checkpoint_id)
 
     def checkpoint_ids(self) -> list[int]:
-        return self.reads.checkpoint_ids()
+        return self.records.checkpoint_ids()
 
     # == the pipeline's graph ============================================================
 
@@ -367,9 +374,8 @@ class CheckpointCoordinator:
     def repair(self, *, dry_run: bool = False, force: bool = False) -> RepairReport:
         """Rebuild a missing or unreadable control record (protocol/repair.py)."""
         repairer = Repairer(
-            store=self.store,
-            layout=self.layout,
-            reads=self.reads,
+            reads=self.records,
+            files=self.files,
             control=self.control,
             quarantine=self.quarantine,
             sinks=self.sinks,
@@ -389,9 +395,8 @@ class CheckpointCoordinator:
         """GC of this pipeline (protocol/gc.py); `tables`: its table sinks, whose
         snapshots are references. `grace` defaults to the checkpoint timeout or more."""
         return GarbageCollector(
-            store=self.store,
-            layout=self.layout,
-            reads=self.reads,
+            reads=self.records,
+            files=self.files,
             control=self.control,
             sinks=self.sinks,
             clock=self.clock,

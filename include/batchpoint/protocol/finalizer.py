@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 
-from batchpoint.errors import CheckpointNotFound, ObjectAlreadyExists, RecordError
+from batchpoint.errors import CheckpointNotFound, RecordError
 from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import (
     AckRecord,
@@ -32,14 +32,15 @@ from batchpoint.protocol.checkpoint import (
     CompletedCheckpoint,
     PendingCheckpoint,
 )
+from batchpoint.protocol.checkpoint_files import CheckpointFiles
+from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.completed_store import settle_outcome
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlUnreadable, PendingEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
-from batchpoint.protocol.layout import PipelineLayout, TaskId
+from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.ports import Clock
-from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.settlement import (
     Abort,
     FinalizeWait,
@@ -48,8 +49,6 @@ from batchpoint.protocol.settlement import (
     unrestored_import,
 )
 from batchpoint.protocol.timeline import on_timeline
-from batchpoint.protocol.verify import check_handles
-from batchpoint.storage.base import ObjectStore
 
 #: An audit's verdict on the checkpoint as it would complete: None when it passes, else
 #: why it failed (the message of the QUALITY_GATE outcome).
@@ -68,17 +67,15 @@ class CheckpointFinalizer:
     def __init__(
         self,
         *,
-        store: ObjectStore,
-        layout: PipelineLayout,
-        reads: CheckpointReads,
+        records: CheckpointRecords,
+        files: CheckpointFiles,
         control: ControlStore,
         failures: CheckpointFailureManager,
         config: CheckpointConfig,
         clock: Clock,
     ) -> None:
-        self._store = store
-        self._layout = layout
-        self._reads = reads
+        self._records = records
+        self._files = files
         self._control = control
         self._failures = failures
         self._config = config
@@ -105,18 +102,18 @@ class CheckpointFinalizer:
         the quality gate (`complete_audited`). Anyone else (`settle` at the next trigger,
         a cleanup task) leaves it pending for the audit to be retried, and expires it
         past its deadline: completing it would publish state nobody validated."""
-        outcome = self._reads.get_outcome(checkpoint_id)
+        outcome = self._records.get_outcome(checkpoint_id)
         if outcome is not None:
             self._settle_outcome(outcome, won=False)
             return outcome
         try:
-            pending = self._reads.get_pending(checkpoint_id)
+            pending = self._records.get_pending(checkpoint_id)
         except RecordError:
             pending = None
         if pending is None:
             return self._without_record(checkpoint_id)
         now = self._clock()
-        acks = self._reads.acks(checkpoint_id)
+        acks = self._records.acks(checkpoint_id)
         verdict = deadline_verdict(pending, acks, now, audited=audited)
         if verdict is None:
             verdict = self._finalize_blocker(pending)
@@ -142,12 +139,12 @@ class CheckpointFinalizer:
         checkpoint as it would complete; a failing verdict aborts it (QUALITY_GATE), a
         passing one completes it like `finalize(audited=True)`. Idempotent: a settled
         checkpoint returns its outcome without a verdict."""
-        outcome = self._reads.get_outcome(checkpoint_id)
+        outcome = self._records.get_outcome(checkpoint_id)
         if outcome is not None:
             self._settle_outcome(outcome, won=False)
             return outcome
-        pending = self._reads.get_checkpoint(checkpoint_id)
-        acks = self._reads.acks(checkpoint_id)
+        pending = self._records.get_checkpoint(checkpoint_id)
+        acks = self._records.acks(checkpoint_id)
         missing = [t for t in pending.expected_tasks if t not in acks]
         now = self._clock()
         if missing:
@@ -163,7 +160,7 @@ class CheckpointFinalizer:
 
     def _without_record(self, checkpoint_id: int) -> CheckpointOutcome | FinalizeWait:
         """An admitted checkpoint whose pending record is missing or unreadable."""
-        admitted = self._reads.pending_or_admitted(checkpoint_id)
+        admitted = self._records.pending_or_admitted(checkpoint_id)
         if admitted is None:
             return self._decided_meanwhile(checkpoint_id)
         if self._clock() <= admitted.deadline:
@@ -178,10 +175,10 @@ class CheckpointFinalizer:
         """No outcome at the first read and no pending record now: a decision may have
         written its outcome and settled the record between the two reads (a finalize
         and an expiry racing). That outcome holds; without one there is no checkpoint."""
-        outcome = self._reads.get_outcome(checkpoint_id)
+        outcome = self._records.get_outcome(checkpoint_id)
         if outcome is None:
             raise CheckpointNotFound(
-                f"pipeline '{self._layout.pipeline}' has no checkpoint {checkpoint_id}"
+                f"pipeline '{self._records.pipeline}' has no checkpoint {checkpoint_id}"
             )
         self._settle_outcome(outcome, won=False)
         return outcome
@@ -201,8 +198,8 @@ class CheckpointFinalizer:
         base_id = pending.base_checkpoint_id
         if base_id is None:
             return None
-        base = self._reads.get_outcome(base_id)
-        base_pending = base.pending if base else self._reads.get_pending(base_id)
+        base = self._records.get_outcome(base_id)
+        base_pending = base.pending if base else self._records.get_pending(base_id)
         if base_pending is None:
             return Abort(
                 CheckpointFailureReason.BASE_ABORTED,
@@ -219,9 +216,7 @@ class CheckpointFinalizer:
         return None
 
     def _file_problems(self, completed: CompletedCheckpoint) -> Abort | None:
-        problems = check_handles(
-            self._store, completed.handles, checksums=self._config.verify_checksums
-        )
+        problems = self._files.check(completed.handles, checksums=self._config.verify_checksums)
         if not problems:
             return None
         listed = "; ".join(map(str, problems[:5]))
@@ -258,11 +253,11 @@ class CheckpointFinalizer:
     ) -> CheckpointOutcome:
         """Abort a pending checkpoint; returns the outcome that holds (maybe a
         COMPLETED one that won the race)."""
-        outcome = self._reads.get_outcome(checkpoint_id)
+        outcome = self._records.get_outcome(checkpoint_id)
         if outcome is not None:
             self._settle_outcome(outcome, won=False)
             return outcome
-        pending = self._reads.pending_or_admitted(checkpoint_id)
+        pending = self._records.pending_or_admitted(checkpoint_id)
         if pending is None:
             return self._decided_meanwhile(checkpoint_id)
         return self.decide_abort(pending, Abort(reason, message))[1]
@@ -289,11 +284,11 @@ class CheckpointFinalizer:
         """Abort the checkpoint as EXPIRED, naming the tasks that did not acknowledge it
         in time (those still missing when `missing` is None). A checkpoint already
         settled keeps its outcome."""
-        outcome = self._reads.get_outcome(checkpoint_id)
+        outcome = self._records.get_outcome(checkpoint_id)
         if outcome is not None:
             return outcome
-        pending = self._reads.get_checkpoint(checkpoint_id)
-        tasks = list(self._reads.progress(checkpoint_id).missing if missing is None else missing)
+        pending = self._records.get_checkpoint(checkpoint_id)
+        tasks = list(self._records.progress(checkpoint_id).missing if missing is None else missing)
         return self.abort(
             checkpoint_id,
             CheckpointFailureReason.EXPIRED,
@@ -302,18 +297,13 @@ class CheckpointFinalizer:
 
     def _decide(self, outcome: CheckpointOutcome) -> tuple[bool, CheckpointOutcome]:
         """Write the outcome once. Returns (whether ours won, the outcome that holds)."""
-        key = self._layout.outcome(outcome.checkpoint_id)
-        try:
-            self._store.create(key, outcome.encode())
-            return True, outcome
-        except ObjectAlreadyExists:
-            return False, CheckpointOutcome.decode(key, self._store.get(key).data)
+        return self._records.create_outcome(outcome)
 
     def settle(self) -> list[CheckpointOutcome]:
         """Expire overdue checkpoints, finalize complete ones (except those that await
         their audit), and finish the settling steps of any checkpoint a crash left
         half-done: every admitted entry and every pending record."""
-        ids = {p.checkpoint_id for p in self._reads.pending_checkpoints()}
+        ids = {p.checkpoint_id for p in self._records.pending_checkpoints()}
         with contextlib.suppress(ControlUnreadable):
             ids.update(p.checkpoint_id for p in self._control.load().pending)
         settled = []
@@ -333,7 +323,7 @@ class CheckpointFinalizer:
         someone else wrote, while its active marker or admitted entry says they are
         unfinished: redoing them later would undo newer decisions (count a failure
         again after a reset or restore)."""
-        if won or self._store.exists(self._layout.active(outcome.checkpoint_id)):
+        if won or self._records.has_pending(outcome.checkpoint_id):
             self._after_outcome(outcome)
             return
         with contextlib.suppress(ControlUnreadable):
@@ -354,7 +344,7 @@ class CheckpointFinalizer:
             self._after_completed(outcome.pending, now)
         else:
             self._after_aborted(outcome, now)
-        self._store.delete(self._layout.active(outcome.checkpoint_id))
+        self._records.delete_pending(outcome.checkpoint_id)
 
     def _after_completed(self, pending: PendingCheckpoint, now: float) -> None:
         if not pending.is_savepoint:

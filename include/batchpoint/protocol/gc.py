@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from batchpoint.errors import CheckpointError, RecordError
 from batchpoint.protocol.checkpoint import CheckpointOutcome
+from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.control import (
     COLLECTED_CAP,
     ControlRecord,
@@ -48,12 +49,10 @@ from batchpoint.protocol.control import (
 )
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.findings import Finding
-from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import Clock, Count, ProgressFn, RollForward, count_due
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
 from batchpoint.protocol.sinks import SinkPublisher, published_base
-from batchpoint.storage.base import ObjectStore
 
 #: Folders of collected ids swept per pass for late writers (the newest ones).
 COLLECTED_SWEEP = 8
@@ -78,9 +77,8 @@ class GarbageCollector:
     def __init__(
         self,
         *,
-        store: ObjectStore,
-        layout: PipelineLayout,
         reads: CheckpointReads,
+        files: CheckpointFiles,
         control: ControlStore,
         sinks: SinkPublisher,
         clock: Clock,
@@ -89,9 +87,8 @@ class GarbageCollector:
         extra_references: Callable[[], Iterable[str]] | None = None,
         tables: SinkTables | None = None,
     ) -> None:
-        self._store = store
-        self._layout = layout
         self._reads = reads
+        self._files = files
         self._control = control
         self._sinks = sinks
         self._clock = clock
@@ -234,14 +231,14 @@ class GarbageCollector:
         ]
         folders = [*sweep, *((e, e.checkpoint_id) for e in control.discarded)]
         for examined, (entry, cid) in enumerate(folders, 1):
-            found = list(self._store.list(self._layout.data_prefix(cid)))
+            found = self._files.data_files(cid)
             doomed = [i for i in found if i.key not in referenced]
             if doomed:
                 _say(progress, f"checkpoint {cid}: deleting {len(doomed)} file(s)")
             report.deleted_files.extend(i.key for i in doomed)
             report.deleted_bytes += sum(i.size for i in doomed)
             if not report.dry_run:
-                self._store.delete_many(i.key for i in doomed)
+                self._files.delete(i.key for i in doomed)
             # A folder whose files a newer checkpoint or a table snapshot still reads
             # stays queued, so that they are collected once nothing reads them (a chain
             # is bounded in length, a table's snapshots by its expiry). Files only a
@@ -267,11 +264,9 @@ class GarbageCollector:
             return []
         referenced = self.referenced_files()
         doomed = [
-            info.key
-            for info in self._store.list(self._layout.data_prefix(checkpoint_id))
-            if info.key not in referenced
+            info.key for info in self._files.data_files(checkpoint_id) if info.key not in referenced
         ]
-        self._store.delete_many(doomed)
+        self._files.delete(doomed)
         return doomed
 
     def _table_references(self, report: GcReport, dry_run: bool) -> TableReferences | None:
@@ -332,7 +327,7 @@ class GarbageCollector:
 
     def _base_of(self, checkpoint_id: int) -> int | None:
         # raises on an unreadable or missing record: that sink is then not pruned
-        return published_base(self._reads.get_checkpoint(checkpoint_id), self._store.uri)
+        return published_base(self._reads.get_checkpoint(checkpoint_id), self._reads.storage_uri)
 
     def _dequeue(self, ids: list[int]) -> None:
         gone = set(ids)
@@ -360,8 +355,7 @@ class GarbageCollector:
         prunable = collected[: max(0, len(collected) - history_limit)]
         pruned = []
         for cid in prunable:
-            found = list(self._store.list(self._layout.checkpoint(cid)))
-            data = [i for i in found if i.key.startswith(self._layout.data_prefix(cid))]
+            found, data = self._files.folder(cid)
             if any(i.key in referenced for i in data):
                 continue  # a sink, a table or a newer checkpoint still reads its data
             # What is left is a late writer's: a collected id never returns into
@@ -372,9 +366,7 @@ class GarbageCollector:
                 report.deleted_bytes += sum(i.size for i in data)
             keys = [i.key for i in found]
             _say(progress, f"checkpoint {cid}: pruning {len(keys)} record(s) from history")
-            outcome_key = self._layout.outcome(cid)
-            self._store.delete_many(k for k in keys if k != outcome_key)
-            self._store.delete(outcome_key)
+            self._files.prune(cid, keys)
             pruned.append(cid)
         if pruned:
             gone = set(pruned)

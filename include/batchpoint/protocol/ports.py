@@ -2,8 +2,8 @@
 decision they do not own (instead of a `CheckpointCoordinator` to reach through).
 
 The coordinator (protocol/coordinator.py) is the composition root: it builds each
-collaborator from the parts it needs (the store, the layout, the read port, the control
-store, a clock) and from these, bound to the one collaborator that owns the rule.
+collaborator from the parts it needs (the records or files port, the control store, a
+clock) and from these, bound to the one collaborator that owns the rule.
 """
 
 from __future__ import annotations

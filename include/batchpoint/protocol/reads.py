@@ -1,10 +1,13 @@
 """The read port of a pipeline's checkpoint records (the pending record, the outcome,
-acks, declines): every collaborator that decides reads through it (the finalizer, GC,
-the restorer, publish, statistics, repair); no writes here."""
+acks, declines, restore records): every collaborator that decides reads through it (the
+finalizer, GC, the restorer, publish, statistics, repair); no writes here (the records
+port, protocol/checkpoint_records.py, adds them)."""
 
 from __future__ import annotations
 
 import contextlib
+import re
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -19,6 +22,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.layout import PipelineLayout, TaskId, parse_checkpoint_dir_name
+from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.storage.base import ObjectStore
 
 
@@ -51,20 +55,37 @@ class CheckpointReads:
     def pipeline(self) -> str:
         return self._layout.pipeline
 
+    @property
+    def storage_uri(self) -> str:
+        """The storage these records live in (what a savepoint says it was taken from)."""
+        return self._store.uri
+
     # == reads ===========================================================================
 
     def pending_checkpoints(self) -> list[PendingCheckpoint]:
-        out = []
+        # an unreadable one is left out: settle aborts its admitted entry at the deadline
+        out = [p for _, p in self.pending_records() if isinstance(p, PendingCheckpoint)]
+        return sorted(out, key=lambda p: p.checkpoint_id)
+
+    def pending_records(
+        self, skip: Callable[[int], bool] = lambda checkpoint_id: False
+    ) -> Iterator[tuple[int, PendingCheckpoint | RecordError]]:
+        """Each pending record in storage, in listing order, read as it is listed, or
+        why it cannot be read; one settled while listing is left out, and so is every
+        checkpoint `skip` names (not read at all)."""
         for info in self._store.list(self._layout.active_prefix):
-            if parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1]) is None:
+            checkpoint_id = parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1])
+            if checkpoint_id is None or skip(checkpoint_id):
                 continue
             try:
-                out.append(PendingCheckpoint.decode(info.key, self._store.get(info.key).data))
+                found: PendingCheckpoint | RecordError = PendingCheckpoint.decode(
+                    info.key, self._store.get(info.key).data
+                )
             except ObjectNotFound:
                 continue  # settled while listing
-            except RecordError:
-                continue  # damage: settle aborts its admitted entry at the deadline
-        return sorted(out, key=lambda p: p.checkpoint_id)
+            except RecordError as exc:
+                found = exc
+            yield checkpoint_id, found
 
     def get_pending(self, checkpoint_id: int) -> PendingCheckpoint | None:
         key = self._layout.active(checkpoint_id)
@@ -162,8 +183,31 @@ class CheckpointReads:
     def checkpoint_ids(self) -> list[int]:
         """Every checkpoint with records in storage (pending, or settled and not pruned)."""
         ids = {p.checkpoint_id for p in self.pending_checkpoints()}
+        return sorted(ids.union(self.folder_ids()))
+
+    def folder_ids(self) -> list[int]:
+        """The checkpoints with a folder in storage (an outcome, acks or files), in
+        listing order."""
+        out = []
         for prefix in self._store.list_dirs(self._layout.checkpoints_prefix):
             cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
             if cid is not None:
-                ids.add(cid)
-        return sorted(ids)
+                out.append(cid)
+        return out
+
+    def restore_records(self) -> Iterator[tuple[int, RestoreRecord | RecordError]]:
+        """Each restore generation's record, in listing order, read as it is listed, or
+        why it cannot be read (the generation happened; its target is unknown)."""
+        for info in self._store.list(self._layout.restores_prefix):
+            match = re.search(r"gen-(\d+)\.json$", info.key)
+            if match is None:
+                continue
+            try:
+                found: RestoreRecord | RecordError = RestoreRecord.decode(
+                    info.key, self._store.get(info.key).data
+                )
+            except ObjectNotFound:
+                continue
+            except RecordError as exc:
+                found = exc
+            yield int(match.group(1)), found

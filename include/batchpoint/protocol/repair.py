@@ -13,15 +13,14 @@ makes it lose, change nothing and say so. A readable record is replaced only wit
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 
-from batchpoint.errors import CorruptRecord, ObjectNotFound, RecordError
-from batchpoint.protocol.checkpoint import CheckpointStatus, PendingCheckpoint
+from batchpoint.errors import CorruptRecord, RecordError
+from batchpoint.protocol.checkpoint import CheckpointStatus
+from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.control_store import ControlSnapshot, ControlStore
 from batchpoint.protocol.findings import Finding
-from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
 from batchpoint.protocol.ports import Clock, RollForward
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.reads import CheckpointReads
@@ -32,10 +31,7 @@ from batchpoint.protocol.repair_plan import (
     plan_repair,
     same_substance,
 )
-from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sinks import SinkPublisher
-from batchpoint.protocol.verify import check_handles
-from batchpoint.storage.base import ObjectStore
 
 
 class RepairStatus(enum.StrEnum):
@@ -82,9 +78,8 @@ class Repairer:
     def __init__(
         self,
         *,
-        store: ObjectStore,
-        layout: PipelineLayout,
         reads: CheckpointReads,
+        files: CheckpointFiles,
         control: ControlStore,
         quarantine: QuarantineStore,
         sinks: SinkPublisher,
@@ -92,9 +87,8 @@ class Repairer:
         num_retained: int,
         roll_forward: RollForward,
     ) -> None:
-        self._store = store
-        self._layout = layout
         self._reads = reads
+        self._files = files
         self._control = control
         self._quarantine = quarantine
         self._sinks = sinks
@@ -141,7 +135,7 @@ class Repairer:
             else "`--force` replaces it anyway, and would change: " + "; ".join(diff)
         )
         return (
-            f"the control record {self._control.key} of pipeline '{self._layout.pipeline}' "
+            f"the control record {self._control.key} of pipeline '{self._reads.pipeline}' "
             f"is readable and repair replaces only a missing or unreadable one: {said}"
         )
 
@@ -169,10 +163,7 @@ class Repairer:
         gone: set[int] = set()
         if read.record is not None:  # queued or collected: judged without their files
             gone = {e.checkpoint_id for e in read.record.discarded} | set(read.record.collected)
-        for prefix in self._store.list_dirs(self._layout.checkpoints_prefix):
-            cid = parse_checkpoint_dir_name(prefix.rstrip("/").rsplit("/", 1)[-1])
-            if cid is None:
-                continue
+        for cid in self._reads.folder_ids():
             try:
                 outcome = self._reads.get_outcome(cid)
             except RecordError as exc:
@@ -188,38 +179,29 @@ class Repairer:
                 and cid not in gone
             ):
                 handles = outcome.completed.durable_handles
-                if problems := check_handles(self._store, handles, checksums=False):
+                if problems := self._files.check(handles, checksums=False):
                     ev.damaged[cid] = f"{len(problems)} file(s) not intact"
 
     def _read_open(self, ev: RepairEvidence) -> None:
         """The trigger records of checkpoints without an outcome."""
-        for info in self._store.list(self._layout.active_prefix):
-            cid = parse_checkpoint_dir_name(info.key.rsplit("/", 1)[-1])
-            if cid is None or cid in ev.outcomes or cid in ev.unreadable:
-                continue
-            try:
-                ev.open.append(PendingCheckpoint.decode(info.key, self._store.get(info.key).data))
-            except ObjectNotFound:
-                continue  # settled while listing
-            except RecordError as exc:
-                ev.unreadable[cid] = f"unreadable pending record: {_why(exc)}"
+
+        def judged(cid: int) -> bool:
+            return cid in ev.outcomes or cid in ev.unreadable
+
+        for cid, found in self._reads.pending_records(skip=judged):
+            if isinstance(found, RecordError):
+                ev.unreadable[cid] = f"unreadable pending record: {_why(found)}"
                 ev.findings.append(Finding(f"checkpoint {cid}", ev.unreadable[cid], cid))
+            else:
+                ev.open.append(found)
 
     def _read_restores(self, ev: RepairEvidence) -> None:
-        for info in self._store.list(self._layout.restores_prefix):
-            match = re.search(r"gen-(\d+)\.json$", info.key)
-            if match is None:
-                continue
-            generation = int(match.group(1))
-            try:
-                record = RestoreRecord.decode(info.key, self._store.get(info.key).data)
-            except ObjectNotFound:
-                continue
-            except RecordError as exc:
+        for generation, found in self._reads.restore_records():
+            if isinstance(found, RecordError):
                 ev.restores[generation] = None  # the generation happened; its target is unknown
-                ev.findings.append(Finding(f"restore generation {generation}", _why(exc)))
-                continue
-            ev.restores[generation] = record.checkpoint_id
+                ev.findings.append(Finding(f"restore generation {generation}", _why(found)))
+            else:
+                ev.restores[generation] = found.checkpoint_id
 
 
 def _why(exc: RecordError) -> str:

@@ -25,16 +25,15 @@ from dataclasses import replace
 from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
 from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, RestoreInFlight
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
-from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import AbortCheckpoint, Clock
 from batchpoint.protocol.quarantine import QuarantineStore
-from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.restore_candidates import (
     Chosen,
     Examination,
@@ -44,17 +43,13 @@ from batchpoint.protocol.restore_candidates import (
 )
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sinks import SinkPublisher
-from batchpoint.protocol.verify import check_handles
-from batchpoint.storage.base import ObjectStore
 
 
 class CheckpointRestorer:
     def __init__(
         self,
         *,
-        store: ObjectStore,
-        layout: PipelineLayout,
-        reads: CheckpointReads,
+        records: CheckpointRecords,
         control: ControlStore,
         completed: CompletedCheckpointStore,
         quarantine: QuarantineStore,
@@ -64,9 +59,7 @@ class CheckpointRestorer:
         abort: AbortCheckpoint,
         verify_checksums: bool,
     ) -> None:
-        self._store = store
-        self._layout = layout
-        self._reads = reads
+        self._records = records
         self._control = control
         self._completed = completed
         self.quarantine = quarantine
@@ -76,18 +69,18 @@ class CheckpointRestorer:
         self._abort = abort
         self._verify_checksums = verify_checksums
         self.candidates = RestoreCandidates(
-            pipeline=layout.pipeline,
+            pipeline=records.pipeline,
             retained=lambda: self._read_control().retained_ids(),
             held=quarantine.held,
             outcome=completed.get,
-            files=lambda done, checksums, progress: check_handles(
-                store, done.durable_handles, checksums=checksums, progress=progress
+            files=lambda done, checksums, progress: completed.check_files(
+                done, checksums=checksums, progress=progress
             ),
         )
 
     @property
     def _pipeline(self) -> str:
-        return self._layout.pipeline
+        return self._records.pipeline
 
     def restore(
         self,
@@ -203,7 +196,7 @@ class CheckpointRestorer:
                     cid, CheckpointFailureReason.RESTORED, f"restore to checkpoint {r.target}"
                 )
         self._sinks.rewind_all(r.target, r.generation, alias_of=self.alias_of(r.target))
-        self._store.put(self._layout.restore(r.generation), RestoreRecord.of(r).encode())
+        self._records.put_restore(RestoreRecord.of(r))
         self._failures.reset(self._clock(), reason=f"restored to checkpoint {r.target}")
 
         def done(current: ControlRecord | None) -> ControlRecord | None:
@@ -219,7 +212,7 @@ class CheckpointRestorer:
         """For a checkpoint imported from a savepoint of this very storage: the id the
         savepoint was taken from, whose sink epochs the restore keeps."""
         try:
-            outcome = self._reads.get_outcome(checkpoint_id)
+            outcome = self._records.get_outcome(checkpoint_id)
         except RecordError:
             return None
         if outcome is None:
@@ -228,4 +221,4 @@ class CheckpointRestorer:
         original = props.savepoint_checkpoint_id
         if not props.is_imported or original is None:
             return None
-        return original if props.savepoint_taken_from == self._store.uri else None
+        return original if props.savepoint_taken_from == self._records.storage_uri else None

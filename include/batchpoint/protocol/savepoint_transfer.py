@@ -64,6 +64,18 @@ Finalize = Callable[[int], CheckpointOutcome | None]
 
 
 @dataclass(frozen=True)
+class ImportSteps:
+    """The protocol's steps an import replays, each owned by another collaborator: admit
+    it (the trigger), write its pending record (the records port), acknowledge each task
+    (the ack accounting), finalize it (the finalizer)."""
+
+    admit: AdmitImport
+    write_pending: Callable[[PendingCheckpoint], None]
+    acknowledge: Acknowledge
+    finalize: Finalize
+
+
+@dataclass(frozen=True)
 class ExportReport:
     location: SavepointLocation
     metadata: SavepointMetadata
@@ -81,9 +93,7 @@ class Savepoints:
         control: ControlStore,
         clock: Clock,
         roll_forward: RollForward,
-        admit_import: AdmitImport,
-        acknowledge: Acknowledge,
-        finalize: Finalize,
+        steps: ImportSteps,
     ) -> None:
         self._store = store
         self._layout = layout
@@ -91,9 +101,7 @@ class Savepoints:
         self._control = control
         self._clock = clock
         self._roll_forward = roll_forward
-        self._admit_import = admit_import
-        self._acknowledge = acknowledge
-        self._finalize = finalize
+        self._steps = steps
 
     @property
     def _pipeline(self) -> str:
@@ -233,7 +241,7 @@ class Savepoints:
         with no_links(location):
             copy_objects(location.store, self._store, list(copies), progress=progress)
         self._replay_acks(given, metadata, checkpoint_id)
-        outcome = self._finalize(checkpoint_id)
+        outcome = self._steps.finalize(checkpoint_id)
         if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
             why = outcome.message if outcome else "not every task acknowledged"
             raise RestoreRefused(f"importing savepoint {given.uri} failed: {why}")
@@ -246,7 +254,7 @@ class Savepoints:
         its pending record; its new id."""
         now = self._clock()
         try:
-            entry = self._admit_import(now)
+            entry = self._steps.admit(now)
         except ControlUnreadable as exc:
             raise RestoreRefused(str(exc)) from None
         source = metadata.pending
@@ -273,7 +281,7 @@ class Savepoints:
             # their operator uids from it, and the next deploy is judged against it
             topology=source.topology,
         )
-        self._store.create(self._layout.active(entry.checkpoint_id), pending.encode())
+        self._steps.write_pending(pending)
         return entry.checkpoint_id
 
     def _replay_acks(
@@ -284,7 +292,7 @@ class Savepoints:
                 replace(h, path=imported_path(self._layout, checkpoint_id, h.path))
                 for h in ack.handles
             ]
-            result = self._acknowledge(
+            result = self._steps.acknowledge(
                 checkpoint_id, ack.task, IMPORT_ATTEMPT, handles, ack.metrics
             )
             if result is not TaskAcknowledgeResult.SUCCESS:

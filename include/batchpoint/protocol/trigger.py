@@ -22,19 +22,17 @@ from batchpoint.protocol.checkpoint import (
     CompletedCheckpoint,
     PendingCheckpoint,
 )
+from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable, PendingEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.decider import CheckpointRequestDecider, base_of
 from batchpoint.protocol.failures import CheckpointFailureManager, PipelineStatus
 from batchpoint.protocol.ids import CheckpointIDCounter
-from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import AbortCheckpoint, Clock
 from batchpoint.protocol.properties import CheckpointProperties
-from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.topology import Topology
-from batchpoint.storage.base import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -59,9 +57,7 @@ class CheckpointTrigger:
     def __init__(
         self,
         *,
-        store: ObjectStore,
-        layout: PipelineLayout,
-        reads: CheckpointReads,
+        records: CheckpointRecords,
         control: ControlStore,
         ids: CheckpointIDCounter,
         decider: CheckpointRequestDecider,
@@ -70,9 +66,7 @@ class CheckpointTrigger:
         clock: Clock,
         abort: AbortCheckpoint,
     ) -> None:
-        self._store = store
-        self._layout = layout
-        self._reads = reads
+        self._records = records
         self._control = control
         self._ids = ids
         self._decider = decider
@@ -83,7 +77,7 @@ class CheckpointTrigger:
 
     @property
     def _pipeline(self) -> str:
-        return self._layout.pipeline
+        return self._records.pipeline
 
     def trigger(
         self,
@@ -142,7 +136,7 @@ class CheckpointTrigger:
             properties=props,
             topology=topology,
         )
-        self._store.create(self._layout.active(checkpoint_id), pending.encode())
+        self._records.create_pending(pending)
         return pending
 
     def _checked_base(
@@ -197,12 +191,12 @@ class CheckpointTrigger:
         if not base:
             return DeployBase(None)
         try:
-            outcome = self._reads.get_outcome(base)
+            outcome = self._records.get_outcome(base)
         except RecordError as exc:
             return DeployBase(base, unreadable=str(exc))
         if outcome is not None and outcome.status is CheckpointStatus.COMPLETED:
             return DeployBase(base, completed=outcome.completed)
-        pending = self._reads.get_pending(base)
+        pending = self._records.get_pending(base)
         return DeployBase(base, pending_topology=pending.topology if pending else None)
 
     def _check_deploy(self, checkpoint_id: int, base: int | None, check: CheckBase) -> None:
@@ -274,8 +268,8 @@ class CheckpointTrigger:
         """The trigger record of a new checkpoint's base (its barrier is where the new
         epoch starts): damage refuses the trigger, naming the record."""
         try:
-            outcome = self._reads.get_outcome(checkpoint_id)
-            pending = outcome.pending if outcome else self._reads.get_pending(checkpoint_id)
+            outcome = self._records.get_outcome(checkpoint_id)
+            pending = outcome.pending if outcome else self._records.get_pending(checkpoint_id)
         except RecordError as exc:
             raise TriggerRefused(
                 CheckpointFailureReason.NEEDS_REPAIR,
