@@ -43,9 +43,6 @@ class AckAccounting:
         clock: Clock,
         decide_abort: DecideAbort,
     ) -> None:
-        # One port under two names: `_reads` where acknowledge and decline read (the
-        # name they read by before; one name once the concurrent TaskId change lands).
-        self._reads = records
         self._records = records
         self._files = files
         self._clock = clock
@@ -62,7 +59,7 @@ class AckAccounting:
         """On anything but SUCCESS the files this attempt brought are deleted: no
         checkpoint will ever reference them."""
         handles = tuple(handles)
-        pending = self._reads.get_pending(checkpoint_id)
+        pending = self._records.get_pending(checkpoint_id)
         # the operator's uid as the trigger recorded it: what later checkpoints find
         # this task's state by, whatever the operator is called then
         uid = pending.operator_uid(task.operator) if pending is not None else ""
@@ -76,7 +73,7 @@ class AckAccounting:
         else:
             result = self._write_ack(ack)
             if result is TaskAcknowledgeResult.SUCCESS:
-                outcome = self._reads.get_outcome(checkpoint_id)
+                outcome = self._records.get_outcome(checkpoint_id)
                 if outcome is not None and outcome.status is CheckpointStatus.ABORTED:
                     result = TaskAcknowledgeResult.DISCARDED
         if result is not TaskAcknowledgeResult.SUCCESS:
@@ -90,7 +87,7 @@ class AckAccounting:
         return TaskAcknowledgeResult.DUPLICATE
 
     def _ack_after_outcome(self, ack: AckRecord) -> TaskAcknowledgeResult:
-        outcome = self._reads.get_outcome(ack.checkpoint_id)
+        outcome = self._records.get_outcome(ack.checkpoint_id)
         if outcome is None or outcome.status is CheckpointStatus.ABORTED:
             return TaskAcknowledgeResult.DISCARDED
         if ack.task not in outcome.pending.expected_tasks:
@@ -104,9 +101,9 @@ class AckAccounting:
     def decline(self, checkpoint_id: int, task: TaskId, attempt: str, reason: str) -> DeclineResult:
         """A task cannot take part: abort the checkpoint at once rather than waiting for
         the timeout (Flink's declineCheckpoint)."""
-        pending = self._reads.get_pending(checkpoint_id)
+        pending = self._records.get_pending(checkpoint_id)
         if pending is None:
-            outcome = self._reads.get_outcome(checkpoint_id)
+            outcome = self._records.get_outcome(checkpoint_id)
             if outcome is None:
                 return DeclineResult.UNKNOWN
             return _declined_too_late(outcome)
