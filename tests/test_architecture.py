@@ -294,6 +294,14 @@ def test_packages_import_only_lower_floors() -> None:
     assert not problems, "docs/design/architecture.md's floor table:\n" + "\n".join(problems)
 
 
+def test_the_protocols_rooms_name_every_protocol_module() -> None:
+    """The module table of "The protocol's rooms" places every module of protocol/."""
+    section = ARCHITECTURE_DOC.read_text().split("## The protocol's rooms", 1)[1]
+    named = set(re.findall(r"`(\w+\.py)`", section.split("\n## ", 1)[0]))
+    modules = {p.name for p in (INCLUDE / ROOT_PACKAGE / PROTOCOL).glob("*.py")}
+    assert sorted(modules - named - {"__init__.py"}) == []
+
+
 def test_a_package_missing_from_the_table_and_an_import_upward_are_found() -> None:
     table = f"""{FLOOR_SECTION}
 
