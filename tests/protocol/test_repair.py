@@ -14,7 +14,11 @@ import pytest
 from tests.support.hooks import HookStore, once
 
 from batchpoint.ops.maintenance import gc as ops_gc
-from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointStatus,
+    CheckpointType,
+)
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.savepoints import SavepointLocation
@@ -246,6 +250,35 @@ def test_a_checkpoint_a_repair_could_not_know_is_still_collected(store: ObjectSt
     outcome = c.try_finalize(cid)
     assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
     assert list(store.list(c.layout.data_prefix(cid)))
+
+    c.garbage_collector(grace=0).collect()
+
+    assert not list(store.list(c.layout.data_prefix(cid)))
+
+
+def test_a_checkpoint_a_repair_with_no_head_could_not_know_never_completes(
+    store: ObjectStore,
+) -> None:
+    """Found by the concurrency model (seed 70247): as above, but before any checkpoint
+    completed, so the repair proved no head and kept the generation: the checkpoint stayed
+    on the timeline and its finalize completed it, in no set (never retained, its files
+    never collected). A finalize now completes only what the control record admits."""
+    c = coordinator(store, num_retained=5)
+
+    def damage_and_repair() -> None:
+        damage_control_record(c)
+        assert c.repair().status is RepairStatus.WRITTEN
+
+    hook = once(damage_and_repair, lambda op, key: op == "create" and "/active/" in key)
+    triggering = CheckpointCoordinator(HookStore(store, hook), c.pipeline, c.config, c.clock)
+    cid = triggering.trigger({"src": {"p0": 2}}).checkpoint_id
+    assert hook.fired
+    assert c.control.load().restore_generation == 0  # no head: no new generation
+    ack_all(c, cid)
+    outcome = c.try_finalize(cid)
+    assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
+    assert outcome.reason is CheckpointFailureReason.NEEDS_REPAIR
+    assert c.control.load().is_discarded(cid)
 
     c.garbage_collector(grace=0).collect()
 

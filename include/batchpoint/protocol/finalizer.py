@@ -195,6 +195,14 @@ class CheckpointFinalizer:
             )
         if (why := stopping.abandoned(control, pending.checkpoint_id)) is not None:
             return Abort(CheckpointFailureReason.STOPPED, why)
+        if control.pending_entry(pending.checkpoint_id) is None:
+            # Admitted under a control record that a repair rebuilt before this trigger
+            # wrote its record, so the repair could not know it. Completed, it would be in
+            # no set: never retained, and its files never collected. Aborted, it is queued.
+            return Abort(
+                CheckpointFailureReason.NEEDS_REPAIR,
+                "the control record does not admit it (a repair rebuilt the record without it)",
+            )
         base_id = pending.base_checkpoint_id
         if base_id is None:
             return None
