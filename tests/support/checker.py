@@ -439,6 +439,21 @@ class Checker:
     def _bytes(self, key: str) -> bytes | None:
         return self.store.get(key).data if self.store.head(key) is not None else None
 
+    def _published_base(self, cid: int) -> int | None:
+        """The checkpoint whose output a reader as of `cid` follows while `cid` published
+        none: its base; for a savepoint of this storage imported (it has no base), the base
+        the savepoint was taken on (the rule of protocol/sinks.py's `published_base`)."""
+        base = self._base(cid)
+        if base is not None:
+            return base
+        doc = self.outcome(cid) or self._json(f"{self.root}active/{_chk(cid)}.json") or {}
+        props = doc.get("checkpoint", doc).get("properties") or {}
+        taken_on = props.get("savepoint_base_checkpoint_id")
+        here = props.get("savepoint_taken_from") == self.store.uri
+        if props.get("imported_from") and here and isinstance(taken_on, int) and taken_on < cid:
+            return taken_on
+        return None
+
     def _base(self, cid: int) -> int | None:
         doc = self.outcome(cid) or self._json(f"{self.root}active/{_chk(cid)}.json") or {}
         body = doc.get("checkpoint", doc)
@@ -520,7 +535,7 @@ class Checker:
                 # published ancestor, until its own publish.
                 start = root
                 while start is not None and start not in epochs:
-                    start = self._base(start)
+                    start = self._published_base(start)
                 chain = self._chain(manifest, start)
                 # A snapshot sink's reader sees one epoch; an append sink's, the chain.
                 for epoch in chain[-1:] if manifest.get("mode") == "snapshot" else chain:
