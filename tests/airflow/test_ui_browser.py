@@ -80,7 +80,7 @@ def test_a_user_logs_in_and_browses_the_checkpoints(bp, airflow_home, tmp_path):
         tasks = browser.find_elements(
             By.XPATH, "//h3[text()='Tasks']/following-sibling::table[1]//tbody/tr"
         )
-        assert sorted(t.text.split()[0] for t in tasks) == sorted(expected)
+        assert sorted(t.text.split()[0] for t in tasks) == sorted(map(str, expected))
         browser.switch_to.default_content()
         shot = screenshot(browser, SCREENSHOTS, "3-checkpoint")
         assert shot.stat().st_size > 10_000  # a rendered page, not a blank one

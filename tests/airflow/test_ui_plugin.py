@@ -184,7 +184,7 @@ def test_a_checkpoint_drill_down_the_dag_tab_and_a_stopped_pipeline(bp, api):
 
     detail = api.get(f"/batchpoint/api/payments/checkpoints/{first}").json()
     acks = driver.coordinator.get_outcome(first).completed.acks
-    assert sorted(t["task"] for t in detail["tasks"]) == sorted(a.task for a in acks)
+    assert sorted(t["task"] for t in detail["tasks"]) == sorted(str(a.task) for a in acks)
     assert len(detail["files"]) == sum(len(a.handles) for a in acks)
     assert {f["path"] for f in detail["files"]} == {h.path for a in acks for h in a.handles}
     assert detail["quality_report"]["passed"] is False

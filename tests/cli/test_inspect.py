@@ -31,7 +31,7 @@ def test_show_gives_one_checkpoint_with_its_tasks(payments, cli):
     body = cli("--json", "checkpoints", "show", "2").json
     assert body["checkpoint_id"] == 2 and body["base_checkpoint_id"] == 1
     assert {t["task"].split("#")[0] for t in body["tasks"]} >= {"dedup", "balances"}
-    acks = {a.task: a for a in payments.coordinator.get_outcome(2).completed.acks}
+    acks = {str(a.task): a for a in payments.coordinator.get_outcome(2).completed.acks}
     for task in body["tasks"]:
         metrics = acks[task["task"]].metrics
         assert (task["sync_ms"], task["async_ms"]) == (metrics.sync_ms, metrics.async_ms)
