@@ -4,7 +4,7 @@ counter, and the quarantine that restores and the quality gate fill."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
@@ -46,7 +46,7 @@ def gc(
     # past its ack or audit deadline here, instead of staying "in progress" until the
     # next trigger. A dry run settles nothing: it writes nothing.
     settled = [] if dry_run else coordinator.settle()
-    collector = coordinator.garbage_collector(tables=sink_tables(coordinator, store))
+    collector = coordinator.garbage_collector(tables=_TablesOfThePass(coordinator, store))
     report = collector.collect(dry_run=dry_run, history_limit=history_limit, progress=progress)
     report.settled = settled
     report.findings.extend(collector.recorded_findings())
@@ -86,6 +86,39 @@ def table_findings(coordinator: PipelineHistory, store: ObjectStore) -> list[Fin
     if isinstance(tables, _Unreadable):
         return [Finding("sink tables", tables.why)]
     return tables.findings()
+
+
+@dataclass
+class _TablesOfThePass:
+    """The table sinks as the GC pass finds them: read when the pass first asks, after it
+    read the control record that fences it, never when the collector is built. A pass
+    that judged "no table sinks" before the pipeline registered one would delete files
+    of a table snapshot committed meanwhile (concurrency model seed 71118)."""
+
+    coordinator: PipelineHistory
+    store: ObjectStore
+    _found: list[SinkTables | None] = field(default_factory=list)
+
+    def _tables(self) -> SinkTables | None:
+        if not self._found:
+            self._found.append(sink_tables(self.coordinator, self.store))
+        return self._found[0]
+
+    def expire(self) -> None:
+        if (tables := self._tables()) is not None:
+            tables.expire()
+
+    def references(self) -> TableReferences:
+        tables = self._tables()
+        return tables.references() if tables is not None else TableReferences()
+
+    def head(self, sink: str) -> int | None:
+        tables = self._tables()
+        if tables is None:
+            # No table sinks: no table judges a pin, and every pin counts as live, as
+            # for a collector given no tables (protocol/sinks.py: a head that raises).
+            raise LookupError(f"pipeline '{self.coordinator.pipeline}' has no table sinks")
+        return tables.head(sink)
 
 
 @dataclass(frozen=True)
