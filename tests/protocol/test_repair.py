@@ -230,13 +230,9 @@ def test_repair_racing_a_finalize_changes_nothing(store: ObjectStore, racer: str
     assert not c.control.load().is_discarded(newcomer[0])
 
 
-def test_a_checkpoint_a_repair_could_not_know_is_still_collected(store: ObjectStore) -> None:
-    """Found by the concurrency model: a trigger won its admission, then the control
-    record was damaged and repaired before the trigger wrote its pending record, so the
-    repair knew nothing of the checkpoint. Its tasks ran, its finalize aborted it (a
-    new generation), and it must still be queued for GC, or its files stay forever."""
-    c = coordinator(store, num_retained=5)
-    complete(c)
+def trigger_repaired_unseen(store: ObjectStore, c: CheckpointCoordinator) -> int:
+    """Trigger a checkpoint whose admission wins, then damage and repair the control
+    record before the trigger writes its pending record: the repair cannot know it."""
 
     def damage_and_repair() -> None:
         damage_control_record(c)
@@ -246,6 +242,17 @@ def test_a_checkpoint_a_repair_could_not_know_is_still_collected(store: ObjectSt
     triggering = CheckpointCoordinator(HookStore(store, hook), c.pipeline, c.config, c.clock)
     cid = triggering.trigger({"src": {"p0": 2}}).checkpoint_id
     assert hook.fired
+    return cid
+
+
+def test_a_checkpoint_a_repair_could_not_know_is_still_collected(store: ObjectStore) -> None:
+    """Found by the concurrency model: a trigger won its admission, then the control
+    record was damaged and repaired before the trigger wrote its pending record, so the
+    repair knew nothing of the checkpoint. Its tasks ran, its finalize aborted it (a
+    new generation), and it must still be queued for GC, or its files stay forever."""
+    c = coordinator(store, num_retained=5)
+    complete(c)
+    cid = trigger_repaired_unseen(store, c)
     ack_all(c, cid)
     outcome = c.try_finalize(cid)
     assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
@@ -264,15 +271,7 @@ def test_a_checkpoint_a_repair_with_no_head_could_not_know_never_completes(
     on the timeline and its finalize completed it, in no set (never retained, its files
     never collected). A finalize now completes only what the control record admits."""
     c = coordinator(store, num_retained=5)
-
-    def damage_and_repair() -> None:
-        damage_control_record(c)
-        assert c.repair().status is RepairStatus.WRITTEN
-
-    hook = once(damage_and_repair, lambda op, key: op == "create" and "/active/" in key)
-    triggering = CheckpointCoordinator(HookStore(store, hook), c.pipeline, c.config, c.clock)
-    cid = triggering.trigger({"src": {"p0": 2}}).checkpoint_id
-    assert hook.fired
+    cid = trigger_repaired_unseen(store, c)
     assert c.control.load().restore_generation == 0  # no head: no new generation
     ack_all(c, cid)
     outcome = c.try_finalize(cid)
