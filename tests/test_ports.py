@@ -84,12 +84,24 @@ def public_raw_parts(path: Path) -> list[str]:
     return public_raw_parts_of(ast.parse(path.read_text()))
 
 
+def _attrs_fields(cls: ast.ClassDef) -> list[str]:
+    """The attribute names an attrs class (`@define(...)`) declares, underscore kept."""
+    decorated = any("define" in ast.unparse(d) for d in cls.decorator_list)
+    return [
+        item.target.id
+        for item in cls.body
+        if decorated and isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    ]
+
+
 def public_raw_parts_of(tree: ast.Module) -> list[str]:
-    """`Class.part` for each `self.store|layout|control = ...` in a class."""
+    """`Class.part` for each `self.store|layout|control = ...` in a class, or a public
+    field of that name in an attrs class."""
     found = []
     for cls in ast.walk(tree):
         if not isinstance(cls, ast.ClassDef):
             continue
+        found += [f"{cls.name}.{name}" for name in _attrs_fields(cls) if name in RAW_PARTS]
         for node in ast.walk(cls):
             if isinstance(node, ast.Assign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -106,17 +118,19 @@ def public_raw_parts_of(tree: ast.Module) -> list[str]:
 
 def raw_parts_beside_a_port(tree: ast.Module) -> list[str]:
     """`Class(parameter)` for each `store` or `layout` parameter of a constructor that
-    also takes a port holding them."""
+    also takes a port holding them (an attrs class's parameters are its fields, the
+    leading underscore dropped)."""
     found = []
     for cls in ast.walk(tree):
         if not isinstance(cls, ast.ClassDef):
             continue
+        names = {name.lstrip("_") for name in _attrs_fields(cls)}
         for node in cls.body:
             if isinstance(node, ast.FunctionDef) and node.name == "__init__":
                 args = node.args
-                names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-                if names & set(PORTS_HOLDING_RAW_PARTS):
-                    found += [f"{cls.name}({n})" for n in ("store", "layout") if n in names]
+                names |= {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        if names & set(PORTS_HOLDING_RAW_PARTS):
+            found += [f"{cls.name}({n})" for n in ("store", "layout") if n in names]
     return found
 
 
@@ -161,8 +175,17 @@ class Port:
 
 class Narrow:
     def __init__(self, *, records, files): ...
+
+@define(kw_only=True)
+class Declared:
+    _reads: CheckpointReads
+    _layout: PipelineLayout
 """
-    assert raw_parts_beside_a_port(ast.parse(source)) == ["Twice(store)", "Twice(layout)"]
+    assert raw_parts_beside_a_port(ast.parse(source)) == [
+        "Twice(store)",
+        "Twice(layout)",
+        "Declared(layout)",
+    ]
 
 
 def test_each_check_finds_what_it_looks_for() -> None:
@@ -178,6 +201,11 @@ def use(coordinator: CheckpointCoordinator) -> None:
     env.coordinator.store.get("k")
 
 def coordinator(settings) -> CheckpointCoordinator: ...
+
+@define
+class Shown:
+    control: ControlStore
+    _layout: PipelineLayout
 """
     tree = ast.parse(source)
     assert sorted(coordinator_signatures("ops/x.py", tree)) == [
@@ -189,7 +217,7 @@ def coordinator(settings) -> CheckpointCoordinator: ...
         "airflow/hooks.py:3 Env.coordinator",
         "airflow/hooks.py:8 use",
     ]
-    assert public_raw_parts_of(tree) == ["Env.store"]
+    assert public_raw_parts_of(tree) == ["Env.store", "Shown.control"]
     assert sorted(reach_throughs("ops/x.py", tree)) == [
         "ops/x.py:10 env.coordinator.store",
         "ops/x.py:9 coordinator.layout",

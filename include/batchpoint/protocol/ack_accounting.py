@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from attrs import define
+
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointFailureReason,
@@ -34,19 +36,12 @@ from batchpoint.protocol.settlement import Abort
 DecideAbort = Callable[[PendingCheckpoint, Abort], tuple[bool, CheckpointOutcome]]
 
 
+@define(kw_only=True, slots=False, eq=False)
 class AckAccounting:
-    def __init__(
-        self,
-        *,
-        records: CheckpointRecords,
-        files: CheckpointFiles,
-        clock: Clock,
-        decide_abort: DecideAbort,
-    ) -> None:
-        self._records = records
-        self._files = files
-        self._clock = clock
-        self._decide_abort = decide_abort
+    _records: CheckpointRecords
+    _files: CheckpointFiles
+    _clock: Clock
+    _decide_abort: DecideAbort
 
     def acknowledge(
         self,

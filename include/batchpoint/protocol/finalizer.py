@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 
+from attrs import define
+
 from batchpoint.errors import CheckpointNotFound, RecordError
 from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import (
@@ -63,23 +65,14 @@ def completed_of(
     return CompletedCheckpoint(pending, tuple(acks[t] for t in pending.expected_tasks), now)
 
 
+@define(kw_only=True, slots=False, eq=False)
 class CheckpointFinalizer:
-    def __init__(
-        self,
-        *,
-        records: CheckpointRecords,
-        files: CheckpointFiles,
-        control: ControlStore,
-        failures: CheckpointFailureManager,
-        config: CheckpointConfig,
-        clock: Clock,
-    ) -> None:
-        self._records = records
-        self._files = files
-        self._control = control
-        self._failures = failures
-        self._config = config
-        self._clock = clock
+    _records: CheckpointRecords
+    _files: CheckpointFiles
+    _control: ControlStore
+    _failures: CheckpointFailureManager
+    _config: CheckpointConfig
+    _clock: Clock
 
     # == decide ==========================================================================
 

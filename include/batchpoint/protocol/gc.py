@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from attrs import define
+
 from batchpoint.errors import CheckpointError, RecordError
 from batchpoint.protocol.checkpoint import CheckpointOutcome
 from batchpoint.protocol.checkpoint_files import CheckpointFiles
@@ -73,33 +75,21 @@ class GcReport:
     settled: list[CheckpointOutcome] = field(default_factory=list)
 
 
+@define(kw_only=True, slots=False, eq=False)
 class GarbageCollector:
-    def __init__(
-        self,
-        *,
-        reads: CheckpointReads,
-        files: CheckpointFiles,
-        control: ControlStore,
-        sinks: SinkPublisher,
-        clock: Clock,
-        grace: float,
-        roll_forward: RollForward,
-        extra_references: Callable[[], Iterable[str]] | None = None,
-        tables: SinkTables | None = None,
-    ) -> None:
-        self._reads = reads
-        self._files = files
-        self._control = control
-        self._sinks = sinks
-        self._clock = clock
-        # >= the checkpoint timeout (the coordinator's default): no writer of a
-        # discarded checkpoint outlives it.
-        self.grace = grace
-        self._roll_forward = roll_forward
-        self._extra_references = extra_references
-        # Expired after the sink manifests are pruned, then read as references before
-        # any file goes; if either raises, nothing is deleted in this pass.
-        self._tables = tables
+    _reads: CheckpointReads
+    _files: CheckpointFiles
+    _control: ControlStore
+    _sinks: SinkPublisher
+    _clock: Clock
+    # >= the checkpoint timeout (the coordinator's default): no writer of a discarded
+    # checkpoint outlives it.
+    grace: float
+    _roll_forward: RollForward
+    _extra_references: Callable[[], Iterable[str]] | None = None
+    # Expired after the sink manifests are pruned, then read as references before any
+    # file goes; if either raises, nothing is deleted in this pass.
+    _tables: SinkTables | None = None
 
     def recorded_findings(self) -> list[Finding]:
         """The damage a migration or repair recorded in the control record (held

@@ -20,6 +20,8 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from attrs import define
+
 from batchpoint.errors import RecordError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint
 from batchpoint.protocol.control import ControlRecord
@@ -64,24 +66,16 @@ class PublishReport:
         return bool(self.stale)
 
 
+@define(kw_only=True, slots=False, eq=False)
 class CompletionNotifier:
     """notifyCheckpointComplete for one pipeline: its sinks publish what a completed
     checkpoint of the current timeline staged."""
 
-    def __init__(
-        self,
-        *,
-        reads: CheckpointReads,
-        control: ControlStore,
-        sinks: SinkPublisher,
-        roll_forward: RollForward,
-        alias_of: AliasOf,
-    ) -> None:
-        self._reads = reads
-        self._control = control
-        self._sinks = sinks
-        self._roll_forward = roll_forward
-        self._alias_of = alias_of
+    _reads: CheckpointReads
+    _control: ControlStore
+    _sinks: SinkPublisher
+    _roll_forward: RollForward
+    _alias_of: AliasOf
 
     def on_timeline(self, control: ControlRecord, checkpoint_id: int) -> bool:
         """Whether a completed checkpoint belongs to the current timeline: admitted in

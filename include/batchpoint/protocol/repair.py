@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from attrs import define
+
 from batchpoint.errors import CorruptRecord, RecordError
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.checkpoint_files import CheckpointFiles
@@ -72,29 +74,18 @@ class RepairReport:
         return self.status is RepairStatus.WRITTEN
 
 
+@define(kw_only=True, slots=False, eq=False)
 class Repairer:
     """`batchpoint repair` for one pipeline (see the module doc)."""
 
-    def __init__(
-        self,
-        *,
-        reads: CheckpointReads,
-        files: CheckpointFiles,
-        control: ControlStore,
-        quarantine: QuarantineStore,
-        sinks: SinkPublisher,
-        clock: Clock,
-        num_retained: int,
-        roll_forward: RollForward,
-    ) -> None:
-        self._reads = reads
-        self._files = files
-        self._control = control
-        self._quarantine = quarantine
-        self._sinks = sinks
-        self._clock = clock
-        self._num_retained = num_retained
-        self._roll_forward = roll_forward
+    _reads: CheckpointReads
+    _files: CheckpointFiles
+    _control: ControlStore
+    _quarantine: QuarantineStore
+    _sinks: SinkPublisher
+    _clock: Clock
+    _num_retained: int
+    _roll_forward: RollForward
 
     def repair(self, *, dry_run: bool = False, force: bool = False) -> RepairReport:
         """Derive the control record the records prove and write it (see the module

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from attrs import define
+
 from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
 from batchpoint.protocol.checkpoint import CompletedCheckpoint
 from batchpoint.protocol.findings import Finding
@@ -103,21 +105,13 @@ def left_retained(pipeline: str, checkpoint_id: int) -> RestoreRefused:
 # -- the walk ----------------------------------------------------------------------------
 
 
+@define(kw_only=True, slots=False, eq=False)
 class RestoreCandidates:
-    def __init__(
-        self,
-        *,
-        pipeline: str,
-        retained: Callable[[], Sequence[int]],
-        held: Callable[[int], QuarantineRecord | None],
-        outcome: Callable[[int], CompletedCheckpoint],
-        files: FileCheck,
-    ) -> None:
-        self.pipeline = pipeline
-        self._retained = retained
-        self._held = held
-        self._outcome = outcome
-        self._files = files
+    pipeline: str
+    _retained: Callable[[], Sequence[int]]
+    _held: Callable[[int], QuarantineRecord | None]
+    _outcome: Callable[[int], CompletedCheckpoint]
+    _files: FileCheck
 
     def ids(self, checkpoint_id: int | None = None) -> list[int]:
         """The one named (refused unless retained), else every retained id newest first

@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 
+from attrs import define, field
+
 from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
 from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
@@ -45,33 +47,26 @@ from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sinks import SinkPublisher
 
 
+@define(kw_only=True, slots=False, eq=False)
 class CheckpointRestorer:
-    def __init__(
-        self,
-        *,
-        records: CheckpointRecords,
-        control: ControlStore,
-        completed: CompletedCheckpointStore,
-        quarantine: QuarantineStore,
-        sinks: SinkPublisher,
-        failures: CheckpointFailureManager,
-        clock: Clock,
-        abort: AbortCheckpoint,
-        verify_checksums: bool,
-    ) -> None:
-        self._records = records
-        self._control = control
-        self._completed = completed
-        self.quarantine = quarantine
-        self._sinks = sinks
-        self._failures = failures
-        self._clock = clock
-        self._abort = abort
-        self._verify_checksums = verify_checksums
-        self.candidates = RestoreCandidates(
-            pipeline=records.pipeline,
+    _records: CheckpointRecords
+    _control: ControlStore
+    _completed: CompletedCheckpointStore
+    quarantine: QuarantineStore
+    _sinks: SinkPublisher
+    _failures: CheckpointFailureManager
+    _clock: Clock
+    _abort: AbortCheckpoint
+    _verify_checksums: bool
+    candidates: RestoreCandidates = field(init=False)
+
+    @candidates.default
+    def _walk(self) -> RestoreCandidates:
+        completed = self._completed
+        return RestoreCandidates(
+            pipeline=self._records.pipeline,
             retained=lambda: self._read_control().retained_ids(),
-            held=quarantine.held,
+            held=self.quarantine.held,
             outcome=completed.get,
             files=lambda done, checksums, progress: completed.check_files(
                 done, checksums=checksums, progress=progress

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from attrs import define
+
 from batchpoint.errors import (
     CheckpointError,
     CheckpointNotFound,
@@ -83,25 +85,15 @@ class ExportReport:
     bytes: int
 
 
+@define(kw_only=True, slots=False, eq=False)
 class Savepoints:
-    def __init__(
-        self,
-        *,
-        store: ObjectStore,
-        layout: PipelineLayout,
-        completed: CompletedCheckpointStore,
-        control: ControlStore,
-        clock: Clock,
-        roll_forward: RollForward,
-        steps: ImportSteps,
-    ) -> None:
-        self._store = store
-        self._layout = layout
-        self._completed = completed
-        self._control = control
-        self._clock = clock
-        self._roll_forward = roll_forward
-        self._steps = steps
+    _store: ObjectStore
+    _layout: PipelineLayout
+    _completed: CompletedCheckpointStore
+    _control: ControlStore
+    _clock: Clock
+    _roll_forward: RollForward
+    _steps: ImportSteps
 
     @property
     def _pipeline(self) -> str:

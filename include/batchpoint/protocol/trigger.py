@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from attrs import define
+
 from batchpoint.errors import RecordError, TriggerRefused
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
@@ -53,27 +55,16 @@ class DeployBase:
 CheckBase = Callable[[DeployBase], list[str]]
 
 
+@define(kw_only=True, slots=False, eq=False)
 class CheckpointTrigger:
-    def __init__(
-        self,
-        *,
-        records: CheckpointRecords,
-        control: ControlStore,
-        ids: CheckpointIDCounter,
-        decider: CheckpointRequestDecider,
-        failures: CheckpointFailureManager,
-        config: CheckpointConfig,
-        clock: Clock,
-        abort: AbortCheckpoint,
-    ) -> None:
-        self._records = records
-        self._control = control
-        self._ids = ids
-        self._decider = decider
-        self._failures = failures
-        self._config = config
-        self._clock = clock
-        self._abort = abort
+    _records: CheckpointRecords
+    _control: ControlStore
+    _ids: CheckpointIDCounter
+    _decider: CheckpointRequestDecider
+    _failures: CheckpointFailureManager
+    _config: CheckpointConfig
+    _clock: Clock
+    _abort: AbortCheckpoint
 
     @property
     def _pipeline(self) -> str:
