@@ -4,10 +4,10 @@ it. Reads only: nothing is written, no Spark job runs."""
 
 from __future__ import annotations
 
-from batchpoint.errors import ConfigError, RestoreRefused
+from batchpoint.errors import ConfigError
 from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.savepoint_paths import savepoint_location
-from batchpoint.protocol.savepoints import confined, located_checkpoint, read_savepoint
+from batchpoint.protocol.savepoints import confined, located_checkpoint, read_savepoint_of
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.deploy import plan_on
 from batchpoint.runtime.driver import PipelineDriver
@@ -33,12 +33,7 @@ def deploy_plan(
         savepoint_location(savepoint, driver.store, settings.store_options),
         settings.savepoint_roots,
     )
-    metadata = read_savepoint(location)
-    if metadata.pipeline != pipeline.name:
-        raise RestoreRefused(
-            f"{location.uri} is a savepoint of pipeline '{metadata.pipeline}', "
-            f"not of '{pipeline.name}'"
-        )
+    metadata = read_savepoint_of(pipeline.name, location)
     return plan_on(
         pipeline,
         location.store,

@@ -17,6 +17,7 @@ from batchpoint.protocol.savepoints import (
     confined,
     located_checkpoint,
     read_savepoint,
+    read_savepoint_of,
 )
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.report import CandidateReport
@@ -136,12 +137,7 @@ def verify_quality(
         if quarantine:
             gate.record(report)
         return Verification(what, report)
-    metadata = read_savepoint(target)
-    if metadata.pipeline != gate.pipeline.name:
-        raise BatchpointError(
-            f"{target.uri} is a savepoint of pipeline '{metadata.pipeline}', "
-            f"not of '{gate.pipeline.name}'"
-        )
+    metadata = read_savepoint_of(gate.pipeline.name, target)
     what = f"savepoint {target.uri} (checkpoint {metadata.checkpoint_id})"
     progress(f"verifying {what}")
     report = gate.evaluate_savepoint(located_checkpoint(target, metadata), target.store)

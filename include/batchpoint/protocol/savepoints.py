@@ -192,6 +192,16 @@ def read_savepoint(location: SavepointLocation) -> SavepointMetadata:
     return SavepointMetadata.decode(location.store.child(location.metadata_key), data)
 
 
+def read_savepoint_of(pipeline: str, location: SavepointLocation) -> SavepointMetadata:
+    """read_savepoint, refusing a savepoint that another pipeline took."""
+    metadata = read_savepoint(location)
+    if metadata.pipeline != pipeline:
+        raise RestoreRefused(
+            f"{location.uri} is a savepoint of pipeline '{metadata.pipeline}', not of '{pipeline}'"
+        )
+    return metadata
+
+
 def check_savepoint(
     location: SavepointLocation,
     metadata: SavepointMetadata | None = None,

@@ -39,9 +39,9 @@ from batchpoint.quality.findings import Finding
 from batchpoint.quality.gx_checkpoint import GxProject, publish_site, run_folder_name
 from batchpoint.quality.integrity import (
     FileChecker,
-    check_checkpoint,
     check_completed,
     driver_file_checker,
+    read_metadata,
 )
 from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.quality.report import CandidateReport, GateMode, GateReport
@@ -215,17 +215,10 @@ class QualityGate:
     def evaluate(self, checkpoint_id: int) -> CandidateReport:
         """Integrity, then the suites, of a settled checkpoint. Writes nothing."""
         started = time.monotonic()
-        integrity = check_checkpoint(
-            self.store,
-            self.layout,
-            checkpoint_id,
-            pipeline=self.pipeline,
-            sources=self.pipeline.sources,
-            file_checker=self.file_checker(),
-        )
-        return self._judge(
-            checkpoint_id, integrity.completed, integrity.findings, GateMode.RESTORE, started
-        )
+        completed, findings = read_metadata(self.store, self.layout, checkpoint_id)
+        if completed is not None:
+            findings += self._integrity(completed)
+        return self._judge(checkpoint_id, completed, findings, GateMode.RESTORE, started)
 
     def evaluate_completed(
         self, completed: CompletedCheckpoint, mode: GateMode = GateMode.AUDIT
@@ -233,7 +226,12 @@ class QualityGate:
         """The same, for metadata held in memory: a checkpoint whose acks are all in
         but whose outcome is not written yet (an audit)."""
         started = time.monotonic()
-        findings = check_completed(
+        findings = self._integrity(completed)
+        return self._judge(completed.checkpoint_id, completed, findings, mode, started)
+
+    def _integrity(self, completed: CompletedCheckpoint) -> list[Finding]:
+        """The integrity checks of a checkpoint in the pipeline's own storage."""
+        return check_completed(
             self.store,
             self.layout,
             completed,
@@ -241,7 +239,6 @@ class QualityGate:
             sources=self.pipeline.sources,
             file_checker=self.file_checker(),
         )
-        return self._judge(completed.checkpoint_id, completed, findings, mode, started)
 
     def evaluate_savepoint(
         self, completed: CompletedCheckpoint, store: ObjectStore

@@ -51,9 +51,6 @@ from batchpoint.storage.base import ObjectStore
 #: Checks the files of a checkpoint; returns the problems found.
 FileChecker = Callable[[Sequence[FileHandle]], list[FileProblem]]
 
-#: How many base links to follow: enough for any real chain, bounded for a looping one.
-MAX_CHAIN = 1000
-
 
 @dataclass
 class IntegrityReport:

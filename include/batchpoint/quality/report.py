@@ -254,13 +254,9 @@ class GateReport:
             + (f" (and {len(c.findings) - 3} more)" if len(c.findings) > 3 else "")
             for c in self.candidates
         ]
-        if self.quarantined_skipped:
-            ids = ", ".join(map(str, self.quarantined_skipped))
-            reasons.append(f"quarantined earlier (release to reconsider): {ids}")
-        if self.not_reached:
-            reasons.append(
-                f"not examined (beyond max candidates): {', '.join(map(str, self.not_reached))}"
-            )
+        reasons += self._passed_over(
+            "quarantined earlier (release to reconsider)", "not examined (beyond max candidates)"
+        )
         if not self.candidates:
             reasons.append("no retained checkpoint or savepoint to examine")
         why = " | ".join(reasons)
@@ -278,11 +274,12 @@ class GateReport:
         lines = [f"quality gate, pipeline '{self.pipeline}' ({self.mode.value}): {what}{dry}"]
         for candidate in self.candidates:
             lines += candidate.render()
-        if self.quarantined_skipped:
-            ids = ", ".join(map(str, self.quarantined_skipped))
-            lines.append(f"  skipped, quarantined earlier: {ids}")
-        if self.not_reached:
-            lines.append(
-                f"  not examined (max candidates): {', '.join(map(str, self.not_reached))}"
-            )
+        lines += self._passed_over(
+            "  skipped, quarantined earlier", "  not examined (max candidates)"
+        )
         return "\n".join(lines)
+
+    def _passed_over(self, quarantined: str, not_reached: str) -> list[str]:
+        """The candidates not judged, each group of ids after its label."""
+        groups = [(quarantined, self.quarantined_skipped), (not_reached, self.not_reached)]
+        return [f"{label}: {', '.join(map(str, ids))}" for label, ids in groups if ids]

@@ -4,26 +4,21 @@ the barrier names (Flink's source split state, checked before a restore trusts i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from batchpoint.errors import ConfigError, ObjectNotFound, RecordError
 from batchpoint.protocol.checkpoint import (
     CheckpointOutcome,
     CheckpointStatus,
-    FileHandle,
     PendingCheckpoint,
 )
 from batchpoint.protocol.layout import PipelineLayout
-from batchpoint.protocol.verify import FileProblem
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.runtime.api import SourceDef
 from batchpoint.sources.barrier import PartitionOffset
 from batchpoint.sources.errors import SourceOffsetError
 from batchpoint.storage.base import ObjectStore
-
-#: Checks the files of a checkpoint; returns the problems found.
-FileChecker = Callable[[Sequence[FileHandle]], list[FileProblem]]
 
 #: How many base links to follow: enough for any real chain, bounded for a looping one.
 MAX_CHAIN = 1000

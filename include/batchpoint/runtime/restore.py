@@ -47,7 +47,7 @@ from batchpoint.protocol.savepoints import (
     confined,
     default_savepoint_roots,
     located_checkpoint,
-    read_savepoint,
+    read_savepoint_of,
 )
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore_gate import (
@@ -200,12 +200,7 @@ class RestorePlanner:
             savepoint_location(source.location, store, self.store_options),
             default_savepoint_roots(store) if roots is None else roots,
         )
-        metadata = read_savepoint(location)
-        if metadata.pipeline != self.pipeline:
-            raise RestoreRefused(
-                f"{location.uri} is a savepoint of pipeline '{metadata.pipeline}', "
-                f"not of '{self.pipeline}'"
-            )
+        metadata = read_savepoint_of(self.pipeline, location)
         return RestoreCandidate(
             self.pipeline,
             SourceKind.SAVEPOINT,

@@ -20,7 +20,7 @@ import hashlib
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -301,13 +301,6 @@ class ConfinedLocalStore(LocalObjectStore):
                     os.rmdir(parents[depth - 1], dir_fd=fd)  # a link is ENOTDIR: kept
                 except OSError:
                     return
-
-    def delete_many(self, keys: Iterable[str]) -> int:
-        count = 0
-        for key in keys:
-            self.delete(key)
-            count += 1
-        return count
 
 
 @contextlib.contextmanager

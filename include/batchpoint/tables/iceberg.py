@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -70,14 +70,7 @@ class TableCommit:
     committed_at_ms: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "snapshot_id": self.snapshot_id,
-            "checkpoint_id": self.checkpoint_id,
-            "generation": self.generation,
-            "operation": self.operation,
-            "records": self.records,
-            "committed_at_ms": self.committed_at_ms,
-        }
+        return asdict(self)
 
 
 @dataclass
