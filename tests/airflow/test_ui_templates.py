@@ -39,7 +39,8 @@ def history_row(cid: int) -> dict:
     return {
         "checkpoint_id": cid,
         "type": "checkpoint",
-        "status": "COMPLETED",
+        "status": "retained",
+        "outcome": "COMPLETED",
         "trigger_time": 1.0,
         "duration_s": float(cid),
         "state_size": 100 * cid,
@@ -56,6 +57,7 @@ def history_row(cid: int) -> dict:
 def checkpoint_detail(task: str) -> dict:
     return {
         **history_row(2),
+        "status_meaning": "completed and still retained",
         "tasks": [{"task": task, "attempt": 1, "rows": 1}],
         "files": [
             {"task": task, "stream": QUOTE, "path": f"s3://b/{EVIL}", "size": 1, "rows": 1}

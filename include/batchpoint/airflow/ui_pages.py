@@ -164,7 +164,7 @@ def summary_items(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 def charts(rows: Sequence[Mapping[str, Any]]) -> list[Markup]:
     """Duration and state size of the page's completed checkpoints, oldest to newest,
     each on axes of its own (ui_chart.py); none for fewer than two."""
-    done = [r for r in reversed(rows) if r["status"] == "COMPLETED"]
+    done = [r for r in reversed(rows) if r["outcome"] == "COMPLETED"]
     if len(done) < 2:
         return []
     ids = [r["checkpoint_id"] for r in done]
@@ -260,7 +260,7 @@ def render_pipeline(
     name = pipeline["pipeline"]
     up = "../"
     older = page["older"]
-    done = [r for r in page["checkpoints"] if r["status"] == "COMPLETED"]
+    done = [r for r in page["checkpoints"] if r["outcome"] == "COMPLETED"]
     return _render(
         "pipeline.html",
         title=f"{name} checkpoints",
@@ -368,8 +368,8 @@ def _report(report: Mapping[str, Any], pipeline: str) -> dict[str, Any]:
 def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
     items = [
         ("type", detail["type"]),
-        ("status", detail["status"]),
-        ("triggered", when(detail["trigger_time"])),
+        ("status", f"{detail['status']}: {detail['status_meaning']}"),
+        ("triggered", when(detail["trigger_time"]) or "not recorded"),
         ("duration", "" if detail["duration_s"] is None else f"{detail['duration_s']:.1f}s"),
         ("state size", size(detail["state_size"])),
         ("full state size", size(detail.get("full_state_size", detail["state_size"]))),
@@ -390,7 +390,7 @@ def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> dict[str, Any] | None:
     """The restore DAG's form for a completed checkpoint (none for any other)."""
-    if detail["status"] != "COMPLETED":
+    if detail["outcome"] != "COMPLETED":
         return None
     cid = detail["checkpoint_id"]
     return trigger_form(
