@@ -87,7 +87,8 @@ def test_the_pipeline_page_charts_its_completed_checkpoints_duration_and_size():
         return {
             "checkpoint_id": cid,
             "type": "checkpoint",
-            "status": status,
+            "status": {"COMPLETED": "retained", "ABORTED": "aborted"}[status],
+            "outcome": status,
             "trigger_time": 1.0,
             "duration_s": seconds,
             "state_size": size,

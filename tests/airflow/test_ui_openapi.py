@@ -118,7 +118,8 @@ def test_every_json_answer_validates_against_the_published_schema(local, api) ->
 
     # what was validated is what the records hold (not an empty page)
     rows = api.get("/batchpoint/api/payments/checkpoints").json()["checkpoints"]
-    assert [r["status"] for r in rows] == ["COMPLETED"] * 2 + ["ABORTED"] + ["COMPLETED"] * 2
+    assert [r["outcome"] for r in rows] == ["COMPLETED"] * 2 + ["ABORTED"] + ["COMPLETED"] * 2
+    assert [r["status"] for r in rows] == ["head", "retained", "aborted", "retained", "quarantined"]
     assert [r["quarantined"] for r in rows] == [False] * 4 + [True]
     assert [[e["gate"] for e in r["restores"]] for r in rows] == [[], [], [], ["row counts"], []]
     detail = api.get(f"/batchpoint/api/payments/checkpoints/{first}").json()

@@ -72,7 +72,8 @@ def test_the_history_page_shows_completed_and_aborted_checkpoints(
     page = api.get("/batchpoint/api/payments/checkpoints").json()
     assert page["older"] is None
     rows = page["checkpoints"]
-    assert [(r["checkpoint_id"], r["status"]) for r in rows] == [(2, "ABORTED"), (1, "COMPLETED")]
+    assert [(r["checkpoint_id"], r["status"]) for r in rows] == [(2, "aborted"), (1, "head")]
+    assert [r["outcome"] for r in rows] == ["ABORTED", "COMPLETED"]
     assert rows[0]["failure_reason"] and "injected failure" in rows[0]["failure_message"]
     assert rows[1]["acknowledged"] == rows[1]["expected"] > 0
     assert [r["quarantined"] for r in rows] == [False, False]
@@ -98,6 +99,7 @@ def test_the_history_page_shows_completed_and_aborted_checkpoints(
     QuarantineStore(bp.store, PipelineLayout("payments")).add(report, time.time())
     rows = api.get("/batchpoint/api/payments/checkpoints").json()["checkpoints"]
     assert [r["quarantined"] for r in rows] == [False, True]
+    assert [r["status"] for r in rows] == ["aborted", "quarantined"]
     assert "<td>quarantined</td>" in api.get("/batchpoint/payments").text
 
 

@@ -14,6 +14,7 @@ import pytest
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
 from batchpoint.airflow.ui_theme import BLACK, FONT_BODY, FONT_MONO, PALETTE, TOKENS
+from batchpoint.protocol.history_status import HistoryStatus
 
 EVIL = "<script>alert('x')</script>"
 QUOTE = "x' onmouseover='alert(1)"
@@ -39,7 +40,8 @@ def history_row(cid: int) -> dict:
     return {
         "checkpoint_id": cid,
         "type": "checkpoint",
-        "status": "COMPLETED",
+        "status": "retained",
+        "outcome": "COMPLETED",
         "trigger_time": 1.0,
         "duration_s": float(cid),
         "state_size": 100 * cid,
@@ -56,6 +58,7 @@ def history_row(cid: int) -> dict:
 def checkpoint_detail(task: str) -> dict:
     return {
         **history_row(2),
+        "status_meaning": "completed and still retained",
         "tasks": [{"task": task, "attempt": 1, "rows": 1}],
         "files": [
             {"task": task, "stream": QUOTE, "path": f"s3://b/{EVIL}", "size": 1, "rows": 1}
@@ -140,3 +143,13 @@ def test_the_theme_is_the_installed_airflow_uis_own():
     body = FONT_BODY.removeprefix("Inter, ")
     assert "body:{value:`Inter, ${" in source and f"`{body}`" in source
     assert f"mono:{{value:`{FONT_MONO}`}}" in source
+
+
+@pytest.mark.parametrize("status", [s.label for s in HistoryStatus])
+def test_the_restore_form_is_offered_only_where_a_restore_can_succeed(status):
+    detail = {**checkpoint_detail("op"), "status": status}
+    page = render_checkpoint("payments", detail, dag_ids("payments"))
+    offered = "<form class='trigger' id='restore'" in page
+    assert offered == (status in ("head", "retained")), status
+    if offered:  # empty means unchanged: never a prefilled `null`
+        assert "<input name='parallelism' data-kind='json' value=''>" in page

@@ -3,10 +3,13 @@ with one `error:` line and write nothing."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
-from support.cli import listing
+from support.cli import listing, payments_driver
+from support.status_history import EXPECTED, QUARANTINE_REASON, every_status
 
 
 def test_list_shows_the_history_as_a_table_and_as_json(payments, cli):
@@ -18,7 +21,7 @@ def test_list_shows_the_history_as_a_table_and_as_json(payments, cli):
     body = cli("checkpoints", "list", "--limit", "2", "--json").json
     assert body["pipeline"] == "payments" and body["head"] == 3
     assert [c["checkpoint_id"] for c in body["checkpoints"]] == [2, 3]  # the newest 2
-    assert all(c["status"] == "COMPLETED" for c in body["checkpoints"])
+    assert [c["status"] for c in body["checkpoints"]] == ["retained", "head"]
     assert cli("--json", "checkpoints", "list", "--limit", "0").json["checkpoints"] == []
 
 
@@ -84,3 +87,51 @@ def test_with_two_pipelines_one_must_be_named(payments, cli, root):
     run = cli("checkpoints", "list")
     assert run.code == 2 and "name a pipeline with --pipeline (found: other, payments" in run.err
     assert cli("checkpoints", "list", "--pipeline", "payments").code == 0
+
+
+def statuses(out: str) -> dict[int, str]:
+    """id -> status, from the plain history table (its rows start with an id)."""
+    rows = [line.split() for line in out.splitlines()]
+    return {int(r[0]): r[2] for r in rows if r and r[0].isdigit()}
+
+
+def test_every_checkpoint_is_listed_with_one_status_in_text_and_json(root, cli):
+    every_status(payments_driver(root))
+    assert statuses(cli("checkpoints", "list").out) == EXPECTED
+    listed = cli("--json", "checkpoints", "list").json["checkpoints"]
+    assert {c["checkpoint_id"]: c["status"] for c in listed} == EXPECTED
+    assert {c["outcome"] for c in listed} == {"COMPLETED", "ABORTED", "PENDING"}
+    assert all(c["duration_s"] is None or c["duration_s"] >= 0 for c in listed)
+
+
+def test_show_says_who_quarantined_a_checkpoint_when_and_why(root, cli):
+    every_status(payments_driver(root))
+    run = cli("checkpoints", "show", "5")
+    assert run.code == 0 and statuses(run.out) == {5: "quarantined"}
+    assert "status: quarantined (completed, but found unfit for a restore" in run.out
+    assert re.search(
+        rf"quarantined since \S+Z by a restore: {re.escape(QUARANTINE_REASON)}", run.out
+    )
+    body = cli("--json", "checkpoints", "show", "5").json
+    assert (body["status"], body["outcome"]) == ("quarantined", "COMPLETED")
+    assert body["status_meaning"].startswith("completed, but found unfit for a restore")
+    assert QUARANTINE_REASON in body["quarantine"] and body["quarantined_at"] > 0
+    retained = cli("--json", "checkpoints", "show", "4").json
+    assert (retained["status"], retained["quarantine"], retained["quarantined_at"]) == (
+        "retained",
+        None,
+        None,
+    )
+    assert "quarantined" not in cli("checkpoints", "show", "4").out
+
+
+def test_a_checkpoint_aborted_at_its_trigger_shows_when_it_was_triggered(root, cli):
+    every_status(payments_driver(root))
+    body = cli("--json", "checkpoints", "show", "7").json
+    assert (body["status"], body["failure_reason"]) == ("aborted", "incompatible-deploy")
+    assert body["trigger_time"] <= body["end_time"] < body["trigger_time"] + 60
+    assert body["duration_s"] == pytest.approx(body["end_time"] - body["trigger_time"])
+    head = cli("--json", "checkpoints", "show", "6").json
+    assert body["trigger_time"] >= head["end_time"]  # triggered after the head completed
+    row = next(line for line in cli("checkpoints", "show", "7").out.splitlines() if line[:1] == "7")
+    assert " -" not in row.split("aborted", 1)[1].split("incompatible", 1)[0], row

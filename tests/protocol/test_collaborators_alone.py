@@ -68,14 +68,19 @@ def parts(tmp_path: Path) -> Parts:
 
 
 def recording_abort(asked: Asked) -> AbortCheckpoint:
-    """An `abort` port (CheckpointFinalizer.abort) that only says what it was asked."""
+    """An `abort` port (CheckpointFinalizer.abort) that only says what it was asked (and
+    the trigger time, when a trigger gives it: the `AbortAtTrigger` port)."""
 
     def abort(
-        checkpoint_id: int, reason: CheckpointFailureReason, message: str
+        checkpoint_id: int,
+        reason: CheckpointFailureReason,
+        message: str,
+        triggered_at: float | None = None,
     ) -> CheckpointOutcome:
-        asked.append((checkpoint_id, reason, message))
+        said = (checkpoint_id, reason, message)
+        asked.append(said if triggered_at is None else (*said, triggered_at))
         entry = PendingEntry(checkpoint_id, CheckpointType.CHECKPOINT, None, 0, 0.0)
-        placeholder = entry.placeholder(PIPELINE)
+        placeholder = entry.placeholder(PIPELINE, triggered_at)
         return CheckpointOutcome(
             CheckpointStatus.ABORTED, placeholder, 0.0, reason=reason, message=message
         )
@@ -278,7 +283,8 @@ def test_trigger_builds_on_the_head_and_asks_abort_when_the_deploy_is_refused(
     assert [(b.checkpoint_id, b.completed is not None) for b in judged] == [(1, True)]
     assert parts.control.load().pending_entry(2) is not None  # admitted, then handed to abort
     refusal = "operator keyed changed its key"
-    assert asked == [(2, CheckpointFailureReason.INCOMPATIBLE_DEPLOY, refusal)]
+    # with its trigger time: no pending record will say when it was triggered
+    assert asked == [(2, CheckpointFailureReason.INCOMPATIBLE_DEPLOY, refusal, parts.clock())]
     assert parts.reads.get_pending(2) is None  # and no pending record written
 
 

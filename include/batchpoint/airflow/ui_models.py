@@ -20,6 +20,7 @@ from batchpoint.ops.overview import PipelineOverview
 from batchpoint.ops.restore_history import RestoreEvent
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.history_status import HistoryStatus
 from batchpoint.protocol.stats import Summary, TaskStats
 
 # Strict: a value of the wrong type fails the route rather than being coerced into the
@@ -43,7 +44,8 @@ RestoreModel = _model_of(RestoreEvent)
 OverviewModel = _model_of(PipelineOverview, latest_restore=RestoreModel | None)
 # The JSON holds enums by value, and a strict model takes a value only as its own type.
 CheckpointKind = Literal[tuple(t.value for t in CheckpointType)]  # type: ignore[valid-type]
-Status = Literal[tuple(s.value for s in CheckpointStatus)]  # type: ignore[valid-type]
+Status = Literal[tuple(s.label for s in HistoryStatus)]  # type: ignore[valid-type]
+Outcome = Literal[tuple(s.value for s in CheckpointStatus)]  # type: ignore[valid-type]
 
 
 class _Strict(BaseModel):
@@ -55,8 +57,10 @@ class CheckpointRow(_Strict):
 
     checkpoint_id: int
     type: CheckpointKind
+    #: What it is now (protocol/history_status.py): head, retained, discarded, ...
     status: Status
-    trigger_time: float
+    outcome: Outcome  # what its records say: PENDING, COMPLETED, ABORTED, UNREADABLE
+    trigger_time: float | None  # None: never recorded
     end_time: float | None
     duration_s: float | None
     state_size: int
@@ -154,6 +158,7 @@ class FileRow(_Strict):
 class CheckpointDetailModel(CheckpointRow):
     """One checkpoint in full: its tasks, quality report, quarantine and files."""
 
+    status_meaning: str
     restore_generation: int
     barrier: dict[str, Any]  # source -> its barrier (offsets, splits)
     tasks: list[TaskStatsModel]  # type: ignore[valid-type]

@@ -24,6 +24,7 @@ from markupsafe import Markup
 
 from batchpoint.airflow.ui_chart import BYTES, SECONDS, Series, line_chart
 from batchpoint.airflow.ui_theme import css_variables
+from batchpoint.protocol.history_status import HistoryStatus
 from batchpoint.protocol.layout import PipelineLayout
 
 HISTORY_COLUMNS = [
@@ -164,7 +165,7 @@ def summary_items(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 def charts(rows: Sequence[Mapping[str, Any]]) -> list[Markup]:
     """Duration and state size of the page's completed checkpoints, oldest to newest,
     each on axes of its own (ui_chart.py); none for fewer than two."""
-    done = [r for r in reversed(rows) if r["status"] == "COMPLETED"]
+    done = [r for r in reversed(rows) if r["outcome"] == "COMPLETED"]
     if len(done) < 2:
         return []
     ids = [r["checkpoint_id"] for r in done]
@@ -189,7 +190,8 @@ def trigger_form(
             inputs.append({"name": key, "label": label, "kind": "checkbox", "value": default})
             continue
         kind = "json" if isinstance(default, dict | list) or default is None else "text"
-        value = json.dumps(default) if kind == "json" else str(default)
+        # None: an empty field, which the form sends as null (unchanged), never "null"
+        value = "" if default is None else json.dumps(default) if kind == "json" else str(default)
         inputs.append({"name": key, "label": label, "kind": kind, "value": value})
     return {
         "id": form_id,
@@ -260,7 +262,7 @@ def render_pipeline(
     name = pipeline["pipeline"]
     up = "../"
     older = page["older"]
-    done = [r for r in page["checkpoints"] if r["status"] == "COMPLETED"]
+    done = [r for r in page["checkpoints"] if r["outcome"] == "COMPLETED"]
     return _render(
         "pipeline.html",
         title=f"{name} checkpoints",
@@ -368,8 +370,8 @@ def _report(report: Mapping[str, Any], pipeline: str) -> dict[str, Any]:
 def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
     items = [
         ("type", detail["type"]),
-        ("status", detail["status"]),
-        ("triggered", when(detail["trigger_time"])),
+        ("status", f"{detail['status']}: {detail['status_meaning']}"),
+        ("triggered", when(detail["trigger_time"]) or "not recorded"),
         ("duration", "" if detail["duration_s"] is None else f"{detail['duration_s']:.1f}s"),
         ("state size", size(detail["state_size"])),
         ("full state size", size(detail.get("full_state_size", detail["state_size"]))),
@@ -389,8 +391,9 @@ def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> dict[str, Any] | None:
-    """The restore DAG's form for a completed checkpoint (none for any other)."""
-    if detail["status"] != "COMPLETED":
+    """The restore DAG's form for a checkpoint a restore may go back to: the head or a
+    retained one (none for a quarantined, discarded or unfinished one)."""
+    if not HistoryStatus.of_label(detail["status"]).restorable:
         return None
     cid = detail["checkpoint_id"]
     return trigger_form(
@@ -400,7 +403,7 @@ def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> dict[st
         f"Restore to {detail['type']} {cid}",
         [
             ("source", "checkpoint", str(cid)),
-            ("parallelism", "new parallelism", None),
+            ("parallelism", "new parallelism (empty: unchanged)", None),
             ("dry_run", "dry run", True),
             ("claim_mode", "claim mode (claim: retention may then drop it)", "no_claim"),
             ("quality_gate", "quality gate", True),

@@ -62,6 +62,7 @@ def cmd_show(cmd: Command) -> ExitCode:
         return [
             render.history_table([detail.stats]),
             "",
+            *detail.status_lines,
             f"base: {detail.base_checkpoint_id}   restore generation: "
             f"{detail.restore_generation}   full state size (what a restore reads): "
             f"{render.size(detail.stats.full_state_size)}",

@@ -66,7 +66,7 @@ def history_table(history: Iterable[CheckpointStats]) -> Grid:
         [
             s.checkpoint_id,
             s.type.value,
-            s.status.value,
+            s.shown_status.label,
             when(s.trigger_time),
             seconds(s.duration_s),
             size(s.state_size),

@@ -10,6 +10,7 @@ from batchpoint.errors import ConfigError, RecordError
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.failures import PipelineStatus
 from batchpoint.protocol.pipeline_ports import PipelineHistory
+from batchpoint.protocol.quarantine import QuarantineRecord
 from batchpoint.protocol.records import to_iso
 from batchpoint.protocol.stats import CheckpointStats, Summary, TaskStats
 
@@ -50,25 +51,48 @@ class CheckpointDetail:
     base_checkpoint_id: int | None
     restore_generation: int
     barrier: dict[str, Any]
+    #: The quarantine mark (who found it unfit, why, when); None: not quarantined.
+    quarantine: QuarantineRecord | None = None
+
+    @property
+    def status_lines(self) -> list[str]:
+        """Its status in words, and the quarantine that holds it, when one does."""
+        shown = self.stats.shown_status
+        lines = [f"status: {shown.label} ({shown.meaning})"]
+        if self.quarantine is not None:
+            lines.append(self.quarantine.describe())
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         out = self.stats.to_json()
+        out["status_meaning"] = self.stats.shown_status.meaning
         out["restore_generation"] = self.restore_generation
         out["barrier"] = dict(self.barrier)
         out["tasks"] = [dict(t.__dict__) for t in self.tasks]
+        held = self.quarantine
+        out["quarantined_at"] = (held.quarantined_at or None) if held else None
+        out["quarantine"] = held.describe() if held else None
         return out
 
 
 def show_checkpoint(coordinator: PipelineHistory, checkpoint_id: int) -> CheckpointDetail:
     """One checkpoint; CheckpointNotFound for an id the pipeline never had. A checkpoint
-    whose records cannot be read is shown as UNREADABLE with the problem, not refused."""
+    whose records cannot be read is shown as UNREADABLE with the problem, not refused;
+    a quarantined one says who quarantined it, when and why."""
+    held = coordinator.quarantine.held(checkpoint_id)
     try:
         pending = coordinator.get_checkpoint(checkpoint_id)
         stats, tasks = coordinator.stats.checkpoint(checkpoint_id)
     except RecordError as exc:
-        return CheckpointDetail(CheckpointStats.unreadable(checkpoint_id, exc), [], None, 0, {})
+        unreadable = CheckpointStats.unreadable(checkpoint_id, exc)
+        return CheckpointDetail(unreadable, [], None, 0, {}, held)
     return CheckpointDetail(
-        stats, tasks, pending.base_checkpoint_id, pending.restore_generation, dict(pending.barrier)
+        stats,
+        tasks,
+        pending.base_checkpoint_id,
+        pending.restore_generation,
+        dict(pending.barrier),
+        held,
     )
 
 

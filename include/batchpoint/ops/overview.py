@@ -143,7 +143,7 @@ def checkpoint_page(coordinator: PipelineHistory, checkpoint_id: int) -> Checkpo
     detail = show_checkpoint(c, checkpoint_id)
     stored = c.reports.quality_report(checkpoint_id)
     report = CandidateReport.decode(stored.key, stored.data) if stored else None
-    held = c.quarantine.held(checkpoint_id)
+    held = detail.quarantine
     try:
         outcome = c.get_outcome(checkpoint_id)
         if outcome is not None and outcome.completed is not None:

@@ -86,9 +86,12 @@ class PendingEntry(codec.Value):
             imported=pending.properties.is_imported,
         )
 
-    def placeholder(self, pipeline: str) -> PendingCheckpoint:
+    def placeholder(self, pipeline: str, triggered_at: float | None = None) -> PendingCheckpoint:
         """A trigger record for an admitted checkpoint whose own record is missing or
-        unreadable (its trigger died after the admission): enough to write its outcome."""
+        unreadable (its trigger died after the admission, or aborted it before writing
+        one): enough to write its outcome. Its trigger time is `triggered_at` when the
+        trigger itself aborts; otherwise no record holds it, and the deadline stands in
+        for it (`known_trigger_time` reads that as unknown)."""
         return PendingCheckpoint(
             pipeline=pipeline,
             checkpoint_id=self.checkpoint_id,
@@ -98,9 +101,15 @@ class PendingEntry(codec.Value):
             barrier={},
             base_barrier={},
             expected_tasks=(),
-            trigger_time=self.deadline,
+            trigger_time=self.deadline if triggered_at is None else triggered_at,
             deadline=self.deadline,
         )
+
+
+def known_trigger_time(pending: PendingCheckpoint) -> float | None:
+    """When the checkpoint was triggered; None for a placeholder that never knew (its
+    trigger time is its deadline, which a real trigger never has: a timeout is > 0)."""
+    return None if pending.trigger_time >= pending.deadline else pending.trigger_time
 
 
 @dataclass(frozen=True)

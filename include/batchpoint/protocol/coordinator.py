@@ -53,12 +53,13 @@ from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.control import ControlRecord, Stopped
+from batchpoint.protocol.control import ControlRecord, ControlUnreadable, Stopped
 from batchpoint.protocol.control_store import ControlStore, HeadStore
 from batchpoint.protocol.decider import CheckpointRequestDecider
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.finalizer import AuditJudge, CheckpointFinalizer
 from batchpoint.protocol.gc import GarbageCollector
+from batchpoint.protocol.history_status import Standing
 from batchpoint.protocol.ids import CheckpointIDCounter
 from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.pipeline import PipelineSpec
@@ -171,7 +172,7 @@ class CheckpointCoordinator:
                 finalize=self.finalizer.try_finalize,
             ),
         )
-        self.stats = CheckpointStatsTracker(records, self.ids)
+        self.stats = CheckpointStatsTracker(records, self.ids, self.standing)
         self.reports = StoredReports(self.store, self.layout)
 
     # == the reads (protocol/reads.py) ===================================================
@@ -243,6 +244,14 @@ class CheckpointCoordinator:
         """The control record as stored (None: none yet). Raises ControlUnreadable."""
         found = self.control.read()
         return found[0] if found else None
+
+    def standing(self) -> Standing:
+        """The head, the retained and the quarantined, as the history shows them."""
+        quarantined = self.quarantine.ids()
+        try:
+            return Standing.of(self.control_record(), quarantined)
+        except ControlUnreadable:
+            return Standing.unknown(quarantined)
 
     # == trigger, acknowledge, decline ===================================================
 

@@ -250,15 +250,20 @@ class CheckpointFinalizer:
     # == abort, expire ===================================================================
 
     def abort(
-        self, checkpoint_id: int, reason: CheckpointFailureReason, message: str = ""
+        self,
+        checkpoint_id: int,
+        reason: CheckpointFailureReason,
+        message: str = "",
+        triggered_at: float | None = None,
     ) -> CheckpointOutcome:
         """Abort a pending checkpoint; returns the outcome that holds (maybe a
-        COMPLETED one that won the race)."""
+        COMPLETED one that won the race). `triggered_at`: its trigger's time, from a
+        trigger that aborts what it admitted before writing the pending record."""
         outcome = self._records.get_outcome(checkpoint_id)
         if outcome is not None:
             self._settle_outcome(outcome, won=False)
             return outcome
-        pending = self._records.pending_or_admitted(checkpoint_id)
+        pending = self._records.pending_or_admitted(checkpoint_id, triggered_at)
         if pending is None:
             return self._decided_meanwhile(checkpoint_id)
         return self.decide_abort(pending, Abort(reason, message))[1]

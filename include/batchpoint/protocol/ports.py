@@ -23,6 +23,11 @@ RollForward = Callable[[], None]
 #: (`CheckpointFinalizer.abort`): a restore aborts the checkpoints it abandoned.
 AbortCheckpoint = Callable[[int, CheckpointFailureReason, str], CheckpointOutcome]
 
+#: Abort a checkpoint its trigger admitted and refused before writing its pending record,
+#: with the trigger's time (`CheckpointFinalizer.abort`): the outcome then says when it
+#: was triggered, which no other record holds.
+AbortAtTrigger = Callable[[int, CheckpointFailureReason, str, float], CheckpointOutcome]
+
 #: One line of progress for a person (the CLI prints it, a task logs it). A `Count` line
 #: also says how far a long step is: the CLI draws it as a bar in a terminal.
 ProgressFn = Callable[[str], None]

@@ -94,9 +94,12 @@ class CheckpointReads:
         except ObjectNotFound:
             return None
 
-    def pending_or_admitted(self, checkpoint_id: int) -> PendingCheckpoint | None:
+    def pending_or_admitted(
+        self, checkpoint_id: int, triggered_at: float | None = None
+    ) -> PendingCheckpoint | None:
         """The trigger record, or a placeholder for an admitted checkpoint whose record
-        is missing or unreadable (its trigger died after the admission CAS)."""
+        is missing or unreadable (its trigger died after the admission CAS, or refused
+        it: then `triggered_at` is when)."""
         try:
             pending = self.get_pending(checkpoint_id)
         except RecordError:
@@ -106,7 +109,7 @@ class CheckpointReads:
         with contextlib.suppress(ControlUnreadable):
             entry = self._control.load().pending_entry(checkpoint_id)
             if entry is not None:
-                return entry.placeholder(self.pipeline)
+                return entry.placeholder(self.pipeline, triggered_at)
         return None
 
     def get_outcome(self, checkpoint_id: int) -> CheckpointOutcome | None:

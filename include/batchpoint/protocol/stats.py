@@ -4,6 +4,7 @@ Derived from the records themselves, so they can never disagree with them."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ from batchpoint.protocol.checkpoint import (
     CheckpointType,
     PendingCheckpoint,
 )
+from batchpoint.protocol.control import known_trigger_time
+from batchpoint.protocol.history_status import HistoryStatus, Standing, history_status
 from batchpoint.protocol.ids import CheckpointIDCounter
 from batchpoint.protocol.reads import CheckpointReads
 
@@ -58,8 +61,8 @@ class TaskStats:
 class CheckpointStats:
     checkpoint_id: int
     type: CheckpointType
-    status: CheckpointStatus
-    trigger_time: float
+    status: CheckpointStatus  # what its records say; `shown_status` is what it is now
+    trigger_time: float | None  # None: never recorded (an admission whose trigger died)
     end_time: float | None
     state_size: int
     rows: int
@@ -71,6 +74,9 @@ class CheckpointStats:
     # Flink's "full checkpoint data size": state_size is what this checkpoint wrote, this
     # is what restoring it reads (an incremental checkpoint shares its base's files).
     full_state_size: int = 0
+    # Judged against the pipeline's head, retention and quarantine marks when read
+    # (None: read without them; `shown_status` then says what the outcome alone says).
+    history_status: HistoryStatus | None = None
 
     @classmethod
     def unreadable(cls, checkpoint_id: int, problem: RecordError) -> CheckpointStats:
@@ -80,7 +86,7 @@ class CheckpointStats:
             checkpoint_id=checkpoint_id,
             type=CheckpointType.CHECKPOINT,
             status=CheckpointStatus.UNREADABLE,
-            trigger_time=0.0,
+            trigger_time=None,
             end_time=None,
             state_size=0,
             rows=0,
@@ -89,17 +95,31 @@ class CheckpointStats:
             base_checkpoint_id=None,
             failure_reason="unreadable",
             failure_message=str(problem),
+            history_status=HistoryStatus.UNREADABLE,
         )
 
     @property
+    def shown_status(self) -> HistoryStatus:
+        """The status every front end shows (protocol/history_status.py)."""
+        if self.history_status is not None:
+            return self.history_status
+        return history_status(self.checkpoint_id, self.status, Standing.unknown(()))
+
+    @property
     def duration_s(self) -> float | None:
-        return None if self.end_time is None else self.end_time - self.trigger_time
+        """From trigger to outcome; None when either is unknown, and never negative (an
+        outcome stamped by a clock behind the trigger's says nothing true)."""
+        if self.end_time is None or not self.trigger_time:
+            return None
+        took = self.end_time - self.trigger_time
+        return took if took >= 0 else None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "checkpoint_id": self.checkpoint_id,
             "type": self.type.value,
-            "status": self.status.value,
+            "status": self.shown_status.label,
+            "outcome": self.status.value,
             "trigger_time": self.trigger_time,
             "end_time": self.end_time,
             "duration_s": self.duration_s,
@@ -138,11 +158,27 @@ _PAGE_READERS = 16
 
 
 class CheckpointStatsTracker:
-    def __init__(self, reads: CheckpointReads, ids: CheckpointIDCounter) -> None:
+    def __init__(
+        self,
+        reads: CheckpointReads,
+        ids: CheckpointIDCounter,
+        standing: Callable[[], Standing] | None = None,
+    ) -> None:
         self._reads = reads
         self._ids = ids
+        # The head, the retained and the quarantined, read once per view (None: not
+        # known here, and a completed checkpoint shows as completed).
+        self._standing = standing
 
-    def checkpoint(self, checkpoint_id: int) -> tuple[CheckpointStats, list[TaskStats]]:
+    def standing(self) -> Standing | None:
+        return None if self._standing is None else self._standing()
+
+    def checkpoint(
+        self, checkpoint_id: int, standing: Standing | None = None
+    ) -> tuple[CheckpointStats, list[TaskStats]]:
+        """One checkpoint's statistics and its tasks'; `standing`: as read for a whole
+        page (read here when not given)."""
+        standing = standing if standing is not None else self.standing()
         outcome = self._reads.get_outcome(checkpoint_id)
         pending = self._reads.get_checkpoint(checkpoint_id)
         if outcome is not None and outcome.completed is not None:
@@ -150,11 +186,12 @@ class CheckpointStatsTracker:
         else:
             acks = list(self._reads.acks(checkpoint_id).values())
         tasks = [TaskStats.of(pending, a) for a in acks]
+        status = outcome.status if outcome else CheckpointStatus.PENDING
         stats = CheckpointStats(
             checkpoint_id=checkpoint_id,
             type=pending.type,
-            status=outcome.status if outcome else CheckpointStatus.PENDING,
-            trigger_time=pending.trigger_time,
+            status=status,
+            trigger_time=known_trigger_time(pending),
             end_time=outcome.decided_at if outcome else None,
             state_size=sum(t.state_size for t in tasks),
             rows=sum(t.rows for t in tasks),
@@ -164,6 +201,9 @@ class CheckpointStatsTracker:
             failure_reason=outcome.reason.code if outcome and outcome.reason else "",
             failure_message=outcome.message if outcome else "",
             full_state_size=sum(t.full_state_size for t in tasks),
+            history_status=(
+                None if standing is None else history_status(checkpoint_id, status, standing)
+            ),
         )
         return stats, tasks
 
@@ -171,7 +211,8 @@ class CheckpointStatsTracker:
         """Oldest first: every checkpoint with records, or the newest `limit` of them."""
         if limit is not None:
             return self.page(limit=limit).checkpoints[::-1] if limit > 0 else []
-        found = (self._stats_or_none(cid) for cid in self._reads.checkpoint_ids())
+        standing = self.standing()
+        found = (self._stats_or_none(cid, standing) for cid in self._reads.checkpoint_ids())
         return [s for s in found if s is not None]
 
     def page(self, before: int | None = None, limit: int = 50) -> HistoryPage:
@@ -188,15 +229,20 @@ class CheckpointStatsTracker:
         top = self._ids.peek() if before is None else min(before, self._ids.peek())
         found: list[CheckpointStats] = []
         below = top
+        standing = self.standing()
+
+        def stats_of(checkpoint_id: int) -> CheckpointStats | None:
+            return self._stats_or_none(checkpoint_id, standing)
+
         with ThreadPoolExecutor(max_workers=_PAGE_READERS) as pool:
             while below > 1 and len(found) < limit:
                 window = list(range(below - 1, max(0, below - 1 - limit), -1))
-                read = [s for s in pool.map(self._stats_or_none, window) if s is not None]
+                read = [s for s in pool.map(stats_of, window) if s is not None]
                 below = window[-1]
                 if not read:
                     rest = [cid for cid in self._reads.checkpoint_ids() if cid < below]
                     wanted = rest[::-1][: limit - len(found)]
-                    read = [s for s in pool.map(self._stats_or_none, wanted) if s is not None]
+                    read = [s for s in pool.map(stats_of, wanted) if s is not None]
                     found.extend(read)
                     below = wanted[-1] if wanted else 1
                     break
@@ -210,9 +256,11 @@ class CheckpointStatsTracker:
             older = None
         return HistoryPage(page, older)
 
-    def _stats_or_none(self, checkpoint_id: int) -> CheckpointStats | None:
+    def _stats_or_none(
+        self, checkpoint_id: int, standing: Standing | None
+    ) -> CheckpointStats | None:
         try:
-            return self.checkpoint(checkpoint_id)[0]
+            return self.checkpoint(checkpoint_id, standing)[0]
         except CheckpointNotFound:
             return None  # pruned, or an id whose trigger never wrote its record
         except RecordError as exc:

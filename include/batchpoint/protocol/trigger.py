@@ -32,7 +32,7 @@ from batchpoint.protocol.decider import CheckpointRequestDecider, base_of
 from batchpoint.protocol.failures import CheckpointFailureManager, PipelineStatus
 from batchpoint.protocol.ids import CheckpointIDCounter
 from batchpoint.protocol.pipeline import PipelineSpec
-from batchpoint.protocol.ports import AbortCheckpoint, Clock
+from batchpoint.protocol.ports import AbortAtTrigger, Clock
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.topology import Topology
 
@@ -64,7 +64,7 @@ class CheckpointTrigger:
     _failures: CheckpointFailureManager
     _config: CheckpointConfig
     _clock: Clock
-    _abort: AbortCheckpoint
+    _abort: AbortAtTrigger
 
     @property
     def _pipeline(self) -> str:
@@ -111,7 +111,7 @@ class CheckpointTrigger:
             )
 
         admitted, entry = self._admit(checkpoint_id, admit)
-        base = self._checked_base(checkpoint_id, entry.base, check_base)
+        base = self._checked_base(checkpoint_id, entry.base, check_base, now)
         props = self._properties(given, admitted, entry.base)
         pending = PendingCheckpoint(
             pipeline=self._pipeline,
@@ -131,17 +131,19 @@ class CheckpointTrigger:
         return pending
 
     def _checked_base(
-        self, checkpoint_id: int, base_id: int | None, check_base: CheckBase | None
+        self, checkpoint_id: int, base_id: int | None, check_base: CheckBase | None, now: float
     ) -> PendingCheckpoint | None:
         """The admitted checkpoint's base, and the deploy judged against it: an
-        unreadable base or a refused deploy aborts the admitted checkpoint."""
+        unreadable base or a refused deploy aborts the admitted checkpoint (triggered
+        `now`, which its outcome records: no pending record will)."""
         try:
             base = self._read_base(base_id) if base_id is not None else None
         except TriggerRefused:
-            self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "base unreadable")
+            why = "base unreadable"
+            self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, why, now)
             raise
         if check_base is not None:
-            self._check_deploy(checkpoint_id, base_id, check_base)
+            self._check_deploy(checkpoint_id, base_id, check_base, now)
         return base
 
     def _properties(
@@ -190,16 +192,19 @@ class CheckpointTrigger:
         pending = self._records.get_pending(base)
         return DeployBase(base, pending_topology=pending.topology if pending else None)
 
-    def _check_deploy(self, checkpoint_id: int, base: int | None, check: CheckBase) -> None:
+    def _check_deploy(
+        self, checkpoint_id: int, base: int | None, check: CheckBase, now: float
+    ) -> None:
         try:
             problems = check(self._deploy_base(base))
         except Exception:
-            self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, "deploy check failed")
+            why = "deploy check failed"
+            self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, why, now)
             raise
         if problems:
             reason = CheckpointFailureReason.INCOMPATIBLE_DEPLOY
             message = "; ".join(problems)
-            self._abort(checkpoint_id, reason, message)
+            self._abort(checkpoint_id, reason, message, now)
             raise TriggerRefused(
                 reason,
                 f"pipeline '{self._pipeline}': the code cannot be deployed on base checkpoint "
