@@ -50,11 +50,14 @@ class CheckpointDetail:
     base_checkpoint_id: int | None
     restore_generation: int
     barrier: dict[str, Any]
+    #: The scheduler run that triggered it (an Airflow run id), if one did.
+    scheduler_run_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = self.stats.to_json()
         out["restore_generation"] = self.restore_generation
         out["barrier"] = dict(self.barrier)
+        out["scheduler_run_id"] = self.scheduler_run_id
         out["tasks"] = [dict(t.__dict__) for t in self.tasks]
         return out
 
@@ -68,7 +71,12 @@ def show_checkpoint(coordinator: PipelineHistory, checkpoint_id: int) -> Checkpo
     except RecordError as exc:
         return CheckpointDetail(CheckpointStats.unreadable(checkpoint_id, exc), [], None, 0, {})
     return CheckpointDetail(
-        stats, tasks, pending.base_checkpoint_id, pending.restore_generation, dict(pending.barrier)
+        stats,
+        tasks,
+        pending.base_checkpoint_id,
+        pending.restore_generation,
+        dict(pending.barrier),
+        pending.properties.scheduler_run_id,
     )
 
 
