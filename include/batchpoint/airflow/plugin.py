@@ -1,8 +1,9 @@
-"""The Airflow UI plugin: Browse -> Checkpoints and a Checkpoints tab on the DAG pages
-(the app is batchpoint.airflow.ui; the tab is a React view built from ui/). An installed
-batchpoint registers it through the `airflow.plugins` entry point; a checkout mounted
-without installing uses plugins/batchpoint_plugin.py, which defers to the entry point when
-there is one (Airflow refuses a second plugin of the same name)."""
+"""The Airflow UI plugin: Browse -> Checkpoints, a Checkpoints tab on the DAG pages and
+a Checkpoint tab on the DAG runs' pages (the app is batchpoint.airflow.ui; the DAG's tab
+is a React view built from ui/). An installed batchpoint registers it through the
+`airflow.plugins` entry point; a checkout mounted without installing uses
+plugins/batchpoint_plugin.py, which defers to the entry point when there is one (Airflow
+refuses a second plugin of the same name)."""
 
 from __future__ import annotations
 
