@@ -70,13 +70,19 @@ def test_an_attempt_tells_its_try_and_map_index_for_its_own_run_only():
 
 
 def test_a_runs_checkpoint_is_found_by_the_run_id_its_record_holds(driver, clock):
+    c = driver.coordinator
     first = trigger_for_run(driver, "run-1")
     ack(driver, first.checkpoint_id, first.expected_tasks)
     finalize(driver, first.checkpoint_id)
+    assert checkpoint_of_run(c, "run-1") == first.checkpoint_id
+    # the run cleared and run again: a new checkpoint under the same run id, which wins
+    clock.advance(60)
+    again = trigger_for_run(driver, "run-1")
+    ack(driver, again.checkpoint_id, again.expected_tasks)
+    finalize(driver, again.checkpoint_id)
     clock.advance(60)
     second = trigger_for_run(driver, "run-2", CheckpointType.SAVEPOINT)
-    c = driver.coordinator
-    assert checkpoint_of_run(c, "run-1") == first.checkpoint_id
+    assert checkpoint_of_run(c, "run-1") == again.checkpoint_id != first.checkpoint_id
     assert checkpoint_of_run(c, "run-2", CheckpointType.SAVEPOINT) == second.checkpoint_id
     assert checkpoint_of_run(c, "run-2", CheckpointType.CHECKPOINT) is None  # another DAG's
     assert checkpoint_of_run(c, "run-3") is None

@@ -71,7 +71,8 @@ def checkpoint_of_run(
     depth: int = RUN_SEARCH_DEPTH,
 ) -> int | None:
     """The checkpoint the scheduler run `run_id` triggered (its pending record names the
-    run, `trigger_for_run`), among the newest `depth`; None if it triggered none."""
+    run, `trigger_for_run`), among the newest `depth`; None if it triggered none. A run
+    cleared and run again triggers a new checkpoint under the same id: the newest wins."""
     for checkpoint_id in sorted(history.checkpoint_ids(), reverse=True)[:depth]:
         try:
             pending = history.get_checkpoint(checkpoint_id)
