@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from urllib.parse import quote, urljoin
 
 import pytest
 
@@ -48,6 +49,9 @@ def test_airflow_loads_the_plugin_from_the_plugins_folder(airflow_home):
     views = [v for p in plugins_manager.get_plugin_info() for v in p.get("external_views", [])]
     hrefs = {(v["destination"], v["href"]) for v in views if v["name"] == "Checkpoints"}
     assert hrefs == {("nav", "batchpoint/")}, views
+    # the run's tab (the extra link's target), relative, with the ids Airflow fills in
+    run_tab = [(v["destination"], v["href"]) for v in views if v["name"] == "Checkpoint"]
+    assert run_tab == [("dag_run", "batchpoint/dag/{DAG_ID}/runs/{RUN_ID}")], views
     tabs = [a for p in plugins_manager.get_plugin_info() for a in p.get("react_apps", [])]
     assert [(a["name"], a["destination"]) for a in tabs] == [("Checkpoints", "dag")], tabs
 
@@ -216,10 +220,11 @@ def test_a_checkpoint_drill_down_the_dag_tab_and_a_stopped_pipeline(bp, api):
     assert f"stopped with savepoint {pending.checkpoint_id}" in api.get("/batchpoint/payments").text
 
 
-def test_the_checkpoint_dags_tasks_link_to_their_checkpoints_page(bp, write_epoch, api):
+def test_a_checkpoint_and_the_run_that_made_it_link_to_each_other(bp, write_epoch, api):
     write_epoch(0)
     run, states = bp.run("payments_checkpoint")
     assert run.state == "success", states
+    dag_run = f"dags/payments_checkpoint/runs/{quote(run.run_id, safe='')}"
     tasks = ["trigger", "operators.dedup", "wait_for_acks", "finalize", "cleanup"]
     for task in tasks:
         answer = api.get(
@@ -227,6 +232,35 @@ def test_the_checkpoint_dags_tasks_link_to_their_checkpoints_page(bp, write_epoc
         )
         assert answer.status_code == 200, (task, answer.text)
         link = answer.json()["extra_links"]["Checkpoint"]
-        assert link == "batchpoint/payments/checkpoints/1", (task, link)  # relative
-    # the UI resolves it against its base URL, here "/": the checkpoint's page
-    assert "payments: checkpoint 1" in api.get("/" + link).text
+        # relative to the UI's base URL: the run's Checkpoint tab, inside Airflow's frame
+        assert link == f"{dag_run}/plugin/batchpoint_run", (task, link)
+    # the tab's frame opens the plugin's href with the run's ids (plugin.py), which is
+    # the page of the checkpoint that run triggered
+    href = f"/batchpoint/dag/payments_checkpoint/runs/{quote(run.run_id, safe='')}"
+    tab = api.get(href, follow_redirects=False)
+    assert (tab.status_code, tab.headers["location"]) == (307, "../../../payments/checkpoints/1")
+    page = api.get(href)
+    assert str(page.url).endswith("/batchpoint/payments/checkpoints/1")
+    assert "payments: checkpoint 1" in page.text
+
+    # and back: the run, and the log of the try of each operator task that acked, are
+    # Airflow's own (its REST API knows them by the ids the links name)
+    links = re.findall(r"href='([^']*)' target='_top'", page.text)
+    resolved = {urljoin(str(page.url), h).removeprefix(f"{api.base_url}/") for h in links}
+    assert dag_run in resolved, resolved
+    logs = sorted(r for r in resolved if "/tasks/" in r)
+    assert [r.rpartition("/tasks/")[2] for r in logs] == [
+        f"operators.{op}?try_number=1" for op in ("alerts", "balances", "balances_table", "dedup")
+    ], logs
+    for log in logs:
+        task, _, try_number = log.rpartition("/tasks/")[2].partition("?try_number=")
+        answer = api.get(
+            f"/api/v2/dags/payments_checkpoint/dagRuns/{run.run_id}/taskInstances/{task}"
+        ).json()
+        assert (answer["state"], answer["try_number"]) == ("success", int(try_number)), answer
+
+    # a run that triggered nothing, and a DAG that triggers no checkpoint
+    none = api.get("/batchpoint/dag/payments_checkpoint/runs/manual__nothing")
+    assert none.status_code == 404 and "triggered no checkpoint" in none.text
+    restore = api.get("/batchpoint/dag/payments_restore/runs/x")
+    assert restore.status_code == 404 and "not a checkpoint or savepoint DAG" in restore.text

@@ -10,13 +10,16 @@ import pytest
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.runs import (
     attempt_id,
+    checkpoint_of_run,
     decline_operator,
     settle_run,
     trigger_for_run,
+    try_of_attempt,
 )
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointStatus,
+    CheckpointType,
     FileHandle,
 )
 from batchpoint.protocol.config import CheckpointConfig
@@ -55,6 +58,35 @@ def test_attempt_ids_are_per_try_and_storage_safe():
     assert a1 != attempt_id("scheduled__2025-01-01T00:00:00+00:00", 2)
     assert a1 != attempt_id("manual__2025-01-01T00:00:00+00:00", 1)
     assert all(ch.isalnum() or ch == "-" for ch in a1)
+
+
+def test_an_attempt_tells_its_try_and_map_index_for_its_own_run_only():
+    run = "manual__2025-01-01T00:00:00+00:00"
+    assert try_of_attempt(attempt_id(run, 3), run) == (3, -1)
+    assert try_of_attempt(attempt_id(run, 2, map_index=4), run) == (2, 4)
+    assert try_of_attempt(attempt_id(run, 1), "manual__2025-01-02T00:00:00+00:00") is None
+    assert try_of_attempt(attempt_id(run, 1) + "-cleanup", run) is None
+    assert try_of_attempt("fake", run) is None
+
+
+def test_a_runs_checkpoint_is_found_by_the_run_id_its_record_holds(driver, clock):
+    c = driver.coordinator
+    first = trigger_for_run(driver, "run-1")
+    ack(driver, first.checkpoint_id, first.expected_tasks)
+    finalize(driver, first.checkpoint_id)
+    assert checkpoint_of_run(c, "run-1") == first.checkpoint_id
+    # the run cleared and run again: a new checkpoint under the same run id, which wins
+    clock.advance(60)
+    again = trigger_for_run(driver, "run-1")
+    ack(driver, again.checkpoint_id, again.expected_tasks)
+    finalize(driver, again.checkpoint_id)
+    clock.advance(60)
+    second = trigger_for_run(driver, "run-2", CheckpointType.SAVEPOINT)
+    assert checkpoint_of_run(c, "run-1") == again.checkpoint_id != first.checkpoint_id
+    assert checkpoint_of_run(c, "run-2", CheckpointType.SAVEPOINT) == second.checkpoint_id
+    assert checkpoint_of_run(c, "run-2", CheckpointType.CHECKPOINT) is None  # another DAG's
+    assert checkpoint_of_run(c, "run-3") is None
+    assert checkpoint_of_run(c, "run-1", depth=1) is None  # older than the search
 
 
 def test_a_retried_trigger_returns_the_runs_checkpoint(driver):

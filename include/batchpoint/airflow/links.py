@@ -1,22 +1,18 @@
-"""An extra link on the checkpoint and savepoint DAGs' tasks: "Checkpoint", to the page
-of the checkpoint the run's trigger task started (the UI plugin's drill-down).
+"""An extra link on the checkpoint and savepoint DAGs' tasks: "Checkpoint", to the run's
+"Checkpoint" tab, where the UI plugin shows the checkpoint the run's trigger task
+started (its drill-down) inside Airflow's own frame, beside the run's tasks.
 
 Airflow computes it when the task ends, in the worker, and keeps it in the task's XCom,
 so the API server needs none of this code to show it. The link is relative to the UI's
-base URL, as the plugin's own links are."""
+base URL, as the plugin's own links are (ui_links.py)."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
-from batchpoint.airflow.hooks import cached_pipeline
-
-
-def checkpoint_page_path(pipeline: str, checkpoint_id: int) -> str:
-    return f"batchpoint/{quote(pipeline)}/checkpoints/{checkpoint_id}"
+from batchpoint.airflow.ui_links import checkpoint_tab_path
 
 
 class CheckpointPageLink(BaseOperatorLink):
@@ -33,10 +29,8 @@ class CheckpointPageLink(BaseOperatorLink):
             value = value.get("checkpoint_id")
         if value is None:
             return ""  # the run started no checkpoint: a disabled link
-        pipeline = (
-            getattr(operator, "pipeline", None) or cached_pipeline(operator.pipeline_ref).name
-        )
-        return checkpoint_page_path(pipeline, int(value))
+        # The tab finds the run's checkpoint by the run id its pending record holds.
+        return checkpoint_tab_path(ti_key.dag_id, ti_key.run_id)
 
 
 CHECKPOINT_LINKS = (CheckpointPageLink(),)

@@ -1,8 +1,9 @@
-"""The Airflow UI plugin: Browse -> Checkpoints and a Checkpoints tab on the DAG pages
-(the app is batchpoint.airflow.ui; the tab is a React view built from ui/). An installed
-batchpoint registers it through the `airflow.plugins` entry point; a checkout mounted
-without installing uses plugins/batchpoint_plugin.py, which defers to the entry point when
-there is one (Airflow refuses a second plugin of the same name)."""
+"""The Airflow UI plugin: Browse -> Checkpoints, a Checkpoints tab on the DAG pages and
+a Checkpoint tab on the DAG runs' pages (the app is batchpoint.airflow.ui; the DAG's tab
+is a React view built from ui/). An installed batchpoint registers it through the
+`airflow.plugins` entry point; a checkout mounted without installing uses
+plugins/batchpoint_plugin.py, which defers to the entry point when there is one (Airflow
+refuses a second plugin of the same name)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from importlib.metadata import entry_points
 from airflow.sdk.plugins_manager import AirflowPlugin
 
 from batchpoint.airflow.ui import TAB_BUNDLE, URL_PREFIX, create_app
+from batchpoint.airflow.ui_links import RUN_TAB
 
 ENTRY_POINT = "batchpoint.airflow.plugin:BatchpointPlugin"
 
@@ -28,6 +30,16 @@ class BatchpointPlugin(AirflowPlugin):
             "destination": "nav",
             "category": "browse",
             "url_route": "batchpoint",
+        },
+        # A "Checkpoint" tab on every DAG run's page: the checkpoint the run triggered,
+        # inside the UI's frame (the tasks' "Checkpoint" extra link opens it; links.py).
+        # Airflow puts the run's ids into the href; runs of other DAGs are told they
+        # have none.
+        {
+            "name": "Checkpoint",
+            "href": URL_PREFIX.lstrip("/") + "/dag/{DAG_ID}/runs/{RUN_ID}",
+            "destination": "dag_run",
+            "url_route": RUN_TAB,
         },
     ]
     # A "Checkpoints" tab on every DAG's page, drawn by the UI itself with its own React

@@ -8,6 +8,8 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
     GET /batchpoint/{pipeline}/checkpoints/{id}/data-docs/{path}
                                                a file of a gate run's Data Docs site
     GET /batchpoint/dag/{dag_id}               a DAG's pipeline's page (a redirect)
+    GET /batchpoint/dag/{dag_id}/runs/{run_id} the page of the checkpoint that run
+                                               triggered (a redirect; the run's tab)
     GET /batchpoint/api/pipelines              the pipelines with their status (JSON)
     GET /batchpoint/api/{pipeline}/checkpoints?before=N&limit=M
                                                a page of the history (newest first)
@@ -50,6 +52,8 @@ from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_
 from batchpoint.errors import BatchpointError, CheckpointNotFound
 from batchpoint.ops.overview import checkpoint_page, control_of, page_summary, pipeline_overview
 from batchpoint.ops.restore_history import recent_restores
+from batchpoint.ops.runs import checkpoint_of_run
+from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.settings import Settings
@@ -66,6 +70,13 @@ HISTORY_LIMIT = 50
 MAX_PAGE = 500
 #: The history read for a pipeline's status on the index (its newest checkpoints).
 OVERVIEW_PAGE = 20
+
+#: The checkpoints each of a pipeline's DAGs triggers (dag_names.dag_ids' keys).
+_RUN_KINDS = {"checkpoint": CheckpointType.CHECKPOINT, "savepoint": CheckpointType.SAVEPOINT}
+_NONE_YET = (
+    "its trigger task has not run, or the trigger was refused (its log says why), or the "
+    "checkpoint is older than the history kept."
+)
 
 SettingsSource = Callable[[], Settings]
 PipelineNames = Callable[[], list[str]]
@@ -200,6 +211,10 @@ class CheckpointPages:
         _, _, c = self._open(name)
         return checkpoint_page(c, checkpoint_id).to_json()
 
+    def checkpoint_of_run(self, name: str, run_id: str, kind: CheckpointType) -> int | None:
+        _, _, c = self._open(name)
+        return checkpoint_of_run(c, run_id, kind)
+
     def data_docs(self, name: str, checkpoint_id: int, path: str) -> bytes | None:
         """A file of a Data Docs site the gate stored beside the checkpoint, or None."""
         _, _, c = self._open(name)
@@ -296,15 +311,7 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
         except HTTPException as exc:
             return render_index([], error=str(exc.detail))
 
-    @app.get("/dag/{dag_id}", response_model=None, include_in_schema=False)
-    async def dag_tab(dag_id: str, user: User) -> RedirectResponse | HTMLResponse:
-        """A DAG's pipeline's page, if it has one (the DAG tab is the React view)."""
-        for name in await access.readable(user):
-            if dag_id in dag_ids(name).values():
-                # relative to .../batchpoint/dag/<dag_id>, like every link here
-                return RedirectResponse(f"../{quote(name)}", status_code=307)
-        text = f"DAG {dag_id!r} is not a DAG of a batchpoint pipeline you may read."
-        return HTMLResponse(render_index([], error=text), status_code=404)
+    _dag_routes(app, access, User)  # before /{pipeline}/...: a DAG's and a run's tabs
 
     @app.get("/{pipeline}", response_class=HTMLResponse, include_in_schema=False)
     async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
@@ -343,3 +350,34 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
         # GX's pages run scripts: sandboxed, so they never run as the Airflow UI's origin.
         headers = {"Content-Security-Policy": "sandbox allow-scripts allow-popups"}
         return Response(data, media_type=media, headers=headers)
+
+
+def _dag_routes(app: FastAPI, access: _Access, User: Any) -> None:
+    reader, call = access.reader, access.call
+
+    @app.get("/dag/{dag_id}", response_model=None, include_in_schema=False)
+    async def dag_tab(dag_id: str, user: User) -> RedirectResponse | HTMLResponse:
+        """A DAG's pipeline's page, if it has one (the DAG tab is the React view)."""
+        for name in await access.readable(user):
+            if dag_id in dag_ids(name).values():
+                # relative to .../batchpoint/dag/<dag_id>, like every link here
+                return RedirectResponse(f"../{quote(name)}", status_code=307)
+        text = f"DAG {dag_id!r} is not a DAG of a batchpoint pipeline you may read."
+        return HTMLResponse(render_index([], error=text), status_code=404)
+
+    @app.get("/dag/{dag_id}/runs/{run_id}", response_model=None, include_in_schema=False)
+    async def run_tab(dag_id: str, run_id: str, user: User) -> RedirectResponse | HTMLResponse:
+        """The checkpoint a DAG run triggered: the run's "Checkpoint" tab (plugin.py)."""
+        for name in await access.readable(user):
+            kind = _RUN_KINDS.get(next((k for k, d in dag_ids(name).items() if d == dag_id), ""))
+            if kind is None:
+                continue
+            found = await call(reader.checkpoint_of_run, name, run_id, kind)
+            if found is not None:
+                # relative to .../batchpoint/dag/<dag_id>/runs/<run_id>
+                page = f"../../../{quote(name)}/checkpoints/{found}"
+                return RedirectResponse(page, status_code=307)
+            text = f"Run {run_id!r} of {dag_id} triggered no checkpoint (yet): {_NONE_YET}"
+            return HTMLResponse(render_index([], error=text), status_code=404)
+        text = f"DAG {dag_id!r} is not a checkpoint or savepoint DAG of a pipeline you may read."
+        return HTMLResponse(render_index([], error=text), status_code=404)

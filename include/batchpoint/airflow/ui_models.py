@@ -161,6 +161,7 @@ class CheckpointDetailModel(CheckpointRow):
     status_meaning: str
     restore_generation: int
     barrier: dict[str, Any]  # source -> its barrier (offsets, splits)
+    scheduler_run_id: str | None  # the Airflow run that triggered it, if one did
     tasks: list[TaskStatsModel]  # type: ignore[valid-type]
     quality_report: QualityReportModel | None
     quarantined_at: float | None

@@ -22,7 +22,9 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from batchpoint.airflow.ui_barrier import BARRIER_COLUMNS, barrier_rows
 from batchpoint.airflow.ui_chart import BYTES, SECONDS, Series, line_chart
+from batchpoint.airflow.ui_links import run_links
 from batchpoint.airflow.ui_theme import css_variables
 from batchpoint.protocol.history_status import HistoryStatus
 from batchpoint.protocol.layout import PipelineLayout
@@ -310,24 +312,36 @@ def _deploy_plan(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, str]) -> str:
-    """One checkpoint's drill-down, at ``<base>/batchpoint/<p>/checkpoints/<id>``."""
+    """One checkpoint's drill-down, at ``<base>/batchpoint/<p>/checkpoints/<id>``; its
+    run and its tasks' logs link into Airflow (ui_links.py)."""
     cid = detail["checkpoint_id"]
     report = detail.get("quality_report")
     files = [_file_cells(f) for f in detail["files"]]
+    made_by = run_links(detail, dags, "../../../")
+    logs = made_by["logs"]
     return _render(
         "checkpoint.html",
         title=f"{name} {detail['type']} {cid}",
         name=name,
         kind=detail["type"],
         checkpoint_id=cid,
+        run=made_by["run"],
         facts=_checkpoint_facts(detail),
-        task_header=[label for _, label in TASK_COLUMNS],
-        tasks=[[_task_cell(t, k) for k, _ in TASK_COLUMNS] for t in detail["tasks"]],
+        task_header=[label for _, label in TASK_COLUMNS] + (["log"] if logs else []),
+        tasks=[_task_cells(t, logs) for t in detail["tasks"]],
+        barrier_header=BARRIER_COLUMNS,
+        barrier=barrier_rows(detail.get("barrier") or {}),
         report=None if report is None else _report(report, name),
         file_header=FILE_COLUMNS,
         files=files,
         restore_form=_restore_form(detail, dags),
     )
+
+
+def _task_cells(task: Mapping[str, Any], logs: Mapping[str, Any]) -> list[Any]:
+    """A task's cells, and a link to the log of the try that acked, if a run made it."""
+    cells: list[Any] = [_task_cell(task, key) for key, _ in TASK_COLUMNS]
+    return [*cells, logs.get(task["task"], "")] if logs else cells
 
 
 def _file_cells(f: Mapping[str, Any]) -> list[Any]:
@@ -379,7 +393,6 @@ def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("acks", f"{detail['acknowledged']}/{detail['expected']}"),
         ("base checkpoint", str(detail.get("base_checkpoint_id") or "-")),
         ("restore generation", str(detail.get("restore_generation", 0))),
-        ("barrier", json.dumps(detail.get("barrier") or {}, sort_keys=True)),
     ]
     if detail.get("failure_reason"):
         items.append(("failure", f"{detail['failure_reason']}: {detail['failure_message']}"))

@@ -53,6 +53,8 @@ class CheckpointDetail:
     barrier: dict[str, Any]
     #: The quarantine mark (who found it unfit, why, when); None: not quarantined.
     quarantine: QuarantineRecord | None = None
+    #: The scheduler run that triggered it (an Airflow run id), if one did.
+    scheduler_run_id: str | None = None
 
     @property
     def status_lines(self) -> list[str]:
@@ -68,6 +70,7 @@ class CheckpointDetail:
         out["status_meaning"] = self.stats.shown_status.meaning
         out["restore_generation"] = self.restore_generation
         out["barrier"] = dict(self.barrier)
+        out["scheduler_run_id"] = self.scheduler_run_id
         out["tasks"] = [dict(t.__dict__) for t in self.tasks]
         held = self.quarantine
         out["quarantined_at"] = (held.quarantined_at or None) if held else None
@@ -93,6 +96,7 @@ def show_checkpoint(coordinator: PipelineHistory, checkpoint_id: int) -> Checkpo
         pending.restore_generation,
         dict(pending.barrier),
         held,
+        pending.properties.scheduler_run_id,
     )
 
 

@@ -11,10 +11,12 @@ and remove what it staged.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from batchpoint.errors import CheckpointNotFound, RecordError
 from batchpoint.ops.audit import audited_properties
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.maintenance import gc
@@ -25,7 +27,7 @@ from batchpoint.protocol.checkpoint import (
     DeclineResult,
     PendingCheckpoint,
 )
-from batchpoint.protocol.pipeline_ports import CheckpointDecisions
+from batchpoint.protocol.pipeline_ports import CheckpointDecisions, PipelineHistory
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import (
     RunSettlementDecision,
@@ -45,6 +47,42 @@ def attempt_id(run_id: str, try_number: int, map_index: int = -1) -> str:
     digest = hashlib.sha1(run_id.encode(), usedforsecurity=False).hexdigest()[:10]
     suffix = f"-m{map_index}" if map_index >= 0 else ""
     return f"af-{digest}-t{try_number}{suffix}"
+
+
+_ATTEMPT = re.compile(r"af-(?P<digest>[0-9a-f]{10})-t(?P<try>\d+)(?:-m(?P<map>\d+))?")
+#: How far back a run's checkpoint is looked for: a run's checkpoint is among the newest.
+RUN_SEARCH_DEPTH = 200
+
+
+def try_of_attempt(attempt: str, run_id: str) -> tuple[int, int] | None:
+    """The (try number, map index) of an `attempt_id` of `run_id`; None for an attempt
+    of another run or not made by `attempt_id` (a local runner's, a cleanup's)."""
+    match = _ATTEMPT.fullmatch(attempt)
+    if match is None:
+        return None
+    try_number, map_index = int(match["try"]), int(match["map"] or -1)
+    return (try_number, map_index) if attempt_id(run_id, try_number, map_index) == attempt else None
+
+
+def checkpoint_of_run(
+    history: PipelineHistory,
+    run_id: str,
+    checkpoint_type: CheckpointType | None = None,
+    depth: int = RUN_SEARCH_DEPTH,
+) -> int | None:
+    """The checkpoint the scheduler run `run_id` triggered (its pending record names the
+    run, `trigger_for_run`), among the newest `depth`; None if it triggered none. A run
+    cleared and run again triggers a new checkpoint under the same id: the newest wins."""
+    for checkpoint_id in sorted(history.checkpoint_ids(), reverse=True)[:depth]:
+        try:
+            pending = history.get_checkpoint(checkpoint_id)
+        except (CheckpointNotFound, RecordError):
+            continue  # a pruned or unreadable record names no run
+        if pending.properties.scheduler_run_id != run_id:
+            continue
+        if checkpoint_type is None or pending.type is checkpoint_type:
+            return checkpoint_id
+    return None
 
 
 def trigger_for_run(
