@@ -66,7 +66,9 @@ def detail(kind: str = "checkpoint", run_id: str | None = RUN) -> dict:
     return {
         "checkpoint_id": 7,
         "type": kind,
-        "status": "COMPLETED",
+        "status": "head",
+        "status_meaning": "completed, the newest of the current timeline",
+        "outcome": "COMPLETED",
         "trigger_time": 1.0,
         "duration_s": 2.0,
         "state_size": 3,
