@@ -304,6 +304,15 @@ def test_the_checkpoint_dags_tasks_report_sources_sinks_and_tables(
     (table_out,) = [d for d in finalize["outputs"] if (d["namespace"], d["name"]) == table]
     (symlink,) = table_out["facets"]["symlinks"]["identifiers"]
     assert (symlink["name"], symlink["type"]) == ("payments.balances", "TABLE")
+    # ... as the snapshot that published the checkpoint
+    from batchpoint.protocol.sink_keys import SinkRef
+    from batchpoint.tables.service import sink_table
+    from demo.payments import table_pipeline
+
+    binding = table_pipeline.sinks["balances_table"].table
+    (commit,) = sink_table(bp.store, "payments", SinkRef("balances_table"), binding).history()
+    assert commit.checkpoint_id == 1
+    assert table_out["facets"]["version"]["datasetVersion"] == str(commit.snapshot_id)
 
     # each name is where the run's data is: the sinks' manifests, the table's metadata
     for _, name in sinks:
@@ -393,6 +402,14 @@ def test_the_facet_builder_names_datasets_as_openlineage_does(root, namespace, p
     }
     facet = lineage.run_facets["batchpoint_checkpoint"]
     assert (facet.checkpointId, facet.checkpointType, facet.baseCheckpointId) == (7, "savepoint", 5)
+    versions = {d.name: d.facets.get("version") for d in lineage.outputs}
+    assert versions[f"{path}/pipelines/payments/sinks/alerts"].datasetVersion == "7"
+    assert versions[f"{path}/tables/payments/balances"] is None  # no snapshot known
+    published = checkpoint_lineage(
+        pipeline, root, operator=None, checkpoint=checkpoint, table_snapshots={"balances_table": 42}
+    )
+    versions = {(d.name, d.facets["version"].datasetVersion) for d in published.outputs}
+    assert (f"{path}/tables/payments/balances", "42") in versions  # the table's snapshot
     assert SPEC_URL.fullmatch(facet._schemaURL), facet._schemaURL
 
     # one operator: the sources it reads; its channel to its consumer and its state,

@@ -14,7 +14,8 @@ nothing else from storage, and a failed read leaves the statistics out):
   snapshot id as its `version` facet), and publishes every sink;
 - datasets carry the declared schema (`schema`: sources and states), the rows, bytes
   and files the acks record (`outputStatistics`, on completion) and the checkpoint id
-  their content is as of (`version`: channels, states, sinks);
+  their content is as of (`version`: channels, states, sinks; a table sink's at
+  finalize: the snapshot that published the checkpoint);
 - the run facet `batchpoint_checkpoint`: pipeline, operator, checkpoint id, type and base.
 
 Names follow OpenLineage's naming spec as the Amazon provider's S3 operators do: an S3
@@ -57,6 +58,7 @@ from batchpoint.sources.iceberg_table import PARTITION as TABLE_PARTITION  # las
 if TYPE_CHECKING:
     from batchpoint.runtime.api import Pipeline, SinkDef, SourceDef
     from batchpoint.runtime.nodes import OperatorDef
+    from batchpoint.storage import StoreRef
     from batchpoint.tables.binding import TableBinding
 
 
@@ -120,13 +122,29 @@ def _output(
     return OutputDataset(dataset.namespace, dataset.name, outputFacets=stats, facets=facets)
 
 
-def sink_datasets(sink: SinkDef, root_uri: str, pipeline: str) -> list[Dataset]:
-    """A sink's published output (the folder of its manifest) and its Iceberg table."""
+def sink_datasets(
+    sink: SinkDef, root_uri: str, pipeline: str, table_snapshot: int | None = None
+) -> list[Dataset]:
+    """A sink's published output (the folder of its manifest) and its Iceberg table,
+    with the snapshot it was published as, when known, as the table's version."""
     namespace, name = location_name(_under(root_uri, f"pipelines/{pipeline}/sinks/{sink.uid}"))
     out = [Dataset(namespace=namespace, name=name)]
     if sink.table is not None:
-        out.append(table_dataset(root_uri, sink.table, {}))
+        facets = {} if table_snapshot is None else {"version": version_facet(table_snapshot)}
+        out.append(table_dataset(root_uri, sink.table, facets))
     return out
+
+
+def table_snapshots(pipeline: Pipeline, store: StoreRef, checkpoint_id: int) -> dict[str, int]:
+    """Each table sink's (by uid) snapshot that publishes the checkpoint: a catalog read
+    (each table's metadata), for finalize's outputs once it has published."""
+    from batchpoint.tables.service import sink_table, table_refs
+
+    refs = table_refs((s.uid, s.name, s.table) for s in pipeline.sinks.values())
+    return {
+        ref.uid: sink_table(store, pipeline.name, ref, binding).snapshot_of(checkpoint_id)
+        for ref, binding in refs.items()
+    }
 
 
 def channel_dataset(
@@ -173,10 +191,18 @@ def _consumers(pipeline: Pipeline, name: str) -> list[OperatorDef | SinkDef]:
 
 
 def _sink_outputs(
-    pipeline: Pipeline, root_uri: str, sink: SinkDef, cid: int | None, written: _Written
+    pipeline: Pipeline,
+    root_uri: str,
+    sink: SinkDef,
+    cid: int | None,
+    written: _Written,
+    table_snapshot: int | None = None,
 ) -> list[OutputDataset]:
     files = written.stream(SINK_STREAM, adopted=True)
-    return [_output(d, cid, files) for d in sink_datasets(sink, root_uri, pipeline.name)]
+    manifest, *table = sink_datasets(sink, root_uri, pipeline.name, table_snapshot)
+    # A table's version is its snapshot (known once finalize committed it), not the
+    # checkpoint id: the two name different things and must not pass for each other.
+    return [_output(manifest, cid, files), *(_output(t, None, files) for t in table)]
 
 
 def _node_lineage(
@@ -219,12 +245,15 @@ def checkpoint_lineage(
     operator: str | None,
     checkpoint: Mapping[str, Any] | None,
     acks: Iterable[AckRecord] | None = None,
+    table_snapshots: Mapping[str, int] | None = None,
 ) -> OperatorLineage:
     """One task's lineage: an operator's or a sink's (`operator`: the pipeline node it
     runs) or the whole checkpoint's (None: every source and sink, as finalize publishes
     them). `checkpoint`: what the trigger returned (checkpoint_id, type,
     base_checkpoint_id), with the `barrier` when known; `acks`: the checkpoint's acks
-    when known (the outputs' statistics come from them)."""
+    when known (the outputs' statistics come from them); `table_snapshots`: sink uid ->
+    the snapshot its table published the checkpoint as (finalize's, when known)."""
+    snapshots = table_snapshots or {}
     checkpoint = checkpoint or {}
     cid = checkpoint.get("checkpoint_id")
     if operator is None:
@@ -234,7 +263,9 @@ def checkpoint_lineage(
         outputs = [
             d
             for s in pipeline.sinks.values()
-            for d in _sink_outputs(pipeline, root_uri, s, cid, _Written(s.name, acks))
+            for d in _sink_outputs(
+                pipeline, root_uri, s, cid, _Written(s.name, acks), snapshots.get(s.uid)
+            )
         ]
     else:
         node = pipeline.node(operator)

@@ -23,6 +23,7 @@ from batchpoint.settings import Settings
 
 if TYPE_CHECKING:
     from batchpoint.protocol.checkpoint import AckRecord, PendingCheckpoint
+    from batchpoint.runtime.api import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +134,29 @@ class LineageMixin:
             found = task_instance.xcom_pull(task_ids=self.trigger_task_id)
             checkpoint = found if isinstance(found, dict) else None
         pipeline = cached_pipeline(self.pipeline_ref)
+        published = complete and self.lineage_node is None
         return checkpoint_lineage(
             pipeline,
             self.settings().store_ref.uri,
             operator=self.lineage_node,
             checkpoint=checkpoint,
             acks=self._acks(pipeline.name, checkpoint) if complete else None,
+            table_snapshots=self._snapshots(pipeline, checkpoint) if published else None,
         )
+
+    def _snapshots(self, pipeline: Pipeline, checkpoint: dict[str, Any] | None) -> dict[str, int]:
+        """The table sinks' snapshots of the published checkpoint; none when they cannot
+        be read (the tables then go without a version)."""
+        from batchpoint.airflow.lineage import table_snapshots
+
+        checkpoint_id = (checkpoint or {}).get("checkpoint_id")
+        if checkpoint_id is None or not any(s.table for s in pipeline.sinks.values()):
+            return {}
+        try:
+            return table_snapshots(pipeline, self.settings().store_ref, int(checkpoint_id))
+        except Exception as exc:  # any failure only drops the versions
+            log.warning("lineage without table versions: %s", exc)
+            return {}
 
     def _acks(self, pipeline: str, checkpoint: dict[str, Any] | None) -> list[AckRecord] | None:
         """The checkpoint's acks; None when they cannot be read (lineage goes without
