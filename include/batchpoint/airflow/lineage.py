@@ -3,8 +3,9 @@
 The OpenLineage provider calls an operator's `get_openlineage_facets_on_start`,
 `_on_complete` and `_on_failure` when it is installed and configured; batchpoint's
 operators answer from `LineageMixin` with what this module builds from the pipeline's
-declarations and, on completion, from the acks the task's subtasks wrote (lineage reads
-nothing else from storage, and a failed read leaves the statistics out):
+declarations and, on completion, from the acks of the checkpoint and (finalize) its
+table sinks' snapshots: lineage reads nothing else, after the task's work, and a failed
+read only leaves the statistics or versions out:
 
 - an operator task reads its inputs (sources, or the channels of its upstream
   operators) and writes a channel to each consumer and each of its states; a sink task
