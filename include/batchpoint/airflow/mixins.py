@@ -7,6 +7,7 @@ mistake fails the task without a retry, with the message naming it."""
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable
 from functools import cached_property
@@ -21,7 +22,10 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.settings import Settings
 
 if TYPE_CHECKING:
-    from batchpoint.protocol.checkpoint import PendingCheckpoint
+    from batchpoint.protocol.checkpoint import AckRecord, PendingCheckpoint
+    from batchpoint.runtime.api import Pipeline
+
+log = logging.getLogger(__name__)
 
 
 def checkpoint_id_from(context: Context, trigger_task_id: str) -> int | None:
@@ -106,18 +110,22 @@ class LineageMixin:
     configured; see batchpoint.airflow.lineage, imported only here, so that batchpoint
     works without the provider). `lineage_node`: the pipeline node the task runs (None:
     the whole checkpoint, as finalize publishes it). `lineage_checkpoint`: what execute
-    learnt of the checkpoint (with its barrier); else the trigger task's XCom."""
+    learnt of the checkpoint (with its barrier); else the trigger task's XCom.
+    `lineage_acks`: the checkpoint's acks, if execute has them; else, on completion,
+    they are read (their files' rows and bytes are the outputs' statistics)."""
 
     pipeline_ref: str
     trigger_task_id: str
     settings: Callable[[], Settings]  # BatchpointTaskMixin's
+    coordinator: Callable[[str], CheckpointCoordinator]  # BatchpointTaskMixin's
     lineage_checkpoint: dict[str, Any] | None = None
+    lineage_acks: tuple[AckRecord, ...] | None = None
 
     @property
     def lineage_node(self) -> str | None:
         return None
 
-    def _lineage(self, task_instance: Any) -> Any:
+    def _lineage(self, task_instance: Any, *, complete: bool = False) -> Any:
         from batchpoint.airflow.hooks import cached_pipeline
         from batchpoint.airflow.lineage import checkpoint_lineage
 
@@ -125,18 +133,50 @@ class LineageMixin:
         if checkpoint is None and task_instance is not None:
             found = task_instance.xcom_pull(task_ids=self.trigger_task_id)
             checkpoint = found if isinstance(found, dict) else None
+        pipeline = cached_pipeline(self.pipeline_ref)
+        published = complete and self.lineage_node is None
         return checkpoint_lineage(
-            cached_pipeline(self.pipeline_ref),
+            pipeline,
             self.settings().store_ref.uri,
             operator=self.lineage_node,
             checkpoint=checkpoint,
+            acks=self._acks(pipeline.name, checkpoint) if complete else None,
+            table_snapshots=self._snapshots(pipeline, checkpoint) if published else None,
         )
+
+    def _snapshots(self, pipeline: Pipeline, checkpoint: dict[str, Any] | None) -> dict[str, int]:
+        """The table sinks' snapshots of the published checkpoint; none when they cannot
+        be read (the tables then go without a version)."""
+        from batchpoint.airflow.lineage import table_snapshots
+
+        checkpoint_id = (checkpoint or {}).get("checkpoint_id")
+        if checkpoint_id is None or not any(s.table for s in pipeline.sinks.values()):
+            return {}
+        try:
+            return table_snapshots(pipeline, self.settings().store_ref, int(checkpoint_id))
+        except Exception as exc:  # any failure only drops the versions
+            log.warning("lineage without table versions: %s", exc)
+            return {}
+
+    def _acks(self, pipeline: str, checkpoint: dict[str, Any] | None) -> list[AckRecord] | None:
+        """The checkpoint's acks; None when they cannot be read (lineage goes without
+        statistics rather than fail: the provider runs this after the task's work)."""
+        if self.lineage_acks is not None:
+            return list(self.lineage_acks)
+        checkpoint_id = (checkpoint or {}).get("checkpoint_id")
+        if checkpoint_id is None:
+            return None
+        try:
+            return list(self.coordinator(pipeline).acks(int(checkpoint_id)).values())
+        except Exception as exc:  # any failure only drops the statistics
+            log.warning("lineage without output statistics: acks unread: %s", exc)
+            return None
 
     def get_openlineage_facets_on_start(self) -> Any:
         return self._lineage(None)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        return self._lineage(task_instance)
+        return self._lineage(task_instance, complete=True)
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         return self._lineage(task_instance)

@@ -7,6 +7,10 @@ tested quickly; the real job is covered by the slow end-to-end test.
 Failure switches (environment): FAKE_JOB_FAIL=<operator> declines and exits 3, like the
 runner when the operator raises; FAKE_JOB_KILL=<operator> exits 137 without declining,
 like a job killed by the OS (no status line).
+
+FAKE_JOB_STREAMS=1 names the files as the real job names its streams (a channel per
+group of consumers, each state, a sink's staged output; see runtime/streams.py), with
+a row count of their own, for what reads the acks by stream (lineage's statistics).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import sys
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.protocol.checkpoint import CheckpointStatus, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.layout import parse_checkpoint_dir_name
+from batchpoint.protocol.layout import TaskId, parse_checkpoint_dir_name
+from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
 from batchpoint.runtime.job_status import JobReport, JobStatus
 from batchpoint.settings import Settings
 
@@ -43,6 +48,35 @@ def pipeline_of(store: object, checkpoint_id: int) -> str:
     if len(names) == 1:
         return names[0]
     raise SystemExit(f"fake spark-submit: no pipeline has checkpoint {checkpoint_id} pending")
+
+
+def streams(spec: PipelineSpec, task: TaskId) -> list[tuple[str, dict[str, object]]]:
+    """(stream, handle meta) of each file a subtask of the real job acks."""
+    node = spec.operator(task.operator)
+    if node.kind is OperatorKind.SINK:
+        return [("sink", {})]
+    consumers = [op.name for op in spec.downstream(task.operator)]
+    out: list[tuple[str, dict[str, object]]] = [(f"state-{s}", {}) for s in node.states]
+    if consumers:  # written once for every consumer (they key it alike, in the demo)
+        out.append((f"channel-{consumers[0]}", {"consumers": consumers}))
+    return out
+
+
+def write_files(
+    c: CheckpointCoordinator, cid: int, task: TaskId, attempt: str, spec: PipelineSpec | None
+) -> list[FileHandle]:
+    """The subtask's files: one unnamed, or (`spec`) one a stream as the real job's."""
+    handles = []
+    for n, (stream, meta) in enumerate(streams(spec, task) if spec else [("", {})]):
+        folder = stream or "state-fake"
+        key = c.layout.task_data_prefix(cid, task, attempt) + f"{folder}/part-0.bin"
+        what = f"{task} {stream}" if stream else str(task)
+        data = f"{what} checkpoint {cid} attempt {attempt}\n".encode()
+        c.store.put(key, data)
+        digest = hashlib.sha256(data).hexdigest()
+        rows = 1 + n + 10 * task.subtask if spec else 1
+        handles.append(FileHandle(key, len(data), digest, rows, name=stream, meta=meta))
+    return handles
 
 
 def main(argv: list[str]) -> int:
@@ -91,12 +125,10 @@ def run(argv: list[str]) -> JobReport | int:
         return JobReport(JobStatus.OPERATOR_FAILED, cid, args.operator, "injected failure")
     results = []
     try:
+        spec = c.load_spec() if os.environ.get("FAKE_JOB_STREAMS") == "1" else None
         for task in tasks:
-            key = c.layout.task_data_prefix(cid, task, args.attempt) + "state-fake/part-0.bin"
-            data = f"{task} checkpoint {cid} attempt {args.attempt}\n".encode()
-            c.store.put(key, data)
-            handle = FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), rows=1)
-            results.append(f"{task}={c.acknowledge(cid, task, args.attempt, [handle]).value}")
+            handles = write_files(c, cid, task, args.attempt, spec)
+            results.append(f"{task}={c.acknowledge(cid, task, args.attempt, handles).value}")
     except BatchpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return JobReport(JobStatus.OPERATOR_FAILED, cid, args.operator, str(exc))

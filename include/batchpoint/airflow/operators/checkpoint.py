@@ -342,6 +342,7 @@ class FinalizeCheckpointOperator(LineageMixin, BatchpointOperator):
             raise AirflowFailException(done.message)
         emit_completed(context, outcome.pending)
         self.lineage_checkpoint = lineage_facts(outcome.pending)
+        self.lineage_acks = outcome.completed.acks
         metrics.checkpoint_completed(outcome)
         self.log.info(
             "checkpoint %s COMPLETED: %d file(s), %d bytes; published %s",
