@@ -323,12 +323,17 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
     @app.get("/{pipeline}", response_class=HTMLResponse, include_in_schema=False)
     async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
         await access.check_pipeline(user, pipeline)
+        paused = await asyncio.to_thread(reader.paused, pipeline)
         try:
             about, page = await call(reader.pipeline, pipeline, HISTORY_LIMIT, before, True)
-            pending = await call(reader.pending_deadlines, pipeline)
+            # read only when the page says what a paused checkpoint DAG does to them
+            pending = (
+                await call(reader.pending_deadlines, pipeline)
+                if dag_ids(pipeline)["checkpoint"] in paused
+                else {}
+            )
         except HTTPException as exc:
             return render_index([], error=str(exc.detail))
-        paused = await asyncio.to_thread(reader.paused, pipeline)
         return render_pipeline(about, page, about["config"], about["dags"], paused, pending)
 
     @app.get(
