@@ -97,6 +97,39 @@ checkpoint.
 """
 
 
+def airflow_actions_doc(pipeline: str) -> str:
+    """What Airflow's own buttons do to checkpoints: a checkpoint is a record in the
+    pipeline's storage, which a run's or a task's state in Airflow does not change."""
+    restore = f"`{pipeline}_restore`"
+    return f"""\
+#### What Airflow's actions do to checkpoints
+
+A checkpoint is a record in the pipeline's storage, not a run's state: Airflow's actions
+change what the scheduler runs next, never a checkpoint that completed.
+
+- **Clear** a finished run: its tasks run again under the same run id as a *new*
+  checkpoint on the input that arrived since the head (its barrier is taken now), not
+  the old run's input again, so sinks still see every input once. To process past input
+  again, restore the checkpoint before it ({restore}) and let the next runs re-read
+  from there. Clearing a run whose checkpoint is still pending carries on with that one.
+- **Mark failed** (a task or the run): a completed checkpoint stays COMPLETED, the head,
+  its sinks published. To take it back, restore an earlier one ({restore} with its id).
+  A running operator task marked failed stops its Spark job: the checkpoint misses its
+  acks, and `cleanup` aborts it (at the latest at its deadline).
+- **Pause**: no new run starts, and the runs in flight get no task scheduled, so a
+  pending checkpoint waits for acks that cannot come and its deadline runs out (the
+  pipeline's Checkpoints page says the DAG is paused, with each pending checkpoint's
+  deadline). Unpause before the deadline and the run finishes; after it, the run (once
+  unpaused) or `batchpoint gc` aborts it as expired, and the next run starts again from
+  the head. Pausing does not stop the pipeline: the savepoint DAG's *Stop the pipeline
+  afterwards* does.
+- **Backfill**: every backfill run is one more checkpoint on the input there is now; a
+  checkpoint does not read by logical date, so past intervals are not read again (with
+  idle epochs skipped, a run finding no new input is skipped). To reprocess the past,
+  restore an older checkpoint.
+"""
+
+
 def checkpoint_doc(
     pipeline: Pipeline, spec: PipelineSpec, deployment: AirflowDeployment, audit: bool = False
 ) -> str:
@@ -118,7 +151,8 @@ A run is *skipped* when the minimum pause or the concurrency limit says no, or w
 source has new input since the checkpoint it would build on ("idle epochs"); it *fails*
 when the pipeline is FAILED after too many failed checkpoints (`batchpoint reset` or a
 restore clears that). See also `{pipeline.name}_savepoint` and `{pipeline.name}_restore`.
-"""
+
+{airflow_actions_doc(pipeline.name)}"""
 
 
 def savepoint_doc(pipeline: Pipeline, deployment: AirflowDeployment) -> str:
@@ -138,6 +172,11 @@ trigger is refused until `batchpoint resume` or a restore. It also pauses
 `{pipeline.name}_checkpoint` through the REST API with the Airflow connection
 `{deployment.api_conn_id}` (http: host, port, login, password), so the scheduler stops
 creating runs; unpausing alone does not resume the pipeline.
+
+The form submits as it is: an empty target is the default folder, an empty description
+none. While this DAG is paused its run waits, queued: tick *Unpause on trigger*
+(Airflow's form and the Checkpoints page's both offer it). Clearing a finished run takes
+a new savepoint; marking it failed leaves a completed savepoint as it is.
 """
 
 
@@ -158,6 +197,10 @@ then {gate}; for *latest*, older checkpoints are tried when the newest fails.
 `restore` then points the pipeline's head at it (pending checkpoints are aborted, sinks
 rewound, a savepoint imported under a new id) and registers the new parallelism. The
 next `{pipeline.name}_checkpoint` run continues from there.
+
+The form submits as it is: its defaults restore the newest retained checkpoint that
+passes the checks. Only turning the gate off asks for the typed confirmation. Marking a
+restore run failed does not undo it: restore another checkpoint.
 
 {restore_form_table(pipeline)}
 """

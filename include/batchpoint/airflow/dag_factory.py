@@ -160,9 +160,11 @@ def _savepoint_params(pipeline: Pipeline, deployment: AirflowDeployment) -> dict
     checkpoint_dag = dag_ids(pipeline.name)["checkpoint"]
     default_folder = f"savepoints/{pipeline.name}/savepoint-<id>-<time>"
     return {
+        # Optional fields are nullable: Airflow's form requires every field whose type
+        # does not admit null, and an empty text field is null.
         "target": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             title="Target location",
             description="Folder for the savepoint: s3://bucket/prefix, file:///path, or a path "
             f"under the storage root. Empty: {default_folder} under the storage root.",
@@ -179,8 +181,8 @@ def _savepoint_params(pipeline: Pipeline, deployment: AirflowDeployment) -> dict
             ),
         ),
         "description": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             title="Description",
             description="Why this savepoint is taken; stored in its _metadata.",
         ),

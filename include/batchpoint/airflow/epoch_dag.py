@@ -155,7 +155,12 @@ def _finalize(task: PlannedTask, r: _Render) -> dict[str, Any]:
 
 
 def _export(task: PlannedTask, r: _Render) -> dict[str, Any]:
-    return {**r.storage, "target": "{{ params.target }}", "description": "{{ params.description }}"}
+    # `or ''`: an empty field of the form is null, which a template would render "None".
+    return {
+        **r.storage,
+        "target": "{{ params.target or '' }}",
+        "description": "{{ params.description or '' }}",
+    }
 
 
 def _stop(task: PlannedTask, r: _Render) -> dict[str, Any]:

@@ -95,14 +95,18 @@ FIELDS: tuple[FormField, ...] = (
         "on by default; a candidate the gate fails is quarantined (never offered again "
         "until released)",
     ),
+    # What it guards is turning the gate off, so it is asked for only then: with the
+    # gate on (the default) a restore takes only a candidate that passes, and the form
+    # submits with this field empty (nullable: Airflow's form requires any other type).
     FormField(
         "confirm_ungated",
-        "",
+        None,
         "Confirm a restore without the gate",
-        'Only with the quality gate off: type exactly "{phrase}".',
-        {"type": "string"},
+        'Only with the quality gate off: type exactly "{phrase}". Leave it empty with the gate on.',
+        {"type": ["null", "string"]},
         GATE_SECTION,
-        "with the gate off, type exactly `{phrase}`, else `check` fails at once",
+        "with the gate off, type exactly `{phrase}`, else `check` fails at once; empty "
+        "with the gate on",
     ),
     FormField(
         "max_candidates",

@@ -49,6 +49,7 @@ from fastapi.staticfiles import StaticFiles
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
+from batchpoint.airflow.ui_schedule import paused_dags, pending_deadlines
 from batchpoint.errors import BatchpointError, CheckpointNotFound
 from batchpoint.ops.overview import checkpoint_page, control_of, page_summary, pipeline_overview
 from batchpoint.ops.restore_history import recent_restores
@@ -82,6 +83,8 @@ SettingsSource = Callable[[], Settings]
 PipelineNames = Callable[[], list[str]]
 #: Whether the request's user may read a pipeline (its checkpoint DAG).
 ReadCheck = Callable[[Any, str], bool]
+#: Which of these DAGs are paused (Airflow's database, in the api-server).
+PausedDags = Callable[[list[str]], set[str]]
 
 
 def _deployment_settings() -> Settings:
@@ -152,10 +155,12 @@ class CheckpointPages:
         settings: SettingsSource,
         pipelines: PipelineNames,
         code: Callable[[str], Any] = _deployment_code,
+        paused: PausedDags = paused_dags,
     ) -> None:
         self._settings = settings
         self._pipelines = pipelines
         self._code = code
+        self._paused = paused
 
     def names(self) -> list[str]:
         return self._pipelines()
@@ -206,6 +211,15 @@ class CheckpointPages:
             "older": page.older,
             "summary": page_summary(page.checkpoints),
         }
+
+    def paused(self, name: str) -> set[str]:
+        """The pipeline's DAGs that are paused: a form says so, or unpauses on trigger."""
+        return self._paused(list(dag_ids(name).values()))
+
+    def pending_deadlines(self, name: str) -> dict[int, float]:
+        """Each pending checkpoint's deadline: what a paused checkpoint DAG lets run out."""
+        _, _, c = self._open(name)
+        return pending_deadlines(c)
 
     def checkpoint(self, name: str, checkpoint_id: int) -> dict[str, Any]:
         _, _, c = self._open(name)
@@ -316,11 +330,18 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
     @app.get("/{pipeline}", response_class=HTMLResponse, include_in_schema=False)
     async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
         await access.check_pipeline(user, pipeline)
+        paused = await asyncio.to_thread(reader.paused, pipeline)
         try:
             about, page = await call(reader.pipeline, pipeline, HISTORY_LIMIT, before, True)
+            # read only when the page says what a paused checkpoint DAG does to them
+            pending = (
+                await call(reader.pending_deadlines, pipeline)
+                if dag_ids(pipeline)["checkpoint"] in paused
+                else {}
+            )
         except HTTPException as exc:
             return render_index([], error=str(exc.detail))
-        return render_pipeline(about, page, about["config"], about["dags"])
+        return render_pipeline(about, page, about["config"], about["dags"], paused, pending)
 
     @app.get(
         "/{pipeline}/checkpoints/{checkpoint_id}",
@@ -330,7 +351,8 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
     async def checkpoint_page_html(pipeline: str, checkpoint_id: int, user: User) -> str:
         await access.check_pipeline(user, pipeline)
         detail = await call(reader.checkpoint, pipeline, checkpoint_id)
-        return render_checkpoint(pipeline, detail, dag_ids(pipeline))
+        paused = await asyncio.to_thread(reader.paused, pipeline)
+        return render_checkpoint(pipeline, detail, dag_ids(pipeline), paused)
 
     @app.get(
         "/{pipeline}/checkpoints/{checkpoint_id}/data-docs/{path:path}",

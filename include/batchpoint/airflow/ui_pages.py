@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -25,6 +26,7 @@ from markupsafe import Markup
 from batchpoint.airflow.ui_barrier import BARRIER_COLUMNS, barrier_rows
 from batchpoint.airflow.ui_chart import BYTES, SECONDS, Series, line_chart
 from batchpoint.airflow.ui_links import run_links
+from batchpoint.airflow.ui_schedule import paused_notice
 from batchpoint.airflow.ui_theme import css_variables
 from batchpoint.protocol.history_status import HistoryStatus
 from batchpoint.protocol.layout import PipelineLayout
@@ -181,11 +183,18 @@ def charts(rows: Sequence[Mapping[str, Any]]) -> list[Markup]:
 
 
 def trigger_form(
-    form_id: str, dag_id: str, up: str, title: str, fields: Sequence[tuple[str, str, Any]]
+    form_id: str,
+    dag_id: str,
+    up: str,
+    title: str,
+    fields: Sequence[tuple[str, str, Any]],
+    paused: bool = False,
 ) -> dict[str, Any]:
     """A form that triggers `dag_id` through Airflow's REST API with the UI's session:
     `fields` are (conf key, label, default); a bool default is a checkbox, a dict or list
-    default (or None) a JSON text field."""
+    default (or None) a JSON text field. A `paused` DAG's form offers to unpause it on
+    trigger (ticked, as Airflow's own form does); either way the script says whether
+    the DAG is paused once the run is created, so a queued run never reads "triggered"."""
     inputs = []
     for key, label, default in fields:
         if isinstance(default, bool):
@@ -200,6 +209,8 @@ def trigger_form(
         "dag_id": dag_id,
         "title": title,
         "api": f"{up}api/v2/dags/{quote(dag_id)}/dagRuns",
+        "dag_api": f"{up}api/v2/dags/{quote(dag_id)}",
+        "paused": paused,
         "runs": f"{up}dags/{quote(dag_id)}/runs/",
         "fields": inputs,
     }
@@ -258,9 +269,13 @@ def render_pipeline(
     page: Mapping[str, Any],
     config: Mapping[str, Any],
     dags: Mapping[str, str],
+    paused: Collection[str] = (),
+    pending: Mapping[int, float] | None = None,
 ) -> str:
     """One pipeline's tab: status, summary, charts, history page, configuration, and the
-    savepoint form. The page lives at ``<base>/batchpoint/<p>``."""
+    savepoint form. The page lives at ``<base>/batchpoint/<p>``. `paused`: which of its
+    DAGs are; `pending`: each pending checkpoint's deadline, which a paused checkpoint
+    DAG lets run out (the page says so)."""
     name = pipeline["pipeline"]
     up = "../"
     older = page["older"]
@@ -271,6 +286,9 @@ def render_pipeline(
         name=name,
         checkpoint_dag=dags["checkpoint"],
         checkpoint_dag_href=f"{up}dags/{quote(dags['checkpoint'])}",
+        paused=paused_notice(
+            dags["checkpoint"], dags["checkpoint"] in paused, pending or {}, time.time()
+        ),
         overview=[*_overview_items(pipeline["overview"]), ("storage", pipeline["root"])],
         summary=summary_items(page["summary"]),
         charts=charts(page["checkpoints"]),
@@ -293,6 +311,7 @@ def render_pipeline(
                 ("target", "target folder", ""),
                 ("stop_pipeline", "stop the pipeline afterwards", False),
             ],
+            dags["savepoint"] in paused,
         ),
         deploy_plan=_deploy_plan(pipeline.get("deploy_plan")),
         config=[(k, str(v)) for k, v in sorted(config.items())],
@@ -311,7 +330,9 @@ def _deploy_plan(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, str]) -> str:
+def render_checkpoint(
+    name: str, detail: Mapping[str, Any], dags: Mapping[str, str], paused: Collection[str] = ()
+) -> str:
     """One checkpoint's drill-down, at ``<base>/batchpoint/<p>/checkpoints/<id>``; its
     run and its tasks' logs link into Airflow (ui_links.py)."""
     cid = detail["checkpoint_id"]
@@ -334,7 +355,7 @@ def render_checkpoint(name: str, detail: Mapping[str, Any], dags: Mapping[str, s
         report=None if report is None else _report(report, name),
         file_header=FILE_COLUMNS,
         files=files,
-        restore_form=_restore_form(detail, dags),
+        restore_form=_restore_form(detail, dags, dags["restore"] in paused),
     )
 
 
@@ -403,7 +424,9 @@ def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> dict[str, Any] | None:
+def _restore_form(
+    detail: Mapping[str, Any], dags: Mapping[str, str], paused: bool = False
+) -> dict[str, Any] | None:
     """The restore DAG's form for a checkpoint a restore may go back to: the head or a
     retained one (none for a quarantined, discarded or unfinished one)."""
     if not HistoryStatus.of_label(detail["status"]).restorable:
@@ -421,4 +444,5 @@ def _restore_form(detail: Mapping[str, Any], dags: Mapping[str, str]) -> dict[st
             ("claim_mode", "claim mode (claim: retention may then drop it)", "no_claim"),
             ("quality_gate", "quality gate", True),
         ],
+        paused,
     )
