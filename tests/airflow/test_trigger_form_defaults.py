@@ -84,7 +84,8 @@ def test_the_plugins_forms_offer_to_unpause_a_paused_dag():
     detail = {
         "checkpoint_id": 3,
         "type": "checkpoint",
-        "status": "COMPLETED",
+        "status": "head",
+        "status_meaning": "completed, the newest of the current timeline",
         "trigger_time": 0.0,
         "duration_s": 1.0,
         "state_size": 1,
