@@ -6,15 +6,19 @@ the local store and on SeaweedFS; Airflow's own API app as a logged-in viewer.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
-from support.airflow_ui import on_local_store, viewer_client
+from batchpoint.protocol.layout import PipelineLayout
+from support.airflow_ui import EXTERNAL_ASSET, on_local_store, viewer_client
 
 pytestmark = [pytest.mark.airflow]
 
+LAYOUT = PipelineLayout("payments")
 INDEX = "<html><body><a href='validations/payments_balances/run/page.html'>run</a></body></html>"
 PAGE = "<html><body>payments_balances: 3 expectations met</body></html>"
 
@@ -105,3 +109,59 @@ def test_a_user_who_may_not_read_the_pipeline_gets_no_site(
     nobody = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="u", role=None))
     answer = api.get(url, headers={"Authorization": f"Bearer {nobody}"})
     assert answer.status_code == 403 and "payments_balances" not in answer.text
+
+
+LOCAL_ASSET = re.compile(r"(?:href=|src=|url\()[\"']?(/batchpoint/static/data-docs/[^\"'\s>)]+)")
+
+
+def real_gx_site(folder: Path) -> None:
+    """A Data Docs site as GX 1.x builds it: a failed validation of a small frame."""
+    import great_expectations as gx
+    import pandas as pd
+
+    context = gx.get_context(mode="ephemeral")
+    store = {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(folder)}
+    context.add_data_docs_site("site", {"class_name": "SiteBuilder", "store_backend": store})
+    asset = context.data_sources.add_pandas("frames").add_dataframe_asset("balances")
+    suite = context.suites.add(gx.ExpectationSuite(name="payments_balances"))
+    suite.add_expectation(gx.expectations.ExpectColumnValuesToBeBetween(column="n", min_value=1))
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(
+            name="balances", data=asset.add_batch_definition_whole_dataframe("all"), suite=suite
+        )
+    )
+    definition.run(batch_parameters={"dataframe": pd.DataFrame({"n": [1, -2]})})
+    context.build_data_docs(site_names=["site"])
+
+
+@pytest.mark.parametrize("env", ["local"], indirect=True)
+def test_a_real_sites_pages_load_no_asset_from_the_internet(
+    env: Any, api: Any, tmp_path: Path
+) -> None:
+    from batchpoint.quality.gx_checkpoint import publish_site
+
+    real_gx_site(tmp_path / "gx")
+    cid, run = gate_run_site(env, tmp_path)
+    publish_site(env.store, f"{LAYOUT.checkpoint(cid)}data-docs/{run}/", tmp_path / "gx")
+    site = f"/batchpoint/payments/checkpoints/{cid}/data-docs/{run}/"
+    pages = ["index.html", "static/styles/data_docs_default_styles.css"] + [
+        p.relative_to(tmp_path / "gx").as_posix()
+        for p in (tmp_path / "gx" / "validations").rglob("*.html")
+    ]
+    assert len(pages) == 3, pages
+    for page in pages:
+        served = api.get(site + quote(page))
+        assert served.status_code == 200, served.text
+        stored = (tmp_path / "gx" / page).read_text()
+        assert EXTERNAL_ASSET.search(stored)  # as GX wrote it
+        assert not EXTERNAL_ASSET.search(served.text), EXTERNAL_ASSET.search(served.text)
+        assets = set(LOCAL_ASSET.findall(served.text))
+        assert page.endswith(".css") or len(assets) >= 10, assets  # bootstrap, jQuery, ...
+        for asset in assets:  # each is there, for a sandboxed page too (fonts need CORS)
+            answer = api.get(asset)
+            assert answer.status_code == 200, asset
+            assert answer.headers["access-control-allow-origin"] == "*"
+    fonts = api.get("/batchpoint/static/data-docs/fontawesome-free-6.6.0/css/all.min.css").text
+    for font in set(re.findall(r"url\(\.\./webfonts/([\w.-]+\.woff2)\)", fonts)):
+        answer = api.get(f"/batchpoint/static/data-docs/fontawesome-free-6.6.0/webfonts/{font}")
+        assert answer.status_code == 200, font

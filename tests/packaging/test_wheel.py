@@ -280,6 +280,14 @@ def test_the_wheel_ships_the_license_py_typed_and_classifiers(wheel):
     assert shipped and shipped <= names  # the Checkpoints pages render from these
     # the DAG's Checkpoints tab (built from ui/): installs need no Node
     assert "batchpoint/airflow/static/checkpoints-tab.js" in names
+    # what GX's Data Docs load from CDNs, for the UI to serve them offline
+    assets = PROJECT / "include" / "batchpoint" / "airflow" / "static" / "data-docs"
+    shipped = {
+        f"batchpoint/airflow/static/data-docs/{p.relative_to(assets).as_posix()}"
+        for p in assets.rglob("*")
+        if p.is_file()
+    }
+    assert len(shipped) > 20 and shipped <= names
     assert license_text == (PROJECT / "LICENSE").read_text()
     assert "Apache License\n                           Version 2.0, January 2004" in license_text
     assert "END OF TERMS AND CONDITIONS" in license_text  # the full text, not a notice

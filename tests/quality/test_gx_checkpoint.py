@@ -6,6 +6,7 @@ and linked from the checkpoint's page. Real GX, real Spark, the payments pipelin
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -16,22 +17,12 @@ from batchpoint.errors import ConfigError
 from batchpoint.quality.findings import Check
 from batchpoint.quality.gated_restore import gated_restore
 from batchpoint.quality.suites import PipelineQuality, StateQuality
-from demo.payments_quality import SUITES_DIR
 from support.bad_deploys import buggy_balances, deploy, negative_counts
-from support.payments import GOOD_EPOCHS, LAYOUT
+from support.payments import GOOD_EPOCHS, LAYOUT, SUITES_ONLY
 from support.restoring import gate_reports
 
 HEAD = GOOD_EPOCHS
 CHECKPOINT = "on_restore"
-#: The demo's two GX suites and nothing else (its sample recompute costs a minute).
-SUITES_ONLY = PipelineQuality(
-    states=(
-        StateQuality("balances", "balances", suite="payments_balances"),
-        StateQuality("dedup", "seen", suite="payments_seen"),
-    ),
-    suites_dir=SUITES_DIR,
-    count_rows=False,
-)
 
 
 def _append_action() -> type:
@@ -171,6 +162,40 @@ def test_each_gate_run_builds_data_docs_beside_its_report_linked_from_the_page(
     # through the UI's route (test_ui_data_docs.py), relative to the checkpoint's page
     key = second.data_docs.removeprefix(good_run.store.child(LAYOUT.checkpoint(HEAD)))
     assert key.startswith("data-docs/") and f"href='{HEAD}/{key}'" in html
+
+
+@pytest.mark.spark
+def test_a_refused_candidates_own_failed_results_are_in_the_data_docs_its_report_links(
+    good_run: Any, make_gate: Callable[..., Any]
+) -> None:
+    deploy(good_run.runner.pipeline, buggy_balances(negative_counts))
+    bad = good_run.epoch(HEAD + 1).outcome
+    assert bad is not None and bad.completed is not None
+
+    refused, chosen = make_gate(good_run, quality=SUITES_ONLY).run().candidates
+    assert refused.checkpoint_id == HEAD + 1 and not refused.passed and chosen.passed
+
+    for report in (refused, chosen):
+        # the site beside the checkpoint, of its own run alone, naming the states
+        cid = report.checkpoint_id
+        assert report.data_docs is not None
+        key = report.data_docs.removeprefix(good_run.store.uri.rstrip("/") + "/")
+        assert key.startswith(LAYOUT.checkpoint(cid) + "data-docs/"), key
+        folder = key.removesuffix("index.html")
+        pages = {
+            o.key.removeprefix(folder): good_run.store.get(o.key).data.decode()
+            for o in good_run.store.list(folder + "validations/")
+            if o.key.endswith(".html")
+        }
+        assert len(pages) == 2, sorted(pages)
+        assert all(f"/payments checkpoint {cid}/" in path for path in pages), sorted(pages)
+        balances = next(html for path, html in pages.items() if "payments_balances" in path)
+        assert "Data asset: payments: balances/balances" in balances
+        status = re.search(r"Status:</span>\s*<i[^>]*></i>\s*(\w+)", balances)
+        assert status is not None and status[1] == ("Failed" if report is refused else "Succeeded")
+    # the stored report of the refused checkpoint links its own site, not the chosen one's
+    stored = make_gate(good_run, quality=SUITES_ONLY).stored_report(HEAD + 1)
+    assert stored is not None and stored.data_docs == refused.data_docs != chosen.data_docs
 
 
 @pytest.mark.spark

@@ -3,12 +3,21 @@ Airflow's own API app as a logged-in viewer (the simple auth manager's JWT)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+#: An asset a page loads from elsewhere: a stylesheet, script or image by an absolute
+#: URL, or a CSS url() to one (GX's links to its docs are not assets).
+EXTERNAL_ASSET = re.compile(
+    r"<(?:link|script|img)\b[^>]*?\b(?:href|src)=[\"']?(?:https?:)?//[^\"'\s>]+"
+    r"|url\([\"']?(?:https?:)?//[^\"')]+",
+    re.IGNORECASE,
+)
 
 
 def on_local_store(bp: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:

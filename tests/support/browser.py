@@ -20,7 +20,9 @@ def chromium_paths() -> tuple[str, str] | None:
 
 
 @contextlib.contextmanager
-def headless_chromium(width: int = 1400, height: int = 1000) -> Iterator[Any]:
+def headless_chromium(
+    width: int = 1400, height: int = 1000, flags: tuple[str, ...] = ()
+) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -35,6 +37,7 @@ def headless_chromium(width: int = 1400, height: int = 1000) -> Iterator[Any]:
         "--disable-dev-shm-usage",
         "--disable-gpu",
         f"--window-size={width},{height}",
+        *flags,
     ):
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(paths[1]), options=options)
@@ -42,6 +45,11 @@ def headless_chromium(width: int = 1400, height: int = 1000) -> Iterator[Any]:
         yield browser
     finally:
         browser.quit()
+
+
+#: Chromium's flag that resolves no host name but the loopback's: a page that needs the
+#: internet (a CDN's stylesheet, a font) renders as it would offline.
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1"
 
 
 def wait_for(browser: Any, condition: Callable[[Any], Any], timeout: float = 60) -> Any:

@@ -16,12 +16,13 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sinks import read_sink_table
-from batchpoint.quality.suites import PipelineQuality
+from batchpoint.quality.suites import PipelineQuality, StateQuality
 from batchpoint.runtime.faults import InjectedFaults
 from batchpoint.storage import StoreRef
 from batchpoint.storage.base import ObjectStore
 from demo.payments import SOURCE_ROOT, build_pipeline
 from demo.payments_data import write_epoch_files
+from demo.payments_quality import SUITES_DIR
 from demo.payments_reference import PaymentsReference, compute_reference
 from support.clock import FakeClock
 
@@ -125,3 +126,12 @@ LAYOUT = PipelineLayout("payments")
 
 #: Integrity only: no state is read, so no Spark job runs.
 INTEGRITY_ONLY = PipelineQuality(count_rows=False)
+#: The demo's two GX suites and nothing else (its sample recompute costs a minute).
+SUITES_ONLY = PipelineQuality(
+    states=(
+        StateQuality("balances", "balances", suite="payments_balances"),
+        StateQuality("dedup", "seen", suite="payments_seen"),
+    ),
+    suites_dir=SUITES_DIR,
+    count_rows=False,
+)

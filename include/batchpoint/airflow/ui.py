@@ -6,7 +6,9 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
     GET /batchpoint/{pipeline}?before=N        its summary, chart, history page, config
     GET /batchpoint/{pipeline}/checkpoints/{id}    one checkpoint: tasks, report, files
     GET /batchpoint/{pipeline}/checkpoints/{id}/data-docs/{path}
-                                               a file of a gate run's Data Docs site
+                                               a file of the checkpoint's Data Docs site
+                                               (its pages load GX's CDN assets from
+                                               static/data-docs/: no internet needed)
     GET /batchpoint/dag/{dag_id}               a DAG's pipeline's page (a redirect)
     GET /batchpoint/dag/{dag_id}/runs/{run_id} the page of the checkpoint that run
                                                triggered (a redirect; the run's tab)
@@ -42,11 +44,12 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from batchpoint.airflow.dag_names import dag_ids
+from batchpoint.airflow.data_docs_assets import local_assets
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
 from batchpoint.airflow.ui_schedule import paused_dags, pending_deadlines
@@ -66,6 +69,8 @@ OPENAPI_URL = "/api/openapi.json"
 #: The built bundle of the DAG's Checkpoints tab (ui/ is its source), shipped in the package.
 STATIC_DIR = Path(__file__).with_name("static")
 TAB_BUNDLE = "static/checkpoints-tab.js"
+#: The copies of the assets GX's Data Docs load from CDNs (data_docs_assets.py).
+DATA_DOCS_ASSETS = "/static/data-docs/"
 #: How many checkpoints a page shows by default, and at most.
 HISTORY_LIMIT = 50
 MAX_PAGE = 500
@@ -290,8 +295,28 @@ def create_app(
     _json_routes(app, access, user)
     _html_routes(app, access, user)
     # Mounted last, so a pipeline's own routes win; a mount skips the app's user check.
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/static", _PublicFiles(directory=STATIC_DIR), name="static")
     return app
+
+
+def _data_docs_file(path: str, data: bytes, root_path: str) -> Response:
+    """A file of a Data Docs site; a page loads GX's CDN assets from the UI's copies."""
+    media = mimetypes.guess_type(path)[0] or "application/octet-stream"
+    if media in ("text/html", "text/css"):  # GX's pages and the site's own stylesheet
+        data = local_assets(data, root_path + DATA_DOCS_ASSETS)
+    # GX's pages run scripts: sandboxed, so they never run as the Airflow UI's origin.
+    headers = {"Content-Security-Policy": "sandbox allow-scripts allow-popups"}
+    return Response(data, media_type=media, headers=headers)
+
+
+class _PublicFiles(StaticFiles):
+    """The static files, to any origin: a Data Docs page is sandboxed (an origin of its
+    own), and a browser fetches the fonts its stylesheets name only when CORS allows."""
+
+    async def get_response(self, path: str, scope: Any) -> Any:
+        response = await super().get_response(path, scope)
+        response.headers["Access-Control-Allow-Origin"] = "*"
+        return response
 
 
 def _json_routes(app: FastAPI, access: _Access, User: Any) -> None:
@@ -359,7 +384,9 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
         response_class=Response,
         include_in_schema=False,
     )
-    async def data_docs(pipeline: str, checkpoint_id: int, path: str, user: User) -> Response:
+    async def data_docs(
+        pipeline: str, checkpoint_id: int, path: str, user: User, request: Request
+    ) -> Response:
         await access.check_pipeline(user, pipeline)
         # A key, not a file path: nothing that climbs out of the site's folder.
         parts = path.split("/")
@@ -368,10 +395,7 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
         data = await call(reader.data_docs, pipeline, checkpoint_id, path)
         if data is None:
             raise HTTPException(status_code=404, detail=f"no Data Docs file {path!r}")
-        media = mimetypes.guess_type(path)[0] or "application/octet-stream"
-        # GX's pages run scripts: sandboxed, so they never run as the Airflow UI's origin.
-        headers = {"Content-Security-Policy": "sandbox allow-scripts allow-popups"}
-        return Response(data, media_type=media, headers=headers)
+        return _data_docs_file(path, data, request.scope.get("root_path", ""))
 
 
 def _dag_routes(app: FastAPI, access: _Access, User: Any) -> None:

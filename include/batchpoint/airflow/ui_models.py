@@ -140,7 +140,7 @@ class QualityReportModel(_Strict):
     quarantined: bool
     passed: bool
     lines: list[str]
-    data_docs: str | None = None  # the Data Docs index of the gate run that judged it
+    data_docs: str | None = None  # the Data Docs of its results in the gate run that judged it
     states: dict[str, str] = {}  # state uid -> its label, `operator/state`
     not_judged: list[StateSkipModel] = []
 

@@ -12,7 +12,6 @@ its REST API, which the trigger forms post to with the UI's own session).
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from batchpoint.airflow.ui_links import run_links
 from batchpoint.airflow.ui_schedule import paused_notice
 from batchpoint.airflow.ui_theme import css_variables
 from batchpoint.protocol.history_status import HistoryStatus
-from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
 
 HISTORY_COLUMNS = [
     ("checkpoint_id", "id"),
@@ -377,19 +376,21 @@ def _file_cells(f: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-#: A Data Docs file's key under the pipeline's checkpoints folder (quality/gate.py).
-_DATA_DOCS_KEY = re.compile(r"chk-0*(\d+)/data-docs/([^?#]+)")
-
-
 def served_data_docs(pipeline: str, link: str | None) -> str | None:
-    """The gate run's Data Docs as the UI serves them (ui.py), relative to the
+    """The checkpoint's Data Docs as the UI serves them (ui.py), relative to the
     checkpoint's page: the report holds the store's URI, which a browser cannot open
-    on S3 (and should not open on the Airflow host's disk)."""
+    on S3 (and should not open on the Airflow host's disk). A link outside the layout's
+    Data Docs folders (a user's own site) is left as it is."""
     if not link:
         return None
-    _, found, key = link.rpartition("/" + PipelineLayout(pipeline).checkpoints_prefix)
-    match = _DATA_DOCS_KEY.fullmatch(key) if found else None
-    return f"{int(match[1])}/data-docs/{match[2]}" if match else link
+    layout = PipelineLayout(pipeline)
+    _, found, key = link.rpartition("/" + layout.checkpoints_prefix)
+    cid = parse_checkpoint_dir_name(key.partition("/")[0]) if found else None
+    prefix = None if cid is None else layout.data_docs_prefix(cid)
+    path = layout.checkpoints_prefix + key
+    if prefix is None or not path.startswith(prefix) or path == prefix:
+        return link
+    return f"{cid}/data-docs/{path.removeprefix(prefix)}"
 
 
 def _report(report: Mapping[str, Any], pipeline: str) -> dict[str, Any]:

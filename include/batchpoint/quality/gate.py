@@ -17,10 +17,10 @@ skipped for one gate (`skip_suites`, checked against what the pipeline declares)
 report lists what was skipped.
 
 Suites run through GX ValidationDefinitions; once per gate run that records (not a dry
-run), the actions of a GX Checkpoint run on the verdict that counts (`conclude`): the
-Checkpoint of the user's GX project (`gx_project`, `gx_checkpoint`), or by default one
-that builds a Data Docs site of the run, stored beside the deciding checkpoint's report
-(`checkpoints/chk-N/data-docs/<run>/`) and linked from every report of the run.
+run), `conclude` makes their Data Docs: the actions of the Checkpoint of the user's GX
+project (`gx_project`, `gx_checkpoint`) on the verdict that counts, or by default a Data
+Docs site of each judged candidate's own results, stored beside its report
+(`checkpoints/chk-N/data-docs/<run>/`) and linked from it.
 """
 
 from __future__ import annotations
@@ -336,34 +336,50 @@ class QualityGate:
         if self._validator is not None:
             self._validator.gx.new_run(self._run_started)
 
-    def conclude(self, judged: Sequence[CandidateReport]) -> str | None:
-        """Once per gate run that records: the GX Checkpoint's actions on the verdict
-        that counts, the chosen candidate's results (or, when none passed, every judged
-        one's), and the link to the run's Data Docs stored in each judged report. An
-        action that fails is logged: the verdict stands."""
+    def conclude(self, judged: Sequence[CandidateReport]) -> dict[int, str]:
+        """Once per gate run that records: the Data Docs of its GX results, linked from
+        the judged reports (stored again); the links by checkpoint id. With the user's
+        GX project, its Checkpoint's actions run once, on the verdict that counts (the
+        chosen candidate's results, or, when none passed, every judged one's), and every
+        report links its site. Otherwise each judged candidate gets a site of its own
+        results, passed or failed, stored beside it. An action that fails is logged:
+        the verdict stands."""
         if self._validator is None or not judged:
-            return None  # no suite ran, so GX has no result to act on
-        deciding = [c for c in judged if c.passed][-1:] or list(judged)
-        prefix = (
-            self.layout.data_docs_prefix(deciding[0].checkpoint_id)
-            + f"{run_folder_name(self._run_started)}/"
-        )
+            return {}  # no suite ran, so GX has no result to act on
         try:
-            with tempfile.TemporaryDirectory(prefix="batchpoint-data-docs-") as folder:
-                link = self._validator.gx.run_actions(
-                    self.pipeline.name, [c.checkpoint_id for c in deciding], Path(folder)
-                )
-                if link is None and any(Path(folder).iterdir()):
-                    link = publish_site(self.store, prefix, Path(folder))
+            if self.gx_project.root is None:
+                links = self._candidate_sites(judged)
+            else:
+                links = self._project_actions(judged)
         except Exception as exc:  # Slack down, a site unwritable: not the state's verdict
             self.log(f"quality gate: the GX Checkpoint's actions failed: {exc}")
-            return None
-        if link is not None:
-            self.log(f"quality gate: Data Docs of this run at {link}")
-            for candidate in judged:
+            return {}
+        for candidate in judged:
+            link = links.get(candidate.checkpoint_id)
+            if link is not None:
+                self.log(f"quality gate: checkpoint {candidate.checkpoint_id}'s Data Docs: {link}")
                 candidate.data_docs = link
                 self.store_report(candidate)
-        return link
+        return links
+
+    def _candidate_sites(self, judged: Sequence[CandidateReport]) -> dict[int, str]:
+        """Each candidate's own site (`chk-N/data-docs/<run>/`), built and stored."""
+        links = {}
+        run = run_folder_name(self._run_started)
+        for candidate in judged:
+            cid = candidate.checkpoint_id
+            with tempfile.TemporaryDirectory(prefix="batchpoint-data-docs-") as folder:
+                if self.validator().gx.build_site(self.pipeline.name, cid, Path(folder)):
+                    prefix = self.layout.data_docs_prefix(cid) + f"{run}/"
+                    links[cid] = publish_site(self.store, prefix, Path(folder))
+        return links
+
+    def _project_actions(self, judged: Sequence[CandidateReport]) -> dict[int, str]:
+        deciding = [c for c in judged if c.passed][-1:] or list(judged)
+        ids = [c.checkpoint_id for c in deciding]
+        with tempfile.TemporaryDirectory(prefix="batchpoint-data-docs-") as folder:
+            link = self.validator().gx.run_actions(self.pipeline.name, ids, Path(folder))
+        return {} if link is None else {c.checkpoint_id: link for c in judged}
 
     def record(self, candidate: CandidateReport) -> None:
         """Store the candidate's report; quarantine it if it failed."""

@@ -1,13 +1,15 @@
 """Great Expectations as a GX user runs it: each state's suite through a
 ValidationDefinition (its suite and a Spark batch definition of the state, saved in a GX
 context), and once per gate run the actions of a GX Checkpoint on the results of the
-verdict that counts.
+verdict that counts, or Data Docs of each candidate's own results.
 
 The context is the user's file context when one is named (`GxProject.root`, what
 `gx.get_context(mode="file", project_root_dir=...)` takes), with the actions of the
 Checkpoint named there (Slack, email, their Data Docs sites); otherwise an ephemeral
 context made for each gate run, whose Checkpoint has one UpdateDataDocsAction to a Data
-Docs site built in a local folder, which the gate stores beside its reports.
+Docs site built in a local folder, once per judged candidate on its results alone, which
+the gate stores beside that candidate's report. Each result names the state it judged
+as its data asset, which Data Docs show.
 
 The actions are run by the Checkpoint's own runner on a CheckpointResult made of the
 ValidationDefinitions' results, not by `Checkpoint.run`: that gives every definition one
@@ -24,7 +26,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,6 +103,7 @@ class GxValidator:
         self.results: dict[int, dict[Any, Any]] = {}  # checkpoint id -> result key -> result
         self._run_time = datetime.now(UTC)
         self._run_id: Any = None
+        self._pipeline = "batchpoint"
         self._candidate = -1
 
     def new_run(self, started: float) -> None:
@@ -118,6 +121,7 @@ class GxValidator:
         candidate: a second pass overwrites the first in GX's results store."""
         from great_expectations.core.run_identifier import RunIdentifier
 
+        self._pipeline = pipeline
         self._candidate = checkpoint_id
         self._run_id = RunIdentifier(
             run_name=f"{pipeline} checkpoint {checkpoint_id}", run_time=self._run_time
@@ -160,11 +164,14 @@ class GxValidator:
             )
         return self._definitions[key]
 
-    def validate(self, asset: str, df: DataFrame, suite: Any) -> dict[str, Any]:
+    def validate(
+        self, asset: str, df: DataFrame, suite: Any, *, label: str | None = None
+    ) -> dict[str, Any]:
         """The suite's result on the whole DataFrame, as JSON: with details (counts,
-        examples) when it failed. A passing state, the common case, costs one cheap pass."""
+        examples) when it failed. A passing state, the common case, costs one cheap pass.
+        `label` is what Data Docs call the state (`asset`, its key, by default)."""
         if self._run_id is None:
-            self.candidate("batchpoint", self._candidate)
+            self.candidate(self._pipeline, self._candidate)
         definition = self._definition(_asset_name(asset), suite)
         params = {"dataframe": df}
         quick = DETAIL_FORMAT if self.detailed else QUICK_FORMAT
@@ -173,49 +180,86 @@ class GxValidator:
             result = definition.run(
                 batch_parameters=params, result_format=DETAIL_FORMAT, run_id=self._run_id
             )
-        self.results.setdefault(self._candidate, {})[_result_key(result, self._run_id)] = result
+        key = _result_key(result, self._run_id)
+        self._name_asset(key, result, f"{self._pipeline}: {label or asset}")
+        self.results.setdefault(self._candidate, {})[key] = result
         # Round-trip through json: GX's dict may hold numpy and Decimal values.
         return json.loads(json.dumps(result.to_json_dict(), default=str))
 
+    def _name_asset(self, key: Any, result: Any, name: str) -> None:
+        """Give the result the state's name where Data Docs read it (a DataFrame's batch
+        spec has none, so its page says "Data asset: None"), in the context's store too,
+        which its pages are built from."""
+        spec = result.meta.get("batch_spec")
+        if isinstance(spec, MutableMapping):
+            spec["data_asset_name"] = name
+        else:
+            result.meta["batch_spec"] = {"data_asset_name": name}
+        self.context().validation_results_store.set(key, result)
+
     def run_actions(self, pipeline: str, checkpoint_ids: Sequence[int], site: Path) -> str | None:
-        """The Checkpoint's actions, once, on the final results of `checkpoint_ids`
-        (none validated: no actions). The link to the Data Docs index: the default
-        site's, built in `site`, or the user's first site's; None when there is none."""
+        """The user's project's Checkpoint actions, once, on the final results of
+        `checkpoint_ids` (none validated: no actions). The link to its first Data Docs
+        site, or None when it has none (a project that names no Checkpoint gets the
+        default one, its site built in `site`)."""
         results = {k: v for cid in checkpoint_ids for k, v in self.results.get(cid, {}).items()}
         if not results:
             return None
-        import great_expectations as gx
-        from great_expectations.checkpoint.actions import UpdateDataDocsAction
-        from great_expectations.checkpoint.checkpoint import CheckpointResult
-        from great_expectations.core.run_identifier import RunIdentifier
-
         context = self.context()
         if self.project.checkpoint:
             name = self.project.checkpoint
             actions = context.checkpoints.get(name).actions
         else:
             name = DEFAULT_CHECKPOINT
-            _add_site(context, site)
-            actions = [UpdateDataDocsAction(name="data_docs", site_names=[SITE])]
+            actions = _site_actions(context, site)
+        self._act(name, actions, results, f"{pipeline} quality gate")
+        if self.project.root is None:
+            return None  # the caller publishes the site it asked for
+        urls = context.get_docs_sites_urls()
+        return urls[0]["site_url"] if urls else None
+
+    def build_site(self, pipeline: str, checkpoint_id: int, site: Path) -> bool:
+        """The default Checkpoint's Data Docs of one candidate's final results alone,
+        built in `site`: what its checkpoint's page links, passed or failed. False when
+        it has no results (its files failed the integrity checks first)."""
+        results = self.results.get(checkpoint_id)
+        if not results:
+            return False
+        actions = _site_actions(self.context(), site)
+        self._act(DEFAULT_CHECKPOINT, actions, results, f"{pipeline} checkpoint {checkpoint_id}")
+        return True
+
+    def _act(self, name: str, actions: list[Any], results: dict[Any, Any], run: str) -> None:
+        """Run `actions` as the Checkpoint `name` would, on `results`."""
+        import great_expectations as gx
+        from great_expectations.checkpoint.checkpoint import CheckpointResult
+        from great_expectations.core.run_identifier import RunIdentifier
+
         checkpoint = gx.Checkpoint(
             name=name,
             validation_definitions=list(self._definitions.values()),
             actions=actions,
             result_format=DETAIL_FORMAT,
         )
-        run_id = RunIdentifier(run_name=f"{pipeline} quality gate", run_time=self._run_time)
+        run_id = RunIdentifier(run_name=run, run_time=self._run_time)
         outcome = CheckpointResult(run_id=run_id, run_results=results, checkpoint_config=checkpoint)
         # The Checkpoint's own runner: its action order (Data Docs first, as the other
         # actions may link to them) and the context each action runs against.
         checkpoint._run_actions(checkpoint_result=outcome)
-        if self.project.root is None:
-            return None  # the caller publishes the site it asked for
-        urls = context.get_docs_sites_urls()
-        return urls[0]["site_url"] if urls else None
+
+
+def _site_actions(context: Any, folder: Path) -> list[Any]:
+    """The default Checkpoint's one action: update the Data Docs site in `folder`."""
+    from great_expectations.checkpoint.actions import UpdateDataDocsAction
+
+    _add_site(context, folder)
+    return [UpdateDataDocsAction(name="data_docs", site_names=[SITE])]
 
 
 def _add_site(context: Any, folder: Path) -> None:
-    context.add_data_docs_site(
+    """The site SITE, built in `folder` (moved there if the context has it already)."""
+    known = SITE in (context.config.data_docs_sites or {})
+    (context.update_data_docs_site if known else context.add_data_docs_site)(
         SITE,
         {
             "class_name": "SiteBuilder",

@@ -106,7 +106,8 @@ class CandidateReport(codec.Record):
     skipped: list[str] = field(default_factory=list)  # suites, checks, states not run, by request
     suites_run: bool = False  # False when integrity failed first (state not worth reading)
     quarantined: bool = False
-    # The Data Docs index of the gate run that judged it (gx_checkpoint.py), if built.
+    # The Data Docs index of its results in the gate run that judged it (gx_checkpoint.py),
+    # if built: its own site, or the user's GX project's site.
     data_docs: str | None = codec.field(default=None, omit=None, missing=None)
     # state uid -> its label (`operator/state` as the code names it), for each state judged
     states: dict[str, str] = codec.field(default_factory=dict, omit={})

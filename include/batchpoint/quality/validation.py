@@ -197,7 +197,7 @@ class StateValidator:
     ) -> None:
         suite = self._suite(declared)
         if suite is not None:
-            result = self.gx.validate(target.state_id.key, target.df, suite.suite)
+            result = self.gx.validate(target.state_id.key, target.df, suite.suite, label=target.key)
             outcome.gx_results[suite.name] = result
             outcome.findings += findings_from_result(target.key, suite.name, result)
         elif declared.suite is not None:
