@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from batchpoint.airflow.hooks import BatchpointHook
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.settings import Settings
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class LineageMixin:
     pipeline_ref: str
     trigger_task_id: str
     settings: Callable[[], Settings]  # BatchpointTaskMixin's
-    coordinator: Callable[[str], CheckpointCoordinator]  # BatchpointTaskMixin's
+    coordinator: Callable[[str], PipelineHistory]  # BatchpointTaskMixin's (reads only)
     lineage_checkpoint: dict[str, Any] | None = None
     lineage_acks: tuple[AckRecord, ...] | None = None
 
