@@ -2,14 +2,16 @@
 (the app is batchpoint.airflow.ui; the tab is a React view built from ui/). An installed
 batchpoint registers it through the `airflow.plugins` entry point; a checkout mounted
 without installing uses plugins/batchpoint_plugin.py, which defers to the entry point when
-there is one (Airflow refuses a second plugin of the same name)."""
+there is one (Airflow refuses a second plugin of the same name).
+
+Airflow 3.0 serves the app (its pages at URL_PREFIX) but has neither `external_views` nor
+`react_apps` (3.1): there the Browse -> Checkpoints entry and the DAG tab do not show."""
 
 from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from airflow.sdk.plugins_manager import AirflowPlugin
-
+from batchpoint.airflow.compat import AirflowPlugin
 from batchpoint.airflow.ui import TAB_BUNDLE, URL_PREFIX, create_app
 
 ENTRY_POINT = "batchpoint.airflow.plugin:BatchpointPlugin"
