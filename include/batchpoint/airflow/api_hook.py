@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
-
+from batchpoint.airflow.compat import AirflowNotFoundException, BaseHook
 from batchpoint.airflow.storage_connection import connection_url
 from batchpoint.errors import ConfigError
 

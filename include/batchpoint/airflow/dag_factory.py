@@ -26,8 +26,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import DAG, CronTriggerTimetable, DeltaTriggerTimetable, Param
+from airflow.sdk import DAG, Param
 
+from batchpoint.airflow.compat import CronTriggerTimetable, DeltaTriggerTimetable
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.dag_docs import checkpoint_doc, restore_doc, savepoint_doc
 from batchpoint.airflow.dag_names import dag_ids

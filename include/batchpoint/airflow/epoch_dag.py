@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import DAG, BaseOperator, TaskGroup, TriggerRule
+from airflow.sdk import DAG, BaseOperator, TaskGroup
 
 from batchpoint.airflow.assets import batchpoint_asset, cleanup_alias
+from batchpoint.airflow.compat import TriggerRule
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.dag_docs import TASK_DOCS, operator_doc, trigger_doc
 from batchpoint.airflow.dag_names import dag_ids

@@ -16,10 +16,8 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
-
 from batchpoint.airflow.api_hook import AirflowApiHook
+from batchpoint.airflow.compat import AirflowNotFoundException, BaseHook
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.connect_launcher import ConnectLauncher
 from batchpoint.airflow.launchers import (

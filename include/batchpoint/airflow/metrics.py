@@ -37,9 +37,9 @@ def _name_part(text: str) -> str:
 
 def _send(action: Callable[[Any], None]) -> None:
     try:
-        from airflow.sdk.observability.stats import Stats
+        from batchpoint.airflow.compat import stats
 
-        action(Stats)
+        action(stats())
     except Exception:
         log.warning("batchpoint: could not emit a metric", exc_info=True)
 

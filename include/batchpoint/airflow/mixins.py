@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException
 
+from batchpoint.airflow.compat import AirflowFailException
 from batchpoint.airflow.hooks import BatchpointHook
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.coordinator import CheckpointCoordinator

@@ -3,14 +3,16 @@ a Checkpoint tab on the DAG runs' pages (the app is batchpoint.airflow.ui; the D
 is a React view built from ui/). An installed batchpoint registers it through the
 `airflow.plugins` entry point; a checkout mounted without installing uses
 plugins/batchpoint_plugin.py, which defers to the entry point when there is one (Airflow
-refuses a second plugin of the same name)."""
+refuses a second plugin of the same name).
+
+Airflow 3.0 serves the app (its pages at URL_PREFIX) but has neither `external_views` nor
+`react_apps` (3.1): there the Browse -> Checkpoints entry and the tabs do not show."""
 
 from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from airflow.sdk.plugins_manager import AirflowPlugin
-
+from batchpoint.airflow.compat import AirflowPlugin
 from batchpoint.airflow.ui import TAB_BUNDLE, URL_PREFIX, create_app
 from batchpoint.airflow.ui_links import RUN_TAB
 

@@ -16,9 +16,14 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
+from batchpoint.airflow.compat import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    conf,
+)
 from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.mixins import BatchpointTaskMixin
 from batchpoint.airflow.triggers import (

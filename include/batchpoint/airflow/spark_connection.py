@@ -23,9 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlparse, urlunparse
 
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
-
+from batchpoint.airflow.compat import AirflowNotFoundException, BaseHook
 from batchpoint.airflow.config import DEFAULT_SPARK_MODE
 from batchpoint.errors import ConfigError
 from batchpoint.settings import Settings, SparkMode, read_environment

@@ -162,7 +162,7 @@ def _metrics(handles: list[FileHandle]) -> TaskMetrics:
 
 def _checked_states(pipeline: Pipeline, states: States) -> dict[str, dict[str, DataFrame]]:
     """The DataFrames with the declared columns selected, in the declared order."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from batchpoint.spark.compat import to_arrow_schema
 
     out: dict[str, dict[str, DataFrame]] = {}
     for operator, frames in states.items():

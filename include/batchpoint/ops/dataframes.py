@@ -169,8 +169,7 @@ def read_sink(
 ) -> DataFrame:
     """A sink's published rows as of a checkpoint ("latest": what readers see now), one
     Spark task per file. A table sink's table holds the same rows (see tables/)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
+    from batchpoint.spark.compat import repartition_by_id, to_arrow_schema
     from batchpoint.spark.remote import for_workers
 
     coordinator, store_ref = _open(pipeline, settings)
@@ -180,7 +179,7 @@ def read_sink(
     keys = [(i, f.path) for i, f in enumerate(files) if f.rows]
     if not keys:
         return spark.createDataFrame([], struct)
-    tasks = spark.createDataFrame(keys, "idx int, key string").repartitionById(len(keys), "idx")
+    tasks = repartition_by_id(spark.createDataFrame(keys, "idx int, key string"), len(keys), "idx")
     reader = functools.partial(_read_files_task, for_workers(store_ref), arrow)
     return tasks.mapInArrow(reader, struct)
 

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from batchpoint.errors import ConfigError
 from batchpoint.ops.dataframes import read_sink_file, sink_files, sink_struct, state_files
 from batchpoint.ops.pipelines import open_pipeline, pipeline_names
 from batchpoint.settings import Settings
+from batchpoint.spark.compat import to_arrow_schema
 from batchpoint.spark.state_read_tasks import TaskRead, read_row
 from batchpoint.spark.state_reader import TASK_COLUMNS, ReadSpec, plan_keyed_read
 from batchpoint.state.format import StateHandle

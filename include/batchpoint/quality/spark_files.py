@@ -45,6 +45,8 @@ def executor_file_checker(
     spark: SparkSession, store_ref: StoreRef, *, checksums: bool = True
 ) -> FileChecker:
     def check(handles: Sequence[FileHandle]) -> list[FileProblem]:
+        from batchpoint.spark.compat import repartition_by_id
+
         if not handles:
             return []
         rows = [(i, json.dumps(h.to_json())) for i, h in enumerate(handles)]
@@ -52,7 +54,8 @@ def executor_file_checker(
         # Connect too, where there is no SparkContext to ask.
         width = int(spark.conf.get("spark.sql.shuffle.partitions", "4") or 4)
         tasks = max(1, min(len(rows), 2 * width))
-        frame = spark.createDataFrame(rows, "idx int, handle string").repartitionById(tasks, "idx")
+        frame = spark.createDataFrame(rows, "idx int, handle string")
+        frame = repartition_by_id(frame, tasks, "idx")
         task = functools.partial(_check_task, for_workers(store_ref), checksums)
         found = frame.mapInArrow(task, "path string, problem string").collect()
         return sorted((FileProblem(r.path, r.problem) for r in found), key=lambda p: p.path)

@@ -73,7 +73,8 @@ def stored_state_schema(
     written = next((h.spark_schema for h in full if h.spark_schema), "")
     if written:
         from pyspark.sql import types as T
-        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from batchpoint.spark.compat import to_arrow_schema
 
         # The exact conversion the writer made for the file's schema (state_writer).
         struct = T.StructType.fromJson(json.loads(written))

@@ -90,7 +90,7 @@ def arrow_schema(schema: Any, what: str) -> pa.Schema:
     if isinstance(schema, str):
         return _from_ddl(schema, what)
     if type(schema).__name__ == "StructType":  # pyspark's, without importing pyspark here
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from batchpoint.spark.compat import to_arrow_schema
 
         return to_arrow_schema(schema, timezone="UTC")
     raise PipelineSpecError(

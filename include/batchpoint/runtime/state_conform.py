@@ -30,7 +30,8 @@ def conform_state(df: DataFrame, declared: pa.Schema, what: str) -> DataFrame:
     """`df` in the declared schema (itself when it already is), or StateNotAsDeclared.
     `what` names the state: "operator 'o', state 's'"."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+
+    from batchpoint.spark.compat import from_arrow_type, to_arrow_schema
 
     got = to_arrow_schema(df.schema, timezone="UTC")
     names = [f.name for f in declared]
@@ -71,7 +72,7 @@ def conform_state(df: DataFrame, declared: pa.Schema, what: str) -> DataFrame:
 def _spark_name(arrow_type: pa.DataType) -> str:
     """A type as Spark users write it (bigint, int, string); Arrow's name where Spark
     has none."""
-    from pyspark.sql.pandas.types import from_arrow_type
+    from batchpoint.spark.compat import from_arrow_type
 
     try:
         return str(from_arrow_type(arrow_type).simpleString())

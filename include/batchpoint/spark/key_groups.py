@@ -84,9 +84,10 @@ def key_group_column(
     uses `key_hash` store it; `keygroups.assign_to_key_group` gives the same groups. A
     null key fails the Spark job: keyed state has no key group for it."""
     if key_hash is KeyHash.BLAKE2B:
-        from pyspark.sql.functions import arrow_udf
+        from batchpoint.spark.compat import arrow_udf
 
-        udf = arrow_udf(_key_group_function(max_parallelism), T.IntegerType())
+        function = _key_group_function(max_parallelism)
+        udf = arrow_udf(function, T.IntegerType(), "state format 1 (BLAKE2B key groups)")
         return udf(*[F.col(c) for c in key_columns])
     fields = {f.name: f for f in schema.fields}
     missing = [c for c in key_columns if c not in fields]

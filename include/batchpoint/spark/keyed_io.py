@@ -12,10 +12,10 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.sources.files import SourceSplit
+from batchpoint.spark.compat import from_arrow_schema
 from batchpoint.spark.remote import for_workers
 from batchpoint.spark.state_reader import ReadSpec, read_keyed_state
 from batchpoint.spark.state_writer import (

@@ -17,8 +17,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
+from batchpoint.spark.compat import from_arrow_schema, repartition_by_id, to_arrow_schema
 from batchpoint.spark.shipping import StoreLike, ship_store
 from batchpoint.spark.state_read_tasks import (
     DEFAULT_READ_BATCH_BYTES,
@@ -300,7 +300,7 @@ def read_keyed_state(
     tasks = task_rows(spark, plan.rows, TASK_COLUMNS)
     out = tasks.mapInArrow(functools.partial(read_task, plan.task), plan.struct)
     if spec.rescale_to is not None and spec.partition_by_subtask:
-        return out.repartitionById(spec.rescale_to, spec.subtask_column)
+        return repartition_by_id(out, spec.rescale_to, spec.subtask_column)
     return out
 
 

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
+from batchpoint.spark.compat import from_arrow_schema, repartition_by_id, to_arrow_schema
 from batchpoint.spark.key_groups import check_key_columns, key_group_column, subtask_column
 from batchpoint.spark.shipping import ShippedStore, StoreLike, driver_store, ship_store
 from batchpoint.state.format import (
@@ -328,13 +328,11 @@ def write_keyed_state(df: DataFrame, store: StoreLike, spec: WriteSpec) -> list[
     schema = df.schema
     task = _task_write(schema, store, spec)
     key_group = key_group_column(spec.key_columns, spec.max_parallelism, schema)
+    by_subtask = df.withColumn(KEY_GROUP_COLUMN, key_group).withColumn(
+        SUBTASK_COLUMN, subtask_column(KEY_GROUP_COLUMN, spec.max_parallelism, spec.parallelism)
+    )
     by_subtask = (
-        df.withColumn(KEY_GROUP_COLUMN, key_group)
-        .withColumn(
-            SUBTASK_COLUMN,
-            subtask_column(KEY_GROUP_COLUMN, spec.max_parallelism, spec.parallelism),
-        )
-        .repartitionById(spec.parallelism, SUBTASK_COLUMN)
+        repartition_by_id(by_subtask, spec.parallelism, SUBTASK_COLUMN)
         .sortWithinPartitions(KEY_GROUP_COLUMN)
         .drop(SUBTASK_COLUMN)
     )

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from batchpoint.spark.compat import repartition_by_id
 from batchpoint.spark.key_groups import key_group_column, subtask_column
 from batchpoint.spark.shipping import StoreLike
 from batchpoint.spark.state_writer import (
@@ -157,8 +158,7 @@ def write_streams(
     frames = [(df, spec) for (df, _), spec in zip(frames, specs, strict=True)]
     tasks = [_task_write(df.schema, store, spec) for df, spec in frames]
     by_subtask = (
-        _common_shape(frames)
-        .repartitionById(specs[0].parallelism, SUBTASK_COLUMN)
+        repartition_by_id(_common_shape(frames), specs[0].parallelism, SUBTASK_COLUMN)
         .sortWithinPartitions(STREAM_COLUMN, KEY_GROUP_COLUMN)
         .drop(SUBTASK_COLUMN)
     )

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
 
+from batchpoint.airflow.compat import AirflowFailException
 from batchpoint.airflow.hooks import cached_pipeline
 from batchpoint.airflow.mixins import BatchpointTaskMixin
 from batchpoint.errors import ConfigError

@@ -13,11 +13,11 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from airflow.sdk import Context, SkipMixin
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk import Context
 
-from batchpoint.airflow import metrics
+from batchpoint.airflow import compat, metrics
 from batchpoint.airflow.assets import emit_completed, emit_completed_by_cleanup
+from batchpoint.airflow.compat import AirflowException, AirflowFailException, AirflowSkipException
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launcher_for
 from batchpoint.airflow.links import CHECKPOINT_LINKS
@@ -44,7 +44,7 @@ from batchpoint.settings import Settings, SparkMode
 from batchpoint.storage.redaction import redact_uri
 
 
-class TriggerCheckpointOperator(BatchpointOperator, SkipMixin):
+class TriggerCheckpointOperator(BatchpointOperator, compat.SkipMixin):
     """Start the run's epoch: capture every source's barrier and write the pending
     checkpoint. A refusal by the request decider (min-pause, max-concurrent, no new
     input, a pipeline stopped with a savepoint) skips the rest of the run with the

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from batchpoint.airflow import metrics
+from batchpoint.airflow.compat import AirflowFailException, AirflowSkipException
 from batchpoint.airflow.hooks import cached_pipeline
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
 from batchpoint.airflow.spark_connection import gate_spark_settings

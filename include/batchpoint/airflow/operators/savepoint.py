@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from batchpoint.airflow.compat import AirflowFailException, AirflowSkipException
 from batchpoint.airflow.hooks import AirflowApiHook
 from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
