@@ -328,7 +328,10 @@ def run_story(workdir: Path, epochs: int, spark_mode: str) -> int:
         os.environ.update(deployment_env(s3, workdir, spark.url if spark else None))
         step(f"preparing Airflow (SQLite metadata database in {setup.home})")
         airflow = DemoAirflow(workdir / "airflow-tasks.log", setup.log_folder)
-        say(f"Airflow's and Spark's logs go to {airflow.log_file}")
+        say(
+            f"Airflow's and Spark's logs go to {airflow.log_file}, each task's also to "
+            f"{setup.log_folder} (its page in the Airflow UI)"
+        )
         timed("database migrated", lambda: airflow.quietly(setup.init_database))
         try:
             result = tell_story(PaymentsDemo(workdir, s3, airflow), epochs)
