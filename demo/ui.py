@@ -75,7 +75,10 @@ def admin_password(airflow_home: Path) -> str:
 
 
 def port_free(port: int) -> bool:
+    """Whether a server could listen on `port` now: as servers do (SO_REUSEADDR), so
+    the connections of a just stopped `./dev ui`, in TIME_WAIT, do not count."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

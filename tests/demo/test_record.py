@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from batchpoint.errors import ConfigError
 from demo.leftovers import MARKER
 from demo.record import STATE_FILE, DemoRecord, deployment_settings
-from demo.ui import admin_password
+from demo.ui import admin_password, port_free
 
 ENV = {
     "AIRFLOW_HOME": "/k/airflow",
@@ -80,3 +81,18 @@ def test_the_admin_password_is_made_once_and_shown_on_every_start(tmp_path: Path
     path.write_text(json.dumps({"admin": "fromAirflow", "viewer": "v"}))
     assert admin_password(tmp_path) == "fromAirflow"
     assert json.loads(path.read_text()) == {"admin": "fromAirflow", "viewer": "v"}
+
+
+def test_a_port_is_free_again_as_soon_as_its_server_stopped() -> None:
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    assert not port_free(port)
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    conn.close()  # the server's end closes first: it waits in TIME_WAIT after the stop
+    server.close()
+    client.close()
+    assert port_free(port)  # as for the server started next on it (SO_REUSEADDR)
