@@ -50,6 +50,11 @@ class AirflowSetup:
 
     home: Path
 
+    @property
+    def log_folder(self) -> Path:
+        """Airflow's base_log_folder: one file a task try, read by the UI's log pages."""
+        return self.home / "logs"
+
     def environment(self) -> dict[str, str]:
         return {
             "AIRFLOW_HOME": str(self.home),
@@ -59,7 +64,7 @@ class AirflowSetup:
             # Two cores: one task and one Spark job at a time is what fits.
             "AIRFLOW__CORE__PARALLELISM": "2",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home}/airflow.db",
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.log_folder),
         }
 
     def apply(self) -> None:
@@ -127,10 +132,24 @@ def output_to(log_file: Path) -> Iterator[None]:
 
 
 class DemoAirflow:
-    """Runs the deployment's DAGs with dag.test(), one run at a time."""
+    """Runs the deployment's DAGs with dag.test(), one run at a time, their output in
+    `log_file`; given `task_logs` (Airflow's base_log_folder), each task's output also
+    in its own file there, where the UI's task log pages read it."""
 
-    def __init__(self, log_file: Path) -> None:
+    def __init__(self, log_file: Path, task_logs: Path | None = None) -> None:
         self.log_file = log_file
+        self.task_logs = task_logs
+        self._listening = False
+
+    def _log_each_task(self) -> None:
+        if self._listening or self.task_logs is None:
+            return
+        from airflow.sdk.listener import get_listener_manager
+
+        from demo.task_logs import TaskLogFiles
+
+        get_listener_manager().add_listener(TaskLogFiles(self.task_logs))
+        self._listening = True
 
     def quietly(self, fn: Callable[[], T]) -> T:
         with output_to(self.log_file):
@@ -146,6 +165,7 @@ class DemoAirflow:
 
     def run(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> DagRunSummary:
         dag = self.dags()[dag_id]
+        self._log_each_task()
         started = time.monotonic()
         with output_to(self.log_file):
             run = dag.test(run_conf=dict(conf or {}))

@@ -16,7 +16,8 @@ checkpoint history and ends by checking the published sinks against a plain pand
 computation over all the input: exactly once, or it exits non-zero. It stops both
 servers and exits non-zero too if any process it started is still alive at the end.
 
-With --keep DIR everything stays in DIR; `./dev ui DIR` opens the Airflow UI on it.
+With --keep DIR everything stays in DIR, and DIR/demo.json records how to reopen it as
+last deployed (demo.record); `./dev ui DIR` opens the Airflow UI on it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow, python_pa
 from demo.checks import PublishedChecks
 from demo.leftovers import mark_run, wait_for_none
 from demo.payments import BALANCES_TABLE
+from demo.record import DemoRecord, deployment_settings
 from demo.say import say, step, timed
 from devstack.seaweed import SeaweedServer
 
@@ -50,8 +52,6 @@ DATA = {"accounts": 200, "events_per_epoch": 2_000}
 # The demo's pipeline publishes its balances as the Iceberg table payments.balances.
 GOOD_REF = "demo.payments:table_pipeline"
 GATE_REF = "demo.payments_quality:restore_gate"
-#: What `./dev ui DIR` reads to reopen the demo's S3 and Airflow.
-STATE_FILE = "demo.json"
 
 
 class DemoFailed(Exception):
@@ -133,7 +133,8 @@ class PaymentsDemo:
         say(f"run {summary.state} in {summary.seconds:.0f}s")
         if not summary.ok:
             raise DemoFailed(
-                f"{dag_id} {summary.state}; the task logs are in {self.airflow.log_file}"
+                f"{dag_id} {summary.state}; the task logs are in {self.airflow.log_file} "
+                f"and, one file a task, in {self.airflow.task_logs}"
             )
         return summary
 
@@ -326,25 +327,35 @@ def run_story(workdir: Path, epochs: int, spark_mode: str) -> int:
         setup.apply()
         os.environ.update(deployment_env(s3, workdir, spark.url if spark else None))
         step(f"preparing Airflow (SQLite metadata database in {setup.home})")
-        airflow = DemoAirflow(workdir / "airflow-tasks.log")
-        say(f"Airflow's and Spark's logs go to {airflow.log_file}")
+        airflow = DemoAirflow(workdir / "airflow-tasks.log", setup.log_folder)
+        say(
+            f"Airflow's and Spark's logs go to {airflow.log_file}, each task's also to "
+            f"{setup.log_folder} (its page in the Airflow UI)"
+        )
         timed("database migrated", lambda: airflow.quietly(setup.init_database))
-        write_state(workdir, s3, setup)
-
-        demo = PaymentsDemo(workdir, s3, airflow)
-        demo.good_epochs(epochs)
-        demo.savepoint()
-        good = demo.coordinator.head.get().checkpoint_id
-        bad = demo.bad_deploy()
-        demo.gated_restore(bad, good)
-        demo.fixed_deploy()
-        demo.evolving_deploy()
-        demo.history()
-        result = demo.checks.exactly_once()
-        times = ", ".join(f"{t:.1f}s" for t in demo.epoch_seconds)
-        say(f"epoch wall times ({spark_mode} mode): {times}")
+        try:
+            result = tell_story(PaymentsDemo(workdir, s3, airflow), epochs)
+        finally:
+            # As last deployed, even if a step failed: what `./dev ui` and the CLI reopen.
+            record(workdir, s3, setup, spark)
         airflow.quietly(stop_spark)
         return result
+
+
+def tell_story(demo: PaymentsDemo, epochs: int) -> int:
+    demo.good_epochs(epochs)
+    demo.savepoint()
+    good = demo.coordinator.head.get().checkpoint_id
+    bad = demo.bad_deploy()
+    demo.gated_restore(bad, good)
+    demo.fixed_deploy()
+    demo.evolving_deploy()
+    demo.history()
+    result = demo.checks.exactly_once()
+    times = ", ".join(f"{t:.1f}s" for t in demo.epoch_seconds)
+    mode = os.environ.get("BATCHPOINT_SPARK_MODE", "connect")
+    say(f"epoch wall times ({mode} mode): {times}")
+    return result
 
 
 def stop_spark() -> None:
@@ -374,19 +385,17 @@ def stop_spark() -> None:
             process.kill()
 
 
-def write_state(workdir: Path, s3: SeaweedServer, setup: AirflowSetup) -> None:
-    """What `./dev ui DIR` needs to reopen this demo's S3 and Airflow."""
-    state = {
-        "s3_port": int(s3.endpoint_url.rsplit(":", 1)[1]),
-        "bucket": s3.bucket,
-        "access_key": s3.access_key,
-        "secret_key": s3.secret_key,
-        "env": {
-            **setup.environment(),
-            **{k: v for k, v in os.environ.items() if k.startswith("BATCHPOINT_")},
-        },
-    }
-    (workdir / STATE_FILE).write_text(json.dumps(state, indent=2))
+def record(workdir: Path, s3: SeaweedServer, setup: AirflowSetup, spark: Any) -> None:
+    """What `./dev ui DIR` and the CLI need to reopen this demo: its S3, its Spark
+    Connect server's port, and the deployment as this process last deployed it."""
+    DemoRecord(
+        s3_port=int(s3.endpoint_url.rsplit(":", 1)[1]),
+        bucket=s3.bucket,
+        access_key=s3.access_key,
+        secret_key=s3.secret_key,
+        env={**setup.environment(), **deployment_settings(os.environ)},
+        spark_port=spark.port if spark is not None else None,
+    ).write(workdir)
 
 
 def main(argv: list[str] | None = None) -> int:

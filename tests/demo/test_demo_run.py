@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from demo.leftovers import MARKER
+from demo.payments_v2 import TABLE_REF as V3_REF
+from demo.record import DemoRecord
+
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow, pytest.mark.s3]
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -65,5 +69,16 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     assert len(walls) == 2 + 2 + 1 + 1, out  # good epochs, the bad deploy, the fix, v3
     assert re.search(r"epoch wall times \(connect mode\): (\d+\.\ds(, )?){6}$", out, re.M)
     assert "no process left behind" in out
-    # what ./dev ui needs to reopen it
+    # what ./dev ui needs to reopen it: the last deploy (a checkpoint from the UI would be
+    # refused as incompatible with another), the server's port, not the run's marker
     assert (keep / "demo.json").is_file() and (keep / "airflow" / "airflow.db").is_file()
+    record = DemoRecord.read(keep)
+    assert record.pipeline_ref == V3_REF, record.env
+    assert record.spark_port is not None and MARKER not in record.env
+    # each task's output in the file the UI's log page reads, and in airflow-tasks.log
+    logs = keep / "airflow" / "logs" / "dag_id=payments_checkpoint"
+    balances = sorted(logs.glob("run_id=*/task_id=operators.balances/attempt=*.log"))
+    assert len(balances) >= 6, balances  # an epoch each until v3 renames it, one retry
+    assert all(f.stat().st_size > 0 for f in balances)
+    first_lines = balances[0].read_text().splitlines()[:3]
+    assert all(line in (keep / "airflow-tasks.log").read_text() for line in first_lines)

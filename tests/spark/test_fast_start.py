@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from batchpoint.spark.fast_start import submit_args
+from batchpoint.spark.fast_start import archive_inputs, is_current, stamp_path, submit_args
 
 
 def _jvm_options(args: str) -> list[str]:
@@ -28,3 +28,17 @@ def test_an_archive_path_with_a_space_is_left_out(tmp_path: Path) -> None:
     argv = shlex.split(submit_args(archive))
     assert argv.count("--conf") == 2 and "spark.sql.shuffle.partitions=2" in argv
     assert _jvm_options(submit_args(archive)) == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+
+
+def test_the_archive_is_current_only_with_the_stamp_of_what_is_installed(tmp_path: Path) -> None:
+    archive = tmp_path / "spark-classes.jsa"
+    archive.write_bytes(b"x")
+    assert not is_current(archive)  # built before stamps: rebuilt once
+    stamp_path(archive).write_text(archive_inputs())
+    assert is_current(archive)
+    # another JVM, other jars or other options: the JVM would ignore the archive
+    stamp_path(archive).write_text(archive_inputs().replace("pyspark", "pyspark 0.0", 1))
+    assert not is_current(archive)
+    stamp_path(archive).write_text(archive_inputs())
+    archive.unlink()
+    assert not is_current(archive)

@@ -5,7 +5,8 @@ start, class loading and first-stage compilation. Three things cut that:
 
 * a class-data sharing archive of the classes a PySpark job loads (JDK 17's dynamic
   AppCDS), built once per environment with `python -m batchpoint.spark.fast_start`
-  (`./dev setup` does it): about a third off every job;
+  (`./dev setup` does it), and again only when what it was built from changes (the
+  JVM, Spark's jars, the JVM options: its stamp beside it): about a third off every job;
 * the JVM's quick (C1) compiler only, and the serial collector;
 * no adaptive query planning and two shuffle partitions.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +44,37 @@ def archive_path() -> Path:
     return Path(sys.prefix) / "share" / "batchpoint" / "spark-classes.jsa"
 
 
+def stamp_path(archive: Path) -> Path:
+    return archive.with_name(archive.name + ".stamp")
+
+
+def archive_inputs() -> str:
+    """What an archive is only valid for: this JVM, these jars (Spark's version), these
+    JVM options, this Python (its workers)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    try:
+        done = subprocess.run([java or "java", "-version"], capture_output=True, text=True)
+        jvm = (done.stderr or done.stdout).strip()
+    except OSError as exc:
+        jvm = f"no java: {exc}"
+    try:
+        spark = version("pyspark")
+    except PackageNotFoundError:
+        spark = "none"
+    return "\n".join(
+        [jvm, f"pyspark {spark}", f"options {' '.join(JVM_OPTIONS)}", f"python {sys.version}"]
+    )
+
+
+def is_current(archive: Path) -> bool:
+    """The archive exists and was built from what is installed now."""
+    stamp = stamp_path(archive)
+    return archive.is_file() and stamp.is_file() and stamp.read_text() == archive_inputs()
+
+
 def submit_args(archive: Path | None = None) -> str:
     """Extra spark-submit arguments, shell syntax (BATCHPOINT_SPARK_SUBMIT_ARGS)."""
     archive = archive_path() if archive is None else archive
@@ -59,7 +92,8 @@ def build_archive(archive: Path | None = None) -> Path:
     """Run the warm-up job once with -XX:ArchiveClassesAtExit. Raises on failure."""
     archive = archive_path() if archive is None else archive
     archive.parent.mkdir(parents=True, exist_ok=True)
-    partial = archive.with_suffix(".partial")
+    # Its own partial file: two builds at once (two set-ups) must not write into one.
+    partial = archive.with_suffix(f".{os.getpid()}.partial")
     spark_submit = Path(sys.executable).parent / "spark-submit"
     env = {
         **os.environ,
@@ -93,13 +127,14 @@ def build_archive(archive: Path | None = None) -> Path:
         raise RuntimeError(f"building the class-data archive failed:\n{tail}")
     # Atomic: a concurrent job sees the old archive or the new one, never half of one.
     partial.replace(archive)
+    stamp_path(archive).write_text(archive_inputs())
     return archive
 
 
 def main() -> int:
     archive = archive_path()
-    if archive.is_file() and "--rebuild" not in sys.argv[1:]:
-        print(f"Spark class-data archive: {archive} (exists)")
+    if is_current(archive) and "--rebuild" not in sys.argv[1:]:
+        print(f"Spark class-data archive: {archive} (up to date)")
         return 0
     started = time.monotonic()
     try:
