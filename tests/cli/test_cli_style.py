@@ -10,7 +10,10 @@ records (fake epochs: no Spark); the spinner's timing is driven by its own event
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -244,3 +247,26 @@ def test_stats_json_labels_its_minimum_average_and_maximum(payments, cli: Cli) -
     for key in ("duration_s", "state_size"):
         assert set(body[key]) == {"min", "avg", "max"}, body
         assert body[key]["min"] <= body[key]["avg"] <= body[key]["max"]
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`batchpoint --json checkpoints show 2 | head -1`: the pipe closes before the
+    command writes; it stops quietly, as other tools in a pipe do."""
+    root = (tmp_path / "store").as_uri()
+    payments_driver(root, epochs=3)
+    environment = {**os.environ, "BATCHPOINT_ROOT": root}
+    command = [
+        str(Path(sys.executable).parent / "batchpoint"),
+        "--json",
+        "checkpoints",
+        "show",
+        "2",
+    ]
+    with subprocess.Popen(
+        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # before it has imported anything: its first write fails
+        err = child.stderr.read().decode()
+        assert child.wait(timeout=120) == 2
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -127,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> ExitCode | int:
     except BatchpointError as exc:
         cmd.out.close()  # the error below the last bar, not inside it
         report_error(exc, args.json)
+        return ExitCode.ERROR
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): stop quietly, as other tools in a pipe
+        # do; what is still buffered goes nowhere, not into a traceback at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.ERROR
     finally:
         cmd.out.close()
