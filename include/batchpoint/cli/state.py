@@ -51,8 +51,9 @@ def cmd_show(cmd: Command) -> ExitCode:
     # Found before Spark starts: a wrong name is an error within a second.
     completed, found = find_state_at(coordinator, operator, state, a.checkpoint)
     cid = completed.checkpoint_id
+    spark_settings = cmd.spark_settings()  # a wrong connection too, before any progress
     cmd.out.progress(f"reading {found.label} of checkpoint {cid} with Spark")
-    spark = session_here("batchpoint-state-show", a.pipeline_name, cmd.spark_settings())
+    spark = session_here("batchpoint-state-show", a.pipeline_name, spark_settings)
     df = read_state(
         spark, a.pipeline_name, found.operator_uid, found.state_uid, cid, settings=cmd.settings
     )
