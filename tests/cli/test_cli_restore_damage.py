@@ -77,7 +77,7 @@ def test_restore_latest_falls_back_over_a_garbled_head_and_quarantines_it(
     # the quarantine lists it, with the restore's finding as the reason
     listed = cli("quarantine", "list")
     assert listed.code == 0
-    row = next(line for line in listed.out.splitlines() if line.startswith("3 "))
+    row = next(line for line in listed.out.splitlines() if line.split()[:1] == ["3"])
     assert "restore" in row and LAYOUT.outcome(3) in row and finding in row
     body = cli("--json", "quarantine", "list").json["quarantined"]
     assert [(q["checkpoint_id"], q["found_by"]) for q in body] == [(3, "restore")]

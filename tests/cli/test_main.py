@@ -97,7 +97,8 @@ def test_version_is_the_installed_distributions(cli):
 def test_under_json_every_error_is_a_json_object(payments, cli, argv, message):
     run = cli(*argv)
     assert run.code == 2 and run.err == ""
-    assert list(run.json) == ["error"] and run.json["error"].startswith(message)
+    assert list(run.json) == ["json_version", "error"] and run.json["json_version"] == 2
+    assert run.json["error"].startswith(message)
 
 
 def test_a_bad_setting_under_json_is_a_json_object_too(cli, tmp_path, monkeypatch):

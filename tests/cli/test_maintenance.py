@@ -53,7 +53,7 @@ def test_reset_clears_a_failed_pipeline(payments, cli):
     assert c.failures.state().status.value == "FAILED"
 
     body = cli("reset", "--json").json
-    assert body == {"pipeline": "payments", "status": "RUNNING", "was": "FAILED"}
+    assert body == {"json_version": 2, "pipeline": "payments", "status": "RUNNING", "was": "FAILED"}
     assert c.failures.state().status.value == "RUNNING"
     assert cli("reset").out.strip() == "pipeline payments: RUNNING"
 

@@ -109,5 +109,6 @@ def test_savepoint_dispose_releases_a_savepoint_and_refuses_anything_else(paymen
     assert listing(payments) == before
 
     run = cli("--json", "savepoint", "dispose", str(savepoint))
-    assert run.code == 0 and run.json == {"pipeline": "payments", "disposed": savepoint}
+    assert run.code == 0
+    assert run.json == {"json_version": 2, "pipeline": "payments", "disposed": savepoint}
     assert savepoint not in c.completed.retained_ids()

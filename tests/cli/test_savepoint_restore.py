@@ -66,11 +66,12 @@ def test_savepoint_exports_a_completed_checkpoint_with_progress(
             "before the deploy",
         ]
     )
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
     assert code == 0
-    assert f"exporting checkpoint {cid}: 6 file(s) to {target}" in out
-    assert "copied 6/6 file(s)" in out
-    assert f"savepoint of checkpoint {cid}: {target} (6 file(s)" in out
+    # the progress on stderr, the result alone on stdout
+    assert f"exporting checkpoint {cid}: 6 file(s) to {target}" in printed.err
+    assert "copied 6/6 file(s)" in printed.err
+    assert printed.out.startswith(f"savepoint of checkpoint {cid}: {target} (6 file(s)")
     assert (tmp_path / "exported" / "_metadata").is_file()
 
 
@@ -153,10 +154,10 @@ def test_savepoint_runs_an_epoch_on_local_spark(driver, capsys, tmp_path, monkey
 
     write_epoch_files(driver.store, SOURCE_ROOT, 0, accounts=40, events_per_epoch=300)
     code = main(["--pipeline-ref", REF, "savepoint", "--target", (tmp_path / "sp").as_uri()])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "[1/4] dedup ..." in out and "[4/4]" in out
-    assert "savepoint 1 completed" in out
+    printed = capsys.readouterr()
+    assert code == 0, printed
+    assert "[1/4] dedup ..." in printed.err and "[4/4]" in printed.err
+    assert "savepoint 1 completed" in printed.err
     outcome = driver.coordinator.get_outcome(1)
     assert outcome.pending.type is CheckpointType.SAVEPOINT
     assert (tmp_path / "sp" / "_metadata").is_file()

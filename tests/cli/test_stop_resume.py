@@ -56,6 +56,7 @@ def test_stats_and_the_overview_read_the_stop_from_the_control_record(payments, 
     again = cli("resume", "--json")
     assert again.code == 1
     assert again.json == {
+        "json_version": 2,
         "pipeline": "payments",
         "resumed": False,
         "reason": "pipeline 'payments' is not stopped: nothing to resume",

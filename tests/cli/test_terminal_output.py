@@ -11,11 +11,7 @@ files (support/fake_epochs.py), so no Spark runs."""
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,10 +19,11 @@ import pytest
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
 from demo.payments import build_pipeline
-from support.cli import REF, Cli, payments_driver, payments_on_store
+from support.cli import REF, Cli, payments_driver, payments_on_store, run_on
 
-#: rich's box characters (the heavy head and light body of its default table)
+#: rich's box characters (the rule under a drawn table's headers, a bar's line)
 BOX = re.compile("[┏┃┡│└━─]")
+GREEN = "\x1b[32m"
 ESCAPE = "\x1b"
 #: a bar's last frame: its step, the bar, then done/total
 BAR = r"{step} \S*━+\S* \S*(\d+)/(\d+)"
@@ -68,8 +65,10 @@ def test_on_a_terminal_the_history_is_a_drawn_table(payments, cli: Cli, terminal
     run = cli("checkpoints", "list")
     assert run.code == 0, run.err
     assert BOX.search(run.out), run.out
-    rows = [line for line in run.out.splitlines() if re.search(r"│ (head|retained) ", line)]
-    assert len(rows) == 3 and all(line.startswith("│") for line in rows), run.out
+    rows = [line for line in run.out.splitlines() if re.search(r"(head|retained)\b", line)]
+    # a completed checkpoint's status in green, its id right-aligned under its header
+    assert len(rows) == 3, run.out
+    assert all(re.search(f"{re.escape(GREEN)}(head|retained)", line) for line in rows), run.out
     assert "--  ----" not in run.out  # not the plain table's rule
 
 
@@ -86,9 +85,9 @@ def test_on_a_terminal_an_export_draws_its_copy_to_the_last_file(payments, cli: 
     run = cli("savepoint", "--checkpoint-id", "3")
     assert run.code == 0, run.err
     files = len(payments.coordinator.get_outcome(3).completed.durable_handles)
-    assert drawn_bar(run.out, "copying files") == (files, files)
-    assert "copied" not in run.out
-    assert "savepoint of checkpoint 3:" in run.out
+    assert drawn_bar(run.err, "copying files") == (files, files)  # progress: stderr
+    assert "copied" not in run.out + run.err
+    assert run.out.startswith("savepoint of checkpoint 3:")
 
 
 def test_on_a_terminal_a_restore_draws_its_file_check_beside_the_report(
@@ -124,7 +123,8 @@ def test_elsewhere_the_output_is_plain_text(payments, cli: Cli, monkeypatch, env
     folders = gc_folders(payments)
     assert f"gc: {folders}/{folders} checkpoint folder(s) examined" in collected.err
     assert collected.out.startswith("deleted 0 file(s)")  # stdout: the report alone
-    assert "copied 6/6 file(s)" in exported.out
+    assert "copied 6/6 file(s)" in exported.err  # progress: stderr, beside the result
+    assert exported.out.startswith("savepoint of checkpoint 3:")
     assert "checked 6/6 file(s)" in restored.err
 
 
@@ -134,37 +134,6 @@ def test_under_json_a_terminal_gets_json_and_plain_progress(payments, cli: Cli, 
     assert run.json["checkpoint_id"] == 3
     assert ESCAPE not in run.out + run.err and not BOX.search(run.out + run.err)
     assert "copied 6/6 file(s)" in run.err
-
-
-def run_on(argv: list[str], root: str, tty: bool) -> str:
-    """The installed `batchpoint ARGV` with stdout and stderr on a new
-    pseudo-terminal (`tty`) or a pipe; what it wrote."""
-    env = {k: v for k, v in os.environ.items() if k not in TERMINAL_SWITCHES}
-    env.update(BATCHPOINT_ROOT=root, TERM="xterm-256color", COLUMNS="160")
-    command = [str(Path(sys.executable).parent / "batchpoint"), *argv]
-    if not tty:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        return done.stdout + done.stderr
-    leader, follower = pty.openpty()
-    with subprocess.Popen(command, env=env, stdout=follower, stderr=follower) as child:
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        assert child.wait(timeout=120) == 0, b"".join(chunks)
-    os.close(leader)
-    return b"".join(chunks).decode()
-
-
-#: rich's switches, which the environment of the tests' own run may set
-TERMINAL_SWITCHES = ("TTY_COMPATIBLE", "TTY_INTERACTIVE", "FORCE_COLOR", "NO_COLOR")
 
 
 def test_the_command_draws_on_a_real_terminal_and_prints_plain_text_into_a_pipe(
@@ -203,6 +172,6 @@ def test_on_a_terminal_a_bootstrap_draws_its_states_to_the_last(
         "savepoint", "bootstrap", "savepoints/boot", "--state", f"balances.balances={balances}"
     )
     assert run.code == 0, run.out + run.err
-    assert drawn_bar(run.out, "writing states") == (states, states)
-    assert "state(s) written" not in run.out
+    assert drawn_bar(run.err, "writing states") == (states, states)
+    assert "state(s) written" not in run.out + run.err
     assert "savepoint bootstrapped at savepoints/boot" in run.out

@@ -5,6 +5,10 @@ exit code, stdout, stderr and the JSON body."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,3 +105,38 @@ def payments_on_store(
 def listing(driver: PipelineDriver) -> dict[str, str]:
     """Every object under the root and its etag (equal before and after: nothing written)."""
     return fake_epochs.listing(driver.store)
+
+
+#: rich's switches, which the environment of the tests' own run may set
+TERMINAL_SWITCHES = ("TTY_COMPATIBLE", "TTY_INTERACTIVE", "FORCE_COLOR", "NO_COLOR")
+
+
+def run_on(
+    argv: list[str], root: str, tty: bool, env: dict[str, str] | None = None, timeout: int = 120
+) -> str:
+    """The installed `batchpoint ARGV` with stdout and stderr on a new pseudo-terminal
+    (`tty`) or a pipe; what it wrote (it must succeed)."""
+    environment = {k: v for k, v in os.environ.items() if k not in TERMINAL_SWITCHES}
+    environment.update(BATCHPOINT_ROOT=root, TERM="xterm-256color", COLUMNS="160", **(env or {}))
+    command = [str(Path(sys.executable).parent / "batchpoint"), *argv]
+    if not tty:
+        done = subprocess.run(
+            command, env=environment, capture_output=True, text=True, timeout=timeout
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+    leader, follower = pty.openpty()
+    with subprocess.Popen(command, env=environment, stdout=follower, stderr=follower) as child:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert child.wait(timeout=timeout) == 0, b"".join(chunks)
+    os.close(leader)
+    return b"".join(chunks).decode()

@@ -8,7 +8,13 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id, non_negative
 from batchpoint.cli.exit_codes import ExitCode
-from batchpoint.ops.inspect import list_checkpoints, pipeline_stats, show_checkpoint
+from batchpoint.cli.usage import add_actions, add_command
+from batchpoint.ops.inspect import (
+    PipelineStats,
+    list_checkpoints,
+    pipeline_stats,
+    show_checkpoint,
+)
 
 
 def cmd_list(cmd: Command) -> ExitCode:
@@ -58,6 +64,7 @@ def cmd_show(cmd: Command) -> ExitCode:
                 ]
                 for t in detail.tasks
             ],
+            optional=["spark jobs/stages"],  # blank where no ack counted them
         )
         return [
             render.history_table([detail.stats]),
@@ -104,18 +111,54 @@ def cmd_stats(cmd: Command) -> ExitCode:
                 )
         return "\n".join(lines)
 
-    cmd.out.emit(stats.to_json, text)
+    cmd.out.emit(lambda: stats_json(stats), text)
     return ExitCode.OK
 
 
+def stats_json(stats: PipelineStats) -> dict[str, Any]:
+    """The summary with its min/avg/max labelled (null: no completed checkpoint yet)."""
+    body = stats.to_json()
+    for key in ("duration_s", "state_size"):
+        triple = body.get(key)
+        body[key] = dict(zip(("min", "avg", "max"), triple, strict=True)) if triple else None
+    return body
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    group = sub.add_parser("checkpoints", help="list or show checkpoints", parents=[common])
-    actions = group.add_subparsers(dest="action", required=True)
-    p = actions.add_parser("list", help="the checkpoint history", parents=[common])
-    p.add_argument("--limit", type=non_negative, default=None, help="the newest N only")
+    group = add_command(
+        sub,
+        "checkpoints",
+        common,
+        summary="list checkpoints, or show one with its tasks",
+        examples=["batchpoint checkpoints list --limit 10", "batchpoint checkpoints show 6"],
+    )
+    actions = add_actions(group)
+    p = add_command(
+        actions,
+        "list",
+        common,
+        summary="the checkpoints, oldest first, with their status, duration and size",
+        about="The head is the checkpoint the next run builds on; retained ones can be restored.",
+        examples=["batchpoint checkpoints list --limit 5", "batchpoint --json checkpoints list"],
+    )
+    p.add_argument(
+        "--limit", type=non_negative, default=None, metavar="N", help="the newest N only"
+    )
     p.set_defaults(run=cmd_list)
-    p = actions.add_parser("show", help="one checkpoint with its tasks", parents=[common])
-    p.add_argument("checkpoint_id", type=checkpoint_id)
+    p = add_command(
+        actions,
+        "show",
+        common,
+        summary="one checkpoint: its status, what it builds on, and each task's share",
+        examples=["batchpoint checkpoints show 6", "batchpoint --json checkpoints show 6"],
+    )
+    p.add_argument("checkpoint_id", type=checkpoint_id, metavar="ID", help="the checkpoint's id")
     p.set_defaults(run=cmd_show)
-    p = sub.add_parser("stats", help="summary statistics and the failure counter", parents=[common])
+    p = add_command(
+        sub,
+        "stats",
+        common,
+        summary="how the pipeline is doing: failures in a row, durations and sizes",
+        examples=["batchpoint stats", "batchpoint --json stats"],
+    )
     p.set_defaults(run=cmd_stats)

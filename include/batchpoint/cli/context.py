@@ -72,42 +72,52 @@ GLOBAL_DEFAULTS = {
     "root": None,
     "pipeline": None,
     "json": False,
+    "no_color": False,
     "pipeline_ref": None,
     "spark_conn_id": None,
 }
 
 
-def global_options() -> Parser:
-    """Options accepted anywhere on the line: every parser gets them with no default
-    (SUPPRESS), so a subcommand's parser never overwrites what an earlier position set;
-    `finish` fills the defaults in."""
+def global_options(shown: bool = True) -> Parser:
+    """Options accepted before or after the command: every parser gets them with no
+    default (SUPPRESS), so a subcommand's parser never overwrites what an earlier
+    position set; `finish` fills the defaults in. `batchpoint --help` lists them once
+    (`shown`); a command's own help leaves them out and points there."""
     common = Parser(add_help=False)
-    common.add_argument(
+    options = common.add_argument_group("global options (before or after the command)")
+
+    def add(*flags: str, help: str, **kwargs: object) -> None:
+        options.add_argument(
+            *flags, default=argparse.SUPPRESS, help=help if shown else argparse.SUPPRESS, **kwargs
+        )
+
+    add(
         "--root",
         type=root_flag,
-        default=argparse.SUPPRESS,
-        help="storage root URI (default: $BATCHPOINT_ROOT)",
+        metavar="URI",
+        help="where the checkpoints are stored: "
+        "s3://bucket/prefix or file:///path (default: $BATCHPOINT_ROOT)",
     )
-    common.add_argument(
-        "--pipeline", default=argparse.SUPPRESS, help="pipeline name (default: the only one)"
+    add("--pipeline", metavar="NAME", help="which pipeline (default: the only one stored)")
+    add("--json", action="store_true", help="print JSON instead of tables (see docs/cli.md)")
+    add(
+        "--no-color",
+        action="store_true",
+        help="plain text, no colours or drawn tables, even on a terminal (also: NO_COLOR=1)",
     )
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, not tables"
-    )
-    common.add_argument(
+    add(
         "--pipeline-ref",
-        default=argparse.SUPPRESS,
-        help="module:attr of the pipeline code, for savepoint, restore, plan and verify "
-        "(default: $BATCHPOINT_PIPELINE_REF)",
+        metavar="MODULE:ATTR",
+        help="the pipeline's code, for savepoint, "
+        "restore, plan and verify (default: $BATCHPOINT_PIPELINE_REF)",
     )
-    common.add_argument(
+    add(
         "--spark-conn-id",
         type=conn_id_flag,
-        default=argparse.SUPPRESS,
         metavar="CONN_ID",
-        help="Airflow connection (spark_connect or spark) of the Spark endpoint of commands "
-        "that run Spark (default: $BATCHPOINT_SPARK_CONN_ID, else BATCHPOINT_SPARK_REMOTE "
-        "or _MASTER); needs Airflow installed",
+        help="the Airflow "
+        "connection of the Spark to use, for commands that read state (default: "
+        "$BATCHPOINT_SPARK_CONN_ID, else $BATCHPOINT_SPARK_REMOTE or _MASTER)",
     )
     return common
 
@@ -132,9 +142,9 @@ class Command:
     out: Output
 
     @classmethod
-    def of(cls, args: argparse.Namespace, progress_to_stderr: bool = False) -> Command:
+    def of(cls, args: argparse.Namespace) -> Command:
         settings = Settings.from_env(root=args.root or "")
-        return cls(args, settings, Output(args.json, progress_to_stderr))
+        return cls(args, settings, Output(args.json, color=not args.no_color))
 
     @functools.cached_property
     def _spark_settings(self) -> Settings:

@@ -1,32 +1,13 @@
-"""`batchpoint` command line. Every command reads the same storage as the Airflow DAGs
-(BATCHPOINT_ROOT and BATCHPOINT_S3_* or --root), prints a table, or JSON with --json.
-The global options (--root, --pipeline, --pipeline-ref, --json, --spark-conn-id) go
-anywhere on the line. Commands that run Spark (`state show`, the quality gate of `verify`
-and `restore`) reach it as BATCHPOINT_SPARK_* say, or through the Airflow connection
---spark-conn-id or BATCHPOINT_SPARK_CONN_ID names (Airflow's lookup: AIRFLOW_CONN_<ID>,
-its secrets backends).
-
-`savepoint`, `restore`, `plan` and `verify` also need the pipeline's code: --pipeline-ref
-module:attr or BATCHPOINT_PIPELINE_REF (`verify` finds it in the quality gate named by
-BATCHPOINT_QUALITY_GATE too). `restore` runs that quality gate too, as the restore DAG
-does. Long operations print their progress (to stderr with --json, so the JSON on stdout
-stays parseable; always to stderr for `restore` and `gc`, whose report is stdout). On a terminal
-tables are drawn and counted steps (files copied, folders GC examined, ...) are progress
-bars; a pipe, a file, NO_COLOR or TERM=dumb get plain text. Exit codes: 0
-done (or passed), 1 a check failed or a restore was refused, 2 a mistake in the command
-or the setup, 3 `plan`: the deploy would be refused. A mistake is one `error:` line on
-stderr, or with --json one `{"error": "..."}` object on stdout, where the result would be.
-`--version` prints the installed distribution's version. Shell completion: argcomplete's
-(`eval "$(register-python-argcomplete batchpoint)"`, or its global activation).
-
-Each command group is a module of this package with a `register(subparsers, common)`
-that adds its subcommands; a command takes a `Command` and returns its exit code, and
-does its work through `batchpoint.ops`."""
+"""The `batchpoint` command: the parser (`--help` in users' words, usage.py), the
+command groups (a module each, with `register(subparsers, common)`), and `main`, which
+turns every error into one line and returns the exit code (exit_codes.py). A command
+takes a `Command` and does its work through `batchpoint.ops`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -46,14 +27,41 @@ from batchpoint.cli import (
 )
 from batchpoint.cli.context import Command, Parser, finish, global_options
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.json_body import json_body
 from batchpoint.errors import BatchpointError
 from batchpoint.settings.spark_endpoint import spark_endpoint
 
 #: The command groups, in the order `--help` lists them.
 GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, plan, restore)
 
-#: Commands whose report is stdout while their progress goes to stderr, even without --json.
-PROGRESS_TO_STDERR = ("restore", "gc")
+DESCRIPTION = """\
+Inspect and operate the checkpoints of your batch pipelines: list and compare them,
+check their data, take savepoints, restore, and clean up storage.
+
+batchpoint reads the same storage as your Airflow DAGs ($BATCHPOINT_ROOT, or --root).
+Commands that need the pipeline's code (savepoint, restore, plan, verify) find it in
+--pipeline-ref or $BATCHPOINT_PIPELINE_REF; commands that read state start Spark."""
+
+EPILOG = """\
+examples:
+  $ batchpoint checkpoints list
+  $ batchpoint checkpoints show 6
+  $ batchpoint --json stats | jq .pipeline_status
+  $ batchpoint verify --integrity-only
+  $ batchpoint restore --dry-run
+
+output:
+  Tables and colours on a terminal; plain text in a pipe, a file, or with NO_COLOR or
+  --no-color. Progress goes to stderr, so stdout is only the result. --json prints one
+  object with ISO 8601 timestamps and a "json_version" key (docs/cli.md).
+
+exit codes:
+  0 done or passed, 1 a check failed or a restore was refused, 2 a mistake in the
+  command or the setup (one "error:" line; {"error": ...} with --json), 3 plan: the
+  deploy would be refused.
+
+Run `batchpoint COMMAND --help` for a command's options and examples.
+Shell completion: eval "$(register-python-argcomplete batchpoint)"."""
 
 
 def installed_version() -> str:
@@ -64,15 +72,17 @@ def installed_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = global_options()
     parser = Parser(
         prog="batchpoint",
-        description=__doc__,
+        description=DESCRIPTION,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[common],
+        parents=[global_options(shown=True)],
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    # The commands accept the global options too, listed once above.
+    common = global_options(shown=False)
     for group in GROUPS:
         group.register(sub, common)
     return parser
@@ -87,7 +97,7 @@ def asks_for_json(argv: Sequence[str]) -> bool:
 
 def report_error(exc: BatchpointError, as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"error": str(exc)}))
+        print(json.dumps(json_body({"error": str(exc)})))
     else:
         print(f"error: {exc}", file=sys.stderr)
 
@@ -95,7 +105,9 @@ def report_error(exc: BatchpointError, as_json: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> ExitCode | int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    argcomplete.autocomplete(parser)  # does nothing unless the shell asks for completions
+    # Does nothing unless the shell asks for completions. The global options are hidden
+    # from a command's help, not from completion.
+    argcomplete.autocomplete(parser, print_suppressed=True)
     as_json = asks_for_json(argv)
     try:
         args = finish(parser.parse_args(argv))
@@ -105,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> ExitCode | int:
         report_error(exc, as_json)
         return ExitCode.ERROR
     try:
-        cmd = Command.of(args, progress_to_stderr=args.command in PROGRESS_TO_STDERR)
+        cmd = Command.of(args)
     except BatchpointError as exc:  # a bad setting
         report_error(exc, args.json)
         return ExitCode.ERROR
@@ -116,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> ExitCode | int:
     except BatchpointError as exc:
         cmd.out.close()  # the error below the last bar, not inside it
         report_error(exc, args.json)
+        return ExitCode.ERROR
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): stop quietly, as other tools in a pipe
+        # do; what is still buffered goes nowhere, not into a traceback at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.ERROR
     finally:
         cmd.out.close()

@@ -9,6 +9,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, non_negative
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.usage import add_command
 from batchpoint.ops.maintenance import (
     RepairResult,
     gc,
@@ -116,11 +117,13 @@ def repair_text(result: RepairResult) -> str:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "gc",
-        help="expire overdue pending checkpoints, then delete files no retained checkpoint "
-        "references",
-        parents=[common],
+        common,
+        summary="free storage: delete files no kept checkpoint needs",
+        about="Checkpoints past their deadline are expired first.",
+        examples=["batchpoint gc --dry-run", "batchpoint gc --history-limit 100"],
     )
     p.add_argument("--dry-run", action="store_true", help="report only, delete nothing")
     p.add_argument(
@@ -131,19 +134,32 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="also drop the records of settled, unretained checkpoints beyond the newest N",
     )
     p.set_defaults(run=cmd_gc)
-    p = sub.add_parser("reset", help="clear a FAILED pipeline's failure counter", parents=[common])
+    p = add_command(
+        sub,
+        "reset",
+        common,
+        summary="clear the failure count of a pipeline that stopped after too many failures",
+        examples=["batchpoint reset"],
+    )
     p.set_defaults(run=cmd_reset)
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "resume",
-        help="take checkpoints again after a stop-with-savepoint (exit 1: it was not stopped)",
-        parents=[common],
+        common,
+        summary="start taking checkpoints again after a stop with savepoint",
+        about="Exit 1 when the pipeline was not stopped.",
+        examples=["batchpoint resume"],
     )
     p.set_defaults(run=cmd_resume)
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "repair",
-        help="rebuild a missing or unreadable control record from the checkpoints' records "
-        "(the head its restore history proves); exit 1 when refused or it lost a race",
-        parents=[common],
+        common,
+        summary="rebuild the pipeline's lost or damaged bookkeeping from its checkpoints",
+        about="Rebuilds the control record (head, retained checkpoints) from the "
+        "checkpoints' own records.\nExit 1 when it is refused or another writer got there "
+        "first.",
+        examples=["batchpoint repair --dry-run", "batchpoint repair --force"],
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan it would write; write nothing"

@@ -10,6 +10,7 @@ from typing import Any
 
 from batchpoint.cli.context import Command, checkpoint_id
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.usage import add_command
 from batchpoint.ops.deploy import deploy_plan
 
 
@@ -30,10 +31,18 @@ def cmd_plan(cmd: Command) -> ExitCode:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "plan",
-        help="what a deploy of the code would keep, migrate, rescale or drop (exit 3: refused)",
-        parents=[common],
+        common,
+        summary="preview what deploying new code does to the stored state (exit 3: refused)",
+        about="Compares the code (--pipeline-ref) with the head, or the checkpoint or "
+        "savepoint named,\nand says for each source, operator, state and sink whether it "
+        "is kept, migrated, rescaled or dropped.",
+        examples=[
+            "batchpoint plan --pipeline-ref payments_v2:pipeline",
+            "batchpoint plan --pipeline-ref payments_v2:pipeline --checkpoint 6",
+        ],
     )
     target = p.add_mutually_exclusive_group()
     target.add_argument(

@@ -9,6 +9,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.usage import add_actions, add_command
 from batchpoint.ops.maintenance import (
     quarantine_json,
     quarantine_reason,
@@ -54,16 +55,28 @@ def cmd_release(cmd: Command) -> ExitCode:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    group = sub.add_parser(
+    group = add_command(
+        sub,
         "quarantine",
-        help="checkpoints a restore found damaged or the quality gate refused",
-        parents=[common],
+        common,
+        summary="checkpoints set aside as damaged or failing their checks",
+        examples=["batchpoint quarantine list", "batchpoint quarantine release 6"],
     )
-    actions = group.add_subparsers(dest="action", required=True)
-    p = actions.add_parser("list", help="quarantined checkpoints and why", parents=[common])
+    actions = add_actions(group)
+    p = add_command(
+        actions,
+        "list",
+        common,
+        summary="the quarantined checkpoints, who set them aside and why",
+        examples=["batchpoint quarantine list"],
+    )
     p.set_defaults(run=cmd_list)
-    p = actions.add_parser(
-        "release", help="make a quarantined checkpoint a candidate again", parents=[common]
+    p = add_command(
+        actions,
+        "release",
+        common,
+        summary="let a quarantined checkpoint be restored again (it is checked afresh)",
+        examples=["batchpoint quarantine release 6"],
     )
-    p.add_argument("checkpoint_id", type=checkpoint_id)
+    p.add_argument("checkpoint_id", type=checkpoint_id, metavar="ID", help="the checkpoint's id")
     p.set_defaults(run=cmd_release)

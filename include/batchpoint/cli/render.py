@@ -3,35 +3,59 @@ terminal gets the same tables drawn by cli/console.py; cli/output.py decides).""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from batchpoint.protocol.stats import CheckpointStats
 
+#: A cell that is a number, a size, a duration or a count (right-aligned); "-" is none.
+NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?( ?(B|KiB|MiB|GiB|TiB|ms|s|%))?|\d+/\d+|-")
+
+
+def numeric_columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[bool, ...]:
+    """Which columns hold numbers only (blank cells aside; at least one number)."""
+    return tuple(
+        any(row[i] not in ("", "-") for row in rows)
+        and all(NUMBER.fullmatch(row[i]) for row in rows if row[i])
+        for i in range(len(headers))
+    )
+
 
 class Grid(str):
     """A table as plain text, that keeps its headers and cells for a terminal to draw.
-    Joined into a longer str it is plain text only: a result that wants it drawn gives
-    it as one of its parts (`Output.emit`)."""
+    Numbers are right-aligned. Joined into a longer str it is plain text only: a result
+    that wants it drawn gives it as one of its parts (`Output.emit`)."""
 
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    numeric: tuple[bool, ...]
 
     def __new__(cls, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Grid:
+        numeric = numeric_columns(headers, rows)
         cells = [list(headers), *map(list, rows)]
         widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
         lines = [
-            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            "  ".join(
+                c.rjust(w) if right else c.ljust(w)
+                for c, w, right in zip(row, widths, numeric, strict=True)
+            ).rstrip()
             for row in cells
         ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         self = super().__new__(cls, "\n".join(lines))
-        self.headers, self.rows = tuple(headers), tuple(map(tuple, rows))
+        self.headers, self.rows, self.numeric = tuple(headers), tuple(map(tuple, rows)), numeric
         return self
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Grid:
-    return Grid([str(h) for h in headers], [["" if c is None else str(c) for c in r] for r in rows])
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], optional: Sequence[str] = ()
+) -> Grid:
+    """A Grid of the cells as text; the `optional` columns only when a row fills them."""
+    cells = [["" if c is None else str(c) for c in r] for r in rows]
+    names = [str(h) for h in headers]
+    keep = [i for i, h in enumerate(names) if h not in optional or any(r[i] for r in cells)]
+    return Grid([names[i] for i in keep], [[r[i] for i in keep] for r in cells])
 
 
 def size(n: float | None) -> str:
@@ -76,4 +100,4 @@ def history_table(history: Iterable[CheckpointStats]) -> Grid:
         ]
         for s in history
     ]
-    return table([*HISTORY_HEADERS, "reason"], rows)
+    return table([*HISTORY_HEADERS, "reason"], rows, optional=["reason"])

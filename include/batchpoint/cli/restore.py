@@ -15,6 +15,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, add_gate_option
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.usage import add_command
 from batchpoint.errors import BatchpointError, ConfigError, DeployRefused, RestoreRefused
 from batchpoint.ops.gates import choose_restore_gate
 from batchpoint.ops.restore import restore
@@ -95,7 +96,7 @@ def cmd_restore(cmd: Command) -> ExitCode:
             mode=ClaimMode.of(args.claim_mode),
             store_options=settings.store_options,
             savepoint_roots=settings.savepoint_roots,
-            progress=cmd.out.progress,  # stderr: PROGRESS_TO_STDERR names restore
+            progress=cmd.out.progress,  # stderr, beside the report on stdout
             allow_non_restored_state=args.allow_non_restored_state,
         )
     except DeployRefused as exc:  # the code cannot take the chosen checkpoint's state
@@ -170,7 +171,20 @@ def check_lines(check: CandidateCheck) -> list[str]:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("restore", help="restore from a checkpoint or a savepoint", parents=[common])
+    p = add_command(
+        sub,
+        "restore",
+        common,
+        summary="roll the pipeline back to a checkpoint or a savepoint (exit 1: refused)",
+        about="Candidates are checked newest first (files, then the quality gate) and the "
+        "first that passes\nbecomes the head; a damaged or failing one is quarantined. "
+        "The report goes to stdout,\nthe progress to stderr.",
+        examples=[
+            "batchpoint restore --dry-run",
+            "batchpoint restore 6",
+            "batchpoint restore s3://bucket/savepoints/before-upgrade --claim",
+        ],
+    )
     p.add_argument(
         "source", nargs="?", default="latest", help="latest, a checkpoint id, or a savepoint"
     )

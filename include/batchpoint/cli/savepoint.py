@@ -13,6 +13,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.usage import add_command
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.local_epoch import take_savepoint
 from batchpoint.ops.savepoints import dispose
@@ -127,10 +128,20 @@ def cmd_bootstrap(cmd: Command) -> ExitCode:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "savepoint",
-        help="run one epoch as a savepoint (local Spark) and export it to a folder",
-        parents=[common],
+        common,
+        summary="take a savepoint: a copy of the state you can restore or move",
+        about="Runs one epoch on local Spark and exports it to a folder, or exports an "
+        "existing checkpoint\n(--checkpoint-id). `savepoint dispose ID` removes one; "
+        "`savepoint bootstrap TARGET` writes one\nfrom Parquet files.",
+        examples=[
+            "batchpoint savepoint --target s3://bucket/savepoints/before-upgrade",
+            "batchpoint savepoint --checkpoint-id 6",
+            "batchpoint savepoint --stop",
+            "batchpoint savepoint dispose 7",
+        ],
     )
     p.add_argument(
         "action",

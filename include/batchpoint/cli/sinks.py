@@ -11,6 +11,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id, non_negative
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.usage import add_actions, add_command
 from batchpoint.ops.sinks import show_sink, sink_history
 
 
@@ -63,18 +64,35 @@ def cmd_history(cmd: Command) -> ExitCode:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    group = sub.add_parser("sink", help="a sink's rows as of a checkpoint", parents=[common])
-    actions = group.add_subparsers(dest="action", required=True)
-    p = actions.add_parser(
-        "show", help="the rows published as of a checkpoint (default: now)", parents=[common]
+    group = add_command(
+        sub,
+        "sink",
+        common,
+        summary="read what a sink published, now or as of a checkpoint",
+        examples=["batchpoint sink show payments balances_table --checkpoint 4"],
+    )
+    actions = add_actions(group)
+    p = add_command(
+        actions,
+        "show",
+        common,
+        summary="the rows a sink published as of a checkpoint (default: now)",
+        examples=[
+            "batchpoint sink show payments balances_table",
+            "batchpoint sink show payments balances_table --checkpoint 4 --limit 50",
+        ],
     )
     p.add_argument("pipeline_name", metavar="PIPELINE")
     p.add_argument("sink", metavar="SINK", help="its name or uid")
     p.add_argument("--checkpoint", type=checkpoint_id, default=None, help="as of checkpoint N")
     p.add_argument("--limit", type=non_negative, default=20, help="rows to print (default 20)")
     p.set_defaults(run=cmd_show)
-    p = actions.add_parser(
-        "history", help="a table sink's commits, one per checkpoint", parents=[common]
+    p = add_command(
+        actions,
+        "history",
+        common,
+        summary="a table sink's commits, one per checkpoint",
+        examples=["batchpoint sink history payments balances_table"],
     )
     p.add_argument("pipeline_name", metavar="PIPELINE")
     p.add_argument("sink", metavar="SINK")

@@ -1,6 +1,7 @@
-"""`state show PIPELINE OPERATOR STATE [--checkpoint N] [--key COL=VALUE ...]`: an operator's
-state as of a checkpoint, read by Spark (a local session, or the pipeline's session on
-the Spark Connect server in connect mode; starting one takes seconds)."""
+"""`state show PIPELINE OPERATOR STATE [--checkpoint N] [--key COL=VALUE ...]` (or
+OPERATOR/STATE): an operator's state as of a checkpoint, named by uid or any name it had,
+read by Spark (a local session, or the pipeline's session on the Spark Connect server in
+connect mode; starting one takes seconds)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import argparse
 from typing import Any
 
 from batchpoint.cli import render
-from batchpoint.cli.context import Command, non_negative
+from batchpoint.cli.context import Command, UsageError, non_negative
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.usage import add_actions, add_command
 
 
 def _key(text: str) -> tuple[str, str]:
@@ -28,17 +30,33 @@ def _checkpoint(text: str) -> int | str:
     return value
 
 
+def operator_and_state(operator: str, state: str | None) -> tuple[str, str]:
+    """OPERATOR STATE, or OPERATOR/STATE in one word (names and uids hold no '/')."""
+    if state is not None:
+        return operator, state
+    name, sep, rest = operator.partition("/")
+    if not sep or not name or not rest:
+        raise UsageError(f"name the state: OPERATOR STATE or OPERATOR/STATE, got {operator!r}")
+    return name, rest
+
+
 def cmd_show(cmd: Command) -> ExitCode:
     from batchpoint.errors import BatchpointError
-    from batchpoint.ops.dataframes import describe_rows, read_state, resolve_checkpoint
+    from batchpoint.ops.dataframes import describe_rows, find_state_at, read_state
     from batchpoint.spark.session import session_here
 
     a = cmd.args
+    operator, state = operator_and_state(a.operator, a.state)
     coordinator = cmd.coordinator_of(a.pipeline_name)
-    cid = resolve_checkpoint(coordinator, a.checkpoint)
-    cmd.out.progress(f"reading {a.operator}/{a.state} of checkpoint {cid} with Spark")
-    spark = session_here("batchpoint-state-show", a.pipeline_name, cmd.spark_settings())
-    df = read_state(spark, a.pipeline_name, a.operator, a.state, cid, settings=cmd.settings)
+    # Found before Spark starts: a wrong name is an error within a second.
+    completed, found = find_state_at(coordinator, operator, state, a.checkpoint)
+    cid = completed.checkpoint_id
+    spark_settings = cmd.spark_settings()  # a wrong connection too, before any progress
+    cmd.out.progress(f"reading {found.label} of checkpoint {cid} with Spark")
+    spark = session_here("batchpoint-state-show", a.pipeline_name, spark_settings)
+    df = read_state(
+        spark, a.pipeline_name, found.operator_uid, found.state_uid, cid, settings=cmd.settings
+    )
     for column, value in a.key:
         if column not in df.columns:
             raise BatchpointError(f"--key {column}: the state has columns {df.columns}")
@@ -48,15 +66,19 @@ def cmd_show(cmd: Command) -> ExitCode:
     def data() -> dict[str, Any]:
         return {
             "pipeline": a.pipeline_name,
-            "operator": a.operator,
-            "state": a.state,
+            "operator": found.operator,
+            "operator_uid": found.operator_uid,
+            "state": found.state,
+            "state_uid": found.state_uid,
             "checkpoint_id": cid,
             "total_rows": total,
             "rows": [dict(zip(columns, r, strict=True)) for r in rows],
         }
 
     def text() -> list[str]:
-        head = f"{a.pipeline_name} {a.operator}/{a.state} as of checkpoint {cid}: {total} row(s)"
+        head = f"{a.pipeline_name} {found.label} as of checkpoint {cid}: {total} row(s)"
+        if (operator, state) != (found.operator, found.state):
+            head += f" (asked for as {operator}/{state})"
         more = total - len(rows)
         body = render.table(columns, rows)
         return [head, body, *([f"... {more} more (--limit)"] if more > 0 else [])]
@@ -66,13 +88,41 @@ def cmd_show(cmd: Command) -> ExitCode:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    group = sub.add_parser("state", help="an operator's state as of a checkpoint", parents=[common])
-    actions = group.add_subparsers(dest="action", required=True)
-    p = actions.add_parser("show", help="the state's rows (read with Spark)", parents=[common])
-    p.add_argument("pipeline_name", metavar="PIPELINE")
-    p.add_argument("operator", metavar="OPERATOR")
-    p.add_argument("state", metavar="STATE")
-    p.add_argument("--checkpoint", type=_checkpoint, default="latest", help="N or latest")
+    group = add_command(
+        sub,
+        "state",
+        common,
+        summary="read an operator's state as of a checkpoint",
+        examples=["batchpoint state show payments balances/balances --checkpoint 7"],
+    )
+    actions = add_actions(group)
+    p = add_command(
+        actions,
+        "show",
+        common,
+        summary="the rows of an operator's state as of a checkpoint (starts Spark)",
+        about="Name the operator and the state by their names, their uids, or any name they "
+        "had in an earlier deploy:\nan operator renamed with its uid kept is the same "
+        "operator, and is found under either name.",
+        examples=[
+            "batchpoint state show payments balances/balances",
+            "batchpoint state show payments balances balances --checkpoint 7 "
+            "--key account_id=acct-0003",
+            "batchpoint --json state show payments balances-uid/balances --limit 100",
+        ],
+    )
+    p.add_argument("pipeline_name", metavar="PIPELINE", help="the pipeline's name")
+    p.add_argument(
+        "operator", metavar="OPERATOR[/STATE]", help="the operator's name or uid (any it had)"
+    )
+    p.add_argument(
+        "state", metavar="STATE", nargs="?", default=None,
+        help="the state's name or uid (or give OPERATOR/STATE)",
+    )  # fmt: skip
+    p.add_argument(
+        "--checkpoint", type=_checkpoint, default="latest", metavar="N",
+        help="a checkpoint id, or latest (the default: the head)",
+    )  # fmt: skip
     p.add_argument(
         "--key", type=_key, action="append", default=[], metavar="COL=VALUE",
         help="only rows whose column equals the value (repeatable)",

@@ -10,6 +10,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, add_gate_option
 from batchpoint.cli.exit_codes import ExitCode
+from batchpoint.cli.usage import add_command
 from batchpoint.errors import ConfigError
 from batchpoint.ops.gates import judging_gate
 from batchpoint.ops.pipelines import require_pipeline
@@ -114,10 +115,18 @@ def render_report(what: str, report: CandidateReport) -> list[str]:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "verify",
-        help="the quality gate's report on a checkpoint or savepoint (integrity, suites)",
-        parents=[common],
+        common,
+        summary="check a checkpoint's or a savepoint's files and data quality (exit 1: failed)",
+        about="Every file is checked against its size and checksum, then the quality gate's "
+        "suites run\non the state (which starts Spark). Nothing is written unless --quarantine.",
+        examples=[
+            "batchpoint verify",
+            "batchpoint verify 6 --integrity-only",
+            "batchpoint verify s3://bucket/savepoints/before-upgrade",
+        ],
     )
     p.add_argument(
         "target",

@@ -21,12 +21,12 @@ import pyarrow as pa
 
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.pipelines import open_pipeline
-from batchpoint.ops.sinks import find_sink
+from batchpoint.ops.sinks import find_sink, recorded_topologies
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.sinks import visible_files
+from batchpoint.protocol.state_names import StateName, find_state
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.settings import Settings
 from batchpoint.state.format import RESERVED_COLUMNS
@@ -65,32 +65,34 @@ def _completed(coordinator: PipelineHistory, checkpoint_id: int) -> CompletedChe
     return outcome.completed
 
 
+def find_state_at(
+    coordinator: PipelineHistory, operator: str, state: str, checkpoint: Checkpoint
+) -> tuple[CompletedCheckpoint, StateName]:
+    """The checkpoint, and the state `operator`/`state` names in it: by uid, by name
+    now, or by any name a kept checkpoint recorded (protocol/state_names.py)."""
+    cid = resolve_checkpoint(coordinator, checkpoint)
+    completed = _completed(coordinator, cid)
+    found = find_state(
+        operator,
+        state,
+        completed.topology,
+        checkpoint_id=cid,
+        declared=coordinator.load_spec().operators,
+        recorded=recorded_topologies(coordinator),
+    )
+    return completed, found
+
+
 def state_files(
     coordinator: PipelineHistory, operator: str, state: str, checkpoint: Checkpoint
 ) -> tuple[int, list[FileHandle]]:
     """The files (every layer) of an operator's state at a checkpoint."""
-    cid = resolve_checkpoint(coordinator, checkpoint)
-    spec = coordinator.load_spec()
-    names = {op.name: op for op in spec.operators}
-    if operator not in names or not names[operator].states:
-        stateful = sorted(op.name for op in spec.operators if op.states)
-        raise BatchpointError(
-            f"pipeline '{coordinator.pipeline}' has no stateful operator '{operator}' "
-            f"(stateful: {', '.join(stateful) or 'none'})"
-        )
-    if state not in names[operator].states:
-        raise BatchpointError(
-            f"operator '{operator}' has no state '{state}' "
-            f"(states: {', '.join(names[operator].states)})"
-        )
-    completed = _completed(coordinator, cid)
-    # the files are named by identity: the checkpoint's uids of the names asked for
-    op_uid = completed.pending.operator_uid(operator)
-    node = completed.topology.node(OperatorKind.OPERATOR, op_uid)
-    state_uid = next((s.uid for s in node.states if s.name == state), state) if node else state
-    files = base_state_files(completed, op_uid, state_uid)
+    completed, found = find_state_at(coordinator, operator, state, checkpoint)
+    cid = completed.checkpoint_id
+    # the files are named by identity: the checkpoint's uids
+    files = base_state_files(completed, found.operator_uid, found.state_uid)
     if not files:
-        raise BatchpointError(f"checkpoint {cid} holds no files of state {operator}/{state}")
+        raise BatchpointError(f"checkpoint {cid} holds no files of state {found.label}")
     return cid, files
 
 
