@@ -4,6 +4,7 @@ with one `error:` line and write nothing."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 import pytest
 
@@ -104,6 +105,11 @@ def test_every_checkpoint_is_listed_with_one_status_in_text_and_json(root, cli):
     assert all(c["duration_s"] is None or c["duration_s"] >= 0 for c in listed)
 
 
+def _epoch(iso: str) -> float:
+    """A JSON timestamp (ISO 8601 with its offset, docs/cli.md) as seconds."""
+    return datetime.fromisoformat(iso).timestamp()
+
+
 def test_show_says_who_quarantined_a_checkpoint_when_and_why(root, cli):
     every_status(payments_driver(root))
     run = cli("checkpoints", "show", "5")
@@ -115,7 +121,7 @@ def test_show_says_who_quarantined_a_checkpoint_when_and_why(root, cli):
     body = cli("--json", "checkpoints", "show", "5").json
     assert (body["status"], body["outcome"]) == ("quarantined", "COMPLETED")
     assert body["status_meaning"].startswith("completed, but found unfit for a restore")
-    assert QUARANTINE_REASON in body["quarantine"] and body["quarantined_at"] > 0
+    assert QUARANTINE_REASON in body["quarantine"] and _epoch(body["quarantined_at"]) > 0
     retained = cli("--json", "checkpoints", "show", "4").json
     assert (retained["status"], retained["quarantine"], retained["quarantined_at"]) == (
         "retained",
@@ -129,9 +135,14 @@ def test_a_checkpoint_aborted_at_its_trigger_shows_when_it_was_triggered(root, c
     every_status(payments_driver(root))
     body = cli("--json", "checkpoints", "show", "7").json
     assert (body["status"], body["failure_reason"]) == ("aborted", "incompatible-deploy")
-    assert body["trigger_time"] <= body["end_time"] < body["trigger_time"] + 60
-    assert body["duration_s"] == pytest.approx(body["end_time"] - body["trigger_time"])
+    triggered, ended = _epoch(body["trigger_time"]), _epoch(body["end_time"])
+    assert triggered <= ended < triggered + 60
+    assert body["duration_s"] == pytest.approx(ended - triggered, abs=1e-3)
     head = cli("--json", "checkpoints", "show", "6").json
-    assert body["trigger_time"] >= head["end_time"]  # triggered after the head completed
-    row = next(line for line in cli("checkpoints", "show", "7").out.splitlines() if line[:1] == "7")
+    assert triggered >= _epoch(head["end_time"])  # triggered after the head completed
+    row = next(
+        line
+        for line in cli("checkpoints", "show", "7").out.splitlines()
+        if line.split()[:1] == ["7"]
+    )
     assert " -" not in row.split("aborted", 1)[1].split("incompatible", 1)[0], row
