@@ -8,7 +8,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id, non_negative
 from batchpoint.cli.exit_codes import ExitCode
-from batchpoint.cli.usage import add_actions, add_command
+from batchpoint.cli.usage import add_command, add_group
 from batchpoint.ops.inspect import (
     PipelineStats,
     list_checkpoints,
@@ -18,6 +18,13 @@ from batchpoint.ops.inspect import (
 
 
 def cmd_list(cmd: Command) -> ExitCode:
+    """The checkpoints, oldest first, with their status, duration and size.
+
+    The head is the checkpoint the next run builds on; retained ones can be restored.
+
+    $ batchpoint checkpoints list --limit 5
+    $ batchpoint --json checkpoints list
+    """
     history = list_checkpoints(cmd.coordinator(), cmd.args.limit)
     cmd.out.emit(
         history.to_json,
@@ -31,6 +38,11 @@ def cmd_list(cmd: Command) -> ExitCode:
 
 
 def cmd_show(cmd: Command) -> ExitCode:
+    """One checkpoint: its status, what it builds on, and each task's share.
+
+    $ batchpoint checkpoints show 6
+    $ batchpoint --json checkpoints show 6
+    """
     detail = show_checkpoint(cmd.coordinator(), cmd.args.checkpoint_id)
 
     def text() -> list[str]:
@@ -87,6 +99,11 @@ def _spark_work(jobs: int | None, stages: int | None) -> str:
 
 
 def cmd_stats(cmd: Command) -> ExitCode:
+    """How the pipeline is doing: failures in a row, durations and sizes.
+
+    $ batchpoint stats
+    $ batchpoint --json stats
+    """
     stats = pipeline_stats(cmd.coordinator())
 
     def text() -> str:
@@ -124,41 +141,20 @@ def stats_json(stats: PipelineStats) -> dict[str, Any]:
     return body
 
 
+#: `batchpoint checkpoints --help`, as a command's docstring reads (usage.help_of)
+GROUP_USAGE = """List checkpoints, or show one with its tasks.
+
+$ batchpoint checkpoints list --limit 10
+$ batchpoint checkpoints show 6
+"""
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    group = add_command(
-        sub,
-        "checkpoints",
-        common,
-        summary="list checkpoints, or show one with its tasks",
-        examples=["batchpoint checkpoints list --limit 10", "batchpoint checkpoints show 6"],
-    )
-    actions = add_actions(group)
-    p = add_command(
-        actions,
-        "list",
-        common,
-        summary="the checkpoints, oldest first, with their status, duration and size",
-        about="The head is the checkpoint the next run builds on; retained ones can be restored.",
-        examples=["batchpoint checkpoints list --limit 5", "batchpoint --json checkpoints list"],
-    )
+    actions = add_group(sub, "checkpoints", common, GROUP_USAGE)
+    p = add_command(actions, "list", common, run=cmd_list)
     p.add_argument(
         "--limit", type=non_negative, default=None, metavar="N", help="the newest N only"
     )
-    p.set_defaults(run=cmd_list)
-    p = add_command(
-        actions,
-        "show",
-        common,
-        summary="one checkpoint: its status, what it builds on, and each task's share",
-        examples=["batchpoint checkpoints show 6", "batchpoint --json checkpoints show 6"],
-    )
+    p = add_command(actions, "show", common, run=cmd_show)
     p.add_argument("checkpoint_id", type=checkpoint_id, metavar="ID", help="the checkpoint's id")
-    p.set_defaults(run=cmd_show)
-    p = add_command(
-        sub,
-        "stats",
-        common,
-        summary="how the pipeline is doing: failures in a row, durations and sizes",
-        examples=["batchpoint stats", "batchpoint --json stats"],
-    )
-    p.set_defaults(run=cmd_stats)
+    add_command(sub, "stats", common, run=cmd_stats)

@@ -24,6 +24,13 @@ from batchpoint.protocol.stopping import NotStopped
 
 
 def cmd_gc(cmd: Command) -> ExitCode:
+    """Free storage: delete files no kept checkpoint needs.
+
+    Checkpoints past their deadline are expired first.
+
+    $ batchpoint gc --dry-run
+    $ batchpoint gc --history-limit 100
+    """
     args = cmd.args
     report = gc(
         cmd.coordinator(),
@@ -44,6 +51,12 @@ def cmd_gc(cmd: Command) -> ExitCode:
 
 
 def cmd_resume(cmd: Command) -> ExitCode:
+    """Start taking checkpoints again after a stop with savepoint.
+
+    Exit 1 when the pipeline was not stopped.
+
+    $ batchpoint resume
+    """
     coordinator = cmd.coordinator()
     try:
         result = resume(coordinator)
@@ -62,6 +75,10 @@ def cmd_resume(cmd: Command) -> ExitCode:
 
 
 def cmd_reset(cmd: Command) -> ExitCode:
+    """Clear the failure count of a pipeline that stopped after too many failures.
+
+    $ batchpoint reset
+    """
     result = reset(cmd.coordinator())
     cmd.out.emit(
         {"pipeline": result.pipeline, "status": result.status, "was": result.previous_status},
@@ -71,6 +88,14 @@ def cmd_reset(cmd: Command) -> ExitCode:
 
 
 def cmd_repair(cmd: Command) -> ExitCode:
+    """Rebuild the pipeline's lost or damaged bookkeeping from its checkpoints.
+
+    Rebuilds the control record (head, retained checkpoints) from the checkpoints' own records.
+    Exit 1 when it is refused or another writer got there first.
+
+    $ batchpoint repair --dry-run
+    $ batchpoint repair --force
+    """
     args = cmd.args
     result = repair(cmd.coordinator(), dry_run=args.dry_run, force=args.force)
     cmd.out.emit(result.to_json, lambda: repair_text(result))
@@ -117,14 +142,7 @@ def repair_text(result: RepairResult) -> str:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = add_command(
-        sub,
-        "gc",
-        common,
-        summary="free storage: delete files no kept checkpoint needs",
-        about="Checkpoints past their deadline are expired first.",
-        examples=["batchpoint gc --dry-run", "batchpoint gc --history-limit 100"],
-    )
+    p = add_command(sub, "gc", common, run=cmd_gc)
     p.add_argument("--dry-run", action="store_true", help="report only, delete nothing")
     p.add_argument(
         "--history-limit",
@@ -133,34 +151,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="also drop the records of settled, unretained checkpoints beyond the newest N",
     )
-    p.set_defaults(run=cmd_gc)
-    p = add_command(
-        sub,
-        "reset",
-        common,
-        summary="clear the failure count of a pipeline that stopped after too many failures",
-        examples=["batchpoint reset"],
-    )
-    p.set_defaults(run=cmd_reset)
-    p = add_command(
-        sub,
-        "resume",
-        common,
-        summary="start taking checkpoints again after a stop with savepoint",
-        about="Exit 1 when the pipeline was not stopped.",
-        examples=["batchpoint resume"],
-    )
-    p.set_defaults(run=cmd_resume)
-    p = add_command(
-        sub,
-        "repair",
-        common,
-        summary="rebuild the pipeline's lost or damaged bookkeeping from its checkpoints",
-        about="Rebuilds the control record (head, retained checkpoints) from the "
-        "checkpoints' own records.\nExit 1 when it is refused or another writer got there "
-        "first.",
-        examples=["batchpoint repair --dry-run", "batchpoint repair --force"],
-    )
+    add_command(sub, "reset", common, run=cmd_reset)
+    add_command(sub, "resume", common, run=cmd_resume)
+    p = add_command(sub, "repair", common, run=cmd_repair)
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan it would write; write nothing"
     )
@@ -169,4 +162,3 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a readable control record too (it says what that changes)",
     )
-    p.set_defaults(run=cmd_repair)

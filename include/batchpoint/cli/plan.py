@@ -15,6 +15,15 @@ from batchpoint.ops.deploy import deploy_plan
 
 
 def cmd_plan(cmd: Command) -> ExitCode:
+    """Preview what deploying new code does to the stored state (exit 3: refused).
+
+    Compares the code (--pipeline-ref) with the head, or the checkpoint or savepoint named,
+    and says for each source, operator, state and sink whether it is kept, migrated, rescaled
+    or dropped.
+
+    $ batchpoint plan --pipeline-ref payments_v2:pipeline
+    $ batchpoint plan --pipeline-ref payments_v2:pipeline --checkpoint 6
+    """
     args = cmd.args
     pipeline = cmd.pipeline()
     if args.savepoint is None:
@@ -31,19 +40,7 @@ def cmd_plan(cmd: Command) -> ExitCode:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = add_command(
-        sub,
-        "plan",
-        common,
-        summary="preview what deploying new code does to the stored state (exit 3: refused)",
-        about="Compares the code (--pipeline-ref) with the head, or the checkpoint or "
-        "savepoint named,\nand says for each source, operator, state and sink whether it "
-        "is kept, migrated, rescaled or dropped.",
-        examples=[
-            "batchpoint plan --pipeline-ref payments_v2:pipeline",
-            "batchpoint plan --pipeline-ref payments_v2:pipeline --checkpoint 6",
-        ],
-    )
+    p = add_command(sub, "plan", common, run=cmd_plan)
     target = p.add_mutually_exclusive_group()
     target.add_argument(
         "--checkpoint", type=checkpoint_id, default=None, help="compare with this checkpoint"
@@ -56,4 +53,3 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="plan as a restore that allows state the code leaves unrestored",
     )
-    p.set_defaults(run=cmd_plan)

@@ -9,7 +9,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id
 from batchpoint.cli.exit_codes import ExitCode
-from batchpoint.cli.usage import add_actions, add_command
+from batchpoint.cli.usage import add_command, add_group
 from batchpoint.ops.maintenance import (
     quarantine_json,
     quarantine_reason,
@@ -19,6 +19,10 @@ from batchpoint.ops.maintenance import (
 
 
 def cmd_list(cmd: Command) -> ExitCode:
+    """The quarantined checkpoints, who set them aside and why.
+
+    $ batchpoint quarantine list
+    """
     c = cmd.coordinator()
     held = quarantined(c)
 
@@ -43,6 +47,10 @@ def cmd_list(cmd: Command) -> ExitCode:
 
 
 def cmd_release(cmd: Command) -> ExitCode:
+    """Let a quarantined checkpoint be restored again (it is checked afresh).
+
+    $ batchpoint quarantine release 6
+    """
     c = cmd.coordinator()
     cid = cmd.args.checkpoint_id
     held = release_quarantine(c, cid)
@@ -54,29 +62,16 @@ def cmd_release(cmd: Command) -> ExitCode:
     return ExitCode.OK
 
 
+#: `batchpoint quarantine --help`, as a command's docstring reads (usage.help_of)
+GROUP_USAGE = """Checkpoints set aside as damaged or failing their checks.
+
+$ batchpoint quarantine list
+$ batchpoint quarantine release 6
+"""
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    group = add_command(
-        sub,
-        "quarantine",
-        common,
-        summary="checkpoints set aside as damaged or failing their checks",
-        examples=["batchpoint quarantine list", "batchpoint quarantine release 6"],
-    )
-    actions = add_actions(group)
-    p = add_command(
-        actions,
-        "list",
-        common,
-        summary="the quarantined checkpoints, who set them aside and why",
-        examples=["batchpoint quarantine list"],
-    )
-    p.set_defaults(run=cmd_list)
-    p = add_command(
-        actions,
-        "release",
-        common,
-        summary="let a quarantined checkpoint be restored again (it is checked afresh)",
-        examples=["batchpoint quarantine release 6"],
-    )
+    actions = add_group(sub, "quarantine", common, GROUP_USAGE)
+    add_command(actions, "list", common, run=cmd_list)
+    p = add_command(actions, "release", common, run=cmd_release)
     p.add_argument("checkpoint_id", type=checkpoint_id, metavar="ID", help="the checkpoint's id")
-    p.set_defaults(run=cmd_release)

@@ -63,6 +63,16 @@ def gate_options(args: argparse.Namespace, pipeline: Pipeline) -> GateOptions:
 
 
 def cmd_restore(cmd: Command) -> ExitCode:
+    """Roll the pipeline back to a checkpoint or a savepoint (exit 1: refused).
+
+    Candidates are checked newest first (files, then the quality gate) and the first that passes
+    becomes the head; a damaged or failing one is quarantined. The report goes to stdout,
+    the progress to stderr.
+
+    $ batchpoint restore --dry-run
+    $ batchpoint restore 6
+    $ batchpoint restore s3://bucket/savepoints/before-upgrade --claim
+    """
     args, settings = cmd.args, cmd.settings
     pipeline = cmd.pipeline()
     options = gate_options(args, pipeline)
@@ -171,20 +181,7 @@ def check_lines(check: CandidateCheck) -> list[str]:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = add_command(
-        sub,
-        "restore",
-        common,
-        summary="roll the pipeline back to a checkpoint or a savepoint (exit 1: refused)",
-        about="Candidates are checked newest first (files, then the quality gate) and the "
-        "first that passes\nbecomes the head; a damaged or failing one is quarantined. "
-        "The report goes to stdout,\nthe progress to stderr.",
-        examples=[
-            "batchpoint restore --dry-run",
-            "batchpoint restore 6",
-            "batchpoint restore s3://bucket/savepoints/before-upgrade --claim",
-        ],
-    )
+    p = add_command(sub, "restore", common, run=cmd_restore)
     p.add_argument(
         "source", nargs="?", default="latest", help="latest, a checkpoint id, or a savepoint"
     )
@@ -225,7 +222,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "BATCHPOINT_RESTORE_VERIFY_CHECKSUMS, true); --no-checksums for huge states",
     )
     _add_gate_arguments(p)
-    p.set_defaults(run=cmd_restore)
 
 
 def _add_gate_arguments(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,17 @@ from batchpoint.ops.savepoints import dispose
 
 
 def cmd_savepoint(cmd: Command) -> ExitCode:
+    """Take a savepoint: a copy of the state you can restore or move.
+
+    Runs one epoch on local Spark and exports it to a folder, or exports an existing checkpoint
+    (--checkpoint-id). `savepoint dispose ID` removes one; `savepoint bootstrap TARGET` writes one
+    from Parquet files.
+
+    $ batchpoint savepoint --target s3://bucket/savepoints/before-upgrade
+    $ batchpoint savepoint --checkpoint-id 6
+    $ batchpoint savepoint --stop
+    $ batchpoint savepoint dispose 7
+    """
     args = cmd.args
     if args.action == "dispose":
         return cmd_dispose(cmd)
@@ -128,21 +139,7 @@ def cmd_bootstrap(cmd: Command) -> ExitCode:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = add_command(
-        sub,
-        "savepoint",
-        common,
-        summary="take a savepoint: a copy of the state you can restore or move",
-        about="Runs one epoch on local Spark and exports it to a folder, or exports an "
-        "existing checkpoint\n(--checkpoint-id). `savepoint dispose ID` removes one; "
-        "`savepoint bootstrap TARGET` writes one\nfrom Parquet files.",
-        examples=[
-            "batchpoint savepoint --target s3://bucket/savepoints/before-upgrade",
-            "batchpoint savepoint --checkpoint-id 6",
-            "batchpoint savepoint --stop",
-            "batchpoint savepoint dispose 7",
-        ],
-    )
+    p = add_command(sub, "savepoint", common, run=cmd_savepoint)
     p.add_argument(
         "action",
         nargs="?",
@@ -178,4 +175,3 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="the savepoint's epoch may leave state of its base that the code no longer "
         "declares unrestored (see `batchpoint plan`)",
     )
-    p.set_defaults(run=cmd_savepoint)

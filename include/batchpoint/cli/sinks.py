@@ -11,11 +11,16 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, checkpoint_id, non_negative
 from batchpoint.cli.exit_codes import ExitCode
-from batchpoint.cli.usage import add_actions, add_command
+from batchpoint.cli.usage import add_command, add_group
 from batchpoint.ops.sinks import show_sink, sink_history
 
 
 def cmd_show(cmd: Command) -> ExitCode:
+    """The rows a sink published as of a checkpoint (default: now).
+
+    $ batchpoint sink show payments balances_table
+    $ batchpoint sink show payments balances_table --checkpoint 4 --limit 50
+    """
     a = cmd.args
     view = show_sink(
         cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink, a.checkpoint, a.limit
@@ -35,6 +40,10 @@ def cmd_show(cmd: Command) -> ExitCode:
 
 
 def cmd_history(cmd: Command) -> ExitCode:
+    """A table sink's commits, one per checkpoint.
+
+    $ batchpoint sink history payments balances_table
+    """
     a = cmd.args
     history = sink_history(cmd.coordinator_of(a.pipeline_name), cmd.settings.store_ref, a.sink)
     commits = history.commits
@@ -63,37 +72,20 @@ def cmd_history(cmd: Command) -> ExitCode:
     return ExitCode.OK
 
 
+#: `batchpoint sink --help`, as a command's docstring reads (usage.help_of)
+GROUP_USAGE = """Read what a sink published, now or as of a checkpoint.
+
+$ batchpoint sink show payments balances_table --checkpoint 4
+"""
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    group = add_command(
-        sub,
-        "sink",
-        common,
-        summary="read what a sink published, now or as of a checkpoint",
-        examples=["batchpoint sink show payments balances_table --checkpoint 4"],
-    )
-    actions = add_actions(group)
-    p = add_command(
-        actions,
-        "show",
-        common,
-        summary="the rows a sink published as of a checkpoint (default: now)",
-        examples=[
-            "batchpoint sink show payments balances_table",
-            "batchpoint sink show payments balances_table --checkpoint 4 --limit 50",
-        ],
-    )
+    actions = add_group(sub, "sink", common, GROUP_USAGE)
+    p = add_command(actions, "show", common, run=cmd_show)
     p.add_argument("pipeline_name", metavar="PIPELINE")
     p.add_argument("sink", metavar="SINK", help="its name or uid")
     p.add_argument("--checkpoint", type=checkpoint_id, default=None, help="as of checkpoint N")
     p.add_argument("--limit", type=non_negative, default=20, help="rows to print (default 20)")
-    p.set_defaults(run=cmd_show)
-    p = add_command(
-        actions,
-        "history",
-        common,
-        summary="a table sink's commits, one per checkpoint",
-        examples=["batchpoint sink history payments balances_table"],
-    )
+    p = add_command(actions, "history", common, run=cmd_history)
     p.add_argument("pipeline_name", metavar="PIPELINE")
     p.add_argument("sink", metavar="SINK")
-    p.set_defaults(run=cmd_history)

@@ -11,7 +11,7 @@ from typing import Any
 from batchpoint.cli import render
 from batchpoint.cli.context import Command, UsageError, non_negative
 from batchpoint.cli.exit_codes import ExitCode
-from batchpoint.cli.usage import add_actions, add_command
+from batchpoint.cli.usage import add_command, add_group
 
 
 def _key(text: str) -> tuple[str, str]:
@@ -41,6 +41,16 @@ def operator_and_state(operator: str, state: str | None) -> tuple[str, str]:
 
 
 def cmd_show(cmd: Command) -> ExitCode:
+    """The rows of an operator's state as of a checkpoint (starts Spark).
+
+    Name the operator and the state by their names, their uids, or any name they had in an
+    earlier deploy: an operator renamed with its uid kept is the same operator, and is found
+    under either name.
+
+    $ batchpoint state show payments balances/balances
+    $ batchpoint state show payments balances balances --checkpoint 7 --key account_id=acct-0003
+    $ batchpoint --json state show payments balances-uid/balances --limit 100
+    """
     from batchpoint.errors import BatchpointError
     from batchpoint.ops.dataframes import describe_rows, find_state_at, read_state
     from batchpoint.spark.session import session_here
@@ -87,30 +97,16 @@ def cmd_show(cmd: Command) -> ExitCode:
     return ExitCode.OK
 
 
+#: `batchpoint state --help`, as a command's docstring reads (usage.help_of)
+GROUP_USAGE = """Read an operator's state as of a checkpoint.
+
+$ batchpoint state show payments balances/balances --checkpoint 7
+"""
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    group = add_command(
-        sub,
-        "state",
-        common,
-        summary="read an operator's state as of a checkpoint",
-        examples=["batchpoint state show payments balances/balances --checkpoint 7"],
-    )
-    actions = add_actions(group)
-    p = add_command(
-        actions,
-        "show",
-        common,
-        summary="the rows of an operator's state as of a checkpoint (starts Spark)",
-        about="Name the operator and the state by their names, their uids, or any name they "
-        "had in an earlier deploy:\nan operator renamed with its uid kept is the same "
-        "operator, and is found under either name.",
-        examples=[
-            "batchpoint state show payments balances/balances",
-            "batchpoint state show payments balances balances --checkpoint 7 "
-            "--key account_id=acct-0003",
-            "batchpoint --json state show payments balances-uid/balances --limit 100",
-        ],
-    )
+    actions = add_group(sub, "state", common, GROUP_USAGE)
+    p = add_command(actions, "show", common, run=cmd_show)
     p.add_argument("pipeline_name", metavar="PIPELINE", help="the pipeline's name")
     p.add_argument(
         "operator", metavar="OPERATOR[/STATE]", help="the operator's name or uid (any it had)"
@@ -128,4 +124,3 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="only rows whose column equals the value (repeatable)",
     )  # fmt: skip
     p.add_argument("--limit", type=non_negative, default=20, help="rows to print (default 20)")
-    p.set_defaults(run=cmd_show)

@@ -19,6 +19,15 @@ from batchpoint.quality.report import CandidateReport
 
 
 def cmd_verify(cmd: Command) -> ExitCode:
+    """Check a checkpoint's or a savepoint's files and data quality (exit 1: failed).
+
+    Every file is checked against its size and checksum, then the quality gate's suites run
+    on the state (which starts Spark). Nothing is written unless --quarantine.
+
+    $ batchpoint verify
+    $ batchpoint verify 6 --integrity-only
+    $ batchpoint verify s3://bucket/savepoints/before-upgrade
+    """
     args = cmd.args
     if args.integrity_only:
         c = cmd.coordinator()
@@ -115,19 +124,7 @@ def render_report(what: str, report: CandidateReport) -> list[str]:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = add_command(
-        sub,
-        "verify",
-        common,
-        summary="check a checkpoint's or a savepoint's files and data quality (exit 1: failed)",
-        about="Every file is checked against its size and checksum, then the quality gate's "
-        "suites run\non the state (which starts Spark). Nothing is written unless --quarantine.",
-        examples=[
-            "batchpoint verify",
-            "batchpoint verify 6 --integrity-only",
-            "batchpoint verify s3://bucket/savepoints/before-upgrade",
-        ],
-    )
+    p = add_command(sub, "verify", common, run=cmd_verify)
     p.add_argument(
         "target",
         nargs="?",
@@ -159,4 +156,3 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="store the report beside the checkpoint and quarantine it if it fails "
         "(verify writes nothing otherwise)",
     )
-    p.set_defaults(run=cmd_verify)
