@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from support.airflow_stack import PASSWORD, USER, AirflowStack
-from support.browser import INSTALL_HINT, chromium_paths, headless_chromium, screenshot, wait_for
+from support.browser import (
+    INSTALL_HINT,
+    chromium_paths,
+    headless_chromium,
+    log_in,
+    screenshot,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.s3]
 
@@ -42,12 +49,7 @@ def test_a_user_logs_in_and_browses_the_checkpoints(bp, airflow_home, tmp_path):
         stack.start(("api-server",))
         stack.wait_healthy()
 
-        browser.get(f"{stack.base_url}/")  # not logged in: Airflow sends us to its login
-        wait_for(browser, lambda b: b.find_elements(By.NAME, "username"))
-        browser.find_element(By.NAME, "username").send_keys(USER)
-        browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait_for(browser, lambda b: b.get_cookie("_token"))
+        log_in(browser, stack.base_url, USER, PASSWORD)
 
         # Browse -> Checkpoints: the plugin's page in the UI's frame
         browser.get(f"{stack.base_url}/plugin/batchpoint")

@@ -22,6 +22,7 @@ from support.browser import (
     OFFLINE,
     chromium_paths,
     headless_chromium,
+    log_in,
     screenshot,
     wait_for,
 )
@@ -62,12 +63,7 @@ def test_a_refused_checkpoints_data_docs_open_offline_from_its_page(
     with stack, headless_chromium(flags=(OFFLINE,)) as browser:
         stack.start(("api-server",))
         stack.wait_healthy()
-        browser.get(f"{stack.base_url}/")
-        wait_for(browser, lambda b: b.find_elements(By.NAME, "username"))
-        browser.find_element(By.NAME, "username").send_keys(USER)
-        browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait_for(browser, lambda b: b.get_cookie("_token"))
+        log_in(browser, stack.base_url, USER, PASSWORD)
 
         browser.get(f"{stack.base_url}/batchpoint/payments/checkpoints/{bad}")
         wait_for(browser, lambda b: b.find_elements(By.LINK_TEXT, "Data Docs"))[0].click()

@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from support.airflow_stack import PASSWORD, USER, AirflowStack
-from support.browser import INSTALL_HINT, chromium_paths, headless_chromium, screenshot, wait_for
+from support.browser import (
+    INSTALL_HINT,
+    chromium_paths,
+    headless_chromium,
+    log_in,
+    screenshot,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.s3]
 
@@ -40,17 +47,6 @@ DEFAULT_CONF: dict[str, dict[str, Any]] = {
         "skip_suites": [],
     },
 }
-
-
-def log_in(browser: Any, stack: AirflowStack) -> None:
-    from selenium.webdriver.common.by import By
-
-    browser.get(f"{stack.base_url}/")
-    wait_for(browser, lambda b: b.find_elements(By.NAME, "username"))
-    browser.find_element(By.NAME, "username").send_keys(USER)
-    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait_for(browser, lambda b: b.get_cookie("_token"))
 
 
 def open_trigger_form(browser: Any, stack: AirflowStack, dag_id: str) -> tuple[Any, Any]:
@@ -117,7 +113,7 @@ def test_each_trigger_form_submits_with_its_defaults(bp, airflow_home, tmp_path)
     with stack, headless_chromium(height=1400) as browser:
         stack.start(("api-server",))  # no scheduler: a run stays queued, as created
         stack.wait_healthy()
-        log_in(browser, stack)
+        log_in(browser, stack.base_url, USER, PASSWORD)
 
         for dag_id, conf in DEFAULT_CONF.items():
             dialog, submit = open_trigger_form(browser, stack, dag_id)

@@ -15,7 +15,14 @@ from urllib.parse import quote, unquote
 import pytest
 
 from support.airflow_stack import PASSWORD, USER, AirflowStack
-from support.browser import INSTALL_HINT, chromium_paths, headless_chromium, screenshot, wait_for
+from support.browser import (
+    INSTALL_HINT,
+    chromium_paths,
+    headless_chromium,
+    log_in,
+    screenshot,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.s3]
 
@@ -66,12 +73,7 @@ def test_a_checkpoint_leads_to_its_run_and_back(bp, write_epoch, airflow_home, t
     with stack, headless_chromium(1280, 900) as browser:
         stack.start(("api-server",))
         stack.wait_healthy()
-        browser.get(f"{stack.base_url}/")
-        wait_for(browser, lambda b: b.find_elements(By.NAME, "username"))
-        browser.find_element(By.NAME, "username").send_keys(USER)
-        browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait_for(browser, lambda b: b.get_cookie("_token"))
+        log_in(browser, stack.base_url, USER, PASSWORD)
 
         # Browse -> Checkpoints -> payments -> checkpoint 1, inside the UI's frame
         browser.get(f"{stack.base_url}/plugin/batchpoint")

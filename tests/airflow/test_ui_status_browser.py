@@ -11,23 +11,19 @@ from pathlib import Path
 import pytest
 
 from support.airflow_stack import PASSWORD, USER, AirflowStack
-from support.browser import INSTALL_HINT, chromium_paths, headless_chromium, screenshot, wait_for
+from support.browser import (
+    INSTALL_HINT,
+    chromium_paths,
+    headless_chromium,
+    log_in,
+    screenshot,
+    wait_for,
+)
 from support.status_history import EXPECTED, QUARANTINE_REASON, every_status
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.s3]
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "ui-screenshots"
-
-
-def _log_in(browser, stack) -> None:
-    from selenium.webdriver.common.by import By
-
-    browser.get(f"{stack.base_url}/")
-    wait_for(browser, lambda b: b.find_elements(By.NAME, "username"))
-    browser.find_element(By.NAME, "username").send_keys(USER)
-    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait_for(browser, lambda b: b.get_cookie("_token"))
 
 
 def _in_frame(browser, ready):
@@ -76,7 +72,7 @@ def test_a_user_reads_a_quarantined_and_a_discarded_checkpoint(bp, airflow_home,
     with stack, headless_chromium() as browser:
         stack.start(("api-server",))
         stack.wait_healthy()
-        _log_in(browser, stack)
+        log_in(browser, stack.base_url, USER, PASSWORD)
 
         # the pipeline's history inside Airflow's frame: one status a row
         browser.get(f"{stack.base_url}/plugin/batchpoint")

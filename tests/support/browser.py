@@ -71,3 +71,16 @@ def screenshot(browser: Any, folder: Path, name: str) -> Path:
     path = folder / f"{name}.png"
     browser.save_screenshot(str(path))
     return path
+
+
+def log_in(browser: Any, base_url: str, user: str, password: str) -> None:
+    """Through Airflow's own login form (not logged in, its UI sends us there); done when
+    the session's token cookie is set."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{base_url}/")
+    wait_for(browser, lambda b: b.find_elements(By.NAME, "username"))
+    browser.find_element(By.NAME, "username").send_keys(user)
+    browser.find_element(By.NAME, "password").send_keys(password)
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(browser, lambda b: b.get_cookie("_token"))
