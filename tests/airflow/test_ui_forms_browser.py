@@ -122,8 +122,15 @@ def test_each_trigger_form_submits_with_its_defaults(bp, airflow_home, tmp_path)
                 f"{dag_id}: Trigger disabled with the defaults:\n{dialog.text}"
             )
             assert "This field is required" not in dialog.text, dialog.text
+            # the Airflow database is the session's: other tests' runs may be there
+            before = {r["dag_run_id"] for r in runs_of(stack, dag_id)}
             submit.click()
-            runs = wait_for(browser, lambda b, d=dag_id: runs_of(stack, d))
+            runs = wait_for(
+                browser,
+                lambda b, d=dag_id, old=before: [
+                    r for r in runs_of(stack, d) if r["dag_run_id"] not in old
+                ],
+            )
             assert len(runs) == 1 and runs[0]["run_type"] == "manual", runs
             assert runs[0]["conf"] == conf, (dag_id, runs[0]["conf"])
 

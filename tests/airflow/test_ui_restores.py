@@ -86,6 +86,6 @@ def test_the_latest_restore_is_in_the_status_and_the_history_marks_each(local, a
     assert "<dt>latest restore</dt><dd>to checkpoint 2: restore generation 2 at " in page
     assert ", ungated</dd>" in page
     (row,) = [r for r in page.split("<tr ") if "checkpoints/2'>2</a>" in r]
-    assert row.startswith("class='completed restored'")
+    assert row.startswith("class='head restored'")  # restored to: the head again
     assert "restore generation 2 at " in row and "gated by the row-count gate" in row
     assert "restored" not in next(r for r in page.split("<tr ") if "checkpoints/4'>4</a>" in r)

@@ -414,7 +414,7 @@ def _savepoint(run: Run) -> str:
     from batchpoint.protocol.savepoints import read_savepoint
 
     conf = run.api.form_conf(SAVEPOINT_DAG, description="before v2")
-    assert conf["stop_pipeline"] is False and conf["target"] == ""  # the form's defaults
+    assert conf["stop_pipeline"] is False and not conf["target"]  # the form's defaults
     run_id = run.api.trigger(SAVEPOINT_DAG, conf)
     assert run.api.wait_run(SAVEPOINT_DAG, run_id, 900)["state"] == "success"
     folders = run.store.list_dirs("savepoints/payments/")
