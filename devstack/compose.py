@@ -13,7 +13,8 @@ What is read (the part of the Compose specification the deployment uses):
 - `command`/`entrypoint` as a list or a shell-split string; `environment` as a mapping
   or a `KEY=VALUE` list; `depends_on` as a list or with conditions; volumes and configs
   in the short and the long syntax; `healthcheck` with CMD, CMD-SHELL or a string.
-Anything else a service says (networks, deploy, ...) is not used by the stack and is
+- `deploy.replicas`: a scaled service is N hosts (ComposeFile.scaled).
+Anything else a service says (networks, other `deploy` keys, ...) is not used by the stack and is
 refused, so that nothing the file asks for is silently dropped.
 """
 
@@ -53,8 +54,11 @@ SERVICE_KEYS = frozenset(
         "restart",
         "ports",
         "expose",
+        "deploy",
     }
 )
+#: what of a service's `deploy` the stack carries out
+DEPLOY_KEYS = frozenset({"replicas"})
 
 _VARIABLE = re.compile(
     r"\$(?:(?P<escaped>\$)"
@@ -206,6 +210,10 @@ class Service:
     restart: str
     ports: tuple[str, ...]
     expose: tuple[str, ...]
+    #: compose's `deploy.replicas`: this many containers, each a host of its own
+    replicas: int = 1
+    #: the service a replica belongs to (ComposeFile.scaled), None for the service itself
+    replica_of: str | None = None
 
     @property
     def port_numbers(self) -> set[int]:
@@ -249,6 +257,20 @@ def _mounts(raw: Mapping[str, Any], where: str, folder: Path) -> tuple[Mount, ..
         target = f"/{name}" if isinstance(item, str) else item.get("target", f"/{name}")
         mounts.append(Mount("config", name, target, True))
     return tuple(mounts)
+
+
+def _replicas(raw: Any, where: str) -> int:
+    deploy = raw or {}
+    unknown = sorted(k for k in deploy if k not in DEPLOY_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: {', '.join(unknown)} not supported by ./dev stack")
+    try:
+        replicas = int(deploy.get("replicas", 1))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}.replicas: a whole number, not {deploy['replicas']!r}") from None
+    if replicas < 1:
+        raise ConfigError(f"{where}.replicas: at least 1 (a service of none is left out here)")
+    return replicas
 
 
 def _dependencies(raw: Any, where: str) -> tuple[Dependency, ...]:
@@ -318,7 +340,10 @@ class ComposeFile:
                 restart=str(raw.get("restart") or "no"),
                 ports=tuple(map(str, raw.get("ports") or ())),
                 expose=tuple(map(str, raw.get("expose") or ())),
+                replicas=_replicas(raw.get("deploy"), f"{where}.deploy"),
             )
+            if services[name].replicas > 1 and "hostname" in raw:
+                raise ConfigError(f"{where}: replicas of one service cannot share a hostname")
         configs = {}
         for name, raw in (document.get("configs") or {}).items():
             if "content" not in raw:
@@ -349,6 +374,13 @@ class ComposeFile:
                     raise ConfigError(f"service {service.name}: config {mount.source} undeclared")
         self.start_order()  # raises on a cycle
 
+    def scaled(self) -> ComposeFile:
+        """The file with each scaled service made one service per replica
+        (devstack.replicas.scaled)."""
+        from devstack.replicas import scaled
+
+        return scaled(self)
+
     def one_shot(self, name: str) -> bool:
         """A service others wait on to finish (compose's service_completed_successfully):
         it runs to its end instead of being kept up."""
@@ -376,9 +408,11 @@ class ComposeFile:
             order.append(name)
 
         for name in self.services if wanted is None else wanted:
-            if name not in self.services:
+            replicas = [n for n, s in self.services.items() if s.replica_of == name]
+            if name not in self.services and not replicas:
                 raise ConfigError(f"no service {name} in {self.path.name}")
-            visit(name)
+            for each in replicas or [name]:
+                visit(each)
         return order
 
 

