@@ -186,6 +186,8 @@ class Stack:
         self.workdir.chmod(0o755)  # postgres runs as its own user and must get through
         for name in self.order:
             self.containers[name].prepare()
+            for line in self.containers[name].limit_notes():
+                self.say(line)
         self.network.create()
         self._thread = threading.Thread(target=self._run, name="batchpoint-stack", daemon=True)
         self._thread.start()
