@@ -276,9 +276,10 @@ class Container:
         volumes)."""
         return sorted({str(self.mounts[m.target]) for m in self.service.mounts if m.read_only})
 
-    def inside(self, argv: list[str]) -> list[str]:
+    def inside(self, argv: list[str], *, as_root: bool = False) -> list[str]:
         """`argv` run on this container's host, with its hostname and /tmp, and its
-        read-only mounts read-only there (for root too, as in a container)."""
+        read-only mounts read-only there (for root too, as in a container), as the
+        service's user (`as_root`: as root, as `docker compose exec --user root`)."""
         tools = [shutil.which(t) or f"/usr/bin/{t}" for t in ("unshare", "hostname", "mount")]
         procs = [str(p) for p in self.cgroup.procs] if self.cgroup else []
         join = ["/bin/sh", "-c", _JOIN, "join", *procs, "--"] if procs else []
@@ -300,7 +301,7 @@ class Container:
             str(self.rootfs / "tmp"),
             *self.read_only_paths(),
             "--",
-            *self.as_user(),
+            *([] if as_root else self.as_user()),
             *argv,
         ]
 

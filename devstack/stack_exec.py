@@ -1,5 +1,5 @@
-"""`./dev stack exec SERVICE COMMAND...`: `docker compose exec` for a running `./dev stack`,
-such as `./dev stack exec airflow-scheduler batchpoint checkpoints list`.
+"""`./dev stack exec [--user root] SERVICE COMMAND...`: `docker compose exec` for a running
+`./dev stack`, such as `./dev stack exec airflow-scheduler batchpoint checkpoints list`.
 
 The command runs on the service's host as the service's own processes do: in its network
 namespace (the other services by name), with its hostname, /tmp and read-only mounts, as
@@ -33,6 +33,7 @@ def record(stack: Stack) -> Path:
     services = {
         name: {
             "prefix": container.inside([]),
+            "root_prefix": container.inside([], as_root=True),
             "env": container.environment(),
             "cwd": str(container.cwd),
         }
@@ -57,6 +58,9 @@ def _running() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="./dev stack exec", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, help="the stack's folder (default: the one up)")
+    parser.add_argument(
+        "-u", "--user", choices=["root", "0"], help="as root instead of the service's user"
+    )
     parser.add_argument("service")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -80,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     found = shutil.which(command[0], path=service["env"]["PATH"])
     command[0] = found or command[0]
     done = subprocess.run(
-        [*service["prefix"], *command], env=service["env"], cwd=service["cwd"], check=False
+        [*service["root_prefix" if args.user else "prefix"], *command],
+        env=service["env"],
+        cwd=service["cwd"],
+        check=False,
     )
     return done.returncode
 

@@ -135,8 +135,10 @@ def _cli_on_the_stack(stack: Stack, capfd: pytest.CaptureFixture[str]) -> None:
         # no pipeline has run: the CLI listed the bucket through S3 and found none
         assert code == 2 and "no pipeline 'payments' in s3://batchpoint/prod" in err, out + err
         assert "(pipelines: none)" in err
-        assert stack_exec.main(["--dir", str(stack.workdir), API_SERVER, "id", "-u"]) == 0
-        assert capfd.readouterr().out.strip() == str(AIRFLOW_IMAGE_UID)
+        where = ["--dir", str(stack.workdir)]
+        for user, uid in (([], AIRFLOW_IMAGE_UID), (["--user", "root"], 0)):
+            assert stack_exec.main([*where, *user, API_SERVER, "id", "-u"]) == 0
+            assert capfd.readouterr().out.strip() == str(uid)
     finally:
         pointer.unlink()
 
