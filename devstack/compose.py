@@ -12,9 +12,12 @@ What is read (the part of the Compose specification the deployment uses):
   by key (`environment` included), anything else the override gives replaces;
 - `command`/`entrypoint` as a list or a shell-split string; `environment` as a mapping
   or a `KEY=VALUE` list; `depends_on` as a list or with conditions; volumes and configs
-  in the short and the long syntax; `healthcheck` with CMD, CMD-SHELL or a string.
-- `deploy.replicas`: a scaled service is N hosts (ComposeFile.scaled).
-Anything else a service says (networks, other `deploy` keys, ...) is not used by the stack and is
+  in the short and the long syntax; `healthcheck` with CMD, CMD-SHELL or a string;
+- how each container runs (devstack.compose_keys): `user`, `secrets`, `deploy` (replicas:
+  a host per replica, devstack.replicas; resource limits), `init`, `pull_policy` and
+  `profiles` (a service with profiles starts only when one of them is active, or when it
+  is named).
+Anything else a service says (networks, cap_add, ...) is not used by the stack and is
 refused, so that nothing the file asks for is silently dropped.
 """
 
@@ -24,13 +27,16 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from batchpoint.errors import ConfigError
+from devstack import compose_keys
+from devstack.compose_keys import Limits, Secret
+from devstack.compose_vars import interpolate, interpolate_all, read_dotenv
 
 STARTED = "service_started"
 HEALTHY = "service_healthy"
@@ -54,52 +60,17 @@ SERVICE_KEYS = frozenset(
         "restart",
         "ports",
         "expose",
+        "user",
+        "secrets",
         "deploy",
+        "init",
+        "pull_policy",
+        "profiles",
     }
 )
-#: what of a service's `deploy` the stack carries out
-DEPLOY_KEYS = frozenset({"replicas"})
 
-_VARIABLE = re.compile(
-    r"\$(?:(?P<escaped>\$)"
-    r"|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
-    r"|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))"
-)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def interpolate(text: str, variables: Mapping[str, str], where: str = "") -> str:
-    """One value with compose's variable syntax substituted."""
-
-    def substitute(match: re.Match[str]) -> str:
-        if match["escaped"]:
-            return "$"
-        name = match["braced"] or match["plain"]
-        value = variables.get(name)
-        op, arg = match["op"], match["arg"] or ""
-        unset_or_empty = value is None or (value == "" and op is not None and op[0] == ":")
-        if op in (":-", "-"):
-            return arg if unset_or_empty else str(value)
-        if op in (":?", "?"):
-            if unset_or_empty:
-                raise ConfigError(f"{where}: ${{{name}}} is required: {arg or 'not set'}")
-            return str(value)
-        if op in (":+", "+"):
-            return "" if unset_or_empty else arg
-        return "" if value is None else str(value)
-
-    return _VARIABLE.sub(substitute, text)
-
-
-def _interpolate_all(node: Any, variables: Mapping[str, str], where: str) -> Any:
-    if isinstance(node, str):
-        return interpolate(node, variables, where)
-    if isinstance(node, Mapping):
-        return {k: _interpolate_all(v, variables, f"{where}.{k}") for k, v in node.items()}
-    if isinstance(node, list):
-        return [_interpolate_all(v, variables, where) for v in node]
-    return node
 
 
 def merge(base: Any, override: Any) -> Any:
@@ -184,7 +155,7 @@ class Mount:
     folder or file on this machine for a bind mount (resolved against the compose file's
     folder), else the named volume's or config's name."""
 
-    kind: str  # "bind", "volume" or "config"
+    kind: str  # "bind", "volume", "config" or "secret"
     source: str
     target: str
     read_only: bool = False
@@ -210,10 +181,18 @@ class Service:
     restart: str
     ports: tuple[str, ...]
     expose: tuple[str, ...]
-    #: compose's `deploy.replicas`: this many containers, each a host of its own
+    #: UID[:GID] its processes run as (None: as the stack, root)
+    user: str | None = None
+    #: `init: true`: an init process reaps and forwards signals (the stack's supervisor)
+    init: bool = False
+    pull_policy: str = "missing"
+    profiles: tuple[str, ...] = ()
+    #: deploy.replicas: this many containers, each a host of its own
     replicas: int = 1
     #: the service a replica belongs to (ComposeFile.scaled), None for the service itself
     replica_of: str | None = None
+    #: deploy.resources.limits
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def port_numbers(self) -> set[int]:
@@ -256,21 +235,9 @@ def _mounts(raw: Mapping[str, Any], where: str, folder: Path) -> tuple[Mount, ..
         name = item if isinstance(item, str) else item["source"]
         target = f"/{name}" if isinstance(item, str) else item.get("target", f"/{name}")
         mounts.append(Mount("config", name, target, True))
+    for name, target in compose_keys.secret_mounts(raw.get("secrets"), f"{where}.secrets"):
+        mounts.append(Mount("secret", name, target, True))
     return tuple(mounts)
-
-
-def _replicas(raw: Any, where: str) -> int:
-    deploy = raw or {}
-    unknown = sorted(k for k in deploy if k not in DEPLOY_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: {', '.join(unknown)} not supported by ./dev stack")
-    try:
-        replicas = int(deploy.get("replicas", 1))
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}.replicas: a whole number, not {deploy['replicas']!r}") from None
-    if replicas < 1:
-        raise ConfigError(f"{where}.replicas: at least 1 (a service of none is left out here)")
-    return replicas
 
 
 def _dependencies(raw: Any, where: str) -> tuple[Dependency, ...]:
@@ -295,6 +262,9 @@ class ComposeFile:
     volumes: tuple[str, ...]
     #: config name -> its content
     configs: Mapping[str, str]
+    secrets: Mapping[str, Secret] = field(default_factory=dict)
+    #: the active profiles (`--profile`, COMPOSE_PROFILES)
+    active_profiles: frozenset[str] = frozenset()
 
     @classmethod
     def load(
@@ -302,21 +272,28 @@ class ComposeFile:
         path: Path | str,
         variables: Mapping[str, str] | None = None,
         overrides: Iterable[Path | str] = (),
+        profiles: Iterable[str] = (),
     ) -> ComposeFile:
         """The compose file at `path` (with `overrides` merged over it), interpolated
-        with `variables` (default: the `.env` file beside it, then this environment)."""
+        with `variables` (default: the `.env` file beside it, then this environment),
+        with `profiles` and COMPOSE_PROFILES' active."""
         path = Path(path).resolve()
         if variables is None:
             variables = {**read_dotenv(path.parent / ".env"), **os.environ}
         document = _read(path)
         for extra in overrides:
             document = merge(document, _read(Path(extra)))
-        document = _interpolate_all(document, variables, path.name)
-        return cls.parse(path, document, variables)
+        document = interpolate_all(document, variables, path.name)
+        active = {*profiles, *filter(None, variables.get("COMPOSE_PROFILES", "").split(","))}
+        return cls.parse(path, document, variables, frozenset(active))
 
     @classmethod
     def parse(
-        cls, path: Path, document: Mapping[str, Any], variables: Mapping[str, str]
+        cls,
+        path: Path,
+        document: Mapping[str, Any],
+        variables: Mapping[str, str],
+        active_profiles: frozenset[str] = frozenset(),
     ) -> ComposeFile:
         services = {}
         for name, raw in (document.get("services") or {}).items():
@@ -327,6 +304,7 @@ class ComposeFile:
             if "image" not in raw:
                 raise ConfigError(f"{where}: no image")
             health = raw.get("healthcheck")
+            replicas, limits = compose_keys.deploy(raw.get("deploy"), f"{where}.deploy")
             services[name] = Service(
                 name=name,
                 image=str(raw["image"]),
@@ -340,7 +318,12 @@ class ComposeFile:
                 restart=str(raw.get("restart") or "no"),
                 ports=tuple(map(str, raw.get("ports") or ())),
                 expose=tuple(map(str, raw.get("expose") or ())),
-                replicas=_replicas(raw.get("deploy"), f"{where}.deploy"),
+                user=compose_keys.user(raw.get("user"), f"{where}.user"),
+                init=bool(raw.get("init", False)),
+                pull_policy=compose_keys.pull_policy(raw, where),
+                profiles=compose_keys.profiles(raw.get("profiles"), where),
+                replicas=replicas,
+                limits=limits,
             )
             if services[name].replicas > 1 and "hostname" in raw:
                 raise ConfigError(f"{where}: replicas of one service cannot share a hostname")
@@ -355,6 +338,8 @@ class ComposeFile:
             services=services,
             volumes=tuple(document.get("volumes") or ()),
             configs=configs,
+            secrets=compose_keys.top_level_secrets(document.get("secrets"), path.parent, variables),
+            active_profiles=active_profiles,
         )
         compose._check()
         return compose
@@ -372,6 +357,8 @@ class ComposeFile:
                     raise ConfigError(f"service {service.name}: volume {mount.source} undeclared")
                 if mount.kind == "config" and mount.source not in self.configs:
                     raise ConfigError(f"service {service.name}: config {mount.source} undeclared")
+                if mount.kind == "secret" and mount.source not in self.secrets:
+                    raise ConfigError(f"service {service.name}: secret {mount.source} undeclared")
         self.start_order()  # raises on a cycle
 
     def scaled(self) -> ComposeFile:
@@ -391,8 +378,8 @@ class ComposeFile:
         )
 
     def start_order(self, wanted: Iterable[str] | None = None) -> list[str]:
-        """`wanted` (default every service) and what they depend on, each after its
-        dependencies (in the file's order where free)."""
+        """`wanted` (default every service of no profile or an active one) and what they
+        depend on, each after its dependencies (in the file's order where free)."""
         order: list[str] = []
         visiting: set[str] = set()
 
@@ -407,13 +394,22 @@ class ComposeFile:
             visiting.discard(name)
             order.append(name)
 
-        for name in self.services if wanted is None else wanted:
+        for name in self.enabled() if wanted is None else wanted:
             replicas = [n for n, s in self.services.items() if s.replica_of == name]
             if name not in self.services and not replicas:
                 raise ConfigError(f"no service {name} in {self.path.name}")
             for each in replicas or [name]:
                 visit(each)
         return order
+
+    def enabled(self) -> list[str]:
+        """The services `docker compose up` starts: those without profiles, and those with
+        an active one."""
+        return [
+            name
+            for name, service in self.services.items()
+            if not service.profiles or self.active_profiles.intersection(service.profiles)
+        ]
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -424,23 +420,6 @@ def _read(path: Path) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: not a compose file (no mapping at the top)")
     return document
-
-
-def read_dotenv(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines of a compose `.env` file (none when there is no file)."""
-    if not path.is_file():
-        return {}
-    out = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        out[key.strip().removeprefix("export ").strip()] = value
-    return out
 
 
 __all__ = [

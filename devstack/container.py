@@ -14,6 +14,14 @@ configs, a hostname and a /tmp of its own, and its network namespace.
   or scratch files in /tmp, as SeaweedFS and the JVM do, cannot meet another host's),
   and each config and `:ro` mount bound read-only (a service that writes to one fails as
   it would in its container, root or not).
+- Users: a service with `user: UID[:GID]` runs as that user (setpriv, once the mounts are
+  made), its healthchecks too; a named volume is made as Docker makes it at its first
+  mount: with the owner and mode of the image's folder at that path when the image has
+  one (Docker copies it), else root's, 0755. So a service that writes into a volume
+  nobody prepared for it fails here as in Docker. Without `user` a service runs as root.
+- Secrets: each is a read-only file at /run/secrets/NAME (or the target given).
+- Limits: `deploy.resources.limits` through a control group (devstack.limits) that the
+  service's processes join first.
   Every process carries the container's marker variable, so stop and kill reach all of
   them, re-parented ones included, as the end of a container does.
 """
@@ -34,6 +42,7 @@ from typing import IO
 from batchpoint.errors import ConfigError
 from devstack.compose import ComposeFile, Service
 from devstack.images import LocalImage
+from devstack.limits import ControlGroup, control_group
 from devstack.netns import Host
 from devstack.processes import live_where, start_group
 
@@ -43,13 +52,17 @@ STOP_GRACE = 10.0  # compose's default stop_grace_period
 # A container path: it starts a value or follows a space, '=' or a quote.
 _PATH = re.compile(r"(?:^|(?<=[\s='\"]))(/[^\s'\",;]*)")
 # Runs inside the host: its own hostname and /tmp, each read-only mount (the paths up to
-# "--") bound read-only onto itself, then the service's command.
+# "--") bound read-only onto itself, then the service's command (as its user: a setpriv
+# prefix).
 _ENTER = (
     'mnt="$2"; "$1" "$0" && "$mnt" --bind "$3" /tmp || exit 125; shift 3; '
     'while [ "$1" != "--" ]; do '
     '"$mnt" --bind "$1" "$1" && "$mnt" -o remount,bind,ro "$1" || exit 125; shift; '
     'done; shift; exec "$@"'
 )
+# Joins the control groups (the cgroup.procs files up to "--"), then runs the rest: before
+# `ip netns exec`, whose fresh /sys has no cgroup hierarchy in it.
+_JOIN = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
 def marked(value: str) -> list[int]:
@@ -107,10 +120,20 @@ class Container:
         self._log: IO[bytes] | None = None
         self.started_at: float | None = None
         self.starts = 0
+        self.cgroup: ControlGroup | None = None
 
     @property
     def name(self) -> str:
         return self.service.name
+
+    @property
+    def user(self) -> tuple[int, int] | None:
+        """(uid, gid) of `user:` (a UID alone: group 0, as Docker gives a user the image
+        does not know), None to run as root."""
+        if self.service.user is None:
+            return None
+        uid, _, gid = self.service.user.partition(":")
+        return int(uid), int(gid or 0)
 
     # -- the filesystem -------------------------------------------------------------------
 
@@ -122,7 +145,12 @@ class Container:
         tmp.mkdir(exist_ok=True)
         tmp.chmod(0o1777)
         for root in self.image.roots:
-            (self.rootfs / root.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            folder = self.rootfs / root.lstrip("/")
+            if not folder.exists():
+                folder.mkdir(parents=True)
+                self._own_as_image(folder, root)
+        if self.cgroup is None and self.service.limits:
+            self.cgroup = control_group(self.marker.replace("/", "-"), self.service.limits)
         for mount in self.service.mounts:
             if mount.kind == "bind":
                 local = Path(mount.source)
@@ -130,7 +158,11 @@ class Container:
                     raise ConfigError(f"service {self.name}: bind mount {local} does not exist")
             elif mount.kind == "volume":
                 local = self.workdir / "volumes" / mount.source
-                local.mkdir(parents=True, exist_ok=True)
+                if not local.exists():  # Docker's first mount of a new volume
+                    local.mkdir(parents=True)
+                    self._own_as_image(local, mount.target)
+            elif mount.kind == "secret":
+                local = self._secret_file(mount.source)
             else:
                 local = self.workdir / "configs" / mount.source
                 local.parent.mkdir(parents=True, exist_ok=True)
@@ -144,6 +176,33 @@ class Container:
                 if link.is_dir():
                     link.rmdir()  # made above as one of the image's roots
                 link.symlink_to(local)
+
+    def _own_as_image(self, local: Path, target: str) -> None:
+        """`local` owned as the image's folder at `target` is (root's, 0755, when the
+        image has none there: what Docker gives a new volume at such a path)."""
+        uid, gid, mode = self.image.owners.get(target, (0, 0, 0o755))
+        os.chown(local, uid, gid)
+        local.chmod(mode)
+
+    def _secret_file(self, name: str) -> Path:
+        secret = self.compose.secrets[name]
+        if secret.file is not None:
+            if not secret.file.is_file():
+                raise ConfigError(f"service {self.name}: secret file {secret.file} is missing")
+            return secret.file
+        local = self.workdir / "secrets" / name
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if not local.exists():
+            local.write_text(secret.content or "")
+            local.chmod(0o444)
+        return local
+
+    def limit_notes(self) -> list[str]:
+        """Its resource limits, each enforced (and how) or not (and why)."""
+        group = self.cgroup
+        if group is None:
+            return []
+        return [f"{self.name}: {line}" for line in (*group.enforced, *group.not_enforced)]
 
     def translate(self, value: str) -> str:
         """`value` with every container path in it made local."""
@@ -172,6 +231,10 @@ class Container:
             "LANG": "C.UTF-8",
             "HOSTNAME": self.service.hostname,
         }
+        user = self.user
+        login = self.image.login(user[0]) if user and user[0] != 0 else None
+        if login is not None:  # getpass and the JVM look the user up by name
+            env["USER"] = env["LOGNAME"] = login
         for source in (self.image.env, self.service.environment, self.overrides):
             env.update({k: self.translate(v) for k, v in source.items()})
         # Spark binds where its host is reachable; as in a container, that is the one
@@ -194,15 +257,34 @@ class Container:
     def command(self) -> list[str]:
         return self._resolve(self.image.argv(self.service), self.environment())
 
+    @property
+    def cwd(self) -> Path:
+        """Where its processes start: the image's working directory, else its folder."""
+        workdir = self.image.workdir
+        return Path(self.translate(workdir)) if workdir else self.rootfs
+
+    def as_user(self) -> list[str]:
+        """The prefix that runs a command as the service's user (none for root)."""
+        user = self.user
+        if user is None:
+            return []
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        return [setpriv, f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups", "--"]
+
     def read_only_paths(self) -> list[str]:
-        """The local places of its read-only mounts (every config, `:ro` volumes)."""
+        """The local places of its read-only mounts (every config and secret, `:ro`
+        volumes)."""
         return sorted({str(self.mounts[m.target]) for m in self.service.mounts if m.read_only})
 
-    def inside(self, argv: list[str]) -> list[str]:
+    def inside(self, argv: list[str], *, as_root: bool = False) -> list[str]:
         """`argv` run on this container's host, with its hostname and /tmp, and its
-        read-only mounts read-only there (for root too, as in a container)."""
+        read-only mounts read-only there (for root too, as in a container), as the
+        service's user (`as_root`: as root, as `docker compose exec --user root`)."""
         tools = [shutil.which(t) or f"/usr/bin/{t}" for t in ("unshare", "hostname", "mount")]
+        procs = [str(p) for p in self.cgroup.procs] if self.cgroup else []
+        join = ["/bin/sh", "-c", _JOIN, "join", *procs, "--"] if procs else []
         return [
+            *join,
             *self.host.exec_prefix(),
             tools[0],
             "--uts",
@@ -219,6 +301,7 @@ class Container:
             str(self.rootfs / "tmp"),
             *self.read_only_paths(),
             "--",
+            *([] if as_root else self.as_user()),
             *argv,
         ]
 
@@ -235,7 +318,7 @@ class Container:
         self.starts += 1
         self._log.write(f"\n=== start {self.starts}: {' '.join(argv)}\n".encode())
         self._log.flush()
-        self._process = start_group(self.inside(argv), log=self._log, cwd=self.rootfs, env=env)
+        self._process = start_group(self.inside(argv), log=self._log, cwd=self.cwd, env=env)
         self.started_at = time.monotonic()
 
     def running(self) -> bool:
@@ -293,6 +376,9 @@ class Container:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
 
     # -- health ---------------------------------------------------------------------------
 
@@ -308,7 +394,7 @@ class Container:
         probe = subprocess.Popen(
             self.inside(self._resolve(check.argv(), env)),
             env=env,
-            cwd=self.rootfs,
+            cwd=self.cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -33,6 +33,7 @@ from devstack import PROJECT_ROOT
 from devstack.compose import Service
 
 VENV_BIN = Path(sys.executable).parent
+AIRFLOW_IMAGE_UID = 50000  # apache/airflow's `airflow` user
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -66,6 +67,17 @@ class LocalImage:
     executables: Mapping[str, str] = field(default_factory=dict)
     #: a user to run as instead of root (postgres refuses to run as root)
     user: str | None = None
+    #: the image's folders with their (uid, gid, mode): a new named volume mounted at
+    #: one starts with its owner, as Docker copies it; elsewhere a volume is root's
+    owners: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
+    #: the image's WORKDIR, where its processes start
+    workdir: str | None = None
+    #: uid -> name in the image's /etc/passwd
+    accounts: Mapping[int, str] = field(default_factory=dict)
+
+    def login(self, uid: int) -> str | None:
+        """The name a process running as `uid` has in the image (None: none)."""
+        return self.accounts.get(uid)
 
     def argv(self, service: Service) -> list[str]:
         """The command the container's entrypoint would run (container paths as they
@@ -83,6 +95,10 @@ class LocalImage:
 @dataclass(frozen=True)
 class AirflowSparkImage(LocalImage):
     """docker/Dockerfile's image: apache/airflow with batchpoint, PySpark and Java."""
+
+    def login(self, uid: int) -> str | None:
+        # apache/airflow's entrypoint adds a `default` user for a uid it does not know.
+        return self.accounts.get(uid, "default")
 
     def argv(self, service: Service) -> list[str]:
         if service.entrypoint:
@@ -185,6 +201,14 @@ def airflow_spark(image: str) -> AirflowSparkImage:
             "PYTHONPATH": str(PROJECT_ROOT),
         },
         roots=("/opt/airflow", "/home/airflow", "/opt/spark-work"),
+        # apache/airflow's user airflow (50000, group 0) owns AIRFLOW_HOME, its dags/ and
+        # logs/ and its home, group-writable for any AIRFLOW_UID run in group 0.
+        owners={
+            path: (AIRFLOW_IMAGE_UID, 0, 0o775)
+            for path in ("/opt/airflow", "/opt/airflow/logs", "/opt/airflow/dags", "/home/airflow")
+        },
+        workdir="/opt/airflow",
+        accounts={0: "root", AIRFLOW_IMAGE_UID: "airflow"},
         executables={
             "/usr/local/bin/python": sys.executable,
             "/home/airflow/.local/bin/spark-submit": str(VENV_BIN / "spark-submit"),

@@ -23,52 +23,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from batchpoint.errors import BatchpointError
 from devstack.compose import COMPLETED, HEALTHY, ComposeFile
 from devstack.container import STOP_GRACE, Container, in_namespaces, marked, namespace_id
 from devstack.images import LocalImage, local_image
 from devstack.netns import Network, leftovers
 from devstack.processes import live_where
 from devstack.replicas import aliases
+from devstack.stack_state import ServiceState, StackError, StackEvent
 
 T = TypeVar("T")
 
 RESTART_BACKOFF_MAX = 30.0
-
-
-class StackError(BatchpointError):
-    """A service of the stack did not come up, or an operation on it failed."""
-
-
-@dataclass(frozen=True)
-class StackEvent:
-    """Something done to the stack (a fault, a deploy) or by it (a restart)."""
-
-    at: float  # wall clock, when it began
-    kind: str
-    target: str
-    detail: str = ""
-
-    def __str__(self) -> str:
-        stamp = time.strftime("%H:%M:%S", time.localtime(self.at))
-        return f"{stamp} {self.kind} {self.target}{': ' + self.detail if self.detail else ''}"
-
-
-@dataclass
-class ServiceState:
-    started_at: float | None = None
-    healthy_at: float | None = None
-    completed: bool = False
-    #: stopped by a user (compose stop): the restart policy leaves it down
-    stopped: bool = False
-    #: restarts by the policy since it last ran for a while
-    crashes: int = 0
-    restart_due: float | None = None
-    checks: list[str] = field(default_factory=list)
 
 
 class Stack:
@@ -189,6 +157,8 @@ class Stack:
         self.workdir.chmod(0o755)  # postgres runs as its own user and must get through
         for name in self.order:
             self.containers[name].prepare()
+            for line in self.containers[name].limit_notes():
+                self.say(line)
         self.network.create()
         self._thread = threading.Thread(target=self._run, name="batchpoint-stack", daemon=True)
         self._thread.start()

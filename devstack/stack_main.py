@@ -1,13 +1,19 @@
 """`./dev stack`: the services of docker-compose.yaml on hosts of their own, without Docker.
 
-    ./dev stack [SERVICE...] [-f OVERRIDE.yaml] [--keep DIR]
+    ./dev stack [SERVICE...] [-f OVERRIDE.yaml] [--env-file FILE] [--profile NAME] [--keep DIR]
+    ./dev stack exec SERVICE COMMAND...      (devstack.stack_exec: docker compose exec)
 
-Reads the compose file (and the `.env` beside it, and any override files), says which
-local program stands in for each image, starts every service (or SERVICE and what it
-depends on) on a network namespace of its own in the order `depends_on` allows, and
-prints the Airflow UI's address and the admin's password. Ctrl-C (or SIGTERM) stops
-everything and removes the hosts and, without --keep, the stack's folder; it exits
-non-zero if anything it started is left. Needs root (network namespaces) and Linux.
+Reads the compose file (and the `.env` beside it, or the --env-file files instead, as
+compose does, and any override files), says which local program stands in for each
+image, starts every service (or SERVICE and what it depends on; services of a profile
+only with --profile) on a network namespace of its own in the order `depends_on`
+allows, and prints the Airflow UI's address and the admin's password. Ctrl-C (or
+SIGTERM) stops everything and removes the hosts and, without --keep, the stack's folder;
+it exits non-zero if anything it started is left. Needs root (network namespaces) and
+Linux.
+
+The file requires its secrets (S3 keys, Postgres and admin passwords, a JWT secret): for
+a trial, `./dev stack --env-file trial.env` gives it the published trial values.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import time
 from pathlib import Path
 
 from batchpoint.errors import BatchpointError
-from devstack import PROJECT_ROOT
+from devstack import PROJECT_ROOT, stack_exec
 from devstack.compose import ComposeFile, read_dotenv
 from devstack.processes import signals_stop
 from devstack.stack import Stack, remove_workdir
@@ -37,16 +43,30 @@ def ui_url(stack: Stack) -> str | None:
     return f"http://{stack.address(API_SERVER)}:{port}"
 
 
+def variables_of(file: Path, env_files: list[Path]) -> dict[str, str]:
+    """Compose's variables: the env files given (else the `.env` beside the compose
+    file), with this environment over them."""
+    found: dict[str, str] = {}
+    for env_file in env_files or [file.parent / ".env"]:
+        if env_files and not env_file.is_file():
+            raise BatchpointError(f"--env-file {env_file}: no such file")
+        found.update(read_dotenv(env_file))
+    return {**found, **os.environ}
+
+
 def build(args: argparse.Namespace, workdir: Path) -> Stack:
-    variables = {**read_dotenv(args.file.parent / ".env"), **os.environ}
-    compose = ComposeFile.load(args.file, variables, args.override)
-    stack = Stack(compose, workdir, args.services or None)
+    variables = variables_of(args.file, args.env_file)
+
+    def load() -> Stack:
+        compose = ComposeFile.load(args.file, variables, args.override, args.profile)
+        return Stack(compose, workdir, args.services or None)
+
+    stack = load()
     url = ui_url(stack)
     if url and "AIRFLOW_BASE_URL" not in variables:
         # Links and redirects of the UI lead to where this machine reaches it.
         variables["AIRFLOW_BASE_URL"] = url
-        compose = ComposeFile.load(args.file, variables, args.override)
-        stack = Stack(compose, workdir, args.services or None)
+        stack = load()
     return stack
 
 
@@ -62,16 +82,27 @@ def serve(stack: Stack) -> None:
     if url:
         password = stack.admin_password() or "(see airflow-init's log)"
         print(f"\nAirflow UI and REST API: {url}  (user admin, password {password})")
+    pointer = stack_exec.record(stack)
+    print(
+        "A command on a service's host, as `docker compose exec`:\n"
+        "  ./dev stack exec airflow-scheduler batchpoint checkpoints list"
+    )
     print("Ctrl-C to stop.", flush=True)
     seen = len(stack.events)
-    while True:
-        time.sleep(1)
-        for event in stack.events[seen:]:
-            print(event, flush=True)
-        seen = len(stack.events)
+    try:
+        while True:
+            time.sleep(1)
+            for event in stack.events[seen:]:
+                print(event, flush=True)
+            seen = len(stack.events)
+    finally:
+        pointer.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["exec"]:
+        return stack_exec.main(argv[1:])
     parser = argparse.ArgumentParser(prog="./dev stack", description=__doc__.split("\n\n")[0])
     parser.add_argument("services", nargs="*", help="only these and what they depend on")
     parser.add_argument("--file", type=Path, default=PROJECT_ROOT / "docker-compose.yaml")
@@ -82,6 +113,17 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         type=Path,
         help="a compose file merged over it (as docker compose -f)",
+    )
+    parser.add_argument(
+        "--env-file",
+        action="append",
+        default=[],
+        type=Path,
+        help="variables from this file instead of .env (as docker compose --env-file); "
+        "trial.env holds a trial's",
+    )
+    parser.add_argument(
+        "--profile", action="append", default=[], help="start this profile's services too"
     )
     parser.add_argument("--keep", type=Path, help="keep the stack's folder (volumes, logs) here")
     args = parser.parse_args(argv)

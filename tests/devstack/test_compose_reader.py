@@ -2,10 +2,13 @@
 service of the file and nothing else, each with the command, entrypoint, environment and
 healthcheck the file gives it (checked against a plain YAML read), in an order its
 depends_on allows; compose's interpolation and override merging; the container paths it
-makes local; a local equivalent for every image, at the versions the file pins."""
+makes local; a local equivalent for every image, at the versions the file pins; the keys
+of how a container runs (user, secrets, deploy limits and replicas, init, pull_policy,
+profiles), read and honoured: volumes owned as Docker makes them, limits in cgroups."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -14,16 +17,24 @@ import pytest
 import yaml
 
 from batchpoint.errors import ConfigError
-from devstack.compose import COMPLETED, ComposeFile, duration, interpolate, merge
+from devstack.compose import COMPLETED, ComposeFile, duration, interpolate, merge, read_dotenv
 from devstack.replicas import aliases
 
 PROJECT = Path(__file__).resolve().parents[2]
 COMPOSE = PROJECT / "docker-compose.yaml"
+#: the file's required secrets, as a trial gives them
+TRIAL = read_dotenv(PROJECT / "trial.env")
 
 
 def _defaults(text: str) -> str:
-    """${VAR:-default} -> default and $$ -> $, as compose does with VAR unset."""
-    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", text).replace("$$", "$")
+    """trial.env's values, ${VAR:-default} -> default and $$ -> $, as compose reads the
+    file with --env-file trial.env."""
+
+    def value(match: re.Match[str]) -> str:
+        return TRIAL.get(match[1], match[3] if match[2] == ":-" else "")
+
+    text = re.sub(r"(?<!\$)\$\{([A-Z0-9_]+)(?:(:?[-?+])([^}]*))?\}", value, text)
+    return text.replace("$$", "$")
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +44,7 @@ def raw() -> dict:
 
 @pytest.fixture(scope="module")
 def compose() -> ComposeFile:
-    return ComposeFile.load(COMPOSE, variables={})
+    return ComposeFile.load(COMPOSE, variables=TRIAL)
 
 
 def _argv(value: object) -> tuple[str, ...] | None:
@@ -116,7 +127,7 @@ def test_variables_are_interpolated_as_compose_does(tmp_path):
     with pytest.raises(ConfigError, match=r"\$\{UNSET\} is required: give it"):
         interpolate("${UNSET:?give it}", variables)
     # on the real file: a secret from the environment reaches every place that uses it
-    compose = ComposeFile.load(COMPOSE, variables={"AIRFLOW_ADMIN_PASSWORD": "s3cret"})
+    compose = ComposeFile.load(COMPOSE, variables={**TRIAL, "AIRFLOW_ADMIN_PASSWORD": "s3cret"})
     init = compose.services["airflow-init"].environment
     assert init["AIRFLOW_ADMIN_PASSWORD"] == "s3cret"
     api_conn = compose.services["airflow-scheduler"].environment[
@@ -137,8 +148,8 @@ def test_an_override_file_merges_environments_key_by_key(tmp_path):
         '      BATCHPOINT_CHECKPOINT_INTERVAL: "30"\n'
         '      EXTRA: "1"\n'
     )
-    base = ComposeFile.load(COMPOSE, variables={})
-    merged = ComposeFile.load(COMPOSE, variables={}, overrides=[override])
+    base = ComposeFile.load(COMPOSE, variables=TRIAL)
+    merged = ComposeFile.load(COMPOSE, variables=TRIAL, overrides=[override])
     before = dict(base.services["airflow-scheduler"].environment)
     after = dict(merged.services["airflow-scheduler"].environment)
     assert after == {**before, "BATCHPOINT_CHECKPOINT_INTERVAL": "30", "EXTRA": "1"}
@@ -257,3 +268,161 @@ def test_replicas_the_stack_cannot_make_are_refused(tmp_path, deploy, said):
     path.write_text(f"services:\n  worker:\n    image: w\n    deploy: {deploy}\n")
     with pytest.raises(ConfigError, match=said):
         ComposeFile.load(path, variables={})
+
+
+RUNTIME_KEYS = """\
+secrets:
+  token:
+    file: ./token.txt
+  password:
+    environment: DB_PASSWORD
+services:
+  app:
+    image: batchpoint/airflow-spark:0.1.0-3.3.2-4.3
+    build: {context: ., dockerfile: docker/Dockerfile}
+    pull_policy: build
+    user: "50000:0"
+    init: true
+    secrets:
+      - token
+      - source: password
+        target: db_password
+    deploy:
+      replicas: 2
+      resources:
+        limits: {cpus: "0.5", memory: 512m}
+  tools:
+    image: postgres:15.18
+    profiles: [debug]
+    depends_on: [app]
+"""
+
+
+def _runtime_file(tmp_path: Path, text: str = RUNTIME_KEYS) -> Path:
+    (tmp_path / "token.txt").write_text("t0ken\n")
+    path = tmp_path / "docker-compose.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_how_a_container_runs_is_read(tmp_path):
+    path = _runtime_file(tmp_path)
+    compose = ComposeFile.load(path, variables={"DB_PASSWORD": "pw"})
+    app = compose.services["app"]
+    assert (app.user, app.init, app.pull_policy, app.replicas) == ("50000:0", True, "build", 2)
+    assert (app.limits.cpus, app.limits.memory) == (0.5, 512 * 1024**2)
+    secrets = {m.target: m.source for m in app.mounts if m.kind == "secret"}
+    assert secrets == {"/run/secrets/token": "token", "/run/secrets/db_password": "password"}
+    assert all(m.read_only for m in app.mounts if m.kind == "secret")
+    assert compose.secrets["token"].file == tmp_path / "token.txt"
+    assert compose.secrets["password"].content == "pw"
+    # a service of a profile starts only when its profile is active, or when named
+    assert compose.start_order() == ["app"]
+    assert compose.start_order(["tools"]) == ["app", "tools"]
+    for active in (
+        ComposeFile.load(path, variables={"DB_PASSWORD": "pw"}, profiles=["debug"]),
+        ComposeFile.load(path, variables={"DB_PASSWORD": "pw", "COMPOSE_PROFILES": "x,debug"}),
+    ):
+        assert active.start_order() == ["app", "tools"]
+    plain = compose.services["tools"]
+    assert (plain.user, plain.replicas, plain.pull_policy, plain.limits.memory) == (
+        None,
+        1,
+        "missing",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        (("replicas: 2", "replicas: 2\n      placement: {}"), r"deploy: placement not supported"),
+        (("limits:", "reservations:"), r"resources: reservations not supported"),
+        (("memory: 512m", "memory: lots"), r"'lots' is not a size"),
+        (('user: "50000:0"', "user: airflow"), r"runs a numeric UID or UID:GID"),
+        (("pull_policy: build", "pull_policy: sometimes"), r"pull_policy: 'sometimes'"),
+        (("- token\n", "- nosuch\n"), r"secret nosuch undeclared"),
+    ],
+)
+def test_what_a_container_cannot_honour_is_refused(tmp_path, change, refusal):
+    path = _runtime_file(tmp_path, RUNTIME_KEYS.replace(*change))
+    with pytest.raises(ConfigError, match=refusal):
+        ComposeFile.load(path, variables={"DB_PASSWORD": "pw"})
+    path.write_text(RUNTIME_KEYS)
+    with pytest.raises(ConfigError, match="variable DB_PASSWORD is not set"):
+        ComposeFile.load(path, variables={})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="owners are set as root, as the stack runs")
+def test_volumes_are_owned_as_docker_makes_them(compose, tmp_path):
+    from devstack.images import AIRFLOW_IMAGE_UID
+
+    scheduler = _container(compose, "airflow-scheduler", tmp_path)
+    scheduler.prepare()
+    volumes = tmp_path / "volumes"
+    # the image has /opt/airflow/logs (its airflow user's): Docker copies its owner
+    logs = (volumes / "airflow-logs").stat()
+    assert (logs.st_uid, logs.st_gid, logs.st_mode & 0o777) == (AIRFLOW_IMAGE_UID, 0, 0o775)
+    # it has no /opt/airflow/auth: a new volume there is root's, until airflow-init
+    # (root) hands it over
+    auth = (volumes / "airflow-auth").stat()
+    assert (auth.st_uid, auth.st_gid, auth.st_mode & 0o777) == (0, 0, 0o755)
+    home = Path(scheduler.environment()["AIRFLOW_HOME"]).stat()
+    assert (home.st_uid, home.st_gid) == (AIRFLOW_IMAGE_UID, 0)
+    # a kept volume is left as it is
+    os.chown(volumes / "airflow-auth", 1234, 0)
+    _container(compose, "airflow-apiserver", tmp_path).prepare()
+    assert (volumes / "airflow-auth").stat().st_uid == 1234
+
+    # the service runs as AIRFLOW_UID in group 0, known by the image's name for it
+    assert scheduler.user == (50000, 0)
+    assert scheduler.as_user()[1:] == ["--reuid=50000", "--regid=0", "--clear-groups", "--"]
+    env = scheduler.environment()
+    assert env["USER"] == env["LOGNAME"] == "airflow"
+    assert scheduler.cwd == Path(env["AIRFLOW_HOME"])  # the image's WORKDIR
+    init = _container(compose, "airflow-init", tmp_path)
+    assert init.user == (0, 0) and "USER" not in init.environment()
+    assert _container(compose, "seaweedfs", tmp_path).as_user() == []
+
+
+def test_secrets_are_read_only_files_at_run_secrets(tmp_path):
+    path = _runtime_file(tmp_path)
+    compose = ComposeFile.load(path, variables={"DB_PASSWORD": "pw"})
+    app = _container(compose, "app", tmp_path / "stack")
+    app.prepare()
+    assert Path(app.translate("/run/secrets/token")).read_text() == "t0ken\n"
+    password = Path(app.translate("/run/secrets/db_password"))
+    assert password.read_text() == "pw" and password.stat().st_mode & 0o777 == 0o444
+    assert str(password) in app.read_only_paths()
+
+
+def test_limits_are_set_in_a_control_group_or_said_not_to_be(tmp_path):
+    from devstack.compose_keys import Limits
+    from devstack.limits import control_group
+
+    limits = Limits(cpus=1.5, memory=256 * 1024**2)
+    v1 = tmp_path / "v1"
+    for controller in ("memory", "cpu"):
+        (v1 / controller).mkdir(parents=True)
+    group = control_group("bps1-app", limits, root=v1)
+    assert (v1 / "memory/bps1-app/memory.limit_in_bytes").read_text() == str(256 * 1024**2)
+    assert (v1 / "cpu/bps1-app/cpu.cfs_quota_us").read_text() == "150000"
+    assert (v1 / "cpu/bps1-app/cpu.cfs_period_us").read_text() == "100000"
+    assert group.procs == [v1 / "memory/bps1-app/cgroup.procs", v1 / "cpu/bps1-app/cgroup.procs"]
+    assert group.not_enforced == []
+
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
+    group = control_group("bps1-app", limits, root=v2)
+    assert (v2 / "bps1-app/memory.max").read_text() == str(256 * 1024**2)
+    assert (v2 / "bps1-app/cpu.max").read_text() == "150000 100000"
+    assert group.procs == [v2 / "bps1-app/cgroup.procs"]
+
+    # no hierarchy to write: each limit is said not to be enforced, never dropped
+    group = control_group("bps1-app", limits, root=tmp_path / "none")
+    assert group.procs == []
+    assert [line.split(" not enforced")[0] for line in group.not_enforced] == [
+        "memory 268435456 bytes",
+        "cpus 1.5",
+    ]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.compose import ComposeFile
+from devstack.compose import ComposeFile, read_dotenv
 from devstack.container import in_namespaces, marked, namespace_id
 from devstack.netns import leftovers
 from devstack.stack import Stack
@@ -43,7 +43,9 @@ def stack():
     if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("needs root on Linux and iproute2 (network namespaces)")
     workdir = Path(tempfile.mkdtemp(prefix="bp-faults-", dir="/var/tmp"))
-    compose = ComposeFile.load(PROJECT / "docker-compose.yaml", variables={})
+    # the file requires its secrets: a trial's
+    trial = read_dotenv(PROJECT / "trial.env")
+    compose = ComposeFile.load(PROJECT / "docker-compose.yaml", variables=trial)
     stack = Stack(compose, workdir, services=["seaweedfs-init"], say=lambda _: None)
     try:
         yield stack.up(timeout=300)

@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from devstack.compose import ComposeFile
+from devstack.compose import ComposeFile, read_dotenv
 from devstack.seaweed import SeaweedServer
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yaml"
@@ -32,7 +32,8 @@ def _run_init(script: str, seaweed: SeaweedServer, bucket: str) -> subprocess.Co
 def test_seaweedfs_init_makes_the_bucket_and_starts_again_over_it(
     seaweed: SeaweedServer,
 ) -> None:
-    service = ComposeFile.load(COMPOSE, variables={}).services["seaweedfs-init"]
+    trial = read_dotenv(COMPOSE.parent / "trial.env")  # the file requires its secrets
+    service = ComposeFile.load(COMPOSE, variables=trial).services["seaweedfs-init"]
     assert service.entrypoint == ("/bin/sh", "-c") and service.command is not None
     bucket = f"init-{uuid.uuid4().hex[:8]}"
     client = seaweed.client()

@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 
 from batchpoint.airflow.ui_pages import HISTORY_COLUMNS
-from devstack.compose import ComposeFile
+from devstack.compose import ComposeFile, read_dotenv
 from devstack.stack import Stack, StackEvent
 from support.browser import INSTALL_HINT, chromium_paths
 from support.stack_run import (
@@ -307,7 +307,7 @@ def test_the_compose_deployment_runs_across_hosts_through_faults(monkeypatch):
     workdir = Path(tempfile.mkdtemp(prefix="bp-stack-test-", dir="/var/tmp"))
     compose = ComposeFile.load(
         PROJECT / "docker-compose.yaml",
-        variables={"AIRFLOW_ADMIN_PASSWORD": ADMIN_PASSWORD},
+        variables={**read_dotenv(PROJECT / "trial.env"), "AIRFLOW_ADMIN_PASSWORD": ADMIN_PASSWORD},
         overrides=[HERE / "stack-test.override.yaml"],
     )
     stack = Stack(compose, workdir, say=_say)
@@ -533,7 +533,10 @@ def _check_browse(stack: Stack, run: Run, deploy: Deploy) -> None:
 def _browse(stack: Stack, checkpoint_id: str) -> dict[str, Any]:
     api = stack.containers["airflow-apiserver"]
     script = [sys.executable, str(HERE / "browse_checkpoints.py"), "http://localhost:8080"]
-    argv = api.inside([*script, "admin", ADMIN_PASSWORD, checkpoint_id, str(SCREENSHOTS)])
+    # as root (`docker compose exec --user root`): the screenshots go to the checkout
+    argv = api.inside(
+        [*script, "admin", ADMIN_PASSWORD, checkpoint_id, str(SCREENSHOTS)], as_root=True
+    )
     done = subprocess.run(argv, env=api.environment(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
