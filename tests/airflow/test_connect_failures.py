@@ -1,6 +1,8 @@
 """Connect mode when the Spark Connect server is not there: the operator tasks fail with
 one clear line naming the server; once it is back, Airflow's retries complete the
-checkpoint (or it aborts and the next run catches up), and nothing is lost.
+checkpoint (or it aborts and the next run catches up), and nothing is lost. A try that
+lost its server waits in the task for the server to answer again, then fails for a retry
+at once (airflow/outages.py).
 
 The server-killing test uses a server of its own (it kills it), the real one: the fault
 is a SIGKILL of its process group while an operator job is working on it."""
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -54,15 +57,15 @@ def test_a_server_killed_mid_epoch_then_back_loses_nothing(
 
     def run_and_kill_the_server(self, argv, env, log, tail_lines=40):
         """The real launcher; the first time dedup's job reports progress, the server
-        is SIGKILLed under it. A later task finds it back (restarted on its port)."""
-        if killed and not server.running():
-            server.start()
+        is SIGKILLed under it, and started again on its port as a restart policy would
+        (the task waits for it to answer, then retries at once)."""
 
         def log_and_kill(line: str) -> None:
             log(line)
             if not killed and line.startswith("[dedup]"):
                 killed.append(line)
                 os.killpg(server.pid, signal.SIGKILL)
+                threading.Thread(target=server.start, daemon=True).start()
 
         return real_run(self, argv, env, log_and_kill, tail_lines)
 
@@ -76,6 +79,8 @@ def test_a_server_killed_mid_epoch_then_back_loses_nothing(
         log = capsys.readouterr().out
         assert killed, "dedup's job never reported progress"
         assert UNREACHABLE.search(log), log[-4000:]
+        # the try waited for the server it lost, not a fixed delay, then retried
+        assert "waiting for it to answer again" in log and "answers again after" in log
         first = c.get_outcome(1)
         if first.status is CheckpointStatus.COMPLETED:
             # the retry, on the server that came back, completed the checkpoint

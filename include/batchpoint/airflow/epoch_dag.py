@@ -28,6 +28,7 @@ from batchpoint.airflow.operators import (
     TriggerCheckpointOperator,
     TriggerSavepointOperator,
 )
+from batchpoint.airflow.outages import outage_retry_policy
 from batchpoint.airflow.sensors import CheckpointAckSensor
 from batchpoint.ops.epoch_plan import (
     OPERATOR_GROUP,
@@ -123,6 +124,8 @@ def _operator(task: PlannedTask, r: _Render) -> dict[str, Any]:
         "operator": op.name,
         "deployment": r.deployment,
         "doc_md": operator_doc(op.name, op.kind, op.inputs, op.parallelism),
+        # a try that waited out its server's or S3's outage is retried at once
+        **outage_retry_policy(),
     }
 
 

@@ -23,6 +23,7 @@ from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launc
 from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.mixins import LineageMixin, lineage_facts
 from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
+from batchpoint.airflow.outages import OutageEnded, outage_over
 from batchpoint.airflow.spark_connection import spark_settings, task_spark_settings
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.audit import audit_then_finalize
@@ -180,10 +181,10 @@ class SparkOperatorJob(LineageMixin, BatchpointOperator):
             return {"checkpoint_id": checkpoint_id, "attempt": attempt, "seconds": result.seconds}
         tail = result.output()
         if status in (JobStatus.SPARK_UNREACHABLE, JobStatus.STORAGE_UNAVAILABLE):
-            # The server or S3 is down (or restarting): nothing of this attempt was acked
-            # or declined, and a retry once it is back completes the checkpoint (or it
-            # expires).
-            self._give_up_or_retry(ti, checkpoint_id, attempt, result.message, tail="")
+            # The server or S3 is down: nothing of this attempt was acked or declined, and
+            # a retry once it is back (waited for here: airflow/outages.py) completes it.
+            back = ti.try_number <= self.retries and outage_over(settings, status, self.log)
+            self._give_up_or_retry(ti, checkpoint_id, attempt, result.message, "", back)
         if not status.retry_may_help:
             # A bad configuration, or the operator failed and its runner declined (or the
             # checkpoint was already settled): retrying cannot help.
@@ -194,7 +195,7 @@ class SparkOperatorJob(LineageMixin, BatchpointOperator):
         self._give_up_or_retry(ti, checkpoint_id, attempt, reason, tail=f":\n{tail}")
 
     def _give_up_or_retry(
-        self, ti: Any, checkpoint_id: int, attempt: str, reason: str, tail: str
+        self, ti: Any, checkpoint_id: int, attempt: str, reason: str, tail: str, now: bool = False
     ) -> NoReturn:
         if ti.try_number > self.retries:
             self.log.error("%s and no retry is left: declining for it", reason)
@@ -205,7 +206,8 @@ class SparkOperatorJob(LineageMixin, BatchpointOperator):
             except BatchpointError as exc:
                 self.log.error("could not decline checkpoint %s: %s", checkpoint_id, exc)
             raise AirflowFailException(f"{reason}{tail}")
-        raise AirflowException(f"{reason}; a retry will run a new attempt{tail}")
+        retry = OutageEnded if now else AirflowException
+        raise retry(f"{reason}; a retry will run a new attempt{tail}")
 
     def on_kill(self) -> None:
         launcher = self._launcher

@@ -1,0 +1,123 @@
+"""An operator task whose Spark Connect server or S3 did not answer waits, inside the
+task, until it answers again, then fails for a retry that Airflow runs at once.
+
+A fixed retry delay is the wrong measure of an outage: a Connect server restarting
+takes from seconds to a minute or two (a JVM, its executors, its warm-up job), an S3
+restart a few seconds. A retry that comes too early meets the outage again and spends
+a try; one that comes too late leaves the checkpoint waiting. So the task watches the
+endpoint itself (a connection to the server's port; a read of the store) for at most
+OUTAGE_WAIT seconds, and once it answers raises OutageEnded, which the operator tasks'
+retry policy retries after RETRY_AT_ONCE (Airflow 3.3 and newer: `retry_policy`; older
+versions keep the task's own retry delay). A new try is a new attempt, so nothing of the
+failed one is reused. An outage that outlasts the wait fails the task as before, for a
+retry after the usual delay."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from batchpoint.airflow.compat import AirflowException
+from batchpoint.errors import BatchpointError
+from batchpoint.runtime.job_status import JobStatus
+from batchpoint.settings import Settings
+
+#: How long a task waits for the endpoint to answer again.
+OUTAGE_WAIT = 300.0
+#: The retry after OutageEnded: once the endpoint answers, at once.
+RETRY_AT_ONCE = timedelta(seconds=1)
+POLL_EVERY = 1.0
+SAY_EVERY = 15.0
+
+
+class OutageEnded(AirflowException):
+    """The try met an outage of its Connect server or store, which has ended: retry now."""
+
+
+def endpoint_probe(settings: Settings, status: JobStatus) -> Callable[[], bool] | None:
+    """What answers when the outage that `status` names is over (None: nothing to watch,
+    as for a classic session's master)."""
+    if status is JobStatus.SPARK_UNREACHABLE and settings.spark_remote:
+        from batchpoint.spark.connect import server_answers
+
+        remote = settings.spark_remote
+        return lambda: server_answers(remote)
+    if status is JobStatus.STORAGE_UNAVAILABLE:
+        return lambda: _store_answers(settings)
+    return None
+
+
+def _store_answers(settings: Settings) -> bool:
+    try:
+        settings.store_ref.open().exists("_batchpoint_probe")
+    except (BatchpointError, OSError):
+        return False
+    return True
+
+
+def wait_until_answers(
+    probe: Callable[[], bool],
+    say: Callable[[str], None],
+    limit: float = OUTAGE_WAIT,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float | None:
+    """Poll `probe` until it answers: the seconds waited, or None after `limit`."""
+    started = said = clock()
+    while True:
+        if probe():
+            return clock() - started
+        now = clock()
+        if now - started >= limit:
+            return None
+        if now - said >= SAY_EVERY:
+            say(f"still waiting for it to answer ({now - started:.0f}s of {limit:.0f}s)")
+            said = now
+        sleep(POLL_EVERY)
+
+
+def outage_over(settings: Settings, status: JobStatus, log: logging.Logger) -> bool:
+    """Wait for the endpoint of the outage `status` names to answer again: whether it
+    does within OUTAGE_WAIT."""
+    probe = endpoint_probe(settings, status)
+    if probe is None:
+        return False
+    log.warning("%s: waiting for it to answer again", status.value)
+    waited = wait_until_answers(probe, log.info)
+    if waited is not None:
+        log.info("it answers again after %.1fs: retrying now", waited)
+    return waited is not None
+
+
+def outage_retry_policy() -> dict[str, Any]:
+    """The operator tasks' `retry_policy` argument: OutageEnded retried after
+    RETRY_AT_ONCE; empty where Airflow has no retry policies (before 3.3)."""
+    try:
+        from airflow.sdk.definitions.retry_policy import (
+            ExceptionRetryPolicy,
+            RetryAction,
+            RetryRule,
+        )
+    except ImportError:
+        return {}
+    rule = RetryRule(
+        exception=f"{OutageEnded.__module__}.{OutageEnded.__qualname__}",
+        action=RetryAction.RETRY,
+        retry_delay=RETRY_AT_ONCE,
+        reason="the outage ended: retry at once",
+    )
+    return {"retry_policy": ExceptionRetryPolicy(rules=[rule])}
+
+
+__all__ = [
+    "OUTAGE_WAIT",
+    "RETRY_AT_ONCE",
+    "OutageEnded",
+    "endpoint_probe",
+    "outage_over",
+    "outage_retry_policy",
+    "wait_until_answers",
+]
