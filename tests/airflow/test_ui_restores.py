@@ -70,6 +70,8 @@ def test_the_latest_restore_is_in_the_status_and_the_history_marks_each(local, a
         "previous_head": 3,
         "gate": "row-count gate",
         "gated": True,
+        "passed_over": [],
+        "quarantined": [],
         "in_progress": False,
     }
     assert marks(api) == {3: [], 2: [(1, "row-count gate")], 1: []}

@@ -1,6 +1,7 @@
 """Issue 24, reproduction 5 on the quality gate's own restore (`gated_restore`): a
 garbled outcome record of the head is a metadata finding, the gate quarantines it with
-its report and restores the previous good checkpoint. Integrity only: no Spark."""
+its report and restores the previous good checkpoint, and the restore is recorded gated.
+Integrity only: no Spark."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def test_the_gate_falls_back_over_a_garbled_head_and_quarantines_it(table_store:
     gate = QualityGate(driver.pipeline, table_store, quality=INTEGRITY_ONLY)
     restored = gated_restore(driver, gate)
     assert restored.plan.chosen_id == 2 and driver.coordinator.head.get().checkpoint_id == 2
+    # recorded as what ran: gated, 3 passed over and quarantined by the gate
+    restore = driver.coordinator.control.load().restore
+    assert (restore.gate, restore.passed_over, restore.quarantined) == ("quality gate", (3,), (3,))
 
     held = gate.quarantine.get(3)
     assert held is not None and held.found_by is QuarantineCause.QUALITY_GATE

@@ -5,18 +5,22 @@ file each (no Spark: what is restored is the protocol's view, not the state's co
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
 from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.ops.epoch import finalize
+from batchpoint.ops.restore_history import latest_restore
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.restore_candidates import RestoreCandidates
+from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import (
     GateResult,
+    RestorePlan,
     RestorePlanner,
     RestoreSource,
     SourceKind,
@@ -114,6 +118,49 @@ def test_the_gate_falls_back_to_older_checkpoints_for_latest(driver):
         "passed": False,
         "report": {"rows_ok": False},
     }
+
+
+def test_a_plan_read_back_from_json_is_applied_and_recorded_as_the_gate_chose(driver):
+    """The restore DAG's two tasks: a planner with the gate (the check task) plans, the
+    plan crosses as JSON, a planner without one (the restore task) applies it. The
+    restore is recorded gated, with what the gate passed over and quarantined."""
+    for _ in range(3):
+        epoch(driver)
+
+    def gate(candidate):
+        # fails 3, fails and quarantines 2 (as batchpoint's gate does when recording)
+        ok = candidate.checkpoint_id == 1
+        return GateResult(ok, {"ok": ok}, "row counts", candidate.checkpoint_id == 2)
+
+    plan = RestorePlanner(driver, gate=gate).plan("latest")
+    crossed = RestorePlan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert crossed == plan
+    run = RestorePlanner(driver).apply(crossed)  # no gate here: it is not asked again
+    assert run.checkpoint_id == 1
+    c = driver.coordinator
+    restore = c.control.load().restore
+    assert (restore.gate, restore.passed_over, restore.quarantined) == ("row counts", (3, 2), (2,))
+    stored = c.reports.restore_record(1)
+    record = RestoreRecord.decode(stored.key, stored.data)
+    assert (record.gate, record.passed_over, record.quarantined) == ("row counts", (3, 2), (2,))
+    assert latest_restore(c.control.load()).describe() == (
+        "restore generation 1, to checkpoint 1 (head was 3), passed by the row counts; "
+        "passed over checkpoints 3, 2 (quarantined 2)"
+    )
+
+    # A plan in an older XCom, whose verdicts say nothing of quarantine: as before, gated.
+    older = plan.to_json()
+    for check in older["checks"]:
+        check["gate"].pop("quarantined", None)
+    RestorePlanner(driver).apply(RestorePlan.from_json(older))
+    restore = c.control.load().restore
+    assert (restore.gate, restore.passed_over, restore.quarantined) == ("row counts", (3, 2), ())
+
+    # Ungated (no gate judged the target): recorded as ungated.
+    restore_checkpoint(driver, 2)
+    restore = c.control.load().restore
+    assert (restore.generation, restore.gate, restore.passed_over) == (3, None, ())
+    assert latest_restore(c.control.load()).describe().endswith("(head was 1), ungated")
 
 
 def test_an_explicit_checkpoint_that_fails_is_not_replaced_by_another(driver):

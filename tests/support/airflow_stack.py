@@ -169,6 +169,16 @@ class AirflowStack:
             raise AssertionError(f"{method} {path}: {response.status_code} {response.text}")
         return response.json()
 
+    def get(self, path: str) -> httpx.Response:
+        """GET a path of the api-server outside its REST API (a plugin's page or JSON),
+        as the admin; an error status fails."""
+        response = httpx.get(
+            f"{self.base_url}{path}", headers=self._headers(), timeout=REQUEST_TIMEOUT
+        )
+        if response.status_code >= 400:
+            raise AssertionError(f"GET {path}: {response.status_code} {response.text}")
+        return response
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
         deadline = time.monotonic() + timeout
         state = "?"

@@ -340,6 +340,16 @@ def control_gated_restore() -> ControlRecord:
     return dataclasses.replace(base, restore=dataclasses.replace(base.restore, gate="quality gate"))
 
 
+def control_restore_passed_over() -> ControlRecord:
+    """The last restore, to 4, gated: the gate failed and quarantined 6, and 5 was held
+    by an earlier quarantine (the restore DAG's check task chose, its restore task
+    recorded)."""
+    base = control_gated_restore()
+    assert base.restore is not None
+    restore = dataclasses.replace(base.restore, passed_over=(6, 5), quarantined=(6,))
+    return dataclasses.replace(base, restore=restore)
+
+
 def manifest() -> SinkManifest:
     files = (acks()[2].handles[0],)
     return SinkManifest(
@@ -538,6 +548,11 @@ def restore_record_gated() -> RestoreRecord:
     return RestoreRecord(4, 2, 3, at("2026-11-19T08:00:00.000Z"), gate="quality gate")
 
 
+def restore_record_passed_over() -> RestoreRecord:
+    gated = restore_record_gated()
+    return dataclasses.replace(gated, passed_over=(6, 5), quarantined=(6,))
+
+
 # -- older shapes an earlier release wrote ------------------------------------------------
 
 
@@ -711,6 +726,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "pipeline-control-v2-stopping.json": control_stopping,
     "pipeline-control-v2-stopped.json": control_stopped,
     "pipeline-control-v2-gated-restore.json": control_gated_restore,
+    "pipeline-control-v2-restore-passed-over.json": control_restore_passed_over,
     "pipeline-control-v2-importing.json": control_importing,
     "sink-manifest-v1.json": manifest,
     "sink-manifest-v1-pinned.json": pinned_manifest,
@@ -727,6 +743,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "quarantine-v2-restore.json": quarantine_v2_restore,
     "restore-v1.json": restore_record,
     "restore-v1-gated.json": restore_record_gated,
+    "restore-v1-passed-over.json": restore_record_passed_over,
 }
 
 #: JSON values stored inside records (or a Parquet file's metadata): name -> value.

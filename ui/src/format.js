@@ -28,10 +28,19 @@ export function size(n) {
   return `${n.toFixed(0)} B`;
 }
 
+// What a restore passed over on its way to the target (ops/restore_history.py's words).
+function passedOverText(passedOver, quarantined) {
+  if (!passedOver?.length) return "";
+  const plural = passedOver.length > 1 ? "s" : "";
+  const held = quarantined?.length ? ` (quarantined ${quarantined.join(", ")})` : "";
+  return `; passed over checkpoint${plural} ${passedOver.join(", ")}${held}`;
+}
+
 function restoreText(e) {
   const gate = e.gated ? `gated by the ${e.gate}` : "ungated";
+  const walk = passedOverText(e.passed_over, e.quarantined);
   const rewinding = e.in_progress ? ", sinks still rewinding" : "";
-  return `restore generation ${e.restore_generation} at ${when(e.restored_at)}, ${gate}${rewinding}`;
+  return `restore generation ${e.restore_generation} at ${when(e.restored_at)}, ${gate}${walk}${rewinding}`;
 }
 
 export function cell(row, key) {

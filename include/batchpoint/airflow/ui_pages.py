@@ -27,6 +27,7 @@ from batchpoint.airflow.ui_chart import BYTES, SECONDS, Series, line_chart
 from batchpoint.airflow.ui_links import run_links
 from batchpoint.airflow.ui_schedule import paused_notice
 from batchpoint.airflow.ui_theme import css_variables
+from batchpoint.ops.restore_history import passed_over_text
 from batchpoint.protocol.history_status import HistoryStatus
 from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
 
@@ -97,8 +98,8 @@ def restore_text(e: Mapping[str, Any]) -> str:
     """One restore, in words: `restore generation 2 at <when>, gated by the quality gate`."""
     gate = f"gated by the {e['gate']}" if e["gated"] else "ungated"
     rewinding = ", sinks still rewinding" if e["in_progress"] else ""
-    at = when(e["restored_at"])
-    return f"restore generation {e['restore_generation']} at {at}, {gate}{rewinding}"
+    at, walk = when(e["restored_at"]), passed_over_text(e["passed_over"], e["quarantined"])
+    return f"restore generation {e['restore_generation']} at {at}, {gate}{walk}{rewinding}"
 
 
 def _history_cell(row: Mapping[str, Any], key: str) -> str:

@@ -1,7 +1,8 @@
 """Restores as Flink's web UI shows them: the pipeline's latest restore (when, to which
-checkpoint, its restore generation; here also whether a gate passed the target, and
-whether its sinks are still being rewound), and the recent restores, so that the
-history marks the checkpoints a restore went back to.
+checkpoint, its restore generation; here also whether a gate passed the target, what
+it passed over and quarantined on the way, and whether its sinks are still being
+rewound), and the recent restores, so that the history marks the checkpoints a restore
+went back to.
 
 The latest restore is the control record's `restore`, the one that moved the head; the
 earlier ones are the restore records `restores/gen-G.json` (one per finished restore).
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint.errors import RecordError
@@ -37,19 +39,38 @@ class RestoreEvent:
     #: The gate that passed the target ("quality gate"); None: an ungated restore.
     gate: str | None
     gated: bool
+    #: The candidates passed over on the way to the target, newest first, and which of
+    #: them the restore quarantined (the gate failed them, or they proved damaged).
+    passed_over: list[int] = field(default_factory=list)
+    quarantined: list[int] = field(default_factory=list)
     #: Its sinks are still being rewound (the next trigger or restore rolls it forward).
     in_progress: bool = False
 
     @classmethod
     def in_flight(cls, r: RestoreInFlight) -> RestoreEvent:
-        gated = r.gate is not None
-        return cls(r.generation, r.target, r.previous, r.at, r.gate, gated, not r.sinks_rewound)
+        return cls(
+            r.generation,
+            r.target,
+            r.previous,
+            r.at,
+            r.gate,
+            r.gate is not None,
+            list(r.passed_over),
+            list(r.quarantined),
+            not r.sinks_rewound,
+        )
 
     @classmethod
     def recorded(cls, r: RestoreRecord) -> RestoreEvent:
-        gated = r.gate is not None
         return cls(
-            r.restore_generation, r.checkpoint_id, r.previous_head, r.restored_at, r.gate, gated
+            r.restore_generation,
+            r.checkpoint_id,
+            r.previous_head,
+            r.restored_at,
+            r.gate,
+            r.gate is not None,
+            list(r.passed_over),
+            list(r.quarantined),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -60,8 +81,19 @@ class RestoreEvent:
         pending = ", its sinks still being rewound" if self.in_progress else ""
         return (
             f"restore generation {self.restore_generation}, to checkpoint "
-            f"{self.checkpoint_id} (head was {self.previous_head}), {gated}{pending}"
+            f"{self.checkpoint_id} (head was {self.previous_head}), {gated}"
+            f"{passed_over_text(self.passed_over, self.quarantined)}{pending}"
         )
+
+
+def passed_over_text(passed_over: Sequence[int], quarantined: Sequence[int]) -> str:
+    """What a restore passed over on the way to its target, in words ("" for nothing):
+    `; passed over checkpoints 5, 4 (quarantined 5)`."""
+    if not passed_over:
+        return ""
+    ids = ", ".join(map(str, passed_over))
+    text = f"; passed over checkpoint{'s' if len(passed_over) > 1 else ''} {ids}"
+    return text + (f" (quarantined {', '.join(map(str, quarantined))})" if quarantined else "")
 
 
 def latest_restore(control: ControlRecord | None) -> RestoreEvent | None:

@@ -133,6 +133,22 @@ class RestoreInFlight(codec.Value):
     # None when none judged it: the UI shows whether a restore was gated. Written only
     # when set, so an ungated restore's record is what it was before the field.
     gate: str | None = codec.field(default=None, omit=None)
+    # What the restore's check passed over on its way to the target (newest first) and
+    # which of those it quarantined (failed by the gate, or found damaged): the record
+    # says what the gate did, not only that it ran. Written only when there are some.
+    passed_over: tuple[int, ...] = codec.field(default=(), omit=())
+    quarantined: tuple[int, ...] = codec.field(default=(), omit=())
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    """How a restore's target was chosen, recorded with the restore (RestoreInFlight,
+    the restore record): the gate that passed it (None: ungated), the candidates passed
+    over on the way, newest first, and which of those the choosing quarantined."""
+
+    gate: str | None = None
+    passed_over: tuple[int, ...] = ()
+    quarantined: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

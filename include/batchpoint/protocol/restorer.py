@@ -30,7 +30,12 @@ from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
-from batchpoint.protocol.control import ControlRecord, ControlUnreadable, RestoreInFlight
+from batchpoint.protocol.control import (
+    ControlRecord,
+    ControlUnreadable,
+    RestoreInFlight,
+    TargetChoice,
+)
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
@@ -83,7 +88,7 @@ class CheckpointRestorer:
         *,
         mode: ClaimMode = ClaimMode.NO_CLAIM,
         allow_non_restored_state: bool = False,
-        gate: str | None = None,
+        choice: TargetChoice | None = None,
     ) -> HeadPointer:
         """The one way in: move the head to a target the caller examined (chosen by
         `candidates`, or an import, which completes a checkpoint only once its files
@@ -93,13 +98,14 @@ class CheckpointRestorer:
         pipeline owns the restored checkpoint from now on, so retention may drop it;
         NO_CLAIM (the default) leaves it as retained as it was. Either way the first
         new checkpoint shares no file with it: every checkpoint is a full snapshot.
-        `allow_non_restored_state` is recorded for the first trigger after it; `gate`:
-        the name of the gate that passed the target (None: ungated)."""
+        `allow_non_restored_state` is recorded for the first trigger after it; `choice`:
+        how the target was chosen (the gate that passed it; what was passed over and
+        quarantined on the way), recorded with the restore; None: ungated, nothing."""
         cid = target.checkpoint_id
         if not target.restorable:
             raise cannot_restore(self._pipeline, cid, target.problem)
         self.finish()
-        moved = self._move(cid, mode, allow_non_restored_state, gate)
+        moved = self._move(cid, mode, allow_non_restored_state, choice or TargetChoice())
         if moved is None:
             raise left_retained(self._pipeline, cid)
         self.finish()
@@ -141,7 +147,7 @@ class CheckpointRestorer:
         return found[0]
 
     def _move(
-        self, target: int, mode: ClaimMode, allow: bool, gate: str | None
+        self, target: int, mode: ClaimMode, allow: bool, choice: TargetChoice
     ) -> ControlRecord | None:
         now = self._clock()
 
@@ -163,7 +169,16 @@ class CheckpointRestorer:
                 restore_generation=generation,
                 pending=(),
                 restore=RestoreInFlight(
-                    generation, target, current.head, tuple(abandoned), False, now, allow, gate
+                    generation,
+                    target,
+                    current.head,
+                    tuple(abandoned),
+                    False,
+                    now,
+                    allow,
+                    choice.gate,
+                    choice.passed_over,
+                    choice.quarantined,
                 ),
                 moved_at=now,
                 cause=HeadMoveCause.RESTORE,

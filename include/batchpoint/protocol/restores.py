@@ -19,9 +19,12 @@ class RestoreRecord(codec.Record):
     restore_generation: int  # the generation the restore started
     previous_head: int | None = codec.field(missing=None)
     restored_at: float = codec.time()
-    # The gate that passed the target (RestoreInFlight.gate); written only when set.
+    # The gate that passed the target, what the restore passed over and quarantined on
+    # the way (RestoreInFlight's); each written only when set.
     gate: str | None = codec.field(default=None, omit=None)
+    passed_over: tuple[int, ...] = codec.field(default=(), omit=())
+    quarantined: tuple[int, ...] = codec.field(default=(), omit=())
 
     @classmethod
-    def of(cls, restore: RestoreInFlight) -> RestoreRecord:
-        return cls(restore.target, restore.generation, restore.previous, restore.at, restore.gate)
+    def of(cls, r: RestoreInFlight) -> RestoreRecord:
+        return cls(r.target, r.generation, r.previous, r.at, r.gate, r.passed_over, r.quarantined)

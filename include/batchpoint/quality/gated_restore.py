@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from batchpoint.errors import ConfigError
+from batchpoint.errors import ConfigError, RestoreRefused
 from batchpoint.quality.gate import QualityGate
 from batchpoint.quality.report import GateReport
 from batchpoint.runtime.restore import (
@@ -17,10 +17,10 @@ from batchpoint.runtime.restore import (
     GateResult,
     GateSetup,
     RestorePlan,
+    RestorePlanner,
     RestoreRun,
     RestoreSource,
     SourceKind,
-    restore_checkpoint,
 )
 
 if TYPE_CHECKING:
@@ -54,13 +54,17 @@ def gated_restore(
     if dry_run:
         return RestoreRun(plan, setup, dry_run=True)
     assert report.chosen is not None
-    # The restore path every front end takes; the gate read every sha256 already (when
-    # it checks them), so the restore's own examination compares sizes only.
-    applied = restore_checkpoint(
-        driver, report.chosen, parallelism, checksums=False if gate.checksums else None
-    )
+    # The restore path every front end takes: the target's records and files checked
+    # (the gate read every sha256 already, when it checks them, so sizes only), then the
+    # gate's plan applied, so that the restore records what the gate did (gated, what
+    # it passed over and quarantined), as the restore DAG's restore task does.
+    planner = RestorePlanner(driver, checksums=False if gate.checksums else None)
+    target = planner.plan(report.chosen, parallelism)
+    if target.chosen is None:
+        raise RestoreRefused(target.refusal())
+    applied = planner.apply(replace(plan, parallelism=target.parallelism))
     gate.log(f"restored pipeline '{driver.pipeline.name}' to checkpoint {report.chosen}")
-    return replace(applied, plan=replace(plan, parallelism=applied.plan.parallelism), gate=setup)
+    return replace(applied, gate=setup)
 
 
 def _judged_plan(report: GateReport, checkpoint_id: int | None) -> RestorePlan:
@@ -71,7 +75,7 @@ def _judged_plan(report: GateReport, checkpoint_id: int | None) -> RestorePlan:
             f"{c.checkpoint_type} {c.checkpoint_id}",
             c.checkpoint_id,
             SourceKind.CHECKPOINT,
-            gate=GateResult(c.passed, c.to_body()),
+            gate=GateResult(c.passed, c.to_body(), quarantined=c.quarantined),
         )
         for c in report.candidates
     }

@@ -101,7 +101,7 @@ class QualityRestoreGate:
                 gate.record(report)
         for line in report.render():
             gate.log(line)
-        return GateResult(report.passed, report.to_body(), NAME)
+        return GateResult(report.passed, report.to_body(), NAME, report.quarantined)
 
     def conclude(self) -> None:
         """The restore judged its last candidate: the GX Checkpoint's actions, once

@@ -295,7 +295,7 @@ class RestorePlanner:
             examined,
             mode=mode,
             allow_non_restored_state=allow_non_restored_state,
-            gate=None if check.gate is None else check.gate.name,
+            choice=plan.target_choice(),  # the plan's verdicts: a gated plan records gated
         )
         if plan.parallelism:
             self.driver.rescale(dict(plan.parallelism))

@@ -45,11 +45,13 @@ class RestoreCandidate:
 @dataclass(frozen=True)
 class GateResult(codec.Value):
     """A gate's verdict on one candidate, with its report: text, or a JSON object
-    (batchpoint's own gate: the candidate's CandidateReport body)."""
+    (batchpoint's own gate: the candidate's CandidateReport body), and whether the gate
+    quarantined it (a plan read back from an older JSON without the key: it did not)."""
 
     passed: bool
     report: Any = ""  # Mapping[str, Any] | str
     name: str = "quality gate"
+    quarantined: bool = codec.field(default=False, omit=False)
 
 
 #: The quality-gate hook: Great Expectations suites, row-count checks, anything that

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from batchpoint import codec
+from batchpoint.protocol.control import TargetChoice
 from batchpoint.runtime.restore_gate import GateResult
 from batchpoint.runtime.restore_options import RestoreSource, SourceKind
 
@@ -54,6 +55,12 @@ class CandidateCheck(codec.Value):
             and self.quarantine is None
             and (self.gate is None or self.gate.passed)
         )
+
+    @property
+    def quarantined_now(self) -> bool:
+        """Whether this check quarantined it: its problems proved it damaged, or the gate
+        failed it and quarantined it."""
+        return self.quarantined or (self.gate is not None and self.gate.quarantined)
 
     @property
     def source(self) -> RestoreSource:
@@ -95,6 +102,19 @@ class RestorePlan(codec.Value):
     @property
     def chosen_id(self) -> int | None:
         return None if self.chosen is None else self.chosen.checkpoint_id
+
+    def target_choice(self) -> TargetChoice:
+        """How the chosen target was chosen, as its restore records it: the gate that
+        passed it (None: ungated), the candidates refused before it and which of those
+        this plan's checks quarantined. What the restore DAG's restore task records from
+        the check task's plan: the gate's outcome, not a second look."""
+        chosen = self.chosen
+        refused = [c for c in self.checks if not c.passed]
+        return TargetChoice(
+            None if chosen is None or chosen.gate is None else chosen.gate.name,
+            tuple(c.checkpoint_id for c in refused),
+            tuple(c.checkpoint_id for c in refused if c.quarantined_now),
+        )
 
     def refusal_headline(self) -> str:
         """The first line of `refusal`, without the per-candidate reasons (for a caller
