@@ -162,6 +162,19 @@ class RedisImage(LocalImage):
         return [*command, "--dir", "/data"]
 
 
+def interpreter_unreachable_by(uid: int) -> str | None:
+    """Why a process of `uid` cannot run this project's Python (None: it can). The
+    virtualenv's interpreter and standard library are where Python was installed: under
+    /root (pyenv, uv's managed Pythons) a non-root user cannot reach them, as the image's
+    users reach its own /usr/local."""
+    for path in (Path(os.path.realpath(sys.executable)), Path(sys.base_prefix)):
+        for folder in (path, *path.parents):
+            mode = folder.stat()
+            if folder.is_dir() and mode.st_uid != uid and not mode.st_mode & 0o001:
+                return f"{folder} (mode {mode.st_mode & 0o777:o}) holds {path}"
+    return None
+
+
 def _java_home() -> str:
     java = shutil.which("java")
     if java is None:
@@ -294,4 +307,4 @@ def local_image(image: str) -> LocalImage:
     return make(image)
 
 
-__all__ = ["EQUIVALENTS", "LocalImage", "local_image"]
+__all__ = ["EQUIVALENTS", "LocalImage", "interpreter_unreachable_by", "local_image"]

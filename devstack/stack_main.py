@@ -28,6 +28,7 @@ from pathlib import Path
 from batchpoint.errors import BatchpointError
 from devstack import PROJECT_ROOT, stack_exec
 from devstack.compose import ComposeFile, read_dotenv
+from devstack.images import AIRFLOW_IMAGE_UID, interpreter_unreachable_by
 from devstack.processes import signals_stop
 from devstack.stack import Stack, remove_workdir
 
@@ -51,7 +52,15 @@ def variables_of(file: Path, env_files: list[Path]) -> dict[str, str]:
         if env_files and not env_file.is_file():
             raise BatchpointError(f"--env-file {env_file}: no such file")
         found.update(read_dotenv(env_file))
-    return {**found, **os.environ}
+    variables = {**found, **os.environ}
+    if "AIRFLOW_UID" not in variables:
+        why = interpreter_unreachable_by(AIRFLOW_IMAGE_UID)
+        if why:
+            # The image's user runs the image's Python; here it would not reach this
+            # machine's, so the Airflow services run as root (compose's AIRFLOW_UID=0).
+            print(f"AIRFLOW_UID=0: user {AIRFLOW_IMAGE_UID} cannot run this Python: {why}")
+            variables["AIRFLOW_UID"] = "0"
+    return variables
 
 
 def build(args: argparse.Namespace, workdir: Path) -> Stack:

@@ -25,6 +25,7 @@ from batchpoint.airflow.epoch_dag import (
 )
 from batchpoint.airflow.mixins import BatchpointTaskMixin
 from batchpoint.airflow.operators import CheckpointCleanupOperator
+from batchpoint.airflow.outages import RETRY_AT_ONCE, OutageEnded, outage_retry_policy
 from batchpoint.ops.epoch_plan import RunsWhen, TaskKind, plan_epoch
 from batchpoint.runtime.api import Pipeline
 from demo.payments import build_pipeline
@@ -59,6 +60,13 @@ def assert_renders(dag: DAG, plan) -> None:
             assert airflow_task.retry_delay == timedelta(seconds=task.settings.retry_delay)
         if task.settings.timeout is not None and task.kind is not TaskKind.WAIT_FOR_ACKS:
             assert airflow_task.execution_timeout == timedelta(seconds=task.settings.timeout)
+        # an operator task whose outage ended is retried at once (where Airflow can)
+        policy = getattr(airflow_task, "retry_policy", None)
+        if task.kind is TaskKind.OPERATOR and outage_retry_policy():
+            decision = policy.evaluate(OutageEnded("back"), 1, 3)
+            assert decision.retry_delay == RETRY_AT_ONCE, task.id
+        else:
+            assert policy is None, task.id
     assert_names_come_from(dag, plan)
 
 

@@ -75,9 +75,25 @@ def _missing() -> str | None:
             return f"needs {tool} (iproute2, util-linux)"
     if not list(Path("/usr/lib/postgresql").glob("*/bin/postgres")):
         return "needs PostgreSQL (apt-get install postgresql)"
+    if shutil.which("redis-server") is None:
+        return "needs Redis, Celery's broker (apt-get install redis-server)"
     if chromium_paths() is None:
         return f"no chromium here: {INSTALL_HINT}"
     return None
+
+
+def _variables() -> dict[str, str]:
+    """trial.env's secrets, the test's admin password, and the Airflow services' user:
+    the image's (50000) where it can run this machine's Python, else root (as ./dev stack
+    decides: devstack.stack_main.variables_of)."""
+    from devstack.images import AIRFLOW_IMAGE_UID, interpreter_unreachable_by
+
+    unreachable = interpreter_unreachable_by(AIRFLOW_IMAGE_UID)
+    return {
+        **read_dotenv(PROJECT / "trial.env"),
+        "AIRFLOW_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        "AIRFLOW_UID": "0" if unreachable else str(AIRFLOW_IMAGE_UID),
+    }
 
 
 class Run:
@@ -266,9 +282,10 @@ class Recovery:
 
     def __str__(self) -> str:
         text = f"{self.fault} during {self.during}: checkpoint {self.checkpoint_id} "
-        text += f"completed {self.seconds:.0f}s later"
+        text += f"completed {self.seconds:.0f}s later ({self.seconds / INTERVAL:.1f} intervals)"
         if self.after_restore is not None:
-            text += f" ({self.after_restore[1]:.0f}s after the link came back)"
+            back = self.after_restore[1]
+            text += f"; {back:.0f}s after the link came back ({back / INTERVAL:.1f} intervals)"
         return text
 
 
@@ -307,7 +324,7 @@ def test_the_compose_deployment_runs_across_hosts_through_faults(monkeypatch):
     workdir = Path(tempfile.mkdtemp(prefix="bp-stack-test-", dir="/var/tmp"))
     compose = ComposeFile.load(
         PROJECT / "docker-compose.yaml",
-        variables={**read_dotenv(PROJECT / "trial.env"), "AIRFLOW_ADMIN_PASSWORD": ADMIN_PASSWORD},
+        variables=_variables(),
         overrides=[HERE / "stack-test.override.yaml"],
     )
     stack = Stack(compose, workdir, say=_say)
