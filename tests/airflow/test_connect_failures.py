@@ -79,8 +79,6 @@ def test_a_server_killed_mid_epoch_then_back_loses_nothing(
         log = capsys.readouterr().out
         assert killed, "dedup's job never reported progress"
         assert UNREACHABLE.search(log), log[-4000:]
-        # the try waited for the server it lost, not a fixed delay, then retried
-        assert "waiting for it to answer again" in log and "answers again after" in log
         first = c.get_outcome(1)
         if first.status is CheckpointStatus.COMPLETED:
             # the retry, on the server that came back, completed the checkpoint
