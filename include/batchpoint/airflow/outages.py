@@ -46,16 +46,26 @@ def endpoint_probe(settings: Settings, status: JobStatus) -> Callable[[], bool] 
         remote = settings.spark_remote
         return lambda: server_answers(remote)
     if status is JobStatus.STORAGE_UNAVAILABLE:
-        return lambda: _store_answers(settings)
+        return _StoreProbe(settings)
     return None
 
 
-def _store_answers(settings: Settings) -> bool:
-    try:
-        settings.store_ref.open().exists("_batchpoint_probe")
-    except (BatchpointError, OSError):
-        return False
-    return True
+class _StoreProbe:
+    """A read of the store: opened once (a client per poll would be a new connection pool
+    each second), then asked until it answers."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._store: Any = None
+
+    def __call__(self) -> bool:
+        try:
+            if self._store is None:
+                self._store = self._settings.store_ref.open()
+            self._store.exists("_batchpoint_probe")
+        except (BatchpointError, OSError):
+            return False
+        return True
 
 
 def wait_until_answers(
