@@ -48,3 +48,22 @@ def test_a_stopping_servers_last_answers_count_as_gone_even_while_it_still_answe
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         assert server_went_away(f"sc://127.0.0.1:{listener.getsockname()[1]}", stopping)
+
+
+def test_a_restarted_server_in_the_sessions_place_counts_as_gone_while_it_answers() -> None:
+    """The restarted server reports a new server-side session; pyspark closes the client,
+    whose later calls raise NO_ACTIVE_SESSION (the exception below is the one its closed
+    client raises)."""
+    from pyspark.errors.exceptions.connect import SparkConnectException
+
+    closed_client = SparkConnectException(errorClass="NO_ACTIVE_SESSION", messageParameters={})
+    changed = SparkConnectGrpcException(
+        "[INVALID_HANDLE.SESSION_CHANGED] The handle 1f0e is invalid. The existing Spark "
+        "server driver instance has restarted. Please reconnect."
+    )
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        up = f"sc://127.0.0.1:{listener.getsockname()[1]}"
+        assert server_went_away(up, closed_client, settle=0.5)
+        assert server_went_away(up, changed, settle=0.5)

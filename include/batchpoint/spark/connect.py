@@ -167,11 +167,17 @@ def server_answers(remote: str, timeout: float = 3.0) -> bool:
         return False
 
 
-#: What a server says while it shuts down (it may still accept connections for a moment).
+#: What a server says while it shuts down (it may still accept connections for a moment),
+#: and what the client says once a restarted server answers in its place: the server
+#: reports a new server-side session (SESSION_CHANGED), and pyspark closes the client,
+#: whose every later call raises NO_ACTIVE_SESSION. The session, and the attempt on it,
+#: are gone either way: a retry on a new session can complete the checkpoint.
 _SHUTTING_DOWN = (
     "Cannot call methods on a stopped SparkContext",
     "SparkContext was shut down",
     "SparkContext has been shutdown",
+    "INVALID_HANDLE.SESSION_CHANGED",
+    "NO_ACTIVE_SESSION",
 )
 
 
