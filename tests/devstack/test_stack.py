@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -279,6 +280,8 @@ class Recovery:
     seconds: float
     #: for a cut: the first completed after the link came back, and how long after that
     after_restore: tuple[int, float] | None = None
+    #: what the runs in between did, in seconds from the fault
+    timeline: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         text = f"{self.fault} during {self.during}: checkpoint {self.checkpoint_id} "
@@ -286,7 +289,7 @@ class Recovery:
         if self.after_restore is not None:
             back = self.after_restore[1]
             text += f"; {back:.0f}s after the link came back ({back / INTERVAL:.1f} intervals)"
-        return text
+        return "\n      ".join([text, *self.timeline])
 
 
 @dataclass(frozen=True)
@@ -404,7 +407,15 @@ def _faults(run: Run, stack: Stack) -> list[Recovery]:
     def recovered(fault: StackEvent, during: str, restored: StackEvent | None = None) -> None:
         cid, seconds = run.completed_after(fault.at)
         after = run.completed_after(restored.at) if restored is not None else None
-        recoveries.append(Recovery(fault, during, cid, seconds, after))
+        hit = re.search(r" of (\S+?)(?:[ ;]|$)", during)
+        run_ids = dict.fromkeys([hit.group(1) if hit else "", run.run_of(cid)])
+        timeline = tuple(
+            f"{run_id}: {line}"
+            for run_id in run_ids
+            if run_id
+            for line in run.api.timeline(CHECKPOINT_DAG, run_id, fault.at)
+        )
+        recoveries.append(Recovery(fault, during, cid, seconds, after, timeline))
         _say(f"{recoveries[-1]}")
 
     # its restart policy (unless-stopped) brings the killed process back, as Docker's would

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from batchpoint.errors import CheckpointError
+from batchpoint.errors import CheckpointError, StorageUnavailable
 from batchpoint.protocol.checkpoint import (
     SHARED_FROM_META,
     CheckpointFailureReason,
@@ -259,6 +259,30 @@ def test_a_failed_operator_declines_every_subtask_and_the_checkpoint_aborts(
     assert outcome.reason is CheckpointFailureReason.DECLINED
     decline(down, "too late")  # settled already: the outcome holds
     assert world.coordinator.get_outcome(cid) == outcome
+
+
+def test_storage_that_did_not_answer_declines_nothing_here_or_in_a_spark_task(
+    local_store: ObjectStore,
+) -> None:
+    """An S3 outage is not the operator's fault: the checkpoint stays pending for a
+    retry once S3 answers (the task waits for that: airflow/outages.py)."""
+    world = World(local_store)
+    cid = world.trigger()
+    here = StorageUnavailable("S3 endpoint http://s3:8333 did not answer get s3://b/k")
+    with pytest.raises(StorageUnavailable) as raised:
+        fail(world.attempt(cid, "up"), here)
+    assert raised.value is here
+    # what pyspark raises for a Spark task that raised it: the worker's traceback as text
+    in_task = RuntimeError(
+        "Job aborted due to stage failure: Task 0 in stage 3.0 failed 4 times\n"
+        'Traceback (most recent call last):\n  File "task.py", line 9, in read\n'
+        "batchpoint.errors.StorageUnavailable: S3 endpoint http://s3:8333 did not answer "
+        "get s3://b/sources/events/p1/e00012-f000.jsonl after up to 5 attempt(s)\n"
+    )
+    with pytest.raises(StorageUnavailable, match=f"up in checkpoint {cid}: StorageUnavailable"):
+        fail(world.attempt(cid, "up"), in_task)
+    assert not world.coordinator.progress(cid).declines
+    assert world.coordinator.get_outcome(cid) is None
 
 
 # -- the start of an attempt --------------------------------------------------------------

@@ -125,6 +125,33 @@ class RestApi:
         lines = content if isinstance(content, list) else str(content).splitlines()
         return [c if isinstance(c, dict) else {"event": str(c)} for c in lines]
 
+    def task_tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
+        """Every try of a task instance, the first first."""
+        body = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries")
+        return sorted(body["task_instances"], key=lambda t: t["try_number"])
+
+    def timeline(self, dag_id: str, run_id: str, origin: float) -> list[str]:
+        """What each try of a run's tasks did, in seconds from `origin` (a fault): where
+        the time to recover went."""
+        lines = []
+        tasks = self.task_instances(dag_id, run_id)
+        for task_id, ti in sorted(tasks.items(), key=lambda kv: kv[1]["start_date"] or "~"):
+            if not ti["try_number"]:
+                lines.append(f"{task_id}: {ti['state']}")
+                continue
+            tries = self.task_tries(dag_id, run_id, task_id)
+            said = []
+            for t in tries:
+                if not t["start_date"]:
+                    said.append(f"try {t['try_number']} {t['state']}")
+                    continue
+                start = seconds_of(t["start_date"]) - origin
+                took = seconds_of(t["end_date"]) - origin - start if t["end_date"] else None
+                ran = f"{took:.0f}s" if took is not None else "..."
+                said.append(f"try {t['try_number']} {t['state']} at {start:+.0f}s for {ran}")
+            lines.append(f"{task_id}: " + ", ".join(said))
+        return lines
+
     def wait_run(self, dag_id: str, run_id: str, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:

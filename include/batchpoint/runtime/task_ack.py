@@ -8,7 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
 
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, StorageUnavailable
 from batchpoint.protocol.checkpoint import (
     SHARED_FROM_META,
     FileHandle,
@@ -73,19 +73,23 @@ def decline(attempt: TaskAttempt, reason: str) -> None:
 
 
 def fail(attempt: TaskAttempt, exc: Exception) -> NoReturn:
-    """Decline for an operator that raised, and raise OperatorFailed. A Spark Connect
-    server that went away is not the operator's fault: that declines nothing (a retry
-    once the server is back can still complete the checkpoint) and raises
-    SparkUnreachable."""
+    """Decline for an operator that raised, and raise OperatorFailed. An outage is not
+    the operator's fault: a Spark Connect server that went away, or storage that did
+    not answer (here or in a Spark task), declines nothing (a retry once it is back can
+    still complete the checkpoint) and raises SparkUnreachable or StorageUnavailable."""
     name, cid = attempt.operator, attempt.checkpoint_id
+    if isinstance(exc, StorageUnavailable):
+        raise exc
     if isinstance(exc, BatchpointError):
         decline(attempt, str(exc))
         raise OperatorFailed(f"{name} failed in checkpoint {cid}: {exc}") from exc
-    from batchpoint.spark.remote import error_line
+    from batchpoint.spark.remote import error_line, raised_in_task
 
     # batchpoint's own error raised in a Spark task (a state set null where declared
     # not null), not the worker's traceback and the JVM's stack around it
     reason = error_line(exc)
+    if raised_in_task(exc) == StorageUnavailable.__name__:
+        raise StorageUnavailable(f"{name} in checkpoint {cid}: {reason}") from exc
     if attempt.env.remote:
         from batchpoint.spark.connect import remote_of, server_went_away, unreachable_error
 

@@ -224,6 +224,12 @@ def interrupt_attempt(remote: str, pipeline: str, tag: str, operator: str) -> li
 _OUR_ERROR = re.compile(r"batchpoint\.[\w.]+?\.(\w+): (.+)")
 
 
+def raised_in_task(exc: BaseException) -> str | None:
+    """The class name of batchpoint's error that a Spark task raised, if one did."""
+    found = _OUR_ERROR.findall(str(exc))
+    return found[-1][0] if found else None
+
+
 def error_line(exc: BaseException) -> str:
     """A server-side failure in one line: batchpoint's own error raised in a worker if
     there is one (not the Python traceback and JVM stack around it)."""
@@ -246,4 +252,5 @@ __all__ = [
     "interrupt_attempt",
     "portable_store_ref",
     "prepare_remote",
+    "raised_in_task",
 ]
