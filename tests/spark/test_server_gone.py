@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator
 
 from batchpoint.spark.session import server_answers, server_went_away
 
@@ -10,6 +12,15 @@ from batchpoint.spark.session import server_answers, server_went_away
 class SparkConnectGrpcException(Exception):
     """Named like pyspark's: a server killed mid-RPC surfaces as one of these, with a
     status (INTERNAL, UNKNOWN, CANCELLED...) that names nothing about reachability."""
+
+
+@contextlib.contextmanager
+def _answering() -> Iterator[str]:
+    """The address of a port that accepts connections (all server_answers looks for)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield f"sc://127.0.0.1:{listener.getsockname()[1]}"
 
 
 def _closed_port() -> int:
@@ -23,10 +34,7 @@ def test_an_rpc_failure_counts_as_gone_only_if_the_server_no_longer_answers() ->
         "<_InactiveRpcError of RPC that terminated with:\n"
         '\tstatus = StatusCode.INTERNAL\n\tdetails = "Received RST_STREAM with error code 2"'
     )
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        up = f"sc://127.0.0.1:{listener.getsockname()[1]}"
+    with _answering() as up:
         assert server_answers(up)
         assert not server_went_away(up, failure, settle=0.5)
     down = f"sc://127.0.0.1:{_closed_port()}"
@@ -44,10 +52,8 @@ def test_a_stopping_servers_last_answers_count_as_gone_even_while_it_still_answe
     stopping = SparkConnectGrpcException(
         "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext."
     )
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        assert server_went_away(f"sc://127.0.0.1:{listener.getsockname()[1]}", stopping)
+    with _answering() as up:
+        assert server_went_away(up, stopping)
 
 
 def test_a_restarted_server_in_the_sessions_place_counts_as_gone_while_it_answers() -> None:
@@ -61,9 +67,6 @@ def test_a_restarted_server_in_the_sessions_place_counts_as_gone_while_it_answer
         "[INVALID_HANDLE.SESSION_CHANGED] The handle 1f0e is invalid. The existing Spark "
         "server driver instance has restarted. Please reconnect."
     )
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        up = f"sc://127.0.0.1:{listener.getsockname()[1]}"
+    with _answering() as up:
         assert server_went_away(up, closed_client, settle=0.5)
         assert server_went_away(up, changed, settle=0.5)
