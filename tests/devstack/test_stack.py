@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -175,13 +174,9 @@ class Run:
     def completed_at(self, checkpoint_id: int) -> float:
         return float(self.coordinator.get_outcome(checkpoint_id).completed.completed_at)
 
-    def running_operator_task(self, timeout: float = 600) -> str:
-        """Wait until an operator task of a checkpoint run is running; returns which."""
-        return self.running_operator()[0]
-
-    def running_operator(self, timeout: float = 600) -> tuple[str, str]:
-        """Wait until an operator task of a checkpoint run is running: which, and the
-        host (Celery worker) it runs on."""
+    def running_operator(self, timeout: float = 600) -> RunningTask:
+        """Wait until an operator task of a checkpoint run is running: which, of which
+        run, and the host (Celery worker) it runs on."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for run in self.api.runs(CHECKPOINT_DAG):
@@ -189,12 +184,12 @@ class Run:
                     continue
                 tasks = self.api.task_instances(CHECKPOINT_DAG, run["dag_run_id"])
                 busy = [
-                    (t, ti["hostname"])
+                    RunningTask(t, run["dag_run_id"], ti["hostname"])
                     for t, ti in tasks.items()
                     if t.startswith("operators.") and ti["state"] == "running" and ti["hostname"]
                 ]
                 if busy:
-                    return f"{busy[0][0]} of {run['dag_run_id']}", busy[0][1]
+                    return busy[0]
             time.sleep(1)
         raise AssertionError("no operator task ran")
 
@@ -268,6 +263,18 @@ def _completed_checkpoint(outcome: Any) -> bool:
         outcome.status is CheckpointStatus.COMPLETED
         and outcome.pending.type is CheckpointType.CHECKPOINT
     )
+
+
+@dataclass(frozen=True)
+class RunningTask:
+    """An operator task that a fault hits."""
+
+    task_id: str
+    run_id: str
+    host: str
+
+    def __str__(self) -> str:
+        return f"{self.task_id} of {self.run_id}"
 
 
 @dataclass(frozen=True)
@@ -404,32 +411,29 @@ def _faults(run: Run, stack: Stack) -> list[Recovery]:
     checkpoint."""
     recoveries = []
 
-    def recovered(fault: StackEvent, during: str, restored: StackEvent | None = None) -> None:
+    def recovered(
+        fault: StackEvent, hit: RunningTask, said: str = "", restored: StackEvent | None = None
+    ) -> None:
         cid, seconds = run.completed_after(fault.at)
         after = run.completed_after(restored.at) if restored is not None else None
-        hit = re.search(r" of (\S+?)(?:[ ;]|$)", during)
-        run_ids = dict.fromkeys([hit.group(1) if hit else "", run.run_of(cid)])
         timeline = tuple(
             f"{run_id}: {line}"
-            for run_id in run_ids
-            if run_id
+            for run_id in dict.fromkeys([hit.run_id, run.run_of(cid)])
             for line in run.api.timeline(CHECKPOINT_DAG, run_id, fault.at)
         )
-        recoveries.append(Recovery(fault, during, cid, seconds, after, timeline))
+        recoveries.append(Recovery(fault, f"{hit}{said}", cid, seconds, after, timeline))
         _say(f"{recoveries[-1]}")
 
     # its restart policy (unless-stopped) brings the killed process back, as Docker's would
-    during = run.running_operator_task()
-    recovered(stack.kill("airflow-scheduler"), during)
+    recovered(stack.kill("airflow-scheduler"), run.running_operator())
     # the Celery worker the task runs on, with every process on its host
-    during, host = run.running_operator()
-    recovered(stack.kill(_worker_on(stack, host)), f"{during} (on {host})")
-    during = run.running_operator_task()
+    hit = run.running_operator()
+    recovered(stack.kill(_worker_on(stack, hit.host)), hit, f" (on {hit.host})")
+    hit = run.running_operator()
     run.spark.wait_running_job()  # executors on both workers are reading or writing state
-    recovered(stack.kill("spark-worker-2"), during)
-    during = run.running_operator_task()
-    recovered(stack.kill("spark-connect"), during)
-    during = run.running_operator_task()
+    recovered(stack.kill("spark-worker-2"), hit)
+    recovered(stack.kill("spark-connect"), run.running_operator())
+    hit = run.running_operator()
     run.spark.wait_running_job()  # the worker's executor is reading or writing state
     failed_before = run.spark.failed_tasks()
     cut = stack.cut("spark-worker-1", "seaweedfs")
@@ -440,10 +444,9 @@ def _faults(run: Run, stack: Stack) -> list[Recovery]:
     failed = run.spark.failed_tasks() - failed_before
     restored = stack.restore("spark-worker-1", "seaweedfs")
     assert failed > 0, f"no task attempt failed on the worker in {restored.at - cut.at:.0f}s"
-    during += f"; {failed} task attempt(s) failed on the worker in the {restored.at - cut.at:.0f}s"
-    recovered(cut, during, restored)
-    during = run.running_operator_task()
-    recovered(stack.restart("seaweedfs"), during)
+    said = f"; {failed} task attempt(s) failed on the worker in the {restored.at - cut.at:.0f}s"
+    recovered(cut, hit, said, restored)
+    recovered(stack.restart("seaweedfs"), run.running_operator())
     return recoveries
 
 

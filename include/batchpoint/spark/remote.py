@@ -224,20 +224,25 @@ def interrupt_attempt(remote: str, pipeline: str, tag: str, operator: str) -> li
 _OUR_ERROR = re.compile(r"batchpoint\.[\w.]+?\.(\w+): (.+)")
 
 
+def _ours(text: str) -> tuple[str, str] | None:
+    """The last of batchpoint's errors in a server-side failure: its class name, message."""
+    found = _OUR_ERROR.findall(text)
+    return found[-1] if found else None
+
+
 def raised_in_task(exc: BaseException) -> str | None:
     """The class name of batchpoint's error that a Spark task raised, if one did."""
-    found = _OUR_ERROR.findall(str(exc))
-    return found[-1][0] if found else None
+    ours = _ours(str(exc))
+    return ours[0] if ours else None
 
 
 def error_line(exc: BaseException) -> str:
     """A server-side failure in one line: batchpoint's own error raised in a worker if
     there is one (not the Python traceback and JVM stack around it)."""
     text = str(exc)
-    found = _OUR_ERROR.findall(text)
-    if found:
-        name, message = found[-1]
-        return f"{name}: {message.strip()}"
+    ours = _ours(text)
+    if ours:
+        return f"{ours[0]}: {ours[1].strip()}"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return f"{type(exc).__name__}: {first[:500]}"
 
