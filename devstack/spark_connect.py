@@ -8,9 +8,9 @@ batchpoint as the clients. It dies with its parent, even on SIGKILL
 (devstack.processes).
 
 A started server is warm (issue 28): once it listens, a warm-up job
-(devstack.spark_warm_up) runs the code paths of an operator's epoch, and its
+(batchpoint.spark.warm_up) runs the code paths of an operator's epoch, and its
 Python workers fork from a daemon that has loaded their imports already
-(devstack.worker_daemon); given pipelines, it also opens each of their
+(batchpoint.spark.worker_daemon); given pipelines, it also opens each of their
 operator sessions and starts its Python workers (Spark keeps them per session). It
 schedules FAIR, so that the operator tasks
 Airflow runs side by side share it instead of queueing job after job: each operator's
@@ -55,7 +55,7 @@ DEFAULT_CONF: dict[str, str] = {
     **SESSION_DEFAULT_CONF,
     **LOCAL_DRIVER_CONF,
     "spark.scheduler.mode": "FAIR",
-    "spark.python.daemon.module": "devstack.worker_daemon",
+    "spark.python.daemon.module": "batchpoint.spark.worker_daemon",
 }
 
 #: How long start() waits for the warm-up job before it gives up on it (the server
@@ -89,7 +89,8 @@ class SparkConnectServer:
         pipelines: Sequence[str] = (),
     ) -> None:
         """`pipelines`: references (module:attribute) of pipelines whose operator
-        sessions the warm-up opens and warms (see spark_warm_up), at this server's `url`."""
+        sessions the warm-up (batchpoint.spark.warm_up) opens and warms, at this
+        server's `url`."""
         self.workdir = Path(workdir).absolute()
         self.master = master
         self.conf = {**DEFAULT_CONF, **(conf or {})}
@@ -194,10 +195,11 @@ class SparkConnectServer:
         args = [
             sys.executable,
             "-m",
-            "devstack.spark_warm_up",
+            "batchpoint.spark.warm_up",
             self.url,
-            str(scratch),
             *self.pipelines,
+            "--scratch",
+            str(scratch),
         ]
         try:
             done = subprocess.run(

@@ -26,6 +26,7 @@ import yaml
 
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import KNOWN_VARIABLES, Settings, parse_bool, parse_interval
+from batchpoint.spark.connect_server import SERVER_CLASS, server_command
 from batchpoint.spark.session import DEFAULT_CONF
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -294,16 +295,18 @@ def test_the_connect_server_runs_on_the_cluster(services):
     assert (remote.scheme, remote.hostname) == ("sc", "spark-connect")
     assert connect["hostname"] == remote.hostname and str(remote.port) in connect["expose"]
     command = connect["command"]
-    assert connect["entrypoint"] == ["spark-submit"]
-    assert command[command.index("--class") + 1] == (
-        "org.apache.spark.sql.connect.service.SparkConnectServer"
-    )
+    # batchpoint's launcher: spark-submit --class SparkConnectServer, then its warm-up
+    assert connect["entrypoint"] == ["python", "-m", "batchpoint.spark.connect_server"]
+    assert server_command(command)[1:3] == ["--class", SERVER_CLASS]
     assert command[command.index("--master") + 1] == env["BATCHPOINT_SPARK_MASTER"]
     conf = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf")
     assert conf["spark.connect.grpc.binding.port"] == str(remote.port)
     assert conf["spark.driver.host"] == "spark-connect"  # executors connect back to it
     # no cap: a Spark worker added to the cluster adds its cores to the server's
     assert "spark.cores.max" not in conf
+    # the operators' pools shared FAIR; Python workers forked with batchpoint loaded
+    assert conf["spark.scheduler.mode"] == "FAIR"
+    assert conf["spark.python.daemon.module"] == "batchpoint.spark.worker_daemon"
     # shuffles as wide as batchpoint's own sessions', not Spark's 200 tasks per stage
     for key in ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone"):
         assert conf[key] == DEFAULT_CONF[key], key

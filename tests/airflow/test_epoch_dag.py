@@ -60,9 +60,15 @@ def assert_renders(dag: DAG, plan) -> None:
             assert airflow_task.retry_delay == timedelta(seconds=task.settings.retry_delay)
         if task.settings.timeout is not None and task.kind is not TaskKind.WAIT_FOR_ACKS:
             assert airflow_task.execution_timeout == timedelta(seconds=task.settings.timeout)
-        # an operator task whose outage ended is retried at once (where Airflow can)
+        # an operator or trigger task whose outage ended is retried at once (where
+        # Airflow can)
         policy = getattr(airflow_task, "retry_policy", None)
-        if task.kind is TaskKind.OPERATOR and outage_retry_policy():
+        waits_out_outages = (
+            TaskKind.OPERATOR,
+            TaskKind.TRIGGER_CHECKPOINT,
+            TaskKind.TRIGGER_SAVEPOINT,
+        )
+        if task.kind in waits_out_outages and outage_retry_policy():
             decision = policy.evaluate(OutageEnded("back"), 1, 3)
             assert decision.retry_delay == RETRY_AT_ONCE, task.id
         else:

@@ -424,15 +424,19 @@ def _faults(run: Run, stack: Stack) -> list[Recovery]:
         recoveries.append(Recovery(fault, f"{hit}{said}", cid, seconds, after, timeline))
         _say(f"{recoveries[-1]}")
 
+    # Each fault while the task it names runs (found first: an argument list evaluated
+    # left to right would fault first and name whichever task ran next).
     # its restart policy (unless-stopped) brings the killed process back, as Docker's would
-    recovered(stack.kill("airflow-scheduler"), run.running_operator())
+    hit = run.running_operator()
+    recovered(stack.kill("airflow-scheduler"), hit)
     # the Celery worker the task runs on, with every process on its host
     hit = run.running_operator()
     recovered(stack.kill(_worker_on(stack, hit.host)), hit, f" (on {hit.host})")
     hit = run.running_operator()
     run.spark.wait_running_job()  # executors on both workers are reading or writing state
     recovered(stack.kill("spark-worker-2"), hit)
-    recovered(stack.kill("spark-connect"), run.running_operator())
+    hit = run.running_operator()
+    recovered(stack.kill("spark-connect"), hit)
     hit = run.running_operator()
     run.spark.wait_running_job()  # the worker's executor is reading or writing state
     failed_before = run.spark.failed_tasks()
@@ -446,7 +450,8 @@ def _faults(run: Run, stack: Stack) -> list[Recovery]:
     assert failed > 0, f"no task attempt failed on the worker in {restored.at - cut.at:.0f}s"
     said = f"; {failed} task attempt(s) failed on the worker in the {restored.at - cut.at:.0f}s"
     recovered(cut, hit, said, restored)
-    recovered(stack.restart("seaweedfs"), run.running_operator())
+    hit = run.running_operator()
+    recovered(stack.restart("seaweedfs"), hit)
     return recoveries
 
 

@@ -74,7 +74,8 @@ def test_the_plan_carries_what_the_renderers_need():
     assert (job.operator, job.settings) == ("balances", TaskSettings(2, 30, 600))
     assert by_id["wait_for_acks"].settings == TaskSettings(timeout=600 + 120)
     assert by_id["finalize"].settings == TaskSettings(retries=2, retry_delay=5)
-    assert by_id["trigger"].settings == TaskSettings()  # the renderer's defaults
+    # retried as jobs are (a retry finds the run's checkpoint), with no timeout of its own
+    assert by_id["trigger"].settings == TaskSettings(2, 30)
     assert [str(t.id) for t in plan.tasks if t.runs_when is RunsWhen.UPSTREAM_DONE] == ["cleanup"]
     # every task comes after its upstream: one process can run them in this order
     seen: set = set()

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,9 @@ from typing import Any
 import pytest
 
 from batchpoint.spark.connect import operator_pool, operator_session_id
-from devstack.spark_warm_up import WARM_UP_TAG, operator_tasks
+from batchpoint.spark.warm_up import WARM_UP_TAG, operator_tasks
+from support import spark_rest
+from support.spark_rest import tagged
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -47,7 +47,7 @@ for turn, name in enumerate(("dedup", "balances", "dedup")):
 print(json.dumps(seen))
 """
 
-DAEMON_MODULE = "devstack.worker_daemon"
+DAEMON_MODULE = "batchpoint.spark.worker_daemon"
 
 #: The pipeline whose operator sessions the server's warm-up opens.
 PIPELINE = "demo.payments:pipeline"
@@ -80,15 +80,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def rest(server: Any, path: str) -> Any:
-    found = re.findall(r"started service 'SparkUI' on port (\d+)", server.log_path.read_text())
-    assert found, "the server's UI did not start"
-    base = f"http://127.0.0.1:{found[-1]}/api/v1/applications"
-    app = json.load(urllib.request.urlopen(base, timeout=60))[0]["id"]
-    return json.load(urllib.request.urlopen(f"{base}/{app}/{path}", timeout=60))
-
-
-def tagged(jobs: list[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
-    return [j for j in jobs if any(t.endswith(tag) for t in j.get("jobTags", []))]
+    return spark_rest.rest(server.log_path, path)
 
 
 def test_the_server_schedules_fair_and_ran_its_warm_up_first(server: Any) -> None:
@@ -140,7 +132,7 @@ def worker_daemons(server: Any) -> set[int]:
         return False
 
     def is_daemon(pid: int) -> bool:
-        # python -m devstack.worker_daemon (the JVM's own command line names
+        # python -m batchpoint.spark.worker_daemon (the JVM's own command line names
         # the module too, in its conf)
         return pid in processes and processes[pid][1][1:3] == ["-m", DAEMON_MODULE]
 

@@ -109,11 +109,17 @@ def _settings(task: PlannedTask) -> dict[str, Any]:
 
 
 def _trigger(task: PlannedTask, r: _Render) -> dict[str, Any]:
-    return {**r.storage, "audit": r.plan.audited, "doc_md": trigger_doc(r.plan.audited)}
+    return {
+        **r.storage,
+        "audit": r.plan.audited,
+        "doc_md": trigger_doc(r.plan.audited),
+        # a try that waited out S3's outage is retried at once
+        **outage_retry_policy(),
+    }
 
 
 def _trigger_savepoint(task: PlannedTask, r: _Render) -> dict[str, Any]:
-    return {**r.storage, "api_conn_id": r.deployment.api_conn_id}
+    return {**r.storage, "api_conn_id": r.deployment.api_conn_id, **outage_retry_policy()}
 
 
 def _operator(task: PlannedTask, r: _Render) -> dict[str, Any]:

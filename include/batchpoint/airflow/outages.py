@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from batchpoint.airflow.compat import AirflowException
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, StorageUnavailable
 from batchpoint.runtime.job_status import JobStatus
 from batchpoint.settings import Settings
 
@@ -89,6 +89,23 @@ def wait_until_answers(
         sleep(POLL_EVERY)
 
 
+#: Client libraries whose errors may be the store not answering (a refused connection, a
+#: 5xx after boto's retries): the store's own probe then says whether it is.
+_STORE_CLIENTS = ("botocore", "boto3", "urllib3", "pyarrow", "s3transfer")
+
+
+def may_be_store_outage(exc: BaseException) -> bool:
+    """Whether `exc`, raised by work against the store, may be an outage of the store:
+    batchpoint's StorageUnavailable, or an error of the network or of an S3 client library
+    that batchpoint's own store did not translate (pyiceberg's and pyarrow's file I/O).
+    batchpoint's other errors (a refusal, bad configuration) are not."""
+    if isinstance(exc, StorageUnavailable):
+        return True
+    if isinstance(exc, BatchpointError):
+        return False
+    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _STORE_CLIENTS
+
+
 def outage_over(settings: Settings, status: JobStatus, log: logging.Logger) -> bool:
     """Wait for the endpoint of the outage `status` names to answer again: whether it
     does within OUTAGE_WAIT."""
@@ -127,6 +144,7 @@ __all__ = [
     "RETRY_AT_ONCE",
     "OutageEnded",
     "endpoint_probe",
+    "may_be_store_outage",
     "outage_over",
     "outage_retry_policy",
     "wait_until_answers",

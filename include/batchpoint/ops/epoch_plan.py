@@ -183,6 +183,7 @@ def plan_epoch(
     if stop and not export:
         raise ConfigError("stop-with-savepoint stops after the export")
     jobs = TaskSettings(settings.task_retries, settings.retry_delay, settings.timeout)
+    retried = TaskSettings(settings.task_retries, settings.retry_delay)
     operators = tuple(
         PlannedTask(
             operator_task_id(task.operator),
@@ -196,7 +197,8 @@ def plan_epoch(
     trigger_kind = TaskKind.TRIGGER_SAVEPOINT if savepoint else TaskKind.TRIGGER_CHECKPOINT
     wait = TaskSettings(timeout=settings.timeout + settings.cleanup_grace)
     outcome = [
-        PlannedTask(TRIGGER, trigger_kind),
+        # retried as jobs are: a retried trigger finds the checkpoint its run triggered
+        PlannedTask(TRIGGER, trigger_kind, settings=retried),
         *operators,
         PlannedTask(WAIT_FOR_ACKS, TaskKind.WAIT_FOR_ACKS, (TRIGGER,), settings=wait),
     ]

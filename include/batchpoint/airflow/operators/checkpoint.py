@@ -23,7 +23,7 @@ from batchpoint.airflow.hooks import OperatorJobLauncher, cached_pipeline, launc
 from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.mixins import LineageMixin, lineage_facts
 from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
-from batchpoint.airflow.outages import OutageEnded, outage_over
+from batchpoint.airflow.outages import OutageEnded, may_be_store_outage, outage_over
 from batchpoint.airflow.spark_connection import spark_settings, task_spark_settings
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.audit import audit_then_finalize
@@ -90,6 +90,17 @@ class TriggerCheckpointOperator(BatchpointOperator, compat.SkipMixin):
             self.skip(ti=context["ti"], tasks=self.get_flat_relatives(upstream=False))
             # Reached only with nothing downstream: skip() raises otherwise.
             raise AirflowSkipException(f"checkpoint not triggered: {exc.detail}") from None
+        except Exception as exc:
+            # S3 restarting: a run that failed here would leave its interval without a
+            # checkpoint. A retry triggers the same run's checkpoint (trigger_for_run finds
+            # the one a try before it wrote), once the store answers again.
+            ti = context["ti"]
+            if not may_be_store_outage(exc) or ti.try_number > self.retries:
+                raise
+            self.log.warning("triggering failed (%s: %s)", type(exc).__name__, exc)
+            if not outage_over(self.settings(), JobStatus.STORAGE_UNAVAILABLE, self.log):
+                raise
+            raise OutageEnded(f"the store answers again after {type(exc).__name__}") from exc
         self.log.info(
             "triggered %s %s (base %s), deadline in %.0fs, %d task(s) expected%s",
             pending.type.value,

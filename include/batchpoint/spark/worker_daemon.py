@@ -1,12 +1,14 @@
-"""The Python worker daemon of a devstack Spark Connect server: pyspark's own daemon,
-with the modules batchpoint's Spark tasks import loaded once before it forks.
+"""The Python worker daemon of a Spark Connect server that runs batchpoint's jobs (the
+compose file's and devstack's): pyspark's own daemon, with the modules batchpoint's
+Spark tasks import loaded once before it forks.
 
 Spark forks every Python worker from one daemon per server session (Connect keeps the
 workers of each session apart), and a fresh worker pays for its imports on its first
 task: pyarrow, numpy, boto3 and batchpoint's state code, over a second of CPU on a small
 machine, in every session's first epoch. Loaded here, each fork inherits them.
 
-Set as ``spark.python.daemon.module`` (see spark_connect.DEFAULT_CONF). pyspark's daemon
+Set as ``spark.python.daemon.module=batchpoint.spark.worker_daemon`` (the compose
+file's spark-connect service, devstack.spark_connect.DEFAULT_CONF). pyspark's daemon
 forks, and a fork keeps only the forking thread: the only threads these imports start
 are numpy's BLAS pool and pyarrow's jemalloc background thread, and both libraries
 reset them in a forked child (pthread_atfork); their compute and I/O pools start on

@@ -2,11 +2,12 @@
 operator's epoch run once, so that the first real epoch does not pay for them.
 
 A fresh server's first epoch pays for loading and compiling the JVM classes of Arrow
-batches to and from Python, a shuffle, whole-stage code generation and the Parquet
-writer and reader, and for its Python workers' imports. This job touches each: rows
-through `mapInArrow` and a grouped `applyInArrow` (Python workers that import what an
-operator's tasks import), a shuffle, a join, a Parquet write to a scratch folder and a
-read back. Its jobs carry WARM_UP_TAG, so the server's job list shows it ran.
+batches to and from Python, a shuffle, whole-stage code generation and (given a scratch
+folder that driver and executors share) the Parquet writer and reader, and for its
+Python workers' imports. This job touches each: rows through `mapInArrow` and a grouped
+`applyInArrow` (Python workers that import what an operator's tasks import), a shuffle,
+a join, a Parquet write and a read back. Its jobs carry WARM_UP_TAG, so the server's job
+list shows it ran.
 
 Spark also keeps a Python worker daemon per server session (the session's artifact id is
 in the workers' environment, and a daemon's environment is its key), so each operator's
@@ -16,16 +17,18 @@ pays it once per operator. Given pipelines, the warm-up opens each operator's se
 with the id and scheduler pool its jobs use, and runs a Python task in it: the first
 epoch finds every daemon running.
 
-    python -m devstack.spark_warm_up sc://127.0.0.1:15002 SCRATCH_DIR [PIPELINE_REF ...]
+    python -m batchpoint.spark.warm_up REMOTE [PIPELINE_REF ...] [--scratch DIR]
 
-It runs as a child process of whoever started the server: a process that holds a
-classic Spark session cannot open a Connect one (batchpoint.spark.connect).
+It runs as a Connect client in a process of its own: a process that holds a classic
+Spark session cannot open a Connect one (batchpoint.spark.connect). Its callers are the
+servers' launchers, right after the server listens: batchpoint.spark.connect_server (the
+compose file's spark-connect service, after every restart) and devstack.spark_connect.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +49,7 @@ _ROWS = 20_000
 def _through_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The mapInArrow body: loads what an operator's tasks load (a no-op in a worker
     forked from batchpoint's daemon, which loaded it already)."""
-    from devstack.worker_daemon import preload
+    from batchpoint.spark.worker_daemon import preload
 
     preload()
     yield from batches
@@ -59,8 +62,10 @@ def _fold(table: pa.Table) -> pa.Table:
     return pa.table({"key": table["key"][:1], "total": [pc.sum(table["value"]).as_py()]})
 
 
-def warm_up(spark: SparkSession, scratch: Path) -> float:
-    """Run the warm-up jobs on `spark`; returns the seconds they took."""
+def warm_up(spark: SparkSession, scratch: Path | None = None) -> float:
+    """Run the warm-up jobs on `spark`; returns the seconds they took. The Parquet round
+    trip only with a `scratch` folder that the server's driver and executors share (one
+    machine's: not a cluster's, whose state goes through S3 from the tasks themselves)."""
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -74,14 +79,16 @@ def warm_up(spark: SparkSession, scratch: Path) -> float:
             .groupBy("key")
             .applyInArrow(_fold, "key string, total long")
         )
-        target = str(scratch / "warm-up.parquet")
-        folded.write.mode("overwrite").parquet(target)
-        back = spark.read.parquet(target)
-        fresh = rows.dropDuplicates(["key"]).join(back, "key", "left_anti")
+        if scratch is not None:
+            target = str(scratch / "warm-up.parquet")
+            folded.write.mode("overwrite").parquet(target)
+            folded = spark.read.parquet(target)
+        fresh = rows.dropDuplicates(["key"]).join(folded, "key", "left_anti")
         fresh.groupBy().count().collect()
     finally:
         spark.removeTag(WARM_UP_TAG)
-        shutil.rmtree(scratch / "warm-up.parquet", ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch / "warm-up.parquet", ignore_errors=True)
     return time.monotonic() - started
 
 
@@ -123,23 +130,37 @@ def warm_sessions(remote: str, pipeline_refs: Sequence[str]) -> list[tuple[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2:
-        print(
-            "usage: python -m devstack.spark_warm_up REMOTE SCRATCH [PIPELINE_REF ...]",
-            file=sys.stderr,
-        )
-        return 2
+    parser = argparse.ArgumentParser(
+        prog="python -m batchpoint.spark.warm_up",
+        description="Warm a freshly started Spark Connect server for batchpoint's jobs.",
+    )
+    parser.add_argument("remote", help="the server, sc://HOST:PORT")
+    parser.add_argument(
+        "pipelines", nargs="*", metavar="PIPELINE_REF", help="module:attribute of a pipeline"
+    )
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="a folder the server's driver and executors share, for a Parquet round trip",
+    )
+    parser.add_argument(
+        "--sessions-only",
+        action="store_true",
+        help="only open and warm the pipelines' operator sessions (no warm-up jobs)",
+    )
+    args = parser.parse_args(argv)
     from batchpoint.spark.connect import connect_session
 
-    spark = connect_session(args[0], "warm-up")
-    seconds = warm_up(spark, Path(args[1]))
-    # The warm-up's own session goes: its workers are of no use to other sessions.
-    spark.stop()
-    print(f"warm-up jobs took {seconds:.1f}s", flush=True)
-    if args[2:]:
+    if not args.sessions_only:
+        spark = connect_session(args.remote, "warm-up")
+        seconds = warm_up(spark, args.scratch)
+        # The warm-up's own session goes: its workers are of no use to other sessions.
+        spark.stop()
+        print(f"warm-up jobs took {seconds:.1f}s", flush=True)
+    if args.pipelines:
         started = time.monotonic()
-        tasks = warm_sessions(args[0], args[2:])
+        tasks = warm_sessions(args.remote, args.pipelines)
         names = ", ".join(f"{pipeline}.{operator}" for pipeline, operator in tasks)
         print(
             f"warmed {len(tasks)} operator session(s) in {time.monotonic() - started:.1f}s: "

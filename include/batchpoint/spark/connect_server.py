@@ -1,0 +1,148 @@
+"""A deployment's Spark Connect server, warm before its first epoch: the compose file's
+spark-connect service runs it, and its restart policy runs it again after every crash.
+
+    python -m batchpoint.spark.connect_server [SPARK-SUBMIT OPTION ...]
+
+It runs ``spark-submit --class SparkConnectServer OPTIONS spark-internal`` as its child,
+and once the server listens (spark.connect.grpc.binding.port, 15002 unless an option
+sets it) it runs the warm-up (batchpoint.spark.warm_up) against it in a child of its
+own: it opens each operator session of the pipeline that BATCHPOINT_PIPELINE_REF names,
+as the operators open them, and starts its Python workers.
+
+Why: a restarted server is a new JVM with new executors and no Python workers, and Spark
+starts a Python worker daemon per server session on each executor at the session's
+first Python task. With a session per operator (batchpoint.spark.connect), the epoch
+after a restart would pay that start once per operator, one operator after the other;
+warmed here, beside the retry of the operator that the restart interrupted, the later
+operators find their daemons running. A warm-up that fails leaves the server cold, not
+down: it is logged and the server serves.
+
+SIGTERM and SIGINT go to the server; this process exits with the server's code, so a
+restart policy sees the server's own exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_PORT = 15002
+PORT_SETTING = "spark.connect.grpc.binding.port"
+#: How long the server may take to listen before the warm-up gives up waiting (the
+#: server goes on: it is the restart policy's to judge, not this process's).
+LISTEN_TIMEOUT = 300.0
+WARM_UP_TIMEOUT = 300.0
+
+
+def _say(message: str) -> None:
+    print(f"batchpoint connect-server: {message}", file=sys.stderr, flush=True)
+
+
+def spark_conf(options: Sequence[str]) -> dict[str, str]:
+    """The ``--conf KEY=VALUE`` (and ``--conf=KEY=VALUE``) settings among spark-submit
+    options."""
+    conf: dict[str, str] = {}
+    items = iter(options)
+    for option in items:
+        if option == "--conf":
+            value = next(items, "")
+        elif option.startswith("--conf="):
+            value = option.removeprefix("--conf=")
+        else:
+            continue
+        key, sep, setting = value.partition("=")
+        if sep:
+            conf[key] = setting
+    return conf
+
+
+def server_command(options: Sequence[str]) -> list[str]:
+    spark_submit = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
+    # No application file: the server class is on Spark's own class path.
+    return [spark_submit, "--class", SERVER_CLASS, *options, "spark-internal"]
+
+
+def warm_up_remote(env: Mapping[str, str], port: int) -> str:
+    """The address the warm-up joins: the clients' own (BATCHPOINT_SPARK_REMOTE), since an
+    operator's session id is derived from it, else this host's port."""
+    return env.get("BATCHPOINT_SPARK_REMOTE") or f"sc://127.0.0.1:{port}"
+
+
+def warm_up_command(env: Mapping[str, str], port: int) -> list[str]:
+    pipelines = [ref for ref in env.get("BATCHPOINT_PIPELINE_REF", "").split(",") if ref.strip()]
+    return [
+        sys.executable,
+        "-m",
+        "batchpoint.spark.warm_up",
+        warm_up_remote(env, port),
+        *(ref.strip() for ref in pipelines),
+        # Only the operator sessions: a restart's warm-up runs beside the epoch that the
+        # restart interrupted, whose retry is often the server's first client, and on a
+        # cluster the warm-up jobs' own Python workers (a session of their own) serve no
+        # operator. Each operator session's worker daemon, started here, saves that
+        # operator's first task the start (over a second a worker host, loaded).
+        "--sessions-only",
+    ]
+
+
+def wait_until_listening(
+    server: subprocess.Popen[bytes], port: int, timeout: float = LISTEN_TIMEOUT
+) -> bool:
+    """Whether the server's port accepts connections before the server exits or
+    `timeout` passes (the server binds it once its SparkContext is up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def run(options: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    env = dict(os.environ if env is None else env)
+    port = int(spark_conf(options).get(PORT_SETTING, DEFAULT_PORT))
+    started = time.monotonic()
+    server = subprocess.Popen(server_command(options), env=env)
+    warm_up: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        for child in (warm_up, server):
+            if child is not None and child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    if wait_until_listening(server, port):
+        _say(f"the server listens on port {port} after {time.monotonic() - started:.1f}s")
+        # The warm-up is a Connect client: the server's own switch must not reach it.
+        client_env = {k: v for k, v in env.items() if k != "SPARK_CONNECT_MODE"}
+        warm_up = subprocess.Popen(warm_up_command(env, port), env=client_env)
+        try:
+            code = warm_up.wait(WARM_UP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            warm_up.kill()
+            code = warm_up.wait()
+        if code == 0:
+            _say(f"warm after {time.monotonic() - started:.1f}s")
+        elif server.poll() is None:
+            _say(f"the warm-up failed (exit {code}): the server serves cold")
+    return server.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
