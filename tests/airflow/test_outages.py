@@ -6,7 +6,6 @@ other failure keeps the task's delay."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -30,6 +29,7 @@ from batchpoint.errors import ConfigError, StorageUnavailable
 from batchpoint.runtime.job_status import JobStatus
 from batchpoint.settings import Settings
 from devstack.seaweed import SeaweedServer, free_ports
+from support.storage_env import use_seaweed
 
 
 class Clock:
@@ -107,16 +107,8 @@ def test_a_trigger_that_met_an_s3_outage_waits_for_it_then_its_retry_triggers_on
     run's checkpoint; a try with no retry left fails with the store's error at once."""
     server = SeaweedServer(tmp_path / "s3", s3_port=free_ports(1)[0]).start()
     try:
-        monkeypatch.setenv("BATCHPOINT_ROOT", server.uri("trigger"))
+        use_seaweed(monkeypatch, server, "trigger")
         monkeypatch.setenv("BATCHPOINT_SKIP_IDLE_EPOCHS", "false")  # no input is written
-        connection = {
-            "conn_type": "aws",
-            "host": server.endpoint_url,
-            "login": server.access_key,
-            "password": server.secret_key,
-            "extra": {"region": server.region},
-        }
-        monkeypatch.setenv("AIRFLOW_CONN_BATCHPOINT_STORAGE", json.dumps(connection))
         trigger = TriggerCheckpointOperator(
             task_id="trigger", pipeline_ref="demo.payments:pipeline", retries=2
         )

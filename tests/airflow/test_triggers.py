@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import threading
 import time
 from typing import Any
@@ -22,6 +21,7 @@ from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.local import LocalObjectStore
 from batchpoint.storage.s3 import S3ObjectStore, S3Settings
 from devstack.seaweed import SeaweedServer, free_ports
+from support.storage_env import use_seaweed
 
 pytestmark = pytest.mark.airflow
 
@@ -140,15 +140,7 @@ def test_the_wait_goes_on_through_a_storage_restart(tmp_path, monkeypatch):
     server is back and the tasks (retried by Airflow) ack, the trigger fires done."""
     server = SeaweedServer(tmp_path / "s3", s3_port=free_ports(1)[0]).start()
     try:
-        monkeypatch.setenv("BATCHPOINT_ROOT", server.uri("restart"))
-        connection = {
-            "conn_type": "aws",
-            "host": server.endpoint_url,
-            "login": server.access_key,
-            "password": server.secret_key,
-            "extra": {"region": server.region},
-        }
-        monkeypatch.setenv("AIRFLOW_CONN_BATCHPOINT_STORAGE", json.dumps(connection))
+        use_seaweed(monkeypatch, server, "restart")
         store = S3ObjectStore(
             server.bucket, "restart", S3Settings.from_options(server.storage_options())
         )

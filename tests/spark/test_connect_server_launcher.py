@@ -19,7 +19,7 @@ from subprocess import Popen
 import pytest
 
 from batchpoint.spark.connect import operator_session_id
-from batchpoint.spark.connect_server import spark_conf, warm_up_command
+from batchpoint.spark.connect_server import submit_conf, warm_up_command
 from batchpoint.spark.session import LOCAL_DRIVER_CONF
 from batchpoint.spark.warm_up import WARM_UP_TAG, operator_tasks
 from devstack.processes import start_group, stop_group
@@ -105,7 +105,7 @@ def _wait_warm(launched: Launched) -> str:
 
 def test_the_options_reach_the_server_and_the_clients_address_the_warm_up() -> None:
     options = ["--conf", "spark.connect.grpc.binding.port=16000", "--conf=spark.a=b=c", "--x"]
-    assert spark_conf(options) == {"spark.connect.grpc.binding.port": "16000", "spark.a": "b=c"}
+    assert submit_conf(options) == {"spark.connect.grpc.binding.port": "16000", "spark.a": "b=c"}
     env = {"BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002", "BATCHPOINT_PIPELINE_REF": "m:p"}
     command = warm_up_command(env, 15002)
     assert command[command.index("batchpoint.spark.warm_up") + 1 :] == [

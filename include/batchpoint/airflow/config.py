@@ -146,19 +146,9 @@ class AirflowDeployment:
         BATCHPOINT_SPARK_CONF, for a Spark session started inside a task (the audit): on
         a cluster the same settings (the driver's host, executor memory) let the
         executors reach that driver too."""
-        conf: dict[str, str] = {}
-        args = iter(self.spark_submit_args)
-        for arg in args:
-            if arg == "--conf":
-                pair = next(args, "")
-            elif arg.startswith("--conf="):
-                pair = arg.removeprefix("--conf=")
-            else:
-                continue
-            key, sep, value = pair.partition("=")
-            if sep and key:
-                conf[key] = value
-        return {**conf, **self.settings.spark_conf}
+        from batchpoint.spark.connect_server import submit_conf
+
+        return {**submit_conf(self.spark_submit_args), **self.settings.spark_conf}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AirflowDeployment:

@@ -47,7 +47,7 @@ def _say(message: str) -> None:
     print(f"batchpoint connect-server: {message}", file=sys.stderr, flush=True)
 
 
-def spark_conf(options: Sequence[str]) -> dict[str, str]:
+def submit_conf(options: Sequence[str]) -> dict[str, str]:
     """The ``--conf KEY=VALUE`` (and ``--conf=KEY=VALUE``) settings among spark-submit
     options."""
     conf: dict[str, str] = {}
@@ -60,7 +60,7 @@ def spark_conf(options: Sequence[str]) -> dict[str, str]:
         else:
             continue
         key, sep, setting = value.partition("=")
-        if sep:
+        if sep and key:
             conf[key] = setting
     return conf
 
@@ -111,7 +111,7 @@ def wait_until_listening(
 
 def run(options: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if env is None else env)
-    port = int(spark_conf(options).get(PORT_SETTING, DEFAULT_PORT))
+    port = int(submit_conf(options).get(PORT_SETTING, DEFAULT_PORT))
     started = time.monotonic()
     server = subprocess.Popen(server_command(options), env=env)
     warm_up: subprocess.Popen[bytes] | None = None
