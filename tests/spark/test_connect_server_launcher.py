@@ -18,8 +18,9 @@ from subprocess import Popen
 
 import pytest
 
+from batchpoint.settings.submit_options import submit_conf
 from batchpoint.spark.connect import operator_session_id
-from batchpoint.spark.connect_server import submit_conf, warm_up_command
+from batchpoint.spark.connect_server import warm_up_command
 from batchpoint.spark.session import LOCAL_DRIVER_CONF
 from batchpoint.spark.warm_up import WARM_UP_TAG, operator_tasks
 from devstack.processes import start_group, stop_group

@@ -61,6 +61,7 @@ from batchpoint.settings import (
     read_environment,
 )
 from batchpoint.settings.sensor_mode import SensorMode
+from batchpoint.settings.submit_options import submit_conf
 from batchpoint.storage.redaction import redact_uri
 
 __all__ = [
@@ -146,8 +147,6 @@ class AirflowDeployment:
         BATCHPOINT_SPARK_CONF, for a Spark session started inside a task (the audit): on
         a cluster the same settings (the driver's host, executor memory) let the
         executors reach that driver too."""
-        from batchpoint.spark.connect_server import submit_conf
-
         return {**submit_conf(self.spark_submit_args), **self.settings.spark_conf}
 
     @classmethod

@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
+from batchpoint.settings.submit_options import submit_conf
+
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
 PORT_SETTING = "spark.connect.grpc.binding.port"
@@ -45,24 +47,6 @@ WARM_UP_TIMEOUT = 300.0
 
 def _say(message: str) -> None:
     print(f"batchpoint connect-server: {message}", file=sys.stderr, flush=True)
-
-
-def submit_conf(options: Sequence[str]) -> dict[str, str]:
-    """The ``--conf KEY=VALUE`` (and ``--conf=KEY=VALUE``) settings among spark-submit
-    options."""
-    conf: dict[str, str] = {}
-    items = iter(options)
-    for option in items:
-        if option == "--conf":
-            value = next(items, "")
-        elif option.startswith("--conf="):
-            value = option.removeprefix("--conf=")
-        else:
-            continue
-        key, sep, setting = value.partition("=")
-        if sep and key:
-            conf[key] = setting
-    return conf
 
 
 def server_command(options: Sequence[str]) -> list[str]:
