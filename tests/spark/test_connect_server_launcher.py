@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -116,6 +117,25 @@ def test_the_options_reach_the_server_and_the_clients_address_the_warm_up() -> N
     ]
     # without the clients' address: this host's port, and no pipeline, no sessions
     assert warm_up_command({}, 15002)[-2:] == ["sc://127.0.0.1:15002", "--sessions-only"]
+
+
+def test_no_spark_submit_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path)}  # nothing there, nor beside this Python
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from batchpoint.spark import connect_server as c; "
+            "c.sys.executable = '/nonexistent/python'; raise SystemExit(c.run([], c.os.environ))",
+        ],
+        env={**env, "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT)])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 127, done.stderr
+    assert "cannot run /nonexistent/spark-submit" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_the_launched_server_is_warm_in_every_operator_session(launched: Launched) -> None:

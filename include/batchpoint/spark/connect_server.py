@@ -50,7 +50,8 @@ def _say(message: str) -> None:
 
 
 def server_command(options: Sequence[str]) -> list[str]:
-    spark_submit = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
+    beside = Path(sys.executable).parent / "spark-submit"
+    spark_submit = shutil.which("spark-submit") or str(beside)
     # No application file: the server class is on Spark's own class path.
     return [spark_submit, "--class", SERVER_CLASS, *options, "spark-internal"]
 
@@ -73,7 +74,7 @@ def warm_up_command(env: Mapping[str, str], port: int) -> list[str]:
         # restart interrupted, whose retry is often the server's first client, and on a
         # cluster the warm-up jobs' own Python workers (a session of their own) serve no
         # operator. Each operator session's worker daemon, started here, saves that
-        # operator's first task the start (over a second a worker host, loaded).
+        # operator's first task the daemon's start (over a second on a loaded host).
         "--sessions-only",
     ]
 
@@ -97,7 +98,12 @@ def run(options: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if env is None else env)
     port = int(submit_conf(options).get(PORT_SETTING, DEFAULT_PORT))
     started = time.monotonic()
-    server = subprocess.Popen(server_command(options), env=env)
+    command = server_command(options)
+    try:
+        server = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        _say(f"cannot run {command[0]} ({exc.strerror}): is pyspark installed here?")
+        return 127
     warm_up: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, _frame: FrameType | None) -> None:
