@@ -8,7 +8,7 @@ batchpoint as the clients. It dies with its parent, even on SIGKILL
 (devstack.processes).
 
 A started server is warm (issue 28): once it listens, a warm-up job
-(batchpoint.spark.warm_up) runs the code paths of an operator's epoch, and its
+(batchpoint.jobs.warm_up) runs the code paths of an operator's epoch, and its
 Python workers fork from a daemon that has loaded their imports already
 (batchpoint.spark.worker_daemon); given pipelines, it also opens each of their
 operator sessions and starts its Python workers (Spark keeps them per session). It
@@ -89,7 +89,7 @@ class SparkConnectServer:
         pipelines: Sequence[str] = (),
     ) -> None:
         """`pipelines`: references (module:attribute) of pipelines whose operator
-        sessions the warm-up (batchpoint.spark.warm_up) opens and warms, at this
+        sessions the warm-up (batchpoint.jobs.warm_up) opens and warms, at this
         server's `url`."""
         self.workdir = Path(workdir).absolute()
         self.master = master
@@ -195,7 +195,7 @@ class SparkConnectServer:
         args = [
             sys.executable,
             "-m",
-            "batchpoint.spark.warm_up",
+            "batchpoint.jobs.warm_up",
             self.url,
             *self.pipelines,
             "--scratch",

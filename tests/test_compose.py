@@ -24,9 +24,9 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from batchpoint.jobs.connect_server import SERVER_CLASS, server_command
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import KNOWN_VARIABLES, Settings, parse_bool, parse_interval
-from batchpoint.spark.connect_server import SERVER_CLASS, server_command
 from batchpoint.spark.session import DEFAULT_CONF
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -296,7 +296,7 @@ def test_the_connect_server_runs_on_the_cluster(services):
     assert connect["hostname"] == remote.hostname and str(remote.port) in connect["expose"]
     command = connect["command"]
     # batchpoint's launcher: spark-submit --class SparkConnectServer, then its warm-up
-    assert connect["entrypoint"] == ["python", "-m", "batchpoint.spark.connect_server"]
+    assert connect["entrypoint"] == ["python", "-m", "batchpoint.jobs.connect_server"]
     assert server_command(command)[1:3] == ["--class", SERVER_CLASS]
     assert command[command.index("--master") + 1] == env["BATCHPOINT_SPARK_MASTER"]
     conf = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf")

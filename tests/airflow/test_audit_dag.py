@@ -70,7 +70,7 @@ def verdict(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     def fake_audit_gate(pipeline: Any, store_ref: Any, spark_master: str, **kw: Any) -> Iterator:
         yield VerdictGate(pipeline, store_ref, log=kw.get("log", print))
 
-    monkeypatch.setattr("batchpoint.airflow.operators.checkpoint.audit_gate", fake_audit_gate)
+    monkeypatch.setattr("batchpoint.airflow.operators.audit.audit_gate", fake_audit_gate)
 
     def set_verdict(value: str) -> None:
         monkeypatch.setattr(VerdictGate, "verdict", value)

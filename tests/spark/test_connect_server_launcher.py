@@ -1,4 +1,4 @@
-"""The compose file's Spark Connect launcher (batchpoint.spark.connect_server), run as the
+"""The compose file's Spark Connect launcher (batchpoint.jobs.connect_server), run as the
 spark-connect service runs it: the server comes up with the given spark-submit options,
 its warm-up runs once it listens and opens each operator session of
 BATCHPOINT_PIPELINE_REF under the clients' own address, and SIGTERM to the launcher stops
@@ -19,11 +19,11 @@ from subprocess import Popen
 
 import pytest
 
+from batchpoint.jobs.connect_server import warm_up_command
+from batchpoint.jobs.warm_up import WARM_UP_TAG, operator_tasks
 from batchpoint.settings.submit_options import submit_conf
 from batchpoint.spark.connect import operator_session_id
-from batchpoint.spark.connect_server import warm_up_command
 from batchpoint.spark.session import LOCAL_DRIVER_CONF
-from batchpoint.spark.warm_up import WARM_UP_TAG, operator_tasks
 from devstack.processes import start_group, stop_group
 from devstack.seaweed import free_ports
 from support.spark_rest import rest, tagged
@@ -82,7 +82,7 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
     log_path = workdir / "launcher.log"
     with open(log_path, "ab") as log:
         process = start_group(
-            [sys.executable, "-m", "batchpoint.spark.connect_server", *options],
+            [sys.executable, "-m", "batchpoint.jobs.connect_server", *options],
             log=log,
             cwd=workdir,
             env=env,
@@ -110,7 +110,7 @@ def test_the_options_reach_the_server_and_the_clients_address_the_warm_up() -> N
     assert submit_conf(options) == {"spark.connect.grpc.binding.port": "16000", "spark.a": "b=c"}
     env = {"BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002", "BATCHPOINT_PIPELINE_REF": "m:p"}
     command = warm_up_command(env, 15002)
-    assert command[command.index("batchpoint.spark.warm_up") + 1 :] == [
+    assert command[command.index("batchpoint.jobs.warm_up") + 1 :] == [
         "sc://spark-connect:15002",
         "m:p",
         "--sessions-only",
@@ -125,7 +125,7 @@ def test_no_spark_submit_is_one_line_not_a_traceback(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "from batchpoint.spark import connect_server as c; "
+            "from batchpoint.jobs import connect_server as c; "
             "c.sys.executable = '/nonexistent/python'; raise SystemExit(c.run([], c.os.environ))",
         ],
         env={**env, "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT)])},

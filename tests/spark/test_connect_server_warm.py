@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from batchpoint.jobs.warm_up import WARM_UP_TAG, operator_tasks
 from batchpoint.spark.connect import operator_pool, operator_session_id
-from batchpoint.spark.warm_up import WARM_UP_TAG, operator_tasks
 from support import spark_rest
 from support.spark_rest import tagged
 

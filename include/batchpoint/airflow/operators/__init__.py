@@ -1,11 +1,12 @@
 """Operators of the batchpoint DAGs, each a thin translator: it checks its arguments,
 calls one use case of `batchpoint.ops` and turns the result into Airflow's vocabulary
-(XCom, skip, fail without retry). By DAG: `checkpoint` (trigger, the Spark jobs, audit,
-finalize, cleanup), `savepoint` (its trigger, export, pause) and `restore`."""
+(XCom, skip, fail without retry). By DAG: `checkpoint` (trigger, the Spark jobs,
+finalize, cleanup) with `audit` (an audited checkpoint's gate), `savepoint` (its
+trigger, export, pause) and `restore`."""
 
+from batchpoint.airflow.operators.audit import AuditCheckpointOperator
 from batchpoint.airflow.operators.base import BatchpointOperator
 from batchpoint.airflow.operators.checkpoint import (
-    AuditCheckpointOperator,
     CheckpointCleanupOperator,
     FinalizeCheckpointOperator,
     SparkOperatorJob,

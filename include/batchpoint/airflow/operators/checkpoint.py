@@ -8,9 +8,7 @@ Airflow "operators" here run batchpoint *operators* (pipeline nodes) among other
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from airflow.sdk import Context
@@ -24,9 +22,8 @@ from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.mixins import LineageMixin, lineage_facts
 from batchpoint.airflow.operators.base import FAILED_STATES, BatchpointOperator
 from batchpoint.airflow.outages import OutageEnded, may_be_store_outage, outage_over
-from batchpoint.airflow.spark_connection import spark_settings, task_spark_settings
+from batchpoint.airflow.spark_connection import task_spark_settings
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
-from batchpoint.ops.audit import audit_then_finalize
 from batchpoint.ops.barrier_log import barrier_lines
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.runs import attempt_id, decline_operator, settle_run, trigger_for_run
@@ -37,12 +34,9 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import FinalizeWait
-from batchpoint.quality.audit import audit_gate
-from batchpoint.quality.gate import QualityGate
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.job_status import JobStatus
-from batchpoint.settings import Settings, SparkMode
-from batchpoint.storage.redaction import redact_uri
+from batchpoint.settings import Settings
 
 
 class TriggerCheckpointOperator(BatchpointOperator, compat.SkipMixin):
@@ -229,112 +223,6 @@ class SparkOperatorJob(LineageMixin, BatchpointOperator):
             checkpoint_id, attempt = self._attempt
             pipeline = cached_pipeline(self.pipeline_ref).name
             launcher.interrupt(pipeline, checkpoint_id, self.operator, attempt, self.log.warning)
-
-
-class AuditCheckpointOperator(BatchpointOperator):
-    """Write-audit-publish: every ack is in; validate the pending checkpoint's state with
-    the pipeline's quality gate (integrity, then its declared suites and checks), then
-    finalize with the verdict. Spark: with `spark_remote` (connect mode) a Spark Connect
-    session on that server, else a session started in this task on `spark_master`. A
-    process that already runs a classic session (a test's, under dag.test) keeps using
-    it: one Python process cannot hold both kinds. Passing, the
-    checkpoint completes and its sinks publish; failing, it is aborted with reason
-    "quality gate" and its report stored beside it, nothing is published, and this task
-    fails (no retry: the state will not change) with the report's summary."""
-
-    operator_extra_links = CHECKPOINT_LINKS
-
-    template_fields = ("spark_master", "spark_remote")
-    ui_color = "#d6ecff"
-
-    def __init__(
-        self,
-        *,
-        spark_master: str,
-        spark_conf: Mapping[str, str] | None = None,
-        spark_remote: str | None = None,
-        spark_mode: SparkMode | str | None = None,
-        spark_conn_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """`spark_mode` None: connect if `spark_remote` is given, else submit; the
-        endpoint of the `spark_conn_id` connection, if it exists, wins over both."""
-        super().__init__(**kwargs)
-        self.spark_master = spark_master
-        self.spark_conf = dict(spark_conf or {})
-        self.spark_remote = spark_remote
-        self.spark_mode = SparkMode(spark_mode or ("connect" if spark_remote else "submit"))
-        self.spark_conn_id = spark_conn_id
-
-    def _gate(self, driver: Any, settings: Settings) -> AbstractContextManager[QualityGate]:
-        from batchpoint.spark.connect import classic_spark_running
-
-        given = replace(
-            settings,
-            spark_master=self.spark_master,
-            spark_remote=self.spark_remote or settings.spark_remote,
-        )
-        spark = spark_settings(given, self.spark_mode, self.spark_conn_id)
-        connect = self.spark_mode is SparkMode.CONNECT and spark.spark_remote
-        if connect and not classic_spark_running():
-            return _connect_gate(driver.pipeline, spark, self.spark_conf, self.log)
-        return audit_gate(
-            driver.pipeline,
-            settings.store_ref,
-            spark.spark_master,
-            spark_conf=self.spark_conf,
-            log=self.log.info,
-        )
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        checkpoint_id = self.require_checkpoint_id(context)
-        settings = self.settings()
-        driver = self.driver(settings)
-        try:
-            with self._gate(driver, settings) as gate:
-                audit = audit_then_finalize(driver, checkpoint_id, gate)
-        except ConfigError as exc:  # a suite that cannot be built: no verdict to give
-            raise AirflowFailException(str(exc)) from None
-        outcome = audit.outcome
-        if outcome is None:
-            # Acks missing (not after wait_for_acks), or a passing audit whose base
-            # checkpoint is still pending: a retry audits again once it settled.
-            raise AirflowException(f"{audit.render()}\ncheckpoint {checkpoint_id} not decided")
-        if outcome.status is CheckpointStatus.ABORTED:
-            if audit.report is not None and not audit.report.passed:
-                metrics.gate_rejected(outcome.pending.pipeline, 1)
-            reason = outcome.reason.code if outcome.reason else "-"
-            raise AirflowFailException(
-                f"checkpoint {checkpoint_id} aborted ({reason}): {outcome.message}\n"
-                + audit.render()
-            )
-        self.log.info("%s", audit.render())
-        return {
-            "checkpoint_id": checkpoint_id,
-            "status": outcome.status.value,
-            "audited": audit.report is not None,
-            "report": driver.coordinator.reports.quality_report_key(checkpoint_id),
-            "published": audit.published,
-        }
-
-
-@contextmanager
-def _connect_gate(
-    pipeline: Any, settings: Settings, conf: Mapping[str, str], log: Any
-) -> Iterator[QualityGate]:
-    """The audit's gate on the pipeline's session of the Spark Connect server (the one
-    its operator jobs use: no Python workers of a session of its own pile up there)."""
-    from batchpoint.spark.connect import connect_session, pipeline_session_id
-
-    remote = str(settings.spark_remote)
-    spark = connect_session(
-        remote,
-        "batchpoint-audit",
-        session_id=pipeline_session_id(pipeline.name, remote),
-        conf=conf,
-    )
-    log.info("audit on the Spark Connect server at %s", redact_uri(remote))
-    yield QualityGate(pipeline, settings.store_ref, spark=spark, log=log.info)
 
 
 class FinalizeCheckpointOperator(LineageMixin, BatchpointOperator):

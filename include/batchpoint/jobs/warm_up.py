@@ -17,11 +17,11 @@ pays it once per operator. Given pipelines, the warm-up opens each operator's se
 with the id and scheduler pool its jobs use, and runs a Python task in it: the first
 epoch finds every daemon running.
 
-    python -m batchpoint.spark.warm_up REMOTE [PIPELINE_REF ...] [--scratch DIR]
+    python -m batchpoint.jobs.warm_up REMOTE [PIPELINE_REF ...] [--scratch DIR]
 
 It runs as a Connect client in a process of its own: a process that holds a classic
 Spark session cannot open a Connect one (batchpoint.spark.connect). Its callers are the
-servers' launchers, right after the server listens: batchpoint.spark.connect_server (the
+servers' launchers, right after the server listens: batchpoint.jobs.connect_server (the
 compose file's spark-connect service, after every restart) and devstack.spark_connect.
 """
 
@@ -131,7 +131,7 @@ def warm_sessions(remote: str, pipeline_refs: Sequence[str]) -> list[tuple[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchpoint.spark.warm_up",
+        prog="python -m batchpoint.jobs.warm_up",
         description="Warm a freshly started Spark Connect server for batchpoint's jobs.",
     )
     parser.add_argument("remote", help="the server, sc://HOST:PORT")

@@ -1,11 +1,11 @@
 """A deployment's Spark Connect server, warm before its first epoch: the compose file's
 spark-connect service runs it, and its restart policy runs it again after every crash.
 
-    python -m batchpoint.spark.connect_server [SPARK-SUBMIT OPTION ...]
+    python -m batchpoint.jobs.connect_server [SPARK-SUBMIT OPTION ...]
 
 It runs ``spark-submit --class SparkConnectServer OPTIONS spark-internal`` as its child,
 and once the server listens (spark.connect.grpc.binding.port, 15002 unless an option
-sets it) it runs the warm-up (batchpoint.spark.warm_up) against it in a child of its
+sets it) it runs the warm-up (batchpoint.jobs.warm_up) against it in a child of its
 own: it opens each operator session of the pipeline that BATCHPOINT_PIPELINE_REF names,
 as the operators open them, and starts its Python workers.
 
@@ -67,7 +67,7 @@ def warm_up_command(env: Mapping[str, str], port: int) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "batchpoint.spark.warm_up",
+        "batchpoint.jobs.warm_up",
         warm_up_remote(env, port),
         *(ref.strip() for ref in pipelines),
         # Only the operator sessions: a restart's warm-up runs beside the epoch that the
