@@ -4,12 +4,12 @@ The payments pipeline's two sinks, `balances_table` and `alerts`, read the same 
 and depend on nothing else of each other: Airflow runs their tasks side by side. Each
 run here starts a local Spark Connect server, runs epochs of the pipeline on a file://
 root (dedup and balances first, untimed; a first epoch untimed), and times the two
-sinks as client processes (one per task, each in its operator's session and scheduler
-pool): on alternate epochs
-one after the other (each alone) and both at once. Prints the overlapped wall time
-against the sum of the two alone (below 1.0: they overlapped), on a server that
-schedules FAIR across the operators' pools and on one that schedules FIFO, in one run;
-and per round each sink's Spark jobs/stages as its ack recorded them (alone).
+sinks as client processes (one per task, both in the pipeline's session and scheduler
+pool, as operators run): on alternate epochs one after the other (each alone) and both
+at once. Prints the overlapped wall time against the sum of the two alone (below 1.0:
+they overlapped), on a server that schedules FIFO and on one that schedules FAIR (across
+pipelines' pools: with one pipeline, only the server's mode differs), in one run; and
+per round each sink's Spark jobs/stages as its ack recorded them (alone).
 
     python bench/bench_connect_overlap.py [--rounds 3] [--events 20000]
 """
@@ -58,7 +58,7 @@ def run_server(label: str, mode: str, rounds: int, events: int, tmp: Path) -> tu
     started = time.monotonic()
     with server(tmp / f"server-{mode}", True, {"spark.scheduler.mode": mode}) as spark:
         print(f"[{label}] server up in {time.monotonic() - started:.1f}s", flush=True)
-        # Untimed: each operator's session (and its Python workers) starts here, so that
+        # Untimed: the pipeline's session (and its Python workers) starts here, so that
         # neither way of running pays for it in the rounds.
         together(spark.url, store)
         alone_times, together_times = [], []
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = {}
     with tempfile.TemporaryDirectory(prefix="bench-connect-overlap-") as tmp:
-        for label, mode in (("FIFO, no pools", "FIFO"), ("FAIR, a pool each", "FAIR")):
+        for label, mode in (("FIFO", "FIFO"), ("FAIR, the pipeline's pool", "FAIR")):
             rows[label] = run_server(label, mode, args.rounds, args.events, Path(tmp))
     print("\nserver              sum alone  together  together/sum  (medians)")
     for label, (summed, both) in rows.items():

@@ -4,7 +4,7 @@ Starts two local Spark Connect servers (devstack.spark_connect) in one run,
 one cold (no warm-up job, pyspark's own worker daemon) and one as devstack starts it
 (the warm-up job, the preloading worker daemon), and on each, in turn, runs epochs of the payments
 pipeline on a file:// root: per epoch one client process runs the four operator tasks in
-order, as the demo's in-process tasks do, each in its operator's session and pool. Prints
+order, as the demo's in-process tasks do, in the pipeline's session and pool. Prints
 each epoch's time (client work: sessions, probe, the operators; not the Python imports,
 the same either way) and each operator's Spark jobs/stages as its acks recorded them
 (both servers run their UI, on a free port, for the count), then per server the first

@@ -35,6 +35,8 @@ from devstack.compose import Service
 VENV_BIN = Path(sys.executable).parent
 AIRFLOW_IMAGE_UID = 50000  # apache/airflow's `airflow` user
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Where docker/Dockerfile builds Spark's class-data archive (the compose file names it).
+IMAGE_CLASS_ARCHIVE = "/home/airflow/.local/share/batchpoint/spark-classes.jsa"
 
 
 def _version_of(argv: list[str], pattern: str) -> str:
@@ -63,7 +65,8 @@ class LocalImage:
     env: Mapping[str, str] = field(default_factory=dict)
     #: folders that belong to the image's filesystem: a container gets its own copy
     roots: tuple[str, ...] = ()
-    #: the image's executables by their path inside it -> the local program
+    #: the image's own files (its executables, its class-data archive) by their path
+    #: inside it -> the local ones
     executables: Mapping[str, str] = field(default_factory=dict)
     #: a user to run as instead of root (postgres refuses to run as root)
     user: str | None = None
@@ -225,6 +228,8 @@ def airflow_spark(image: str) -> AirflowSparkImage:
         executables={
             "/usr/local/bin/python": sys.executable,
             "/home/airflow/.local/bin/spark-submit": str(VENV_BIN / "spark-submit"),
+            # docker/Dockerfile's class-data archive: the one ./dev setup built here
+            IMAGE_CLASS_ARCHIVE: str(VENV_BIN.parent / "share" / "batchpoint" / "spark-classes.jsa"),
         },
     )
 

@@ -10,11 +10,11 @@ batchpoint as the clients. It dies with its parent, even on SIGKILL
 A started server is warm (issue 28): once it listens, a warm-up job
 (batchpoint.jobs.warm_up) runs the code paths of an operator's epoch, and its
 Python workers fork from a daemon that has loaded their imports already
-(batchpoint.spark.worker_daemon); given pipelines, it also opens each of their
-operator sessions and starts its Python workers (Spark keeps them per session). It
-schedules FAIR, so that the operator tasks
-Airflow runs side by side share it instead of queueing job after job: each operator's
-session names its own pool (batchpoint.spark.connect.operator_pool).
+(batchpoint.spark.worker_daemon); given pipelines, it also opens each one's session
+(the one all its operators join) and starts its Python workers (Spark keeps them per
+session). It schedules FAIR, so that pipelines sharing it share its cores instead of
+queueing job after job: each pipeline's session names its own pool
+(batchpoint.spark.connect.pipeline_pool).
 
     python -m devstack.spark_connect --port 15002 [--pipeline module:attribute]
 """
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="REF",
-        help="a pipeline (module:attribute) whose operator sessions the warm-up opens",
+        help="a pipeline (module:attribute) whose session the warm-up opens",
     )
     args = parser.parse_args(argv)
     conf = {}

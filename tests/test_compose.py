@@ -304,9 +304,11 @@ def test_the_connect_server_runs_on_the_cluster(services):
     assert conf["spark.driver.host"] == "spark-connect"  # executors connect back to it
     # no cap: a Spark worker added to the cluster adds its cores to the server's
     assert "spark.cores.max" not in conf
-    # the operators' pools shared FAIR; Python workers forked with batchpoint loaded
+    # the pipelines' pools shared FAIR; Python workers forked with batchpoint loaded
     assert conf["spark.scheduler.mode"] == "FAIR"
     assert conf["spark.python.daemon.module"] == "batchpoint.spark.worker_daemon"
+    # no delay scheduling for a preferred executor (one left out waited 6 s a stage)
+    assert conf["spark.locality.wait"] == "0s"
     # shuffles as wide as batchpoint's own sessions', not Spark's 200 tasks per stage
     for key in ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone"):
         assert conf[key] == DEFAULT_CONF[key], key
@@ -315,6 +317,18 @@ def test_the_connect_server_runs_on_the_cluster(services):
         "spark-master": "service_healthy",
         "spark-worker": "service_healthy",
     }
+
+
+def test_the_connect_server_and_its_executors_map_the_archive_the_image_builds(services):
+    from devstack.images import IMAGE_CLASS_ARCHIVE
+
+    command = services["spark-connect"]["command"]
+    driver = command[command.index("--driver-java-options") + 1]
+    conf = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf")
+    option = f"-XX:SharedArchiveFile={IMAGE_CLASS_ARCHIVE}"
+    assert driver == option and conf["spark.executor.extraJavaOptions"] == option
+    # the Dockerfile builds it there, and devstack maps that path to ./dev setup's one
+    assert f"--archive {IMAGE_CLASS_ARCHIVE}" in DOCKERFILE.read_text()
 
 
 def test_spark_master_url_matches_the_cluster(services):

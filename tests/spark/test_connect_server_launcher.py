@@ -1,6 +1,6 @@
 """The compose file's Spark Connect launcher (batchpoint.jobs.connect_server), run as the
 spark-connect service runs it: the server comes up with the given spark-submit options,
-its warm-up runs once it listens and opens each operator session of
+its warm-up runs once it listens and opens the session of each pipeline of
 BATCHPOINT_PIPELINE_REF under the clients' own address, and SIGTERM to the launcher stops
 the server, the launcher exiting once it has."""
 
@@ -20,9 +20,9 @@ from subprocess import Popen
 import pytest
 
 from batchpoint.jobs.connect_server import warm_up_command
-from batchpoint.jobs.warm_up import WARM_UP_TAG, operator_tasks
+from batchpoint.jobs.warm_up import WARM_UP_TAG
 from batchpoint.settings.submit_options import submit_conf
-from batchpoint.spark.connect import operator_session_id
+from batchpoint.spark.connect import pipeline_session_id
 from batchpoint.spark.session import LOCAL_DRIVER_CONF
 from devstack.processes import start_group, stop_group
 from devstack.seaweed import free_ports
@@ -138,17 +138,15 @@ def test_no_spark_submit_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_the_launched_server_is_warm_in_every_operator_session(launched: Launched) -> None:
+def test_the_launched_server_is_warm_in_the_pipelines_session(launched: Launched) -> None:
     text = _wait_warm(launched)
     assert "connect-server: warm after" in text, text[-3000:]
     warm = tagged(rest(launched.log_path, "jobs?status=succeeded"), WARM_UP_TAG)
     assert warm, "no warm-up job ran"
-    operators = [name for _, name in operator_tasks([PIPELINE])]
-    for operator in operators:
-        session = operator_session_id("payments", operator, launched.remote)
-        assert [j for j in warm if any(f"_Session_{session}_" in t for t in j["jobTags"])], (
-            f"no warm-up job ran in {operator}'s session"
-        )
+    session = pipeline_session_id("payments", launched.remote)
+    assert [j for j in warm if any(f"_Session_{session}_" in t for t in j["jobTags"])], (
+        "no warm-up job ran in the pipeline's session"
+    )
     environment = dict(rest(launched.log_path, "environment")["sparkProperties"])
     assert environment["spark.scheduler.mode"] == "FAIR"
 

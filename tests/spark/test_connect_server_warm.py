@@ -1,10 +1,11 @@
 """A devstack Spark Connect server as the launcher starts it (issue 28): it schedules
 FAIR, it ran its warm-up job before serving, its warm-up started the Python workers of
-each operator session of the pipeline it was given (Spark keeps a worker daemon per
-session), and each operator's client puts its jobs in the operator's own pool, also when
-two operators of one pipeline run side by side. Read back through the server's REST API
-(its UI on for the test), the sessions' conf and the server's processes; the clients run
-in a subprocess (this process may hold a classic Spark session)."""
+the session of the pipeline it was given (Spark keeps a worker daemon per session), every
+operator's client joins that one session and puts its jobs in the pipeline's pool, and
+two operators of one pipeline side by side in it keep apart: interrupting one attempt's
+tag leaves the other's jobs running. Read back through the server's REST API (its UI on
+for the test), the sessions' conf and the server's processes; the clients run in a
+subprocess (this process may hold a classic Spark session)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from batchpoint.jobs.warm_up import WARM_UP_TAG, operator_tasks
-from batchpoint.spark.connect import operator_pool, operator_session_id
+from batchpoint.jobs.warm_up import WARM_UP_TAG
+from batchpoint.spark.connect import pipeline_pool, pipeline_session_id
 from support import spark_rest
 from support.spark_rest import tagged
 
@@ -27,8 +28,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Two operators of one pipeline, jobs in turn (A, B, A): a pool set per pipeline
-#: session would put A's second job in B's pool.
+#: Operators of two pipelines, jobs in turn: each client's session and pool as the
+#: client saw them, by the tag of its job.
 CLIENT = """
 import json, sys
 from batchpoint.jobs.run_operator import operator_session
@@ -36,24 +37,73 @@ from batchpoint.settings import Settings
 remote = sys.argv[1]
 settings = Settings.from_env()
 seen = {}
-sessions = {n: operator_session("payments", n, settings, remote) for n in ("dedup", "balances")}
-for turn, name in enumerate(("dedup", "balances", "dedup")):
-    spark = sessions[name]
-    tag = f"pool-check-{turn}-{name}"
+turns = [("payments", "dedup"), ("payments", "balances"), ("orders", "dedup")]
+for turn, (pipeline, name) in enumerate([*turns, ("payments", "dedup")]):
+    spark = operator_session(pipeline, name, settings, remote)
+    tag = f"pool-check-{turn}-{pipeline}"
     spark.addTag(tag)
     spark.range(1000).selectExpr("id % 7 as k").groupBy("k").count().collect()
     spark.removeTag(tag)
-    seen[tag] = spark.conf.get("spark.scheduler.pool")
+    seen[tag] = [spark.conf.get("spark.scheduler.pool"), spark.session_id]
 print(json.dumps(seen))
+"""
+
+#: Two sinks of one pipeline side by side in its session, as Airflow runs them: the
+#: first one's job is held in its Python task until interrupted by its attempt's tag
+#: (what the task's on_kill does), the second one's jobs run meanwhile and after.
+SIDE_BY_SIDE = """
+import json, os, sys, threading, time
+from batchpoint.jobs.run_operator import operator_session
+from batchpoint.settings import Settings
+from batchpoint.spark.remote import interrupt_attempt
+remote, folder = sys.argv[1:3]
+started = os.path.join(folder, "started")
+settings = Settings.from_env()
+held_spark = operator_session("payments", "balances_table", settings, remote)
+other = operator_session("payments", "alerts", settings, remote)
+
+def held(batches):
+    import os, time
+    open(started, "w").close()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until interrupted (or a test gone wrong)
+        time.sleep(0.05)
+    yield from batches
+
+outcome = {}
+def run_held():
+    held_spark.addTag("attempt-held")
+    try:
+        rows = held_spark.range(0, 1, 1, 1)
+        rows.mapInArrow(held, rows.schema).collect()
+        outcome["held"] = "completed"
+    except Exception as exc:
+        outcome["held"] = type(exc).__name__ + ": " + str(exc)[:300]
+
+thread = threading.Thread(target=run_held)
+thread.start()
+deadline = time.monotonic() + 120
+while not os.path.exists(started) and time.monotonic() < deadline:
+    time.sleep(0.05)
+other.addTag("attempt-other")
+during = other.range(10000).selectExpr("id % 13 as k").groupBy("k").count().count()
+interrupted = interrupt_attempt(remote, "payments", "attempt-held")
+thread.join(60)
+after = other.range(500).count()
+print(json.dumps({
+    "same_session": held_spark.session_id == other.session_id,
+    "started": os.path.exists(started), "during": during, "after": after,
+    "interrupted": len(interrupted), "held": outcome.get("held"), "alive": thread.is_alive(),
+}))
 """
 
 DAEMON_MODULE = "batchpoint.spark.worker_daemon"
 
-#: The pipeline whose operator sessions the server's warm-up opens.
+#: The pipeline whose session the server's warm-up opens.
 PIPELINE = "demo.payments:pipeline"
 
-#: One Python task in a session: `operator` names an operator session of PIPELINE
-#: (joined as its jobs join it), "" a session of its own.
+#: One Python task in a session: `operator` names an operator of PIPELINE (its client
+#: joins as its jobs join), "" a session of its own.
 PYTHON_TASK = """
 import sys
 from batchpoint.jobs.run_operator import operator_session
@@ -143,38 +193,50 @@ def worker_daemons(server: Any) -> set[int]:
     }
 
 
-def test_the_warm_up_starts_the_python_workers_of_each_operator_session(
+def test_the_warm_up_starts_the_python_workers_of_the_pipelines_session(
     server: Any, tmp_path: Path
 ) -> None:
-    operators = [name for _, name in operator_tasks([PIPELINE])]
-    assert {"dedup", "balances", "alerts"} <= set(operators)
     warm = tagged(rest(server, "jobs?status=succeeded"), WARM_UP_TAG)
-    for operator in operators:
-        session = operator_session_id("payments", operator, server.url)
-        assert [j for j in warm if any(f"_Session_{session}_" in t for t in j["jobTags"])], (
-            f"no warm-up job ran in {operator}'s session"
-        )
+    session = pipeline_session_id("payments", server.url)
+    assert [j for j in warm if any(f"_Session_{session}_" in t for t in j["jobTags"])], (
+        "no warm-up job ran in the pipeline's session"
+    )
     env = client_env(tmp_path)
     before = worker_daemons(server)
-    # An operator's first Python task forks from its session's running daemon...
-    assert run_client(PYTHON_TASK, server.url, "dedup", env=env).split()[-1] == "4"
+    # Each operator's first Python task forks from the session's running daemon...
+    for operator in ("dedup", "balances", "alerts"):
+        assert run_client(PYTHON_TASK, server.url, operator, env=env).split()[-1] == "4"
     assert worker_daemons(server) == before
     # ...where a session the warm-up did not open starts a daemon of its own.
     assert run_client(PYTHON_TASK, server.url, "", env=env).split()[-1] == "4"
     assert len(worker_daemons(server) - before) == 1
 
 
-def test_each_operator_session_runs_its_jobs_in_its_own_pool(server: Any, tmp_path: Path) -> None:
+def test_a_pipelines_operators_share_its_session_and_pool(server: Any, tmp_path: Path) -> None:
     done_stdout = run_client(CLIENT, server.url, env=client_env(tmp_path))
-    conf_pools = json.loads(done_stdout.strip().splitlines()[-1])
+    seen = json.loads(done_stdout.strip().splitlines()[-1])
     jobs = rest(server, "jobs")
     stages = {s["stageId"]: s for s in rest(server, "stages")}
-    for tag, conf_pool in conf_pools.items():
-        operator = tag.rsplit("-", 1)[1]
-        assert conf_pool == operator_pool("payments", operator)
+    for tag, (conf_pool, session_id) in seen.items():
+        pipeline = tag.rsplit("-", 1)[1]
+        assert session_id == pipeline_session_id(pipeline, server.url), tag
+        assert conf_pool == pipeline_pool(pipeline)
         ran = tagged(jobs, tag)
         assert ran, f"no job tagged {tag}"
         # A stage a job skipped (its shuffle output was there) never ran in any pool.
         ran_stages = [stages[s] for j in ran for s in j["stageIds"] if s in stages]
         pools = {s["schedulingPool"] for s in ran_stages if s["status"] != "SKIPPED"}
-        assert pools == {operator_pool("payments", operator)}, (tag, pools)
+        assert pools == {pipeline_pool(pipeline)}, (tag, pools)
+    assert pipeline_pool("payments") != pipeline_pool("orders")
+
+
+def test_interrupting_one_attempt_leaves_the_other_operators_jobs_running(
+    server: Any, tmp_path: Path
+) -> None:
+    done_stdout = run_client(SIDE_BY_SIDE, server.url, str(tmp_path), env=client_env(tmp_path))
+    result = json.loads(done_stdout.strip().splitlines()[-1])
+    assert result["same_session"] and result["started"], result
+    # the other sink's jobs ran while the held one's task ran, and after its interrupt
+    assert (result["during"], result["after"]) == (13, 500), result
+    assert result["interrupted"] >= 1 and not result["alive"], result
+    assert "OPERATION_CANCELED" in result["held"], result

@@ -162,14 +162,14 @@ class ConnectLauncher(OperatorJobLauncher):
         code = (
             "import os, sys\n"
             "from batchpoint.spark.remote import interrupt_attempt\n"
-            "interrupt_attempt(os.environ['BATCHPOINT_SPARK_REMOTE'], *sys.argv[1:4])\n"
+            "interrupt_attempt(os.environ['BATCHPOINT_SPARK_REMOTE'], *sys.argv[1:3])\n"
         )
         shown = redact_uri(self._remote or str(self.deployment.spark_remote))
         try:
             base = Settings.from_env()
             settings = replace(base, spark_remote=self._remote or base.spark_remote)
             done = subprocess.run(
-                [sys.executable, "-c", code, pipeline, tag, operator],
+                [sys.executable, "-c", code, pipeline, tag],
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -6,16 +6,15 @@ spark-connect service runs it, and its restart policy runs it again after every 
 It runs ``spark-submit --class SparkConnectServer OPTIONS spark-internal`` as its child,
 and once the server listens (spark.connect.grpc.binding.port, 15002 unless an option
 sets it) it runs the warm-up (batchpoint.jobs.warm_up) against it in a child of its
-own: it opens each operator session of the pipeline that BATCHPOINT_PIPELINE_REF names,
-as the operators open them, and starts its Python workers.
+own: it joins the session of each pipeline that BATCHPOINT_PIPELINE_REF names, as the
+operators join it, and starts its Python workers.
 
 Why: a restarted server is a new JVM with new executors and no Python workers, and Spark
 starts a Python worker daemon per server session on each executor at the session's
-first Python task. With a session per operator (batchpoint.spark.connect), the epoch
-after a restart would pay that start once per operator, one operator after the other;
-warmed here, beside the retry of the operator that the restart interrupted, the later
-operators find their daemons running. A warm-up that fails leaves the server cold, not
-down: it is logged and the server serves.
+first Python task. Warmed here, beside the retry of the operator that the restart
+interrupted, the daemons are starting before that operator's first Python task needs
+them. A warm-up that fails leaves the server cold, not down: it is logged and the server
+serves.
 
 SIGTERM and SIGINT go to the server; this process exits with the server's code, so a
 restart policy sees the server's own exit.
@@ -57,8 +56,8 @@ def server_command(options: Sequence[str]) -> list[str]:
 
 
 def warm_up_remote(env: Mapping[str, str], port: int) -> str:
-    """The address the warm-up joins: the clients' own (BATCHPOINT_SPARK_REMOTE), since an
-    operator's session id is derived from it, else this host's port."""
+    """The address the warm-up joins: the clients' own (BATCHPOINT_SPARK_REMOTE), since a
+    pipeline's session id is derived from it, else this host's port."""
     return env.get("BATCHPOINT_SPARK_REMOTE") or f"sc://127.0.0.1:{port}"
 
 
@@ -70,11 +69,10 @@ def warm_up_command(env: Mapping[str, str], port: int) -> list[str]:
         "batchpoint.jobs.warm_up",
         warm_up_remote(env, port),
         *(ref.strip() for ref in pipelines),
-        # Only the operator sessions: a restart's warm-up runs beside the epoch that the
+        # Only the pipelines' sessions: a restart's warm-up runs beside the epoch that the
         # restart interrupted, whose retry is often the server's first client, and on a
         # cluster the warm-up jobs' own Python workers (a session of their own) serve no
-        # operator. Each operator session's worker daemon, started here, saves that
-        # operator's first task the daemon's start (over a second on a loaded host).
+        # operator.
         "--sessions-only",
     ]
 

@@ -9,7 +9,7 @@
 
 (--connect instead of --remote: the server of BATCHPOINT_SPARK_REMOTE.) With --remote
 the process is a thin Spark Connect client (no JVM here): it joins the
-operator's session on the server (batchpoint.spark.connect.operator_session_id), runs its
+pipeline's session on the server (batchpoint.spark.connect.pipeline_session_id), runs its
 Spark work under the attempt's job tag, and on SIGTERM interrupts that tag before it
 exits, so that a killed task's work stops on the server too.
 
@@ -188,7 +188,7 @@ def operator_session(
     pipeline: str, operator: str, settings: Settings, remote: str | None = None
 ) -> SparkSession:
     """The Spark session an operator's job runs on: a Connect client of `remote` in the
-    operator's server session, its jobs in the operator's scheduler pool (unless
+    pipeline's server session, its jobs in the pipeline's scheduler pool (unless
     BATCHPOINT_SPARK_CONF names one), else a classic session on settings.spark_master.
     Both apply settings.spark_conf (BATCHPOINT_SPARK_CONF), over batchpoint's defaults."""
     app_name = f"batchpoint-{pipeline}-{operator}"
@@ -196,12 +196,12 @@ def operator_session(
         from batchpoint.spark.connect import (
             POOL_SETTING,
             connect_session,
-            operator_pool,
-            operator_session_id,
+            pipeline_pool,
+            pipeline_session_id,
         )
 
-        session_id = operator_session_id(pipeline, operator, remote)
-        conf = {POOL_SETTING: operator_pool(pipeline, operator), **settings.spark_conf}
+        session_id = pipeline_session_id(pipeline, remote)
+        conf = {POOL_SETTING: pipeline_pool(pipeline), **settings.spark_conf}
         return connect_session(remote, app_name, session_id=session_id, conf=conf)
     from batchpoint.spark.session import spark_session
 

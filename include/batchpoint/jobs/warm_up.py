@@ -9,13 +9,13 @@ Python workers' imports. This job touches each: rows through `mapInArrow` and a 
 a join, a Parquet write and a read back. Its jobs carry WARM_UP_TAG, so the server's job
 list shows it ran.
 
-Spark also keeps a Python worker daemon per server session (the session's artifact id is
-in the workers' environment, and a daemon's environment is its key), so each operator's
-session pays over a second for its daemon's start on its first Python task, and with
-one session per operator (spark.connect.operator_session_id) a pipeline's first epoch
-pays it once per operator. Given pipelines, the warm-up opens each operator's session,
-with the id and scheduler pool its jobs use, and runs a Python task in it: the first
-epoch finds every daemon running.
+Spark also keeps a Python worker daemon per server session on each executor (the
+session's artifact id is in the workers' environment, and a daemon's environment is its
+key), started at the session's first Python task: over a second of CPU each, since
+batchpoint's daemon loads pyarrow, numpy and boto3 before it forks. Given pipelines, the
+warm-up joins each pipeline's session (spark.connect.pipeline_session_id), the one its
+operators use, with the pool its jobs use, and runs Python tasks there: the first epoch
+finds the daemon of every executor running, and Python workers forked.
 
     python -m batchpoint.jobs.warm_up REMOTE [PIPELINE_REF ...] [--scratch DIR]
 
@@ -92,41 +92,43 @@ def warm_up(spark: SparkSession, scratch: Path | None = None) -> float:
     return time.monotonic() - started
 
 
-def operator_tasks(pipeline_refs: Sequence[str]) -> list[tuple[str, str]]:
-    """(pipeline, operator) of every operator and sink task of the pipelines."""
+#: Python tasks per pipeline session: enough to reach every executor of a small cluster
+#: (Spark hands a stage's tasks to the executors in turn). An executor it misses starts
+#: its daemon at the session's first real task there.
+_WARM_TASKS = 8
+
+
+def pipeline_names(pipeline_refs: Sequence[str]) -> list[str]:
+    """The names of the pipelines (each ref loaded: a bad one fails here, not later)."""
     from batchpoint.runtime.loader import load_pipeline
 
-    tasks = []
-    for ref in pipeline_refs:
-        pipeline = load_pipeline(ref)
-        tasks += [(pipeline.name, name) for name in (*pipeline.operators, *pipeline.sinks)]
-    return tasks
+    return [load_pipeline(ref).name for ref in pipeline_refs]
 
 
-def warm_session(remote: str, pipeline: str, operator: str) -> None:
-    """Join the operator's session as its jobs do (jobs.run_operator.operator_session)
-    and run a Python task on each core's worth of partitions, so the session's worker
-    daemon and workers are up."""
+def warm_session(remote: str, pipeline: str) -> None:
+    """Join the pipeline's session as its operators' jobs do
+    (jobs.run_operator.operator_session) and run Python tasks in it, so that the
+    session's worker daemons and workers are up."""
     from batchpoint.jobs.run_operator import operator_session
     from batchpoint.settings import Settings
 
-    spark = operator_session(pipeline, operator, Settings.from_env(), remote)
+    spark = operator_session(pipeline, "warm-up", Settings.from_env(), remote)
     spark.addTag(WARM_UP_TAG)
     try:
-        rows = spark.range(0, 2, 1, 2)
+        rows = spark.range(0, _WARM_TASKS, 1, _WARM_TASKS)
         rows.mapInArrow(_through_worker, rows.schema).collect()
     finally:
         spark.removeTag(WARM_UP_TAG)
 
 
-def warm_sessions(remote: str, pipeline_refs: Sequence[str]) -> list[tuple[str, str]]:
-    """Warm every operator session of the pipelines (two at a time: each daemon's start
-    is a second of one core). The sessions stay open: they are the operators' own."""
-    tasks = operator_tasks(pipeline_refs)
+def warm_sessions(remote: str, pipeline_refs: Sequence[str]) -> list[str]:
+    """Warm the session of every pipeline (two at a time: each daemon's start is a second
+    of one core). The sessions stay open: they are the operators' own."""
+    names = pipeline_names(pipeline_refs)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for done in [pool.submit(warm_session, remote, *task) for task in tasks]:
+        for done in [pool.submit(warm_session, remote, name) for name in names]:
             done.result()
-    return tasks
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sessions-only",
         action="store_true",
-        help="only open and warm the pipelines' operator sessions (no warm-up jobs)",
+        help="only open and warm the pipelines' sessions (no warm-up jobs)",
     )
     args = parser.parse_args(argv)
     from batchpoint.spark.connect import connect_session
@@ -160,11 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warm-up jobs took {seconds:.1f}s", flush=True)
     if args.pipelines:
         started = time.monotonic()
-        tasks = warm_sessions(args.remote, args.pipelines)
-        names = ", ".join(f"{pipeline}.{operator}" for pipeline, operator in tasks)
+        names = warm_sessions(args.remote, args.pipelines)
         print(
-            f"warmed {len(tasks)} operator session(s) in {time.monotonic() - started:.1f}s: "
-            f"{names}",
+            f"warmed the session of {len(names)} pipeline(s) in "
+            f"{time.monotonic() - started:.1f}s: {', '.join(names)}",
             flush=True,
         )
     return 0

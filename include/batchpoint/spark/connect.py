@@ -70,28 +70,24 @@ def _split_remote(remote: str) -> tuple[str, dict[str, str]]:
 
 
 def pipeline_session_id(pipeline: str, remote: str) -> str:
-    """The server session every client of `pipeline` on `remote` shares.
+    """The server session every client of `pipeline` on `remote` shares: its operators
+    (each task of every epoch), its quality gate and audit, an attempt's interrupt.
 
     Spark keeps Python workers (and cached data) per session and never reaps those of a
-    closed one, so one session per task would pile them up on a long-lived server; one
-    per pipeline keeps them bounded. A client must therefore never stop() the session
-    (that releases it for every other client, and the server refuses the id from then
-    on: connect_session then moves to a successor id, the same one for every client)."""
+    closed one, so one session per task would pile them up on a long-lived server. It
+    also starts a Python worker daemon per session on each executor, at the session's
+    first Python task: one session per pipeline starts one per executor, where a session
+    per operator started one per operator, each loading pyarrow, numpy and boto3 (over a
+    second of CPU each), all of them again after every restart of the server.
+
+    A client must never stop() the session (that releases it for every other client,
+    and the server refuses the id from then on: connect_session then moves to a
+    successor id, the same one for every client). Clients that run side by side (the
+    sinks of one level) share it safely: job tags are per thread (each attempt
+    interrupts only its own tag) and every client sets the same settings, the pool
+    among them (pipeline_pool)."""
     base, _ = _split_remote(remote)
     return str(uuid.uuid5(_SESSION_NAMESPACE, f"{base}|{pipeline}"))
-
-
-def operator_session_id(pipeline: str, operator: str, remote: str) -> str:
-    """The server session the clients of one operator of `pipeline` share.
-
-    An operator's session names its own scheduler pool (operator_pool), and a pool is a
-    session setting: operators that Airflow runs side by side must not share a session,
-    or the last client to set the pool would move the other's jobs into it. Still one
-    session per operator, not per task, so the server's Python workers stay bounded
-    (see pipeline_session_id)."""
-    return str(
-        uuid.uuid5(_SESSION_NAMESPACE, f"{pipeline_session_id(pipeline, remote)}|{operator}")
-    )
 
 
 #: The session setting that puts a session's jobs in a scheduler pool: Spark SQL passes
@@ -99,12 +95,14 @@ def operator_session_id(pipeline: str, operator: str, remote: str) -> str:
 POOL_SETTING = "spark.scheduler.pool"
 
 
-def operator_pool(pipeline: str, operator: str) -> str:
-    """The FAIR scheduler pool of an operator's jobs: with the server in FAIR mode
-    (spark.scheduler.mode), the operators of one level of the graph share its cores
-    instead of each job waiting for the other's. Pools are server-wide, hence the
-    pipeline in the name; an unknown pool is created on first use."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"batchpoint.{pipeline}.{operator}")
+def pipeline_pool(pipeline: str) -> str:
+    """The FAIR scheduler pool of a pipeline's jobs: with the server in FAIR mode
+    (spark.scheduler.mode), the pipelines that share a server share its cores instead
+    of one's jobs waiting behind another's. A pool is a session setting, hence one per
+    pipeline (its session's): a pool per operator in one shared session would be a race,
+    the last client to set it moving the others' jobs into it. Pools are server-wide,
+    hence batchpoint's prefix; an unknown pool is created on first use."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"batchpoint.{pipeline}")
 
 
 def successor_session_id(session_id: str) -> str:
@@ -343,7 +341,7 @@ def _open_connect(base: str, params: Mapping[str, str], session_id: str) -> Spar
 
 #: This process's clients, by (server, session id): a process that runs several
 #: operators (the demo's in-process tasks) keeps one client, and one gRPC channel, per
-#: operator session rather than a new one per task.
+#: pipeline session rather than a new one per task.
 _clients: dict[tuple[str, str], RemoteSession] = {}
 
 

@@ -10,11 +10,19 @@ start, class loading and first-stage compilation. Three things cut that:
 * the JVM's quick (C1) compiler only, and the serial collector;
 * no adaptive query planning and two shuffle partitions.
 
-A missing or stale archive is harmless: the JVM says so on stderr and starts without it.
+A missing or stale archive is harmless: the JVM says so on stderr and starts without it
+(a missing one silently).
+
+The compose file's Spark Connect server and its executors map the archive the image
+builds (docker/Dockerfile, `--archive`): a restarted server listens in about half the
+time, and its first epoch loads fewer classes (docs/deploy.md). The archive does not
+depend on the JVM's collector or compilers, only on the JVM and the class path: the
+server's (spark-submit's) and the executors' (a worker's launch command) both match it.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import shutil
@@ -94,7 +102,9 @@ def build_archive(archive: Path | None = None) -> Path:
     archive.parent.mkdir(parents=True, exist_ok=True)
     # Its own partial file: two builds at once (two set-ups) must not write into one.
     partial = archive.with_suffix(f".{os.getpid()}.partial")
-    spark_submit = Path(sys.executable).parent / "spark-submit"
+    # Beside this Python (a virtualenv's), else on PATH (a `pip install --user`'s).
+    beside = Path(sys.executable).parent / "spark-submit"
+    spark_submit = beside if beside.exists() else Path(shutil.which("spark-submit") or beside)
     env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
@@ -131,9 +141,22 @@ def build_archive(archive: Path | None = None) -> Path:
     return archive
 
 
-def main() -> int:
-    archive = archive_path()
-    if is_current(archive) and "--rebuild" not in sys.argv[1:]:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m batchpoint.spark.fast_start",
+        description="Build the class-data archive of Spark's classes for this environment.",
+    )
+    parser.add_argument("--rebuild", action="store_true", help="build it even if up to date")
+    parser.add_argument(
+        "--archive",
+        type=Path,
+        default=None,
+        help="where (default: <prefix>/share/batchpoint/spark-classes.jsa); an image whose "
+        "prefix its user cannot write names a folder of its own (docker/Dockerfile)",
+    )
+    args = parser.parse_args(argv)
+    archive = archive_path() if args.archive is None else args.archive
+    if is_current(archive) and not args.rebuild:
         print(f"Spark class-data archive: {archive} (up to date)")
         return 0
     started = time.monotonic()

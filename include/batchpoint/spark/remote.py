@@ -201,16 +201,16 @@ def attempt_tag(pipeline: str, checkpoint_id: int, operator: str, attempt: str) 
     return "batchpoint:" + ":".join(_TAG_UNSAFE.sub("_", p) for p in parts)
 
 
-def interrupt_attempt(remote: str, pipeline: str, tag: str, operator: str) -> list[str]:
+def interrupt_attempt(remote: str, pipeline: str, tag: str) -> list[str]:
     """Interrupt what an attempt runs on the server (the Airflow task's on_kill, a
-    timeout): joins the operator's session on `remote` (a tag is interrupted only in its
+    timeout): joins the pipeline's session on `remote` (a tag is interrupted only in its
     own session) and interrupts `tag`. Returns the ids of the interrupted operations."""
-    from batchpoint.spark.connect import connect_session, operator_session_id
+    from batchpoint.spark.connect import connect_session, pipeline_session_id
 
     spark = connect_session(
         remote,
         f"{pipeline}-interrupt",
-        session_id=operator_session_id(pipeline, operator, remote),
+        session_id=pipeline_session_id(pipeline, remote),
     )
     interrupted = list(spark.interruptTag(tag))
     log.info(
