@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from batchpoint.errors import ConfigError
+from batchpoint.spark.fast_start import archive_path
 from devstack import PROJECT_ROOT
 from devstack.compose import Service
 
@@ -229,7 +230,7 @@ def airflow_spark(image: str) -> AirflowSparkImage:
             "/usr/local/bin/python": sys.executable,
             "/home/airflow/.local/bin/spark-submit": str(VENV_BIN / "spark-submit"),
             # docker/Dockerfile's class-data archive: the one ./dev setup built here
-            IMAGE_CLASS_ARCHIVE: str(VENV_BIN.parent / "share" / "batchpoint" / "spark-classes.jsa"),
+            IMAGE_CLASS_ARCHIVE: str(archive_path()),
         },
     )
 
