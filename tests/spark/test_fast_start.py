@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from batchpoint.spark.fast_start import archive_inputs, is_current, stamp_path, submit_args
+import pytest
+
+from batchpoint.spark.fast_start import archive_inputs, is_current, main, stamp_path, submit_args
 
 
 def _jvm_options(args: str) -> list[str]:
@@ -42,3 +44,16 @@ def test_the_archive_is_current_only_with_the_stamp_of_what_is_installed(tmp_pat
     stamp_path(archive).write_text(archive_inputs())
     archive.unlink()
     assert not is_current(archive)
+
+
+def test_archive_names_where_the_set_up_looks_and_builds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the image builds its archive at a path of its own (docker/Dockerfile's --archive)
+    archive = tmp_path / "image" / "spark-classes.jsa"
+    archive.parent.mkdir()
+    archive.write_bytes(b"x")
+    stamp_path(archive).write_text(archive_inputs())
+    assert main(["--archive", str(archive)]) == 0
+    assert f"{archive} (up to date)" in capsys.readouterr().out
+    assert archive.read_bytes() == b"x"  # not built again
