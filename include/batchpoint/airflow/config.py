@@ -61,7 +61,7 @@ from batchpoint.settings import (
     read_environment,
 )
 from batchpoint.settings.sensor_mode import SensorMode
-from batchpoint.settings.submit_options import submit_conf
+from batchpoint.settings.submit_options import spark_submit_program, submit_conf
 from batchpoint.storage.redaction import redact_uri
 
 __all__ = [
@@ -92,13 +92,6 @@ def default_spark_job() -> Path:
     """The Spark entry point shipped inside the package (found by path: importing it
     would import Spark at DAG parse time)."""
     return Path(batchpoint.__file__).resolve().parent / "jobs" / "run_operator.py"
-
-
-def _default_spark_submit() -> str | None:
-    beside = Path(sys.executable).parent / "spark-submit"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("spark-submit")
 
 
 @dataclass(frozen=True)
@@ -189,7 +182,7 @@ class AirflowDeployment:
 
 
 def _spark_submit(given: str | None, required: bool = True) -> str:
-    spark_submit = given or _default_spark_submit()
+    spark_submit = given or spark_submit_program()
     if not required and not given:
         return spark_submit or ""
     if not spark_submit:

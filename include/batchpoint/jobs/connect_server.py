@@ -23,7 +23,6 @@ restart policy sees the server's own exit.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -33,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from batchpoint.settings.submit_options import submit_conf
+from batchpoint.settings.submit_options import spark_submit_program, submit_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -50,7 +49,7 @@ def _say(message: str) -> None:
 
 def server_command(options: Sequence[str]) -> list[str]:
     beside = Path(sys.executable).parent / "spark-submit"
-    spark_submit = shutil.which("spark-submit") or str(beside)
+    spark_submit = spark_submit_program() or str(beside)
     # No application file: the server class is on Spark's own class path.
     return [spark_submit, "--class", SERVER_CLASS, *options, "spark-internal"]
 

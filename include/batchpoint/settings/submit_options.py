@@ -1,9 +1,24 @@
-"""spark-submit's command-line options, read back: what a deployment's own spark-submit
-arguments (BATCHPOINT_SPARK_SUBMIT_ARGS, the Connect server's command) set."""
+"""spark-submit: which one runs, and its command-line options read back (what a
+deployment's own spark-submit arguments, BATCHPOINT_SPARK_SUBMIT_ARGS and the Connect
+server's command, set)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+
+def spark_submit_program() -> str | None:
+    """The spark-submit to run: the one beside this Python (a virtualenv's), else the
+    first on PATH (a `pip install --user`'s, as in the compose file's image); None if
+    there is neither."""
+    beside = Path(sys.executable).parent / "spark-submit"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("spark-submit")
 
 
 def submit_conf(options: Sequence[str]) -> dict[str, str]:
@@ -24,4 +39,4 @@ def submit_conf(options: Sequence[str]) -> dict[str, str]:
     return conf
 
 
-__all__ = ["submit_conf"]
+__all__ = ["spark_submit_program", "submit_conf"]

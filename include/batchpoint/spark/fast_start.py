@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from batchpoint.settings.submit_options import spark_submit_program
+
 JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 SPARK_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2"}
 
@@ -102,9 +104,7 @@ def build_archive(archive: Path | None = None) -> Path:
     archive.parent.mkdir(parents=True, exist_ok=True)
     # Its own partial file: two builds at once (two set-ups) must not write into one.
     partial = archive.with_suffix(f".{os.getpid()}.partial")
-    # Beside this Python (a virtualenv's), else on PATH (a `pip install --user`'s).
-    beside = Path(sys.executable).parent / "spark-submit"
-    spark_submit = beside if beside.exists() else Path(shutil.which("spark-submit") or beside)
+    spark_submit = spark_submit_program() or str(Path(sys.executable).parent / "spark-submit")
     env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
@@ -117,7 +117,7 @@ def build_archive(archive: Path | None = None) -> Path:
         jvm = [*JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={partial}", "-Xlog:cds=off"]
         done = subprocess.run(
             [
-                str(spark_submit),
+                spark_submit,
                 "--master",
                 "local[2]",
                 "--driver-java-options",
