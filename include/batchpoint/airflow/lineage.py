@@ -55,6 +55,7 @@ from batchpoint.protocol.checkpoint import AckRecord, FileHandle
 from batchpoint.runtime.streams import SINK_STREAM, reads_channel, state_stream
 from batchpoint.sources.barrier import SourceBarrier
 from batchpoint.sources.iceberg_table import PARTITION as TABLE_PARTITION  # last: snapshot id
+from batchpoint.sources.upstream import upstream_of
 
 if TYPE_CHECKING:
     from batchpoint.runtime.api import Pipeline, SinkDef, SourceDef
@@ -94,6 +95,8 @@ def source_dataset(
     offsets = SourceBarrier.coerce(barrier)
     root = source.location.uri if source.location else root_uri
     facets: dict[str, Any] = {"schema": schema_facet(source.schema)}
+    if source.upstream is not None:
+        return _upstream_dataset(source, root, offsets, facets)
     if source.table is not None:
         snapshot = offsets[TABLE_PARTITION].last if TABLE_PARTITION in offsets else None
         if snapshot is not None:
@@ -102,6 +105,21 @@ def source_dataset(
     namespace, name = location_name(_under(root, source.root))
     if offsets:
         facets[BARRIER_FACET] = SourceBarrierInputFacet(partitions=offsets.counts())
+    return Dataset(namespace=namespace, name=name, facets=facets)
+
+
+def _upstream_dataset(
+    source: SourceDef, root: str, offsets: SourceBarrier, facets: dict[str, Any]
+) -> Dataset:
+    """The upstream sink's own dataset (what its pipeline's finalize reports as output),
+    with the upstream checkpoint read up to as its version: the edge between the two."""
+    assert source.upstream is not None
+    partition, offset = next(iter(offsets.items()), (source.upstream.partition(), None))
+    _, sink_uid = upstream_of(partition) or (None, source.upstream.sink)
+    path = f"pipelines/{source.upstream.pipeline}/sinks/{sink_uid}"
+    namespace, name = location_name(_under(root, path))
+    if offset is not None and offset.offset:
+        facets = {**facets, "version": version_facet(str(offset.offset))}
     return Dataset(namespace=namespace, name=name, facets=facets)
 
 

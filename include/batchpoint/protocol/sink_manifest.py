@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from batchpoint import codec
 from batchpoint.errors import CheckpointError
 from batchpoint.protocol.checkpoint import FileHandle
+from batchpoint.protocol.sink_timeline import Timeline
 from batchpoint.protocol.table_pins import TablePin
 
 
@@ -26,6 +27,9 @@ class PublishedEpoch(codec.Value):
     files: tuple[FileHandle, ...] = codec.field(missing=())
     # an imported savepoint standing for its original epoch
     alias_of: int | None = codec.field(default=None, omit=None)
+    # the checkpoint's ancestry (protocol/sink_timeline.py); empty: published by a
+    # release before it was recorded, or on a base whose epoch was gone
+    timeline: Timeline = codec.field(default=(), omit=(), missing=())
 
     @property
     def rows(self) -> int:

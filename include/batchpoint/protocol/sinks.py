@@ -48,6 +48,7 @@ from batchpoint.protocol.sink_manifest import (
     SinkMode,
     visible_files,
 )
+from batchpoint.protocol.sink_timeline import extend
 from batchpoint.protocol.table_pins import TablePin, live_pins
 from batchpoint.protocol.timeline import is_stale
 from batchpoint.protocol.topology import SINK_STREAM_NAME
@@ -143,10 +144,11 @@ class SinkPublisher:
                 result[0] = PublishResult.ALREADY_PUBLISHED
                 return None
             result[0] = PublishResult.PUBLISHED
+            published = _with_timeline(manifest, epoch, completed.pending.restore_generation)
             newest = manifest.current
             if newest is None or epoch.checkpoint_id > newest:
                 newest = epoch.checkpoint_id
-            epochs = {**manifest.epochs, epoch.checkpoint_id: epoch}
+            epochs = {**manifest.epochs, epoch.checkpoint_id: published}
             return replace(
                 manifest, sink=uid, mode=mode, key_columns=keys, current=newest,
                 epochs=epochs, generation=decided,
@@ -353,6 +355,23 @@ def describe(manifest: SinkManifest) -> dict[str, Any]:
         "epochs": [e.checkpoint_id for e in chain],
         "rows": sum(e.rows for e in chain),
     }
+
+
+def _with_timeline(
+    manifest: SinkManifest, epoch: PublishedEpoch, generation: int
+) -> PublishedEpoch:
+    """The epoch with its checkpoint's timeline, built on its base epoch's; left empty
+    (unknown) when the base epoch is gone or recorded none (readers then walk the base
+    links, sources/upstream.py)."""
+    cid = epoch.checkpoint_id
+    found = manifest.epochs.get(epoch.base_checkpoint_id or -1)
+    if found is None and not any(c < cid for c in manifest.epochs):
+        # nothing of this sink before it (a first checkpoint, a sink new in this
+        # deploy): no reader can have read an ancestor it would have to answer for
+        return replace(epoch, timeline=extend((), generation, cid))
+    if found is None or not found.timeline:
+        return epoch
+    return replace(epoch, timeline=extend(found.timeline, generation, cid))
 
 
 def published_base(pending: PendingCheckpoint, store_uri: str) -> int | None:

@@ -38,6 +38,7 @@ from batchpoint.runtime.nodes import (
     state_declarations,
 )
 from batchpoint.runtime.schemas import arrow_schema
+from batchpoint.sources.upstream import ROW_KIND_COLUMN, UpstreamBinding
 from batchpoint.storage import StoreRef
 from batchpoint.storage.redaction import Secret
 from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
@@ -88,6 +89,8 @@ class Pipeline:
         table: str | None = None,
         catalog: str = DEFAULT_CATALOG,
         uid: str | None = None,
+        upstream: str | None = None,
+        sink: str | None = None,
     ) -> SourceDef:
         """`schema`: a pyarrow schema, a Spark StructType or a DDL string. `root` is a
         prefix under the pipeline's storage, or a URI of its own (s3://landing/payments,
@@ -95,11 +98,18 @@ class Pipeline:
         region, access_key_id, ...; `${VAR}` takes a value from the environment). `table`
         ("namespace.table" of `catalog`) reads an Iceberg table incrementally instead:
         each epoch the rows appended since its base checkpoint's snapshot. `uid` keeps
-        the source's offsets across a rename (default: its name)."""
+        the source's offsets across a rename (default: its name). `upstream` and `sink`
+        read another pipeline's sink on the same storage instead, exactly once: an
+        append sink's new rows, a snapshot sink's changes, each row with its `_row_kind`
+        (+I, -U, +U, -D; sources/upstream.py)."""
         self._check_new(name)
         self._check_uid(uid or name, self.sources.values(), f"source '{name}'")
-        if bool(root) == bool(table):
-            raise PipelineSpecError(f"source '{name}': give either root (files) or table")
+        if sum(map(bool, (root, table, upstream))) != 1:
+            raise PipelineSpecError(
+                f"source '{name}': give one of root (files), table or upstream (a pipeline)"
+            )
+        if bool(upstream) != bool(sink):
+            raise PipelineSpecError(f"source '{name}': upstream= and sink= go together")
         schema = arrow_schema(schema, f"source '{name}'")
         missing = [c for c in key if c not in schema.names]
         if missing:
@@ -118,11 +128,29 @@ class Pipeline:
         binding = TableBinding(table, catalog) if table else None
         if binding is not None:
             format = "iceberg"
+        feed = self._upstream(name, upstream, sink, schema)
+        if feed is not None:
+            format = "pipeline"
         source = SourceDef(
-            name, root.strip("/"), format, schema, tuple(key), location, binding, uid or name
-        )
+            name, root.strip("/"), format, schema, tuple(key), location, binding, uid or name,
+            feed,
+        )  # fmt: skip
         self.sources[name] = source
         return source
+
+    def _upstream(
+        self, name: str, upstream: str | None, sink: str | None, schema: pa.Schema
+    ) -> UpstreamBinding | None:
+        if not upstream or not sink:
+            return None
+        if upstream == self.name:
+            raise PipelineSpecError(f"source '{name}': a pipeline cannot read its own sink")
+        if ROW_KIND_COLUMN in schema.names:
+            raise PipelineSpecError(
+                f"source '{name}': '{ROW_KIND_COLUMN}' is the row kind a pipeline source "
+                "adds; leave it out of the schema"
+            )
+        return UpstreamBinding(upstream, sink, self.name)
 
     def operator(
         self,

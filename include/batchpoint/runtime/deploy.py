@@ -77,6 +77,8 @@ def _source_properties(pipeline: Pipeline, name: str) -> dict[str, str]:
     """What tells a source's input apart (for a rename without uid): its files' prefix
     and format, or its table. Never a location's URI or options (credentials)."""
     source = pipeline.sources[name]
+    if source.upstream is not None:
+        return {"upstream": source.upstream.pipeline, "sink": source.upstream.sink}
     if source.table is not None:
         return source.table.to_properties()
     return {"root": source.root, "format": source.format} if source.location is None else {}

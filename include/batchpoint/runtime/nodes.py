@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from batchpoint.sources.files import PartitionedFileSource
     from batchpoint.sources.iceberg_table import IcebergTableSource
+    from batchpoint.sources.upstream import PipelineSinkSource, UpstreamBinding
 
 
 class OperatorContext:
@@ -128,6 +129,8 @@ class SourceDef:
     location: StoreRef | None = None
     table: TableBinding | None = None  # an Iceberg table read incrementally, not files
     uid: str = ""  # the source's identity across deploys (default: its name)
+    # another pipeline's sink on the same storage, read exactly once (sources/upstream.py)
+    upstream: UpstreamBinding | None = None
 
     def __post_init__(self) -> None:
         _with_uid(self)
@@ -137,11 +140,15 @@ class SourceDef:
 
     def files(
         self, default: StoreRef | ObjectStore, *, with_schema: bool = False
-    ) -> PartitionedFileSource | IcebergTableSource:
-        """The source's files (or table), on its own storage or else on `default` (the
-        pipeline's)."""
+    ) -> PartitionedFileSource | IcebergTableSource | PipelineSinkSource:
+        """The source's files (or table, or upstream sink), on its own storage or else
+        on `default` (the pipeline's)."""
         store = self.location.open() if self.location else _opened(default)
         schema = self.schema if with_schema else None
+        if self.upstream is not None:
+            from batchpoint.sources.upstream import PipelineSinkSource
+
+            return PipelineSinkSource(store, self.upstream, schema=schema)
         if self.table is not None:
             from batchpoint.sources.iceberg_table import IcebergTableSource
 
@@ -152,6 +159,8 @@ class SourceDef:
 
     @property
     def uri(self) -> str:
+        if self.upstream is not None:
+            return f"pipeline:{self.upstream.pipeline}/{self.upstream.sink}"
         if self.table is not None:
             return f"iceberg:{self.table.catalog}/{self.table.identifier}"
         return self.location.uri if self.location else self.root

@@ -70,6 +70,7 @@ from batchpoint.runtime.restore_options import (
 )
 from batchpoint.runtime.restore_plan import CandidateCheck, RestorePlan
 from batchpoint.runtime.restore_run import GateSetup, RestoreRun
+from batchpoint.runtime.upstream_reads import taken_back
 
 __all__ = [
     "CandidateCheck",
@@ -213,6 +214,8 @@ class RestorePlanner:
     def check(self, candidate: RestoreCandidate) -> CandidateCheck:
         """The candidate's files and records, then (when they hold) the gate's verdict."""
         check = self._check_integrity(candidate)
+        if check.passed:
+            check = self._check_upstreams(check)
         if self.gate is not None and check.passed:
             self.progress(f"running the quality gate on {candidate.description}")
             checked = self._checked[_key(check)].candidate  # its outcome read by now
@@ -224,6 +227,15 @@ class RestorePlanner:
                 verdict = GateResult(False, f"the gate raised: {exc}")
             check = replace(check, gate=verdict)
         return check
+
+    def _check_upstreams(self, check: CandidateCheck) -> CandidateCheck:
+        """Passed over (not quarantined) when an upstream's restore took back what it
+        read (runtime/upstream_reads.py)."""
+        completed = self._checked[_key(check)].candidate.completed
+        if completed is None:
+            return check
+        problems = taken_back(self.driver.pipeline, self.driver.store, completed.pending)
+        return replace(check, problems=tuple(problems)) if problems else check
 
     def _check_integrity(self, candidate: RestoreCandidate) -> CandidateCheck:
         if candidate.savepoint is None:

@@ -15,6 +15,7 @@ from batchpoint.runtime.state_evolution import describe, state_verdicts, user_mi
 from batchpoint.runtime.streams import reads_channel
 from batchpoint.runtime.task_attempt import TaskAttempt
 from batchpoint.runtime.task_metrics import channel_rows_by_subtask
+from batchpoint.sources.upstream import PipelineSinkSource
 from batchpoint.state.evolution import SchemaVerdict, VerdictKind
 
 if TYPE_CHECKING:
@@ -99,7 +100,17 @@ def _input(attempt: TaskAttempt, name: str, channel: list[FileHandle]) -> DataFr
     if isinstance(node, SourceDef):
         source = node.files(env.store, with_schema=True)
         uid = node.uid  # barriers are keyed by source uid
-        splits = source.files_between(pending.base_barrier.get(uid), pending.barrier.get(uid, {}))
+        start, end = pending.base_barrier.get(uid), pending.barrier.get(uid, {})
+        if isinstance(source, PipelineSinkSource):
+            from batchpoint.spark.upstream_io import read_upstream
+
+            read = source.read_between(start, end)
+            attempt.log(
+                f"{attempt.operator}: reading {read.splits} published file(s) of "
+                f"{source.binding} ({read.mode.value} sink)"
+            )
+            return read_upstream(env.session, node.store_ref(env.store_ref), node, read)
+        splits = source.files_between(start, end)
         attempt.log(f"{attempt.operator}: reading {len(splits)} new file(s) of source '{name}'")
         return keyed_io.read_source(env.session, node.store_ref(env.store_ref), node, splits)
     return keyed_io.read_channel(env.session, env.store_ref, channel)

@@ -54,6 +54,9 @@ class PartitionOffset(codec.Value):
     offset: int
     last: str | None = None
     digest: str | None = None
+    # a pipeline source's: the restore generation the upstream checkpoint it reads up
+    # to was admitted in (sources/upstream.py)
+    generation: int | None = codec.field(default=None, omit=None)
 
     def __post_init__(self) -> None:
         if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:

@@ -1,0 +1,28 @@
+"""Whether a checkpoint's reads of upstream pipelines are still their history.
+
+A checkpoint that read an upstream sink up to checkpoint c stays consistent with the
+upstream only while c is on the upstream's timeline. After a restore of the upstream
+took c back, restoring the downstream to that checkpoint would bring back results of
+output that no longer exists, so the restore passes over it (it is not damaged: it is
+not quarantined) and names why."""
+
+from __future__ import annotations
+
+from batchpoint.protocol.checkpoint import PendingCheckpoint
+from batchpoint.runtime.api import Pipeline
+from batchpoint.sources.upstream import UpstreamRestored
+from batchpoint.storage import ObjectStore
+
+
+def taken_back(pipeline: Pipeline, store: ObjectStore, pending: PendingCheckpoint) -> list[str]:
+    """Why the checkpoint's reads of its upstreams are not on their timelines (empty:
+    they all are, or it has no pipeline source)."""
+    problems = []
+    for name, source in sorted(pipeline.sources.items()):
+        if source.upstream is None or source.uid not in pending.barrier:
+            continue
+        try:
+            source.files(store).verify_barrier(pending.barrier[source.uid])
+        except UpstreamRestored as exc:
+            problems.append(f"source {name}: {exc}")
+    return problems
