@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from batchpoint.cli import render
+from batchpoint.cli.cascade import cmd_cascade
 from batchpoint.cli.context import Command, add_gate_option
 from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.cli.usage import add_command
@@ -76,6 +77,8 @@ def cmd_restore(cmd: Command) -> ExitCode:
     args, settings = cmd.args, cmd.settings
     pipeline = cmd.pipeline()
     options = gate_options(args, pipeline)
+    if args.cascade:
+        return cmd_cascade(cmd, pipeline, options)
     # Every mistake is found before the first line of progress.
     operators = [op.name for op in pipeline.spec().operators if op.has_tasks]
     pipeline.spec(parse_parallelism(args.parallelism, operators))  # checks max_parallelism
@@ -213,6 +216,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="restore even though the code leaves state of the checkpoint unrestored "
         "(an operator, a state or a sink it no longer declares; see `batchpoint plan`)",
+    )
+    p.add_argument(
+        "--cascade",
+        action="store_true",
+        help="also restore every pipeline downstream of it (BATCHPOINT_PIPELINE_REF names "
+        "them) that read what the restore takes back, each with its own gate, as one "
+        "operation; with --dry-run, show the plan",
     )
     p.add_argument(
         "--checksums",

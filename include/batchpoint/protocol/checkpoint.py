@@ -63,6 +63,11 @@ class CheckpointFailureReason(enum.Enum):
         "a record the decision needs is missing or unreadable",
         False,
     )
+    CASCADE = (
+        "cascade",
+        "a cascade restore of the pipelines it reads from is under way",
+        False,
+    )
     # a refusal that also aborts the checkpoint its admission took: never counted
     INCOMPATIBLE_DEPLOY = (
         "incompatible-deploy",

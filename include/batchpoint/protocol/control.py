@@ -184,6 +184,16 @@ class StopInFlight(codec.Value):
 
 
 @dataclass(frozen=True)
+class CascadeFence(codec.Value):
+    """A cascade restore (protocol/cascade.py) holds the pipeline: triggers refuse
+    (reason CASCADE) until the cascade that set it ends and lifts it."""
+
+    cascade: str  # the cascade's id
+    root: str  # the pipeline whose restore the cascade follows
+    at: float = codec.time(default=0.0)
+
+
+@dataclass(frozen=True)
 class Stopped(codec.Value):
     """The pipeline stopped with `savepoint` (completed at `at`): no trigger until a
     resume or a restore."""
@@ -243,6 +253,7 @@ class ControlRecord(codec.Record):
     findings: tuple[ControlFinding, ...] = ()
     stopping: StopInFlight | None = codec.field(default=None, omit=None)
     stopped: Stopped | None = codec.field(default=None, omit=None)
+    cascade: CascadeFence | None = codec.field(default=None, omit=None)
     # What a newer writer added, kept through our writes.
     extra: Mapping[str, Any] = codec.field(extra=True, default_factory=dict, compare=False)
 

@@ -18,6 +18,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlRecord, PendingEntry
 from batchpoint.protocol.layout import TaskId
+from batchpoint.protocol.records import to_iso
 
 
 class CheckpointRequestDecider:
@@ -55,6 +56,15 @@ class CheckpointRequestDecider:
             )
         if not self_contained and (stop := stopping.refusal(control, self._pipeline)):
             raise stop
+        if control.cascade is not None:
+            fence = control.cascade
+            raise TriggerRefused(
+                CheckpointFailureReason.CASCADE,
+                f"pipeline '{self._pipeline}' waits for cascade {fence.cascade}, which "
+                f"follows the restore of '{fence.root}' (started {to_iso(fence.at)}); "
+                f"`batchpoint restore --pipeline {fence.root} --cascade` finishes it if it "
+                "was cut short",
+            )
         if checkpoint_type is CheckpointType.CHECKPOINT:
             self._check_periodic(control, now)
         return control

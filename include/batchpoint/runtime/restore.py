@@ -120,8 +120,12 @@ class RestorePlanner:
         max_candidates: int | None = None,
         savepoint_roots: Sequence[str] | None = None,
         record: bool = True,
+        upstream_targets: Mapping[str, int] | None = None,
     ) -> None:
         self.driver = driver
+        # A cascade's plan: upstream pipeline -> the checkpoint it is about to be restored
+        # to; a candidate's reads of it are judged against that timeline, not today's.
+        self.upstream_targets = dict(upstream_targets or {})
         # Whether a retained checkpoint found damaged is quarantined (False: a dry run).
         self.record = record
         # Where savepoint folders may be read from (None: the storage root's savepoints/).
@@ -234,7 +238,9 @@ class RestorePlanner:
         completed = self._checked[_key(check)].candidate.completed
         if completed is None:
             return check
-        problems = taken_back(self.driver.pipeline, self.driver.store, completed.pending)
+        problems = taken_back(
+            self.driver.pipeline, self.driver.store, completed.pending, self.upstream_targets
+        )
         return replace(check, problems=tuple(problems)) if problems else check
 
     def _check_integrity(self, candidate: RestoreCandidate) -> CandidateCheck:

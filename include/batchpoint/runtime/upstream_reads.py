@@ -8,21 +8,32 @@ not quarantined) and names why."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from batchpoint.protocol.checkpoint import PendingCheckpoint
 from batchpoint.runtime.api import Pipeline
-from batchpoint.sources.upstream import UpstreamRestored
+from batchpoint.sources.upstream import PipelineSinkSource, UpstreamRestored
 from batchpoint.storage import ObjectStore
 
 
-def taken_back(pipeline: Pipeline, store: ObjectStore, pending: PendingCheckpoint) -> list[str]:
+def taken_back(
+    pipeline: Pipeline,
+    store: ObjectStore,
+    pending: PendingCheckpoint,
+    as_of: Mapping[str, int] | None = None,
+) -> list[str]:
     """Why the checkpoint's reads of its upstreams are not on their timelines (empty:
-    they all are, or it has no pipeline source)."""
+    they all are, or it has no pipeline source). `as_of`: upstream pipeline -> the
+    checkpoint a cascade restores it to, whose timeline counts instead of today's."""
     problems = []
     for name, source in sorted(pipeline.sources.items()):
         if source.upstream is None or source.uid not in pending.barrier:
             continue
+        target = (as_of or {}).get(source.upstream.pipeline)
         try:
-            source.files(store).verify_barrier(pending.barrier[source.uid])
+            files = source.files(store)
+            assert isinstance(files, PipelineSinkSource)
+            files.verify_barrier(pending.barrier[source.uid], as_of=target)
         except UpstreamRestored as exc:
             problems.append(f"source {name}: {exc}")
     return problems

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -182,12 +182,31 @@ class PipelineSinkSource:
         generation = generation_of(epoch.timeline)
         return SourceBarrier({partition: PartitionOffset(manifest.current, generation=generation)})
 
-    def verify_barrier(self, barrier: SourceBarrier | Mapping[str, object]) -> None:
-        """The barrier's upstream checkpoint is still on the upstream's timeline."""
+    def verify_barrier(
+        self, barrier: SourceBarrier | Mapping[str, object], *, as_of: int | None = None
+    ) -> None:
+        """The barrier's upstream checkpoint is on the upstream's timeline: today's, or
+        with `as_of` the one of that upstream checkpoint (a cascade's restore target)."""
         position = UpstreamPosition.of(barrier)
-        if position.checkpoint_id is not None:
-            manifest = self._manifest_or_error()
-            self._check_on_timeline(manifest, position, "the barrier")
+        if position.checkpoint_id is None:
+            return
+        manifest = self._manifest_or_error()
+        if as_of is not None:
+            if as_of not in manifest.epochs:
+                raise self._error(
+                    f"the upstream's checkpoint {as_of} published nothing to {self.binding}: "
+                    "what it keeps cannot be told",
+                    UpstreamRestored,
+                )
+            manifest = replace(manifest, current=as_of)
+            if not _on_timeline(manifest, position):
+                raise self._error(
+                    f"restoring pipeline '{self.binding.pipeline}' to checkpoint {as_of} takes "
+                    f"back its checkpoint {position.checkpoint_id}, which the barrier read up to",
+                    UpstreamRestored,
+                )
+            return
+        self._check_on_timeline(manifest, position, "the barrier")
 
     def _manifest_or_error(self) -> SinkManifest:
         manifest = self.manifest()
@@ -206,9 +225,10 @@ class PipelineSinkSource:
         raise self._error(
             f"upstream pipeline '{self.binding.pipeline}' was restored{self._restore(manifest)}"
             f", and its checkpoint {cid}, which {what} read up to, was taken back with it: "
-            f"pipeline '{reader}' must follow. `batchpoint restore {reader}` restores its "
-            "newest checkpoint that read only what the upstream kept (`batchpoint lineage "
-            f"{reader} --upstream` shows what each read)",
+            f"pipeline '{reader}' must follow: `batchpoint restore --pipeline {reader}` "
+            "restores its newest checkpoint that read only what the upstream kept, and "
+            f"`batchpoint restore --pipeline {self.binding.pipeline} --cascade` restores a "
+            "whole chain together",
             UpstreamRestored,
         )
 

@@ -1,0 +1,237 @@
+"""`batchpoint restore PIPELINE --cascade`: restore a pipeline and every pipeline
+downstream of it that read what the restore takes back, as one operation.
+
+The plan comes first (runtime/cascade_plan.py): every target chosen and gated before
+anything is written, so a refusal anywhere moves no head. Applying it follows the
+cascade record (protocol/cascade.py): the record is created, every pipeline of the plan
+fenced (its scheduled runs wait, reason CASCADE), each restored upstream first and
+marked done, then the fences lifted and the record retired. A call that finds a cascade
+still active (a crash cut it short) finishes that one first, and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from batchpoint.errors import BatchpointError, DeployRefused, RestoreRefused
+from batchpoint.protocol.cascade import (
+    CascadeBusy,
+    CascadeRecord,
+    CascadeStep,
+    CascadeStore,
+    describe,
+    fenced,
+    finished,
+    mark_done,
+    new_cascade_id,
+    restored_by_cascade,
+    unfenced,
+)
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.cascade_plan import (
+    CascadeMember,
+    CascadePlan,
+    MemberAction,
+    plan_cascade,
+    planned_member,
+)
+from batchpoint.runtime.driver import PipelineDriver
+from batchpoint.runtime.restore import RestorePlanner, RestoreSource
+from batchpoint.runtime.restore_gate import RestoreGate
+from batchpoint.storage import StoreRef
+
+Progress = Callable[[str], None]
+#: Called at each step's crash points ("before-restore", "after-restore") with the
+#: pipeline: how tests cut a cascade short where a real crash could.
+StepHook = Callable[[str, str], None]
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class CascadeRun:
+    """What a cascade call did: planned (a dry run, or refused), applied, or resumed an
+    earlier cascade (`plan` None) instead of starting the one asked for."""
+
+    plan: CascadePlan | None
+    record: CascadeRecord | None = None
+    dry_run: bool = False
+
+    @property
+    def refused(self) -> bool:
+        return self.plan is not None and self.plan.refused
+
+    @property
+    def resumed(self) -> bool:
+        return self.plan is None and self.record is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "plan": None if self.plan is None else self.plan.to_json(),
+            "cascade": None if self.record is None else self.record.to_json(),
+            "resumed": self.resumed,
+        }
+
+    def render(self) -> str:
+        lines = []
+        if self.resumed:
+            lines.append("an earlier cascade was still under way: finished it first")
+        if self.plan is not None:
+            lines.append(self.plan.render())
+        if self.refused:
+            lines.append("refused: no head moved")
+        elif self.dry_run:
+            lines.append("dry run: nothing changed")
+        if self.record is not None:
+            lines.append(describe(self.record))
+            if self.record.failure:
+                lines.append(f"failed: {self.record.failure}")
+        return "\n".join(lines)
+
+
+@dataclass
+class CascadeContext:
+    """What every pipeline of a cascade shares: the code, the storage and the settings."""
+
+    code: Mapping[str, Pipeline]
+    store_ref: StoreRef
+    config: CheckpointConfig
+    gate_for: Callable[[Pipeline], RestoreGate | None] = lambda _p: None
+    checksums: bool | None = None
+    progress: Progress = _quiet
+    clock: Callable[[], float] = time.time
+
+    def driver(self, pipeline: Pipeline | str) -> PipelineDriver:
+        code = self.code[pipeline] if isinstance(pipeline, str) else pipeline
+        return PipelineDriver(code, self.store_ref, self.config)
+
+    def planner(
+        self, driver: PipelineDriver, targets: Mapping[str, int], *, record: bool, gated: bool
+    ) -> RestorePlanner:
+        return RestorePlanner(
+            driver,
+            gate=self.gate_for(driver.pipeline) if gated else None,
+            checksums=self.checksums,
+            progress=self.progress,
+            record=record,
+            upstream_targets=targets,
+        )
+
+
+def cascade_restore(
+    context: CascadeContext,
+    root: str,
+    source: RestoreSource | str | int | None,
+    *,
+    dry_run: bool = False,
+    hook: StepHook | None = None,
+) -> CascadeRun:
+    """Plan the cascade following a restore of `root` to `source`, and (unless a dry run
+    or refused) apply it. An active cascade is finished first and reported instead."""
+    cascades = CascadeStore(context.store_ref.open())
+    active = cascades.active()
+    if active is not None:
+        if dry_run:
+            return CascadeRun(None, active[0], dry_run=True)
+        return CascadeRun(None, _drive(context, cascades, active[0], {}, hook))
+    plan = plan_cascade_of(context, root, source, record=not dry_run)
+    if dry_run or plan.refused:
+        return CascadeRun(plan, dry_run=dry_run)
+    steps = tuple(
+        CascadeStep(m.pipeline, m.target, _generation(context, m.pipeline))
+        for m in plan.restores
+        if m.target is not None
+    )
+    record = CascadeRecord(
+        new_cascade_id(), root, steps[0].target, steps, started_at=context.clock()
+    )
+    if not cascades.start(record):
+        raise CascadeBusy("another cascade started meanwhile: run the command again")
+    planned = {m.pipeline: m for m in plan.restores}
+    return CascadeRun(plan, _drive(context, cascades, record, planned, hook))
+
+
+def plan_cascade_of(
+    context: CascadeContext, root: str, source: RestoreSource | str | int | None, *, record: bool
+) -> CascadePlan:
+    if root not in context.code:
+        raise BatchpointError(f"no code for pipeline '{root}' (BATCHPOINT_PIPELINE_REF)")
+    driver = context.driver(root)
+    context.progress(f"planning the restore of '{root}'")
+    planner = context.planner(driver, {}, record=record, gated=True)
+    plan = planner.plan(source)
+    member = planned_member(root, plan, planner)
+    if member.action is MemberAction.REFUSED:
+        return CascadePlan(root, (member,))
+
+    def planner_for(d: PipelineDriver, targets: Mapping[str, int]) -> RestorePlanner:
+        context.progress(f"planning '{d.pipeline.name}' after {dict(targets)}")
+        return context.planner(d, targets, record=record, gated=True)
+
+    return plan_cascade(member, context.code, context.driver, planner_for)
+
+
+def _generation(context: CascadeContext, pipeline: str) -> int:
+    control = context.driver(pipeline).coordinator.control_record()
+    return 0 if control is None else control.restore_generation
+
+
+def _drive(
+    context: CascadeContext,
+    cascades: CascadeStore,
+    record: CascadeRecord,
+    planned: Mapping[str, CascadeMember],
+    hook: StepHook | None,
+) -> CascadeRecord:
+    """Fence, restore each step not done (upstream first), lift the fences, retire."""
+    fence = record.fence()
+    for pipeline in record.pipelines:
+        driver = context.driver(pipeline)
+        driver.coordinator.control.update(lambda c, p=pipeline: fenced(c, fence, p))
+    failure = None
+    for step in record.steps:
+        if step.done:
+            continue
+        try:
+            _restore_step(context, step, planned.get(step.pipeline), hook)
+        except (RestoreRefused, DeployRefused) as exc:  # it can never finish: say why
+            failure = f"pipeline '{step.pipeline}': {exc}"
+            break
+        record = cascades.update(record.cascade_id, lambda r, p=step.pipeline: mark_done(r, p))
+    for pipeline in record.pipelines:
+        context.driver(pipeline).coordinator.control.update(
+            lambda c: unfenced(c, record.cascade_id)
+        )
+    record = cascades.update(record.cascade_id, lambda r: finished(r, context.clock(), failure))
+    cascades.retire(record)
+    context.progress(describe(record))
+    return record
+
+
+def _restore_step(
+    context: CascadeContext,
+    step: CascadeStep,
+    member: CascadeMember | None,
+    hook: StepHook | None,
+) -> None:
+    driver = context.driver(step.pipeline)
+    if restored_by_cascade(driver.coordinator.control_record(), step):
+        return  # restored before a crash lost its mark
+    if hook is not None:
+        hook("before-restore", step.pipeline)
+    if member is not None and member.planner is not None and member.plan is not None:
+        planner, plan = member.planner, member.plan
+    else:  # resumed: the gate passed it when the cascade was planned
+        planner = context.planner(driver, {}, record=True, gated=False)
+        plan = planner.plan(step.target)
+    context.progress(f"restoring '{step.pipeline}' to checkpoint {step.target}")
+    planner.apply(plan)
+    if hook is not None:
+        hook("after-restore", step.pipeline)
