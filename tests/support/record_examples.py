@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from batchpoint.protocol import records
+from batchpoint.protocol.cascade import CascadeRecord, CascadeStatus, CascadeStep
 from batchpoint.protocol.checkpoint import (
     ADOPTED_FROM_META,
     SHARED_FROM_META,
@@ -37,6 +38,7 @@ from batchpoint.protocol.checkpoint import (
     TaskMetrics,
 )
 from batchpoint.protocol.control import (
+    CascadeFence,
     ControlFinding,
     ControlRecord,
     DiscardedEntry,
@@ -56,6 +58,7 @@ from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
 from batchpoint.protocol.sink_manifest import SinkMode
+from batchpoint.protocol.sink_timeline import TimelineStep
 from batchpoint.protocol.sinks import PublishedEpoch, SinkManifest
 from batchpoint.protocol.table_pins import TablePin
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
@@ -370,6 +373,56 @@ def pinned_manifest() -> SinkManifest:
     """A sync under way: 9 pinned on the table's snapshot, an older pin on no snapshot."""
     pins = (TablePin(7, None), TablePin(9, 4811207319542316870))
     return dataclasses.replace(manifest(), pins=pins)
+
+
+def timeline_manifest() -> SinkManifest:
+    """Epochs with their timelines: 6 and 7 in generation 0, then a restore to 6 and 10
+    on it in generation 1 (7 left behind, still retained)."""
+    files = (acks()[2].handles[0],)
+    return SinkManifest(
+        "balances_table",
+        SinkMode.SNAPSHOT,
+        ("account",),
+        10,
+        {
+            6: PublishedEpoch(6, None, files, timeline=(TimelineStep(0, 6),)),
+            7: PublishedEpoch(7, 6, files, timeline=(TimelineStep(0, 7),)),
+            10: PublishedEpoch(10, 6, files, timeline=(TimelineStep(0, 6), TimelineStep(1, 10))),
+        },
+        generation=1,
+    )
+
+
+def upstream_barrier() -> SourceBarrier:
+    """A pipeline source's: upstream pipeline/sink uid, up to checkpoint 10 of generation 1."""
+    return SourceBarrier({"payments/balances_table": PartitionOffset(10, generation=1)})
+
+
+def control_cascade() -> ControlRecord:
+    """Held by a cascade restore that follows 'payments' (its triggers refuse)."""
+    fence = CascadeFence("3f9a0c2e7b14", "payments", at("2026-11-20T11:10:00.000Z"))
+    return dataclasses.replace(control(), cascade=fence)
+
+
+def cascade_record() -> CascadeRecord:
+    """Half-way: payments restored to 6, reports (read it) not yet."""
+    return CascadeRecord(
+        "3f9a0c2e7b14",
+        "payments",
+        6,
+        (CascadeStep("payments", 6, 1, done=True), CascadeStep("reports", 12, 0)),
+        at("2026-11-20T11:10:00.000Z"),
+    )
+
+
+def cascade_record_done() -> CascadeRecord:
+    done = tuple(dataclasses.replace(s, done=True) for s in cascade_record().steps)
+    return dataclasses.replace(
+        cascade_record(),
+        steps=done,
+        status=CascadeStatus.DONE,
+        finished_at=at("2026-11-20T11:12:00.000Z"),
+    )
 
 
 def moving_manifest() -> SinkManifest:
@@ -731,6 +784,10 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "sink-manifest-v1.json": manifest,
     "sink-manifest-v1-pinned.json": pinned_manifest,
     "sink-manifest-v1-moving.json": moving_manifest,
+    "sink-manifest-v1-timeline.json": timeline_manifest,
+    "pipeline-control-v2-cascade.json": control_cascade,
+    "cascade-v1.json": cascade_record,
+    "cascade-v1-done.json": cascade_record_done,
     "failure-state-v1.json": failures,
     "checkpoint-id-counter-v1.json": id_counter,
     "head-pointer-v1.json": head_pointer,
@@ -749,6 +806,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
 #: JSON values stored inside records (or a Parquet file's metadata): name -> value.
 VALUES: dict[str, Callable[[], Any]] = {
     "value-source-barrier.json": source_barrier,
+    "value-source-barrier-upstream.json": upstream_barrier,
     "value-state-handle.json": state_handle,
     "value-state-handle-changelog.json": lambda: state_handle(1, layer=2),
     "value-key-group-range.json": lambda: KeyGroupRange(64, 127),

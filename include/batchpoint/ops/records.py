@@ -14,6 +14,7 @@ from typing import Any
 
 from batchpoint import codec
 from batchpoint.codec.schema import all_schemas, write_schemas
+from batchpoint.protocol.cascade import CascadeRecord
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointOutcome,
@@ -48,6 +49,7 @@ RECORDS: tuple[type[codec.Record], ...] = (
     CheckpointOutcome,
     SinkManifest,
     RestoreRecord,
+    CascadeRecord,
     QuarantineRecord,
     CandidateReport,
     SavepointMetadata,

@@ -13,6 +13,8 @@ pipelines/<p>/checkpoints/chk-N/declines/<operator>/<subtask>/<attempt>.json
 pipelines/<p>/checkpoints/chk-N/data/...  state and staged sink files (GC-able)
 pipelines/<p>/checkpoints/chk-N/quality.json               the quality gate's last report
 pipelines/<p>/quarantine/chk-N.json     write-once: never restored (damaged, or failed the gate)
+cascades/active.json                    the cascade restore under way (CAS; protocol/cascade.py)
+cascades/<id>.json                      a finished cascade restore
 """
 
 from __future__ import annotations
