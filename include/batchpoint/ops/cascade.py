@@ -110,7 +110,7 @@ class CascadeContext:
 
     def driver(self, pipeline: Pipeline | str) -> PipelineDriver:
         code = self.code[pipeline] if isinstance(pipeline, str) else pipeline
-        return PipelineDriver(code, self.store_ref, self.config)
+        return PipelineDriver(code, self.store_ref, self.config, self.clock)
 
     def planner(
         self, driver: PipelineDriver, targets: Mapping[str, int], *, record: bool, gated: bool
@@ -223,7 +223,11 @@ def _restore_step(
 ) -> None:
     driver = context.driver(step.pipeline)
     if restored_by_cascade(driver.coordinator.control_record(), step):
-        return  # restored before a crash lost its mark
+        # The head moved before a crash: what the restore does after it rolls forward
+        # (the sinks rewound, its restore record, the target's output published).
+        driver.coordinator.restorer.finish()
+        driver.notify_complete(step.target)
+        return
     if hook is not None:
         hook("before-restore", step.pipeline)
     if member is not None and member.planner is not None and member.plan is not None:
