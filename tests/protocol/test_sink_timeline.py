@@ -19,6 +19,7 @@ checkpoint that is not an ancestor. For every pair of epochs still in the manife
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -276,6 +277,10 @@ class Schedule:
         for x, epoch in manifest.epochs.items():
             if not epoch.timeline:
                 continue
+            # one step per generation passed through: a timeline grows with restores,
+            # not with checkpoints
+            steps = [s.generation for s in epoch.timeline]
+            assert all(a != b for a, b in itertools.pairwise(steps)), (x, steps, self.log)
             ancestors = self.ancestry(x)
             for b, other in manifest.epochs.items():
                 generation = generation_of(other.timeline)
