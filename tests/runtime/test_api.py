@@ -129,3 +129,38 @@ def test_two_sinks_cannot_share_a_table() -> None:
         p.sink("b", inputs=["events"], key=["id"], table="ns.t")
     with pytest.raises(PipelineSpecError, match=r"namespace\.table"):
         p.sink("c", inputs=["events"], key=["id"], table="t")
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            {"upstream": "ledger", "sink": "out", "root": "in"},
+            r"source 'moves': give one of root \(files\), table or upstream \(a pipeline\)",
+        ),
+        ({"upstream": "ledger"}, "source 'moves': upstream= and sink= go together"),
+        ({"sink": "out", "root": "in"}, "source 'moves': upstream= and sink= go together"),
+        ({"upstream": "reports", "sink": "out"}, "source 'moves': a pipeline cannot read its own"),
+        (
+            {"upstream": "ledger", "sink": "out", "schema": "k STRING, _row_kind STRING"},
+            "source 'moves': '_row_kind' is the row kind a pipeline source adds; leave it out",
+        ),
+    ],
+)
+def test_a_pipeline_source_is_declared_with_upstream_and_sink_only(
+    given: dict[str, str], message: str
+) -> None:
+    p = Pipeline("reports")
+    with pytest.raises(PipelineSpecError, match=message):
+        p.source("moves", **{"schema": "k STRING", **given})  # type: ignore[arg-type]
+    assert "moves" not in p.sources
+
+
+def test_a_pipeline_source_names_a_valid_pipeline_and_sink() -> None:
+    p = Pipeline("reports")
+    with pytest.raises(ConfigError, match="source 'moves': upstream pipeline name 'bad name'"):
+        p.source("moves", upstream="bad name", sink="out", schema="k STRING")
+    with pytest.raises(ConfigError, match="source 'moves': upstream pipeline 'ledger': sink"):
+        p.source("moves", upstream="ledger", sink="out/x", schema="k STRING")
+    declared = p.source("moves", upstream="ledger", sink="out", schema="k STRING")
+    assert declared.format == "pipeline" and declared.root == ""

@@ -144,7 +144,7 @@ class SinkPublisher:
                 result[0] = PublishResult.ALREADY_PUBLISHED
                 return None
             result[0] = PublishResult.PUBLISHED
-            published = _with_timeline(manifest, epoch, completed.pending.restore_generation)
+            published = _with_timeline(manifest, epoch, _timeline_generation(completed, decided))
             newest = manifest.current
             if newest is None or epoch.checkpoint_id > newest:
                 newest = epoch.checkpoint_id
@@ -372,6 +372,15 @@ def _with_timeline(
     if found is None or not found.timeline:
         return epoch
     return replace(epoch, timeline=extend(found.timeline, generation, cid))
+
+
+def _timeline_generation(completed: CompletedCheckpoint, decided: int) -> int:
+    """The generation whose chain the checkpoint's timeline step names. An import is
+    admitted beside its generation's chain (it follows its savepoint's base), so it is
+    named in the generation it is published in, that of the restore to it: nothing
+    else of that generation precedes it."""
+    pending = completed.pending
+    return decided if pending.properties.is_imported else pending.restore_generation
 
 
 def published_base(pending: PendingCheckpoint, store_uri: str) -> int | None:

@@ -143,6 +143,8 @@ class Pipeline:
     ) -> UpstreamBinding | None:
         if not upstream or not sink:
             return None
+        check_name(upstream, f"source '{name}': upstream pipeline")
+        check_name(sink, f"source '{name}': upstream pipeline '{upstream}': sink")
         if upstream == self.name:
             raise PipelineSpecError(f"source '{name}': a pipeline cannot read its own sink")
         if ROW_KIND_COLUMN in schema.names:
