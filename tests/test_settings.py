@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import KNOWN_VARIABLES, Settings, read_environment
+from batchpoint.settings.values import UPSTREAM
 from batchpoint.storage.redaction import Secret, revealed_options
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -66,6 +68,7 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_QUALITY_GATE": "demo.payments_quality:restore_gate",
         "BATCHPOINT_PIPELINE_REF": "a.b:p, c:q",
         "BATCHPOINT_CHECKPOINT_INTERVAL": "*/10 * * * *",
+        "BATCHPOINT_CHECKPOINT_INTERVALS": '{"reports": "Upstream", "p": null, "q": "5m"}',
         "BATCHPOINT_SPARK_SUBMIT": sys.executable,  # any executable file
         "BATCHPOINT_SPARK_JOB": str(job),
         "BATCHPOINT_SPARK_SUBMIT_ARGS": "--conf spark.x=1 --driver-memory '2 g'",
@@ -121,6 +124,8 @@ def test_every_variable_is_read(tmp_path, root):
     assert d.settings == s
     assert d.pipeline_refs == ("a.b:p", "c:q")
     assert d.schedule == "*/10 * * * *"
+    assert d.schedules == {"reports": UPSTREAM, "p": None, "q": timedelta(minutes=5)}
+    assert (d.schedule_of("reports"), d.schedule_of("other")) == (UPSTREAM, "*/10 * * * *")
     assert d.connect_client == "subprocess"
     assert (d.spark_submit, d.spark_job) == (sys.executable, str(job))
     assert d.spark_submit_args == ("--conf", "spark.x=1", "--driver-memory", "2 g")
@@ -347,6 +352,13 @@ def test_negative_and_fractional_counts(variable, value, reason, root):
         ("BATCHPOINT_CHECKPOINT_INTERVAL", "0", "more than 0"),
         ("BATCHPOINT_CHECKPOINT_INTERVAL", "@once", "must repeat"),
         ("BATCHPOINT_CHECKPOINT_INTERVAL", "every tuesday", "cron"),
+        ("BATCHPOINT_CHECKPOINT_INTERVALS", "upstream", "not a JSON object"),
+        ("BATCHPOINT_CHECKPOINT_INTERVALS", '{"9x": "5m"}', "pipeline name '9x' is invalid"),
+        (
+            "BATCHPOINT_CHECKPOINT_INTERVALS",
+            '{"p": "@once"}',
+            "pipeline 'p': '@once': a checkpoint schedule must",
+        ),
         ("BATCHPOINT_VERIFY_CHECKSUMS", "yes", "true or false"),
         ("BATCHPOINT_RESTORE_VERIFY_CHECKSUMS", "ture", "true or false"),
         ("BATCHPOINT_AUDIT", "maybe", "true or false"),

@@ -31,10 +31,16 @@ PROBE = textwrap.dedent(
         bag = DagBag(dag_folder=sys.argv[1], safe_mode=False)
     deprecations = [str(w.message) for w in caught
                     if issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    def uris(condition):  # the assets of a data-aware schedule
+        if hasattr(condition, "uri"):
+            return [condition.uri]
+        return [u for o in getattr(condition, "objects", ()) for u in uris(o)]
     dags = {}
     for dag_id, dag in bag.dags.items():
         dags[dag_id] = {
             "timetable": type(dag.timetable).__name__,
+            "condition": type(getattr(dag.timetable, "asset_condition", None)).__name__,
+            "assets": uris(getattr(dag.timetable, "asset_condition", None)),
             "delta": getattr(dag.timetable, "delta", None) and dag.timetable.delta.total_seconds(),
             "max_active_runs": dag.max_active_runs,
             "catchup": dag.catchup,
@@ -55,16 +61,30 @@ PROBE = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHPOINT_")}
-    env.update(
+    return parse(
         BATCHPOINT_ROOT=tmp_path_factory.mktemp("root").as_uri(),
         BATCHPOINT_PIPELINE_REF="demo.payments:pipeline",
         BATCHPOINT_CHECKPOINT_TIMEOUT="600",
         BATCHPOINT_MAX_CONCURRENT="2",
         BATCHPOINT_CHECKPOINT_INTERVAL="5m",
-        # connect mode (the default) only names the server at parse time
-        BATCHPOINT_SPARK_REMOTE="sc://127.0.0.1:15002",
     )
+
+
+@pytest.fixture(scope="module")
+def chained(tmp_path_factory) -> dict:
+    """Two pipelines, the second reading two sinks of the first, scheduled on them."""
+    return parse(
+        BATCHPOINT_ROOT=tmp_path_factory.mktemp("root").as_uri(),
+        BATCHPOINT_PIPELINE_REF="support.chained:ledger_pipeline,support.chained:reports_pipeline",
+        BATCHPOINT_CHECKPOINT_INTERVALS='{"reports": "upstream"}',
+    )
+
+
+def parse(**settings: str) -> dict:
+    """The DAG folder as the probe reports it, parsed with `settings` only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHPOINT_")}
+    # connect mode (the default) only names the server at parse time
+    env.update(BATCHPOINT_SPARK_REMOTE="sc://127.0.0.1:15002", **settings)
     out = subprocess.run(
         [sys.executable, "-c", PROBE, str(DAGS)],
         env=env,
@@ -129,6 +149,24 @@ def test_the_manual_dags_have_their_forms(parsed):
     assert savepoint["doc_md"] and restore["doc_md"]
 
 
+def test_a_downstream_checkpoint_dag_is_scheduled_on_its_upstreams_sinks(chained):
+    assert chained["errors"] == {} and chained["captured"] == {}
+    assert chained["deprecations"] == [] and chained["heavy"] == []
+    assert sorted(chained["dags"]) == [
+        f"{p}_{kind}"
+        for p in ("ledger", "reports")
+        for kind in ("checkpoint", "restore", "savepoint")
+    ]
+    reports = chained["dags"]["reports_checkpoint"]
+    assert (reports["timetable"], reports["condition"]) == ("AssetTriggeredTimetable", "AssetAny")
+    assert reports["assets"] == [
+        "x-batchpoint://ledger/sinks/totals_out",
+        "x-batchpoint://ledger/sinks/movements",
+    ]
+    ledger = chained["dags"]["ledger_checkpoint"]
+    assert ledger["timetable"] == "DeltaTriggerTimetable" and ledger["delta"] == 300
+
+
 def _airflow_imports(path: Path) -> list[str]:
     names = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -172,6 +210,8 @@ def test_only_task_sdk_apis_are_used():
     ("variable", "value"),
     [
         ("BATCHPOINT_CHECKPOINT_INTERVAL", "every tuesday"),
+        ("BATCHPOINT_CHECKPOINT_INTERVAL", "upstream"),  # the demo reads no pipeline
+        ("BATCHPOINT_CHECKPOINT_INTERVALS", '{"nobody": "5m"}'),
         ("BATCHPOINT_CHECKPOINT_TIMEOUT", "-5"),
         ("BATCHPOINT_ROOT", "/no/scheme"),
         ("BATCHPOINT_PIPELINE_REF", "no.such.module:pipeline"),

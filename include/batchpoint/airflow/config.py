@@ -11,7 +11,10 @@ hooks.py); parsing reads only the environment, as it must not depend on connecti
   BATCHPOINT_PIPELINE_REF         `module:attr` of the Pipeline(s), comma-separated
                                   (no default: the DAGs need it)
   BATCHPOINT_CHECKPOINT_INTERVAL  seconds (300, 90s, 5m, 1h), a cron expression or
-                                  preset, or `none` (default 300)
+                                  preset, `none`, or `upstream`: after each publish of
+                                  a sink the pipeline's sources read (default 300)
+  BATCHPOINT_CHECKPOINT_INTERVALS the same by pipeline, a JSON object over the above
+                                  ({"reports": "upstream"})
   BATCHPOINT_SPARK_MODE           connect (default), submit or local: see
                                   batchpoint.settings
   BATCHPOINT_SPARK_REMOTE         sc://host:port of the Spark Connect server (connect)
@@ -46,7 +49,7 @@ import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import batchpoint
@@ -62,6 +65,7 @@ from batchpoint.settings import (
 )
 from batchpoint.settings.sensor_mode import SensorMode
 from batchpoint.settings.submit_options import spark_submit_program, submit_conf
+from batchpoint.settings.values import CheckpointSchedule
 from batchpoint.storage.redaction import redact_uri
 
 __all__ = [
@@ -100,7 +104,8 @@ class AirflowDeployment:
 
     pipeline_refs: tuple[str, ...]
     settings: Settings
-    schedule: timedelta | str | None  # interval, cron expression, or None (manual)
+    #: interval, cron expression, UPSTREAM (its upstreams' publishes) or None (manual)
+    schedule: CheckpointSchedule
     spark_submit: str
     spark_job: str
     spark_submit_args: tuple[str, ...] = ()
@@ -123,6 +128,18 @@ class AirflowDeployment:
     #: task (the operator task's Connect client in its own process) or subprocess.
     connect_client: str = "task"
     start_date: datetime = START_DATE
+    #: Schedules by pipeline name, over `schedule` (BATCHPOINT_CHECKPOINT_INTERVALS).
+    schedules: Mapping[str, CheckpointSchedule] = field(default_factory=dict)
+
+    def schedule_of(self, pipeline: str) -> CheckpointSchedule:
+        """The schedule of `pipeline`'s checkpoint DAG: its own, else the deployment's."""
+        return self.schedules.get(pipeline, self.schedule)
+
+    def schedule_setting(self, pipeline: str) -> str:
+        """The variable that gives `pipeline` its schedule, for an error to name."""
+        if pipeline in self.schedules:
+            return f'BATCHPOINT_CHECKPOINT_INTERVALS["{pipeline}"]'
+        return "BATCHPOINT_CHECKPOINT_INTERVAL"
 
     @property
     def checkpoint(self) -> CheckpointConfig:
@@ -159,6 +176,7 @@ class AirflowDeployment:
             pipeline_refs=model.pipeline_ref,
             settings=replace(settings, spark_mode=mode),
             schedule=model.checkpoint_interval,
+            schedules=dict(model.checkpoint_intervals),
             # Only submit mode runs spark-submit and the job file; the others must not
             # fail on a deployment (an Airflow image without Spark) that has neither.
             spark_submit=_spark_submit(model.spark_submit, required=mode is SparkMode.SUBMIT),

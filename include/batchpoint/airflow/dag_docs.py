@@ -3,8 +3,6 @@ each DAG's page (the graph, its settings, what a run does) and each task's doc."
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.restore_form import restore_form_table
 from batchpoint.ops.epoch_plan import TaskKind
@@ -50,15 +48,10 @@ def _graph_line(spec: PipelineSpec) -> str:
     return " → ".join(parts)
 
 
-def _settings_table(deployment: AirflowDeployment, audit: bool = False) -> str:
+def _settings_table(deployment: AirflowDeployment, audit: bool, schedule: str) -> str:
     c = deployment.checkpoint
-    schedule = deployment.schedule
-    if isinstance(schedule, timedelta):
-        every = f"every {schedule.total_seconds():g}s"
-    else:
-        every = f"cron `{schedule}`" if schedule else "manual only"
     rows = [
-        ("interval", every),
+        ("schedule", schedule),
         ("timeout", f"{c.timeout:g}s"),
         ("min pause", f"{c.min_pause:g}s"),
         ("max concurrent", c.max_concurrent),
@@ -131,8 +124,14 @@ change what the scheduler runs next, never a checkpoint that completed.
 
 
 def checkpoint_doc(
-    pipeline: Pipeline, spec: PipelineSpec, deployment: AirflowDeployment, audit: bool = False
+    pipeline: Pipeline,
+    spec: PipelineSpec,
+    deployment: AirflowDeployment,
+    audit: bool = False,
+    *,
+    schedule: str,
 ) -> str:
+    """`schedule`: how the DAG is scheduled, in words (schedules.RenderedSchedule.text)."""
     return f"""\
 ### Checkpoints of pipeline `{pipeline.name}`
 
@@ -145,7 +144,7 @@ the next run starts again from the last completed one, so sinks see every input 
 {_audit_doc(audit)}
 Graph: {_graph_line(spec)}
 
-{_settings_table(deployment, audit)}
+{_settings_table(deployment, audit, schedule)}
 
 A run is *skipped* when the minimum pause or the concurrency limit says no, or when no
 source has new input since the checkpoint it would build on ("idle epochs"); it *fails*

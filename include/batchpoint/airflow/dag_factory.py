@@ -1,7 +1,8 @@
 """Render a pipeline into its three DAGs (as cosmos renders a dbt project):
 
-    <pipeline>_checkpoint   scheduled: every run is one epoch and, if all goes well, one
-                            completed checkpoint
+    <pipeline>_checkpoint   scheduled (schedules.py: a timer, or data-aware on the sinks
+                            its pipeline sources read): every run is one epoch and, if
+                            all goes well, one completed checkpoint
     <pipeline>_savepoint    manual, with a form: a retained, exported savepoint; can stop
                             (pause) the pipeline afterwards
     <pipeline>_restore      manual, with a form: restore from the latest checkpoint, a
@@ -23,18 +24,19 @@ Nothing here imports pyspark or great_expectations: parsing a DAG file stays che
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from batchpoint.airflow.compat import CronTriggerTimetable, DeltaTriggerTimetable
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.dag_docs import checkpoint_doc, restore_doc, savepoint_doc
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.epoch_dag import epoch_settings, render_epoch
 from batchpoint.airflow.operators import RestoreCheckOperator, RestoreOperator
 from batchpoint.airflow.restore_form import restore_params
+from batchpoint.airflow.schedules import render_schedule
 from batchpoint.errors import ConfigError
 from batchpoint.ops.epoch_plan import EpochPlan, plan_epoch
 from batchpoint.protocol.checkpoint import CheckpointType
@@ -45,6 +47,10 @@ from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.restore import RestoreGate
 from batchpoint.settings import NO_PIPELINE_REF
 
+#: The checkpoint DAG's schedule is the deployment's for its pipeline
+#: (AirflowDeployment.schedule_of) unless the factory is given one.
+FROM_DEPLOYMENT: Any = object()
+
 
 def build_pipeline_dags(
     pipeline: Pipeline,
@@ -52,13 +58,20 @@ def build_pipeline_dags(
     deployment: AirflowDeployment,
     *,
     gate: RestoreGate | None = None,
+    schedule: Any = FROM_DEPLOYMENT,
+    deployed: Mapping[str, Pipeline] | None = None,
 ) -> dict[str, DAG]:
     """The three DAGs of one pipeline, by dag_id. `pipeline_ref` is how workers import
     the same pipeline (`module:attribute`); `gate` is the restore quality gate (else
-    BATCHPOINT_QUALITY_GATE, loaded at run time)."""
+    BATCHPOINT_QUALITY_GATE, loaded at run time). `schedule` is the checkpoint DAG's:
+    what BATCHPOINT_CHECKPOINT_INTERVAL takes (a timedelta, a cron expression, None,
+    "upstream") or Airflow assets; default the deployment's for this pipeline.
+    `deployed`: the deployment's pipelines by name (an upstream sink's uid is found there)."""
     spec = pipeline.spec()  # validates the graph now, at parse time
     dags = [
-        build_checkpoint_dag(pipeline, pipeline_ref, deployment, spec),
+        build_checkpoint_dag(
+            pipeline, pipeline_ref, deployment, spec, schedule=schedule, deployed=deployed
+        ),
         build_savepoint_dag(pipeline, pipeline_ref, deployment, spec),
         build_restore_dag(pipeline, pipeline_ref, deployment, gate=gate),
     ]
@@ -70,34 +83,32 @@ def load_dags(deployment: AirflowDeployment | None = None) -> dict[str, DAG]:
     deployment = deployment or AirflowDeployment.from_env()
     if not deployment.pipeline_refs:
         raise ConfigError(NO_PIPELINE_REF)
-    out: dict[str, DAG] = {}
-    names: dict[str, str] = {}
+    pipelines: dict[str, tuple[Pipeline, str]] = {}
     for ref in deployment.pipeline_refs:
         try:
             pipeline = load_pipeline(ref)
         except ConfigError as exc:
             raise ConfigError(f"BATCHPOINT_PIPELINE_REF: {exc}") from None
-        if pipeline.name in names:
+        if pipeline.name in pipelines:
             raise ConfigError(
-                f"BATCHPOINT_PIPELINE_REF: {names[pipeline.name]} and {ref} are both "
+                f"BATCHPOINT_PIPELINE_REF: {pipelines[pipeline.name][1]} and {ref} are both "
                 f"pipeline '{pipeline.name}'"
             )
-        names[pipeline.name] = ref
-        out.update(build_pipeline_dags(pipeline, ref, deployment))
+        pipelines[pipeline.name] = (pipeline, ref)
+    unknown = sorted(set(deployment.schedules) - set(pipelines))
+    if unknown:
+        raise ConfigError(
+            f"BATCHPOINT_CHECKPOINT_INTERVALS names {', '.join(map(repr, unknown))}, not a "
+            f"pipeline of BATCHPOINT_PIPELINE_REF ({', '.join(sorted(pipelines))})"
+        )
+    deployed = {name: pipeline for name, (pipeline, _) in pipelines.items()}
+    out: dict[str, DAG] = {}
+    for pipeline, ref in pipelines.values():
+        out.update(build_pipeline_dags(pipeline, ref, deployment, deployed=deployed))
     return out
 
 
 # -- the DAGs ---------------------------------------------------------------------------
-
-
-def _timetable(schedule: timedelta | str | None) -> Any:
-    # Passed explicitly: a bare timedelta schedule in Airflow 3.3.2 picks its timetable
-    # from the wrong config option ([scheduler] create_cron_data_intervals).
-    if schedule is None:
-        return None
-    if isinstance(schedule, timedelta):
-        return DeltaTriggerTimetable(schedule)
-    return CronTriggerTimetable(schedule, timezone="UTC")
 
 
 def _common(deployment: AirflowDeployment, pipeline: str) -> dict[str, Any]:
@@ -141,15 +152,23 @@ def build_checkpoint_dag(
     ref: str,
     deployment: AirflowDeployment,
     spec: PipelineSpec | None = None,
+    *,
+    schedule: Any = FROM_DEPLOYMENT,
+    deployed: Mapping[str, Pipeline] | None = None,
 ) -> DAG:
     spec = spec or pipeline.spec()
     plan = checkpoint_plan(pipeline, deployment, spec)
+    setting = "schedule"  # the factory's argument
+    if schedule is FROM_DEPLOYMENT:
+        schedule = deployment.schedule_of(pipeline.name)
+        setting = deployment.schedule_setting(pipeline.name)
+    rendered = render_schedule(pipeline, schedule, deployed, setting)
     with DAG(
         dag_id=dag_ids(pipeline.name)["checkpoint"],
-        schedule=_timetable(deployment.schedule),
+        schedule=rendered.airflow,
         max_active_runs=deployment.checkpoint.max_concurrent,
         dagrun_timeout=_run_timeout(deployment),
-        doc_md=checkpoint_doc(pipeline, spec, deployment, plan.audited),
+        doc_md=checkpoint_doc(pipeline, spec, deployment, plan.audited, schedule=rendered.text),
         description=f"Scheduled checkpoints of pipeline {pipeline.name}",
         **_common(deployment, pipeline.name),
     ) as dag:

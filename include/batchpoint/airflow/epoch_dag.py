@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.sdk import DAG, BaseOperator, TaskGroup
 
-from batchpoint.airflow.assets import batchpoint_asset, cleanup_alias
+from batchpoint.airflow.assets import batchpoint_asset, cleanup_alias, sinks_alias
 from batchpoint.airflow.compat import TriggerRule
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.dag_docs import TASK_DOCS, operator_doc, trigger_doc
@@ -161,7 +161,8 @@ def _audit(task: PlannedTask, r: _Render) -> dict[str, Any]:
 
 
 def _finalize(task: PlannedTask, r: _Render) -> dict[str, Any]:
-    return {**r.storage, "outlets": [batchpoint_asset(r.plan.pipeline)]}
+    pipeline = r.plan.pipeline
+    return {**r.storage, "outlets": [batchpoint_asset(pipeline), sinks_alias(pipeline)]}
 
 
 def _export(task: PlannedTask, r: _Render) -> dict[str, Any]:

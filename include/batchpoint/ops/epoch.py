@@ -19,9 +19,18 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.pipeline_ports import CheckpointDecisions
 from batchpoint.protocol.settlement import FinalizeWait
+from batchpoint.protocol.sink_keys import SinkRef
 from batchpoint.runtime.driver import PipelineDriver
 
-__all__ = ["EpochTask", "Finalized", "epoch_tasks", "expire", "finalize"]
+__all__ = [
+    "EpochTask",
+    "Finalized",
+    "PublishedSink",
+    "epoch_tasks",
+    "expire",
+    "finalize",
+    "published_sinks",
+]
 
 
 # -- finalize, expire -----------------------------------------------------------------
@@ -74,6 +83,26 @@ def finalize(driver: PipelineDriver, checkpoint_id: int, *, audited: bool = Fals
     after = _retained(coordinator)
     subsumed = sorted(set(before) - set(after)) if before is not None and after is not None else []
     return Finalized(checkpoint_id, outcome, published, retained=after or [], subsumed=subsumed)
+
+
+@dataclass(frozen=True)
+class PublishedSink:
+    """A sink that a completed checkpoint published: its uid (its identity) and name."""
+
+    uid: str
+    name: str
+
+
+def published_sinks(driver: PipelineDriver, checkpoint_id: int) -> list[PublishedSink]:
+    """The pipeline's sinks whose manifest holds `checkpoint_id`'s epoch: what that
+    checkpoint published, whichever call published it (a retried finalize, the cleanup),
+    and nothing when a restore overtook it before it was published."""
+    out = []
+    for sink in driver.pipeline.sinks.values():
+        manifest = driver.sinks.manifest(SinkRef(sink.uid, sink.name))
+        if manifest is not None and checkpoint_id in manifest.epochs:
+            out.append(PublishedSink(sink.uid, sink.name))
+    return out
 
 
 def _retained(coordinator: CheckpointDecisions) -> list[int] | None:

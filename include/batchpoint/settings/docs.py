@@ -59,7 +59,10 @@ SETTINGS: dict[str, str] = {
     "pipeline_ref": "module:attr of the pipeline(s) the DAGs are built for, comma-separated "
     "(no default: the DAGs need it).",
     "checkpoint_interval": "Checkpoint DAG schedule: a duration, a cron expression or "
-    "preset, or none (triggered by hand only).",
+    "preset, none (triggered by hand only), or upstream (after each publish of a sink its "
+    "pipeline sources read: Airflow's data-aware scheduling).",
+    "checkpoint_intervals": "Checkpoint DAG schedules by pipeline, over "
+    'BATCHPOINT_CHECKPOINT_INTERVAL: a JSON object, e.g. {"reports": "upstream"}.',
     "spark_submit": "The spark-submit executable. Default: pyspark's, next to Python.",
     "spark_job": "The Spark entry point file. Default: batchpoint/jobs/run_operator.py in "
     "the installed package.",

@@ -166,8 +166,12 @@ class BatchpointEnvironment(BaseSettings):
     # -- the Airflow deployment (batchpoint.airflow.config)
     pipeline_ref: Refs = ()  # not set (NO_PIPELINE_REF where one is needed)
     checkpoint_interval: Annotated[
-        timedelta | str | None, BeforeValidator(values.parse_interval)
+        values.CheckpointSchedule, BeforeValidator(values.parse_interval)
     ] = timedelta(seconds=300)
+    # per pipeline, over checkpoint_interval: {"reports": "upstream"}
+    checkpoint_intervals: Annotated[
+        dict[str, values.CheckpointSchedule], NoDecode, BeforeValidator(values.parse_intervals)
+    ] = Field(default_factory=dict)
     spark_submit: Text = None
     spark_job: Text = None
     spark_submit_args: Annotated[tuple[str, ...], NoDecode, BeforeValidator(submit_args)] = ()

@@ -14,10 +14,12 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 from urllib.parse import urlparse
 
+from batchpoint.errors import ConfigError
+from batchpoint.protocol.layout import check_name
 from batchpoint.storage import redaction
 
 
@@ -29,6 +31,23 @@ class SparkMode(StrEnum):
     SUBMIT = "submit"  # one spark-submit per operator task, on BATCHPOINT_SPARK_MASTER
     LOCAL = "local"  # a local Spark in a child process
 
+
+class UpstreamSchedule(Enum):
+    """A checkpoint schedule that is no timer (BATCHPOINT_CHECKPOINT_INTERVAL=upstream):
+    the checkpoint DAG runs when a pipeline its sources read publishes the sink they
+    read (Airflow's data-aware scheduling on the sinks' Assets, airflow/assets.py). Not
+    a str, so that no code takes it for a cron expression."""
+
+    UPSTREAM = "upstream"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+UPSTREAM = UpstreamSchedule.UPSTREAM
+#: What a checkpoint DAG runs on: an interval, a cron expression, its upstreams'
+#: publishes, or None (by hand only).
+CheckpointSchedule = timedelta | str | UpstreamSchedule | None
 
 #: Longer than any sensible timeout, pause or grace: a larger value is a typo (a unit
 #: missing or doubled) and, unchecked, overflows timestamps far from where it was set.
@@ -236,15 +255,18 @@ def check_savepoint_root(value: Any) -> str:
     return check_root(value).rstrip("/") + "/"
 
 
-def parse_interval(value: Any) -> timedelta | str | None:
+def parse_interval(value: Any) -> CheckpointSchedule:
     """`300`, `90s`, `5m`, `1.5h`, `1d` -> timedelta; `none`/`manual`/`off` -> None
-    (triggered by hand only); anything else must be a cron expression or preset
+    (triggered by hand only); `upstream` -> UPSTREAM (after each publish of a sink its
+    pipeline sources read); anything else must be a cron expression or preset
     (`@hourly`), returned as text."""
-    if isinstance(value, timedelta) or value is None:
+    if isinstance(value, timedelta | UpstreamSchedule) or value is None:
         return value
     text = str(value).strip()
     if text.lower() in ("none", "manual", "off"):
         return None
+    if text.lower() == UPSTREAM.value:
+        return UPSTREAM
     if _DURATION.match(text) or re.fullmatch(r"[-+.\deE]+|[-+]?(inf|nan)\w*", text, re.I):
         return timedelta(seconds=parse_duration(text, positive=True))
     if text == "@once":
@@ -256,3 +278,27 @@ def parse_interval(value: Any) -> timedelta | str | None:
     if not croniter.is_valid(CRON_PRESETS.get(text, text)):
         raise ValueError("neither a duration (300, 90s, 5m, 1h) nor a cron expression")
     return text
+
+
+def parse_intervals(value: Any) -> dict[str, CheckpointSchedule]:
+    """Checkpoint schedules by pipeline, a JSON object (`{"reports": "upstream",
+    "payments": "1m"}`) or a mapping: each key a pipeline name, each value what
+    `parse_interval` reads (JSON null: by hand only)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError:
+            raise ValueError('not a JSON object: use {"<pipeline>": "<schedule>", ...}') from None
+    if not isinstance(value, Mapping):
+        raise ValueError('not a JSON object: use {"<pipeline>": "<schedule>", ...}')
+    out: dict[str, CheckpointSchedule] = {}
+    for name, schedule in value.items():
+        try:
+            check_name(str(name), "pipeline")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        try:
+            out[str(name)] = parse_interval("none" if schedule is None else schedule)
+        except ValueError as exc:
+            raise ValueError(f"pipeline '{name}': {schedule!r}: {exc}") from None
+    return out

@@ -25,7 +25,7 @@ from batchpoint.airflow.outages import OutageEnded, may_be_store_outage, outage_
 from batchpoint.airflow.spark_connection import task_spark_settings
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.barrier_log import barrier_lines
-from batchpoint.ops.epoch import finalize
+from batchpoint.ops.epoch import finalize, published_sinks
 from batchpoint.ops.runs import attempt_id, decline_operator, settle_run, trigger_for_run
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
@@ -241,7 +241,7 @@ class FinalizeCheckpointOperator(LineageMixin, BatchpointOperator):
             raise AirflowException(done.message)  # a retry looks again
         if outcome.completed is None:
             raise AirflowFailException(done.message)
-        emit_completed(context, outcome.pending)
+        emit_completed(context, outcome.pending, published_sinks(self.driver(), checkpoint_id))
         self.lineage_checkpoint = lineage_facts(outcome.pending)
         self.lineage_acks = outcome.completed.acks
         metrics.checkpoint_completed(outcome)
@@ -340,7 +340,8 @@ class CheckpointCleanupOperator(BatchpointOperator):
             metrics.checkpoint_completed(settlement.outcome)
             # This task did finalize's work (finalize failed or never ran), so the asset
             # event is this task's to emit, and finalize's failure is not the run's.
-            emit_completed_by_cleanup(context, settlement.outcome.pending)
+            sinks = published_sinks(self.driver(), checkpoint_id)
+            emit_completed_by_cleanup(context, settlement.outcome.pending, sinks)
             failed = [t for t in failed if t != self.finalize_task_id]
         if failed:
             raise AirflowFailException(
