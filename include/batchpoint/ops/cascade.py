@@ -12,7 +12,7 @@ still active (a crash cut it short) finishes that one first, and says so.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +156,29 @@ def cascade_restore(
         raise CascadeBusy("another cascade started meanwhile: run the command again")
     planned = {m.pipeline: m for m in plan.restores}
     return CascadeRun(plan, _drive(context, cascades, record, planned, hook))
+
+
+def apply_planned(
+    context: CascadeContext,
+    root: str,
+    targets: Sequence[tuple[str, int]],
+    *,
+    hook: StepHook | None = None,
+) -> CascadeRecord:
+    """Apply a plan made earlier (the restore DAG's check task made it, gates and all):
+    (pipeline, target) upstream first. Each target's files are checked again before its
+    head moves, without the gate. An active cascade is finished first, and then this
+    one is refused (CascadeBusy): its plan was made before that cascade ended."""
+    cascades = CascadeStore(context.store_ref.open())
+    active = cascades.active()
+    if active is not None:
+        done = _drive(context, cascades, active[0], {}, hook)
+        raise CascadeBusy(f"finished {describe(done)} first; plan the cascade again")
+    steps = tuple(CascadeStep(p, t, _generation(context, p)) for p, t in targets)
+    record = CascadeRecord(new_cascade_id(), root, steps[0].target, steps, context.clock())
+    if not cascades.start(record):
+        raise CascadeBusy("another cascade started meanwhile: plan the cascade again")
+    return _drive(context, cascades, record, {}, hook)
 
 
 def plan_cascade_of(
