@@ -33,7 +33,7 @@ SPEC = PipelineSpec(
     ),
 )
 #: What the error tells the downstream pipeline to do.
-FOLLOW = "pipeline 'reports' must follow. `batchpoint restore reports`"
+FOLLOW = "pipeline 'reports' must follow: `batchpoint restore --pipeline reports`"
 
 
 class Upstream:

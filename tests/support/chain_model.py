@@ -208,10 +208,10 @@ class ChainSchedule:
         if run is not None:
             self.notes.append(run.render().replace("\n", " | "))
 
-    def restore(self, name: str, due: int) -> None:
+    def restore(self, name: str, due: int, to: int | None = None) -> None:
         self._idle(due)
-        source: int | None = None
-        if name == "up":
+        source: int | None = to
+        if name == "up" and to is None:
             if not self.completed["up"]:
                 return
             source = self.rng.choice(sorted(self.completed["up"]))

@@ -184,9 +184,11 @@ class SinkPublisher:
             epochs = dict(current.epochs)
             if checkpoint_id is not None and checkpoint_id not in epochs and alias_of in epochs:
                 original = epochs[alias_of]
-                epochs[checkpoint_id] = PublishedEpoch(
+                alias = PublishedEpoch(
                     checkpoint_id, original.base_checkpoint_id, original.files, alias_of
                 )
+                # named in the restore's generation, as an import is when published
+                epochs[checkpoint_id] = _with_timeline(current, alias, gen)
             target = checkpoint_id if checkpoint_id in epochs else None
             if target == current.current and gen == current.generation and epochs == current.epochs:
                 return None
