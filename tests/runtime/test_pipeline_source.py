@@ -21,7 +21,9 @@ from support.chained import Chain
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 #: The error names the upstream's restore and the command that follows it.
-FOLLOW = r"'ledger' was restored to checkpoint 1 \(restore generation 1, .*`batchpoint restore reports`"
+FOLLOW = (
+    r"'ledger' was restored to checkpoint 1 \(restore generation 1, .*`batchpoint restore reports`"
+)
 
 
 def test_a_chain_reads_each_upstream_checkpoint_once(spark: Any, table_store: StoreRef) -> None:

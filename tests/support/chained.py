@@ -35,8 +35,10 @@ def ledger_pipeline() -> Pipeline:
     def totals(ctx: OperatorContext) -> Any:
         from pyspark.sql import functions as F
 
-        new = ctx.input("events").groupBy("account").agg(
-            F.sum("amount").alias("total"), F.count("*").alias("events")
+        new = (
+            ctx.input("events")
+            .groupBy("account")
+            .agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
         )
         merged = (
             ctx.state("totals").unionByName(new).groupBy("account")
@@ -91,8 +93,10 @@ def reports_pipeline() -> Pipeline:
         from pyspark.sql import functions as F
 
         assert ctx.input("moves").where(F.col("_row_kind") != "+I").isEmpty()
-        new = ctx.input("moves").groupBy("account").agg(
-            F.sum(F.abs("amount")).alias("moved"), F.count("*").alias("moves")
+        new = (
+            ctx.input("moves")
+            .groupBy("account")
+            .agg(F.sum(F.abs("amount")).alias("moved"), F.count("*").alias("moves"))
         )
         merged = (
             ctx.state("volumes").unionByName(new).groupBy("account")
@@ -145,8 +149,11 @@ class Chain:
                 now = self.published("totals_out", manifest.current)
                 for j, row in enumerate(now.head(settle).itertuples()):
                     rows.append(
-                        {"event_id": f"s{self.batches}-{j}", "account": row.account,
-                         "amount": -int(row.total)}  # fmt: skip
+                        {
+                            "event_id": f"s{self.batches}-{j}",
+                            "account": row.account,
+                            "amount": -int(row.total),
+                        }
                     )
         body = "".join(json.dumps(r) + "\n" for r in rows).encode()
         self.store_ref.open().put(f"{SOURCE_ROOT}/p0/batch-{self.batches:05d}.jsonl", body)
