@@ -216,6 +216,7 @@ JSON_COMMANDS = [
     ["quarantine", "list"],
     ["gc", "--dry-run"],
     ["verify", "--integrity-only"],
+    ["lineage", "payments", "--downstream"],
     ["checkpoints", "show", "99"],  # an error: the same shape
 ]
 

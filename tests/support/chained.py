@@ -1,9 +1,10 @@
-"""Two pipelines chained through a sink, as the chain tests drive them: `ledger` folds
+"""Pipelines chained through their sinks, as the chain tests drive them: `ledger` folds
 generated events into per-account totals (a snapshot sink, accounts that reach zero
 are dropped, so its changes include deletions) and passes the events on (an append
 sink); `reports` reads both as pipeline sources and keeps per-region totals and
 per-account volumes. The pandas reference is computed from what the ledger published
-as of the upstream checkpoint a reports checkpoint read up to."""
+as of the upstream checkpoint a reports checkpoint read up to. A third link, `trends`,
+reads the per-region totals `reports` publishes (`Chain.on(..., trends=True)`)."""
 
 from __future__ import annotations
 
@@ -110,9 +111,40 @@ def reports_pipeline() -> Pipeline:
     return p
 
 
+REGIONS = "region STRING NOT NULL, total BIGINT, accounts BIGINT"
+
+
+def trends_pipeline() -> Pipeline:
+    """A third link: `trends` reads the per-region totals `reports` publishes (a
+    snapshot sink, so as changes) and counts how often each region changed."""
+    p = Pipeline("trends", max_parallelism=16)
+    p.source("regions", upstream="reports", sink="by_region", schema=REGIONS, key=["region"])
+
+    @p.operator(
+        inputs=["regions"],
+        key=["region"],
+        states={"changes": "region STRING NOT NULL, changes BIGINT"},
+    )
+    def changes(ctx: OperatorContext) -> Any:
+        from pyspark.sql import functions as F
+
+        new = ctx.input("regions").where(F.col("_row_kind").isin("+I", "+U"))
+        counted = new.groupBy("region").agg(F.count("*").alias("changes"))
+        merged = (
+            ctx.state("changes").unionByName(counted).groupBy("region")
+            .agg(F.sum("changes").alias("changes"))
+        )  # fmt: skip
+        ctx.set_state("changes", merged)
+        return merged
+
+    p.sink("region_changes", inputs=["changes"], key=["region"], mode="snapshot")
+    return p
+
+
 @dataclass
 class Chain:
-    """The two pipelines on one store, each with its own epoch runner and clock."""
+    """The pipelines on one store (trends only when asked for), each with its own epoch
+    runner, and one clock."""
 
     store_ref: StoreRef
     ledger: LocalEpochRunner
@@ -120,9 +152,10 @@ class Chain:
     clock: FakeClock
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     batches: int = 0
+    trends: LocalEpochRunner | None = None  # the third link, when asked for
 
     @classmethod
-    def on(cls, spark: Any, store_ref: StoreRef) -> Chain:
+    def on(cls, spark: Any, store_ref: StoreRef, *, trends: bool = False) -> Chain:
         clock = FakeClock()
         config = CheckpointConfig(skip_idle=False, num_retained=20)
         return cls(
@@ -130,6 +163,11 @@ class Chain:
             LocalEpochRunner(ledger_pipeline(), store_ref, spark, config, clock=clock),
             LocalEpochRunner(reports_pipeline(), store_ref, spark, config, clock=clock),
             clock,
+            trends=(
+                LocalEpochRunner(trends_pipeline(), store_ref, spark, config, clock=clock)
+                if trends
+                else None
+            ),
         )
 
     def add_events(self, n: int, *, settle: int = 0) -> None:

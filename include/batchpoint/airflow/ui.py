@@ -4,7 +4,8 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
 
     GET /batchpoint/                           every pipeline with its status
     GET /batchpoint/{pipeline}?before=N        its summary, chart, history page, config
-    GET /batchpoint/{pipeline}/checkpoints/{id}    one checkpoint: tasks, report, files
+    GET /batchpoint/{pipeline}/checkpoints/{id}    one checkpoint: tasks, report, files,
+                                               lineage
     GET /batchpoint/{pipeline}/checkpoints/{id}/data-docs/{path}
                                                a file of the checkpoint's Data Docs site
                                                (its pages load GX's CDN assets from
@@ -26,7 +27,8 @@ the static files (static/: code, no data).
 Every other endpoint needs an authenticated Airflow user: the API server's own JWT, from
 the Authorization header or the session cookie the UI holds (401 without one), and
 shows a pipeline only to users allowed to read its checkpoint DAG (403 otherwise). A
-page costs storage requests in proportion to its length, not to the history's.
+page costs storage requests in proportion to its length, not to the history's (a
+checkpoint's lineage reads the retained checkpoints of the pipelines stored beside it).
 
 Read-only: it reads records and never moves the head or writes a byte. Storage comes
 from the same place as the DAGs' (the `batchpoint_storage` connection, else the
@@ -39,7 +41,7 @@ BATCHPOINT_* environment), read per request, so a changed connection needs no re
 import asyncio
 import dataclasses
 import mimetypes
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -50,6 +52,7 @@ from fastapi.staticfiles import StaticFiles
 
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.data_docs_assets import local_assets
+from batchpoint.airflow.ui_lineage import checkpoint_lineage
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
 from batchpoint.airflow.ui_schedule import paused_dags, pending_deadlines
@@ -226,9 +229,19 @@ class CheckpointPages:
         _, _, c = self._open(name)
         return pending_deadlines(c)
 
-    def checkpoint(self, name: str, checkpoint_id: int) -> dict[str, Any]:
-        _, _, c = self._open(name)
-        return checkpoint_page(c, checkpoint_id).to_json()
+    def checkpoint(
+        self, name: str, checkpoint_id: int, readable: Collection[str] | None = None
+    ) -> dict[str, Any]:
+        """One checkpoint, with its lineage across the pipelines on the same storage
+        (only about the `readable` ones, when given: ui_lineage.py)."""
+        settings, store, c = self._open(name)
+        detail = checkpoint_page(c, checkpoint_id).to_json()
+
+        def history_of(pipeline: str) -> PipelineHistory:
+            return CheckpointCoordinator(store, pipeline, settings.checkpoint)
+
+        lineage = checkpoint_lineage(store, history_of, name, checkpoint_id, readable)
+        return {**detail, "lineage": lineage}
 
     def checkpoint_of_run(self, name: str, run_id: str, kind: CheckpointType) -> int | None:
         _, _, c = self._open(name)
@@ -337,7 +350,8 @@ def _json_routes(app: FastAPI, access: _Access, User: Any) -> None:
     @app.get("/api/{pipeline}/checkpoints/{checkpoint_id}", response_model=CheckpointDetailModel)
     async def checkpoint(pipeline: str, checkpoint_id: int, user: User) -> dict[str, Any]:
         await access.check_pipeline(user, pipeline)
-        return await call(reader.checkpoint, pipeline, checkpoint_id)
+        readable = await access.readable(user)
+        return await call(reader.checkpoint, pipeline, checkpoint_id, readable)
 
 
 def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
@@ -375,7 +389,8 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
     )
     async def checkpoint_page_html(pipeline: str, checkpoint_id: int, user: User) -> str:
         await access.check_pipeline(user, pipeline)
-        detail = await call(reader.checkpoint, pipeline, checkpoint_id)
+        readable = await access.readable(user)
+        detail = await call(reader.checkpoint, pipeline, checkpoint_id, readable)
         paused = await asyncio.to_thread(reader.paused, pipeline)
         return render_checkpoint(pipeline, detail, dag_ids(pipeline), paused)
 

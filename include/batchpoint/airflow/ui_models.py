@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from batchpoint.ops.lineage_values import Derivation, DownstreamRead, ReadState, UpstreamRead
 from batchpoint.ops.overview import PipelineOverview
 from batchpoint.ops.restore_history import RestoreEvent
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType
@@ -46,6 +47,14 @@ OverviewModel = _model_of(PipelineOverview, latest_restore=RestoreModel | None)
 CheckpointKind = Literal[tuple(t.value for t in CheckpointType)]  # type: ignore[valid-type]
 Status = Literal[tuple(s.label for s in HistoryStatus)]  # type: ignore[valid-type]
 Outcome = Literal[tuple(s.value for s in CheckpointStatus)]  # type: ignore[valid-type]
+UpstreamReadModel = _model_of(
+    UpstreamRead,
+    state=Literal[tuple(s.value for s in ReadState)],  # type: ignore[valid-type]
+)
+DownstreamReadModel = _model_of(
+    DownstreamRead,
+    derivation=Literal[tuple(d.value for d in Derivation)],  # type: ignore[valid-type]
+)
 
 
 class _Strict(BaseModel):
@@ -155,8 +164,18 @@ class FileRow(_Strict):
     origin: str
 
 
+class LineageModel(_Strict):
+    """What the checkpoint read of other pipelines, transitively (`UpstreamRead`), and
+    the retained checkpoints of other pipelines that read it (`DownstreamRead`): only
+    rows about pipelines the user may read (ui_lineage.py)."""
+
+    upstream: list[UpstreamReadModel]  # type: ignore[valid-type]
+    downstream: list[DownstreamReadModel]  # type: ignore[valid-type]
+    notes: list[str]
+
+
 class CheckpointDetailModel(CheckpointRow):
-    """One checkpoint in full: its tasks, quality report, quarantine and files."""
+    """One checkpoint in full: its tasks, quality report, quarantine, files, lineage."""
 
     status_meaning: str
     restore_generation: int
@@ -167,3 +186,4 @@ class CheckpointDetailModel(CheckpointRow):
     quarantined_at: float | None
     quarantine: str | None
     files: list[FileRow]
+    lineage: LineageModel

@@ -24,12 +24,13 @@ from markupsafe import Markup
 
 from batchpoint.airflow.ui_barrier import BARRIER_COLUMNS, barrier_rows
 from batchpoint.airflow.ui_chart import BYTES, SECONDS, Series, line_chart
+from batchpoint.airflow.ui_lineage import lineage_tables
 from batchpoint.airflow.ui_links import run_links
+from batchpoint.airflow.ui_report import report_shown
 from batchpoint.airflow.ui_schedule import paused_notice
 from batchpoint.airflow.ui_theme import css_variables
 from batchpoint.ops.restore_history import passed_over_text
 from batchpoint.protocol.history_status import HistoryStatus
-from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
 
 HISTORY_COLUMNS = [
     ("checkpoint_id", "id"),
@@ -334,7 +335,8 @@ def render_checkpoint(
     name: str, detail: Mapping[str, Any], dags: Mapping[str, str], paused: Collection[str] = ()
 ) -> str:
     """One checkpoint's drill-down, at ``<base>/batchpoint/<p>/checkpoints/<id>``; its
-    run and its tasks' logs link into Airflow (ui_links.py)."""
+    run and its tasks' logs link into Airflow (ui_links.py), its lineage to the pages
+    of the checkpoints it was computed from and computed from it (ui_lineage.py)."""
     cid = detail["checkpoint_id"]
     report = detail.get("quality_report")
     files = [_file_cells(f) for f in detail["files"]]
@@ -352,9 +354,10 @@ def render_checkpoint(
         tasks=[_task_cells(t, logs) for t in detail["tasks"]],
         barrier_header=BARRIER_COLUMNS,
         barrier=barrier_rows(detail.get("barrier") or {}),
-        report=None if report is None else _report(report, name),
+        report=None if report is None else report_shown(report, name),
         file_header=FILE_COLUMNS,
         files=files,
+        lineage=lineage_tables(detail.get("lineage"), "../../"),
         restore_form=_restore_form(detail, dags, dags["restore"] in paused),
     )
 
@@ -375,33 +378,6 @@ def _file_cells(f: Mapping[str, Any]) -> list[Any]:
         f["key_groups"] or "",
         f.get("origin", ""),
     ]
-
-
-def served_data_docs(pipeline: str, link: str | None) -> str | None:
-    """The checkpoint's Data Docs as the UI serves them (ui.py), relative to the
-    checkpoint's page: the report holds the store's URI, which a browser cannot open
-    on S3 (and should not open on the Airflow host's disk). A link outside the layout's
-    Data Docs folders (a user's own site) is left as it is."""
-    if not link:
-        return None
-    layout = PipelineLayout(pipeline)
-    _, found, key = link.rpartition("/" + layout.checkpoints_prefix)
-    cid = parse_checkpoint_dir_name(key.partition("/")[0]) if found else None
-    prefix = None if cid is None else layout.data_docs_prefix(cid)
-    path = layout.checkpoints_prefix + key
-    if prefix is None or not path.startswith(prefix) or path == prefix:
-        return link
-    return f"{cid}/data-docs/{path.removeprefix(prefix)}"
-
-
-def _report(report: Mapping[str, Any], pipeline: str) -> dict[str, Any]:
-    return {
-        "passed": bool(report.get("passed")),
-        "mode": report.get("mode", ""),
-        "evaluated_at": report.get("evaluated_at", ""),
-        "lines": "\n".join(report.get("lines") or []),
-        "data_docs": served_data_docs(pipeline, report.get("data_docs")),
-    }
 
 
 def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:

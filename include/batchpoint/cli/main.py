@@ -16,6 +16,7 @@ import argcomplete
 
 from batchpoint.cli import (
     checkpoints,
+    lineage,
     maintenance,
     plan,
     quarantine,
@@ -32,7 +33,18 @@ from batchpoint.errors import BatchpointError
 from batchpoint.settings.spark_endpoint import spark_endpoint
 
 #: The command groups, in the order `--help` lists them.
-GROUPS = (checkpoints, sinks, state, verify, quarantine, maintenance, savepoint, plan, restore)
+GROUPS = (
+    checkpoints,
+    sinks,
+    lineage,
+    state,
+    verify,
+    quarantine,
+    maintenance,
+    savepoint,
+    plan,
+    restore,
+)
 
 DESCRIPTION = """\
 Inspect and operate the checkpoints of your batch pipelines: list and compare them,
