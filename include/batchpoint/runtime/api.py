@@ -91,6 +91,7 @@ class Pipeline:
         uid: str | None = None,
         upstream: str | None = None,
         sink: str | None = None,
+        changes: bool = False,
     ) -> SourceDef:
         """`schema`: a pyarrow schema, a Spark StructType or a DDL string. `root` is a
         prefix under the pipeline's storage, or a URI of its own (s3://landing/payments,
@@ -101,7 +102,8 @@ class Pipeline:
         the source's offsets across a rename (default: its name). `upstream` and `sink`
         read another pipeline's sink on the same storage instead, exactly once: an
         append sink's new rows, a snapshot sink's changes, each row with its `_row_kind`
-        (+I, -U, +U, -D; sources/upstream.py)."""
+        (+I, -U, +U, -D; sources/upstream.py). `changes=True` reads an Iceberg `table`
+        that other engines overwrite or merge into the same way, as its changes by `key`."""
         self._check_new(name)
         self._check_uid(uid or name, self.sources.values(), f"source '{name}'")
         if sum(map(bool, (root, table, upstream))) != 1:
@@ -128,12 +130,22 @@ class Pipeline:
         binding = TableBinding(table, catalog) if table else None
         if binding is not None:
             format = "iceberg"
+        if changes and (binding is None or not key):
+            raise PipelineSpecError(
+                f"source '{name}': changes=True reads an Iceberg table's changes by its key: "
+                "give table= and key="
+            )
+        if changes and ROW_KIND_COLUMN in schema.names:
+            raise PipelineSpecError(
+                f"source '{name}': '{ROW_KIND_COLUMN}' is the row kind changes=True adds; "
+                "leave it out of the schema"
+            )
         feed = self._upstream(name, upstream, sink, schema)
         if feed is not None:
             format = "pipeline"
         source = SourceDef(
             name, root.strip("/"), format, schema, tuple(key), location, binding, uid or name,
-            feed,
+            feed, changes,
         )  # fmt: skip
         self.sources[name] = source
         return source

@@ -131,9 +131,16 @@ class SourceDef:
     uid: str = ""  # the source's identity across deploys (default: its name)
     # another pipeline's sink on the same storage, read exactly once (sources/upstream.py)
     upstream: UpstreamBinding | None = None
+    # an Iceberg table read as its changes, each row with its `_row_kind`
+    changes: bool = False
 
     def __post_init__(self) -> None:
         _with_uid(self)
+
+    @property
+    def reads_changes(self) -> bool:
+        """Whether its rows carry a `_row_kind` (sources/upstream.py's changes)."""
+        return self.upstream is not None or self.changes
 
     def store_ref(self, default: StoreRef) -> StoreRef:
         return self.location or default
@@ -152,7 +159,8 @@ class SourceDef:
         if self.table is not None:
             from batchpoint.sources.iceberg_table import IcebergTableSource
 
-            return IcebergTableSource(store, self.table, schema=schema)
+            key = self.key_columns if self.changes else None
+            return IcebergTableSource(store, self.table, schema=schema, key=key)
         from batchpoint.sources.files import PartitionedFileSource
 
         return PartitionedFileSource(store, self.root, self.format, schema=schema)

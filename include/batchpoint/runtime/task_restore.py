@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.runtime.api import OperatorDef, SourceDef
 from batchpoint.runtime.incremental import base_state_files, rewrite_reason
 from batchpoint.runtime.state_evolution import describe, state_verdicts, user_migrated
 from batchpoint.runtime.streams import reads_channel
 from batchpoint.runtime.task_attempt import TaskAttempt
 from batchpoint.runtime.task_metrics import channel_rows_by_subtask
+from batchpoint.sources.iceberg_table import IcebergTableSource
 from batchpoint.sources.upstream import PipelineSinkSource
 from batchpoint.state.evolution import SchemaVerdict, VerdictKind
 
@@ -101,14 +103,13 @@ def _input(attempt: TaskAttempt, name: str, channel: list[FileHandle]) -> DataFr
         source = node.files(env.store, with_schema=True)
         uid = node.uid  # barriers are keyed by source uid
         start, end = pending.base_barrier.get(uid), pending.barrier.get(uid, {})
-        if isinstance(source, PipelineSinkSource):
+        if node.reads_changes:
+            assert isinstance(source, PipelineSinkSource | IcebergTableSource)
             from batchpoint.spark.upstream_io import read_upstream
 
             read = source.read_between(start, end)
-            attempt.log(
-                f"{attempt.operator}: reading {read.splits} published file(s) of "
-                f"{source.binding} ({read.mode.value} sink)"
-            )
+            what = "published" if read.mode is SinkMode.APPEND else "compared"
+            attempt.log(f"{attempt.operator}: reading {read.splits} {what} file(s) of {node.uri}")
             return read_upstream(env.session, node.store_ref(env.store_ref), node, read)
         splits = source.files_between(start, end)
         attempt.log(f"{attempt.operator}: reading {len(splits)} new file(s) of source '{name}'")

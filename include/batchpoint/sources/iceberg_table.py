@@ -8,6 +8,14 @@ checkpoint's snapshot added, up to its own: each appended row once. A table that
 overwritten or had rows deleted since the base, or whose base snapshot has been expired
 or is no longer an ancestor (a rollback), cannot be read incrementally: the epoch stops
 with SourceOffsetError saying which, as it does for a file source whose files changed.
+
+With `changes=True` (a key declared), a table that another engine overwrites or merges
+into is read as its changes instead, each row with its `_row_kind` as a pipeline
+source's (sources/upstream.py): appends since the base as inserts, and across an
+overwrite or delete the difference between the base snapshot's content and the
+barrier's, keyed by the source's key. pyiceberg (0.12) has no changelog scan, so this is
+batchpoint's own comparison of the two snapshots' data files; a snapshot whose rows are
+deleted through delete files (merge-on-read) is not supported and stops the epoch.
 """
 
 from __future__ import annotations
@@ -19,9 +27,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from batchpoint.errors import ConfigError
+from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.sources.barrier import PartitionOffset, SourceBarrier
 from batchpoint.sources.errors import SourceDataError, SourceOffsetError
 from batchpoint.sources.files import SourceSplit
+from batchpoint.sources.upstream import UpstreamRead
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
 
@@ -32,6 +42,10 @@ if TYPE_CHECKING:
 PARTITION = "snapshots"
 
 
+class NotAppended(SourceOffsetError):
+    """A snapshot since the base that is not an append (overwrite, delete, replace)."""
+
+
 class IcebergTableSource:
     def __init__(
         self,
@@ -40,19 +54,24 @@ class IcebergTableSource:
         *,
         schema: pa.Schema | None = None,
         catalog_uri: str | None = None,
+        key: tuple[str, ...] | None = None,
     ) -> None:
         self.store = store
         self.binding = binding
         self.schema = schema
         self.catalog_uri = catalog_uri
         self.format = "iceberg"
+        # the key of its changes: set, the table is read as changes (`read_between`)
+        self.key = key
 
     @property
     def uri(self) -> str:
         return f"iceberg:{self.binding.catalog}/{self.binding.identifier}"
 
-    def _error(self, problem: str) -> SourceOffsetError:
-        return SourceOffsetError(PARTITION, problem, uri=self.uri)
+    def _error(
+        self, problem: str, cls: type[SourceOffsetError] = SourceOffsetError
+    ) -> SourceOffsetError:
+        return cls(PARTITION, problem, uri=self.uri)
 
     def table(self) -> Table:
         from pyiceberg.exceptions import NoSuchTableError
@@ -97,6 +116,43 @@ class IcebergTableSource:
         if wanted is not None and self.table().snapshot_by_id(wanted) is None:
             raise self._error(f"snapshot {wanted} of the barrier has been expired")
 
+    def read_between(
+        self,
+        start: SourceBarrier | Mapping[str, object] | None,
+        end: SourceBarrier | Mapping[str, object],
+    ) -> UpstreamRead:
+        """The changes between the base's snapshot and the barrier's: the appended files
+        when only appends happened since, else the two snapshots' contents to compare."""
+        keys = self.key or ()
+        base, target = self._snapshot_of(start), self._snapshot_of(end)
+        if target is None or target == base:
+            return UpstreamRead(SinkMode.APPEND, keys, unchanged=True)
+        table = self.table()
+        if base is None:  # everything so far: the barrier's content, all inserts
+            return UpstreamRead(SinkMode.SNAPSHOT, keys, (), self._content(table, target))
+        try:
+            return UpstreamRead(SinkMode.APPEND, keys, (), tuple(self.files_between(start, end)))
+        except NotAppended:
+            pass  # overwritten or merged into: compare the two snapshots' contents
+        return UpstreamRead(
+            SinkMode.SNAPSHOT, keys, self._content(table, base), self._content(table, target)
+        )
+
+    def _content(self, table: Table, snapshot_id: int) -> tuple[SourceSplit, ...]:
+        """The data files of a snapshot's whole content."""
+        splits = []
+        for task in table.scan(snapshot_id=snapshot_id).plan_files():
+            if task.delete_files:
+                raise self._error(
+                    f"snapshot {snapshot_id} deletes rows through delete files (merge-on-read), "
+                    "which batchpoint cannot compare yet: write the table copy-on-write"
+                )
+            data = task.file
+            splits.append(
+                SourceSplit(PARTITION, len(splits), data.file_path, data.file_size_in_bytes)
+            )
+        return tuple(splits)
+
     def files_between(
         self,
         start: SourceBarrier | Mapping[str, object] | None,
@@ -140,7 +196,9 @@ class IcebergTableSource:
                 raise self._error(
                     f"snapshot {snapshot.snapshot_id} is a{'n' if operation else ''} "
                     f"{operation.value if operation else 'unknown'} operation: the table was "
-                    "rewritten, not appended to, so it cannot be read incrementally"
+                    "rewritten, not appended to, so it cannot be read incrementally (declare the "
+                    "source with changes=True and a key to read its changes)",
+                    NotAppended,
                 )
             for manifest in snapshot.manifests(table.io):
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
