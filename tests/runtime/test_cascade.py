@@ -1,189 +1,93 @@
-"""A cascade restore of a chain of three pipelines through real Spark epochs: ledger ->
-reports (tests/support/chained.py) -> digest (reads reports' snapshot sink). Restoring
-the ledger restores each downstream pipeline to its newest checkpoint that read only
-what the restores keep, and the chain then goes on exactly once; a gate that refuses a
-downstream candidate refuses the whole cascade before any head moves; a crash between
-two pipelines' restores leaves the rest waiting (their triggers refused) until the next
-call finishes it; a downstream with no such checkpoint is named."""
+"""A cascade restore of three chained pipelines through real Spark epochs (ledger ->
+reports -> trends, tests/support/chained.py): the dry run's plan, lineage before and
+after, and the chain going on exactly once afterwards, each pipeline against its pandas
+reference. tests/ops/test_cascade.py covers the refusals and the crash on fake epochs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
-from batchpoint.errors import TriggerRefused
 from batchpoint.ops.cascade import CascadeContext, cascade_restore
-from batchpoint.ops.local_epoch import LocalEpochRunner
+from batchpoint.ops.lineage import downstream_lineage, upstream_lineage
+from batchpoint.ops.lineage_values import Derivation, ReadState
 from batchpoint.protocol.cascade import CascadeStatus, CascadeStore
-from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.runtime.api import OperatorContext, Pipeline
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.runtime.cascade_plan import MemberAction
-from batchpoint.runtime.restore import RestoreCandidate
-from batchpoint.runtime.restore_gate import GateResult
 from batchpoint.storage import StoreRef
 from support.chained import Chain
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-REGIONS = "region STRING NOT NULL, total BIGINT, accounts BIGINT"
-
-
-def digest_pipeline() -> Pipeline:
-    p = Pipeline("digest", max_parallelism=16)
-    p.source("regions", upstream="reports", sink="by_region", schema=REGIONS, key=["region"])
-
-    @p.operator(
-        inputs=["regions"], key=["scope"], states={"sums": "scope STRING NOT NULL, total BIGINT"}
-    )
-    def sums(ctx: OperatorContext) -> Any:
-        from pyspark.sql import functions as F
-
-        sign = F.when(F.col("_row_kind").isin("+I", "+U"), 1).otherwise(-1)
-        delta = ctx.input("regions").select(
-            F.lit("all").alias("scope"), (sign * F.col("total")).alias("total")
-        )
-        merged = (
-            ctx.state("sums").unionByName(delta).groupBy("scope").agg(F.sum("total").alias("total"))
-        )
-        ctx.set_state("sums", merged)
-        return merged
-
-    p.sink("overall", inputs=["sums"], key=["scope"], mode="snapshot")
-    return p
-
-
-class Chain3:
-    def __init__(self, spark: Any, store_ref: StoreRef) -> None:
-        self.chain = Chain.on(spark, store_ref)
-        self.digest = LocalEpochRunner(
-            digest_pipeline(), store_ref, spark, CheckpointConfig(skip_idle=False),
-            clock=self.chain.clock,
-        )  # fmt: skip
-        code = [self.chain.ledger, self.chain.reports, self.digest]
-        self.code = {r.driver.pipeline.name: r.driver.pipeline for r in code}
-
-    def round(self, events: int, settle: int = 0) -> tuple[int, int, int]:
-        c = self.chain
-        c.add_events(events, settle=settle)
-        return c.epoch(c.ledger), c.epoch(c.reports), c.epoch(self.digest)
-
-    def context(self, gate_for: Callable[[Pipeline], Any] = lambda _p: None) -> CascadeContext:
-        return CascadeContext(
-            self.code, self.chain.store_ref, CheckpointConfig(skip_idle=False), gate_for
-        )
-
-    def heads(self) -> dict[str, int | None]:
-        out = {}
-        for runner in (self.chain.ledger, self.chain.reports, self.digest):
-            control = runner.driver.coordinator.control_record()
-            out[runner.driver.pipeline.name] = None if control is None else control.head
-        return out
-
-    def assert_digest_exactly_once(self, digest_checkpoint: int) -> None:
-        outcome = self.digest.driver.coordinator.get_outcome(digest_checkpoint)
-        assert outcome is not None
-        from batchpoint.sources.upstream import UpstreamPosition
-
-        read = UpstreamPosition.of(outcome.pending.barrier["regions"]).checkpoint_id
-        assert read is not None
-        regions = self.chain.published("by_region", read, "reports")
-        got = self.chain.published("overall", digest_checkpoint, "digest")
-        assert got["total"].tolist() == [regions["total"].sum()]
-
 
 def test_a_cascade_follows_the_restore_down_the_chain(spark: Any, tmp_path: Path) -> None:
-    c3 = Chain3(spark, StoreRef.of((tmp_path / "store").as_uri()))
-    up1, rep1, dig1 = c3.round(30)
-    c3.round(20, settle=2)
+    chain = Chain.on(spark, StoreRef.of((tmp_path / "store").as_uri()), trends=True)
+    trends = chain.trends
+    assert trends is not None
+    runners = (chain.ledger, chain.reports, trends)
+    store = chain.store_ref.open()
 
-    dry = cascade_restore(c3.context(), "ledger", up1, dry_run=True)
+    def history_of(name: str) -> PipelineHistory:
+        return CheckpointCoordinator(store, name, CheckpointConfig())
+
+    def upstream(pipeline: str, cid: int | None = None) -> list[tuple[Any, ...]]:
+        found = upstream_lineage(store, history_of, pipeline, cid)
+        return [(r.depth, r.reader_checkpoint, r.source, r.read_from, r.read_upto, r.state)
+                for r in found.reads]  # fmt: skip
+
+    def computed_from(cid: int) -> set[tuple[str, int]]:
+        found = downstream_lineage(store, history_of, "ledger", cid)
+        return {(r.pipeline, r.checkpoint_id) for r in found.reads
+                if r.derivation is Derivation.COMPUTED}  # fmt: skip
+
+    def heads() -> dict[str, int | None]:
+        return {r.driver.pipeline.name: r.driver.coordinator.control_record().head for r in runners}
+
+    def round(events: int, settle: int = 0) -> tuple[int, int, int]:
+        chain.add_events(events, settle=settle)
+        return chain.epoch(chain.ledger), chain.epoch(chain.reports), chain.epoch(trends)
+
+    up1, rep1, tr1 = round(30)
+    up2, rep2, tr2 = round(20, settle=2)
+    assert chain.assert_exactly_once(rep2) == up2
+    assert chain.assert_trends_exactly_once(tr2) == rep2
+    assert computed_from(up2) == {("reports", rep2), ("trends", tr2)}
+
+    code = {r.driver.pipeline.name: r.driver.pipeline for r in runners}
+    context = CascadeContext(code, chain.store_ref, CheckpointConfig(skip_idle=False))
+    dry = cascade_restore(context, "ledger", up1, dry_run=True)
+    assert dry.plan is not None
     assert [(m.pipeline, m.action, m.target) for m in dry.plan.members] == [
         ("ledger", MemberAction.RESTORE, up1),
         ("reports", MemberAction.RESTORE, rep1),
-        ("digest", MemberAction.RESTORE, dig1),
+        ("trends", MemberAction.RESTORE, tr1),
     ]
-    before = c3.heads()
-    assert CascadeStore(c3.chain.store_ref.open()).active() is None
-    run = cascade_restore(c3.context(), "ledger", up1)
-    assert not run.refused and run.record is not None
-    assert run.record.status is CascadeStatus.DONE, run.render()
-    assert c3.heads() == {"ledger": up1, "reports": rep1, "digest": dig1} != before
+    assert heads() == {"ledger": up2, "reports": rep2, "trends": tr2}  # nothing moved
 
-    up3, rep3, dig3 = c3.round(15, settle=1)
-    assert c3.chain.assert_exactly_once(rep3) == up3
-    c3.assert_digest_exactly_once(dig3)
+    run = cascade_restore(context, "ledger", up1)
+    assert run.record is not None and run.record.status is CascadeStatus.DONE, run.render()
+    assert heads() == {"ledger": up1, "reports": rep1, "trends": tr1}
+    assert CascadeStore(store).active() is None
+    # what reports 2 read is taken back, and lineage says so
+    taken = ReadState.TAKEN_BACK
+    assert upstream("reports", rep2) == [
+        (1, rep2, "balances", up1, up2, taken),
+        (1, rep2, "moves", up1, up2, taken),
+    ]
 
-
-def test_a_refusing_gate_downstream_moves_no_head(spark: Any, tmp_path: Path) -> None:
-    c3 = Chain3(spark, StoreRef.of((tmp_path / "store").as_uri()))
-    up1, _, _ = c3.round(30)
-    c3.round(20, settle=2)
-    before = c3.heads()
-
-    def refuse(candidate: RestoreCandidate) -> GateResult:
-        return GateResult(False, f"test gate refuses {candidate.description}")
-
-    def gate_for(pipeline: Pipeline) -> Any:
-        return refuse if pipeline.name == "digest" else None
-
-    run = cascade_restore(c3.context(gate_for), "ledger", up1)
-    assert run.refused and run.record is None
-    assert "pipeline 'digest'" in run.plan.refusal() and "test gate refuses" in run.plan.refusal()
-    assert c3.heads() == before
-    assert CascadeStore(c3.chain.store_ref.open()).active() is None
-
-
-class Crash(Exception):
-    pass
-
-
-def test_a_crash_between_two_restores_is_finished_by_the_next_call(
-    spark: Any, tmp_path: Path
-) -> None:
-    c3 = Chain3(spark, StoreRef.of((tmp_path / "store").as_uri()))
-    up1, rep1, dig1 = c3.round(30)
-    c3.round(20, settle=2)
-
-    def crash(point: str, pipeline: str) -> None:
-        if (point, pipeline) == ("after-restore", "ledger"):
-            raise Crash("killed after the ledger's restore")
-
-    with pytest.raises(Crash):
-        cascade_restore(c3.context(), "ledger", up1, hook=crash)
-    assert c3.heads()["ledger"] == up1 and c3.heads()["reports"] != rep1
-    active = CascadeStore(c3.chain.store_ref.open()).active()
-    assert active is not None and active[0].status is CascadeStatus.APPLYING
-    # a scheduled reports epoch waits, with a reason of its own
-    with pytest.raises(TriggerRefused) as refused:
-        c3.chain.reports.driver.trigger()
-    assert refused.value.reason is CheckpointFailureReason.CASCADE
-    assert "batchpoint restore --pipeline ledger --cascade" in str(refused.value)
-
-    run = cascade_restore(c3.context(), "ledger", None)  # any next call finishes it first
-    assert run.resumed and run.record is not None and run.record.status is CascadeStatus.DONE
-    assert c3.heads() == {"ledger": up1, "reports": rep1, "digest": dig1}
-    assert CascadeStore(c3.chain.store_ref.open()).active() is None
-    up3, rep3, dig3 = c3.round(10)
-    assert c3.chain.assert_exactly_once(rep3) == up3
-    c3.assert_digest_exactly_once(dig3)
-
-
-def test_a_downstream_without_a_matching_checkpoint_is_named(spark: Any, tmp_path: Path) -> None:
-    c3 = Chain3(spark, StoreRef.of((tmp_path / "store").as_uri()))
-    c3.chain.add_events(30)
-    up1 = c3.chain.epoch(c3.chain.ledger)
-    c3.round(20)  # reports' and digest's first checkpoints read past up1
-    before = c3.heads()
-    run = cascade_restore(c3.context(), "ledger", up1)
-    assert run.refused
-    refused = {m.pipeline for m in run.plan.members if m.action is MemberAction.REFUSED}
-    assert "reports" in refused, run.render()
-    assert "no retained checkpoint read only what the restores keep" in run.plan.refusal()
-    assert c3.heads() == before
-    frame = pd.DataFrame([m.to_json() for m in run.plan.members])
-    assert list(frame.pipeline) == ["ledger", "reports", "digest"]
+    up3, rep3, tr3 = round(15, settle=1)
+    assert chain.assert_exactly_once(rep3) == up3
+    assert chain.assert_trends_exactly_once(tr3) == rep3
+    kept = ReadState.KEPT
+    assert upstream("trends", tr3) == [
+        (1, tr3, "regions", rep1, rep3, kept),
+        (2, rep3, "balances", up1, up3, kept),
+        (2, rep3, "moves", up1, up3, kept),
+    ]
+    # up2 went into reports 2 and trends 2 only, never into what followed the cascade
+    assert computed_from(up2) == {("reports", rep2), ("trends", tr2)}
+    assert {("reports", rep3), ("trends", tr3)} <= computed_from(up1)

@@ -13,6 +13,7 @@ Actors:
              up, with Airflow's retries: a crash mid-way is finished by the retry
   restore-p  a plain restore of up (to a completed checkpoint) or of down (latest)
   gc         `batchpoint gc` of both pipelines
+  repair-p   `batchpoint repair` of up or down, forced or not, on its readable record
 
 Then the quiet hours: no faults, every deadline passes, a cascade left active is
 finished by one more call, both pipelines settle. The checker (`ChainChecker`) reads the
@@ -39,6 +40,7 @@ from batchpoint.errors import BatchpointError, ObjectNotFound, TriggerRefused
 from batchpoint.ops.cascade import CascadeContext, cascade_restore
 from batchpoint.ops.epoch import finalize as ops_finalize
 from batchpoint.ops.maintenance import gc as ops_gc
+from batchpoint.ops.maintenance import repair as ops_repair
 from batchpoint.protocol.cascade import ACTIVE, PREFIX, CascadeBusy
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
@@ -219,6 +221,16 @@ class ChainSchedule:
         self.notes.append(f"restore {name} to {source or 'latest'}")
         self._task(lambda: planner.apply(planner.plan(source)), retries=1)
 
+    def repair(self, name: str, due: int) -> None:
+        """`batchpoint repair` on a readable control record: refused unless forced;
+        forced, a new restore generation with the sinks rewound to the head, written by
+        compare-and-swap on what it read (a cascade's fence is not carried over)."""
+        self._idle(due)
+        force = self.rng.random() < 0.7
+        result = self._task(lambda: ops_repair(self.drivers[name].coordinator, force=force))
+        if result is not None:
+            self.notes.append(f"repair {name}{' --force' if force else ''}: {result.status}")
+
     def gc(self, due: int) -> None:
         self._idle(due)
         for driver in self.drivers.values():
@@ -243,6 +255,9 @@ class ChainSchedule:
             add("restore-down", lambda d: self.restore("down", d), r.randint(0, 300))
         if r.random() < 0.5:
             add("gc", self.gc, r.randint(0, 300))
+        if r.random() < 0.25:
+            name = r.choice(["up", "down"])
+            add(f"repair-{name}", lambda d, n=name: self.repair(n, d), r.randint(0, 300))
         return actors
 
     # -- the whole schedule -------------------------------------------------------------

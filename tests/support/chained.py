@@ -116,28 +116,32 @@ REGIONS = "region STRING NOT NULL, total BIGINT, accounts BIGINT"
 
 def trends_pipeline() -> Pipeline:
     """A third link: `trends` reads the per-region totals `reports` publishes (a
-    snapshot sink, so as changes) and counts how often each region changed."""
+    snapshot sink, so as changes) and keeps their overall sum and the number of regions."""
     p = Pipeline("trends", max_parallelism=16)
     p.source("regions", upstream="reports", sink="by_region", schema=REGIONS, key=["region"])
 
     @p.operator(
         inputs=["regions"],
-        key=["region"],
-        states={"changes": "region STRING NOT NULL, changes BIGINT"},
+        key=["scope"],
+        states={"overall": "scope STRING NOT NULL, total BIGINT, regions BIGINT"},
     )
-    def changes(ctx: OperatorContext) -> Any:
+    def overall(ctx: OperatorContext) -> Any:
         from pyspark.sql import functions as F
 
-        new = ctx.input("regions").where(F.col("_row_kind").isin("+I", "+U"))
-        counted = new.groupBy("region").agg(F.count("*").alias("changes"))
+        sign = F.when(F.col("_row_kind").isin("+I", "+U"), 1).otherwise(-1)
+        delta = ctx.input("regions").select(
+            F.lit("all").alias("scope"),
+            (sign * F.col("total")).alias("total"),
+            sign.alias("regions"),
+        )
         merged = (
-            ctx.state("changes").unionByName(counted).groupBy("region")
-            .agg(F.sum("changes").alias("changes"))
+            ctx.state("overall").unionByName(delta).groupBy("scope")
+            .agg(F.sum("total").alias("total"), F.sum("regions").alias("regions"))
         )  # fmt: skip
-        ctx.set_state("changes", merged)
+        ctx.set_state("overall", merged)
         return merged
 
-    p.sink("region_changes", inputs=["changes"], key=["region"], mode="snapshot")
+    p.sink("overall_out", inputs=["overall"], key=["scope"], mode="snapshot")
     return p
 
 
@@ -230,6 +234,20 @@ class Chain:
             _sorted(regions[["region", "total", "accounts"]]),
             _sorted(volumes[["account", "moved", "moves"]]),
         )
+
+    def assert_trends_exactly_once(self, trends_checkpoint: int) -> int:
+        """Trends as of `trends_checkpoint` sums what reports published as of the
+        checkpoint it read up to; returns that reports checkpoint."""
+        assert self.trends is not None
+        outcome = self.trends.driver.coordinator.get_outcome(trends_checkpoint)
+        assert outcome is not None
+        read = UpstreamPosition.of(outcome.pending.barrier["regions"]).checkpoint_id
+        assert read is not None
+        regions = self.published("by_region", read, "reports")
+        got = self.published("overall_out", trends_checkpoint, "trends")
+        want = [int(regions["total"].sum()), len(regions)]
+        assert got[["total", "regions"]].values.tolist() == [want], (got, want)
+        return read
 
     def assert_exactly_once(self, reports_checkpoint: int) -> int:
         """Reports as of `reports_checkpoint` equal the reference over what it read;

@@ -23,8 +23,8 @@ class FakeChain:
     trends: PipelineDriver
 
     @classmethod
-    def on(cls, root: str) -> FakeChain:
-        store = StoreRef.of(root)
+    def on(cls, root: str | StoreRef) -> FakeChain:
+        store = root if isinstance(root, StoreRef) else StoreRef.of(root)
         config = CheckpointConfig(skip_idle=False, num_retained=20)
         drivers = [
             PipelineDriver(p(), store, config)

@@ -1,0 +1,121 @@
+"""The cascade restore's refusals and crash points on fake epochs of three chained
+pipelines (ledger -> reports -> trends, support/fake_chain.py: real records, barriers and
+manifests, no Spark): a gate that refuses a downstream candidate refuses the whole
+cascade before any head moves; a crash between two pipelines' restores leaves the rest
+fenced (their triggers refused, reason CASCADE) until the next call finishes it; a
+downstream with no checkpoint that read only what the restore keeps is named; a plan made
+earlier is applied as it was planned. tests/runtime/test_cascade.py runs one on Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchpoint.errors import TriggerRefused
+from batchpoint.ops.cascade import CascadeContext, apply_planned, cascade_restore
+from batchpoint.protocol.cascade import CascadeBusy, CascadeStatus, CascadeStore
+from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.cascade_plan import MemberAction
+from batchpoint.runtime.restore import RestoreCandidate
+from batchpoint.runtime.restore_gate import GateResult
+from batchpoint.storage import StoreRef
+from support.fake_chain import FakeChain
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.fixture
+def chain(table_store: StoreRef) -> FakeChain:
+    """Two rounds: ledger, reports, trends are checkpoints 1 and 2 of each (on each
+    store: a folder, and SeaweedFS)."""
+    chain = FakeChain.on(table_store)
+    for _ in range(2):
+        for driver in (chain.ledger, chain.reports, chain.trends):
+            chain.epoch(driver)
+    return chain
+
+
+def _context(chain: FakeChain, gate_for: Any = lambda _p: None) -> CascadeContext:
+    code = {d.pipeline.name: d.pipeline for d in (chain.ledger, chain.reports, chain.trends)}
+    config = CheckpointConfig(skip_idle=False, num_retained=20)
+    return CascadeContext(code, chain.ledger.store_ref, config, gate_for)
+
+
+def _heads(chain: FakeChain) -> tuple[int | None, ...]:
+    drivers = (chain.ledger, chain.reports, chain.trends)
+    return tuple(d.coordinator.control_record().head for d in drivers)
+
+
+def test_a_refusing_gate_downstream_moves_no_head(chain: FakeChain) -> None:
+    def refuse(candidate: RestoreCandidate) -> GateResult:
+        return GateResult(False, f"test gate refuses {candidate.description}")
+
+    def gate_for(pipeline: Pipeline) -> Any:
+        return refuse if pipeline.name == "trends" else None
+
+    run = cascade_restore(_context(chain, gate_for), "ledger", 1)
+    assert run.refused and run.record is None and run.plan is not None
+    refusal = run.plan.refusal()
+    assert "pipeline 'trends'" in refusal and "test gate refuses checkpoint 1" in refusal
+    assert _heads(chain) == (2, 2, 2)
+    assert CascadeStore(chain.ledger.store).active() is None
+
+
+def test_a_crash_between_two_restores_is_finished_by_the_next_call(chain: FakeChain) -> None:
+    def crash(point: str, pipeline: str) -> None:
+        if (point, pipeline) == ("after-restore", "reports"):
+            raise Crash("killed after the reports' restore")
+
+    with pytest.raises(Crash):
+        cascade_restore(_context(chain), "ledger", 1, hook=crash)
+    assert _heads(chain) == (1, 1, 2)
+    active = CascadeStore(chain.ledger.store).active()
+    assert active is not None and active[0].status is CascadeStatus.APPLYING
+    for driver in (chain.ledger, chain.trends):  # every member waits, restored or not
+        with pytest.raises(TriggerRefused) as refused:
+            driver.trigger()
+        assert refused.value.reason is CheckpointFailureReason.CASCADE
+        assert "batchpoint restore --pipeline ledger --cascade" in str(refused.value)
+
+    run = cascade_restore(_context(chain), "reports", None)  # any next call finishes it
+    assert run.resumed and run.record is not None and run.record.status is CascadeStatus.DONE
+    assert _heads(chain) == (1, 1, 1)
+    assert CascadeStore(chain.ledger.store).active() is None
+    assert chain.epoch(chain.reports) == 3  # the fences are lifted
+
+
+def test_a_downstream_without_a_matching_checkpoint_is_named(tmp_path: Path) -> None:
+    chain = FakeChain.on((tmp_path / "store").as_uri())
+    chain.epoch(chain.ledger)
+    chain.epoch(chain.ledger)
+    chain.epoch(chain.reports)  # its first checkpoint read ledger 2
+    run = cascade_restore(_context(chain), "ledger", 1)
+    assert run.refused and run.plan is not None
+    members = {m.pipeline: m.action for m in run.plan.members}
+    assert members == {
+        "ledger": MemberAction.RESTORE,
+        "reports": MemberAction.REFUSED,
+        "trends": MemberAction.KEEP,  # no checkpoint yet
+    }
+    assert "no retained checkpoint read only what the restores keep" in run.plan.refusal()
+    assert chain.ledger.coordinator.control_record().head == 2
+
+
+def test_a_plan_made_earlier_is_applied_as_planned(chain: FakeChain) -> None:
+    context = _context(chain)
+    plan = cascade_restore(context, "ledger", 1, dry_run=True).plan
+    assert plan is not None
+    targets = [(m.pipeline, m.target) for m in plan.restores if m.target is not None]
+    record = apply_planned(context, "ledger", targets)
+    assert record.status is CascadeStatus.DONE and _heads(chain) == (1, 1, 1)
+    # a second cascade while one is active is refused after finishing that one
+    assert CascadeStore(chain.ledger.store).start(record)  # stands for one cut short
+    with pytest.raises(CascadeBusy, match="plan the cascade again"):
+        apply_planned(context, "ledger", targets)
+    assert CascadeStore(chain.ledger.store).active() is None
