@@ -82,7 +82,7 @@ def test_upstream_reads_go_back_through_each_pipeline_read(chain: FakeChain) -> 
     ]
     taken = found.reads[1]
     assert "'ledger' was restored to checkpoint 2" in taken.problem
-    assert "`batchpoint restore reports`" in taken.problem
+    assert "`batchpoint restore --pipeline reports`" in taken.problem
     assert taken.state_text() == "taken back by a restore of 'ledger'"
     assert found.reads[0].range_text() == "after checkpoint 1 up to checkpoint 2"
 

@@ -186,4 +186,4 @@ class CheckpointDetailModel(CheckpointRow):
     quarantined_at: float | None
     quarantine: str | None
     files: list[FileRow]
-    lineage: LineageModel
+    lineage: LineageModel | None = None  # the UI route adds it; absent from ops alone

@@ -23,12 +23,10 @@ from batchpoint.protocol.cascade import (
     CascadeStep,
     CascadeStore,
     describe,
-    fenced,
     finished,
     mark_done,
     new_cascade_id,
     restored_by_cascade,
-    unfenced,
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.runtime.api import Pipeline
@@ -216,8 +214,7 @@ def _drive(
     """Fence, restore each step not done (upstream first), lift the fences, retire."""
     fence = record.fence()
     for pipeline in record.pipelines:
-        driver = context.driver(pipeline)
-        driver.coordinator.control.update(lambda c, p=pipeline: fenced(c, fence, p))
+        context.driver(pipeline).coordinator.hold_for_cascade(fence)
     failure = None
     for step in record.steps:
         if step.done:
@@ -229,9 +226,7 @@ def _drive(
             break
         record = cascades.update(record.cascade_id, lambda r, p=step.pipeline: mark_done(r, p))
     for pipeline in record.pipelines:
-        context.driver(pipeline).coordinator.control.update(
-            lambda c: unfenced(c, record.cascade_id)
-        )
+        context.driver(pipeline).coordinator.release_cascade(record.cascade_id)
     record = cascades.update(record.cascade_id, lambda r: finished(r, context.clock(), failure))
     cascades.retire(record)
     context.progress(describe(record))

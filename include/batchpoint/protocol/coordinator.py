@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from batchpoint.errors import CheckpointNotFound, ObjectNotFound
-from batchpoint.protocol import stopping
+from batchpoint.protocol import cascade, stopping
 from batchpoint.protocol.ack_accounting import AckAccounting
 from batchpoint.protocol.checkpoint import (
     AckRecord,
@@ -53,7 +53,12 @@ from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.control import ControlRecord, ControlUnreadable, Stopped
+from batchpoint.protocol.control import (
+    CascadeFence,
+    ControlRecord,
+    ControlUnreadable,
+    Stopped,
+)
 from batchpoint.protocol.control_store import ControlStore, HeadStore
 from batchpoint.protocol.decider import CheckpointRequestDecider
 from batchpoint.protocol.failures import CheckpointFailureManager
@@ -379,6 +384,15 @@ class CheckpointCoordinator:
 
     def reset_failures(self) -> None:
         self.failures.reset(self.clock(), reason="explicit reset")
+
+    def hold_for_cascade(self, fence: CascadeFence) -> None:
+        """Fence the pipeline for a cascade restore: its triggers refuse (CASCADE) until
+        `release_cascade` (protocol/cascade.py). CascadeBusy if another one holds it."""
+        self.control.update(lambda c: cascade.fenced(c, fence, self.pipeline))
+
+    def release_cascade(self, cascade_id: str) -> None:
+        """Lift that cascade's fence (nothing when it holds none)."""
+        self.control.update(lambda c: cascade.unfenced(c, cascade_id))
 
     def repair(self, *, dry_run: bool = False, force: bool = False) -> RepairReport:
         """Rebuild a missing or unreadable control record (protocol/repair.py)."""

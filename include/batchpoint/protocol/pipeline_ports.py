@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     )
     from batchpoint.protocol.completed_store import CompletedCheckpointStore
     from batchpoint.protocol.config import CheckpointConfig
-    from batchpoint.protocol.control import ControlRecord, Stopped
+    from batchpoint.protocol.control import CascadeFence, ControlRecord, Stopped
     from batchpoint.protocol.control_store import HeadStore
     from batchpoint.protocol.failures import CheckpointFailureManager
     from batchpoint.protocol.finalizer import AuditJudge
@@ -145,3 +145,7 @@ class PipelineMaintenance(CheckpointDecisions, Protocol):
     def resume(self) -> Stopped: ...
 
     def repair(self, *, dry_run: bool = False, force: bool = False) -> RepairReport: ...
+
+    def hold_for_cascade(self, fence: CascadeFence) -> None: ...
+
+    def release_cascade(self, cascade_id: str) -> None: ...

@@ -46,6 +46,38 @@ from batchpoint.tables.binding import DEFAULT_CATALOG, TableBinding
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
+
+def _location(
+    name: str, root: str, storage_options: Mapping[str, str | Secret] | None
+) -> StoreRef | None:
+    """A source's storage of its own: a root URI and its options (None: the pipeline's)."""
+    if "://" in root:
+        what = f"source '{name}'"
+        options = {k: expand_variables(v, what) for k, v in (storage_options or {}).items()}
+        return StoreRef.of(root.rstrip("/"), options)
+    if storage_options:
+        raise PipelineSpecError(
+            f"source '{name}': storage_options need a root URI of the source's own "
+            "(s3://bucket/prefix or file:///path)"
+        )
+    return None
+
+
+def _check_changes(
+    name: str, binding: TableBinding | None, key: Sequence[str], schema: pa.Schema
+) -> None:
+    if binding is None or not key:
+        raise PipelineSpecError(
+            f"source '{name}': changes=True reads an Iceberg table's changes by its key: "
+            "give table= and key="
+        )
+    if ROW_KIND_COLUMN in schema.names:
+        raise PipelineSpecError(
+            f"source '{name}': '{ROW_KIND_COLUMN}' is the row kind changes=True adds; "
+            "leave it out of the schema"
+        )
+
+
 __all__ = [
     "OperatorContext",
     "OperatorDef",
@@ -116,30 +148,14 @@ class Pipeline:
         missing = [c for c in key if c not in schema.names]
         if missing:
             raise PipelineSpecError(f"source '{name}': key columns {missing} not in its schema")
-        location = None
-        if "://" in root:
-            what = f"source '{name}'"
-            options = {k: expand_variables(v, what) for k, v in (storage_options or {}).items()}
-            location = StoreRef.of(root.rstrip("/"), options)
+        location = _location(name, root, storage_options)
+        if location is not None:
             root = ""
-        elif storage_options:
-            raise PipelineSpecError(
-                f"source '{name}': storage_options need a root URI of the source's own "
-                "(s3://bucket/prefix or file:///path)"
-            )
         binding = TableBinding(table, catalog) if table else None
         if binding is not None:
             format = "iceberg"
-        if changes and (binding is None or not key):
-            raise PipelineSpecError(
-                f"source '{name}': changes=True reads an Iceberg table's changes by its key: "
-                "give table= and key="
-            )
-        if changes and ROW_KIND_COLUMN in schema.names:
-            raise PipelineSpecError(
-                f"source '{name}': '{ROW_KIND_COLUMN}' is the row kind changes=True adds; "
-                "leave it out of the schema"
-            )
+        if changes:
+            _check_changes(name, binding, key, schema)
         feed = self._upstream(name, upstream, sink, schema)
         if feed is not None:
             format = "pipeline"
