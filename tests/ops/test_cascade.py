@@ -119,3 +119,14 @@ def test_a_plan_made_earlier_is_applied_as_planned(chain: FakeChain) -> None:
     with pytest.raises(CascadeBusy, match="plan the cascade again"):
         apply_planned(context, "ledger", targets)
     assert CascadeStore(chain.ledger.store).active() is None
+
+
+def test_a_stored_reader_whose_code_is_not_given_is_named(chain: FakeChain) -> None:
+    context = _context(chain)
+    context.code = {k: v for k, v in context.code.items() if k != "trends"}
+    run = cascade_restore(context, "ledger", 1)
+    assert run.refused and run.plan is not None
+    refused = [m for m in run.plan.members if m.action is MemberAction.REFUSED]
+    assert [m.pipeline for m in refused] == ["trends"]
+    assert "its code is not given" in refused[0].reason
+    assert _heads(chain) == (2, 2, 2)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from batchpoint.errors import BatchpointError, DeployRefused, RestoreRefused
+from batchpoint.ops.pipelines import pipeline_names
 from batchpoint.protocol.cascade import (
     CascadeBusy,
     CascadeRecord,
@@ -29,6 +30,7 @@ from batchpoint.protocol.cascade import (
     restored_by_cascade,
 )
 from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.cascade_plan import (
     CascadeMember,
@@ -40,6 +42,13 @@ from batchpoint.runtime.cascade_plan import (
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner, RestoreSource
 from batchpoint.runtime.restore_gate import RestoreGate
+from batchpoint.sources.barrier import SourceBarrier
+from batchpoint.sources.upstream import (
+    PipelineSinkSource,
+    UpstreamBinding,
+    UpstreamRestored,
+    upstream_of,
+)
 from batchpoint.storage import StoreRef
 
 Progress = Callable[[str], None]
@@ -196,7 +205,43 @@ def plan_cascade_of(
         context.progress(f"planning '{d.pipeline.name}' after {dict(targets)}")
         return context.planner(d, targets, record=record, gated=True)
 
-    return plan_cascade(member, context.code, context.driver, planner_for)
+    plan = plan_cascade(member, context.code, context.driver, planner_for)
+    return replace(plan, members=plan.members + tuple(_readers_without_code(context, plan)))
+
+
+def _readers_without_code(context: CascadeContext, plan: CascadePlan) -> list[CascadeMember]:
+    """Stored pipelines whose code is not given, whose head read what the plan's
+    restores take back: named and refused (nothing can restore them here), never
+    skipped in silence."""
+    store = context.store_ref.open()
+    targets = {m.pipeline: m.target for m in plan.restores if m.target is not None}
+    out = []
+    for name in pipeline_names(store):
+        if name in context.code:
+            continue
+        coordinator = CheckpointCoordinator(store, name, context.config)
+        control = coordinator.control_record()
+        outcome = coordinator.get_outcome(control.head) if control and control.head else None
+        if outcome is None:
+            continue
+        for offsets in outcome.pending.barrier.values():
+            read = next(iter(SourceBarrier.coerce(offsets)), "")
+            upstream = upstream_of(read)
+            if upstream is None or upstream[0] not in targets:
+                continue
+            source = PipelineSinkSource(store, UpstreamBinding(upstream[0], upstream[1], name))
+            try:
+                source.verify_barrier(offsets, as_of=targets[upstream[0]])
+            except UpstreamRestored:
+                why = (
+                    f"it read what the restore of '{upstream[0]}' takes back, and its code is "
+                    "not given (add its reference to BATCHPOINT_PIPELINE_REF)"
+                )
+                out.append(
+                    CascadeMember(name, MemberAction.REFUSED, None, (upstream[0],), reason=why)
+                )
+                break
+    return out
 
 
 def _generation(context: CascadeContext, pipeline: str) -> int:
