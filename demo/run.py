@@ -43,7 +43,7 @@ from batchpoint.settings import Settings
 from batchpoint.spark.fast_start import submit_args
 from demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow, python_path
 from demo.checks import PublishedChecks
-from demo.leftovers import mark_run, wait_for_none
+from demo.leftovers import mark_run, stop_spark, wait_for_none
 from demo.payments import BALANCES_TABLE
 from demo.record import DemoRecord, deployment_settings
 from demo.say import say, step, timed
@@ -386,33 +386,6 @@ def tell_story(demo: PaymentsDemo, epochs: int) -> int:
     mode = os.environ.get("BATCHPOINT_SPARK_MODE", "connect")
     say(f"epoch wall times ({mode} mode): {times}")
     return result
-
-
-def stop_spark() -> None:
-    """The restore gate started Spark in this process; stop it, and the JVM pyspark
-    started for it (which session.stop() leaves running until this process exits, and
-    which the check for leftover processes would rightly count)."""
-    if "pyspark" not in sys.modules:
-        return
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession()
-    if session is not None:
-        session.stop()
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    process = getattr(gateway, "proc", None)  # None: a JVM someone else launched
-    gateway.shutdown()
-    SparkContext._gateway = None
-    SparkContext._jvm = None
-    if process is not None:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def record(workdir: Path, s3: SeaweedServer, setup: AirflowSetup, spark: Any) -> None:
