@@ -1,6 +1,7 @@
 """The demo's last word: the published sinks against a plain pandas computation over the
 input (exactly once), and the Iceberg table's history, each retained checkpoint's
-snapshot against the reference at its barrier."""
+snapshot against the reference at its barrier; and `reports` against pandas over what
+payments published as of the payments checkpoint it read up to."""
 
 from __future__ import annotations
 
@@ -22,6 +23,44 @@ class PublishedChecks:
         from batchpoint.protocol.coordinator import CheckpointCoordinator
 
         return CheckpointCoordinator(self.store, "payments", self.settings.checkpoint)
+
+    @property
+    def reports(self) -> Any:
+        from batchpoint.protocol.coordinator import CheckpointCoordinator
+
+        return CheckpointCoordinator(self.store, "reports", self.settings.checkpoint)
+
+    def reports_read(self, checkpoint_id: int) -> int | None:
+        """The payments checkpoint a reports checkpoint read its balances up to."""
+        from batchpoint.sources.upstream import UpstreamPosition
+
+        outcome = self.reports.get_outcome(checkpoint_id)
+        return UpstreamPosition.of(outcome.pending.barrier["balances"]).checkpoint_id
+
+    def reports_check(self) -> int:
+        """reports' published bucket totals at its head against the reference: payments'
+        balances as published at the checkpoint it read up to, bucketed by pandas."""
+        import pandas as pd
+
+        from batchpoint.protocol.sinks import read_sink_table
+        from demo.reports import BUCKET_COLUMNS, expected_buckets
+
+        head = self.reports.head.get().checkpoint_id
+        read = self.reports_read(head)
+        balances = read_sink_table(self.store, "payments", "balances_table", read).to_pandas()
+        expected = expected_buckets(balances)
+        got = read_sink_table(self.store, "reports", "bucket_totals", head).to_pandas()
+        got = got[list(BUCKET_COLUMNS)].sort_values("bucket", ignore_index=True)
+        try:
+            pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+        except AssertionError as exc:
+            say(f"reports MISMATCH at checkpoint {head}: {exc}")
+            return 1
+        say(
+            f"reports checkpoint {head}: {len(got)} buckets, {int(got['accounts'].sum())} "
+            f"accounts: identical to pandas over payments' balances as of checkpoint {read}"
+        )
+        return 0
 
     def published_errors(self) -> tuple[int, int]:
         """Accounts whose published balance differs from the reference at the head."""

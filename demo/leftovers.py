@@ -10,6 +10,8 @@ Linux only (/proc); elsewhere `leftovers` finds nothing.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -71,3 +73,30 @@ def wait_for_none(marker: str, timeout: float = 20.0) -> list[Leftover]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)
+
+
+def stop_spark() -> None:
+    """The restore gate started Spark in this process; stop it, and the JVM pyspark
+    started for it (which session.stop() leaves running until this process exits, and
+    which the check for leftover processes would rightly count)."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    process = getattr(gateway, "proc", None)  # None: a JVM someone else launched
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if process is not None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()

@@ -13,7 +13,10 @@ rolls back with the quality-gated `payments_restore` DAG, deploys the fix and le
 pipeline reprocess, then deploys a version that renames an operator (its uid kept) and
 adds a column to its state, `batchpoint plan` printed before it. It prints the
 checkpoint history and ends by checking the published sinks against a plain pandas
-computation over all the input: exactly once, or it exits non-zero. It stops both
+computation over all the input: exactly once, or it exits non-zero. A second pipeline,
+`reports` (demo.reports), reads the balances payments publishes: its checkpoint DAG runs
+after payments' epochs, the restore is a cascade of both (`payments_restore` with
+cascade=true), and reports is checked against its own pandas reference. It stops both
 servers and exits non-zero too if any process it started is still alive at the end.
 
 With --keep DIR everything stays in DIR, and DIR/demo.json records how to reopen it as
@@ -40,7 +43,7 @@ from batchpoint.settings import Settings
 from batchpoint.spark.fast_start import submit_args
 from demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow, python_path
 from demo.checks import PublishedChecks
-from demo.leftovers import mark_run, wait_for_none
+from demo.leftovers import mark_run, stop_spark, wait_for_none
 from demo.payments import BALANCES_TABLE
 from demo.record import DemoRecord, deployment_settings
 from demo.say import say, step, timed
@@ -52,6 +55,13 @@ DATA = {"accounts": 200, "events_per_epoch": 2_000}
 # The demo's pipeline publishes its balances as the Iceberg table payments.balances.
 GOOD_REF = "demo.payments:table_pipeline"
 GATE_REF = "demo.payments_quality:restore_gate"
+#: The second pipeline, deployed beside each version of payments.
+REPORTS_REF = "demo.reports:pipeline"
+
+
+def deployed(payments_ref: str) -> str:
+    """BATCHPOINT_PIPELINE_REF: this version of payments, and reports."""
+    return f"{payments_ref},{REPORTS_REF}"
 
 
 class DemoFailed(Exception):
@@ -61,8 +71,9 @@ class DemoFailed(Exception):
 def deployment_env(
     s3: SeaweedServer, workdir: Path, spark_remote: str | None = None
 ) -> dict[str, str]:
-    """BATCHPOINT_* of the demo deployment: one pipeline, manual checkpoint runs (the
-    demo is the scheduler), jobs as clients of the Spark Connect server `spark_remote`
+    """BATCHPOINT_* of the demo deployment: payments and reports, manual checkpoint runs
+    (the demo is the scheduler; reports' DAG is scheduled on payments' sinks, which a
+    real scheduler would follow), jobs as clients of the Spark Connect server `spark_remote`
     (None: spark-submit jobs on local Spark), the payments quality gate; the project root
     on PYTHONPATH, for the processes that import the pipeline."""
     settings = Settings(f"s3://{s3.bucket}/demo", s3.storage_options(), "local[2]")
@@ -77,12 +88,13 @@ def deployment_env(
     return {
         **settings.as_env(),
         **spark,
-        "BATCHPOINT_PIPELINE_REF": GOOD_REF,
+        "BATCHPOINT_PIPELINE_REF": deployed(GOOD_REF),
         "BATCHPOINT_QUALITY_GATE": GATE_REF,
         # The Iceberg catalog of the balances table: an embedded SQLite file (a
         # deployment names its Postgres here; the table's files are on S3 either way).
         "BATCHPOINT_TABLE_CATALOG": f"sqlite:///{workdir / 'iceberg-catalog.db'}",
         "BATCHPOINT_CHECKPOINT_INTERVAL": "none",
+        "BATCHPOINT_CHECKPOINT_INTERVALS": json.dumps({"reports": "upstream"}),
         "BATCHPOINT_CHECKPOINT_TIMEOUT": "1800",
         # dag.test() runs one task at a time: a deferred sensor would run its trigger
         # inline before the operator tasks, so the sensor reschedules instead. When the
@@ -200,7 +212,7 @@ class PaymentsDemo:
         from demo.payments_buggy import TABLE_REF
 
         step("deploy v2 of 'balances' (it doubles every balance): two epochs, audit off")
-        os.environ["BATCHPOINT_PIPELINE_REF"] = TABLE_REF
+        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(TABLE_REF)
         bad = []
         for _ in range(2):
             self.new_input()
@@ -212,12 +224,20 @@ class PaymentsDemo:
         )
         return bad
 
-    def gated_restore(self, bad: list[int], good: int) -> None:
-        step("restore through the payments_restore DAG: quality gate on, balances rescaled to 3")
-        self.run_dag(
-            "payments_restore",
-            {"source": "latest", "quality_gate": True, "parallelism": {"balances": 3}},
-        )
+    def reports_epoch(self) -> int:
+        """A checkpoint of reports (its DAG scheduled on payments' sinks; the demo
+        triggers it), which reads what payments published since its last one."""
+        self.run_dag("reports_checkpoint")
+        c = self.checks.reports
+        head = c.head.get().checkpoint_id
+        read = self.checks.reports_read(head)
+        say(f"reports checkpoint {head} read payments' balances up to checkpoint {read}")
+        return head
+
+    def cascade_restore(self, bad: list[int], good: int, reports_good: int) -> None:
+        step("cascade restore through the payments_restore DAG: quality gate on, reports follows")
+        conf = {"source": "latest", "quality_gate": True, "cascade": True}
+        self.run_dag("payments_restore", conf)
         from batchpoint.protocol.layout import PipelineLayout
         from batchpoint.quality.quarantine import QuarantineStore
 
@@ -233,18 +253,24 @@ class PaymentsDemo:
         if head != good:
             raise DemoFailed(f"the gate restored checkpoint {head}, not the last good {good}")
         say(f"head moved back to checkpoint {head}, the last one that passes the gate")
+        reports = self.checks.reports.head.get().checkpoint_id
+        if reports != reports_good:
+            raise DemoFailed(f"the cascade restored reports to {reports}, not {reports_good}")
+        say(f"reports followed: head back to checkpoint {reports}, which read only up to {good}")
+        wrong, total = self.checks.published_errors()
+        if wrong or self.checks.reports_check():
+            raise DemoFailed(f"after the cascade {wrong} of {total} balances differ")
 
     def fixed_deploy(self) -> None:
         step("deploy the fix; the next checkpoint reprocesses everything since the restore")
-        os.environ["BATCHPOINT_PIPELINE_REF"] = GOOD_REF
+        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(GOOD_REF)
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
-        subtasks = [a.task for a in outcome.completed.acks if a.task.operator == "balances"]
-        say(
-            f"checkpoint {cid} continued from checkpoint {outcome.pending.base_checkpoint_id}, "
-            f"with balances rescaled by key group to {len(subtasks)} subtasks"
-        )
+        say(f"checkpoint {cid} continued from checkpoint {outcome.pending.base_checkpoint_id}")
+        self.reports_epoch()
+        if self.checks.reports_check():
+            raise DemoFailed("reports differs from its reference after the fix's epoch")
 
     def evolving_deploy(self) -> None:
         from demo.payments_v2 import OPERATOR, TABLE_REF
@@ -261,7 +287,7 @@ class PaymentsDemo:
             say(f"  {line}")
         if plan.returncode != 0 or "renamed" not in plan.stdout or "migrated" not in plan.stdout:
             raise DemoFailed(f"batchpoint plan exit {plan.returncode}: {plan.stderr.strip()}")
-        os.environ["BATCHPOINT_PIPELINE_REF"] = TABLE_REF
+        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(TABLE_REF)
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
@@ -295,7 +321,9 @@ def spark_server(
 
     step(f"starting a local Spark Connect server (its log: {workdir / 'spark-connect'})")
     # Its warm-up also starts the payments operators' sessions (their Python workers).
-    return SparkConnectServer(workdir / "spark-connect", conf=conf, pipelines=[GOOD_REF])
+    return SparkConnectServer(
+        workdir / "spark-connect", conf=conf, pipelines=[GOOD_REF, REPORTS_REF]
+    )
 
 
 def run_demo(workdir: Path, epochs: int, spark_mode: str = "connect") -> int:
@@ -346,8 +374,10 @@ def tell_story(demo: PaymentsDemo, epochs: int) -> int:
     demo.good_epochs(epochs)
     demo.savepoint()
     good = demo.coordinator.head.get().checkpoint_id
+    reports_good = demo.reports_epoch()
     bad = demo.bad_deploy()
-    demo.gated_restore(bad, good)
+    demo.reports_epoch()  # it reads the bad deploy's balances
+    demo.cascade_restore(bad, good, reports_good)
     demo.fixed_deploy()
     demo.evolving_deploy()
     demo.history()
@@ -356,33 +386,6 @@ def tell_story(demo: PaymentsDemo, epochs: int) -> int:
     mode = os.environ.get("BATCHPOINT_SPARK_MODE", "connect")
     say(f"epoch wall times ({mode} mode): {times}")
     return result
-
-
-def stop_spark() -> None:
-    """The restore gate started Spark in this process; stop it, and the JVM pyspark
-    started for it (which session.stop() leaves running until this process exits, and
-    which the check for leftover processes would rightly count)."""
-    if "pyspark" not in sys.modules:
-        return
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession()
-    if session is not None:
-        session.stop()
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    process = getattr(gateway, "proc", None)  # None: a JVM someone else launched
-    gateway.shutdown()
-    SparkContext._gateway = None
-    SparkContext._jvm = None
-    if process is not None:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def record(workdir: Path, s3: SeaweedServer, setup: AirflowSetup, spark: Any) -> None:

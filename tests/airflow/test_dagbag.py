@@ -135,6 +135,7 @@ def test_the_manual_dags_have_their_forms(parsed):
     assert savepoint["params"] == ["description", "stop_pipeline", "target"]
     assert restore["params"] == [
         "allow_non_restored_state",
+        "cascade",
         "claim_mode",
         "confirm_ungated",
         "dry_run",

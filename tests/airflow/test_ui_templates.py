@@ -153,3 +153,14 @@ def test_the_restore_form_is_offered_only_where_a_restore_can_succeed(status):
     assert offered == (status in ("head", "retained")), status
     if offered:  # empty means unchanged: never a prefilled `null`
         assert "<input name='parallelism' data-kind='json' value=''>" in page
+
+
+def test_the_restore_form_offers_the_cascade_naming_the_pipelines_downstream():
+    detail = {**checkpoint_detail("op"), "status": "head"}
+    page = render_checkpoint("ledger", detail, dag_ids("ledger"), downstream=["reports"])
+    assert (
+        "<input type='checkbox' name='cascade'> cascade: the pipelines downstream follow "
+        "(reports)" in page
+    )
+    alone = render_checkpoint("payments", detail, dag_ids("payments"))
+    assert "cascade: the pipelines downstream follow (none deployed)" in alone

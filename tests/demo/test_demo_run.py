@@ -1,7 +1,8 @@
 """The README's main job, as a new user runs it: `python -m demo.run` (what
-`./dev demo` execs) drives the payments pipeline (its balances an Iceberg table) through
-Airflow on SeaweedFS and real Spark jobs, thin clients of the one Spark Connect server it
-starts (connect mode), and must end with the exactly-once check passing, each epoch's
+`./dev demo` execs) drives the payments pipeline (its balances an Iceberg table), and
+`reports` reading them, through Airflow on SeaweedFS and real Spark jobs, thin clients of
+the one Spark Connect server it starts (connect mode), restores both as a cascade, and
+must end with the exactly-once check passing, each epoch's
 wall time printed, and no process of its own left."""
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     assert quarantined, out
     restored = int(re.search(r"head moved back to checkpoint (\d+)", out).group(1))
     assert restored < min(int(i) for i in quarantined.groups())
-    assert "3 subtasks" in out
+    # the restore was a cascade: reports, which had read the bad balances, followed, and
+    # matches pandas over what payments published, after the cascade and the fix's epoch
+    assert re.search(r"reports followed: head back to checkpoint \d+", out), out
+    assert len(re.findall(r"reports checkpoint \d+: .* identical to pandas", out)) == 2, out
     # the deploy that keeps state: its plan printed first, then its epoch
     plan = out.split("$ batchpoint plan --pipeline-ref demo.payments_v2", 1)[-1]
     assert re.search(r"operator\s+balances\s+accounts\s+renamed", plan), out
@@ -73,7 +77,7 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     # refused as incompatible with another), the server's port, not the run's marker
     assert (keep / "demo.json").is_file() and (keep / "airflow" / "airflow.db").is_file()
     record = DemoRecord.read(keep)
-    assert record.pipeline_ref == V3_REF, record.env
+    assert record.pipeline_ref == f"{V3_REF},demo.reports:pipeline", record.env
     assert record.spark_port is not None and MARKER not in record.env
     # each task's output in the file the UI's log page reads, and in airflow-tasks.log
     logs = keep / "airflow" / "logs" / "dag_id=payments_checkpoint"

@@ -263,3 +263,13 @@ class Chain:
 
 def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(list(frame.columns[:1]), ignore_index=True)
+
+
+def refuse_reports(candidate: Any) -> Any:
+    """A restore gate (BATCHPOINT_QUALITY_GATE=support.chained:refuse_reports) that
+    passes every candidate but those of `reports`: a cascade down the chain is refused."""
+    from batchpoint.runtime.restore_gate import GateResult
+
+    if candidate.pipeline == "reports":
+        return GateResult(False, f"refuse_reports refuses {candidate.description}")
+    return GateResult(True, "refuse_reports passes it")

@@ -43,6 +43,7 @@ from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.quality.suites import audit_enabled
 from batchpoint.runtime.api import Pipeline
+from batchpoint.runtime.cascade_plan import downstream_order
 from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.restore import RestoreGate
 from batchpoint.settings import NO_PIPELINE_REF
@@ -73,7 +74,7 @@ def build_pipeline_dags(
             pipeline, pipeline_ref, deployment, spec, schedule=schedule, deployed=deployed
         ),
         build_savepoint_dag(pipeline, pipeline_ref, deployment, spec),
-        build_restore_dag(pipeline, pipeline_ref, deployment, gate=gate),
+        build_restore_dag(pipeline, pipeline_ref, deployment, gate=gate, deployed=deployed),
     ]
     return {dag.dag_id: dag for dag in dags}
 
@@ -236,15 +237,21 @@ def build_restore_dag(
     deployment: AirflowDeployment,
     *,
     gate: RestoreGate | None = None,
+    deployed: Mapping[str, Pipeline] | None = None,
 ) -> DAG:
+    """The check and restore tasks; with the form's `cascade`, the pipelines of
+    `deployed` (default: this one alone) downstream of this one follow the restore,
+    their code imported by the deployment's refs."""
     common = {"pipeline_ref": ref, "aws_conn_id": deployment.storage_conn_id}
+    cascade = {"cascade_refs": deployment.pipeline_refs}
+    downstream = downstream_order(pipeline.name, {**(deployed or {}), pipeline.name: pipeline})
     with DAG(
         dag_id=dag_ids(pipeline.name)["restore"],
         schedule=None,
         max_active_runs=1,
         doc_md=restore_doc(pipeline, deployment),
         description=f"Restore pipeline {pipeline.name} from a checkpoint or savepoint",
-        params=restore_params(pipeline),
+        params=restore_params(pipeline, downstream),
         **_common(deployment, pipeline.name),
     ) as dag:
         check = RestoreCheckOperator(
@@ -253,14 +260,18 @@ def build_restore_dag(
             gate=gate,
             gate_ref=deployment.quality_gate_ref,
             doc_md="Resolves the source and checks it: files and sizes, then the quality "
-            "gate as the form set it up (off, how far back, suites skipped, dry run).",
+            "gate as the form set it up (off, how far back, suites skipped, dry run); "
+            "with cascade, plans the pipelines downstream too, each through its own gate.",
+            **cascade,
             **common,
         )
         restore = RestoreOperator(
             task_id="restore",
             check_task_id="check",
             dry_run="{{ params.dry_run }}",
-            doc_md="Moves the head (sinks rewound, parallelism registered) unless dry run.",
+            doc_md="Moves the head (sinks rewound, parallelism registered) unless dry run; "
+            "with cascade, every head the check planned, upstream first.",
+            **cascade,
             **common,
         )
         check >> restore

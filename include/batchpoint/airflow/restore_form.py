@@ -4,7 +4,7 @@ the table of them in the DAG's docs."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,8 @@ GATE_SECTION = "Quality gate"
 class FormField:
     """One field of the form: its Param and, when the DAG's docs explain it, its row
     there. `description` and `doc` are format strings: `{phrase}` is the typed
-    confirmation, `{declared}` what the gate could skip (a literal brace is doubled)."""
+    confirmation, `{declared}` what the gate could skip, `{downstream}` the pipelines a
+    cascade would consider (a literal brace is doubled)."""
 
     name: str
     default: Any
@@ -85,6 +86,20 @@ FIELDS: tuple[FormField, ...] = (
         "(the default): refused, the check task logs the deploy plan",
     ),
     FormField(
+        "cascade",
+        False,
+        "Cascade to downstream pipelines",
+        "Also restore each pipeline downstream that read what this restore takes back, to "
+        "its newest checkpoint that read only what stays, each through its own checks and "
+        "gate; refused anywhere, no head moves. {downstream} With dry run: the check "
+        "task's log and XCom show which pipelines it would restore, and to what. Not "
+        "with a savepoint folder, a new parallelism, claim, or non-restored state.",
+        {"type": "boolean"},
+        doc="also restore the pipelines downstream that read what it takes back "
+        "(`batchpoint restore --cascade`), each through its own gate; refused anywhere, no "
+        "head moves; with dry run, `check` shows the plan",
+    ),
+    FormField(
         "quality_gate",
         True,
         "Quality gate",
@@ -130,11 +145,20 @@ FIELDS: tuple[FormField, ...] = (
 )
 
 
-def restore_params(pipeline: Pipeline) -> dict[str, Param]:
+def cascade_scope(downstream: Sequence[str]) -> str:
+    """Which pipelines a cascade would consider, in words (the form and the UI's page)."""
+    if not downstream:
+        return "No deployed pipeline reads this one's sinks."
+    return f"Downstream here: {', '.join(downstream)}."
+
+
+def restore_params(pipeline: Pipeline, downstream: Sequence[str] = ()) -> dict[str, Param]:
     """The restore DAG's trigger form. Every value is plain JSON (the Airflow 3 UI builds
-    the form from the params' JSON schema); the check task validates them again."""
+    the form from the params' JSON schema); the check task validates them again.
+    `downstream`: the deployed pipelines a cascade would consider, in order."""
     skippable = skippable_names(pipeline, quality_of(pipeline))
     words = {
+        "downstream": cascade_scope(downstream),
         "phrase": ungated_phrase(pipeline.name),
         "declared": f"Declared: {', '.join(skippable)}."
         if skippable

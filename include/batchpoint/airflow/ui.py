@@ -63,6 +63,7 @@ from batchpoint.ops.runs import checkpoint_of_run
 from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline_ports import PipelineHistory
+from batchpoint.runtime.cascade_plan import downstream_order
 from batchpoint.settings import Settings
 from batchpoint.storage.base import ObjectStore
 
@@ -219,6 +220,14 @@ class CheckpointPages:
             "older": page.older,
             "summary": page_summary(page.checkpoints),
         }
+
+    def downstream(self, name: str) -> list[str]:
+        """The deployed pipelines downstream of this one, which a cascade would consider;
+        none when a pipeline's code cannot be loaded here (the form still shows)."""
+        try:
+            return downstream_order(name, {n: self._code(n) for n in self.names()})
+        except Exception:  # a user's module: whatever it raises, the page still shows
+            return []
 
     def paused(self, name: str) -> set[str]:
         """The pipeline's DAGs that are paused: a form says so, or unpauses on trigger."""
@@ -392,7 +401,8 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
         readable = await access.readable(user)
         detail = await call(reader.checkpoint, pipeline, checkpoint_id, readable)
         paused = await asyncio.to_thread(reader.paused, pipeline)
-        return render_checkpoint(pipeline, detail, dag_ids(pipeline), paused)
+        downstream = await asyncio.to_thread(reader.downstream, pipeline)
+        return render_checkpoint(pipeline, detail, dag_ids(pipeline), paused, downstream)
 
     @app.get(
         "/{pipeline}/checkpoints/{checkpoint_id}/data-docs/{path:path}",

@@ -11,7 +11,6 @@ its REST API, which the trigger forms post to with the UI's own session).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
@@ -24,13 +23,13 @@ from markupsafe import Markup
 
 from batchpoint.airflow.ui_barrier import BARRIER_COLUMNS, barrier_rows
 from batchpoint.airflow.ui_chart import BYTES, SECONDS, Series, line_chart
+from batchpoint.airflow.ui_forms import restore_form, trigger_form
 from batchpoint.airflow.ui_lineage import lineage_tables
 from batchpoint.airflow.ui_links import run_links
 from batchpoint.airflow.ui_report import report_shown
 from batchpoint.airflow.ui_schedule import paused_notice
 from batchpoint.airflow.ui_theme import css_variables
 from batchpoint.ops.restore_history import passed_over_text
-from batchpoint.protocol.history_status import HistoryStatus
 
 HISTORY_COLUMNS = [
     ("checkpoint_id", "id"),
@@ -183,40 +182,6 @@ def charts(rows: Sequence[Mapping[str, Any]]) -> list[Markup]:
     ]
 
 
-def trigger_form(
-    form_id: str,
-    dag_id: str,
-    up: str,
-    title: str,
-    fields: Sequence[tuple[str, str, Any]],
-    paused: bool = False,
-) -> dict[str, Any]:
-    """A form that triggers `dag_id` through Airflow's REST API with the UI's session:
-    `fields` are (conf key, label, default); a bool default is a checkbox, a dict or list
-    default (or None) a JSON text field. A `paused` DAG's form offers to unpause it on
-    trigger (ticked, as Airflow's own form does); either way the script says whether
-    the DAG is paused once the run is created, so a queued run never reads "triggered"."""
-    inputs = []
-    for key, label, default in fields:
-        if isinstance(default, bool):
-            inputs.append({"name": key, "label": label, "kind": "checkbox", "value": default})
-            continue
-        kind = "json" if isinstance(default, dict | list) or default is None else "text"
-        # None: an empty field, which the form sends as null (unchanged), never "null"
-        value = "" if default is None else json.dumps(default) if kind == "json" else str(default)
-        inputs.append({"name": key, "label": label, "kind": kind, "value": value})
-    return {
-        "id": form_id,
-        "dag_id": dag_id,
-        "title": title,
-        "api": f"{up}api/v2/dags/{quote(dag_id)}/dagRuns",
-        "dag_api": f"{up}api/v2/dags/{quote(dag_id)}",
-        "paused": paused,
-        "runs": f"{up}dags/{quote(dag_id)}/runs/",
-        "fields": inputs,
-    }
-
-
 def _overview_items(overview: Mapping[str, Any]) -> list[tuple[str, str]]:
     status = overview["status"]
     if overview.get("status_detail"):
@@ -332,11 +297,16 @@ def _deploy_plan(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def render_checkpoint(
-    name: str, detail: Mapping[str, Any], dags: Mapping[str, str], paused: Collection[str] = ()
+    name: str,
+    detail: Mapping[str, Any],
+    dags: Mapping[str, str],
+    paused: Collection[str] = (),
+    downstream: Sequence[str] = (),
 ) -> str:
     """One checkpoint's drill-down, at ``<base>/batchpoint/<p>/checkpoints/<id>``; its
     run and its tasks' logs link into Airflow (ui_links.py), its lineage to the pages
-    of the checkpoints it was computed from and computed from it (ui_lineage.py)."""
+    of the checkpoints it was computed from and computed from it (ui_lineage.py).
+    `downstream`: the deployed pipelines its restore form's cascade would consider."""
     cid = detail["checkpoint_id"]
     report = detail.get("quality_report")
     files = [_file_cells(f) for f in detail["files"]]
@@ -358,7 +328,7 @@ def render_checkpoint(
         file_header=FILE_COLUMNS,
         files=files,
         lineage=lineage_tables(detail.get("lineage"), "../../"),
-        restore_form=_restore_form(detail, dags, dags["restore"] in paused),
+        restore_form=restore_form(detail, dags, dags["restore"] in paused, downstream),
     )
 
 
@@ -400,27 +370,3 @@ def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
     elif detail.get("quarantined_at") is not None:
         items.append(("quarantined", when(detail["quarantined_at"])))
     return items
-
-
-def _restore_form(
-    detail: Mapping[str, Any], dags: Mapping[str, str], paused: bool = False
-) -> dict[str, Any] | None:
-    """The restore DAG's form for a checkpoint a restore may go back to: the head or a
-    retained one (none for a quarantined, discarded or unfinished one)."""
-    if not HistoryStatus.of_label(detail["status"]).restorable:
-        return None
-    cid = detail["checkpoint_id"]
-    return trigger_form(
-        "restore",
-        dags["restore"],
-        "../../../",
-        f"Restore to {detail['type']} {cid}",
-        [
-            ("source", "checkpoint", str(cid)),
-            ("parallelism", "new parallelism (empty: unchanged)", None),
-            ("dry_run", "dry run", True),
-            ("claim_mode", "claim mode (claim: retention may then drop it)", "no_claim"),
-            ("quality_gate", "quality gate", True),
-        ],
-        paused,
-    )

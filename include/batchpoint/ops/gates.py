@@ -182,3 +182,41 @@ def _restore_hook(
         f"quality gate {name!r} is a {type(gate).__name__}, not a QualityRestoreGate, "
         "a QualityGate or a callable restore gate"
     )
+
+
+def judged_pipeline(gate: Any) -> str | None:
+    """The pipeline a quality gate judges (a QualityRestoreGate's is built to see it);
+    None for any other restore gate, which may be asked about any pipeline."""
+    if isinstance(gate, QualityRestoreGate):
+        gate = gate.gate
+    return gate.pipeline.name if isinstance(gate, QualityGate) else None
+
+
+def choose_member_gate(
+    member: Pipeline,
+    options: GateOptions,
+    *,
+    gate: Any = None,
+    reference: str | None = None,
+    dry_run: bool = False,
+    log: Log = print,
+) -> GateChoice:
+    """The gate of one pipeline of a cascade, chosen as its own restore chooses it, from
+    the deployment's gate (`gate`, else `reference` loaded): except that a quality gate
+    built for another pipeline does not judge this one, whose candidates then get their
+    files checked only (said, not refused: a deployment names one gate for all)."""
+    if options.enabled and gate is None and reference is not None:
+        gate = load_gate(reference)
+    judges = judged_pipeline(gate) if options.enabled else None
+    if judges is None or judges == member.name:
+        return choose_restore_gate(
+            member, options, gate=gate, reference=reference, dry_run=dry_run, log=log
+        )
+    choice = GateChoice(
+        None,
+        f"the quality gate {reference or repr(gate)} judges pipeline '{judges}', not "
+        f"'{member.name}': only the candidates' files of '{member.name}' are checked",
+    )
+    if options.skip_suites:
+        choice.warnings.append(f"suites to skip ignored for '{member.name}': no suite runs")
+    return choice

@@ -1,5 +1,7 @@
 """The restore DAG's operators: check (resolve the source to a candidate, check its
-files, run the quality gate) and restore (move the pipeline there)."""
+files, run the quality gate) and restore (move the pipeline there); with the form's
+`cascade`, the pipelines downstream that read what the restore takes back follow it
+(operators/cascade.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,16 @@ from batchpoint.airflow import metrics
 from batchpoint.airflow.compat import AirflowFailException, AirflowSkipException
 from batchpoint.airflow.hooks import cached_pipeline
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
+from batchpoint.airflow.operators.cascade import (
+    CASCADE,
+    CascadeHandover,
+    cascade_context,
+    check_cascade_form,
+)
 from batchpoint.airflow.spark_connection import gate_spark_settings
 from batchpoint.errors import BatchpointError, DeployRefused
-from batchpoint.ops.gates import GateChoice, choose_restore_gate
+from batchpoint.ops.cascade import apply_planned, plan_cascade_of
+from batchpoint.ops.gates import GateChoice, choose_member_gate, choose_restore_gate
 from batchpoint.ops.restore import apply_restore, check_restore_deploy, restore
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.driver import PipelineDriver
@@ -40,7 +49,12 @@ class RestoreCheckOperator(BatchpointOperator):
 
     The form's gate fields (`quality_gate`, `confirm_ungated`, `max_candidates`,
     `skip_suites`, `dry_run`) are read from the run's params; the arguments of the same
-    names are the values used when a param is absent."""
+    names are the values used when a param is absent.
+
+    With `cascade` (the param, else the argument) it plans the cascade instead: this
+    pipeline's restore and each pipeline of `cascade_refs` downstream of it, every one
+    through its own gate (`choose_member_gate`); a refusal anywhere fails the task and
+    no head moves. Its XCom is then the targets and the plan (CascadeHandover)."""
 
     template_fields = ("source", "parallelism")
 
@@ -58,10 +72,14 @@ class RestoreCheckOperator(BatchpointOperator):
         dry_run: bool = False,
         allow_non_restored_state: bool = False,
         spark_conn_id: str | None = None,
+        cascade: bool = False,
+        cascade_refs: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.source = source
+        self.cascade = cascade
+        self.cascade_refs = list(cascade_refs)
         self.parallelism = parallelism
         self.gate = gate
         self.gate_ref = gate_ref
@@ -91,9 +109,14 @@ class RestoreCheckOperator(BatchpointOperator):
                 "allow_non_restored_state",
                 params.get("allow_non_restored_state", self.allow_non_restored_state),
             )
+            cascade = parse_flag("cascade", params.get("cascade", self.cascade))
+            if cascade:
+                check_cascade_form(self.source, params)
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
         settings = self.settings()
+        if cascade:
+            return self._check_cascade(pipeline, options, dry_run, settings)
         try:
             gate = self._choose_gate(pipeline, options, dry_run)
             driver = self.driver(settings)
@@ -124,6 +147,41 @@ class RestoreCheckOperator(BatchpointOperator):
             self.log.info("%s", line)
         # The plan crosses to the restore task as the top level of this JSON.
         return run.to_json()
+
+    def _check_cascade(
+        self, pipeline: Pipeline, options: GateOptions, dry_run: bool, settings: Settings
+    ) -> dict[str, Any]:
+        def gate_for(member: Pipeline) -> RestoreGate | None:
+            choice = choose_member_gate(
+                member,
+                options,
+                gate=self.gate if member.name == pipeline.name else None,
+                reference=self.gate_ref,
+                dry_run=dry_run,
+                log=self.log.info,
+            )
+            self.log.info("%s: %s", member.name, choice.description)
+            for warning in choice.warnings:
+                self.log.warning("%s", warning)
+            return choice.gate
+
+        try:
+            context = cascade_context(
+                self.cascade_refs, pipeline, settings, self.log.info, gate_for
+            )
+            with spark_endpoint(lambda: gate_spark_settings(settings, self.spark_conn_id)):
+                plan = plan_cascade_of(context, pipeline.name, self.source, record=not dry_run)
+        except BatchpointError as exc:
+            raise AirflowFailException(str(exc)) from None
+        for line in plan.render().splitlines():
+            self.log.info("%s", line)
+        for member in plan.members:
+            if member.plan is not None and not dry_run:
+                judged = [c.gate for c in member.plan.checks if c.gate is not None]
+                metrics.gate_rejected(member.pipeline, sum(not g.passed for g in judged))
+        if plan.refused:
+            raise AirflowFailException(f"cascade refused, no head moved: {plan.refusal()}")
+        return CascadeHandover.of(plan).to_json()
 
     def _choose_gate(self, pipeline: Pipeline, options: GateOptions, dry_run: bool) -> GateChoice:
         # The gate is loaded here, at run time: a Great Expectations gate must not be
@@ -175,7 +233,11 @@ class RestoreOperator(BatchpointOperator):
 
     `claim_mode`: a ClaimMode, or its value (`claim`, `no_claim`), default the form's
     field. `claim` (a bool, or its rendered template) is the older spelling of the same,
-    deprecated: `claim=True` is `claim_mode=ClaimMode.CLAIM`."""
+    deprecated: `claim=True` is `claim_mode=ClaimMode.CLAIM`.
+
+    When the check planned a cascade, its targets are applied as one cascade
+    (ops.cascade.apply_planned: each target's files checked again, without the gate),
+    the pipelines' code from `cascade_refs` as the check task had it."""
 
     template_fields = ("dry_run", "claim_mode", "allow_non_restored_state")
 
@@ -187,9 +249,11 @@ class RestoreOperator(BatchpointOperator):
         claim_mode: ClaimMode | str = "{{ params.claim_mode }}",
         claim: bool | str | None = None,
         allow_non_restored_state: bool | str = "{{ params.allow_non_restored_state }}",
+        cascade_refs: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.cascade_refs = list(cascade_refs)
         if claim is not None:
             warnings.warn(
                 "RestoreOperator(claim=...) is deprecated: pass claim_mode=ClaimMode.CLAIM "
@@ -206,9 +270,13 @@ class RestoreOperator(BatchpointOperator):
 
     def execute(self, context: Context) -> dict[str, Any] | None:
         report = context["ti"].xcom_pull(task_ids=self.check_task_id) or {}
+        cascade = CascadeHandover.from_json(report) if CASCADE in report else None
         if template_flag(self.dry_run):
-            raise AirflowSkipException(f"dry run: would restore {report.get('chosen')}")
+            would = report.get("chosen") if cascade is None else cascade.summary()
+            raise AirflowSkipException(f"dry run: would restore {would}")
         settings = self.settings()
+        if cascade is not None:
+            return self._apply_cascade(cascade, settings)
         try:
             plan = RestorePlan.from_json(report, f"the XCom of task {self.check_task_id}")
             mode = self._mode(context)
@@ -234,6 +302,23 @@ class RestoreOperator(BatchpointOperator):
         )
         metrics.restored(run.pipeline)
         return run.result_json()
+
+    def _apply_cascade(self, cascade: CascadeHandover, settings: Settings) -> dict[str, Any]:
+        for line in cascade.rendered.splitlines():
+            self.log.info("%s", line)
+        try:
+            root = cached_pipeline(self.pipeline_ref)
+            context = cascade_context(self.cascade_refs, root, settings, self.log.info)
+            record = apply_planned(context, cascade.root, cascade.targets)
+        except BatchpointError as exc:
+            raise AirflowFailException(str(exc)) from None
+        for step in record.steps:
+            if step.done:
+                metrics.restored(step.pipeline)
+        if record.failure:
+            raise AirflowFailException(f"cascade {record.cascade_id} failed: {record.failure}")
+        self.log.info("restored %s as cascade %s", cascade.summary(), record.cascade_id)
+        return record.to_json()
 
     def _mode(self, context: Context) -> ClaimMode:
         """The claim mode asked; a run triggered with the older `claim` conf key (a
