@@ -235,8 +235,16 @@ class PaymentsDemo:
         return head
 
     def cascade_restore(self, bad: list[int], good: int, reports_good: int) -> None:
-        step("cascade restore through the payments_restore DAG: quality gate on, reports follows")
-        conf = {"source": "latest", "quality_gate": True, "cascade": True}
+        step(
+            "cascade restore through the payments_restore DAG: quality gate on, balances "
+            "rescaled to 3, reports follows"
+        )
+        conf = {
+            "source": "latest",
+            "quality_gate": True,
+            "cascade": True,
+            "parallelism": {"balances": 3},
+        }
         self.run_dag("payments_restore", conf)
         from batchpoint.protocol.layout import PipelineLayout
         from batchpoint.quality.quarantine import QuarantineStore
@@ -267,7 +275,11 @@ class PaymentsDemo:
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
-        say(f"checkpoint {cid} continued from checkpoint {outcome.pending.base_checkpoint_id}")
+        subtasks = [a.task for a in outcome.completed.acks if a.task.operator == "balances"]
+        say(
+            f"checkpoint {cid} continued from checkpoint {outcome.pending.base_checkpoint_id}, "
+            f"with balances rescaled by key group to {len(subtasks)} subtasks"
+        )
         self.reports_epoch()
         if self.checks.reports_check():
             raise DemoFailed("reports differs from its reference after the fix's epoch")

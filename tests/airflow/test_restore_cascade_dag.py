@@ -97,7 +97,8 @@ def test_a_refused_cascade_fails_the_check_and_moves_no_head(
     assert "refuse_reports refuses checkpoint" in said
 
     # a field a cascade cannot take fails the check before anything is read
-    run, states = bp.run("ledger_restore", {"source": str(up1), "cascade": True, "parallelism": 2})
+    fields = {"source": str(up1), "cascade": True, "allow_non_restored_state": True}
+    run, states = bp.run("ledger_restore", fields)
     assert states == {"check": "failed", "restore": "upstream_failed"}
     # without cascade, ledger alone: its candidates pass the gate
     run, states = bp.run("ledger_restore", {"source": str(up1)})

@@ -77,7 +77,10 @@ def test_the_dry_run_shows_the_plan_and_the_restore_applies_it(
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        (("--parallelism", "2"), "--parallelism cannot be combined with --cascade"),
+        (
+            ("--allow-non-restored-state",),
+            "--allow-non-restored-state cannot be combined with --cascade",
+        ),
         (("--claim",), "--claim cannot be combined with --cascade"),
     ],
 )
@@ -86,3 +89,19 @@ def test_mistakes_are_refused_before_anything_is_read(
 ) -> None:
     run = cli("restore", "1", "--pipeline", "ledger", "--cascade", *extra)
     assert run.code == 2 and said in run.err, (run.out, run.err)
+
+
+def test_a_new_parallelism_rescales_the_restored_pipeline(
+    cli: Cli, chain: dict[str, object]
+) -> None:
+    up1, rep1, _, _ = chain["ids"]  # type: ignore[misc]
+    run = cli(
+        "restore", str(up1), "--pipeline", "ledger", "--cascade", "--parallelism", '{"totals": 3}'
+    )
+    assert run.code == 0, run.err
+    assert "ledger: restore to checkpoint 1, parallelism {'totals': 3}" in run.out
+    assert _heads(chain) == (up1, rep1)
+    ledger = chain["ledger"]
+    assert isinstance(ledger, PipelineDriver)
+    spec = ledger.coordinator.stored_spec()  # read afresh
+    assert spec is not None and spec.operator("totals").parallelism == 3

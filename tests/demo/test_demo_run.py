@@ -47,6 +47,7 @@ def test_the_demo_runs_end_to_end_and_is_exactly_once(tmp_path: Path) -> None:
     assert quarantined, out
     restored = int(re.search(r"head moved back to checkpoint (\d+)", out).group(1))
     assert restored < min(int(i) for i in quarantined.groups())
+    assert "3 subtasks" in out  # the restored pipeline rescaled within the cascade
     # the restore was a cascade: reports, which had read the bad balances, followed, and
     # matches pandas over what payments published, after the cascade and the fix's epoch
     assert re.search(r"reports followed: head back to checkpoint \d+", out), out

@@ -4,8 +4,7 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
 
     GET /batchpoint/                           every pipeline with its status
     GET /batchpoint/{pipeline}?before=N        its summary, chart, history page, config
-    GET /batchpoint/{pipeline}/checkpoints/{id}    one checkpoint: tasks, report, files,
-                                               lineage
+    GET /batchpoint/{pipeline}/checkpoints/{id}    a checkpoint: tasks, report, files, lineage
     GET /batchpoint/{pipeline}/checkpoints/{id}/data-docs/{path}
                                                a file of the checkpoint's Data Docs site
                                                (its pages load GX's CDN assets from
@@ -52,7 +51,7 @@ from fastapi.staticfiles import StaticFiles
 
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.data_docs_assets import local_assets
-from batchpoint.airflow.ui_lineage import checkpoint_lineage
+from batchpoint.airflow.ui_lineage import checkpoint_lineage, histories
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
 from batchpoint.airflow.ui_schedule import paused_dags, pending_deadlines
@@ -245,10 +244,7 @@ class CheckpointPages:
         (only about the `readable` ones, when given: ui_lineage.py)."""
         settings, store, c = self._open(name)
         detail = checkpoint_page(c, checkpoint_id).to_json()
-
-        def history_of(pipeline: str) -> PipelineHistory:
-            return CheckpointCoordinator(store, pipeline, settings.checkpoint)
-
+        history_of = histories(store, settings.checkpoint)
         lineage = checkpoint_lineage(store, history_of, name, checkpoint_id, readable)
         return {**detail, "lineage": lineage}
 

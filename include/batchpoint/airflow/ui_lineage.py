@@ -15,11 +15,23 @@ from batchpoint.errors import BatchpointError
 from batchpoint.ops.lineage import HistoryOf, downstream_lineage, upstream_lineage
 from batchpoint.ops.lineage_values import Derivation, DownstreamRead, UpstreamRead
 from batchpoint.ops.pipelines import pipeline_names
+from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.storage.base import ObjectStore
 
 UPSTREAM_COLUMNS = ["depth", "checkpoint", "source", "reads", "read", "status"]
 DOWNSTREAM_COLUMNS = ["depth", "checkpoint", "source", "reads", "read", "computed from it"]
 DERIVED = {Derivation.COMPUTED: "yes", Derivation.UNPROVEN: "unproven (no timeline recorded)"}
+
+
+def histories(store: ObjectStore, config: CheckpointConfig) -> HistoryOf:
+    """Each pipeline's history on `store`, read as the page reads its own."""
+
+    def history_of(pipeline: str) -> PipelineHistory:
+        return CheckpointCoordinator(store, pipeline, config)
+
+    return history_of
 
 
 def checkpoint_lineage(

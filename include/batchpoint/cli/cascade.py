@@ -34,7 +34,6 @@ def check_cascade_arguments(cmd: Command, source: RestoreSource) -> None:
     if source.kind is SourceKind.SAVEPOINT:
         raise ConfigError("--cascade restores retained checkpoints, not a savepoint folder")
     for flag, given in (
-        ("--parallelism", args.parallelism),
         ("--allow-non-restored-state", args.allow_non_restored_state),
         ("--claim", args.claim_mode != "no_claim"),
     ):
@@ -72,7 +71,9 @@ def cmd_cascade(cmd: Command, pipeline: Pipeline, options: GateOptions) -> ExitC
         args.checksums,
         cmd.out.progress,
     )
-    run = cascade_restore(context, pipeline.name, source, dry_run=args.dry_run)
+    run = cascade_restore(
+        context, pipeline.name, source, dry_run=args.dry_run, parallelism=args.parallelism
+    )
     cmd.out.emit(run.to_json, run.render)
     failed = run.record is not None and run.record.status is CascadeStatus.FAILED
     return ExitCode.failed_if(run.refused or failed)

@@ -139,23 +139,28 @@ def cascade_restore(
     *,
     dry_run: bool = False,
     hook: StepHook | None = None,
+    parallelism: Any = None,
 ) -> CascadeRun:
-    """Plan the cascade following a restore of `root` to `source`, and (unless a dry run
-    or refused) apply it. An active cascade is finished first and reported instead."""
+    """Plan the cascade following a restore of `root` to `source` (with `parallelism`:
+    the root rescaled, as a plain restore does), and (unless a dry run or refused)
+    apply it. An active cascade is finished first and reported instead."""
     cascades = CascadeStore(context.store_ref.open())
     active = cascades.active()
     if active is not None:
         if dry_run:
             return CascadeRun(None, active[0], dry_run=True)
         return CascadeRun(None, _drive(context, cascades, active[0], {}, hook))
-    plan = plan_cascade_of(context, root, source, record=not dry_run)
+    plan = plan_cascade_of(context, root, source, record=not dry_run, parallelism=parallelism)
     if dry_run or plan.refused:
         return CascadeRun(plan, dry_run=dry_run)
     steps = tuple(
-        CascadeStep(m.pipeline, m.target, _generation(context, m.pipeline))
+        CascadeStep(
+            m.pipeline, m.target, _generation(context, m.pipeline),
+            parallelism=dict(m.plan.parallelism) if m.plan is not None else {},
+        )
         for m in plan.restores
         if m.target is not None
-    )
+    )  # fmt: skip
     record = CascadeRecord(
         new_cascade_id(), root, steps[0].target, steps, started_at=context.clock()
     )
@@ -171,6 +176,7 @@ def apply_planned(
     targets: Sequence[tuple[str, int]],
     *,
     hook: StepHook | None = None,
+    parallelism: Mapping[str, int] | None = None,
 ) -> CascadeRecord:
     """Apply a plan made earlier (the restore DAG's check task made it, gates and all):
     (pipeline, target) upstream first. Each target's files are checked again before its
@@ -181,7 +187,12 @@ def apply_planned(
     if active is not None:
         done = _drive(context, cascades, active[0], {}, hook)
         raise CascadeBusy(f"finished {describe(done)} first; plan the cascade again")
-    steps = tuple(CascadeStep(p, t, _generation(context, p)) for p, t in targets)
+    steps = tuple(
+        CascadeStep(p, t, _generation(context, p), parallelism=dict(parallelism or {}))
+        if p == root
+        else CascadeStep(p, t, _generation(context, p))
+        for p, t in targets
+    )
     record = CascadeRecord(new_cascade_id(), root, steps[0].target, steps, context.clock())
     if not cascades.start(record):
         raise CascadeBusy("another cascade started meanwhile: plan the cascade again")
@@ -189,14 +200,19 @@ def apply_planned(
 
 
 def plan_cascade_of(
-    context: CascadeContext, root: str, source: RestoreSource | str | int | None, *, record: bool
+    context: CascadeContext,
+    root: str,
+    source: RestoreSource | str | int | None,
+    *,
+    record: bool,
+    parallelism: Any = None,
 ) -> CascadePlan:
     if root not in context.code:
         raise BatchpointError(f"no code for pipeline '{root}' (BATCHPOINT_PIPELINE_REF)")
     driver = context.driver(root)
     context.progress(f"planning the restore of '{root}'")
     planner = context.planner(driver, {}, record=record, gated=True)
-    plan = planner.plan(source)
+    plan = planner.plan(source, parallelism)
     member = planned_member(root, plan, planner)
     if member.action is MemberAction.REFUSED:
         return CascadePlan(root, (member,))
@@ -297,7 +313,7 @@ def _restore_step(
         planner, plan = member.planner, member.plan
     else:  # resumed: the gate passed it when the cascade was planned
         planner = context.planner(driver, {}, record=True, gated=False)
-        plan = planner.plan(step.target)
+        plan = planner.plan(step.target, dict(step.parallelism) or None)
     context.progress(f"restoring '{step.pipeline}' to checkpoint {step.target}")
     planner.apply(plan)
     if hook is not None:

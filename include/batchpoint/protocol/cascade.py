@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from batchpoint import codec
@@ -57,6 +57,8 @@ class CascadeStep(codec.Value):
     target: int
     generation_before: int
     done: bool = False
+    # the root's new parallelism, when its restore rescales (operator -> subtasks)
+    parallelism: Mapping[str, int] = codec.field(default_factory=dict, omit={})
 
 
 @dataclass(frozen=True)

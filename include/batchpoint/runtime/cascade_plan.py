@@ -60,6 +60,8 @@ class CascadeMember:
             body["reason"] = self.reason
         if self.plan is not None:
             body["candidates"] = [c.to_json() for c in self.plan.checks]
+            if self.plan.parallelism:
+                body["parallelism"] = dict(self.plan.parallelism)
         return body
 
 
@@ -95,7 +97,9 @@ class CascadePlan:
         for m in self.members:
             via = f" (reads {', '.join(m.reads)})" if m.reads else ""
             if m.action is MemberAction.RESTORE:
-                lines.append(f"  {m.pipeline}{via}: restore to checkpoint {m.target}")
+                scale = m.plan.parallelism if m.plan is not None else {}
+                rescaled = f", parallelism {dict(scale)}" if scale else ""
+                lines.append(f"  {m.pipeline}{via}: restore to checkpoint {m.target}{rescaled}")
             elif m.action is MemberAction.KEEP:
                 at = "nothing" if m.target is None else f"checkpoint {m.target}"
                 lines.append(f"  {m.pipeline}{via}: keeps {at} ({m.reason})")

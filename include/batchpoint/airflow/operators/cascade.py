@@ -8,7 +8,7 @@ them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint.airflow.hooks import cached_pipeline
@@ -45,12 +45,11 @@ def cascade_context(
 
 def check_cascade_form(source: Any, params: Mapping[str, Any]) -> None:
     """The form's fields a cascade cannot take (as `batchpoint restore --cascade`
-    refuses the same flags), a ConfigError naming the first."""
+    refuses the same flags), a ConfigError naming the first. A new parallelism is the
+    restored pipeline's own, as in a plain restore."""
     if RestoreSource.parse(source).kind is SourceKind.SAVEPOINT:
         raise ConfigError("a cascade restores retained checkpoints, not a savepoint folder")
-    parallelism = params.get("parallelism")
-    for field, given in (
-        ("New parallelism", parallelism not in (None, "", {}, "None")),
+    for name, given in (
         (
             "Allow non-restored state",
             parse_flag("allow_non_restored_state", params.get("allow_non_restored_state", False)),
@@ -58,7 +57,7 @@ def check_cascade_form(source: Any, params: Mapping[str, Any]) -> None:
         ("Claim mode: claim", ClaimMode.of(params.get("claim_mode")) is ClaimMode.CLAIM),
     ):
         if given:
-            raise ConfigError(f"'{field}' cannot be combined with a cascade")
+            raise ConfigError(f"'{name}' cannot be combined with a cascade")
 
 
 @dataclass(frozen=True)
@@ -70,11 +69,14 @@ class CascadeHandover:
     targets: tuple[tuple[str, int], ...]
     plan: Mapping[str, Any]
     rendered: str
+    parallelism: Mapping[str, int] = field(default_factory=dict)  # the root's, if rescaled
 
     @classmethod
     def of(cls, plan: CascadePlan) -> CascadeHandover:
         targets = tuple((m.pipeline, m.target) for m in plan.restores if m.target is not None)
-        return cls(plan.root, targets, plan.to_json(), plan.render())
+        root = plan.members[0].plan
+        scale = dict(root.parallelism) if root is not None else {}
+        return cls(plan.root, targets, plan.to_json(), plan.render(), scale)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +85,7 @@ class CascadeHandover:
                 "targets": [list(t) for t in self.targets],
                 "plan": dict(self.plan),
                 "rendered": self.rendered,
+                "parallelism": dict(self.parallelism),
             }
         }
 
@@ -90,7 +93,8 @@ class CascadeHandover:
     def from_json(cls, body: Mapping[str, Any]) -> CascadeHandover:
         found = body[CASCADE]
         targets = tuple((str(p), int(t)) for p, t in found["targets"])
-        return cls(str(found["root"]), targets, found.get("plan") or {}, found["rendered"])
+        scale = {str(k): int(v) for k, v in (found.get("parallelism") or {}).items()}
+        return cls(str(found["root"]), targets, found.get("plan") or {}, found["rendered"], scale)
 
     def summary(self) -> str:
         return ", ".join(f"'{p}' to checkpoint {t}" for p, t in self.targets) or "nothing"

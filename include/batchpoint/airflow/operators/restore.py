@@ -116,7 +116,8 @@ class RestoreCheckOperator(BatchpointOperator):
             raise AirflowFailException(str(exc)) from None
         settings = self.settings()
         if cascade:
-            return self._check_cascade(pipeline, options, dry_run, settings)
+            scale = params.get("parallelism", self.parallelism)
+            return self._check_cascade(pipeline, options, dry_run, settings, scale)
         try:
             gate = self._choose_gate(pipeline, options, dry_run)
             driver = self.driver(settings)
@@ -149,7 +150,12 @@ class RestoreCheckOperator(BatchpointOperator):
         return run.to_json()
 
     def _check_cascade(
-        self, pipeline: Pipeline, options: GateOptions, dry_run: bool, settings: Settings
+        self,
+        pipeline: Pipeline,
+        options: GateOptions,
+        dry_run: bool,
+        settings: Settings,
+        parallelism: Any,
     ) -> dict[str, Any]:
         def gate_for(member: Pipeline) -> RestoreGate | None:
             choice = choose_member_gate(
@@ -170,7 +176,10 @@ class RestoreCheckOperator(BatchpointOperator):
                 self.cascade_refs, pipeline, settings, self.log.info, gate_for
             )
             with spark_endpoint(lambda: gate_spark_settings(settings, self.spark_conn_id)):
-                plan = plan_cascade_of(context, pipeline.name, self.source, record=not dry_run)
+                plan = plan_cascade_of(
+                    context, pipeline.name, self.source, record=not dry_run,
+                    parallelism=parallelism,
+                )  # fmt: skip
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
         for line in plan.render().splitlines():
@@ -309,7 +318,9 @@ class RestoreOperator(BatchpointOperator):
         try:
             root = cached_pipeline(self.pipeline_ref)
             context = cascade_context(self.cascade_refs, root, settings, self.log.info)
-            record = apply_planned(context, cascade.root, cascade.targets)
+            record = apply_planned(
+                context, cascade.root, cascade.targets, parallelism=cascade.parallelism
+            )
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
         for step in record.steps:
