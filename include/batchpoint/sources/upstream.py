@@ -217,12 +217,15 @@ class PipelineSinkSource:
     def _check_on_timeline(
         self, manifest: SinkManifest, position: UpstreamPosition, what: str
     ) -> None:
+        if not _on_timeline(manifest, position):
+            raise self._taken_back(manifest, position, what)
+
+    def _taken_back(
+        self, manifest: SinkManifest, position: UpstreamPosition, what: str
+    ) -> SourceOffsetError:
         cid = position.checkpoint_id
-        assert cid is not None
-        if _on_timeline(manifest, position):
-            return
         reader = self.binding.reader or "<pipeline>"
-        raise self._error(
+        return self._error(
             f"upstream pipeline '{self.binding.pipeline}' was restored{self._restore(manifest)}"
             f", and its checkpoint {cid}, which {what} read up to, was taken back with it: "
             f"pipeline '{reader}' must follow: `batchpoint restore --pipeline {reader}` "
@@ -260,8 +263,18 @@ class PipelineSinkSource:
             return UpstreamRead(SinkMode.APPEND, (), unchanged=True)
         manifest = self._manifest_or_error()
         self._check_on_timeline(manifest, target, "this epoch's barrier")
-        if base.checkpoint_id is not None:
-            self._check_on_timeline(manifest, base, "the base checkpoint")
+        if base.checkpoint_id is not None and not _on_timeline(
+            replace(manifest, current=target.checkpoint_id), base
+        ):
+            if _on_timeline(manifest, base):  # restored to and fro while it triggered
+                raise self._error(
+                    f"this epoch's barrier (checkpoint {target.checkpoint_id} of pipeline "
+                    f"'{self.binding.pipeline}') does not follow from what the base checkpoint "
+                    f"read ({base.checkpoint_id}): the upstream was restored while it was "
+                    "triggered. The next epoch reads on from the base",
+                    UpstreamRestored,
+                )
+            raise self._taken_back(manifest, base, "the base checkpoint")
         self._check_columns(manifest)
         top = manifest.epochs[target.checkpoint_id]
         if manifest.mode is SinkMode.SNAPSHOT:
