@@ -493,3 +493,34 @@ def test_the_operators_need_no_openlineage_provider():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("lineage needs the provider"), done.stdout
+
+
+@pytest.mark.parametrize(("root", "namespace", "path"), [("s3://lake/bp", "s3://lake", "bp")])
+def test_a_pipeline_source_is_its_upstream_sinks_own_dataset(root, namespace, path):
+    """A downstream's input is the dataset the upstream's finalize reports as output,
+    versioned by the upstream checkpoint read up to: the edge between the two jobs."""
+    from batchpoint.airflow.lineage import checkpoint_lineage
+    from support.chained import ledger_pipeline, reports_pipeline
+
+    checkpoint = {
+        "checkpoint_id": 4,
+        "type": "checkpoint",
+        "base_checkpoint_id": 3,
+        "barrier": {
+            "balances": {"ledger/totals_out": {"offset": 9, "generation": 1}},
+            "moves": {"ledger/movements": {"offset": 0}},
+        },
+    }
+    reports = checkpoint_lineage(reports_pipeline(), root, operator=None, checkpoint=checkpoint)
+    ledger = checkpoint_lineage(ledger_pipeline(), root, operator=None, checkpoint=None)
+    inputs = {(d.namespace, d.name): d for d in reports.inputs}
+    sinks = {(d.namespace, d.name) for d in ledger.outputs}
+    assert set(inputs) == {
+        (namespace, f"{path}/pipelines/ledger/sinks/totals_out"),
+        (namespace, f"{path}/pipelines/ledger/sinks/movements"),
+    }
+    assert set(inputs) <= sinks  # the same datasets the ledger writes
+    totals = inputs[(namespace, f"{path}/pipelines/ledger/sinks/totals_out")]
+    assert totals.facets["version"].datasetVersion == "9"
+    moves = inputs[(namespace, f"{path}/pipelines/ledger/sinks/movements")]
+    assert "version" not in moves.facets  # nothing published yet when it read
