@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from batchpoint.ops.epoch import finalize
 from batchpoint.runtime.driver import PipelineDriver
-from support import fake_epochs
-from support.chained import SOURCE_ROOT, ledger_pipeline, reports_pipeline
+from support.chained import ledger_pipeline, reports_pipeline
+from support.fake_chain import fake_epoch
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 
@@ -23,17 +22,6 @@ REFS = "support.chained:ledger_pipeline,support.chained:reports_pipeline"
 def _xcom(run: Any, task_id: str) -> Any:
     ti = next(t for t in run.get_task_instances() if t.task_id == task_id)
     return ti.xcom_pull(task_ids=task_id)
-
-
-def _epoch(driver: PipelineDriver) -> int:
-    if driver.pipeline.name == "ledger":  # new input for its file source
-        count = sum(1 for _ in driver.store.list(f"{SOURCE_ROOT}/p0/"))
-        driver.store.put(f"{SOURCE_ROOT}/p0/fake-{count:06d}.jsonl", b"")
-    pending = driver.trigger()
-    fake_epochs.ack_all(driver, pending)
-    outcome = finalize(driver, pending.checkpoint_id).outcome
-    assert outcome is not None and outcome.completed is not None, outcome
-    return pending.checkpoint_id
 
 
 class Chain:
@@ -49,7 +37,12 @@ class Chain:
         for driver in self.drivers:
             driver.coordinator.register(driver.pipeline.spec())
         ledger, reports = self.drivers
-        self.ids = (_epoch(ledger), _epoch(reports), _epoch(ledger), _epoch(reports))
+        self.ids = (
+            fake_epoch(ledger),
+            fake_epoch(reports),
+            fake_epoch(ledger),
+            fake_epoch(reports),
+        )
 
     def heads(self) -> tuple[int | None, ...]:
         controls = [d.coordinator.control_record() for d in self.drivers]

@@ -9,25 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from batchpoint.ops.epoch import finalize
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
 from support import fake_epochs
-from support.chained import SOURCE_ROOT, ledger_pipeline, reports_pipeline
+from support.chained import ledger_pipeline, reports_pipeline
 from support.cli import Cli, fresh_root
+from support.fake_chain import fake_epoch
 
 REFS = "support.chained:ledger_pipeline,support.chained:reports_pipeline"
-
-
-def _epoch(driver: PipelineDriver) -> int:
-    if driver.pipeline.name == "ledger":  # new input for its file source
-        count = sum(1 for _ in driver.store.list(f"{SOURCE_ROOT}/p0/"))
-        driver.store.put(f"{SOURCE_ROOT}/p0/fake-{count:06d}.jsonl", b"")
-    pending = driver.trigger()
-    fake_epochs.ack_all(driver, pending)
-    outcome = finalize(driver, pending.checkpoint_id).outcome
-    assert outcome is not None and outcome.completed is not None, outcome
-    return pending.checkpoint_id
 
 
 @pytest.fixture
@@ -38,8 +27,8 @@ def chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     reports = PipelineDriver(reports_pipeline(), StoreRef.of(root))
     for driver in (ledger, reports):
         driver.coordinator.register(driver.pipeline.spec())
-    up1, rep1 = _epoch(ledger), _epoch(reports)
-    up2, rep2 = _epoch(ledger), _epoch(reports)
+    up1, rep1 = fake_epoch(ledger), fake_epoch(reports)
+    up2, rep2 = fake_epoch(ledger), fake_epoch(reports)
     return {"ledger": ledger, "reports": reports, "ids": (up1, rep1, up2, rep2)}
 
 

@@ -29,8 +29,9 @@ import pyarrow.parquet as pq
 from batchpoint.errors import ConfigError
 from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.sources.barrier import PartitionOffset, SourceBarrier
-from batchpoint.sources.errors import SourceDataError, SourceOffsetError
+from batchpoint.sources.errors import SourceOffsetError
 from batchpoint.sources.files import SourceSplit
+from batchpoint.sources.readers import select_declared
 from batchpoint.sources.upstream import UpstreamRead
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
@@ -229,13 +230,4 @@ class IcebergTableSource:
             raise self._error(
                 f"data file {split.key} is gone (the table's files were removed)"
             ) from None
-        if self.schema is None:
-            return table
-        missing = [n for n in self.schema.names if n not in table.column_names]
-        if missing:
-            raise SourceDataError(split.key, f"columns {missing} of the source's schema missing")
-        out = table.select(self.schema.names)
-        for field in self.schema:
-            if not field.nullable and out.column(field.name).null_count:
-                raise SourceDataError(split.key, "a null in a required column", column=field.name)
-        return out.cast(pa.schema([f.with_nullable(True) for f in self.schema]))
+        return select_declared(table, self.schema, split.key)

@@ -266,3 +266,19 @@ _FORMATS: dict[str, tuple[Callable[[BinaryIO, pa.Schema], pa.Table], _Diagnose |
     "csv": (_parse_csv, _diagnose_csv),
     "parquet": (_parse_parquet, None),
 }
+
+
+def select_declared(table: pa.Table, schema: pa.Schema | None, uri: str) -> pa.Table:
+    """A table file's rows as a table source declares them (a pipeline's or Iceberg's):
+    the declared columns, required ones never null, every column nullable in the result
+    (Spark's reading side). SourceDataError naming `uri` otherwise."""
+    if schema is None:
+        return table
+    missing = [n for n in schema.names if n not in table.column_names]
+    if missing:
+        raise SourceDataError(uri, f"columns {missing} of the source's schema missing")
+    out = table.select(schema.names)
+    for field in schema:
+        if not field.nullable and out.column(field.name).null_count:
+            raise SourceDataError(uri, "a null in a required column", column=field.name)
+    return out.cast(pa.schema([f.with_nullable(True) for f in schema]))

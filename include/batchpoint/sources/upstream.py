@@ -39,8 +39,9 @@ from batchpoint.protocol.sink_manifest import PublishedEpoch, SinkManifest, Sink
 from batchpoint.protocol.sink_timeline import generation_of, reaches
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.sources.barrier import PartitionOffset, SourceBarrier
-from batchpoint.sources.errors import SourceDataError, SourceOffsetError
+from batchpoint.sources.errors import SourceOffsetError
 from batchpoint.sources.files import SourceSplit
+from batchpoint.sources.readers import select_declared
 from batchpoint.storage import ObjectStore
 
 ROW_KIND_COLUMN = "_row_kind"
@@ -346,16 +347,7 @@ class PipelineSinkSource:
                 f"published file {split.key} is gone (the upstream's GC removed it)"
             ) from None
         table = pq.read_table(io.BytesIO(data))
-        if self.schema is None:
-            return table
-        missing = [n for n in self.schema.names if n not in table.column_names]
-        if missing:
-            raise SourceDataError(split.key, f"columns {missing} of the source's schema missing")
-        out = table.select(self.schema.names)
-        for field in self.schema:
-            if not field.nullable and out.column(field.name).null_count:
-                raise SourceDataError(split.key, "a null in a required column", column=field.name)
-        return out.cast(pa.schema([f.with_nullable(True) for f in self.schema]))
+        return select_declared(table, self.schema, split.key)
 
 
 def _on_timeline(manifest: SinkManifest, position: UpstreamPosition) -> bool:
