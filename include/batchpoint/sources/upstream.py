@@ -260,6 +260,15 @@ class PipelineSinkSource:
     ) -> UpstreamRead:
         """What an epoch with base barrier `start` and barrier `end` reads."""
         base, target = UpstreamPosition.of(start), UpstreamPosition.of(end)
+        if target.checkpoint_id is None and base.checkpoint_id is not None:
+            # the sink stood at no published checkpoint when triggered: a restore to one
+            # not published yet (it publishes it next); reading nothing would go back
+            raise self._error(
+                f"{self.binding} stood at no published checkpoint when this epoch was "
+                f"triggered (a restore of '{self.binding.pipeline}' under way); the next "
+                f"epoch reads on from checkpoint {base.checkpoint_id}",
+                UpstreamRestored,
+            )
         if target.checkpoint_id is None or target.checkpoint_id == base.checkpoint_id:
             return UpstreamRead(SinkMode.APPEND, (), unchanged=True)
         manifest = self._manifest_or_error()
