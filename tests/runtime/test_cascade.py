@@ -1,11 +1,10 @@
-"""A cascade restore of three chained pipelines through real Spark epochs (ledger ->
-reports -> trends, tests/support/chained.py): the dry run's plan, lineage before and
+"""A cascade restore of three chained pipelines through real Spark epochs, on each store
+(ledger -> reports -> trends, tests/support/chained.py): the dry run's plan, lineage before and
 after, and the chain going on exactly once afterwards, each pipeline against its pandas
 reference. tests/ops/test_cascade.py covers the refusals and the crash on fake epochs."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,8 @@ from support.chained import Chain
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_a_cascade_follows_the_restore_down_the_chain(spark: Any, tmp_path: Path) -> None:
-    chain = Chain.on(spark, StoreRef.of((tmp_path / "store").as_uri()), trends=True)
+def test_a_cascade_follows_the_restore_down_the_chain(spark: Any, table_store: StoreRef) -> None:
+    chain = Chain.on(spark, table_store, trends=True)
     trends = chain.trends
     assert trends is not None
     runners = (chain.ledger, chain.reports, trends)
