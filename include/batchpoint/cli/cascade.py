@@ -10,7 +10,7 @@ from batchpoint.cli.context import Command
 from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.errors import ConfigError
 from batchpoint.ops.cascade import CascadeContext, cascade_restore
-from batchpoint.ops.gates import choose_restore_gate
+from batchpoint.ops.gates import choose_member_gate
 from batchpoint.ops.pipelines import split_refs
 from batchpoint.protocol.cascade import CascadeStatus
 from batchpoint.runtime.api import Pipeline
@@ -52,15 +52,14 @@ def cmd_cascade(cmd: Command, pipeline: Pipeline, options: GateOptions) -> ExitC
     reference = cmd.gate_ref() if options.enabled else None
 
     def gate_for(member: Pipeline) -> RestoreGate | None:
-        choice = choose_restore_gate(
-            member,
-            options,
-            reference=reference,
-            dry_run=args.dry_run,
-            store_ref=settings.store_ref,
-            log=cmd.out.note,
-        )
+        # as the restore DAG's cascade: a gate built for another pipeline judges none
+        choice = choose_member_gate(
+            member, options, reference=reference, dry_run=args.dry_run,
+            store_ref=settings.store_ref, log=cmd.out.note,
+        )  # fmt: skip
         cmd.out.note(f"{member.name}: {choice.description}")
+        for warning in choice.warnings:
+            cmd.out.note(warning)
         return choice.gate
 
     context = CascadeContext(

@@ -199,6 +199,7 @@ def choose_member_gate(
     gate: Any = None,
     reference: str | None = None,
     dry_run: bool = False,
+    store_ref: StoreRef | None = None,
     log: Log = print,
 ) -> GateChoice:
     """The gate of one pipeline of a cascade, chosen as its own restore chooses it, from
@@ -210,8 +211,9 @@ def choose_member_gate(
     judges = judged_pipeline(gate) if options.enabled else None
     if judges is None or judges == member.name:
         return choose_restore_gate(
-            member, options, gate=gate, reference=reference, dry_run=dry_run, log=log
-        )
+            member, options, gate=gate, reference=reference, dry_run=dry_run,
+            store_ref=store_ref, log=log,
+        )  # fmt: skip
     choice = GateChoice(
         None,
         f"the quality gate {reference or repr(gate)} judges pipeline '{judges}', not "
