@@ -222,6 +222,7 @@ def job_env(s3: Any, workdir: Path, spark_url: str) -> dict[str, str]:
 
     env = deployment_env(s3, workdir, spark_url)
     env.pop("BATCHPOINT_TABLE_CATALOG", None)
+    env.pop("BATCHPOINT_CHECKPOINT_INTERVALS", None)  # names the demo's reports: not here
     env["BATCHPOINT_PIPELINE_REF"] = PIPELINE_REF
     return env
 

@@ -72,8 +72,12 @@ def parsed(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def chained(tmp_path_factory) -> dict:
-    """Two pipelines, the second reading two sinks of the first, scheduled on them."""
+    """Two pipelines, the second reading two sinks of the first, scheduled on them (their
+    code in tests/support: on the probe's path, whatever the suite's own path is)."""
+    tests = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH", "")) if p)
     return parse(
+        PYTHONPATH=path,
         BATCHPOINT_ROOT=tmp_path_factory.mktemp("root").as_uri(),
         BATCHPOINT_PIPELINE_REF="support.chained:ledger_pipeline,support.chained:reports_pipeline",
         BATCHPOINT_CHECKPOINT_INTERVALS='{"reports": "upstream"}',

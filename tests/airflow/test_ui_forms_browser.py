@@ -41,6 +41,7 @@ DEFAULT_CONF: dict[str, dict[str, Any]] = {
         "dry_run": False,
         "claim_mode": "no_claim",
         "allow_non_restored_state": False,
+        "cascade": False,
         "quality_gate": True,
         "confirm_ungated": None,
         "max_candidates": None,
