@@ -128,13 +128,14 @@ class IcebergTableSource:
         base, target = self._snapshot_of(start), self._snapshot_of(end)
         if target is None or target == base:
             return UpstreamRead(SinkMode.APPEND, keys, unchanged=True)
-        table = self.table()
         if base is None:  # everything so far: the barrier's content, all inserts
-            return UpstreamRead(SinkMode.SNAPSHOT, keys, (), self._content(table, target))
+            content = self._content(self.table(), target)
+            return UpstreamRead(SinkMode.SNAPSHOT, keys, (), content)
         try:
             return UpstreamRead(SinkMode.APPEND, keys, (), tuple(self.files_between(start, end)))
         except NotAppended:
             pass  # overwritten or merged into: compare the two snapshots' contents
+        table = self.table()
         return UpstreamRead(
             SinkMode.SNAPSHOT, keys, self._content(table, base), self._content(table, target)
         )

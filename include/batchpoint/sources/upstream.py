@@ -35,6 +35,7 @@ from batchpoint.errors import ConfigError, ObjectNotFound, RecordError
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.protocol.layout import PipelineLayout, check_name
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
+from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sink_manifest import PublishedEpoch, SinkManifest, SinkMode
 from batchpoint.protocol.sink_timeline import generation_of, reaches
 from batchpoint.protocol.sinks import SinkPublisher
@@ -134,6 +135,7 @@ class PipelineSinkSource:
         self.binding = binding
         self.schema = schema
         self._layout = PipelineLayout(binding.pipeline)
+        self._uid: str | None = None  # the sink's uid, looked up once per source object
 
     @property
     def uri(self) -> str:
@@ -148,11 +150,14 @@ class PipelineSinkSource:
 
     def sink_uid(self) -> str:
         """The sink's uid, from the upstream's registered spec (given as name or uid)."""
+        if self._uid is not None:
+            return self._uid
         spec = self._spec()
         sinks = [op for op in spec.operators if op.kind is OperatorKind.SINK]
         for op in sinks:
             if self.binding.sink in (op.uid or op.name, op.name):
-                return op.uid or op.name
+                self._uid = op.uid or op.name
+                return self._uid
         raise ConfigError(
             f"pipeline '{self.binding.pipeline}' has no sink '{self.binding.sink}' "
             f"(its sinks: {', '.join(sorted(op.name for op in sinks)) or 'none'})"
@@ -239,8 +244,6 @@ class PipelineSinkSource:
     def _restore(self, manifest: SinkManifest) -> str:
         """' to checkpoint N (restore generation G, <when>)' from the upstream's restore
         record, or what the manifest says when the record cannot be read."""
-        from batchpoint.protocol.restores import RestoreRecord
-
         key = self._layout.restore(manifest.generation)
         try:
             record = RestoreRecord.decode(key, self.store.get(key).data)
