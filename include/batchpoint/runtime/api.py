@@ -120,6 +120,7 @@ class Pipeline:
         storage_options: Mapping[str, str | Secret] | None = None,
         table: str | None = None,
         catalog: str = DEFAULT_CATALOG,
+        table_format: str = "iceberg",
         uid: str | None = None,
         upstream: str | None = None,
         sink: str | None = None,
@@ -130,7 +131,8 @@ class Pipeline:
         file:///data/in) reached with `storage_options` (the S3 store's: endpoint_url,
         region, access_key_id, ...; `${VAR}` takes a value from the environment). `table`
         ("namespace.table" of `catalog`) reads an Iceberg table incrementally instead:
-        each epoch the rows appended since its base checkpoint's snapshot. `uid` keeps
+        each epoch the rows appended since its base checkpoint's snapshot
+        (`table_format="delta"`: the Delta table of that name, by version). `uid` keeps
         the source's offsets across a rename (default: its name). `upstream` and `sink`
         read another pipeline's sink on the same storage instead, exactly once: an
         append sink's new rows, a snapshot sink's changes, each row with its `_row_kind`
@@ -151,9 +153,9 @@ class Pipeline:
         location = _location(name, root, storage_options)
         if location is not None:
             root = ""
-        binding = TableBinding(table, catalog) if table else None
+        binding = TableBinding(table, catalog, table_format) if table else None
         if binding is not None:
-            format = "iceberg"
+            format = binding.format
         if changes:
             _check_changes(name, binding, key, schema)
         feed = self._upstream(name, upstream, sink, schema)
@@ -237,10 +239,12 @@ class Pipeline:
         fn: OperatorFn | None = None,
         table: str | TableBinding | None = None,
         catalog: str = DEFAULT_CATALOG,
+        table_format: str = "iceberg",
         uid: str | None = None,
     ) -> SinkDef:
-        """`table` ("namespace.table"): the sink is also an Iceberg table of `catalog`,
-        one commit per checkpoint, rewound by restores (see batchpoint.tables). `uid`
+        """`table` ("namespace.table"): the sink is also an Iceberg table of `catalog`
+        (`table_format="delta"`: a Delta table under the store's tables/ folder), one
+        commit per checkpoint, rewound by restores (see batchpoint.tables). `uid`
         keeps the sink's staged output and manifest across a rename (default: its name)."""
         self._check_new(name)
         self._check_uid(uid or name, self.sinks.values(), f"sink '{name}'")
@@ -250,7 +254,7 @@ class Pipeline:
             raise PipelineSpecError(
                 f"sink '{name}': mode {mode!r} is not one of {[m.value for m in SinkMode]}"
             ) from None
-        binding = TableBinding(table, catalog) if isinstance(table, str) else table
+        binding = TableBinding(table, catalog, table_format) if isinstance(table, str) else table
         taken = [s.name for s in self.sinks.values() if binding and s.table == binding]
         if taken:
             raise PipelineSpecError(

@@ -13,7 +13,7 @@ from typing import Any
 from batchpoint.errors import PipelineSpecError
 
 DEFAULT_CATALOG = "batchpoint"
-FORMATS = ("iceberg",)
+FORMATS = ("iceberg", "delta")  # Delta tables are path-based: see tables/delta_location.py
 
 _PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -39,6 +39,10 @@ class TableBinding:
             )
 
     @property
+    def is_delta(self) -> bool:
+        return self.format == "delta"
+
+    @property
     def namespace(self) -> str:
         return self.identifier.rsplit(".", 1)[0]
 
@@ -61,4 +65,6 @@ class TableBinding:
         )
 
     def __str__(self) -> str:
+        if self.is_delta:
+            return f"delta table {self.identifier}"
         return f"{self.format} table {self.identifier} (catalog {self.catalog})"
