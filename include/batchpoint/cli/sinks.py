@@ -55,7 +55,7 @@ def cmd_history(cmd: Command) -> ExitCode:
             "commits": [c.to_json() for c in commits],
         },
         lambda: render.table(
-            ["snapshot", "checkpoint", "generation", "operation", "rows", "committed"],
+            [history.noun, "checkpoint", "generation", "operation", "rows", "committed"],
             [
                 [
                     c.snapshot_id,

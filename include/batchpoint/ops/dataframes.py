@@ -175,15 +175,34 @@ def read_sink(
     from batchpoint.spark.remote import for_workers
 
     coordinator, store_ref = _open(pipeline, settings)
-    _, files = sink_files(coordinator, sink, checkpoint)
+    as_of, files = sink_files(coordinator, sink, checkpoint)
     struct = sink_struct(sink, files)
     arrow = to_arrow_schema(struct, timezone="UTC")
-    keys = [(i, f.path) for i, f in enumerate(files) if f.rows]
+    delta = _delta_keys(coordinator, store_ref, sink, as_of)
+    paths = delta if delta is not None else [f.path for f in files if f.rows]
+    keys = list(enumerate(paths))
     if not keys:
         return spark.createDataFrame([], struct)
     tasks = repartition_by_id(spark.createDataFrame(keys, "idx int, key string"), len(keys), "idx")
     reader = functools.partial(_read_files_task, for_workers(store_ref), arrow)
     return tasks.mapInArrow(reader, struct)
+
+
+def _delta_keys(
+    coordinator: PipelineHistory, store_ref: StoreRef, sink: str, as_of: int | None
+) -> list[str] | None:
+    """A Delta table sink's files as of the checkpoint: the Delta version it published
+    (time travel through the table), or None for any other sink."""
+    from batchpoint.tables.binding import TableBinding
+
+    found = find_sink(coordinator, sink)
+    binding = TableBinding.from_properties(found.properties)
+    if binding is None or not binding.is_delta:
+        return None
+    from batchpoint.tables.delta import DeltaSinkTable
+
+    table = DeltaSinkTable(binding, coordinator.pipeline, found.ref, store_ref.open())
+    return table.keys_at(as_of)
 
 
 def describe_rows(df: DataFrame, limit: int) -> tuple[list[str], list[list[Any]], int]:

@@ -19,7 +19,7 @@ from batchpoint.protocol.sink_directory import KnownSink, SinkDirectory
 from batchpoint.protocol.topology import Topology
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
-from batchpoint.tables.iceberg import IcebergSinkTable, TableCommit
+from batchpoint.tables.sync import SinkTableAdapter, TableCommit
 
 
 @dataclass
@@ -28,7 +28,7 @@ class SinkView:
     sink: str  # its current name
     uid: str
     checkpoint_id: int | None  # None: as published now
-    source: str  # "iceberg table <id> snapshot <n>" or "sink manifest"
+    source: str  # "iceberg table <id>, snapshot <n>", "delta table <id>, version <n>", "sink manifest"
     rows: pa.Table
     total_rows: int
 
@@ -102,7 +102,7 @@ def find_sink(coordinator: PipelineHistory, sink: str) -> KnownSink:
 
 def _table(
     coordinator: PipelineHistory, store_ref: StoreRef, sink: KnownSink
-) -> tuple[IcebergSinkTable, TableBinding]:
+) -> tuple[SinkTableAdapter, TableBinding]:
     from batchpoint.tables.service import sink_table
 
     binding = TableBinding.from_properties(sink.properties)
@@ -125,7 +125,8 @@ def show_sink(
         table, binding = _table(coordinator, store_ref, found)
         snapshot = table.snapshot_of(checkpoint_id) if checkpoint_id is not None else None
         rows = table.read(checkpoint_id)
-        source = f"{binding}" + (f", snapshot {snapshot}" if snapshot is not None else "")
+        at = f", {table.commit_noun} {snapshot}" if snapshot is not None else ""
+        source = f"{binding}{at}"
     else:
         rows = coordinator.sinks.read_table(found.ref, checkpoint_id)
         source = "sink manifest"
@@ -145,9 +146,11 @@ class SinkHistory:
     sink: str  # its current name
     uid: str
     commits: list[TableCommit]
+    noun: str = "snapshot"  # what the format calls a commit: Delta's "version"
 
 
 def sink_history(coordinator: PipelineHistory, store_ref: StoreRef, sink: str) -> SinkHistory:
     found = find_sink(coordinator, sink)
-    commits = _table(coordinator, store_ref, found)[0].history()
-    return SinkHistory(coordinator.pipeline, found.ref.label, found.uid, commits)
+    table = _table(coordinator, store_ref, found)[0]
+    commits = table.history()
+    return SinkHistory(coordinator.pipeline, found.ref.label, found.uid, commits, table.commit_noun)

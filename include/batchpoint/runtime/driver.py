@@ -31,7 +31,7 @@ from batchpoint.runtime.deploy import BaseCheck, code_topology, completed_checkp
 from batchpoint.storage import ObjectStore, StoreRef
 
 if TYPE_CHECKING:
-    from batchpoint.tables.iceberg import SyncReport
+    from batchpoint.tables.sync import SyncReport
 
 
 def in_force(stored: PipelineSpec | None, pipeline: Pipeline) -> dict[str, int]:

@@ -24,18 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from batchpoint.errors import BatchpointError, CheckpointError
-from batchpoint.protocol.sinks import Sink, SinkManifest, SinkPins, SinkRef
-from batchpoint.protocol.table_pins import TablePin
+from batchpoint.errors import CheckpointError
+from batchpoint.protocol.sinks import Sink, SinkManifest, SinkRef
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
-from batchpoint.tables.plan import Operation, SyncStep, TablePosition, plan_sync
+from batchpoint.tables.plan import Operation, SyncStep, TablePosition
+from batchpoint.tables.sync import SyncReport, TableCommit, TableError, TableSync
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -51,37 +50,6 @@ CHECKPOINT = "batchpoint.checkpoint-id"
 GENERATION = "batchpoint.generation"
 OPERATION = "batchpoint.operation"
 
-MAX_ROUNDS = 20  # conflicting syncs converge in a round or two; this bounds a bug
-
-
-class TableError(BatchpointError):
-    """A table sink cannot be synced: someone else's table, an incompatible schema."""
-
-
-@dataclass(frozen=True)
-class TableCommit:
-    """One batchpoint commit in a table's history."""
-
-    snapshot_id: int
-    checkpoint_id: int | None
-    generation: int
-    operation: str
-    records: int
-    committed_at_ms: int
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class SyncReport:
-    table: str
-    committed: list[int | None] = field(default_factory=list)  # checkpoint ids, in order
-    expired: list[int] = field(default_factory=list)  # checkpoint ids whose snapshots went
-    rounds: int = 0
-    why: str = ""
-
-
 def _props(snapshot: Snapshot) -> dict[str, str]:
     return dict(snapshot.summary.additional_properties) if snapshot.summary else {}
 
@@ -93,12 +61,34 @@ def _name_mapping(table: Table) -> dict[str, str]:
     return {TableProperties.DEFAULT_NAME_MAPPING: table.schema().name_mapping.model_dump_json()}
 
 
+def snapshot_keys(table: Table, store: ObjectStore) -> set[str]:
+    """The store's keys that some snapshot of `table` reads (shared manifests read once:
+    the cost is the table's unexpired history)."""
+    prefix = store.child("")
+    seen: set[str] = set()
+    keys: set[str] = set()
+    for snapshot in table.snapshots():
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            # Deleted entries are files a snapshot stopped reading; the snapshots that
+            # read them list them in their own (older) manifests.
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                path = entry.data_file.file_path
+                if path.startswith(prefix):
+                    keys.add(path[len(prefix) :])
+    return keys
+
+
 def _checkpoint_of(props: dict[str, str]) -> int | None:
     text = props.get(CHECKPOINT, "")
     return int(text) if text else None
 
 
 class IcebergSinkTable:
+    commit_noun = "snapshot"
+
     def __init__(
         self,
         catalog: Catalog,
@@ -222,6 +212,23 @@ class IcebergSinkTable:
             return
         table.refresh()
 
+    # -- what TableSync and GC ask of every format --------------------------------------
+
+    def conflicts(self) -> tuple[type[BaseException], ...]:
+        from pyiceberg.exceptions import CommitFailedException
+
+        return (CommitFailedException,)
+
+    def refresh(self, table: Table) -> Table:
+        return table.refresh()
+
+    def head(self, table: Table) -> int | None:
+        current = table.current_snapshot()
+        return None if current is None else current.snapshot_id
+
+    def referenced_keys(self, table: Table) -> set[str]:
+        return snapshot_keys(table, self.store)
+
     # -- position and history -----------------------------------------------------------
 
     def _ancestry(self, table: Table) -> Iterator[Snapshot]:
@@ -338,83 +345,12 @@ class IcebergSinkTable:
         return sorted({c.checkpoint_id for c in gone if c.checkpoint_id is not None})
 
 
-class TableSync:
-    """Make a table sink's table say what its manifest says (see the module's text).
-    `pins` fence each commit against GC; only a test of the unfenced race goes without."""
-
-    def __init__(
-        self,
-        table: IcebergSinkTable,
-        read_manifest: Callable[[], SinkManifest | None],
-        pins: SinkPins | None = None,
-    ) -> None:
-        self.table = table
-        self.read_manifest = read_manifest
-        self.pins = pins
-        self._held: tuple[TablePin, ...] = ()
-
-    def run(self) -> SyncReport:
-        try:
-            report = self._rounds()
-        except Exception:
-            self._release()  # a crash leaves its pin: GC drops it once the table moved
-            raise
-        self._release()
-        return report
-
-    def _rounds(self) -> SyncReport:
-        from pyiceberg.exceptions import CommitFailedException
-
-        report = SyncReport(self.table.binding.identifier)
-        for _ in range(MAX_ROUNDS):
-            report.rounds += 1
-            manifest = self.read_manifest()  # first the manifest, then the table: see plan.py
-            if manifest is None:
-                report.why = "the sink has published nothing"
-                return report
-            table = self.table.ensure(manifest)
-            if table is None:
-                report.why = "no staged file yet to take the table's schema from"
-                return report
-            plan = plan_sync(self.table.position(table), manifest)
-            report.why = plan.why
-            try:
-                for step in plan.steps:
-                    if not self._pin(step, table):
-                        break  # GC dropped the epoch since the manifest read: plan again
-                    self.table.commit(table, step, manifest.generation)
-                    report.committed.append(step.checkpoint_id)
-                    table.refresh()
-                else:
-                    if not plan.stale:
-                        report.expired += self.table.expire(table, manifest)
-                    return report
-                log.info("%s: an epoch of the plan left the manifest; planning again", report.table)
-            except CommitFailedException:
-                log.info("%s: a concurrent commit won; planning again", report.table)
-        raise TableError(
-            f"{self.table.binding}: still conflicting after {MAX_ROUNDS} rounds of sync"
-        )
-
-    def _pin(self, step: SyncStep, table: Table) -> bool:
-        """Pin the step's epoch on the table's current snapshot (releasing this sync's
-        earlier pin in the same write); False when the epoch left the manifest."""
-        if self.pins is None or step.checkpoint_id is None or not step.files:
-            return True  # nothing GC could take from under this commit
-        current = table.current_snapshot()
-        pin = TablePin(step.checkpoint_id, None if current is None else current.snapshot_id)
-        pinned = self.pins.pin(pin, release=self._held)
-        self._held = (pin,) if pinned else ()
-        return pinned
-
-    def _release(self) -> None:
-        if self.pins is None or not self._held:
-            return
-        held, self._held = self._held, ()
-        try:
-            self.pins.unpin(held)
-        except BatchpointError as exc:  # left in place, the pin goes stale: GC drops it
-            log.warning("%s: a table pin stays until GC drops it: %s", self.table.binding, exc)
-
-
-__all__ = ["IcebergSinkTable", "Operation", "SyncReport", "TableCommit", "TableError", "TableSync"]
+__all__ = [
+    "IcebergSinkTable",
+    "Operation",
+    "SyncReport",
+    "TableCommit",
+    "TableError",
+    "TableSync",
+    "snapshot_keys",
+]

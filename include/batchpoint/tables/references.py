@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.findings import Finding
@@ -32,30 +32,9 @@ from batchpoint.storage import ObjectStore
 from batchpoint.storage.redaction import redact_uri
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import default_catalog_missing, table_metadata_prefix
-from batchpoint.tables.iceberg import IcebergSinkTable, TableError
+from batchpoint.tables.sync import SinkTableAdapter, TableError
 from batchpoint.tables.plan import lag
 
-if TYPE_CHECKING:
-    from pyiceberg.table import Table
-
-
-def snapshot_keys(table: Table, store: ObjectStore) -> set[str]:
-    """The store's keys that some snapshot of `table` reads."""
-    prefix = store.child("")
-    seen: set[str] = set()
-    keys: set[str] = set()
-    for snapshot in table.snapshots():
-        for manifest in snapshot.manifests(table.io):
-            if manifest.manifest_path in seen:
-                continue
-            seen.add(manifest.manifest_path)
-            # Deleted entries are files a snapshot stopped reading; the snapshots that
-            # read them list them in their own (older) manifests.
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                path = entry.data_file.file_path
-                if path.startswith(prefix):
-                    keys.add(path[len(prefix) :])
-    return keys
 
 
 class PipelineTables:
@@ -90,7 +69,7 @@ class PipelineTables:
         for found in self._tables():
             if found.table is not None:
                 with _reading(found):
-                    keys |= snapshot_keys(found.table, self.store)
+                    keys |= found.adapter.referenced_keys(found.table)
             finding = self._lag(found)
             if finding is not None:
                 findings.append(finding)
@@ -105,8 +84,7 @@ class PipelineTables:
             if found.table is None:
                 return None
             with _reading(found):
-                snapshot = found.table.current_snapshot()
-            return None if snapshot is None else snapshot.snapshot_id
+                return found.adapter.head(found.table) if found.adapter else None
         return None
 
     # -- for verify and the UI ----------------------------------------------------------
@@ -136,11 +114,12 @@ class PipelineTables:
         for uid in self.bindings if sinks is None else sinks:
             ref = self.refs[uid]
             found = _SinkTable(ref.label, self.bindings[uid], self._manifests.manifest(ref))
-            if not default_catalog_missing(found.binding.catalog, self.store, uri):
+            binding = found.binding
+            if binding.is_delta or not default_catalog_missing(binding.catalog, self.store, uri):
                 with _reading(found):
                     found.adapter = sink_table(self.store, self.pipeline, ref, found.binding, uri)
                     found.table = found.adapter.load()
-            if found.table is None:
+            if found.table is None and not found.binding.is_delta:  # Delta: by path only
                 self._check_no_metadata(found)
             yield found
 
@@ -178,8 +157,8 @@ class _SinkTable:
     sink: str  # its label
     binding: TableBinding
     manifest: SinkManifest | None
-    adapter: IcebergSinkTable | None = None  # None: its catalog was never made
-    table: Table | None = None  # None: it does not exist (yet)
+    adapter: SinkTableAdapter | None = None  # None: its catalog was never made
+    table: Any = None  # the format's table; None: it does not exist (yet)
 
 
 @contextlib.contextmanager

@@ -15,15 +15,8 @@ from batchpoint.storage import ObjectStore, StoreRef
 from batchpoint.storage.redaction import redact_uri
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import open_catalog
-from batchpoint.tables.iceberg import (
-    PIPELINE,
-    ROOT,
-    SINK,
-    IcebergSinkTable,
-    SyncReport,
-    TableError,
-    TableSync,
-)
+from batchpoint.tables.iceberg import PIPELINE, ROOT, SINK, IcebergSinkTable
+from batchpoint.tables.sync import SinkTableAdapter, SyncReport, TableError, TableSync
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +33,13 @@ def sink_table(
     sink: Sink,
     binding: TableBinding,
     catalog_uri: str | None = None,
-) -> IcebergSinkTable:
+) -> SinkTableAdapter:
+    """The sink's table adapter for its binding's format."""
     store = store.open() if isinstance(store, StoreRef) else store
+    if binding.is_delta:
+        from batchpoint.tables.delta import DeltaSinkTable
+
+        return DeltaSinkTable(binding, pipeline, sink, store)
     uri = catalog_uri if catalog_uri is not None else configured_catalog_uri()
     catalog = open_catalog(binding.catalog, store, uri)
     return IcebergSinkTable(catalog, binding, pipeline, sink, store)
@@ -102,13 +100,18 @@ def table_writers(
     `store` among `bindings`: what a deploy plan holds a binding against when the base
     checkpoint records no sink of the table (a restore took back the epoch that made
     it). A table that cannot be read is left out: its sync reports it."""
-    try:
-        from pyiceberg.exceptions import NoSuchTableError
-    except ImportError:  # the sync says how to install it
-        return {}
-    uri = configured_catalog_uri()
     writers = {}
     for binding in bindings:
+        if binding.is_delta:
+            found = _delta_writer(store, pipeline, binding)
+            if found:
+                writers[binding] = found
+            continue
+        try:
+            from pyiceberg.exceptions import NoSuchTableError
+        except ImportError:  # the sync says how to install it
+            continue
+        uri = configured_catalog_uri()
         try:
             table = open_catalog(binding.catalog, store, uri).load_table(binding.identifier)
         except NoSuchTableError:
@@ -120,3 +123,23 @@ def table_writers(
         if props.get(PIPELINE) == pipeline and props.get(ROOT) == store.uri and props.get(SINK):
             writers[binding] = props[SINK]
     return writers
+
+
+def _delta_writer(store: ObjectStore, pipeline: str, binding: TableBinding) -> str | None:
+    try:
+        from deltalake import DeltaTable
+
+        from batchpoint.tables.delta_location import storage_options, table_uri
+
+        uri, options = table_uri(store, binding), storage_options(store)
+        if not DeltaTable.is_deltatable(uri, storage_options=options):
+            return None
+        config = DeltaTable(uri, storage_options=options).metadata().configuration
+    except ImportError:  # the sync says how to install it
+        return None
+    except Exception as exc:  # unreadable: its sync reports it
+        log.info("%s: its writer not read (%s)", binding, str(exc)[:200])
+        return None
+    if config.get(PIPELINE) == pipeline and config.get(ROOT) == store.uri:
+        return config.get(SINK) or None
+    return None

@@ -1,0 +1,168 @@
+"""Make a table sink's table say what its sink manifest says, whatever the table's
+format: `TableSync` plans with the pure `plan_sync` (plan.py), pins each step's epoch
+against GC, and commits through a `SinkTableAdapter` (iceberg.py, delta.py).
+
+Every adapter's commit is a compare-and-set on the table's head (Iceberg's current
+snapshot, Delta's log version): a commit that lost to a concurrent one raises one of
+the adapter's `conflicts`, and the sync reads the manifest and the table again and
+plans anew, rather than rebasing a decision made on a table that has changed since.
+
+Before each commit, the sync pins the epoch in the sink manifest (a CAS that fails if
+GC dropped the epoch since the manifest was read: then it plans anew), so GC keeps the
+epoch's files until the commit (protocol/table_pins.py::TablePin). A sync that planned
+before a GC pass therefore never commits files that pass deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from batchpoint.errors import BatchpointError
+from batchpoint.protocol.sinks import SinkManifest, SinkPins
+from batchpoint.protocol.table_pins import TablePin
+from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.plan import SyncStep, TablePosition, plan_sync
+
+log = logging.getLogger(__name__)
+
+MAX_ROUNDS = 20  # conflicting syncs converge in a round or two; this bounds a bug
+
+
+class TableError(BatchpointError):
+    """A table sink cannot be synced: someone else's table, an incompatible schema."""
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """One batchpoint commit in a table's history (`snapshot_id`: Iceberg's snapshot id,
+    or the Delta version)."""
+
+    snapshot_id: int
+    checkpoint_id: int | None
+    generation: int
+    operation: str
+    records: int
+    committed_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SyncReport:
+    table: str
+    committed: list[int | None] = field(default_factory=list)  # checkpoint ids, in order
+    expired: list[int] = field(default_factory=list)  # checkpoint ids whose commits went
+    rounds: int = 0
+    why: str = ""
+
+
+class SinkTableAdapter(Protocol):
+    """What a sync, GC and the readers need of one format's table sink."""
+
+    binding: TableBinding
+    #: what a commit is called in the format ("snapshot", "version")
+    commit_noun: str
+
+    def conflicts(self) -> tuple[type[BaseException], ...]: ...
+    def ensure(self, manifest: SinkManifest) -> Any: ...
+    def load(self, *, claim: bool = False) -> Any: ...
+    def require(self) -> Any: ...
+    def refresh(self, table: Any) -> Any: ...
+    def head(self, table: Any) -> int | None: ...
+    def position(self, table: Any) -> TablePosition | None: ...
+    def commit(self, table: Any, step: SyncStep, generation: int) -> None: ...
+    def expire(self, table: Any, manifest: SinkManifest) -> list[int]: ...
+    def history(self, table: Any = None) -> list[TableCommit]: ...
+    def snapshot_of(self, checkpoint_id: int, table: Any = None) -> int: ...
+    def read(self, checkpoint_id: int | None = None) -> Any: ...
+    def referenced_keys(self, table: Any) -> set[str]: ...
+
+
+class TableSync:
+    """Make a table sink's table say what its manifest says (see the module's text).
+    `pins` fence each commit against GC; only a test of the unfenced race goes without."""
+
+    def __init__(
+        self,
+        table: SinkTableAdapter,
+        read_manifest: Callable[[], SinkManifest | None],
+        pins: SinkPins | None = None,
+    ) -> None:
+        self.table = table
+        self.read_manifest = read_manifest
+        self.pins = pins
+        self._held: tuple[TablePin, ...] = ()
+
+    def run(self) -> SyncReport:
+        try:
+            report = self._rounds()
+        except Exception:
+            self._release()  # a crash leaves its pin: GC drops it once the table moved
+            raise
+        self._release()
+        return report
+
+    def _rounds(self) -> SyncReport:
+        report = SyncReport(self.table.binding.identifier)
+        for _ in range(MAX_ROUNDS):
+            report.rounds += 1
+            manifest = self.read_manifest()  # first the manifest, then the table: see plan.py
+            if manifest is None:
+                report.why = "the sink has published nothing"
+                return report
+            table = self.table.ensure(manifest)
+            if table is None:
+                report.why = "no staged file yet to take the table's schema from"
+                return report
+            plan = plan_sync(self.table.position(table), manifest)
+            report.why = plan.why
+            try:
+                for step in plan.steps:
+                    if not self._pin(step, table):
+                        break  # GC dropped the epoch since the manifest read: plan again
+                    self.table.commit(table, step, manifest.generation)
+                    report.committed.append(step.checkpoint_id)
+                    table = self.table.refresh(table)
+                else:
+                    if not plan.stale:
+                        report.expired += self.table.expire(table, manifest)
+                    return report
+                log.info("%s: an epoch of the plan left the manifest; planning again", report.table)
+            except self.table.conflicts():
+                log.info("%s: a concurrent commit won; planning again", report.table)
+        raise TableError(
+            f"{self.table.binding}: still conflicting after {MAX_ROUNDS} rounds of sync"
+        )
+
+    def _pin(self, step: SyncStep, table: Any) -> bool:
+        """Pin the step's epoch on the table's head (releasing this sync's earlier pin
+        in the same write); False when the epoch left the manifest."""
+        if self.pins is None or step.checkpoint_id is None or not step.files:
+            return True  # nothing GC could take from under this commit
+        pin = TablePin(step.checkpoint_id, self.table.head(table))
+        pinned = self.pins.pin(pin, release=self._held)
+        self._held = (pin,) if pinned else ()
+        return pinned
+
+    def _release(self) -> None:
+        if self.pins is None or not self._held:
+            return
+        held, self._held = self._held, ()
+        try:
+            self.pins.unpin(held)
+        except BatchpointError as exc:  # left in place, the pin goes stale: GC drops it
+            log.warning("%s: a table pin stays until GC drops it: %s", self.table.binding, exc)
+
+
+__all__ = [
+    "MAX_ROUNDS",
+    "SinkTableAdapter",
+    "SyncReport",
+    "TableCommit",
+    "TableError",
+    "TableSync",
+]
