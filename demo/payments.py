@@ -80,10 +80,12 @@ def build_pipeline(
     alert_limit: int = ALERT_LIMIT,
     max_parallelism: int = 128,
     balances_table: str | None = None,
+    table_format: str = "iceberg",
     source_options: dict[str, str] | None = None,
 ) -> Pipeline:
     """`balances_table` ("namespace.table"): publish the balances as that Iceberg table
-    too (what the demo does; see batchpoint.tables). `source_root` may be a URI of its
+    too (what the demo does; see batchpoint.tables), or as a Delta table with
+    `table_format="delta"`. `source_root` may be a URI of its
     own (a landing bucket), reached with `source_options`."""
     pipeline = Pipeline("payments", max_parallelism=max_parallelism)
     pipeline.source(
@@ -116,6 +118,7 @@ def build_pipeline(
         mode=SinkMode.SNAPSHOT,
         parallelism=1,
         table=balances_table,
+        table_format=table_format,
     )
 
     def alerts(ctx: OperatorContext) -> DataFrame:
@@ -141,3 +144,5 @@ pipeline = build_pipeline()
 #: demo's; its catalog: BATCHPOINT_TABLE_CATALOG, see batchpoint.tables.catalog).
 BALANCES_TABLE = "payments.balances"
 table_pipeline = build_pipeline(balances_table=BALANCES_TABLE)
+#: The same as a Delta table (`run.py --table-format delta`): <root>/tables/payments/balances.
+delta_table_pipeline = build_pipeline(balances_table=BALANCES_TABLE, table_format="delta")

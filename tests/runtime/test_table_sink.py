@@ -1,4 +1,4 @@
-"""The payments pipeline with its balances published as an Iceberg table, through real
+"""The payments pipeline with its balances published as an Iceberg or a Delta table, through real
 Spark epochs and the faults around a table commit: the sink task killed before and
 after its pre-commit, the finalize killed before and after the table commit, a repeated notify,
 an aborted checkpoint, then a restore to an older checkpoint and new epochs. After it
@@ -18,8 +18,10 @@ from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.runtime.faults import InjectedKill
 from batchpoint.runtime.restore import restore_checkpoint
+from batchpoint.tables.delta import DeltaSinkTable
 from batchpoint.tables.iceberg import IcebergSinkTable
 from batchpoint.tables.service import sink_table
+from batchpoint.tables.sync import SinkTableAdapter
 from demo.payments import BALANCES_TABLE, SOURCE_ROOT
 from demo.payments_reference import compute_reference
 from support.payments import PaymentsRun
@@ -40,30 +42,40 @@ def _expected(run: PaymentsRun, checkpoint_id: int) -> pd.DataFrame:
     ).balances
 
 
-def _as_of(table: IcebergSinkTable, checkpoint_id: int, columns: list[str]) -> pd.DataFrame:
+def _as_of(table: SinkTableAdapter, checkpoint_id: int, columns: list[str]) -> pd.DataFrame:
     frame = table.read(checkpoint_id).to_pandas()
     return frame.sort_values("account_id", ignore_index=True)[columns]
 
 
-def _kill_commit(monkeypatch: pytest.MonkeyPatch, when: str, checkpoint_id: int) -> None:
+def _kill_commit(
+    monkeypatch: pytest.MonkeyPatch, when: str, checkpoint_id: int, table_format: str
+) -> None:
     """Kill the finalize task just before or just after the table commit of a checkpoint
-    (the real commit wrapped: Iceberg cannot be told to die half-way)."""
-    real = IcebergSinkTable.commit
+    (the real commit wrapped: neither format can be told to die half-way)."""
+    adapter = DeltaSinkTable if table_format == "delta" else IcebergSinkTable
+    real = adapter.commit
 
-    def commit(self: IcebergSinkTable, table: Any, step: Any, generation: int) -> None:
+    def commit(self: Any, table: Any, step: Any, generation: int) -> None:
         if step.checkpoint_id == checkpoint_id and when == "before":
             raise InjectedKill(f"killed before the table commit of {checkpoint_id}")
         real(self, table, step, generation)
         if step.checkpoint_id == checkpoint_id and when == "after":
             raise InjectedKill(f"killed after the table commit of {checkpoint_id}")
 
-    monkeypatch.setattr(IcebergSinkTable, "commit", commit)
+    monkeypatch.setattr(adapter, "commit", commit)
 
 
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
 def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table_format: str
 ) -> None:
-    run = PaymentsRun.on(spark, tmp_path / "store", balances_table=BALANCES_TABLE, num_retained=10)
+    run = PaymentsRun.on(
+        spark,
+        tmp_path / "store",
+        balances_table=BALANCES_TABLE,
+        table_format=table_format,
+        num_retained=10,
+    )
     driver = run.runner.driver
     completed: list[int] = []
 
@@ -94,7 +106,7 @@ def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
         cid = driver.trigger().checkpoint_id
         run.runner.run_operators(cid)
         with monkeypatch.context() as patch:
-            _kill_commit(patch, when, cid)
+            _kill_commit(patch, when, cid, table_format)
             with pytest.raises(InjectedKill):
                 run.runner.complete(cid)
         finish(cid)

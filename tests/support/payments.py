@@ -44,13 +44,16 @@ class PaymentsRun:
         *,
         parallelism: int = 2,
         balances_table: str | None = None,
+        table_format: str = "iceberg",
         **config: Any,
     ) -> PaymentsRun:
         """The payments pipeline on the store in folder `root`, with a fresh clock (and
         its balances as an Iceberg table, its catalog under the root, if named)."""
         ref = StoreRef.of(root.as_uri())
         clock = FakeClock()
-        pipeline = build_pipeline(parallelism=parallelism, balances_table=balances_table)
+        pipeline = build_pipeline(
+            parallelism=parallelism, balances_table=balances_table, table_format=table_format
+        )
         # Faults named by BATCHPOINT_FAULT fire in its attempts (the production runner
         # has no hooks).
         runner = LocalEpochRunner(
