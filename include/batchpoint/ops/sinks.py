@@ -28,7 +28,7 @@ class SinkView:
     sink: str  # its current name
     uid: str
     checkpoint_id: int | None  # None: as published now
-    source: str  # "iceberg table <id>, snapshot <n>", "delta table <id>, version <n>", "sink manifest"
+    source: str  # "<format> table <id>, snapshot/version <n>", or "sink manifest"
     rows: pa.Table
     total_rows: int
 

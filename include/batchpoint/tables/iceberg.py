@@ -50,6 +50,7 @@ CHECKPOINT = "batchpoint.checkpoint-id"
 GENERATION = "batchpoint.generation"
 OPERATION = "batchpoint.operation"
 
+
 def _props(snapshot: Snapshot) -> dict[str, str]:
     return dict(snapshot.summary.additional_properties) if snapshot.summary else {}
 

@@ -32,9 +32,8 @@ from batchpoint.storage import ObjectStore
 from batchpoint.storage.redaction import redact_uri
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import default_catalog_missing, table_metadata_prefix
-from batchpoint.tables.sync import SinkTableAdapter, TableError
 from batchpoint.tables.plan import lag
-
+from batchpoint.tables.sync import SinkTableAdapter, TableError
 
 
 class PipelineTables:
