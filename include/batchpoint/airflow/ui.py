@@ -6,9 +6,9 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
     GET /batchpoint/{pipeline}?before=N        its summary, chart, history page, config
     GET /batchpoint/{pipeline}/checkpoints/{id}    a checkpoint: tasks, report, files, lineage
     GET /batchpoint/{pipeline}/checkpoints/{id}/data-docs/{path}
-                                               a file of the checkpoint's Data Docs site
-                                               (its pages load GX's CDN assets from
-                                               static/data-docs/: no internet needed)
+                                               a file of the checkpoint's Data Docs site (its
+                                               CDN assets from static/data-docs/: no internet)
+    GET /batchpoint/{pipeline}/sinks           its table sinks' commits (ui_sinks.py)
     GET /batchpoint/dag/{dag_id}               a DAG's pipeline's page (a redirect)
     GET /batchpoint/dag/{dag_id}/runs/{run_id} the page of the checkpoint that run
                                                triggered (a redirect; the run's tab)
@@ -20,9 +20,8 @@ api-server under /batchpoint, with "Checkpoints" in the Browse menu and on DAG p
     GET /batchpoint/static/checkpoints-tab.js  the DAG's Checkpoints tab (a React bundle
                                                built from ui/, plugin.py's react_apps)
 
-Each JSON route declares its response model (ui_models.py), so the schema describes
-every field; the schema says nothing about a pipeline and is public, like Airflow's own, and so are
-the static files (static/: code, no data).
+Each JSON route declares its response model (ui_models.py), so the schema describes every
+field; it says nothing about a pipeline and is public, like Airflow's own and the static files.
 Every other endpoint needs an authenticated Airflow user: the API server's own JWT, from
 the Authorization header or the session cookie the UI holds (401 without one), and
 shows a pipeline only to users allowed to read its checkpoint DAG (403 otherwise). A
@@ -55,6 +54,7 @@ from batchpoint.airflow.ui_lineage import checkpoint_lineage, histories
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
 from batchpoint.airflow.ui_schedule import paused_dags, pending_deadlines
+from batchpoint.airflow.ui_sinks import sink_routes
 from batchpoint.errors import BatchpointError, CheckpointNotFound
 from batchpoint.ops.overview import checkpoint_page, control_of, page_summary, pipeline_overview
 from batchpoint.ops.restore_history import recent_restores
@@ -173,7 +173,7 @@ class CheckpointPages:
     def names(self) -> list[str]:
         return self._pipelines()
 
-    def _open(self, name: str) -> tuple[Settings, ObjectStore, PipelineHistory]:
+    def open(self, name: str) -> tuple[Settings, ObjectStore, PipelineHistory]:
         settings = self._settings()
         store = settings.store_ref.open()
         return settings, store, CheckpointCoordinator(store, name, settings.checkpoint)
@@ -187,7 +187,7 @@ class CheckpointPages:
         """The pipeline with its status, and a page of its history (the newest page
         also tells the status, so it is read once for both); `with_plan`: the deploy
         plan of the code on the head too (the pipeline's own page)."""
-        settings, store, c = self._open(name)
+        settings, store, c = self.open(name)
         newest = c.stats.page(None, limit)
         page = newest if before is None else c.stats.page(before, limit)
         overview = pipeline_overview(c, store, newest)
@@ -234,7 +234,7 @@ class CheckpointPages:
 
     def pending_deadlines(self, name: str) -> dict[int, float]:
         """Each pending checkpoint's deadline: what a paused checkpoint DAG lets run out."""
-        _, _, c = self._open(name)
+        _, _, c = self.open(name)
         return pending_deadlines(c)
 
     def checkpoint(
@@ -242,19 +242,19 @@ class CheckpointPages:
     ) -> dict[str, Any]:
         """One checkpoint, with its lineage across the pipelines on the same storage
         (only about the `readable` ones, when given: ui_lineage.py)."""
-        settings, store, c = self._open(name)
+        settings, store, c = self.open(name)
         detail = checkpoint_page(c, checkpoint_id).to_json()
         history_of = histories(store, settings.checkpoint)
         lineage = checkpoint_lineage(store, history_of, name, checkpoint_id, readable)
         return {**detail, "lineage": lineage}
 
     def checkpoint_of_run(self, name: str, run_id: str, kind: CheckpointType) -> int | None:
-        _, _, c = self._open(name)
+        _, _, c = self.open(name)
         return checkpoint_of_run(c, run_id, kind)
 
     def data_docs(self, name: str, checkpoint_id: int, path: str) -> bytes | None:
         """A file of a Data Docs site the gate stored beside the checkpoint, or None."""
-        _, _, c = self._open(name)
+        _, _, c = self.open(name)
         return c.reports.data_docs_file(checkpoint_id, path)
 
 
@@ -370,6 +370,7 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
             return render_index([], error=str(exc.detail))
 
     _dag_routes(app, access, User)  # before /{pipeline}/...: a DAG's and a run's tabs
+    sink_routes(app, access, User)
 
     @app.get("/{pipeline}", response_class=HTMLResponse, include_in_schema=False)
     async def pipeline_page(pipeline: str, user: User, before: Before = None) -> str:
@@ -440,8 +441,7 @@ def _dag_routes(app: FastAPI, access: _Access, User: Any) -> None:
             if kind is None:
                 continue
             found = await call(reader.checkpoint_of_run, name, run_id, kind)
-            if found is not None:
-                # relative to .../batchpoint/dag/<dag_id>/runs/<run_id>
+            if found is not None:  # relative to .../batchpoint/dag/<dag_id>/runs/<run_id>
                 page = f"../../../{quote(name)}/checkpoints/{found}"
                 return RedirectResponse(page, status_code=307)
             text = f"Run {run_id!r} of {dag_id} triggered no checkpoint (yet): {_NONE_YET}"

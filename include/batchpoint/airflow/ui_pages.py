@@ -56,6 +56,8 @@ TASK_COLUMNS = [
     ("records_in", "records in"),
     ("records_out", "records out"),
 ]
+#: A table sink's commit (ui_sinks.py), after its snapshot id or version.
+COMMIT_COLUMNS = ["checkpoint", "generation", "operation", "rows", "committed"]
 FILE_COLUMNS = ["task", "stream", "path", "size", "rows", "key groups", "origin"]
 
 
@@ -222,6 +224,14 @@ def _index_row(p: Mapping[str, Any]) -> dict[str, Any]:
         "failures": o.get("consecutive_failures", 0),
         "root": p["root"],
     }
+
+
+def render_sinks(name: str, sinks: Sequence[Mapping[str, Any]]) -> str:
+    """A pipeline's table sinks and their commits (ui_sinks.py), at
+    ``<base>/batchpoint/<p>/sinks``."""
+    return _render(
+        "sinks.html", title=f"{name} table sinks", name=name, sinks=sinks, columns=COMMIT_COLUMNS
+    )
 
 
 def render_index(pipelines: Sequence[Mapping[str, Any]], *, error: str = "") -> str:
