@@ -20,6 +20,7 @@ from batchpoint.runtime.faults import InjectedKill
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.tables.delta import DeltaSinkTable
 from batchpoint.tables.iceberg import IcebergSinkTable
+from batchpoint.storage import StoreRef
 from batchpoint.tables.service import sink_table
 from batchpoint.tables.sync import SinkTableAdapter
 from demo.payments import BALANCES_TABLE, SOURCE_ROOT
@@ -65,13 +66,30 @@ def _kill_commit(
     monkeypatch.setattr(adapter, "commit", commit)
 
 
-@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
+def _root(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> Path | StoreRef:
+    if backend == "local":
+        return tmp_path / "store"
+    seaweed = request.getfixturevalue("seaweed")
+    fresh = request.getfixturevalue("make_s3_store")()  # a fresh prefix of the test's
+    return StoreRef.of(fresh.uri, seaweed.storage_options())
+
+
+# Iceberg on S3 needs a shared catalog (tests/tables and the stack runs cover it).
+@pytest.mark.parametrize(
+    ("table_format", "backend"),
+    [("iceberg", "local"), ("delta", "local"), pytest.param("delta", "s3", marks=pytest.mark.s3)],
+)
 def test_the_table_follows_every_checkpoint_through_faults_and_a_restore(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table_format: str
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    table_format: str,
+    backend: str,
 ) -> None:
     run = PaymentsRun.on(
         spark,
-        tmp_path / "store",
+        _root(request, tmp_path, backend),
         balances_table=BALANCES_TABLE,
         table_format=table_format,
         num_retained=10,

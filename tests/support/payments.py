@@ -40,7 +40,7 @@ class PaymentsRun:
     def on(
         cls,
         spark: Any,
-        root: Path,
+        root: Path | StoreRef,
         *,
         parallelism: int = 2,
         balances_table: str | None = None,
@@ -49,7 +49,7 @@ class PaymentsRun:
     ) -> PaymentsRun:
         """The payments pipeline on the store in folder `root`, with a fresh clock (and
         its balances as an Iceberg table, its catalog under the root, if named)."""
-        ref = StoreRef.of(root.as_uri())
+        ref = root if isinstance(root, StoreRef) else StoreRef.of(root.as_uri())
         clock = FakeClock()
         pipeline = build_pipeline(
             parallelism=parallelism, balances_table=balances_table, table_format=table_format
