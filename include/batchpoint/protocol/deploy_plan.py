@@ -380,7 +380,10 @@ def _table_problems(
 
 
 def table_key(properties: Mapping[str, Any]) -> tuple[str, str]:
-    """(catalog, table) of a sink's recorded table binding."""
+    """(catalog, table) of a sink's recorded table binding; a Delta table is its path,
+    in no catalog (named so no Iceberg catalog's name can be the same)."""
+    if properties.get("table_format") == "delta":
+        return "<delta path>", str(properties["table"])
     return str(properties.get("table_catalog", "")), str(properties["table"])
 
 

@@ -243,7 +243,7 @@ class Pipeline:
         uid: str | None = None,
     ) -> SinkDef:
         """`table` ("namespace.table"): the sink is also an Iceberg table of `catalog`
-        (`table_format="delta"`: a Delta table under the store's tables/ folder), one
+        (`table_format="delta"`: the Delta table <root>/delta/<namespace>/<table>), one
         commit per checkpoint, rewound by restores (see batchpoint.tables). `uid`
         keeps the sink's staged output and manifest across a rename (default: its name)."""
         self._check_new(name)

@@ -1,9 +1,10 @@
 """Where a Delta table lives and how delta-rs reaches it.
 
 Delta tables are path-based here: `namespace.table` names the folder
-<root>/tables/<namespace...>/<table>/ of the pipeline's own store, where an Iceberg
-table of the same name keeps its data too, so one storage and one set of credentials
-serve both. No Delta catalog is involved (Unity Catalog's server is not something this
+<root>/delta/<namespace...>/<table>/ of the pipeline's own store, so one storage and one
+set of credentials serve the checkpoints and the table. Not under tables/, where the
+Iceberg warehouse keeps <namespace>/<table>/: a VACUUM of a Delta table deletes every
+file of its folder that its log does not list, an Iceberg table's metadata too. No Delta catalog is involved (Unity Catalog's server is not something this
 project can run and test; a catalog name on a Delta binding is ignored).
 
 delta-rs commits by writing the next `_delta_log/<version>.json` with a conditional put:
@@ -20,7 +21,7 @@ from batchpoint.tables.binding import TableBinding
 
 def table_key(binding: TableBinding) -> str:
     """The table's folder as a key of the store, with a trailing slash."""
-    return "tables/" + "/".join(binding.identifier.split(".")) + "/"
+    return "delta/" + "/".join(binding.identifier.split(".")) + "/"
 
 
 def table_uri(store: ObjectStore, binding: TableBinding) -> str:
