@@ -524,3 +524,20 @@ def test_a_pipeline_source_is_its_upstream_sinks_own_dataset(root, namespace, pa
     assert totals.facets["version"].datasetVersion == "9"
     moves = inputs[(namespace, f"{path}/pipelines/ledger/sinks/movements")]
     assert "version" not in moves.facets  # nothing published yet when it read
+
+
+def test_a_delta_table_sink_is_its_path_versioned_by_the_delta_version():
+    from batchpoint.airflow.lineage import checkpoint_lineage
+
+    pipeline = build_pipeline(balances_table="payments.balances", table_format="delta")
+    checkpoint = {"checkpoint_id": 7, "type": "checkpoint", "base_checkpoint_id": 5, "barrier": {}}
+    lineage = checkpoint_lineage(
+        pipeline, "s3://landing/bp", operator=None, checkpoint=checkpoint,
+        table_snapshots={"balances_table": 12},
+    )  # fmt: skip
+    outputs = {d.name: d for d in lineage.outputs}
+    table = outputs["bp/delta/payments/balances"]
+    assert table.namespace == "s3://landing"
+    assert table.facets["version"].datasetVersion == "12"  # the Delta version
+    assert "symlinks" not in table.facets  # a path, in no catalog
+    assert "bp/tables/payments/balances" not in outputs

@@ -77,7 +77,13 @@ def _under(root_uri: str, path: str) -> str:
 
 
 def table_dataset(root_uri: str, table: TableBinding, facets: dict[str, Any]) -> Dataset:
-    """An Iceberg table at its warehouse location, with its identifier as a symlink."""
+    """An Iceberg table at its warehouse location, with its identifier as a symlink; a
+    Delta table at its path (what OpenLineage's Spark integration names it by)."""
+    if table.is_delta:
+        from batchpoint.tables.delta_location import table_key
+
+        namespace, path = location_name(_under(root_uri, table_key(table)))
+        return Dataset(namespace=namespace, name=path, facets=facets)
     warehouse = _under(root_uri, "tables")
     # pyiceberg's default location in a warehouse: <warehouse>/<namespace>/<table>
     database, _, name = table.identifier.rpartition(".")
