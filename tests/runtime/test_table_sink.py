@@ -18,9 +18,9 @@ from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.runtime.faults import InjectedKill
 from batchpoint.runtime.restore import restore_checkpoint
+from batchpoint.storage import StoreRef
 from batchpoint.tables.delta import DeltaSinkTable
 from batchpoint.tables.iceberg import IcebergSinkTable
-from batchpoint.storage import StoreRef
 from batchpoint.tables.service import sink_table
 from batchpoint.tables.sync import SinkTableAdapter
 from demo.payments import BALANCES_TABLE, SOURCE_ROOT

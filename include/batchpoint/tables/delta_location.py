@@ -4,8 +4,10 @@ Delta tables are path-based here: `namespace.table` names the folder
 <root>/delta/<namespace...>/<table>/ of the pipeline's own store, so one storage and one
 set of credentials serve the checkpoints and the table. Not under tables/, where the
 Iceberg warehouse keeps <namespace>/<table>/: a VACUUM of a Delta table deletes every
-file of its folder that its log does not list, an Iceberg table's metadata too. No Delta catalog is involved (Unity Catalog's server is not something this
-project can run and test; a catalog name on a Delta binding is ignored).
+file of its folder that its log does not list, an Iceberg table's metadata too.
+
+No Delta catalog is involved (Unity Catalog's server is not something this project can
+run and test; a catalog name on a Delta binding is ignored).
 
 delta-rs commits by writing the next `_delta_log/<version>.json` with a conditional put:
 locally an exclusive create, on S3 `If-None-Match: *` (AWS_CONDITIONAL_PUT=etag), so
