@@ -373,6 +373,7 @@ def test_the_facet_builder_names_datasets_as_openlineage_does(root, namespace, p
         root="s3://other-bucket/in/payments/",
         schema="account_id STRING",
     )
+    pipeline.source("fees", table="finance.fees", table_format="delta", schema="account_id STRING")
     checkpoint = {
         "checkpoint_id": 7,
         "type": "savepoint",
@@ -380,6 +381,7 @@ def test_the_facet_builder_names_datasets_as_openlineage_does(root, namespace, p
         "barrier": {
             "events": {"2024-01-02": {"offset": 3, "last": "c.jsonl"}, "2024-01-01": 4},
             "ledger": {"snapshots": {"offset": 2, "last": "8812345"}},
+            "fees": {"versions": {"offset": 4, "last": "3"}},
         },
     }
     lineage = checkpoint_lineage(pipeline, root, operator=None, checkpoint=checkpoint)
@@ -388,8 +390,10 @@ def test_the_facet_builder_names_datasets_as_openlineage_does(root, namespace, p
     assert set(inputs) == {
         (namespace, f"{path}/{SOURCE_ROOT}"),
         (namespace, f"{path}/tables/finance/ledger"),
+        (namespace, f"{path}/delta/finance/fees"),
         ("s3://other-bucket", "in/payments"),
     }
+    assert inputs[(namespace, f"{path}/delta/finance/fees")].facets["version"].datasetVersion == "3"
     files = inputs[(namespace, f"{path}/{SOURCE_ROOT}")]
     assert files.facets["batchpoint_barrier"].partitions == {"2024-01-01": 4, "2024-01-02": 3}
     ledger = inputs[(namespace, f"{path}/tables/finance/ledger")]

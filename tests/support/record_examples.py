@@ -117,6 +117,12 @@ def source_split() -> SourceSplit:
     return SourceSplit("p0", 2, "landing/payments/p0/e00002-f001.jsonl", 5321)
 
 
+def delta_source_split() -> SourceSplit:
+    """A Delta table's change data file, in a partition of the table, one side of it."""
+    key = "tables/shop/daily/_change_data/day=2024-01-01/part-00000-c000.snappy.parquet"
+    return SourceSplit("versions", 0, key, 1395, {"day": "2024-01-01", "shop": None}, "added")
+
+
 # -- checkpoint records ----------------------------------------------------------------
 
 
@@ -811,6 +817,7 @@ VALUES: dict[str, Callable[[], Any]] = {
     "value-state-handle-changelog.json": lambda: state_handle(1, layer=2),
     "value-key-group-range.json": lambda: KeyGroupRange(64, 127),
     "value-source-split.json": source_split,
+    "value-source-split-delta.json": delta_source_split,
 }
 
 #: Older shapes: name -> (their bytes as the earlier release wrote them, the value).

@@ -54,6 +54,7 @@ from batchpoint.airflow.lineage_facets import (
 from batchpoint.protocol.checkpoint import AckRecord, FileHandle
 from batchpoint.runtime.streams import SINK_STREAM, reads_channel, state_stream
 from batchpoint.sources.barrier import SourceBarrier
+from batchpoint.sources.delta_table import PARTITION as DELTA_PARTITION  # last: version
 from batchpoint.sources.iceberg_table import PARTITION as TABLE_PARTITION  # last: snapshot id
 from batchpoint.sources.upstream import upstream_of
 
@@ -104,7 +105,8 @@ def source_dataset(
     if source.upstream is not None:
         return _upstream_dataset(source, root, offsets, facets)
     if source.table is not None:
-        snapshot = offsets[TABLE_PARTITION].last if TABLE_PARTITION in offsets else None
+        partition = DELTA_PARTITION if source.table.is_delta else TABLE_PARTITION
+        snapshot = offsets[partition].last if partition in offsets else None
         if snapshot is not None:
             facets["version"] = version_facet(snapshot)
         return table_dataset(root, source.table, facets)

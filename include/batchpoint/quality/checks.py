@@ -15,6 +15,7 @@ from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.identity import StateId
 from batchpoint.runtime.api import Pipeline
+from batchpoint.sources.delta_table import DeltaTableSource
 from batchpoint.sources.iceberg_table import IcebergTableSource
 from batchpoint.sources.upstream import PipelineSinkSource
 from batchpoint.state.format import FORMAT_VERSION, StateHandle, state_rows
@@ -203,7 +204,7 @@ class RecomputeSample:
         files = source.files(target.store_ref, with_schema=True)
         barrier = target.checkpoint.pending.barrier.get(self.source, {})
         if source.reads_changes:
-            assert isinstance(files, PipelineSinkSource | IcebergTableSource)
+            assert isinstance(files, PipelineSinkSource | IcebergTableSource | DeltaTableSource)
             from batchpoint.spark.upstream_io import read_upstream
 
             # from nothing: an append sink's every row, a snapshot sink's content (+I)

@@ -68,8 +68,8 @@ def _check_changes(
 ) -> None:
     if binding is None or not key:
         raise PipelineSpecError(
-            f"source '{name}': changes=True reads an Iceberg table's changes by its key: "
-            "give table= and key="
+            f"source '{name}': changes=True reads a table's changes (Iceberg, or Delta with "
+            "table_format='delta') by its key: give table= and key="
         )
     if ROW_KIND_COLUMN in schema.names:
         raise PipelineSpecError(
@@ -136,8 +136,9 @@ class Pipeline:
         the source's offsets across a rename (default: its name). `upstream` and `sink`
         read another pipeline's sink on the same storage instead, exactly once: an
         append sink's new rows, a snapshot sink's changes, each row with its `_row_kind`
-        (+I, -U, +U, -D; sources/upstream.py). `changes=True` reads an Iceberg `table`
-        that other engines overwrite or merge into the same way, as its changes by `key`."""
+        (+I, -U, +U, -D; sources/upstream.py). `changes=True` reads a `table` that other
+        engines overwrite or merge into the same way, as its changes by `key` (a Delta
+        table's through its change data feed where it has one)."""
         self._check_new(name)
         self._check_uid(uid or name, self.sources.values(), f"source '{name}'")
         if sum(map(bool, (root, table, upstream))) != 1:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from batchpoint.sources.delta_table import DeltaTableSource
     from batchpoint.sources.files import PartitionedFileSource
     from batchpoint.sources.iceberg_table import IcebergTableSource
     from batchpoint.sources.upstream import PipelineSinkSource, UpstreamBinding
@@ -127,11 +128,11 @@ class SourceDef:
     # Where the files are when not under the pipeline's storage root: a landing bucket,
     # another endpoint and credentials (`root` is then relative to it, usually "").
     location: StoreRef | None = None
-    table: TableBinding | None = None  # an Iceberg table read incrementally, not files
+    table: TableBinding | None = None  # an Iceberg or Delta table read incrementally
     uid: str = ""  # the source's identity across deploys (default: its name)
     # another pipeline's sink on the same storage, read exactly once (sources/upstream.py)
     upstream: UpstreamBinding | None = None
-    # an Iceberg table read as its changes, each row with its `_row_kind`
+    # a table read as its changes, each row with its `_row_kind`
     changes: bool = False
 
     def __post_init__(self) -> None:
@@ -147,7 +148,7 @@ class SourceDef:
 
     def files(
         self, default: StoreRef | ObjectStore, *, with_schema: bool = False
-    ) -> PartitionedFileSource | IcebergTableSource | PipelineSinkSource:
+    ) -> PartitionedFileSource | IcebergTableSource | DeltaTableSource | PipelineSinkSource:
         """The source's files (or table, or upstream sink), on its own storage or else
         on `default` (the pipeline's)."""
         store = self.location.open() if self.location else _opened(default)
@@ -157,9 +158,13 @@ class SourceDef:
 
             return PipelineSinkSource(store, self.upstream, schema=schema)
         if self.table is not None:
+            key = self.key_columns if self.changes else None
+            if self.table.is_delta:
+                from batchpoint.sources.delta_table import DeltaTableSource
+
+                return DeltaTableSource(store, self.table, schema=schema, key=key)
             from batchpoint.sources.iceberg_table import IcebergTableSource
 
-            key = self.key_columns if self.changes else None
             return IcebergTableSource(store, self.table, schema=schema, key=key)
         from batchpoint.sources.files import PartitionedFileSource
 
@@ -169,6 +174,8 @@ class SourceDef:
     def uri(self) -> str:
         if self.upstream is not None:
             return f"pipeline:{self.upstream.pipeline}/{self.upstream.sink}"
+        if self.table is not None and self.table.is_delta:
+            return f"delta:{self.table.identifier}"
         if self.table is not None:
             return f"iceberg:{self.table.catalog}/{self.table.identifier}"
         return self.location.uri if self.location else self.root

@@ -16,6 +16,7 @@ from batchpoint.runtime.state_evolution import describe, state_verdicts, user_mi
 from batchpoint.runtime.streams import reads_channel
 from batchpoint.runtime.task_attempt import TaskAttempt
 from batchpoint.runtime.task_metrics import channel_rows_by_subtask
+from batchpoint.sources.delta_table import DeltaTableSource
 from batchpoint.sources.iceberg_table import IcebergTableSource
 from batchpoint.sources.upstream import PipelineSinkSource
 from batchpoint.state.evolution import SchemaVerdict, VerdictKind
@@ -104,7 +105,7 @@ def _input(attempt: TaskAttempt, name: str, channel: list[FileHandle]) -> DataFr
         uid = node.uid  # barriers are keyed by source uid
         start, end = pending.base_barrier.get(uid), pending.barrier.get(uid, {})
         if node.reads_changes:
-            assert isinstance(source, PipelineSinkSource | IcebergTableSource)
+            assert isinstance(source, PipelineSinkSource | IcebergTableSource | DeltaTableSource)
             from batchpoint.spark.upstream_io import read_upstream
 
             read = source.read_between(start, end)

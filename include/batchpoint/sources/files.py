@@ -48,6 +48,16 @@ class SourceSplit(codec.Value):
     index: int
     key: str
     size: int
+    # A Delta table's file (sources/delta_table.py): the values of the table's partition
+    # columns, which the log holds and the file does not (as the log writes them), ...
+    values: Mapping[str, str | None] | None = codec.field(
+        default=None, omit=None, doc="a Delta table's partition values the file does not hold"
+    )
+    # ... and of a change data file, which of its changes to read ("removed": deletes and
+    # pre-images, "added": inserts and post-images; "": every row of a data file).
+    rows: str = codec.field(
+        default="", omit="", doc="a Delta change data file's side: 'removed' or 'added'"
+    )
 
 
 class PartitionedFileSource:

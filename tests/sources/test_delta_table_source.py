@@ -1,0 +1,214 @@
+"""A Delta table read incrementally: barriers are versions, each epoch reads what the
+commits after its base added, once (a compaction in between adds nothing); a rewrite, a
+cleaned-up log or vacuumed files are a clear SourceOffsetError naming the version; with
+changes=True, the rows read as removed and added are exactly the difference between the
+two versions' contents, through the change data feed or without it (real tables written
+by delta-rs, on a folder and on SeaweedFS)."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from batchpoint.errors import ConfigError
+from batchpoint.protocol.sink_manifest import SinkMode
+from batchpoint.sources.barrier import SourceBarrier
+from batchpoint.sources.delta_table import DeltaTableSource
+from batchpoint.sources.errors import SourceOffsetError
+from batchpoint.sources.files import SourceSplit
+from batchpoint.storage import StoreRef
+from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.delta_location import storage_options
+
+SCHEMA = pa.schema([pa.field("order_id", pa.string(), nullable=False), ("amount", pa.int64())])
+CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+@pytest.fixture
+def source(table_store: StoreRef) -> DeltaTableSource:
+    binding = TableBinding("shop.orders", format="delta")
+    return DeltaTableSource(table_store.open(), binding, schema=SCHEMA, key=("order_id",))
+
+
+def _options(source: DeltaTableSource) -> dict[str, str] | None:
+    return storage_options(source.store) or None
+
+
+def _write(source: DeltaTableSource, *ids: str, mode: str = "append", **kw: Any) -> None:
+    rows = pa.table({"order_id": list(ids), "amount": [len(i) for i in ids]})
+    write_deltalake(source.uri, rows, mode=mode, storage_options=_options(source), **kw)  # type: ignore[arg-type]
+
+
+def _table(source: DeltaTableSource, version: int | None = None) -> DeltaTable:
+    return DeltaTable(source.uri, version=version, storage_options=_options(source))
+
+
+def _read(source: DeltaTableSource, start: object, end: object) -> list[str]:
+    splits = source.files_between(start, end)  # type: ignore[arg-type]
+    return sorted(i for s in splits for i in source.read_split(s).column("order_id").to_pylist())
+
+
+def test_each_epoch_reads_the_rows_appended_since_its_base_once(
+    source: DeltaTableSource,
+) -> None:
+    empty = source.capture_barrier()  # no table yet
+    assert empty.offset("versions") == 0 and _read(source, None, empty) == []
+    _write(source, "a", "b")
+    first = source.capture_barrier()
+    _write(source, "c")
+    _table(source).optimize.compact()  # rewrites files, adds no row: skipped
+    _write(source, "d", "e")
+    second = source.capture_barrier()
+    assert first.offset("versions") == 1 and second.offset("versions") == 4
+    assert first["versions"].last == "0" and second["versions"].last == "3"
+    assert _read(source, empty, first) == ["a", "b"]
+    assert _read(source, first, second) == ["c", "d", "e"]
+    assert _read(source, None, second) == ["a", "b", "c", "d", "e"]  # the content
+    assert _read(source, second, second) == []
+    source.verify_barrier(first)
+
+
+def test_the_executors_read_only_the_files(source: DeltaTableSource) -> None:
+    _write(source, "a")
+    base = source.capture_barrier()
+    _write(source, "b", "c")
+    splits = source.files_between(base, source.capture_barrier())
+    log = [o.key for o in source.store.list("delta/shop/orders/_delta_log/")]
+    assert log and source.store.delete_many(log) == len(log)
+    rows = [i for s in splits for i in source.read_split(s).column("order_id").to_pylist()]
+    assert sorted(rows) == ["b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("operation", "rewrite"),
+    [
+        ("DELETE", lambda t: t.delete("order_id = 'a'")),
+        ("UPDATE", lambda t: t.update(updates={"amount": "7"}, predicate="order_id = 'a'")),
+        ("WRITE", None),  # an overwrite
+    ],
+)
+def test_a_rewritten_table_stops_the_epoch_naming_version_and_operation(
+    source: DeltaTableSource, operation: str, rewrite: Any
+) -> None:
+    _write(source, "a", "b")
+    base = source.capture_barrier()
+    _write(source, "c")
+    if rewrite is None:
+        _write(source, "z", mode="overwrite")
+    else:
+        rewrite(_table(source))
+    source.key = None  # not read as changes
+    with pytest.raises(SourceOffsetError, match=f"version 2 is an? {operation} commit") as e:
+        source.files_between(base, source.capture_barrier())
+    assert "changes=True and a key" in str(e.value)
+
+
+def test_a_cleaned_up_log_stops_the_epoch_naming_the_version(source: DeltaTableSource) -> None:
+    _write(source, "a", configuration={"delta.logRetentionDuration": "interval 0 seconds"})
+    base = source.capture_barrier()
+    _write(source, "b")
+    _write(source, "c")
+    table = _table(source)
+    table.create_checkpoint()
+    table.cleanup_metadata()  # the commits before the checkpoint's version 2
+    with pytest.raises(SourceOffsetError, match=r"commit of version 1, after the base .* 0, is"):
+        source.files_between(base, source.capture_barrier())
+    with pytest.raises(SourceOffsetError, match="version 0 of the barrier can no longer"):
+        source.verify_barrier(base)
+    assert _read(source, None, source.capture_barrier()) == ["a", "b", "c"]  # a new start can
+
+
+def test_vacuumed_files_stop_a_changes_epoch_naming_the_version(
+    source: DeltaTableSource,
+) -> None:
+    _write(source, "a", "b")
+    base = source.capture_barrier()
+    _table(source).delete("order_id = 'a'")  # rewrites the file that held a and b
+    _table(source).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with pytest.raises(SourceOffsetError, match=r"version 1 \(DELETE\) can no longer be read"):
+        source.read_between(base, source.capture_barrier())
+
+
+def _rows(source: DeltaTableSource, splits: tuple[SourceSplit, ...]) -> Counter[tuple[Any, ...]]:
+    tables = [source.read_split(s) for s in splits]
+    return Counter(tuple(r.values()) for t in tables for r in t.to_pylist())
+
+
+def _content(source: DeltaTableSource, barrier: SourceBarrier) -> Counter[tuple[Any, ...]]:
+    table = _table(source, int(barrier["versions"].last)).to_pyarrow_table()
+    return Counter(tuple(r.values()) for r in table.select(SCHEMA.names).to_pylist())
+
+
+@pytest.mark.parametrize("feed", [True, False], ids=["change-data-feed", "no-feed"])
+def test_changes_are_the_difference_between_the_two_versions(
+    source: DeltaTableSource, feed: bool
+) -> None:
+    """Updated, deleted, merged, appended-then-deleted rows over one epoch: the rows read
+    as removed are the base content less the barrier's, those read as added the reverse."""
+    _write(source, *[f"o{i}" for i in range(6)], configuration=CDF if feed else None)
+    base = source.capture_barrier()
+    table = _table(source)
+    table.update(updates={"amount": "amount * 10"}, predicate="order_id = 'o1'")
+    table.delete("order_id = 'o2'")
+    _write(source, "o6", "o7")
+    merged = pa.table({"order_id": ["o3", "o8"], "amount": [33, 8]})
+    _table(source).merge(
+        merged, "t.order_id = s.order_id", source_alias="s", target_alias="t"
+    ).when_matched_update_all().when_not_matched_insert_all().execute()
+    _table(source).delete("order_id = 'o6'")  # appended and deleted within the epoch
+    end = source.capture_barrier()
+    read = source.read_between(base, end)
+    assert read.mode is SinkMode.SNAPSHOT and read.key_columns == ("order_id",)
+    removed, added = _rows(source, read.before), _rows(source, read.after)
+    old, new = _content(source, base), _content(source, end)
+    assert removed - added == old - new
+    assert added - removed == new - old
+    assert {("o1", 20), ("o3", 33), ("o7", 2), ("o8", 8)} == set(added - removed)
+    # through the feed: its change data files, one side each, where the commits had them
+    sides = {s.rows for s in read.before + read.after}
+    assert sides == ({"removed", "added", ""} if feed else {""})
+
+
+def test_partition_values_come_from_the_log(table_store: StoreRef) -> None:
+    schema = pa.schema([("order_id", pa.string()), ("day", pa.date32())])
+    binding = TableBinding("shop.daily", format="delta")
+    source = DeltaTableSource(table_store.open(), binding, schema=schema)
+
+    def write(*days: int) -> None:
+        rows = pa.table(
+            {"order_id": [f"o{d}" for d in days], "day": [datetime.date(2024, 1, d) for d in days]}
+        )
+        write_deltalake(
+            source.uri, rows, mode="append", partition_by=["day"], storage_options=_options(source)
+        )
+
+    write(1, 2)
+    first = source.capture_barrier()
+    write(3)
+    second = source.capture_barrier()
+
+    def rows(start: object, end: object) -> list[tuple[str, datetime.date]]:
+        splits = source.files_between(start, end)  # type: ignore[arg-type]
+        return sorted(
+            (r["order_id"], r["day"]) for s in splits for r in source.read_split(s).to_pylist()
+        )
+
+    assert rows(None, first) == [
+        ("o1", datetime.date(2024, 1, 1)),
+        ("o2", datetime.date(2024, 1, 2)),
+    ]
+    assert rows(first, second) == [("o3", datetime.date(2024, 1, 3))]
+
+
+def test_without_deltalake_the_source_says_what_to_install(
+    source: DeltaTableSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "deltalake", None)  # an import of it fails
+    with pytest.raises(ConfigError, match=r"pip install 'batchpoint\[tables\]'"):
+        source.capture_barrier()
