@@ -83,10 +83,8 @@ def build_pipeline(
     table_format: str = "iceberg",
     source_options: dict[str, str] | None = None,
 ) -> Pipeline:
-    """`balances_table` ("namespace.table"): publish the balances as that Iceberg table
-    too (what the demo does; see batchpoint.tables), or as a Delta table with
-    `table_format="delta"`. `source_root` may be a URI of its
-    own (a landing bucket), reached with `source_options`."""
+    """Publish the balances as the table `balances_table` ("namespace.table", Iceberg or
+    Delta: `table_format`) too; `source_root` may be a URI of its own (`source_options`)."""
     pipeline = Pipeline("payments", max_parallelism=max_parallelism)
     pipeline.source(
         "events",
