@@ -83,8 +83,8 @@ def build_pipeline(
     table_format: str = "iceberg",
     source_options: dict[str, str] | None = None,
 ) -> Pipeline:
-    """`balances_table` ("namespace.table"): the balances as that table too, in `table_format`
-    (batchpoint.tables); `source_root` may be a URI of its own, reached with `source_options`."""
+    """Publish the balances as the table `balances_table` ("namespace.table", Iceberg or
+    Delta: `table_format`) too; `source_root` may be a URI of its own (`source_options`)."""
     pipeline = Pipeline("payments", max_parallelism=max_parallelism)
     pipeline.source(
         "events",

@@ -45,3 +45,8 @@ TABLE_REF = "demo.payments_buggy:table_pipeline"
 table_pipeline = with_balances(
     payments.build_pipeline(balances_table=payments.BALANCES_TABLE), doubled_balances
 )
+#: The same with the balances a Delta table (`demo.run --table-format delta`).
+delta_table_pipeline = with_balances(
+    payments.build_pipeline(balances_table=payments.BALANCES_TABLE, table_format="delta"),
+    doubled_balances,
+)

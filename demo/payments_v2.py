@@ -2,7 +2,7 @@
 (issue 26): the operator `balances` is called `accounts` now, its identity kept with
 `uid="balances"`, and its state `balances` gains a nullable column `deposits` (the
 deposits counted since this deploy; rows stored before it read null). The operator's
-output and both sinks (their names, uids and the Iceberg table) stay as they were.
+output and both sinks (their names, uids and the table, Iceberg or Delta) stay as they were.
 
     batchpoint plan --pipeline-ref demo.payments_v2:table_pipeline
     BATCHPOINT_PIPELINE_REF=demo.payments_v2:table_pipeline
@@ -92,3 +92,5 @@ def _renamed(quality: PipelineQuality) -> PipelineQuality:
 
 pipeline = build_pipeline()
 table_pipeline = build_pipeline(balances_table=payments.BALANCES_TABLE)
+#: The same with the balances a Delta table (`demo.run --table-format delta`).
+delta_table_pipeline = build_pipeline(balances_table=payments.BALANCES_TABLE, table_format="delta")

@@ -1,6 +1,7 @@
 """The main job: the payments pipeline end to end, through Airflow, on a real local S3.
 
     ./dev demo [--epochs 3] [--keep DIR] [--spark-mode connect|submit]
+               [--table-format iceberg|delta]
 
 It starts SeaweedFS (S3) and one local Spark Connect server, prepares Airflow (SQLite),
 then lets Airflow drive the pipeline: every checkpoint is a run of the
@@ -13,7 +14,9 @@ rolls back with the quality-gated `payments_restore` DAG, deploys the fix and le
 pipeline reprocess, then deploys a version that renames an operator (its uid kept) and
 adds a column to its state, `batchpoint plan` printed before it. It prints the
 checkpoint history and ends by checking the published sinks against a plain pandas
-computation over all the input: exactly once, or it exits non-zero. A second pipeline,
+computation over all the input: exactly once, or it exits non-zero. The balances are
+published as the Iceberg table payments.balances, or with `--table-format delta` as a
+Delta table (demo.deployment), which the check reads with deltalake. A second pipeline,
 `reports` (demo.reports), reads the balances payments publishes: its checkpoint DAG runs
 after payments' epochs, the restore is a cascade of both (`payments_restore` with
 cascade=true), and reports is checked against its own pandas reference. It stops both
@@ -40,11 +43,17 @@ from typing import Any, TypeVar
 
 from batchpoint.errors import BatchpointError
 from batchpoint.settings import Settings
-from batchpoint.spark.fast_start import submit_args
-from demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow, python_path
+from demo.airflow_env import AirflowSetup, DagRunSummary, DemoAirflow
 from demo.checks import PublishedChecks
+from demo.deployment import (
+    FORMATS,
+    REPORTS_REF,
+    VERSIONS,
+    PaymentsVersions,
+    deployed,
+    deployment_env,
+)
 from demo.leftovers import mark_run, stop_spark, wait_for_none
-from demo.payments import BALANCES_TABLE
 from demo.record import DemoRecord, deployment_settings
 from demo.say import say, step, timed
 from devstack.seaweed import SeaweedServer
@@ -52,74 +61,33 @@ from devstack.seaweed import SeaweedServer
 T = TypeVar("T")
 
 DATA = {"accounts": 200, "events_per_epoch": 2_000}
-# The demo's pipeline publishes its balances as the Iceberg table payments.balances.
-GOOD_REF = "demo.payments:table_pipeline"
-GATE_REF = "demo.payments_quality:restore_gate"
-#: The second pipeline, deployed beside each version of payments.
-REPORTS_REF = "demo.reports:pipeline"
-
-
-def deployed(payments_ref: str) -> str:
-    """BATCHPOINT_PIPELINE_REF: this version of payments, and reports."""
-    return f"{payments_ref},{REPORTS_REF}"
+# The demo's pipeline publishes its balances as the table payments.balances (Iceberg
+# unless --table-format delta says otherwise: demo.deployment).
+GOOD_REF = VERSIONS["iceberg"].good
 
 
 class DemoFailed(Exception):
     """A step did not do what the demo shows; the message says which."""
 
 
-def deployment_env(
-    s3: SeaweedServer, workdir: Path, spark_remote: str | None = None
-) -> dict[str, str]:
-    """BATCHPOINT_* of the demo deployment: payments and reports, manual checkpoint runs
-    (the demo is the scheduler; reports' DAG is scheduled on payments' sinks, which a
-    real scheduler would follow), jobs as clients of the Spark Connect server `spark_remote`
-    (None: spark-submit jobs on local Spark), the payments quality gate; the project root
-    on PYTHONPATH, for the processes that import the pipeline."""
-    settings = Settings(f"s3://{s3.bucket}/demo", s3.storage_options(), "local[2]")
-    if spark_remote:
-        spark = {"BATCHPOINT_SPARK_MODE": "connect", "BATCHPOINT_SPARK_REMOTE": spark_remote}
-    else:
-        spark = {
-            "BATCHPOINT_SPARK_MODE": "submit",
-            "BATCHPOINT_SPARK_SUBMIT": str(Path(sys.executable).parent / "spark-submit"),
-            "BATCHPOINT_SPARK_SUBMIT_ARGS": submit_args(),
-        }
-    return {
-        **settings.as_env(),
-        **spark,
-        "BATCHPOINT_PIPELINE_REF": deployed(GOOD_REF),
-        "BATCHPOINT_QUALITY_GATE": GATE_REF,
-        # The Iceberg catalog of the balances table: an embedded SQLite file (a
-        # deployment names its Postgres here; the table's files are on S3 either way).
-        "BATCHPOINT_TABLE_CATALOG": f"sqlite:///{workdir / 'iceberg-catalog.db'}",
-        "BATCHPOINT_CHECKPOINT_INTERVAL": "none",
-        "BATCHPOINT_CHECKPOINT_INTERVALS": json.dumps({"reports": "upstream"}),
-        "BATCHPOINT_CHECKPOINT_TIMEOUT": "1800",
-        # dag.test() runs one task at a time: a deferred sensor would run its trigger
-        # inline before the operator tasks, so the sensor reschedules instead. When the
-        # last operator task ends before its next look is due, dag.test() idles until
-        # it is: a short interval keeps that off every epoch's wall time.
-        "BATCHPOINT_ACK_SENSOR_MODE": "reschedule",
-        "BATCHPOINT_ACK_POLL_INTERVAL": "0.3",
-        "BATCHPOINT_TASK_RETRIES": "1",
-        "BATCHPOINT_TASK_RETRY_DELAY": "1",
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYTHONPATH": python_path(os.environ.get("PYTHONPATH")),
-    }
-
-
 class PaymentsDemo:
-    def __init__(self, workdir: Path, s3: SeaweedServer, airflow: DemoAirflow) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        s3: SeaweedServer,
+        airflow: DemoAirflow,
+        versions: PaymentsVersions = VERSIONS["iceberg"],
+    ) -> None:
         self.workdir = workdir
         self.s3 = s3
         self.airflow = airflow
+        self.versions = versions
         self.epoch = 0
         #: wall time of each epoch's checkpoint run, in order
         self.epoch_seconds: list[float] = []
         self.settings = Settings.from_env()
         self.store = self.settings.store_ref.open()
-        self.checks = PublishedChecks(self.settings, self.store)
+        self.checks = PublishedChecks(self.settings, self.store, versions.table_format)
 
     # -- the pieces -------------------------------------------------------------------
 
@@ -209,17 +177,15 @@ class PaymentsDemo:
         say(f"savepoint in {folder}/: {files} files, self-contained and relocatable")
 
     def bad_deploy(self) -> list[int]:
-        from demo.payments_buggy import TABLE_REF
-
         step("deploy v2 of 'balances' (it doubles every balance): two epochs, audit off")
-        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(TABLE_REF)
+        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(self.versions.buggy)
         bad = []
         for _ in range(2):
             self.new_input()
             bad.append(self.checkpoint())
         wrong, total = self.checks.published_errors()
         say(
-            f"the Iceberg table {BALANCES_TABLE} is now wrong for {wrong} of {total} accounts, "
+            f"the {self.checks.table_name} is now wrong for {wrong} of {total} accounts, "
             "but every checkpoint 'completed'"
         )
         return bad
@@ -271,7 +237,7 @@ class PaymentsDemo:
 
     def fixed_deploy(self) -> None:
         step("deploy the fix; the next checkpoint reprocesses everything since the restore")
-        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(GOOD_REF)
+        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(self.versions.good)
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
@@ -285,21 +251,22 @@ class PaymentsDemo:
             raise DemoFailed("reports differs from its reference after the fix's epoch")
 
     def evolving_deploy(self) -> None:
-        from demo.payments_v2 import OPERATOR, TABLE_REF
+        from demo.payments_v2 import OPERATOR
 
+        ref = self.versions.evolved
         step(f"deploy v3: 'balances' renamed '{OPERATOR}' (uid kept), its state gains a column")
         plan = subprocess.run(
-            [str(Path(sys.executable).parent / "batchpoint"), "plan", "--pipeline-ref", TABLE_REF],
+            [str(Path(sys.executable).parent / "batchpoint"), "plan", "--pipeline-ref", ref],
             capture_output=True,
             text=True,
             check=False,
         )
-        say(f"$ batchpoint plan --pipeline-ref {TABLE_REF}")
+        say(f"$ batchpoint plan --pipeline-ref {ref}")
         for line in plan.stdout.splitlines():
             say(f"  {line}")
         if plan.returncode != 0 or "renamed" not in plan.stdout or "migrated" not in plan.stdout:
             raise DemoFailed(f"batchpoint plan exit {plan.returncode}: {plan.stderr.strip()}")
-        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(TABLE_REF)
+        os.environ["BATCHPOINT_PIPELINE_REF"] = deployed(ref)
         self.new_input()
         cid = self.checkpoint()
         outcome = self.coordinator.get_outcome(cid)
@@ -323,7 +290,7 @@ class PaymentsDemo:
 
 
 def spark_server(
-    workdir: Path, mode: str, conf: Mapping[str, str] | None = None
+    workdir: Path, mode: str, conf: Mapping[str, str] | None = None, payments: str = GOOD_REF
 ) -> contextlib.AbstractContextManager[Any]:
     """The run's one Spark Connect server (connect mode), with the Spark settings `conf`
     over devstack's, or nothing (submit mode)."""
@@ -334,15 +301,17 @@ def spark_server(
     step(f"starting a local Spark Connect server (its log: {workdir / 'spark-connect'})")
     # Its warm-up also starts the payments operators' sessions (their Python workers).
     return SparkConnectServer(
-        workdir / "spark-connect", conf=conf, pipelines=[GOOD_REF, REPORTS_REF]
+        workdir / "spark-connect", conf=conf, pipelines=[payments, REPORTS_REF]
     )
 
 
-def run_demo(workdir: Path, epochs: int, spark_mode: str = "connect") -> int:
+def run_demo(
+    workdir: Path, epochs: int, spark_mode: str = "connect", table_format: str = "iceberg"
+) -> int:
     """The story, then a check that no process it started is left."""
     marker = mark_run()
     try:
-        result = run_story(workdir, epochs, spark_mode)
+        result = run_story(workdir, epochs, spark_mode, VERSIONS[table_format])
     finally:
         left = wait_for_none(marker)
         if left:
@@ -355,17 +324,20 @@ def run_demo(workdir: Path, epochs: int, spark_mode: str = "connect") -> int:
     return result
 
 
-def run_story(workdir: Path, epochs: int, spark_mode: str) -> int:
+def run_story(workdir: Path, epochs: int, spark_mode: str, versions: PaymentsVersions) -> int:
     # py4j says goodbye at interpreter exit, after the demo's last line.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     step(f"starting SeaweedFS (S3) in {workdir / 's3'}")
-    with SeaweedServer(workdir / "s3") as s3, spark_server(workdir, spark_mode) as spark:
+    with (
+        SeaweedServer(workdir / "s3") as s3,
+        spark_server(workdir, spark_mode, payments=versions.good) as spark,
+    ):
         say(f"S3 endpoint {s3.endpoint_url}, bucket '{s3.bucket}'")
         if spark is not None:
             say(f"Spark Connect server at {spark.url} (master {spark.master})")
         setup = AirflowSetup(workdir / "airflow")
         setup.apply()
-        os.environ.update(deployment_env(s3, workdir, spark.url if spark else None))
+        os.environ.update(deployment_env(s3, workdir, spark.url if spark else None, versions))
         step(f"preparing Airflow (SQLite metadata database in {setup.home})")
         airflow = DemoAirflow(workdir / "airflow-tasks.log", setup.log_folder)
         say(
@@ -374,7 +346,7 @@ def run_story(workdir: Path, epochs: int, spark_mode: str) -> int:
         )
         timed("database migrated", lambda: airflow.quietly(setup.init_database))
         try:
-            result = tell_story(PaymentsDemo(workdir, s3, airflow), epochs)
+            result = tell_story(PaymentsDemo(workdir, s3, airflow, versions), epochs)
         finally:
             # As last deployed, even if a step failed: what `./dev ui` and the CLI reopen.
             record(workdir, s3, setup, spark)
@@ -413,7 +385,7 @@ def record(workdir: Path, s3: SeaweedServer, setup: AirflowSetup, spark: Any) ->
     ).write(workdir)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--epochs", type=int, default=3, help="good epochs before the bad deploy (at least 2)"
@@ -426,15 +398,26 @@ def main(argv: list[str] | None = None) -> int:
         help="operator tasks as clients of one Spark Connect server (default), or a "
         "spark-submit application each",
     )
+    parser.add_argument(
+        "--table-format",
+        choices=FORMATS,
+        default="iceberg",
+        help="publish payments' balances as an Iceberg table (default) or a Delta table",
+    )
     args = parser.parse_args(argv)
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the second one shows a killed task)")
+    if args.keep and any(args.keep.iterdir() if args.keep.is_dir() else []):
+        parser.error(f"--keep {args.keep.resolve()}: the directory is not empty")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     workdir = (args.keep or Path(tempfile.mkdtemp(prefix="batchpoint-demo-"))).resolve()
-    if args.keep and any(workdir.iterdir() if workdir.is_dir() else []):
-        parser.error(f"--keep {workdir}: the directory is not empty")
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return run_demo(workdir, args.epochs, args.spark_mode)
+        return run_demo(workdir, args.epochs, args.spark_mode, args.table_format)
     except (BatchpointError, DemoFailed) as exc:
         print(f"\ndemo failed: {exc}", file=sys.stderr)
         return 1

@@ -1,19 +1,26 @@
 """A pipeline's table sinks as GC, `verify` and the UI see them (`protocol.sink_tables.
 SinkTables`): which storage keys their snapshots read, and whether a table lags its
-manifest.
+manifest. Each table is read through its format's adapter (Iceberg, Delta).
 
-The references come from each table's own metadata: every snapshot it still lists (not
-only the current one, and whatever the manifest says), each snapshot's manifests, their
-live data files. A data file's path is the store's URI of a key (`TableSync` adds the
-staged files where they are), so the key is the path less the store's prefix; a path
+An Iceberg table's references come from its own metadata: every snapshot it still lists
+(not only the current one, and whatever the manifest says), each snapshot's manifests,
+their live data files. A data file's path is the store's URI of a key (`TableSync` adds
+the staged files where they are), so the key is the path less the store's prefix; a path
 elsewhere (another engine's compaction, under the table's own folder) is no checkpoint's
 file. Manifests shared by several snapshots are read once: the cost is the table's
 unexpired history, which GC's expiry keeps to the manifest's epochs plus what a lagging
 table holds.
 
+A Delta table holds no reference: its versions read copies of the staged files in the
+table's own folder (tables/delta.py), never a checkpoint's file, so it holds no
+checkpoint folder back. GC still reads it each pass: `expire` deletes the copies only
+dropped checkpoints' versions read, and a table that lags or cannot be read is a finding
+(the latter with nothing deleted in that pass), as an Iceberg table is.
+
 A table the catalog does not know is no reference holder, unless its metadata is in the
 store's warehouse: then the catalog read is not the one the pipeline writes with, and
-that is an error (GC deletes nothing), not an empty table.
+that is an error (GC deletes nothing), not an empty table. A Delta table is found by its
+path alone (no catalog): a folder with no Delta log is no table yet.
 """
 
 from __future__ import annotations
