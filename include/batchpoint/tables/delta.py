@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 COPIES = "batchpoint/"  # under the table's folder: the staged files' copies
 _GENERATION_STEP = 10**12  # checkpoint ids stay below it; generations below 9.2 million
+_HISTORY_SCAN = 100  # commits read back for a RESTORE by another writer
 
 
 def txn_version(generation: int, checkpoint_id: int | None) -> int:
@@ -201,7 +202,27 @@ class DeltaSinkTable:
         return table.version()
 
     def position(self, table: DeltaTable) -> TablePosition | None:
-        return position_of(table.transaction_version(self.app_id))
+        return self._content(table)[0]
+
+    def _content(self, table: DeltaTable) -> tuple[TablePosition | None, int]:
+        """Where the table's content is, and the transaction version a commit must be
+        above. A RESTORE by another writer brings back an older version's files but
+        leaves the SetTransactions as they were: after one (and before batchpoint's
+        next commit) the content is at the restored version's transaction, or, restored
+        by time, at checkpoint 0 (on no chain: the next sync rewinds the content)."""
+        recorded = table.transaction_version(self.app_id)
+        for info in table.history(limit=_HISTORY_SCAN):  # newest first
+            if info.get(PIPELINE) == self.pipeline and GENERATION in info:
+                break  # batchpoint's commit is the newest word on the content
+            if info.get("operation") != "RESTORE":
+                continue
+            restored = str((info.get("operationParameters") or {}).get("version", ""))
+            if not restored.isdigit():
+                known = position_of(recorded)
+                return TablePosition(0, known.generation if known else 0), -1
+            recorded = self._open(int(restored)).transaction_version(self.app_id)
+            break
+        return position_of(recorded), -1 if recorded is None else recorded
 
     def referenced_keys(self, table: DeltaTable) -> set[str]:
         return set()  # the table reads its own copies, never a checkpoint's files
@@ -267,8 +288,8 @@ class DeltaSinkTable:
         from deltalake import CommitProperties, Transaction
 
         version = txn_version(generation, step.checkpoint_id)
-        recorded = table.transaction_version(self.app_id)
-        if recorded is not None and recorded >= version:
+        recorded = self._content(table)[1]
+        if recorded >= version:
             # Committed by a concurrent sync since this one read the table: plan again.
             raise self.conflicts()[0](f"{self.app_id} is at transaction {recorded} already")
         wanted = pa.schema(table.schema())

@@ -1,0 +1,77 @@
+"""A Delta table sink's table that another writer RESTOREd (by version or by time) to
+an older version: Delta's RESTORE brings the old files back but leaves the
+SetTransactions as they were, so the table's transaction version alone would say it
+is still at the newest checkpoint. The next sync sees the RESTORE after batchpoint's
+newest commit and brings the table back to the manifest, without a row twice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.sinks import SinkPublisher
+from batchpoint.storage import StoreRef
+from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.delta import DeltaSinkTable
+from batchpoint.tables.service import sink_table
+from batchpoint.tables.sync import TableSync
+from tables.sinkfiles import PIPELINE, SINK, manifest, save, staged_file
+
+
+@pytest.fixture
+def table_format() -> str:
+    return "delta"
+
+
+def _sync(table: DeltaSinkTable) -> list[int | None]:
+    publisher = SinkPublisher(table.store, PipelineLayout(PIPELINE))
+    return TableSync(table, lambda: publisher.manifest(SINK)).run().committed
+
+
+def _balances(table: DeltaSinkTable) -> list[int]:
+    return sorted(table.read().to_pydict()["balance"])
+
+
+def _three_epochs(table_store: StoreRef, mode: str) -> None:
+    store = table_store.open()
+    one = staged_file(store, 1, {"a": 1, "b": 2})
+    two = staged_file(store, 2, {"a": 5})
+    three = staged_file(store, 3, {"c": 7})
+    save(store, manifest([(1, None, [one]), (2, 1, [two]), (3, 2, [three])], 3, mode=mode))
+
+
+@pytest.mark.parametrize(("mode", "now"), [("snapshot", [7]), ("append", [1, 2, 5, 7])])
+def test_a_restore_to_an_older_version_is_synced_forward_again(
+    table_store: StoreRef, open_table: Callable[..., DeltaSinkTable], mode: str, now: list[int]
+) -> None:
+    _three_epochs(table_store, mode)
+    table = open_table()
+    assert _sync(table) == [1, 2, 3]
+    version_of_one = table.snapshot_of(1)
+    table.require().restore(version_of_one)  # another writer: RESTORE TABLE ... VERSION AS OF
+    assert _balances(table) == [1, 2]
+    position = table.position(table.require())
+    assert position is not None and position.checkpoint_id == 1
+    assert _sync(table) == [2, 3]  # the epochs after the restored one, once each
+    assert _balances(table) == now
+    assert _sync(table) == []
+
+
+def test_a_restore_by_time_is_rewound_to_the_manifest(tmp_path: Path) -> None:
+    # On a folder: S3's modification times (what delta-rs travels by time with) are in
+    # whole seconds, so the three commits of a fast test share one.
+    store_ref = StoreRef.of((tmp_path / "store").as_uri())
+    _three_epochs(store_ref, "append")
+    table = sink_table(store_ref, PIPELINE, SINK, TableBinding("pay.balances", format="delta"))
+    assert isinstance(table, DeltaSinkTable)
+    _sync(table)
+    committed = table.history()[0].committed_at_ms / 1000  # checkpoint 1's commit
+    table.require().restore(datetime.fromtimestamp(committed, UTC))
+    assert _balances(table) == [1, 2]
+    assert _sync(table) == [3]  # one rewind: the current checkpoint's whole content
+    assert table.history()[-1].operation == "rewind"
+    assert _balances(table) == [1, 2, 5, 7]
