@@ -60,7 +60,7 @@ class DeltaBalances:
     def __init__(self, settings: Settings) -> None:
         from batchpoint.storage.redaction import revealed_options
 
-        self.uri = f"{settings.root}/tables/{BALANCES_TABLE.replace('.', '/')}"
+        self.uri = f"{settings.root}/delta/{BALANCES_TABLE.replace('.', '/')}"
         self.options: dict[str, str] = {}
         if settings.root.startswith("s3://"):
             s3 = revealed_options(settings.store_options)

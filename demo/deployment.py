@@ -6,7 +6,7 @@ The versions are the good one, the bad deploy that doubles every balance
 (payments_buggy) and the deploy that renames `balances` with its state kept
 (payments_v2). In each, the sink `balances_table` publishes `payments.balances` in the
 format chosen: an Iceberg table in the deployment's catalog (BATCHPOINT_TABLE_CATALOG),
-or a path-based Delta table, <root>/tables/payments/balances. `reports` reads the sink's
+or a path-based Delta table, <root>/delta/payments/balances. `reports` reads the sink's
 manifest, whichever the format.
 """
 

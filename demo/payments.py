@@ -142,5 +142,5 @@ pipeline = build_pipeline()
 #: demo's; its catalog: BATCHPOINT_TABLE_CATALOG, see batchpoint.tables.catalog).
 BALANCES_TABLE = "payments.balances"
 table_pipeline = build_pipeline(balances_table=BALANCES_TABLE)
-#: The same as a Delta table (`run.py --table-format delta`): <root>/tables/payments/balances.
+#: The same as a Delta table (`run.py --table-format delta`): <root>/delta/payments/balances.
 delta_table_pipeline = build_pipeline(balances_table=BALANCES_TABLE, table_format="delta")

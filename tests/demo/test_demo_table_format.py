@@ -79,7 +79,7 @@ def test_the_check_reads_the_delta_table_with_deltalake(table_store: StoreRef) -
     settings = Settings(table_store.uri, dict(table_store.options))
     balances = PublishedChecks(settings, store, "delta").balances()
     assert isinstance(balances, DeltaBalances)
-    assert balances.uri == f"{table_store.uri}/tables/payments/balances"
+    assert balances.uri == f"{table_store.uri}/delta/payments/balances"
     commits = balances.commits()
     assert [(c.checkpoint_id, c.operation, c.generation) for c in commits] == [
         (1, "publish", 0),
