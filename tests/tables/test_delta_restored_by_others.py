@@ -69,8 +69,11 @@ def test_a_restore_by_time_is_rewound_to_the_manifest(tmp_path: Path) -> None:
     table = sink_table(store_ref, PIPELINE, SINK, TableBinding("pay.balances", format="delta"))
     assert isinstance(table, DeltaSinkTable)
     _sync(table)
-    committed = table.history()[0].committed_at_ms / 1000  # checkpoint 1's commit
-    table.require().restore(datetime.fromtimestamp(committed, UTC))
+    ms = table.history()[0].committed_at_ms  # checkpoint 1's commit, to the millisecond
+    # (a float of seconds can land a microsecond before it: the empty version 0)
+    table.require().restore(
+        datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
+    )
     assert _balances(table) == [1, 2]
     assert _sync(table) == [3]  # one rewind: the current checkpoint's whole content
     assert table.history()[-1].operation == "rewind"
