@@ -8,10 +8,15 @@ store and a real Iceberg catalog (SQLite), interleaved by a seeded step schedule
 storage and catalog call a step), with storage faults (5xx, throttling, lost replies),
 crash points, catalog outages and stalls and a lagging table; then an independent
 checker reads the store and the catalog (see tests/support/model.py and checker.py).
+With `--table-format delta` the `sums` table is a Delta table instead (delta-rs's calls
+scheduler steps, with outages, stalls, crash points, commits that fail between their
+copies and their log write or land unheard, read raw by the checker:
+tests/support/faulty_delta.py, delta_checker.py); `mixed` draws the format per seed.
 
     .venv/bin/python bench/model_check.py --schedules 1000            # local store
     .venv/bin/python bench/model_check.py --schedules 50 --store s3   # SeaweedFS
     .venv/bin/python bench/model_check.py --seed 417 --schedules 1 -v # replay one
+    .venv/bin/python bench/model_check.py --seed 7000 --table-format delta  # Delta tables
 
 Prints schedules, steps, faults by kind and violations (a table, then one JSON line);
 exits 1 on any violation. A schedule is a function of its seed (the interpreter's string hashing is
@@ -44,7 +49,7 @@ if str(ROOT / "tests") not in sys.path:
 from batchpoint.storage.base import ObjectStore  # noqa: E402
 from batchpoint.storage.local import LocalObjectStore  # noqa: E402
 from support.model import ModelOptions, ScheduleResult, run_schedule  # noqa: E402
-from support.model_setup import catalog_file  # noqa: E402
+from support.model_setup import TABLE_FORMATS, catalog_file  # noqa: E402
 
 
 @contextmanager
@@ -84,14 +89,17 @@ class ModelTally:
     kinds: Counter[str] = field(default_factory=Counter)
     rules: Counter[str] = field(default_factory=Counter)
     failed_seeds: list[int] = field(default_factory=list)
+    formats: Counter[str] = field(default_factory=Counter)  # schedules by table format
 
     def add(self, seed: int, result: ScheduleResult, *, verbose: bool) -> None:
         self.steps += result.steps
+        self.formats[result.table_format] += 1
         self.injected += result.injected
         self.kinds.update(result.faults)
         if verbose:
             print(
-                f"seed {seed}: {result.steps} steps, {result.injected} faults, "
+                f"seed {seed} ({result.table_format}): {result.steps} steps, "
+                f"{result.injected} faults, "
                 f"actors {','.join(result.actors)}, {len(result.violations)} violation(s)"
                 + (f"  [{'; '.join(result.notes)}]" if result.notes else ""),
                 flush=True,
@@ -113,6 +121,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--store", choices=["local", "s3"], default="local")
     parser.add_argument("--no-faults", action="store_true", help="interleavings only")
+    parser.add_argument(
+        "--table-format",
+        choices=TABLE_FORMATS,
+        default="iceberg",
+        help="the sums table's format (mixed: drawn per seed; default iceberg)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per schedule")
     args = parser.parse_args(argv)
     if args.schedules < 1:
@@ -124,6 +138,8 @@ def _report(args: argparse.Namespace, tally: ModelTally, seconds: float) -> None
     last = args.seed + args.schedules - 1
     print()
     print(f"{'store':<22}{args.store}")
+    formats = ", ".join(f"{k} {n}" for k, n in sorted(tally.formats.items()))
+    print(f"{'table format':<22}{args.table_format} ({formats})")
     print(f"{'schedules':<22}{args.schedules} (seeds {args.seed}..{last})")
     print(f"{'steps':<22}{tally.steps}")
     print(f"{'faults injected':<22}{tally.injected}")
@@ -136,6 +152,8 @@ def _report(args: argparse.Namespace, tally: ModelTally, seconds: float) -> None
     figures = {
         "bench": "model_check",
         "store": args.store,
+        "table_format": args.table_format,
+        "formats": dict(sorted(tally.formats.items())),
         "schedules": args.schedules,
         "first_seed": args.seed,
         "steps": tally.steps,
@@ -151,7 +169,7 @@ def _report(args: argparse.Namespace, tally: ModelTally, seconds: float) -> None
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    options = ModelOptions(faults=not args.no_faults)
+    options = ModelOptions(faults=not args.no_faults, table_format=args.table_format)
     stores = local_stores() if args.store == "local" else s3_stores()
     started = time.monotonic()
     tally = ModelTally()

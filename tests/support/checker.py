@@ -4,7 +4,8 @@ the documented layout (pipelines/<p>/...) and the record fields, and recomputes 
 sinks and the state must hold from the source files alone.
 
 A table sink's Iceberg table is read raw too (support/table_checker.py): the catalog's
-SQLite row, the metadata and manifests from the store.
+SQLite row, the metadata and manifests from the store; a Delta table's log likewise
+(support/delta_checker.py), which judges it by the same rules in Delta's life cycle.
 
 Violations are data (seed, step, rule, message), so a thousand schedules can be run and
 reported, and a failing one replayed from its seed.
@@ -23,6 +24,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from batchpoint.storage.base import ObjectStore
+from support.delta_checker import DeltaReader, Problem, Rows
 from support.faulty_store import Write
 from support.model_world import PARTITIONS, PIPELINE, SOURCE, SOURCE_ROOT
 from support.table_checker import TableReader, TableState
@@ -76,7 +78,7 @@ class Checker:
         seed: int,
         max_concurrent: int,
         pipeline: str = PIPELINE,
-        table: TableReader | None = None,
+        table: TableReader | DeltaReader | None = None,
     ) -> None:
         self.store = store
         #: The `sums` sink's table (None: the checks of tables are off).
@@ -94,6 +96,7 @@ class Checker:
         self._restored: set[int] = set()
         #: Checkpoints whose chain of bases holds no import but a restored one.
         self._chain_checked: set[int] = set()
+        self._rows: dict[int, Rows | None] = {}  # a completed checkpoint's `sums` rows
 
     # -- raw reads -----------------------------------------------------------------------
 
@@ -272,12 +275,40 @@ class Checker:
         changed: invariant 14 holds at every instant, not only at the end)."""
         if self.table is None:
             return []
+        if isinstance(self.table, DeltaReader):
+            delta = self.table.state()
+            if delta is None:
+                return []
+            return self._stamp(step, self.table.online(delta, self._kept(), self.rows_at))
         state = self.table.state()
         return [] if state is None else self._table_reads(step, state)
 
+    def _kept(self) -> set[int]:
+        """What the control record keeps now (nothing while it is damaged: judged once
+        repaired)."""
+        control = None if self.control_damaged() else self.control()
+        if control is None:
+            return set()
+        return set(control.retained) | ({control.head} if control.head is not None else set())
+
+    def rows_at(self, cid: int) -> Rows | None:
+        """The `sums` rows as of a completed checkpoint, from the source files (None
+        without its COMPLETED outcome). A barrier is fixed: kept once read."""
+        if cid not in self._rows:
+            doc = self.outcome(cid)
+            if doc is None or str(doc.get("status", "")).upper() != "COMPLETED":
+                return None
+            sums = self.expected(doc["checkpoint"]["barrier"])[0]
+            self._rows[cid] = sorted(zip(PARTITIONS, sums, strict=True))
+        return self._rows[cid]
+
+    def _stamp(self, step: int, problems: list[Problem]) -> list[Violation]:
+        return [self._v(step, rule, message) for rule, message in problems]
+
     def _table_reads(self, step: int, state: TableState) -> list[Violation]:
         out = []
-        for snapshot, problem in self.table.problems(state) if self.table else []:
+        table = self.table if isinstance(self.table, TableReader) else None
+        for snapshot, problem in table.problems(state) if table else []:
             what = "current snapshot" if snapshot.snapshot_id == state.current else "snapshot"
             out.append(
                 self._v(
@@ -411,6 +442,11 @@ class Checker:
         reads, and the current one holds the sums as of the head."""
         if self.table is None:
             return []
+        if isinstance(self.table, DeltaReader):
+            keep = set(control.retained) | ({control.head} if control.head is not None else set())
+            manifest = self.manifest("sums")
+            found = self.table.final(control.head, keep, self.rows_at, manifest)
+            return self._stamp(step, found)
         state = self.table.state()
         if state is None:
             if control.head is None:
@@ -541,9 +577,10 @@ class Checker:
                 for epoch in chain[-1:] if manifest.get("mode") == "snapshot" else chain:
                     referenced.update(f["path"] for f in epoch.get("files", []))
         # A table snapshot not expired reads its files (invariant 14).
-        state = self.table.state() if self.table is not None else None
-        if self.table is not None and state is not None:
-            referenced |= self.table.referenced_keys(state)
+        if isinstance(self.table, TableReader):  # a Delta table reads only its own copies
+            state = self.table.state()
+            if state is not None:
+                referenced |= self.table.referenced_keys(state)
         files = [i.key for i in self.store.list(self.checkpoints) if "/data/" in i.key]
         return sorted(k for k in files if k not in referenced)
 

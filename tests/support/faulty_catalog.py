@@ -19,6 +19,8 @@ for the duration, and the catalog finds its hooks by a token among its propertie
 database it cannot open; crash points kill the calling actor just before or just after a
 call (after a commit: the table moved, the caller never learnt it); a stall makes a call
 hang for a stretch of steps (a slow or locked database) while the other actors go on.
+The same hooks serve the Delta table's calls (support/faulty_delta.py), with the Delta
+names, writes and errors given as fields.
 """
 
 from __future__ import annotations
@@ -195,6 +197,13 @@ class CatalogFaults:
     enabled: bool = True
     #: Down whatever the step (the model's warm-up uses it for a lagging table).
     down_now: bool = False
+    #: What the hooked calls are: the prefix of the scheduler's ops, of the draws and of
+    #: the faults counted; the calls that write; the call that commits (it stalls more
+    #: often: it waits for a lock); what an outage raises.
+    label: str = "catalog"
+    writes: frozenset[str] = WRITES
+    commit_op: str = "commit_table"
+    outage: Callable[[str], Exception] = outage_error
     injected: Counter[str] = field(default_factory=Counter)
     #: Catalog calls that took effect and changed it (commits, creations).
     changes: int = 0
@@ -206,30 +215,30 @@ class CatalogFaults:
         return self.enabled and any(start <= now < end for start, end in self.outages)
 
     def _draw(self, op: str, name: str) -> float:
-        return self.uniform(f"catalog.{op}", name) if self.uniform is not None else 1.0
+        return self.uniform(f"{self.label}.{op}", name) if self.uniform is not None else 1.0
 
     def _armed(self, op: str) -> bool:
         """Whether a crash may hit this call: a write, inside a model actor."""
-        return self.enabled and op in WRITES and self.crashes_allowed()
+        return self.enabled and op in self.writes and self.crashes_allowed()
 
     def before(self, op: str, name: str) -> None:
-        self.yield_point(f"catalog.{op}", name)
+        self.yield_point(f"{self.label}.{op}", name)
         stalls = self.enabled and self.stall_for is not None and self.crashes_allowed()
-        rate = self.stall * (3 if op == "commit_table" else 1)
+        rate = self.stall * (3 if op == self.commit_op else 1)
         if stalls and self._draw(op + ":stall", name) < rate:
-            self.injected["catalog-stall"] += 1
+            self.injected[f"{self.label}-stall"] += 1
             assert self.stall_for is not None
             self.stall_for(op, name)
         if self.down():
-            self.injected["catalog-outage"] += 1
-            raise outage_error(op)
+            self.injected[f"{self.label}-outage"] += 1
+            raise self.outage(op)
         if self._armed(op) and self._draw(op, name) < self.crash / 2:
-            self.injected["catalog-crash-before"] += 1
-            raise Crash(f"catalog.{op}", name, "before")
+            self.injected[f"{self.label}-crash-before"] += 1
+            raise Crash(f"{self.label}.{op}", name, "before")
 
     def after(self, op: str, name: str) -> None:
-        if op in WRITES:
+        if op in self.writes:
             self.changes += 1
         if self._armed(op) and self._draw(op + ":after", name) < self.crash / 2:
-            self.injected["catalog-crash-after"] += 1
-            raise Crash(f"catalog.{op}", name, "after")
+            self.injected[f"{self.label}-crash-after"] += 1
+            raise Crash(f"{self.label}.{op}", name, "after")

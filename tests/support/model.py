@@ -26,7 +26,12 @@ Actors (each plays what an Airflow task, the CLI or a stray worker would do):
 
 The `sums` sink is an Iceberg table on a real SQLite catalog (support/faulty_catalog.py):
 every catalog call is a scheduler step, and the catalog goes down for stretches of
-steps (a finalize whose table sync fails leaves the table lagging its manifest).
+steps (a finalize whose table sync fails leaves the table lagging its manifest). In a
+Delta schedule (`ModelOptions.table_format`) it is a Delta table instead, synced by the
+delta-rs adapter: its copies are storage calls, and delta-rs's own calls are steps with
+the same outages, stalls and crash points, plus a commit that fails between its copies
+and its log write and one that lands while its caller hears it failed
+(support/faulty_delta.py).
 
 After the actors end (or the step budget runs out and they are stopped), the model
 plays the quiet hours: no faults, the catalog back, the clock passes every deadline and
@@ -65,13 +70,17 @@ from batchpoint.storage.base import ObjectStore
 from batchpoint.tables.iceberg import TableError
 from support.checker import ROOT, Checker, Violation
 from support.clock import FakeClock
-from support.faulty_catalog import CatalogFaults, use_catalog
+from support.faulty_catalog import use_catalog
+from support.faulty_delta import DeltaFaults, use_delta
 from support.faulty_store import Crash, FaultRates, FaultyStore
 from support.model_setup import (
     FixedStoreRef,
     catalog_file,
     catalog_outages,
+    delta_reader,
     fault_rates,
+    pick_table_format,
+    table_faults,
 )
 from support.model_world import (
     PARTITIONS,
@@ -90,7 +99,9 @@ from support.table_checker import TableReader
 T = TypeVar("T")
 
 #: Counted with the faults, but not faults injected: an effect, and a plan's size.
-NOT_INJECTED = frozenset({"sync-failed", "catalog-outage-windows"})
+NOT_INJECTED = frozenset(
+    {"sync-failed", "catalog-outage-windows", "delta-outage-windows", "delta-conflict"}
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,8 @@ class ModelOptions:
     #: "repair", "sync", "import", "outage": the catalog down from the start for a
     #: while, "stress": a table stress schedule, see `Schedule.table_stress`).
     force: tuple[str, ...] = ()
+    #: The `sums` table's format: "iceberg", "delta", or "mixed" (drawn per seed).
+    table_format: str = "iceberg"
 
 
 class _Refused(Exception):
@@ -128,6 +141,7 @@ class ScheduleResult:
     #: stalls and crashes, a lagging table, a damaged control record; and the table
     #: syncs that failed because of them.
     faults: Counter[str] = field(default_factory=Counter)
+    table_format: str = "iceberg"
 
     @property
     def ok(self) -> bool:
@@ -136,6 +150,7 @@ class ScheduleResult:
     def summary(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
+            "table_format": self.table_format,
             "steps": self.steps,
             "actors": self.actors,
             "injected_faults": self.injected,
@@ -169,38 +184,28 @@ class Schedule:
         self.store.uniform = self.scheduler.uniform
         self.store.crashes_allowed = self.scheduler.in_actor
         outages = catalog_outages(self.table_rng, "outage" in self.options.force)
-        self.catalog_faults = CatalogFaults(
-            self.scheduler.yield_point,
-            lambda: self.scheduler.step,
+        self.table_format = pick_table_format(seed, self.options.table_format)
+        # The table's calls (the catalog's, or delta-rs's): steps, outages, crashes.
+        self.catalog_faults = table_faults(
+            self.table_format,
+            self.scheduler,
+            self.table_rng,
+            rates,
             outages if self.options.faults or "outage" in self.options.force else [],
-            # Few calls are catalog writes: crashes there are drawn more often.
-            crash=min(0.2, rates.crash * 5),
-            stall=0.06 if rates.any else 0.0,
-            stall_for=lambda _op, _name: self.scheduler.stall(self.table_rng.randint(50, 600)),
-            uniform=self.scheduler.uniform,
-            crashes_allowed=self.scheduler.in_actor,
         )
         self.catalog_path, self._catalog_folder = catalog_file(inner)
         # Model time, far from the wall clock on purpose: one second per scheduler step,
         # jumps in the quiet hours.
         self.clock = FakeClock()
-        # A table stress schedule: one retained checkpoint (epochs leave the manifest
-        # fast), a longer warm-up the catalog missed from its start, and GC: the table
-        # catches up on epochs GC is dropping.
-        stress = self.table_rng.random() < 0.15 or "stress" in self.options.force
-        self.table_stress = self.options.faults and stress
-        retained = self.options.num_retained or self.table_rng.choice([1, 2, 2, 3])
-        retained = 1 if self.table_stress and self.options.num_retained is None else retained
-        self.config = CheckpointConfig(
-            timeout=self.options.timeout,
-            max_concurrent=self.options.max_concurrent,
-            num_retained=retained,
-        )
+        self.config = self._checkpoint_config()
         self.driver = PipelineDriver(
-            build_model_pipeline(), FixedStoreRef(inner.uri, store=self.store), self.config,
-            self.clock,
+            build_model_pipeline(self.table_format), FixedStoreRef(inner.uri, store=self.store),
+            self.config, self.clock,
         )  # fmt: skip
-        table = TableReader(inner, self.catalog_path, TABLE_CATALOG, TABLE)
+        delta = self.table_format == "delta"
+        table = delta_reader(inner) if delta else TableReader(
+            inner, self.catalog_path, TABLE_CATALOG, TABLE
+        )  # fmt: skip
         self.checker = Checker(inner, seed, self.options.max_concurrent, table=table)
         self.violations: list[Violation] = []
         self.faults: Counter[str] = Counter()
@@ -213,6 +218,21 @@ class Schedule:
         self._checked_writes = -1
         self._checked_tables = (-1, -1)
         self._lagging: int | None = None  # the warm-up's last checkpoint, if unsynced
+
+    def _checkpoint_config(self) -> CheckpointConfig:
+        """The pipeline's checkpoint settings, and whether this is a table stress
+        schedule: one retained checkpoint (epochs leave the manifest fast), a longer
+        warm-up the table missed from its start, and GC: the table catches up on epochs
+        GC is dropping."""
+        stress = self.table_rng.random() < 0.15 or "stress" in self.options.force
+        self.table_stress = self.options.faults and stress
+        retained = self.options.num_retained or self.table_rng.choice([1, 2, 2, 3])
+        retained = 1 if self.table_stress and self.options.num_retained is None else retained
+        return CheckpointConfig(
+            timeout=self.options.timeout,
+            max_concurrent=self.options.max_concurrent,
+            num_retained=retained,
+        )
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -564,8 +584,13 @@ class Schedule:
 
     def run(self) -> ScheduleResult:
         uri = f"sqlite:///{self.catalog_path}"
+        tables = (
+            use_delta(self.catalog_faults)
+            if self.table_format == "delta"
+            else use_catalog(TABLE_CATALOG, uri, self.catalog_faults)
+        )
         try:
-            with use_catalog(TABLE_CATALOG, uri, self.catalog_faults):
+            with tables:
                 return self._run()
         finally:
             if self._catalog_folder is not None:
@@ -601,7 +626,10 @@ class Schedule:
         faults.update(self.catalog_faults.injected)
         faults.update(self.faults)
         if self.catalog_faults.outages:
-            faults["catalog-outage-windows"] += len(self.catalog_faults.outages)
+            windows = f"{self.catalog_faults.label}-outage-windows"
+            faults[windows] += len(self.catalog_faults.outages)
+        if isinstance(self.catalog_faults, DeltaFaults) and self.catalog_faults.conflicts:
+            faults["delta-conflict"] += self.catalog_faults.conflicts
         return ScheduleResult(
             self.seed,
             step,
@@ -611,6 +639,7 @@ class Schedule:
             time.monotonic() - started,
             self.notes,
             faults,
+            self.table_format,
         )
 
 

@@ -5,7 +5,8 @@ Pipeline `model`: a file source `events` with partitions p0 and p1 (JSON lines
 whose state is the running sum of its partition, an append sink `log` (every record of
 the epoch, one line each) and a snapshot sink `sums` (the running sums after the epoch,
 one Parquet row per partition) that is also the Iceberg table `model.sums` of the
-catalog `model` (synced after every publish and restore, expired by GC).
+catalog `model`, or in a Delta schedule the Delta table `model.sums` under the store's
+tables/ (synced after every publish and restore, expired by GC).
 
 Tasks read their input between the base checkpoint's barrier and their own, and their
 state from the base checkpoint's files (invariant 4): so a lost, damaged or wrong base
@@ -48,7 +49,7 @@ def _no_spark(ctx: OperatorContext) -> None:  # the model's tasks compute in Pyt
     raise NotImplementedError
 
 
-def build_model_pipeline() -> Pipeline:
+def build_model_pipeline(table_format: str = "iceberg") -> Pipeline:
     pipeline = Pipeline(PIPELINE, max_parallelism=8)
     pipeline.source(SOURCE, root=SOURCE_ROOT, schema=pa.schema([("v", pa.int64())]))
     pipeline.operator(
@@ -61,7 +62,7 @@ def build_model_pipeline() -> Pipeline:
     pipeline.sink("log", inputs=["total"], key=["line"], mode=SinkMode.APPEND)
     pipeline.sink(
         "sums", inputs=["total"], key=["p"], mode=SinkMode.SNAPSHOT, table=TABLE,
-        catalog=TABLE_CATALOG,
+        catalog=TABLE_CATALOG, table_format=table_format,
     )  # fmt: skip
     return pipeline
 

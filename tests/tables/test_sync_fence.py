@@ -175,3 +175,37 @@ def test_a_retried_publish_never_brings_back_an_ancestor_gc_dropped_with_its_chi
 
     assert retried.published == []
     assert epochs.assert_every_snapshot_reads() == [three]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 41's Delta model): pins are values, so two syncs pinning one "
+    "epoch on one snapshot hold one pin, and the sync that gives up unpins the other's; "
+    "proposed fix: a pin names the sync that holds it",
+)
+def test_a_sync_that_gives_up_leaves_another_syncs_pin_on_the_same_epoch(
+    epochs: TableEpochs,
+) -> None:
+    """Found by the Delta schedules of the concurrency model (seed 72 of the table stress
+    schedules with GC and late syncs, while the model was built): sync A pins epoch 2 on
+    the table's snapshot and stalls before its commit; sync B planned on the same
+    snapshot pins the same epoch, fails before its commit and unpins; a GC pass then
+    finds no pin, drops 2 (subsumed by 3) and deletes its files; A's commit lands a
+    snapshot that reads a missing file. The same on Iceberg, forced here."""
+    one, two, three = _lagging(epochs)
+
+    def down(op: str, _name: str) -> None:
+        if op == "commit_table":
+            raise OSError("the catalog is down")
+
+    def b_gives_up_then_gc() -> None:
+        with pytest.raises(OSError):
+            _sync(epochs, CallHooks(down)).run()
+        gc(epochs.coordinator, epochs.coordinator.store)
+
+    hook = once(b_gives_up_then_gc, lambda op, _: op == "commit_table")
+    report = _sync(epochs, CallHooks(hook)).run()
+
+    assert hook.fired
+    assert report.committed == [two, three]
+    assert epochs.assert_every_snapshot_reads() == [one, two, three]

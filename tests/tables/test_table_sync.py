@@ -5,6 +5,7 @@ checkpoint id, and syncs racing each other."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -94,6 +95,35 @@ def test_a_restore_rewinds_the_table_and_new_epochs_continue_from_there(
     assert sorted(table.read(3).to_pydict()["balance"]) == [1, 2, 5, 7]  # the old timeline
     ops = [(c.checkpoint_id, c.generation, c.operation) for c in table.history()]
     assert ops[-2:] == [(1, 1, "rewind"), (4, 1, "publish")]
+
+
+def test_a_restore_to_the_checkpoint_the_table_is_at_keeps_its_files(
+    table_store: StoreRef, open_table: Callable[..., SinkTableAdapter], table_format: str
+) -> None:
+    """A restore of the checkpoint the table is at (a new generation, the same content)
+    stamps the table with one rewind commit of the files it holds. On Delta that commit
+    adds none of them again and removes none: a version that adds and removes one path
+    is not valid Delta (the protocol leaves a commit's actions unordered; Spark's and
+    Delta Kernel's replays drop the file, delta-rs keeps it). Found by the concurrency
+    model's Delta schedules (seed 13: a restore from latest)."""
+    _three_epochs(table_store)
+    table = open_table()
+    _sync(table).run()
+    store = table_store.open()
+    SinkPublisher(store, PipelineLayout(PIPELINE)).rewind(SINK, 3, generation=1)
+    assert _sync(table).run().committed == [3]
+    assert _rows(table) == {"c": 7}
+    ops = [(c.checkpoint_id, c.generation, c.operation) for c in table.history()]
+    assert ops[-1] == (3, 1, "rewind")
+    if table_format == "delta":
+        from batchpoint.tables.delta_location import table_key
+
+        log = table_key(table.binding) + "_delta_log/"
+        last = max(i.key for i in store.list(log) if i.key.endswith(".json"))
+        actions = [json.loads(line) for line in store.get(last).data.decode().splitlines()]
+        added = {a["add"]["path"] for a in actions if "add" in a}
+        removed = {a["remove"]["path"] for a in actions if "remove" in a}
+        assert not added and not removed  # the files stay: only the transaction moves
 
 
 def test_a_sync_that_read_the_manifest_before_a_restore_commits_nothing(

@@ -294,6 +294,8 @@ class DeltaSinkTable:
             raise self.conflicts()[0](f"{self.app_id} is at transaction {recorded} already")
         wanted = pa.schema(table.schema())
         actions = [self._add(table_file, wanted, step) for table_file in step.files]
+        if step.replace:
+            actions = self._replacing(table, actions)
         rows = sum(f.rows or 0 for f in step.files)
         if not step.replace:
             rows += self._rows(table)
@@ -307,7 +309,7 @@ class DeltaSinkTable:
         }
         table.create_write_transaction(
             actions,
-            mode="overwrite" if step.replace else "append",
+            mode="append",  # a replace says its removes itself (`_replacing`)
             schema=table.schema(),
             commit_properties=CommitProperties(
                 custom_metadata=metadata,
@@ -337,6 +339,26 @@ class DeltaSinkTable:
                 info = self.store.upload_file(key, local)
         stats = json.dumps({"numRecords": staged.rows or 0})
         return AddAction(copy_key(staged.path), info.size, {}, int(time.time() * 1000), True, stats)
+
+    def _replacing(self, table: DeltaTable, adds: list[Any]) -> list[Any]:
+        """A replace as explicit file actions: an `add` of each file of the step the table
+        does not hold, a `remove` of each file it holds that the step does not. Not
+        delta-rs's overwrite, which removes every file held, those the step adds again
+        included: a version that adds and removes one path is not valid Delta (the
+        protocol leaves a commit's actions unordered; Spark's and Delta Kernel's replays
+        drop the file, delta-rs keeps it), and a rewind to the files the table holds (a
+        restore of the checkpoint it is at, stamping the new generation) is just that
+        (concurrency model, Delta seed 13)."""
+        from deltalake.transaction import RemoveAction
+
+        held = pa.table(table.get_add_actions(flatten=True))
+        live = dict(
+            zip(held.column("path").to_pylist(), held.column("size_bytes").to_pylist(), strict=True)
+        )
+        now = int(time.time() * 1000)
+        named = {a.path for a in adds}
+        removes = [RemoveAction(p, True, now, size) for p, size in live.items() if p not in named]
+        return [*(a for a in adds if live.get(a.path) != a.size), *removes]
 
     def _rows(self, table: DeltaTable) -> int:
         actions = pa.table(table.get_add_actions(flatten=True))
