@@ -177,12 +177,6 @@ def test_a_retried_publish_never_brings_back_an_ancestor_gc_dropped_with_its_chi
     assert epochs.assert_every_snapshot_reads() == [three]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 41's Delta model): pins are values, so two syncs pinning one "
-    "epoch on one snapshot hold one pin, and the sync that gives up unpins the other's; "
-    "proposed fix: a pin names the sync that holds it",
-)
 def test_a_sync_that_gives_up_leaves_another_syncs_pin_on_the_same_epoch(
     epochs: TableEpochs,
 ) -> None:

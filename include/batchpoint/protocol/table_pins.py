@@ -32,6 +32,8 @@ class TablePin(codec.Value):
 
     checkpoint_id: int
     on: int | None
+    #: The sync that holds it: two syncs pinning one epoch on one snapshot hold two pins.
+    owner: str = codec.field(default="", omit="", missing="")
 
 
 def live_pins(

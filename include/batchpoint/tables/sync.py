@@ -16,6 +16,7 @@ before a GC pass therefore never commits files that pass deleted.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -96,6 +97,9 @@ class TableSync:
         self.read_manifest = read_manifest
         self.pins = pins
         self._held: tuple[TablePin, ...] = ()
+        # Two syncs pinning one epoch on one head must hold two pins: one giving up
+        # must not release the other's (concurrency model, seed 72).
+        self._owner = uuid.uuid4().hex[:12]
 
     def run(self) -> SyncReport:
         try:
@@ -143,7 +147,7 @@ class TableSync:
         in the same write); False when the epoch left the manifest."""
         if self.pins is None or step.checkpoint_id is None or not step.files:
             return True  # nothing GC could take from under this commit
-        pin = TablePin(step.checkpoint_id, self.table.head(table))
+        pin = TablePin(step.checkpoint_id, self.table.head(table), self._owner)
         pinned = self.pins.pin(pin, release=self._held)
         self._held = (pin,) if pinned else ()
         return pinned
