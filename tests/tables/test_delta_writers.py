@@ -69,6 +69,7 @@ def test_two_syncs_racing_commit_each_checkpoint_once(epochs: TableEpochs) -> No
     barrier = threading.Barrier(2, timeout=30)
     real = DeltaSinkTable.commit
     errors: list[BaseException] = []
+    reports: list[Any] = []
 
     def together(self: DeltaSinkTable, table: Any, step: Any, generation: int) -> None:
         if step.checkpoint_id == 2 and threading.current_thread().name.startswith("racer"):
@@ -78,7 +79,7 @@ def test_two_syncs_racing_commit_each_checkpoint_once(epochs: TableEpochs) -> No
 
     def race() -> None:
         try:
-            _sync(epochs)
+            reports.extend(_sync(epochs))
         except BaseException as exc:
             errors.append(exc)
 
@@ -89,6 +90,9 @@ def test_two_syncs_racing_commit_each_checkpoint_once(epochs: TableEpochs) -> No
     for racer in racers:
         racer.join(timeout=120)
     assert not errors, errors
+    # they did collide: one lost the commit of 2 and planned again
+    assert sorted(r.rounds for r in reports)[-1] >= 2, reports
+    assert sorted(c for r in reports for c in r.committed) == [2, 3]
     _assert_one_commit_per_checkpoint(epochs, three)
     assert epochs.assert_every_snapshot_reads() == [1, 2, 3]
 

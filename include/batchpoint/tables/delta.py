@@ -266,10 +266,14 @@ class DeltaSinkTable:
         try:
             return pa.table(self._open(version).to_pyarrow_table())
         except Exception as exc:
-            at = "now" if version is None else f"at version {version}"
             if "not found" not in str(exc).lower():
-                # said as the table's, without what delta-rs may repeat of its options
-                raise TableError(f"{self.binding} {at}: {error_detail(exc, self.store)}") from None
+                # said as the sink's, without the credentials delta-rs may repeat
+                at = "" if version is None else f" at version {version}"
+                raise TableError(
+                    f"sink '{self.ref.label}': {self.binding} at {self.uri} cannot be read"
+                    f"{at} ({error_detail(exc, self.store)})"
+                ) from None
+            at = "now" if version is None else f"at version {version}"
             raise CheckpointError(
                 f"{self.binding} at {self.uri} {at} reads files that are gone (VACUUM "
                 "removed them, or GC expired the checkpoint's copies)"
