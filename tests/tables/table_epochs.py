@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,15 @@ PIPELINE = "pay"
 SINK = "balances_table"
 TABLE = "pay.balances"
 CATALOG_ENV = "BATCHPOINT_TABLE_CATALOG"
+SPARK_SCHEMA = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "account_id", "type": "string", "nullable": True, "metadata": {}},
+            {"name": "balance", "type": "long", "nullable": True, "metadata": {}},
+        ],
+    }
+)
 
 
 def table_pipeline(table_format: str = "iceberg") -> Pipeline:
@@ -114,7 +124,10 @@ class TableEpochs:
         data = buffer.getvalue()
         key = self.coordinator.layout.task_data_prefix(cid, task, "a1") + "part-0.parquet"
         self.store.put(key, data)
-        return FileHandle(key, len(data), hashlib.sha256(data).hexdigest(), len(rows), name="sink")
+        digest = hashlib.sha256(data).hexdigest()
+        # the schema a Spark sink task records (ops/dataframes.py::read_sink reads it)
+        meta = {"spark_schema": SPARK_SCHEMA}
+        return FileHandle(key, len(data), digest, len(rows), name="sink", meta=meta)
 
     @contextlib.contextmanager
     def outage(self, *, reads: bool = False) -> Iterator[None]:
