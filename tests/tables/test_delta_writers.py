@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from batchpoint.errors import BatchpointError
-from batchpoint.ops.maintenance import table_findings
+from batchpoint.ops.maintenance import gc, table_findings
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.storage import StoreRef
 from batchpoint.tables.delta import DeltaSinkTable, txn_version
@@ -125,11 +125,12 @@ def test_a_sync_that_refreshed_past_a_racers_commit_does_not_commit_it_again(
     assert epochs.assert_every_snapshot_reads() == [1, 2, 3]
 
 
-def _append_theirs(table: DeltaSinkTable, rows: dict[str, int]) -> None:
+def _append_theirs(table: DeltaSinkTable, rows: dict[str, int], mode: str = "append") -> None:
+    """Another engine's write to the table (delta-rs's, as any engine's would be)."""
     from deltalake import write_deltalake
 
     data = pa.table({"account_id": list(rows), "balance": list(rows.values())})
-    write_deltalake(table.uri, data, mode="append", storage_options=table.options)
+    write_deltalake(table.uri, data, mode=mode, storage_options=table.options)
 
 
 def test_another_engines_rows_are_neither_lost_nor_claimed(epochs: TableEpochs) -> None:
@@ -189,3 +190,27 @@ def test_another_engines_append_racing_a_commit_is_not_claimed(epochs: TableEpoc
     assert epochs.read() == {"a": 1, "z": 99}
     with pytest.raises(BatchpointError, match="has commits not made by batchpoint"):
         _sync(epochs)
+
+
+def test_the_undo_the_finding_says_reads_after_gc_dropped_its_checkpoint(
+    table_store: StoreRef, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone overwrites the table with rows of their own; the sync refuses, the
+    pipeline goes on and GC drops checkpoint 1 (one retained). Batchpoint's newest version
+    (of 1) is what the finding says to restore: its copies must still be there, so that
+    the table reads once restored, and the next sync rewinds it to the pipeline's."""
+    epochs = TableEpochs(table_store, tmp_path, monkeypatch, table_format="delta")
+    one = epochs.epoch({"a": 1})
+    table = _table(epochs)
+    _append_theirs(table, {"z": 99}, mode="overwrite")
+    two = epochs.epoch({"a": 2})  # refused
+    report = gc(epochs.coordinator, epochs.coordinator.store)
+    assert f"{SINK}@{one}" in report.dropped_epochs
+    assert any("DeltaTable.restore(1)" in str(f) for f in report.findings)
+    assert epochs.read() == {"z": 99}
+
+    table.require().restore(1)
+    assert epochs.read() == {"a": 1}  # batchpoint's version of 1 reads
+    (synced,) = _sync(epochs)
+    assert synced.committed == [two] and epochs.read() == {"a": 2}
+    assert table_findings(epochs.coordinator, epochs.store) == []

@@ -373,10 +373,11 @@ class DeltaSinkTable:
             for cid in manifest.epochs
             for f in visible_files(manifest, cid)
         }
-        kept_versions = [
-            c for c in self.history(self.refresh(table)) if c.checkpoint_id in manifest.epochs
-        ]
-        for version in {table.version(), *(c.snapshot_id for c in kept_versions)}:
+        commits = self.history(self.refresh(table))
+        kept = {c.snapshot_id for c in commits if c.checkpoint_id in manifest.epochs}
+        # Batchpoint's newest version too, which the head is not when another writer
+        # committed on top: the sync refuses until it is restored (delta_log.py).
+        for version in {table.version(), *kept, *(c.snapshot_id for c in commits[-1:])}:
             keep |= self.version_keys(version)
         gone = [key for key in listed if key not in keep]
         if not gone:

@@ -14,6 +14,10 @@ table holds.
 A table the catalog does not know is no reference holder, unless its metadata is in the
 store's warehouse: then the catalog read is not the one the pipeline writes with, and
 that is an error (GC deletes nothing), not an empty table.
+
+Besides its lag, a table's format may tell more (`SinkTableAdapter.problems`): a Delta
+table's data commits by another writer, retained checkpoints whose versions a VACUUM
+left unreadable (tables/delta_log.py). Findings only: what GC keeps does not hang on them.
 """
 
 from __future__ import annotations
@@ -132,8 +136,11 @@ class PipelineTables:
         out = [] if (lagging := self._lag(found)) is None else [lagging]
         if found.adapter is None or found.table is None or found.manifest is None:
             return out
-        with _reading(found, self.store):
-            problems = found.adapter.problems(found.table, found.manifest)
+        try:
+            with _reading(found, self.store):
+                problems = found.adapter.problems(found.table, found.manifest)
+        except TableError as exc:  # said beside the lag; never what holds GC back
+            problems = [str(exc)]
         return out + [Finding(f"sink {found.sink}", problem) for problem in problems]
 
     def _lag(self, found: _SinkTable) -> Finding | None:
