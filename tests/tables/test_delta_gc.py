@@ -236,3 +236,24 @@ def test_gc_of_a_lagging_vacuumed_table_with_a_failed_commit_keeps_what_is_retai
     six = epochs.epoch({"a": 6})  # 4, 5 and 6 in turn, with the copies that are there
     assert epochs.read() == {"a": 6}
     assert epochs.assert_every_snapshot_reads() == [3, four, five, six]
+
+
+def test_a_check_beside_the_lag_that_fails_is_a_finding_not_a_stop(
+    table_store: StoreRef, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look for other writers' commits and VACUUMed versions reads the log: when it
+    cannot, that is a finding, and GC goes on (the table's references do not hang on it)."""
+    epochs = _epochs(table_store, tmp_path, monkeypatch, kept=1)
+    one = epochs.epoch({"a": 1})
+    two = epochs.epoch({"a": 2})
+
+    def unreadable(self: DeltaSinkTable, table: Any, manifest: Any) -> list[str]:
+        raise OSError("storage fault reading the _delta_log")
+
+    monkeypatch.setattr(DeltaSinkTable, "problems", unreadable)
+    report = gc(epochs.coordinator, epochs.coordinator.store)
+    (finding,) = [str(f) for f in report.findings]
+    assert f"sink {SINK}: sink '{SINK}': delta table pay.balances cannot be read" in finding
+    assert "storage fault reading the _delta_log" in finding
+    assert f"{SINK}@{one}" in report.dropped_epochs and report.deleted_files  # not stopped
+    assert epochs.assert_every_snapshot_reads() == [two]
