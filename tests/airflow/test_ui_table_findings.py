@@ -1,7 +1,8 @@
 """The Checkpoints pages in Airflow's UI say when a table sink's table lags its manifest
 (its catalog was down while checkpoints published): in the pipelines' JSON, on the
 index beside the status, and on the pipeline's page; and not once the table caught up.
-Real Airflow app and plugin, SeaweedFS, pyiceberg on a SQLite catalog."""
+Real Airflow app and plugin, SeaweedFS, pyiceberg on a SQLite catalog, or delta-rs (a
+Delta table named by its path)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ import pytest
 
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.delta_location import table_uri
 from batchpoint.tables.service import sync_tables
-from demo.payments import BALANCES_TABLE, table_pipeline
+from demo.payments import BALANCES_TABLE, delta_table_pipeline, table_pipeline
 from tables.sinkfiles import SINK, manifest, save, staged_file
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 
 PIPELINE = "payments"
-LAG = (
-    f"sink {SINK}: iceberg table {BALANCES_TABLE} (catalog batchpoint) lags its manifest: "
-    "the table is at checkpoint 1 (generation 0), the manifest at checkpoint 3 (generation 0)"
+LAGS = (
+    "lags its manifest: the table is at checkpoint 1 (generation 0), the manifest at "
+    "checkpoint 3 (generation 0)"
 )
 
 
@@ -38,24 +40,35 @@ def api(bp, monkeypatch):
         yield client
 
 
-def test_a_lagging_table_is_a_finding_on_the_pipelines_pages(bp, api, tmp_path: Path) -> None:
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
+def test_a_lagging_table_is_a_finding_on_the_pipelines_pages(
+    bp, api, tmp_path: Path, table_format: str
+) -> None:
     store = bp.store
-    CheckpointCoordinator(store, PIPELINE).register(table_pipeline.spec())
+    pipeline = delta_table_pipeline if table_format == "delta" else table_pipeline
+    CheckpointCoordinator(store, PIPELINE).register(pipeline.spec())
     bp.set(table_catalog=f"sqlite:///{tmp_path / 'catalog.db'}")
     files = [staged_file(store, c, {"a": c}, pipeline=PIPELINE) for c in (1, 2, 3)]
     epochs = [(1, None, [files[0]]), (2, 1, [files[1]]), (3, 2, [files[2]])]
     save(store, manifest(epochs[:1], 1), PIPELINE)
-    binding = {SINK: TableBinding(BALANCES_TABLE)}
+    table = TableBinding(BALANCES_TABLE, format=table_format)
+    binding = {SINK: table}
+    where = (
+        f"{table} at {table_uri(store, table)}"
+        if table.is_delta
+        else f"iceberg table {BALANCES_TABLE} (catalog batchpoint)"
+    )
+    lag = f"sink {SINK}: {where} {LAGS}"
     sync_tables(bp.settings.store_ref, PIPELINE, binding)  # the table at checkpoint 1
     save(store, manifest(epochs, 3), PIPELINE)  # 2 and 3 published, the catalog down
 
     (listed,) = api.get("/batchpoint/api/pipelines").json()
     overview = listed["overview"]
     assert overview["status"] == "running"  # it lags; it is not stopped
-    assert [f for f in overview["findings"] if f.startswith(LAG)], overview
+    assert [f for f in overview["findings"] if f.startswith(lag)], overview
     assert "(1 finding(s))" in api.get("/batchpoint/").text
     page = api.get(f"/batchpoint/{PIPELINE}").text
-    assert f"<dt>finding</dt><dd>{LAG}" in page
+    assert f"<dt>finding</dt><dd>{lag}" in page
 
     sync_tables(bp.settings.store_ref, PIPELINE, binding)  # the catalog is back
     (listed,) = api.get("/batchpoint/api/pipelines").json()

@@ -1,5 +1,6 @@
 """`batchpoint sink show` and `sink history`: a table sink read as of a checkpoint through
-its Iceberg table, a plain sink through its manifest, and clear errors (no Spark)."""
+its Iceberg or Delta table, a plain sink through its manifest, and clear errors (no
+Spark)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,27 @@ from support.cli import Cli, fresh_root
 from tables.sinkfiles import PIPELINE, SINK, manifest, save, staged_file
 
 
+@pytest.fixture(params=["iceberg", "delta"])
+def table_format(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+#: What the table's format calls a commit (`sink history`'s first column)
+NOUNS = {"iceberg": "snapshot", "delta": "version"}
+
+
 @pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table_format: str) -> str:
     """Pipeline `pay` with the table sink `balances_table` (3 checkpoints published and
-    synced, the catalog the file root's default) and the plain sink `plain` (2)."""
+    synced; an Iceberg table's catalog the file root's default) and the plain sink
+    `plain` (2)."""
     uri = fresh_root(tmp_path, monkeypatch)
     monkeypatch.delenv("BATCHPOINT_TABLE_CATALOG", raising=False)
     pipeline = Pipeline(PIPELINE)
     pipeline.source("events", root="src", schema=pa.schema([("account_id", pa.string())]))
-    pipeline.sink(SINK, inputs=["events"], key=["account_id"], table="pay.balances")
+    pipeline.sink(
+        SINK, inputs=["events"], key=["account_id"], table="pay.balances", table_format=table_format
+    )
     pipeline.sink("plain", inputs=["events"], key=["account_id"], mode="snapshot")
     ref = StoreRef.of(uri)
     store = ref.open()
@@ -39,23 +52,33 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         manifest([(1, None, [files[0]]), (2, 1, [files[1]]), (3, 2, [files[2]])], 3, mode="append"),
     )
     save(store, replace(manifest([(1, None, [files[0]]), (2, 1, [files[1]])], 2), sink="plain"))
-    sync_tables(ref, PIPELINE, {SINK: TableBinding("pay.balances")})
+    sync_tables(ref, PIPELINE, {SINK: TableBinding("pay.balances", format=table_format)})
     return uri
 
 
-def test_show_reads_the_table_as_of_a_checkpoint(cli: Cli, root: str) -> None:
+def test_show_reads_the_table_as_of_a_checkpoint(cli: Cli, root: str, table_format: str) -> None:
     run = cli("sink", "show", PIPELINE, SINK, "--checkpoint", "2", "--json")
     assert run.code == 0, run.err
     assert run.json["rows"] == [
         {"account_id": "a", "balance": 1},
         {"account_id": "b", "balance": 2},
     ]
-    assert "iceberg table pay.balances" in run.json["source"]
+    history = cli("sink", "history", PIPELINE, SINK, "--json").json["commits"]
+    (commit,) = [c["snapshot_id"] for c in history if c["checkpoint_id"] == 2]
+    noun = NOUNS[table_format]
+    assert run.json["source"].startswith(f"{table_format} table pay.balances")
+    assert run.json["source"].endswith(f", {noun} {commit}")
+    if table_format == "delta":
+        assert commit == 2  # the log's version 0 created the table
+    text = cli("sink", "show", PIPELINE, SINK, "--checkpoint", "2")
+    assert text.out.splitlines()[0].startswith(
+        f"{PIPELINE}.{SINK} as of checkpoint 2 ({run.json['source']}): 2 row(s)"
+    )
     now = cli("sink", "show", PIPELINE, SINK)
     assert now.code == 0 and "3 row(s)" in now.out and "c" in now.out
 
 
-def test_history_lists_one_commit_per_checkpoint(cli: Cli, root: str) -> None:
+def test_history_lists_one_commit_per_checkpoint(cli: Cli, root: str, table_format: str) -> None:
     run = cli("sink", "history", PIPELINE, SINK, "--json")
     assert run.code == 0, run.err
     assert [(c["checkpoint_id"], c["operation"], c["records"]) for c in run.json["commits"]] == [
@@ -63,6 +86,12 @@ def test_history_lists_one_commit_per_checkpoint(cli: Cli, root: str) -> None:
         (2, "publish", 2),
         (3, "publish", 3),
     ]
+    text = cli("sink", "history", PIPELINE, SINK)
+    assert text.code == 0, text.err
+    header, *rows = [line.split() for line in text.out.splitlines() if line.strip()]
+    assert header[:2] == [NOUNS[table_format], "checkpoint"]
+    ids = [str(c["snapshot_id"]) for c in run.json["commits"]]
+    assert [row[0] for row in rows if row[0] in ids] == ids
 
 
 def test_a_plain_sink_is_read_through_its_manifest(cli: Cli, root: str) -> None:

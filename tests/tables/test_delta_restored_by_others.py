@@ -1,8 +1,9 @@
-"""A Delta table sink's table that another writer RESTOREd (by version or by time) to
-an older version: Delta's RESTORE brings the old files back but leaves the
-SetTransactions as they were, so the table's transaction version alone would say it
-is still at the newest checkpoint. The next sync sees the RESTORE after batchpoint's
-newest commit and brings the table back to the manifest, without a row twice."""
+"""A Delta table sink's table that another writer RESTOREd to an older version: Delta's
+RESTORE brings the old files back but leaves the SetTransactions as they were, so the
+table's transaction version alone would say it is still at the newest checkpoint. The
+next sync sees the RESTORE to a batchpoint version after batchpoint's newest commit and
+brings the table back to the manifest, without a row twice; a RESTORE by time, which
+names no version, is refused as another writer's commit until undone."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.delta import DeltaSinkTable
 from batchpoint.tables.service import sink_table
-from batchpoint.tables.sync import TableSync
+from batchpoint.tables.sync import TableError, TableSync
 from tables.sinkfiles import PIPELINE, SINK, manifest, save, staged_file
 
 
@@ -61,7 +62,11 @@ def test_a_restore_to_an_older_version_is_synced_forward_again(
     assert _sync(table) == []
 
 
-def test_a_restore_by_time_is_rewound_to_the_manifest(tmp_path: Path) -> None:
+def test_a_restore_by_time_is_refused_until_undone(
+    tmp_path: Path,
+) -> None:
+    """A RESTORE by time names no version: what it brought back may be another writer's,
+    so the sync commits nothing over it and says how to undo it."""
     # On a folder: S3's modification times (what delta-rs travels by time with) are in
     # whole seconds, so the three commits of a fast test share one.
     store_ref = StoreRef.of((tmp_path / "store").as_uri())
@@ -71,10 +76,10 @@ def test_a_restore_by_time_is_rewound_to_the_manifest(tmp_path: Path) -> None:
     _sync(table)
     ms = table.history()[0].committed_at_ms  # checkpoint 1's commit, to the millisecond
     # (a float of seconds can land a microsecond before it: the empty version 0)
-    table.require().restore(
-        datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
-    )
-    assert _balances(table) == [1, 2]
-    assert _sync(table) == [3]  # one rewind: the current checkpoint's whole content
-    assert table.history()[-1].operation == "rewind"
+    when = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
+    table.require().restore(when)
+    with pytest.raises(TableError, match=r"commits not made by batchpoint .*RESTORE"):
+        _sync(table)
+    table.require().restore(table.snapshot_of(3))  # the undo the refusal names
+    assert _sync(table) == []  # at checkpoint 3 again, with its content
     assert _balances(table) == [1, 2, 5, 7]

@@ -1,7 +1,10 @@
 """GC keeps every file a table sink's snapshots read, wherever the table stands against
 its manifest, and deletes nothing while a table cannot be expired or read: real pyiceberg
-on a SQLite catalog, on a folder and on SeaweedFS, through `ops.gc` (what `batchpoint gc`,
-the cleanup task and the epoch's settle run). Issue 24, reproduction 1."""
+on a SQLite catalog and real delta-rs, on a folder and on SeaweedFS, through `ops.gc`
+(what `batchpoint gc`, the cleanup task and the epoch's settle run). Issue 24,
+reproduction 1; issue 41 for Delta, whose versions read their own copies of the staged
+files (tables/delta.py): a Delta "outage" is a storage fault at the log commit, after the
+commit's copies (tests/tables/table_epochs.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +20,17 @@ from batchpoint.storage import StoreRef
 from tables.table_epochs import SINK, TableEpochs
 
 
+@pytest.fixture(params=["iceberg", "delta"])
+def table_format(request: pytest.FixtureRequest) -> str:
+    """Each format in turn; a test of the catalog's own sets it to iceberg."""
+    return request.param
+
+
 @pytest.fixture
-def epochs(table_store: StoreRef, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TableEpochs:
-    return TableEpochs(table_store, tmp_path, monkeypatch)
+def epochs(
+    table_store: StoreRef, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table_format: str
+) -> TableEpochs:
+    return TableEpochs(table_store, tmp_path, monkeypatch, table_format=table_format)
 
 
 def _sink_files(epochs: TableEpochs, checkpoint_id: int) -> list[str]:
@@ -32,7 +43,8 @@ def test_gc_keeps_the_current_snapshot_of_a_table_that_lags_its_manifest(
 ) -> None:
     """1a: the catalog was down through the finalizes of 2-4 (the table still at 1, the
     manifest at 4); GC drops epoch 1 from the manifest, yet the table's current snapshot
-    reads its files."""
+    reads its files (Delta: the version's copies; the copies the failed commits left, of
+    epochs nothing retains, go)."""
     first = epochs.epoch({"a": 1})
     with epochs.outage():
         later = [epochs.epoch({"a": n}) for n in (2, 3, 4)]
@@ -42,7 +54,7 @@ def test_gc_keeps_the_current_snapshot_of_a_table_that_lags_its_manifest(
 
     assert f"{SINK}@{first}" in report.dropped_epochs  # the manifest let go of it
     assert epochs.assert_every_snapshot_reads() == [first]  # the table did not
-    assert _sink_files(epochs, first)
+    assert epochs.read_files(first)
     assert epochs.read() == {"a": 1}
     (lag,) = [f for f in report.findings if f.subject == f"sink {SINK}"]
     assert "lags its manifest" in lag.problem
@@ -50,6 +62,7 @@ def test_gc_keeps_the_current_snapshot_of_a_table_that_lags_its_manifest(
         lag.problem
     )
     assert not _sink_files(epochs, later[0])  # what nothing reads still goes
+    assert not epochs.read_files(later[0])  # Delta: the failed commit's copies too
 
     # The catalog is back: the next publish syncs the table (one rewind to the current
     # checkpoint, the old snapshot expired), and the next pass frees checkpoint 1.
@@ -57,7 +70,7 @@ def test_gc_keeps_the_current_snapshot_of_a_table_that_lags_its_manifest(
     assert epochs.read() == {"a": 5}
     report = gc(epochs.coordinator, epochs.coordinator.store)
     assert not report.findings
-    assert not _sink_files(epochs, first)
+    assert not _sink_files(epochs, first) and not epochs.read_files(first)
     assert epochs.assert_every_snapshot_reads() == [fifth]
 
 
@@ -71,7 +84,7 @@ def test_gc_deletes_nothing_while_a_table_cannot_be_expired(epochs: TableEpochs)
     epochs.store.put(stray, b"staged by an aborted checkpoint")
     c.abort(aborted, CheckpointFailureReason.DECLINED, "declined")
 
-    with epochs.outage():
+    with epochs.outage(reads=True):
         report = gc(c, c.store)
     assert epochs.assert_every_snapshot_reads() == ids
     assert report.deleted_files == [] and report.dequeued == []
@@ -83,6 +96,7 @@ def test_gc_deletes_nothing_while_a_table_cannot_be_expired(epochs: TableEpochs)
     assert not report.findings
     assert not epochs.store.exists(stray)
     assert not _sink_files(epochs, ids[0]) and not _sink_files(epochs, ids[1])
+    assert not epochs.read_files(ids[0]) and not epochs.read_files(ids[1])
     assert epochs.assert_every_snapshot_reads() == [ids[-1]]
 
 
@@ -94,8 +108,8 @@ def test_a_dry_run_that_cannot_read_a_table_would_delete_nothing(epochs: TableEp
         for n in (2, 3):
             epochs.epoch({"a": n})
     gc(epochs.coordinator, epochs.coordinator.store)
-    assert _sink_files(epochs, first)
-    with epochs.outage():
+    assert epochs.read_files(first)
+    with epochs.outage(reads=True):
         report = gc(epochs.coordinator, epochs.coordinator.store, dry_run=True)
     assert report.deleted_files == []
     assert [f.subject for f in report.findings] == ["sink tables"]
@@ -103,6 +117,7 @@ def test_a_dry_run_that_cannot_read_a_table_would_delete_nothing(epochs: TableEp
     assert epochs.assert_every_snapshot_reads() == [first]
 
 
+@pytest.mark.parametrize("table_format", ["iceberg"])  # Delta tables have no catalog
 def test_gc_through_another_catalog_than_the_pipelines_deletes_nothing(
     epochs: TableEpochs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,6 +148,7 @@ def test_the_cleanup_of_one_checkpoint_leaves_a_completed_ones_files_to_gc(
     assert epochs.assert_every_snapshot_reads() == [first]
 
 
+@pytest.mark.parametrize("table_format", ["iceberg"])  # Delta: tests/tables/test_delta_*.py
 def test_a_catalog_that_cannot_be_reached_is_named_without_its_password(
     epochs: TableEpochs, monkeypatch: pytest.MonkeyPatch
 ) -> None:

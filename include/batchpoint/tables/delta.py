@@ -19,7 +19,9 @@ copied. The table then holds no checkpoint file: GC needs no reference from it, 
 `expire` deletes the copies only commits of dropped checkpoints read.
 
 The commit info names the pipeline, sink, checkpoint, generation and operation
-(publish or rewind) for time travel by checkpoint (`snapshot_of`).
+(publish or rewind) for time travel by checkpoint (`snapshot_of`). Another writer's data
+commits on top of batchpoint's stop the sync, and VACUUMed versions of retained
+checkpoints are findings (tables/delta_log.py).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.delta_location import storage_options, table_key, table_uri
 from batchpoint.tables.iceberg import CHECKPOINT, GENERATION, OPERATION, PIPELINE, ROOT, SINK
 from batchpoint.tables.plan import SyncStep, TablePosition
-from batchpoint.tables.sync import TableCommit, TableError
+from batchpoint.tables.sync import TableCommit, TableError, error_detail
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -116,9 +118,15 @@ class DeltaSinkTable:
 
     def load(self, *, claim: bool = False) -> DeltaTable | None:
         dl = _deltalake()
-        if not dl.DeltaTable.is_deltatable(self.uri, storage_options=self.options):
-            return None
-        table = self._open()
+        try:
+            if not dl.DeltaTable.is_deltatable(self.uri, storage_options=self.options):
+                return None
+            table = self._open()
+        except Exception as exc:  # storage's: said as the sink's, never with its keys
+            raise TableError(
+                f"sink '{self.ref.label}': {self.binding} at {self.uri} cannot be read "
+                f"({error_detail(exc, self.store)})"
+            ) from None
         self._check_owner(table)
         return table
 
@@ -207,25 +215,40 @@ class DeltaSinkTable:
     def _content(self, table: DeltaTable) -> tuple[TablePosition | None, int]:
         """Where the table's content is, and the transaction version a commit must be
         above. A RESTORE by another writer brings back an older version's files but
-        leaves the SetTransactions as they were: after one (and before batchpoint's
-        next commit) the content is at the restored version's transaction, or, restored
-        by time, at checkpoint 0 (on no chain: the next sync rewinds the content)."""
+        leaves the SetTransactions as they were: after a RESTORE to a version (and before
+        batchpoint's next commit) the content is at that version's transaction. One by
+        time names no version: a foreign commit (tables/delta_log.py), which the next
+        commit refuses, loudly, rather than the sync finding nothing to do."""
+        from batchpoint.tables import delta_log
+
         recorded = table.transaction_version(self.app_id)
         for info in table.history(limit=_HISTORY_SCAN):  # newest first
             if info.get(PIPELINE) == self.pipeline and GENERATION in info:
                 break  # batchpoint's commit is the newest word on the content
             if info.get("operation") != "RESTORE":
                 continue
-            restored = str((info.get("operationParameters") or {}).get("version", ""))
-            if not restored.isdigit():
-                known = position_of(recorded)
+            restored = delta_log.restored_version(delta_log.LogEntry(0, info, True))
+            if restored is None:  # by time: at checkpoint 0, on no chain, so a sync
+                known = position_of(recorded)  # plans a commit, and meets the refusal
                 return TablePosition(0, known.generation if known else 0), -1
-            recorded = self._open(int(restored)).transaction_version(self.app_id)
+            recorded = self._open(restored).transaction_version(self.app_id)
             break
         return position_of(recorded), -1 if recorded is None else recorded
 
     def referenced_keys(self, table: DeltaTable) -> set[str]:
         return set()  # the table reads its own copies, never a checkpoint's files
+
+    def problems(self, table: DeltaTable, manifest: SinkManifest) -> list[str]:
+        """Another writer's data commits on top of batchpoint's, and retained
+        checkpoints whose versions read files that are gone (tables/delta_log.py)."""
+        from batchpoint.tables import delta_log
+
+        out = []
+        if (foreign := delta_log.foreign(self, table)) is not None:
+            out.append(foreign.said(self))
+        if gone := delta_log.unreadable(self, table, manifest):
+            out.append(delta_log.unreadable_said(self, gone))
+        return out
 
     # -- history and time travel --------------------------------------------------------
 
@@ -268,11 +291,16 @@ class DeltaSinkTable:
             return pa.table(self._open(version).to_pyarrow_table())
         except Exception as exc:
             if "not found" not in str(exc).lower():
-                raise
+                # said as the sink's, without the credentials delta-rs may repeat
+                at = "" if version is None else f" at version {version}"
+                raise TableError(
+                    f"sink '{self.ref.label}': {self.binding} at {self.uri} cannot be read"
+                    f"{at} ({error_detail(exc, self.store)})"
+                ) from None
             at = "now" if version is None else f"at version {version}"
             raise CheckpointError(
-                f"{self.binding} {at} reads files that are gone (VACUUM removed them, or "
-                "GC expired the checkpoint's copies)"
+                f"{self.binding} at {self.uri} {at} reads files that are gone (VACUUM "
+                "removed them, or GC expired the checkpoint's copies)"
             ) from None
 
     def keys_at(self, checkpoint_id: int | None = None) -> list[str]:
@@ -280,18 +308,22 @@ class DeltaSinkTable:
         a reader of that Delta version reads (`read_sink` reads them with Spark)."""
         table = self.require()
         version = table.version() if checkpoint_id is None else self.snapshot_of(checkpoint_id)
-        return sorted(self._version_keys(version))
+        return sorted(self.version_keys(version))
 
     # -- commits ------------------------------------------------------------------------
 
     def commit(self, table: DeltaTable, step: SyncStep, generation: int) -> None:
         from deltalake import CommitProperties, Transaction
 
+        from batchpoint.tables import delta_log
+
         version = txn_version(generation, step.checkpoint_id)
         recorded = self._content(table)[1]
         if recorded >= version:
             # Committed by a concurrent sync since this one read the table: plan again.
             raise self.conflicts()[0](f"{self.app_id} is at transaction {recorded} already")
+        if (foreign := delta_log.foreign(self, table)) is not None:
+            raise TableError(f"sink '{self.ref.label}': {foreign.said(self)}")
         wanted = pa.schema(table.schema())
         actions = [self._add(table_file, wanted, step) for table_file in step.files]
         if step.replace:
@@ -387,11 +419,12 @@ class DeltaSinkTable:
             for cid in manifest.epochs
             for f in visible_files(manifest, cid)
         }
-        kept_versions = [
-            c for c in self.history(self.refresh(table)) if c.checkpoint_id in manifest.epochs
-        ]
-        for version in {table.version(), *(c.snapshot_id for c in kept_versions)}:
-            keep |= self._version_keys(version)
+        commits = self.history(self.refresh(table))
+        kept = {c.snapshot_id for c in commits if c.checkpoint_id in manifest.epochs}
+        # Batchpoint's newest version too, which the head is not when another writer
+        # committed on top: the sync refuses until it is restored (delta_log.py).
+        for version in {table.version(), *kept, *(c.snapshot_id for c in commits[-1:])}:
+            keep |= self.version_keys(version)
         gone = [key for key in listed if key not in keep]
         if not gone:
             return []
@@ -399,7 +432,7 @@ class DeltaSinkTable:
         dropped = {c.checkpoint_id for c in self.history(table) if c.checkpoint_id}
         return sorted(dropped - set(manifest.epochs))
 
-    def _version_keys(self, version: int) -> set[str]:
+    def version_keys(self, version: int) -> set[str]:
         # Unreadable is an error, not "reads nothing": expiry deletes nothing it cannot
         # prove unread.
         actions = pa.table(self._open(version).get_add_actions(flatten=True))

@@ -21,6 +21,10 @@ A table the catalog does not know is no reference holder, unless its metadata is
 store's warehouse: then the catalog read is not the one the pipeline writes with, and
 that is an error (GC deletes nothing), not an empty table. A Delta table is found by its
 path alone (no catalog): a folder with no Delta log is no table yet.
+
+Besides its lag, a table's format may tell more (`SinkTableAdapter.problems`): a Delta
+table's data commits by another writer, retained checkpoints whose versions a VACUUM
+left unreadable (tables/delta_log.py). Findings only: what GC keeps does not hang on them.
 """
 
 from __future__ import annotations
@@ -36,11 +40,11 @@ from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.sink_tables import TableReferences
 from batchpoint.protocol.sinks import Sink, SinkManifest, SinkPublisher, SinkRef
 from batchpoint.storage import ObjectStore
-from batchpoint.storage.redaction import redact_uri
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import default_catalog_missing, table_metadata_prefix
+from batchpoint.tables.delta_location import table_uri
 from batchpoint.tables.plan import lag
-from batchpoint.tables.sync import SinkTableAdapter, TableError
+from batchpoint.tables.sync import SinkTableAdapter, TableError, error_detail
 
 
 class PipelineTables:
@@ -66,7 +70,7 @@ class PipelineTables:
         for found in self._tables():
             if found.adapter is None or found.table is None or found.manifest is None:
                 continue
-            with _reading(found):
+            with _reading(found, self.store):
                 found.adapter.expire(found.table, found.manifest)
 
     def references(self) -> TableReferences:
@@ -74,11 +78,9 @@ class PipelineTables:
         findings: list[Finding] = []
         for found in self._tables():
             if found.table is not None:
-                with _reading(found):
+                with _reading(found, self.store):
                     keys |= found.adapter.referenced_keys(found.table)
-            finding = self._lag(found)
-            if finding is not None:
-                findings.append(finding)
+            findings += self._findings(found)
         return TableReferences(frozenset(keys), tuple(findings))
 
     def head(self, sink: str) -> int | None:
@@ -89,22 +91,21 @@ class PipelineTables:
         for found in self._tables([uid]):
             if found.table is None:
                 return None
-            with _reading(found):
+            with _reading(found, self.store):
                 return found.adapter.head(found.table) if found.adapter else None
         return None
 
     # -- for verify and the UI ----------------------------------------------------------
 
     def findings(self) -> list[Finding]:
-        """Every table that lags its manifest or cannot be read, one finding each
-        (never raises: a reader shows them beside what it read)."""
+        """Every table that lags its manifest or cannot be read, one finding each, and
+        what else its format tells (a Delta table's commits by another writer, versions
+        a VACUUM left unreadable). Never raises: a reader shows them beside what it read."""
         out = []
         for sink in self.bindings:
             try:
                 for found in self._tables([sink]):
-                    finding = self._lag(found)
-                    if finding is not None:
-                        out.append(finding)
+                    out += self._findings(found)
             except BatchpointError as exc:
                 out.append(Finding(f"sink {self.refs[sink].label}", str(exc)))
         return out
@@ -122,7 +123,7 @@ class PipelineTables:
             found = _SinkTable(ref.label, self.bindings[uid], self._manifests.manifest(ref))
             binding = found.binding
             if binding.is_delta or not default_catalog_missing(binding.catalog, self.store, uri):
-                with _reading(found):
+                with _reading(found, self.store):
                     found.adapter = sink_table(self.store, self.pipeline, ref, found.binding, uri)
                     found.table = found.adapter.load()
             if found.table is None and not found.binding.is_delta:  # Delta: by path only
@@ -138,12 +139,23 @@ class PipelineTables:
                 "the catalog the pipeline writes with (BATCHPOINT_TABLE_CATALOG)"
             )
 
+    def _findings(self, found: _SinkTable) -> list[Finding]:
+        out = [] if (lagging := self._lag(found)) is None else [lagging]
+        if found.adapter is None or found.table is None or found.manifest is None:
+            return out
+        try:
+            with _reading(found, self.store):
+                problems = found.adapter.problems(found.table, found.manifest)
+        except TableError as exc:  # said beside the lag; never what holds GC back
+            problems = [str(exc)]
+        return out + [Finding(f"sink {found.sink}", problem) for problem in problems]
+
     def _lag(self, found: _SinkTable) -> Finding | None:
         if found.manifest is None:
             return None
         position = None
         if found.adapter is not None and found.table is not None:
-            with _reading(found):
+            with _reading(found, self.store):
                 position = found.adapter.position(found.table)
         why = lag(position, found.manifest)
         if why is None:
@@ -151,10 +163,12 @@ class PipelineTables:
         if found.table is None:
             current = found.manifest.current
             why = f"the table does not exist yet, the manifest is at checkpoint {current}"
+        # A Delta table has no catalog to find it by: say where it is.
+        at = f" at {table_uri(self.store, found.binding)}" if found.binding.is_delta else ""
         return Finding(
             f"sink {found.sink}",
-            f"{found.binding} lags its manifest: {why}; the next publish or restore of the "
-            "pipeline syncs it, and GC keeps every file its snapshots read meanwhile",
+            f"{found.binding}{at} lags its manifest: {why}; the next publish or restore of "
+            "the pipeline syncs it, and GC keeps every file its snapshots read meanwhile",
         )
 
 
@@ -168,16 +182,16 @@ class _SinkTable:
 
 
 @contextlib.contextmanager
-def _reading(found: _SinkTable) -> Iterator[None]:
+def _reading(found: _SinkTable, store: ObjectStore) -> Iterator[None]:
     """A catalog's or storage's error, said as the sink's."""
     try:
         yield
     except BatchpointError:
         raise
     except Exception as exc:
-        # A driver's text may repeat the catalog's URI: never with its password.
-        text = redact_uri(str(exc)).strip().splitlines()
-        detail = text[0] if text else type(exc).__name__
+        # A driver's text may repeat the catalog's URI (never with its password), and
+        # delta-rs its storage options (never the store's credentials).
+        detail = error_detail(exc, store)
         raise TableError(
             f"sink '{found.sink}': {found.binding} cannot be read ({detail})"
         ) from None

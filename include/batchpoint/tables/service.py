@@ -16,7 +16,13 @@ from batchpoint.storage.redaction import redact_uri
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.catalog import open_catalog
 from batchpoint.tables.iceberg import PIPELINE, ROOT, SINK, IcebergSinkTable
-from batchpoint.tables.sync import SinkTableAdapter, SyncReport, TableError, TableSync
+from batchpoint.tables.sync import (
+    SinkTableAdapter,
+    SyncReport,
+    TableError,
+    TableSync,
+    error_detail,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +74,8 @@ def sync_tables(
     restore), and GC keeps what its snapshots read meanwhile."""
     if not bindings:
         return []
-    publisher = SinkPublisher(store_ref.open(), PipelineLayout(pipeline))
+    store = store_ref.open()
+    publisher = SinkPublisher(store, PipelineLayout(pipeline))
     reports = []
     failed: list[BatchpointError] = []
     for sink, binding in bindings.items():
@@ -80,9 +87,9 @@ def sync_tables(
         except BatchpointError as exc:
             failed.append(exc)
         except Exception as exc:  # the catalog's or its driver's: said as the sink's
-            # A driver's text may repeat the catalog's URI: never with its password.
-            text = redact_uri(str(exc)).strip().splitlines()
-            detail = text[0] if text else type(exc).__name__
+            # A driver's text may repeat the catalog's URI (never with its password), and
+            # delta-rs its storage options (never the store's credentials).
+            detail = error_detail(exc, store)
             failed.append(
                 TableError(f"sink '{ref.label}': {binding} could not be synced ({detail})")
             )
@@ -138,7 +145,7 @@ def _delta_writer(store: ObjectStore, pipeline: str, binding: TableBinding) -> s
     except ImportError:  # the sync says how to install it
         return None
     except Exception as exc:  # unreadable: its sync reports it
-        log.info("%s: its writer not read (%s)", binding, str(exc)[:200])
+        log.info("%s: its writer not read (%s)", binding, error_detail(exc, store)[:200])
         return None
     if config.get(PIPELINE) == pipeline and config.get(ROOT) == store.uri:
         return config.get(SINK) or None

@@ -16,6 +16,7 @@ before a GC pass therefore never commits files that pass deleted.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.sinks import SinkManifest, SinkPins
 from batchpoint.protocol.table_pins import TablePin
+from batchpoint.storage.redaction import scrub
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.plan import SyncStep, TablePosition, plan_sync
 
@@ -34,6 +36,24 @@ MAX_ROUNDS = 20  # conflicting syncs converge in a round or two; this bounds a b
 
 class TableError(BatchpointError):
     """A table sink cannot be synced: someone else's table, an incompatible schema."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CAUSE = "\u21b3"  # delta-rs (object_store) says each cause on a line of its own after it
+
+
+def error_detail(exc: BaseException, store: Any = None) -> str:
+    """A table library's or its driver's error as one line of a message: delta-rs's
+    chain of causes joined (uncoloured), otherwise the first line; never the store's
+    credentials (a library may repeat its options) nor a URI's password."""
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).strip().splitlines()]
+    if any(line.startswith(_CAUSE) for line in lines):
+        text = ": ".join(line.lstrip(_CAUSE).strip() for line in lines if line.strip(_CAUSE))
+    else:
+        text = lines[0] if lines and lines[0] else type(exc).__name__
+    settings = getattr(store, "settings", None)
+    secret_values = getattr(settings, "secret_values", None)
+    return scrub(text, secret_values() if callable(secret_values) else ())
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,9 @@ class SinkTableAdapter(Protocol):
     def snapshot_of(self, checkpoint_id: int, table: Any = None) -> int: ...
     def read(self, checkpoint_id: int | None = None) -> Any: ...
     def referenced_keys(self, table: Any) -> set[str]: ...
+    def problems(self, table: Any, manifest: SinkManifest) -> list[str]:
+        """What else a finding should say of the table (beside its lag): one text each."""
+        ...
 
 
 class TableSync:
@@ -169,4 +192,5 @@ __all__ = [
     "TableCommit",
     "TableError",
     "TableSync",
+    "error_detail",
 ]
