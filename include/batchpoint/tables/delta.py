@@ -44,7 +44,7 @@ from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.delta_location import storage_options, table_key, table_uri
 from batchpoint.tables.iceberg import CHECKPOINT, GENERATION, OPERATION, PIPELINE, ROOT, SINK
 from batchpoint.tables.plan import SyncStep, TablePosition
-from batchpoint.tables.sync import TableCommit, TableError, error_detail
+from batchpoint.tables.sync import TableCommit, TableError, commit_of, error_detail
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -274,15 +274,7 @@ class DeltaSinkTable:
 
     def snapshot_of(self, checkpoint_id: int, table: DeltaTable | None = None) -> int:
         """The table version as of a checkpoint: its newest commit of that checkpoint."""
-        history = self.history(table or self.require())
-        found = [c for c in history if c.checkpoint_id == checkpoint_id]
-        if not found:
-            have = sorted({c.checkpoint_id for c in history if c.checkpoint_id})
-            raise CheckpointError(
-                f"{self.binding} has no commit of checkpoint {checkpoint_id} (it has "
-                f"{', '.join(map(str, have)) or 'none'})"
-            )
-        return found[-1].snapshot_id
+        return commit_of(self.binding, self.history(table or self.require()), checkpoint_id)
 
     def read(self, checkpoint_id: int | None = None) -> pa.Table:
         """The table's rows, now or as of a checkpoint."""

@@ -34,7 +34,7 @@ from batchpoint.protocol.sinks import Sink, SinkManifest, SinkRef
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.plan import Operation, SyncStep, TablePosition
-from batchpoint.tables.sync import SyncReport, TableCommit, TableError, TableSync
+from batchpoint.tables.sync import SyncReport, TableCommit, TableError, TableSync, commit_of
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -277,15 +277,12 @@ class IcebergSinkTable:
 
     def snapshot_of(self, checkpoint_id: int, table: Table | None = None) -> int:
         """The table snapshot as of a checkpoint: its newest commit of that checkpoint."""
-        history = self.history(table or self.require())
-        found = [c for c in history if c.checkpoint_id == checkpoint_id]
-        if not found:
-            have = sorted({c.checkpoint_id for c in history if c.checkpoint_id})
-            raise CheckpointError(
-                f"{self.binding} has no commit of checkpoint {checkpoint_id} (it has "
-                f"{', '.join(map(str, have)) or 'none'}; GC expires those of dropped checkpoints)"
-            )
-        return found[-1].snapshot_id
+        return commit_of(
+            self.binding,
+            self.history(table or self.require()),
+            checkpoint_id,
+            "; GC expires those of dropped checkpoints",
+        )
 
     def read(self, checkpoint_id: int | None = None) -> pa.Table:
         """The table's rows, now or as of a checkpoint."""

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, CheckpointError
 from batchpoint.protocol.sinks import SinkManifest, SinkPins
 from batchpoint.protocol.table_pins import TablePin
 from batchpoint.storage.redaction import scrub
@@ -79,6 +79,20 @@ class SyncReport:
     expired: list[int] = field(default_factory=list)  # checkpoint ids whose commits went
     rounds: int = 0
     why: str = ""
+
+
+def commit_of(
+    binding: TableBinding, history: list[TableCommit], checkpoint_id: int, note: str = ""
+) -> int:
+    """The snapshot id or version of a checkpoint's newest commit in `history`."""
+    found = [c for c in history if c.checkpoint_id == checkpoint_id]
+    if not found:
+        have = sorted({c.checkpoint_id for c in history if c.checkpoint_id})
+        raise CheckpointError(
+            f"{binding} has no commit of checkpoint {checkpoint_id} (it has "
+            f"{', '.join(map(str, have)) or 'none'}{note})"
+        )
+    return found[-1].snapshot_id
 
 
 class SinkTableAdapter(Protocol):
