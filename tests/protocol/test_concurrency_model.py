@@ -126,8 +126,8 @@ def test_delta_schedules_hold_every_invariant(chunk: int, tmp_path: Path) -> Non
 # Issue 41's 1,000 Delta schedules (seeds 7000-7999): GC collected a completed
 # checkpoint's files before its publish, and its successor's publish published the epoch
 # from its chain; a retried finalize published again an ancestor GC had dropped, its
-# descendant reaching it only through an epoch dropped with it (docs/reliability.md).
-@pytest.mark.xfail(strict=True, reason="open: two publish/GC races (docs/reliability.md)")
+# descendant reaching it only through an epoch dropped with it (docs/reliability.md;
+# tests/protocol/test_publish_gc.py).
 @pytest.mark.parametrize("seed", [7738])
 def test_delta_schedules_found_by_the_long_run(seed: int, tmp_path: Path) -> None:
     result = run_schedule(seed, LocalObjectStore(tmp_path / "store"), DELTA)

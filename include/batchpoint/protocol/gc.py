@@ -3,7 +3,8 @@ control record so no concurrent finalize, restore, import or export can lose a f
 
 Rule: GC deletes files only under the data folders of ids in the control record's
 `discarded` queue, and never one referenced by a retained checkpoint, the head, a
-pending checkpoint's acks (listed after the control read) or a sink manifest epoch. An
+pending checkpoint's acks (listed after the control read), a sink manifest epoch or an
+unpublished epoch a retained checkpoint's publish would publish (`unpublished.py`). An
 id enters `discarded` only after leaving `retained`/`pending` in the same CAS that
 decided it, and never comes back; a new checkpoint's base is always the head or an
 admitted checkpoint (never discarded), so a checkpoint admitted later references a
@@ -54,7 +55,8 @@ from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.ports import Clock, Count, ProgressFn, RollForward, count_due
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
-from batchpoint.protocol.sinks import SinkPublisher, published_base
+from batchpoint.protocol.sinks import SinkManifest, SinkPublisher, published_base
+from batchpoint.protocol.unpublished import unpublished_chains
 
 #: Folders of collected ids swept per pass for late writers (the newest ones).
 COLLECTED_SWEEP = 8
@@ -124,6 +126,7 @@ class GarbageCollector:
         keep = set(control.retained_ids())
         if control.head is not None:
             keep.add(control.head)
+        roots: list[CheckpointOutcome] = []
         for cid in sorted(keep):
             try:
                 outcome = self._reads.get_outcome(cid)
@@ -133,6 +136,7 @@ class GarbageCollector:
             if outcome is not None and outcome.completed is not None:
                 # Its channels are not: every consumer acked, so the sweep below takes them.
                 referenced.update(h.path for h in outcome.completed.durable_handles)
+                roots.append(outcome)
         # Listed after the control read: acks of everything admitted by then (their
         # handles may point into their base's folder).
         for entry in control.pending:
@@ -145,13 +149,17 @@ class GarbageCollector:
                 continue
             for ack in acks.values():
                 referenced.update(h.path for h in ack.handles)
-        by_checkpoints = set(referenced)
+        manifests: list[SinkManifest] = []
         # Every manifest, one adopted at its uid's key meanwhile too (sink_keys.py).
         for sink, manifest in self._sinks.stored():
             if isinstance(manifest, RecordError):
                 findings.append(Finding(f"sink {sink}", f"unreadable manifest: {manifest}"))
                 continue
-            referenced.update(f.path for e in manifest.epochs.values() for f in e.files)
+            manifests.append(manifest)
+        # Read after the manifests: an epoch published meanwhile is the manifest's.
+        referenced.update(unpublished_chains(self._reads, control, roots, manifests))
+        by_checkpoints = set(referenced)
+        referenced.update(f.path for m in manifests for e in m.epochs.values() for f in e.files)
         if self._extra_references is not None:
             referenced.update(self._extra_references())
         # A table's files hold their folder: no manifest prune requeues it once the

@@ -48,7 +48,7 @@ from batchpoint.protocol.sink_manifest import (
     SinkMode,
     visible_files,
 )
-from batchpoint.protocol.sink_timeline import extend
+from batchpoint.protocol.sink_timeline import extend, reaches
 from batchpoint.protocol.table_pins import TablePin, live_pins
 from batchpoint.protocol.timeline import is_stale
 from batchpoint.protocol.topology import SINK_STREAM_NAME
@@ -64,6 +64,7 @@ __all__ = [
     "describe",
     "read_sink_table",
     "staged_output",
+    "supersedes",
     "visible_files",
 ]
 
@@ -131,13 +132,14 @@ class SinkPublisher:
         decided = completed.pending.restore_generation if generation is None else generation
         result = [PublishResult.ALREADY_PUBLISHED]
         lineage = {epoch.checkpoint_id, *descendants}
+        step = _timeline_generation(completed, decided)
 
         def add(current: SinkManifest | None) -> SinkManifest | None:
             manifest = current or SinkManifest(uid, mode, keys, None, {}, decided)
             if is_stale(decided, manifest.generation):
                 result[0] = PublishResult.STALE
                 return None
-            if epoch.checkpoint_id in manifest.epochs or _descends(manifest, lineage):
+            if epoch.checkpoint_id in manifest.epochs or _descends(manifest, lineage, step):
                 # An epoch that descends from this one is published only after it (a
                 # notify publishes the chain oldest first), so it was here and GC
                 # dropped it: its files may be gone, it never comes back.
@@ -307,14 +309,31 @@ class SinkPublisher:
         return {f.path for m in manifests for e in m.epochs.values() for f in e.files}
 
 
-def _descends(manifest: SinkManifest, lineage: set[int]) -> bool:
+def _descends(manifest: SinkManifest, lineage: set[int], generation: int) -> bool:
     """Whether an epoch of the manifest descends from the first of `lineage` (an epoch's
-    id and the ids the caller knows build on it): a known descendant is published, or
-    a published epoch is built on one of them."""
+    id, named in `generation` on timelines, and the ids the caller knows build on it): a
+    known descendant is published, a published epoch is built on one of them, or a
+    published epoch's timeline reaches it (through epochs GC dropped since: seed 7738)."""
+    first = min(lineage)
     return any(
-        e.checkpoint_id in lineage or e.base_checkpoint_id in lineage
+        e.checkpoint_id in lineage
+        or e.base_checkpoint_id in lineage
+        or (e.checkpoint_id != first and reaches(e.timeline, generation, first))
         for e in manifest.epochs.values()
     )
+
+
+def supersedes(manifest: SinkManifest, completed: CompletedCheckpoint) -> bool:
+    """Whether the sink has published the checkpoint, or an epoch that descends from it
+    (a publish of it is then refused): GC need not keep its staged files for it."""
+    cid = completed.checkpoint_id
+    if cid in manifest.epochs:
+        return True
+    # an import's timeline step is named in the generation of the restore to it, which
+    # only its publish knows: judged by the base links alone
+    imported = completed.pending.properties.is_imported
+    generation = -1 if imported else completed.pending.restore_generation
+    return _descends(manifest, {cid}, generation)
 
 
 @dataclass(frozen=True)
