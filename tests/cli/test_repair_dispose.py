@@ -10,6 +10,7 @@ import pytest
 
 from batchpoint.errors import TriggerRefused
 from batchpoint.protocol.checkpoint import CheckpointType
+from batchpoint.protocol.restore_intents import RestoreIntent
 from batchpoint.quality.quarantine import QuarantineStore
 from batchpoint.quality.report import CandidateReport, GateMode
 from support import fake_epochs
@@ -86,6 +87,40 @@ def test_repair_refuses_a_readable_record_and_force_says_what_changes(payments, 
     assert c.head.get().checkpoint_id == 2
     again = cli("repair", "--force")
     assert again.code == 0 and "agrees with the records: nothing changed" in again.out
+
+
+def test_repair_asks_about_a_restore_in_doubt_and_head_answers(payments, cli):
+    """What a restore that died between its intent and its compare-and-swap leaves, then
+    the control record lost: repair cannot tell whether the head moved to 2."""
+    c = payments.coordinator
+    c.records.put_restore_intent(RestoreIntent(1, 2, 3, time.time()), "died")
+    c.store.put(c.layout.head, b'{"kind": "pipeline-control", "ver')
+    before = contents(payments)
+
+    refused = cli("repair")
+    assert refused.code == 1
+    assert "refused: a restore to checkpoint 2 (restore generation 1)" in refused.out
+    assert "`batchpoint repair --head 2`" in refused.out
+    assert "`batchpoint repair --head 3` keeps checkpoint 3" in refused.out
+    as_json = cli("--json", "repair")
+    assert as_json.code == 1 and as_json.json["in_doubt"] == [
+        {"restore_generation": 1, "checkpoint": 2}
+    ]
+    assert contents(payments) == before
+
+    wrong = cli("repair", "--head", "7")
+    assert wrong.code == 1 and "checkpoint 7 cannot be the head" in wrong.out
+    bad = cli("repair", "--head", "-1")
+    assert bad.code == 2 and "--head" in bad.err
+    assert contents(payments) == before
+
+    done = cli("repair", "--head", "2")
+    assert done.code == 0, done.out
+    assert "rebuilt the control record: head = checkpoint 2" in done.out
+    assert c.control.load().restore_generation == 2  # above the intent's generation
+    c.store.delete(c.layout.head)  # lost again: the repair's own restore settled the intent
+    again = cli("--json", "repair", "--dry-run")
+    assert again.code == 0 and again.json["in_doubt"] == [] and again.json["head"] == 2
 
 
 def test_repair_of_an_unknown_pipeline_is_refused(payments, cli):

@@ -127,8 +127,11 @@ def test_delta_schedules_hold_every_invariant(chunk: int, tmp_path: Path) -> Non
 # checkpoint's files before its publish, and its successor's publish published the epoch
 # from its chain; a retried finalize published again an ancestor GC had dropped, its
 # descendant reaching it only through an epoch dropped with it (docs/reliability.md;
-# tests/protocol/test_publish_gc.py).
-@pytest.mark.parametrize("seed", [7738])
+# tests/protocol/test_publish_gc.py). Seeds 8000-8999: a repair after the control record
+# was lost in a restore's wake rebuilt the head on the old timeline; repair now refuses a
+# restore in doubt, and the model's operator answers with --head
+# (tests/protocol/test_repair_restore_in_flight.py).
+@pytest.mark.parametrize("seed", [7738, 8038])
 def test_delta_schedules_found_by_the_long_run(seed: int, tmp_path: Path) -> None:
     result = run_schedule(seed, LocalObjectStore(tmp_path / "store"), DELTA)
     assert result.ok, _report([result])

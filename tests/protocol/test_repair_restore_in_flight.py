@@ -1,48 +1,176 @@
-"""Model seed 8038 (Delta): a restore to an imported savepoint moved the head (its
-compare-and-swap), then the control record was cut short before the restore's
-roll-forward wrote anything (no aborted trigger, no rewound sink, no restore record).
-`repair` must not rebuild the head on the checkpoint the restore left (invariant 14:
-it derives only what the records prove): it proves the import from another record, or
-refuses naming what to do.
+"""A restore in doubt (model seed 8038 of the Delta model): the control record is lost
+after a restore wrote its intent and before its roll-forward wrote anything, so no
+record but the lost one says whether its compare-and-swap moved the head. `repair`
+must neither rebuild on the old timeline (losing the restore) nor invent the restore:
+it refuses naming both heads, and `--head` (the operator's answer) rebuilds on either.
+Invariant 14: repair derives only what the records prove.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointType
+from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.storage.base import ObjectStore
-from support.protocol_steps import complete, coordinator
+from support.protocol_steps import complete, coordinator, manifest
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: only the damaged control record knows of a restore whose roll-forward "
-    "wrote nothing; repair rebuilds the head on the old timeline (seed 8038)",
-)
-def test_repair_never_loses_a_restore_to_an_import_its_roll_forward_did_not_record(
-    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    c = coordinator(store, num_retained=5)
+class _Crash(BaseException):
+    """The process dies here: nothing after it runs, no handler sees it."""
+
+
+def _damage(c: CheckpointCoordinator) -> None:
+    data = c.store.get(c.layout.head).data
+    c.store.put(c.layout.head, data[: len(data) // 2])  # the control record cut short
+
+
+def _intents(c: CheckpointCoordinator) -> list[tuple[int, int | None]]:
+    return sorted((i.restore_generation, i.checkpoint_id) for i, _ in c.records.restore_intents())
+
+
+def _restore_without_roll_forward(c: CheckpointCoordinator, cid: int) -> int:
+    """A restore whose process died right after its compare-and-swap; its generation."""
+    examined = c.restorer.choose(cid).target
+    finish = c.restorer.finish
+    calls = 0
+
+    def finish_once() -> None:  # the roll-forward before the move runs; the one after dies
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise _Crash
+        finish()
+
+    c.restorer.finish = finish_once  # type: ignore[method-assign]
+    try:
+        with pytest.raises(_Crash):
+            c.restorer.restore(examined)
+    finally:
+        del c.restorer.finish
+    moved = c.control.load()
+    assert moved.head == cid and moved.restore is not None and not moved.restore.sinks_rewound
+    return moved.restore_generation
+
+
+def _imported(c: CheckpointCoordinator, store: ObjectStore) -> tuple[int, int]:
+    """A savepoint exported and imported back, then a newer checkpoint: (import, head)."""
     complete(c)
     savepoint = complete(c, CheckpointType.SAVEPOINT)
-    old_head = complete(c)
+    head = complete(c)
     c.savepoints.export(savepoint, SavepointLocation(store, "savepoints/old"))
     imported = c.savepoints.import_folder(SavepointLocation(store, "savepoints/old"))
-    examined = c.restorer.choose(imported.checkpoint_id).target
-    with monkeypatch.context() as m:
-        m.setattr(c.restorer, "finish", lambda: None)  # the roll-forward never starts
-        moved = c.restorer.restore(examined)
-    assert (moved.checkpoint_id, moved.restore_generation) == (imported.checkpoint_id, 1)
-    data = store.get(c.layout.head).data
-    store.put(c.layout.head, data[: len(data) // 2])  # the control record cut short
+    return imported.checkpoint_id, head
+
+
+def test_a_restore_that_moved_the_head_is_refused_then_finished_with_head(
+    store: ObjectStore,
+) -> None:
+    c = coordinator(store, num_retained=5)
+    imported, old_head = _imported(c, store)
+    generation = _restore_without_roll_forward(c, imported)
+    _damage(c)
 
     report = c.repair()
-    if report.status is RepairStatus.REFUSED:
-        assert f"checkpoint {imported.checkpoint_id}" in report.reason
-        assert "batchpoint restore" in report.reason
-    else:
-        assert report.status is RepairStatus.WRITTEN
-        assert c.head.get().checkpoint_id == imported.checkpoint_id, (old_head, report.findings)
+    assert report.status is RepairStatus.REFUSED, report.findings
+    assert [(i.restore_generation, i.checkpoint_id) for i in report.plan.in_doubt] == [
+        (generation, imported)
+    ]
+    assert f"`batchpoint repair --head {imported}`" in report.reason
+    assert f"`batchpoint repair --head {old_head}`" in report.reason
+    assert c.control.snapshot().damage is not None
+
+    done = c.repair(head=imported)
+    assert done.status is RepairStatus.WRITTEN, done.reason
+    control = c.control.load()
+    assert control.head == imported and control.restore_generation > generation
+    assert control.restore is not None and control.restore.sinks_rewound
+    assert manifest(c).generation == control.restore_generation
+
+
+def test_a_restore_that_died_before_its_move_is_refused_then_kept_with_head(
+    store: ObjectStore,
+) -> None:
+    c = coordinator(store, num_retained=5)
+    imported, old_head = _imported(c, store)
+    examined = c.restorer.choose(imported).target
+
+    def die(_mutate: Callable[[Any], Any]) -> Any:
+        raise _Crash
+
+    c.control.update = die  # type: ignore[method-assign]
+    with pytest.raises(_Crash):
+        c.restorer.restore(examined)
+    del c.control.update
+    assert c.control.load().head == old_head  # the move never happened
+    _damage(c)
+
+    report = c.repair()
+    assert report.status is RepairStatus.REFUSED
+    assert report.head == old_head  # the head the other records prove, offered
+    kept = c.repair(head=old_head)
+    assert kept.status is RepairStatus.WRITTEN, kept.reason
+    assert c.control.load().head == old_head
+
+
+def test_a_finished_restore_leaves_nothing_in_doubt(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    imported, _ = _imported(c, store)
+    c.restorer.restore(c.restorer.choose(imported).target)
+    _damage(c)
+
+    report = c.repair()
+    assert report.status is RepairStatus.WRITTEN, report.reason
+    assert report.plan.in_doubt == ()
+    assert c.control.load().head == imported
+
+
+def test_a_restore_that_lost_its_generation_withdraws_its_intent(store: ObjectStore) -> None:
+    """Restore A reads generation 0 and writes its intent; restore B (another process)
+    takes generation 1 before A's compare-and-swap; A withdraws and moves as 2."""
+    c = coordinator(store, num_retained=5)
+    first = complete(c)
+    second = complete(c)
+    complete(c)
+    other = coordinator(store, num_retained=5)
+    update = c.control.update
+    raced = False
+
+    def racing_update(mutate: Callable[[Any], Any]) -> Any:
+        nonlocal raced
+        if not raced:
+            raced = True
+            other.restorer.restore(other.restorer.choose(second).target)
+        return update(mutate)
+
+    c.control.update = racing_update  # type: ignore[method-assign]
+    try:
+        generation = _restore_without_roll_forward(c, first)
+    finally:
+        del c.control.update
+    assert generation == 2
+    assert _intents(c) == [(1, second), (2, first)]  # A's intent for 1 was withdrawn
+    _damage(c)
+
+    report = c.repair()
+    assert report.status is RepairStatus.REFUSED
+    assert [(i.restore_generation, i.checkpoint_id) for i in report.plan.in_doubt] == [(2, first)]
+    assert report.head == second  # B's restore is proven by its record
+    assert c.repair(head=first).status is RepairStatus.WRITTEN
+    assert c.control.load().head == first
+
+
+def test_head_must_name_a_checkpoint_that_can_be_the_head(store: ObjectStore) -> None:
+    c = coordinator(store, num_retained=5)
+    imported, _ = _imported(c, store)
+    _restore_without_roll_forward(c, imported)
+    _damage(c)
+    report = c.repair(head=999)
+    assert report.status is RepairStatus.REFUSED
+    assert report.reason == "checkpoint 999 cannot be the head: no outcome record"
+    assert c.control.snapshot().damage is not None

@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 
 from batchpoint.errors import BatchpointError, RestoreRefused, TriggerRefused
 from batchpoint.ops.epoch import finalize as ops_finalize
+from batchpoint.ops.maintenance import RepairResult
 from batchpoint.ops.maintenance import gc as ops_gc
 from batchpoint.ops.maintenance import repair as ops_repair
 from batchpoint.ops.savepoints import import_folder as ops_import_folder
@@ -215,6 +216,7 @@ class Schedule:
         self.notes: list[str] = []
         self._source_files = 0
         self._importing = False  # the import actor is about to import (or gave up)
+        self._before_damage: tuple[int, int | None] | None = None  # (generation, head)
         self._checked_writes = -1
         self._checked_tables = (-1, -1)
         self._lagging: int | None = None  # the warm-up's last checkpoint, if unsynced
@@ -455,6 +457,8 @@ class Schedule:
         if result is None:
             return
         self.notes.append(f"repair{' --force' if force else ''}: {result.status}")
+        if result.in_doubt:
+            self._task(lambda _a: self.answer_doubt(result), 2)
         if result.previous == "readable" and not force and result.status != "refused":
             self.violations.append(
                 Violation(
@@ -470,7 +474,10 @@ class Schedule:
         bad manual edit), at this step, with no fault or scheduler in the way."""
         key = ROOT + "head.json"
         with contextlib.suppress(BatchpointError):
+            before = self.checker.control()
             data = self.inner.get(key).data
+            if before is not None and before.raw_kind == "pipeline-control":
+                self._before_damage = (before.generation, before.head)
             self.inner.put(key, data[: len(data) // 2])
             self.faults["control-record-damaged"] += 1
 
@@ -554,6 +561,17 @@ class Schedule:
         self.catalog_faults.enabled = True
         self.store.enabled = True
 
+    def answer_doubt(self, refused: RepairResult) -> None:
+        """A repair refused over a restore in doubt (protocol/restore_intents.py): the
+        operator knows whether the restore moved the head (here: what the control record
+        said before it was damaged) and answers with `repair --head`."""
+        moved = {(d["restore_generation"], d["checkpoint"]) for d in refused.in_doubt}
+        head = self._before_damage[1] if self._before_damage in moved else refused.head
+        if head is None:
+            return
+        result = ops_repair(self.driver.coordinator, head=head)
+        self.notes.append(f"repair --head {head} (restore in doubt): {result.status}")
+
     def quiet_hours(self) -> None:
         """No faults (the catalog back), no interleaving: every deadline and grace period
         passes, a control record left damaged is repaired, the next cleanup settles and
@@ -566,8 +584,9 @@ class Schedule:
         self.clock.advance(grace)
         step = self.scheduler.step
         try:
-            if self.checker.control_damaged():
-                ops_repair(c)  # what an operator does first: the repair stopped half-way
+            # what an operator does first: the repair stopped half-way
+            if self.checker.control_damaged() and (repaired := ops_repair(c)).in_doubt:
+                self.answer_doubt(repaired)
             c.settle()
             head = self.checker.control()
             if head is not None and head.head is not None:

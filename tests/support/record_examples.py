@@ -55,6 +55,7 @@ from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.migration import RetainedMarker
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
+from batchpoint.protocol.restore_intents import RestoreIntent
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
 from batchpoint.protocol.sink_manifest import SinkMode
@@ -612,6 +613,10 @@ def restore_record_passed_over() -> RestoreRecord:
     return dataclasses.replace(gated, passed_over=(6, 5), quarantined=(6,))
 
 
+def restore_intent() -> RestoreIntent:
+    return RestoreIntent(3, 4, 5, at("2026-11-19T07:59:59.000Z"))
+
+
 # -- older shapes an earlier release wrote ------------------------------------------------
 
 
@@ -807,6 +812,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "restore-v1.json": restore_record,
     "restore-v1-gated.json": restore_record_gated,
     "restore-v1-passed-over.json": restore_record_passed_over,
+    "restore-intent-v1.json": restore_intent,
 }
 
 #: JSON values stored inside records (or a Parquet file's metadata): name -> value.

@@ -95,9 +95,10 @@ def cmd_repair(cmd: Command) -> ExitCode:
 
     $ batchpoint repair --dry-run
     $ batchpoint repair --force
+    $ batchpoint repair --head 12
     """
     args = cmd.args
-    result = repair(cmd.coordinator(), dry_run=args.dry_run, force=args.force)
+    result = repair(cmd.coordinator(), dry_run=args.dry_run, force=args.force, head=args.head)
     cmd.out.emit(result.to_json, lambda: repair_text(result))
     return ExitCode.failed_if(result.refused)
 
@@ -161,4 +162,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "--force",
         action="store_true",
         help="replace a readable control record too (it says what that changes)",
+    )
+    p.add_argument(
+        "--head",
+        type=non_negative,
+        default=None,
+        metavar="ID",
+        help="rebuild on this checkpoint: the answer repair asks for when a restore was "
+        "under way as the control record was lost and no record says whether it moved the head",
     )

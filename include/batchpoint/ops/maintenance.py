@@ -247,6 +247,9 @@ class RepairResult:
     reason: str
     replaced: bool
     dry_run: bool
+    # restores the records cannot settle (repair refuses until --head says which):
+    # {"restore_generation": G, "checkpoint": the target, or None when unreadable}
+    in_doubt: list[dict[str, int | None]]
 
     @property
     def refused(self) -> bool:
@@ -258,13 +261,18 @@ class RepairResult:
 
 
 def repair(
-    coordinator: PipelineMaintenance, *, dry_run: bool = False, force: bool = False
+    coordinator: PipelineMaintenance,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    head: int | None = None,
 ) -> RepairResult:
     """Rebuild a missing or unreadable control record from the records that remain (a
     readable one only with `force`): the head the restore history proves, the retained
     set, a new restore generation rewinding the sinks to the head; written by
-    compare-and-swap on what was read. Nothing is written with `dry_run`."""
-    report = coordinator.repair(dry_run=dry_run, force=force)
+    compare-and-swap on what was read. Nothing is written with `dry_run`. `head`: the
+    checkpoint to rebuild on where the records cannot prove one (a restore in doubt)."""
+    report = coordinator.repair(dry_run=dry_run, force=force, head=head)
     control = report.control
     return RepairResult(
         pipeline=coordinator.pipeline,
@@ -283,4 +291,8 @@ def repair(
         reason=report.reason,
         replaced=report.replaced,
         dry_run=dry_run,
+        in_doubt=[
+            {"restore_generation": i.restore_generation, "checkpoint": i.checkpoint_id}
+            for i in report.plan.in_doubt
+        ],
     )

@@ -28,6 +28,7 @@ from batchpoint.protocol.ids import NextCheckpointId
 from batchpoint.protocol.migration import RetainedMarker
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.quarantine import QuarantineRecord
+from batchpoint.protocol.restore_intents import RestoreIntent
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.savepoints import SavepointMetadata
 from batchpoint.protocol.sinks import SinkManifest
@@ -49,6 +50,7 @@ RECORDS: tuple[type[codec.Record], ...] = (
     CheckpointOutcome,
     SinkManifest,
     RestoreRecord,
+    RestoreIntent,
     CascadeRecord,
     QuarantineRecord,
     CandidateReport,

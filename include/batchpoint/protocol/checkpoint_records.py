@@ -1,6 +1,6 @@
 """The records port: the read port (protocol/reads.py), and the create-once writes of a
 checkpoint's own records (its pending record, its outcome, each task's ack or decline,
-a restore generation's record). Whoever decides writes through it (the trigger, the
+a restore generation's record and intent). Whoever decides writes through it (the trigger, the
 ack accounting, the finalizer, the restorer); the store and the layout stay inside it.
 
 Every write is one storage call on the key the layout gives (plus, for a create that
@@ -21,6 +21,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.reads import CheckpointReads
+from batchpoint.protocol.restore_intents import RestoreIntent
 from batchpoint.protocol.restores import RestoreRecord
 
 
@@ -80,3 +81,12 @@ class CheckpointRecords(CheckpointReads):
         """Write (or write again: a roll-forward may run twice) a restore generation's
         record, which repair reads to prove where the head went."""
         self._store.put(self._layout.restore(record.restore_generation), record.encode())
+
+    def put_restore_intent(self, intent: RestoreIntent, token: str) -> None:
+        """Say a restore is about to move the head (protocol/restore_intents.py)."""
+        key = self._layout.restore_intent(intent.restore_generation, token)
+        self._store.put(key, intent.encode())
+
+    def delete_restore_intent(self, generation: int, token: str) -> None:
+        """Withdraw an intent whose compare-and-swap surely did not move the head."""
+        self._store.delete(self._layout.restore_intent(generation, token))

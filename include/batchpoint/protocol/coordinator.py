@@ -394,7 +394,9 @@ class CheckpointCoordinator:
         """Lift that cascade's fence (nothing when it holds none)."""
         self.control.update(lambda c: cascade.unfenced(c, cascade_id))
 
-    def repair(self, *, dry_run: bool = False, force: bool = False) -> RepairReport:
+    def repair(
+        self, *, dry_run: bool = False, force: bool = False, head: int | None = None
+    ) -> RepairReport:
         """Rebuild a missing or unreadable control record (protocol/repair.py)."""
         repairer = Repairer(
             reads=self.records,
@@ -406,7 +408,7 @@ class CheckpointCoordinator:
             num_retained=self.config.num_retained,
             roll_forward=self.restorer.finish,
         )
-        return repairer.repair(dry_run=dry_run, force=force)
+        return repairer.repair(dry_run=dry_run, force=force, head=head)
 
     def garbage_collector(
         self,

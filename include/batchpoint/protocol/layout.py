@@ -7,6 +7,7 @@ pipelines/<p>/failures.json             the failure manager's counters (CAS)
 pipelines/<p>/active/chk-N.json         a pending checkpoint, until its outcome is settled
 pipelines/<p>/retained/chk-N.json       membership in the completed-checkpoint store
 pipelines/<p>/restores/gen-G.json       one record per explicit restore
+pipelines/<p>/restore-intents/gen-G-<token>.json  a restore about to move the head
 pipelines/<p>/checkpoints/chk-N/outcome.json                 write-once outcome
 pipelines/<p>/checkpoints/chk-N/acks/<operator>/<subtask>.json  write-once ack
 pipelines/<p>/checkpoints/chk-N/declines/<operator>/<subtask>/<attempt>.json
@@ -134,6 +135,13 @@ class PipelineLayout:
 
     def restore(self, generation: int) -> str:
         return f"{self.restores_prefix}gen-{generation:0{_ID_DIGITS}d}.json"
+
+    @property
+    def restore_intents_prefix(self) -> str:
+        return self.root + "restore-intents/"
+
+    def restore_intent(self, generation: int, token: str) -> str:
+        return f"{self.restore_intents_prefix}gen-{generation:0{_ID_DIGITS}d}-{token}.json"
 
     @property
     def checkpoints_prefix(self) -> str:

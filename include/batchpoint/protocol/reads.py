@@ -1,5 +1,5 @@
 """The read port of a pipeline's checkpoint records (the pending record, the outcome,
-acks, declines, restore records): every collaborator that decides reads through it (the
+acks, declines, restore records and intents): every collaborator that decides reads through it (the
 finalizer, GC, the restorer, publish, statistics, repair); no writes here (the records
 port, protocol/checkpoint_records.py, adds them)."""
 
@@ -22,6 +22,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.layout import PipelineLayout, TaskId, parse_checkpoint_dir_name
+from batchpoint.protocol.restore_intents import RestoreInDoubt, RestoreIntent
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.storage.base import ObjectStore
 
@@ -214,3 +215,19 @@ class CheckpointReads:
             except RecordError as exc:
                 found = exc
             yield int(match.group(1)), found
+
+    def restore_intents(self) -> Iterator[tuple[RestoreInDoubt, RecordError | None]]:
+        """Each restore intent (generation, target), or why it cannot be read (the
+        generation is in its key; the target unknown)."""
+        for info in self._store.list(self._layout.restore_intents_prefix):
+            match = re.search(r"gen-(\d+)-[^/]+\.json$", info.key)
+            if match is None:
+                continue
+            try:
+                intent = RestoreIntent.decode(info.key, self._store.get(info.key).data)
+            except ObjectNotFound:
+                continue  # settled and deleted as it was listed
+            except RecordError as exc:
+                yield RestoreInDoubt(int(match.group(1)), None), exc
+                continue
+            yield RestoreInDoubt(intent.restore_generation, intent.checkpoint_id), None

@@ -26,13 +26,8 @@ from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.ports import Clock, RollForward
 from batchpoint.protocol.quarantine import QuarantineStore
 from batchpoint.protocol.reads import CheckpointReads
-from batchpoint.protocol.repair_plan import (
-    RepairEvidence,
-    RepairPlan,
-    changes,
-    plan_repair,
-    same_substance,
-)
+from batchpoint.protocol.repair_changes import changes, same_substance
+from batchpoint.protocol.repair_plan import RepairEvidence, RepairPlan, plan_repair
 from batchpoint.protocol.sinks import SinkPublisher
 
 
@@ -87,12 +82,16 @@ class Repairer:
     _num_retained: int
     _roll_forward: RollForward
 
-    def repair(self, *, dry_run: bool = False, force: bool = False) -> RepairReport:
+    def repair(
+        self, *, dry_run: bool = False, force: bool = False, head: int | None = None
+    ) -> RepairReport:
         """Derive the control record the records prove and write it (see the module
-        doc); the report says what was read, the plan, and whether it was written."""
+        doc); the report says what was read, the plan, and whether it was written.
+        `head`: the operator's answer where the records cannot prove one (a restore in
+        doubt, protocol/restore_intents.py): rebuild on that checkpoint instead."""
         read = self._control.snapshot()  # first: the compare-and-swap is on this version
         evidence = self.gather(read)
-        plan = plan_repair(evidence, self._num_retained, self._clock())
+        plan = plan_repair(evidence, self._num_retained, self._clock(), chosen=head)
         before = read.record
         diff = tuple(changes(before, plan.control)) if before is not None else ()
         if plan.refusal is not None:
@@ -138,6 +137,11 @@ class Repairer:
         self._read_outcomes(read, ev)
         self._read_open(ev)
         self._read_restores(ev)
+        for intent, error in self._reads.restore_intents():
+            ev.intents.append(intent)
+            if error is not None:
+                where = f"restore intent of generation {intent.restore_generation}"
+                ev.findings.append(Finding(where, _why(error)))
         ev.quarantined = set(self._quarantine.ids())
         for sink in self._sinks.sink_names():
             try:

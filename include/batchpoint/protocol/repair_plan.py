@@ -11,14 +11,15 @@ savepoint and checkpoint kept forever, the newest `num_retained` intact checkpoi
 head, and whatever the record read retains and is still intact. A repair with a head is
 a restore to it: a new generation above every one seen (the sinks' too), every open
 checkpoint abandoned, and a restore in flight so the sinks are rewound to the head,
-never to an epoch the last restore abandoned. An id the record read had discarded or
+never to an epoch the last restore abandoned. A restore intent above every generation
+the other records prove is a restore in doubt (protocol/restore_intents.py): refused
+unless the operator chose the head. An id the record read had discarded or
 collected never comes back; an id whose outcome or trigger record cannot be read is
 held (in no set, never queued for GC), and so is one the record held already.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from batchpoint.protocol.checkpoint import (
@@ -39,6 +40,7 @@ from batchpoint.protocol.control import (
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause
 from batchpoint.protocol.records import to_iso
+from batchpoint.protocol.restore_intents import RestoreInDoubt, doubt_refusal, in_doubt
 from batchpoint.protocol.timeline import is_stale, on_timeline
 
 
@@ -52,6 +54,7 @@ class RepairEvidence:
     open: list[PendingCheckpoint] = field(default_factory=list)  # pending, no outcome
     unreadable: dict[int, str] = field(default_factory=dict)  # outcome or trigger record
     restores: dict[int, int | None] = field(default_factory=dict)  # generation -> target
+    intents: list[RestoreInDoubt] = field(default_factory=list)  # restores about to move
     sinks: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # generation, current
     quarantined: set[int] = field(default_factory=set)
     findings: list[Finding] = field(default_factory=list)  # damage met while reading
@@ -64,13 +67,17 @@ class RepairPlan:
     abandoned: tuple[int, ...]  # open checkpoints the new generation aborts
     queued: tuple[int, ...]  # ids newly entering GC's queue
     refusal: str | None = None  # why no head can be proven: nothing may be written
+    in_doubt: tuple[RestoreInDoubt, ...] = ()  # restores the records cannot settle
 
     @property
     def held(self) -> list[int]:
         return sorted(self.control.held_ids())
 
 
-def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> RepairPlan:
+def plan_repair(
+    evidence: RepairEvidence, num_retained: int, now: float, chosen: int | None = None
+) -> RepairPlan:
+    """`chosen`: the head the operator named (`repair --head`), in place of the proven one."""
     ev = evidence
     current = ev.current
     findings = list(ev.findings)
@@ -79,7 +86,10 @@ def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> Repa
         gone = {e.checkpoint_id for e in current.discarded} | set(current.collected)
     intact = _intact(ev, gone, findings)
     generation, target = _timeline(ev, findings)
+    doubt = in_doubt(ev.intents, generation) if current is None else []
     head = _head(ev, intact, generation, target, findings)
+    head, refusal = _answer(ev, intact, chosen, doubt, head, generation, target)
+    target = target if chosen is None or refusal is not None else chosen
     held = _held(ev, current, intact, gone, now)
 
     entries = {cid: _entry(o, current) for cid, o in intact.items() if cid not in held}
@@ -117,8 +127,30 @@ def plan_repair(evidence: RepairEvidence, num_retained: int, now: float) -> Repa
         extra={**extra, "repaired_at": to_iso(now)},
         stopped=_stopped(current, intact, head, target, findings),
     )
-    refusal = _refusal(intact, head, generation, target)
-    return RepairPlan(control, tuple(findings), tuple(abandoned), tuple(queued), refusal)
+    return RepairPlan(
+        control, tuple(findings), tuple(abandoned), tuple(queued), refusal, tuple(doubt)
+    )
+
+
+def _answer(
+    ev: RepairEvidence,
+    intact: dict[int, CheckpointOutcome],
+    chosen: int | None,
+    doubt: list[RestoreInDoubt],
+    head: int | None,
+    generation: int,
+    target: int | None,
+) -> tuple[int | None, str | None]:
+    """The head and the refusal: the operator's `--head` in place of the proven head, a
+    restore in doubt refused until it answers, or no head proven (`_refusal`)."""
+    if chosen is not None:
+        unfit = _unfit(ev, intact, chosen)
+        if unfit is not None:
+            return head, f"checkpoint {chosen} cannot be the head: {unfit}"
+        return chosen, None
+    if doubt:
+        return head, doubt_refusal(doubt, head)
+    return head, _refusal(intact, head, generation, target)
 
 
 def _stopped(
@@ -200,7 +232,8 @@ def _restore_to(
     ev: RepairEvidence, generation: int, head: int | None, abandoned: list[int], now: float
 ) -> tuple[int, RestoreInFlight | None]:
     """The new record's generation, and the restore in flight that rewinds the sinks."""
-    new_generation = max([generation, *(g for g, _ in ev.sinks.values())])
+    seen = [*(g for g, _ in ev.sinks.values()), *(i.restore_generation for i in ev.intents)]
+    new_generation = max([generation, *seen])
     if head is None:
         return new_generation, None
     # A repair with a head is a restore to it: a generation above every decision made so
@@ -386,51 +419,3 @@ def _entry(outcome: CheckpointOutcome, current: ControlRecord | None) -> Retaine
 
 def _id(entry: RetainedEntry) -> int:
     return entry.checkpoint_id
-
-
-def changes(before: ControlRecord, after: ControlRecord) -> list[str]:
-    """What writing `after` over `before` changes, one line per field that differs."""
-    lines = []
-    if before.head != after.head:
-        lines.append(f"head: checkpoint {before.head} -> checkpoint {after.head}")
-    if before.restore_generation != after.restore_generation:
-        lines.append(
-            f"restore generation: {before.restore_generation} -> {after.restore_generation}"
-            + (
-                f" (a restore in flight to checkpoint {after.restore.target}: the sinks "
-                "are rewound to it)"
-                if after.restore is not None
-                else ""
-            )
-        )
-    lines += _set_change("retained", before.retained_ids(), after.retained_ids())
-    lines += _set_change(
-        "pending",
-        [p.checkpoint_id for p in before.pending],
-        [p.checkpoint_id for p in after.pending],
-    )
-    lines += _set_change(
-        "GC queue",
-        [e.checkpoint_id for e in before.discarded],
-        [e.checkpoint_id for e in after.discarded],
-    )
-    lines += _set_change("held", before.held_ids(), after.held_ids())
-    return lines
-
-
-def _set_change(name: str, before: Iterable[int], after: Iterable[int]) -> list[str]:
-    old, new = set(before), set(after)
-    if old == new:
-        return []
-    parts = []
-    if new - old:
-        parts.append(f"adds {sorted(new - old)}")
-    if old - new:
-        parts.append(f"drops {sorted(old - new)}")
-    return [f"{name}: {sorted(old)} -> {sorted(new)} ({', '.join(parts)})"]
-
-
-def same_substance(before: ControlRecord, after: ControlRecord) -> bool:
-    """Whether `after` changes nothing but the generation, the restore and stamps: then
-    a forced repair has nothing to do (it would only abandon the open checkpoints)."""
-    return not [line for line in changes(before, after) if not line.startswith("restore gen")]

@@ -9,7 +9,9 @@ findings; a candidate whose damage its records or files prove (not a storage err
 which fails the restore, changing nothing) is quarantined with the finding as the reason
 (`condemn`), so no later restore, repair or form offers it again until it is released.
 `restore` is the one way in: it moves the head to what the walk (or an import) chose,
-in the mode the caller asks (claim_mode.py). The CAS itself requires the target to
+in the mode the caller asks (claim_mode.py). An intent goes before the CAS, so a repair
+after a control record lost in the CAS's wake knows a restore may have moved the head
+(restore_intents.py). The CAS itself requires the target to
 still be retained (GC only deletes files of discarded ids, and an id leaves `retained`
 before it can be discarded, so a target that wins the CAS keeps its files), bumps the
 generation and abandons every pending checkpoint. The rest is a roll-forward that any actor finishes
@@ -20,11 +22,18 @@ generation and abandons every pending checkpoint. The rest is a roll-forward tha
 from __future__ import annotations
 
 import contextlib
+import uuid
 from dataclasses import replace
 
 from attrs import define, field
 
-from batchpoint.errors import CheckpointNotFound, RecordError, RestoreRefused
+from batchpoint.errors import (
+    CheckpointError,
+    CheckpointNotFound,
+    RecordError,
+    RestoreRefused,
+    StorageError,
+)
 from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
@@ -48,8 +57,15 @@ from batchpoint.protocol.restore_candidates import (
     cannot_restore,
     left_retained,
 )
+from batchpoint.protocol.restore_intents import RestoreIntent
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sinks import SinkPublisher
+
+_INTENT_ROUNDS = 10
+
+
+class _GenerationTaken(Exception):
+    """Another restore (or a repair) moved the generation after the intent was written."""
 
 
 @define(kw_only=True, slots=False, eq=False)
@@ -149,47 +165,84 @@ class CheckpointRestorer:
     def _move(
         self, target: int, mode: ClaimMode, allow: bool, choice: TargetChoice
     ) -> ControlRecord | None:
-        now = self._clock()
-
-        def move(current: ControlRecord | None) -> ControlRecord | None:
-            entry = None if current is None else current.retained_entry(target)
-            if current is None or entry is None:
-                return None
-            if mode.claims and not entry.claimed:
-                retained = tuple(
-                    replace(e, claimed=True) if e.checkpoint_id == target else e
-                    for e in current.retained
+        """The compare-and-swap, after an intent naming the generation it would create
+        (restore_intents.py): read from the record it swaps on, so a generation another
+        restore took first withdraws the intent and says the next one."""
+        for _ in range(_INTENT_ROUNDS):
+            read = self._read_control()
+            generation = read.restore_generation + 1
+            token = uuid.uuid4().hex[:12]
+            intent = RestoreIntent(generation, target, read.head, self._clock())
+            self._records.put_restore_intent(intent, token)
+            try:
+                record, written = self._control.update(
+                    lambda current, g=generation: self._moved(
+                        current, target, g, mode, allow, choice
+                    )
                 )
-                current = replace(current, retained=retained)
-            generation = current.restore_generation + 1
-            abandoned = sorted(p.checkpoint_id for p in current.pending)
-            moved = replace(
-                stopping.cleared(current),  # a restore starts a stopped pipeline again
-                head=target,
-                restore_generation=generation,
-                pending=(),
-                restore=RestoreInFlight(
-                    generation,
-                    target,
-                    current.head,
-                    tuple(abandoned),
-                    False,
-                    now,
-                    allow,
-                    choice.gate,
-                    choice.passed_over,
-                    choice.quarantined,
-                ),
-                moved_at=now,
-                cause=HeadMoveCause.RESTORE,
-            )
-            return moved.with_discarded(abandoned, now)
+            except _GenerationTaken:
+                self._withdraw(generation, token)
+                continue
+            except ControlUnreadable as exc:
+                self._withdraw(generation, token)
+                raise RestoreRefused(str(exc)) from None
+            if not written:
+                self._withdraw(generation, token)
+                return None
+            return record
+        raise CheckpointError(
+            f"pipeline '{self._pipeline}': other restores took {_INTENT_ROUNDS} generations "
+            "in a row while this one tried to move the head; nothing was changed"
+        )
 
-        try:
-            record, written = self._control.update(move)
-        except ControlUnreadable as exc:
-            raise RestoreRefused(str(exc)) from None
-        return record if written else None
+    def _withdraw(self, generation: int, token: str) -> None:
+        # A delete that fails leaves an intent that can only make a later repair ask.
+        with contextlib.suppress(StorageError):
+            self._records.delete_restore_intent(generation, token)
+
+    def _moved(
+        self,
+        current: ControlRecord | None,
+        target: int,
+        generation: int,
+        mode: ClaimMode,
+        allow: bool,
+        choice: TargetChoice,
+    ) -> ControlRecord | None:
+        entry = None if current is None else current.retained_entry(target)
+        if current is None or entry is None:
+            return None
+        if current.restore_generation + 1 != generation:
+            raise _GenerationTaken
+        if mode.claims and not entry.claimed:
+            retained = tuple(
+                replace(e, claimed=True) if e.checkpoint_id == target else e
+                for e in current.retained
+            )
+            current = replace(current, retained=retained)
+        now = self._clock()
+        abandoned = sorted(p.checkpoint_id for p in current.pending)
+        moved = replace(
+            stopping.cleared(current),  # a restore starts a stopped pipeline again
+            head=target,
+            restore_generation=generation,
+            pending=(),
+            restore=RestoreInFlight(
+                generation,
+                target,
+                current.head,
+                tuple(abandoned),
+                False,
+                now,
+                allow,
+                choice.gate,
+                choice.passed_over,
+                choice.quarantined,
+            ),
+            moved_at=now,
+            cause=HeadMoveCause.RESTORE,
+        )
+        return moved.with_discarded(abandoned, now)
 
     def finish(self) -> None:
         """Roll forward a restore whose sinks are not rewound yet. Idempotent."""
