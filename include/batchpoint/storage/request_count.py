@@ -153,3 +153,27 @@ class CountingStore(ObjectStore):
 
     def __repr__(self) -> str:
         return f"CountingStore({self.inner!r})"
+
+
+class RequestLedger:
+    """Requests by part (a subtask) and kind: what the Spark tasks of an attempt's
+    writes report back with their files, each under its own subtask, so the counts add
+    up over the acks without counting a request twice."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, RequestCount] = {}
+        self._lock = threading.Lock()
+
+    def add(self, part: int, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            count = self._parts.setdefault(part, RequestCount())
+        count.add(counts)
+
+    def by_kind(self, part: int) -> dict[str, int]:
+        with self._lock:
+            count = self._parts.get(part)
+        return count.by_kind() if count is not None else {}
+
+    def parts(self) -> list[int]:
+        with self._lock:
+            return sorted(self._parts)
