@@ -15,6 +15,7 @@ import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.coordinator import CheckpointCoordinator
+from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.savepoints import SavepointLocation
 from batchpoint.storage.base import ObjectStore
@@ -116,6 +117,47 @@ def test_a_restore_that_died_before_its_move_is_refused_then_kept_with_head(
     kept = c.repair(head=old_head)
     assert kept.status is RepairStatus.WRITTEN, kept.reason
     assert c.control.load().head == old_head
+
+
+def _dies_before_its_move(c: CheckpointCoordinator, cid: int) -> None:
+    examined = c.restorer.choose(cid).target
+
+    def die(_mutate: Callable[[Any], Any]) -> Any:
+        raise _Crash
+
+    c.control.update = die  # type: ignore[method-assign]
+    try:
+        with pytest.raises(_Crash):
+            c.restorer.restore(examined)
+    finally:
+        del c.control.update
+
+
+@pytest.mark.parametrize("answer", ["keep the stop", "finish the restore"])
+def test_a_stopped_pipeline_stays_stopped_unless_the_answer_is_the_restore(
+    store: ObjectStore, answer: str
+) -> None:
+    """Invariant 16: only a restore or resume starts a stopped pipeline again. Keeping
+    the proven head (the stop's savepoint) keeps the stop; finishing the restore in
+    doubt starts the pipeline, as the restore would have."""
+    c = coordinator(store, num_retained=5)
+    first = complete(c)
+    stop = complete(
+        c, CheckpointType.SAVEPOINT, properties=CheckpointProperties(stop_pipeline=True)
+    )
+    assert c.control.load().stopped is not None
+    _dies_before_its_move(c, first)
+    _damage(c)
+    assert c.repair().status is RepairStatus.REFUSED
+
+    chosen = stop if answer == "keep the stop" else first
+    assert c.repair(head=chosen).status is RepairStatus.WRITTEN
+    control = c.control.load()
+    assert control.head == chosen
+    if answer == "keep the stop":
+        assert control.stopped is not None and control.stopped.savepoint == stop
+    else:
+        assert control.stopped is None
 
 
 def test_a_finished_restore_leaves_nothing_in_doubt(store: ObjectStore) -> None:

@@ -87,9 +87,11 @@ def plan_repair(
     intact = _intact(ev, gone, findings)
     generation, target = _timeline(ev, findings)
     doubt = in_doubt(ev.intents, generation) if current is None else []
-    head = _head(ev, intact, generation, target, findings)
-    head, refusal = _answer(ev, intact, chosen, doubt, head, generation, target)
-    target = target if chosen is None or refusal is not None else chosen
+    proven = _head(ev, intact, generation, target, findings)
+    head, refusal = _answer(ev, intact, chosen, doubt, proven, generation, target)
+    # A chosen head other than the proven one is a restore to it (a stopped pipeline
+    # starts again); the proven one, chosen, keeps what a plain repair keeps.
+    target = chosen if head != proven else target
     held = _held(ev, current, intact, gone, now)
 
     entries = {cid: _entry(o, current) for cid, o in intact.items() if cid not in held}
