@@ -91,14 +91,17 @@ def _written(
     from batchpoint.spark import keyed_io
 
     specs = [write_spec(attempt, job) for job in writes]
-    store, requests = attempt.env.store_ref, attempt.report.requests
-    pairs = list(zip(writes, specs, strict=True))
+    store = attempt.env.store_ref
     if empty:
-        files = [keyed_io.write_empty(j.df.schema, store, s, requests) for j, s in pairs]
+        files = [
+            keyed_io.write_empty(j.df.schema, store, s) for j, s in zip(writes, specs, strict=True)
+        ]
     elif len(writes) <= 1:  # a lone stream needs no common shape
-        files = [keyed_io.write_keyed(j.df, store, s, requests) for j, s in pairs]
+        files = [keyed_io.write_keyed(j.df, store, s) for j, s in zip(writes, specs, strict=True)]
     else:
-        files = keyed_io.write_keyed_streams([(j.df, s) for j, s in pairs], store, requests)
+        files = keyed_io.write_keyed_streams(
+            [(j.df, s) for j, s in zip(writes, specs, strict=True)], store
+        )
     return [_with_consumers(job, f) for job, f in zip(writes, files, strict=True)]
 
 
