@@ -94,31 +94,6 @@ def test_a_restore_that_moved_the_head_is_refused_then_finished_with_head(
     assert manifest(c).generation == control.restore_generation
 
 
-def test_a_restore_that_died_before_its_move_is_refused_then_kept_with_head(
-    store: ObjectStore,
-) -> None:
-    c = coordinator(store, num_retained=5)
-    imported, old_head = _imported(c, store)
-    examined = c.restorer.choose(imported).target
-
-    def die(_mutate: Callable[[Any], Any]) -> Any:
-        raise _Crash
-
-    c.control.update = die  # type: ignore[method-assign]
-    with pytest.raises(_Crash):
-        c.restorer.restore(examined)
-    del c.control.update
-    assert c.control.load().head == old_head  # the move never happened
-    _damage(c)
-
-    report = c.repair()
-    assert report.status is RepairStatus.REFUSED
-    assert report.head == old_head  # the head the other records prove, offered
-    kept = c.repair(head=old_head)
-    assert kept.status is RepairStatus.WRITTEN, kept.reason
-    assert c.control.load().head == old_head
-
-
 def _dies_before_its_move(c: CheckpointCoordinator, cid: int) -> None:
     examined = c.restorer.choose(cid).target
 
@@ -131,6 +106,23 @@ def _dies_before_its_move(c: CheckpointCoordinator, cid: int) -> None:
             c.restorer.restore(examined)
     finally:
         del c.control.update
+
+
+def test_a_restore_that_died_before_its_move_is_refused_then_kept_with_head(
+    store: ObjectStore,
+) -> None:
+    c = coordinator(store, num_retained=5)
+    imported, old_head = _imported(c, store)
+    _dies_before_its_move(c, imported)
+    assert c.control.load().head == old_head  # the move never happened
+    _damage(c)
+
+    report = c.repair()
+    assert report.status is RepairStatus.REFUSED
+    assert report.head == old_head  # the head the other records prove, offered
+    kept = c.repair(head=old_head)
+    assert kept.status is RepairStatus.WRITTEN, kept.reason
+    assert c.control.load().head == old_head
 
 
 @pytest.mark.parametrize("answer", ["keep the stop", "finish the restore"])

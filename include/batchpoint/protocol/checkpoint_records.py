@@ -1,7 +1,8 @@
 """The records port: the read port (protocol/reads.py), and the create-once writes of a
 checkpoint's own records (its pending record, its outcome, each task's ack or decline,
-a restore generation's record and intent). Whoever decides writes through it (the trigger, the
-ack accounting, the finalizer, the restorer); the store and the layout stay inside it.
+a restore generation's record and intent). Whoever decides writes through it (the
+trigger, the ack accounting, the finalizer, the restorer); the store and the layout stay
+inside it.
 
 Every write is one storage call on the key the layout gives (plus, for a create that
 lost, one read of the winner), so a collaborator's sequence of storage operations is

@@ -1,7 +1,7 @@
 """The read port of a pipeline's checkpoint records (the pending record, the outcome,
-acks, declines, restore records and intents): every collaborator that decides reads through it (the
-finalizer, GC, the restorer, publish, statistics, repair); no writes here (the records
-port, protocol/checkpoint_records.py, adds them)."""
+acks, declines, restore records and intents): every collaborator that decides reads
+through it (the finalizer, GC, the restorer, publish, statistics, repair); no writes here
+(the records port, protocol/checkpoint_records.py, adds them)."""
 
 from __future__ import annotations
 
