@@ -15,9 +15,9 @@ that is a Spark Connect client of a warm local server (started, and warmed by on
 untimed restore, before the timed one; its JVM start is not counted, as a deployment's
 server is already up).
 
-Before any figure is printed both final states are compared with an independent
-computation (numpy over every generated event); if either differs the script says so
-and exits 1 without figures.
+Last, batchpoint's storage requests per epoch by kind and per GB written (its acks). Before
+any figure is printed both final states are compared with an independent computation (numpy
+over every generated event); if either differs the script says so and exits 1 without figures.
 
     .venv/bin/python bench/bench_peer.py                 # small: 10k keys, 100k events, 4 files
     .venv/bin/python bench/bench_peer.py --size medium   # 1M keys, 2M events, 8 files
@@ -47,6 +47,7 @@ import pyarrow as pa
 import checkout  # noqa: F401  (the checkout's demo/ and devstack/)
 from peer_data import EVENTS, SIZES, Size, expected_totals, write_epoch
 from spark_jobs import JobCount, jobs, jobs_since, last_job, median_work
+from storage_requests import EpochRequests, epoch_requests, print_requests
 
 TOTALS = pa.schema(
     [pa.field("key", pa.string()), pa.field("count", pa.int64()), pa.field("sum", pa.int64())]
@@ -115,6 +116,7 @@ class BatchpointEngine:
         self.phases: list[dict[str, float]] = []  # where each epoch's time went
         self.full_state_bytes = 0
         self.work: list[JobCount] = []  # each epoch's Spark jobs and stages, as acked
+        self.requests: list[EpochRequests] = []  # and storage requests
 
     def epoch(self) -> None:
         clock = time.perf_counter
@@ -130,6 +132,7 @@ class BatchpointEngine:
         self.full_state_bytes = outcome.completed.full_state_size
         metrics = outcome.completed.acks[0].metrics  # each subtask's ack: the attempt's count
         self.work.append(JobCount(metrics.spark_jobs or 0, metrics.spark_stages or 0))
+        self.requests.append(epoch_requests(outcome.completed.acks))
         self.phases.append(
             {
                 "trigger": triggered - started,
@@ -209,9 +212,8 @@ def read_streaming_state(spark: Any, checkpoint: Path) -> Any:
 
 
 def tree(path: Path) -> dict[str, int]:
-    if not path.exists():
-        return {}
-    return {str(p): p.stat().st_size for p in path.rglob("*") if p.is_file()}
+    found = path.rglob("*") if path.exists() else ()
+    return {str(p): p.stat().st_size for p in found if p.is_file()}
 
 
 def added(before: dict[str, int], after: dict[str, int]) -> tuple[int, int]:
@@ -311,6 +313,7 @@ def run(size_name: str, epochs: int, keep: bool) -> int:
             return 1
         report(size_name, size, rows, expected, restores, bp.full_state_bytes)
         print_phases(bp.phases[1:])
+        print_requests(bp.requests, bp.requests[1:])
         return 0
     finally:
         if keep:

@@ -9,6 +9,7 @@ from datetime import datetime
 import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from support import fake_epochs
 from support.cli import listing, payments_driver
 from support.status_history import EXPECTED, QUARANTINE_REASON, every_status
 
@@ -44,6 +45,24 @@ def test_show_gives_one_checkpoint_with_its_tasks(payments, cli):
             metrics.records_out,
         )
     assert set(body["barrier"]) == set(payments.pipeline.sources)
+
+
+def test_show_adds_up_the_storage_requests_each_ack_counted(root, cli):
+    driver = payments_driver(root, epochs=1)  # acks that counted nothing: no column
+    assert "requests" not in cli("checkpoints", "show", "1").out
+    assert cli("--json", "checkpoints", "show", "1").json["storage_requests"] is None
+    counted = fake_epochs.epoch(driver, requests=True)
+    acks = driver.coordinator.get_outcome(counted).completed.acks
+    files = sum(len(a.handles) for a in acks)
+
+    run = cli("checkpoints", "show", str(counted))
+    assert f"storage requests: {files} (put {files})" in run.out
+    header = next(line for line in run.out.splitlines() if line.startswith("task"))
+    assert header.rstrip().endswith("requests")
+    body = cli("--json", "checkpoints", "show", str(counted)).json
+    assert body["storage_requests"] == {"put": files}
+    by_task = {t["task"]: t["storage_requests"] for t in body["tasks"]}
+    assert by_task == {str(a.task): {"put": len(a.handles)} for a in acks}
 
 
 def test_stats_counts_completed_and_failed_checkpoints(payments, cli):

@@ -88,6 +88,10 @@ def counts(acks: Any) -> dict[str, set[tuple[int | None, int | None]]]:
     return out
 
 
+def storage_requests(acks: Any) -> dict[str, Any]:
+    return {str(ack.task): ack.metrics.storage_requests for ack in acks}
+
+
 def test_acks_over_connect_count_the_jobs_a_classic_session_counts(
     spark: Any, ui_server: SparkConnectServer, tmp_path: Path
 ) -> None:
@@ -106,6 +110,10 @@ def test_acks_over_connect_count_the_jobs_a_classic_session_counts(
     print(f"classic: {expected}\nconnect: {got}")
     assert got == expected
     assert got["dedup"] != {(0, 0)}  # an epoch with input ran jobs: they were counted
+    # the storage requests come back from the server's Python workers with their files
+    connect_requests = storage_requests(outcome.completed.acks)
+    assert connect_requests == storage_requests(result.outcome.completed.acks)
+    assert connect_requests["dedup#0"] is not None and connect_requests["dedup#0"].put > 0
 
 
 def test_a_server_without_ui_records_no_count(spark: Any, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import hashlib
 
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.checkpoint import CheckpointType, FileHandle, PendingCheckpoint
+from batchpoint.protocol.metrics import StorageRequests, TaskMetrics
 from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.streams import SINK_STREAM, state_stream
@@ -19,8 +20,9 @@ from batchpoint.storage.base import ObjectStore
 ATTEMPT = "fake"
 
 
-def ack_all(driver: PipelineDriver, pending: PendingCheckpoint) -> None:
-    """Every expected task acks: one file per state (with its key groups), else one."""
+def ack_all(driver: PipelineDriver, pending: PendingCheckpoint, *, requests: bool = False) -> None:
+    """Every expected task acks: one file per state (with its key groups), else one;
+    with `requests`, each ack records the put of each of its files."""
     c = driver.coordinator
     spec = c.load_spec()
     cid = pending.checkpoint_id
@@ -39,7 +41,8 @@ def ack_all(driver: PipelineDriver, pending: PendingCheckpoint) -> None:
             c.store.put(key, data)
             digest = hashlib.sha256(data).hexdigest()
             handles.append(FileHandle(key, len(data), digest, 1, groups, stream))
-        c.acknowledge(cid, task, ATTEMPT, handles)
+        puts = StorageRequests(put=len(handles)) if requests else None
+        c.acknowledge(cid, task, ATTEMPT, handles, TaskMetrics(storage_requests=puts))
 
 
 def land_a_file(driver: PipelineDriver) -> None:
@@ -51,11 +54,16 @@ def land_a_file(driver: PipelineDriver) -> None:
         driver.store.put(f"{prefix}fake-{count:06d}.{source.format}", b"")
 
 
-def epoch(driver: PipelineDriver, kind: CheckpointType = CheckpointType.CHECKPOINT) -> int:
+def epoch(
+    driver: PipelineDriver,
+    kind: CheckpointType = CheckpointType.CHECKPOINT,
+    *,
+    requests: bool = False,
+) -> int:
     """One completed (and published) checkpoint with new input; its id."""
     land_a_file(driver)
     pending = driver.trigger(kind)
-    ack_all(driver, pending)
+    ack_all(driver, pending, requests=requests)
     outcome = finalize(driver, pending.checkpoint_id).outcome
     assert outcome is not None and outcome.completed is not None, outcome
     return pending.checkpoint_id

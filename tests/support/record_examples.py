@@ -52,6 +52,7 @@ from batchpoint.protocol.failures import FailureState, PipelineStatus
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
 from batchpoint.protocol.ids import NextCheckpointId
 from batchpoint.protocol.layout import TaskId
+from batchpoint.protocol.metrics import StorageRequests
 from batchpoint.protocol.migration import RetainedMarker
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord
@@ -725,6 +726,16 @@ def ack_v2_spark_work() -> AckRecord:
     return dataclasses.replace(ack, metrics=metrics)
 
 
+def ack_v2_storage_requests() -> AckRecord:
+    """An ack that counted its subtask's storage requests by kind (issue 42); acks
+    without them are the other fixtures, byte for byte as before."""
+    ack = ack_v2_spark_work()
+    requests = StorageRequests(get=1, head=2, put=4, list=1, delete=1)
+    return dataclasses.replace(
+        ack, metrics=dataclasses.replace(ack.metrics, storage_requests=requests)
+    )
+
+
 def acks_v2(checkpoint_id: int = 7) -> tuple[AckRecord, ...]:
     renamed = {"balances": "totals"}
     return tuple(
@@ -783,6 +794,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "ack-v2.json": lambda: acks_v2()[0],
     "ack-v2-sink.json": lambda: acks_v2()[2],
     "ack-v2-spark-work.json": ack_v2_spark_work,
+    "ack-v2-storage-requests.json": ack_v2_storage_requests,
     "decline-v1.json": decline,
     "checkpoint-outcome-v2-completed.json": completed_outcome_v2,
     "checkpoint-outcome-v2-aborted.json": aborted_outcome_v2,

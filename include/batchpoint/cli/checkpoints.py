@@ -59,6 +59,7 @@ def cmd_show(cmd: Command) -> ExitCode:
                 "records in",
                 "records out",
                 "spark jobs/stages",
+                "requests",
             ],
             [
                 [
@@ -73,11 +74,13 @@ def cmd_show(cmd: Command) -> ExitCode:
                     t.records_in,
                     t.records_out,
                     _spark_work(t.spark_jobs, t.spark_stages),
+                    _requests(t.storage_requests, by_kind=False),
                 ]
                 for t in detail.tasks
             ],
-            optional=["spark jobs/stages"],  # blank where no ack counted them
+            optional=["spark jobs/stages", "requests"],  # blank where no ack counted them
         )
+        requests = detail.storage_requests
         return [
             render.history_table([detail.stats]),
             "",
@@ -85,6 +88,7 @@ def cmd_show(cmd: Command) -> ExitCode:
             f"base: {detail.base_checkpoint_id}   restore generation: "
             f"{detail.restore_generation}   full state size (what a restore reads): "
             f"{render.size(detail.stats.full_state_size)}",
+            *([f"storage requests: {_requests(requests)}"] if requests is not None else []),
             "",
             tasks,
         ]
@@ -96,6 +100,15 @@ def cmd_show(cmd: Command) -> ExitCode:
 def _spark_work(jobs: int | None, stages: int | None) -> str:
     """An operator's Spark jobs and stages in the epoch (blank: its ack did not count)."""
     return "" if jobs is None else f"{jobs}/{stages}"
+
+
+def _requests(requests: dict[str, int] | None, *, by_kind: bool = True) -> str:
+    """Storage requests: the total, and by kind (blank: no ack counted them)."""
+    if requests is None:
+        return ""
+    total = str(sum(requests.values()))
+    kinds = ", ".join(f"{kind} {n}" for kind, n in requests.items())
+    return f"{total} ({kinds})" if by_kind else total
 
 
 def cmd_stats(cmd: Command) -> ExitCode:

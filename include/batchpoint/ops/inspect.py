@@ -3,6 +3,7 @@ tasks, and summary statistics with the failure counter. They write nothing."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,9 +66,22 @@ class CheckpointDetail:
             lines.append(self.quarantine.describe())
         return lines
 
+    @property
+    def storage_requests(self) -> dict[str, int] | None:
+        """The requests of every task's writes by kind (each ack counts its subtask's
+        own, so they add up); None when no ack counted them."""
+        counted = [t.storage_requests for t in self.tasks if t.storage_requests is not None]
+        if not counted:
+            return None
+        total: Counter[str] = Counter()
+        for requests in counted:
+            total.update(requests)
+        return dict(sorted(total.items()))
+
     def to_json(self) -> dict[str, Any]:
         out = self.stats.to_json()
         out["status_meaning"] = self.stats.shown_status.meaning
+        out["storage_requests"] = self.storage_requests
         out["restore_generation"] = self.restore_generation
         out["barrier"] = dict(self.barrier)
         out["scheduler_run_id"] = self.scheduler_run_id

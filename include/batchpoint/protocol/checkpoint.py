@@ -10,6 +10,7 @@ from typing import Any
 
 from batchpoint import codec
 from batchpoint.protocol.layout import TASK_ID, TASK_IDS, TaskId
+from batchpoint.protocol.metrics import TaskMetrics
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.topology import Topology, derived_topology
 
@@ -136,35 +137,6 @@ class FileHandle(codec.Value):
     key_group_range: tuple[int, int] | None = codec.field(default=None, omit=None)
     name: str = ""  # the stream: state-<name>, channel-<consumer> or sink
     meta: Mapping[str, Any] = codec.field(extra=True, default_factory=dict, compare=False)
-
-
-@dataclass(frozen=True)
-class TaskMetrics(codec.Value):
-    """What a task's ack records about its snapshot, as Flink's checkpoint details do.
-
-    - sync_ms: from the end of alignment until the operator's output and new state are
-      defined (restoring state handles, running the user's function, planning);
-    - async_ms: the Spark jobs that compute and write the state, channel and sink files
-      (Spark evaluates lazily, so this is where the rows are processed);
-    - records_in: rows that reached the task from upstream operators' channels (rows
-      read straight from a source are not counted: that would take a Spark job);
-    - records_out: rows the task wrote (state, channels, sink);
-    - spark_jobs, spark_stages: the Spark jobs the operator's attempt ran and the stages
-      they ran (skipped stages left out), counted by its job tag; 0 jobs when it acked
-      without Spark (by reference), None when Spark could not say.
-
-    The durations and the Spark counts are the operator's, the same for each of its
-    subtasks: one Spark job set runs them all. Records without these fields (older
-    acks) read as zeros, and without the counts as None (an ack without them is
-    written without them, byte for byte as before).
-    """
-
-    sync_ms: float = 0.0
-    async_ms: float = 0.0
-    records_in: int = 0
-    records_out: int = 0
-    spark_jobs: int | None = codec.field(default=None, omit=None)
-    spark_stages: int | None = codec.field(default=None, omit=None)
 
 
 @dataclass(frozen=True)

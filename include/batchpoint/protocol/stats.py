@@ -37,9 +37,12 @@ class TaskStats:
     full_state_size: int = 0  # what a restore reads: state_size plus the files it shares
     spark_jobs: int | None = None  # the Spark jobs its attempt ran (None: not counted)
     spark_stages: int | None = None
+    # the storage requests its subtask's writes made, by kind (None: not counted)
+    storage_requests: dict[str, int] | None = None
 
     @classmethod
     def of(cls, pending: PendingCheckpoint, ack: AckRecord) -> TaskStats:
+        requests = ack.metrics.storage_requests
         return cls(
             str(ack.task),
             ack.attempt,
@@ -54,6 +57,7 @@ class TaskStats:
             ack.full_state_size,
             ack.metrics.spark_jobs,
             ack.metrics.spark_stages,
+            requests.by_kind() if requests is not None else None,
         )
 
 

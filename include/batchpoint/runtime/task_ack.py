@@ -16,6 +16,7 @@ from batchpoint.protocol.checkpoint import (
     TaskMetrics,
 )
 from batchpoint.protocol.layout import TaskId
+from batchpoint.protocol.metrics import StorageRequests
 from batchpoint.runtime.task_attempt import OperatorFailed, OperatorRunReport, TaskAttempt
 from batchpoint.runtime.task_writes import Handles
 
@@ -23,7 +24,7 @@ from batchpoint.runtime.task_writes import Handles
 def task_metrics(report: OperatorRunReport, subtask: int, files: list[FileHandle]) -> TaskMetrics:
     """A subtask's metrics: the attempt's sync and async times, the rows it read from
     upstream operators, and the rows of the files it wrote (files it shares with the
-    base checkpoint are not its output)."""
+    base checkpoint are not its output), and the storage requests its writes made."""
     return TaskMetrics(
         sync_ms=report.sync_ms,
         async_ms=report.async_ms,
@@ -31,6 +32,7 @@ def task_metrics(report: OperatorRunReport, subtask: int, files: list[FileHandle
         records_out=sum(f.rows for f in files if SHARED_FROM_META not in f.meta),
         spark_jobs=report.spark_jobs,
         spark_stages=report.spark_stages,
+        storage_requests=StorageRequests.of(report.requests.by_kind(subtask)),
     )
 
 

@@ -18,6 +18,7 @@ from batchpoint.protocol.pipeline_ports import CheckpointDecisions
 from batchpoint.runtime.api import OperatorDef, Pipeline, SinkDef
 from batchpoint.runtime.task_hooks import AttemptHooks, AttemptPoint
 from batchpoint.storage import ObjectStore, StoreRef
+from batchpoint.storage.request_count import RequestLedger
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,6 +52,8 @@ class OperatorRunReport:
     records_in: dict[int, int] = field(default_factory=dict)  # subtask -> channel rows
     spark_jobs: int | None = None  # what the attempt ran under its job tag (job_count)
     spark_stages: int | None = None
+    # each subtask's storage requests, as its writes' Spark tasks reported them
+    requests: RequestLedger = field(default_factory=RequestLedger)
 
     def timed_sync(self, aligned: float) -> float:
         """The sync part ends (the writes start) now; returns now."""

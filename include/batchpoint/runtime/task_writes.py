@@ -91,17 +91,14 @@ def _written(
     from batchpoint.spark import keyed_io
 
     specs = [write_spec(attempt, job) for job in writes]
-    store = attempt.env.store_ref
+    store, requests = attempt.env.store_ref, attempt.report.requests
+    pairs = list(zip(writes, specs, strict=True))
     if empty:
-        files = [
-            keyed_io.write_empty(j.df.schema, store, s) for j, s in zip(writes, specs, strict=True)
-        ]
+        files = [keyed_io.write_empty(j.df.schema, store, s, requests) for j, s in pairs]
     elif len(writes) <= 1:  # a lone stream needs no common shape
-        files = [keyed_io.write_keyed(j.df, store, s) for j, s in zip(writes, specs, strict=True)]
+        files = [keyed_io.write_keyed(j.df, store, s, requests) for j, s in pairs]
     else:
-        files = keyed_io.write_keyed_streams(
-            [(j.df, s) for j, s in zip(writes, specs, strict=True)], store
-        )
+        files = keyed_io.write_keyed_streams([(j.df, s) for j, s in pairs], store, requests)
     return [_with_consumers(job, f) for job, f in zip(writes, files, strict=True)]
 
 

@@ -29,6 +29,7 @@ from batchpoint.spark.task_rows import task_rows
 from batchpoint.state.evolution import SchemaVerdict
 from batchpoint.state.format import StateHandle
 from batchpoint.storage import StoreRef
+from batchpoint.storage.request_count import RequestLedger
 
 
 class FileSourceDecl(Protocol):
@@ -65,28 +66,38 @@ def _to_file_handle(handle: StateHandle) -> FileHandle:
     return FileHandle.from_json(body, handle.path)
 
 
-def write_keyed(df: DataFrame, store_ref: StoreRef, spec: WriteSpec) -> dict[int, list[FileHandle]]:
+def write_keyed(
+    df: DataFrame, store_ref: StoreRef, spec: WriteSpec, requests: RequestLedger | None = None
+) -> dict[int, list[FileHandle]]:
     """Write `df` partitioned by key group for `spec.parallelism` subtasks; every subtask
-    gets at least one file. Returns the handles per subtask."""
-    return _by_subtask(write_keyed_state(df, store_ref, spec), spec.parallelism)
+    gets at least one file. Returns the handles per subtask; `requests` gets each
+    subtask's storage requests."""
+    return _by_subtask(write_keyed_state(df, store_ref, spec, requests), spec.parallelism)
 
 
 def write_keyed_streams(
-    frames: Sequence[tuple[DataFrame, WriteSpec]], store_ref: StoreRef
+    frames: Sequence[tuple[DataFrame, WriteSpec]],
+    store_ref: StoreRef,
+    requests: RequestLedger | None = None,
 ) -> list[dict[int, list[FileHandle]]]:
     """write_keyed of each (rows, spec), all in one Spark action (spark/stream_writer):
     each stream's handles per subtask, in `frames`' order."""
+    written = write_streams(frames, store_ref, requests)
     return [
         _by_subtask(handles, spec.parallelism)
-        for handles, (_, spec) in zip(write_streams(frames, store_ref), frames, strict=True)
+        for handles, (_, spec) in zip(written, frames, strict=True)
     ]
 
 
 def write_empty(
-    schema: T.StructType, store_ref: StoreRef, spec: WriteSpec
+    schema: T.StructType,
+    store_ref: StoreRef,
+    spec: WriteSpec,
+    requests: RequestLedger | None = None,
 ) -> dict[int, list[FileHandle]]:
     """write_keyed of no rows: each subtask's empty files, written without Spark."""
-    return _by_subtask(write_empty_keyed_state(schema, store_ref, spec), spec.parallelism)
+    handles = write_empty_keyed_state(schema, store_ref, spec, requests)
+    return _by_subtask(handles, spec.parallelism)
 
 
 def _by_subtask(handles: list[StateHandle], parallelism: int) -> dict[int, list[FileHandle]]:

@@ -26,6 +26,7 @@ from pyspark.sql import types as T
 from batchpoint.spark.compat import from_arrow_schema, repartition_by_id, to_arrow_schema
 from batchpoint.spark.key_groups import check_key_columns, key_group_column, subtask_column
 from batchpoint.spark.shipping import ShippedStore, StoreLike, driver_store, ship_store
+from batchpoint.spark.write_requests import report_requests, requests_column
 from batchpoint.state.format import (
     CHANGE_COLUMN,
     CHANGE_ROW,
@@ -50,12 +51,13 @@ from batchpoint.state.keygroups import (
 )
 from batchpoint.state.schemas import StateNotAsDeclared, schema_fingerprint
 from batchpoint.storage import ObjectStore
+from batchpoint.storage.request_count import CountingStore, RequestCount, RequestLedger
 
 DEFAULT_TARGET_FILE_BYTES = 128 << 20
 DEFAULT_ROW_GROUP_BYTES = 8 << 20
 
-_HANDLE_SCHEMA = "handle string"
-_HANDLE_ARROW = pa.schema([pa.field("handle", pa.string())])
+_HANDLE_SCHEMA = "handle string, requests string"
+_HANDLE_ARROW = pa.schema([pa.field("handle", pa.string()), pa.field("requests", pa.string())])
 
 #: Called inside the task after a subtask's files are uploaded, with (subtask,
 #: task_attempt, handles): where the protocol acks from the task itself.
@@ -283,12 +285,17 @@ class _SubtaskWriter:
 
 
 def _write_subtask_files(
-    task: _TaskWrite, subtask: int, task_attempt: str, batches: Iterable[pa.RecordBatch]
+    task: _TaskWrite,
+    subtask: int,
+    task_attempt: str,
+    batches: Iterable[pa.RecordBatch],
+    requests: RequestCount,
 ) -> list[StateHandle]:
     hooks = task.spec.hooks
     if hooks.before is not None:
         hooks.before(subtask)
-    writer = _SubtaskWriter(task, task.store.open(), subtask, task_attempt)
+    store = CountingStore(task.store.open(), requests)
+    writer = _SubtaskWriter(task, store, subtask, task_attempt)
     try:
         for batch in batches:
             writer.write(batch)
@@ -308,13 +315,22 @@ def _write_task(task: _TaskWrite, batches: Iterator[pa.RecordBatch]) -> Iterator
 
     ctx = TaskContext.get()
     assert ctx is not None
-    handles = _write_subtask_files(task, ctx.partitionId(), f"t{ctx.taskAttemptId()}", batches)
+    requests = RequestCount()
+    handles = _write_subtask_files(
+        task, ctx.partitionId(), f"t{ctx.taskAttemptId()}", batches, requests
+    )
     yield pa.RecordBatch.from_pydict(
-        {"handle": [json.dumps(h.to_json()) for h in handles]}, schema=_HANDLE_ARROW
+        {
+            "handle": [json.dumps(h.to_json()) for h in handles],
+            "requests": requests_column(requests, len(handles)),
+        },
+        schema=_HANDLE_ARROW,
     )
 
 
-def write_keyed_state(df: DataFrame, store: StoreLike, spec: WriteSpec) -> list[StateHandle]:
+def write_keyed_state(
+    df: DataFrame, store: StoreLike, spec: WriteSpec, requests: RequestLedger | None = None
+) -> list[StateHandle]:
     """Snapshot `df` as keyed state: one Spark task per subtask, each writing files under
     ``<base_key>/<stream>/subtask-<i>/<attempt>/``. Returns the handles, sorted by
     subtask and key group; together they cover key groups 0..max_parallelism-1 once.
@@ -322,7 +338,7 @@ def write_keyed_state(df: DataFrame, store: StoreLike, spec: WriteSpec) -> list[
     `spec.attempt` must differ between runs that may overlap (an Airflow retry, another
     checkpoint); Spark task retries and speculative copies inside one run are told apart
     by the Spark task attempt id in the file name. A changelog (`spec.layer` > 0) needs
-    `df` to have the CHANGELOG_COLUMNS.
+    `df` to have the CHANGELOG_COLUMNS. `requests` gets each subtask's storage requests.
     """
     spec = spec.checked()
     schema = df.schema
@@ -337,16 +353,18 @@ def write_keyed_state(df: DataFrame, store: StoreLike, spec: WriteSpec) -> list[
         .drop(SUBTASK_COLUMN)
     )
     rows = by_subtask.mapInArrow(functools.partial(_write_task, task), _HANDLE_SCHEMA).collect()
-    return completed_handles(task, [StateHandle.from_json(json.loads(r.handle)) for r in rows])
+    report_requests(requests, rows)
+    handles = [StateHandle.from_json(json.loads(r.handle)) for r in rows]
+    return completed_handles(task, handles, requests)
 
 
 def write_empty_keyed_state(
-    schema: T.StructType, store: StoreLike, spec: WriteSpec
+    schema: T.StructType, store: StoreLike, spec: WriteSpec, requests: RequestLedger | None = None
 ) -> list[StateHandle]:
     """What write_keyed_state writes for rows known to be none (an operator with
     nothing to do): every subtask's empty files, written here, without a Spark job."""
     spec = spec.checked()
-    return completed_handles(_task_write(schema, store, spec), [])
+    return completed_handles(_task_write(schema, store, spec), [], requests)
 
 
 def _task_write(schema: T.StructType, store: StoreLike, spec: WriteSpec) -> _TaskWrite:
@@ -386,23 +404,30 @@ def _task_write(schema: T.StructType, store: StoreLike, spec: WriteSpec) -> _Tas
     )
 
 
-def completed_handles(task: _TaskWrite, handles: list[StateHandle]) -> list[StateHandle]:
+def completed_handles(
+    task: _TaskWrite, handles: list[StateHandle], requests: RequestLedger | None = None
+) -> list[StateHandle]:
     """The handles Spark's tasks returned for a write, with the files of any subtask no
     task ran (written here), sorted by subtask and key group, and checked to cover every
     key group once."""
-    handles = handles + _write_missing_subtasks(task, {h.subtask for h in handles})
+    handles = handles + _write_missing_subtasks(task, {h.subtask for h in handles}, requests)
     handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
     spec = task.spec
     check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
     return handles
 
 
-def _write_missing_subtasks(task: _TaskWrite, seen: set[int]) -> list[StateHandle]:
+def _write_missing_subtasks(
+    task: _TaskWrite, seen: set[int], ledger: RequestLedger | None
+) -> list[StateHandle]:
     """Adaptive execution replaces an entirely empty input with an empty relation and
     runs no task at all; the driver then writes the (tiny, empty) files itself."""
     handles: list[StateHandle] = []
     for subtask in sorted(set(range(task.spec.parallelism)) - seen):
-        handles += _write_subtask_files(task, subtask, "driver", [])
+        requests = RequestCount()
+        handles += _write_subtask_files(task, subtask, "driver", [], requests)
+        if ledger is not None:
+            ledger.add(subtask, requests.by_kind())
     return handles
 
 

@@ -35,17 +35,25 @@ from batchpoint.spark.state_writer import (
     _TaskWrite,
     completed_handles,
 )
+from batchpoint.spark.write_requests import report_requests, requests_column
 from batchpoint.state.format import (
     KEY_GROUP_COLUMN,
     SUBTASK_COLUMN,
     StateError,
     StateHandle,
 )
+from batchpoint.storage.request_count import CountingStore, RequestCount, RequestLedger
 
 STREAM_COLUMN = "_stream"
 
-_HANDLE_SCHEMA = "stream int, handle string"
-_HANDLE_ARROW = pa.schema([pa.field("stream", pa.int32()), pa.field("handle", pa.string())])
+_HANDLE_SCHEMA = "stream int, handle string, requests string"
+_HANDLE_ARROW = pa.schema(
+    [
+        pa.field("stream", pa.int32()),
+        pa.field("handle", pa.string()),
+        pa.field("requests", pa.string()),
+    ]
+)
 
 
 def _struct_column(index: int) -> str:
@@ -113,11 +121,13 @@ def _write_streams_task(
     assert ctx is not None
     subtask, task_attempt = ctx.partitionId(), f"t{ctx.taskAttemptId()}"
     writers: list[_SubtaskWriter] = []
+    requests = RequestCount()
     try:
         for task in tasks:
             if task.spec.hooks.before is not None:
                 task.spec.hooks.before(subtask)
-            writers.append(_SubtaskWriter(task, task.store.open(), subtask, task_attempt))
+            store = CountingStore(task.store.open(), requests)
+            writers.append(_SubtaskWriter(task, store, subtask, task_attempt))
         last = -1
         for batch in batches:
             for index, rows in _split(batch):
@@ -141,17 +151,24 @@ def _write_streams_task(
     for writer in writers:
         writer.cleanup()
     yield pa.RecordBatch.from_pydict(
-        {"stream": [i for i, _ in out], "handle": [json.dumps(h.to_json()) for _, h in out]},
+        {
+            "stream": [i for i, _ in out],
+            "handle": [json.dumps(h.to_json()) for _, h in out],
+            "requests": requests_column(requests, len(out)),
+        },
         schema=_HANDLE_ARROW,
     )
 
 
 def write_streams(
-    frames: Sequence[tuple[DataFrame, WriteSpec]], store: StoreLike
+    frames: Sequence[tuple[DataFrame, WriteSpec]],
+    store: StoreLike,
+    requests: RequestLedger | None = None,
 ) -> list[list[StateHandle]]:
     """Write each (rows, spec) as write_keyed_state would, all in one Spark action; the
     handles per stream, in `frames`' order, each sorted by subtask and key group. Every
-    spec has the same parallelism (one attempt's)."""
+    spec has the same parallelism (one attempt's). `requests` gets each subtask's
+    storage requests, over all its streams."""
     specs = [spec.checked() for _, spec in frames]
     if len({s.parallelism for s in specs}) != 1:
         raise StateError("the streams of one pass must share their parallelism")
@@ -164,7 +181,11 @@ def write_streams(
     )
     writer = functools.partial(_write_streams_task, tasks)
     rows = by_subtask.mapInArrow(writer, _HANDLE_SCHEMA).collect()
+    report_requests(requests, rows)
     written: list[list[StateHandle]] = [[] for _ in frames]
     for row in rows:
         written[row.stream].append(StateHandle.from_json(json.loads(row.handle)))
-    return [completed_handles(task, handles) for task, handles in zip(tasks, written, strict=True)]
+    return [
+        completed_handles(task, handles, requests)
+        for task, handles in zip(tasks, written, strict=True)
+    ]
