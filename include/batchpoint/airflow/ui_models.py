@@ -178,6 +178,8 @@ class CheckpointDetailModel(CheckpointRow):
     """One checkpoint in full: its tasks, quality report, quarantine, files, lineage."""
 
     status_meaning: str
+    #: Its tasks' storage requests by kind, summed; None when no ack counted them.
+    storage_requests: dict[str, int] | None
     restore_generation: int
     barrier: dict[str, Any]  # source -> its barrier (offsets, splits)
     scheduler_run_id: str | None  # the Airflow run that triggered it, if one did
