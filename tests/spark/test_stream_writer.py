@@ -5,12 +5,15 @@ in the middle of the pass leaves no file of any stream behind."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark import cloudpickle
 
+from batchpoint.spark.aligned_writes import units
 from batchpoint.spark.state_reader import ReadSpec, read_keyed_state
 from batchpoint.spark.state_writer import (
     SubtaskHooks,
@@ -20,6 +23,7 @@ from batchpoint.spark.state_writer import (
 )
 from batchpoint.spark.stream_writer import write_streams
 from batchpoint.state.format import StateHandle
+from batchpoint.state.keygroups import key_group_range_for_subtask, subtask_for_key
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
 
@@ -30,7 +34,12 @@ def _frames(spark: Any) -> tuple[Any, Any]:
     """A state keyed by `k` and a channel keyed by `account` (another key, another max
     parallelism, other columns), the second with a subtask that gets no row."""
     state = spark.range(400).selectExpr("id AS k", "id * 3 AS v", "CAST(id AS STRING) AS s")
-    channel = spark.range(30).selectExpr("CAST(id % 7 AS STRING) AS account", "id AS amount")
+    accounts = [a for a in map(str, range(40)) if subtask_for_key(a, 16, 3) != 2][:7]
+    channel = spark.range(30).selectExpr(
+        f"element_at(array({', '.join(repr(a) for a in accounts)}), CAST(id % 7 AS INT) + 1)"
+        " AS account",
+        "id AS amount",
+    )
     return state, channel
 
 
@@ -116,3 +125,113 @@ def test_a_task_failing_mid_pass_leaves_no_file_of_any_stream(spark: Any, tmp_pa
         assert unreferenced_files(store, spec, handles) == []
         assert _rows(spark, store, handles) == sorted(tuple(r) for r in df.collect())
         assert len({h.task_attempt for h in handles if h.subtask == 1}) == 1
+
+
+# -- aligned writes: rows already partitioned by the key are written where they are --------
+
+
+@pytest.fixture
+def shuffle_partitions(spark: Any) -> Iterator[Callable[[int], None]]:
+    """Sets the session's shuffle partitions (read when a plan is made) for one test."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    yield lambda n: spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    spark.conf.set("spark.sql.shuffle.partitions", before)
+
+
+def _aggregated(spark: Any, key_type: str = "string") -> Any:
+    """A keyed aggregation's output: Spark's hash partitioning by `k`."""
+    events = spark.range(3000).selectExpr(
+        f"CAST(id % 500 AS {key_type}) AS k"
+        if key_type != "string"
+        else "CONCAT('k', id % 500) AS k",
+        "id AS amount",
+    )
+    return events.groupBy("k").agg({"amount": "sum"}).withColumnRenamed("sum(amount)", "total")
+
+
+@pytest.mark.parametrize(
+    ("partitions", "parallelism", "max_parallelism"),
+    [(2, 2, 128), (1, 4, 128), (4, 2, 128), (8, 4, 64), (2, 8, 8), (16, 1, 16)],
+)
+def test_an_aggregations_output_is_written_where_it_sits_as_the_shuffled_write_would(
+    spark: Any,
+    tmp_path: Path,
+    shuffle_partitions: Callable[[int], None],
+    caplog: pytest.LogCaptureFixture,
+    partitions: int,
+    parallelism: int,
+    max_parallelism: int,
+) -> None:
+    """Every combination of hash partitions, parallelism and max parallelism that the key
+    hash lines up with: the files cover each subtask's range as a shuffled write's do,
+    with the same rows in each key group, and no exchange is added to the plan."""
+    store = LocalObjectStore(tmp_path / "store")
+    shuffle_partitions(partitions)
+    df = _aggregated(spark)
+    spec = WriteSpec("chk-1/data", "totals", "a1", ("k",), max_parallelism, parallelism)
+    assert units(df, spec) == max(partitions, parallelism)
+    with caplog.at_level("WARNING", logger="batchpoint.spark.stream_writer"):
+        (aligned,) = write_streams([(df, spec)], store)
+    assert caplog.messages == []  # written where the rows sat, not again
+    shuffled = write_keyed_state(df, store, replace(spec, base_key="chk-2/data"))
+    assert sorted(_grouped(spark, store, aligned)) == sorted(_grouped(spark, store, shuffled))
+    assert _rows(spark, store, aligned) == sorted(tuple(r) for r in df.collect())
+    for subtask in range(parallelism):
+        own = key_group_range_for_subtask(max_parallelism, parallelism, subtask)
+        ranges = sorted(h.key_group_range for h in aligned if h.subtask == subtask)
+        assert (ranges[0].start, ranges[-1].end) == (own.start, own.end)
+    assert unreferenced_files(store, spec, aligned) == []
+
+
+def _grouped(spark: Any, store: ObjectStore, handles: list[StateHandle]) -> list[tuple[Any, ...]]:
+    spec = ReadSpec(keep_key_group=True)
+    return [tuple(r) for r in read_keyed_state(spark, store, handles, spec).collect()]
+
+
+@pytest.mark.parametrize(
+    ("why", "partitions", "parallelism", "max_parallelism", "key_type", "keys"),
+    [
+        ("parallelism not a power of two", 2, 3, 128, "string", ("k",)),
+        ("max parallelism not a power of two", 2, 2, 96, "string", ("k",)),
+        ("hash partitions not a power of two", 6, 2, 128, "string", ("k",)),
+        ("an int key hashes as bigint", 2, 2, 128, "int", ("k",)),
+        ("partitioned by another column", 2, 2, 128, "string", ("total",)),
+    ],
+)
+def test_rows_not_lined_up_with_the_key_hash_take_the_shuffled_write(
+    spark: Any,
+    tmp_path: Path,
+    shuffle_partitions: Callable[[int], None],
+    why: str,
+    partitions: int,
+    parallelism: int,
+    max_parallelism: int,
+    key_type: str,
+    keys: tuple[str, ...],
+) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    shuffle_partitions(partitions)
+    df = _aggregated(spark, key_type)
+    spec = WriteSpec("chk-1/data", "totals", "a1", keys, max_parallelism, parallelism)
+    assert units(df, spec) is None, why
+    (written,) = write_streams([(df, spec)], store)
+    assert _rows(spark, store, written) == sorted(tuple(r) for r in df.collect())
+
+
+def test_a_plan_that_splits_a_subtask_after_all_is_written_again_shuffled(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coverage check is the guard: rows that only claim to sit by subtask (the plan
+    check is made to lie) give overlapping files, which are deleted, and the write is
+    done through repartitionById."""
+    import batchpoint.spark.stream_writer as stream_writer
+
+    monkeypatch.setattr(stream_writer, "units", lambda df, spec: spec.parallelism)
+    store = LocalObjectStore(tmp_path / "store")
+    df = spark.range(400).selectExpr("CAST(id AS STRING) AS k", "id AS v").repartition(3)
+    spec = WriteSpec("chk-1/data", "s", "a1", ("k",), 128, 2)
+    with caplog.at_level("WARNING", logger="batchpoint.spark.stream_writer"):
+        (written,) = write_streams([(df, spec)], store)
+    assert "written again through repartitionById" in caplog.text
+    assert _rows(spark, store, written) == sorted(tuple(r) for r in df.collect())
+    assert unreferenced_files(store, spec, written) == []

@@ -1,13 +1,16 @@
 """Flink's key-group assignment as Spark columns.
 
-``_key_group`` is ``pmod(xxhash64(keys), max_parallelism)`` in Spark SQL: computed in
-the JVM, with no Python worker round trip per row (KeyHash.XXHASH64, format 2). The
-format-1 hash (a Python function per row) stays for checks on old checkpoints. The
-subtask follows from the key group by plain integer arithmetic in SQL.
+``_key_group`` is Spark SQL's ``pmod(hash(keys), max_parallelism)``, its bits reversed
+when max parallelism is a power of two (KeyHash.MURMUR3, format 3; see state.keygroups):
+computed in the JVM, with no Python worker round trip per row. Format 2's
+``pmod(xxhash64(keys), max_parallelism)`` and format 1's hash (a Python function per row)
+stay for checks on old checkpoints. The subtask follows from the key group by plain
+integer arithmetic in SQL.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -17,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from batchpoint.state.format import RESERVED_COLUMNS, StateError
-from batchpoint.state.keygroups import KeyHash, assign_to_key_group
+from batchpoint.state.keygroups import KeyHash, assign_to_key_group, reversed_bits
 
 #: Spark types whose Arrow -> Python values have a stable canonical encoding.
 KEY_TYPES = (
@@ -78,7 +81,7 @@ def key_group_column(
     key_columns: Sequence[str],
     max_parallelism: int,
     schema: T.StructType,
-    key_hash: KeyHash = KeyHash.XXHASH64,
+    key_hash: KeyHash = KeyHash.MURMUR3,
 ) -> Column:
     """`_key_group` of rows with `schema` (the DataFrame's), as files of the format that
     uses `key_hash` store it; `keygroups.assign_to_key_group` gives the same groups. A
@@ -98,9 +101,24 @@ def key_group_column(
     any_null = F.lit(False)
     for name in key_columns:
         any_null = any_null | F.col(f"`{name}`").isNull()
-    hashed = F.xxhash64(*[_hashed_as(fields[c]) for c in key_columns])
-    group = F.pmod(hashed, F.lit(max_parallelism).cast(T.LongType())).cast(T.IntegerType())
+    columns = [_hashed_as(fields[c]) for c in key_columns]
+    if key_hash is KeyHash.XXHASH64:
+        hashed = F.xxhash64(*columns)
+        group = F.pmod(hashed, F.lit(max_parallelism).cast(T.LongType())).cast(T.IntegerType())
+    else:
+        group = _reversed(F.pmod(F.hash(*columns), F.lit(max_parallelism)), max_parallelism)
     return F.when(any_null, F.raise_error(F.lit(NULL_KEY_MESSAGE))).otherwise(group)
+
+
+def _reversed(slot: Column, max_parallelism: int) -> Column:
+    """keygroups.spread in SQL: bit i of the slot becomes bit (b - 1 - i)."""
+    bits = reversed_bits(max_parallelism)
+    if not bits:
+        return slot.cast(T.IntegerType())
+    moved = [
+        F.shiftleft(F.shiftright(slot, i).bitwiseAND(F.lit(1)), bits - 1 - i) for i in range(bits)
+    ]
+    return functools.reduce(lambda a, b: a.bitwiseOR(b), moved).cast(T.IntegerType())
 
 
 def subtask_column(key_group: str, max_parallelism: int, parallelism: int) -> Column:

@@ -8,40 +8,31 @@ store, and hands the driver only a small JSON handle per file.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from batchpoint.spark.compat import from_arrow_schema, repartition_by_id, to_arrow_schema
 from batchpoint.spark.key_groups import check_key_columns, key_group_column, subtask_column
-from batchpoint.spark.shipping import ShippedStore, StoreLike, driver_store, ship_store
+from batchpoint.spark.shipping import StoreLike, driver_store, ship_store
+from batchpoint.spark.subtask_writer import _SubtaskWriter, _TaskWrite
 from batchpoint.spark.write_requests import report_requests, requests_column
 from batchpoint.state.format import (
-    CHANGE_COLUMN,
-    CHANGE_ROW,
     CHANGELOG_COLUMNS,
     FORMAT_VERSION,
     KEY_GROUP_COLUMN,
     SUBTASK_COLUMN,
     StateError,
-    StateFileWriter,
     StateHandle,
     check_base_key,
     check_segment,
     check_written_handles,
     file_schema,
-    state_file_key,
     subtask_prefix,
 )
 from batchpoint.state.keygroups import (
@@ -49,8 +40,7 @@ from batchpoint.state.keygroups import (
     check_parallelism,
     key_group_range_for_subtask,
 )
-from batchpoint.state.schemas import StateNotAsDeclared, schema_fingerprint
-from batchpoint.storage import ObjectStore
+from batchpoint.state.schemas import schema_fingerprint
 from batchpoint.storage.request_count import CountingStore, RequestCount, RequestLedger
 
 DEFAULT_TARGET_FILE_BYTES = 128 << 20
@@ -109,179 +99,6 @@ class WriteSpec:
         if self.plain and self.layer:
             raise StateError(f"state '{self.stream}': a changelog cannot be written plain")
         return replace(self, base_key=check_base_key(self.base_key))
-
-
-@dataclass(frozen=True)
-class _TaskWrite:
-    """What each Spark task of a write gets: the spec, the store, and the file schema
-    computed once on the driver."""
-
-    spec: WriteSpec
-    store: ShippedStore
-    file_schema: pa.Schema
-    fingerprint: str
-    spark_schema: str
-    required: tuple[str, ...] = ()  # state columns declared not null
-
-    @property
-    def stored_schema(self) -> pa.Schema:
-        # Files without `_key_group` (a table sink's data files, which a table format adds
-        # as they are: its schema is the user's columns only). The handles keep the ranges.
-        if not self.spec.plain:
-            return self.file_schema
-        return self.file_schema.remove(self.file_schema.get_field_index(KEY_GROUP_COLUMN))
-
-
-class _SubtaskWriter:
-    """Writes one subtask's sorted rows as one or more files that tile its key-group
-    range. A file is rolled only between two key groups, so ranges never overlap."""
-
-    def __init__(self, task: _TaskWrite, store: ObjectStore, subtask: int, task_attempt: str):
-        self.task = task
-        self.spec = spec = task.spec
-        self.store = store
-        self.subtask = subtask
-        self.task_attempt = task_attempt
-        self.range = key_group_range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
-        self.handles: list[StateHandle] = []
-        self._tmpdir = Path(tempfile.mkdtemp(prefix="bp-state-"))
-        self._file: StateFileWriter | None = None
-        self._file_start = self.range.start
-        self._last_group = -1
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        batch = self._conform(batch)
-        groups = batch.column(KEY_GROUP_COLUMN).to_numpy()
-        self._check_order(groups)
-        # Decide on rolling every row group's worth of rows, not only between Spark's
-        # batches, so a file overshoots its target by at most one row group.
-        step = max(1, self.spec.row_group_bytes * batch.num_rows // max(1, batch.nbytes))
-        for offset in range(0, batch.num_rows, step):
-            self._write_sorted(batch.slice(offset, step), groups[offset : offset + step])
-
-    def _write_sorted(self, batch: pa.RecordBatch, groups: np.ndarray) -> None:
-        while batch.num_rows:
-            if self._file is not None and self._file.bytes_written >= self.spec.target_file_bytes:
-                # Rows of the key group already in the file must stay with it.
-                cut = int(np.searchsorted(groups, self._last_group, side="right"))
-                if cut < len(groups):
-                    self._open().write(self._stored(batch.slice(0, cut)))
-                    self._roll(end=int(groups[cut]) - 1)
-                    batch, groups = batch.slice(cut), groups[cut:]
-                    continue
-            self._open().write(self._stored(batch))
-            self._last_group = int(groups[-1])
-            break
-
-    def finish(self) -> list[StateHandle]:
-        self._open()  # an empty subtask still writes a file: restores see its range covered
-        self._roll(end=self.range.end)
-        return self.handles
-
-    def abort(self) -> None:
-        # Best effort: a task killed outright leaves its files to the protocol's cleanup.
-        if self._file is not None:
-            with contextlib.suppress(Exception):
-                self._file.abort()
-        with contextlib.suppress(Exception):
-            self.store.delete_many(h.path for h in self.handles)
-        self.cleanup()
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self._tmpdir, ignore_errors=True)
-
-    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        # Spark may send large_string or another time zone; every file of a state gets
-        # exactly the schema computed once on the driver.
-        schema = self.task.file_schema
-        columns = [batch.column(f.name).cast(f.type) for f in schema]
-        self._check_required(batch)
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-    def _check_required(self, batch: pa.RecordBatch) -> None:
-        """No null in a column the state declares not null (in a changelog, on the rows
-        that hold a key's rows: a CHANGE_GONE row holds only its key)."""
-        if not self.task.required:
-            return
-        rows = batch
-        if self.spec.layer:
-            rows = batch.filter(pc.equal(batch.column(CHANGE_COLUMN), CHANGE_ROW))
-        for name in self.task.required:
-            nulls = rows.column(name).null_count
-            if nulls:
-                raise StateNotAsDeclared(
-                    f"{self.spec.what or self.spec.stream}: column '{name}' is declared not "
-                    f"null, and the function set null in {nulls} row(s) (subtask "
-                    f"{self.subtask}): fill it in the function, or declare it nullable"
-                )
-
-    def _stored(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        if not self.spec.plain:
-            return batch
-        return batch.drop_columns([KEY_GROUP_COLUMN])
-
-    def _check_order(self, groups: np.ndarray) -> None:
-        low, high = int(groups[0]), int(groups[-1])
-        if low < self._last_group or (len(groups) > 1 and bool(np.any(np.diff(groups) < 0))):
-            raise StateError(
-                f"state '{self.spec.stream}' subtask {self.subtask}: rows are not sorted "
-                "by key group (the Spark plan lost sortWithinPartitions)"
-            )
-        if low not in self.range or high not in self.range:
-            raise StateError(
-                f"state '{self.spec.stream}': partition {self.subtask} got key groups "
-                f"[{low}, {high}] outside its range {self.range} (the Spark plan did not keep "
-                "repartitionById's partitioning)"
-            )
-
-    def _open(self) -> StateFileWriter:
-        if self._file is None:
-            part = len(self.handles)
-            self._file = StateFileWriter(
-                self._tmpdir / f"part-{part:05d}.parquet",
-                self.task.stored_schema,
-                row_group_bytes=self.spec.row_group_bytes,
-            )
-        return self._file
-
-    def _roll(self, end: int) -> None:
-        assert self._file is not None
-        kgr = KeyGroupRange(self._file_start, end)
-        written = self._file.close({"batchpoint.key_group_range": json.dumps(kgr.to_json())})
-        self._file = None
-        spec = self.spec
-        key = state_file_key(
-            spec.base_key, spec.stream, self.subtask, spec.attempt, len(self.handles),
-            self.task_attempt,
-        )  # fmt: skip
-        try:
-            info = self.store.upload_file(key, written.local_path)
-        finally:
-            written.local_path.unlink(missing_ok=True)
-        if info.size != written.size:
-            raise StateError(f"state file '{key}': uploaded {info.size} bytes of {written.size}")
-        self.handles.append(
-            StateHandle(
-                path=key,
-                size=written.size,
-                sha256=written.sha256,
-                rows=written.rows,
-                key_group_range=kgr,
-                name=spec.stream,
-                schema_fingerprint=self.task.fingerprint,
-                subtask=self.subtask,
-                parallelism=spec.parallelism,
-                max_parallelism=spec.max_parallelism,
-                task_attempt=self.task_attempt,
-                spark_schema=self.task.spark_schema,
-                layer=spec.layer,
-                net_rows=written.net_rows if spec.layer else None,
-                key_columns=spec.key_columns if spec.layer else (),
-            )
-        )
-        self._file_start = end + 1
 
 
 def _write_subtask_files(
@@ -410,7 +227,7 @@ def completed_handles(
     """The handles Spark's tasks returned for a write, with the files of any subtask no
     task ran (written here), sorted by subtask and key group, and checked to cover every
     key group once."""
-    handles = handles + _write_missing_subtasks(task, {h.subtask for h in handles}, requests)
+    handles = handles + _write_missing_subtasks(task, handles, requests)
     handles.sort(key=lambda h: (h.subtask, h.key_group_range.start))
     spec = task.spec
     check_written_handles(handles, spec.parallelism, spec.max_parallelism, spec.stream)
@@ -418,17 +235,41 @@ def completed_handles(
 
 
 def _write_missing_subtasks(
-    task: _TaskWrite, seen: set[int], ledger: RequestLedger | None
+    task: _TaskWrite, written: list[StateHandle], ledger: RequestLedger | None
 ) -> list[StateHandle]:
-    """Adaptive execution replaces an entirely empty input with an empty relation and
-    runs no task at all; the driver then writes the (tiny, empty) files itself."""
+    """Key groups no file covers: adaptive execution replaces an entirely empty input
+    with an empty relation and runs no task at all, and an aligned write's task writes
+    only the key groups it holds rows of. The driver writes their (tiny, empty) files."""
     handles: list[StateHandle] = []
-    for subtask in sorted(set(range(task.spec.parallelism)) - seen):
-        requests = RequestCount()
-        handles += _write_subtask_files(task, subtask, "driver", [], requests)
-        if ledger is not None:
-            ledger.add(subtask, requests.by_kind())
+    spec = task.spec
+    for subtask in range(spec.parallelism):
+        own = key_group_range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
+        covered = sorted(h.key_group_range for h in written if h.subtask == subtask)
+        for gap in _gaps(own, covered):
+            requests = RequestCount()
+            if gap == own:
+                handles += _write_subtask_files(task, subtask, "driver", [], requests)
+            else:
+                store = CountingStore(task.store.open(), requests)
+                writer = _SubtaskWriter(task, store, subtask, "driver", gap)
+                handles += writer.finish()
+                writer.cleanup()
+            if ledger is not None:
+                ledger.add(subtask, requests.by_kind())
     return handles
+
+
+def _gaps(own: KeyGroupRange, covered: list[KeyGroupRange]) -> list[KeyGroupRange]:
+    """The parts of `own` that no range of `covered` (sorted) reaches. Overlaps are left
+    to the coverage check."""
+    gaps, start = [], own.start
+    for kgr in covered:
+        if kgr.start > start:
+            gaps.append(KeyGroupRange(start, kgr.start - 1))
+        start = max(start, kgr.end + 1)
+    if start <= own.end:
+        gaps.append(KeyGroupRange(start, own.end))
+    return gaps
 
 
 def unreferenced_files(

@@ -32,12 +32,14 @@ from batchpoint import codec
 from batchpoint.errors import BatchpointError
 from batchpoint.state.keygroups import KeyGroupRange, KeyHash, key_group_range_for_subtask
 
-#: What is written: 2 places keys with Spark's xxhash64 (KeyHash.XXHASH64).
-FORMAT_VERSION = 2
-#: What is read. Format 1 (the Python BLAKE2B key hash) differs only in how the stored
-#: `_key_group` was computed: restores filter on the stored column and new snapshots
-#: rehash every row, so old checkpoints restore as they are.
-READABLE_FORMATS = (1, 2)
+#: What is written: 3 places keys with Spark's hash, as its hash partitioning does
+#: (KeyHash.MURMUR3).
+FORMAT_VERSION = 3
+#: What is read. Formats 1 (the Python BLAKE2B key hash) and 2 (xxhash64) differ only in
+#: how the stored `_key_group` was computed: restores filter on the stored column and new
+#: snapshots rehash every row, so old checkpoints restore as they are, and a changelog is
+#: never written over a base of another format (runtime/incremental.py).
+READABLE_FORMATS = (1, 2, 3)
 KEY_GROUP_COLUMN = "_key_group"
 #: Used while writing and when reading for a new parallelism; never stored in files.
 SUBTASK_COLUMN = "_subtask"
@@ -159,7 +161,7 @@ def key_hash_of_format(version: int) -> KeyHash:
     """The key hash that placed the rows of files of format `version`."""
     if version not in READABLE_FORMATS:
         raise StateError(f"state format {version} is not one this batchpoint reads")
-    return KeyHash.BLAKE2B if version == 1 else KeyHash.XXHASH64
+    return KeyHash(version)
 
 
 # --- handles --------------------------------------------------------------------------

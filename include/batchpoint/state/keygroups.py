@@ -4,9 +4,16 @@ A key hashes to one of `max_parallelism` key groups; subtask i of an operator wi
 parallelism p owns a contiguous range of them. The hash must be the same in every
 process, machine and Python version (Python's hash() is salted per process).
 
-Two hashes exist, told apart by the state format version of the files:
+Three hashes exist, told apart by the state format version of the files:
 
-- XXHASH64 (format 2, what is written today): Spark SQL's ``xxhash64`` of the key
+- MURMUR3 (format 3, what is written today): Spark SQL's ``hash`` (Murmur3, the hash of
+  Spark's own ``HashPartitioning``) of the key columns, widened as in format 2, ``pmod``
+  by max parallelism, then, when max parallelism is a power of two, its bits reversed.
+  The reversal is what lets a frame that a keyed aggregation already hash-partitioned
+  into N partitions be written with no second shuffle: with N dividing the parallelism
+  and both powers of two, partition p holds exactly the keys of subtask
+  ``reverse(p)``'s contiguous key-group ranges (spark/aligned_writes.py).
+- XXHASH64 (format 2): Spark SQL's ``xxhash64`` of the key
   columns, integral columns widened to bigint and floats to double first so that a key
   hashes alike whatever integer or float type carries it, then ``pmod`` by max
   parallelism. Spark computes it in the JVM; ``state.xxhash64`` is the same function
@@ -27,6 +34,7 @@ from typing import Any
 
 from batchpoint import codec
 from batchpoint.errors import PipelineSpecError
+from batchpoint.state.murmur3 import spark_hash
 from batchpoint.state.xxhash64 import spark_xxhash64
 
 #: Flink's upper bound for max parallelism (2^15).
@@ -88,6 +96,7 @@ class KeyHash(enum.Enum):
 
     BLAKE2B = 1  # format 1: a Python function per row
     XXHASH64 = 2  # format 2: Spark SQL, in the JVM
+    MURMUR3 = 3  # format 3: Spark SQL's hash, as its hash partitioning places rows
 
 
 def key_hash(key: Any) -> int:
@@ -96,7 +105,8 @@ def key_hash(key: Any) -> int:
 
 
 def _xxhash_part(part: Any) -> tuple[str, object]:
-    """A Python key value as the Spark column it was hashed as (see KeyHash.XXHASH64)."""
+    """A Python key value as the Spark column it was hashed as (KeyHash.XXHASH64 and
+    MURMUR3 widen alike)."""
     if part is None:
         raise ValueError("a key column is null")
     if hasattr(part, "item") and not isinstance(part, str | bytes):  # numpy scalars
@@ -120,15 +130,31 @@ def _xxhash_part(part: Any) -> tuple[str, object]:
     raise ValueError(f"a key column of type {type(part).__name__} has no key hash")
 
 
+def reversed_bits(max_parallelism: int) -> int:
+    """How many low bits format 3 reverses: log2 of max parallelism when it is a power of
+    two, else 0 (the key group is then the plain pmod)."""
+    if max_parallelism & (max_parallelism - 1):
+        return 0
+    return max_parallelism.bit_length() - 1
+
+
+def spread(slot: int, max_parallelism: int) -> int:
+    """Format 3's key group of hash slot `slot` (``pmod(hash, max_parallelism)``)."""
+    bits = reversed_bits(max_parallelism)
+    return int(f"{slot:0{bits}b}"[::-1], 2) if bits else slot
+
+
 def assign_to_key_group(
-    key: Any, max_parallelism: int, key_hash_kind: KeyHash = KeyHash.XXHASH64
+    key: Any, max_parallelism: int, key_hash_kind: KeyHash = KeyHash.MURMUR3
 ) -> int:
     """The key group of `key` (a scalar or a tuple of scalars, in key-column order)."""
     if key_hash_kind is KeyHash.BLAKE2B:
         return key_hash(key) % max_parallelism
-    parts = list(key) if isinstance(key, tuple | list) else [key]
+    parts = [_xxhash_part(p) for p in (list(key) if isinstance(key, tuple | list) else [key])]
     # Python's % with a positive modulus is Spark's pmod of the signed hash.
-    return spark_xxhash64([_xxhash_part(p) for p in parts]) % max_parallelism
+    if key_hash_kind is KeyHash.XXHASH64:
+        return spark_xxhash64(parts) % max_parallelism
+    return spread(spark_hash(parts) % max_parallelism, max_parallelism)
 
 
 def check_parallelism(parallelism: int, max_parallelism: int, what: str) -> None:
@@ -160,7 +186,7 @@ def subtask_for_key_group(max_parallelism: int, parallelism: int, key_group: int
 
 
 def subtask_for_key(
-    key: Any, max_parallelism: int, parallelism: int, key_hash_kind: KeyHash = KeyHash.XXHASH64
+    key: Any, max_parallelism: int, parallelism: int, key_hash_kind: KeyHash = KeyHash.MURMUR3
 ) -> int:
     return subtask_for_key_group(
         max_parallelism, parallelism, assign_to_key_group(key, max_parallelism, key_hash_kind)

@@ -1,0 +1,105 @@
+"""Writing a stream with no shuffle of its own when its rows already sit by subtask.
+
+A keyed aggregation (or any plan whose last exchange is by the key) leaves its rows
+hash-partitioned by the key columns: partition p of N holds the keys with
+``pmod(hash(keys), N) == p``. Format-3 key groups are built on that same hash with their
+bits reversed (state.keygroups), so when N divides the parallelism P, and P divides max
+parallelism with both powers of two, partition p holds whole subtasks; when N is larger,
+it holds one contiguous part of one subtask's range (a unit). The writer then only sorts
+each partition and writes each unit's run, as Structured
+Streaming updates its state in the aggregation's own stage and Flink routes records to
+the subtask owning their key group: no ``repartitionById``.
+
+Nothing here is trusted blindly. The driver only takes this path when Spark's physical
+plan says the rows are hash-partitioned by exactly the key columns, as the key hash reads
+them; and if a unit's rows were in two partitions anyway, both tasks would write files
+covering its range, which `completed_handles`' coverage check refuses: the write is then
+done again through ``repartitionById`` (stream_writer.py). Key groups no task held rows
+of get empty files from the driver, as a subtask no task ran does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from batchpoint.spark.job_count import is_connect
+from batchpoint.spark.state_writer import WriteSpec
+from batchpoint.state.format import KEY_GROUP_COLUMN
+from batchpoint.state.keygroups import reversed_bits
+
+#: Spark types a key column is hashed as it is (key_groups._hashed_as widens the others,
+#: so a frame partitioned by them is not partitioned by the key hash).
+_HASHED_AS_IS = frozenset({"long", "string", "binary", "boolean", "date", "decimal"})
+
+
+def _physical_plan(df: DataFrame) -> Any:
+    plan = df._jdf.queryExecution().executedPlan()  # type: ignore[union-attr]
+    if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+        # Adaptive execution's initial plan holds the exchanges its stages will run.
+        plan = plan.initialPlan()
+    return plan
+
+
+def key_partitions(df: DataFrame, key_columns: Sequence[str]) -> int | None:
+    """N when Spark's plan leaves `df`'s rows hash-partitioned into N partitions by
+    exactly its key columns, in order, each of a type the key hash reads as it is; None
+    when it does not, or cannot be asked (a Connect session: its plans live on the
+    server)."""
+    if is_connect(df.sparkSession):
+        return None
+    plan = _physical_plan(df)
+    partitioning = plan.outputPartitioning()
+    if partitioning.getClass().getSimpleName() != "HashPartitioning":
+        return None
+    output = {a.exprId().id(): a.name() for a in _seq(plan.output())}
+    keys = []
+    for expression in _seq(partitioning.expressions()):
+        if expression.getClass().getSimpleName() != "AttributeReference":
+            return None  # a cast, or floating-point normalisation of a double key
+        if output.get(expression.exprId().id()) != expression.name():
+            return None
+        if expression.dataType().typeName().split("(")[0] not in _HASHED_AS_IS:
+            return None
+        keys.append(expression.name())
+    return int(partitioning.numPartitions()) if keys == list(key_columns) else None
+
+
+def _seq(scala_seq: Any) -> list[Any]:
+    return [scala_seq.apply(i) for i in range(scala_seq.size())]
+
+
+def units(df: DataFrame, spec: WriteSpec) -> int | None:
+    """How many parts of the key-group space `df`'s Spark partitions hold whole, each
+    inside one subtask (a unit: ``max_parallelism / units`` contiguous key groups); None
+    when its rows do not sit by subtask. Partition p of N holds the key groups whose top
+    log2(N) bits are reverse(p): with N and the parallelism P powers of two, a unit is a
+    subtask (N <= P, several per partition) or 1/(N/P) of one (N > P)."""
+    parallelism, max_parallelism = spec.parallelism, spec.max_parallelism
+    if not reversed_bits(max_parallelism) or parallelism & (parallelism - 1):
+        return None
+    partitions = key_partitions(df, spec.key_columns)
+    if partitions is None or partitions & (partitions - 1) or partitions > max_parallelism:
+        return None
+    return max(partitions, parallelism)
+
+
+def runs(
+    batch: pa.RecordBatch, stream_column: str, unit_sizes: Sequence[int]
+) -> Iterator[tuple[tuple[int, int], pa.RecordBatch]]:
+    """The runs of one (stream, unit) in `batch`, in order: rows come sorted by stream
+    and key group, and a unit of stream i is `unit_sizes[i]` contiguous key groups."""
+    streams = batch.column(stream_column).to_numpy(zero_copy_only=False)
+    if len(streams) == 0:
+        return
+    groups = batch.column(KEY_GROUP_COLUMN).to_numpy(zero_copy_only=False)
+    unit = groups // np.asarray(unit_sizes)[streams]
+    changed = (np.diff(streams) != 0) | (np.diff(unit) != 0)
+    cuts = [0, *(np.flatnonzero(changed) + 1).tolist(), len(streams)]
+    for start, end in itertools.pairwise(cuts):
+        yield (int(streams[start]), int(unit[start])), batch.slice(start, end - start)
