@@ -463,16 +463,34 @@ def as_json(runs: list[SizeRun], epochs: int) -> str:
 
 
 def memory_note(memory: dict[str, str], given: bool) -> str:
+    """The heap each size runs with and why, and a warning where the machine is short."""
     total = psutil.virtual_memory().total
     chosen = ", ".join(f"{n} {m}" for n, m in memory.items())
     if given:
         why = "as --driver-memory asked"
     elif "xlarge" in memory:
-        why = ("raised to 8g at xlarge: 4g holding 10M keys is not known (not measured); "
-               "the same for every engine")  # fmt: skip
+        why = (
+            "raised to 8g at xlarge: a guess that 10M keys outgrow 4g, not measured; "
+            "--driver-memory to change"
+        )
     else:
-        why = "the same for every engine"
-    return f"spark.driver.memory: {chosen} ({why}); this machine has {total / 2**30:.0f} GiB"
+        why = "--driver-memory to change"
+    note = (
+        f"spark.driver.memory, the same for every engine: {chosen} ({why}); "
+        f"this machine has {total / 2**30:.0f} GiB"
+    )
+    # Beside the heap: RocksDB's native memory, Python workers, the page cache for spills.
+    short = [n for n, m in memory.items() if 2 * heap_bytes(m) > total]
+    if short:
+        note += f"\nwarning: less memory than twice the heap for {', '.join(short)}: may not fit"
+    return note
+
+
+def heap_bytes(setting: str) -> int:
+    """Bytes of a JVM size such as 4g, 512m or 1024k (a bare number: bytes)."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    last = setting[-1].lower()
+    return int(setting[:-1]) * units[last] if last in units else int(setting)
 
 
 def main(argv: list[str] | None = None) -> int:
