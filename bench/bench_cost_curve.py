@@ -174,7 +174,13 @@ def engine_child(engine: str, size_name: str, work: Path, epochs: int, memory: s
 
 class TreeSampler(threading.Thread):
     """The resident memory of a process and its descendants, every `interval` seconds:
-    (time, the JVM's bytes, the whole tree's bytes) per sample."""
+    (time, the JVM's bytes, the whole tree's bytes) per sample.
+
+    A process counts from its second sample on: a child the JVM starts (a shell command)
+    shares the JVM's pages until it execs, and its RSS read in that moment counts the
+    JVM twice. That is the likeliest reading of a one-sample jump of the tree by about
+    the JVM's size, seen once on small with no Python worker in the tree; a process that
+    lives past one interval has exec'd, or is a worker of its own."""
 
     def __init__(self, pid: int, interval: float) -> None:
         super().__init__(daemon=True)
@@ -183,27 +189,34 @@ class TreeSampler(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
+        known: set[tuple[int, float]] = set()  # (pid, start): a pid may be reused
         while not self.done.is_set():
             try:
                 procs = [self.root, *self.root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 return
             jvm = whole = 0
+            seen = set()
             for proc in procs:
                 try:  # a Python worker may end between the listing and its reading
+                    key = (proc.pid, proc.create_time())
                     rss = proc.memory_info().rss
                     is_jvm = proc.name() == "java"
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
-                whole += rss
-                jvm += rss if is_jvm else 0
-            self.samples.append((time.time(), jvm, whole))
+                seen.add(key)
+                if key in known:
+                    whole += rss
+                    jvm += rss if is_jvm else 0
+            known = seen
+            if whole:
+                self.samples.append((time.time(), jvm, whole))
             self.done.wait(self.interval)
 
     def peaks(self, until: float) -> tuple[int, int]:
         """The JVM's and the tree's peak among the samples taken before `until`."""
         kept = [s for s in self.samples if s[0] <= until] or self.samples
-        return max(s[1] for s in kept), max(s[2] for s in kept)
+        return max((s[1] for s in kept), default=0), max((s[2] for s in kept), default=0)
 
 
 @dataclass
@@ -435,6 +448,12 @@ def print_curve(runs: list[SizeRun]) -> None:
         for engine, engine_name in ENGINES.items()
         for heading, _, get in MEASURES.values()
     ]
+    rows.append(
+        [
+            "batchpoint: restore s, Connect client",
+            *(ratio(b.bp_connect_restore_s, a.bp_connect_restore_s) for a, b in steps),
+        ]
+    )
     table(["figure", *(f"{a.name}->{b.name}" for a, b in steps)], rows)
 
 
