@@ -70,10 +70,9 @@ from peer_data import SIZES, Size, expected_arrays, write_epoch
 CURVE = ("small", "medium", "large", "xlarge")
 ENGINES = {"bp": "batchpoint", "ss": "structured streaming", "floor": "floor"}
 EVENTS_DDL = "key string, amount bigint"
-#: spark.driver.memory when --driver-memory is not given. In local mode it is the one
-#: heap of the driver and both executor threads; at 10M keys a shuffle partition holds
-#: 5M keys and batchpoint's key-group bookkeeping grows with them, so xlarge gets twice
-#: as much (RocksDB's memory is native, outside the heap, for Structured Streaming).
+#: spark.driver.memory when --driver-memory is not given: in local mode the one heap of
+#: the driver and both executor threads. xlarge's 8g is a guess (each of the 2 shuffle
+#: partitions holds 5M keys there), not yet measured: the run's first line says so.
 MEMORY = {"small": "4g", "medium": "4g", "large": "4g", "xlarge": "8g"}
 MB = 1_000_000
 
