@@ -52,6 +52,7 @@ from storage_requests import EpochRequests, epoch_requests, print_requests
 TOTALS = pa.schema(
     [pa.field("key", pa.string()), pa.field("count", pa.int64()), pa.field("sum", pa.int64())]
 )
+TOTALS_DDL = "key string, count bigint, sum bigint"
 SOURCE_ROOT = "sources/events"
 PIPELINE = "peer"
 
@@ -59,11 +60,16 @@ PIPELINE = "peer"
 # -- the two engines ------------------------------------------------------------------------
 
 
-def spark_session():
+def spark_session(driver_memory: str | None = None):
+    """The session every engine runs on; `driver_memory` (the one heap of `local[2]`'s
+    driver and executors) only takes effect in a process whose JVM is not up yet."""
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
     return (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -227,13 +233,16 @@ def timed(run: Any) -> float:
     return time.perf_counter() - started
 
 
-def fresh_restore(engine: str, where: Path, remote: str = "") -> tuple[float, int]:
+def fresh_restore(
+    engine: str, where: Path, remote: str = "", driver_memory: str | None = None
+) -> tuple[float, int]:
     """Seconds for a new process (a new JVM, or a Connect client of `remote`) to load the
-    whole state, and its row count."""
+    whole state, and its row count. `engine`: bp, ss, or floor (a plain Parquet folder)."""
     started = time.perf_counter()
     child = [sys.executable, __file__, "--restore-child", engine, str(where)]
+    child += [remote] if remote else []
     out = subprocess.run(
-        child + ([remote] if remote else []),
+        child + (["--driver-memory", driver_memory] if driver_memory else []),
         check=True,
         capture_output=True,
         text=True,
@@ -242,26 +251,35 @@ def fresh_restore(engine: str, where: Path, remote: str = "") -> tuple[float, in
     return seconds, int(out.stdout.strip().splitlines()[-1])
 
 
-def restore_child(engine: str, where: str, remote: str = "") -> int:
+def restore_child(
+    engine: str, where: str, remote: str = "", driver_memory: str | None = None
+) -> int:
     if remote:
         from batchpoint.spark.session import connect_session
 
         spark = connect_session(remote, "bench-peer-restore")
     else:
-        spark = spark_session()
-    df = read_batchpoint_state(spark, Path(where)) if engine == "bp" else None
-    if df is None:
+        spark = spark_session(driver_memory)
+    if engine == "bp":
+        df = read_batchpoint_state(spark, Path(where))
+    elif engine == "floor":  # bench_cost_curve's plain Spark job: its state is Parquet
+        df = spark.read.schema(TOTALS_DDL).parquet(where)
+    else:
         df = read_streaming_state(spark, Path(where))
     print(df.count())
     return 0
 
 
-def warm_server_restore(root: Path, workdir: Path) -> tuple[float, int]:
+def warm_server_restore(
+    root: Path, workdir: Path, driver_memory: str | None = None
+) -> tuple[float, int]:
     """batchpoint's restore in its default runtime: a fresh client process of a warm
     Spark Connect server (the second restore; the first one warms the server up)."""
     from devstack.spark_connect import SparkConnectServer
 
     conf = {"spark.sql.shuffle.partitions": "2"}
+    if driver_memory:
+        conf["spark.driver.memory"] = driver_memory
     with SparkConnectServer(workdir, master="local[2]", conf=conf) as server:
         fresh_restore("bp", root, server.url)
         return fresh_restore("bp", root, server.url)
@@ -280,7 +298,7 @@ def differences(name: str, got: dict, expected: dict) -> list[str]:
     return [f"{name}: {missing} keys missing, {extra} extra, {wrong} with other totals"]
 
 
-def run(size_name: str, epochs: int, keep: bool) -> int:
+def run(size_name: str, epochs: int, keep: bool, driver_memory: str | None = None) -> int:
     size = SIZES[size_name]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -288,7 +306,7 @@ def run(size_name: str, epochs: int, keep: bool) -> int:
     root, ss_checkpoint = work / "store", work / "ss-checkpoint"
     source_dir = root / SOURCE_ROOT / "p0"
     source_dir.mkdir(parents=True)
-    spark = spark_session()
+    spark = spark_session(driver_memory)
     spark.sparkContext.setLogLevel("ERROR")
     bp = BatchpointEngine(spark, root)
     ss = StreamingEngine(spark, source_dir, ss_checkpoint)
@@ -308,7 +326,7 @@ def run(size_name: str, epochs: int, keep: bool) -> int:
             for line in problems:
                 print(f"  {line}")
             return 1
-        restores = time_restores(root, ss_checkpoint, work, len(expected))
+        restores = time_restores(root, ss_checkpoint, work, len(expected), driver_memory)
         if restores is None:
             return 1
         report(size_name, size, rows, expected, restores, bp.full_state_bytes)
@@ -338,13 +356,13 @@ def run_epoch(engines: dict[str, Any], source_dir: Path, size: Size, epoch: int)
 
 
 def time_restores(
-    root: Path, ss_checkpoint: Path, work: Path, keys: int
+    root: Path, ss_checkpoint: Path, work: Path, keys: int, driver_memory: str | None = None
 ) -> dict[str, float] | None:
     """Each engine's restore in a fresh process, and batchpoint's as a Connect client of
     a warm server; None (said on stdout) unless each read all `keys` keys."""
-    bp_restore, bp_rows = fresh_restore("bp", root)
-    ss_restore, ss_rows = fresh_restore("ss", ss_checkpoint)
-    bp_warm, warm_rows = warm_server_restore(root, work / "spark-connect")
+    bp_restore, bp_rows = fresh_restore("bp", root, driver_memory=driver_memory)
+    ss_restore, ss_rows = fresh_restore("ss", ss_checkpoint, driver_memory=driver_memory)
+    bp_warm, warm_rows = warm_server_restore(root, work / "spark-connect", driver_memory)
     if {bp_rows, ss_rows, warm_rows} != {keys}:
         print(f"refusing to print figures: restores read {bp_rows}, {ss_rows} and "
               f"{warm_rows} keys, expected {keys}")  # fmt: skip
@@ -436,14 +454,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=4, help="epochs (default: 4)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument(
+        "--driver-memory", help="spark.driver.memory of every session (default: Spark's)"
+    )
+    parser.add_argument(
         "--restore-child", nargs="+", metavar="ENGINE PATH [REMOTE]", help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
     if args.restore_child:
-        return restore_child(*args.restore_child)
+        return restore_child(*args.restore_child, driver_memory=args.driver_memory)
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the first one warms up)")
-    return run(args.size, args.epochs, args.keep)
+    return run(args.size, args.epochs, args.keep, args.driver_memory)
 
 
 if __name__ == "__main__":

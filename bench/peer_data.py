@@ -26,6 +26,9 @@ SIZES = {
     "small": Size(10_000, 100_000, 4),
     "medium": Size(1_000_000, 2_000_000, 8),
     "sparse": Size(1_000_000, 10_000, 4, first_epoch_touches_every_key=True),
+    # bench_cost_curve's upper sizes: about 250-500k events a file, as medium's.
+    "large": Size(3_000_000, 6_000_000, 16),
+    "xlarge": Size(10_000_000, 20_000_000, 40),
 }
 
 
@@ -43,9 +46,10 @@ def epoch_events(size: Size, epoch: int) -> tuple[np.ndarray, np.ndarray]:
 
 def write_epoch(source_dir: Path, size: Size, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     keys, amounts = epoch_events(size, epoch)
-    names = np.char.add("k", np.char.zfill(keys.astype(str), 7))
     for i, part in enumerate(np.array_split(np.arange(len(keys)), size.files)):
-        table = pa.table({"key": names[part], "amount": amounts[part]}, schema=EVENTS)
+        # Named a file at a time: numpy's unicode arrays of 20M keys take gigabytes.
+        names = np.char.add("k", np.char.zfill(keys[part].astype(str), 7))
+        table = pa.table({"key": names, "amount": amounts[part]}, schema=EVENTS)
         # Written aside, then renamed: Structured Streaming must never list a half file.
         final = source_dir / f"e{epoch:05d}-f{i:03d}.parquet"
         pq.write_table(table, source_dir / f".{final.name}.tmp")
@@ -54,10 +58,17 @@ def write_epoch(source_dir: Path, size: Size, epoch: int) -> tuple[np.ndarray, n
 
 
 def expected_totals(size: Size, epochs: int) -> dict[str, tuple[int, int]]:
+    count, total = expected_arrays(size, epochs)
+    return {f"k{i:07d}": (int(count[i]), int(total[i])) for i in np.flatnonzero(count)}
+
+
+def expected_arrays(size: Size, epochs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Count and sum per key index (key `k{i:07d}`; a count of 0: no such key), the form
+    a check of 10M keys can afford where a dict of them takes gigabytes."""
     count = np.zeros(size.keys, dtype=np.int64)
     total = np.zeros(size.keys, dtype=np.int64)
     for epoch in range(epochs):
         keys, amounts = epoch_events(size, epoch)
         count += np.bincount(keys, minlength=size.keys)
         total += np.bincount(keys, weights=amounts, minlength=size.keys).astype(np.int64)
-    return {f"k{i:07d}": (int(count[i]), int(total[i])) for i in np.flatnonzero(count)}
+    return count, total
