@@ -1,8 +1,10 @@
-"""Checkpoints written before key groups moved to Spark SQL (state format 1, whose
-`_key_group` came from a Python BLAKE2B hash) still restore, rescale and pass the gate.
+"""Checkpoints written in an older state format still restore, rescale and pass the gate:
+format 1 (`_key_group` from a Python BLAKE2B hash) and format 2 (Spark's xxhash64), both
+placing keys otherwise than format 3 (Spark's Murmur3 hash, bits reversed).
 
-The fixture is a real store written by batchpoint 0281aec (the last format-1 writer):
-one completed payments checkpoint over input epoch 0, with its source files."""
+Each fixture is a real store written by the last writer of its format, batchpoint 0281aec
+(format 1) and 69d6cc6 (format 2): one completed payments checkpoint over input epoch 0,
+with its source files."""
 
 from __future__ import annotations
 
@@ -19,15 +21,20 @@ from support.payments import PaymentsRun
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-FIXTURE = Path(__file__).parent.parent / "data" / "payments-format1.tar.gz"
+DATA = Path(__file__).parent.parent / "data"
 
 
-@pytest.fixture
-def format1_store(tmp_path: Path) -> Path:
-    root = tmp_path / "format1"
-    with tarfile.open(FIXTURE) as archive:
+@pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])
+def format1_store(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A store whose checkpoint 1 is in state format `request.param`."""
+    root = tmp_path / f"format{request.param}"
+    with tarfile.open(DATA / f"payments-format{request.param}.tar.gz") as archive:
         archive.extractall(root, filter="data")
     return root
+
+
+def _old_format(root: Path) -> int:
+    return int(root.name.removeprefix("format"))
 
 
 def _formats(run: PaymentsRun, checkpoint_id: int) -> set[int]:
@@ -39,12 +46,12 @@ def test_new_epochs_continue_from_a_format_1_checkpoint(
     make_run: Callable[..., PaymentsRun], format1_store: Path
 ) -> None:
     run = make_run(copy_from=format1_store)
-    assert _formats(run, 1) == {1}
+    assert _formats(run, 1) == {_old_format(format1_store)}
     for epoch in (1, 2):
         result = run.epoch(epoch)
         assert result.outcome is not None and result.outcome.completed is not None
         run.assert_matches_reference()
-    assert _formats(run, 3) == {FORMAT_VERSION} == {2}
+    assert _formats(run, 3) == {FORMAT_VERSION} == {3}
 
 
 def test_a_format_1_checkpoint_restores_at_a_new_parallelism(
