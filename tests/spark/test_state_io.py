@@ -38,6 +38,7 @@ from batchpoint.state.keygroups import (
     key_group_range_for_subtask,
     subtask_for_key,
 )
+from batchpoint.state.keys import SubtaskFolder, spread_folder
 from batchpoint.storage.base import ObjectStore
 
 pytestmark = pytest.mark.spark
@@ -131,7 +132,8 @@ def test_handles_cover_every_key_group_once_and_rows_sit_in_their_group(
             handle.key_group_range.start
             >= key_group_range_for_subtask(MAX_PAR, 3, handle.subtask).start
         )
-        assert handle.path.startswith(f"chk-1/data/balances/subtask-{handle.subtask}/a1/part-")
+        hh = spread_folder("balances", handle.subtask)
+        assert handle.path.startswith(f"chk-1/data/{hh}/balances/subtask-{handle.subtask}/a1/part-")
         table = pq.read_table(io.BytesIO(state_store.get(handle.path).data))
         header = read_header(table.schema, handle.path)
         assert header["state"] == "balances" and header["key_columns"] == ["user_id"]
@@ -149,13 +151,54 @@ def test_handles_cover_every_key_group_once_and_rows_sit_in_their_group(
     assert [StateHandle.from_json(json.loads(json.dumps(h.to_json()))) for h in handles] == handles
 
 
+def test_each_streams_subtasks_write_under_prefixes_of_their_own(
+    spark: Any, state_store: ObjectStore
+) -> None:
+    """Issue 42: S3 throttles per key prefix, so the files of one checkpoint's streams
+    and subtasks go under spread folders (`state.keys`) instead of one shared folder."""
+    handles = write(spark, state_store) + write(spark, state_store, state_name="totals")
+    prefixes = set()
+    for handle in handles:
+        folder = SubtaskFolder.of_key(handle.path.removeprefix("chk-1/data/"))
+        assert folder == SubtaskFolder(handle.name, handle.subtask, "a1")
+        prefixes.add(handle.path.split("/")[2])
+    # 2 streams x 4 subtasks; these eight pairs' folders happen to be all different
+    assert prefixes == {spread_folder(s, i) for s in ("balances", "totals") for i in range(4)}
+    assert len(prefixes) == 8
+
+
+def test_files_at_the_keys_before_issue_42_still_restore(
+    spark: Any, state_store: ObjectStore
+) -> None:
+    """A checkpoint written before the spread folder keeps its keys: a handle carries its
+    full path, so its files restore from where they are, at any parallelism."""
+    from batchpoint.spark.state_io import ReadSpec, read_keyed_state
+
+    old = []
+    for handle in write(spark, state_store):
+        folder = SubtaskFolder.of_key(handle.path.removeprefix("chk-1/data/"))
+        assert folder is not None
+        unspread = dataclasses.replace(folder, spread=False).relative()
+        key = f"chk-0/data/{unspread}{handle.path.rsplit('/', 1)[1]}"
+        state_store.put(key, state_store.get(handle.path).data)
+        state_store.delete(handle.path)
+        old.append(dataclasses.replace(handle, path=key))
+    assert not list(state_store.list("chk-1/"))
+    back = read_keyed_state(spark, state_store, old, ReadSpec(schema=SCHEMA))
+    assert normalise(back.collect()) == normalise(make_rows())
+    rescaled = read_keyed_state(spark, state_store, old, ReadSpec(schema=SCHEMA, rescale_to=3))
+    by_subtask = rescaled.groupBy("_subtask").count().collect()
+    assert sorted(r["_subtask"] for r in by_subtask) == [0, 1, 2]
+    assert sum(r["count"] for r in by_subtask) == N_USERS
+
+
 def test_sha256_and_size_match_the_stored_files(spark: Any, state_store: ObjectStore) -> None:
     handles = write(spark, state_store)
     for handle in handles:
         data = state_store.get(handle.path).data
         assert len(data) == handle.size
         assert hashlib.sha256(data).hexdigest() == handle.sha256
-    listed = {o.key for o in state_store.list("chk-1/data/balances/")}
+    listed = {o.key for o in state_store.list("chk-1/data/")}
     assert listed == {h.path for h in handles}  # no stray temp or orphan files
 
 

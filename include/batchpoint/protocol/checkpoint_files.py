@@ -12,6 +12,7 @@ from batchpoint.protocol.checkpoint import AckRecord, FileHandle
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import ProgressFn
 from batchpoint.protocol.verify import FileProblem, check_handles
+from batchpoint.state.keys import SubtaskFolder
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 
 
@@ -48,7 +49,7 @@ class CheckpointFiles:
         own = [
             h.path
             for h in ack.handles
-            if h.path.startswith(data) and ack.attempt in h.path[len(data) :].split("/")[:-1]
+            if h.path.startswith(data) and _written_by(ack.attempt, h.path[len(data) :])
         ]
         self._store.delete_many(own)
 
@@ -68,3 +69,14 @@ class CheckpointFiles:
         outcome_key = self._layout.outcome(checkpoint_id)
         self._store.delete_many(k for k in keys if k != outcome_key)
         self._store.delete(outcome_key)
+
+
+def _written_by(attempt: str, relative_key: str) -> bool:
+    """Whether attempt `attempt` wrote this key below its operator's data folder. A
+    keyed write's file (either layout) names its attempt in one place: its spread
+    folder's two hex digits may read as an attempt id, and so may a stream's name. A
+    key of another shape (a test's) is the attempt's when one of its folders is it."""
+    folder = SubtaskFolder.of_key(relative_key)
+    if folder is not None:
+        return folder.attempt == attempt
+    return attempt in relative_key.split("/")[:-1]

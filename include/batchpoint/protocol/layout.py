@@ -11,11 +11,20 @@ pipelines/<p>/restore-intents/gen-G-<token>.json  a restore about to move the he
 pipelines/<p>/checkpoints/chk-N/outcome.json                 write-once outcome
 pipelines/<p>/checkpoints/chk-N/acks/<operator>/<subtask>.json  write-once ack
 pipelines/<p>/checkpoints/chk-N/declines/<operator>/<subtask>/<attempt>.json
-pipelines/<p>/checkpoints/chk-N/data/...  state and staged sink files (GC-able)
+pipelines/<p>/checkpoints/chk-N/data/<operator>/<hh>/<stream>/subtask-<i>/<attempt>/part-*.parquet
+                                        state, channel and staged sink files (GC-able)
 pipelines/<p>/checkpoints/chk-N/quality.json               the quality gate's last report
 pipelines/<p>/quarantine/chk-N.json     write-once: never restored (damaged, or failed the gate)
 cascades/active.json                    the cascade restore under way (CAS; protocol/cascade.py)
 cascades/<id>.json                      a finished cascade restore
+
+A checkpoint's data files: `<hh>`, the spread folder, is two hex digits of the sha256
+of `<stream>/<i>`, so one operator's writes spread over up to 256 key prefixes (S3
+throttles per prefix) and a retried task finds its folder again; it stays inside
+`chk-N/data/`, so GC still deletes a checkpoint's folder as a whole. Files written before
+issue 42 have no spread folder (`data/<operator>/<stream>/subtask-<i>/<attempt>/...`):
+a handle carries its full path, so they restore, verify, export and are collected as
+they are. The keys below `data/<operator>/` are `batchpoint.state.keys`'.
 """
 
 from __future__ import annotations

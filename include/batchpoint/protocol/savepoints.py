@@ -8,8 +8,12 @@ another bucket, a local disk) and still be restored, because nothing in it names
 it lives.
 
     <savepoint folder>/_metadata                  written last: its presence means complete
-    <savepoint folder>/data/<operator>/<subtask>/<attempt>/<stream>/...
+    <savepoint folder>/data/<operator>/<hh>/<stream>/subtask-<i>/<attempt>/...
     <savepoint folder>/external/<key>             files that lived outside the checkpoint
+
+A file keeps its path below the checkpoint's `data/` (`relative_path`): the spread
+folder `<hh>` (state/keys.py) or, for a file written before issue 42, none; an import
+puts it at the same path below the new checkpoint's `data/`.
 
 Restoring from a savepoint *imports* it: the files are copied back under a new
 checkpoint id (ids are never reused), the acks are replayed through the ack accounting

@@ -29,17 +29,15 @@ from batchpoint.state.format import (
     SUBTASK_COLUMN,
     StateError,
     StateHandle,
-    check_base_key,
-    check_segment,
     check_written_handles,
     file_schema,
-    subtask_prefix,
 )
 from batchpoint.state.keygroups import (
     KeyGroupRange,
     check_parallelism,
     key_group_range_for_subtask,
 )
+from batchpoint.state.keys import check_base_key, check_segment, subtask_prefix
 from batchpoint.state.schemas import schema_fingerprint
 from batchpoint.storage.request_count import CountingStore, RequestCount, RequestLedger
 
@@ -149,8 +147,9 @@ def write_keyed_state(
     df: DataFrame, store: StoreLike, spec: WriteSpec, requests: RequestLedger | None = None
 ) -> list[StateHandle]:
     """Snapshot `df` as keyed state: one Spark task per subtask, each writing files under
-    ``<base_key>/<stream>/subtask-<i>/<attempt>/``. Returns the handles, sorted by
-    subtask and key group; together they cover key groups 0..max_parallelism-1 once.
+    ``<base_key>/<hh>/<stream>/subtask-<i>/<attempt>/`` (`state.keys`). Returns the
+    handles, sorted by subtask and key group; together they cover key groups
+    0..max_parallelism-1 once.
 
     `spec.attempt` must differ between runs that may overlap (an Airflow retry, another
     checkpoint); Spark task retries and speculative copies inside one run are told apart
@@ -276,7 +275,9 @@ def unreferenced_files(
     store: StoreLike, spec: WriteSpec, handles: Iterable[StateHandle]
 ) -> list[str]:
     """Files the write of `spec` left behind that no handle names: from failed or
-    speculative Spark task attempts. The caller decides when deleting them is safe."""
+    speculative Spark task attempts. The caller decides when deleting them is safe.
+    Only the spread layout is listed: every task of one write runs this code, so no file
+    of `spec.attempt` sits in a folder of the layout before issue 42."""
     referenced = {h.path for h in handles}
     target = driver_store(store)
     found = []

@@ -24,9 +24,9 @@ from batchpoint.state.format import (
     StateError,
     StateFileWriter,
     StateHandle,
-    state_file_key,
 )
 from batchpoint.state.keygroups import KeyGroupRange, key_group_range_for_subtask
+from batchpoint.state.keys import state_file_key
 from batchpoint.state.schemas import StateNotAsDeclared
 from batchpoint.storage import ObjectStore
 

@@ -1,1 +1,1 @@
-"""Keyed state: key groups, the state file format, and state schema evolution."""
+"""Keyed state: key groups, the state file format and its keys, and state schema evolution."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +53,6 @@ CHANGE_ROW, CHANGE_GONE = 1, -1
 RESERVED_COLUMNS = frozenset({KEY_GROUP_COLUMN, SUBTASK_COLUMN, CHANGE_COLUMN, NET_COLUMN})
 CHANGELOG_COLUMNS = (CHANGE_COLUMN, NET_COLUMN)
 METADATA_KEY = b"batchpoint.state"
-FILE_SUFFIX = ".parquet"
-
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,127}$")
 
 
 # --- errors ---------------------------------------------------------------------------
@@ -84,40 +80,6 @@ class StateFileCorrupt(StateError):
 
 class StateCoverageError(StateError):
     """The handles do not cover the asked-for key groups exactly once."""
-
-
-# --- names ----------------------------------------------------------------------------
-
-
-def check_segment(value: str, what: str) -> str:
-    """State names and attempt ids become key segments: keep them path- and S3-safe."""
-    if not isinstance(value, str) or not _SEGMENT.match(value):
-        raise StateError(
-            f"{what} {value!r} is invalid: use letters, digits, '.', '_', '=' or '-' "
-            "(starting with a letter or digit, at most 128 characters)"
-        )
-    return value
-
-
-def check_base_key(base_key: str) -> str:
-    base = base_key.strip("/")
-    if not base or ".." in base.split("/"):
-        raise StateError(f"state base key {base_key!r} is invalid: give a relative key prefix")
-    return base
-
-
-def subtask_prefix(base_key: str, state_name: str, subtask: int, attempt_id: str) -> str:
-    """The folder one write attempt of one subtask puts its files in (ends with '/')."""
-    return f"{check_base_key(base_key)}/{state_name}/subtask-{subtask}/{attempt_id}/"
-
-
-def state_file_key(
-    base_key: str, state_name: str, subtask: int, attempt_id: str, part: int, task_attempt: str
-) -> str:
-    """`task_attempt` (the Spark task attempt id) keeps a retried or speculative copy of
-    a task from overwriting a file another attempt's handle already points at."""
-    prefix = subtask_prefix(base_key, state_name, subtask, attempt_id)
-    return f"{prefix}part-{part:05d}-{task_attempt}{FILE_SUFFIX}"
 
 
 # --- files ----------------------------------------------------------------------------
