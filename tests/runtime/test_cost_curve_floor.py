@@ -22,7 +22,8 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.spark
 @pytest.mark.usefixtures("bench")
 def test_the_floor_sums_every_epoch_into_the_expected_totals(spark: Any, tmp_path: Path) -> None:
-    from bench_cost_curve import FloorEngine, differences, epoch_inputs
+    from bench_cost_curve import differences
+    from curve_engines import FloorEngine, epoch_inputs
     from peer_data import Size, expected_arrays, expected_totals, write_epoch
 
     size, epochs = Size(keys=300, events=2_000, files=2), 3

@@ -55,9 +55,9 @@ def test_the_bench_operators_steady_epoch_runs_its_counted_jobs(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(BENCH))
-    from bench_peer import SOURCE_ROOT as EVENTS_ROOT
-    from bench_peer import build_pipeline as bench_pipeline
     from peer_data import Size, write_epoch
+    from peer_engines import SOURCE_ROOT as EVENTS_ROOT
+    from peer_engines import build_pipeline as bench_pipeline
 
     size = Size(keys=300, events=2_000, files=2)
     source = tmp_path / EVENTS_ROOT

@@ -17,7 +17,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.layout import TaskId
 from batchpoint.runtime.incremental import CHURN_META, CHURN_PROBE_EVERY, plan_snapshot
-from batchpoint.state.format import StateHandle
+from batchpoint.state.format import FORMAT_VERSION, StateHandle
 from batchpoint.state.keygroups import KeyGroupRange
 
 FP = "fingerprint"
@@ -57,7 +57,7 @@ def files(layer_rows: list[int], *, churn: int = 0, parallelism: int = 2, **kw: 
                 subtask=subtask,
                 parallelism=parallelism,
                 max_parallelism=128,
-                format=kw.get("format", 2),
+                format=kw.get("format", FORMAT_VERSION),
                 layer=layer,
                 net_rows=kw.get("net", 0) if layer else None,
                 key_columns=("k",) if layer else (),
@@ -100,6 +100,7 @@ def test_a_changelog_shares_every_base_file_and_stacks_one_layer() -> None:
         ("held", {}, pending(**{INDEPENDENT_OF_BASE: "held elsewhere"}), files([1000])),
         ("no base", {}, None, []),
         ("format 1", {}, None, files([1000], format=1)),
+        ("format 2", {}, None, files([1000], format=2)),
         ("rescaled", {"parallelism": 4}, None, files([1000])),
         ("schema", {"fingerprint": "other"}, None, files([1000])),
         ("map", {"comparable": False}, None, files([1000])),

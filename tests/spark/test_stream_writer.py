@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from pyspark import cloudpickle
+from pyspark.sql import functions as F
 
 from batchpoint.spark.aligned_writes import units
 from batchpoint.spark.state_reader import ReadSpec, read_keyed_state
@@ -235,3 +236,28 @@ def test_a_plan_that_splits_a_subtask_after_all_is_written_again_shuffled(
     assert "written again through repartitionById" in caplog.text
     assert _rows(spark, store, written) == sorted(tuple(r) for r in df.collect())
     assert unreferenced_files(store, spec, written) == []
+
+
+def test_a_full_outer_join_on_the_key_is_written_where_it_sits(
+    spark: Any,
+    tmp_path: Path,
+    shuffle_partitions: Callable[[int], None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A changelog's comparison: the new state (an aggregation) against the base, full
+    outer joined on the key, the key coming out as their coalesce. Spark says nothing of
+    that output's partitioning, but each key's rows meet in the partition its hash names;
+    a column that is not the join key, named as the key, is not taken."""
+    store = LocalObjectStore(tmp_path / "store")
+    shuffle_partitions(4)
+    new = _aggregated(spark)
+    base = spark.range(700).selectExpr("CONCAT('k', id) AS k", "id AS old")
+    joined = new.join(base, on="k", how="full_outer")
+    spec = WriteSpec("chk-1/data", "totals", "a1", ("k",), 128, 2)
+    assert units(joined, spec) == 4
+    with caplog.at_level("WARNING", logger="batchpoint.spark.stream_writer"):
+        (written,) = write_streams([(joined, spec)], store)
+    assert caplog.messages == []
+    assert _rows(spark, store, written) == sorted(tuple(r) for r in joined.collect())
+    renamed = new.join(base.withColumnRenamed("k", "b"), new.k == F.col("b"), "full_outer")
+    assert units(renamed.select(F.col("old").cast("string").alias("k"), "total"), spec) is None

@@ -112,6 +112,7 @@ def state_handle(subtask: int = 0, layer: int = 0) -> StateHandle:
         layer=layer,
         net_rows=-2 if layer else None,
         key_columns=("account",) if layer else (),
+        format=2,  # the stored examples were written in state format 2
     )
 
 

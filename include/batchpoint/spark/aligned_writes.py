@@ -50,24 +50,101 @@ def key_partitions(df: DataFrame, key_columns: Sequence[str]) -> int | None:
     """N when Spark's plan leaves `df`'s rows hash-partitioned into N partitions by
     exactly its key columns, in order, each of a type the key hash reads as it is; None
     when it does not, or cannot be asked (a Connect session: its plans live on the
-    server)."""
+    server). Two shapes qualify: a plan whose output partitioning says so (an aggregation
+    by the key), and a full outer join on the key whose sides are both so partitioned
+    and whose key columns come out as the join keys or their coalesce (a changelog's
+    comparison of the new state with the base: each key's rows meet in the partition
+    its hash names, which Spark does not express for a full outer join)."""
     if is_connect(df.sparkSession):
         return None
     plan = _physical_plan(df)
     partitioning = plan.outputPartitioning()
-    if partitioning.getClass().getSimpleName() != "HashPartitioning":
-        return None
-    output = {a.exprId().id(): a.name() for a in _seq(plan.output())}
-    keys = []
+    if partitioning.getClass().getSimpleName() == "HashPartitioning":
+        output = {a.exprId().id(): a for a in _seq(plan.output())}
+        keys = _keyed(partitioning, lambda e: output.get(e.exprId().id()) is not None)
+        return int(partitioning.numPartitions()) if keys == list(key_columns) else None
+    return _full_outer_join_partitions(plan, key_columns)
+
+
+def _keyed(partitioning: Any, known: Any) -> list[str] | None:
+    """The names of a hash partitioning's attributes, when each is a plain attribute
+    `known` accepts, of a type hashed as it is."""
+    names = []
     for expression in _seq(partitioning.expressions()):
         if expression.getClass().getSimpleName() != "AttributeReference":
             return None  # a cast, or floating-point normalisation of a double key
-        if output.get(expression.exprId().id()) != expression.name():
+        if not known(expression):
             return None
         if expression.dataType().typeName().split("(")[0] not in _HASHED_AS_IS:
             return None
-        keys.append(expression.name())
-    return int(partitioning.numPartitions()) if keys == list(key_columns) else None
+        names.append(expression.name())
+    return names
+
+
+_PASS_THROUGH = frozenset({"ProjectExec", "FilterExec", "GenerateExec", "SortExec"})
+_SHUFFLE_JOINS = frozenset({"SortMergeJoinExec", "ShuffledHashJoinExec"})
+
+
+def _full_outer_join_partitions(plan: Any, key_columns: Sequence[str]) -> int | None:
+    projections: list[Any] = []
+    node = plan
+    while node.getClass().getSimpleName() in _PASS_THROUGH:
+        if node.getClass().getSimpleName() == "ProjectExec":
+            projections.append(node.projectList())
+        node = node.child()
+    if node.getClass().getSimpleName() not in _SHUFFLE_JOINS:
+        return None
+    if node.joinType().toString() != "FullOuter":
+        return None
+    sides = []
+    for child, keys in ((node.left(), node.leftKeys()), (node.right(), node.rightKeys())):
+        partitioning = child.outputPartitioning()
+        if partitioning.getClass().getSimpleName() != "HashPartitioning":
+            return None
+        ids = [k.exprId().id() for k in _seq(keys) if hasattr(k, "exprId")]
+        names = _keyed(partitioning, lambda e, ids=ids: e.exprId().id() in ids)
+        if names != list(key_columns) or len(ids) != len(key_columns):
+            return None
+        sides.append((ids, int(partitioning.numPartitions())))
+    (left, n_left), (right, n_right) = sides
+    if n_left != n_right:
+        return None
+    output = {a.name(): a.exprId().id() for a in _seq(plan.output())}
+    for index, name in enumerate(key_columns):
+        if name not in output:
+            return None
+        origin = _origin(output[name], projections)
+        if origin not in ({left[index]}, {right[index]}, {left[index], right[index]}):
+            return None
+    return n_left
+
+
+def _origin(expr_id: int, projections: list[Any]) -> set[int] | None:
+    """The join-side attributes an output attribute is, through the projections from
+    the top down: itself, an alias of one, or an alias of coalesce(left, right)."""
+    for projection in projections:
+        for item in _seq(projection):
+            if item.exprId().id() != expr_id:
+                continue
+            kind = item.getClass().getSimpleName()
+            if kind == "AttributeReference":
+                break  # passed through unchanged
+            if kind != "Alias":
+                return None
+            inner = item.child()
+            inner_kind = inner.getClass().getSimpleName()
+            if inner_kind == "AttributeReference":
+                expr_id = inner.exprId().id()
+                break
+            if inner_kind != "Coalesce":
+                return None
+            parts = _seq(inner.children())
+            if any(p.getClass().getSimpleName() != "AttributeReference" for p in parts):
+                return None
+            return {p.exprId().id() for p in parts}
+        else:
+            return None  # not produced by this projection
+    return {expr_id}
 
 
 def _seq(scala_seq: Any) -> list[Any]:

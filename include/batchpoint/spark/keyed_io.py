@@ -24,6 +24,7 @@ from batchpoint.spark.state_writer import (
     write_empty_keyed_state,
     write_keyed_state,
 )
+from batchpoint.spark.aligned_writes import units
 from batchpoint.spark.stream_writer import write_streams
 from batchpoint.spark.task_rows import task_rows
 from batchpoint.state.evolution import SchemaVerdict
@@ -71,8 +72,13 @@ def write_keyed(
 ) -> dict[int, list[FileHandle]]:
     """Write `df` partitioned by key group for `spec.parallelism` subtasks; every subtask
     gets at least one file. Returns the handles per subtask; `requests` gets each
-    subtask's storage requests."""
-    return _by_subtask(write_keyed_state(df, store_ref, spec, requests), spec.parallelism)
+    subtask's storage requests. Rows Spark already holds by subtask (an aggregation by
+    the key) are written where they sit (spark/aligned_writes.py)."""
+    if units(df, spec) is not None:
+        (handles,) = write_streams([(df, spec)], store_ref, requests)
+    else:
+        handles = write_keyed_state(df, store_ref, spec, requests)
+    return _by_subtask(handles, spec.parallelism)
 
 
 def write_keyed_streams(

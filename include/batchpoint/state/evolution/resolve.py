@@ -3,8 +3,8 @@
 Columns are matched by name; `_key_group` and the changelog columns (`state.format`'s
 RESERVED_COLUMNS) are the format's, not the state's, and are left out on both sides.
 
-Key columns never change, not even with migrate=. A row's key group is
-pmod(xxhash64(key columns, in order), max_parallelism), computed when the row was
+Key columns never change, not even with migrate=. A row's key group is a hash of its
+key columns, in order, modulo max_parallelism (state.keygroups), computed when the row was
 written, and the stored files are laid out by it: each subtask restores the key-group
 range it owns. A migrate= function runs over the stored rows within that layout, one
 subtask at a time, so a row whose new key hashes elsewhere would stay in a key group
