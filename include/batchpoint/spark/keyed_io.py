@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.sources.files import SourceSplit
+from batchpoint.spark.aligned_writes import units
 from batchpoint.spark.compat import from_arrow_schema
 from batchpoint.spark.remote import for_workers
 from batchpoint.spark.state_reader import ReadSpec, read_keyed_state
@@ -24,7 +25,6 @@ from batchpoint.spark.state_writer import (
     write_empty_keyed_state,
     write_keyed_state,
 )
-from batchpoint.spark.aligned_writes import units
 from batchpoint.spark.stream_writer import write_streams
 from batchpoint.spark.task_rows import task_rows
 from batchpoint.state.evolution import SchemaVerdict
