@@ -133,26 +133,40 @@ def test_a_task_failing_mid_pass_leaves_no_file_of_any_stream(spark: Any, tmp_pa
 
 @pytest.fixture
 def shuffle_partitions(spark: Any) -> Iterator[Callable[[int], None]]:
-    """Sets the session's shuffle partitions (read when a plan is made) for one test."""
-    before = spark.conf.get("spark.sql.shuffle.partitions")
+    """Sets the session's shuffle partitions (read when a plan is made) for one test.
+    Adaptive execution would merge these small partitions into one task, which holds
+    every subtask whatever the key groups: its coalescing is off, so that each partition
+    is its own task and the placement is what is tested."""
+    coalesce = "spark.sql.adaptive.coalescePartitions.enabled"
+    before = spark.conf.get("spark.sql.shuffle.partitions"), spark.conf.get(coalesce)
+    spark.conf.set(coalesce, "false")
     yield lambda n: spark.conf.set("spark.sql.shuffle.partitions", str(n))
-    spark.conf.set("spark.sql.shuffle.partitions", before)
+    spark.conf.set("spark.sql.shuffle.partitions", before[0])
+    spark.conf.set(coalesce, before[1])
 
 
-def _aggregated(spark: Any, key_type: str = "string") -> Any:
+def _aggregated(spark: Any, key_type: str = "string", keys: int = 500) -> Any:
     """A keyed aggregation's output: Spark's hash partitioning by `k`."""
     events = spark.range(3000).selectExpr(
-        f"CAST(id % 500 AS {key_type}) AS k"
+        f"CAST(id % {keys} AS {key_type}) AS k"
         if key_type != "string"
-        else "CONCAT('k', id % 500) AS k",
+        else f"CONCAT('k', id % {keys}) AS k",
         "id AS amount",
     )
     return events.groupBy("k").agg({"amount": "sum"}).withColumnRenamed("sum(amount)", "total")
 
 
 @pytest.mark.parametrize(
-    ("partitions", "parallelism", "max_parallelism"),
-    [(2, 2, 128), (1, 4, 128), (4, 2, 128), (8, 4, 64), (2, 8, 8), (16, 1, 16)],
+    ("partitions", "parallelism", "max_parallelism", "keys"),
+    [
+        (2, 2, 128, 500),
+        (1, 4, 128, 500),
+        (4, 2, 128, 500),
+        (8, 4, 64, 500),
+        (2, 8, 8, 500),
+        (16, 1, 16, 500),
+        (16, 2, 32, 3),  # most parts of the key groups get no row: the driver fills them
+    ],
 )
 def test_an_aggregations_output_is_written_where_it_sits_as_the_shuffled_write_would(
     spark: Any,
@@ -162,13 +176,14 @@ def test_an_aggregations_output_is_written_where_it_sits_as_the_shuffled_write_w
     partitions: int,
     parallelism: int,
     max_parallelism: int,
+    keys: int,
 ) -> None:
     """Every combination of hash partitions, parallelism and max parallelism that the key
     hash lines up with: the files cover each subtask's range as a shuffled write's do,
     with the same rows in each key group, and no exchange is added to the plan."""
     store = LocalObjectStore(tmp_path / "store")
     shuffle_partitions(partitions)
-    df = _aggregated(spark)
+    df = _aggregated(spark, keys=keys)
     spec = WriteSpec("chk-1/data", "totals", "a1", ("k",), max_parallelism, parallelism)
     assert units(df, spec) == max(partitions, parallelism)
     with caplog.at_level("WARNING", logger="batchpoint.spark.stream_writer"):
