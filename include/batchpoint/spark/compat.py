@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas import types as arrow_types
 
 from batchpoint.errors import ConfigError
+from batchpoint.state.murmur3 import SPARK_SEED, spark_hash
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 _TAKES_TIME_ZONE = "timezone" in inspect.signature(arrow_types.to_arrow_schema).parameters
 #: Whether DataFrames have repartitionById (4.1 and newer; classic and Connect alike).
 _HAS_REPARTITION_BY_ID = hasattr(DataFrame, "repartitionById")
-#: The seed of Spark's hash partitioning (HashPartitioning's Murmur3Hash).
-_SPARK_HASH_SEED = 42
 
 
 def arrow_udf(function: Callable[..., Any], return_type: DataType, needed_by: str) -> Any:
@@ -79,20 +78,9 @@ def partition_keys(partitions: int) -> tuple[int, ...]:
     return tuple(keys[i] for i in range(partitions))
 
 
-def spark_hash_int(value: int, seed: int = _SPARK_HASH_SEED) -> int:
+def spark_hash_int(value: int, seed: int = SPARK_SEED) -> int:
     """Spark's Murmur3 hash of an INT (`hash(CAST(value AS INT))` in SQL), signed."""
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
-
-    k1 = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
-    h1 = rotl(seed ^ k1, 13)
-    h1 = (h1 * 5 + 0xE6546B64) & 0xFFFFFFFF
-    h1 ^= 4  # the length in bytes
-    h1 = ((h1 ^ (h1 >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
-    h1 = ((h1 ^ (h1 >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+    return spark_hash([("int", value)], seed)
 
 
 def to_arrow_schema(schema: StructType, timezone: str = "UTC") -> pa.Schema:

@@ -74,8 +74,9 @@ def write_keyed(
     gets at least one file. Returns the handles per subtask; `requests` gets each
     subtask's storage requests. Rows Spark already holds by subtask (an aggregation by
     the key) are written where they sit (spark/aligned_writes.py)."""
-    if units(df, spec) is not None:
-        (handles,) = write_streams([(df, spec)], store_ref, requests)
+    in_place = units(df, spec)
+    if in_place is not None:
+        (handles,) = write_streams([(df, spec)], store_ref, requests, [in_place])
     else:
         handles = write_keyed_state(df, store_ref, spec, requests)
     return _by_subtask(handles, spec.parallelism)

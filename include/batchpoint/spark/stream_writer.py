@@ -254,18 +254,21 @@ def write_streams(
     frames: Sequence[tuple[DataFrame, WriteSpec]],
     store: StoreLike,
     requests: RequestLedger | None = None,
+    in_place: Sequence[int | None] | None = None,
 ) -> list[list[StateHandle]]:
     """Write each (rows, spec) as write_keyed_state would, all in one Spark action; the
     handles per stream, in `frames`' order, each sorted by subtask and key group. Every
     spec has the same parallelism (one attempt's). `requests` gets each subtask's
     storage requests, over all its streams. A stream whose rows already sit by subtask
-    (aligned_writes.py) is written where they are, with no shuffle."""
+    (aligned_writes.py) is written where they are, with no shuffle; `in_place`: each
+    stream's `aligned_writes.units`, when the caller has them already."""
     specs = [spec.checked() for _, spec in frames]
     if len({s.parallelism for s in specs}) != 1:
         raise StateError("the streams of one pass must share their parallelism")
     frames = [(df, spec) for (df, _), spec in zip(frames, specs, strict=True)]
     tasks = [_task_write(df.schema, store, spec) for df, spec in frames]
-    in_place = [units(df, spec) for df, spec in frames]
+    if in_place is None:
+        in_place = [units(df, spec) for df, spec in frames]
     if any(in_place):
         written = _aligned_pass(frames, tasks, in_place, requests)
         try:

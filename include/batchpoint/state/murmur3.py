@@ -70,12 +70,12 @@ def _signed(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def spark_hash(parts: list[tuple[str, object]]) -> int:
+def spark_hash(parts: list[tuple[str, object]], seed: int = SPARK_SEED) -> int:
     """Spark SQL's ``hash(c1, c2, ...)`` (signed), for columns given as (kind, value):
     "int" (Spark's int, boolean, date), "long", "double" (its IEEE bits as a long),
     "bytes" (strings as UTF-8, binary). A null column leaves the hash unchanged, as in
     Spark."""
-    acc = SPARK_SEED
+    acc = seed
     for kind, value in parts:
         if value is None:
             continue
