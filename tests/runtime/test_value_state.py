@@ -31,9 +31,9 @@ def joins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = value_module.value_changelog
 
-    def spy(new: Any, old: Any, key_columns: Any, what: str) -> Any:
+    def spy(new: Any, old: Any, key_columns: Any, what: str, **proof: Any) -> Any:
         calls.append(what)
-        return real(new, old, key_columns, what)
+        return real(new, old, key_columns, what, **proof)
 
     monkeypatch.setattr(value_module, "value_changelog", spy)
     return calls
@@ -107,3 +107,33 @@ def test_a_value_state_with_two_rows_for_a_key_fails_the_epoch_by_name(
     result = deploys.runner.run_epoch()
     assert _layers(deploys, result) == {0, 1} and len(joins) > joined
     _same(deploys.state(), reference(range(2)))
+
+
+def _summed(ctx: Any) -> None:
+    """The restored rows and the epoch's, one per event, summed by the key: a new state
+    Spark's plan proves holds one row per key, though none is declared."""
+    from pyspark.sql import functions as F
+
+    fresh = ctx.input("events").select(
+        "user", F.lit(1).cast("int").alias("n"), F.col("amount").cast("bigint").alias("total")
+    )
+    merged = ctx.state("totals").unionByName(fresh).groupBy("user")
+    ctx.set_state(
+        "totals", merged.agg(F.sum("n").cast("int").alias("n"), F.sum("total").alias("total"))
+    )
+
+
+def test_a_state_an_aggregation_by_the_key_sets_is_compared_by_the_join(
+    deploys: Deploys, joins: list[str]
+) -> None:
+    deploys.deploy(TOTALS_V1, fn=_summed)  # not a value state: the plan proves it
+    deploys.epoch(0)
+    assert _layers(deploys, deploys.epoch(1)) == {0, 1} and joins
+    assert _layers(deploys, deploys.epoch(2)) == {0, 1, 2}
+    _same(deploys.state(), reference(range(3)))
+    _same(deploys.state(2), reference(range(2)))
+
+    joined = len(joins)
+    deploys.deploy(TOTALS_V1)  # a function whose rows are not proven: arrays compared
+    assert _layers(deploys, deploys.epoch(3)) == {0, 1, 2, 3} and len(joins) == joined
+    _same(deploys.state(), reference(range(4)))

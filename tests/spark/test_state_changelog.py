@@ -104,6 +104,38 @@ def test_keys_with_several_rows_and_key_only_states_chain_through_layers(
     assert _bag(_read(spark, state_store, keyed, "event string")) == _bag(keys1)
 
 
+@pytest.mark.parametrize("batch_rows", [1, 7, 10_000])
+def test_a_layered_read_in_batches_drops_exactly_the_changed_keys_of_each(
+    spark: Any, state_store: ObjectStore, batch_rows: int
+) -> None:
+    """The tasks' merge, run in this process with the full files cut into batches of
+    `batch_rows`: each batch is matched against the changes of its key groups only, so
+    a change must drop its key's old rows in whichever batch they fall, and a key group
+    with changes but no old rows (or old rows but no changes) must come out whole."""
+    import json
+    import random
+
+    from batchpoint.spark.state_read_tasks import read_row
+    from batchpoint.spark.state_reader import TASK_COLUMNS, plan_keyed_read
+
+    rng = random.Random(batch_rows)
+    v0 = [(f"a{i % 90}", i, "x") for i in range(240)]  # one to three entries per account
+    v1 = [r for r in v0 if rng.random() < 0.6] + [(f"b{i}", i, None) for i in range(30)]
+    v2 = [(a, e + 1, n) if rng.random() < 0.3 else (a, e, n) for a, e, n in v1]
+    v2 += [(f"a{i}", -i, "back") for i in range(0, 90, 7)]
+    handles, _ = _chain(spark, state_store, [v0, v1, v2], ENTRIES, ["account"])
+    plan = plan_keyed_read(spark, state_store, handles)
+    task = dataclasses.replace(plan.task, batch_rows=batch_rows)
+    rows = []
+    for values in plan.rows:
+        names = [column.split()[0] for column in TASK_COLUMNS.split(", ")]
+        row = dict(zip(names, values, strict=True))
+        assert json.loads(row["changelogs"])  # every full file is read merged
+        for batch in read_row(task, state_store, row):
+            rows += [tuple(r[c] for c in ("account", "entry", "note")) for r in batch.to_pylist()]
+    assert _bag(rows) == _bag(v2)
+
+
 def test_layered_state_restores_at_another_parallelism(
     spark: Any, state_store: ObjectStore
 ) -> None:

@@ -101,18 +101,21 @@ def test_a_second_row_for_a_key_of_a_value_state_fails_the_write(
         value_changelog(fresh.unionByName(new.limit(0)), old, ["account"], WHAT).collect()
 
 
+@pytest.mark.parametrize("proven", [False, True])
 def test_a_base_with_several_rows_of_a_key_is_replaced_by_the_value_row(
-    spark: Any, state_store: ObjectStore
+    spark: Any, state_store: ObjectStore, proven: bool
 ) -> None:
-    """A state declared a value state since its base: the base's rows of a key are all
-    replaced by its one new row (or removed), `_net` counting them all."""
+    """A state declared a value state since its base, or one whose new rows Spark's plan
+    proves one per key: the base's rows of a key are all replaced by its one new row (or
+    removed), `_net` counting them all."""
     from batchpoint.spark.value_changelog import value_changelog
 
     old_rows = [("a", 1, None, None), ("a", 2, None, None), ("b", 3, "x", None)] * 2
     new_rows = [("a", 3, None, None), ("c", 4, None, ["t"])]
     old = spark.createDataFrame(old_rows, SCHEMA).repartition(2)
     handles = _write(state_store, old, 0)
-    changes = value_changelog(spark.createDataFrame(new_rows, SCHEMA), old, ["account"], WHAT)
+    new = spark.createDataFrame(new_rows, SCHEMA)
+    changes = value_changelog(new, old, ["account"], WHAT, proven_distinct=proven)
     assert sorted((r.account, r._change, r._net) for r in changes.collect()) == [
         ("a", 1, -3), ("b", -1, -2), ("c", 1, 1),
     ]  # fmt: skip
@@ -123,6 +126,38 @@ def test_a_base_with_several_rows_of_a_key_is_replaced_by_the_value_row(
 def _plan_nodes(df: Any) -> Counter:
     plan = df._jdf.queryExecution().executedPlan().toString()
     return Counter(re.findall(r"\b(Exchange|Sort|SortAggregate|ObjectHashAggregate)\b", plan))
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_a_state_proven_one_row_per_key_is_compared_by_the_join_of_any_state(
+    spark: Any, state_store: ObjectStore, seed: int
+) -> None:
+    """A state that is not declared a value state, but whose new rows come from an
+    aggregation by the key: the join (with no count or check on the new side) gives the
+    array comparison's changes, read back the same through a chain."""
+    from pyspark.sql import functions as F
+
+    from batchpoint.spark.plan_facts import distinct_by
+    from batchpoint.spark.state_changelog import changelog
+    from batchpoint.spark.value_changelog import value_changelog
+
+    def aggregated(rows: list[tuple]) -> Any:
+        df = spark.createDataFrame(rows, SCHEMA).repartition(3)
+        values = [F.first(c).alias(c) for c in ("balance", "note", "tags")]
+        return df.groupBy("account").agg(*values)
+
+    versions = _versions(seed, 4)
+    frames = [aggregated(v) for v in versions]
+    handles = _write(state_store, frames[0], 0)
+    for layer in range(1, len(frames)):
+        old, new = frames[layer - 1], frames[layer]
+        assert distinct_by(new, ["account"])
+        joined = value_changelog(new, old, ["account"], WHAT, proven_distinct=True)
+        windows = joined._jdf.queryExecution().executedPlan().toString().count("Window ")
+        assert windows == 1  # the old side's count; the new side's is proven
+        assert _bag(joined.collect()) == _bag(changelog(new, old, ["account"]).collect())
+        handles += _write(state_store, joined, layer)
+        assert _bag(_read(spark, state_store, handles)) == _bag(versions[layer])
 
 
 def test_the_check_adds_no_shuffle_or_sort_to_a_plain_keyed_join(spark: Any) -> None:

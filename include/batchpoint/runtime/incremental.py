@@ -236,12 +236,14 @@ def state_write(
     """The write of a state: the new state itself, or its changes since the base, in
     its declared schema. A value state's changes are a keyed join
     (spark/value_changelog), in the same format as the array comparison's, so a chain
-    may mix both across deploys."""
+    may mix both across deploys; so are those of a state Spark's plan proves has one row
+    per key, value state or not."""
     new = ctx.new_state(state)
     key_columns, max_parallelism = node.key_columns, node.max_parallelism
     schema, what = node.states[state], f"operator '{ctx.operator}', state '{state}'"
     if plan.full:
         return StreamWrite(new, stream, key_columns, max_parallelism, declared=schema, what=what)
+    from batchpoint.spark.plan_facts import distinct_by
     from batchpoint.spark.state_changelog import changelog, no_changes
     from batchpoint.spark.value_changelog import value_changelog
 
@@ -250,6 +252,10 @@ def state_write(
         changes = no_changes(old)
     elif node.value_state(state):
         changes = value_changelog(new, old, key_columns, what)
+    elif distinct_by(new, key_columns):
+        # One new row per key, proven by Spark's plan (an aggregation by the key): the
+        # value state's join compares it exactly, with no arrays to gather and sort.
+        changes = value_changelog(new, old, key_columns, what, proven_distinct=True)
     else:
         changes = changelog(new, old, key_columns)
     return StreamWrite(

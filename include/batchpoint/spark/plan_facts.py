@@ -1,7 +1,10 @@
 """What Spark's optimizer proves about a DataFrame without running it: that it holds no
-rows, or the very rows of another. An operator whose epoch has nothing to do (inputs
-empty, its function leaving the state as it was) acks by reference on these facts, so
-they must never be guessed: anything the optimized plans do not show is "not proven".
+rows, the very rows of another, or at most one row per key (`distinct_by`, classic
+sessions only: a changelog then compares by a keyed join, spark/value_changelog). An
+operator whose epoch has nothing to do (inputs empty, its function leaving the state as
+it was) acks by reference on these facts, and a wrong "one row per key" would lose the
+changes of a key's other rows, so they must never be guessed: anything the optimized
+plans do not show is "not proven".
 
 On a classic session the facts are read from the optimized plans themselves. Over
 Connect the plans live on the server, and the client asks it: "no rows" when the
@@ -14,7 +17,8 @@ inputs are empty and whose states are returned as they came is idle on both."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from batchpoint.spark.job_count import is_connect
 
@@ -61,3 +65,31 @@ def same_rows(new: DataFrame, old: DataFrame) -> bool:
     if is_connect(new.sparkSession):
         return bool(new.sameSemantics(old))
     return bool(_optimized(new).sameResult(_optimized(old)))
+
+
+def distinct_by(df: DataFrame, key_columns: Sequence[str]) -> bool:
+    """Whether Spark's optimizer proves `df` holds at most one row per value of
+    `key_columns` (a plan whose last step groups by those columns, or some of them).
+    Not proven over Connect: the client sees no plan."""
+    if is_connect(df.sparkSession):
+        return False
+    plan = _optimized(df)
+    wanted = {a.name(): a.exprId().id() for a in _iterated(plan.output())}
+    ids = {wanted[name] for name in key_columns if name in wanted}
+    for expressions in _iterated(plan.distinctKeys()):
+        attributes = [
+            e.exprId().id()
+            for e in _iterated(expressions)
+            if e.getClass().getSimpleName() == "AttributeReference"
+        ]
+        if attributes and len(attributes) == expressions.size() and set(attributes) <= ids:
+            return True
+    return False
+
+
+def _iterated(scala_iterable: Any) -> list[Any]:
+    iterator = scala_iterable.iterator()
+    out = []
+    while iterator.hasNext():
+        out.append(iterator.next())
+    return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -203,18 +204,32 @@ def _read_merged(
 ) -> Iterator[pa.RecordBatch]:
     """A full file with its changelogs applied: its rows of changed keys are dropped,
     then each changed key's newest rows are added. Only the changes are held in
-    memory; the full file streams as usual."""
+    memory; the full file streams as usual.
+
+    A key's rows all carry its key group, so each batch of the file is matched only
+    against the changes of the key groups it spans: the changes are ordered by key
+    group once, and each batch's anti join builds its table from that slice, not from
+    every change of the subtask (which made a state that mostly changed quadratic in
+    its size: a batch of 10,000 rows joined against a million changed keys)."""
     changes = _latest_changes(spec, store, changelogs, wanted)
     if changes.num_rows == 0:
         yield from _read_one(spec, store, full, wanted)
         return
     keys = list(spec.key_columns)
+    changes = changes.take(pc.sort_indices(changes.column(KEY_GROUP_COLUMN)))
+    changed_groups = changes.column(KEY_GROUP_COLUMN).to_numpy()
     changed = changes.select(keys)
     for table in _raw_tables(spec, store, full, wanted):
+        span = pc.min_max(table.column(KEY_GROUP_COLUMN))
+        start = int(np.searchsorted(changed_groups, span["min"].as_py(), side="left"))
+        end = int(np.searchsorted(changed_groups, span["max"].as_py(), side="right"))
+        if start == end:
+            yield from _shaped(spec, table)
+            continue
         numbered = _numbered(table.select(keys))
         unchanged = numbered.join(
-            changed.cast(table.select(keys).schema), keys, join_type="left anti",
-            use_threads=False,
+            changed.slice(start, end - start).cast(table.select(keys).schema), keys,
+            join_type="left anti", use_threads=False,
         )  # fmt: skip
         yield from _shaped(spec, table.take(_sorted_rows(unchanged)))
     standing = changes.filter(pc.equal(changes.column(CHANGE_COLUMN), CHANGE_ROW))

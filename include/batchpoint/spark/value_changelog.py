@@ -59,16 +59,26 @@ def _checked(new_side: DataFrame, what: str) -> DataFrame:
 
 
 def value_changelog(
-    new: DataFrame, old: DataFrame, key_columns: Sequence[str], what: str
+    new: DataFrame,
+    old: DataFrame,
+    key_columns: Sequence[str],
+    what: str,
+    *,
+    proven_distinct: bool = False,
 ) -> DataFrame:
     """The changes that turn `old` into `new`, a value state (`what` names it in the
-    error of a duplicated key), in `new`'s column order plus `_change` and `_net`."""
+    error of a duplicated key), in `new`'s column order plus `_change` and `_net`.
+    `proven_distinct`: Spark's plan proves `new` has one row per key (plan_facts), so
+    its side needs no count and no check."""
     keys = list(key_columns)
     values = [name for name in new.columns if name not in keys]
     old_side = _side(old, keys, values, "_old").where(F.col(f"{_RANK}_old") == 1)
-    joined = _checked(_side(new, keys, values, "_new"), what).join(
-        old_side, on=keys, how="full_outer"
-    )
+    if proven_distinct:
+        row = [F.struct(*values).alias(f"{_ROW}_new")] if values else []
+        new_side = new.select(*keys, *row, F.lit(1).cast(T.LongType()).alias(f"{_COUNT}_new"))
+    else:
+        new_side = _checked(_side(new, keys, values, "_new"), what)
+    joined = new_side.join(old_side, on=keys, how="full_outer")
     in_new = F.col(f"{_COUNT}_new").isNotNull()
     new_rows = F.when(in_new, F.lit(1)).otherwise(F.lit(0))
     old_rows = F.coalesce(F.col(f"{_COUNT}_old"), F.lit(0))
