@@ -27,6 +27,7 @@ from batchpoint.spark.state_writer import (
 )
 from batchpoint.spark.stream_writer import write_streams
 from batchpoint.spark.task_rows import task_rows
+from batchpoint.spark.worker_memory import releasing
 from batchpoint.state.evolution import SchemaVerdict
 from batchpoint.state.format import StateHandle
 from batchpoint.storage import StoreRef
@@ -152,6 +153,7 @@ def read_keyed(
 # -- sources ------------------------------------------------------------------------------
 
 
+@releasing
 def _read_splits_task(
     store_ref: StoreRef, source: FileSourceDecl, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:

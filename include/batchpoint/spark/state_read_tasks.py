@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from batchpoint.spark.shipping import ShippedStore
+from batchpoint.spark.worker_memory import releasing
 from batchpoint.state.evolution import SchemaVerdict, migrate_batch
 from batchpoint.state.format import (
     CHANGE_COLUMN,
@@ -296,6 +297,7 @@ def read_row(
         yield from _read_one(spec, store, handle, wanted)
 
 
+@releasing
 def read_task(spec: TaskRead, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     store = spec.store.open()
     for batch in batches:

@@ -21,6 +21,7 @@ from batchpoint.spark.compat import from_arrow_schema, repartition_by_id, to_arr
 from batchpoint.spark.key_groups import check_key_columns, key_group_column, subtask_column
 from batchpoint.spark.shipping import StoreLike, driver_store, ship_store
 from batchpoint.spark.subtask_writer import _SubtaskWriter, _TaskWrite
+from batchpoint.spark.worker_memory import releasing
 from batchpoint.spark.write_requests import report_requests, requests_column
 from batchpoint.state.format import (
     CHANGELOG_COLUMNS,
@@ -124,6 +125,7 @@ def _write_subtask_files(
     return handles
 
 
+@releasing
 def _write_task(task: _TaskWrite, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The mapInArrow body: partition i of the input is subtask i."""
     from pyspark import TaskContext

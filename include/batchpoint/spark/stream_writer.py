@@ -33,6 +33,7 @@ from batchpoint.spark.key_groups import key_group_column, subtask_column
 from batchpoint.spark.shipping import StoreLike, driver_store
 from batchpoint.spark.state_writer import WriteSpec, _task_write, completed_handles
 from batchpoint.spark.subtask_writer import _SubtaskWriter, _TaskWrite
+from batchpoint.spark.worker_memory import releasing
 from batchpoint.spark.write_requests import report_requests, requests_column
 from batchpoint.state.format import (
     KEY_GROUP_COLUMN,
@@ -116,6 +117,7 @@ def _split(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
         yield index, _stream_rows(batch.slice(start, end - start), index)
 
 
+@releasing
 def _write_streams_task(
     tasks: Sequence[_TaskWrite], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
@@ -167,6 +169,7 @@ def _write_streams_task(
     )
 
 
+@releasing
 def _write_aligned_task(
     tasks: Sequence[_TaskWrite], counts: Sequence[int], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
