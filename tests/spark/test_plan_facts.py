@@ -37,6 +37,7 @@ def test_one_row_per_key_is_proven_only_where_the_plan_groups_by_the_key(spark: 
         "the key renamed": (by_key.select(F.col("key").alias("k"), "total"), ["key"]),
         "the key computed anew": (by_key.select((F.col("key") % 2).alias("key")), ["key"]),
         "joined to rows with several per key": (by_key.join(rows, "key"), ["key"]),
+        "two columns of the key's name": (by_key.join(rows, by_key.total == rows.v), ["key"]),
     }
     assert {name: distinct_by(df, keys) for name, (df, keys) in proven.items()} == dict.fromkeys(
         proven, True

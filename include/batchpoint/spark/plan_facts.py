@@ -74,8 +74,11 @@ def distinct_by(df: DataFrame, key_columns: Sequence[str]) -> bool:
     if is_connect(df.sparkSession):
         return False
     plan = _optimized(df)
-    wanted = {a.name(): a.exprId().id() for a in _iterated(plan.output())}
-    ids = {wanted[name] for name in key_columns if name in wanted}
+    output = [(a.name(), a.exprId().id()) for a in _iterated(plan.output())]
+    names = [name for name, _ in output]
+    if any(names.count(name) != 1 for name in key_columns):
+        return False  # a key column missing, or two columns of its name: nothing to prove
+    ids = {exprid for name, exprid in output if name in key_columns}
     for expressions in _iterated(plan.distinctKeys()):
         attributes = [
             e.exprId().id()
