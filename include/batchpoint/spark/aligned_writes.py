@@ -29,6 +29,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from batchpoint.spark.job_count import is_connect
+from batchpoint.spark.plan_facts import scala_items
 from batchpoint.spark.state_writer import WriteSpec
 from batchpoint.state.format import KEY_GROUP_COLUMN
 from batchpoint.state.keygroups import reversed_bits
@@ -60,7 +61,7 @@ def key_partitions(df: DataFrame, key_columns: Sequence[str]) -> int | None:
     plan = _physical_plan(df)
     partitioning = plan.outputPartitioning()
     if partitioning.getClass().getSimpleName() == "HashPartitioning":
-        output = {a.exprId().id(): a for a in _seq(plan.output())}
+        output = {a.exprId().id(): a for a in scala_items(plan.output())}
         keys = _keyed(partitioning, lambda e: output.get(e.exprId().id()) is not None)
         return int(partitioning.numPartitions()) if keys == list(key_columns) else None
     return _full_outer_join_partitions(plan, key_columns)
@@ -70,7 +71,7 @@ def _keyed(partitioning: Any, known: Any) -> list[str] | None:
     """The names of a hash partitioning's attributes, when each is a plain attribute
     `known` accepts, of a type hashed as it is."""
     names = []
-    for expression in _seq(partitioning.expressions()):
+    for expression in scala_items(partitioning.expressions()):
         if expression.getClass().getSimpleName() != "AttributeReference":
             return None  # a cast, or floating-point normalisation of a double key
         if not known(expression):
@@ -101,7 +102,7 @@ def _full_outer_join_partitions(plan: Any, key_columns: Sequence[str]) -> int | 
         partitioning = child.outputPartitioning()
         if partitioning.getClass().getSimpleName() != "HashPartitioning":
             return None
-        ids = [k.exprId().id() for k in _seq(keys) if hasattr(k, "exprId")]
+        ids = [k.exprId().id() for k in scala_items(keys) if hasattr(k, "exprId")]
         names = _keyed(partitioning, lambda e, ids=ids: e.exprId().id() in ids)
         if names != list(key_columns) or len(ids) != len(key_columns):
             return None
@@ -109,7 +110,7 @@ def _full_outer_join_partitions(plan: Any, key_columns: Sequence[str]) -> int | 
     (left, n_left), (right, n_right) = sides
     if n_left != n_right:
         return None
-    output = {a.name(): a.exprId().id() for a in _seq(plan.output())}
+    output = {a.name(): a.exprId().id() for a in scala_items(plan.output())}
     for index, name in enumerate(key_columns):
         if name not in output:
             return None
@@ -123,7 +124,7 @@ def _origin(expr_id: int, projections: list[Any]) -> set[int] | None:
     """The join-side attributes an output attribute is, through the projections from
     the top down: itself, an alias of one, or an alias of coalesce(left, right)."""
     for projection in projections:
-        for item in _seq(projection):
+        for item in scala_items(projection):
             if item.exprId().id() != expr_id:
                 continue
             kind = item.getClass().getSimpleName()
@@ -138,17 +139,13 @@ def _origin(expr_id: int, projections: list[Any]) -> set[int] | None:
                 break
             if inner_kind != "Coalesce":
                 return None
-            parts = _seq(inner.children())
+            parts = scala_items(inner.children())
             if any(p.getClass().getSimpleName() != "AttributeReference" for p in parts):
                 return None
             return {p.exprId().id() for p in parts}
         else:
             return None  # not produced by this projection
     return {expr_id}
-
-
-def _seq(scala_seq: Any) -> list[Any]:
-    return [scala_seq.apply(i) for i in range(scala_seq.size())]
 
 
 def units(df: DataFrame, spec: WriteSpec) -> int | None:

@@ -74,15 +74,15 @@ def distinct_by(df: DataFrame, key_columns: Sequence[str]) -> bool:
     if is_connect(df.sparkSession):
         return False
     plan = _optimized(df)
-    output = [(a.name(), a.exprId().id()) for a in _iterated(plan.output())]
+    output = [(a.name(), a.exprId().id()) for a in scala_items(plan.output())]
     names = [name for name, _ in output]
     if any(names.count(name) != 1 for name in key_columns):
         return False  # a key column missing, or two columns of its name: nothing to prove
     ids = {exprid for name, exprid in output if name in key_columns}
-    for expressions in _iterated(plan.distinctKeys()):
+    for expressions in scala_items(plan.distinctKeys()):
         attributes = [
             e.exprId().id()
-            for e in _iterated(expressions)
+            for e in scala_items(expressions)
             if e.getClass().getSimpleName() == "AttributeReference"
         ]
         if attributes and len(attributes) == expressions.size() and set(attributes) <= ids:
@@ -90,7 +90,8 @@ def distinct_by(df: DataFrame, key_columns: Sequence[str]) -> bool:
     return False
 
 
-def _iterated(scala_iterable: Any) -> list[Any]:
+def scala_items(scala_iterable: Any) -> list[Any]:
+    """A Scala collection's items (a Seq, a Set: any Iterable), read through py4j."""
     iterator = scala_iterable.iterator()
     out = []
     while iterator.hasNext():
