@@ -83,12 +83,23 @@ def test_two_setups_at_once_both_succeed_and_one_builds(built: Built) -> None:
     assert sum(UP_TO_DATE in out for out in texts) == 1, texts  # it waited, then saw it done
     assert sum("Spark class-data archive" in out for out in texts) == 1, texts
     assert built.archive.is_file() and built.stamp.is_file()
+    # Importable, and from bytecode written at set-up: where PYTHONDONTWRITEBYTECODE is
+    # set no process writes it, and each would compile its imports from source.
+    modules = ("batchpoint", "pyspark", "pyarrow", "airflow.sdk")
+    check = (
+        f"import importlib.util, os, {', '.join(modules)}\n"
+        f"for module in ({', '.join(modules)}):\n"
+        "    compiled = importlib.util.cache_from_source(module.__file__)\n"
+        "    print(module.__name__, os.path.exists(compiled))\n"
+    )
     works = subprocess.run(
-        [str(built.venv / "bin" / "python"), "-c", "import batchpoint, pyspark, airflow"],
+        [str(built.venv / "bin" / "python"), "-c", check],
         capture_output=True,
         text=True,
+        env={**built.env, "PYTHONDONTWRITEBYTECODE": "1"},  # the check writes none itself
     )
     assert works.returncode == 0, works.stderr
+    assert works.stdout.split() == [w for name in modules for w in (name, "True")], works.stdout
 
 
 @pytest.mark.timeout(1800)

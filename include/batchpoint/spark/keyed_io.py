@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 
 from batchpoint.protocol.checkpoint import FileHandle
 from batchpoint.sources.files import SourceSplit
+from batchpoint.sources.split_packing import pack_splits
 from batchpoint.spark.aligned_writes import units
 from batchpoint.spark.compat import from_arrow_schema
 from batchpoint.spark.remote import for_workers
@@ -26,7 +27,7 @@ from batchpoint.spark.state_writer import (
     write_keyed_state,
 )
 from batchpoint.spark.stream_writer import write_streams
-from batchpoint.spark.task_rows import task_rows
+from batchpoint.spark.task_rows import task_rows, task_slots
 from batchpoint.spark.worker_memory import releasing
 from batchpoint.state.evolution import SchemaVerdict
 from batchpoint.state.format import StateHandle
@@ -160,19 +161,22 @@ def _read_splits_task(
     files = source.files(store_ref, with_schema=True)
     target = pa.schema([f.with_nullable(True) for f in source.schema])
     for batch in batches:
-        for text in batch.column("split").to_pylist():
-            table = files.read_split(SourceSplit.from_json(json.loads(text)))
-            yield from table.cast(target).to_batches(max_chunksize=10_000)
+        for text in batch.column("splits").to_pylist():
+            for split in json.loads(text):
+                table = files.read_split(SourceSplit.from_json(split))
+                yield from table.cast(target).to_batches(max_chunksize=10_000)
 
 
 def read_source(
     spark: SparkSession, store_ref: StoreRef, source: FileSourceDecl, splits: Sequence[SourceSplit]
 ) -> DataFrame:
-    """This epoch's input of a source: one Spark task per file."""
+    """This epoch's input of a source: its files packed into Spark tasks as Spark packs
+    its own file scans (sources/split_packing), in their order."""
     if not splits:
         return empty(spark, source.schema)
-    rows = [(i, json.dumps(s.to_json())) for i, s in enumerate(splits)]
-    tasks = task_rows(spark, rows, "idx int, split string")
+    runs = pack_splits(splits, task_slots(spark))
+    rows = [(i, json.dumps([s.to_json() for s in run])) for i, run in enumerate(runs)]
+    tasks = task_rows(spark, rows, "idx int, splits string")
     reader = functools.partial(_read_splits_task, for_workers(store_ref), source)
     return tasks.mapInArrow(reader, spark_schema(source.schema))
 

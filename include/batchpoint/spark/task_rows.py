@@ -1,5 +1,5 @@
 """A small driver-made table whose row i is the input of Spark task i: what a read plans
-(one file, one source split per task). Made from `range(n)` in n slices, which puts
+(one file per task, or a run of source splits). Made from `range(n)` in n slices, which puts
 exactly row i in partition i with no shuffle (a `repartitionById` of local rows costs a
 shuffle stage, and under adaptive execution a Spark job of its own, per read). The rows
 ride in the plan as literals, so it works alike in classic and Connect sessions."""
@@ -30,3 +30,18 @@ def task_rows(spark: SparkSession, rows: Sequence[tuple[Any, ...]], ddl: str) ->
         values = F.array(*(F.lit(row[c]).cast(kind) for row in rows))
         columns.append(values[index].alias(name))
     return spark.range(0, len(rows), 1, len(rows)).select(*columns)
+
+
+def task_slots(spark: SparkSession) -> int | None:
+    """How many tasks Spark runs at once: a classic session's default parallelism (its
+    cores), or over Connect `spark.default.parallelism` where the server sets it; None
+    where it is not known."""
+    from batchpoint.spark.job_count import is_connect
+
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    value = spark.conf.get("spark.default.parallelism", None)
+    try:
+        return max(1, int(value)) if value is not None else None
+    except ValueError:  # a server's value Spark itself would refuse
+        return None
