@@ -14,22 +14,33 @@ if TYPE_CHECKING:
 
 
 def task_rows(spark: SparkSession, rows: Sequence[tuple[Any, ...]], ddl: str) -> DataFrame:
-    """`rows` as a DataFrame of columns `ddl` ("name type, ..."), row i alone in
-    partition i. The first column must be the row's index (0..n-1)."""
-    from pyspark.sql import functions as F
-
+    """`rows` as a DataFrame of columns `ddl` ("name type, ..."; int, bigint or string),
+    row i alone in partition i. The first column must be the row's index (0..n-1)."""
     if not rows:
         return spark.createDataFrame([], ddl)
     names = [part.split()[0] for part in ddl.split(",")]
-    types = [part.split()[1] for part in ddl.split(",")]
+    types = [part.split()[1].lower() for part in ddl.split(",")]
     if any(row[0] != i for i, row in enumerate(rows)):
         raise ValueError("task rows must be numbered 0..n-1 in order")
-    index = F.col("id").cast("int")
-    columns = [index.alias(names[0])]
+    # One SQL expression per column, parsed by Spark in one call: built of Column
+    # literals, a read of a few files cost 40 ms of py4j calls on the driver per read.
+    columns = [f"CAST(id AS INT) AS `{names[0]}`"]
     for c, (name, kind) in enumerate(zip(names[1:], types[1:], strict=True), 1):
-        values = F.array(*(F.lit(row[c]).cast(kind) for row in rows))
-        columns.append(values[index].alias(name))
-    return spark.range(0, len(rows), 1, len(rows)).select(*columns)
+        values = ", ".join(_literal(row[c], kind) for row in rows)
+        columns.append(f"array({values})[CAST(id AS INT)] AS `{name}`")
+    return spark.range(0, len(rows), 1, len(rows)).selectExpr(*columns)
+
+
+def _literal(value: Any, kind: str) -> str:
+    """A SQL literal of `value` as `kind`. A string goes as the hex of its UTF-8 bytes,
+    so that no quote, backslash or parser setting (escaped string literals) can change it."""
+    if kind not in ("int", "bigint", "string"):
+        raise ValueError(f"task rows: column type {kind!r} is not int, bigint or string")
+    if value is None:
+        return f"CAST(NULL AS {kind.upper()})"
+    if kind == "string":
+        return f"CAST(unhex('{str(value).encode().hex()}') AS STRING)"
+    return f"CAST({int(value)} AS {kind.upper()})"
 
 
 def task_slots(spark: SparkSession) -> int | None:
