@@ -45,7 +45,7 @@ def pack_splits(
     for split in splits:
         # As Spark's FilePartition: a run closes before the split that would take it
         # past its share; a split larger than the share is a run alone.
-        if runs and runs[-1] and taken + split.size <= share:
+        if runs and taken + split.size <= share:
             runs[-1].append(split)
             taken += split.size + open_cost
             continue
