@@ -22,6 +22,8 @@ def task_rows(spark: SparkSession, rows: Sequence[tuple[Any, ...]], ddl: str) ->
     types = [part.split()[1].lower() for part in ddl.split(",")]
     if any(row[0] != i for i, row in enumerate(rows)):
         raise ValueError("task rows must be numbered 0..n-1 in order")
+    if unknown := [kind for kind in types if kind not in _LITERAL_TYPES]:
+        raise ValueError(f"task rows: column type {unknown[0]!r} is not int, bigint or string")
     # One SQL expression per column, parsed by Spark in one call: built of Column
     # literals, a read of a few files cost 40 ms of py4j calls on the driver per read.
     columns = [f"CAST(id AS INT) AS `{names[0]}`"]
@@ -31,11 +33,13 @@ def task_rows(spark: SparkSession, rows: Sequence[tuple[Any, ...]], ddl: str) ->
     return spark.range(0, len(rows), 1, len(rows)).selectExpr(*columns)
 
 
+_LITERAL_TYPES = ("int", "bigint", "string")
+
+
 def _literal(value: Any, kind: str) -> str:
-    """A SQL literal of `value` as `kind`. A string goes as the hex of its UTF-8 bytes,
-    so that no quote, backslash or parser setting (escaped string literals) can change it."""
-    if kind not in ("int", "bigint", "string"):
-        raise ValueError(f"task rows: column type {kind!r} is not int, bigint or string")
+    """A SQL literal of `value` as `kind` (one of _LITERAL_TYPES). A string goes as the
+    hex of its UTF-8 bytes, so that no quote, backslash or parser setting (escaped string
+    literals) can change it."""
     if value is None:
         return f"CAST(NULL AS {kind.upper()})"
     if kind == "string":
