@@ -28,6 +28,7 @@ from peer_engines import (
     TOTALS_DDL,
     BatchpointEngine,
     StreamingEngine,
+    merge_totals,
     read_batchpoint_state,
     read_streaming_state,
     spark_session,
@@ -41,21 +42,6 @@ ENTRY = Path(__file__).with_name("bench_cost_curve.py")
 
 
 # -- the floor --------------------------------------------------------------------------
-
-
-def floor_totals(events: Any, previous: Any | None) -> Any:
-    """Count and sum per key of `events` merged into `previous` (None: the first epoch,
-    no state yet), as bench_peer's ``totals`` operator computes them."""
-    from pyspark.sql import functions as F
-
-    new = events.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("amount").alias("sum"))
-    if previous is None:
-        return new
-    return (
-        previous.unionByName(new)
-        .groupBy("key")
-        .agg(F.sum("count").cast("bigint").alias("count"), F.sum("sum").cast("bigint").alias("sum"))
-    )
 
 
 class FloorEngine:
@@ -75,7 +61,7 @@ class FloorEngine:
         previous = None
         if self.epochs:
             previous = read.schema(TOTALS_DDL).parquet(str(self.state(self.epochs - 1)))
-        floor_totals(events, previous).write.parquet(str(self.state(self.epochs)))
+        merge_totals(events, previous).write.parquet(str(self.state(self.epochs)))
         self.epochs += 1
 
     def checkpoint_dir(self) -> Path:

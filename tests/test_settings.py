@@ -64,6 +64,7 @@ def test_every_variable_is_read(tmp_path, root):
         "BATCHPOINT_HISTORY_LIMIT": "0",
         "BATCHPOINT_GC_GRACE": "2h",
         "BATCHPOINT_CHANGELOG_CHAIN": "3",
+        "BATCHPOINT_CHANGELOG_MIN_BYTES": "512 KiB",
         "BATCHPOINT_SKIP_IDLE_EPOCHS": "false",
         "BATCHPOINT_QUALITY_GATE": "demo.payments_quality:restore_gate",
         "BATCHPOINT_PIPELINE_REF": "a.b:p, c:q",
@@ -112,6 +113,7 @@ def test_every_variable_is_read(tmp_path, root):
         history_limit=0,
         gc_grace=7200,
         changelog_chain=3,
+        changelog_min_bytes=512 << 10,
         skip_idle=False,
     )
     assert s.quality_gate_ref == "demo.payments_quality:restore_gate"
@@ -144,9 +146,10 @@ def test_defaults(root):
     s = Settings.from_env({"BATCHPOINT_ROOT": root})
     assert s.store_options == {} and s.spark_master == "local[2]"
     assert s.savepoint_roots == (root + "/savepoints/",)
-    # The protocol's bare default is Flink's, a checkpoint per trigger; a deployment skips
-    # idle epochs unless told otherwise.
-    assert s.checkpoint == CheckpointConfig(skip_idle=True)
+    # The protocol's bare default is Flink's, a checkpoint per trigger and a changelog for
+    # any state; a deployment skips idle epochs and writes states under 4 MiB in full
+    # unless told otherwise.
+    assert s.checkpoint == CheckpointConfig(skip_idle=True, changelog_min_bytes=4 << 20)
     assert s.checkpoint.restore_verify_checksums is True
     assert s.checkpoint.gc_grace == 3600 and s.checkpoint.history_limit == 100
     assert s.quality_gate_ref is None
@@ -359,6 +362,9 @@ def test_negative_and_fractional_counts(variable, value, reason, root):
             '{"p": "@once"}',
             "pipeline 'p': '@once': a checkpoint schedule must",
         ),
+        ("BATCHPOINT_CHANGELOG_MIN_BYTES", "4MB", "KiB, MiB or GiB"),
+        ("BATCHPOINT_CHANGELOG_MIN_BYTES", "-1", "not a size"),
+        ("BATCHPOINT_CHANGELOG_MIN_BYTES", "1.5MiB", "not a size"),
         ("BATCHPOINT_VERIFY_CHECKSUMS", "yes", "true or false"),
         ("BATCHPOINT_RESTORE_VERIFY_CHECKSUMS", "ture", "true or false"),
         ("BATCHPOINT_AUDIT", "maybe", "true or false"),
@@ -464,6 +470,21 @@ def test_reading_the_settings_creates_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        ("0", 0),
+        ("1048576", 1 << 20),
+        ("512KiB", 512 << 10),
+        (" 4 mib ", 4 << 20),
+        ("1GiB", 1 << 30),
+    ],
+)
+def test_changelog_min_bytes_takes_bytes_or_binary_units(value, size, root):
+    env = {"BATCHPOINT_ROOT": root, "BATCHPOINT_CHANGELOG_MIN_BYTES": value}
+    assert Settings.from_env(env).checkpoint.changelog_min_bytes == size
+
+
 # -- the core's own config checks the same bounds ---------------------------------------
 
 
@@ -475,6 +496,7 @@ def test_reading_the_settings_creates_nothing(tmp_path):
         {"min_pause": 31 * 86400},
         {"gc_grace": -1},
         {"history_limit": -1},
+        {"changelog_min_bytes": -1},
     ],
 )
 def test_checkpoint_config_refuses_impossible_values(values):

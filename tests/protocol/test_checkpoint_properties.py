@@ -74,6 +74,18 @@ def test_the_trigger_keeps_the_typed_properties_it_is_given(store: ObjectStore) 
     assert isinstance(untyped.properties, CheckpointProperties)
 
 
+def test_the_trigger_fixes_the_changelog_floor_only_when_it_is_on(store: ObjectStore) -> None:
+    """Every attempt plans its snapshots by the floor its pending record holds; a
+    pipeline with the floor off writes records as they were before it existed."""
+    c = steps.coordinator(store, changelog_min_bytes=4096, max_concurrent=3)
+    assert c.trigger({"src": {"p0": 1}}).properties.changelog_min_bytes == 4096
+    given = CheckpointProperties(changelog_min_bytes=0)  # the caller's own wins
+    assert c.trigger({"src": {"p0": 2}}, properties=given).properties.changelog_min_bytes == 0
+    off = steps.coordinator(store, max_concurrent=3).trigger({"src": {"p0": 3}})
+    stored = json.loads(store.get(c.layout.active(off.checkpoint_id)).data)["properties"]
+    assert off.properties.changelog_min_bytes is None and "changelog_min_bytes" not in stored
+
+
 def test_a_stored_flag_of_the_wrong_type_is_damage_naming_it(store: ObjectStore) -> None:
     c = steps.coordinator(store)
     cid = c.trigger({"src": {"p0": 1}}).checkpoint_id

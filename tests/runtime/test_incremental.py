@@ -158,6 +158,28 @@ def test_full_snapshots_start_a_chain_where_sharing_must_not_happen(
     run.assert_matches_reference()
 
 
+def test_a_state_under_the_changelog_floor_is_written_in_full(
+    make_run: Callable[..., PaymentsRun], after_first_epoch: Path
+) -> None:
+    """With the floor between the two states' sizes, the smaller state is rewritten in
+    full and the larger one still writes a changelog, in the same checkpoint."""
+    base = _completed(make_run(copy_from=after_first_epoch), 1)
+    sizes = {
+        state: sum(h.size for h in _state_files(base) if h.name == f"state-{state}")
+        for state in ("seen", "balances")
+    }
+    small, large = sorted(sizes, key=sizes.__getitem__)
+    assert sizes[small] < sizes[large], sizes
+    run = make_run(copy_from=after_first_epoch, changelog_min_bytes=sizes[large])
+    completed = _epoch(run, 1)
+    assert completed.pending.properties.changelog_min_bytes == sizes[large]
+    assert _layers(completed, small) == {0} and _layers(completed, large) == {0, 1}
+    assert not {h.path for h in _state_files(completed) if h.name == f"state-{small}"} & (
+        _shared(completed)
+    )
+    run.assert_matches_reference()
+
+
 def test_incremental_checkpoints_can_be_turned_off(
     make_run: Callable[..., PaymentsRun], after_first_epoch: Path
 ) -> None:

@@ -14,6 +14,12 @@ from batchpoint.errors import ConfigError
 MAX_SECONDS = 30 * 86400.0
 
 
+#: A deployment's `changelog_min_bytes` unless set: Spark's own open cost for a file
+#: (spark.sql.files.openCostInBytes). A state smaller than one file's opening costs less
+#: to rewrite than to compare with its base.
+DEPLOYED_CHANGELOG_MIN_BYTES = 4 << 20
+
+
 @dataclass(frozen=True)
 class CheckpointConfig:
     timeout: float = 600.0  # seconds a checkpoint may stay pending
@@ -28,6 +34,11 @@ class CheckpointConfig:
     # Changelog layers an incremental checkpoint may stack on a full snapshot; 0: every
     # checkpoint writes its state in full.
     changelog_chain: int = 8
+    # A state whose base is smaller than this many bytes is written in full: comparing it
+    # with its base costs a join and a second layer to read, more than rewriting it. Off
+    # here (any state may be a changelog, as in Flink's incremental checkpoints);
+    # deployments turn it on by default (DEPLOYED_CHANGELOG_MIN_BYTES).
+    changelog_min_bytes: int = 0
     # A periodic trigger whose sources have nothing new since its base is refused
     # (`no-new-input`), as Structured Streaming runs no micro-batch without new data. Off
     # here (a checkpoint per trigger, as in Flink); deployments turn it on by default.
@@ -49,6 +60,7 @@ class CheckpointConfig:
             (self.num_retained >= 1, "num_retained must be >= 1"),
             (self.history_limit >= 0, "history_limit must be >= 0"),
             (self.changelog_chain >= 0, "changelog_chain must be >= 0"),
+            (self.changelog_min_bytes >= 0, "changelog_min_bytes must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:

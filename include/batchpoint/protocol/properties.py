@@ -33,6 +33,9 @@ class CheckpointProperties(codec.Value, Mapping[str, Any]):
     changelog_chain: int | None = _flag(
         "the changelog chain bound every attempt of every task plans its snapshots with"
     )
+    changelog_min_bytes: int | None = _flag(
+        "a state whose base is smaller (in bytes) is snapshotted in full by every attempt"
+    )
     independent_of_base: str | None = _flag(
         "why it must not share its base's files (the base is held outside retention)"
     )

@@ -149,8 +149,12 @@ class CheckpointTrigger:
     def _properties(
         self, given: CheckpointProperties, admitted: ControlRecord, base_id: int | None
     ) -> CheckpointProperties:
-        chain = self._config.changelog_chain if given.changelog_chain is None else None
-        props = replace(given, changelog_chain=chain) if chain is not None else given
+        props = given
+        if given.changelog_chain is None:
+            props = replace(props, changelog_chain=self._config.changelog_chain)
+        # Fixed only when on: a record without it plans as every record before it did.
+        if given.changelog_min_bytes is None and self._config.changelog_min_bytes:
+            props = replace(props, changelog_min_bytes=self._config.changelog_min_bytes)
         if (why := held_elsewhere(admitted, base_id)) is not None:
             props = replace(props, independent_of_base=why)
         return props

@@ -5,14 +5,16 @@ copied) and adds a layer holding only the keys that changed. The chain is bounde
 a restore's cost stays flat: after `changelog_chain` layers the next snapshot is full
 again. A state whose last changelog changed most of its rows is written in full too
 (no join with the base, one layer to read), for a few epochs, then a changelog probes
-whether it settled. Full
-snapshots also start every chain the base cannot continue: savepoints (self-contained),
-a rescale, a new state format or schema (nullability included), and a base held outside
-this pipeline's retention (a savepoint, or a checkpoint restored without claim: Flink's
-NO_CLAIM). And a rewrite is always full: a deploy that migrated the stored rows (by a
-rule or by `migrate=`) or a base whose rows were placed by another key, or by a key it
-never recorded (an older release), is written in full in its first epoch; a changelog
-there would lay the rows the epoch touched over files it did not rewrite.
+whether it settled. Full snapshots also start every chain the base cannot continue:
+savepoints (self-contained), a rescale, a new state format or schema (nullability
+included), and a base held outside this pipeline's retention (a savepoint, or a
+checkpoint restored without claim: Flink's NO_CLAIM). A state whose files are smaller
+than the pending record's `changelog_min_bytes` is written in full as well: a
+changelog costs a join with the base and a second layer to read, more than rewriting a
+few megabytes. And a rewrite is always full: a deploy that migrated the stored rows (by
+a rule or by `migrate=`) or a base whose rows were placed by another key, or by a key
+it never recorded (an older release), is written in full in its first epoch; a
+changelog there would lay the rows the epoch touched over files it did not rewrite.
 GC needs nothing new: it keeps every file a retained or pending checkpoint references,
 wherever the file lives.
 """
@@ -84,9 +86,10 @@ def plan_snapshot(
     rewrite: str | None = None,
 ) -> SnapshotPlan:
     """How this checkpoint snapshots a state whose base files are `base_files`. Decided
-    from the pending record (which fixes the chain bound at trigger; `changelog_chain`
-    only for records without it), the base and the deploy (`rewrite`: why every row is
-    rewritten, see `rewrite_reason`) alone, so every attempt decides alike."""
+    from the pending record (which fixes the chain bound and the size floor at trigger;
+    `changelog_chain` only for records without a bound; no floor without one), the base
+    and the deploy (`rewrite`: why every row is rewritten, see `rewrite_reason`) alone,
+    so every attempt decides alike."""
 
     def full(why: str, churn: int = 0) -> SnapshotPlan:
         return SnapshotPlan(0, why, churn=churn)
@@ -110,6 +113,9 @@ def plan_snapshot(
         return full("the state's schema changed")
     if not comparable:
         return full("the state has map columns, which Spark cannot compare")
+    floor = pending.properties.changelog_min_bytes or 0
+    if (stored := sum(f.size for f in base_files)) < floor:
+        return full(f"the state's {stored} bytes are under the changelog floor of {floor}")
     top = max(h.layer for h in handles)
     if top >= changelog_chain:
         return full(f"compacting {top} changelog(s)")

@@ -50,6 +50,9 @@ SETTINGS: dict[str, str] = {
     "the cleanup grace.",
     "changelog_chain": "Incremental checkpoints: changelog layers a state may stack on its "
     "last full snapshot; 0 writes every state in full each checkpoint.",
+    "changelog_min_bytes": "Incremental checkpoints: a state whose files are smaller is "
+    "written in full each checkpoint (bytes, or 512KiB / 4MiB / 1GiB; default 4MiB); 0 "
+    "lets any state be a changelog.",
     "skip_idle_epochs": "Skip a scheduled checkpoint whose sources have nothing new (reason "
     "no-new-input); false runs every epoch.",
     "quality_gate": "module:attr of the restore quality gate (none by default).",

@@ -70,7 +70,7 @@ from pydantic_settings import (
 )
 
 from batchpoint.errors import ConfigError
-from batchpoint.protocol.config import CheckpointConfig
+from batchpoint.protocol.config import DEPLOYED_CHANGELOG_MIN_BYTES, CheckpointConfig
 from batchpoint.settings import values
 from batchpoint.settings.fields import (
     Bool,
@@ -160,6 +160,9 @@ class BatchpointEnvironment(BaseSettings):
     history_limit: Annotated[int, count(0)] = 100
     gc_grace: Annotated[float | None, optional(values.parse_duration)] = None
     changelog_chain: Annotated[int, count(0)] = 8
+    changelog_min_bytes: Annotated[int, BeforeValidator(values.parse_size)] = (
+        DEPLOYED_CHANGELOG_MIN_BYTES
+    )
     skip_idle_epochs: Bool = True
     quality_gate: Annotated[str | None, optional(values.check_ref)] = None
     table_catalog: Secret = None  # a SQLAlchemy URI may hold a password
@@ -240,6 +243,7 @@ class BatchpointEnvironment(BaseSettings):
             history_limit=self.history_limit,
             gc_grace=self.effective_gc_grace,
             changelog_chain=self.changelog_chain,
+            changelog_min_bytes=self.changelog_min_bytes,
             skip_idle=self.skip_idle_epochs,
         )
 

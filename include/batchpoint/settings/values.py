@@ -129,6 +129,24 @@ def parse_count(value: Any, *, minimum: int = 0) -> int:
     return count
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def parse_size(value: Any) -> int:
+    """A size in bytes: a whole number, or one with a binary unit (`512KiB`, `4 MiB`,
+    `1GiB`, in any case). Decimal units are refused: `4MB` could mean either."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number, unit = value, ""
+    else:
+        match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(value))
+        if match is None or match[2].lower() not in _SIZE_UNITS:
+            raise ValueError("not a size (a number of bytes, or one with KiB, MiB or GiB)")
+        number, unit = int(match[1]), match[2].lower()
+    if number < 0:
+        raise ValueError("must be at least 0 bytes")
+    return number * _SIZE_UNITS[unit]
+
+
 def parse_bool(value: Any) -> bool:
     """`true` or `false`, in any case. Nothing looser: a typo such as `ture` must fail
     rather than quietly mean false."""
