@@ -14,9 +14,10 @@ the tables show. The engines:
 - batchpoint: bench_peer.BatchpointEngine (``LocalEpochRunner``, local store);
 - structured streaming: bench_peer.StreamingEngine (``availableNow``);
 - floor: no protocol. Each epoch reads the epoch's input files and the previous
-  epoch's state (Parquet, a local folder), counts and sums per key (union + groupBy,
-  the shape of bench_peer's ``totals`` operator) and writes the new state as Parquet to
-  a new folder: what any engine must at least do to keep this state in files.
+  epoch's state (Parquet, a local folder), counts and sums per key (one groupBy over
+  the union, peer_engines.merge_totals, as bench_peer's ``totals`` operator) and
+  writes the new state as Parquet to a new folder: what any engine must at least do
+  to keep this state in files.
 
 Each engine's final state is then checked against peer_data's numpy computation over
 every event (exit 1 without figures on a difference), each is loaded again in a fresh

@@ -109,6 +109,22 @@ def test_the_audit_task_is_there_only_with_audit_on():
     assert dags["payments_savepoint"].get_task("trigger").audit is False
 
 
+@pytest.mark.parametrize(
+    ("values", "row"),
+    [
+        ({}, "changelogs, up to 8 layers; states under 4 MiB written in full"),
+        ({"BATCHPOINT_CHANGELOG_MIN_BYTES": "1536KiB"}, "states under 1536 KiB written in full"),
+        ({"BATCHPOINT_CHANGELOG_MIN_BYTES": "1000"}, "states under 1000 bytes written in full"),
+        ({"BATCHPOINT_CHANGELOG_MIN_BYTES": "0"}, "changelogs, up to 8 layers |"),
+        ({"BATCHPOINT_CHANGELOG_CHAIN": "0"}, "off (every state written in full)"),
+    ],
+)
+def test_the_checkpoint_dag_says_how_states_are_snapshotted(values, row):
+    doc = build_pipeline_dags(build_pipeline(), REF, deployment(**values))["payments_checkpoint"]
+    (line,) = [x for x in doc.doc_md.splitlines() if x.startswith("| incremental checkpoints |")]
+    assert row in f"{line}", line
+
+
 def test_a_pipeline_that_declares_audited_checkpoints_gets_the_audit_task():
     from batchpoint.quality.suites import declare_quality
     from demo.payments_quality import payments_quality

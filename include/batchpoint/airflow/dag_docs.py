@@ -6,6 +6,7 @@ from __future__ import annotations
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.restore_form import restore_form_table
 from batchpoint.ops.epoch_plan import TaskKind
+from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
 from batchpoint.runtime.api import Pipeline
 
@@ -58,6 +59,7 @@ def _settings_table(deployment: AirflowDeployment, audit: bool, schedule: str) -
         ("tolerable failed checkpoints", c.tolerable_failed_checkpoints),
         ("retained checkpoints", c.num_retained),
         ("idle epochs", "skipped" if c.skip_idle else "run"),
+        ("incremental checkpoints", _incremental(c)),
         (
             "storage",
             f"`{deployment.settings.root}` "
@@ -67,6 +69,26 @@ def _settings_table(deployment: AirflowDeployment, audit: bool, schedule: str) -
         ("audit (write-audit-publish)", "on" if audit else "off"),
     ]
     return "| setting | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+_UNITS = (("GiB", 30), ("MiB", 20), ("KiB", 10))
+
+
+def _size(n: int) -> str:
+    """`n` bytes in the largest binary unit that holds it whole, as the setting takes it."""
+    for unit, shift in _UNITS:
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+def _incremental(c: CheckpointConfig) -> str:
+    if c.changelog_chain == 0:
+        return "off (every state written in full)"
+    text = f"changelogs, up to {c.changelog_chain} layers"
+    if c.changelog_min_bytes:
+        text += f"; states under {_size(c.changelog_min_bytes)} written in full"
+    return text
 
 
 def operator_doc(name: str, kind: OperatorKind, inputs: tuple[str, ...], parallelism: int) -> str:

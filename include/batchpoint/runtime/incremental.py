@@ -105,12 +105,8 @@ def plan_snapshot(
     if reason := pending.properties.independent_of_base or rewrite:
         return full(reason)
     handles = [StateHandle.coerce(f) for f in base_files]
-    if any(h.format != FORMAT_VERSION for h in handles):
-        return full(f"the base is in state format {handles[0].format}")
-    if any((h.parallelism, h.max_parallelism) != (parallelism, max_parallelism) for h in handles):
-        return full(f"rescaled from parallelism {handles[0].parallelism} to {parallelism}")
-    if any(h.schema_fingerprint != fingerprint for h in handles):
-        return full("the state's schema changed")
+    if reason := _unlike_base(handles, parallelism, max_parallelism, fingerprint):
+        return full(reason)
     if not comparable:
         return full("the state has map columns, which Spark cannot compare")
     floor = pending.properties.changelog_min_bytes or 0
@@ -138,6 +134,19 @@ def plan_snapshot(
         for f in base_files
     )
     return SnapshotPlan(top + 1, f"changelog {top + 1} on checkpoint {base_id}", shared)
+
+
+def _unlike_base(
+    handles: Sequence[StateHandle], parallelism: int, max_parallelism: int, fingerprint: str
+) -> str | None:
+    """Why the base's files cannot carry a changelog of this attempt's state, or None."""
+    if any(h.format != FORMAT_VERSION for h in handles):
+        return f"the base is in state format {handles[0].format}"
+    if any((h.parallelism, h.max_parallelism) != (parallelism, max_parallelism) for h in handles):
+        return f"rescaled from parallelism {handles[0].parallelism} to {parallelism}"
+    if any(h.schema_fingerprint != fingerprint for h in handles):
+        return "the state's schema changed"
+    return None
 
 
 def rewrite_reason(
