@@ -203,6 +203,15 @@ def test_list_is_in_key_order_and_filters_by_prefix(store: ObjectStore) -> None:
     assert list(store.list("nothing/")) == []
 
 
+def test_list_sizes_gives_what_list_gives(store: ObjectStore) -> None:
+    keys = ["s/b", "s/a/1", "s/a-x", "s/c/d/e", "t/1"]
+    for n, key in enumerate(random.sample(keys, len(keys))):
+        store.put(key, b"x" * n)
+    for prefix in ("s/", "s/a", "", "nothing/"):
+        listed = [(o.key, o.size) for o in store.list(prefix)]
+        assert list(store.list_sizes(prefix)) == listed
+
+
 def test_list_dirs(store: ObjectStore) -> None:
     for key in ["r/x/1", "r/x/y/2", "r/a-b/1", "r/a/1", "r/file", "top/1"]:
         store.put(key, b"")

@@ -27,6 +27,7 @@ def test_counts_each_call_by_kind(tmp_path: Path) -> None:
     assert store.head("a/missing") is None
     assert store.exists("a/y")
     assert [o.key for o in store.list("a/")] == ["a/x", "a/y"]
+    assert [key for key, _ in store.list_sizes("a/")] == ["a/x", "a/y"]
     assert store.list_dirs("") == ["a/"]
     local = tmp_path / "f.bin"
     local.write_bytes(b"data")
@@ -38,10 +39,10 @@ def test_counts_each_call_by_kind(tmp_path: Path) -> None:
         "delete": 2,
         "get": 2,
         "head": 2,
-        "list": 2,
+        "list": 3,
         "put": 5,
     }
-    assert store.requests.total == 13
+    assert store.requests.total == 14
     assert list(store.inner.list("")) == []  # it did what it counted
 
 

@@ -111,7 +111,7 @@ class PartitionedFileSource:
     def _listing(self, partition: str) -> list[FileEntry]:
         prefix = self._prefix(partition)
         entries = [
-            FileEntry(info.key[len(prefix) :], info.size) for info in self.store.list(prefix)
+            FileEntry(key[len(prefix) :], size) for key, size in self.store.list_sizes(prefix)
         ]
         # Sort here rather than trust each backend's listing order: offsets depend on it.
         return sorted((e for e in entries if not is_hidden(e.name)), key=lambda e: e.name)

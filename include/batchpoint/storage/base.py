@@ -61,6 +61,12 @@ class ObjectStore(abc.ABC):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every object whose key starts with `prefix`, in key order, at any depth."""
 
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """Key and size of every object `list` gives, in its order. A store whose etags
+        cost a read of each object (a local folder hashes its files) answers without
+        them: a source lists every file it ever received at each trigger, for sizes."""
+        return ((info.key, info.size) for info in self.list(prefix))
+
     @abc.abstractmethod
     def list_dirs(self, prefix: str) -> list[str]:
         """The immediate 'sub-folders' under `prefix` (which should end with '/'),

@@ -150,12 +150,27 @@ class LocalObjectStore(ObjectStore):
             return None
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        for key in self._keys(prefix):
+            path = self.root / key
+            try:
+                yield ObjectInfo(key, path.stat().st_size, _file_etag(path))
+            except FileNotFoundError:
+                continue  # deleted while listing: S3 would not list it either
+
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        for key in self._keys(prefix):
+            try:
+                yield key, (self.root / key).stat().st_size
+            except FileNotFoundError:
+                continue
+
+    def _keys(self, prefix: str) -> list[str]:
         # Walk only the directory the prefix names, then filter by the remaining text,
         # so listing one checkpoint does not walk the whole store.
         base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = self.root / base_dir if base_dir else self.root
         if not start.is_dir():
-            return
+            return []
         found: list[str] = []
         for dirpath, dirnames, filenames in os.walk(start):
             dirnames[:] = sorted(d for d in dirnames if d != _LOCK_DIR)
@@ -166,12 +181,7 @@ class LocalObjectStore(ObjectStore):
                 key = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
                 if key.startswith(prefix):
                     found.append(key)
-        for key in sorted(found):
-            path = self.root / key
-            try:
-                yield ObjectInfo(key, path.stat().st_size, _file_etag(path))
-            except FileNotFoundError:
-                continue  # deleted while listing: S3 would not list it either
+        return sorted(found)
 
     def list_dirs(self, prefix: str) -> list[str]:
         directory = self.root / prefix.rstrip("/") if prefix.strip("/") else self.root

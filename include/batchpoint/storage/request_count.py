@@ -115,6 +115,10 @@ class CountingStore(ObjectStore):
         self.requests.count(RequestKind.LIST)
         return self.inner.list(prefix)
 
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        self.requests.count(RequestKind.LIST)
+        return self.inner.list_sizes(prefix)
+
     def list_dirs(self, prefix: str) -> list[str]:
         self.requests.count(RequestKind.LIST)
         return self.inner.list_dirs(prefix)
