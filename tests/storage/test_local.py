@@ -109,3 +109,16 @@ def test_file_uri_opens_a_local_store(tmp_path: Path) -> None:
     assert (tmp_path / "root" / "k").read_bytes() == b"v"
     with pytest.raises(ConfigError):
         LocalObjectStore(tmp_path / "absent", create=False)
+
+
+def test_a_confined_store_lists_no_link_sizes_either(tmp_path: Path) -> None:
+    from batchpoint.storage.confined import ConfinedLocalStore
+
+    store = ConfinedLocalStore(tmp_path / "root")
+    store.put("a/x", b"abc")
+    (tmp_path / "secret").write_bytes(b"outside the root")
+    (tmp_path / "root" / "a" / "link").symlink_to(tmp_path / "secret")
+    # The plain folder walk would follow the link to a file outside the root.
+    assert [o.key for o in LocalObjectStore(tmp_path / "root").list("a/")] == ["a/link", "a/x"]
+    assert [o.key for o in store.list("a/")] == ["a/x"]
+    assert list(store.list_sizes("a/")) == [("a/x", 3)]
