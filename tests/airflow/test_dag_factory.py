@@ -122,7 +122,7 @@ def test_the_audit_task_is_there_only_with_audit_on():
 def test_the_checkpoint_dag_says_how_states_are_snapshotted(values, row):
     doc = build_pipeline_dags(build_pipeline(), REF, deployment(**values))["payments_checkpoint"]
     (line,) = [x for x in doc.doc_md.splitlines() if x.startswith("| incremental checkpoints |")]
-    assert row in f"{line}", line
+    assert row in line, line
 
 
 def test_a_pipeline_that_declares_audited_checkpoints_gets_the_audit_task():

@@ -140,9 +140,9 @@ def test_new_keys_are_no_churn() -> None:
 
 
 def test_a_state_under_the_floor_fixed_at_trigger_is_written_in_full() -> None:
-    # Two subtasks of 1,000 rows: 2,200 bytes; with a changelog of 10 rows: 2,420.
-    for base, stored in ((files([1000]), 2200), (files([1000, 10]), 2420)):
-        top = max(int(h.meta.get("layer", 0)) for h in base)
+    # The floor weighs every layer's files: a full snapshot, then one with a changelog.
+    for base in (files([1000]), files([1000, 10])):
+        stored, top = sum(h.size for h in base), max(int(h.meta.get("layer", 0)) for h in base)
         under = plan(base, pending(changelog_min_bytes=stored + 1))
         assert under.full and not under.shared and not under.churn
         assert f"{stored} bytes" in under.why and f"floor of {stored + 1}" in under.why
