@@ -136,6 +136,50 @@ def test_a_layered_read_in_batches_drops_exactly_the_changed_keys_of_each(
     assert _bag(rows) == _bag(v2)
 
 
+def test_a_layered_read_holds_the_changes_of_the_key_groups_at_hand_only(
+    spark: Any, state_store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a changelog that rewrote every key, a task's first batch comes out when
+    only the changes of its first key groups have been read: holding every change of
+    the subtask made a large state's read workers the largest processes of an epoch.
+    The reads are the real ones, counted as they pass."""
+    import json
+
+    from batchpoint.spark import state_read_tasks
+    from batchpoint.spark.state_reader import TASK_COLUMNS, plan_keyed_read
+
+    old = [(f"a{i}", i, "x") for i in range(3000)]
+    new = [(a, e + 1, n) for a, e, n in old]
+    handles, _ = _chain(spark, state_store, [old, new], ENTRIES, ["account"])
+    read_rows = Counter[str]()
+    real = state_read_tasks._raw_tables
+
+    def counted(spec: Any, store: Any, handle: Any, wanted: Any, extra: Any = ()) -> Any:
+        for table in real(spec, store, handle, wanted, extra):
+            read_rows["changes" if extra else "full"] += table.num_rows
+            yield table
+
+    monkeypatch.setattr(state_read_tasks, "_raw_tables", counted)
+    plan = plan_keyed_read(spark, state_store, handles)
+    task = dataclasses.replace(plan.task, batch_rows=50)
+    names = [column.split()[0] for column in TASK_COLUMNS.split(", ")]
+    rows = []
+    for values in plan.rows:
+        read_rows.clear()
+        row = dict(zip(names, values, strict=True))
+        subtask_changes = sum(h["rows"] for h in json.loads(row["changelogs"]))
+        batches = state_read_tasks.read_row(task, state_store, row)
+        first = next(batches)
+        # A subtask has 5 or 6 of the 16 key groups; its first run needs the changes of
+        # its first group, and a cursor reads at most one batch past what it gives.
+        assert subtask_changes > 500
+        assert 0 < read_rows["changes"] < subtask_changes / 2
+        rows += first.to_pylist()
+        rows += [r for batch in batches for r in batch.to_pylist()]
+        assert read_rows["changes"] == subtask_changes  # and all of them by the end
+    assert _bag(tuple(r[c] for c in ("account", "entry", "note")) for r in rows) == _bag(new)
+
+
 def test_layered_state_restores_at_another_parallelism(
     spark: Any, state_store: ObjectStore
 ) -> None:

@@ -7,11 +7,12 @@ exactly the schema it was promised. state_reader.py plans the read on the driver
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,18 +165,56 @@ def _raw_tables(
             del table
 
 
-def _latest_changes(
-    spec: TaskRead, store: ObjectStore, changelogs: Sequence[StateHandle], wanted: KeyGroupRange
-) -> pa.Table:
-    """The rows of every changed key of `wanted` as of the newest changelog that has
-    the key (all of that layer's rows of it, or its CHANGE_GONE mark)."""
-    tables = []
-    for handle in changelogs:
-        for table in _raw_tables(spec, store, handle, wanted, extra=CHANGELOG_COLUMNS):
-            layer = pa.array([handle.layer] * table.num_rows, pa.int32())
-            tables.append(table.append_column(_LAYER, layer))
+class _LayerCursor:
+    """One changelog file's rows handed out by key group, in order: the writer sorts a
+    file by key group, so the rows of the groups up to g are a prefix of what is left.
+    The file is opened when the first group of its range is asked for."""
+
+    def __init__(self, tables: Callable[[], Iterator[pa.Table]], handle: StateHandle) -> None:
+        self._open, self.handle = tables, handle
+        self._tables: Iterator[pa.Table] | None = None
+        self._held: list[pa.Table] = []
+        self._ended = False
+
+    def through(self, group: int) -> list[pa.Table]:
+        """The rows of key groups up to `group` not handed out yet, with their layer."""
+        if self.handle.key_group_range.start > group:
+            return []
+        if self._tables is None:
+            self._tables = self._open()
+        while not self._ended and (not self._held or _last_group(self._held[-1]) <= group):
+            table = next(self._tables, None)
+            if table is None:
+                self._ended = True
+            elif table.num_rows:
+                layer = pa.repeat(pa.scalar(self.handle.layer, pa.int32()), table.num_rows)
+                self._held.append(table.append_column(_LAYER, layer))
+        out: list[pa.Table] = []
+        while self._held and _last_group(self._held[0]) <= group:
+            out.append(self._held.pop(0))
+        if self._held:
+            first = self._held[0]
+            cut = int(np.searchsorted(first.column(KEY_GROUP_COLUMN).to_numpy(), group, "right"))
+            if cut:
+                out.append(first.slice(0, cut))
+                self._held[0] = first.slice(cut)
+        return out
+
+    def close(self) -> None:
+        if self._tables is not None:
+            self._tables.close()  # type: ignore[attr-defined]
+
+
+def _last_group(table: pa.Table) -> int:
+    return int(table.column(KEY_GROUP_COLUMN)[-1].as_py())
+
+
+def _latest_changes(spec: TaskRead, tables: Sequence[pa.Table]) -> pa.Table | None:
+    """Of the changelog rows in `tables` (each with its layer), every changed key's rows
+    as of the newest layer that has the key (all of that layer's rows of it, or its
+    CHANGE_GONE mark); None when there are none."""
     if not tables:
-        return pa.table({})
+        return None
     schema = tables[0].schema
     changes = pa.concat_tables([t.cast(schema) for t in tables])
     keys = list(spec.key_columns)
@@ -203,36 +242,58 @@ def _read_merged(
     changelogs: Sequence[StateHandle],
     wanted: KeyGroupRange,
 ) -> Iterator[pa.RecordBatch]:
-    """A full file with its changelogs applied: its rows of changed keys are dropped,
-    then each changed key's newest rows are added. Only the changes are held in
-    memory; the full file streams as usual.
+    """A full file with its changelogs applied, streamed by key group: every file is
+    sorted by key group and a key's rows all carry its group, so the full file's rows
+    are taken in runs of whole key groups and each run is merged with the changes of
+    its groups alone (its rows of changed keys dropped, the changed keys' newest rows
+    added). Memory holds one run and its changes, not a subtask's: after a changelog
+    that rewrote most of a large state, holding every change of the subtask made a
+    read's workers the largest processes of an epoch (docs/benchmarks.md)."""
+    cursors = [
+        _LayerCursor(
+            functools.partial(_raw_tables, spec, store, handle, wanted, CHANGELOG_COLUMNS), handle
+        )
+        for handle in changelogs
+    ]
+    try:
+        # The rows of the last key group seen, which the next table may continue.
+        carry: list[pa.Table] = []
+        carried = -1
+        for table in _raw_tables(spec, store, full, wanted):
+            groups = table.column(KEY_GROUP_COLUMN).to_numpy()
+            last = int(groups[-1])
+            cut = int(np.searchsorted(groups, last, "left"))
+            if not cut and carried == last:
+                carry.append(table)
+                continue
+            # Every group before `last` is whole: the carry's, and the table's up to cut.
+            ready = pa.concat_tables([*carry, table.slice(0, cut)])
+            yield from _merged_run(spec, ready, cursors, last - 1)
+            carry, carried = [table.slice(cut)], last
+        rest = pa.concat_tables(carry) if carry else None
+        yield from _merged_run(spec, rest, cursors, wanted.end)
+    finally:
+        for cursor in cursors:
+            cursor.close()
 
-    A key's rows all carry its key group, so each batch of the file is matched only
-    against the changes of the key groups it spans: the changes are ordered by key
-    group once, and each batch's anti join builds its table from that slice, not from
-    every change of the subtask (which made a state that mostly changed quadratic in
-    its size: a batch of 10,000 rows joined against a million changed keys)."""
-    changes = _latest_changes(spec, store, changelogs, wanted)
-    if changes.num_rows == 0:
-        yield from _read_one(spec, store, full, wanted)
+
+def _merged_run(
+    spec: TaskRead, rows: pa.Table | None, cursors: Sequence[_LayerCursor], through: int
+) -> Iterator[pa.RecordBatch]:
+    """`rows` (whole key groups of the full file, up to `through`) merged with the
+    changes of every key group up to `through` not merged yet."""
+    changes = _latest_changes(spec, [t for cursor in cursors for t in cursor.through(through)])
+    if changes is None:
+        if rows is not None:
+            yield from _shaped(spec, rows)
         return
-    keys = list(spec.key_columns)
-    changes = changes.take(pc.sort_indices(changes.column(KEY_GROUP_COLUMN)))
-    changed_groups = changes.column(KEY_GROUP_COLUMN).to_numpy()
-    changed = changes.select(keys)
-    for table in _raw_tables(spec, store, full, wanted):
-        span = pc.min_max(table.column(KEY_GROUP_COLUMN))
-        start = int(np.searchsorted(changed_groups, span["min"].as_py(), side="left"))
-        end = int(np.searchsorted(changed_groups, span["max"].as_py(), side="right"))
-        if start == end:
-            yield from _shaped(spec, table)
-            continue
-        numbered = _numbered(table.select(keys))
-        unchanged = numbered.join(
-            changed.slice(start, end - start).cast(table.select(keys).schema), keys,
-            join_type="left anti", use_threads=False,
-        )  # fmt: skip
-        yield from _shaped(spec, table.take(_sorted_rows(unchanged)))
+    if rows is not None and rows.num_rows:
+        keys = list(spec.key_columns)
+        shape = rows.select(keys).schema
+        unchanged = _numbered(rows.select(keys)).join(
+            changes.select(keys).cast(shape), keys, join_type="left anti", use_threads=False
+        )
+        yield from _shaped(spec, rows.take(_sorted_rows(unchanged)))
     standing = changes.filter(pc.equal(changes.column(CHANGE_COLUMN), CHANGE_ROW))
     yield from _shaped(spec, standing.drop_columns(list(CHANGELOG_COLUMNS)))
 
