@@ -12,7 +12,7 @@ import hashlib
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,8 @@ DEFAULT_READ_BATCH_ROWS = 10_000
 DEFAULT_READ_BATCH_BYTES = 4 << 20
 _ORDER = "__batchpoint_order"
 _LAYER = "__batchpoint_layer"
+#: A file's rows read in tables, closed (its temp file removed) when a read stops early.
+Tables = Generator[pa.Table, None, None]
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def _raw_tables(
     handle: StateHandle,
     wanted: KeyGroupRange,
     extra: Sequence[str] = (),
-) -> Iterator[pa.Table]:
+) -> Tables:
     """The file's rows in `wanted` as stored (state columns, `_key_group`, then `extra`),
     one row group at a time, each cut into batches of about `batch_bytes`."""
     with fetched(store, handle, spec.verify) as source:
@@ -170,9 +172,9 @@ class _LayerCursor:
     file by key group, so the rows of the groups up to g are a prefix of what is left.
     The file is opened when the first group of its range is asked for."""
 
-    def __init__(self, tables: Callable[[], Iterator[pa.Table]], handle: StateHandle) -> None:
+    def __init__(self, tables: Callable[[], Tables], handle: StateHandle) -> None:
         self._open, self.handle = tables, handle
-        self._tables: Iterator[pa.Table] | None = None
+        self._tables: Tables | None = None
         self._held: list[pa.Table] = []
         self._ended = False
 
@@ -202,7 +204,7 @@ class _LayerCursor:
 
     def close(self) -> None:
         if self._tables is not None:
-            self._tables.close()  # type: ignore[attr-defined]
+            self._tables.close()
 
 
 def _last_group(table: pa.Table) -> int:
