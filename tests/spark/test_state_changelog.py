@@ -180,6 +180,66 @@ def test_a_layered_read_holds_the_changes_of_the_key_groups_at_hand_only(
     assert _bag(tuple(r[c] for c in ("account", "entry", "note")) for r in rows) == _bag(new)
 
 
+def test_a_corrupt_changelog_file_is_refused_wherever_its_key_groups_fall(
+    spark: Any, state_store: ObjectStore
+) -> None:
+    """The read reaches a changelog file only when its walk reaches the file's key
+    groups: a file whose bytes changed is still refused, the last one of a subtask's
+    range as much as the first, before the read gives a result."""
+    from pyspark.errors import PythonException
+
+    old = [(f"acc{i}", i, ["a"]) for i in range(400)]
+    new = [(a, b + 1, t) for a, b, t in old]
+    handles, _ = _chain(spark, state_store, [old, new], BALANCES, ["account"])
+    changelogs = sorted((h for h in handles if h.layer == 1), key=lambda h: h.key_group_range.start)
+    for victim in (changelogs[0], changelogs[-1]):
+        original = state_store.get(victim.path).data
+        data = bytearray(original)
+        data[len(data) // 2] ^= 0xFF
+        state_store.put(victim.path, bytes(data))
+        with pytest.raises(PythonException, match="is corrupt: sha256"):
+            _read(spark, state_store, handles, BALANCES)
+        state_store.put(victim.path, original)
+    assert _bag(r[:3] for r in _read(spark, state_store, handles, BALANCES)) == _bag(new)
+
+
+@pytest.mark.parametrize("reversed_file", ["full", "changelog"])
+def test_a_file_out_of_key_group_order_is_refused_by_the_layered_read(
+    spark: Any, state_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, reversed_file: str
+) -> None:
+    """The merge walks the files by key group; a file whose rows come out of that order
+    (the writer never writes one: a file from elsewhere) would keep a changed key's old
+    rows, so it is refused by name. The real reads, with one file's batches reversed."""
+    import json
+
+    from batchpoint.spark import state_read_tasks
+    from batchpoint.spark.state_reader import TASK_COLUMNS, plan_keyed_read
+    from batchpoint.state.format import StateFileCorrupt
+
+    old = [(f"a{i}", i, "x") for i in range(600)]
+    new = [(a, e + 1, n) for a, e, n in old]
+    handles, _ = _chain(spark, state_store, [old, new], ENTRIES, ["account"])
+    real = state_read_tasks._raw_tables
+
+    def reversed_tables(spec: Any, store: Any, handle: Any, wanted: Any, extra: Any = ()) -> Any:
+        tables = list(real(spec, store, handle, wanted, extra))
+        yield from reversed(tables) if (reversed_file == "changelog") == bool(extra) else tables
+
+    monkeypatch.setattr(state_read_tasks, "_raw_tables", reversed_tables)
+    plan = plan_keyed_read(spark, state_store, handles)
+    task = dataclasses.replace(plan.task, batch_rows=50)
+    names = [column.split()[0] for column in TASK_COLUMNS.split(", ")]
+    row = dict(zip(names, plan.rows[0], strict=True))
+    victim = json.loads(row["handle"]) if reversed_file == "full" else None
+    with pytest.raises(StateFileCorrupt, match="not sorted by key group") as refused:
+        for _ in state_read_tasks.read_row(task, state_store, row):
+            pass
+    if victim is not None:
+        assert refused.value.path == victim["path"]
+    else:
+        assert refused.value.path in {h["path"] for h in json.loads(row["changelogs"])}
+
+
 def test_layered_state_restores_at_another_parallelism(
     spark: Any, state_store: ObjectStore
 ) -> None:

@@ -177,6 +177,7 @@ class _LayerCursor:
         self._tables: Tables | None = None
         self._held: list[pa.Table] = []
         self._ended = False
+        self._seen = -1  # the last key group read
 
     def through(self, group: int) -> list[pa.Table]:
         """The rows of key groups up to `group` not handed out yet, with their layer."""
@@ -189,6 +190,7 @@ class _LayerCursor:
             if table is None:
                 self._ended = True
             elif table.num_rows:
+                self._seen = _in_order(self.handle, _groups(table), self._seen)
                 layer = pa.repeat(pa.scalar(self.handle.layer, pa.int32()), table.num_rows)
                 self._held.append(table.append_column(_LAYER, layer))
         out: list[pa.Table] = []
@@ -209,6 +211,20 @@ class _LayerCursor:
 
 def _last_group(table: pa.Table) -> int:
     return int(table.column(KEY_GROUP_COLUMN)[-1].as_py())
+
+
+def _groups(table: pa.Table) -> np.ndarray:
+    return table.column(KEY_GROUP_COLUMN).to_numpy()
+
+
+def _in_order(handle: StateHandle, groups: np.ndarray, seen: int) -> int:
+    """The last of `groups`, a file's next rows, once they are known to come after
+    `seen` and in order: the merge walks files by key group, and a file out of order
+    would keep a changed key's old rows. The writer sorts every file; this refuses one
+    that is not, whatever wrote it."""
+    if groups[0] < seen or (len(groups) > 1 and bool(np.any(np.diff(groups) < 0))):
+        raise StateFileCorrupt(handle.path, "its rows are not sorted by key group")
+    return int(groups[-1])
 
 
 def _latest_changes(spec: TaskRead, tables: Sequence[pa.Table]) -> pa.Table | None:
@@ -262,8 +278,8 @@ def _read_merged(
         carry: list[pa.Table] = []
         carried = -1
         for table in _raw_tables(spec, store, full, wanted):
-            groups = table.column(KEY_GROUP_COLUMN).to_numpy()
-            last = int(groups[-1])
+            groups = _groups(table)
+            last = _in_order(full, groups, carried)
             cut = int(np.searchsorted(groups, last, "left"))
             if not cut and carried == last:
                 carry.append(table)
