@@ -62,6 +62,17 @@ def _bag(rows: list) -> Counter:
     return Counter(tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows)
 
 
+def _task_rows(spark: Any, store: ObjectStore, handles: list, batch_rows: int) -> tuple:
+    """The read's task spec (cut into batches of `batch_rows`) and its task table's rows,
+    each as a dict, to run the tasks' merge in this process."""
+    from batchpoint.spark.state_reader import TASK_COLUMNS, plan_keyed_read
+
+    plan = plan_keyed_read(spark, store, handles)
+    names = [column.split()[0] for column in TASK_COLUMNS.split(", ")]
+    rows = [dict(zip(names, values, strict=True)) for values in plan.rows]
+    return dataclasses.replace(plan.task, batch_rows=batch_rows), rows
+
+
 def test_a_changelog_holds_only_changed_keys_and_the_layers_merge_back(
     spark: Any, state_store: ObjectStore
 ) -> None:
@@ -116,7 +127,6 @@ def test_a_layered_read_in_batches_drops_exactly_the_changed_keys_of_each(
     import random
 
     from batchpoint.spark.state_read_tasks import read_row
-    from batchpoint.spark.state_reader import TASK_COLUMNS, plan_keyed_read
 
     rng = random.Random(batch_rows)
     v0 = [(f"a{i % 90}", i, "x") for i in range(240)]  # one to three entries per account
@@ -124,12 +134,9 @@ def test_a_layered_read_in_batches_drops_exactly_the_changed_keys_of_each(
     v2 = [(a, e + 1, n) if rng.random() < 0.3 else (a, e, n) for a, e, n in v1]
     v2 += [(f"a{i}", -i, "back") for i in range(0, 90, 7)]
     handles, _ = _chain(spark, state_store, [v0, v1, v2], ENTRIES, ["account"])
-    plan = plan_keyed_read(spark, state_store, handles)
-    task = dataclasses.replace(plan.task, batch_rows=batch_rows)
+    task, task_rows = _task_rows(spark, state_store, handles, batch_rows)
     rows = []
-    for values in plan.rows:
-        names = [column.split()[0] for column in TASK_COLUMNS.split(", ")]
-        row = dict(zip(names, values, strict=True))
+    for row in task_rows:
         assert json.loads(row["changelogs"])  # every full file is read merged
         for batch in read_row(task, state_store, row):
             rows += [tuple(r[c] for c in ("account", "entry", "note")) for r in batch.to_pylist()]
@@ -146,7 +153,6 @@ def test_a_layered_read_holds_the_changes_of_the_key_groups_at_hand_only(
     import json
 
     from batchpoint.spark import state_read_tasks
-    from batchpoint.spark.state_reader import TASK_COLUMNS, plan_keyed_read
 
     old = [(f"a{i}", i, "x") for i in range(3000)]
     new = [(a, e + 1, n) for a, e, n in old]
@@ -160,13 +166,10 @@ def test_a_layered_read_holds_the_changes_of_the_key_groups_at_hand_only(
             yield table
 
     monkeypatch.setattr(state_read_tasks, "_raw_tables", counted)
-    plan = plan_keyed_read(spark, state_store, handles)
-    task = dataclasses.replace(plan.task, batch_rows=50)
-    names = [column.split()[0] for column in TASK_COLUMNS.split(", ")]
+    task, task_rows = _task_rows(spark, state_store, handles, 50)
     rows = []
-    for values in plan.rows:
+    for row in task_rows:
         read_rows.clear()
-        row = dict(zip(names, values, strict=True))
         subtask_changes = sum(h["rows"] for h in json.loads(row["changelogs"]))
         batches = state_read_tasks.read_row(task, state_store, row)
         first = next(batches)
@@ -213,7 +216,6 @@ def test_a_file_out_of_key_group_order_is_refused_by_the_layered_read(
     import json
 
     from batchpoint.spark import state_read_tasks
-    from batchpoint.spark.state_reader import TASK_COLUMNS, plan_keyed_read
     from batchpoint.state.format import StateFileCorrupt
 
     old = [(f"a{i}", i, "x") for i in range(600)]
@@ -226,10 +228,7 @@ def test_a_file_out_of_key_group_order_is_refused_by_the_layered_read(
         yield from reversed(tables) if (reversed_file == "changelog") == bool(extra) else tables
 
     monkeypatch.setattr(state_read_tasks, "_raw_tables", reversed_tables)
-    plan = plan_keyed_read(spark, state_store, handles)
-    task = dataclasses.replace(plan.task, batch_rows=50)
-    names = [column.split()[0] for column in TASK_COLUMNS.split(", ")]
-    row = dict(zip(names, plan.rows[0], strict=True))
+    task, (row, *_) = _task_rows(spark, state_store, handles, 50)
     victim = json.loads(row["handle"]) if reversed_file == "full" else None
     with pytest.raises(StateFileCorrupt, match="not sorted by key group") as refused:
         for _ in state_read_tasks.read_row(task, state_store, row):

@@ -185,7 +185,8 @@ class _LayerCursor:
             return []
         if self._tables is None:
             self._tables = self._open()
-        while not self._ended and (not self._held or _last_group(self._held[-1]) <= group):
+        # What is held ends at the last group read: read on while that is not past `group`.
+        while not self._ended and self._seen <= group:
             table = next(self._tables, None)
             if table is None:
                 self._ended = True
@@ -194,23 +195,21 @@ class _LayerCursor:
                 layer = pa.repeat(pa.scalar(self.handle.layer, pa.int32()), table.num_rows)
                 self._held.append(table.append_column(_LAYER, layer))
         out: list[pa.Table] = []
-        while self._held and _last_group(self._held[0]) <= group:
-            out.append(self._held.pop(0))
-        if self._held:
+        while self._held:
             first = self._held[0]
-            cut = int(np.searchsorted(first.column(KEY_GROUP_COLUMN).to_numpy(), group, "right"))
+            cut = int(np.searchsorted(_groups(first), group, "right"))
+            if cut == first.num_rows:
+                out.append(self._held.pop(0))
+                continue
             if cut:
                 out.append(first.slice(0, cut))
                 self._held[0] = first.slice(cut)
+            break
         return out
 
     def close(self) -> None:
         if self._tables is not None:
             self._tables.close()
-
-
-def _last_group(table: pa.Table) -> int:
-    return int(table.column(KEY_GROUP_COLUMN)[-1].as_py())
 
 
 def _groups(table: pa.Table) -> np.ndarray:
@@ -307,9 +306,9 @@ def _merged_run(
         return
     if rows is not None and rows.num_rows:
         keys = list(spec.key_columns)
-        shape = rows.select(keys).schema
-        unchanged = _numbered(rows.select(keys)).join(
-            changes.select(keys).cast(shape), keys, join_type="left anti", use_threads=False
+        keyed = rows.select(keys)
+        unchanged = _numbered(keyed).join(
+            changes.select(keys).cast(keyed.schema), keys, join_type="left anti", use_threads=False
         )
         yield from _shaped(spec, rows.take(_sorted_rows(unchanged)))
     standing = changes.filter(pc.equal(changes.column(CHANGE_COLUMN), CHANGE_ROW))
