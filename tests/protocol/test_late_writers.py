@@ -6,7 +6,11 @@ reproduction 8. Runs on the local store and on SeaweedFS."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
@@ -15,6 +19,8 @@ from batchpoint.protocol.gc import COLLECTED_SWEEP
 from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.storage.base import ObjectStore
+from batchpoint.storage.confined import ConfinedLocalStore
+from batchpoint.storage.local import LocalObjectStore
 from support.clock import FakeClock
 from support.counting_store import CountingStore
 
@@ -109,3 +115,40 @@ def test_each_pass_lists_a_bounded_number_of_folders(store: ObjectStore) -> None
         for i in [retained, *ids[-COLLECTED_SWEEP:]]
     )
     assert sorted(report.deleted_files) == sorted(late[i] for i in ids[-COLLECTED_SWEEP:])
+
+
+#: Big enough that hashing a single file would show in the process's read bytes.
+_DATA_BYTES = 8 << 20
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through read() calls so far (page cache included)."""
+    io = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(io["rchar"])
+
+
+@pytest.mark.parametrize("kind", [LocalObjectStore, ConfinedLocalStore])
+def test_gc_on_a_folder_store_reads_no_data_file(kind: type, tmp_path: Path) -> None:
+    """GC lists data folders for keys and sizes only: on a folder store, where a listed
+    object's etag is a hash of the whole file, it must not read each file to list it
+    (a pass over a large store would read all of it)."""
+    clock = FakeClock()
+    store = kind(tmp_path / "store")
+    c = _coordinator(store, clock)
+    retained = _completed(c)
+    ids = _collected(c, clock, 2)
+    late = [_zombie(c, cid) for cid in [retained, *ids]]
+    aborted = c.trigger({"src": {"p0": 1}}).checkpoint_id
+    staged = c.layout.task_data_prefix(aborted, TaskId("keyed", 0), "a1") + "part-0"
+    c.abort(aborted, CheckpointFailureReason.EXPIRED)
+    for key in [*late, staged]:
+        store.put(key, os.urandom(_DATA_BYTES))
+    before = _bytes_read()
+    discarded = c.garbage_collector().discard_aborted(aborted)
+    report = c.garbage_collector().collect(history_limit=1)
+    read = _bytes_read() - before
+    assert discarded == [staged]
+    assert set(late) <= set(report.deleted_files) and ids[0] in report.pruned_checkpoints
+    assert report.deleted_bytes >= len(late) * _DATA_BYTES
+    assert not any(store.exists(k) for k in [*late, staged])
+    assert read < _DATA_BYTES, f"GC read {read:,} bytes"

@@ -29,7 +29,7 @@ class CountingStore:
             key = args[0] if args and isinstance(args[0], str) else None
             with self._lock:
                 self.calls[name] += 1
-                if name in ("list", "list_dirs"):
+                if name in ("list", "list_sizes", "list_dirs"):
                     self.listed.append(args[0] if args else kwargs.get("prefix", ""))
                 if key is not None:
                     self.by_key[(name, key)] += 1

@@ -11,7 +11,8 @@ from batchpoint.storage.base import ObjectStore
 
 class HookStore:
     """The real store, with `hook(op, key)` called before each get/list/head/create/
-    replace/download_file: the place where a test lets another actor take its steps."""
+    replace/download_file (`list_sizes` as "list"): the place where a test lets another
+    actor take its steps."""
 
     def __init__(self, inner: ObjectStore, hook: Callable[[str, str], None]) -> None:
         self._inner = inner
@@ -29,6 +30,11 @@ class HookStore:
 
     def list(self, key: str, *a: Any, **k: Any) -> Any:
         return self._call("list", key, *a, **k)
+
+    def list_sizes(self, key: str, *a: Any, **k: Any) -> Any:
+        # A listing for keys and sizes is the same step of the schedule as list().
+        self._hook("list", key)
+        return self._inner.list_sizes(key, *a, **k)
 
     def head(self, key: str, *a: Any, **k: Any) -> Any:
         return self._call("head", key, *a, **k)

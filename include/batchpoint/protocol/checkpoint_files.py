@@ -13,7 +13,7 @@ from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import ProgressFn
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.state.keys import SubtaskFolder
-from batchpoint.storage.base import ObjectInfo, ObjectStore
+from batchpoint.storage.base import ListedSize, ObjectStore
 
 
 class CheckpointFiles:
@@ -31,9 +31,9 @@ class CheckpointFiles:
         """Every file present with its size (and, with `checksums`, its sha256)."""
         return check_handles(self._store, handles, checksums=checksums, progress=progress)
 
-    def data_files(self, checkpoint_id: int) -> list[ObjectInfo]:
+    def data_files(self, checkpoint_id: int) -> list[ListedSize]:
         """Every file in the checkpoint's data folder."""
-        return list(self._store.list(self._layout.data_prefix(checkpoint_id)))
+        return list(self._store.list_sizes(self._layout.data_prefix(checkpoint_id)))
 
     def delete(self, keys: Iterable[str]) -> None:
         self._store.delete_many(keys)
@@ -55,10 +55,10 @@ class CheckpointFiles:
 
     # -- a collected checkpoint's whole folder (GC's pruning of the history) ------------
 
-    def folder(self, checkpoint_id: int) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
+    def folder(self, checkpoint_id: int) -> tuple[list[ListedSize], list[ListedSize]]:
         """Everything stored under the checkpoint's folder (its records and its files),
         and its data files among them."""
-        found = list(self._store.list(self._layout.checkpoint(checkpoint_id)))
+        found = list(self._store.list_sizes(self._layout.checkpoint(checkpoint_id)))
         data_prefix = self._layout.data_prefix(checkpoint_id)
         return found, [i for i in found if i.key.startswith(data_prefix)]
 

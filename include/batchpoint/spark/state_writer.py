@@ -285,5 +285,5 @@ def unreferenced_files(
     found = []
     for subtask in range(spec.parallelism):
         prefix = subtask_prefix(spec.base_key, spec.stream, subtask, spec.attempt)
-        found += [o.key for o in target.list(prefix) if o.key not in referenced]
+        found += [o.key for o in target.list_sizes(prefix) if o.key not in referenced]
     return found

@@ -12,6 +12,7 @@ import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,14 @@ class ObjectInfo:
     key: str
     size: int
     etag: str
+
+
+class ListedSize(NamedTuple):
+    """A listed object without its etag (`list_sizes`): what a listing that only
+    needs keys and sizes asks for."""
+
+    key: str
+    size: int
 
 
 @dataclass(frozen=True)
@@ -61,11 +70,12 @@ class ObjectStore(abc.ABC):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every object whose key starts with `prefix`, in key order, at any depth."""
 
-    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+    def list_sizes(self, prefix: str = "") -> Iterator[ListedSize]:
         """Key and size of every object `list` gives, in its order. A store whose etags
         cost a read of each object (a local folder hashes its files) answers without
-        them: a source lists every file it ever received at each trigger, for sizes."""
-        return ((info.key, info.size) for info in self.list(prefix))
+        them: whatever lists data files for their keys or sizes (a source at each
+        trigger, GC, a table's checks) lists this way, never reading the files."""
+        return (ListedSize(info.key, info.size) for info in self.list(prefix))
 
     @abc.abstractmethod
     def list_dirs(self, prefix: str) -> list[str]:

@@ -31,7 +31,7 @@ from batchpoint.errors import (
     PreconditionFailed,
     StorageError,
 )
-from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
+from batchpoint.storage.base import ListedSize, ObjectInfo, StoredObject
 from batchpoint.storage.local import _LOCK_DIR, _TMP_PREFIX, LocalObjectStore
 
 # O_PATH (Linux): a folder is walked through, not read, so a parent that grants only
@@ -165,13 +165,32 @@ class ConfinedLocalStore(LocalObjectStore):
         return ObjectInfo(key, path.stat().st_size, etag)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        # Walk only the folder the prefix names (fwalk never enters a linked folder),
-        # then read each file by key, which refuses one swapped for a link meanwhile.
+        # Each file read by key, which refuses one swapped for a link since the walk.
+        for key in self._keys(prefix):
+            with contextlib.suppress(PathRefused):
+                info = self.head(key)
+                if info is not None:
+                    yield info
+
+    def list_sizes(self, prefix: str = "") -> Iterator[ListedSize]:
+        # Opened by key as list() reads them (a link refused), but only measured.
+        for key in self._keys(prefix):
+            fd = None
+            with contextlib.suppress(PathRefused):
+                fd = self._open_object(key)
+            if fd is not None:
+                with os.fdopen(fd, "rb"):
+                    size = os.fstat(fd).st_size
+                yield ListedSize(key, size)
+
+    def _keys(self, prefix: str) -> list[str]:
+        """The regular files under the folder the prefix names, sorted (fwalk never
+        enters a linked folder)."""
         base = [p for p in prefix.rsplit("/", 1)[0].split("/") if p] if "/" in prefix else []
         keys: list[str] = []
         with self._dir(base) as start:
             if start is None:
-                return
+                return []
             for dirpath, dirnames, filenames, dirfd in os.fwalk(dir_fd=start):
                 dirnames[:] = [d for d in dirnames if d != _LOCK_DIR]
                 rel = os.path.normpath(os.path.join(*base, dirpath))
@@ -182,15 +201,7 @@ class ConfinedLocalStore(LocalObjectStore):
                     mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
                     if stat.S_ISREG(mode):
                         keys.append(key)
-        for key in sorted(keys):
-            with contextlib.suppress(PathRefused):
-                info = self.head(key)
-                if info is not None:
-                    yield info
-
-    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        # The folder's own walk would follow a file swapped for a link: list() refuses it.
-        return ObjectStore.list_sizes(self, prefix)
+        return sorted(keys)
 
     def list_dirs(self, prefix: str) -> list[str]:
         with self._dir([p for p in prefix.split("/") if p]) as fd:
@@ -204,7 +215,7 @@ class ConfinedLocalStore(LocalObjectStore):
                 ]
         subs = [f"{prefix.rstrip('/')}/{name}/".lstrip("/") for name in names]
         # Sorted with their trailing '/', as S3 does: 'a-b/' comes before 'a/'.
-        return sorted(s for s in subs if next(iter(self.list(s)), None) is not None)
+        return sorted(s for s in subs if next(iter(self.list_sizes(s)), None) is not None)
 
     # -- writes -------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from batchpoint.errors import (
     PreconditionFailed,
     StorageError,
 )
-from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
+from batchpoint.storage.base import ListedSize, ObjectInfo, ObjectStore, StoredObject
 
 _TMP_PREFIX = ".bp-tmp-"
 _LOCK_DIR = ".bp-locks"
@@ -157,10 +157,10 @@ class LocalObjectStore(ObjectStore):
             except FileNotFoundError:
                 continue  # deleted while listing: S3 would not list it either
 
-    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+    def list_sizes(self, prefix: str = "") -> Iterator[ListedSize]:
         for key in self._keys(prefix):
             try:
-                yield key, (self.root / key).stat().st_size
+                yield ListedSize(key, (self.root / key).stat().st_size)
             except FileNotFoundError:
                 continue
 

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
+from batchpoint.storage.base import ListedSize, ObjectInfo, ObjectStore, StoredObject
 
 #: S3's DeleteObjects takes at most this many keys.
 DELETE_BATCH = 1000
@@ -115,7 +115,7 @@ class CountingStore(ObjectStore):
         self.requests.count(RequestKind.LIST)
         return self.inner.list(prefix)
 
-    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+    def list_sizes(self, prefix: str = "") -> Iterator[ListedSize]:
         self.requests.count(RequestKind.LIST)
         return self.inner.list_sizes(prefix)
 

@@ -398,7 +398,7 @@ class DeltaSinkTable:
         the manifest) before it copies, and unpins only after its commit, so a copy
         listed here is either kept by the manifest or read by a version seen here."""
         prefix = table_key(self.binding) + COPIES
-        listed = [o.key for o in self.store.list(prefix)]
+        listed = [o.key for o in self.store.list_sizes(prefix)]
         if not listed:
             return []
         # The manifest as of now, not as the caller read it: a sync that pinned an

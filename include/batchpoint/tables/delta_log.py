@@ -136,7 +136,7 @@ def _restores_mine(sink: DeltaSinkTable, e: LogEntry) -> bool:
 def unreadable(sink: DeltaSinkTable, table: DeltaTable, manifest: SinkManifest) -> dict[int, int]:
     """The retained checkpoints (the manifest's epochs) whose table version reads a file
     that is gone, with that version: one listing of the table's folder."""
-    present = {o.key for o in sink.store.list(table_key(sink.binding))}
+    present = {o.key for o in sink.store.list_sizes(table_key(sink.binding))}
     newest = {c.checkpoint_id: c.snapshot_id for c in sink.history(table) if c.checkpoint_id}
     return {
         cid: version

@@ -132,7 +132,7 @@ class PipelineTables:
 
     def _check_no_metadata(self, found: _SinkTable) -> None:
         prefix = table_metadata_prefix(found.binding.identifier)
-        if next(iter(self.store.list(prefix)), None) is not None:
+        if next(iter(self.store.list_sizes(prefix)), None) is not None:
             raise TableError(
                 f"sink '{found.sink}': {found.binding} is not in the catalog read here, yet "
                 f"its metadata is in storage ({self.store.child(prefix)}): read it through "
