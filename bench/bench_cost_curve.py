@@ -27,9 +27,10 @@ two per size, and how each engine's figures grow from one size to the next.
 
 The warm epoch is the median of every epoch but the first. Six epochs by default: this
 workload changes most of its keys each epoch, so batchpoint's epoch 1 is a changelog
-that finds the state churning (runtime/incremental: a probe, repeated every fifth epoch)
-and epoch 2 reads that changelog's layer once before the full snapshots settle in; with
-three epochs the median would be those two alone. Every epoch's time is printed.
+that finds the state churning (runtime/incremental: probes follow after streaks of full
+snapshots that double from 4 to 16) and epoch 2 reads that changelog's layer once
+before the full snapshots settle in; with three epochs the median would be those two
+alone. Every epoch's time is printed.
 
     .venv/bin/python bench/bench_cost_curve.py --sizes small --epochs 3
     .venv/bin/python bench/bench_cost_curve.py --sizes small medium large xlarge

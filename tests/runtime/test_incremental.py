@@ -25,6 +25,7 @@ from batchpoint.protocol.savepoints import (
     check_savepoint,
 )
 from batchpoint.protocol.verify import check_handles
+from batchpoint.runtime.incremental import CHURN_META, CHURN_PROBE_EVERY, CHURN_STREAK_META
 from batchpoint.runtime.restore import restore_checkpoint
 from support.payments import PaymentsRun
 
@@ -81,9 +82,13 @@ def test_epochs_share_their_base_and_a_restore_reads_back_through_the_chain(
     # of them, `balances` is written in full (no join with the base), counting the run.
     assert [_layers(c, "balances") for c in chain] == [{0, 1}, {0}, {0}]
     assert [
-        {h.meta.get("churn") for h in _state_files(c) if h.name == "state-balances"}
+        {
+            (h.meta.get(CHURN_META), h.meta.get(CHURN_STREAK_META))
+            for h in _state_files(c)
+            if h.name == "state-balances"
+        }
         for c in chain[1:]
-    ] == [{1}, {2}]
+    ] == [{(1, CHURN_PROBE_EVERY)}, {(2, CHURN_PROBE_EVERY)}]
     run.assert_matches_reference()
 
     # The drill-down tells written files from shared ones, and both sizes apart.

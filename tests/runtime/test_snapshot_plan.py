@@ -16,7 +16,14 @@ from batchpoint.protocol.checkpoint import (
     PendingCheckpoint,
 )
 from batchpoint.protocol.layout import TaskId
-from batchpoint.runtime.incremental import CHURN_META, CHURN_PROBE_EVERY, plan_snapshot
+from batchpoint.runtime.incremental import (
+    CHURN_META,
+    CHURN_PROBE_EVERY,
+    CHURN_STREAK_META,
+    MAX_CHURN_STREAK,
+    mark_churn,
+    plan_snapshot,
+)
 from batchpoint.state.format import FORMAT_VERSION, StateHandle
 from batchpoint.state.keygroups import KeyGroupRange
 
@@ -39,9 +46,13 @@ def pending(kind: CheckpointType = CheckpointType.CHECKPOINT, **properties: Any)
     )
 
 
-def files(layer_rows: list[int], *, churn: int = 0, parallelism: int = 2, **kw: Any) -> list:
+def files(
+    layer_rows: list[int], *, churn: int = 0, streak: int = 0, parallelism: int = 2, **kw: Any
+) -> list:
     """A state of two subtasks: a full snapshot (layer 0) with layer_rows[0] rows per
-    subtask, then a changelog per further entry with that many changed rows."""
+    subtask, then a changelog per further entry with that many changed rows. `churn` and
+    `streak` mark the full snapshot as written for churn (no `streak`: an older
+    release's mark)."""
     out = []
     for layer, rows in enumerate(layer_rows):
         for subtask in range(parallelism):
@@ -63,6 +74,8 @@ def files(layer_rows: list[int], *, churn: int = 0, parallelism: int = 2, **kw: 
                 key_columns=("k",) if layer else (),
             )
             meta = {CHURN_META: churn} if churn and layer == 0 else {}
+            if streak and layer == 0:
+                meta[CHURN_STREAK_META] = streak
             body = {**handle.to_json(), **meta}
             out.append(FileHandle.from_json(body, handle.path))
     return out
@@ -124,6 +137,49 @@ def test_a_churning_state_stays_full_then_probes_with_a_changelog() -> None:
         churn = chosen.churn
     probe = plan(files([1000], churn=churn))
     assert probe.layer == 1 and probe.churn == 0
+
+
+def _written(chosen: Any, base: list) -> list:
+    """The state's files after a checkpoint that followed `chosen`, with the marks the
+    runtime puts on them (mark_churn): the next checkpoint's base."""
+    if not chosen.full:
+        return [*chosen.shared, *files([1000, 600])[2:]]  # the probe found churn
+    written = {0: files([1000])}
+    mark_churn(written, "state-s", chosen)
+    return written[0]
+
+
+def test_each_probe_that_finds_churn_doubles_the_streak_up_to_the_bound() -> None:
+    """Epoch by epoch through the policy: full snapshots while churning, a probe (a
+    changelog) at the end of each streak, each probe finding churn again."""
+    base, kinds = files([1000, 600]), []
+    for _ in range(60):
+        chosen = plan(base)
+        kinds.append("probe" if not chosen.full else "full")
+        base = _written(chosen, base)
+    streaks = [len(run) for run in "".join("f" if k == "full" else " " for k in kinds).split()]
+    expected = [CHURN_PROBE_EVERY]
+    while expected[-1] < MAX_CHURN_STREAK:
+        expected.append(min(2 * expected[-1], MAX_CHURN_STREAK))
+    assert streaks[: len(expected) + 1] == [*expected, MAX_CHURN_STREAK]
+
+
+def test_a_state_that_settled_starts_its_next_streak_short() -> None:
+    # A probe after a long streak found few changes: the chain goes on.
+    settled = plan(files([1000, 10], churn=MAX_CHURN_STREAK, streak=MAX_CHURN_STREAK))
+    assert settled.layer == 2
+    # Churn again later in that chain: the first streak is short again.
+    again = plan(files([1000, 10, 600], churn=MAX_CHURN_STREAK, streak=MAX_CHURN_STREAK))
+    assert again.full and (again.churn, again.streak) == (1, CHURN_PROBE_EVERY)
+
+
+def test_marks_of_an_older_release_keep_their_streak() -> None:
+    """Full files marked with a count alone (before streaks grew) probe at
+    CHURN_PROBE_EVERY as they did; a probe over them that finds churn doubles that."""
+    assert plan(files([1000], churn=CHURN_PROBE_EVERY - 1)).full
+    assert plan(files([1000], churn=CHURN_PROBE_EVERY)).layer == 1
+    after = plan(files([1000, 600], churn=CHURN_PROBE_EVERY))
+    assert after.full and after.streak == 2 * CHURN_PROBE_EVERY
 
 
 def test_the_chain_bound_fixed_at_trigger_wins_over_the_task_settings() -> None:

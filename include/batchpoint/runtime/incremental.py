@@ -5,7 +5,9 @@ copied) and adds a layer holding only the keys that changed. The chain is bounde
 a restore's cost stays flat: after `changelog_chain` layers the next snapshot is full
 again. A state whose last changelog changed most of its rows is written in full too
 (no join with the base, one layer to read), for a few epochs, then a changelog probes
-whether it settled. Full snapshots also start every chain the base cannot continue:
+whether it settled; each probe that finds it churning still doubles the streak before
+the next (up to MAX_CHURN_STREAK), as a probe costs a join and a changelog as large as
+the state. Full snapshots also start every chain the base cannot continue:
 savepoints (self-contained), a rescale, a new state format or schema (nullability
 included), and a base held outside this pipeline's retention (a savepoint, or a
 checkpoint restored without claim: Flink's NO_CLAIM). A state whose files are smaller
@@ -49,8 +51,14 @@ MAX_CHANGELOG_SHARE = 0.5
 #: After that many full snapshots in a row for churn, one changelog probes whether the
 #: state has settled.
 CHURN_PROBE_EVERY = 4
+#: The longest streak between two probes: after every probe that found churn the streak
+#: doubles, up to this; a state that settles is found within this many epochs.
+MAX_CHURN_STREAK = 16
 #: Handle metadata on a full snapshot written for churn: how many in a row.
 CHURN_META = "churn"
+#: ... and how long the streak runs before the next probe (absent: CHURN_PROBE_EVERY, as
+#: before streaks grew).
+CHURN_STREAK_META = "churn_streak"
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class SnapshotPlan:
     why: str
     shared: tuple[FileHandle, ...] = ()
     churn: int = 0  # > 0: a full snapshot because the state mostly changes (CHURN_META)
+    streak: int = 0  # with churn: the streak's length before a probe (CHURN_STREAK_META)
 
     @property
     def full(self) -> bool:
@@ -91,8 +100,8 @@ def plan_snapshot(
     and the deploy (`rewrite`: why every row is rewritten, see `rewrite_reason`) alone,
     so every attempt decides alike."""
 
-    def full(why: str, churn: int = 0) -> SnapshotPlan:
-        return SnapshotPlan(0, why, churn=churn)
+    def full(why: str) -> SnapshotPlan:
+        return SnapshotPlan(0, why)
 
     if pending.properties.changelog_chain is not None:  # fixed at trigger: it wins
         changelog_chain = pending.properties.changelog_chain
@@ -115,6 +124,21 @@ def plan_snapshot(
     top = max(h.layer for h in handles)
     if top >= changelog_chain:
         return full(f"compacting {top} changelog(s)")
+    if churning := _churn_plan(handles, base_files, top):
+        return churning
+    base_id = pending.base_checkpoint_id
+    shared = tuple(
+        f if SHARED_FROM_META in f.meta else replace(f, meta={**f.meta, SHARED_FROM_META: base_id})
+        for f in base_files
+    )
+    return SnapshotPlan(top + 1, f"changelog {top + 1} on checkpoint {base_id}", shared)
+
+
+def _churn_plan(
+    handles: Sequence[StateHandle], base_files: Sequence[FileHandle], top: int
+) -> SnapshotPlan | None:
+    """A full snapshot for churn, or None: the newest changelog rewrote most rows, or
+    the base is a full snapshot written for churn whose streak is not over."""
     if top > 0:
         # Rows the newest changelog rewrote or removed, of those that were there before
         # it: new keys do not count, a growing state is what changelogs are best at.
@@ -122,18 +146,32 @@ def plan_snapshot(
         added = sum(h.net_rows or 0 for h in newest)
         rewritten = sum(h.rows for h in newest) - max(0, added)
         before = state_rows(handles) - added
-        if rewritten > MAX_CHANGELOG_SHARE * max(1, before):
-            return full(f"the last changelog rewrote {rewritten} of {before} rows", churn=1)
-    else:
-        churn = max(int(f.meta.get(CHURN_META, 0)) for f in base_files)
-        if 0 < churn < CHURN_PROBE_EVERY:
-            return full(f"the state mostly changes each epoch ({churn} in a row)", churn + 1)
-    base_id = pending.base_checkpoint_id
-    shared = tuple(
-        f if SHARED_FROM_META in f.meta else replace(f, meta={**f.meta, SHARED_FROM_META: base_id})
-        for f in base_files
-    )
-    return SnapshotPlan(top + 1, f"changelog {top + 1} on checkpoint {base_id}", shared)
+        if rewritten <= MAX_CHANGELOG_SHARE * max(1, before):
+            return None
+        streak = _next_streak(base_files) if top == 1 else CHURN_PROBE_EVERY
+        why = f"the last changelog rewrote {rewritten} of {before} rows"
+        return SnapshotPlan(0, why, churn=1, streak=streak)
+    churn, streak = _churn(base_files)
+    if not 0 < churn < streak:
+        return None
+    why = f"the state mostly changes each epoch ({churn} in a row, probing at {streak})"
+    return SnapshotPlan(0, why, churn=churn + 1, streak=streak)
+
+
+def _churn(base_files: Sequence[FileHandle]) -> tuple[int, int]:
+    """How many full snapshots in a row for churn the base's full files end, and the
+    length of their streak (0 and CHURN_PROBE_EVERY where none was written for churn).
+    Only full files carry the marks (mark_churn)."""
+    churn = max((int(f.meta.get(CHURN_META, 0)) for f in base_files), default=0)
+    streak = max((int(f.meta.get(CHURN_STREAK_META, 0)) for f in base_files), default=0)
+    return churn, streak or CHURN_PROBE_EVERY
+
+
+def _next_streak(base_files: Sequence[FileHandle]) -> int:
+    """The streak after a first changelog that found churn: twice the one before it
+    when it was a probe (its full files were written for churn), else the first."""
+    churn, streak = _churn(base_files)
+    return min(2 * streak, MAX_CHURN_STREAK) if churn else CHURN_PROBE_EVERY
 
 
 def _unlike_base(
@@ -209,11 +247,9 @@ def mark_churn(handles: dict[int, list[FileHandle]], stream: str, plan: Snapshot
     next plan knows without reading anything."""
     if not plan.churn:
         return
+    marks = {CHURN_META: plan.churn, CHURN_STREAK_META: plan.streak}
     for files in handles.values():
-        files[:] = [
-            replace(f, meta={**f.meta, CHURN_META: plan.churn}) if f.name == stream else f
-            for f in files
-        ]
+        files[:] = [replace(f, meta={**f.meta, **marks}) if f.name == stream else f for f in files]
 
 
 # -- the Spark side -----------------------------------------------------------------------
