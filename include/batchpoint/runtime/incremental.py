@@ -52,7 +52,8 @@ MAX_CHANGELOG_SHARE = 0.5
 #: state has settled.
 CHURN_PROBE_EVERY = 4
 #: The longest streak between two probes: after every probe that found churn the streak
-#: doubles, up to this; a state that settles is found within this many epochs.
+#: doubles, up to this; a state that settles is found after at most this many full
+#: snapshots.
 MAX_CHURN_STREAK = 16
 #: Handle metadata on a full snapshot written for churn: how many in a row.
 CHURN_META = "churn"
