@@ -3,6 +3,7 @@ from the pending record and the base's handles alone. No Spark."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -139,7 +140,7 @@ def test_a_churning_state_stays_full_then_probes_with_a_changelog() -> None:
     assert probe.layer == 1 and probe.churn == 0
 
 
-def _written(chosen: Any, base: list) -> list:
+def _written(chosen: Any) -> list:
     """The state's files after a checkpoint that followed `chosen`, with the marks the
     runtime puts on them (mark_churn): the next checkpoint's base."""
     if not chosen.full:
@@ -156,8 +157,8 @@ def test_each_probe_that_finds_churn_doubles_the_streak_up_to_the_bound() -> Non
     for _ in range(60):
         chosen = plan(base)
         kinds.append("probe" if not chosen.full else "full")
-        base = _written(chosen, base)
-    streaks = [len(run) for run in "".join("f" if k == "full" else " " for k in kinds).split()]
+        base = _written(chosen)
+    streaks = [len(list(run)) for kind, run in itertools.groupby(kinds) if kind == "full"]
     expected = [CHURN_PROBE_EVERY]
     while expected[-1] < MAX_CHURN_STREAK:
         expected.append(min(2 * expected[-1], MAX_CHURN_STREAK))
