@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from support.python_source import parse_file
+
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 ROOT_PACKAGE = "batchpoint"
 MAX_LINES = 450
@@ -135,7 +137,7 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
 def imports_of(module: str, path: Path, *, type_checking: bool = False) -> list[Import]:
     """The modules `module` imports; with `type_checking`, those under
     `if TYPE_CHECKING:` too."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse_file(path)
     site = path.relative_to(INCLUDE) if path.is_relative_to(INCLUDE) else path
     found: dict[Import, None] = {}  # one per site and target, in source order
     for node in ast.walk(tree) if type_checking else _walk_runtime(tree):
@@ -397,7 +399,7 @@ def test_no_module_is_too_long() -> None:
 
 def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     """Every function or method of the file over `limit` lines (decorators aside)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse_file(path)
     site = path.relative_to(PROJECT) if path.is_relative_to(PROJECT) else path
     out = []
     for node in ast.walk(tree):

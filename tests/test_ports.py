@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from support.python_source import parse, parse_file
+
 PACKAGE = Path(__file__).resolve().parents[1] / "include" / "batchpoint"
 COORDINATOR = "CheckpointCoordinator"
 RAW_PARTS = ("store", "layout", "control")
@@ -39,7 +41,7 @@ def _library_files() -> Iterator[tuple[str, ast.Module]]:
         relative = path.relative_to(PACKAGE).as_posix()
         if relative.startswith("protocol/"):
             continue
-        yield relative, ast.parse(path.read_text(), filename=relative)
+        yield relative, parse_file(path, relative)
 
 
 def _annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.expr]:
@@ -81,7 +83,7 @@ def reach_throughs(relative: str, tree: ast.Module) -> list[str]:
 
 
 def public_raw_parts(path: Path) -> list[str]:
-    return public_raw_parts_of(ast.parse(path.read_text()))
+    return public_raw_parts_of(parse_file(path))
 
 
 def _attrs_fields(cls: ast.ClassDef) -> list[str]:
@@ -157,7 +159,7 @@ def test_no_collaborator_takes_the_store_or_layout_beside_a_port() -> None:
     found = {
         path.name: parts
         for path in sorted((PACKAGE / "protocol").glob("*.py"))
-        if (parts := raw_parts_beside_a_port(ast.parse(path.read_text())))
+        if (parts := raw_parts_beside_a_port(parse_file(path)))
     }
     assert found == {}, "ask the records or files port instead"
 
@@ -181,7 +183,7 @@ class Declared:
     _reads: CheckpointReads
     _layout: PipelineLayout
 """
-    assert raw_parts_beside_a_port(ast.parse(source)) == [
+    assert raw_parts_beside_a_port(parse(source)) == [
         "Twice(store)",
         "Twice(layout)",
         "Declared(layout)",
@@ -207,7 +209,7 @@ class Shown:
     control: ControlStore
     _layout: PipelineLayout
 """
-    tree = ast.parse(source)
+    tree = parse(source)
     assert sorted(coordinator_signatures("ops/x.py", tree)) == [
         "ops/x.py:12 coordinator",
         "ops/x.py:3 Env.coordinator",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from batchpoint.airflow import compat
+from support.python_source import parse_file
 
 pytestmark = pytest.mark.airflow
 
@@ -50,7 +51,7 @@ def test_the_provider_imports_the_moved_names_from_compat_alone():
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name == "compat.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("airflow"):
                 names = {alias.name for alias in node.names}
                 bad = names & moved or names & {"Stats"}

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from support.python_source import parse_file
+
 pytestmark = pytest.mark.airflow
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -174,7 +176,7 @@ def test_a_downstream_checkpoint_dag_is_scheduled_on_its_upstreams_sinks(chained
 
 def _airflow_imports(path: Path) -> list[str]:
     names = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
         elif isinstance(node, ast.Import):

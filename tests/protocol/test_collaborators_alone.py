@@ -56,6 +56,7 @@ from support.collaborator_parts import (
     write_file,
     write_pending,
 )
+from support.python_source import parse_file
 
 SPEC = simple_pipeline(PIPELINE, [("keyed", 2), ("sink", 1)])
 SINK = SinkTarget("sink", SinkMode.APPEND, ("k",))
@@ -97,7 +98,7 @@ def test_no_test_of_a_collaborator_alone_builds_the_coordinator() -> None:
     files = [here, here.with_name("test_collaborators_alone_upkeep.py")]
     files.append(here.parents[1] / "support" / "collaborator_parts.py")
     for path in files:
-        tree = ast.parse(path.read_text())
+        tree = parse_file(path)
         modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         assert "batchpoint.protocol.coordinator" not in modules, path.name

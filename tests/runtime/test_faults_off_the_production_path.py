@@ -15,6 +15,7 @@ import pytest
 
 from batchpoint.runtime.faults import POINTS, InjectedFaults, InjectedKill
 from batchpoint.runtime.task_hooks import AttemptPoint
+from support.python_source import parse_file
 
 INCLUDE = Path(__file__).resolve().parents[2] / "include"
 FAULTS = "batchpoint.runtime.faults"
@@ -34,7 +35,7 @@ PRODUCTION = [
 
 def _imports(path: Path) -> set[str]:
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
