@@ -41,7 +41,7 @@ from batchpoint.state.format import (
     file_schema,
 )
 from batchpoint.state.keygroups import KeyGroupRange
-from batchpoint.state.schemas import schema_fingerprint, types_fingerprint
+from batchpoint.state.schemas import _digest, schema_fingerprint, types_fingerprint
 from batchpoint.storage.local import LocalObjectStore
 
 MAX_PARALLELISM = 8
@@ -134,9 +134,12 @@ def compatible(draw: st.DrawFn) -> tuple[pa.Schema, dict[str, list[Any]], dict[s
     return stored, columns, deploy
 
 
-def write_state_file(store: LocalObjectStore, tmp: Path, stored: pa.Schema, columns) -> StateHandle:
-    """One state file of every key group, as a subtask of parallelism 1 writes it."""
-    fingerprint = schema_fingerprint(stored)
+def write_state_file(
+    store: LocalObjectStore, tmp: Path, stored: pa.Schema, columns, fingerprint: str = ""
+) -> StateHandle:
+    """One state file of every key group, as a subtask of parallelism 1 writes it (with
+    `fingerprint` in its header and handle: this release's by default)."""
+    fingerprint = fingerprint or schema_fingerprint(stored)
     header = {
         "format": FORMAT_VERSION,
         "state": "state-totals",
@@ -314,3 +317,23 @@ def test_any_other_deploy_is_refused_by_the_reader(
     if types_fingerprint(deploy["declared"]) != types_fingerprint(stored):
         with pytest.raises(StateSchemaMismatch):
             read(store, handle, deploy["declared"], None)
+
+
+def test_a_file_whose_fingerprint_an_earlier_release_computed_reads_by_its_own_schema(
+    tmp_path: Path,
+) -> None:
+    """Releases before the node-by-node canonical form fingerprinted the type's text with
+    `large_` taken out, nested names included: the file of a struct with a field
+    `is_large_order` carries the fingerprint of one with `is_order`."""
+    inner = pa.struct([("is_large_order", pa.bool_()), ("n", pa.int64())])
+    stored = pa.schema([pa.field("k", pa.int64(), False), pa.field("v", inner)])
+    textual = str(inner).replace("large_", "")
+    earlier = _digest([("k", "int64"), ("v", textual)], 16) + ".0000abcd"
+    assert earlier.split(".")[0] != types_fingerprint(stored)
+    columns = {"k": [1, 2], "v": [{"is_large_order": True, "n": 3}, None]}
+    store = LocalObjectStore(tmp_path / "store")
+    handle = write_state_file(store, tmp_path, stored, columns, earlier)
+    assert read(store, handle, stored, None).to_pydict() == columns
+    renamed = pa.struct([("is_order", pa.bool_()), ("n", pa.int64())])
+    with pytest.raises(StateSchemaMismatch, match="v"):
+        read(store, handle, pa.schema([stored.field("k"), pa.field("v", renamed)]), None)

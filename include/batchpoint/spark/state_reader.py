@@ -120,9 +120,10 @@ def check_state_schema(
     requested = to_arrow_schema(_as_struct(spark, schema), timezone="UTC")
     for handle in handles:
         if handle.schema_fingerprint and not same_types(handle.schema_fingerprint, requested):
-            actual = stored_schema(spark, store, handle)
-            differences = schema_differences(requested, actual)
-            raise StateSchemaMismatch(handle.path, differences or ["the schema fingerprint"])
+            # the file's own schema decides (schemas.same_types)
+            differences = schema_differences(requested, stored_schema(spark, store, handle))
+            if differences:
+                raise StateSchemaMismatch(handle.path, differences)
 
 
 def _coerce_handles(handles: Handles, max_parallelism: int | None) -> tuple[list[StateHandle], int]:

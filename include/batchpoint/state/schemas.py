@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 import pyarrow as pa
 
@@ -36,9 +35,41 @@ class StateNotAsDeclared(StateError):
     code declares (runtime/state_conform.py, spark/state_writer.py)."""
 
 
+def _canonical_field(field: pa.Field) -> pa.Field:
+    return field.with_type(_canonical(field.type))
+
+
+def _canonical(t: pa.DataType) -> pa.DataType:
+    """`t` with every offset width and time zone as Spark may ship them made one, node
+    by node: a nested field's name is never touched, so a struct field renamed from
+    `large_x` to `x` stays a change (a rewrite of the type's text took both away)."""
+    if t in (pa.large_string(), pa.large_binary()):
+        return pa.string() if t == pa.large_string() else pa.binary()
+    if pa.types.is_timestamp(t):
+        return pa.timestamp(t.unit, tz="UTC") if t.tz is not None else t
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(_canonical_field(t.value_field))
+    if pa.types.is_large_list_view(t) or pa.types.is_list_view(t):
+        return pa.list_view(_canonical_field(t.value_field))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_canonical_field(t.value_field), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([_canonical_field(t.field(i)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        key, item = _canonical_field(t.key_field), _canonical_field(t.item_field)
+        return pa.map_(key, item, keys_sorted=t.keys_sorted)
+    if pa.types.is_dictionary(t):
+        return pa.dictionary(t.index_type, _canonical(t.value_type), t.ordered)
+    if pa.types.is_run_end_encoded(t):
+        return pa.run_end_encoded(t.run_end_type, _canonical(t.value_type))
+    if pa.types.is_union(t):
+        fields = [_canonical_field(t.field(i)) for i in range(t.num_fields)]
+        return pa.union(fields, t.mode, t.type_codes)
+    return t
+
+
 def _canonical_type(arrow_type: pa.DataType) -> str:
-    text = str(arrow_type).replace("large_", "")
-    return re.sub(r"tz=[^,\]>]+", "tz=UTC", text)
+    return str(_canonical(arrow_type))
 
 
 def canonical_schema(schema: pa.Schema) -> list[tuple[str, str]]:
@@ -64,7 +95,10 @@ def schema_fingerprint(schema: pa.Schema) -> str:
 
 def same_types(recorded: str, schema: pa.Schema) -> bool:
     """Whether a file whose recorded fingerprint is `recorded` holds `schema`'s columns
-    and types (nullability aside), whichever version of the fingerprint it carries."""
+    and types (nullability aside), whichever version of the fingerprint it carries.
+    False is not proof of a difference: files of releases before the node-by-node
+    canonical form carry a fingerprint of the type's text, which differs where a nested
+    field's name holds `large_` or `tz=`; readers then compare the file's own schema."""
     return recorded.split(_SEPARATOR, 1)[0] == types_fingerprint(schema)
 
 
