@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import simple_pipeline
 from batchpoint.protocol.quarantine import QuarantineCause, QuarantineRecord, QuarantineStore
+from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.restore_candidates import Examination, RestoreCandidates
 from batchpoint.storage.base import ObjectStore
 from support.clock import FakeClock
@@ -225,3 +227,73 @@ def test_every_quarantine_record_version_reads(store: ObjectStore) -> None:
     assert held[2].found_by is QuarantineCause.UNKNOWN  # unreadable, and held all the same
     assert "truncated JSON" in held[2].describe()
     assert json.loads(store.get(layout.quarantine(5)).data)["version"] == 2
+
+
+# -- a mark while a restore or repair decides (invariant 11) ------------------------------
+
+
+def _gated_to(c: CheckpointCoordinator, cid: int) -> Callable[[], None]:
+    """The quality gate (or another restore) quarantining `cid`, on the real store."""
+
+    def mark() -> None:
+        record = QuarantineRecord(cid, 5.0, QuarantineCause.QUALITY_GATE, "failed the gate")
+        assert quarantine(c).mark(record)
+
+    return mark
+
+
+def _intents(store: ObjectStore, c: CheckpointCoordinator) -> list[str]:
+    return [o.key for o in store.list(c.layout.restore_intents_prefix)]
+
+
+def test_a_checkpoint_quarantined_after_the_walk_chose_it_is_not_restored(
+    store: ObjectStore,
+) -> None:
+    c = coordinator(store)
+    good, target = complete(c), complete(c)
+    restore(c, good)
+    chosen = c.restorer.choose(target)  # an ungated restore's walk finds it sound
+    before, intents = c.control.load(), _intents(store, c)
+    _gated_to(c, target)()  # the gate fails it while that restore checks its files
+
+    with pytest.raises(RestoreRefused, match=f"checkpoint {target} .*quarantined since"):
+        c.restorer.restore(chosen.target)
+    after = c.control.load()
+    assert (after.head, after.restore_generation) == (good, before.restore_generation)
+    assert after.quarantine_marks == before.quarantine_marks + 1
+    assert _intents(store, c) == intents  # the restore's intent was withdrawn
+
+
+def test_a_mark_between_the_restores_check_and_its_swap_makes_the_swap_lose(
+    store: ObjectStore,
+) -> None:
+    c = coordinator(store)
+    good, target = complete(c), complete(c)
+    restore(c, good)
+    chosen, intents = c.restorer.choose(target), _intents(store, c)
+    # The whole mark lands after the swap's own quarantine check, before its write.
+    hook = once(_gated_to(c, target), lambda op, key: op == "replace" and key == c.layout.head)
+    mine = coordinator(HookStore(store, hook))
+
+    with pytest.raises(RestoreRefused, match="quarantined since"):
+        mine.restorer.restore(chosen.target)
+    assert hook.fired
+    assert c.control.load().head == good and _intents(store, c) == intents
+
+
+def test_a_mark_while_a_forced_repair_reads_makes_its_swap_lose(store: ObjectStore) -> None:
+    c = coordinator(store)
+    complete(c)
+    target = complete(c)
+    # a control record that lost a retained entry: repair --force would put it back
+    c.control.update(lambda cur: replace(cur, retained=cur.retained[1:]))
+    hook = once(
+        _gated_to(c, target),
+        lambda op, key: op == "list" and key.startswith(c.layout.quarantine_prefix),
+    )
+    repairer = coordinator(HookStore(store, hook))
+
+    report = repairer.repair(force=True)
+    assert hook.fired and report.status is RepairStatus.LOST, report
+    after = c.control.load()
+    assert len(after.retained) == 1 and after.quarantine_marks == 1  # only the mark's bump

@@ -254,6 +254,10 @@ class ControlRecord(codec.Record):
     stopping: StopInFlight | None = codec.field(default=None, omit=None)
     stopped: Stopped | None = codec.field(default=None, omit=None)
     cascade: CascadeFence | None = codec.field(default=None, omit=None)
+    # Bumped after every quarantine mark (protocol/quarantine.py), so that a restore or
+    # repair that read this record before the mark loses its compare-and-swap, and
+    # reads the mark when it reads again.
+    quarantine_marks: int = codec.field(default=0, omit=0)
     # What a newer writer added, kept through our writes.
     extra: Mapping[str, Any] = codec.field(extra=True, default_factory=dict, compare=False)
 

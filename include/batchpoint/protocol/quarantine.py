@@ -10,6 +10,12 @@ opaque JSON. The record is created once, so restores that find the same damage a
 same time agree: the first record, and its reason, stand. The checkpoint itself is not
 touched: it stays retained (or is subsumed as usual), and its files stay where they are.
 
+A restore or repair decides on what it read before its compare-and-swap on the control
+record, so a mark made in between would go unseen: every mark is followed by a bump of
+that record (`quarantine_marks`), which makes such a swap lose and its next read see the
+mark. A control record that is missing or cannot be read takes no bump; a repair that
+rebuilds it reads the marks once, before its write.
+
 Version 1 (the quality gate's, before restores quarantined) holds only the report;
 version 2 names who quarantined and why. Both are read.
 """
@@ -18,13 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from batchpoint import codec
 from batchpoint.codec import to_iso
 from batchpoint.errors import ObjectAlreadyExists, ObjectNotFound, RecordError
+from batchpoint.protocol.control import ControlRecord, ControlUnreadable
+from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.layout import PipelineLayout, parse_checkpoint_dir_name
 from batchpoint.storage.base import ObjectStore
 
@@ -101,12 +110,31 @@ class QuarantineStore:
 
     def mark(self, record: QuarantineRecord) -> bool:
         """Quarantine the record's checkpoint; False if it was quarantined already (the
-        first record, and its reason, stand)."""
+        first record, and its reason, stand). Either way the control record's fence is
+        bumped after the mark exists (`_fence`)."""
         try:
             self._store.create(self._layout.quarantine(record.checkpoint_id), record.encode())
-            return True
+            created = True
         except ObjectAlreadyExists:
-            return False
+            created = False  # its writer may have died before its bump: bump again
+        self._fence()
+        return created
+
+    def _fence(self) -> None:
+        """Change the control record once the mark exists. A restore or repair reads the
+        marks after the record it swaps on: a mark it did not see was created after its
+        read, so this bump lands before its swap (which then fails, and the next read
+        sees the mark) or after it (the restore came first). A record that is missing or
+        cannot be read has nothing to swap on but a repair's (module doc)."""
+        control = ControlStore(self._store, self._layout, time.time)
+
+        def bumped(current: ControlRecord | None) -> ControlRecord | None:
+            if current is None:
+                return None
+            return replace(current, quarantine_marks=current.quarantine_marks + 1)
+
+        with contextlib.suppress(ControlUnreadable):
+            control.update(bumped)
 
     def mark_damaged(self, checkpoint_id: int, finding: str, now: float) -> bool:
         """Quarantine a checkpoint a restore found damaged, the finding as the reason."""

@@ -128,6 +128,7 @@ def plan_repair(
         findings=(*kept_notes, *held.values()),
         extra={**extra, "repaired_at": to_iso(now)},
         stopped=_stopped(current, intact, head, target, findings),
+        quarantine_marks=0 if current is None else current.quarantine_marks,
     )
     return RepairPlan(
         control, tuple(findings), tuple(abandoned), tuple(queued), refusal, tuple(doubt)

@@ -13,10 +13,12 @@ in the mode the caller asks (claim_mode.py). An intent goes before the CAS, so a
 after a control record lost in the CAS's wake knows a restore may have moved the head
 (restore_intents.py). The CAS itself requires the target to
 still be retained (GC only deletes files of discarded ids, and an id leaves `retained`
-before it can be discarded, so a target that wins the CAS keeps its files), bumps the
-generation and abandons every pending checkpoint. The rest is a roll-forward that any actor finishes
-(`finish`): abort the abandoned checkpoints, rewind every sink manifest, then mark
-`sinks_rewound`. Losing the race (the target left `retained`) changes nothing.
+before it can be discarded, so a target that wins the CAS keeps its files) and still not
+quarantined (read after the record it swaps on: a mark bumps that record, quarantine.py),
+bumps the generation and abandons every pending checkpoint. The rest is a roll-forward
+that any actor finishes (`finish`): abort the abandoned checkpoints, rewind every sink
+manifest, then mark `sinks_rewound`. Losing the race (the target left `retained`, or was
+quarantined) changes nothing.
 """
 
 from __future__ import annotations
@@ -49,13 +51,14 @@ from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.head import HeadMoveCause, HeadPointer
 from batchpoint.protocol.ports import AbortCheckpoint, Clock
-from batchpoint.protocol.quarantine import QuarantineStore
+from batchpoint.protocol.quarantine import QuarantineRecord, QuarantineStore
 from batchpoint.protocol.restore_candidates import (
     Chosen,
     Examination,
     RestoreCandidates,
     cannot_restore,
     left_retained,
+    release_hint,
 )
 from batchpoint.protocol.restore_intents import RestoreIntent
 from batchpoint.protocol.restores import RestoreRecord
@@ -66,6 +69,13 @@ _INTENT_ROUNDS = 10
 
 class _GenerationTaken(Exception):
     """Another restore (or a repair) moved the generation after the intent was written."""
+
+
+class _QuarantinedMeanwhile(Exception):
+    """The target was quarantined after the walk examined it."""
+
+    def __init__(self, held: QuarantineRecord) -> None:
+        self.held = held
 
 
 @define(kw_only=True, slots=False, eq=False)
@@ -183,6 +193,10 @@ class CheckpointRestorer:
             except _GenerationTaken:
                 self._withdraw(generation, token)
                 continue
+            except _QuarantinedMeanwhile as exc:
+                self._withdraw(generation, token)
+                problem = f"{exc.held.describe()} ({release_hint(target)})"
+                raise cannot_restore(self._pipeline, target, problem) from None
             except ControlUnreadable as exc:
                 self._withdraw(generation, token)
                 raise RestoreRefused(str(exc)) from None
@@ -214,6 +228,9 @@ class CheckpointRestorer:
             return None
         if current.restore_generation + 1 != generation:
             raise _GenerationTaken
+        # Read after the record this swap is on: a mark made since bumped it (quarantine.py)
+        if (held := self.quarantine.held(target)) is not None:
+            raise _QuarantinedMeanwhile(held)
         if mode.claims and not entry.claimed:
             retained = tuple(
                 replace(e, claimed=True) if e.checkpoint_id == target else e
