@@ -246,14 +246,20 @@ def _intents(store: ObjectStore, c: CheckpointCoordinator) -> list[str]:
     return [o.key for o in store.list(c.layout.restore_intents_prefix)]
 
 
-def test_a_checkpoint_quarantined_after_the_walk_chose_it_is_not_restored(
-    store: ObjectStore,
-) -> None:
+def _walked_after_a_restore(store: ObjectStore) -> tuple[Any, int, int, Any, list[str]]:
+    """A pipeline restored to its first checkpoint, an ungated restore's walk that found
+    its second sound, and the restore intents so far."""
     c = coordinator(store)
     good, target = complete(c), complete(c)
     restore(c, good)
-    chosen = c.restorer.choose(target)  # an ungated restore's walk finds it sound
-    before, intents = c.control.load(), _intents(store, c)
+    return c, good, target, c.restorer.choose(target), _intents(store, c)
+
+
+def test_a_checkpoint_quarantined_after_the_walk_chose_it_is_not_restored(
+    store: ObjectStore,
+) -> None:
+    c, good, target, chosen, intents = _walked_after_a_restore(store)
+    before = c.control.load()
     _gated_to(c, target)()  # the gate fails it while that restore checks its files
 
     with pytest.raises(RestoreRefused, match=f"checkpoint {target} .*quarantined since"):
@@ -267,10 +273,7 @@ def test_a_checkpoint_quarantined_after_the_walk_chose_it_is_not_restored(
 def test_a_mark_between_the_restores_check_and_its_swap_makes_the_swap_lose(
     store: ObjectStore,
 ) -> None:
-    c = coordinator(store)
-    good, target = complete(c), complete(c)
-    restore(c, good)
-    chosen, intents = c.restorer.choose(target), _intents(store, c)
+    c, good, target, chosen, intents = _walked_after_a_restore(store)
     # The whole mark lands after the swap's own quarantine check, before its write.
     hook = once(_gated_to(c, target), lambda op, key: op == "replace" and key == c.layout.head)
     mine = coordinator(HookStore(store, hook))
