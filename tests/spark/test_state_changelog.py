@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,16 +39,24 @@ def _write(spark: Any, store: ObjectStore, df: Any, key: list[str], layer: int) 
     return write_keyed_state(df, store, spec)
 
 
-def _chain(spark: Any, store: ObjectStore, versions: list[list[tuple]], schema: str, key: list):
+def _chain(
+    spark: Any,
+    store: ObjectStore,
+    versions: list[list[tuple]],
+    schema: str,
+    key: list,
+    diff: Callable[[Any, Any, list], Any] | None = None,
+):
     """Write versions[0] in full and each later version as a changelog on the one
-    before; returns every layer's handles and the changelogs' rows."""
+    before (by `diff`, `changelog` unless given); returns every layer's handles and the
+    changelogs' rows."""
     from batchpoint.spark.state_changelog import changelog
 
     frames = [spark.createDataFrame(v, schema).repartition(2) for v in versions]
     handles = _write(spark, store, frames[0], key, 0)
     logs = []
     for layer, (old, new) in enumerate(itertools.pairwise(frames), start=1):
-        changes = changelog(new, old, key)
+        changes = (diff or changelog)(new, old, key)
         logs.append(changes.collect())
         handles += _write(spark, store, changes, key, layer)
     return handles, logs
@@ -113,6 +123,38 @@ def test_keys_with_several_rows_and_key_only_states_chain_through_layers(
     keyed, [log] = _chain(spark, state_store, [keys0, keys1], "event string", ["event"])
     assert sorted(r.event for r in log) == ["e4", "e4x", "e4x"]
     assert _bag(_read(spark, state_store, keyed, "event string")) == _bag(keys1)
+
+
+@pytest.mark.parametrize("diff", ["rows", "value"])
+def test_float_keys_merge_through_the_layers_as_spark_compares_them(
+    spark: Any, state_store: ObjectStore, diff: str
+) -> None:
+    """Spark groups and joins -0.0 with 0.0 and any NaN with NaN, and its group by
+    writes the key as 0.0, so a changelog's key and the full file's may differ in their
+    bits. Every history of a zero key (absent, -0.0 or 0.0 in each of three versions)
+    and of a NaN key, its value changed or not, read back through the layers must give
+    the newest version: the full file's -0.0 row stayed beside the 0.0 row that
+    replaced it."""
+    from batchpoint.spark.value_changelog import value_changelog
+
+    histories = [(0.0, forms) for forms in itertools.product([None, -0.0, 0.0], repeat=3)]
+    histories += [(math.nan, forms) for forms in itertools.product([None, math.nan], repeat=3)]
+    versions: list[list[tuple]] = [[(1.5, -1, 0)] for _ in range(3)]
+    for i, ((_, forms), changes) in enumerate(itertools.product(histories, [False, True])):
+        for version, form in enumerate(forms):
+            if form is not None:
+                versions[version].append((form, i, 10 * i + (version if changes else 0)))
+    pick = {"rows": None, "value": lambda new, old, key: value_changelog(new, old, key, "s")}
+    schema = "k double, i int, v bigint"
+    handles, _ = _chain(spark, state_store, versions, schema, ["k", "i"], pick[diff])
+
+    def same(rows: Any) -> Counter:
+        return Counter(("nan" if math.isnan(k) else k, i, v) for k, i, v in rows)
+
+    assert same(_read(spark, state_store, handles, schema)) == same(versions[2])
+    assert same(_read(spark, state_store, [h for h in handles if h.layer < 2], schema)) == (
+        same(versions[1])
+    )
 
 
 @pytest.mark.parametrize("batch_rows", [1, 7, 10_000])

@@ -237,12 +237,25 @@ def _latest_changes(spec: TaskRead, tables: Sequence[pa.Table]) -> pa.Table | No
     schema = tables[0].schema
     changes = pa.concat_tables([t.cast(schema) for t in tables])
     keys = list(spec.key_columns)
-    numbered = _numbered(changes.select([*keys, _LAYER]))
+    numbered = _numbered(_as_spark_compares(changes.select([*keys, _LAYER]), keys))
     top = numbered.group_by(keys, use_threads=False).aggregate([(_LAYER, "max")])
     # Joined on the keys and row numbers only: Acero joins no list or struct payload.
     matched = numbered.join(top, keys, use_threads=False)
     newest = matched.filter(pc.equal(matched.column(_LAYER), matched.column(f"{_LAYER}_max")))
     return changes.take(_sorted_rows(newest)).drop_columns([_LAYER])
+
+
+def _as_spark_compares(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """`table` with its float key columns as Spark compares them: -0.0 as 0.0 and every
+    NaN as one. Acero joins and groups by the bits, so a full file's -0.0 row stayed
+    beside the changelog's 0.0 row that replaced it (Spark's group by writes 0.0)."""
+    for name in keys:
+        column = table.column(name)
+        if pa.types.is_floating(column.type):
+            zero, nan = pa.scalar(0, column.type), pa.scalar(float("nan"), column.type)
+            same = pc.if_else(pc.is_nan(column), nan, pc.add(column, zero))
+            table = table.set_column(table.schema.get_field_index(name), name, same)
+    return table
 
 
 def _numbered(table: pa.Table) -> pa.Table:
@@ -309,8 +322,9 @@ def _merged_run(
     if rows is not None and rows.num_rows:
         keys = list(spec.key_columns)
         keyed = rows.select(keys)
-        unchanged = _numbered(keyed).join(
-            changes.select(keys).cast(keyed.schema), keys, join_type="left anti", use_threads=False
+        changed = _as_spark_compares(changes.select(keys).cast(keyed.schema), keys)
+        unchanged = _numbered(_as_spark_compares(keyed, keys)).join(
+            changed, keys, join_type="left anti", use_threads=False
         )
         yield from _shaped(spec, rows.take(_sorted_rows(unchanged)))
     standing = changes.filter(pc.equal(changes.column(CHANGE_COLUMN), CHANGE_ROW))
