@@ -9,6 +9,8 @@ which is for a migrate= function to decide, not for a rule.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 from typing import Any
 
@@ -52,8 +54,11 @@ def default_problem(value: Any, field: pa.Field) -> str | None:
     """Why `value` cannot be what stored rows read in `field`, or None when it can.
 
     pyarrow converts some values silently where a default would then differ from what
-    the code says (1.5 into an int64 column reads 1; 1e40 into float32 reads inf), so
-    integers must come back equal and finite floats must stay finite.
+    the code says (1.5 into an int64 column reads 1, [1.5] into a list of them [1]; 1e40
+    into float32 reads inf; a microsecond into a millisecond timestamp is cut), so every
+    integer, date, time and duration in it, at any depth, must come back equal and every
+    finite float finite. A float may round (0.1 in float32), and a naive time into a
+    zoned column means UTC, as pyarrow reads it.
     """
     if value is None:
         return None if field.nullable else f"null does not fit the non-nullable {field.type}"
@@ -61,11 +66,80 @@ def default_problem(value: Any, field: pa.Field) -> str | None:
         stored = pa.scalar(value, type=field.type).as_py()
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
         return f"{value!r} is not a {field.type} ({error})"
-    if pt.is_integer(field.type) and stored != value:
-        return f"{value!r} is not a {field.type} (it would read {stored!r})"
-    if pt.is_floating(field.type) and _overflows(value, stored):
+    if (problem := _changed(value, stored, field.type)) is None:
+        return None
+    if problem == "overflow":
         return f"{value!r} is out of the range of {field.type}"
-    return None
+    return f"{value!r} is not a {field.type} (it would read {stored!r})"
+
+
+def _changed(value: Any, stored: Any, arrow_type: pa.DataType) -> str | None:
+    """ "overflow" or "changed" where `stored` (what pyarrow made of `value` as an
+    `arrow_type`) differs from it; None where it does not, or where `value` is of a
+    kind this does not compare (pyarrow accepted it, as before)."""
+    if value is None or stored is None:
+        return None if value is None and stored is None else "changed"
+    if pt.is_dictionary(arrow_type):
+        return _changed(value, stored, arrow_type.value_type)
+    if pt.is_struct(arrow_type):
+        return _first(_struct_pairs(value, stored, arrow_type))
+    if pt.is_map(arrow_type):
+        pairs = list(value.items()) if isinstance(value, dict) else value
+        if not isinstance(pairs, list | tuple) or len(pairs) != len(stored):
+            return None
+        kinds = (arrow_type.key_type, arrow_type.item_type)
+        return _first(
+            (part, back, kind)
+            for pair, stored_pair in zip(pairs, stored, strict=True)
+            for part, back, kind in zip(pair, stored_pair, kinds, strict=False)
+        )
+    if pt.is_list(arrow_type) or pt.is_large_list(arrow_type) or pt.is_fixed_size_list(arrow_type):
+        if not isinstance(value, list | tuple) or len(value) != len(stored):
+            return None
+        element = arrow_type.value_type
+        return _first((v, s, element) for v, s in zip(value, stored, strict=True))
+    return _leaf_changed(value, stored, arrow_type)
+
+
+def _struct_pairs(value: Any, stored: dict, arrow_type: pa.StructType) -> list[tuple]:
+    fields = [arrow_type.field(i) for i in range(arrow_type.num_fields)]
+    if isinstance(value, dict):
+        return [(value.get(f.name), stored.get(f.name), f.type) for f in fields]
+    if isinstance(value, tuple) and len(value) == len(fields):
+        return [(v, stored.get(f.name), f.type) for v, f in zip(value, fields, strict=True)]
+    return []
+
+
+def _first(parts: Any) -> str | None:
+    return next((p for v, s, t in parts if (p := _changed(v, s, t)) is not None), None)
+
+
+def _leaf_changed(value: Any, stored: Any, arrow_type: pa.DataType) -> str | None:
+    if pt.is_floating(arrow_type):
+        return "overflow" if _overflows(value, stored) else None
+    if pt.is_integer(arrow_type):
+        return None if value == stored else "changed"
+    if isinstance(value, bool) or not isinstance(value, _EXACT):
+        return None
+    if isinstance(value, datetime.datetime) and isinstance(stored, datetime.datetime):
+        value = _as_stored_zone(value, stored)
+    elif isinstance(value, datetime.datetime) and isinstance(stored, datetime.date):
+        value = value.date() if value.timetz().replace(tzinfo=None) == datetime.time() else value
+    return None if value == stored else "changed"
+
+
+#: Python values a default compares to what pyarrow stored for it.
+_EXACT = (int, decimal.Decimal, datetime.date, datetime.time, datetime.timedelta)
+
+
+def _as_stored_zone(value: datetime.datetime, stored: datetime.datetime) -> datetime.datetime:
+    """pyarrow reads a naive time into a zoned column as UTC, and an aware one into a
+    naive column as its UTC time."""
+    if value.tzinfo is None and stored.tzinfo is not None:
+        return value.replace(tzinfo=datetime.UTC)
+    if value.tzinfo is not None and stored.tzinfo is None:
+        return value.astimezone(datetime.UTC).replace(tzinfo=None)
+    return value
 
 
 def _overflows(value: Any, stored: Any) -> bool:
