@@ -17,7 +17,9 @@ manifests), not the history; a shared folder stays queued at most as long as a
 changelog chain. Record history: outcome and ack records of collected checkpoints
 beyond the newest `history_limit` are pruned once their data is gone. Unreadable
 records are left alone and reported as findings; while one could hold references,
-nothing is deleted.
+nothing is deleted. A missing control record is such a finding where the pipeline has
+checkpoints or sinks (it reads as nothing retained: `batchpoint repair` rebuilds it), and
+history is pruned only for ids collected or dequeued as of the pass's own references.
 
 Table sinks (`SinkTables`, injected): after the manifests are pruned, their tables
 expire the snapshots of dropped epochs, and every file an unexpired snapshot reads is a
@@ -60,6 +62,10 @@ from batchpoint.protocol.unpublished import unpublished_chains
 
 #: Folders of collected ids swept per pass for late writers (the newest ones).
 COLLECTED_SWEEP = 8
+_NO_CONTROL = (
+    "missing: the pipeline has checkpoints or sinks but no control record, so nothing was "
+    "collected; run `batchpoint repair`"
+)
 
 
 @dataclass
@@ -179,10 +185,17 @@ class GarbageCollector:
         if not dry_run:
             self._roll_forward()
         try:
-            control = self._control.load()
+            found = self._control.read()
         except ControlUnreadable as exc:
             report.findings.append(Finding(self._control.key, str(exc)))
             return report
+        if found is None:
+            # A lost record reads as nothing retained: pruning the sinks on it would drop
+            # every epoch a repair then finds retained (the trigger refuses it too).
+            if self._sinks.sink_names() or self._reads.folder_ids():
+                report.findings.append(Finding(self._control.key, _NO_CONTROL))
+            return report
+        control = found[0]
         report.kept_checkpoints = sorted({*control.retained_ids(), *_opt(control.head)})
         report.skipped_pending = sorted(p.checkpoint_id for p in control.pending)
         if not dry_run:
@@ -203,7 +216,10 @@ class GarbageCollector:
             self._dequeue(done)
             report.dequeued = done
         if history_limit is not None:
-            self._prune_history(history_limit, referenced, report, progress)
+            # Only ids this pass's references were built for: one another pass collected
+            # since may hold files published after this pass read the references.
+            known = {*control.collected, *done}
+            self._prune_history(history_limit, referenced, known, report, progress)
         return report
 
     def _sweep(
@@ -291,7 +307,10 @@ class GarbageCollector:
 
     def _prune_sinks(self, report: GcReport) -> None:
         def keep() -> set[int]:
-            control = self._control.load()
+            found = self._control.read()
+            if found is None:
+                raise CheckpointError(_NO_CONTROL)
+            control = found[0]
             out = {*control.retained_ids(), *_opt(control.head)}
             return out | {p.checkpoint_id for p in control.pending}
 
@@ -345,19 +364,21 @@ class GarbageCollector:
         self,
         history_limit: int,
         referenced: set[str],
+        known: set[int],
         report: GcReport,
         progress: ProgressFn | None,
     ) -> None:
         control = self._control.load()
         collected = sorted(control.collected)
-        prunable = collected[: max(0, len(collected) - history_limit)]
+        prunable = [i for i in collected[: max(0, len(collected) - history_limit)] if i in known]
         pruned = []
         for cid in prunable:
             found, data = self._files.folder(cid)
             if any(i.key in referenced for i in data):
                 continue  # a sink, a table or a newer checkpoint still reads its data
-            # What is left is a late writer's: a collected id never returns into
-            # retained or pending, so no new reference can point into its folder.
+            # What is left is a late writer's: an id that was collected (or queued) when
+            # the references were read never returns into retained or pending, so no
+            # reference made since can point into its folder.
             if data:
                 _say(progress, f"checkpoint {cid}: deleting {len(data)} late file(s)")
                 report.deleted_files.extend(i.key for i in data)
