@@ -6,7 +6,9 @@ whose type the declared one safely widens (an int set where the state declares b
 is cast; any other type (a bigint where it declares int, a string for a number) fails
 the epoch naming the operator, the state, the column and both types: written as it was
 set, the checkpoint would record the declared type over files of another, and every
-later epoch would read a narrowing that nobody deployed. Nullability cannot be read
+later epoch would read a narrowing that nobody deployed. A collated string (Spark 4's
+`collate`) is cast to the plain string the state stores: its bytes are what the key
+groups, the files and every later read compare. Nullability cannot be read
 from a Spark schema (Spark loses it through most transformations), so the writer
 checks it on every row it writes (spark/state_writer.py).
 
@@ -15,7 +17,7 @@ This is done on the driver from the frame's schema alone: no Spark job.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -57,6 +59,12 @@ def conform_state(df: DataFrame, declared: pa.Schema, what: str) -> DataFrame:
             f"column '{field.name}' is set as {_spark_name(field.type)} where the state "
             f"declares {_spark_name(want.type)}"
         )
+    for field in df.schema:
+        # Arrow has no collations, so a collated string is stored as its bytes: compared
+        # under the collation, 'A' and 'a' were one key to Spark's changelog and two to
+        # the key groups and the reads, and the next epoch failed on the mix.
+        if field.name in names and _collated(field.dataType):
+            casts.setdefault(field.name, from_arrow_type(declared.field(field.name).type))
     if problems:
         raise StateNotAsDeclared(
             f"{what}: {'; '.join(problems)}: cast it in the function, or declare the type "
@@ -67,6 +75,21 @@ def conform_state(df: DataFrame, declared: pa.Schema, what: str) -> DataFrame:
     return df.select(
         *[F.col(f"`{n}`").cast(casts[n]).alias(n) if n in casts else F.col(f"`{n}`") for n in names]
     )
+
+
+def _collated(data_type: Any) -> bool:
+    """A string type other than Spark's default (byte-wise) collation, at any depth."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StringType):
+        return getattr(data_type, "collation", "UTF8_BINARY") != "UTF8_BINARY"
+    if isinstance(data_type, T.ArrayType):
+        return _collated(data_type.elementType)
+    if isinstance(data_type, T.MapType):
+        return _collated(data_type.keyType) or _collated(data_type.valueType)
+    if isinstance(data_type, T.StructType):
+        return any(_collated(f.dataType) for f in data_type.fields)
+    return False
 
 
 def _spark_name(arrow_type: pa.DataType) -> str:
