@@ -10,6 +10,7 @@ keys, not for rows.
 
 from __future__ import annotations
 
+import math
 import struct
 
 _MASK = 0xFFFFFFFF
@@ -70,6 +71,15 @@ def _signed(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+def double_bytes(value: object) -> bytes:
+    """A double's 8 bytes as Spark hashes them: -0.0 as 0.0 and every NaN as Java's one
+    NaN (Double.doubleToLongBits), since Spark compares them as equal keys."""
+    number = float(value)  # type: ignore[arg-type]
+    if math.isnan(number):
+        return struct.pack("<q", 0x7FF8000000000000)
+    return struct.pack("<d", number + 0.0)
+
+
 def spark_hash(parts: list[tuple[str, object]], seed: int = SPARK_SEED) -> int:
     """Spark SQL's ``hash(c1, c2, ...)`` (signed), for columns given as (kind, value):
     "int" (Spark's int, boolean, date), "long", "double" (its IEEE bits as a long),
@@ -84,9 +94,7 @@ def spark_hash(parts: list[tuple[str, object]], seed: int = SPARK_SEED) -> int:
         elif kind == "long":
             acc = _hash_long(int(value), acc)  # type: ignore[call-overload]
         elif kind == "double":
-            # Spark hashes -0.0 as 0.0 (they are equal keys).
-            bits = struct.unpack("<q", struct.pack("<d", float(value) + 0.0))[0]  # type: ignore[arg-type]
-            acc = _hash_long(bits, acc)
+            acc = _hash_long(struct.unpack("<q", double_bytes(value))[0], acc)
         elif kind == "bytes":
             data = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[arg-type]
             acc = _hash_bytes(data, acc)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+from batchpoint.state.murmur3 import double_bytes
+
 _MASK = (1 << 64) - 1
 _P1 = 0x9E3779B185EBCA87
 _P2 = 0xC2B2AE3D27D4EB4F
@@ -95,8 +97,7 @@ def spark_xxhash64(parts: list[tuple[str, object]]) -> int:
         elif kind == "long":
             data = struct.pack("<q", int(value))  # type: ignore[call-overload]
         elif kind == "double":
-            # Spark hashes -0.0 as 0.0 (they are equal keys).
-            data = struct.pack("<d", float(value) + 0.0)  # type: ignore[arg-type]
+            data = double_bytes(value)
         elif kind == "bytes":
             data = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[arg-type]
         else:
