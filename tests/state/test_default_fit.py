@@ -34,8 +34,9 @@ LEAVES: dict[pa.DataType, st.SearchStrategy[Any]] = {
     pa.int64(): st.integers(-(2**50), 2**50),
     pa.float32(): st.floats(width=32, allow_nan=False),
     pa.float64(): st.floats(allow_nan=False),
-    pa.timestamp("ms"): INSTANTS,
-    pa.timestamp("ms", tz="UTC"): INSTANTS,
+    # pyarrow also takes a count of the unit.
+    pa.timestamp("ms"): st.one_of(INSTANTS, st.integers(0, 10**12)),
+    pa.timestamp("ms", tz="UTC"): st.one_of(INSTANTS, st.integers(0, 10**12)),
     pa.time32("ms"): st.times().map(_to_ms),
     pa.duration("ms"): st.timedeltas(
         datetime.timedelta(days=-(10**5)), datetime.timedelta(days=10**5)
@@ -51,12 +52,19 @@ BLURS: dict[pa.DataType, Callable[[Any], Any]] = {
     pa.int8(): lambda v: v + 0.5 if v < 127 else v - 0.5,
     pa.int64(): lambda v: v + 0.5,
     pa.float32(): lambda v: 1e40,
-    pa.timestamp("ms"): lambda v: v + MICRO,
-    pa.timestamp("ms", tz="UTC"): lambda v: v + MICRO,
+    pa.timestamp("ms"): lambda v: _instant(v) + MICRO,
+    pa.timestamp("ms", tz="UTC"): lambda v: _instant(v) + MICRO,
     pa.time32("ms"): lambda v: v.replace(microsecond=v.microsecond + 1),
     pa.duration("ms"): lambda v: v + MICRO,
     pa.date32(): lambda v: datetime.datetime.combine(v, datetime.time(5)),
 }
+
+
+def _instant(value: Any) -> datetime.datetime:
+    """A timestamp default as a datetime (a count of milliseconds read as pyarrow does)."""
+    if isinstance(value, int):
+        return datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=value)
+    return value
 
 
 def _types() -> st.SearchStrategy[pa.DataType]:

@@ -5,8 +5,10 @@ A state may hold several rows per key, so keys are compared whole: each key's ro
 either side are gathered into a sorted array, and a key whose array differs goes into
 the changelog with all of its new rows (`_change` CHANGE_ROW), or with one CHANGE_GONE
 row if it has none left. `_net`, the change in the key's row count, rides on its first
-row. Arrays compare exactly, nulls included, so an unchanged key costs a shuffle and no
-write. Map columns cannot be compared in Spark: such states are snapshotted in full.
+row. Arrays compare as Spark's equality does, nulls included (so a float that only
+turned 0.0 into -0.0, or one NaN into another, is unchanged and keeps its older bits in
+a layered read), and an unchanged key costs a shuffle and no write. Map columns
+cannot be compared in Spark: such states are snapshotted in full.
 """
 
 from __future__ import annotations

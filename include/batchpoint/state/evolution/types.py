@@ -121,10 +121,14 @@ def _leaf_changed(value: Any, stored: Any, arrow_type: pa.DataType) -> str | Non
         return None if value == stored else "changed"
     if isinstance(value, bool) or not isinstance(value, _EXACT):
         return None
-    if isinstance(value, datetime.datetime) and isinstance(stored, datetime.datetime):
+    if isinstance(value, datetime.date) and isinstance(stored, datetime.datetime):
+        if not isinstance(value, datetime.datetime):
+            value = datetime.datetime.combine(value, datetime.time())
         value = _as_stored_zone(value, stored)
     elif isinstance(value, datetime.datetime) and isinstance(stored, datetime.date):
         value = value.date() if value.timetz().replace(tzinfo=None) == datetime.time() else value
+    elif not isinstance(value, type(stored)):
+        return None  # pyarrow's own reading of another kind: an int as a count of units
     return None if value == stored else "changed"
 
 
