@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from batchpoint.errors import CheckpointError
-from batchpoint.protocol.sinks import Sink, SinkManifest, SinkRef
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.sinks import Sink, SinkManifest, SinkPublisher, SinkRef
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
-from batchpoint.tables.plan import Operation, SyncStep, TablePosition
+from batchpoint.tables.plan import UNKNOWN_POSITION, Operation, SyncStep, TablePosition
 from batchpoint.tables.sync import SyncReport, TableCommit, TableError, TableSync, commit_of
 
 if TYPE_CHECKING:
@@ -235,21 +235,31 @@ class IcebergSinkTable:
 
     # -- position and history -----------------------------------------------------------
 
-    def _ancestry(self, table: Table) -> Iterator[Snapshot]:
+    def _newest_commit(self, table: Table) -> Snapshot | None:
+        """Batchpoint's newest commit on the main branch (a compaction by another engine
+        on top keeps the content, so it does not hide it)."""
         snapshot = table.current_snapshot()
         while snapshot is not None:
-            yield snapshot
-            parent = snapshot.parent_snapshot_id
-            snapshot = table.snapshot_by_id(parent) if parent is not None else None
-
-    def position(self, table: Table) -> TablePosition | None:
-        """The newest batchpoint commit on the table's main branch (a compaction by
-        another engine on top keeps the content, so it does not hide the position)."""
-        for snapshot in self._ancestry(table):
             props = _props(snapshot)
             if GENERATION in props and props.get(PIPELINE) == self.pipeline:
-                return TablePosition(_checkpoint_of(props), int(props[GENERATION]))
+                return snapshot
+            parent = snapshot.parent_snapshot_id
+            snapshot = table.snapshot_by_id(parent) if parent is not None else None
         return None
+
+    def position(self, table: Table) -> TablePosition | None:
+        """Where the table stands: its newest batchpoint commit. A table of the sink's
+        (only an empty one is adopted) that holds rows with no batchpoint commit below
+        its head had its history expired by another engine: UNKNOWN_POSITION, since read
+        as a new table the chain was appended again over the rows it holds."""
+        found = self._newest_commit(table)
+        if found is None:
+            current = table.current_snapshot()
+            summary = current.summary if current is not None else None
+            held = int(summary.get("total-records", 0)) if summary is not None else 0
+            return UNKNOWN_POSITION if held else None
+        props = _props(found)
+        return TablePosition(_checkpoint_of(props), int(props[GENERATION]))
 
     def history(self, table: Table | None = None) -> list[TableCommit]:
         """Every batchpoint commit still in the table's metadata, oldest first."""
@@ -328,14 +338,23 @@ class IcebergSinkTable:
 
     def expire(self, table: Table, manifest: SinkManifest) -> list[int]:
         """Expire the snapshots of checkpoints the manifest no longer has (GC dropped
-        their files): time travel then offers only checkpoints it can still read."""
-        current = table.current_snapshot()
+        their files): time travel then offers only checkpoints it can still read. The
+        table is read first, then the manifest as of now (not as the caller read it: a
+        checkpoint published and committed since is in it). The head and batchpoint's
+        newest commit below it stay whatever the manifest says: that commit is the
+        table's position, and without it the next sync could not tell where it stands."""
+        table = self.refresh(table)
+        manifest = SinkPublisher(self.store, PipelineLayout(self.pipeline)).manifest(self.ref)
+        if manifest is None:
+            return []
+        newest = self._newest_commit(table)
+        keep = {s.snapshot_id for s in (table.current_snapshot(), newest) if s is not None}
         gone = [
             c
             for c in self.history(table)
             if c.checkpoint_id is not None
             and c.checkpoint_id not in manifest.epochs
-            and (current is None or c.snapshot_id != current.snapshot_id)
+            and c.snapshot_id not in keep
         ]
         if not gone:
             return []

@@ -29,6 +29,13 @@ class Operation(enum.StrEnum):
 class TablePosition:
     checkpoint_id: int | None  # None: synced to "nothing published"
     generation: int
+    # False: the table has content but the history that would say from which commit is
+    # gone (another engine expired it): only a commit of the whole content is safe.
+    known: bool = True
+
+
+#: A table whose batchpoint commits another engine's expiry removed from below its head.
+UNKNOWN_POSITION = TablePosition(None, 0, known=False)
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,12 @@ def _rows(files: list[FileHandle] | tuple[FileHandle, ...]) -> tuple[FileHandle,
 
 def plan_sync(position: TablePosition | None, manifest: SinkManifest) -> SyncPlan:
     target, generation = manifest.current, manifest.generation
+    if position is not None and not position.known:
+        # Appending the chain from its start could add every row the table holds again.
+        files = _rows(visible_files(manifest, target)) if target is not None else ()
+        step = SyncStep(Operation.REWIND, target, files, replace=True)
+        why = "the table's history below its current snapshot was expired: one commit of"
+        return SyncPlan((step,), f"{why} the content of checkpoint {target}")
     if position is not None:
         if is_stale(generation, position.generation):
             why = f"the table is in generation {position.generation}, the manifest read in "
@@ -95,7 +108,9 @@ def lag(position: TablePosition | None, manifest: SinkManifest) -> str | None:
     if plan.stale or not plan.steps:
         return None
     at = (
-        "has no batchpoint commit"
+        "has no batchpoint commit left in its history"
+        if position is not None and not position.known
+        else "has no batchpoint commit"
         if position is None or position.checkpoint_id is None
         else f"is at checkpoint {position.checkpoint_id} (generation {position.generation})"
     )
