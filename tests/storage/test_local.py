@@ -122,3 +122,48 @@ def test_a_confined_store_lists_no_link_sizes_either(tmp_path: Path) -> None:
     assert [o.key for o in LocalObjectStore(tmp_path / "root").list("a/")] == ["a/link", "a/x"]
     assert [o.key for o in store.list("a/")] == ["a/x"]
     assert list(store.list_sizes("a/")) == [("a/x", 3)]
+
+
+def _unprivileged(argv: list[str]) -> list[str]:
+    """`argv` as a user the filesystem's modes bind: root keeps no override of them."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return argv
+    if shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv ignores file modes")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
+
+
+@pytest.mark.parametrize("locked", ["folder", "record"])
+def test_a_store_this_user_may_not_read_is_one_line_naming_the_path(
+    tmp_path: Path, locked: str
+) -> None:
+    """The CLI on a store whose pipeline folder or control record this user cannot
+    read: one line naming the path, exit 2 (a setting to fix), where the filesystem's
+    PermissionError was a traceback (the S3 store reports a refused credential so)."""
+    import os
+    import subprocess
+    import sys
+
+    store = LocalObjectStore(tmp_path / "root")
+    store.put("pipelines/p/head.json", b"{}")
+    victim = store.root / ("pipelines" if locked == "folder" else "pipelines/p/head.json")
+    victim.chmod(0)
+    project = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{project}:{project / 'include'}"}
+    try:
+        run = subprocess.run(
+            _unprivileged(
+                [sys.executable, "-m", "batchpoint", "--root", store.uri, "--pipeline", "p",
+                 "checkpoints", "list"]
+            ),
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        victim.chmod(0o755)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith(f"error: permission denied on '{victim}'"), run.stderr
+    assert store.uri in run.stderr

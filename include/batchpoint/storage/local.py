@@ -10,24 +10,29 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
+import inspect
 import os
 import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from batchpoint.errors import (
     ConfigError,
     ObjectAlreadyExists,
     ObjectNotFound,
     PreconditionFailed,
+    StorageAccessDenied,
     StorageError,
 )
 from batchpoint.storage.base import ListedSize, ObjectInfo, ObjectStore, StoredObject
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 _TMP_PREFIX = ".bp-tmp-"
 _LOCK_DIR = ".bp-locks"
 
@@ -53,6 +58,39 @@ def _check_creatable(root: Path) -> None:
                     f"storage root '{root}' cannot be created: '{parent}' is not a directory"
                 )
             return
+
+
+def _access_checked(method: _Method) -> _Method:
+    """`method` raising StorageAccessDenied, naming the path and the store, where the
+    filesystem refused this user (a folder or record another user owns, mode 000): as
+    the S3 store reports a refused credential, not as a traceback."""
+
+    def denied(store: LocalObjectStore, exc: PermissionError) -> StorageAccessDenied:
+        where = exc.filename or store.root
+        return StorageAccessDenied(
+            f"permission denied on '{where}': the store {store.uri} must be readable and "
+            "writable by this user"
+        )
+
+    if inspect.isgeneratorfunction(method):
+
+        @functools.wraps(method)
+        def listing(self: LocalObjectStore, *args: Any, **kwargs: Any) -> Any:
+            try:
+                yield from method(self, *args, **kwargs)
+            except PermissionError as exc:
+                raise denied(self, exc) from None
+
+        return cast("_Method", listing)
+
+    @functools.wraps(method)
+    def call(self: LocalObjectStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except PermissionError as exc:
+            raise denied(self, exc) from None
+
+    return cast("_Method", call)
 
 
 class LocalObjectStore(ObjectStore):
@@ -132,6 +170,7 @@ class LocalObjectStore(ObjectStore):
 
     # -- reads --------------------------------------------------------------------------
 
+    @_access_checked
     def get(self, key: str) -> StoredObject:
         path = self._path(key)
         try:
@@ -140,6 +179,7 @@ class LocalObjectStore(ObjectStore):
             raise ObjectNotFound(key, self.uri) from None
         return StoredObject(key, data, _etag(data))
 
+    @_access_checked
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)
         try:
@@ -149,6 +189,7 @@ class LocalObjectStore(ObjectStore):
         except FileNotFoundError:
             return None
 
+    @_access_checked
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         for key in self._keys(prefix):
             path = self.root / key
@@ -157,6 +198,7 @@ class LocalObjectStore(ObjectStore):
             except FileNotFoundError:
                 continue  # deleted while listing: S3 would not list it either
 
+    @_access_checked
     def list_sizes(self, prefix: str = "") -> Iterator[ListedSize]:
         for key in self._keys(prefix):
             try:
@@ -183,6 +225,7 @@ class LocalObjectStore(ObjectStore):
                     found.append(key)
         return sorted(found)
 
+    @_access_checked
     def list_dirs(self, prefix: str) -> list[str]:
         directory = self.root / prefix.rstrip("/") if prefix.strip("/") else self.root
         if not directory.is_dir():
@@ -203,6 +246,7 @@ class LocalObjectStore(ObjectStore):
 
     # -- writes -------------------------------------------------------------------------
 
+    @_access_checked
     def put(self, key: str, data: bytes) -> str:
         path = self._path(key)
         tmp = self._write_temp(path.parent, data)
@@ -210,6 +254,7 @@ class LocalObjectStore(ObjectStore):
         self._fsync_dir(path.parent)
         return _etag(data)
 
+    @_access_checked
     def create(self, key: str, data: bytes) -> str:
         path = self._path(key)
         tmp = self._write_temp(path.parent, data)
@@ -222,6 +267,7 @@ class LocalObjectStore(ObjectStore):
         self._fsync_dir(path.parent)
         return _etag(data)
 
+    @_access_checked
     def replace(self, key: str, data: bytes, etag: str) -> str:
         path = self._path(key)
         with self._key_lock(key):
@@ -237,6 +283,7 @@ class LocalObjectStore(ObjectStore):
             self._fsync_dir(path.parent)
         return _etag(data)
 
+    @_access_checked
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
@@ -263,6 +310,7 @@ class LocalObjectStore(ObjectStore):
                 raise
             directory = directory.parent
 
+    @_access_checked
     def delete_many(self, keys: Iterable[str]) -> int:
         count = 0
         for key in keys:
@@ -270,6 +318,7 @@ class LocalObjectStore(ObjectStore):
             count += 1
         return count
 
+    @_access_checked
     def upload_file(self, key: str, path: Path) -> ObjectInfo:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -280,6 +329,7 @@ class LocalObjectStore(ObjectStore):
         os.replace(tmp, target)
         return ObjectInfo(key, target.stat().st_size, _file_etag(target))
 
+    @_access_checked
     def download_file(self, key: str, path: Path) -> ObjectInfo:
         source = self._path(key)
         if not source.is_file():
