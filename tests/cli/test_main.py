@@ -164,3 +164,24 @@ def test_global_completion_finds_the_marker():
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_command_whose_optional_package_is_missing_names_the_extra(payments, root):
+    """An install without the spark extra (pyspark made unimportable): `verify` with the
+    pipeline's code, whose gate checks files in Spark tasks, says which extra to install,
+    where the import's traceback came out."""
+    blocked = "import sys; sys.modules['pyspark'] = None; from batchpoint.cli.main import main; "
+    verify = ["verify", "1", "--pipeline-ref", "demo.payments:pipeline"]
+    done = subprocess.run(
+        [sys.executable, "-c", blocked + "sys.exit(main())", *verify],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BATCHPOINT_ROOT": root},
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: this command needs pyspark, which is not installed here: install "
+        "batchpoint[spark] (pip install 'batchpoint[spark]')"
+    )

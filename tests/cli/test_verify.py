@@ -123,6 +123,9 @@ def test_the_configured_gate_is_used_without_the_pipeline_code(driver, capsys, m
         (["--gate", "demo.payments:pipeline"], "is a Pipeline, not a QualityGate"),
         (["--gate", "no.such.module:gate"], "No module named 'no'"),
         (["--gate", "nocolon"], "expected 'package.module:attribute'"),
+        (["-1"], "checkpoint -1: checkpoint ids start at 1"),
+        (["0"], "checkpoint 0: checkpoint ids start at 1"),
+        (["abc"], "'abc' is not a checkpoint (an id, head or latest), and as a savepoint"),
     ],
 )
 def test_mistakes_are_explained_with_exit_code_2(driver, capsys, args, message):

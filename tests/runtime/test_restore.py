@@ -61,8 +61,9 @@ def test_sources_parse():
     assert RestoreSource.parse("s3://b/sp/x") == RestoreSource(
         SourceKind.SAVEPOINT, location="s3://b/sp/x"
     )
-    with pytest.raises(ConfigError):
-        RestoreSource.parse("0")
+    for bad in ("0", "-1", " -12 "):  # a negative id was taken for a savepoint folder
+        with pytest.raises(ConfigError, match="checkpoint ids start at 1"):
+            RestoreSource.parse(bad)
 
 
 def test_parallelism_forms():

@@ -487,3 +487,27 @@ def test_concurrent_first_use_creates_one_client(make_s3_store: MakeStore) -> No
 
     with ThreadPoolExecutor(8) as pool:
         assert len(set(pool.map(first_use, range(8)))) == 1
+
+
+@pytest.mark.parametrize("source", ["option", "AWS_PROFILE"])
+def test_a_profile_that_does_not_exist_is_a_setting_to_fix(
+    source: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Named in the options, or by AWS_PROFILE (which botocore looks up only when the
+    client is made): a ConfigError naming where it came from, not botocore's
+    ProfileNotFound as a traceback."""
+    from batchpoint.errors import ConfigError
+    from batchpoint.storage.s3.client import make_client
+    from batchpoint.storage.s3.settings import S3Settings
+
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    options = {"endpoint_url": "http://127.0.0.1:9"}
+    if source == "option":
+        options["profile"] = "nosuch"
+    else:
+        monkeypatch.setenv("AWS_PROFILE", "nosuch")
+    with pytest.raises(ConfigError, match="could not be found") as refused:
+        make_client(S3Settings.from_options(options))
+    said = "S3 option profile='nosuch'" if source == "option" else "AWS_PROFILE"
+    assert str(refused.value).startswith(said)

@@ -29,7 +29,7 @@ from batchpoint.cli import (
 from batchpoint.cli.context import Command, Parser, finish, global_options
 from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.cli.json_body import json_body
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.settings.spark_endpoint import spark_endpoint
 
 #: The command groups, in the order `--help` lists them.
@@ -100,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The optional packages commands import as they need them, and the extra that has each.
+_EXTRAS = {
+    "pyspark": "spark",
+    "pandas": "spark",
+    "airflow": "airflow",
+    "great_expectations": "quality",
+    "pyiceberg": "tables",
+    "deltalake": "tables",
+}
+
+
 def asks_for_json(argv: Sequence[str]) -> bool:
     """Whether --json is on the line (an option, not an operand after `--`): known
     before argparse has parsed it, for the errors argparse itself finds."""
@@ -140,6 +151,19 @@ def main(argv: Sequence[str] | None = None) -> ExitCode | int:
     except BatchpointError as exc:
         cmd.out.close()  # the error below the last bar, not inside it
         report_error(exc, args.json)
+        return ExitCode.ERROR
+    except ModuleNotFoundError as exc:
+        package = (exc.name or "").split(".")[0]
+        if (extra := _EXTRAS.get(package)) is None:
+            raise
+        cmd.out.close()
+        report_error(
+            ConfigError(
+                f"this command needs {package}, which is not installed here: install "
+                f"batchpoint[{extra}] (pip install 'batchpoint[{extra}]')"
+            ),
+            args.json,
+        )
         return ExitCode.ERROR
     except BrokenPipeError:
         # The reader stopped reading (`| head`): stop quietly, as other tools in a pipe

@@ -8,11 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import BatchpointError, CheckpointNotFound
+from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
+    SavepointPathRefused,
     check_savepoint,
     confined,
     located_checkpoint,
@@ -37,13 +38,15 @@ def verify_target(
     read only under the savepoint roots (None: the storage root's savepoints/)."""
     text = (text or "").strip()
     c = coordinator
-    if text.lower() in ("", "head"):
+    if text.lower() in ("", "head", "latest"):
         head = c.head.get().checkpoint_id
         if head is None:
             raise BatchpointError(f"pipeline '{c.pipeline}' has no completed checkpoint yet")
         return head
-    if text.isdigit():
+    if text.lstrip("+-").isdigit():
         checkpoint_id = int(text)
+        if checkpoint_id < 1:
+            raise ConfigError(f"checkpoint {text}: checkpoint ids start at 1")
         # The outcome record may be unreadable (that is a finding); it must exist.
         if not c.has_outcome(checkpoint_id):
             if c.get_pending(checkpoint_id) is not None:
@@ -59,7 +62,15 @@ def verify_target(
         return checkpoint_id
     location = c.savepoints.locate(text, store_options)
     roots = c.savepoints.default_roots() if savepoint_roots is None else savepoint_roots
-    return confined(location, roots)
+    try:
+        return confined(location, roots)
+    except SavepointPathRefused as exc:
+        if "/" in text:
+            raise
+        raise SavepointPathRefused(
+            f"'{text}' is not a checkpoint (an id, head or latest), and as a savepoint "
+            f"folder: {exc}"
+        ) from None
 
 
 @dataclass

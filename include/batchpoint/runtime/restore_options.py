@@ -39,7 +39,7 @@ class RestoreSource:
             return cls(SourceKind.LATEST)
         if isinstance(value, bool):
             raise ConfigError(f"restore source {value!r}: expected latest, an id or a path")
-        if isinstance(value, int) or value.strip().isdigit():
+        if isinstance(value, int) or value.strip().lstrip("+-").isdigit():
             checkpoint_id = int(value)
             if checkpoint_id < 1:
                 raise ConfigError(f"restore source {value!r}: checkpoint ids start at 1")

@@ -39,16 +39,21 @@ def make_client(s: S3Settings) -> tuple[boto3.session.Session, Any]:
             region_name=s.region,
             profile_name=s.profile,
         )
+        config = Config(
+            connect_timeout=s.connect_timeout,
+            read_timeout=s.read_timeout,
+            retries=botocore_retries(s.retry_mode, s.max_attempts),  # type: ignore[arg-type]
+            s3={"addressing_style": s.effective_addressing_style()},
+            max_pool_connections=POOL_CONNECTIONS,
+        )
+        # The profile is looked up here too when it comes from AWS_PROFILE.
+        return session, session.client("s3", endpoint_url=s.endpoint_url, config=config)
     except bce.ProfileNotFound as exc:
-        raise ConfigError(f"S3 option profile='{s.profile}': {exc}") from None
-    config = Config(
-        connect_timeout=s.connect_timeout,
-        read_timeout=s.read_timeout,
-        retries=botocore_retries(s.retry_mode, s.max_attempts),  # type: ignore[arg-type]
-        s3={"addressing_style": s.effective_addressing_style()},
-        max_pool_connections=POOL_CONNECTIONS,
-    )
-    return session, session.client("s3", endpoint_url=s.endpoint_url, config=config)
+        named = f"S3 option profile='{s.profile}'" if s.profile else "AWS_PROFILE"
+        raise ConfigError(
+            f"{named}: {exc}; name a profile of ~/.aws/config or ~/.aws/credentials "
+            "(BATCHPOINT_S3_PROFILE), or give access keys"
+        ) from None
 
 
 def transfer_config(s: S3Settings) -> TransferConfig:
