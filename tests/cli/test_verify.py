@@ -108,6 +108,17 @@ def test_integrity_only_needs_no_pipeline_code(driver, capsys):
     assert out["checkpoint_id"] == 3 and len(out["problems"]) == 1
 
 
+def test_a_checkpoint_whose_record_is_corrupt_fails_the_check(driver, capsys):
+    """Its outcome record truncated: a problem of the checkpoint (exit 1, JSON says so),
+    where it was reported as a mistake in the command (exit 2)."""
+    key = LAYOUT.outcome(2)
+    driver.store.put(key, driver.store.get(key).data[:40])
+    assert main(["--json", "verify", "--integrity-only", "2"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["checkpoint_id"] == 2 and out["files"] == 0
+    assert [key in p and "is corrupt" in p for p in out["problems"]] == [True]
+
+
 def test_the_configured_gate_is_used_without_the_pipeline_code(driver, capsys, monkeypatch):
     monkeypatch.setenv("BATCHPOINT_QUALITY_GATE", "demo.payments_quality:restore_gate")
     assert main(["verify", *EVERY_STATE]) == 0

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
+from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError, CorruptRecord
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.savepoints import (
@@ -95,7 +95,17 @@ class FileCheck:
 def verify_files(
     coordinator: PipelineHistory, target: Target, *, checksums: bool = True
 ) -> FileCheck:
-    """Every referenced file exists with its size (and checksum)."""
+    """Every referenced file exists with its size (and checksum). A record of the
+    target that cannot be read is its problem, not a mistake in the command: the check
+    fails as for a missing file."""
+    name = f"checkpoint {target}" if isinstance(target, int) else f"savepoint {target.uri}"
+    try:
+        return _checked_files(coordinator, target, checksums)
+    except CorruptRecord as exc:
+        return FileCheck(name, 0, [str(exc)], target if isinstance(target, int) else None)
+
+
+def _checked_files(coordinator: PipelineHistory, target: Target, checksums: bool) -> FileCheck:
     if isinstance(target, int):
         completed = coordinator.completed.get(target)
         problems = coordinator.completed.check_files(completed, checksums=checksums)
