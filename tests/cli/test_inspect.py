@@ -109,6 +109,14 @@ def test_with_two_pipelines_one_must_be_named(payments, cli, root):
     assert cli("checkpoints", "list", "--pipeline", "payments").code == 0
 
 
+def test_a_root_that_holds_no_pipeline_says_to_check_the_root(cli, root):
+    """Said to name one with --pipeline before: the root is what is wrong."""
+    run = cli("checkpoints", "list")
+    assert run.code == 2 and run.err.strip() == (
+        f"error: no pipeline is stored in {root}: check --root (or BATCHPOINT_ROOT)"
+    )
+
+
 def statuses(out: str) -> dict[int, str]:
     """id -> status, from the plain history table (its rows start with an id)."""
     rows = [line.split() for line in out.splitlines()]

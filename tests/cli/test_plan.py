@@ -88,3 +88,11 @@ def test_without_the_code_it_says_how_to_give_it(cli: Cli, payments: PipelineDri
 def test_an_unknown_pipeline_is_a_mistake(cli: Cli, root: str) -> None:
     run = cli("plan", "--pipeline-ref", REF, "--json")
     assert run.code == 2 and "no pipeline 'payments'" in run.json["error"]
+
+
+def test_a_pipeline_name_no_reference_has_is_named(cli: Cli, payments: PipelineDriver) -> None:
+    """Said "0 of the referenced pipelines match: name one with --pipeline" before,
+    when --pipeline was what was given."""
+    run = cli("plan", "--pipeline-ref", REF, "--pipeline", "other")
+    assert run.code == 2
+    assert run.err.strip() == "error: no referenced pipeline is named 'other' (they are: payments)"

@@ -110,8 +110,9 @@ def test_repair_asks_about_a_restore_in_doubt_and_head_answers(payments, cli):
 
     wrong = cli("repair", "--head", "7")
     assert wrong.code == 1 and "checkpoint 7 cannot be the head" in wrong.out
-    bad = cli("repair", "--head", "-1")
-    assert bad.code == 2 and "--head" in bad.err
+    for typo in ("-1", "0"):  # 0 was taken, then refused as a head (exit 1)
+        bad = cli("repair", "--head", typo)
+        assert bad.code == 2 and "--head" in bad.err
     assert contents(payments) == before
 
     done = cli("repair", "--head", "2")

@@ -175,3 +175,5 @@ def test_on_a_terminal_a_bootstrap_draws_its_states_to_the_last(
     assert drawn_bar(run.err, "writing states") == (states, states)
     assert "state(s) written" not in run.out + run.err
     assert "savepoint bootstrapped at savepoints/boot" in run.out
+    # The command it names exists (it named a --savepoint flag restore does not have).
+    assert "`batchpoint restore savepoints/boot`" in run.out

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from batchpoint.cli import render
-from batchpoint.cli.context import Command, non_negative
+from batchpoint.cli.context import Command, checkpoint_id, non_negative
 from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.cli.usage import add_command
 from batchpoint.ops.maintenance import (
@@ -165,7 +165,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--head",
-        type=non_negative,
+        type=checkpoint_id,
         default=None,
         metavar="ID",
         help="rebuild on this checkpoint: the answer repair asks for when a restore was "

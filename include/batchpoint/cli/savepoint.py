@@ -133,7 +133,7 @@ def cmd_bootstrap(cmd: Command) -> ExitCode:
     cmd.out.emit(
         {"pipeline": pipeline.name, "target": target, "files": metadata.file_count},
         f"savepoint bootstrapped at {target} ({metadata.file_count} file(s)); import and "
-        "restore it with `batchpoint restore --savepoint ...`",
+        f"restore it with `batchpoint restore {target}`",
     )
     return ExitCode.OK
 

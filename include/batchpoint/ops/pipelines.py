@@ -42,10 +42,13 @@ def open_pipeline(
     store = store or settings.store_ref.open()
     if not name:
         names = pipeline_names(store)
-        if len(names) != 1:
-            listed = ", ".join(names) or "none"
+        if not names:
             raise BatchpointError(
-                f"name a pipeline with --pipeline (found: {listed} in {settings.root})"
+                f"no pipeline is stored in {settings.root}: check --root (or BATCHPOINT_ROOT)"
+            )
+        if len(names) != 1:
+            raise BatchpointError(
+                f"name a pipeline with --pipeline (found: {', '.join(names)} in {settings.root})"
             )
         name = names[0]
     require_pipeline(store, name, settings.root)
@@ -70,6 +73,8 @@ def pipeline_code(refs: str | Sequence[str] | None, name: str | None = None) -> 
     matching = [p for p in pipelines if not name or p.name == name]
     if len(matching) != 1:
         names = ", ".join(p.name for p in pipelines)
+        if name and not matching:
+            raise ConfigError(f"no referenced pipeline is named '{name}' (they are: {names})")
         raise ConfigError(
             f"{len(matching)} of the referenced pipelines ({names}) match: name one with --pipeline"
         )
