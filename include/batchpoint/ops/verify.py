@@ -98,26 +98,27 @@ def verify_files(
     """Every referenced file exists with its size (and checksum). A record of the
     target that cannot be read is its problem, not a mistake in the command: the check
     fails as for a missing file."""
-    name = f"checkpoint {target}" if isinstance(target, int) else f"savepoint {target.uri}"
+    if isinstance(target, int):
+        name, checkpoint_id = f"checkpoint {target}", target
+    else:
+        name, checkpoint_id = f"savepoint {target.uri}", None
     try:
-        return _checked_files(coordinator, target, checksums)
+        files, problems = _checked_files(coordinator, target, checksums)
     except CorruptRecord as exc:
-        return FileCheck(name, 0, [str(exc)], target if isinstance(target, int) else None)
+        files, problems = 0, [exc]
+    return FileCheck(name, files, [str(p) for p in problems], checkpoint_id)
 
 
-def _checked_files(coordinator: PipelineHistory, target: Target, checksums: bool) -> FileCheck:
+def _checked_files(
+    coordinator: PipelineHistory, target: Target, checksums: bool
+) -> tuple[int, Sequence[object]]:
+    """How many files the target references, and their problems."""
     if isinstance(target, int):
         completed = coordinator.completed.get(target)
         problems = coordinator.completed.check_files(completed, checksums=checksums)
-        return FileCheck(
-            f"checkpoint {target}",
-            len(completed.durable_handles),
-            [str(p) for p in problems],
-            target,
-        )
+        return len(completed.durable_handles), problems
     metadata = read_savepoint(target)
-    problems = check_savepoint(target, metadata, checksums=checksums)
-    return FileCheck(f"savepoint {target.uri}", len(metadata.handles), [str(p) for p in problems])
+    return len(metadata.handles), check_savepoint(target, metadata, checksums=checksums)
 
 
 def table_lag(coordinator: PipelineHistory, store: ObjectStore) -> list[str]:
