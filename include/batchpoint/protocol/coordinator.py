@@ -82,7 +82,7 @@ from batchpoint.protocol.sink_tables import SinkTables
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.stats import CheckpointStatsTracker
 from batchpoint.protocol.topology import Topology
-from batchpoint.protocol.trigger import CheckBase, CheckpointTrigger, DeployBase
+from batchpoint.protocol.trigger import CaptureBarrier, CheckBase, CheckpointTrigger, DeployBase
 from batchpoint.storage.base import ObjectStore
 
 __all__ = ["AckProgress", "CheckpointCoordinator", "Clock"]
@@ -262,7 +262,7 @@ class CheckpointCoordinator:
 
     def trigger(
         self,
-        barrier: Mapping[str, Any],
+        barrier: Mapping[str, Any] | CaptureBarrier,
         *,
         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT,
         properties: CheckpointProperties | None = None,

@@ -54,6 +54,12 @@ class DeployBase:
 #: none when it may run.
 CheckBase = Callable[[DeployBase], list[str]]
 
+#: Where each source stands now. A checkpoint's barrier must not be behind its base's,
+#: and offsets are the sources' own, so the trigger orders captures in time instead of
+#: comparing them: it captures after the base's record was read (that base captured
+#: before it was admitted), and again when the admission chose another base.
+CaptureBarrier = Callable[[], Mapping[str, Any]]
+
 
 @define(kw_only=True, slots=False, eq=False)
 class CheckpointTrigger:
@@ -73,7 +79,7 @@ class CheckpointTrigger:
     def trigger(
         self,
         spec: PipelineSpec,
-        barrier: Mapping[str, Any],
+        barrier: Mapping[str, Any] | CaptureBarrier,
         *,
         checkpoint_type: CheckpointType,
         properties: CheckpointProperties | None,
@@ -83,6 +89,8 @@ class CheckpointTrigger:
     ) -> PendingCheckpoint:
         """Admit a checkpoint of `spec`'s tasks reading up to `barrier` and write its
         pending record (recording `topology`), or raise TriggerRefused with the reason.
+        A `barrier` given as a capture is taken in time order with the base's
+        (`CaptureBarrier`); a fixed one is the caller's to order.
 
         `check_base` judges the deploy against the base the admission chose (not the
         head read before it, which a concurrent restore may have moved): it returns
@@ -93,25 +101,21 @@ class CheckpointTrigger:
         self._refuse_if_failed()
         control = self._control_for_trigger()
         history = self._ids.peek() > 1
-        self._check_first(control, spec, barrier, checkpoint_type, now, has_history=history)
+        capture = barrier if callable(barrier) else lambda: barrier
+        planned, captured = self._check_first(
+            control, spec, capture, checkpoint_type, now, has_history=history
+        )
         checkpoint_id = self._ids.get_and_increment()
         deadline = now + (timeout if timeout is not None else self._config.timeout)
         # A stop-with-savepoint stops in this same CAS (protocol/stopping.py).
         stop = checkpoint_type is CheckpointType.SAVEPOINT and bool(given.stop_pipeline)
 
-        def admit(current: ControlRecord | None) -> ControlRecord:
-            return self._decider.admit(
-                current,
-                checkpoint_id,
-                checkpoint_type,
-                deadline,
-                now,
-                has_history=history,
-                stop=stop,
-            )
-
-        admitted, entry = self._admit(checkpoint_id, admit)
+        admitted, entry = self._admit(
+            checkpoint_id, checkpoint_type, deadline, now, has_history=history, stop=stop
+        )
         base = self._checked_base(checkpoint_id, entry.base, check_base, now)
+        if entry.base != planned:  # a concurrent trigger's checkpoint, maybe ahead of ours
+            captured = self._recaptured(checkpoint_id, capture, now)
         props = self._properties(given, admitted, entry.base)
         pending = PendingCheckpoint(
             pipeline=self._pipeline,
@@ -119,7 +123,7 @@ class CheckpointTrigger:
             type=checkpoint_type,
             base_checkpoint_id=entry.base,
             restore_generation=entry.restore_generation,
-            barrier=dict(barrier),
+            barrier=dict(captured),
             base_barrier=dict(base.barrier) if base else {},
             expected_tasks=spec.expected_tasks(),
             trigger_time=now,
@@ -145,6 +149,17 @@ class CheckpointTrigger:
         if check_base is not None:
             self._check_deploy(checkpoint_id, base_id, check_base, now)
         return base
+
+    def _recaptured(
+        self, checkpoint_id: int, capture: CaptureBarrier, now: float
+    ) -> Mapping[str, Any]:
+        try:
+            return capture()
+        except Exception as exc:
+            # as a source failing at its barrier declines the checkpoint in Flink
+            why = f"the sources' barrier could not be captured: {exc}"
+            self._abort(checkpoint_id, CheckpointFailureReason.DECLINED, why, now)
+            raise
 
     def _properties(
         self, given: CheckpointProperties, admitted: ControlRecord, base_id: int | None
@@ -219,26 +234,49 @@ class CheckpointTrigger:
         self,
         control: ControlRecord | None,
         spec: PipelineSpec,
-        barrier: Mapping[str, Any],
+        capture: CaptureBarrier,
         checkpoint_type: CheckpointType,
         now: float,
         *,
         has_history: bool,
-    ) -> None:
-        """A cheap first check, so an obvious refusal does not even consume an id."""
+    ) -> tuple[int | None, Mapping[str, Any]]:
+        """A cheap first check, so an obvious refusal does not even consume an id: the
+        base it plans on and the barrier, captured after that base's record was read."""
         checked = self._decider.check(control, checkpoint_type, now, has_history=has_history)
-        if (planned := base_of(checked)) is not None:
-            self._decider.check_idle(
-                checkpoint_type,
-                self._read_base(planned),
-                barrier,
-                spec.expected_tasks(),
-                base_held_elsewhere=held_elsewhere(checked, planned) is not None,
-            )
+        if (planned := base_of(checked)) is None:
+            return None, capture()
+        base = self._read_base(planned)
+        barrier = capture()
+        self._decider.check_idle(
+            checkpoint_type,
+            base,
+            barrier,
+            spec.expected_tasks(),
+            base_held_elsewhere=held_elsewhere(checked, planned) is not None,
+        )
+        return planned, barrier
 
     def _admit(
-        self, checkpoint_id: int, admit: Callable[[ControlRecord | None], ControlRecord]
+        self,
+        checkpoint_id: int,
+        checkpoint_type: CheckpointType,
+        deadline: float,
+        now: float,
+        *,
+        has_history: bool,
+        stop: bool,
     ) -> tuple[ControlRecord, PendingEntry]:
+        def admit(current: ControlRecord | None) -> ControlRecord:
+            return self._decider.admit(
+                current,
+                checkpoint_id,
+                checkpoint_type,
+                deadline,
+                now,
+                has_history=has_history,
+                stop=stop,
+            )
+
         try:
             admitted, _ = self._control.update(admit)
         except ControlUnreadable as exc:

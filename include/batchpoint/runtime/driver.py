@@ -127,7 +127,7 @@ class PipelineDriver:
         check = BaseCheck(self.store, self.pipeline, spec, allow_non_restored_state=allow)
         try:
             return self.coordinator.trigger(
-                self.capture_barrier(),
+                self.capture_barrier,
                 checkpoint_type=checkpoint_type,
                 properties=properties,
                 timeout=timeout,
