@@ -142,9 +142,12 @@ def test_savepoint_dispose_releases_a_savepoint_and_refuses_anything_else(paymen
     assert wrong.code == 2 and "is not a retained savepoint" in wrong.err
     missing = cli("savepoint", "dispose")
     assert missing.code == 2 and "needs the savepoint's checkpoint id" in missing.err
+    extra = cli("savepoint", "dispose", "--json", str(savepoint), "3")
+    assert extra.code == 2 and f"unrecognized arguments: {savepoint} 3" in extra.json["error"]
     assert listing(payments) == before
 
-    run = cli("--json", "savepoint", "dispose", str(savepoint))
+    # an option between the action and its operand (argparse alone left the id over)
+    run = cli("savepoint", "dispose", "--json", str(savepoint))
     assert run.code == 0
     assert run.json == {"json_version": 2, "pipeline": "payments", "disposed": savepoint}
     assert savepoint not in c.completed.retained_ids()

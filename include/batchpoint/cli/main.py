@@ -118,6 +118,21 @@ def asks_for_json(argv: Sequence[str]) -> bool:
     return "--json" in options
 
 
+def with_late_operand(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]
+) -> argparse.Namespace:
+    """`savepoint dispose --pipeline p 7`: argparse fills a command's optional positionals
+    in one run, so an operand after an option is left over. One bare word left over is
+    the operand the command has not got yet; anything else is refused as argparse would."""
+    if not extras:
+        return args
+    if len(extras) == 1 and not extras[0].startswith("-") and getattr(args, "operand", 0) is None:
+        args.operand = extras[0]
+        return args
+    parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def report_error(exc: BatchpointError, as_json: bool) -> None:
     if as_json:
         print(json.dumps(json_body({"error": str(exc)})))
@@ -133,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> ExitCode | int:
     argcomplete.autocomplete(parser, print_suppressed=True)
     as_json = asks_for_json(argv)
     try:
-        args = finish(parser.parse_args(argv))
+        args = finish(with_late_operand(parser, *parser.parse_known_args(argv)))
     except SystemExit as exc:  # --help or --version (0)
         return exc.code if isinstance(exc.code, int) else ExitCode.ERROR
     except BatchpointError as exc:  # a mistake argparse found

@@ -40,6 +40,10 @@ def gate_options(args: argparse.Namespace, pipeline: Pipeline) -> GateOptions:
     """The restore form's gate fields, from the flags, checked by the same code as the
     DAG's form before anything is read; only the wording of a missing confirmation
     changes, to name the flag to add."""
+    if args.no_gate and args.gate is not None:
+        raise ConfigError(
+            f"--gate {args.gate} and --no-gate contradict each other: leave out one of them"
+        )
     try:
         max_candidates = parse_max_candidates(args.max_candidates)
     except ConfigError as exc:
