@@ -68,6 +68,11 @@ def test_repair_dry_run_prints_the_plan_and_writes_nothing(payments, cli):
 
 def test_repair_refuses_a_readable_record_and_force_says_what_changes(payments, cli):
     c = payments.coordinator
+    healthy = contents(payments)
+    planned, agreeing = cli("repair", "--dry-run"), cli("repair")  # nothing to repair
+    assert planned.code == 0 and "agrees with the records: nothing to repair" in planned.out
+    assert agreeing.code == 0 and "agrees with the records: nothing changed" in agreeing.out
+    assert "change:" not in planned.out + agreeing.out and contents(payments) == healthy
     report = CandidateReport("payments", 3, "checkpoint", GateMode.RESTORE, time.time())
     QuarantineStore(c.store, c.layout).add(report, time.time())  # the head, refused
     before = contents(payments)

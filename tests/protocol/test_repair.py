@@ -118,13 +118,17 @@ def test_repair_never_makes_an_imported_savepoint_the_head(store: ObjectStore) -
     assert manifest(c).current == imported
 
 
-def test_repair_refuses_a_readable_record_unless_forced(store: ObjectStore) -> None:
+def test_repair_leaves_an_agreeing_record_and_refuses_a_readable_one_unless_forced(
+    store: ObjectStore,
+) -> None:
     c = coordinator(store, num_retained=5)
     first, second = complete(c), complete(c)
     before = snapshot(store)
-    agreeing = c.repair()  # run by mistake on a healthy pipeline
-    assert agreeing.status is RepairStatus.REFUSED
-    assert "is readable" in agreeing.reason and "would change nothing" in agreeing.reason
+    planned = c.repair(dry_run=True)
+    assert planned.status is RepairStatus.DRY_RUN and planned.agrees
+    agreeing = c.repair()  # run by mistake on a healthy pipeline: nothing to do
+    assert agreeing.status is RepairStatus.UNCHANGED and agreeing.agrees
+    assert agreeing.changes == ()
     assert snapshot(store) == before
 
     quarantine(c, second)  # the record's head is now one no restore may choose

@@ -444,8 +444,8 @@ class Schedule:
 
     def repair(self, name: str) -> None:
         """`batchpoint repair`: by mistake or on purpose on the readable control record
-        (refused unless forced; forced, it may only win a compare-and-swap on what it
-        read), or after the record was damaged (a truncated write): then it rebuilds it
+        (refused unless forced, or unchanged where the records agree with it; forced, it
+        may only win a compare-and-swap on what it read), or after the record was damaged (a truncated write): then it rebuilds it
         from the records, without --force. The checker sees whether it moved the head
         back."""
         self._idle(self.table_rng.randint(0, 300))
@@ -459,7 +459,8 @@ class Schedule:
         self.notes.append(f"repair{' --force' if force else ''}: {result.status}")
         if result.in_doubt:
             self._task(lambda _a: self.answer_doubt(result), 2)
-        if result.previous == "readable" and not force and result.status != "refused":
+        writes = result.status not in ("refused", "unchanged")
+        if result.previous == "readable" and not force and writes:
             self.violations.append(
                 Violation(
                     self.seed,

@@ -109,6 +109,10 @@ def repair_text(result: RepairResult) -> str:
     head = f"pipeline {result.pipeline}: "
     if status is RepairStatus.UNCHANGED:
         lines = [head + "the control record agrees with the records: nothing changed"]
+    elif status is RepairStatus.DRY_RUN and result.agrees:
+        lines = [
+            head + "the control record agrees with the records: nothing to repair"
+        ]
     elif status is RepairStatus.REFUSED:
         lines = [head + f"refused: {result.reason}", "plan (not written):"]
     elif status is RepairStatus.LOST:
@@ -122,6 +126,9 @@ def repair_text(result: RepairResult) -> str:
         ]
         if status is RepairStatus.DRY_RUN and result.previous == "readable":
             lines.append("  writing it needs --force: the record is readable")
+    if result.agrees and status is not RepairStatus.REFUSED:
+        # nothing is or would be written: the record read is what stands
+        return "\n".join([*lines, *(f"  finding: {f}" for f in result.findings)])
     if status is not RepairStatus.DRY_RUN and status is not RepairStatus.WRITTEN:
         lines.append(
             f"  head = checkpoint {result.head}, retained = {result.retained}, "

@@ -244,6 +244,7 @@ class RepairResult:
     restore: dict[str, Any] | None  # the restore in flight that rewinds the sinks
     findings: list[str]
     changes: list[str]  # against a readable record
+    agrees: bool  # a readable record the records agree with: --force would write nothing
     reason: str
     replaced: bool
     dry_run: bool
@@ -273,7 +274,10 @@ def repair(
     compare-and-swap on what was read. Nothing is written with `dry_run`. `head`: the
     checkpoint to rebuild on where the records cannot prove one (a restore in doubt)."""
     report = coordinator.repair(dry_run=dry_run, force=force, head=head)
-    control = report.control
+    # where the records agree, the record read stands: the plan's new generation (every
+    # rebuild is a restore to its head) would not be written
+    control = report.previous.record if report.agrees else None
+    control = control or report.control
     return RepairResult(
         pipeline=coordinator.pipeline,
         status=report.status.value,
@@ -282,12 +286,13 @@ def repair(
         restore_generation=control.restore_generation,
         retained=control.retained_ids(),
         pending=sorted(p.checkpoint_id for p in control.pending),
-        abandoned=list(report.plan.abandoned),
+        abandoned=[] if report.agrees else list(report.plan.abandoned),
         queued=list(report.plan.queued),
         held=report.plan.held,
         restore=control.restore.to_json() if control.restore else None,
         findings=[str(f) for f in report.findings],
         changes=list(report.changes),
+        agrees=report.agrees,
         reason=report.reason,
         replaced=report.replaced,
         dry_run=dry_run,

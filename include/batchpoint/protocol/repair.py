@@ -35,7 +35,7 @@ class RepairStatus(enum.StrEnum):
     WRITTEN = "written"
     DRY_RUN = "dry-run"  # the plan only: nothing written
     REFUSED = "refused"  # a readable record without force, or no head can be proven
-    UNCHANGED = "unchanged"  # forced, and the records agree with the record
+    UNCHANGED = "unchanged"  # a readable record the records agree with: nothing to write
     LOST = "lost"  # the record changed between repair's read and its write
 
 
@@ -50,6 +50,13 @@ class RepairReport:
     @property
     def control(self) -> ControlRecord:
         return self.plan.control
+
+    @property
+    def agrees(self) -> bool:
+        """The record read is readable and the records agree with it: a forced repair
+        writes nothing (the plan's new generation alone is no reason to)."""
+        before = self.previous.record
+        return before is not None and same_substance(before, self.plan.control)
 
     @property
     def head(self) -> int | None:
@@ -99,12 +106,10 @@ class Repairer:
         if dry_run:
             return RepairReport(plan, read, RepairStatus.DRY_RUN, diff)
         if before is not None:
-            unchanged = same_substance(before, plan.control)
+            if same_substance(before, plan.control):  # also run on a healthy pipeline
+                return RepairReport(plan, read, RepairStatus.UNCHANGED, ())
             if not force:
-                why = self._readable(diff, unchanged)
-                return RepairReport(plan, read, RepairStatus.REFUSED, diff, why)
-            if unchanged:
-                return RepairReport(plan, read, RepairStatus.UNCHANGED, diff)
+                return RepairReport(plan, read, RepairStatus.REFUSED, diff, self._readable(diff))
         if not self._control.swap(plan.control, read):
             return RepairReport(
                 plan,
@@ -118,15 +123,11 @@ class Repairer:
         self._roll_forward()  # rewind the sinks to the head, abort the abandoned checkpoints
         return RepairReport(plan, read, RepairStatus.WRITTEN, diff)
 
-    def _readable(self, diff: tuple[str, ...], unchanged: bool) -> str:
-        said = (
-            "the records agree with it, so `--force` would change nothing"
-            if unchanged
-            else "`--force` replaces it anyway, and would change: " + "; ".join(diff)
-        )
+    def _readable(self, diff: tuple[str, ...]) -> str:
         return (
             f"the control record {self._control.key} of pipeline '{self._reads.pipeline}' "
-            f"is readable and repair replaces only a missing or unreadable one: {said}"
+            "is readable and repair replaces only a missing or unreadable one: `--force` "
+            "replaces it anyway, and would change: " + "; ".join(diff)
         )
 
     def gather(self, read: ControlSnapshot) -> RepairEvidence:
