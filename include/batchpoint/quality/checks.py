@@ -150,16 +150,16 @@ class RecomputeSample:
             .where(F.col(KEY_GROUP_COLUMN).isin(groups))
             .select(*keys, *self.compare)
         )
-        events = self._source_rows(target)
+        events, placed_by, added = self._as_state_keys(self._source_rows(target), state, keys)
         # The sample's key groups are the state's stored ones: place the source's keys
         # with the hash of the format the state was written in.
         group = state_io.key_group_column(
-            self.source_key or keys,
+            placed_by,
             target.max_parallelism,
             events.schema,
             key_hash_of_format(target.format_version),
         )
-        sampled = events.where(group.isin(groups))
+        sampled = events.where(group.isin(groups)).drop(*added)
         expected = self.recompute(sampled).select(
             *keys, *[F.col(c).alias(f"_expected_{c}") for c in self.compare]
         )
@@ -196,6 +196,32 @@ class RecomputeSample:
                 )
             )
         return result
+
+    def _as_state_keys(
+        self, events: DataFrame, state: DataFrame, keys: Sequence[str]
+    ) -> tuple[DataFrame, list[str], list[str]]:
+        """The source rows with their keys as the state's key types, to place them by:
+        Spark hashes a DECIMAL(38,0) id and the BIGINT the state stores it as apart, so
+        a sample placed by the source's own types would pick other keys. A key the
+        state's type cannot hold cannot be in the state: its rows are left out."""
+        from pyspark.sql import functions as F
+
+        source_keys = list(self.source_key or keys)
+        if len(source_keys) != len(keys):
+            return events, source_keys, []
+        stored = {f.name: f.dataType for f in state.schema.fields}
+        given = {f.name: f.dataType for f in events.schema.fields}
+        placed_by, added = [], []
+        for i, (source, key) in enumerate(zip(source_keys, keys, strict=True)):
+            if source not in given or given[source] == stored[key]:
+                placed_by.append(source)
+                continue
+            placed = f"_bp_sample_key_{i}"
+            events = events.withColumn(placed, F.col(f"`{source}`").try_cast(stored[key]))
+            events = events.where(F.col(placed).isNotNull() | F.col(f"`{source}`").isNull())
+            placed_by.append(placed)
+            added.append(placed)
+        return events, placed_by, added
 
     def _source_rows(self, target: StateTarget) -> DataFrame:
         from batchpoint.spark import keyed_io
