@@ -76,11 +76,24 @@ class RecordError(BatchpointError):
 REPAIR_HINT = "`batchpoint repair --dry-run` shows what the intact records still prove"
 
 
+#: The failure counter is no evidence repair reads: `reset` (or a restore) replaces it.
+RESET_HINT = (
+    "`batchpoint reset` replaces it: it holds only the count of consecutive failed checkpoints"
+)
+
+
+#: The registered spec is the code's, as of its last run: that run registers it again.
+SPEC_HINT = (
+    "the pipeline's next run registers it again from its code; until then, commands that "
+    "read it without the code cannot"
+)
+
+
 class CorruptRecord(RecordError):
-    def __init__(self, key: str, problem: str) -> None:
+    def __init__(self, key: str, problem: str, hint: str = REPAIR_HINT) -> None:
         self.key = key
         self.problem = problem
-        super().__init__(f"{self.summary} ({REPAIR_HINT})")
+        super().__init__(f"{self.summary} ({hint})")
 
     @property
     def summary(self) -> str:

@@ -60,8 +60,9 @@ def test_release_lets_a_checkpoint_back_and_refuses_an_unknown_one(quarantine, c
     assert "released" in capsys.readouterr().out
     assert not quarantine.is_quarantined(4)
 
-    assert main(["quarantine", "release", "4"]) == 2
-    assert "checkpoint 4 of pipeline payments is not quarantined" in capsys.readouterr().err
+    quarantine.add(_report(5, "bad"), time.time())
+    assert main(["quarantine", "release", "4"]) == 2  # no such checkpoint: not "not held"
+    assert "pipeline payments has no checkpoint 4 (quarantined: 5)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

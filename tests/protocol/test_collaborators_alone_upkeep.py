@@ -25,6 +25,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.control import PendingEntry
+from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.ids import CheckpointIDCounter
 from batchpoint.protocol.layout import TaskId
@@ -206,6 +207,7 @@ def repairer_of(parts: Parts, asked: Asked) -> Repairer:
         control=parts.control,
         quarantine=QuarantineStore(parts.store, parts.layout),
         sinks=SinkPublisher(parts.store, parts.layout),
+        failures=CheckpointFailureManager(parts.store, parts.layout, 0),
         clock=parts.clock,
         num_retained=3,
         roll_forward=lambda: asked.append(("roll_forward",)),

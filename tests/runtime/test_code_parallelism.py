@@ -6,13 +6,17 @@ and the code's value was silently ignored."""
 
 from __future__ import annotations
 
+import logging
+
 import pandas as pd
 import pytest
 
-from batchpoint.errors import TriggerRefused
-from batchpoint.runtime.driver import in_force
+from batchpoint.errors import SPEC_HINT, CorruptRecord, TriggerRefused
+from batchpoint.runtime.driver import PipelineDriver, in_force
 from batchpoint.runtime.restore import restore_checkpoint
 from batchpoint.storage import StoreRef
+from demo.payments import build_pipeline
+from support import fake_epochs
 from support.deploys import Deploys, reference
 
 
@@ -109,3 +113,25 @@ def test_spec_entries_are_matched_by_uid() -> None:
     assert legacy.operator("aggregate").uid is None
     assert in_force(legacy, _keyed("aggregate", 2, uid="aggregate2")) == {"aggregate": 5}
     assert in_force(legacy, renamed) == {"totals": 5}
+
+
+def test_a_corrupt_spec_is_the_codes_until_the_next_checkpoint_registers_it(
+    tmp_path, caplog
+) -> None:
+    """No Spark. spec.json holds no state and no evidence repair reads: a corrupt one
+    leaves the code's parallelism in force (named in a warning), and the next trigger
+    writes it again; commands that read it without the code say so."""
+    driver = PipelineDriver(build_pipeline(), StoreRef.of((tmp_path / "store").as_uri()))
+    fake_epochs.epoch(driver)
+    key = driver.coordinator.layout.spec
+    driver.store.put(key, b'{"kind": "pipeline-sp')
+    with pytest.raises(CorruptRecord) as refused:
+        driver.coordinator.stored_spec()
+    assert SPEC_HINT in str(refused.value) and "repair" not in str(refused.value)
+
+    with caplog.at_level(logging.WARNING, logger="batchpoint.runtime.driver"):
+        assert driver.current_spec() == driver.pipeline.spec()
+    assert f"record '{key}' is corrupt" in caplog.text and "registers the spec" in caplog.text
+    second = fake_epochs.epoch(driver)
+    assert driver.coordinator.stored_spec() == driver.pipeline.spec()
+    assert driver.coordinator.head.get().checkpoint_id == second

@@ -445,9 +445,9 @@ class Schedule:
     def repair(self, name: str) -> None:
         """`batchpoint repair`: by mistake or on purpose on the readable control record
         (refused unless forced, or unchanged where the records agree with it; forced, it
-        may only win a compare-and-swap on what it read), or after the record was damaged (a truncated write): then it rebuilds it
-        from the records, without --force. The checker sees whether it moved the head
-        back."""
+        may only win a compare-and-swap on what it read), or after the record was damaged
+        (a truncated write): then it rebuilds it from the records, without --force. The
+        checker sees whether it moved the head back."""
         self._idle(self.table_rng.randint(0, 300))
         damaged = self.options.faults and self.table_rng.random() < 0.4
         force = not damaged and self.table_rng.random() < 0.7

@@ -82,7 +82,12 @@ def cmd_reset(cmd: Command) -> ExitCode:
     result = reset(cmd.coordinator())
     cmd.out.emit(
         {"pipeline": result.pipeline, "status": result.status, "was": result.previous_status},
-        f"pipeline {result.pipeline}: {result.status}",
+        f"pipeline {result.pipeline}: {result.status}"
+        + (
+            " (its failure record was corrupt and is replaced)"
+            if result.previous_status == "unreadable"
+            else ""
+        ),
     )
     return ExitCode.OK
 
@@ -110,9 +115,7 @@ def repair_text(result: RepairResult) -> str:
     if status is RepairStatus.UNCHANGED:
         lines = [head + "the control record agrees with the records: nothing changed"]
     elif status is RepairStatus.DRY_RUN and result.agrees:
-        lines = [
-            head + "the control record agrees with the records: nothing to repair"
-        ]
+        lines = [head + "the control record agrees with the records: nothing to repair"]
     elif status is RepairStatus.REFUSED:
         lines = [head + f"refused: {result.reason}", "plan (not written):"]
     elif status is RepairStatus.LOST:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError
+from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError, CorruptRecord
 from batchpoint.ops.sinks import sink_directory
 from batchpoint.protocol.checkpoint import CheckpointOutcome
 from batchpoint.protocol.findings import Finding
@@ -173,7 +173,10 @@ class ResetResult:
 
 def reset(coordinator: PipelineMaintenance) -> ResetResult:
     """Clear a FAILED pipeline's consecutive-failure counter so that it triggers again."""
-    before = coordinator.failures.state().status.value
+    try:
+        before = coordinator.failures.state().status.value
+    except CorruptRecord:
+        before = "unreadable"  # the reset replaces it
     coordinator.reset_failures()
     return ResetResult(coordinator.pipeline, coordinator.failures.state().status.value, before)
 
@@ -223,10 +226,21 @@ def release_quarantine(coordinator: PipelineHistory, checkpoint_id: int) -> Quar
     store = coordinator.quarantine
     held = store.held(checkpoint_id)
     if held is None or not store.release(checkpoint_id):
+        quarantined = store.ids()
+        if checkpoint_id not in coordinator.checkpoint_ids():
+            raise BatchpointError(
+                f"pipeline {coordinator.pipeline} has no checkpoint {checkpoint_id} "
+                f"(quarantined: {_ids(quarantined)})"
+            )
         raise BatchpointError(
-            f"checkpoint {checkpoint_id} of pipeline {coordinator.pipeline} is not quarantined"
+            f"checkpoint {checkpoint_id} of pipeline {coordinator.pipeline} is not "
+            f"quarantined (quarantined: {_ids(quarantined)})"
         )
     return held
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(map(str, ids)) if ids else "none"
 
 
 @dataclass

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from batchpoint.errors import CheckpointNotFound, ObjectNotFound
+from batchpoint.errors import SPEC_HINT, CheckpointNotFound, CorruptRecord, ObjectNotFound
 from batchpoint.protocol import cascade, stopping
 from batchpoint.protocol.ack_accounting import AckAccounting
 from batchpoint.protocol.checkpoint import (
@@ -243,7 +243,10 @@ class CheckpointCoordinator:
             data = self.store.get(self.layout.spec).data
         except ObjectNotFound:
             return None
-        return PipelineSpec.decode(self.layout.spec, data)
+        try:
+            return PipelineSpec.decode(self.layout.spec, data)
+        except CorruptRecord as exc:  # no evidence repair judges by: the code registers it
+            raise CorruptRecord(exc.key, exc.problem, SPEC_HINT) from None
 
     def control_record(self) -> ControlRecord | None:
         """The control record as stored (None: none yet). Raises ControlUnreadable."""
@@ -383,7 +386,11 @@ class CheckpointCoordinator:
         return cleared[0]
 
     def reset_failures(self) -> None:
-        self.failures.reset(self.clock(), reason="explicit reset")
+        try:
+            head = self.head.get().checkpoint_id or 0
+        except ControlUnreadable:
+            head = 0  # the counter is cleared all the same; repair rebuilds the record
+        self.failures.reset(self.clock(), reason="explicit reset", completed_up_to=head)
 
     def hold_for_cascade(self, fence: CascadeFence) -> None:
         """Fence the pipeline for a cascade restore: its triggers refuse (CASCADE) until
@@ -404,6 +411,7 @@ class CheckpointCoordinator:
             control=self.control,
             quarantine=self.quarantine,
             sinks=self.sinks,
+            failures=self.failures,
             clock=self.clock,
             num_retained=self.config.num_retained,
             roll_forward=self.restorer.finish,

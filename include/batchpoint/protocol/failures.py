@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from batchpoint import codec
+from batchpoint.errors import RESET_HINT, CorruptRecord, ObjectNotFound, PreconditionFailed
 from batchpoint.protocol.cas import read_record, update_record
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.layout import PipelineLayout
@@ -45,8 +46,15 @@ class CheckpointFailureManager:
         self._tolerable = tolerable
 
     def state(self) -> FailureState:
-        current = read_record(self._store, self._key, FailureState.decode)
+        current = read_record(self._store, self._key, self._decode)
         return current[0] if current else FailureState()
+
+    @staticmethod
+    def _decode(key: str, data: bytes) -> FailureState:
+        try:
+            return FailureState.decode(key, data)
+        except CorruptRecord as exc:
+            raise CorruptRecord(exc.key, exc.problem, RESET_HINT) from None
 
     def record_failure(
         self, checkpoint_id: int, reason: CheckpointFailureReason, message: str, now: float
@@ -84,17 +92,46 @@ class CheckpointFailureManager:
 
         return self._update(reset)
 
-    def reset(self, now: float, reason: str = "reset") -> FailureState:
+    def reset(self, now: float, reason: str = "reset", *, completed_up_to: int = 0) -> FailureState:
+        """RUNNING, with no failure counted. A corrupt record is replaced (on its etag):
+        the counter is the only thing it holds, and a reset starts it over anyway;
+        `completed_up_to` (the head) is then its newest completion, so a late failure
+        of an older checkpoint still does not count."""
+
         def clear(current: FailureState | None) -> FailureState:
             state = current or FailureState()
             return replace(
                 state, status=PipelineStatus.RUNNING, failed_ids=(), reason=reason, updated_at=now
             )
 
-        return self._update(clear)
+        while True:
+            try:
+                return self._update(clear)
+            except CorruptRecord:
+                fresh = FailureState(
+                    last_completed_id=completed_up_to,
+                    reason=f"{reason}; the corrupt record was replaced",
+                    updated_at=now,
+                )
+                if self._replace_corrupt(fresh):
+                    return fresh
+
+    def _replace_corrupt(self, fresh: FailureState) -> bool:
+        """Write `fresh` over the record if it is still the corrupt one read (False: it
+        changed or vanished meanwhile; read it again). A record of a newer version is
+        never replaced: it is not corrupt, and `_update` raises for it."""
+        try:
+            found = self._store.get(self._key)
+            try:
+                FailureState.decode(self._key, found.data)
+                return False  # readable now: another writer replaced it
+            except CorruptRecord:
+                pass
+            self._store.replace(self._key, FailureState.encode(fresh), found.etag)
+            return True
+        except (ObjectNotFound, PreconditionFailed):
+            return False
 
     def _update(self, mutate: Callable[[FailureState | None], FailureState | None]) -> FailureState:
-        result = update_record(
-            self._store, self._key, FailureState.decode, FailureState.encode, mutate
-        )
+        result = update_record(self._store, self._key, self._decode, FailureState.encode, mutate)
         return result or FailureState()

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 from attrs import define
 
-from batchpoint.errors import CorruptRecord, RecordError
+from batchpoint.errors import RESET_HINT, CorruptRecord, RecordError
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.control_store import ControlSnapshot, ControlStore
+from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.ports import Clock, RollForward
 from batchpoint.protocol.quarantine import QuarantineStore
@@ -85,6 +86,7 @@ class Repairer:
     _control: ControlStore
     _quarantine: QuarantineStore
     _sinks: SinkPublisher
+    _failures: CheckpointFailureManager
     _clock: Clock
     _num_retained: int
     _roll_forward: RollForward
@@ -144,6 +146,10 @@ class Repairer:
                 where = f"restore intent of generation {intent.restore_generation}"
                 ev.findings.append(Finding(where, _why(error)))
         ev.quarantined = set(self._quarantine.ids())
+        try:
+            self._failures.state()
+        except CorruptRecord as exc:  # no evidence repair judges by: named, left to reset
+            ev.findings.append(Finding(exc.key, f"corrupt ({exc.problem}): {RESET_HINT}"))
         for sink in self._sinks.sink_names():
             try:
                 manifest = self._sinks.manifest(sink)

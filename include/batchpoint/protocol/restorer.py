@@ -277,7 +277,9 @@ class CheckpointRestorer:
                 )
         self._sinks.rewind_all(r.target, r.generation, alias_of=self.alias_of(r.target))
         self._records.put_restore(RestoreRecord.of(r))
-        self._failures.reset(self._clock(), reason=f"restored to checkpoint {r.target}")
+        self._failures.reset(
+            self._clock(), reason=f"restored to checkpoint {r.target}", completed_up_to=r.target
+        )
 
         def done(current: ControlRecord | None) -> ControlRecord | None:
             if current is None or current.restore is None:

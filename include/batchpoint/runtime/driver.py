@@ -6,12 +6,14 @@ sync. A restore is planned and applied by runtime/restore.py (`RestorePlanner`,
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from batchpoint.errors import (
     CheckpointNotFound,
+    CorruptRecord,
     DeployRefused,
 )
 from batchpoint.protocol.checkpoint import (
@@ -32,6 +34,9 @@ from batchpoint.storage import ObjectStore, StoreRef
 
 if TYPE_CHECKING:
     from batchpoint.tables.sync import SyncReport
+
+
+_log = logging.getLogger(__name__)
 
 
 def in_force(stored: PipelineSpec | None, pipeline: Pipeline) -> dict[str, int]:
@@ -90,8 +95,19 @@ class PipelineDriver:
         registration (a deploy changed it: the next checkpoint rescales by key group),
         else the effective one recorded (a rescaling restore's, kept until the code
         changes). A spec registered before the code's value was recorded counts its
-        effective parallelism as the code's."""
-        return self.pipeline.spec(in_force(self.coordinator.stored_spec(), self.pipeline))
+        effective parallelism as the code's. A corrupt one counts as none (the code's
+        parallelism, a rescale by key group, never a loss of state): the next trigger
+        registers it again, so the pipeline mends itself; a warning names it."""
+        try:
+            stored = self.coordinator.stored_spec()
+        except CorruptRecord as exc:
+            _log.warning(
+                "%s; the code's parallelism is in force and the next checkpoint registers "
+                "the spec again",
+                exc.summary,
+            )
+            stored = None
+        return self.pipeline.spec(in_force(stored, self.pipeline))
 
     def rescale(self, parallelism: Mapping[str, int]) -> PipelineSpec:
         current = {op.name: op.parallelism for op in self.current_spec().operators if op.has_tasks}
