@@ -63,7 +63,7 @@ def test_the_gate_off_needs_the_typed_confirmation(driver, capsys):
     assert "(got --confirm 'restore payments without gate')" in capsys.readouterr().err
     assert fake_epochs.listing(driver.store) == before  # refused before anything was read
 
-    assert restore("--no-gate", "--confirm", PHRASE, *EVERY_STATE) == 0
+    assert restore("--no-gate", "--confirm", PHRASE, *EVERY_STATE, "--gate", "gates:strict") == 0
     captured = capsys.readouterr()
     assert "quality gate OFF (confirmed)" in captured.out
     # Ungated, the files are still checked with their sha256 (the default at restore):
@@ -72,6 +72,7 @@ def test_the_gate_off_needs_the_typed_confirmation(driver, capsys):
     assert "checkpoint 2: ok (6 file(s)" in captured.out
     assert "restored pipeline payments to checkpoint 2" in captured.out
     assert "suites to skip ignored: no suite runs with the gate off" in captured.err
+    assert "--gate gates:strict ignored: the quality gate is off (--no-gate)" in captured.err
     # The damage the restore found is proven by the file: quarantined, with that reason.
     assert "checkpoint 3: FAILED, quarantined" in captured.out
     held = json.loads(driver.store.get(LAYOUT.quarantine(3)).data)

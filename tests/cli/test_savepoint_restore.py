@@ -175,10 +175,6 @@ NO_SUCH_PIPELINE = "no referenced pipeline is named 'nope' (they are: payments)"
         (["restore", "--pipeline", "nope"], NO_SUCH_PIPELINE),
         (["restore", "1", "--max-candidates", "0"], "--max-candidates: max_candidates must be"),
         (["restore", "1", "--parallelism", "-2"], "must be a positive integer"),
-        (
-            ["restore", "1", "--no-gate", "--gate", "gates:strict"],
-            "--gate gates:strict and --no-gate contradict each other",
-        ),
     ],
 )
 def test_savepoint_and_restore_mistakes_exit_2_and_write_nothing(driver, capsys, argv, message):

@@ -136,7 +136,8 @@ def test_no_credentials_says_how_to_set_them(
 ) -> None:
     _clean_aws_environment(monkeypatch, tmp_path)
     store = S3ObjectStore(seaweed.bucket, "anon", S3Settings(endpoint_url=seaweed.endpoint_url))
-    with pytest.raises(StorageAccessDenied, match=r"no usable AWS credentials.*AWS_ACCESS_KEY_ID"):
+    named = r"no usable AWS credentials.*BATCHPOINT_S3_ACCESS_KEY_ID.*AWS_ACCESS_KEY_ID"
+    with pytest.raises(StorageAccessDenied, match=named):
         store.put("k", b"x")
 
 

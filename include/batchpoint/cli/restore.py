@@ -40,10 +40,6 @@ def gate_options(args: argparse.Namespace, pipeline: Pipeline) -> GateOptions:
     """The restore form's gate fields, from the flags, checked by the same code as the
     DAG's form before anything is read; only the wording of a missing confirmation
     changes, to name the flag to add."""
-    if args.no_gate and args.gate is not None:
-        raise ConfigError(
-            f"--gate {args.gate} and --no-gate contradict each other: leave out one of them"
-        )
     try:
         max_candidates = parse_max_candidates(args.max_candidates)
     except ConfigError as exc:
@@ -98,6 +94,8 @@ def cmd_restore(cmd: Command) -> ExitCode:
         store_ref=settings.store_ref,
         log=cmd.out.note,
     )
+    if not options.enabled and args.gate is not None:
+        gate.warnings.append(f"--gate {args.gate} ignored: the quality gate is off (--no-gate)")
     for warning in gate.warnings:
         cmd.out.note(warning)
     cmd.out.note(gate.description)

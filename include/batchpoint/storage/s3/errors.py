@@ -187,9 +187,10 @@ def _translated(store: FailedStore, op: str, key: str, inner: BaseException) -> 
     if isinstance(inner, _NO_CREDENTIALS):
         return StorageAccessDenied(
             f"{where}: no usable AWS credentials for bucket '{store.bucket}' "
-            f"({inner}). Set access_key_id/secret_access_key in the storage options, "
-            "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in the environment, or "
-            "AWS_PROFILE with ~/.aws/credentials"
+            f"({inner}). Set access_key_id/secret_access_key in the storage options "
+            "(BATCHPOINT_S3_ACCESS_KEY_ID/BATCHPOINT_S3_SECRET_ACCESS_KEY, or the Airflow "
+            "connection's login and password), or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in "
+            "the environment, or AWS_PROFILE with ~/.aws/credentials"
         )
     if is_transient(inner):
         s = store.settings
