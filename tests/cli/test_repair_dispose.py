@@ -145,6 +145,8 @@ def test_savepoint_dispose_releases_a_savepoint_and_refuses_anything_else(paymen
     before = listing(payments)
     wrong = cli("savepoint", "dispose", "2")  # a checkpoint, not a savepoint
     assert wrong.code == 2 and "is not a retained savepoint" in wrong.err
+    after_dashes = cli("savepoint", "dispose", "--json", "--", "2")  # the operand still
+    assert after_dashes.code == 2 and "is not a retained savepoint" in after_dashes.json["error"]
     missing = cli("savepoint", "dispose")
     assert missing.code == 2 and "needs the savepoint's checkpoint id" in missing.err
     extra = cli("savepoint", "dispose", "--json", str(savepoint), "3")

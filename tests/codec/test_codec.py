@@ -75,6 +75,15 @@ def test_an_unknown_version_asks_for_an_upgrade_of_batchpoint() -> None:
         Shelf.decode("k", codec.encode("shelf", 4, {}))
 
 
+@pytest.mark.parametrize("version", [None, "3", 2.0, True, 0, -1])
+def test_a_version_no_batchpoint_wrote_is_damage_not_a_newer_batchpoint(version: object) -> None:
+    """A missing, non-integer or too-low version is a damaged or hand-made record: an
+    upgrade would not read it, and the tools that replace damage must see it as damage."""
+    body = {"kind": "shelf", "items": []} | ({} if version is None else {"version": version})
+    with pytest.raises(CorruptRecord, match="version"):
+        Shelf.decode("k", json.dumps(body).encode())
+
+
 def test_an_older_body_is_checked_against_its_own_declaration() -> None:
     with pytest.raises(CorruptRecord, match="field 'count' should be int, found 'four'"):
         Shelf.decode("k", codec.encode("shelf", 1, {"count": "four"}))

@@ -113,7 +113,7 @@ def test_a_checkpoint_admitted_on_a_concurrent_savepoint_starts_where_it_ends(
     assert on_savepoint, "no interleaving admitted the checkpoint on the savepoint"
 
 
-def test_a_barrier_that_cannot_be_captured_again_declines_the_admitted_checkpoint(
+def test_a_barrier_that_cannot_be_captured_again_aborts_the_admitted_checkpoint(
     local_store: ObjectStore,
 ) -> None:
     """The second capture comes after the admission took an id: a source that fails it
@@ -138,6 +138,7 @@ def test_a_barrier_that_cannot_be_captured_again_declines_the_admitted_checkpoin
     declined = c.get_outcome(3)
     assert captures[0] == 2 and declined is not None
     assert declined.status is CheckpointStatus.ABORTED
-    assert declined.reason is CheckpointFailureReason.DECLINED
+    assert declined.reason is CheckpointFailureReason.TRIGGER_FAILED
+    assert c.failures.state().failed_ids == ()  # not counted, as before the admission
     assert "barrier could not be captured" in declined.message
     assert [p.checkpoint_id for p in c.pending_checkpoints()] == [2]

@@ -69,8 +69,21 @@ def test_a_reset_racing_another_over_a_corrupt_record_replaces_it_once(
 
 def test_a_failure_record_of_a_newer_version_is_never_replaced(store: ObjectStore) -> None:
     c = coordinator(store)
+    complete(c)
     newer = b'{"kind": "failure-state", "version": 99, "status": "FAILED"}'
     store.put(c.layout.failures, newer)
     with pytest.raises(UnsupportedRecordVersion):
         c.reset_failures()
     assert store.get(c.layout.failures).data == newer
+    for dry_run in (True, False):  # repair names it and goes on with its own work
+        report = c.repair(dry_run=dry_run)
+        assert [f for f in report.findings if "upgrade batchpoint" in str(f)], report.findings
+    assert store.get(c.layout.failures).data == newer
+
+
+def test_a_failure_record_with_no_version_is_damage_reset_replaces(store: ObjectStore) -> None:
+    c = coordinator(store)
+    complete(c)
+    store.put(c.layout.failures, b'{"kind": "failure-state", "status": "FAILED"}')
+    c.reset_failures()
+    assert c.failures.state().status is PipelineStatus.RUNNING

@@ -124,6 +124,11 @@ def with_late_operand(
     """`savepoint dispose --pipeline p 7`: argparse fills a command's optional positionals
     in one run, so an operand after an option is left over. One bare word left over is
     the operand the command has not got yet; anything else is refused as argparse would."""
+    if extras[:1] == ["--"]:  # `... -- 7`: what follows is an operand, whatever it looks like
+        extras = extras[1:]
+        if len(extras) == 1 and getattr(args, "operand", 0) is None:
+            args.operand = extras[0]
+            return args
     if not extras:
         return args
     if len(extras) == 1 and not extras[0].startswith("-") and getattr(args, "operand", 0) is None:

@@ -77,6 +77,8 @@ def cmd_restore(cmd: Command) -> ExitCode:
     args, settings = cmd.args, cmd.settings
     pipeline = cmd.pipeline()
     options = gate_options(args, pipeline)
+    if not options.enabled and args.gate is not None:
+        cmd.out.note(f"--gate {args.gate} ignored: the quality gate is off (--no-gate)")
     if args.cascade:
         return cmd_cascade(cmd, pipeline, options)
     # Every mistake is found before the first line of progress.
@@ -94,8 +96,6 @@ def cmd_restore(cmd: Command) -> ExitCode:
         store_ref=settings.store_ref,
         log=cmd.out.note,
     )
-    if not options.enabled and args.gate is not None:
-        gate.warnings.append(f"--gate {args.gate} ignored: the quality gate is off (--no-gate)")
     for warning in gate.warnings:
         cmd.out.note(warning)
     cmd.out.note(gate.description)

@@ -41,8 +41,15 @@ def decode(key: str, data: bytes, kind: str, supported: tuple[int, ...]) -> tupl
     if found_kind != kind:
         raise CorruptRecord(key, f"expected a '{kind}' record, found kind {found_kind!r}")
     version = document.pop("version", None)
-    if isinstance(version, bool) or version not in supported:
-        raise UnsupportedRecordVersion(key, kind, version, supported)
+    if isinstance(version, bool) or not isinstance(version, int):
+        # no writer leaves it out: a damaged or hand-made record, not a newer batchpoint's
+        raise CorruptRecord(key, f"expected an integer version, found {version!r}")
+    if version not in supported:
+        if version > max(supported):
+            raise UnsupportedRecordVersion(key, kind, version, supported)
+        raise CorruptRecord(
+            key, f"version {version} is not one batchpoint wrote (it reads {supported})"
+        )
     return version, document
 
 

@@ -75,6 +75,13 @@ class CheckpointFailureReason(enum.Enum):
         "the code would leave state of the base unrestored or cannot read it",
         False,
     )
+    # the trigger failed after its admission (as Flink, a trigger-phase failure is not
+    # counted: the same failure before the admission costs nothing either)
+    TRIGGER_FAILED = (
+        "trigger-failed",
+        "the trigger failed after the checkpoint was admitted",
+        False,
+    )
 
     def __init__(self, code: str, message: str, counts_as_failure: bool | int) -> None:
         self.code = code

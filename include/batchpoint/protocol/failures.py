@@ -45,6 +45,10 @@ class CheckpointFailureManager:
         self._key = layout.failures
         self._tolerable = tolerable
 
+    @property
+    def key(self) -> str:
+        return self._key
+
     def state(self) -> FailureState:
         current = read_record(self._store, self._key, self._decode)
         return current[0] if current else FailureState()
@@ -123,7 +127,7 @@ class CheckpointFailureManager:
         try:
             found = self._store.get(self._key)
             try:
-                FailureState.decode(self._key, found.data)
+                self._decode(self._key, found.data)
                 return False  # readable now: another writer replaced it
             except CorruptRecord:
                 pass

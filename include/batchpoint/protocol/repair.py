@@ -150,6 +150,8 @@ class Repairer:
             self._failures.state()
         except CorruptRecord as exc:  # no evidence repair judges by: named, left to reset
             ev.findings.append(Finding(exc.key, f"corrupt ({exc.problem}): {RESET_HINT}"))
+        except RecordError as exc:  # a newer batchpoint's: named, never replaced
+            ev.findings.append(Finding(self._failures.key, str(exc)))
         for sink in self._sinks.sink_names():
             try:
                 manifest = self._sinks.manifest(sink)

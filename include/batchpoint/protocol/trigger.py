@@ -156,9 +156,8 @@ class CheckpointTrigger:
         try:
             return capture()
         except Exception as exc:
-            # as a source failing at its barrier declines the checkpoint in Flink
             why = f"the sources' barrier could not be captured: {exc}"
-            self._abort(checkpoint_id, CheckpointFailureReason.DECLINED, why, now)
+            self._abort(checkpoint_id, CheckpointFailureReason.TRIGGER_FAILED, why, now)
             raise
 
     def _properties(

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.identity import StateId
@@ -208,7 +208,11 @@ class RecomputeSample:
 
         source_keys = list(self.source_key or keys)
         if len(source_keys) != len(keys):
-            return events, source_keys, []
+            raise ConfigError(
+                f"check '{self.name}': source_key names {len(source_keys)} column(s) "
+                f"({', '.join(source_keys)}), the state's key has {len(keys)} "
+                f"({', '.join(keys)}): name one source column per key column"
+            )
         stored = {f.name: f.dataType for f in state.schema.fields}
         given = {f.name: f.dataType for f in events.schema.fields}
         placed_by, added = [], []
@@ -216,6 +220,8 @@ class RecomputeSample:
             if source not in given or given[source] == stored[key]:
                 placed_by.append(source)
                 continue
+            # a legal cast that rounds (a double to a bigint) places the row where the
+            # rounded key's state is: the recomputation decides what the row becomes
             placed = f"_bp_sample_key_{i}"
             events = events.withColumn(placed, F.col(f"`{source}`").try_cast(stored[key]))
             events = events.where(F.col(placed).isNotNull() | F.col(f"`{source}`").isNull())
