@@ -226,8 +226,8 @@ def test_repairer_rebuilds_a_missing_control_record(parts: Parts) -> None:
     control = parts.control.load()
     assert (control.head, control.retained_ids(), control.is_discarded(3)) == (2, [1, 2], True)
     assert asked == [("roll_forward",)]  # the sinks follow the head it proved
-    again = subject.repair()  # a readable record is replaced only with force
-    assert again.status is RepairStatus.REFUSED
+    again = subject.repair()  # the records agree with the record it wrote: nothing to do
+    assert again.status is RepairStatus.UNCHANGED and again.agrees
     assert asked == [("roll_forward",)]
 
 
