@@ -222,7 +222,8 @@ class ChainSchedule:
         self._task(lambda: planner.apply(planner.plan(source)), retries=1)
 
     def repair(self, name: str, due: int) -> None:
-        """`batchpoint repair` on a readable control record: refused unless forced;
+        """`batchpoint repair` on a readable control record: refused unless forced (or
+        unchanged where the records agree with it);
         forced, a new restore generation with the sinks rewound to the head, written by
         compare-and-swap on what it read (a cascade's fence is not carried over)."""
         self._idle(due)
