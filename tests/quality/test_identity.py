@@ -7,6 +7,7 @@ and a report stored before uids still reads."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
+from batchpoint.quality.checks import RecomputeSample
 from batchpoint.quality.findings import Check, Finding
 from batchpoint.quality.identity import UNDECLARED, StateId, declared_states, match_states
 from batchpoint.quality.integrity import check_key_groups
@@ -161,6 +163,28 @@ def test_a_quality_declared_by_a_uid_says_which_name_to_write() -> None:
             code(), PipelineQuality(states=(StateQuality("aggregate2", "totals"),))
         )
     assert "'totals' is the uid of 'sums': declare its quality by that name" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("source", "source_key", "message"),
+    [
+        ("clicks", None, "check 'recount': no source 'clicks' (sources: events)"),
+        ("events", ("user", "n"), "source_key names 2 column(s) (user, n), the state's key has 1"),
+    ],
+)
+def test_a_recompute_check_that_cannot_run_is_refused_where_it_is_declared(
+    source: str, source_key: tuple[str, ...] | None, message: str
+) -> None:
+    """Not as a finding on every candidate, which would quarantine them all."""
+    check = RecomputeSample("recount", source=source, recompute=lambda rows: rows)
+    check = dataclasses.replace(check, source_key=source_key)
+    declared = StateQuality("aggregate2", "sums", checks=(check,))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate_declaration(code(), PipelineQuality(states=(declared,)))
+    fine = dataclasses.replace(check, source="events", source_key=("user",))
+    validate_declaration(
+        code(), PipelineQuality(states=(StateQuality("aggregate2", "sums", checks=(fine,)),))
+    )
 
 
 def _report(name: str) -> CandidateReport:

@@ -137,6 +137,23 @@ class RecomputeSample:
     source_key: tuple[str, ...] | None = None
     key_groups: int = 16
 
+    def declaration_problems(self, pipeline: Pipeline, operator: str) -> list[str]:
+        """What makes this check unable to run on `operator`'s state of `pipeline`,
+        found when the gate is built rather than as a failure of every candidate."""
+        problems = []
+        if self.source not in pipeline.sources:
+            problems.append(
+                f"no source '{self.source}' (sources: {', '.join(sorted(pipeline.sources))})"
+            )
+        keys = pipeline.operators[operator].key_columns
+        if self.source_key is not None and len(self.source_key) != len(keys):
+            problems.append(
+                f"source_key names {len(self.source_key)} column(s) "
+                f"({', '.join(self.source_key)}), the state's key has {len(keys)} "
+                f"({', '.join(keys)}): name one source column per key column"
+            )
+        return problems
+
     def run(self, target: StateTarget) -> CheckResult:
         from pyspark.sql import functions as F
 

@@ -325,6 +325,14 @@ def validate_declaration(pipeline: Pipeline, quality: PipelineQuality) -> None:
                 f"'{declared.state}' (states: {sorted(op.states)})"
                 + _uid_hint(declared.state, renamed)
             )
+        for check in declared.checks:
+            # a check of batchpoint's own kind says what keeps it from running (a user's
+            # check need not have the method)
+            judge = getattr(check, "declaration_problems", None)
+            if judge is not None and (problems := judge(pipeline, declared.operator)):
+                raise ConfigError(
+                    f"quality of {declared.key}: check '{check.name}': " + "; ".join(problems)
+                )
 
 
 def _uid_hint(given: str, named: str | None) -> str:
