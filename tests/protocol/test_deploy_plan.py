@@ -150,6 +150,24 @@ def test_a_renamed_sink_or_source_without_uid_is_named() -> None:
     assert "db.t" in table and "uid='out'" in table
 
 
+def test_a_source_renamed_without_uid_is_refused_since_it_would_read_every_file_again() -> None:
+    """Under a new uid a source has no offset in the base's barrier: it would read from
+    its beginning the files the old one read (DESIGN.md invariant 3)."""
+    agg = op("agg", None, state("totals"))
+    old = Topology((SOURCE, agg))
+
+    def renamed(root: str) -> Topology:
+        source = NodeTopology("events2", "events2", OperatorKind.SOURCE, properties={"root": root})
+        return Topology((source, agg))
+
+    (problem,) = plan_deploy(old, renamed("in")).problems
+    assert "source 'events' (uid 'events') is no longer read" in problem
+    assert "'events2' reads the same files: declare uid='events' on 'events2'" in problem
+    allowed = DeployAllowances(allow_non_restored_state=True)
+    assert plan_deploy(old, renamed("in"), allowed).deployable  # a backfill, meant
+    assert plan_deploy(old, renamed("elsewhere")).deployable  # another source: nothing read twice
+
+
 def test_parallelism_rescales_and_max_parallelism_or_key_is_incompatible() -> None:
     old = topo(op("agg", None, state("totals")))
     rescaled = plan_deploy(old, topo(op("agg", None, state("totals"), parallelism=3)))

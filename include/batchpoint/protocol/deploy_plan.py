@@ -284,7 +284,10 @@ class _Planner:
         kind = node.kind.value
         what = f"{kind} '{node.name}' (uid '{node.uid}')"
         if node.kind is OperatorKind.SOURCE:
-            allowed, detail = True, f"{what} is no longer read; its offsets are forgotten"
+            # Nothing stored is lost, unless a new source reads the same files: under its
+            # new uid it has no offset and would read every one of them again.
+            allowed = twin is None or self.allow.allow_non_restored_state
+            detail = f"{what} is no longer read; its offsets are forgotten"
             hint = ""
         elif node.kind is OperatorKind.SINK:
             allowed = self.allow.allow_non_restored_state or node.uid in self.allow.dropped_sinks
@@ -295,7 +298,13 @@ class _Planner:
             states = ", ".join(f"'{s.name}'" for s in node.states)
             detail = f"{what} would be dropped" + (f" with its state {states}" if states else "")
             hint = f"pipeline.drop_operator('{node.uid}')"
-        if twin is not None:
+        if twin is not None and node.kind is OperatorKind.SOURCE:
+            detail += (
+                f"; '{twin.name}' reads the same files: declare uid='{node.uid}' on "
+                f"'{twin.name}' to go on from its offsets (under a new uid it reads every "
+                "file again; --allow-non-restored-state if that is meant)"
+            )
+        elif twin is not None:
             detail += (
                 f"; '{twin.name}' looks like '{node.name}' renamed: declare uid='{node.uid}' "
                 f"on '{twin.name}' to keep it"
