@@ -144,6 +144,22 @@ def test_partition_dropped_from_the_end_barrier_is_refused(store: LocalObjectSto
         source(store).files_between({"p0": 0, "p1": 1}, {"p0": 1})
 
 
+def test_a_partition_seen_empty_may_disappear(store: LocalObjectStore) -> None:
+    """A writer's temporary folder captured at offset 0, then cleaned up: it covered
+    nothing, so the epochs after it go on (they were all refused)."""
+    put_files(store, "p0", "a")
+    put_files(store, "p2", "_temporary")  # hidden from the listing: p2 is at offset 0
+    src = source(store)
+    base = src.capture_barrier()
+    assert base.offset("p2") == 0
+    store.delete("in/src/p2/_temporary")
+    put_files(store, "p0", "b")
+    end = src.capture_barrier()
+    assert "p2" not in end
+    src.verify_barrier(base)
+    assert [s.key.rsplit("/", 1)[1] for s in src.files_between(base, end)] == ["b"]
+
+
 def test_deleted_file_before_the_offset_is_refused(store: LocalObjectStore) -> None:
     put_files(store, "p0", "a", "b", "c")
     src = source(store)

@@ -147,10 +147,12 @@ class PartitionedFileSource:
     ) -> list[SourceSplit]:
         """Every file after `start` up to `end`, by partition then position. A partition
         `start` does not name starts at 0; one that `end` does not name is an error (its
-        files would be skipped). `None` as `start` means the beginning of the source."""
+        files would be skipped), unless `start` has it at 0: a folder seen empty (a
+        writer's temporary files) that is gone covered nothing, and refusing it would
+        refuse every epoch built on that start. `None` as `start` means the beginning."""
         start, end = SourceBarrier.coerce(start), SourceBarrier.coerce(end)
         for partition in start:
-            if partition not in end:
+            if partition not in end and start.offset(partition) > 0:
                 raise SourceOffsetError(
                     partition,
                     f"the start barrier has it at offset {start.offset(partition)} but the "
