@@ -109,6 +109,26 @@ def test_a_rewritten_table_stops_the_epoch_naming_version_and_operation(
     assert "changes=True and a key" in str(e.value)
 
 
+def test_a_table_deleted_and_created_anew_stops_the_epoch(source: DeltaTableSource) -> None:
+    """Its versions count from 0 again: past the base's version, the new table's commits
+    would be read as if they followed it, and its first rows skipped."""
+    _write(source, "a")
+    _write(source, "b")
+    base = source.capture_barrier()
+    assert base["versions"].digest == str(_table(source).metadata().id)
+    files = [o.key for o in source.store.list("delta/shop/orders/")]
+    assert source.store.delete_many(files) == len(files)
+    for row in ("x", "y", "z"):
+        _write(source, row)
+    end = source.capture_barrier()
+    with pytest.raises(SourceOffsetError, match="deleted and created anew") as refused:
+        source.files_between(base, end)
+    assert base["versions"].digest in str(refused.value)
+    with pytest.raises(SourceOffsetError, match="deleted and created anew"):
+        source.verify_barrier(base)
+    assert _read(source, None, end) == ["x", "y", "z"]  # a new start reads it all
+
+
 def test_a_cleaned_up_log_stops_the_epoch_naming_the_version(source: DeltaTableSource) -> None:
     _write(source, "a", configuration={"delta.logRetentionDuration": "interval 0 seconds"})
     base = source.capture_barrier()

@@ -195,7 +195,23 @@ class DeltaTableSource:
         if table is None:
             return SourceBarrier({PARTITION: PartitionOffset(0)})
         version = table.version()
-        return SourceBarrier({PARTITION: PartitionOffset(version + 1, str(version))})
+        # the digest is the table's id: a table deleted and created anew counts its
+        # versions again from 0, and only its id tells the two apart
+        identity = str(table.metadata().id)
+        return SourceBarrier({PARTITION: PartitionOffset(version + 1, str(version), identity)})
+
+    @staticmethod
+    def _identity_of(barrier: SourceBarrier | Mapping[str, object] | None) -> str | None:
+        offset = SourceBarrier.coerce(barrier).get(PARTITION)
+        return offset.digest if offset is not None else None  # None: captured before ids
+
+    def _recreated(self, recorded: str, found: str) -> SourceOffsetError:
+        return self._error(
+            f"the table is not the one the base checkpoint read (Delta table id {recorded}, "
+            f"now {found}): it was deleted and created anew, and its versions count from 0 "
+            "again, so it cannot be read on from the base's version (give the source a new "
+            "uid to read the new table from its beginning, or restore)"
+        )
 
     @staticmethod
     def _version_of(barrier: SourceBarrier | Mapping[str, object] | None) -> int | None:
@@ -213,11 +229,15 @@ class DeltaTableSource:
                 f"version {wanted} of the barrier is beyond the table's newest ({now}): the "
                 "table was deleted, or deleted and created anew"
             )
-        if self.table(wanted) is None:
+        at_barrier = self.table(wanted)
+        if at_barrier is None:
             raise self._error(
                 f"version {wanted} of the barrier can no longer be read (the log's cleanup "
                 "removed its commits)"
             )
+        recorded = self._identity_of(barrier)
+        if recorded is not None and (found := str(at_barrier.metadata().id)) != recorded:
+            raise self._recreated(recorded, found)
 
     def _versions(
         self,
@@ -232,6 +252,9 @@ class DeltaTableSource:
                 "the table was deleted (or deleted and created anew), or the barriers are "
                 "out of order"
             )
+        recorded, found = self._identity_of(start), self._identity_of(end)
+        if base is not None and None not in (recorded, found) and recorded != found:
+            raise self._recreated(str(recorded), str(found))
         return base, target
 
     # -- what an epoch reads ------------------------------------------------------------
