@@ -4,10 +4,12 @@ An offset is a position in a partition's name-ordered file list (the issue's con
 Positions stay meaningful only while the files before them stay put, so every offset also
 records the name of the last file it covers and a digest of the (name, size) of all the
 files it covers. `verify_offset` compares both against a fresh listing: a file deleted,
-renamed, rewritten or inserted before the offset changes them, and the epoch refuses to
-run instead of silently skipping or re-reading input. The name alone would miss a
-deletion paired with an insertion before it; the digest catches every such change for
-the price of one hash over names the source lists anyway.
+renamed, inserted before the offset or rewritten to another size changes them, and the
+epoch refuses to run instead of silently skipping or re-reading input. The name alone
+would miss a deletion paired with an insertion before it; the digest catches every such
+change for the price of one hash over names the source lists anyway. A rewrite in place
+to the same size is not seen: the listing carries no content fingerprint (an S3 listing
+has ETags, a folder would need each file read), and sources are append-only by contract.
 
 JSON form (what a trigger record stores)::
 
