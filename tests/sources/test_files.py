@@ -177,8 +177,13 @@ def test_file_inserted_before_the_offset_is_refused(store: LocalObjectStore) -> 
     src = source(store)
     barrier = src.capture_barrier()
     put_files(store, "p0", "a")  # sorts before files already read: positions shift
-    with pytest.raises(SourceOffsetError, match=r"sorting before 'c' appeared.*sort after"):
+    with pytest.raises(SourceOffsetError, match=r"sorting before 'c' appeared.*sort last"):
         src.files_between(barrier, src.capture_barrier())
+    store.delete("in/src/p0/a")  # the way out the message gives: renamed to sort last
+    put_files(store, "p0", "d")
+    assert [s.key.rsplit("/", 1)[1] for s in src.files_between(barrier, src.capture_barrier())] == [
+        "d"
+    ]
 
 
 def test_last_file_renamed_is_refused(store: LocalObjectStore) -> None:

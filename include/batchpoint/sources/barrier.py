@@ -170,7 +170,8 @@ def _shift_problem(recorded: PartitionOffset, names: list[str]) -> str:
         return (
             f"{moved_to - n} file(s) sorting before '{last}' appeared after the offset was "
             f"recorded, shifting it from position {n} to {moved_to}: new files must be named "
-            "so that they sort after existing ones"
+            "so that they sort after existing ones (rename the late ones so that they sort "
+            "last, and the next epoch reads them)"
         )
     return (
         f"{n - moved_to} file(s) sorting before '{last}' were deleted after the offset was "
