@@ -160,6 +160,9 @@ class RecomputeSample:
         from batchpoint.spark import state_io
         from batchpoint.state.format import KEY_GROUP_COLUMN, key_hash_of_format
 
+        if problems := self.declaration_problems(target.pipeline, target.operator):
+            raise ConfigError(f"check '{self.name}': " + "; ".join(problems))
+
         groups = sample_key_groups(target.max_parallelism, self.key_groups)
         keys = list(target.key_columns)
         state = (
@@ -223,13 +226,7 @@ class RecomputeSample:
         state's type cannot hold cannot be in the state: its rows are left out."""
         from pyspark.sql import functions as F
 
-        source_keys = list(self.source_key or keys)
-        if len(source_keys) != len(keys):
-            raise ConfigError(
-                f"check '{self.name}': source_key names {len(source_keys)} column(s) "
-                f"({', '.join(source_keys)}), the state's key has {len(keys)} "
-                f"({', '.join(keys)}): name one source column per key column"
-            )
+        source_keys = list(self.source_key or keys)  # as many: declaration_problems
         stored = {f.name: f.dataType for f in state.schema.fields}
         given = {f.name: f.dataType for f in events.schema.fields}
         placed_by, added = [], []
