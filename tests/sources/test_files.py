@@ -144,6 +144,21 @@ def test_partition_dropped_from_the_end_barrier_is_refused(store: LocalObjectSto
         source(store).files_between({"p0": 0, "p1": 1}, {"p0": 1})
 
 
+def test_files_directly_under_a_root_without_partitions_are_refused(
+    store: LocalObjectStore,
+) -> None:
+    """They would never be read: every epoch would run on nothing, in silence."""
+    src = source(store)
+    assert dict(src.capture_barrier()) == {}  # an empty root: nothing landed yet
+    store.put("in/src/_SUCCESS", b"")  # hidden: a writer's marker
+    assert dict(src.capture_barrier()) == {}
+    store.put("in/src/e00001.jsonl", jsonl({"account_id": "a", "amount": 1}))
+    with pytest.raises(ConfigError, match=r"1 file\(s\) directly under its root \(e00001.jsonl\)"):
+        src.capture_barrier()
+    put_files(store, "p0", "a")  # with a partition, the layout is the documented one
+    assert list(src.capture_barrier()) == ["p0"]
+
+
 def test_a_partition_seen_empty_may_disappear(store: LocalObjectStore) -> None:
     """A writer's temporary folder captured at offset 0, then cleaned up: it covered
     nothing, so the epochs after it go on (they were all refused)."""

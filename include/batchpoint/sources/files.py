@@ -124,10 +124,29 @@ class PartitionedFileSource:
     # -- barriers and splits ------------------------------------------------------------
 
     def capture_barrier(self) -> SourceBarrier:
-        """The current end of every partition: what an epoch triggered now reads up to."""
-        return SourceBarrier(
-            {p: PartitionOffset.capture(self._listing(p)) for p in self.partitions()}
-        )
+        """The current end of every partition: what an epoch triggered now reads up to.
+        A root that holds files but no partition folder is refused: those files would
+        never be read, and every epoch would run on nothing."""
+        partitions = self.partitions()
+        if not partitions:
+            self._refuse_files_at_the_root()
+        return SourceBarrier({p: PartitionOffset.capture(self._listing(p)) for p in partitions})
+
+    def _refuse_files_at_the_root(self) -> None:
+        root = self._root_prefix()
+        stray = [
+            key[len(root) :]
+            for key, _ in self.store.list_sizes(root)
+            if "/" not in key[len(root) :] and not is_hidden(key[len(root) :])
+        ]
+        if stray:
+            shown = ", ".join(sorted(stray)[:3]) + (", ..." if len(stray) > 3 else "")
+            raise ConfigError(
+                f"source {self.uri} has {len(stray)} file(s) directly under its root "
+                f"({shown}) and no partition folder: files are read from "
+                "<root>/<partition>/<file>, so these would never be read; move them into "
+                "a partition folder (for example <root>/p0/)"
+            )
 
     def verify_barrier(self, barrier: SourceBarrier | Mapping[str, object]) -> None:
         """Raise SourceOffsetError unless every offset still covers the files it covered
