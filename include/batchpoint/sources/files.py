@@ -134,11 +134,8 @@ class PartitionedFileSource:
 
     def _refuse_files_at_the_root(self) -> None:
         root = self._root_prefix()
-        stray = [
-            key[len(root) :]
-            for key, _ in self.store.list_sizes(root)
-            if "/" not in key[len(root) :] and not is_hidden(key[len(root) :])
-        ]
+        names = (key[len(root) :] for key, _ in self.store.list_sizes(root))
+        stray = [name for name in names if "/" not in name and not is_hidden(name)]
         if stray:
             shown = ", ".join(sorted(stray)[:3]) + (", ..." if len(stray) > 3 else "")
             raise ConfigError(
