@@ -183,19 +183,7 @@ class RecomputeSample:
         expected = self.recompute(sampled).select(
             *keys, *[F.col(c).alias(f"_expected_{c}") for c in self.compare]
         )
-        joined = state.withColumn("_in_state", F.lit(True)).join(
-            expected.withColumn("_in_expected", F.lit(True)), on=keys, how="full_outer"
-        )
-        differs = F.col("_in_state").isNull() | F.col("_in_expected").isNull()
-        for column in self.compare:
-            differs = differs | ~F.col(column).eqNullSafe(F.col(f"_expected_{column}"))
-        joined = joined.withColumn("_differs", differs)
-        totals = joined.agg(
-            F.count(F.lit(1)).alias("keys"),
-            F.sum(F.col("_differs").cast("int")).alias("differ"),
-        ).first()
-        assert totals is not None
-        compared, differ = int(totals["keys"]), int(totals["differ"] or 0)
+        joined, compared, differ = self._compare(state, expected, keys)
         details = {
             "source": self.source,
             "key_groups": groups,
@@ -216,6 +204,27 @@ class RecomputeSample:
                 )
             )
         return result
+
+    def _compare(
+        self, state: DataFrame, expected: DataFrame, keys: Sequence[str]
+    ) -> tuple[DataFrame, int, int]:
+        """The state and the recomputation side by side, a `_differs` flag per key, and
+        how many keys were compared and differ."""
+        from pyspark.sql import functions as F
+
+        joined = state.withColumn("_in_state", F.lit(True)).join(
+            expected.withColumn("_in_expected", F.lit(True)), on=list(keys), how="full_outer"
+        )
+        differs = F.col("_in_state").isNull() | F.col("_in_expected").isNull()
+        for column in self.compare:
+            differs = differs | ~F.col(column).eqNullSafe(F.col(f"_expected_{column}"))
+        joined = joined.withColumn("_differs", differs)
+        totals = joined.agg(
+            F.count(F.lit(1)).alias("keys"),
+            F.sum(F.col("_differs").cast("int")).alias("differ"),
+        ).first()
+        assert totals is not None
+        return joined, int(totals["keys"]), int(totals["differ"] or 0)
 
     def _as_state_keys(
         self, events: DataFrame, state: DataFrame, keys: Sequence[str]
