@@ -8,6 +8,8 @@ DAGs, the Spark jobs and the UI.
 - `values`: how each kind of value is parsed (durations, counts, roots, Spark masters,
   schedules), pure functions raising ValueError;
 - `fields`: those rules bound to the model's pydantic field types;
+- `variable_names`: the BATCHPOINT_* prefixes, the names that are not settings, and the
+  warning for a name nothing reads (a misspelled setting);
 - `docs`: what each setting means (the Airflow provider's config section shows it);
 - `spark_endpoint`: the settings of Spark work that names no endpoint (a restore's
   quality gate), as the front end running it found them.

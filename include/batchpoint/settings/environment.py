@@ -88,10 +88,9 @@ from batchpoint.settings.fields import (
 )
 from batchpoint.settings.sensor_mode import SensorMode
 from batchpoint.settings.values import SparkMode
+from batchpoint.settings.variable_names import PREFIX, S3_PREFIX, warn_unknown_variables
 from batchpoint.storage import redaction
 
-PREFIX = "BATCHPOINT_"
-S3_PREFIX = "BATCHPOINT_S3_"
 DEFAULT_GC_GRACE = 3600.0
 #: No default pipeline: the library ships none, so each deployment names its own.
 NO_PIPELINE_REF = f"{PREFIX}PIPELINE_REF is not set: name the pipeline(s) as module:attribute"
@@ -281,6 +280,7 @@ def read_environment(
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _check_store_options(env, model)
+    warn_unknown_variables(env, KNOWN_VARIABLES)
     return model
 
 
