@@ -13,6 +13,7 @@ import json
 import pytest
 
 from batchpoint.cli.main import main
+from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
@@ -213,3 +214,30 @@ def test_the_gate_quarantines_a_bad_deploy_and_restores_the_good_checkpoint(
     assert runner.driver.coordinator.head.get().checkpoint_id == 1
     assert store.exists(LAYOUT.quarantine(2))
     assert store.exists(LAYOUT.quality_report(2)) and store.exists(LAYOUT.quality_report(1))
+
+
+def test_a_savepoint_restored_from_its_folder_in_this_storage_passes_the_gate(driver, capsys):
+    """The restore publishes the savepoint's own sink files again (an alias epoch of the
+    import): the gate's sink check took them for files the import never staged, and
+    quarantined the restored checkpoint at every gated restore, even after a release."""
+    coordinator = driver.coordinator
+    savepoint = fake_epochs.epoch(driver, CheckpointType.SAVEPOINT)
+    folder = coordinator.savepoints.default_location(savepoint)
+    coordinator.savepoints.export(savepoint, folder)
+    fake_epochs.epoch(driver)
+    assert restore("--no-gate", "--confirm", PHRASE, folder.uri) == 0
+    imported = head(driver)
+    assert imported is not None and imported > savepoint
+    aliases = [
+        manifest.epochs[imported].alias_of
+        for _, manifest in coordinator.sinks.stored()
+        if imported in manifest.epochs
+    ]
+    assert aliases and set(aliases) == {savepoint}  # the case: an alias epoch
+    fake_epochs.epoch(driver)  # the head moves on; a gated restore goes back to it
+    capsys.readouterr()
+    assert restore(*EVERY_STATE, "--json", str(imported)) == 0, capsys.readouterr()
+    capsys.readouterr()
+    assert head(driver) == imported
+    assert main(["--pipeline-ref", REF, "--json", "quarantine", "list"]) == 0
+    assert json.loads(capsys.readouterr().out)["quarantined"] == []

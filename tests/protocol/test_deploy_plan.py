@@ -134,12 +134,32 @@ def test_a_removed_operator_or_sink_needs_an_allowance() -> None:
     assert plan_deploy(old, new, allow).deployable
 
 
-def test_a_removed_stateless_operator_or_source_loses_nothing() -> None:
+def test_a_removed_stateless_operator_loses_nothing() -> None:
     old = topo(op("agg", None, state("totals")), op("map", key_columns=()))
+    plan = plan_deploy(old, topo(op("agg", None, state("totals"))))
+    assert plan.deployable, plan.render()
+    assert ("operator", "map", Verdict.DROPPED, False) in verdicts(plan)
+
+
+def test_a_removed_source_needs_an_allowance_since_its_offsets_are_state() -> None:
+    """A source's offsets are stored state, as a Flink source's are (invariant 15):
+    forgotten in silence, the source added back later would read every file again."""
+    old = topo(op("agg", None, state("totals")))
     new = Topology((op("agg", None, state("totals")),))
     plan = plan_deploy(old, new)
-    assert plan.deployable, plan.render()
-    assert ("source", "events", Verdict.DROPPED, False) in verdicts(plan)
+    assert ("source", "events", Verdict.DROPPED, True) in verdicts(plan)
+    (problem,) = plan.problems
+    assert "source 'events' (uid 'events') is no longer read" in problem
+    assert "pipeline.drop_source('events')" in problem and "--allow-non-restored-state" in problem
+    for allow in (
+        DeployAllowances(dropped_sources=frozenset({"events"})),
+        DeployAllowances(allow_non_restored_state=True),
+    ):
+        allowed = plan_deploy(old, new, allow)
+        assert allowed.deployable, allowed.render()
+        assert ("source", "events", Verdict.DROPPED, False) in verdicts(allowed)
+    other = DeployAllowances(dropped_sources=frozenset({"clicks"}))
+    assert not plan_deploy(old, new, other).deployable
 
 
 def test_a_renamed_sink_or_source_without_uid_is_named() -> None:
@@ -165,7 +185,57 @@ def test_a_source_renamed_without_uid_is_refused_since_it_would_read_every_file_
     assert "'events2' reads the same files: declare uid='events' on 'events2'" in problem
     allowed = DeployAllowances(allow_non_restored_state=True)
     assert plan_deploy(old, renamed("in"), allowed).deployable  # a backfill, meant
-    assert plan_deploy(old, renamed("elsewhere")).deployable  # another source: nothing read twice
+    dropped = DeployAllowances(dropped_sources=frozenset({"events"}))
+    assert plan_deploy(old, renamed("elsewhere"), dropped).deployable  # nothing read twice
+    assert not plan_deploy(old, renamed("elsewhere")).deployable  # but events' offsets are lost
+
+
+def test_a_source_kept_by_uid_on_other_input_is_refused_since_its_offsets_do_not_apply() -> None:
+    """The base's offsets of a uid are its old input's: on another sink, table, root or
+    location they skip or re-read rows (a reviewer's demonstrations: an upstream sink
+    switched skipped its history; files switched to a Delta table were read again)."""
+    agg = op("agg", None, state("totals"))
+
+    def reading(**properties: str) -> Topology:
+        return Topology(
+            (NodeTopology("feed", "feed", OperatorKind.SOURCE, properties=properties), agg)
+        )
+
+    files = {"root": "in", "format": "json"}
+    cases = {
+        "sink 'out' -> 'audit'": (
+            {"upstream": "ledger", "sink": "out"},
+            {"upstream": "ledger", "sink": "audit"},
+        ),
+        "upstream 'ledger' -> 'books'": (
+            {"upstream": "ledger", "sink": "out"},
+            {"upstream": "books", "sink": "out"},
+        ),
+        "root 'in' -> None": (
+            files,
+            {"table": "landing.events", "table_catalog": "default", "table_format": "delta"},
+        ),
+        "root 'in' -> 'in2'": (files, {**files, "root": "in2"}),
+        "another location": (
+            {"location": "aaaa", "format": "json"},
+            {"location": "bbbb", "format": "json"},
+        ),
+    }
+    for change, (before, after) in cases.items():
+        (problem,) = plan_deploy(reading(**before), reading(**after)).problems
+        assert "reads other input than its offsets were taken on" in problem, change
+        assert change in problem and "pipeline.drop_source('feed')" in problem
+        # The way out the message gives: a new uid, the old one dropped.
+        moved = Topology(
+            (NodeTopology("feed2", "feed", OperatorKind.SOURCE, properties=after), agg)
+        )
+        dropped = DeployAllowances(dropped_sources=frozenset({"feed"}))
+        assert plan_deploy(reading(**before), moved, dropped).deployable, change
+    # Not other input: another format of the same files, the same properties, and a
+    # record of an older release that has none.
+    assert plan_deploy(reading(**files), reading(**{**files, "format": "jsonl"})).deployable
+    assert plan_deploy(reading(**files), reading(**files)).unchanged
+    assert plan_deploy(reading(), reading(location="bbbb", format="json")).deployable
 
 
 def test_parallelism_rescales_and_max_parallelism_or_key_is_incompatible() -> None:
@@ -253,6 +323,9 @@ def topologies(draw: st.DrawFn) -> Topology:
         nodes.append(op(uid, name, *states, parallelism=draw(st.integers(1, 3))))
     for uid in draw(st.sets(st.sampled_from(["k1", "k2"]), max_size=2)):
         nodes.append(sink(uid))
+    for uid in draw(st.sets(st.sampled_from(["e1", "e2"]), max_size=2)):
+        root = {"root": draw(st.sampled_from(["r1", "r2"]))}
+        nodes.append(NodeTopology(uid, uid, OperatorKind.SOURCE, properties=root))
     return Topology(tuple(nodes))
 
 
@@ -262,12 +335,25 @@ def topologies(draw: st.DrawFn) -> Topology:
     new=topologies(),
     allow_all=st.booleans(),
     drops=st.sets(st.sampled_from([("a", "s1"), ("b", "s2"), ("c", "s3")])),
+    dropped_sources=st.sets(st.sampled_from(["e1", "e2"])),
 )
 def test_every_stored_state_is_kept_migrated_or_explicitly_dropped(
-    old: Topology, new: Topology, allow_all: bool, drops: set[tuple[str, str]]
+    old: Topology,
+    new: Topology,
+    allow_all: bool,
+    drops: set[tuple[str, str]],
+    dropped_sources: set[str],
 ) -> None:
-    allow = DeployAllowances(allow_all, frozenset(drops))
+    allow = DeployAllowances(
+        allow_all, frozenset(drops), dropped_sources=frozenset(dropped_sources)
+    )
     plan = plan_deploy(old, new, allow)
+    # A source's offsets are stored state too: forgotten only when allowed.
+    for uid in old.of_kind(OperatorKind.SOURCE):
+        if uid not in new.of_kind(OperatorKind.SOURCE):
+            (entry,) = [e for e in plan.entries if (e.kind, e.uid) == ("source", uid)]
+            assert entry.verdict is Verdict.DROPPED
+            assert entry.refused == (not (allow_all or uid in dropped_sources))
     code = {(n.uid, s.uid) for n in new.nodes for s in n.states}
     for node in old.nodes:
         for s in node.states:

@@ -47,6 +47,7 @@ class DeployAllowances:
     dropped_states: frozenset[tuple[str, str]] = frozenset()  # (operator uid, state uid)
     dropped_operators: frozenset[str] = frozenset()
     dropped_sinks: frozenset[str] = frozenset()
+    dropped_sources: frozenset[str] = frozenset()
 
     def allows_state(self, operator_uid: str, state_uid: str) -> bool:
         return (
@@ -205,7 +206,8 @@ class _Planner:
         kind, before = new.kind.value, len(self.entries)
         if old.name != new.name:
             self.add(kind, new.uid, new.name, Verdict.RENAMED, f"'{old.name}' -> '{new.name}'")
-        for problem in _placement_problems(old, new) + _sink_problems(old, new):
+        problems = _placement_problems(old, new) + _sink_problems(old, new)
+        for problem in problems + _source_problems(old, new):
             self.add(kind, new.uid, new.name, Verdict.INCOMPATIBLE, problem, refused=True)
         if new.kind is not OperatorKind.SOURCE and old.parallelism != new.parallelism:
             detail = f"parallelism {old.parallelism} -> {new.parallelism}, by key group"
@@ -284,11 +286,13 @@ class _Planner:
         kind = node.kind.value
         what = f"{kind} '{node.name}' (uid '{node.uid}')"
         if node.kind is OperatorKind.SOURCE:
-            # Nothing stored is lost, unless a new source reads the same files: under its
-            # new uid it has no offset and would read every one of them again.
-            allowed = twin is None or self.allow.allow_non_restored_state
-            detail = f"{what} is no longer read; its offsets are forgotten"
-            hint = ""
+            # Its offsets are stored state, as a Flink source's are: forgotten, the source
+            # added back later (or a new one on its files) reads every file again.
+            allowed = self.allow.allow_non_restored_state or node.uid in self.allow.dropped_sources
+            detail = f"{what} is no longer read; its offsets would be forgotten"
+            hint = (
+                f"pipeline.drop_source('{node.uid}'): added back later, it reads every file again"
+            )
         elif node.kind is OperatorKind.SINK:
             allowed = self.allow.allow_non_restored_state or node.uid in self.allow.dropped_sinks
             detail = f"{what} would be dropped with its published output's manifest"
@@ -315,6 +319,33 @@ class _Planner:
         for state in node.states:
             verdict_detail = f"dropped with {kind} '{node.name}'"
             self.add("state", state.uid, state.name, Verdict.DROPPED, verdict_detail, node.uid)
+
+
+#: What a source's offsets were taken on: another value is other input.
+_SOURCE_INPUT = ("root", "location", "upstream", "sink", "table", "table_catalog", "table_format")
+
+
+def _source_problems(old: NodeTopology, new: NodeTopology) -> list[str]:
+    """A source kept by uid on other input (another root, location, table or upstream
+    sink): its offsets are another input's, and would skip or re-read rows of this one.
+    Not judged when either side recorded nothing (an older release's record)."""
+    if new.kind is not OperatorKind.SOURCE or not old.properties or not new.properties:
+        return []
+    before = {k: old.properties.get(k) for k in _SOURCE_INPUT}
+    after = {k: new.properties.get(k) for k in _SOURCE_INPUT}
+    if before == after:
+        return []
+    changed = [
+        "another location" if k == "location" else f"{k} {before[k]!r} -> {after[k]!r}"
+        for k in _SOURCE_INPUT
+        if before[k] != after[k]
+    ]
+    return [
+        f"source '{new.name}' (uid '{new.uid}') reads other input than its offsets were taken "
+        f"on ({', '.join(changed)}): they do not apply to it. Keep its input, or give it a "
+        f"new uid to read the new input from its beginning, with "
+        f"pipeline.drop_source('{new.uid}')"
+    ]
 
 
 def _placement_problems(old: NodeTopology, new: NodeTopology) -> list[str]:

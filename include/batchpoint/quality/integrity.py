@@ -32,6 +32,7 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
 )
 from batchpoint.protocol.layout import PipelineLayout, TaskId
+from batchpoint.protocol.sink_manifest import PublishedEpoch
 from batchpoint.protocol.sinks import SinkPublisher, staged_output
 from batchpoint.protocol.topology import SINK_STREAM_NAME
 from batchpoint.protocol.verify import FileProblem, check_handles
@@ -269,7 +270,7 @@ def check_sinks(
         if epoch is None:
             continue
         published = {f.path for f in epoch.files}
-        stray = sorted(published - _staged(completed, sink))
+        stray = sorted(published - _expected(completed, sink, manifest.epochs, epoch))
         if stray:
             findings.append(
                 Finding(
@@ -284,6 +285,22 @@ def check_sinks(
             for p in checker(missing)
         ]
     return findings
+
+
+def _expected(
+    completed: CompletedCheckpoint,
+    sink: str,
+    epochs: Mapping[int, PublishedEpoch],
+    epoch: PublishedEpoch,
+) -> set[str]:
+    """What the epoch may publish: what the checkpoint staged, or for a savepoint
+    imported from this storage (an alias epoch, protocol/sinks.py rewind) its original
+    epoch's files, which the restore published again on purpose; all it lists if the
+    original epoch was pruned since (its files still exist: the checker reads them)."""
+    if epoch.alias_of is None:
+        return _staged(completed, sink)
+    original = epochs.get(epoch.alias_of)
+    return {f.path for f in (original or epoch).files}
 
 
 def _staged(completed: CompletedCheckpoint, key: str) -> set[str]:

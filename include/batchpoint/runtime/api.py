@@ -98,11 +98,13 @@ class Pipeline:
     sources: dict[str, SourceDef] = field(default_factory=dict)
     operators: dict[str, OperatorDef] = field(default_factory=dict)
     sinks: dict[str, SinkDef] = field(default_factory=dict)
-    # What the code drops on purpose (drop_state, drop_operator, drop_sink): scheduled
-    # epochs may leave the base's state of these unrestored (docs/design/evolution.md).
+    # What the code drops on purpose (drop_state, drop_operator, drop_sink, drop_source):
+    # scheduled epochs may leave the base's state of these unrestored
+    # (docs/design/evolution.md).
     dropped_states: set[tuple[str, str]] = field(default_factory=set)
     dropped_operators: set[str] = field(default_factory=set)
     dropped_sinks: set[str] = field(default_factory=set)
+    dropped_sources: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         check_name(self.name, "pipeline")
@@ -287,6 +289,11 @@ class Pipeline:
     def drop_sink(self, uid: str) -> None:
         """Declare that this code drops sink `uid` on purpose."""
         self.dropped_sinks.add(uid)
+
+    def drop_source(self, uid: str) -> None:
+        """Declare that this code drops source `uid`, and the offsets it has read up to,
+        on purpose: a source of that uid added back later reads every file again."""
+        self.dropped_sources.add(uid)
 
     def _check_uid(self, uid: str, taken: Iterable[Any], what: str) -> None:
         """A uid is checked like a name, and unique among the nodes of its kind."""

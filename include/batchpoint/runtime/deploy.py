@@ -4,6 +4,7 @@ No Spark: the DAG processor, the CLI and the UI build plans too."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -74,14 +75,18 @@ def code_topology(pipeline: Pipeline, spec: PipelineSpec | None = None) -> Topol
 
 
 def _source_properties(pipeline: Pipeline, name: str) -> dict[str, str]:
-    """What tells a source's input apart (for a rename without uid): its files' prefix
-    and format, or its table. Never a location's URI or options (credentials)."""
+    """What tells a source's input apart (a rename without uid; a kept uid on other
+    input): its files' prefix and format, a digest of its location's URI (never the URI
+    or its options: credentials), or its table or upstream sink."""
     source = pipeline.sources[name]
     if source.upstream is not None:
         return {"upstream": source.upstream.pipeline, "sink": source.upstream.sink}
     if source.table is not None:
         return source.table.to_properties()
-    return {"root": source.root, "format": source.format} if source.location is None else {}
+    if source.location is not None:
+        digest = hashlib.sha256(source.root.encode()).hexdigest()[:16]
+        return {"location": digest, "format": source.format}
+    return {"root": source.root, "format": source.format}
 
 
 def state_evolution(pipeline: Pipeline) -> dict[tuple[str, str], StateEvolution]:
@@ -100,6 +105,7 @@ def allowances(pipeline: Pipeline, *, allow_non_restored_state: bool = False) ->
         frozenset(pipeline.dropped_states),
         frozenset(pipeline.dropped_operators),
         frozenset(pipeline.dropped_sinks),
+        frozenset(pipeline.dropped_sources),
     )
 
 
