@@ -340,10 +340,14 @@ def _source_problems(old: NodeTopology, new: NodeTopology) -> list[str]:
         for k in _SOURCE_INPUT
         if before[k] != after[k]
     ]
+    # An upstream sink renamed with its uid kept is the same input, named by that uid.
+    renamed = (
+        " (a sink only renamed: name it by its uid)" if after["sink"] != before["sink"] else ""
+    )
     return [
         f"source '{new.name}' (uid '{new.uid}') reads other input than its offsets were taken "
-        f"on ({', '.join(changed)}): they do not apply to it. Keep its input, or give it a "
-        f"new uid to read the new input from its beginning, with "
+        f"on ({', '.join(changed)}): they do not apply to it. Keep its input{renamed}, or give "
+        f"it a new uid to read the new input from its beginning, with "
         f"pipeline.drop_source('{new.uid}')"
     ]
 

@@ -84,7 +84,7 @@ def _source_properties(pipeline: Pipeline, name: str) -> dict[str, str]:
     if source.table is not None:
         return source.table.to_properties()
     if source.location is not None:
-        digest = hashlib.sha256(source.root.encode()).hexdigest()[:16]
+        digest = hashlib.sha256(source.location.uri.encode()).hexdigest()[:16]
         return {"location": digest, "format": source.format}
     return {"root": source.root, "format": source.format}
 
