@@ -54,6 +54,19 @@ def test_a_misspelled_variable_is_warned_of_once_with_the_setting_meant(
     )
 
 
+def test_names_are_matched_in_any_case_as_the_settings_read_them(tmp_path, caplog, fresh_process):
+    env = {
+        "BATCHPOINT_ROOT": (tmp_path / "root").as_uri(),
+        "BATCHPOINT_Num_Retained": "7",  # read: the settings take any case
+        "batchpoint_num_retain": "7",  # a misspelling in lower case
+    }
+    with caplog.at_level(logging.WARNING, logger=variable_names.__name__):
+        assert Settings.from_env(env).checkpoint.num_retained == 7
+    (warned,) = [r.getMessage() for r in caplog.records]
+    assert warned.startswith("batchpoint_num_retain is not a batchpoint setting")
+    assert "did you mean BATCHPOINT_NUM_RETAINED?" in warned
+
+
 @pytest.mark.parametrize(
     ("given", "meant"),
     [

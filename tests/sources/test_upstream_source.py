@@ -126,6 +126,21 @@ def test_append_reads_the_epochs_after_the_base_oldest_first(local_store: Object
     assert unchanged.unchanged and unchanged.splits == 0
 
 
+def test_the_base_offset_of_another_sink_stops_the_epoch(local_store: ObjectStore) -> None:
+    """A source kept by uid that now reads another sink: read as this sink's, the base's
+    offset skipped everything this sink published up to it (a reviewer's demonstration).
+    The sink is matched by uid, so one renamed keeping its uid is the same partition."""
+    up = Upstream(local_store, SinkMode.APPEND)
+    up.epoch()
+    base = source(local_store).capture_barrier()
+    second = up.epoch()
+    other = SourceBarrier({f"{UPSTREAM}/audit": PartitionOffset(second, generation=0)})
+    with pytest.raises(SourceOffsetError, match=r"read ledger/out under this source's uid, and "):
+        source(local_store, sink="audit").read_between(base, other)
+    read = source(local_store).read_between(base, source(local_store).capture_barrier())
+    assert [s.key for s in read.after] == [up.files[second]]
+
+
 def test_snapshot_reads_the_content_before_and_after(local_store: ObjectStore) -> None:
     up = Upstream(local_store, SinkMode.SNAPSHOT)
     first = up.epoch()

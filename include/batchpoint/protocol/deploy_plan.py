@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchpoint.protocol.pipeline import OperatorKind
+from batchpoint.protocol.source_input import source_input_problems
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.state.evolution import VerdictKind, resolve_schema_compatibility
 
@@ -206,9 +207,11 @@ class _Planner:
         kind, before = new.kind.value, len(self.entries)
         if old.name != new.name:
             self.add(kind, new.uid, new.name, Verdict.RENAMED, f"'{old.name}' -> '{new.name}'")
-        problems = _placement_problems(old, new) + _sink_problems(old, new)
-        for problem in problems + _source_problems(old, new):
+        for problem in _placement_problems(old, new) + _sink_problems(old, new):
             self.add(kind, new.uid, new.name, Verdict.INCOMPATIBLE, problem, refused=True)
+        for problem, movable in source_input_problems(old, new):
+            moved = movable and self.allow.allow_non_restored_state
+            self.add(kind, new.uid, new.name, Verdict.INCOMPATIBLE, problem, refused=not moved)
         if new.kind is not OperatorKind.SOURCE and old.parallelism != new.parallelism:
             detail = f"parallelism {old.parallelism} -> {new.parallelism}, by key group"
             self.add(kind, new.uid, new.name, Verdict.RESCALED, detail)
@@ -319,37 +322,6 @@ class _Planner:
         for state in node.states:
             verdict_detail = f"dropped with {kind} '{node.name}'"
             self.add("state", state.uid, state.name, Verdict.DROPPED, verdict_detail, node.uid)
-
-
-#: What a source's offsets were taken on: another value is other input.
-_SOURCE_INPUT = ("root", "location", "upstream", "sink", "table", "table_catalog", "table_format")
-
-
-def _source_problems(old: NodeTopology, new: NodeTopology) -> list[str]:
-    """A source kept by uid on other input (another root, location, table or upstream
-    sink): its offsets are another input's, and would skip or re-read rows of this one.
-    Not judged when either side recorded nothing (an older release's record)."""
-    if new.kind is not OperatorKind.SOURCE or not old.properties or not new.properties:
-        return []
-    before = {k: old.properties.get(k) for k in _SOURCE_INPUT}
-    after = {k: new.properties.get(k) for k in _SOURCE_INPUT}
-    if before == after:
-        return []
-    changed = [
-        "another location" if k == "location" else f"{k} {before[k]!r} -> {after[k]!r}"
-        for k in _SOURCE_INPUT
-        if before[k] != after[k]
-    ]
-    # An upstream sink renamed with its uid kept is the same input, named by that uid.
-    renamed = (
-        " (a sink only renamed: name it by its uid)" if after["sink"] != before["sink"] else ""
-    )
-    return [
-        f"source '{new.name}' (uid '{new.uid}') reads other input than its offsets were taken "
-        f"on ({', '.join(changed)}): they do not apply to it. Keep its input{renamed}, or give "
-        f"it a new uid to read the new input from its beginning, with "
-        f"pipeline.drop_source('{new.uid}')"
-    ]
 
 
 def _placement_problems(old: NodeTopology, new: NodeTopology) -> list[str]:

@@ -294,11 +294,15 @@ def _expected(
     epoch: PublishedEpoch,
 ) -> set[str]:
     """What the epoch may publish: what the checkpoint staged, or for a savepoint
-    imported from this storage (an alias epoch, protocol/sinks.py rewind) its original
-    epoch's files, which the restore published again on purpose; all it lists if the
-    original epoch was pruned since (its files still exist: the checker reads them)."""
-    if epoch.alias_of is None:
+    imported from this storage (an alias epoch of the savepoint the import's record
+    names, protocol/sinks.py rewind) its original epoch's files, which the restore
+    published again on purpose; all it lists if the original epoch was pruned since
+    (its files still exist: the checker reads them)."""
+    props = completed.pending.properties
+    if epoch.alias_of is None or not props.is_imported:
         return _staged(completed, sink)
+    if props.savepoint_checkpoint_id != epoch.alias_of:
+        return _staged(completed, sink)  # an alias of another savepoint: not this import's
     original = epochs.get(epoch.alias_of)
     return {f.path for f in (original or epoch).files}
 

@@ -43,13 +43,14 @@ def unknown_variables(environ: Mapping[str, str], known: Collection[str]) -> lis
     """The BATCHPOINT_* names of `environ` that are neither `known` settings nor
     NOT_SETTINGS, sorted. BATCHPOINT_S3_<OPTION> names are store options, checked as such
     where the root is an s3:// one."""
+    # The settings are read in any case (BATCHPOINT_num_retained too): so are the names.
     return sorted(
         name
         for name in environ
-        if name.startswith(PREFIX)
-        and not name.startswith(S3_PREFIX)
-        and name not in known
-        and name not in NOT_SETTINGS
+        if (upper := name.upper()).startswith(PREFIX)
+        and not upper.startswith(S3_PREFIX)
+        and upper not in known
+        and upper not in NOT_SETTINGS
     )
 
 
@@ -57,7 +58,8 @@ def unknown_variable_message(name: str, known: Collection[str]) -> str:
     """That `name` is ignored and, if a setting's name is close, that one. Never the
     value: it may be a credential."""
     # Compared without the prefix every name shares, which would make any two look close.
-    given, names = name.removeprefix(PREFIX), sorted(k.removeprefix(PREFIX) for k in known)
+    given = name.upper().removeprefix(PREFIX)
+    names = sorted(k.removeprefix(PREFIX) for k in known)
     close = difflib.get_close_matches(given, names, n=1, cutoff=0.75) or [
         k for k in names if k.endswith("_" + given)
     ]

@@ -256,12 +256,30 @@ class PipelineSinkSource:
 
     # -- what an epoch reads ------------------------------------------------------------
 
+    def _check_same_sink(
+        self,
+        start: SourceBarrier | Mapping[str, object] | None,
+        end: SourceBarrier | Mapping[str, object],
+    ) -> None:
+        """The base's offset is another sink's when the code now names another one under
+        the source's uid: read as this sink's, it skipped this sink's history. A sink
+        renamed keeping its uid is the same partition (`<pipeline>/<sink uid>`)."""
+        read, reads = set(SourceBarrier.coerce(start)), set(SourceBarrier.coerce(end))
+        if read and reads and read != reads:
+            raise self._error(
+                f"the base checkpoint read {', '.join(sorted(read))} under this source's uid, "
+                f"and this code reads {', '.join(sorted(reads))}: its offsets are another "
+                "sink's. Read the sink it read, or give the source a new uid to read this "
+                "one from its beginning (with pipeline.drop_source of the old uid)"
+            )
+
     def read_between(
         self,
         start: SourceBarrier | Mapping[str, object] | None,
         end: SourceBarrier | Mapping[str, object],
     ) -> UpstreamRead:
         """What an epoch with base barrier `start` and barrier `end` reads."""
+        self._check_same_sink(start, end)
         base, target = UpstreamPosition.of(start), UpstreamPosition.of(end)
         if target.checkpoint_id is None and base.checkpoint_id is not None:
             # the sink stood at no published checkpoint when triggered: a restore to one
