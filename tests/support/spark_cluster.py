@@ -119,7 +119,9 @@ class StandaloneCluster:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 return json.load(response)
-        except OSError:
+        except (OSError, ValueError):
+            # Not up yet, or (seen once in CI) an HTML page where the JSON view will be:
+            # asked again until the deadline, which names the worker's log.
             return {}
 
     def tail(self, name: str, lines: int = 30) -> str:
