@@ -67,15 +67,16 @@ def fold(ctx: OperatorContext, lose: bool) -> Any:
     return merged
 
 
-def build(*, lose: bool = False) -> Pipeline:
+def build(*, lose: bool = False, source: str = "events") -> Pipeline:
+    """`source`: the source's name; its uid is always 'events' (a rename keeps it)."""
     pipeline = Pipeline("wide-keys", max_parallelism=16)
-    pipeline.source("events", root=SOURCE, schema=EVENTS, key=["account"])
+    pipeline.source(source, root=SOURCE, schema=EVENTS, key=["account"], uid="events")
     pipeline.operator(
-        "aggregate", inputs=["events"], key=["account"], states={"totals": State(TOTALS)}
+        "aggregate", inputs=[source], key=["account"], states={"totals": State(TOTALS)}
     )(lambda ctx: fold(ctx, lose))
     pipeline.sink("out", inputs=["aggregate"], key=["account"], mode="snapshot")
     check = RecomputeSample(
-        "recount", source="events", recompute=totals_of, compare=("n", "total"), key_groups=8
+        "recount", source=source, recompute=totals_of, compare=("n", "total"), key_groups=8
     )
     declare_quality(
         pipeline, PipelineQuality(states=(StateQuality("aggregate", "totals", checks=(check,)),))
@@ -136,3 +137,20 @@ def test_a_sample_of_a_wide_decimal_source_key_is_compared_as_the_state_stores_i
     differing = bad.checks["aggregate/totals"]["recount"]["keys_differing"]
     odd = sum(1 for account in reference(ref, 4) if account % 2)
     assert 0 < differing <= odd
+
+
+def test_a_source_renamed_with_its_uid_kept_is_recomputed_from_its_barrier(
+    spark: Any, tmp_path: Any
+) -> None:
+    """The check named the source by its code name and looked the checkpoint's barrier
+    up by it; barriers are keyed by uid, so after a rename it read no file and every
+    sampled key was "in the state but not in the source" (a reviewer's finding)."""
+    ref = StoreRef.of((tmp_path / "store").as_uri())
+    clock = FakeClock()
+    renamed = build(source="payments_in")
+    runner = LocalEpochRunner(renamed, ref, spark, CheckpointConfig(), clock=clock)
+    good = run_epochs(runner, ref, clock, 0)
+    report = QualityGate(renamed, ref, spark=spark, clock=clock).evaluate(good)
+    details = report.checks["aggregate/totals"]["recount"]
+    assert report.passed, report.render()
+    assert details["keys_compared"] > 0 and details["keys_differing"] == 0

@@ -147,3 +147,30 @@ def test_manifests_kept_under_the_name_by_an_older_release_are_adopted(
     run.epoch()
     names = {s.uid: [renamed[s.uid], s.uid, s.name] for s in NAMED_SINKS}
     _readers_see_everything(run, NAMED_SINKS, names)
+
+
+def test_the_ui_shows_each_retained_table_sink_with_its_own_table(
+    epochs: Callable[..., SinkEpochs],
+) -> None:
+    """A sink given a new uid under its old name (the plan's advice for another mode or
+    table): the Checkpoints UI's sinks page found the retained old uid, then looked its
+    history up again by that uid, which the declared sink's name matched first, and
+    showed the new table's commits under the old one (a reviewer's finding)."""
+    from batchpoint.airflow.ui_sinks import table_sinks
+
+    run = epochs()
+    run.deploy(build((SinkDecl("events_table", "append", "sinks.events"),)))
+    run.epoch()
+    run.epoch()
+    successor = SinkDecl("events_table_v2", "append", "sinks.events_v2", name="events_table")
+    code = build((successor,))
+    code.drop_sink("events_table")
+    run.deploy(code)
+    run.epoch()
+    assert run.runner is not None
+    settings = Settings(root=run.ref.uri, store_options=dict(run.ref.options))
+    shown = {
+        e["table"].split()[2]: len(e["commits"])
+        for e in table_sinks(settings, run.runner.driver.coordinator)
+    }
+    assert shown == {"sinks.events": 2, "sinks.events_v2": 1}, shown

@@ -32,7 +32,7 @@ def table_sinks(settings: Settings, history: PipelineHistory) -> list[dict[str, 
             "noun": "",
         }
         try:
-            shown = sink_history(history, settings.store_ref, found.uid)
+            shown = sink_history(history, settings.store_ref, found)
         except BatchpointError as exc:
             entry["error"] = str(exc)
             out.append(entry)

@@ -52,7 +52,7 @@ def cmd_show(cmd: Command) -> ExitCode:
     $ batchpoint --json state show payments balances-uid/balances --limit 100
     """
     from batchpoint.errors import BatchpointError
-    from batchpoint.ops.dataframes import describe_rows, find_state_at, read_state
+    from batchpoint.ops.dataframes import describe_rows, find_state_at, read_found_state
     from batchpoint.spark.session import session_here
 
     a = cmd.args
@@ -64,9 +64,7 @@ def cmd_show(cmd: Command) -> ExitCode:
     spark_settings = cmd.spark_settings()  # a wrong connection too, before any progress
     cmd.out.progress(f"reading {found.label} of checkpoint {cid} with Spark")
     spark = session_here("batchpoint-state-show", a.pipeline_name, spark_settings)
-    df = read_state(
-        spark, a.pipeline_name, found.operator_uid, found.state_uid, cid, settings=cmd.settings
-    )
+    df = read_found_state(spark, cmd.settings.store_ref, completed, found)
     for column, value in a.key:
         if column not in df.columns:
             raise BatchpointError(f"--key {column}: the state has columns {df.columns}")

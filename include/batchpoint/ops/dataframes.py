@@ -88,12 +88,17 @@ def state_files(
 ) -> tuple[int, list[FileHandle]]:
     """The files (every layer) of an operator's state at a checkpoint."""
     completed, found = find_state_at(coordinator, operator, state, checkpoint)
-    cid = completed.checkpoint_id
+    return completed.checkpoint_id, found_state_files(completed, found)
+
+
+def found_state_files(completed: CompletedCheckpoint, found: StateName) -> list[FileHandle]:
     # the files are named by identity: the checkpoint's uids
     files = base_state_files(completed, found.operator_uid, found.state_uid)
     if not files:
-        raise BatchpointError(f"checkpoint {cid} holds no files of state {found.label}")
-    return cid, files
+        raise BatchpointError(
+            f"checkpoint {completed.checkpoint_id} holds no files of state {found.label}"
+        )
+    return files
 
 
 def _open(pipeline: str, settings: Settings | None) -> tuple[CheckpointCoordinator, StoreRef]:
@@ -112,11 +117,20 @@ def read_state(
 ) -> DataFrame:
     """An operator's state as of a checkpoint, one row per stored row (changelog layers
     merged), with the state's columns."""
+    coordinator, store_ref = _open(pipeline, settings)
+    completed, found = find_state_at(coordinator, operator, state, checkpoint)
+    return read_found_state(spark, store_ref, completed, found)
+
+
+def read_found_state(
+    spark: SparkSession, store_ref: StoreRef, completed: CompletedCheckpoint, found: StateName
+) -> DataFrame:
+    """The state `find_state_at` found, read by its uids as they are (looked up again by
+    name, a uid could name another operator: a declared name outranks a recorded uid)."""
     from batchpoint.spark import keyed_io
 
-    coordinator, store_ref = _open(pipeline, settings)
-    _, files = state_files(coordinator, operator, state, checkpoint)
-    return keyed_io.read_keyed(spark, store_ref, files, what=f"state {operator}/{state}")
+    files = found_state_files(completed, found)
+    return keyed_io.read_keyed(spark, store_ref, files, what=f"state {found.label}")
 
 
 def sink_files(

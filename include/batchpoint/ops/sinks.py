@@ -149,8 +149,12 @@ class SinkHistory:
     noun: str = "snapshot"  # what the format calls a commit: Delta's "version"
 
 
-def sink_history(coordinator: PipelineHistory, store_ref: StoreRef, sink: str) -> SinkHistory:
-    found = find_sink(coordinator, sink)
+def sink_history(
+    coordinator: PipelineHistory, store_ref: StoreRef, sink: str | KnownSink
+) -> SinkHistory:
+    """The table commits of sink `sink`: a name or uid to find, or a sink found already
+    (looked up again by its uid, a declared sink of that name would win)."""
+    found = sink if isinstance(sink, KnownSink) else find_sink(coordinator, sink)
     table = _table(coordinator, store_ref, found)[0]
     commits = table.history()
     return SinkHistory(coordinator.pipeline, found.ref.label, found.uid, commits, table.commit_noun)

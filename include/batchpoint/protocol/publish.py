@@ -26,6 +26,7 @@ from batchpoint.errors import RecordError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.control_store import ControlStore
+from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.protocol.ports import RollForward
 from batchpoint.protocol.reads import CheckpointReads
 from batchpoint.protocol.sink_keys import SinkRef, sink_refs
@@ -207,5 +208,7 @@ def _had_sink(completed: CompletedCheckpoint, ref: SinkRef) -> bool:
     recorded = completed.pending.topology
     if recorded is None:
         return True
-    names = {ref.uid, ref.name, *ref.legacy}
-    return any(n.uid == ref.uid or n.name in names for n in recorded.nodes)
+    # Sinks only (an operator may have the uid or name of a sink added later), and by
+    # a legacy name only: the name itself may be another sink's uid, renamed away.
+    sinks = recorded.of_kind(OperatorKind.SINK).values()
+    return any(n.uid == ref.uid or n.name in ref.legacy for n in sinks)

@@ -33,10 +33,15 @@ def _first(candidates: Iterable[str | None]) -> str | None:
 
 
 def operator_uid(
-    given: str, declared: Sequence[OperatorSpec], recorded: Sequence[Topology]
+    given: str,
+    declared: Sequence[OperatorSpec],
+    recorded: Sequence[Topology],
+    at: Topology | None = None,
 ) -> str | None:
     """The uid `given` names: a declared operator's uid or name, else a recorded one's
-    uid, else a name it had (the newest checkpoint that knew the name wins)."""
+    uid, else a name it had (the newest checkpoint that knew the name wins). With `at`,
+    the first of those that has state in `at` wins: a name the code gave a new uid
+    still finds the old uid's state in a checkpoint taken before."""
     operators = [op for op in declared if op.kind is OperatorKind.OPERATOR]
     nodes = [
         node
@@ -50,7 +55,13 @@ def operator_uid(
         lambda: _first(n.uid for n in nodes if n.uid == given),
         lambda: _first(n.uid for n in nodes if n.name == given),
     ]
-    return _first(rule() for rule in rules)
+    candidates = [rule() for rule in rules]
+    if at is not None:
+        stateful = {n.uid for n in at.nodes if n.kind is OperatorKind.OPERATOR and n.states}
+        held = _first(c for c in candidates if c in stateful)
+        if held is not None:
+            return held
+    return _first(candidates)
 
 
 def state_uid(given: str, uid: str, at: NodeTopology, recorded: Sequence[Topology]) -> str | None:
@@ -79,7 +90,7 @@ def find_state(
 ) -> StateName:
     """The state `operator`/`state` names in the checkpoint whose topology is `at`;
     `recorded` is every topology the pipeline still keeps, oldest first."""
-    uid = operator_uid(operator, declared, [*recorded, at])
+    uid = operator_uid(operator, declared, [*recorded, at], at)
     if uid is None:
         known = sorted({n.name for n in at.nodes if n.kind is OperatorKind.OPERATOR and n.states})
         raise BatchpointError(

@@ -257,7 +257,7 @@ class RecomputeSample:
 
         source = target.pipeline.sources[self.source]
         files = source.files(target.store_ref, with_schema=True)
-        barrier = target.checkpoint.pending.barrier.get(self.source, {})
+        barrier = target.checkpoint.pending.barrier.get(source.uid, {})  # barriers: by uid
         if source.reads_changes:
             assert isinstance(files, PipelineSinkSource | IcebergTableSource | DeltaTableSource)
             from batchpoint.spark.upstream_io import read_upstream

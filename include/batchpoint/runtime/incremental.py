@@ -34,6 +34,7 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
     PendingCheckpoint,
 )
+from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.runtime.streams import StreamWrite, state_stream
 from batchpoint.state.evolution import VerdictKind
 from batchpoint.state.format import FORMAT_VERSION, StateHandle, state_rows
@@ -202,7 +203,7 @@ def rewrite_reason(
         return f"its stored rows were migrated ({verdict.value}): every row is rewritten"
     if base is None:
         return None
-    node = next((n for n in base.topology.nodes if n.uid == operator_uid), None)
+    node = base.topology.node(OperatorKind.OPERATOR, operator_uid)  # a source may share it
     if node is None or node.key_columns == key_columns:
         return None
     if node.key_columns is None:
@@ -239,7 +240,7 @@ def _recorded_state(base: CompletedCheckpoint, operator_uid: str, state_uid: str
     """Whether the base held the state (a state added since holds no file there)."""
     if base.pending.topology is None:
         return False  # recorded no states: one without files is new to it
-    node = next((n for n in base.pending.topology.nodes if n.uid == operator_uid), None)
+    node = base.pending.topology.node(OperatorKind.OPERATOR, operator_uid)
     return node is not None and node.state(state_uid) is not None
 
 
