@@ -6,13 +6,15 @@ its events exactly once against a pandas reference."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import pyarrow as pa
 import pytest
 
 from batchpoint.errors import TriggerRefused
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
-from batchpoint.runtime.api import State
+from batchpoint.runtime.api import OperatorContext, State
 from batchpoint.storage import StoreRef
 from support.deploys import TOTALS_V1, Deploys, counting, reference
 
@@ -126,3 +128,75 @@ def test_deploys_migrate_stored_state_by_the_rules_and_migrate_runs_once(spark, 
     got = run.state()
     expected = reference(range(9))  # 7's file too: the refused epoch read nothing
     pd.testing.assert_frame_equal(got[["user", "n", "total"]], expected, check_dtype=False)
+
+
+BY_ID = pa.schema(
+    [
+        pa.field("id", pa.int32(), nullable=False),
+        pa.field("n", pa.int32()),
+        pa.field("total", pa.int64()),
+    ]
+)
+
+
+def by_id(ctx: OperatorContext) -> Any:
+    """The count and sum keyed by an integer id (the user's number), of the id type the
+    code declares."""
+    from pyspark.sql import functions as F
+
+    state = ctx.state("totals")
+    id_type = state.schema["id"].dataType
+    fresh = (
+        ctx.input("events")
+        .groupBy(F.substring("user", 2, 2).cast(id_type).alias("id"))
+        .agg(F.count("*").alias("dn"), F.sum("amount").alias("dt"))
+    )
+    joined = state.join(fresh, "id", "full_outer")
+    n = F.coalesce(F.col("n"), F.lit(0)) + F.coalesce(F.col("dn"), F.lit(0))
+    total = F.coalesce(F.col("total"), F.lit(0)) + F.coalesce(F.col("dt"), F.lit(0))
+    ctx.set_state(
+        "totals", joined.select("id", n.cast("int").alias("n"), total.cast("bigint").alias("total"))
+    )
+    return None
+
+
+def _by_id_counts(run: Deploys, upto: int) -> None:
+    expected = reference(range(upto + 1))
+    expected.insert(0, "id", expected.pop("user").str[1:].astype("int64"))
+    got = run.state_by("id")
+    pd.testing.assert_frame_equal(
+        got[["id", "n", "total"]], expected, check_dtype=False, check_exact=True
+    )
+
+
+def test_an_integer_key_widened_keeps_every_row_in_its_key_group(spark, tmp_path) -> None:
+    """An id outgrowing int: the key column int -> bigint is migrated by the rules
+    (integers hash as bigint in every format, so no stored row changes key group). The
+    first epoch rewrites every row; the next ones layer changelogs over bigint rows, and
+    a rescale after it reads each subtask's key groups: exactly once throughout."""
+    run = Deploys(spark, StoreRef.of((tmp_path / "store").as_uri()))
+    run.deploy(BY_ID, fn=by_id, key=("id",))
+    for n in range(3):
+        run.epoch(n)
+    assert _layers(run) != {0}, "the base of the deploy should be a changelog chain"
+    _by_id_counts(run, 2)
+
+    wider = BY_ID.set(0, pa.field("id", pa.int64(), nullable=False))
+    run.deploy(wider, fn=by_id, key=("id",))
+    assert run.runner is not None
+    plan = run.runner.driver.plan()
+    (state,) = [e for e in plan.entries if e.kind == "state"]
+    assert plan.deployable and state.verdict.value == "migrated", plan.render()
+    assert state.detail == "widened"
+    run.epoch(3)
+    restored = run.states_seen[-1]
+    assert str(restored["id"].dtype) == "int64" and len(restored) == len(reference(range(3)))
+    assert _layers(run) == {0}, "a migrated state is rewritten in full"
+    _by_id_counts(run, 3)
+    run.epoch(4)
+    assert _layers(run) != {0}, "a changelog over the rewritten rows"
+    _by_id_counts(run, 4)
+
+    run.deploy(wider, fn=by_id, key=("id",), parallelism=3)
+    run.epoch(5)
+    _by_id_counts(run, 5)

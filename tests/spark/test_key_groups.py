@@ -74,13 +74,21 @@ def test_spark_places_each_key_type_where_the_python_reference_does(
     assert len(set(got)) > max_par // 2  # spread, not a constant
 
 
-def test_a_key_lands_in_one_group_whatever_integer_or_float_type_carries_it(spark: Any) -> None:
+@pytest.mark.parametrize("kind", list(KeyHash))
+def test_a_key_lands_in_one_group_whatever_integer_or_float_type_carries_it(
+    spark: Any, kind: KeyHash
+) -> None:
+    """In every format: what lets an integer key column widen (int -> bigint) with no
+    stored row changing key group (state/evolution/resolve.py)."""
     rows = [(i, i, i, i, float(i), float(i)) for i in range(-20, 100)]
     ddl = "t tinyint, s smallint, i int, l bigint, f float, d double"
-    by_type = {name: _groups(spark, rows, ddl, [name]) for name in ("t", "s", "i", "l", "f", "d")}
+    by_type = {n: _groups(spark, rows, ddl, [n], kind) for n in ("t", "s", "i", "l", "f", "d")}
     assert by_type["t"] == by_type["s"] == by_type["i"] == by_type["l"]
     assert by_type["f"] == by_type["d"]
-    assert by_type["l"] == [assign_to_key_group(r[3], MAX_PAR) for r in rows]
+    assert by_type["l"] == [assign_to_key_group(r[3], MAX_PAR, kind) for r in rows]
+    ints = [(v, v) for v in (-(2**31), -(2**31) + 1, -1, 0, 2**31 - 2, 2**31 - 1, 123456789)]
+    wide = _groups(spark, ints, "i int, l bigint", ["l", "i"], kind)  # a key of two columns
+    assert wide == _groups(spark, ints, "i bigint, l bigint", ["l", "i"], kind)
 
 
 def test_the_format_1_hash_is_still_the_python_one(spark: Any) -> None:

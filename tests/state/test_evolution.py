@@ -420,6 +420,28 @@ def test_a_key_change_is_refused_even_with_migrate(change: str) -> None:
         assert f"from {c.old_type} to {c.new_type}" in c.message
 
 
+def test_an_integer_key_may_widen_since_every_stored_key_keeps_its_key_group() -> None:
+    """An id outgrowing int (int -> bigint) is migrated by the rules: every key-group
+    hash takes integers as bigint (tests/spark/test_key_groups.py holds each format to
+    that), and a widening is injective. Any other key type change is still refused."""
+    keyed = ["count"]
+    wider = with_field(STORED, "count", pa.field("count", pa.int64(), False))
+    for migrate in (False, True):
+        verdict = resolve(wider, keys=keyed, migrate=migrate)
+        assert verdict.kind is VerdictKind.MIGRATED
+        message = only_change(verdict, ChangeKind.WIDENED, "count")
+        assert "key column 'count' changed type from int32 to int64" in message
+        assert "keeps its key group" in message
+    migrated = migrate_batch(ROWS, resolve(wider, keys=keyed))
+    assert migrated.schema.field("count").type == pa.int64()
+    assert migrated.column("count").to_pylist() == ROWS.column("count").to_pylist()
+    for other in (pa.int16(), pa.float64(), pa.string(), pa.decimal128(20, 0)):
+        refused = resolve(with_field(STORED, "count", pa.field("count", other, False)), keys=keyed)
+        assert refused.kind is VerdictKind.INCOMPATIBLE, other
+        message = only_change(refused, ChangeKind.KEY_CHANGED, "count")
+        assert "an integer key may only widen" in message
+
+
 def test_a_key_change_names_the_key_before_and_after() -> None:
     verdict = resolve(STORED, keys=["count", "account"], stored_key_columns=["account", "count"])
     assert [c.column for c in verdict.changes] == ["account", "count"]

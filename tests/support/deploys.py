@@ -123,6 +123,10 @@ class Deploys:
 
     def state(self, checkpoint: int | None = None) -> pd.DataFrame:
         """The stored state `totals` at `checkpoint` (the head by default), by user."""
+        return self.state_by("user", checkpoint)
+
+    def state_by(self, column: str, checkpoint: int | None = None) -> pd.DataFrame:
+        """The stored state `totals` at `checkpoint` (the head by default), by `column`."""
         from batchpoint.runtime.incremental import base_state_files
         from batchpoint.spark import keyed_io
 
@@ -131,7 +135,7 @@ class Deploys:
         cid = checkpoint or coordinator.head.get().checkpoint_id
         files = base_state_files(coordinator.completed.get(cid), "aggregate", "totals")
         df = keyed_io.read_keyed(self.spark, self.store_ref, files).toPandas()
-        return df.sort_values("user", ignore_index=True)
+        return df.sort_values(column, ignore_index=True)
 
 
 def reference(epochs: range | list[int]) -> pd.DataFrame:

@@ -12,8 +12,12 @@ that is not its own, where lookups by key never find it and a second row for the
 key can appear. Changing a key is a re-keying of the whole state (and keys that become
 equal would need their values merged), which is a new state: give it a new name, or
 re-key the stored state outside the pipeline and bootstrap a savepoint from it. Flink
-refuses key schema changes for the same reason. Relaxing a key column to nullable is
-allowed: it changes no stored key, so no key group.
+refuses key schema changes for the same reason. Two key changes move no row and are
+allowed: a key column relaxed to nullable (no stored key changes), and an integer key
+column widened (int -> bigint: every key-group hash takes integers as bigint, or as
+Python ints in format 1, so each stored key keeps its group, and a widening is
+injective, so no two keys become one). The widening is a migration like any other: the
+first epoch after it rewrites every row (runtime/incremental.rewrite_reason).
 """
 
 from __future__ import annotations
@@ -173,8 +177,11 @@ def _removed(name: str, old: pa.Field, is_key: bool, marked: bool) -> ColumnChan
 
 def _retyped(name: str, old: pa.DataType, new: pa.DataType, is_key: bool) -> ColumnChange:
     detail = f"{_column(name, is_key)} changed type from {old} to {new}"
-    if is_key:
+    if is_key and not _keeps_key_groups(old, new):
         kind = ChangeKind.KEY_CHANGED
+    elif is_key:
+        kind = ChangeKind.WIDENED
+        detail += " (integers hash as bigint: every stored key keeps its key group)"
     elif is_widening(old, new):
         kind = ChangeKind.WIDENED
     elif is_narrowing(old, new):
@@ -184,6 +191,11 @@ def _retyped(name: str, old: pa.DataType, new: pa.DataType, is_key: bool) -> Col
         if is_nested(old) or is_nested(new):
             detail += " (a nested type migrates only when it is unchanged)"
     return ColumnChange(name, kind, old, new, detail)
+
+
+def _keeps_key_groups(old: pa.DataType, new: pa.DataType) -> bool:
+    """An integer widened: the one key type change that moves no stored row."""
+    return pa.types.is_integer(old) and pa.types.is_integer(new) and is_widening(old, new)
 
 
 def _reorders(old: list[str], new: list[str]) -> list[ColumnChange]:
@@ -261,7 +273,8 @@ _REFUSED = {
     ChangeKind.ADDED_NON_NULLABLE_WITHOUT_DEFAULT: "stored rows have no value for it; "
     f"declare a default, make it nullable, {_MIGRATE_FIX}",
     ChangeKind.KEY_CHANGED: "refused: stored rows are placed in key groups by the hash of "
-    "their key, so a key cannot change in place, not even with migrate=; keep the key, "
+    "their key, so a key cannot change in place, not even with migrate= (an integer key "
+    "may only widen, int -> bigint); keep the key, "
     "or give the state a new name (it starts empty) or re-key the stored state outside "
     "the pipeline and bootstrap a savepoint from it",
     ChangeKind.DEFAULT_INVALID: "refused; fix the default",
