@@ -18,6 +18,7 @@ from batchpoint.protocol.deploy_plan import (
     plan_deploy,
 )
 from batchpoint.protocol.pipeline import OperatorKind
+from batchpoint.protocol.source_input import READ
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 
 TOTALS = pa.schema([pa.field("user", pa.string(), nullable=False), pa.field("n", pa.int32())])
@@ -237,11 +238,22 @@ def test_a_source_kept_by_uid_on_other_input_is_refused_since_its_offsets_do_not
     assert plan_deploy(reading(**files), reading(**{**files, "format": "jsonl"})).deployable
     assert plan_deploy(reading(**files), reading(**files)).unchanged
     assert plan_deploy(reading(), reading(location="bbbb", format="json")).deployable
-    # An upstream sink by name or uid (its offsets are keyed by uid, checked as it is
-    # read: tests/sources/test_upstream_source.py); a Delta table's catalog is no part
-    # of it.
+    # An upstream sink by name or uid: its offsets are keyed by uid, so the plan judges
+    # the partitions (READ: the one the base read, the one the code's sink resolves to;
+    # tests/runtime/test_source_deploys.py resolves them); a Delta table's catalog is no
+    # part of it.
     sink = {"upstream": "ledger", "sink": "out"}
     assert plan_deploy(reading(**sink), reading(**{**sink, "sink": "out_uid"})).deployable
+    read = {**sink, READ: "ledger/out"}
+    assert plan_deploy(reading(**read), reading(**{**read, "sink": "main"})).deployable
+    (problem,) = plan_deploy(reading(**read), reading(**{**read, READ: "ledger/audit"})).problems
+    assert "reads ledger/audit, and its offsets are ledger/out's" in problem
+    assert "pipeline.drop_source('feed')" in problem
+    kept = DeployAllowances(allow_non_restored_state=True)
+    assert not plan_deploy(
+        reading(**read), reading(**{**read, READ: "ledger/audit"}), kept
+    ).deployable
+    assert plan_deploy(reading(**sink), reading(**{**read, READ: "ledger/audit"})).deployable
     delta = {"table": "landing.events", "table_catalog": "a", "table_format": "delta"}
     assert plan_deploy(reading(**delta), reading(**{**delta, "table_catalog": "b"})).deployable
 

@@ -10,17 +10,23 @@ import hashlib
 
 import pytest
 
-from batchpoint.errors import ConfigError
+from batchpoint.errors import ConfigError, StorageError
 from batchpoint.protocol.checkpoint import FileHandle, TaskMetrics
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
-from batchpoint.protocol.sink_manifest import SinkMode
+from batchpoint.protocol.sink_manifest import SinkManifest, SinkMode
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.sources.barrier import PartitionOffset, SourceBarrier
 from batchpoint.sources.errors import SourceOffsetError
-from batchpoint.sources.upstream import PipelineSinkSource, UpstreamBinding, UpstreamRestored
+from batchpoint.sources.upstream import (
+    PipelineSinkSource,
+    UpstreamBinding,
+    UpstreamPosition,
+    UpstreamRestored,
+)
 from batchpoint.storage.base import ObjectStore
+from support.fake_epochs import listing
 from support.restoring import restore
 
 UPSTREAM = "ledger"
@@ -202,6 +208,73 @@ def test_a_restore_taking_back_the_barrier_names_the_restore(
     after = up.epoch()
     read = source(local_store).read_between(read_first, source(local_store).capture_barrier())
     assert [s.key for s in read.after] == [up.files[after]]
+
+
+def _restore_not_rewound(up: Upstream, checkpoint_id: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The upstream restored to `checkpoint_id`: its compare-and-swap committed, then its
+    process lost the storage before rewinding the sinks (the real rewind, made to fail)."""
+    with monkeypatch.context() as patched:
+
+        def outage(*args: object, **kwargs: object) -> None:
+            raise StorageError("the storage went away before the sinks were rewound")
+
+        patched.setattr(SinkPublisher, "rewind_all", outage)
+        with pytest.raises(StorageError):
+            restore(up.c, checkpoint_id)
+    restore_in_flight = up.c.control_record().restore
+    assert restore_in_flight is not None and not restore_in_flight.sinks_rewound
+
+
+def test_a_restore_not_rewound_yet_is_read_as_its_rewind_will_leave_the_sink(
+    local_store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until its sinks are rewound, the manifest as stored still shows what the restore
+    took back: the trigger captured it and the epoch read it (a reviewer's
+    demonstration). The reader applies the committed restore to what it reads, and
+    writes nothing of the upstream's."""
+    up = Upstream(local_store, SinkMode.APPEND)
+    first = up.epoch()
+    read_first = source(local_store).capture_barrier()
+    up.epoch()
+    read_second = source(local_store).capture_barrier()
+    _restore_not_rewound(up, first, monkeypatch)
+    before = listing(local_store)
+
+    barrier = source(local_store).capture_barrier()
+    assert UpstreamPosition.of(barrier).checkpoint_id == first
+    assert source(local_store).read_between(read_first, barrier).unchanged
+    with pytest.raises(UpstreamRestored, match="which the barrier read up to, was taken back"):
+        source(local_store).verify_barrier(read_second)
+    source(local_store).verify_barrier(read_first)
+    assert listing(local_store) == before, "a reader wrote the upstream's records"
+
+
+@pytest.mark.parametrize("rewound", [False, True])
+def test_a_restore_committed_while_the_manifest_is_read_is_applied(
+    local_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, rewound: bool
+) -> None:
+    """The interleaving: the restore's compare-and-swap commits while the reader reads
+    the manifest as it was before (then, or not yet, the rewind). The control record,
+    read after the manifest, names the restore: what was read is read as it leaves it."""
+    up = Upstream(local_store, SinkMode.APPEND)
+    first = up.epoch()
+    read_first = source(local_store).capture_barrier()
+    second = up.epoch()
+    read_second = source(local_store).capture_barrier()
+    real = SinkPublisher.manifest
+
+    def restored_meanwhile(self: SinkPublisher, sink: object) -> SinkManifest | None:
+        monkeypatch.setattr(SinkPublisher, "manifest", real)
+        before = real(self, sink)
+        if rewound:
+            restore(up.c, first)
+        else:
+            _restore_not_rewound(up, first, monkeypatch)
+        return before
+
+    monkeypatch.setattr(SinkPublisher, "manifest", restored_meanwhile)
+    with pytest.raises(UpstreamRestored, match=f"its checkpoint {second}, which this epoch"):
+        source(local_store).read_between(read_first, read_second)
 
 
 @pytest.mark.parametrize("mode", list(SinkMode))

@@ -94,6 +94,34 @@ def staged_output(completed: CompletedCheckpoint, uid: str) -> tuple[FileHandle,
     )
 
 
+def rewound(
+    current: SinkManifest | None,
+    checkpoint_id: int | None,
+    generation: int | None = None,
+    alias_of: int | None = None,
+) -> SinkManifest | None:
+    """The manifest as a restore to `checkpoint_id` in `generation` leaves it (None: it
+    leaves it as it is). Pure: the rewind writes it, and a reader of another pipeline's
+    sink sees a restore committed but not rewound yet through it."""
+    if current is None:
+        return None
+    if generation is not None and not is_stale(current.generation, generation):
+        # Rewound into this generation already (or a newer one): a roll-forward that
+        # read the restore late must not move the sink back over epochs published since.
+        return None
+    gen = current.generation if generation is None else generation
+    epochs = dict(current.epochs)
+    if checkpoint_id is not None and checkpoint_id not in epochs and alias_of in epochs:
+        original = epochs[alias_of]
+        alias = PublishedEpoch(checkpoint_id, original.base_checkpoint_id, original.files, alias_of)
+        # named in the restore's generation, as an import is when published
+        epochs[checkpoint_id] = _with_timeline(current, alias, gen)
+    target = checkpoint_id if checkpoint_id in epochs else None
+    if target == current.current and gen == current.generation and epochs == current.epochs:
+        return None
+    return replace(current, current=target, epochs=epochs, generation=gen)
+
+
 class SinkPublisher:
     def __init__(self, store: ObjectStore, layout: PipelineLayout) -> None:
         self._store = store
@@ -175,26 +203,7 @@ class SinkPublisher:
         False when the sink has no manifest."""
 
         def move(current: SinkManifest | None) -> SinkManifest | None:
-            if current is None:
-                return None
-            if generation is not None and not is_stale(current.generation, generation):
-                # Rewound into this generation already (or a newer one): a roll-forward
-                # that read the restore late must not move the sink back over epochs
-                # published since.
-                return None
-            gen = current.generation if generation is None else generation
-            epochs = dict(current.epochs)
-            if checkpoint_id is not None and checkpoint_id not in epochs and alias_of in epochs:
-                original = epochs[alias_of]
-                alias = PublishedEpoch(
-                    checkpoint_id, original.base_checkpoint_id, original.files, alias_of
-                )
-                # named in the restore's generation, as an import is when published
-                epochs[checkpoint_id] = _with_timeline(current, alias, gen)
-            target = checkpoint_id if checkpoint_id in epochs else None
-            if target == current.current and gen == current.generation and epochs == current.epochs:
-                return None
-            return replace(current, current=target, epochs=epochs, generation=gen)
+            return rewound(current, checkpoint_id, generation, alias_of)
 
         return self._keys.update(sink, move) is not None
 

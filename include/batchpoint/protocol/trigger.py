@@ -47,6 +47,7 @@ class DeployBase:
     checkpoint_id: int | None  # None: the first checkpoint, or a restore to nothing
     completed: CompletedCheckpoint | None = None
     pending_topology: Topology | None = None
+    pending_barrier: Mapping[str, Any] | None = None  # what a pending base reads up to
     unreadable: str | None = None  # why the base's outcome record cannot be read
 
 
@@ -208,7 +209,9 @@ class CheckpointTrigger:
         if outcome is not None and outcome.status is CheckpointStatus.COMPLETED:
             return DeployBase(base, completed=outcome.completed)
         pending = self._records.get_pending(base)
-        return DeployBase(base, pending_topology=pending.topology if pending else None)
+        if pending is None:
+            return DeployBase(base)
+        return DeployBase(base, pending_topology=pending.topology, pending_barrier=pending.barrier)
 
     def _check_deploy(
         self, checkpoint_id: int, base: int | None, check: CheckBase, now: float

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -21,10 +22,13 @@ from batchpoint.protocol.deploy_plan import (
 )
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
 from batchpoint.protocol.pipeline_ports import PipelineHistory
+from batchpoint.protocol.source_input import READ
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.protocol.trigger import DeployBase
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.base_schemas import judged_schema
+from batchpoint.sources.barrier import SourceBarrier
+from batchpoint.sources.upstream import PipelineSinkSource, upstream_of
 from batchpoint.storage import ObjectStore
 
 
@@ -127,7 +131,10 @@ def plan_on(
     checkpoint's files (a savepoint folder's store for a folder); `tables`: the
     pipeline's store, whose root its tables name (default `store`)."""
     code = code_topology(pipeline, spec)
-    stored = judged_topology(store, completed, code) if completed is not None else None
+    stored = None
+    if completed is not None:
+        judged = judged_topology(store, completed, code)
+        stored = with_reads(judged, barrier_partitions(completed.pending.barrier))
     return plan_against(
         pipeline,
         stored,
@@ -136,7 +143,49 @@ def plan_on(
         allow_non_restored_state=allow_non_restored_state,
         recorded=completed is None or completed.pending.topology is not None,
         claimed=claimed_tables(pipeline, tables or store, stored),
+        reads=upstream_partitions(pipeline, tables or store),
     )
+
+
+def upstream_partitions(pipeline: Pipeline, store: ObjectStore) -> dict[str, str]:
+    """source uid -> the partition its code reads (`<pipeline>/<sink uid>`), its sink
+    resolved by the upstream's registered spec on the pipeline's store `store`. A sink
+    or upstream not found is the epoch's error to give (ConfigError), not a deploy's."""
+    found: dict[str, str] = {}
+    for source in pipeline.sources.values():
+        if source.upstream is None:
+            continue
+        try:
+            uid = PipelineSinkSource(store, source.upstream).sink_uid()
+        except BatchpointError:
+            continue
+        found[source.uid] = source.upstream.partition(uid)
+    return found
+
+
+def barrier_partitions(barriers: Mapping[str, Any]) -> dict[str, str]:
+    """source uid -> the upstream partitions a checkpoint's barriers read."""
+    found: dict[str, str] = {}
+    for uid, barrier in barriers.items():
+        try:
+            partitions = [p for p in SourceBarrier.coerce(barrier) if upstream_of(p)]
+        except BatchpointError:  # a malformed barrier is the epoch's to report
+            continue
+        if partitions:
+            found[uid] = ", ".join(sorted(partitions))
+    return found
+
+
+def with_reads(topology: Topology, reads: Mapping[str, str]) -> Topology:
+    """The topology with each upstream source's partition under READ (a plan's only:
+    a checkpoint records the sink as the code names it)."""
+    nodes = tuple(
+        replace(n, properties={**n.properties, READ: reads[n.uid]})
+        if n.kind is OperatorKind.SOURCE and "upstream" in n.properties and n.uid in reads
+        else n
+        for n in topology.nodes
+    )
+    return Topology(nodes)
 
 
 def claimed_tables(
@@ -198,11 +247,13 @@ def plan_against(
     allow_non_restored_state: bool = False,
     recorded: bool = True,
     claimed: Mapping[tuple[str, str], str] | None = None,
+    reads: Mapping[str, str] | None = None,
 ) -> DeployPlan:
-    """The plan of deploying the code on a checkpoint whose topology is `stored`."""
+    """The plan of deploying the code on a checkpoint whose topology is `stored`;
+    `reads`: the code's upstream sources' partitions (`upstream_partitions`)."""
     return plan_deploy(
         stored,
-        code_topology(pipeline, spec),
+        with_reads(code_topology(pipeline, spec), reads or {}),
         allowances(pipeline, allow_non_restored_state=allow_non_restored_state),
         evolution=state_evolution(pipeline),
         base=base,
@@ -249,8 +300,14 @@ class BaseCheck:
             # a base still pending (concurrent checkpoints): what its trigger recorded
             if base.pending_topology is None:
                 return []  # its own trigger judged the code then; nothing recorded to judge
+            read = barrier_partitions(base.pending_barrier or {})
             self.plan = plan_against(
-                self.pipeline, base.pending_topology, cid, self.spec, allow_non_restored_state=allow
+                self.pipeline,
+                with_reads(base.pending_topology, read),
+                cid,
+                self.spec,
+                allow_non_restored_state=allow,
+                reads=upstream_partitions(self.pipeline, self.store),
             )
             return self.plan.problems
         self.plan = plan_on(

@@ -33,12 +33,15 @@ import pyarrow.parquet as pq
 from batchpoint.codec import to_iso
 from batchpoint.errors import ConfigError, ObjectNotFound, RecordError
 from batchpoint.protocol.checkpoint import FileHandle
+from batchpoint.protocol.control import ControlUnreadable
+from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import PipelineLayout, check_name
 from batchpoint.protocol.pipeline import OperatorKind, PipelineSpec
 from batchpoint.protocol.restores import RestoreRecord
 from batchpoint.protocol.sink_manifest import PublishedEpoch, SinkManifest, SinkMode
 from batchpoint.protocol.sink_timeline import generation_of, reaches
-from batchpoint.protocol.sinks import SinkPublisher
+from batchpoint.protocol.sinks import SinkPublisher, rewound
+from batchpoint.protocol.timeline import is_stale
 from batchpoint.sources.barrier import PartitionOffset, SourceBarrier
 from batchpoint.sources.errors import SourceOffsetError
 from batchpoint.sources.files import SourceSplit
@@ -174,7 +177,25 @@ class PipelineSinkSource:
         return PipelineSpec.decode(self._layout.spec, data)
 
     def manifest(self, uid: str | None = None) -> SinkManifest | None:
-        return SinkPublisher(self.store, self._layout).manifest(uid or self.sink_uid())
+        """The sink's manifest as the upstream's restores leave it. A restore moves the
+        control record first and rewinds the manifests after (protocol/restorer.py), so
+        a manifest read in between (the restore under way, or its process dead before
+        the rewind) still shows what the restore took back. The control record, read
+        after the manifest, names every restore committed before it: a manifest not in
+        its generation yet is read as its rewind will leave it (`rewound`, pure).
+        Nothing is written."""
+        found = SinkPublisher(self.store, self._layout).manifest(uid or self.sink_uid())
+        if found is None:
+            return None
+        upstream = CheckpointCoordinator(self.store, self.binding.pipeline)
+        try:
+            last = upstream.control.load().restore
+        except ControlUnreadable:  # the upstream's own actors report it
+            return found
+        if last is None or not is_stale(found.generation, last.generation):
+            return found
+        alias = upstream.restorer.alias_of(last.target)
+        return rewound(found, last.target, last.generation, alias) or found
 
     # -- barriers -----------------------------------------------------------------------
 
