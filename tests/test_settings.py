@@ -14,7 +14,7 @@ from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import KNOWN_VARIABLES, Settings, read_environment
 from batchpoint.settings.values import UPSTREAM
-from batchpoint.storage.redaction import Secret, revealed_options
+from batchpoint.storage.redaction import REDACTED, Secret, redact_uri, revealed_options
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -428,6 +428,22 @@ def test_a_bad_override_is_named_like_its_variable(root):
 
 
 # -- roots that cannot be folders, and nothing is created -----------------------------
+
+
+@pytest.mark.parametrize(
+    "password", ["sup3rSECRETvalue", "p@ssw0rdSECRET", "abc/defSECRETpart", "a:b@c/d%2FSECRET"]
+)
+def test_an_s3_root_with_credentials_is_refused_showing_none(password):
+    """Keys in a root's user info went to botocore as a bucket name, whose error and the
+    settings' repr showed them; a password with '@' or '/' (common in an AWS secret
+    key) escaped the mask (a reviewer's finding)."""
+    root = f"s3://AKIAEXAMPLE:{password}@bucket/prefix"
+    message = refused({"BATCHPOINT_ROOT": root})
+    assert "holds credentials before '@'" in message and "BATCHPOINT_S3_ACCESS_KEY_ID" in message
+    assert "SECRET" not in message.replace("BATCHPOINT_S3_SECRET_ACCESS_KEY", "")
+    # and wherever such a URI is shown (a savepoint path, a source's location)
+    shown = redact_uri(f"list failed at {root}: denied")
+    assert "SECRET" not in shown and f"AKIAEXAMPLE:{REDACTED}@bucket/prefix:" in shown
 
 
 def test_a_root_under_a_regular_file_is_refused(tmp_path):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from batchpoint.errors import TriggerRefused
+from batchpoint.errors import CheckpointError, TriggerRefused
 from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.restore_intents import RestoreIntent
 from batchpoint.quality.quarantine import QuarantineStore
@@ -22,8 +22,19 @@ def test_a_deleted_control_record_refuses_triggers_until_repaired(payments, cli)
     c.store.delete(c.layout.head)
     with pytest.raises(TriggerRefused, match="batchpoint repair"):
         payments.trigger()  # never a silent restart from empty state
-
+    # Nor read as nothing stored (a reviewer found `plan` saying every state starts
+    # empty, `verify` no checkpoint yet, the list every checkpoint discarded).
     before = listing(payments)
+    with pytest.raises(CheckpointError, match="has checkpoints but no control record"):
+        payments.plan()
+    for command in (("verify", "--integrity-only"), ("lineage", c.pipeline)):
+        refused = cli(*command)
+        assert refused.code == 2 and "batchpoint repair" in refused.err, (command, refused.err)
+    shown = cli("--json", "checkpoints", "list")
+    assert shown.code == 0, shown.err
+    assert {row["status"] for row in shown.json["checkpoints"]} == {"completed"}, shown.json
+    assert listing(payments) == before
+
     dry = cli("--json", "repair", "--dry-run")
     assert dry.code == 0 and dry.json["dry_run"] is True and dry.json["head"] == 3
     assert listing(payments) == before  # a dry run writes nothing

@@ -115,3 +115,17 @@ def test_mistakes_are_one_clear_line(
     run = cli(*argv)
     assert run.code == 2
     assert message in run.err and "Traceback" not in run.err
+
+
+def test_a_damaged_published_file_is_one_clear_line(cli: Cli, root: str) -> None:
+    """Damage is a finding, not a traceback (invariant 11; a reviewer's finding): the
+    plain sink's published file overwritten with bytes that are not Parquet."""
+    store = StoreRef.of(root).open()
+    found = CheckpointCoordinator(store, PIPELINE).sinks.manifest("plain")
+    assert found is not None and found.current is not None
+    (damaged, *_) = found.epochs[found.current].files
+    store.put(damaged.path, b"not parquet")
+    run = cli("sink", "show", PIPELINE, "plain")
+    assert run.code == 2 and "Traceback" not in run.err
+    assert "sink 'plain' of 'pay': a published file cannot be read" in run.err, run.err
+    assert "batchpoint verify" in run.err

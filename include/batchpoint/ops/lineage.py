@@ -108,7 +108,8 @@ class LineageRecords:
             checkpoint_id = history.head.get().checkpoint_id
             if checkpoint_id is None:
                 raise CheckpointError(
-                    f"pipeline '{pipeline}' has no head checkpoint (none completed yet): "
+                    history.lost_control()
+                    or f"pipeline '{pipeline}' has no head checkpoint (none completed yet): "
                     "name one with --checkpoint"
                 )
         return checkpoint_id, history.get_checkpoint(checkpoint_id)

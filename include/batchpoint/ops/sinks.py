@@ -121,15 +121,13 @@ def show_sink(
     limit: int | None = None,
 ) -> SinkView:
     found = find_sink(coordinator, sink)
-    if TableBinding.from_properties(found.properties) is not None:
-        table, binding = _table(coordinator, store_ref, found)
-        snapshot = table.snapshot_of(checkpoint_id) if checkpoint_id is not None else None
-        rows = table.read(checkpoint_id)
-        at = f", {table.commit_noun} {snapshot}" if snapshot is not None else ""
-        source = f"{binding}{at}"
-    else:
-        rows = coordinator.sinks.read_table(found.ref, checkpoint_id)
-        source = "sink manifest"
+    try:
+        rows, source = _published_rows(coordinator, store_ref, found, checkpoint_id)
+    except pa.ArrowException as exc:  # damage is a finding, not a traceback (invariant 11)
+        raise BatchpointError(
+            f"sink '{found.ref.label}' of '{coordinator.pipeline}': a published file cannot "
+            f"be read ({exc}); `batchpoint verify` names the checkpoint's damaged files"
+        ) from None
     total = rows.num_rows
     if rows.num_rows and rows.column_names:
         rows = rows.sort_by([(rows.column_names[0], "ascending")])
@@ -138,6 +136,18 @@ def show_sink(
     return SinkView(
         coordinator.pipeline, found.ref.label, found.uid, checkpoint_id, source, rows, total
     )
+
+
+def _published_rows(
+    coordinator: PipelineHistory, store_ref: StoreRef, found: KnownSink, checkpoint_id: int | None
+) -> tuple[pa.Table, str]:
+    """The rows the sink published as of `checkpoint_id` (None: now), and from where."""
+    if TableBinding.from_properties(found.properties) is None:
+        return coordinator.sinks.read_table(found.ref, checkpoint_id), "sink manifest"
+    table, binding = _table(coordinator, store_ref, found)
+    snapshot = table.snapshot_of(checkpoint_id) if checkpoint_id is not None else None
+    at = f", {table.commit_noun} {snapshot}" if snapshot is not None else ""
+    return table.read(checkpoint_id), f"{binding}{at}"
 
 
 @dataclass

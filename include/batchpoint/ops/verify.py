@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError, CorruptRecord
+from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError, RecordError
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.savepoints import (
@@ -41,7 +41,10 @@ def verify_target(
     if text.lower() in ("", "head", "latest"):
         head = c.head.get().checkpoint_id
         if head is None:
-            raise BatchpointError(f"pipeline '{c.pipeline}' has no completed checkpoint yet")
+            lost = c.lost_control()
+            raise BatchpointError(
+                lost or f"pipeline '{c.pipeline}' has no completed checkpoint yet"
+            )
         return head
     if text.lstrip("+-").isdigit():
         checkpoint_id = int(text)
@@ -104,7 +107,7 @@ def verify_files(
         name, checkpoint_id = f"savepoint {target.uri}", None
     try:
         files, problems = _checked_files(coordinator, target, checksums)
-    except CorruptRecord as exc:
+    except RecordError as exc:  # corrupt, or of a version this release cannot read
         files, problems = 0, [exc]
     return FileCheck(name, files, [str(p) for p in problems], checkpoint_id)
 

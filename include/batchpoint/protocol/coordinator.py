@@ -60,7 +60,7 @@ from batchpoint.protocol.control import (
     Stopped,
 )
 from batchpoint.protocol.control_store import ControlStore, HeadStore
-from batchpoint.protocol.decider import CheckpointRequestDecider
+from batchpoint.protocol.decider import CheckpointRequestDecider, control_lost
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.finalizer import AuditJudge, CheckpointFinalizer
 from batchpoint.protocol.gc import GarbageCollector
@@ -257,9 +257,19 @@ class CheckpointCoordinator:
         """The head, the retained and the quarantined, as the history shows them."""
         quarantined = self.quarantine.ids()
         try:
-            return Standing.of(self.control_record(), quarantined)
+            control = self.control_record()
         except ControlUnreadable:
             return Standing.unknown(quarantined)
+        if control is None and self.lost_control():
+            return Standing.unknown(quarantined)
+        return Standing.of(control, quarantined)
+
+    def lost_control(self) -> str | None:
+        """Why the history cannot be read as it stands: checkpoints were taken and the
+        control record is gone (None: it is there, or none was ever taken)."""
+        if self.ids.peek() <= 1 or self.control.exists():
+            return None
+        return control_lost(self.pipeline, self.control.key)
 
     # == trigger, acknowledge, decline ===================================================
 

@@ -42,10 +42,7 @@ class CheckpointRequestDecider:
         if control is None:
             if has_history:
                 raise TriggerRefused(
-                    CheckpointFailureReason.NEEDS_REPAIR,
-                    f"pipeline '{self._pipeline}' has checkpoints but no control record "
-                    f"({self._key}); run `batchpoint repair` (or restore a checkpoint) "
-                    "instead of restarting from empty state",
+                    CheckpointFailureReason.NEEDS_REPAIR, control_lost(self._pipeline, self._key)
                 )
             control = ControlRecord()
         if control.restore is not None and not control.restore.sinks_rewound:
@@ -162,3 +159,12 @@ def base_of(control: ControlRecord) -> int | None:
     head = control.head or 0
     newer = [p for p in control.current_pending() if p.checkpoint_id > head and not p.imported]
     return newer[-1].checkpoint_id if newer else control.head
+
+
+def control_lost(pipeline: str, key: str) -> str:
+    """Checkpoints were taken and the control record is gone: read as it stands, the
+    history would say nothing is stored (invariant 11: never a restart from empty)."""
+    return (
+        f"pipeline '{pipeline}' has checkpoints but no control record ({key}); run "
+        "`batchpoint repair` (or restore a checkpoint) instead of restarting from empty state"
+    )

@@ -37,7 +37,7 @@ class HistoryStatus(enum.Enum):
     COMPLETED = (
         "completed",
         "completed; whether it is still retained cannot be told, because the pipeline's "
-        "control record cannot be read (`batchpoint repair`)",
+        "control record cannot be read, or is missing (`batchpoint repair`)",
     )
     UNREADABLE = ("unreadable", "its records cannot be read: the problem is named")
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from batchpoint.errors import (
+    CheckpointError,
     CheckpointNotFound,
     CorruptRecord,
     DeployRefused,
@@ -175,6 +176,9 @@ class PipelineDriver:
         `allow_non_restored_state` allows."""
         if checkpoint_id is None:
             checkpoint_id = self.coordinator.head.get().checkpoint_id
+            lost = self.coordinator.lost_control() if checkpoint_id is None else None
+            if lost:  # not "nothing stored": every state would be planned to start empty
+                raise CheckpointError(lost)
             if not allow_non_restored_state and checkpoint_id is not None:
                 allow_non_restored_state = self._restored_allowing() == checkpoint_id
         completed = None

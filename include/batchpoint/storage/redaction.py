@@ -21,8 +21,9 @@ REDACTED = "**********"
 #: Store options that are credentials whatever their source.
 CREDENTIAL_OPTIONS = frozenset({"secret_access_key", "session_token"})
 
-# scheme://user:password@host -> scheme://user:**********@host
-_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):(?P<password>[^@/\s]*)@")
+# scheme://user:password@host -> scheme://user:**********@host; the password runs to the
+# last '@' of the word, since an AWS secret key may hold '/' (and a password '@')
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):(?P<password>\S*)@")
 # ;token=... ?password=... &X-Amz-Signature=... (Spark Connect, presigned and driver URIs)
 _PARAMETER = re.compile(
     r"(?P<head>[;?&](?:token|password|passwd|pwd|secret|access_token|sig|signature"
