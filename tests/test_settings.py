@@ -14,6 +14,7 @@ from batchpoint.errors import ConfigError
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.settings import KNOWN_VARIABLES, Settings, read_environment
 from batchpoint.settings.values import UPSTREAM
+from batchpoint.storage import StoreRef
 from batchpoint.storage.redaction import REDACTED, Secret, redact_uri, revealed_options
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -444,6 +445,16 @@ def test_an_s3_root_with_credentials_is_refused_showing_none(password):
     # and wherever such a URI is shown (a savepoint path, a source's location)
     shown = redact_uri(f"list failed at {root}: denied")
     assert "SECRET" not in shown and f"AKIAEXAMPLE:{REDACTED}@bucket/prefix:" in shown
+
+
+def test_a_store_opened_by_hand_on_a_uri_with_keys_shows_none():
+    """A savepoint path or a location given with keys in it never reaches the settings'
+    check: the reprs of its reference and of its store mask them."""
+    ref = StoreRef.of(
+        "s3://AKIAEXAMPLE:abc/defSECRET@bucket/p", {"endpoint_url": "http://127.0.0.1:9"}
+    )
+    for shown in (repr(ref), str(ref), repr(ref.open())):
+        assert "SECRET" not in shown and f"AKIAEXAMPLE:{REDACTED}@bucket/p" in shown, shown
 
 
 def test_a_root_under_a_regular_file_is_refused(tmp_path):

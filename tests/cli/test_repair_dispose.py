@@ -33,6 +33,8 @@ def test_a_deleted_control_record_refuses_triggers_until_repaired(payments, cli)
     shown = cli("--json", "checkpoints", "list")
     assert shown.code == 0, shown.err
     assert {row["status"] for row in shown.json["checkpoints"]} == {"completed"}, shown.json
+    stats = cli("--json", "stats").json
+    assert stats["pipeline_status"] == "NEEDS_REPAIR" and "batchpoint repair" in stats["reason"]
     assert listing(payments) == before
 
     dry = cli("--json", "repair", "--dry-run")
@@ -43,6 +45,7 @@ def test_a_deleted_control_record_refuses_triggers_until_repaired(payments, cli)
     assert done.code == 0
     assert "rebuilt the control record: head = checkpoint 3" in done.out
     assert c.head.get().checkpoint_id == 3
+    assert cli("--json", "stats").json["pipeline_status"] == "RUNNING"
     assert payments.trigger().base_checkpoint_id == 3
 
 
@@ -57,6 +60,7 @@ def test_repair_dry_run_prints_the_plan_and_writes_nothing(payments, cli):
     fake_epochs.land_a_file(payments)
     open_one = payments.trigger().checkpoint_id
     c.store.put(c.layout.head, b'{"kind": "pipeline-control", "ver')
+    assert cli("--json", "stats").json["pipeline_status"] == "NEEDS_REPAIR"
     before = contents(payments)
 
     dry = cli("repair", "--dry-run")
@@ -111,6 +115,7 @@ def test_repair_asks_about_a_restore_in_doubt_and_head_answers(payments, cli):
     c = payments.coordinator
     c.records.put_restore_intent(RestoreIntent(1, 2, 3, time.time()), "died")
     c.store.put(c.layout.head, b'{"kind": "pipeline-control", "ver')
+    assert cli("--json", "stats").json["pipeline_status"] == "NEEDS_REPAIR"
     before = contents(payments)
 
     refused = cli("repair")

@@ -134,12 +134,17 @@ class PipelineStats:
 
 def pipeline_stats(coordinator: PipelineHistory) -> PipelineStats:
     """The summary and the pipeline's status: FAILED (the failure counter), else
-    STOPPED or STOPPING (a stop-with-savepoint, from the control record), else RUNNING."""
+    NEEDS_REPAIR (the control record lost with checkpoints taken, or unreadable: every
+    trigger is refused until `batchpoint repair`), else STOPPED or STOPPING (a
+    stop-with-savepoint, from the control record), else RUNNING."""
     tracker = coordinator.stats
     failures = coordinator.failures.state()
     status, reason = failures.status.value, failures.reason
-    if failures.status is not PipelineStatus.FAILED and (stop := stop_status(coordinator)):
-        status, reason = stop[0].upper(), stop[1]
+    if failures.status is not PipelineStatus.FAILED:
+        if repair := _needs_repair(coordinator):
+            status, reason = "NEEDS_REPAIR", repair
+        elif stop := stop_status(coordinator):
+            status, reason = stop[0].upper(), stop[1]
     return PipelineStats(
         coordinator.pipeline,
         tracker.summary(tracker.history()),
@@ -147,6 +152,14 @@ def pipeline_stats(coordinator: PipelineHistory) -> PipelineStats:
         failures.consecutive_failures,
         reason,
     )
+
+
+def _needs_repair(c: PipelineHistory) -> str | None:
+    try:
+        c.control_record()
+    except ControlUnreadable as exc:
+        return str(exc)
+    return c.lost_control()
 
 
 def stop_status(c: PipelineHistory) -> tuple[str, str] | None:

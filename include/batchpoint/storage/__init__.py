@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
-from batchpoint.storage.redaction import Secret, conceal
+from batchpoint.storage.redaction import Secret, conceal, redact_uri
 
 __all__ = ["ObjectInfo", "ObjectStore", "StoreRef", "StoredObject", "open_store"]
 
@@ -35,6 +35,9 @@ class StoreRef:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", tuple((k, conceal(k, v)) for k, v in self.options))
+
+    def __repr__(self) -> str:  # a URI with a password in it (a path given by hand)
+        return f"StoreRef(uri={redact_uri(self.uri)!r}, options={self.options!r})"
 
     @classmethod
     def of(cls, uri: str, options: Mapping[str, str | Secret] | None = None) -> StoreRef:

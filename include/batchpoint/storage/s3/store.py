@@ -28,6 +28,7 @@ from batchpoint.errors import (
 )
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 from batchpoint.storage.probe import probe_conditional_writes, probing
+from batchpoint.storage.redaction import redact_uri
 from batchpoint.storage.s3 import client as s3_client
 from batchpoint.storage.s3 import errors
 from batchpoint.storage.s3.errors import BodyBroke, body_broke, conflict, passing_delete
@@ -90,7 +91,7 @@ class S3ObjectStore(ObjectStore):
         self._init_runtime()
 
     def __repr__(self) -> str:
-        return f"S3ObjectStore({self.uri!r}, endpoint={self.shown_endpoint!r})"
+        return f"S3ObjectStore({redact_uri(self.uri)!r}, endpoint={self.shown_endpoint!r})"
 
     # -- client -------------------------------------------------------------------------
 
