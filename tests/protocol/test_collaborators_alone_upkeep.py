@@ -7,6 +7,7 @@ port to another collaborator."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from batchpoint.protocol.checkpoint import (
     TaskMetrics,
 )
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
-from batchpoint.protocol.control import PendingEntry
+from batchpoint.protocol.control import PendingEntry, RetainedEntry
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.ids import CheckpointIDCounter
@@ -91,6 +92,9 @@ def savepoints_of(parts: Parts, asked: Asked, imported_id: int = 7) -> Savepoint
         pending = parts.reads.get_pending(checkpoint_id)
         assert pending is not None
         completed = CompletedCheckpoint(pending, tuple(acked), parts.clock())
+        kept = RetainedEntry(checkpoint_id, CheckpointType.SAVEPOINT, parts.clock())
+        # retained, as the real settle admits it (an import a restore abandoned is not)
+        parts.change_control(lambda c: replace(c, retained=(*c.retained, kept)))
         return CheckpointOutcome(
             CheckpointStatus.COMPLETED, pending, parts.clock(), completed=completed
         )

@@ -152,3 +152,28 @@ def test_gc_on_a_folder_store_reads_no_data_file(kind: type, tmp_path: Path) -> 
     assert report.deleted_bytes >= len(late) * _DATA_BYTES
     assert not any(store.exists(k) for k in [*late, staged])
     assert read < _DATA_BYTES, f"GC read {read:,} bytes"
+
+
+def test_a_pass_lists_no_more_folders_as_an_append_sinks_history_grows(tmp_path: Path) -> None:
+    """A reviewer's finding (invariant 9, GC's work per run): an append sink's manifest
+    holds every epoch's files, so each collected id beyond the history limit kept its
+    folder referenced; every pass listed each such folder again, to find that out, and
+    a steady pass (one epoch since the last) listed more the longer the history was."""
+    from support.protocol_steps import complete, coordinator
+
+    counting = CountingStore(LocalObjectStore(tmp_path))
+    clock = FakeClock()
+    c = coordinator(counting, clock, num_retained=1, gc_grace=0, timeout=1)
+    listed: list[int] = []
+    for epochs in (20, 40, 80):
+        while len(c.control.load().collected) < epochs:
+            complete(c)  # its sink publishes in append mode
+            clock.advance(2)
+            c.garbage_collector().collect(history_limit=5)
+        counting.listed.clear()
+        complete(c)
+        clock.advance(2)
+        c.garbage_collector().collect(history_limit=5)
+        prefix = c.layout.checkpoints_prefix
+        listed.append(sum(1 for p in counting.listed if p.startswith(prefix)))
+    assert listed[0] == listed[1] == listed[2], listed

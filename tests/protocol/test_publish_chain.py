@@ -6,6 +6,7 @@ model checker: a newer release's record among them failed every epoch after the 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,8 @@ from batchpoint.protocol.pipeline import OperatorKind, simple_pipeline
 from batchpoint.protocol.sinks import SinkPublisher
 from batchpoint.protocol.topology import NodeTopology, Topology
 from batchpoint.storage.base import ObjectStore
+from batchpoint.storage.local import LocalObjectStore
+from support.faulty_store import Crash, Fault, FaultyStore
 from support.protocol_steps import NAME, SINKS, ack_all, coordinator
 
 LATE = ("late", "append", ["k"])
@@ -102,3 +105,39 @@ def test_an_unpublished_ancestor_a_newer_release_wrote_is_refused_not_skipped(
     fresh = coordinator(local_store)
     with pytest.raises(RecordError, match="version 99"):
         fresh.notify_checkpoint_complete(latest, SINKS)
+
+
+@pytest.mark.parametrize("killed", [False, True])
+def test_a_restore_to_a_checkpoint_never_published_leaves_readers_at_its_ancestor(
+    tmp_path: Path, killed: bool
+) -> None:
+    """A reviewer's sequence: 1 and 2 published, 3 completed but its finalize died
+    before its publish, then a restore to 3. The rewind set the sink to no epoch at
+    all, so readers saw it empty until the restore's publish, and for good where the
+    restore's process died before it (every roll-forward rewinds, none publishes). The
+    rewind now leaves readers at 3's nearest published ancestor, as before 3 completed;
+    the restore's publish (or the next checkpoint's) publishes 3 after it."""
+    store = FaultyStore(LocalObjectStore(str(tmp_path)))
+    c = coordinator(store)
+    for publish in (True, True, False):
+        cid = c.trigger({"src": {"p0": 1}}).checkpoint_id
+        ack_all(c, cid)
+        assert c.try_finalize(cid).status is CheckpointStatus.COMPLETED
+        if publish:
+            c.notify_checkpoint_complete(cid, SINKS)
+    three = cid
+    if killed:  # the restore's process dies after the rewind, before its publish
+        store.arm(Fault.CRASH_BEFORE, op="put", key_contains="/restores/gen-")
+        with pytest.raises(Crash):
+            c.restorer.restore(c.restorer.choose(three).target)
+        c = coordinator(store.inner)  # any actor's roll-forward: a trigger, GC, a publish
+        c.finish_restore()
+    else:
+        c.restorer.restore(c.restorer.choose(three).target)
+    manifest = SinkPublisher(c.store, c.layout).manifest("sink")
+    assert manifest is not None and manifest.current == three - 1
+    assert [e.checkpoint_id for e in manifest.chain()] == [1, 2]
+
+    assert c.notify_checkpoint_complete(three, SINKS).published  # the restore's own publish
+    manifest = SinkPublisher(c.store, c.layout).manifest("sink")
+    assert manifest is not None and [e.checkpoint_id for e in manifest.chain()] == [1, 2, 3]

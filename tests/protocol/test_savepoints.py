@@ -142,6 +142,12 @@ def test_wrong_pipeline_and_missing_metadata_are_refused(store):
         coordinator(store, "q").savepoints.import_folder(SavepointLocation(store, "savepoints/sp"))
     with pytest.raises(RestoreRefused, match="no _metadata"):
         read_savepoint(SavepointLocation(store, "nothing-here"))
+    # damaged: what to do is to export it again, not `batchpoint repair` (a reviewer's)
+    store.put("savepoints/sp/_metadata", b"{not json")
+    with pytest.raises(CorruptRecord) as damaged:
+        read_savepoint(SavepointLocation(store, "savepoints/sp"))
+    assert "export the savepoint again" in str(damaged.value)
+    assert "repair" not in str(damaged.value)
 
 
 def test_export_refuses_an_occupied_target_and_an_unfinished_checkpoint(store):
@@ -298,3 +304,37 @@ def test_an_imported_savepoint_keeps_its_topology_and_operator_uids(store):
     imported = c.savepoints.import_folder(location)
     assert imported.pending.topology == topology
     assert sorted(a.operator_uid for a in imported.acks) == ["keyed-uid", "keyed-uid", "sink"]
+
+
+def test_an_import_a_restore_abandoned_while_it_finalized_is_not_reported_imported(tmp_path):
+    """A reviewer's interleaving (invariant 9): the import's finalize read the control
+    record (the import pending), a restore's CAS then abandoned it, and the finalize
+    wrote COMPLETED. The import said it was done, yet its checkpoint sat in GC's queue,
+    and GC deleted the files it had copied. It now fails, saying to import again."""
+    store = LocalObjectStore(str(tmp_path))
+    c = coordinator(store)
+    savepoint = complete(c, CheckpointType.SAVEPOINT)
+    later = complete(c)
+    location = c.savepoints.default_location(savepoint)
+    c.savepoints.export(savepoint, location)
+    importing = later + 1
+    other = coordinator(store)
+
+    def restore_meanwhile() -> None:  # its CAS lands; its roll-forward comes later
+        real, other.restorer.finish = other.restorer.finish, lambda: None
+        try:
+            restore(other, later)
+        finally:
+            other.restorer.finish = real
+
+    hook = once(
+        restore_meanwhile, lambda op, key: (op, key) == ("create", c.layout.outcome(importing))
+    )
+    with pytest.raises(RestoreRefused, match="a restore ran meanwhile and abandoned checkpoint"):
+        coordinator(HookStore(store, hook)).savepoints.import_folder(location)
+    assert hook.fired
+    c.restorer.finish()
+    assert importing not in c.control.load().retained_ids()
+    imported = c.savepoints.import_folder(location)  # again, as the error says
+    assert imported.checkpoint_id in c.control.load().retained_ids()
+    restore(c, imported.checkpoint_id)

@@ -11,12 +11,13 @@ folder and on SeaweedFS."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from batchpoint.ops.maintenance import gc
+from batchpoint.ops.maintenance import _TablesOfThePass, gc
 from batchpoint.protocol.sinks import SinkPins, SinkPublisher
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
@@ -237,3 +238,81 @@ def test_a_sync_that_gives_up_leaves_another_syncs_pin_on_the_same_epoch(
     assert report.committed == [two, three]
     # as in the test above: the sync's expiry lets go of 1 a pass earlier
     assert epochs.assert_every_snapshot_reads() == [two, three]
+
+
+class _Paused:
+    """A GC pass's reads of its table sinks (or of its sink manifests) that run `race`
+    once they are done, as if the pass were slow right there."""
+
+    def __init__(self, inner: Any, method: str, race: Any) -> None:
+        self._inner, self._method, self._race = inner, method, race
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._inner, name)
+        if name != self._method:
+            return real
+
+        def paused(*args: Any, **kw: Any) -> Any:
+            found = real(*args, **kw)
+            found = list(found) if name == "stored" else found
+            self._race()
+            return found
+
+        return paused
+
+
+@pytest.mark.parametrize("pause", ["after reading the tables", "after reading the manifests"])
+def test_two_gc_passes_and_a_killed_sync_never_delete_what_the_table_reads(
+    epochs: TableEpochs, pause: str
+) -> None:
+    """A reviewer's interleaving: pass P1 stalls after one of its reads, a sync that
+    pinned 2 commits it and is killed, and pass P2 finds the pin stale and drops 2 (the
+    table's own snapshot keeps its files in P2). P1 then deletes 2's files unless
+    whichever it reads second still covers them: the tables are read after the
+    manifests, and a commit landing after the manifest read was pinned in it."""
+    _one, two, _three = _lagging(epochs)
+    coordinator = epochs.coordinator
+    pinned, go = threading.Event(), threading.Event()
+
+    def held_at_its_commit(op: str, _name: str) -> None:
+        if op == "commit_table" and not pinned.is_set():
+            pinned.set()  # 2 is pinned: P1 starts now and prunes around it
+            go.wait(60)
+
+    def killed_after_the_commit_of_two(op: str, _name: str) -> None:
+        if op == "commit_table" and epochs.table().history()[-1].checkpoint_id == two:
+            raise KeyboardInterrupt("the sync's process is killed")
+
+    killed: list[BaseException] = []
+
+    def sync() -> None:
+        try:
+            _sync(epochs, CallHooks(held_at_its_commit, killed_after_the_commit_of_two)).run()
+        except KeyboardInterrupt as exc:
+            killed.append(exc)
+
+    syncing = threading.Thread(target=sync)
+    syncing.start()
+    assert pinned.wait(60)
+    fired: list[bool] = []
+
+    def race() -> None:  # the sync commits 2 and dies, then P2 drops 2 (its pin stale)
+        if not fired:
+            fired.append(True)
+            go.set()
+            syncing.join(60)
+            assert killed, "the sync was not killed after its commit of 2"
+            assert f"{SINK}@{two}" in gc(coordinator, coordinator.store).dropped_epochs
+
+    tables: Any = _TablesOfThePass(coordinator, coordinator.store)
+    if pause == "after reading the tables":
+        tables = _Paused(tables, "references", race)
+    p1 = coordinator.garbage_collector(tables=tables)
+    if pause == "after reading the manifests":
+        p1._sinks = _Paused(p1._sinks, "stored", race)  # type: ignore[assignment]
+    p1.collect(history_limit=None)
+
+    assert fired
+    assert epochs.table().history()[-1].checkpoint_id == two
+    assert epochs.read() == {"a": 2}  # not a missing file
+    assert epochs.assert_every_snapshot_reads() == [two]

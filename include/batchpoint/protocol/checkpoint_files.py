@@ -31,6 +31,9 @@ class CheckpointFiles:
         """Every file present with its size (and, with `checksums`, its sha256)."""
         return check_handles(self._store, handles, checksums=checksums, progress=progress)
 
+    def data_prefix(self, checkpoint_id: int) -> str:
+        return self._layout.data_prefix(checkpoint_id)
+
     def data_files(self, checkpoint_id: int) -> list[ListedSize]:
         """Every file in the checkpoint's data folder."""
         return list(self._store.list_sizes(self._layout.data_prefix(checkpoint_id)))

@@ -38,6 +38,7 @@ and never blocks the pruning. Per pass that is a constant number of extra listin
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -115,14 +116,15 @@ class GarbageCollector:
     def referenced_files(self, control: ControlRecord | None = None) -> set[str]:
         """Every referenced file (the table sinks' too, when this GC was given them);
         raises if a record or a table that could hold references cannot be read."""
-        tables = self._tables.references().keys if self._tables is not None else frozenset()
-        refs, _, findings = self._references(control or self._control.load(), tables)
+        tables = self._tables
+        read = None if tables is None else lambda: tables.references().keys
+        refs, _, findings = self._references(control or self._control.load(), read)
         if findings:
             raise RecordError("; ".join(map(str, findings)))
         return refs
 
     def _references(
-        self, control: ControlRecord, tables: frozenset[str] = frozenset()
+        self, control: ControlRecord, read_tables: Callable[[], frozenset[str]] | None = None
     ) -> tuple[set[str], set[str], list[Finding]]:
         """Every referenced file, those of them that hold their folder in the queue (a
         retained or pending checkpoint's, a table snapshot's), and what could not be
@@ -168,6 +170,15 @@ class GarbageCollector:
         referenced.update(f.path for m in manifests for e in m.epochs.values() for f in e.files)
         if self._extra_references is not None:
             referenced.update(self._extra_references())
+        # The tables after the manifests: a commit that lands after this read was pinned
+        # when it was planned, and its pin keeps its epoch in the manifest read above
+        # (read before, another pass could drop the epoch in between, its pin stale).
+        tables: frozenset[str] = frozenset()
+        if read_tables is not None:
+            try:
+                tables = read_tables()
+            except Exception as exc:  # a catalog's or storage's error: tried next pass
+                findings.append(Finding("sink tables", f"not read, nothing deleted: {exc}"))
         # A table's files hold their folder: no manifest prune requeues it once the
         # table lets go of them (a sync that catches up, an expiry), a later pass does.
         referenced.update(tables)
@@ -200,11 +211,10 @@ class GarbageCollector:
         report.skipped_pending = sorted(p.checkpoint_id for p in control.pending)
         if not dry_run:
             self._prune_sinks(report)
-        tables = self._table_references(report, dry_run)
-        if tables is None:
-            _say(progress, "a table sink could not be expired or read: nothing deleted")
+        if not dry_run and not self._expire_tables(report):
+            _say(progress, "a table sink could not be expired: nothing deleted")
             return report
-        referenced, holding, findings = self._references(control, tables.keys)
+        referenced, holding, findings = self._references(control, self._table_reader(report))
         report.findings.extend(findings)
         if findings:
             _say(progress, "unreadable records could hold references: nothing deleted")
@@ -283,27 +293,32 @@ class GarbageCollector:
         self._files.delete(doomed)
         return doomed
 
-    def _table_references(self, report: GcReport, dry_run: bool) -> TableReferences | None:
-        """Expire the table sinks' snapshots of dropped epochs, then read what every
-        snapshot left reads; None (with a finding) if a table could not be expired or
-        read: its snapshots could reference anything published, so nothing may go."""
+    def _expire_tables(self, report: GcReport) -> bool:
+        """Expire the table sinks' snapshots of dropped epochs; False (with a finding)
+        if a table could not be: its snapshots could reference anything published, so
+        nothing may go."""
         if self._tables is None:
-            return TableReferences()
-        if not dry_run:
-            try:
-                self._tables.expire()
-            except Exception as exc:  # a catalog's or storage's error: tried next pass
-                report.findings.append(
-                    Finding("sink tables", f"not expired, nothing deleted: {exc}")
-                )
-                return None
+            return True
         try:
-            found = self._tables.references()
-        except Exception as exc:
-            report.findings.append(Finding("sink tables", f"not read, nothing deleted: {exc}"))
+            self._tables.expire()
+        except Exception as exc:  # a catalog's or storage's error: tried next pass
+            report.findings.append(Finding("sink tables", f"not expired, nothing deleted: {exc}"))
+            return False
+        return True
+
+    def _table_reader(self, report: GcReport) -> Callable[[], frozenset[str]] | None:
+        """What reads every file an unexpired snapshot reads (its findings go to the
+        report); raising, nothing is deleted."""
+        tables = self._tables
+        if tables is None:
             return None
-        report.findings.extend(found.findings)
-        return found
+
+        def read() -> frozenset[str]:
+            found: TableReferences = tables.references()
+            report.findings.extend(found.findings)
+            return found.keys
+
+        return read
 
     def _prune_sinks(self, report: GcReport) -> None:
         def keep() -> set[int]:
@@ -372,10 +387,13 @@ class GarbageCollector:
         collected = sorted(control.collected)
         prunable = [i for i in collected[: max(0, len(collected) - history_limit)] if i in known]
         pruned = []
+        ordered = sorted(referenced)
         for cid in prunable:
-            found, data = self._files.folder(cid)
-            if any(i.key in referenced for i in data):
+            # Judged without listing: an append sink's manifest holds every epoch's files,
+            # and listing each such folder on every pass would grow with the history.
+            if _holds_a_key_under(ordered, self._files.data_prefix(cid)):
                 continue  # a sink, a table or a newer checkpoint still reads its data
+            found, data = self._files.folder(cid)
             # What is left is a late writer's: an id that was collected (or queued) when
             # the references were read never returns into retained or pending, so no
             # reference made since can point into its folder.
@@ -398,6 +416,11 @@ class GarbageCollector:
 
             self._control.update(drop)
         report.pruned_checkpoints = pruned
+
+
+def _holds_a_key_under(ordered: list[str], prefix: str) -> bool:
+    at = bisect.bisect_left(ordered, prefix)
+    return at < len(ordered) and ordered[at].startswith(prefix)
 
 
 def _opt(value: int | None) -> list[int]:

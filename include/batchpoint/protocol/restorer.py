@@ -62,7 +62,7 @@ from batchpoint.protocol.restore_candidates import (
 )
 from batchpoint.protocol.restore_intents import RestoreIntent
 from batchpoint.protocol.restores import RestoreRecord
-from batchpoint.protocol.sinks import SinkPublisher
+from batchpoint.protocol.sinks import SinkPublisher, published_base
 
 _INTENT_ROUNDS = 10
 
@@ -275,7 +275,9 @@ class CheckpointRestorer:
                 self._abort(
                     cid, CheckpointFailureReason.RESTORED, f"restore to checkpoint {r.target}"
                 )
-        self._sinks.rewind_all(r.target, r.generation, alias_of=self.alias_of(r.target))
+        self._sinks.rewind_all(
+            r.target, r.generation, alias_of=self.alias_of(r.target), base_of=self.base_of
+        )
         self._records.put_restore(RestoreRecord.of(r))
         self._failures.reset(
             self._clock(), reason=f"restored to checkpoint {r.target}", completed_up_to=r.target
@@ -289,6 +291,16 @@ class CheckpointRestorer:
             return replace(current, restore=replace(current.restore, sinks_rewound=True))
 
         self._control.update(done)
+
+    def base_of(self, checkpoint_id: int) -> int | None:
+        """The epoch a checkpoint's output follows (None: none, or its record is
+        unreadable: a rewind then shows no epoch rather than guess one)."""
+        try:
+            return published_base(
+                self._records.get_checkpoint(checkpoint_id), self._records.storage_uri
+            )
+        except (CheckpointNotFound, RecordError):
+            return None
 
     def alias_of(self, checkpoint_id: int) -> int | None:
         """For a checkpoint imported from a savepoint of this very storage: the id the

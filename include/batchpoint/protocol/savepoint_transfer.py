@@ -238,6 +238,13 @@ class Savepoints:
             why = outcome.message if outcome else "not every task acknowledged"
             raise RestoreRefused(f"importing savepoint {given.uri} failed: {why}")
         assert outcome.completed is not None
+        if checkpoint_id not in self._control.load().retained_ids():
+            # A restore abandoned the import after its finalize read the control record:
+            # the outcome says COMPLETED, but it is in GC's queue, its files with it.
+            raise RestoreRefused(
+                f"importing savepoint {given.uri} failed: a restore ran meanwhile and "
+                f"abandoned checkpoint {checkpoint_id}; import it again"
+            )
         _say(progress, f"savepoint imported as checkpoint {checkpoint_id}")
         return outcome.completed
 

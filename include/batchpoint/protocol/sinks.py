@@ -99,10 +99,12 @@ def rewound(
     checkpoint_id: int | None,
     generation: int | None = None,
     alias_of: int | None = None,
+    base_of: Callable[[int], int | None] | None = None,
 ) -> SinkManifest | None:
-    """The manifest as a restore to `checkpoint_id` in `generation` leaves it (None: it
-    leaves it as it is). Pure: the rewind writes it, and a reader of another pipeline's
-    sink sees a restore committed but not rewound yet through it."""
+    """The manifest as a restore to `checkpoint_id` in `generation` leaves it (None: as
+    it is). Pure: the rewind writes it; a reader of another pipeline's sink sees a
+    restore committed but not rewound yet through it. A target never published leaves
+    readers at its nearest published ancestor (`base_of`), as before it completed."""
     if current is None:
         return None
     if generation is not None and not is_stale(current.generation, generation):
@@ -116,10 +118,25 @@ def rewound(
         alias = PublishedEpoch(checkpoint_id, original.base_checkpoint_id, original.files, alias_of)
         # named in the restore's generation, as an import is when published
         epochs[checkpoint_id] = _with_timeline(current, alias, gen)
-    target = checkpoint_id if checkpoint_id in epochs else None
+    target = _nearest_published(checkpoint_id, epochs, base_of)
     if target == current.current and gen == current.generation and epochs == current.epochs:
         return None
     return replace(current, current=target, epochs=epochs, generation=gen)
+
+
+def _nearest_published(
+    checkpoint_id: int | None,
+    epochs: Mapping[int, PublishedEpoch],
+    base_of: Callable[[int], int | None] | None,
+) -> int | None:
+    seen: set[int] = set()
+    found = checkpoint_id
+    while found is not None and found not in epochs and base_of is not None:
+        if found in seen:
+            return None
+        seen.add(found)
+        found = base_of(found)
+    return found if found in epochs else None
 
 
 class SinkPublisher:
@@ -196,6 +213,7 @@ class SinkPublisher:
         checkpoint_id: int | None,
         generation: int | None = None,
         alias_of: int | None = None,
+        base_of: Callable[[int], int | None] | None = None,
     ) -> bool:
         """After a restore: readers see the sink as of the restored checkpoint, and the
         manifest enters the restore's generation. A restore to a checkpoint imported from
@@ -203,16 +221,22 @@ class SinkPublisher:
         False when the sink has no manifest."""
 
         def move(current: SinkManifest | None) -> SinkManifest | None:
-            return rewound(current, checkpoint_id, generation, alias_of)
+            return rewound(current, checkpoint_id, generation, alias_of, base_of)
 
         return self._keys.update(sink, move) is not None
 
     def rewind_all(
-        self, checkpoint_id: int | None, generation: int, alias_of: int | None = None
+        self,
+        checkpoint_id: int | None,
+        generation: int,
+        alias_of: int | None = None,
+        base_of: Callable[[int], int | None] | None = None,
     ) -> None:
         """Rewind every stored manifest (a sink's under an older key too: an adoption
         after this copies it rewound, one during it is followed to its uid)."""
-        self._keys.each_key(lambda key: self.rewind(key, checkpoint_id, generation, alias_of))
+        self._keys.each_key(
+            lambda key: self.rewind(key, checkpoint_id, generation, alias_of, base_of)
+        )
 
     def prune_unreachable(
         self,

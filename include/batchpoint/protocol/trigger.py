@@ -106,6 +106,8 @@ class CheckpointTrigger:
         planned, captured = self._check_first(
             control, spec, capture, checkpoint_type, now, has_history=history
         )
+        if control is None:
+            self._create_control()
         checkpoint_id = self._ids.get_and_increment()
         deadline = now + (timeout if timeout is not None else self._config.timeout)
         # A stop-with-savepoint stops in this same CAS (protocol/stopping.py).
@@ -179,6 +181,8 @@ class CheckpointTrigger:
         (the imported state is self-contained) and marked imported: no trigger builds
         on it, only a restore makes it the head. Raises ControlUnreadable."""
         history = self._ids.peek() > 1
+        if not history:
+            self._create_control()
         checkpoint_id = self._ids.get_and_increment()
         deadline = now + self._config.timeout
 
@@ -296,6 +300,12 @@ class CheckpointTrigger:
                 f"pipeline '{self._pipeline}' is FAILED and takes no checkpoints: "
                 f"{state.reason}. Reset it (batchpoint reset) or restore a checkpoint.",
             )
+
+    def _create_control(self) -> None:
+        """An empty control record before the first id is taken: an admission that
+        fails after it (a storage error, a killed process) then leaves an id used and a
+        record, never the "checkpoints taken, record gone" that only a repair lifts."""
+        self._control.update(lambda current: ControlRecord() if current is None else None)
 
     def _control_for_trigger(self) -> ControlRecord | None:
         try:

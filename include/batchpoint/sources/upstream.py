@@ -195,7 +195,8 @@ class PipelineSinkSource:
         if last is None or not is_stale(found.generation, last.generation):
             return found
         alias = upstream.restorer.alias_of(last.target)
-        return rewound(found, last.target, last.generation, alias) or found
+        base_of = upstream.restorer.base_of
+        return rewound(found, last.target, last.generation, alias, base_of) or found
 
     # -- barriers -----------------------------------------------------------------------
 
