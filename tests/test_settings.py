@@ -449,12 +449,17 @@ def test_an_s3_root_with_credentials_is_refused_showing_none(password):
 
 def test_a_store_opened_by_hand_on_a_uri_with_keys_shows_none():
     """A savepoint path or a location given with keys in it never reaches the settings'
-    check: the reprs of its reference and of its store mask them."""
-    ref = StoreRef.of(
-        "s3://AKIAEXAMPLE:abc/defSECRET@bucket/p", {"endpoint_url": "http://127.0.0.1:9"}
-    )
-    for shown in (repr(ref), str(ref), repr(ref.open())):
+    check: the reprs of its reference mask them, and opening it is refused as the
+    settings refuse such a root, showing none (a reviewer saw the savepoint commands'
+    refusals echo the whole path)."""
+    uri = "s3://AKIAEXAMPLE:abc/defSECRET@bucket/p"
+    ref = StoreRef.of(uri, {"endpoint_url": "http://127.0.0.1:9"})
+    for shown in (repr(ref), str(ref)):
         assert "SECRET" not in shown and f"AKIAEXAMPLE:{REDACTED}@bucket/p" in shown, shown
+    with pytest.raises(ConfigError) as refused_open:
+        ref.open()
+    assert "refused, not shown" in str(refused_open.value)
+    assert "defSECRET" not in str(refused_open.value) and "AKIA" not in str(refused_open.value)
 
 
 def test_a_root_under_a_regular_file_is_refused(tmp_path):

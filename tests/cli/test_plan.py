@@ -68,7 +68,8 @@ def test_a_named_checkpoint_is_planned_against(cli: Cli, payments: PipelineDrive
         (("--checkpoint", "0"), "checkpoint ids start at 1"),
         (("--checkpoint", "2", "--savepoint", "x"), "not allowed with argument"),
         (("--savepoint", "savepoints/none"), "is not a savepoint"),
-        (("--savepoint", "/etc"), "outside"),
+        (("--savepoint", "/etc"), "starts with '/'"),
+        (("--savepoint", "file:///etc"), "outside"),
     ],
 )
 def test_bad_input_is_one_clear_error(

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from batchpoint.cli.savepoint import state_files
 from batchpoint.errors import BatchpointError
+from batchpoint.ops.bootstrap import bootstrap_location
+from batchpoint.settings import Settings
 
 
 def test_state_arguments_are_parsed_and_checked() -> None:
@@ -37,3 +41,28 @@ def test_bootstrap_refuses_bad_input_before_anything_runs(cli, root, tmp_path: P
     assert "Traceback" not in absent.err
     bad = cli("savepoint", "bootstrap", "--target", target, "--state", "aggregate=x.parquet")
     assert bad.code == 2 and "OPERATOR.STATE=FILE.parquet" in bad.err
+    not_parquet = tmp_path / "totals.parquet"  # a reviewer's: a Java trace, exit 1
+    not_parquet.write_text("account_id,total\na,1\n")
+    wrong = cli("savepoint", "bootstrap", target, "--state", f"aggregate.totals={not_parquet}")
+    assert wrong.code == 2 and "Traceback" not in wrong.err, wrong.err
+    assert f"--state aggregate.totals: {not_parquet} is not a readable Parquet file" in wrong.err
+    assert "starting Spark" not in wrong.err
+
+
+def test_bootstrap_writes_only_under_the_configured_savepoint_roots(
+    cli, root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reviewer's finding (invariant 13): bootstrap confined its target to the target's
+    own `savepoints/` folder, not to BATCHPOINT_SAVEPOINT_ROOTS, so a folder under the
+    configured root was refused and one under the storage root's savepoints/ (not a
+    configured root) was accepted. Refused now before Spark starts."""
+    configured = tmp_path / "configured"
+    monkeypatch.setenv("BATCHPOINT_SAVEPOINT_ROOTS", configured.as_uri())
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", "demo.payments:pipeline")
+    totals = tmp_path / "totals.parquet"
+    pq.write_table(pa.table({"account_id": ["a"]}), totals)
+    outside = cli("savepoint", "bootstrap", "savepoints/boot", "--state", f"balances.b={totals}")
+    assert outside.code == 2 and "outside the savepoint roots" in outside.err, outside.err
+    assert "starting Spark" not in outside.err
+    inside = bootstrap_location((configured / "boot").as_uri(), Settings.from_env(), None, None)
+    assert inside.uri == (configured / "boot").resolve().as_uri()

@@ -209,3 +209,54 @@ def test_savepoint_targets_and_restore_sources_outside_the_roots_are_refused(
     assert main(["--pipeline-ref", REF, "restore", outside]) == 2
     assert "outside the savepoint roots" in capsys.readouterr().err
     assert driver.coordinator.head.get().checkpoint_id == head
+
+
+@pytest.mark.parametrize("keys", ["AKIAEXAMPLE:wJalr/K7MDENG/bPxRfiCYzKEY", "t0kenvalue"])
+@pytest.mark.parametrize(
+    "command",
+    [("savepoint", "--checkpoint-id", "1", "--target"), ("restore",), ("verify",)],
+    ids=["savepoint", "restore", "verify"],
+)
+def test_a_savepoint_path_with_keys_in_it_is_refused_showing_none(
+    driver, capsys, monkeypatch, keys, command
+):
+    """A reviewer's finding (invariant 13): the refusals of a savepoint path outside the
+    roots echoed it whole, keys and all (and a DAG run's config puts it in task logs)."""
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
+    monkeypatch.setenv("BATCHPOINT_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    epoch(driver)
+    code = main([*command, f"s3://{keys}@bucket/savepoints/x"])
+    printed = capsys.readouterr()
+    assert code == 2
+    assert "refused, not shown" in printed.err
+    for part in keys.split(":"):
+        assert part.split("/")[0] not in printed.out + printed.err
+
+
+def test_a_savepoint_path_starting_with_a_slash_is_refused_with_the_uri_to_give(
+    driver, capsys, monkeypatch, tmp_path
+):
+    """A reviewer's finding: `--target /tmp/x` was read as the key tmp/x under the
+    storage root, and refused as outside the savepoint roots, naming a folder the user
+    never typed."""
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
+    cid = epoch(driver)
+    folder = tmp_path / "elsewhere"
+    for argv in (["savepoint", "--checkpoint-id", str(cid), "--target", str(folder)],
+                 ["restore", str(folder), "--dry-run"], ["verify", str(folder)]):  # fmt: skip
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"savepoint path '{folder}' starts with '/'" in err, err
+        assert f"(file://{folder})" in err, err
+    assert not folder.exists()
+
+
+def test_a_mistyped_restore_source_is_said_to_be_no_checkpoint(driver, capsys, monkeypatch):
+    """A reviewer's finding: `restore lastest` was refused as a savepoint path outside
+    the roots, only; `verify` already said what a word that is no id may have meant."""
+    monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
+    epoch(driver)
+    for word in ("lastest", "7x"):
+        assert main(["restore", word, "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert f"error: '{word}' is not a checkpoint (latest or an id)" in err, err

@@ -167,3 +167,43 @@ def test_a_store_this_user_may_not_read_is_one_line_naming_the_path(
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1, run.stderr
     assert run.stderr.startswith(f"error: permission denied on '{victim}'"), run.stderr
     assert store.uri in run.stderr
+
+
+def test_a_confined_store_this_user_may_not_read_says_so_in_one_error(tmp_path: Path) -> None:
+    """A reviewer's finding: the confined store (savepoint folders: export, verify,
+    restore) overrides every call and lost the plain store's wrapping, so a folder this
+    user may not open was a PermissionError traceback instead of one line."""
+    import os
+    import subprocess
+    import sys
+
+    from batchpoint.storage.confined import ConfinedLocalStore
+
+    store = ConfinedLocalStore(tmp_path / "sp")
+    store.put("data/part-0.parquet", b"x")
+    (store.root / "data").chmod(0)
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import sys\n"
+        "from batchpoint.errors import StorageAccessDenied\n"
+        "from batchpoint.storage.confined import ConfinedLocalStore\n"
+        "store = ConfinedLocalStore(sys.argv[1])\n"
+        "for call in (lambda: store.get('data/part-0.parquet'),\n"
+        "             lambda: list(store.list('data/')), lambda: store.put('data/new', b'y')):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except StorageAccessDenied as exc:\n"
+        "        print(exc)\n"
+    )
+    project = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{project}:{project / 'include'}"}
+    try:
+        run = subprocess.run(
+            _unprivileged([sys.executable, str(script), str(store.root)]),
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        (store.root / "data").chmod(0o755)
+    assert run.returncode == 0, run.stderr
+    said = run.stdout.splitlines()
+    assert len(said) == 3 and all(line.startswith("permission denied on ") for line in said), said

@@ -101,6 +101,18 @@ def state_files(values: list[str] | None) -> dict[str, dict[str, str]]:
     return out
 
 
+def parquet_problem(path: str) -> str | None:
+    """Why the file is not a Parquet file Spark can read, or None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except (pa.ArrowException, OSError) as exc:
+        return f"is not a readable Parquet file ({str(exc).splitlines()[0]})"
+    return None
+
+
 def cmd_bootstrap(cmd: Command) -> ExitCode:
     target = cmd.args.operand or cmd.args.target
     if not target:
@@ -109,10 +121,16 @@ def cmd_bootstrap(cmd: Command) -> ExitCode:
     missing = [p for states in files.values() for p in states.values() if not Path(p).is_file()]
     if missing:
         raise BatchpointError(f"no such Parquet file: {', '.join(missing)}")
+    for operator, states in files.items():  # before Spark, whose error is a Java trace
+        for state, path in states.items():
+            if (problem := parquet_problem(path)) is not None:
+                raise BatchpointError(f"--state {operator}.{state}: {path} {problem}")
     pipeline = cmd.pipeline()
     # Here, not at the top: batchpoint.spark imports pyspark, which no other verb needs.
-    from batchpoint.ops.bootstrap import write_savepoint
+    from batchpoint.ops.bootstrap import bootstrap_location, write_savepoint
     from batchpoint.spark.session import spark_session
+
+    location = bootstrap_location(target, cmd.settings, cmd.settings.store_options, None)
 
     cmd.out.progress(f"starting Spark ({cmd.settings.spark_master})")
     spark = spark_session(f"batchpoint-bootstrap-{pipeline.name}", cmd.settings.spark_master)
@@ -124,7 +142,7 @@ def cmd_bootstrap(cmd: Command) -> ExitCode:
         spark,
         pipeline,
         frames,
-        target,
+        location,
         parallelism=cmd.args.parallelism,
         description=cmd.args.description or "bootstrapped from Parquet files",
         settings=cmd.settings,

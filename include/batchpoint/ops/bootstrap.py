@@ -75,7 +75,7 @@ def write_savepoint(
     without the declared columns, and a target that already holds a savepoint.
     `progress` hears of each state written (a Count line)."""
     checked = _checked_states(pipeline, states)
-    location = _location(target, settings, store_options, roots)
+    location = bootstrap_location(target, settings, store_options, roots)
     with no_links(location):
         if location.store.exists(location.metadata_key):
             raise CheckpointError(f"{location.uri} already holds a savepoint ({METADATA} exists)")
@@ -196,15 +196,25 @@ def _checked_states(pipeline: Pipeline, states: States) -> dict[str, dict[str, D
     return out
 
 
-def _location(
+def bootstrap_location(
     target: SavepointLocation | str,
     settings: Settings | None,
     store_options: Mapping[str, str] | None,
     roots: tuple[str, ...] | None,
 ) -> SavepointLocation:
-    if isinstance(target, str):
-        store = (settings or Settings.from_env()).store_ref.open()
-        target = savepoint_location(target, store, store_options)
+    """Where a bootstrap writes: `target` confined to `roots`, by default the
+    deployment's savepoint roots (refused before any Spark job)."""
+    if isinstance(target, str) and settings is None:
+        settings = Settings.from_env()
+    if settings is not None:
+        # The deployment's roots, as export and restore confine to: by default the
+        # storage root's savepoints/ (a URI target's own store is not the root).
+        root_store = settings.store_ref.open()
+        if isinstance(target, str):
+            target = savepoint_location(target, root_store, store_options)
+        if roots is None:
+            roots = settings.savepoint_roots or default_savepoint_roots(root_store)
+    assert not isinstance(target, str)
     allowed = default_savepoint_roots(target.store) if roots is None else roots
     return confined(target, allowed)
 

@@ -64,6 +64,11 @@ def savepoint_location(
     the deployment's S3 options) or by a key prefix under the storage root."""
     if "://" in text:
         return SavepointLocation(open_store(text.rstrip("/"), options or {}))
+    if text.startswith("/"):  # read as a key under the root, it would name another folder
+        raise SavepointPathRefused(
+            f"savepoint path '{text}' starts with '/': a folder under the storage root is "
+            f"named without it (savepoints/...), a local folder as a URI (file://{text})"
+        )
     return SavepointLocation(root_store, text.strip("/"))
 
 

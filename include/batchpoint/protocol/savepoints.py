@@ -44,6 +44,7 @@ from typing import Any
 
 from batchpoint import codec
 from batchpoint.errors import (
+    CorruptRecord,
     ObjectNotFound,
     RestoreRefused,
 )
@@ -73,6 +74,8 @@ from batchpoint.protocol.savepoint_paths import (  # noqa: F401
 from batchpoint.protocol.verify import FileProblem, check_handles
 from batchpoint.storage.base import ObjectInfo, ObjectStore
 
+#: What to do about a savepoint whose _metadata is damaged: nothing rebuilds a folder
+SAVEPOINT_HINT = "export the savepoint again from its checkpoint, or restore another one"
 _DATA = "data/"
 _EXTERNAL = "external/"
 _COPY_WORKERS = 8
@@ -193,7 +196,10 @@ def read_savepoint(location: SavepointLocation) -> SavepointMetadata:
             f"{location.uri} is not a savepoint: it has no {METADATA} "
             "(an export that did not finish, or the wrong folder)"
         ) from None
-    return SavepointMetadata.decode(location.store.child(location.metadata_key), data)
+    try:
+        return SavepointMetadata.decode(location.store.child(location.metadata_key), data)
+    except CorruptRecord as exc:  # repair rebuilds a pipeline's records, not a folder's
+        raise CorruptRecord(exc.key, exc.problem, SAVEPOINT_HINT) from None
 
 
 def read_savepoint_of(pipeline: str, location: SavepointLocation) -> SavepointMetadata:

@@ -232,12 +232,8 @@ def check_root(value: Any) -> str:
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise ValueError("names no bucket: use s3://bucket/prefix")
-        if "@" in text.split("?", 1)[0]:  # never shown: the part before it is a credential
-            raise ValueError(
-                "holds credentials before '@' (refused, not shown): an s3 root names a "
-                "bucket only; give the keys as BATCHPOINT_S3_ACCESS_KEY_ID and "
-                "BATCHPOINT_S3_SECRET_ACCESS_KEY"
-            )
+        if redaction.holds_credentials(text):
+            raise ValueError(redaction.CREDENTIALS_REFUSED)
         return text
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
+from batchpoint.storage import redaction
 from batchpoint.storage.base import ObjectInfo, ObjectStore, StoredObject
 from batchpoint.storage.redaction import Secret, conceal, redact_uri
 
@@ -66,6 +67,8 @@ def open_store(uri: str, options: Mapping[str, str | Secret] | None = None) -> O
     """
     if not uri or not isinstance(uri, str):
         raise ConfigError("storage root URI is empty: set it to s3://bucket/prefix or file:///path")
+    if redaction.holds_credentials(uri):  # a savepoint path, say: a root never gets here
+        raise ConfigError(f"storage URI {redaction.CREDENTIALS_REFUSED}")
     parsed = urlparse(uri)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):

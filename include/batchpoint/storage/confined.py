@@ -32,7 +32,7 @@ from batchpoint.errors import (
     StorageError,
 )
 from batchpoint.storage.base import ListedSize, ObjectInfo, StoredObject
-from batchpoint.storage.local import _LOCK_DIR, _TMP_PREFIX, LocalObjectStore
+from batchpoint.storage.local import _LOCK_DIR, _TMP_PREFIX, LocalObjectStore, _access_checked
 
 # O_PATH (Linux): a folder is walked through, not read, so a parent that grants only
 # search permission (a home folder of mode 0711) is passed as the kernel would pass it.
@@ -141,6 +141,7 @@ class ConfinedLocalStore(LocalObjectStore):
 
     # -- reads --------------------------------------------------------------------------
 
+    @_access_checked
     def get(self, key: str) -> StoredObject:
         fd = self._open_object(key)
         if fd is None:
@@ -149,6 +150,7 @@ class ConfinedLocalStore(LocalObjectStore):
             data = handle.read()
         return StoredObject(key, data, hashlib.md5(data, usedforsecurity=False).hexdigest())
 
+    @_access_checked
     def head(self, key: str) -> ObjectInfo | None:
         fd = self._open_object(key)
         if fd is None:
@@ -156,6 +158,7 @@ class ConfinedLocalStore(LocalObjectStore):
         with os.fdopen(fd, "rb") as handle:
             return ObjectInfo(key, os.fstat(fd).st_size, _digest(handle))
 
+    @_access_checked
     def download_file(self, key: str, path: Path) -> ObjectInfo:
         fd = self._open_object(key)
         if fd is None:
@@ -164,6 +167,7 @@ class ConfinedLocalStore(LocalObjectStore):
             etag = _digest(source, into=target)
         return ObjectInfo(key, path.stat().st_size, etag)
 
+    @_access_checked
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         # Each file read by key, which refuses one swapped for a link since the walk.
         for key in self._keys(prefix):
@@ -172,6 +176,7 @@ class ConfinedLocalStore(LocalObjectStore):
                 if info is not None:
                     yield info
 
+    @_access_checked
     def list_sizes(self, prefix: str = "") -> Iterator[ListedSize]:
         # Opened by key as list() reads them (a link refused), but only measured.
         for key in self._keys(prefix):
@@ -203,6 +208,7 @@ class ConfinedLocalStore(LocalObjectStore):
                         keys.append(key)
         return sorted(keys)
 
+    @_access_checked
     def list_dirs(self, prefix: str) -> list[str]:
         with self._dir([p for p in prefix.split("/") if p]) as fd:
             if fd is None:
@@ -249,14 +255,17 @@ class ConfinedLocalStore(LocalObjectStore):
             _sync(parent)
         return etag
 
+    @_access_checked
     def put(self, key: str, data: bytes) -> str:
         return self._install(key, data)
 
+    @_access_checked
     def upload_file(self, key: str, path: Path) -> ObjectInfo:
         with open(path, "rb") as source:
             etag = self._install(key, source)
         return ObjectInfo(key, path.stat().st_size, etag)
 
+    @_access_checked
     def create(self, key: str, data: bytes) -> str:
         parents, leaf = self._parts(key)
         with self._dir(parents, create=True) as parent:
@@ -272,6 +281,7 @@ class ConfinedLocalStore(LocalObjectStore):
             _sync(parent)
         return etag
 
+    @_access_checked
     def replace(self, key: str, data: bytes, etag: str) -> str:
         with self._key_lock(key):
             try:
@@ -293,6 +303,7 @@ class ConfinedLocalStore(LocalObjectStore):
             finally:
                 os.close(fd)  # releases the flock
 
+    @_access_checked
     def delete(self, key: str) -> None:
         parents, leaf = self._parts(key)
         with self._dir(parents) as parent:

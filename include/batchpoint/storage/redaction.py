@@ -106,6 +106,20 @@ def masked_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
     return {k: REDACTED if _SECRET_CONF_KEY.search(k) else v for k, v in conf.items()}
 
 
+#: Why an s3 URI with '@' before its query is refused, never shown: the part before it
+#: reads as `access-key:secret@bucket` (a secret holding '/' splits the bucket off)
+CREDENTIALS_REFUSED = (
+    "holds credentials before '@' (refused, not shown): an s3 URI names a bucket and a "
+    "prefix only; give the keys as BATCHPOINT_S3_ACCESS_KEY_ID and "
+    "BATCHPOINT_S3_SECRET_ACCESS_KEY"
+)
+
+
+def holds_credentials(uri: str) -> bool:
+    """Whether an s3 URI carries keys before an '@' (`CREDENTIALS_REFUSED`)."""
+    return uri.lower().startswith("s3://") and "@" in uri.split("?", 1)[0]
+
+
 def redact_uri(text: str) -> str:
     """`text` with the password of every `scheme://user:password@` and every token or
     signature parameter replaced by the mask."""
