@@ -86,7 +86,8 @@ def test_stats_counts_completed_and_failed_checkpoints(payments, cli):
         (["checkpoints", "list", "--pipeline", "nope", "--json"], "no pipeline 'nope'"),
         (["checkpoints", "list", "--limit", "-1"], "argument --limit: must be 0 or more"),
         (["checkpoints", "show", "9"], "no checkpoint 9"),
-        (["checkpoints", "show", "0"], "checkpoint ids start at 1"),
+        (["checkpoints", "show", "0"], "checkpoint ids start at 1, got 0"),
+        (["checkpoints", "show", "-1"], "checkpoint ids start at 1, got -1"),
         (["--pipeline", "nope", "stats"], "no pipeline 'nope'"),
         (["--pipeline", "bad name", "stats"], "bad name"),
     ],
@@ -173,3 +174,13 @@ def test_a_checkpoint_aborted_at_its_trigger_shows_when_it_was_triggered(root, c
         if line.split()[:1] == ["7"]
     )
     assert " -" not in row.split("aborted", 1)[1].split("incompatible", 1)[0], row
+
+
+def test_no_head_and_no_base_read_none_not_pythons_none(root, cli):
+    """A reviewer's finding: a pipeline with no checkpoint yet listed `head = checkpoint
+    None`, and the first checkpoint showed `base: None`."""
+    driver = payments_driver(root)
+    assert "head = none, retained = []" in cli("checkpoints", "list").out
+    first = fake_epochs.epoch(driver)
+    shown = cli("checkpoints", "show", str(first)).out
+    assert "base: none " in shown and "None" not in shown, shown

@@ -4,6 +4,7 @@ object under --json), a bad --root named as the flag, and shell completion."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -185,3 +186,18 @@ def test_a_command_whose_optional_package_is_missing_names_the_extra(payments, r
         "error: this command needs pyspark, which is not installed here: install "
         "batchpoint[spark] (pip install 'batchpoint[spark]')"
     )
+
+
+def test_ctrl_c_is_one_line_and_exit_130(payments, cli, monkeypatch):
+    """A reviewer's finding: Ctrl-C printed a KeyboardInterrupt traceback."""
+    from batchpoint.cli import checkpoints
+
+    def interrupted(cmd):
+        """List the checkpoints (stopped by Ctrl-C at once, here)."""
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoints, "cmd_list", interrupted)
+    run = cli("checkpoints", "list")
+    assert run.code == 130 and run.err == "error: interrupted\n", run.err
+    run = cli("--json", "checkpoints", "list")
+    assert run.code == 130 and json.loads(run.out)["error"] == "interrupted"

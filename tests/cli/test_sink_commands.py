@@ -14,6 +14,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.runtime.api import Pipeline
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
+from batchpoint.tables.delta_location import table_key
 from batchpoint.tables.service import sync_tables
 from support.cli import Cli, fresh_root
 from tables.sinkfiles import PIPELINE, SINK, manifest, save, staged_file
@@ -129,3 +130,27 @@ def test_a_damaged_published_file_is_one_clear_line(cli: Cli, root: str) -> None
     assert run.code == 2 and "Traceback" not in run.err
     assert "sink 'plain' of 'pay': a published file cannot be read" in run.err, run.err
     assert "batchpoint verify" in run.err
+
+
+@pytest.mark.parametrize("damage", ["garbage", "gone"])
+def test_a_damaged_table_file_is_one_clear_line(
+    cli: Cli, root: str, table_format: str, damage: str
+) -> None:
+    """The table's own reader (pyiceberg, delta-rs) over a data file that is not Parquet
+    or is gone: one line naming the sink, never a traceback (invariant 11)."""
+    store = StoreRef.of(root).open()
+    if table_format == "iceberg":  # its data files are the published ones
+        found = CheckpointCoordinator(store, PIPELINE).sinks.manifest(SINK)
+        assert found is not None and found.current is not None
+        damaged = found.epochs[found.current].files[0].path
+    else:  # delta's are copies of its own, beside its log
+        listed = store.list(table_key(TableBinding("pay.balances", format="delta")))
+        damaged = next(o.key for o in listed if o.key.endswith(".parquet"))
+    if damage == "garbage":
+        store.put(damaged, b"not parquet")
+    else:
+        store.delete(damaged)
+    run = cli("sink", "show", PIPELINE, SINK)
+    assert run.code != 0 and "Traceback" not in run.err, run.err
+    assert f"sink '{SINK}'" in run.err, run.err
+    assert ("gone" if damage == "gone" else "cannot be read") in run.err, run.err

@@ -175,3 +175,20 @@ def test_verify_reads_savepoint_folders_only_under_the_roots(driver, capsys, tmp
     )
     assert main(["verify", "--integrity-only", folder]) == 2
     assert "outside the savepoint roots" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("collected", [False, True], ids=["queued", "collected"])
+def test_a_discarded_checkpoint_is_said_to_be_discarded_not_damaged(driver, capsys, collected):
+    """A reviewer's finding: `verify 1` after 1 was subsumed (and GC ran) reported every
+    file missing (exit 1, as damage), and `savepoint --checkpoint-id 1` refused with the
+    missing files. Both now say the checkpoint was discarded: a mistake in the command."""
+    fake_epochs.epoch(driver)  # 1 is subsumed: three are retained
+    if collected:
+        assert main(["gc"]) == 0
+    capsys.readouterr()
+    for argv in (["verify", "1", "--integrity-only"], ["savepoint", "--checkpoint-id", "1"]):
+        assert main(["--pipeline-ref", REF, *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: checkpoint 1 of pipeline 'payments' was discarded"), err
+        assert "retained: 2, 3, 4" in err and "missing" not in err, err
+    assert verify("2", "--integrity-only") == 0  # a retained one is checked as before

@@ -164,3 +164,27 @@ def test_a_pipeline_source_names_a_valid_pipeline_and_sink() -> None:
         p.source("moves", upstream="ledger", sink="out/x", schema="k STRING")
     declared = p.source("moves", upstream="ledger", sink="out", schema="k STRING")
     assert declared.format == "pipeline" and declared.root == ""
+
+
+def test_a_pipeline_module_that_fails_is_one_line_naming_where(tmp_path, monkeypatch) -> None:
+    """A reviewer's finding: a module that raised on import (or a SyntaxError, or a
+    factory that raised) gave the CLI a traceback and exit 1; now one ConfigError line,
+    exit 2, that still says the user's file and line."""
+    (tmp_path / "raises_on_import.py").write_text("x = 1\nraise RuntimeError('boom')\n")
+    (tmp_path / "bad_syntax.py").write_text("def broken(:\n    pass\n")
+    (tmp_path / "bad_factory.py").write_text("def pipeline():\n    return 1 / 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cases = {
+        "raises_on_import:pipeline": "importing it failed: RuntimeError: boom (at ",
+        "bad_syntax:pipeline": "importing it failed: SyntaxError: ",
+        "bad_factory:pipeline": "calling it failed: ZeroDivisionError: division by zero (at ",
+    }
+    for reference, said in cases.items():
+        with pytest.raises(ConfigError) as caught:
+            load_pipeline(reference)
+        message = str(caught.value)
+        assert message.startswith(f"pipeline reference {reference!r}: "), message
+        assert said in message, message
+        module = reference.split(":")[0]
+        line = 2 if module != "bad_syntax" else 1
+        assert f"{tmp_path / module}.py:{line})" in message, message

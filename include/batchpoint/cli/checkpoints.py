@@ -29,7 +29,7 @@ def cmd_list(cmd: Command) -> ExitCode:
     cmd.out.emit(
         history.to_json,
         lambda: [
-            f"pipeline {history.pipeline}: head = checkpoint {history.head}, "
+            f"pipeline {history.pipeline}: head = {render.checkpoint_or_none(history.head)}, "
             f"retained = {history.retained}",
             render.history_table(history.checkpoints),
         ],
@@ -85,7 +85,7 @@ def cmd_show(cmd: Command) -> ExitCode:
             render.history_table([detail.stats]),
             "",
             *detail.status_lines,
-            f"base: {detail.base_checkpoint_id}   restore generation: "
+            f"base: {render.or_none(detail.base_checkpoint_id)}   restore generation: "
             f"{detail.restore_generation}   full state size (what a restore reads): "
             f"{render.size(detail.stats.full_state_size)}",
             *([f"storage requests: {_requests(requests)}"] if requests is not None else []),

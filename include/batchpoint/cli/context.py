@@ -44,9 +44,12 @@ def non_negative(text: str) -> int:
 
 
 def checkpoint_id(text: str) -> int:
-    value = non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("checkpoint ids start at 1")
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:  # -1 too: "0 or more" would then refuse 0 for another reason
+        raise argparse.ArgumentTypeError(f"checkpoint ids start at 1, got {value}")
     return value
 
 

@@ -17,6 +17,9 @@ class ExitCode(IntEnum):
     #: `batchpoint plan`: the code cannot take the checkpoint's state (the trigger or the
     #: restore would refuse the deploy).
     DEPLOY_REFUSED = 3
+    #: Stopped by Ctrl-C (SIGINT), as shells report it: 128 + 2. What a command writes
+    #: is written by compare-and-swap, so a stop between two writes loses nothing.
+    INTERRUPTED = 130
 
     @classmethod
     def failed_if(cls, failed: bool) -> ExitCode:

@@ -185,6 +185,10 @@ def main(argv: Sequence[str] | None = None) -> ExitCode | int:
             args.json,
         )
         return ExitCode.ERROR
+    except KeyboardInterrupt:
+        cmd.out.close()
+        report_error(BatchpointError("interrupted"), args.json)
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # The reader stopped reading (`| head`): stop quietly, as other tools in a pipe
         # do; what is still buffered goes nowhere, not into a traceback at exit.

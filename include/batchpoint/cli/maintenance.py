@@ -123,7 +123,7 @@ def repair_text(result: RepairResult) -> str:
     else:
         verb = "would rebuild" if status is RepairStatus.DRY_RUN else "rebuilt"
         lines = [
-            head + f"{verb} the control record: head = checkpoint {result.head}, "
+            head + f"{verb} the control record: head = {render.checkpoint_or_none(result.head)}, "
             f"retained = {result.retained}, restore generation {result.restore_generation} "
             f"(the record was {result.previous})"
         ]
@@ -134,7 +134,7 @@ def repair_text(result: RepairResult) -> str:
         return "\n".join([*lines, *(f"  finding: {f}" for f in result.findings)])
     if status is not RepairStatus.DRY_RUN and status is not RepairStatus.WRITTEN:
         lines.append(
-            f"  head = checkpoint {result.head}, retained = {result.retained}, "
+            f"  head = {render.checkpoint_or_none(result.head)}, retained = {result.retained}, "
             f"restore generation {result.restore_generation}"
         )
     if result.restore is not None:

@@ -84,6 +84,15 @@ def when(ts: float | None) -> str:
 HISTORY_HEADERS = ["id", "type", "status", "triggered", "duration", "size", "rows", "acks"]
 
 
+def or_none(value: object | None) -> str:
+    """A value for a line of text: `none` where there is none (not Python's None)."""
+    return "none" if value is None else str(value)
+
+
+def checkpoint_or_none(checkpoint_id: int | None) -> str:
+    return "none" if checkpoint_id is None else f"checkpoint {checkpoint_id}"
+
+
 def history_table(history: Iterable[CheckpointStats]) -> Grid:
     """The checkpoint history, one row per checkpoint (also the demo's closing table)."""
     rows = [

@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import BatchpointError
+from batchpoint.errors import BatchpointError, RecordError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType, CompletedCheckpoint
+from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.savepoints import SavepointLocation
 
@@ -56,6 +57,26 @@ def savepoint_target(
     return coordinator.savepoints.default_location(checkpoint_id)
 
 
+def discarded(coordinator: PipelineHistory, checkpoint_id: int) -> str | None:
+    """Why a completed checkpoint is no longer there to read (subsumed or expired: its
+    files collected, or queued for GC), or None: retained, not completed, or the
+    control record cannot say (lost or unreadable: a finding of its own)."""
+    try:
+        if coordinator.lost_control() or coordinator.completed.is_retained(checkpoint_id):
+            return None
+        outcome = coordinator.get_outcome(checkpoint_id)
+        retained = coordinator.completed.retained_ids()
+    except (ControlUnreadable, RecordError):
+        return None
+    if outcome is None or outcome.completed is None:
+        return None
+    return (
+        f"checkpoint {checkpoint_id} of pipeline '{coordinator.pipeline}' was discarded (no "
+        "longer retained: its files are collected or queued for GC; retained: "
+        f"{', '.join(map(str, retained)) or 'none'})"
+    )
+
+
 def export(
     coordinator: PipelineHistory,
     checkpoint_id: int,
@@ -72,6 +93,8 @@ def export(
     outcome = coordinator.get_outcome(checkpoint_id)
     if outcome is None or outcome.status is not CheckpointStatus.COMPLETED:
         raise BatchpointError(f"checkpoint {checkpoint_id} did not complete: nothing to export")
+    if (gone := discarded(coordinator, checkpoint_id)) is not None:
+        raise BatchpointError(f"{gone}: nothing to export")
     location = savepoint_target(coordinator, checkpoint_id, target, store_options)
     started = time.monotonic()
     report = coordinator.savepoints.export(

@@ -10,6 +10,7 @@ from typing import Any
 
 from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError, RecordError
 from batchpoint.ops.maintenance import table_findings
+from batchpoint.ops.savepoints import discarded
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
@@ -62,6 +63,8 @@ def verify_target(
             raise CheckpointNotFound(
                 f"pipeline '{c.pipeline}' has no checkpoint {checkpoint_id} (checkpoints: {shown})"
             )
+        if (gone := discarded(c, checkpoint_id)) is not None:
+            raise BatchpointError(f"{gone}: nothing to verify")
         return checkpoint_id
     location = c.savepoints.locate(text, store_options)
     roots = c.savepoints.default_roots() if savepoint_roots is None else savepoint_roots

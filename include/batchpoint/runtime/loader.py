@@ -8,9 +8,10 @@ Spark entry point can use it without importing the use-case layer above them;
 from __future__ import annotations
 
 import importlib
+import traceback
 from typing import Any
 
-from batchpoint.errors import ConfigError
+from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.runtime.api import Pipeline
 
 
@@ -24,6 +25,10 @@ def load_object(reference: str, what: str = "reference", attr: str = "attr") -> 
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"{what} {reference!r}: cannot import: {exc}") from None
+    except BatchpointError:
+        raise  # the module built something batchpoint refused: its own message
+    except Exception as exc:  # the user's module raised as it ran (a SyntaxError too)
+        raise ConfigError(f"{what} {reference!r}: importing it failed: {raised(exc)}") from None
     try:
         return getattr(module, attribute)
     except AttributeError:
@@ -36,9 +41,27 @@ def load_pipeline(reference: str) -> Pipeline:
     """`package.module:name`, where name is a Pipeline or a function returning one."""
     value = load_object(reference, "pipeline reference", "name")
     if callable(value) and not isinstance(value, Pipeline):
-        value = value()
+        try:
+            value = value()
+        except BatchpointError:
+            raise
+        except Exception as exc:
+            raise ConfigError(
+                f"pipeline reference {reference!r}: calling it failed: {raised(exc)}"
+            ) from None
     if not isinstance(value, Pipeline):
         raise ConfigError(
             f"pipeline reference {reference!r} is a {type(value).__name__}, not a Pipeline"
         )
     return value
+
+
+def raised(exc: BaseException) -> str:
+    """An error of the user's code as one line, with where it was raised (the innermost
+    frame: their file and line), instead of a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    if isinstance(exc, SyntaxError):
+        where = f" (at {exc.filename}:{exc.lineno})"
+        return f"SyntaxError: {exc.msg}{where}"
+    return f"{type(exc).__name__}: {exc}{where}"

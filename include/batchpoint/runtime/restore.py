@@ -41,7 +41,7 @@ from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.ports import ProgressFn
 from batchpoint.protocol.restore_candidates import Examination
-from batchpoint.protocol.savepoint_paths import savepoint_location
+from batchpoint.protocol.savepoint_paths import SavepointPathRefused, savepoint_location
 from batchpoint.protocol.savepoints import (
     check_savepoint,
     confined,
@@ -201,10 +201,18 @@ class RestorePlanner:
         # as given, not after its metadata was fetched; a local one is read by its real
         # path and through no link from here on.
         roots = self.savepoint_roots
-        location = confined(
-            savepoint_location(source.location, store, self.store_options),
-            default_savepoint_roots(store) if roots is None else roots,
-        )
+        try:
+            location = confined(
+                savepoint_location(source.location, store, self.store_options),
+                default_savepoint_roots(store) if roots is None else roots,
+            )
+        except SavepointPathRefused as exc:
+            if "/" in source.location:
+                raise
+            raise SavepointPathRefused(  # a word: more likely a mistyped `latest` or id
+                f"'{source.location}' is not a checkpoint (latest or an id), and as a "
+                f"savepoint folder: {exc}"
+            ) from None
         metadata = read_savepoint_of(self.pipeline, location)
         return RestoreCandidate(
             self.pipeline,

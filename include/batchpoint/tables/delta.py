@@ -281,18 +281,18 @@ class DeltaSinkTable:
         version = None if checkpoint_id is None else self.snapshot_of(checkpoint_id)
         try:
             return pa.table(self._open(version).to_pyarrow_table())
-        except Exception as exc:
-            if "not found" not in str(exc).lower():
-                # said as the sink's, without the credentials delta-rs may repeat
-                at = "" if version is None else f" at version {version}"
-                raise TableError(
-                    f"sink '{self.ref.label}': {self.binding} at {self.uri} cannot be read"
-                    f"{at} ({error_detail(exc, self.store)})"
-                ) from None
+        except FileNotFoundError:
             at = "now" if version is None else f"at version {version}"
             raise CheckpointError(
-                f"{self.binding} at {self.uri} {at} reads files that are gone (VACUUM "
-                "removed them, or GC expired the checkpoint's copies)"
+                f"sink '{self.ref.label}': {self.binding} at {self.uri} {at} reads files "
+                "that are gone (VACUUM removed them, or GC expired the checkpoint's copies)"
+            ) from None
+        except Exception as exc:  # a file that is not Parquet (Arrow's "magic bytes not
+            # found"), or storage's: said as the sink's, without the keys delta-rs repeats
+            at = "" if version is None else f" at version {version}"
+            raise TableError(
+                f"sink '{self.ref.label}': {self.binding} at {self.uri} cannot be read"
+                f"{at} ({error_detail(exc, self.store)})"
             ) from None
 
     def keys_at(self, checkpoint_id: int | None = None) -> list[str]:

@@ -34,7 +34,14 @@ from batchpoint.protocol.sinks import Sink, SinkManifest, SinkPublisher, SinkRef
 from batchpoint.storage import ObjectStore
 from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.plan import UNKNOWN_POSITION, Operation, SyncStep, TablePosition
-from batchpoint.tables.sync import SyncReport, TableCommit, TableError, TableSync, commit_of
+from batchpoint.tables.sync import (
+    SyncReport,
+    TableCommit,
+    TableError,
+    TableSync,
+    commit_of,
+    error_detail,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -297,9 +304,21 @@ class IcebergSinkTable:
     def read(self, checkpoint_id: int | None = None) -> pa.Table:
         """The table's rows, now or as of a checkpoint."""
         table = self.require()
-        if checkpoint_id is None:
-            return table.scan().to_arrow()
-        return table.scan(snapshot_id=self.snapshot_of(checkpoint_id, table)).to_arrow()
+        snapshot = None if checkpoint_id is None else self.snapshot_of(checkpoint_id, table)
+        try:
+            return table.scan(snapshot_id=snapshot).to_arrow()
+        except FileNotFoundError:
+            at = "now" if snapshot is None else f"at snapshot {snapshot}"
+            raise CheckpointError(
+                f"sink '{self.ref.label}': {self.binding} {at} reads files that are gone "
+                "(GC expired the checkpoint's copies, or they were deleted by hand)"
+            ) from None
+        except (OSError, pa.ArrowException) as exc:  # a data file that is not Parquet
+            detail = error_detail(exc, self.store)
+            raise TableError(
+                f"sink '{self.ref.label}': {self.binding} cannot be read ({detail}); "
+                "`batchpoint verify` names the checkpoint's damaged files"
+            ) from None
 
     # -- commits ------------------------------------------------------------------------
 
