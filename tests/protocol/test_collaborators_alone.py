@@ -360,6 +360,7 @@ def notifier_of(parts: Parts, asked: Asked) -> CompletionNotifier:
         sinks=sinks,
         roll_forward=roll_forward,
         alias_of=alias_of,
+        base_of=lambda checkpoint_id: None,
     )
 
 

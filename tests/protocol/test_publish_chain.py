@@ -19,6 +19,7 @@ from batchpoint.protocol.topology import NodeTopology, Topology
 from batchpoint.storage.base import ObjectStore
 from batchpoint.storage.local import LocalObjectStore
 from support.faulty_store import Crash, Fault, FaultyStore
+from support.hooks import HookStore, once
 from support.protocol_steps import NAME, SINKS, ack_all, coordinator
 
 LATE = ("late", "append", ["k"])
@@ -141,3 +142,32 @@ def test_a_restore_to_a_checkpoint_never_published_leaves_readers_at_its_ancesto
     assert c.notify_checkpoint_complete(three, SINKS).published  # the restore's own publish
     manifest = SinkPublisher(c.store, c.layout).manifest("sink")
     assert manifest is not None and [e.checkpoint_id for e in manifest.chain()] == [1, 2, 3]
+
+
+def test_a_publish_that_meets_such_a_restore_leaves_readers_at_the_ancestor_too(
+    tmp_path: Path,
+) -> None:
+    """The reviewer of the fix above: a retried publish of 2 that a restore to 3 (never
+    published) overtook re-applies the restore's rewind itself, and did so without the
+    walk to the ancestor; the restore's own roll-forward then found the manifest in its
+    generation already, so readers saw an empty sink."""
+    store = LocalObjectStore(str(tmp_path))
+    c = coordinator(store)
+    _one, two, three = complete(c), complete(c), complete(c, publish=False)
+    other = coordinator(store)
+
+    def restore_meanwhile() -> None:  # its CAS lands; its roll-forward comes later
+        real, other.restorer.finish = other.restorer.finish, lambda: None
+        try:
+            other.restorer.restore(other.restorer.choose(three).target)
+        finally:
+            other.restorer.finish = real
+
+    hook = once(restore_meanwhile, lambda op, key: op == "get" and "/sinks/" in key)
+    late = coordinator(HookStore(store, hook))
+    assert late.notify_checkpoint_complete(two, SINKS).stale  # the retry of 2's publish
+    assert hook.fired
+    coordinator(store).finish_restore()
+    manifest = SinkPublisher(store, c.layout).manifest("sink")
+    assert manifest is not None and manifest.current == two
+    assert [e.checkpoint_id for e in manifest.chain()] == [1, 2]

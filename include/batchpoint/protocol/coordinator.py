@@ -1,9 +1,9 @@
 """Flink's CheckpointCoordinator over a shared store: the facade the front ends call,
 and the composition root that builds every collaborator from the parts it needs.
 
-The coordinator keeps no state of its own: every decision is a conditional write to
-storage, so any process (an Airflow task, a Spark executor, the CLI) may play any part
-and crash at any point. Re-running an operation finishes whatever a crash left behind.
+It keeps no state of its own: every decision is a conditional write to storage, so any
+process (an Airflow task, a Spark executor, the CLI) may play any part and crash at any
+point; re-running an operation finishes whatever a crash left behind.
 
 Lifecycle of checkpoint N, and who owns each step:
   trigger   allocate N, admit it, write the pending record        trigger.py, decider.py
@@ -20,11 +20,10 @@ Lifecycle of checkpoint N, and who owns each step:
   collect   delete what nothing references any more                 gc.py
 
 No collaborator holds the coordinator: each gets the ports it uses: the records port
-(`CheckpointRecords`: reads, and the create-once writes of a checkpoint's records) or
-its read side alone, the files port (`CheckpointFiles`: data files checked, listed,
-deleted), the control store, a clock, and for what it must ask of another the small
-ports of protocol/ports.py. Only savepoints, which copy objects between storages, get
-the store and the layout themselves.
+(`CheckpointRecords`: reads, and the create-once writes of a checkpoint's records) or its
+read side alone, the files port (`CheckpointFiles`: data files checked, listed, deleted),
+the control store, a clock, and for what it must ask of another the small ports of
+protocol/ports.py. Only savepoints, which copy between storages, get the store and layout.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.finalizer import AuditJudge, CheckpointFinalizer
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.history_status import Standing
-from batchpoint.protocol.ids import CheckpointIDCounter
+from batchpoint.protocol.ids import CheckpointIDCounter, first_unused_id
 from batchpoint.protocol.layout import PipelineLayout, TaskId
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import Clock
@@ -110,7 +109,9 @@ class CheckpointCoordinator:
         self.spec = pipeline if isinstance(pipeline, PipelineSpec) else None
         self.config = config or CheckpointConfig()
         self.clock = clock
-        self.ids = CheckpointIDCounter(store, layout)
+        self.ids = CheckpointIDCounter(
+            store, layout, lambda: first_unused_id(self.records, self.control)
+        )
         self.head = HeadStore(store, layout, self.control)
         self.completed = CompletedCheckpointStore(store, layout, self.control)
         self.decider = CheckpointRequestDecider(name, self.config, self.control.key)
@@ -162,6 +163,7 @@ class CheckpointCoordinator:
             sinks=self.sinks,
             roll_forward=self.restorer.finish,
             alias_of=self.restorer.alias_of,
+            base_of=self.restorer.base_of,
         )
         self.savepoints = Savepoints(
             store=self.store,
@@ -265,8 +267,7 @@ class CheckpointCoordinator:
         return Standing.of(control, quarantined)
 
     def lost_control(self) -> str | None:
-        """Why the history cannot be read as it stands: checkpoints were taken and the
-        control record is gone (None: it is there, or none was ever taken)."""
+        """Why the history cannot be read: checkpoints were taken, the record is gone."""
         if self.ids.peek() <= 1 or self.control.exists():
             return None
         return control_lost(self.pipeline, self.control.key)
@@ -376,8 +377,7 @@ class CheckpointCoordinator:
         self.restorer.finish()
 
     def stopped(self) -> Stopped | None:
-        """The savepoint that stopped the pipeline (stop-with-savepoint), or None; read
-        from the control record, so what refuses triggers and what the UI shows agree."""
+        """The savepoint that stopped the pipeline, or None (as the control record says)."""
         return self.control.load().stopped
 
     def resume(self) -> Stopped:

@@ -77,6 +77,9 @@ class CompletionNotifier:
     _sinks: SinkPublisher
     _roll_forward: RollForward
     _alias_of: AliasOf
+    #: the epoch a checkpoint's output follows: a rewind to a target never published
+    #: leaves readers at its nearest published ancestor (`sinks.rewound`)
+    _base_of: AliasOf
 
     def on_timeline(self, control: ControlRecord, checkpoint_id: int) -> bool:
         """Whether a completed checkpoint belongs to the current timeline: admitted in
@@ -139,7 +142,8 @@ class CompletionNotifier:
             # A restore won meanwhile: re-apply its rewind over what we just wrote.
             alias = self._alias_of(after.restore.target)
             for ref in refs:
-                self._sinks.rewind(ref, after.restore.target, after.restore.generation, alias)
+                target, generation = after.restore.target, after.restore.generation
+                self._sinks.rewind(ref, target, generation, alias, self._base_of)
             report.stale = report.stale or "a restore happened while publishing"
         return report
 

@@ -1,0 +1,58 @@
+"""Checkpoint ids are never reused (invariant 5), also when the counter is lost: a
+reviewer deleted `ids.json` after two checkpoints, and the next trigger took id 1
+again, admitted beside the retained 1, finalized into 1's old outcome (its barrier, not
+the one captured) and left the control record retaining 1 twice. With the control
+record lost too, the pipeline restarted from empty, the head going back from 2 to 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from batchpoint.errors import CorruptRecord, TriggerRefused
+from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
+from batchpoint.storage.local import LocalObjectStore
+from support.protocol_steps import ack_all, complete, coordinator
+
+
+@pytest.mark.parametrize("gc_first", [False, True], ids=["kept", "collected"])
+def test_a_lost_counter_continues_past_every_checkpoint_stored(
+    tmp_path: Path, gc_first: bool
+) -> None:
+    store = LocalObjectStore(tmp_path)
+    c = coordinator(store, num_retained=1, gc_grace=0)
+    ids = [complete(c) for _ in range(3)]
+    if gc_first:  # 1 and 2 collected, their records pruned: the control record says so
+        c.garbage_collector(grace=0).collect(history_limit=0)
+    store.delete(c.layout.id_counter)
+
+    pending = c.trigger({"src": {"p0": 5}})
+    assert pending.checkpoint_id == max(ids) + 1
+    ack_all(c, pending.checkpoint_id)
+    outcome = c.try_finalize(pending.checkpoint_id)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    assert outcome.pending.barrier == {"src": {"p0": 5}}
+    assert c.control.load().retained_ids() == [pending.checkpoint_id]
+
+
+def test_with_the_control_record_lost_too_the_trigger_still_refuses(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path)
+    c = coordinator(store)
+    complete(c), complete(c)
+    store.delete(c.layout.id_counter)
+    store.delete(c.control.key)
+    with pytest.raises(TriggerRefused) as refused:
+        c.trigger({"src": {"p0": 5}})
+    assert refused.value.reason is CheckpointFailureReason.NEEDS_REPAIR
+
+
+def test_a_damaged_counter_says_to_delete_it_and_then_continues(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path)
+    c = coordinator(store)
+    last = max(complete(c), complete(c))
+    store.put(c.layout.id_counter, b'{"kind": "checkpoint-id-counter", "next_')
+    with pytest.raises(CorruptRecord, match="delete it: the next trigger continues past"):
+        c.trigger({"src": {"p0": 5}})
+    store.delete(c.layout.id_counter)  # as the error says
+    assert c.trigger({"src": {"p0": 5}}).checkpoint_id == last + 1
