@@ -1,6 +1,7 @@
 """GC keeps honouring the table of a sink the code no longer declares (invariant 14,
 issue 26): its binding comes from the topologies of the retained checkpoints that had
-the sink, not only from the spec the new code registered. Fake epochs: the sink's
+the sink, not only from the spec the new code registered, and then from the sink's
+manifest, which outlives them. Fake epochs: the sink's
 table binding is what the records say; no Spark."""
 
 from __future__ import annotations
@@ -38,11 +39,24 @@ def test_a_removed_table_sink_keeps_its_binding_while_a_checkpoint_has_it(
     tables = sink_tables(without.coordinator, without.coordinator.store)
     assert tables is not None, "GC would forget the table's references"
     assert tables.bindings == {"balances_table": TableBinding("payments.balances")}  # type: ignore[attr-defined]
-    # once no retained checkpoint has the sink, its binding goes with it
+    # No retained checkpoint has the sink any more, yet its table's snapshots still
+    # read its files (a reviewer's finding: GC forgot the table here, pruned its
+    # manifest and deleted files an unexpired snapshot read). The binding is kept while
+    # the manifest stands, found through the checkpoint it shows.
     for _ in range(without.config.num_retained + 1):
         fake_epochs.epoch(without)
     assert first not in without.coordinator.completed.retained_ids()
-    assert sink_tables(without.coordinator, without.coordinator.store) is None
+    tables = sink_tables(without.coordinator, without.coordinator.store)
+    assert tables is not None, "GC would forget the table's references"
+    assert tables.bindings == {"balances_table": TableBinding("payments.balances")}  # type: ignore[attr-defined]
+    asked: list[dict[str, TableBinding]] = []
+    monkeypatch.setattr(PipelineTables, "expire", lambda self: None)
+    monkeypatch.setattr(
+        PipelineTables, "references", lambda self: asked.append(self.bindings) or TableReferences()
+    )
+    gc(without.coordinator, without.coordinator.store, history_limit=0)
+    assert asked == [{"balances_table": TableBinding("payments.balances")}]
+    assert sink_tables(without.coordinator, without.coordinator.store) is not None
 
 
 def test_gc_reads_the_table_sinks_when_its_pass_runs_not_when_it_starts(

@@ -55,13 +55,14 @@ def gc(
 
 def sink_tables(coordinator: PipelineHistory, store: ObjectStore) -> SinkTables | None:
     """The pipeline's table sinks (their tables in `store`, the storage root) by uid,
-    from the spec it registered and from the topologies its checkpoints recorded: a
-    sink the code no longer declares keeps its table's files referenced while a
-    checkpoint that had it is retained (invariant 14). None: it has none, or registered
-    no graph yet. A spec or a retained record that cannot be read could name tables: GC
-    then gets a port that refuses, and deletes nothing."""
+    from the spec it registered, the topologies its checkpoints recorded and its stored
+    manifests: a sink the code no longer declares keeps its table's files referenced
+    while its manifest stands, after the last checkpoint that had it is gone too (the
+    table's snapshots still read them: invariant 14). None: it has none, or registered
+    no graph yet. A spec or a record that cannot be read could name tables: GC then
+    gets a port that refuses, and deletes nothing."""
     try:
-        sinks = sink_directory(coordinator, pending=False, names=False).sinks
+        sinks = sink_directory(coordinator, pending=False, names=False, published=True).sinks
     except CheckpointNotFound:
         return None
     except BatchpointError as exc:

@@ -76,15 +76,42 @@ def head_topology(coordinator: PipelineHistory) -> Topology | None:
 
 
 def sink_directory(
-    coordinator: PipelineHistory, *, pending: bool = True, names: bool = True
+    coordinator: PipelineHistory,
+    *,
+    pending: bool = True,
+    names: bool = True,
+    published: bool = False,
 ) -> SinkDirectory:
     """The sinks of the spec the pipeline registered (no code needed) and of its
     checkpoints (`pending`: the pending ones' too); raises, naming the pipeline, when
     none is registered. `names`: resolve names as the head has them too (one more
-    read; a caller that only lists the sinks needs none)."""
+    read; a caller that only lists the sinks needs none). `published`: also every sink
+    whose manifest still stands, as the checkpoint it shows recorded it (a sink a
+    deploy dropped, which no retained checkpoint has any more)."""
+    spec = coordinator.load_spec().operators
     recorded = recorded_topologies(coordinator, pending=pending)
+    if published:
+        known = {sink.ref.uid for sink in SinkDirectory(spec, recorded).sinks}
+        recorded = [*published_topologies(coordinator, known), *recorded]  # older first
     head = head_topology(coordinator) if names else None
-    return SinkDirectory(coordinator.load_spec().operators, recorded, head)
+    return SinkDirectory(spec, recorded, head)
+
+
+def published_topologies(coordinator: PipelineHistory, known: set[str]) -> list[Topology]:
+    """What the checkpoints that the stored manifests of sinks not in `known` show now
+    recorded. Their records stay while the manifest holds their files (GC prunes no
+    history whose data is referenced), and a manifest always keeps the epoch it shows;
+    an unreadable one raises (RecordError)."""
+    out = []
+    for _, manifest in coordinator.sinks.stored():
+        if isinstance(manifest, RecordError):
+            raise manifest
+        if manifest.sink in known or manifest.moved_to is not None or manifest.current is None:
+            continue
+        outcome = coordinator.get_outcome(manifest.current)
+        if outcome is not None and outcome.completed is not None:
+            out.append(outcome.completed.topology)
+    return out
 
 
 def find_sink(coordinator: PipelineHistory, sink: str) -> KnownSink:
