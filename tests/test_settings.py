@@ -560,3 +560,27 @@ def test_the_readme_configuration_table_lists_every_variable():
     table = table[: table.index("\n## ", 1)] if "\n## " in table[1:] else table
     listed = {word.strip("`,") for word in table.split() if word.startswith("`BATCHPOINT_")}
     assert listed >= KNOWN_VARIABLES, sorted(KNOWN_VARIABLES - listed)
+
+
+def test_an_at_sign_is_refused_only_where_keys_can_be():
+    """The reviewer of the fix above: every '@' in an s3 path was refused, and a
+    source root or savepoint folder such as `exports/team@corp/` is a legal key."""
+    from batchpoint.storage.redaction import holds_credentials
+
+    for keys in (
+        "s3://AKIAEXAMPLE:secret@bucket/p",
+        "s3://AKIAEXAMPLE:wJalr/K7MDENG/bPx@bucket/p",  # the secret's '/' splits the bucket
+        "s3://TOKEN@bucket/p",
+        "s3://Key/With/Slash@bucket/p",
+        "s3a://AKIAEXAMPLE:secret@bucket/p",
+        "https://user:password@example.com/x",
+    ):
+        assert holds_credentials(keys), keys
+    for key in (
+        "s3://landing-bucket/exports/team@corp/events",
+        "s3://bucket/savepoints/pre-deploy@2026-12-07",
+        "s3://bucket/a@b",
+        "file:///tmp/x@y",
+        "savepoints/x@y",
+    ):
+        assert not holds_credentials(key), key

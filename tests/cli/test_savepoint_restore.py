@@ -217,15 +217,16 @@ def test_savepoint_targets_and_restore_sources_outside_the_roots_are_refused(
     [("savepoint", "--checkpoint-id", "1", "--target"), ("restore",), ("verify",)],
     ids=["savepoint", "restore", "verify"],
 )
+@pytest.mark.parametrize("scheme", ["s3", "s3a"])  # s3a: a Spark user's slip
 def test_a_savepoint_path_with_keys_in_it_is_refused_showing_none(
-    driver, capsys, monkeypatch, keys, command
+    driver, capsys, monkeypatch, keys, command, scheme
 ):
     """A reviewer's finding (invariant 13): the refusals of a savepoint path outside the
     roots echoed it whole, keys and all (and a DAG run's config puts it in task logs)."""
     monkeypatch.setenv("BATCHPOINT_PIPELINE_REF", REF)
     monkeypatch.setenv("BATCHPOINT_S3_ENDPOINT_URL", "http://127.0.0.1:9")
     epoch(driver)
-    code = main([*command, f"s3://{keys}@bucket/savepoints/x"])
+    code = main([*command, f"{scheme}://{keys}@bucket/savepoints/x"])
     printed = capsys.readouterr()
     assert code == 2
     assert "refused, not shown" in printed.err

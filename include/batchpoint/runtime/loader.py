@@ -43,8 +43,8 @@ def load_pipeline(reference: str) -> Pipeline:
     if callable(value) and not isinstance(value, Pipeline):
         try:
             value = value()
-        except BatchpointError:
-            raise
+        except (BatchpointError, ModuleNotFoundError):
+            raise  # batchpoint's own message; a missing extra's install hint (cli/main)
         except Exception as exc:
             raise ConfigError(
                 f"pipeline reference {reference!r}: calling it failed: {raised(exc)}"

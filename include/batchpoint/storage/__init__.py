@@ -67,7 +67,9 @@ def open_store(uri: str, options: Mapping[str, str | Secret] | None = None) -> O
     """
     if not uri or not isinstance(uri, str):
         raise ConfigError("storage root URI is empty: set it to s3://bucket/prefix or file:///path")
-    if redaction.holds_credentials(uri):  # a savepoint path, say: a root never gets here
+    # A savepoint path, say (a root never gets here), and before the scheme's own
+    # errors, which show the URI.
+    if redaction.holds_credentials(uri):
         raise ConfigError(f"storage URI {redaction.CREDENTIALS_REFUSED}")
     parsed = urlparse(uri)
     if parsed.scheme == "file":

@@ -115,9 +115,24 @@ CREDENTIALS_REFUSED = (
 )
 
 
+#: What S3 accepts as a bucket name: no '@', ':' or upper case
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
 def holds_credentials(uri: str) -> bool:
-    """Whether an s3 URI carries keys before an '@' (`CREDENTIALS_REFUSED`)."""
-    return uri.lower().startswith("s3://") and "@" in uri.split("?", 1)[0]
+    """Whether a URI carries keys before an '@' (`CREDENTIALS_REFUSED`): an '@' or ':'
+    where an s3 bucket is named (any '@' there, for another scheme), or an '@' after
+    something that is no bucket name (a secret holding '/' split it off). An '@' in
+    the key of a bucket (`s3://bucket/exports/team@corp/`) is the key's."""
+    scheme, sep, rest = uri.split("?", 1)[0].partition("://")
+    if not sep:
+        return False
+    netloc, _, path = rest.partition("/")
+    if scheme.lower() not in ("s3", "s3a", "s3n"):  # s3a: a Spark user's slip
+        return "@" in netloc
+    if "@" in netloc or ":" in netloc:
+        return True
+    return "@" in path and not _BUCKET.fullmatch(netloc)
 
 
 def redact_uri(text: str) -> str:
