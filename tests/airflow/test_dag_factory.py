@@ -3,12 +3,16 @@ the quality-gate hook, and several pipelines in one deployment."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from airflow.serialization.serialized_objects import DagSerialization
 
 from batchpoint.airflow.config import AirflowDeployment
 from batchpoint.airflow.dag_factory import build_pipeline_dags, load_dags
 from batchpoint.errors import ConfigError
 from batchpoint.runtime.restore import GateResult
+from batchpoint.settings import SparkMode
 from demo.payments import build_pipeline
 
 pytestmark = pytest.mark.airflow
@@ -95,8 +99,16 @@ def test_the_audit_task_is_there_only_with_audit_on():
     assert checkpoint.get_task("finalize").upstream_task_ids == {"audit"}
     assert "audit" in checkpoint.get_task("cleanup").upstream_task_ids
     assert checkpoint.get_task("trigger").audit is True
-    # connect mode (the default): the audit is a client of the same server as the jobs
-    assert audit.spark_remote == REMOTE
+    # connect mode (the default): the audit is a client of the same server as the jobs,
+    # found when it runs; the DAG does not carry the endpoint, which may hold a token (a
+    # reviewer found it in the serialized DAG, which the scheduler stores)
+    assert audit.spark_mode is SparkMode.CONNECT and audit.spark_remote is None
+    with_token = build_pipeline_dags(
+        build_pipeline(),
+        REF,
+        deployment(BATCHPOINT_AUDIT="true", BATCHPOINT_SPARK_REMOTE=f"{REMOTE}/;token=SECRET42"),
+    )["payments_checkpoint"]
+    assert "SECRET42" not in json.dumps(DagSerialization.to_dict(with_token))
     assert audit.spark_master == "local[3]"
     assert audit.spark_conf == {"spark.sql.shuffle.partitions": "2"}
     submit = build_pipeline_dags(

@@ -171,7 +171,8 @@ Graph: {_graph_line(spec)}
 A run is *skipped* when the minimum pause or the concurrency limit says no, or when no
 source has new input since the checkpoint it would build on ("idle epochs"); it *fails*
 when the pipeline is FAILED after too many failed checkpoints (`batchpoint reset` or a
-restore clears that). See also `{pipeline.name}_savepoint` and `{pipeline.name}_restore`.
+restore clears that), when the deploy is refused, or when the control record is lost or
+damaged (`batchpoint repair`). See also `{pipeline.name}_savepoint` and `{pipeline.name}_restore`.
 
 {airflow_actions_doc(pipeline.name)}"""
 

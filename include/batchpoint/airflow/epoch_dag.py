@@ -40,7 +40,6 @@ from batchpoint.ops.epoch_plan import (
     TaskKind,
 )
 from batchpoint.protocol.pipeline import PipelineSpec
-from batchpoint.settings import SparkMode
 from batchpoint.settings.sensor_mode import SensorMode
 
 #: The one mapping from task kind to the Airflow operator that runs it.
@@ -149,12 +148,12 @@ def _wait_for_acks(task: PlannedTask, r: _Render) -> dict[str, Any]:
 
 def _audit(task: PlannedTask, r: _Render) -> dict[str, Any]:
     d = r.deployment
-    connect = d.spark_mode is SparkMode.CONNECT
+    # No `spark_remote`: it may carry a token, and a task's arguments are stored with the
+    # serialized DAG; the task reads it from its settings (or connection) when it runs.
     return {
         **r.storage,
         "spark_master": d.settings.spark_master,
         "spark_conf": d.spark_conf,
-        "spark_remote": d.spark_remote if connect else None,
         "spark_mode": d.spark_mode,
         "spark_conn_id": d.spark_conn_id,
     }

@@ -19,7 +19,7 @@ from batchpoint.ops.epoch_executor import (
     run_operator,
 )
 from batchpoint.ops.epoch_plan import EpochPlan, EpochSettings, plan_epoch
-from batchpoint.ops.savepoints import ExportResult, export
+from batchpoint.ops.savepoints import ExportResult, check_target, export
 from batchpoint.protocol.checkpoint import CheckpointOutcome, CheckpointType
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
@@ -241,6 +241,7 @@ def take_savepoint(
             progress=progress,
         )
     runner = _local_runner(pipeline, settings, progress)
+    check_target(runner.driver.coordinator, target, where.store_options, where.roots)
     plan = runner.plan(CheckpointType.SAVEPOINT, export=True)
     properties = CheckpointProperties(description=description, via="cli", stop_pipeline=stop)
     result = _savepoint(runner, plan, properties, where, progress, allow_non_restored_state)

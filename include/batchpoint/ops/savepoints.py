@@ -16,7 +16,7 @@ from batchpoint.errors import BatchpointError, RecordError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType, CompletedCheckpoint
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.pipeline_ports import PipelineHistory
-from batchpoint.protocol.savepoints import SavepointLocation
+from batchpoint.protocol.savepoints import SavepointLocation, confined
 
 Progress = Callable[[str], None]
 
@@ -55,6 +55,21 @@ def savepoint_target(
     if text:
         return coordinator.savepoints.locate(text, store_options)
     return coordinator.savepoints.default_location(checkpoint_id)
+
+
+def check_target(
+    coordinator: PipelineHistory,
+    target: str | None,
+    store_options: Mapping[str, str] | None = None,
+    roots: Sequence[str] | None = None,
+) -> None:
+    """Refuse a savepoint target the export would refuse (outside `roots`, keys in it, a
+    path that is no folder name), before the savepoint's epoch runs: a run refused only
+    at its export has taken the savepoint (and, asked to, stopped the pipeline) for
+    nothing. No target: the default folder, under the root's savepoints/."""
+    if (target or "").strip():
+        location = coordinator.savepoints.locate(target.strip(), store_options)
+        confined(location, coordinator.savepoints.default_roots() if roots is None else roots)
 
 
 def discarded(coordinator: PipelineHistory, checkpoint_id: int) -> str | None:

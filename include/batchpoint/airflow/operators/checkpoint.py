@@ -26,7 +26,13 @@ from batchpoint.airflow.spark_connection import task_spark_settings
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.barrier_log import barrier_lines
 from batchpoint.ops.epoch import finalize, published_sinks
-from batchpoint.ops.runs import attempt_id, decline_operator, settle_run, trigger_for_run
+from batchpoint.ops.runs import (
+    attempt_id,
+    checkpoint_of_run,
+    decline_operator,
+    settle_run,
+    trigger_for_run,
+)
 from batchpoint.protocol.checkpoint import (
     CheckpointFailureReason,
     CheckpointStatus,
@@ -54,6 +60,7 @@ class TriggerCheckpointOperator(BatchpointOperator, compat.SkipMixin):
     fails_on: tuple[CheckpointFailureReason, ...] = (
         CheckpointFailureReason.PIPELINE_FAILED,
         CheckpointFailureReason.INCOMPATIBLE_DEPLOY,  # someone must act: the plan says how
+        CheckpointFailureReason.NEEDS_REPAIR,  # a lost or damaged record: never a green run
     )
 
     def __init__(self, *, audit: bool = False, **kwargs: Any) -> None:
@@ -303,6 +310,8 @@ class CheckpointCleanupOperator(BatchpointOperator):
         states = self.run_task_states(context)
         failed = sorted(t for t, s in states.items() if s in FAILED_STATES and t != self.task_id)
         checkpoint_id = self.checkpoint_id(context)
+        if checkpoint_id is None:  # a trigger that wrote its checkpoint, then died
+            checkpoint_id = checkpoint_of_run(self.driver().coordinator, context["run_id"])
         if checkpoint_id is None:
             if failed:
                 raise AirflowFailException(f"no checkpoint: task(s) {failed} failed")

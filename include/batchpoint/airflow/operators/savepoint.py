@@ -13,7 +13,7 @@ from batchpoint.airflow.links import CHECKPOINT_LINKS
 from batchpoint.airflow.operators.base import BatchpointOperator, params_of, template_flag
 from batchpoint.airflow.operators.checkpoint import TriggerCheckpointOperator
 from batchpoint.errors import BatchpointError, ConfigError
-from batchpoint.ops.savepoints import export
+from batchpoint.ops.savepoints import check_target, export
 from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointType
 from batchpoint.protocol.properties import CheckpointProperties
 
@@ -24,12 +24,9 @@ class TriggerSavepointOperator(TriggerCheckpointOperator):
     first, so a missing connection fails the run before any work is done."""
 
     checkpoint_type = CheckpointType.SAVEPOINT
-    # Asked for by hand: a stopped pipeline (`batchpoint resume` first) fails the run.
-    fails_on = (
-        CheckpointFailureReason.PIPELINE_FAILED,
-        CheckpointFailureReason.INCOMPATIBLE_DEPLOY,
-        CheckpointFailureReason.STOPPED,
-    )
+    # Asked for by hand: every refusal fails the run (a stopped pipeline: `batchpoint
+    # resume` first), never a green run with no savepoint.
+    fails_on = tuple(CheckpointFailureReason)
 
     def __init__(self, *, api_conn_id: str = "batchpoint_airflow_api", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -48,11 +45,22 @@ class TriggerSavepointOperator(TriggerCheckpointOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if params_of(context).get("stop_pipeline"):
+        params = params_of(context)
+        if params.get("stop_pipeline"):
             try:
                 AirflowApiHook(self.api_conn_id).check_configured()
             except ConfigError as exc:
                 raise AirflowFailException(str(exc)) from None
+        settings = self.settings()
+        try:  # before anything is triggered: refused at the export, the run did it for naught
+            check_target(
+                self.driver(settings).coordinator,
+                params.get("target") or "",
+                settings.store_options,
+                settings.savepoint_roots,
+            )
+        except BatchpointError as exc:
+            raise AirflowFailException(f"savepoint target: {exc}") from None
         return super().execute(context)
 
 
