@@ -77,14 +77,15 @@ def discarded(coordinator: PipelineHistory, checkpoint_id: int) -> str | None:
     files collected, or queued for GC), or None: retained, not completed, or the
     control record cannot say (lost or unreadable: a finding of its own)."""
     try:
-        if coordinator.lost_control() or coordinator.completed.is_retained(checkpoint_id):
+        control = coordinator.control_record()  # None: lost, or no checkpoint yet
+        if control is None or control.retained_entry(checkpoint_id) is not None:
             return None
         outcome = coordinator.get_outcome(checkpoint_id)
-        retained = coordinator.completed.retained_ids()
     except (ControlUnreadable, RecordError):
         return None
     if outcome is None or outcome.completed is None:
         return None
+    retained = control.retained_ids()
     return (
         f"checkpoint {checkpoint_id} of pipeline '{coordinator.pipeline}' was discarded (no "
         "longer retained: its files are collected or queued for GC; retained: "

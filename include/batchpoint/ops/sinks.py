@@ -103,9 +103,11 @@ def published_topologies(coordinator: PipelineHistory, known: set[str]) -> list[
     history whose data is referenced), and a manifest always keeps the epoch it shows;
     an unreadable one raises (RecordError)."""
     out = []
-    for _, manifest in coordinator.sinks.stored():
-        if isinstance(manifest, RecordError):
-            raise manifest
+    # One listing; a manifest read only for a sink the caller does not know (normally
+    # none: GC asks this on every pass, and reads every manifest itself).
+    for key in coordinator.sinks.sink_names():
+        if key in known or (manifest := coordinator.sinks.manifest(key)) is None:
+            continue
         if manifest.sink in known or manifest.moved_to is not None or manifest.current is None:
             continue
         outcome = coordinator.get_outcome(manifest.current)

@@ -71,12 +71,8 @@ class SinkManifest(codec.Record):
         its nearest published ancestor's chain, found through `base_of`."""
         out: set[int] = set()
         for start in {*keep, self.current}:
-            cid = start
-            for _ in range(10_000):
-                if cid is None or cid in self.epochs or base_of is None:
-                    break
-                cid = base_of(cid)
-            if cid is None or cid not in self.epochs:
+            cid = nearest_published(start, self.epochs, base_of)
+            if cid is None:
                 continue
             chain = self.chain(cid)
             needed = chain[-1:] if self.mode is SinkMode.SNAPSHOT else chain
@@ -97,6 +93,23 @@ class SinkManifest(codec.Record):
             out.append(epoch)
             cid = epoch.base_checkpoint_id
         return out[::-1]
+
+
+def nearest_published(
+    checkpoint_id: int | None,
+    epochs: Mapping[int, PublishedEpoch],
+    base_of: Callable[[int], int | None] | None,
+) -> int | None:
+    """`checkpoint_id` if it is among `epochs`, else its nearest ancestor that is (by
+    `base_of`, a checkpoint's published base), else None."""
+    seen: set[int] = set()
+    found = checkpoint_id
+    while found is not None and found not in epochs and base_of is not None:
+        if found in seen:
+            return None
+        seen.add(found)
+        found = base_of(found)
+    return found if found in epochs else None
 
 
 def merged(current: SinkManifest | None, adopted: SinkManifest, uid: str) -> SinkManifest | None:

@@ -46,6 +46,7 @@ from batchpoint.protocol.sink_manifest import (
     PublishedEpoch,
     SinkManifest,
     SinkMode,
+    nearest_published,
     visible_files,
 )
 from batchpoint.protocol.sink_timeline import extend, reaches
@@ -102,9 +103,10 @@ def rewound(
     base_of: Callable[[int], int | None] | None = None,
 ) -> SinkManifest | None:
     """The manifest as a restore to `checkpoint_id` in `generation` leaves it (None: as
-    it is). Pure: the rewind writes it; a reader of another pipeline's sink sees a
-    restore committed but not rewound yet through it. A target never published leaves
-    readers at its nearest published ancestor (`base_of`), as before it completed."""
+    it is). It writes nothing (`base_of` may read records): the rewind writes it; a
+    reader of another pipeline's sink sees a restore committed but not rewound yet
+    through it. A target never published leaves readers at its nearest published
+    ancestor (`base_of`), as before it completed."""
     if current is None:
         return None
     if generation is not None and not is_stale(current.generation, generation):
@@ -118,25 +120,10 @@ def rewound(
         alias = PublishedEpoch(checkpoint_id, original.base_checkpoint_id, original.files, alias_of)
         # named in the restore's generation, as an import is when published
         epochs[checkpoint_id] = _with_timeline(current, alias, gen)
-    target = _nearest_published(checkpoint_id, epochs, base_of)
+    target = nearest_published(checkpoint_id, epochs, base_of)
     if target == current.current and gen == current.generation and epochs == current.epochs:
         return None
     return replace(current, current=target, epochs=epochs, generation=gen)
-
-
-def _nearest_published(
-    checkpoint_id: int | None,
-    epochs: Mapping[int, PublishedEpoch],
-    base_of: Callable[[int], int | None] | None,
-) -> int | None:
-    seen: set[int] = set()
-    found = checkpoint_id
-    while found is not None and found not in epochs and base_of is not None:
-        if found in seen:
-            return None
-        seen.add(found)
-        found = base_of(found)
-    return found if found in epochs else None
 
 
 class SinkPublisher:
