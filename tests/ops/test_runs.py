@@ -7,6 +7,7 @@ import hashlib
 
 import pytest
 
+from batchpoint.errors import TriggerRefused
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.runs import (
     attempt_id,
@@ -94,6 +95,59 @@ def test_a_retried_trigger_returns_the_runs_checkpoint(driver):
     again = trigger_for_run(driver, "run-1")  # max_concurrent=1 would refuse a new one
     assert again.checkpoint_id == first.checkpoint_id
     assert first.properties["scheduler_run_id"] == "run-1"
+
+
+class Killed(Exception):
+    """The trigger task's process dying at this point."""
+
+
+def _die_before_the_pending_record(driver, monkeypatch):
+    def killed(pending):
+        raise Killed(pending.checkpoint_id)
+
+    monkeypatch.setattr(driver.coordinator.records, "create_pending", killed)
+
+
+def test_a_retry_whose_first_try_died_before_its_record_triggers_again(driver, monkeypatch):
+    """The first try was admitted and died before its pending record: the retry used to
+    be refused by max-concurrent (its own admission) and skip until the deadline."""
+    c = driver.coordinator
+    with monkeypatch.context() as m:
+        _die_before_the_pending_record(driver, m)
+        with pytest.raises(Killed) as died:
+            trigger_for_run(driver, "run-1")
+    orphan = died.value.args[0]
+    assert [e.run_id for e in c.control.load().pending] == ["run-1"]
+
+    again = trigger_for_run(driver, "run-1")
+    assert again.checkpoint_id == orphan + 1
+    outcome = c.get_outcome(orphan)
+    assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
+    assert outcome.reason is CheckpointFailureReason.TRIGGER_FAILED
+    assert [e.checkpoint_id for e in c.control.load().pending] == [again.checkpoint_id]
+    ack(driver, again.checkpoint_id, again.expected_tasks)
+    done = finalize(driver, again.checkpoint_id).outcome
+    assert done is not None and done.status is CheckpointStatus.COMPLETED
+
+
+def test_another_runs_dead_admission_still_holds_a_run_back(driver, monkeypatch):
+    with monkeypatch.context() as m:
+        _die_before_the_pending_record(driver, m)
+        with pytest.raises(Killed):
+            trigger_for_run(driver, "run-1")
+    with pytest.raises(TriggerRefused) as refused:
+        trigger_for_run(driver, "run-2")
+    assert refused.value.reason is CheckpointFailureReason.TOO_MANY_CONCURRENT
+
+
+def test_a_first_try_that_writes_its_record_meanwhile_is_the_runs_checkpoint(driver, monkeypatch):
+    c = driver.coordinator
+    first = trigger_for_run(driver, "run-1")
+    # the retry lists the pending records just before the first try's record lands
+    monkeypatch.setattr(c, "pending_checkpoints", lambda: [])
+    again = trigger_for_run(driver, "run-1")
+    assert again.checkpoint_id == first.checkpoint_id
+    assert c.get_outcome(first.checkpoint_id) is None
 
 
 def test_settle_a_completed_run_publishes_and_collects(driver):

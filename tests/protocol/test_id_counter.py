@@ -2,7 +2,9 @@
 reviewer deleted `ids.json` after two checkpoints, and the next trigger took id 1
 again, admitted beside the retained 1, finalized into 1's old outcome (its barrier, not
 the one captured) and left the control record retaining 1 twice. With the control
-record lost too, the pipeline restarted from empty, the head going back from 2 to 1."""
+record lost too, the pipeline restarted from empty, the head going back from 2 to 1.
+A counter put back from an older copy of the store did the same: the admission now
+refuses any id the control record names, and the counter moves past them."""
 
 from __future__ import annotations
 
@@ -56,3 +58,39 @@ def test_a_damaged_counter_says_to_delete_it_and_then_continues(tmp_path: Path) 
         c.trigger({"src": {"p0": 5}})
     store.delete(c.layout.id_counter)  # as the error says
     assert c.trigger({"src": {"p0": 5}}).checkpoint_id == last + 1
+
+
+@pytest.mark.parametrize("gc_first", [False, True], ids=["kept", "collected"])
+def test_a_counter_put_back_from_an_older_copy_never_hands_out_a_used_id(
+    tmp_path: Path, gc_first: bool
+) -> None:
+    store = LocalObjectStore(tmp_path)
+    c = coordinator(store, num_retained=1, gc_grace=0)
+    complete(c)
+    old_copy = store.get(c.layout.id_counter).data
+    ids = [complete(c) for _ in range(3)]
+    if gc_first:
+        c.garbage_collector(grace=0).collect(history_limit=0)
+    store.put(c.layout.id_counter, old_copy)  # says the next id is 2
+
+    pending = c.trigger({"src": {"p0": 5}})
+    assert pending.checkpoint_id == max(ids) + 1
+    ack_all(c, pending.checkpoint_id)
+    outcome = c.try_finalize(pending.checkpoint_id)
+    assert outcome is not None and outcome.status is CheckpointStatus.COMPLETED
+    assert outcome.pending.barrier == {"src": {"p0": 5}}
+    assert c.control.load().retained_ids() == [pending.checkpoint_id]
+    assert c.trigger({"src": {"p0": 6}}).checkpoint_id == pending.checkpoint_id + 1
+
+
+def test_an_import_past_a_counter_that_is_behind_takes_a_new_id(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path)
+    c = coordinator(store)
+    complete(c)
+    old_copy = store.get(c.layout.id_counter).data
+    last = max(complete(c), complete(c))
+    store.put(c.layout.id_counter, old_copy)
+
+    entry = c.checkpoint_trigger.admit_import(now=1.0)
+    assert entry.checkpoint_id == last + 1 and entry.imported
+    assert sorted(p.checkpoint_id for p in c.control.load().pending) == [last + 1]

@@ -21,12 +21,14 @@ from batchpoint.ops.audit import audited_properties
 from batchpoint.ops.epoch import finalize
 from batchpoint.ops.maintenance import gc
 from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
     CheckpointOutcome,
     CheckpointStatus,
     CheckpointType,
     DeclineResult,
     PendingCheckpoint,
 )
+from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.pipeline_ports import CheckpointDecisions, PipelineHistory
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import (
@@ -97,13 +99,41 @@ def trigger_for_run(
     trigger task must not start a second epoch (nor be refused by max-concurrent because
     of its own first try). With `audit`, only its audit may complete it. Raises
     TriggerRefused like `PipelineDriver.trigger`."""
-    for pending in driver.coordinator.pending_checkpoints():
-        if pending.properties.scheduler_run_id == run_id:
-            return pending
+    ours = _checkpoint_of_earlier_try(driver.coordinator, run_id)
+    if ours is not None:
+        return ours
     properties = replace(properties or CheckpointProperties(), scheduler_run_id=run_id)
     if audit:
         properties = audited_properties(properties)
     return driver.trigger(checkpoint_type, properties=properties)
+
+
+def _checkpoint_of_earlier_try(
+    coordinator: CheckpointDecisions, run_id: str
+) -> PendingCheckpoint | None:
+    """The pending checkpoint an earlier try of the run triggered. A try that died
+    between its admission and its pending record left only an entry naming the run:
+    it is aborted now, not at its deadline, where it held the retry back (refused by
+    max-concurrent, so the run skipped). A try still alive that writes its record after
+    this abort runs an epoch whose acks are discarded."""
+    for pending in coordinator.pending_checkpoints():
+        if pending.properties.scheduler_run_id == run_id:
+            return pending
+    try:
+        control = coordinator.control_record()
+        entries = [e for e in control.pending if e.run_id == run_id] if control else []
+    except ControlUnreadable:
+        return None  # the trigger refuses, saying so
+    for entry in entries:
+        try:
+            written = coordinator.get_pending(entry.checkpoint_id)
+        except RecordError:
+            written = None
+        if written is not None:  # written since the listing: that try is alive
+            return written
+        why = f"its trigger (run {run_id}) stopped before writing its record; the run retried"
+        coordinator.abort(entry.checkpoint_id, CheckpointFailureReason.TRIGGER_FAILED, why)
+    return None
 
 
 def decline_operator(

@@ -73,6 +73,10 @@ class PendingEntry(codec.Value):
     # older release admitted reads as False, and the finalize of a checkpoint built on
     # it still refuses it (`settlement.unrestored_import`).
     imported: bool = codec.field(default=False, omit=False)
+    # The scheduler run that triggered it: a retry of that run finds its own admission
+    # when its first try died before the pending record (`ops.runs.trigger_for_run`).
+    # Written only when set; an older release's entry names no run.
+    run_id: str | None = codec.field(default=None, omit=None)
 
     @classmethod
     def of(cls, pending: PendingCheckpoint) -> PendingEntry:
@@ -84,6 +88,7 @@ class PendingEntry(codec.Value):
             pending.restore_generation,
             pending.deadline,
             imported=pending.properties.is_imported,
+            run_id=pending.properties.scheduler_run_id,
         )
 
     def placeholder(self, pipeline: str, triggered_at: float | None = None) -> PendingCheckpoint:
@@ -265,6 +270,14 @@ class ControlRecord(codec.Record):
 
     def retained_ids(self) -> list[int]:
         return sorted(e.checkpoint_id for e in self.retained)
+
+    def known_ids(self) -> set[int]:
+        """Every checkpoint id this record names: none of them may be handed out again."""
+        known = {*self.retained_ids(), *self.collected, *self.held_ids()}
+        known.update(p.checkpoint_id for p in self.pending)
+        known.update(e.checkpoint_id for e in self.discarded)
+        known.update([self.head] if self.head is not None else [])
+        return known
 
     def retained_entry(self, checkpoint_id: int) -> RetainedEntry | None:
         return next((e for e in self.retained if e.checkpoint_id == checkpoint_id), None)

@@ -17,6 +17,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlRecord, PendingEntry
+from batchpoint.protocol.ids import IdAlreadyUsed
 from batchpoint.protocol.layout import TaskId
 from batchpoint.protocol.records import to_iso
 
@@ -77,15 +78,20 @@ class CheckpointRequestDecider:
         has_history: bool,
         self_contained: bool = False,
         stop: bool = False,
+        run_id: str | None = None,
     ) -> ControlRecord:
         """The mutation of the admission CAS: the control record with the new pending
         entry, whose base is `base_of` the record; none when `self_contained` (a
         savepoint import brings all of its state, and its entry is marked `imported`:
         never a base). A savepoint with `stop` records the stop and abandons the
-        periodic checkpoints pending (protocol/stopping.py)."""
+        periodic checkpoints pending (protocol/stopping.py). The entry names the
+        scheduler run that asked for it (`run_id`). An id the record already
+        names is never admitted (IdAlreadyUsed: the counter is behind)."""
         control = self.check(
             control, checkpoint_type, now, has_history=has_history, self_contained=self_contained
         )
+        if checkpoint_id <= (newest := max(control.known_ids(), default=0)):
+            raise IdAlreadyUsed(checkpoint_id, newest)
         if stop and checkpoint_type is CheckpointType.SAVEPOINT:
             control = stopping.admit_stop(control, checkpoint_id, now)
         base = None if self_contained else base_of(control)
@@ -96,6 +102,7 @@ class CheckpointRequestDecider:
             control.restore_generation,
             deadline,
             imported=self_contained,
+            run_id=run_id,
         )
         return replace(control, pending=(*control.pending, entry))
 

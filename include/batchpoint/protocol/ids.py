@@ -21,6 +21,18 @@ from batchpoint.storage.base import ObjectStore
 COUNTER_HINT = "delete it: the next trigger continues past every checkpoint stored"
 
 
+class IdAlreadyUsed(Exception):
+    """The counter handed out an id the control record already names: it is behind
+    (restored from an older copy of the store, or written by hand). Raised inside the
+    admission CAS, so the id is never admitted; the trigger moves the counter past
+    `newest` (`skip_past`) and takes another."""
+
+    def __init__(self, checkpoint_id: int, newest: int) -> None:
+        super().__init__(f"checkpoint id {checkpoint_id} is taken (ids up to {newest} are used)")
+        self.checkpoint_id = checkpoint_id
+        self.newest = newest
+
+
 @dataclass(frozen=True)
 class NextCheckpointId(codec.Record):
     KIND = "checkpoint-id-counter"
@@ -57,6 +69,22 @@ class CheckpointIDCounter:
             raise CorruptRecord(exc.key, exc.problem, COUNTER_HINT) from None
         return allocated[0]
 
+    def skip_past(self, used: int) -> None:
+        """Move a counter that is behind past `used` and every id stored; never back."""
+
+        def bump(current: NextCheckpointId | None) -> NextCheckpointId | None:
+            floor = max(used + 1, self._first_unused())
+            if current is not None and current.next_id >= floor:
+                return None
+            return NextCheckpointId(floor)
+
+        try:
+            update_record(
+                self._store, self._key, NextCheckpointId.decode, NextCheckpointId.encode, bump
+            )
+        except CorruptRecord as exc:
+            raise CorruptRecord(exc.key, exc.problem, COUNTER_HINT) from None
+
     def peek(self) -> int:
         """The id the next allocation will return."""
         try:
@@ -75,9 +103,5 @@ def first_unused_id(records: CheckpointReads, control: ControlStore) -> int:
     except ControlUnreadable:  # the folders still say what was used
         found = None
     if found is not None:
-        record = found[0]
-        known.update(record.retained_ids(), record.collected)
-        known.update(p.checkpoint_id for p in record.pending)
-        known.update(e.checkpoint_id for e in record.discarded)
-        known.update([record.head] if record.head is not None else [])
+        known.update(found[0].known_ids())
     return max(known, default=0) + 1

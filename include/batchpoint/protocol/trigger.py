@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from attrs import define
@@ -30,7 +31,7 @@ from batchpoint.protocol.control import ControlRecord, ControlUnreadable, Pendin
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.decider import CheckpointRequestDecider, base_of
 from batchpoint.protocol.failures import CheckpointFailureManager, PipelineStatus
-from batchpoint.protocol.ids import CheckpointIDCounter
+from batchpoint.protocol.ids import COUNTER_HINT, CheckpointIDCounter, IdAlreadyUsed
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.protocol.ports import AbortAtTrigger, Clock
 from batchpoint.protocol.properties import CheckpointProperties
@@ -60,6 +61,11 @@ CheckBase = Callable[[DeployBase], list[str]]
 #: comparing them: it captures after the base's record was read (that base captured
 #: before it was admitted), and again when the admission chose another base.
 CaptureBarrier = Callable[[], Mapping[str, Any]]
+
+
+#: Ids a trigger takes past a counter that is behind before it gives up: one skip
+#: moves the counter past every id used, so a second round is for a racing writer.
+_BEHIND_ROUNDS = 3
 
 
 @define(kw_only=True, slots=False, eq=False)
@@ -108,13 +114,9 @@ class CheckpointTrigger:
         )
         if control is None:
             self._create_control()
-        checkpoint_id = self._ids.get_and_increment()
         deadline = now + (timeout if timeout is not None else self._config.timeout)
-        # A stop-with-savepoint stops in this same CAS (protocol/stopping.py).
-        stop = checkpoint_type is CheckpointType.SAVEPOINT and bool(given.stop_pipeline)
-
-        admitted, entry = self._admit(
-            checkpoint_id, checkpoint_type, deadline, now, has_history=history, stop=stop
+        checkpoint_id, admitted, entry = self._admit(
+            checkpoint_type, given, deadline, now, has_history=history
         )
         base = self._checked_base(checkpoint_id, entry.base, check_base, now)
         if entry.base != planned:  # a concurrent trigger's checkpoint, maybe ahead of ours
@@ -183,10 +185,9 @@ class CheckpointTrigger:
         history = self._ids.peek() > 1
         if not history:
             self._create_control()
-        checkpoint_id = self._ids.get_and_increment()
         deadline = now + self._config.timeout
 
-        def admit(current: ControlRecord | None) -> ControlRecord:
+        def admit(current: ControlRecord | None, checkpoint_id: int) -> ControlRecord:
             return self._decider.admit(
                 current,
                 checkpoint_id,
@@ -197,8 +198,7 @@ class CheckpointTrigger:
                 self_contained=True,
             )
 
-        admitted, _ = self._control.update(admit)
-        assert admitted is not None
+        checkpoint_id, admitted = self._admit_new_id(admit)
         entry = admitted.pending_entry(checkpoint_id)
         assert entry is not None
         return entry
@@ -264,15 +264,18 @@ class CheckpointTrigger:
 
     def _admit(
         self,
-        checkpoint_id: int,
         checkpoint_type: CheckpointType,
+        given: CheckpointProperties,
         deadline: float,
         now: float,
         *,
         has_history: bool,
-        stop: bool,
-    ) -> tuple[ControlRecord, PendingEntry]:
-        def admit(current: ControlRecord | None) -> ControlRecord:
+    ) -> tuple[int, ControlRecord, PendingEntry]:
+        # A stop-with-savepoint stops in this same CAS (protocol/stopping.py).
+        stop = checkpoint_type is CheckpointType.SAVEPOINT and bool(given.stop_pipeline)
+        run_id = given.scheduler_run_id
+
+        def admit(current: ControlRecord | None, checkpoint_id: int) -> ControlRecord:
             return self._decider.admit(
                 current,
                 checkpoint_id,
@@ -281,16 +284,37 @@ class CheckpointTrigger:
                 now,
                 has_history=has_history,
                 stop=stop,
+                run_id=run_id,
             )
 
         try:
-            admitted, _ = self._control.update(admit)
+            checkpoint_id, admitted = self._admit_new_id(admit)
         except ControlUnreadable as exc:
             raise TriggerRefused(CheckpointFailureReason.NEEDS_REPAIR, str(exc)) from None
-        assert admitted is not None
         entry = admitted.pending_entry(checkpoint_id)
         assert entry is not None
-        return admitted, entry
+        return checkpoint_id, admitted, entry
+
+    def _admit_new_id(
+        self, admit: Callable[[ControlRecord | None, int], ControlRecord]
+    ) -> tuple[int, ControlRecord]:
+        """Take an id and admit it in one CAS. A counter that is behind (restored from an
+        older copy of the store) hands out an id the record names: the CAS refuses it,
+        the counter moves past every id used, and the next one is taken."""
+        for _ in range(_BEHIND_ROUNDS):
+            checkpoint_id = self._ids.get_and_increment()
+            try:
+                admitted, _ = self._control.update(partial(admit, checkpoint_id=checkpoint_id))
+            except IdAlreadyUsed as used:
+                self._ids.skip_past(used.newest)
+                continue
+            assert admitted is not None
+            return checkpoint_id, admitted
+        raise TriggerRefused(
+            CheckpointFailureReason.NEEDS_REPAIR,
+            f"pipeline '{self._pipeline}': the checkpoint id counter keeps handing out ids "
+            f"already used; {COUNTER_HINT}",
+        )
 
     def _refuse_if_failed(self) -> None:
         state = self._failures.state()
