@@ -148,3 +148,35 @@ def test_the_refusal_names_what_the_column_would_read() -> None:
     for value, t, why in cases:
         problem = default_problem(value, pa.field("x", t))
         assert problem is not None and why in problem, (value, t, problem)
+
+
+def _holding(inner: pa.DataType, nullable: bool, kind: str) -> pa.DataType:
+    child = pa.field("item" if kind != "struct" else "a", inner, nullable)
+    if kind == "struct":
+        return pa.struct([child])
+    if kind == "map":
+        return pa.map_(pa.string(), child)
+    return pa.large_list(child) if kind == "large_list" else pa.list_(child)
+
+
+def _with_null(kind: str, inner: Any) -> Any:
+    return {"struct": {"a": inner}, "map": {"k": inner}}.get(kind, [inner])
+
+
+def test_a_null_fits_only_where_the_nested_field_takes_one() -> None:
+    """pyarrow builds a null into a non-nullable nested field without a word: the
+    default would fill rows that break the declared schema (found by a reviewer:
+    {'a': None} into struct<a: int32 not null> was 'migrated')."""
+    kinds = ["struct", "list", "large_list", "map"]
+    for outer in kinds:
+        for inner_kind in kinds:
+            for outer_nullable in (True, False):
+                for inner_nullable in (True, False):
+                    inner_t = _holding(pa.int32(), inner_nullable, inner_kind)
+                    t = _holding(inner_t, outer_nullable, outer)
+                    column = pa.field("x", t, nullable=False)
+                    at_outer = _with_null(outer, None)
+                    at_inner = _with_null(outer, _with_null(inner_kind, None))
+                    case = (t, at_outer, at_inner)
+                    assert (default_problem(at_outer, column) is None) == outer_nullable, case
+                    assert (default_problem(at_inner, column) is None) == inner_nullable, case

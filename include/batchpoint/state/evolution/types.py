@@ -66,6 +66,8 @@ def default_problem(value: Any, field: pa.Field) -> str | None:
         stored = pa.scalar(value, type=field.type).as_py()
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
         return f"{value!r} is not a {field.type} ({error})"
+    if (null := _misplaced_null(stored, field.type)) is not None:
+        return f"{value!r} is not a {field.type} ({null})"
     if (problem := _changed(value, stored, field.type)) is None:
         return None
     if problem == "overflow":
@@ -93,12 +95,37 @@ def _changed(value: Any, stored: Any, arrow_type: pa.DataType) -> str | None:
             for pair, stored_pair in zip(pairs, stored, strict=True)
             for part, back, kind in zip(pair, stored_pair, kinds, strict=False)
         )
-    if pt.is_list(arrow_type) or pt.is_large_list(arrow_type) or pt.is_fixed_size_list(arrow_type):
+    if _is_list_type(arrow_type):
         if not isinstance(value, list | tuple) or len(value) != len(stored):
             return None
         element = arrow_type.value_type
         return _first((v, s, element) for v, s in zip(value, stored, strict=True))
     return _leaf_changed(value, stored, arrow_type)
+
+
+def _misplaced_null(stored: Any, arrow_type: pa.DataType) -> str | None:
+    """The first null at a depth that takes none: pyarrow builds the scalar all the
+    same, and the filled rows would break the schema the code declares."""
+    children: list[tuple[Any, pa.Field]] = []
+    if pt.is_struct(arrow_type) and isinstance(stored, dict):
+        fields = [arrow_type.field(i) for i in range(arrow_type.num_fields)]
+        children = [(stored.get(f.name), f) for f in fields]
+    elif pt.is_map(arrow_type) and isinstance(stored, list):
+        children = [(pair[1], arrow_type.item_field) for pair in stored]
+    elif _is_list_type(arrow_type) and isinstance(stored, list):
+        children = [(item, arrow_type.value_field) for item in stored]
+    for child, field in children:
+        if child is None and not field.nullable:
+            return f"null does not fit the non-nullable '{field.name}' ({field.type})"
+        if child is not None and (problem := _misplaced_null(child, field.type)) is not None:
+            return problem
+    return None
+
+
+def _is_list_type(arrow_type: pa.DataType) -> bool:
+    return (
+        pt.is_list(arrow_type) or pt.is_large_list(arrow_type) or pt.is_fixed_size_list(arrow_type)
+    )
 
 
 def _struct_pairs(value: Any, stored: dict, arrow_type: pa.StructType) -> list[tuple]:
