@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from batchpoint.errors import TriggerRefused
+from batchpoint.errors import RestoreRefused, TriggerRefused
 from batchpoint.ops.cascade import CascadeContext, apply_planned, cascade_restore
-from batchpoint.protocol.cascade import CascadeBusy, CascadeStatus, CascadeStore
+from batchpoint.protocol.cascade import CascadeBusy, CascadeStatus, CascadeStore, history_key
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.runtime.api import Pipeline
@@ -130,3 +130,38 @@ def test_a_stored_reader_whose_code_is_not_given_is_named(chain: FakeChain) -> N
     assert [m.pipeline for m in refused] == ["trends"]
     assert "its code is not given" in refused[0].reason
     assert _heads(chain) == (2, 2, 2)
+
+
+def test_a_failed_cascade_whose_retire_died_is_retired_as_it_ended(
+    chain: FakeChain, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retire writes the history, then frees the active record; a process that died
+    in between left a finished record active. The next call used to run its failed
+    step again without the gate and record the cascade as DONE (found by a reviewer)."""
+
+    def refuse(point: str, pipeline: str) -> None:
+        if (point, pipeline) == ("before-restore", "trends"):
+            raise RestoreRefused("trends: a target file was damaged since the plan")
+
+    def die_after_the_history(self: CascadeStore, record: Any) -> None:
+        self._store.put(history_key(record.cascade_id), record.encode())
+        raise Crash("killed before the active record was freed")
+
+    with monkeypatch.context() as m:
+        m.setattr(CascadeStore, "retire", die_after_the_history)
+        with pytest.raises(Crash):
+            cascade_restore(_context(chain), "ledger", 1, hook=refuse)
+    cascades = CascadeStore(chain.ledger.store)
+    active = cascades.active()
+    assert active is not None and active[0].status is CascadeStatus.FAILED
+    assert _heads(chain) == (1, 1, 2)
+    assert chain.epoch(chain.trends) == 3  # the fences were lifted: it runs on
+
+    run = cascade_restore(_context(chain), "reports", None)
+    assert run.resumed and run.record is not None
+    assert run.record.status is CascadeStatus.FAILED
+    assert run.record.failure is not None and "damaged since the plan" in run.record.failure
+    assert _heads(chain) == (1, 1, 3)  # trends' checkpoint 3 is not thrown away
+    assert cascades.active() is None
+    history = cascades.history(active[0].cascade_id)
+    assert history is not None and history.status is CascadeStatus.FAILED

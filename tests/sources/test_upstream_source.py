@@ -249,6 +249,27 @@ def test_a_restore_not_rewound_yet_is_read_as_its_rewind_will_leave_the_sink(
     assert listing(local_store) == before, "a reader wrote the upstream's records"
 
 
+def test_with_the_upstreams_control_record_damaged_nothing_is_read(
+    local_store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a restore took the output back is in the control record: without it the
+    reader used to fall back to the manifest as stored, and read what a restore not yet
+    rewound had taken back (found by a reviewer)."""
+    up = Upstream(local_store, SinkMode.APPEND)
+    first = up.epoch()
+    read_first = source(local_store).capture_barrier()
+    up.epoch()
+    _restore_not_rewound(up, first, monkeypatch)
+    local_store.put(up.c.control.key, b"{not json")
+    for read in (
+        lambda s: s.capture_barrier(),
+        lambda s: s.verify_barrier(read_first),
+        lambda s: s.read_between(None, read_first),
+    ):
+        with pytest.raises(SourceOffsetError, match=r"cannot be told.*batchpoint repair"):
+            read(source(local_store))
+
+
 @pytest.mark.parametrize("rewound", [False, True])
 def test_a_restore_committed_while_the_manifest_is_read_is_applied(
     local_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, rewound: bool

@@ -272,7 +272,15 @@ def _drive(
     planned: Mapping[str, CascadeMember],
     hook: StepHook | None,
 ) -> CascadeRecord:
-    """Fence, restore each step not done (upstream first), lift the fences, retire."""
+    """Fence, restore each step not done (upstream first), lift the fences, retire. A
+    finished record still active (its process died retiring it) is only retired: its
+    outcome stands, and its steps are not run again, nor its fences set."""
+    if record.finished:
+        for pipeline in record.pipelines:
+            context.driver(pipeline).coordinator.release_cascade(record.cascade_id)
+        cascades.retire(record)
+        context.progress(describe(record))
+        return record
     fence = record.fence()
     for pipeline in record.pipelines:
         context.driver(pipeline).coordinator.hold_for_cascade(fence)

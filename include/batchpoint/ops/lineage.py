@@ -35,6 +35,7 @@ from batchpoint.protocol.checkpoint import PendingCheckpoint
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.sink_manifest import SinkManifest
 from batchpoint.protocol.sink_timeline import Timeline, reaches
+from batchpoint.sources.errors import SourceOffsetError
 from batchpoint.sources.upstream import (
     PipelineSinkSource,
     UpstreamBinding,
@@ -127,7 +128,7 @@ class LineageRecords:
             try:
                 binding = UpstreamBinding(pipeline, sink)
                 self._manifests[key] = PipelineSinkSource(self._store, binding).manifest(sink)
-            except (ConfigError, RecordError):
+            except (ConfigError, RecordError, SourceOffsetError):
                 self._manifests[key] = None
         return self._manifests[key]
 

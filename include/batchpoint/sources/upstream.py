@@ -183,15 +183,18 @@ class PipelineSinkSource:
         the rewind) still shows what the restore took back. The control record, read
         after the manifest, names every restore committed before it: a manifest not in
         its generation yet is read as its rewind will leave it (`rewound`, pure).
-        Nothing is written."""
+        Without a readable control record that cannot be told, and nothing is read:
+        the manifest may still show what a restore took back. Nothing is written."""
         found = SinkPublisher(self.store, self._layout).manifest(uid or self.sink_uid())
         if found is None:
             return None
         upstream = CheckpointCoordinator(self.store, self.binding.pipeline)
         try:
             last = upstream.control.load().restore
-        except ControlUnreadable:  # the upstream's own actors report it
-            return found
+        except ControlUnreadable as exc:
+            raise self._error(
+                f"whether a restore of the upstream took its output back cannot be told: {exc}"
+            ) from None
         if last is None or not is_stale(found.generation, last.generation):
             return found
         alias = upstream.restorer.alias_of(last.target)
