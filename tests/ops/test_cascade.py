@@ -15,15 +15,18 @@ import pytest
 
 from batchpoint.errors import RestoreRefused, TriggerRefused
 from batchpoint.ops.cascade import CascadeContext, apply_planned, cascade_restore
+from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.cascade import CascadeBusy, CascadeStatus, CascadeStore, history_key
-from batchpoint.protocol.checkpoint import CheckpointFailureReason
+from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointStatus
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.cascade_plan import MemberAction
 from batchpoint.runtime.restore import RestoreCandidate
 from batchpoint.runtime.restore_gate import GateResult
+from batchpoint.sources.upstream import UpstreamPosition
 from batchpoint.storage import StoreRef
 from support.fake_chain import FakeChain
+from support.fake_epochs import ack_all
 
 
 class Crash(Exception):
@@ -165,3 +168,90 @@ def test_a_failed_cascade_whose_retire_died_is_retired_as_it_ended(
     assert cascades.active() is None
     history = cascades.history(active[0].cascade_id)
     assert history is not None and history.status is CascadeStatus.FAILED
+
+
+@pytest.mark.parametrize("how", ["cascade", "plain restore"])
+def test_a_downstream_checkpoint_in_flight_never_completes_with_what_a_restore_took_back(
+    tmp_path: Path, how: str
+) -> None:
+    """Reports 2 read ledger 2 and acked; then ledger was restored to 1. Its finalize
+    used to complete it and publish, and trends read that output (found by a reviewer):
+    the epoch's read was checked, the completion was not."""
+    chain = FakeChain.on((tmp_path / "store").as_uri())
+    for driver in (chain.ledger, chain.reports, chain.trends):
+        chain.epoch(driver)
+    chain.epoch(chain.ledger)
+    in_flight = chain.reports.trigger()
+    ack_all(chain.reports, in_flight)
+    if how == "cascade":
+        run = cascade_restore(_context(chain), "ledger", 1)
+        assert run.record is not None and run.record.status is CascadeStatus.DONE
+    else:
+        chain.restore(chain.ledger, 1)
+
+    outcome = finalize(chain.reports, in_flight.checkpoint_id).outcome
+    assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
+    assert outcome.reason is CheckpointFailureReason.RESTORED
+    assert "upstream pipeline 'ledger' was restored to checkpoint 1" in outcome.message
+    assert _heads(chain) == (1, 1, 1)
+    # what trends reads of reports is still checkpoint 1's
+    assert chain.epoch(chain.trends) == 2
+    read = chain.trends.coordinator.get_outcome(2)
+    assert read is not None
+    assert {str(UpstreamPosition.of(b)) for b in read.pending.barrier.values()} == {"checkpoint 1"}
+
+
+def test_a_downstream_checkpoint_reading_what_stands_completes(tmp_path: Path) -> None:
+    chain = FakeChain.on((tmp_path / "store").as_uri())
+    chain.epoch(chain.ledger)
+    chain.epoch(chain.ledger)
+    assert chain.epoch(chain.reports) == 1  # read ledger 2, which stood when it completed
+    assert chain.reports.coordinator.control_record().head == 1
+
+
+def test_a_kept_reader_completing_between_the_plan_and_the_restore_is_named(
+    tmp_path: Path,
+) -> None:
+    """Reports' head read ledger 1, so the plan keeps it; its checkpoint 2 (read ledger
+    2) completes after the plan and before ledger's restore: the cascade used to end
+    DONE with reports reading what it took back."""
+    chain = FakeChain.on((tmp_path / "store").as_uri())
+    for driver in (chain.ledger, chain.reports, chain.trends):
+        chain.epoch(driver)
+    chain.epoch(chain.ledger)
+    in_flight = chain.reports.trigger()
+    ack_all(chain.reports, in_flight)
+
+    def complete_reports(point: str, pipeline: str) -> None:
+        if (point, pipeline) == ("before-restore", "ledger"):
+            done = finalize(chain.reports, in_flight.checkpoint_id).outcome
+            assert done is not None and done.status is CheckpointStatus.COMPLETED
+
+    run = cascade_restore(_context(chain), "ledger", 1, hook=complete_reports)
+    assert run.plan is not None
+    assert {m.pipeline: m.action for m in run.plan.members}["reports"] is MemberAction.KEEP
+    assert run.record is not None and run.record.status is CascadeStatus.FAILED
+    assert run.record.failure is not None and "pipeline 'reports'" in run.record.failure
+    assert "batchpoint restore --pipeline <name>" in run.record.failure
+    assert _heads(chain) == (1, 2, 1)
+
+
+def test_a_plain_restore_of_a_pipeline_a_cascade_holds_is_refused(chain: FakeChain) -> None:
+    """A cascade cut short holds its pipelines; a plain restore of one used to go
+    through, and the cascade's resume then restored it back to its own target."""
+
+    def crash(point: str, pipeline: str) -> None:
+        if (point, pipeline) == ("after-restore", "ledger"):
+            raise Crash("killed after the ledger's restore")
+
+    with pytest.raises(Crash):
+        cascade_restore(_context(chain), "ledger", 1, hook=crash)
+    assert _heads(chain) == (1, 2, 2)
+    with pytest.raises(RestoreRefused, match="cascade") as refused:
+        chain.restore(chain.reports, 1)
+    assert "batchpoint restore --pipeline ledger --cascade" in str(refused.value)
+    assert _heads(chain) == (1, 2, 2)
+
+    run = cascade_restore(_context(chain), "ledger", None)
+    assert run.resumed and run.record is not None and run.record.status is CascadeStatus.DONE
+    assert _heads(chain) == (1, 1, 1)

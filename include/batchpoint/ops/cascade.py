@@ -42,6 +42,7 @@ from batchpoint.runtime.cascade_plan import (
 from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.runtime.restore import RestorePlanner, RestoreSource
 from batchpoint.runtime.restore_gate import RestoreGate
+from batchpoint.runtime.upstream_reads import taken_back
 from batchpoint.sources.barrier import SourceBarrier
 from batchpoint.sources.upstream import (
     PipelineSinkSource,
@@ -289,11 +290,13 @@ def _drive(
         if step.done:
             continue
         try:
-            _restore_step(context, step, planned.get(step.pipeline), hook)
+            _restore_step(context, record.cascade_id, step, planned.get(step.pipeline), hook)
         except (RestoreRefused, DeployRefused) as exc:  # it can never finish: say why
             failure = f"pipeline '{step.pipeline}': {exc}"
             break
         record = cascades.update(record.cascade_id, lambda r, p=step.pipeline: mark_done(r, p))
+    if failure is None:
+        failure = _left_behind(context, record)
     for pipeline in record.pipelines:
         context.driver(pipeline).coordinator.release_cascade(record.cascade_id)
     record = cascades.update(record.cascade_id, lambda r: finished(r, context.clock(), failure))
@@ -302,8 +305,37 @@ def _drive(
     return record
 
 
+def _left_behind(context: CascadeContext, record: CascadeRecord) -> str | None:
+    """Pipelines the plan kept whose head now reads what the restores took back: one
+    that completed a checkpoint between the plan and the restore of what it read (only
+    the restored pipelines are fenced; a completion after that restore is refused by
+    its finalize). Named, never left in silence."""
+    store = context.store_ref.open()
+    behind = []
+    for name, pipeline in sorted(context.code.items()):
+        if name in record.pipelines:
+            continue
+        coordinator = context.driver(pipeline).coordinator
+        try:
+            control = coordinator.control_record()
+            head = coordinator.get_outcome(control.head) if control and control.head else None
+            problems = taken_back(pipeline, store, head.pending) if head is not None else []
+        except BatchpointError as exc:
+            problems = [f"cannot be told ({exc})"]
+        if problems:
+            behind.append(f"pipeline '{name}': {problems[0]}")
+    if not behind:
+        return None
+    return (
+        "a pipeline the plan kept completed a checkpoint since the plan that reads what "
+        "the restores took back; restore it (`batchpoint restore --pipeline <name>`) or "
+        "run the cascade again: " + "; ".join(behind)
+    )
+
+
 def _restore_step(
     context: CascadeContext,
+    cascade_id: str,
     step: CascadeStep,
     member: CascadeMember | None,
     hook: StepHook | None,
@@ -323,6 +355,6 @@ def _restore_step(
         planner = context.planner(driver, {}, record=True, gated=False)
         plan = planner.plan(step.target, dict(step.parallelism) or None)
     context.progress(f"restoring '{step.pipeline}' to checkpoint {step.target}")
-    planner.apply(plan)
+    planner.apply(plan, cascade=cascade_id)
     if hook is not None:
         hook("after-restore", step.pipeline)

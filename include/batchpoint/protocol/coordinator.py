@@ -52,16 +52,11 @@ from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.control import (
-    CascadeFence,
-    ControlRecord,
-    ControlUnreadable,
-    Stopped,
-)
+from batchpoint.protocol.control import CascadeFence, ControlRecord, ControlUnreadable, Stopped
 from batchpoint.protocol.control_store import ControlStore, HeadStore
 from batchpoint.protocol.decider import CheckpointRequestDecider, control_lost
 from batchpoint.protocol.failures import CheckpointFailureManager
-from batchpoint.protocol.finalizer import AuditJudge, CheckpointFinalizer
+from batchpoint.protocol.finalizer import AuditJudge, CheckpointFinalizer, ReadsCheck
 from batchpoint.protocol.gc import GarbageCollector
 from batchpoint.protocol.history_status import Standing
 from batchpoint.protocol.ids import CheckpointIDCounter, first_unused_id
@@ -98,6 +93,7 @@ class CheckpointCoordinator:
         pipeline: PipelineSpec | str,
         config: CheckpointConfig | None = None,
         clock: Clock = time.time,
+        check_reads: ReadsCheck | None = None,  # the runtime's, for pipelines that read others
     ) -> None:
         name = pipeline.name if isinstance(pipeline, PipelineSpec) else pipeline
         layout = PipelineLayout(name)
@@ -120,9 +116,9 @@ class CheckpointCoordinator:
         )
         self.quarantine = QuarantineStore(store, layout)
         self.sinks = SinkPublisher(store, layout)
-        self._build_collaborators()
+        self._build_collaborators(check_reads)
 
-    def _build_collaborators(self) -> None:
+    def _build_collaborators(self, check_reads: ReadsCheck | None) -> None:
         """Each collaborator gets only its parts; none gets the coordinator."""
         records, files = self.records, self.files
         self.finalizer = CheckpointFinalizer(
@@ -132,6 +128,7 @@ class CheckpointCoordinator:
             failures=self.failures,
             config=self.config,
             clock=self.clock,
+            check_reads=check_reads,
         )
         self.ack_accounting = AckAccounting(
             records=records, files=files, clock=self.clock, decide_abort=self.finalizer.decide_abort

@@ -56,6 +56,11 @@ from batchpoint.protocol.timeline import on_timeline
 #: why it failed (the message of the QUALITY_GATE outcome).
 AuditJudge = Callable[[CompletedCheckpoint], str | None]
 
+#: Why what the checkpoint read of other pipelines is no longer their history (a restore
+#: of one took it back since the epoch read it), or None. The runtime's: only the code
+#: knows which sources read a pipeline.
+ReadsCheck = Callable[[PendingCheckpoint], str | None]
+
 
 def completed_of(
     pending: PendingCheckpoint, acks: Mapping[TaskId, AckRecord], now: float
@@ -73,6 +78,7 @@ class CheckpointFinalizer:
     _failures: CheckpointFailureManager
     _config: CheckpointConfig
     _clock: Clock
+    _check_reads: ReadsCheck | None = None
 
     # == decide ==========================================================================
 
@@ -110,6 +116,11 @@ class CheckpointFinalizer:
         verdict = deadline_verdict(pending, acks, now, audited=audited)
         if verdict is None:
             verdict = self._finalize_blocker(pending)
+        if verdict is None and self._check_reads is not None:
+            # Checked when the epoch read, and again here: an upstream restore between
+            # that read and this completion must not publish what it took back.
+            why = self._check_reads(pending)
+            verdict = Abort(CheckpointFailureReason.RESTORED, why) if why else None
         completed = completed_of(pending, acks, now) if verdict is None else None
         if completed is not None:
             verdict = self._file_problems(completed)

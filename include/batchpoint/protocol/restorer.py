@@ -42,6 +42,7 @@ from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.completed_store import CompletedCheckpointStore
 from batchpoint.protocol.control import (
+    CascadeFence,
     ControlRecord,
     ControlUnreadable,
     RestoreInFlight,
@@ -76,6 +77,13 @@ class _QuarantinedMeanwhile(Exception):
 
     def __init__(self, held: QuarantineRecord) -> None:
         self.held = held
+
+
+class _HeldByCascade(Exception):
+    """A cascade (protocol/cascade.py) holds the pipeline, and this restore is not its."""
+
+    def __init__(self, fence: CascadeFence) -> None:
+        self.fence = fence
 
 
 @define(kw_only=True, slots=False, eq=False)
@@ -115,6 +123,7 @@ class CheckpointRestorer:
         mode: ClaimMode = ClaimMode.NO_CLAIM,
         allow_non_restored_state: bool = False,
         choice: TargetChoice | None = None,
+        cascade: str | None = None,
     ) -> HeadPointer:
         """The one way in: move the head to a target the caller examined (chosen by
         `candidates`, or an import, which completes a checkpoint only once its files
@@ -126,12 +135,19 @@ class CheckpointRestorer:
         new checkpoint shares no file with it: every checkpoint is a full snapshot.
         `allow_non_restored_state` is recorded for the first trigger after it; `choice`:
         how the target was chosen (the gate that passed it; what was passed over and
-        quarantined on the way), recorded with the restore; None: ungated, nothing."""
+        quarantined on the way), recorded with the restore; None: ungated, nothing.
+        A pipeline a cascade holds is restored only by that cascade (`cascade`, its id):
+        its resume would otherwise restore it back to the cascade's own target."""
         cid = target.checkpoint_id
         if not target.restorable:
             raise cannot_restore(self._pipeline, cid, target.problem)
         self.finish()
-        moved = self._move(cid, mode, allow_non_restored_state, choice or TargetChoice())
+        if damaged := self._sinks.unreadable():
+            raise RestoreRefused(
+                f"pipeline '{self._pipeline}': nothing was restored: its sinks could not be "
+                f"rewound with the head, as their manifests cannot be read: {'; '.join(damaged)}"
+            )
+        moved = self._move(cid, mode, allow_non_restored_state, choice or TargetChoice(), cascade)
         if moved is None:
             raise left_retained(self._pipeline, cid)
         self.finish()
@@ -173,7 +189,12 @@ class CheckpointRestorer:
         return found[0]
 
     def _move(
-        self, target: int, mode: ClaimMode, allow: bool, choice: TargetChoice
+        self,
+        target: int,
+        mode: ClaimMode,
+        allow: bool,
+        choice: TargetChoice,
+        cascade: str | None = None,
     ) -> ControlRecord | None:
         """The compare-and-swap, after an intent naming the generation it would create
         (restore_intents.py): read from the record it swaps on, so a generation another
@@ -187,7 +208,7 @@ class CheckpointRestorer:
             try:
                 record, written = self._control.update(
                     lambda current, g=generation: self._moved(
-                        current, target, g, mode, allow, choice
+                        current, target, g, mode, allow, choice, cascade
                     )
                 )
             except _GenerationTaken:
@@ -200,6 +221,9 @@ class CheckpointRestorer:
             except ControlUnreadable as exc:
                 self._withdraw(generation, token)
                 raise RestoreRefused(str(exc)) from None
+            except _HeldByCascade as exc:
+                self._withdraw(generation, token)
+                raise RestoreRefused(held_by_cascade(self._pipeline, exc.fence)) from None
             if not written:
                 self._withdraw(generation, token)
                 return None
@@ -222,10 +246,13 @@ class CheckpointRestorer:
         mode: ClaimMode,
         allow: bool,
         choice: TargetChoice,
+        cascade: str | None,
     ) -> ControlRecord | None:
         entry = None if current is None else current.retained_entry(target)
         if current is None or entry is None:
             return None
+        if current.cascade is not None and current.cascade.cascade != cascade:
+            raise _HeldByCascade(current.cascade)
         if current.restore_generation + 1 != generation:
             raise _GenerationTaken
         # Read after the record this swap is on: a mark made since bumped it (quarantine.py)
@@ -316,3 +343,11 @@ class CheckpointRestorer:
         if not props.is_imported or original is None:
             return None
         return original if props.savepoint_taken_from == self._records.storage_uri else None
+
+
+def held_by_cascade(pipeline: str, fence: CascadeFence) -> str:
+    return (
+        f"pipeline '{pipeline}' is held by cascade {fence.cascade}, which follows the "
+        f"restore of '{fence.root}'; nothing was restored: finish the cascade first "
+        f"(`batchpoint restore --pipeline {fence.root} --cascade`)"
+    )

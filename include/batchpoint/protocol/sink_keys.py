@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from batchpoint.errors import CheckpointError, ObjectNotFound
+from batchpoint.errors import CheckpointError, ObjectNotFound, RecordError
 from batchpoint.protocol.cas import read_record, update_record
 from batchpoint.protocol.checkpoint import CheckpointOutcome
 from batchpoint.protocol.layout import PipelineLayout
@@ -210,6 +210,16 @@ class ManifestKeys:
     def keys(self) -> list[str]:
         prefix = self._layout.root + "sinks/"
         return [p[len(prefix) :].rstrip("/") for p in self._store.list_dirs(prefix)]
+
+    def unreadable(self) -> list[str]:
+        """The stored manifests that cannot be read, each with why."""
+        damaged = []
+        for key in self.keys():
+            try:
+                self._read(key)
+            except RecordError as exc:
+                damaged.append(f"{self._layout.sink_manifest(key)} ({exc})")
+        return damaged
 
     def each_key(self, visit: Callable[[str], bool]) -> None:
         """`visit(key)` for every stored manifest; `visit` says whether it was there.

@@ -212,6 +212,11 @@ class SinkPublisher:
 
         return self._keys.update(sink, move) is not None
 
+    def unreadable(self) -> list[str]:
+        """The manifests a rewind could not read (each with why): a restore checks them
+        before its head moves, which it cannot take back once the rewind fails."""
+        return self._keys.unreadable()
+
     def rewind_all(
         self,
         checkpoint_id: int | None,

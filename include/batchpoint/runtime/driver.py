@@ -31,6 +31,7 @@ from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.publish import SinkTarget
 from batchpoint.runtime.api import OperatorDef, Pipeline, SinkDef
 from batchpoint.runtime.deploy import BaseCheck, code_topology, completed_checkpoint, plan_on
+from batchpoint.runtime.upstream_reads import reads_check
 from batchpoint.storage import ObjectStore, StoreRef
 
 if TYPE_CHECKING:
@@ -84,7 +85,9 @@ class PipelineDriver:
         self.store_ref = store_ref
         self.store = store_ref.open()
         self.config = config or CheckpointConfig()
-        self.coordinator = CheckpointCoordinator(self.store, pipeline.name, self.config, clock)
+        self.coordinator = CheckpointCoordinator(
+            self.store, pipeline.name, self.config, clock, reads_check(pipeline, self.store)
+        )
         self.sinks = self.coordinator.sinks
         self.last_plan: DeployPlan | None = None  # the deploy plan of the last trigger
 

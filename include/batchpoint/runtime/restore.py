@@ -293,6 +293,7 @@ class RestorePlanner:
         *,
         mode: ClaimMode = ClaimMode.NO_CLAIM,
         allow_non_restored_state: bool = False,
+        cascade: str | None = None,
     ) -> RestoreRun:
         """Restore to the plan's chosen candidate: check the code's deploy plan on it,
         import a savepoint (new id), then move the head (new restore generation, pending
@@ -305,7 +306,9 @@ class RestorePlanner:
         the pipeline owns the restored checkpoint from now on, so retention may drop it;
         a savepoint folder is copied in either mode and never deleted.
         `allow_non_restored_state`: the code may leave state of the target unrestored
-        (recorded with the restore, so the first trigger after it honours it)."""
+        (recorded with the restore, so the first trigger after it honours it).
+        `cascade`: the id of the cascade this restore is a step of (a cascade's
+        pipelines refuse any other restore while it holds them)."""
         check = plan.chosen
         if check is None:
             raise RestoreRefused(plan.refusal())
@@ -322,6 +325,7 @@ class RestorePlanner:
             mode=mode,
             allow_non_restored_state=allow_non_restored_state,
             choice=plan.target_choice(),  # the plan's verdicts: a gated plan records gated
+            cascade=cascade,
         )
         if plan.parallelism:
             self.driver.rescale(dict(plan.parallelism))

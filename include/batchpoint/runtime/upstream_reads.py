@@ -8,7 +8,7 @@ not quarantined) and names why."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from batchpoint.protocol.checkpoint import PendingCheckpoint
 from batchpoint.runtime.api import Pipeline
@@ -37,3 +37,22 @@ def taken_back(
         except UpstreamRestored as exc:
             problems.append(f"source {name}: {exc}")
     return problems
+
+
+def reads_check(
+    pipeline: Pipeline, store: ObjectStore
+) -> Callable[[PendingCheckpoint], str | None] | None:
+    """The finalizer's check that a checkpoint still reads only its upstreams' history
+    (none for a pipeline that reads no other)."""
+    if all(source.upstream is None for source in pipeline.sources.values()):
+        return None
+
+    def check(pending: PendingCheckpoint) -> str | None:
+        problems = taken_back(pipeline, store, pending)
+        return (
+            "a restore of a pipeline it reads took back what it read: " + "; ".join(problems)
+            if problems
+            else None
+        )
+
+    return check
