@@ -10,7 +10,10 @@ footer of the smallest of the state's full files. No Spark job either way.
 What the files hold is what Spark wrote, not what the code declared: Spark ships strings
 as either offset width, timestamps in the session's zone, and loses nullability through
 most transformations. `comparable_stored` takes the declared type wherever the stored
-one differs from it only in such a way, so those differences are not read as a change.
+one differs from it only in such a way, so those differences are not read as a change;
+a base still pending, whose files are not acknowledged yet, is judged by the schema its
+topology recorded the same way (`judged_recorded`), so it gets the verdict it will get
+once completed.
 A column such files hold as nullable and the code declares non-null is judged by its
 rows: nullable (a tightening the rules refuse) when a file holds a null in it, since a
 reader would hand those nulls to a function whose output must not hold any.
@@ -28,7 +31,7 @@ import pyarrow.parquet as pq
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.runtime.incremental import base_state_files
 from batchpoint.state.format import CHANGE_COLUMN, CHANGE_ROW, RESERVED_COLUMNS, StateHandle
-from batchpoint.state.schemas import canonical_schema
+from batchpoint.state.schemas import same_canonical_type
 from batchpoint.storage import ObjectStore
 
 
@@ -94,20 +97,32 @@ def comparable_stored(
     stored: BaseStateSchema, declared: pa.Schema, holding_nulls: frozenset[str] = frozenset()
 ) -> pa.Schema:
     """`stored.schema` with the declared type of each column whose stored type differs
-    only as Spark makes it differ (offset width, time zone), and, when read from the
+    only as Spark makes it differ (offset width, time zone, a list's item name:
+    `same_canonical_type`), and, when read from the
     files, the declared nullability, unless the column is one of `holding_nulls` (a
     null in the files): what the evolution rules should compare."""
-    equivalent = dict(canonical_schema(declared))
     fields = []
     for f in stored.schema:
         if f.name in declared.names:
             want = declared.field(f.name)
-            if canonical_schema(pa.schema([f])) == [(f.name, equivalent[f.name])]:
+            if same_canonical_type(f.type, want.type):
                 f = f.with_type(want.type)
             if not stored.declared:
                 f = f.with_nullable(want.nullable or f.name in holding_nulls)
         fields.append(f)
     return pa.schema(fields)
+
+
+def judged_recorded(recorded: pa.Schema, declared: pa.Schema | None) -> pa.Schema:
+    """A state's schema as a checkpoint's topology recorded it, as the rules compare it
+    with `declared` (None: a state the code no longer declares): for a base still
+    pending, whose files are not acknowledged yet, and for a state whose files cannot be
+    read. Its files hold that declaration as Spark writes it, so it gets the files'
+    equivalence (`comparable_stored`, nullability as recorded): judged pending and again
+    once completed, a base gets one verdict (DESIGN.md invariant 18)."""
+    if declared is None:
+        return recorded
+    return comparable_stored(BaseStateSchema(recorded, declared=True), declared)
 
 
 def tightened_columns(stored: BaseStateSchema, declared: pa.Schema) -> list[str]:

@@ -5,7 +5,7 @@ No Spark: the DAG processor, the CLI and the UI build plans too."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from batchpoint.protocol.source_input import READ
 from batchpoint.protocol.topology import NodeTopology, StateTopology, Topology
 from batchpoint.protocol.trigger import DeployBase
 from batchpoint.runtime.api import Pipeline
-from batchpoint.runtime.base_schemas import judged_schema
+from batchpoint.runtime.base_schemas import judged_recorded, judged_schema
 from batchpoint.sources.barrier import SourceBarrier
 from batchpoint.sources.upstream import PipelineSinkSource, upstream_of
 from batchpoint.storage import ObjectStore
@@ -212,8 +212,38 @@ def claimed_tables(
 
 def judged_topology(store: ObjectStore, completed: CompletedCheckpoint, code: Topology) -> Topology:
     """The checkpoint's topology with each state's schema as its files are read under
-    the code's declaration (`judged_schema`); a state without files keeps what was
-    recorded."""
+    the code's declaration (`judged_schema`); a state without readable files is judged
+    by what was recorded (`judged_recorded`)."""
+
+    def from_files(operator_uid: str, state_uid: str, want: pa.Schema | None) -> pa.Schema | None:
+        try:
+            return judged_schema(store, completed, operator_uid, state_uid, want)
+        except (BatchpointError, pa.ArrowException):
+            # files missing or unreadable are damage, the restore's and integrity's
+            # finding (invariant 11), not a deploy's: judged as recorded
+            return None
+
+    return _judged_states(completed.topology, code, from_files)
+
+
+def pending_judged_topology(recorded: Topology, code: Topology) -> Topology:
+    """A base still pending (concurrent checkpoints), judged by what its trigger
+    recorded as a completed base's states are judged (`judged_recorded`, the files'
+    equivalence): its files will hold that declaration, so judged now and again once
+    it completed, the code gets one verdict (invariant 18)."""
+    return _judged_states(recorded, code, lambda *_: None)
+
+
+#: A state's schema as its files are judged (operator uid, state uid, the declared
+#: schema), None when no files answer.
+_FromFiles = Callable[[str, str, pa.Schema | None], pa.Schema | None]
+
+
+def _judged_states(topology: Topology, code: Topology, from_files: _FromFiles) -> Topology:
+    """`topology` with each state's schema as the evolution rules compare it with the
+    code's declaration: `from_files`' answer (operator uid, state uid, declared), else
+    the recorded schema judged as the files would be (`judged_recorded`). The one place
+    a base's states are judged, pending or completed."""
     declared = {
         (n.uid, s.uid): s.arrow_schema()
         for n in code.nodes
@@ -221,16 +251,14 @@ def judged_topology(store: ObjectStore, completed: CompletedCheckpoint, code: To
         for s in n.states
     }
     nodes = []
-    for node in completed.topology.nodes:
+    for node in topology.nodes:
         states = []
         for state in node.states:
             want = declared.get((node.uid, state.uid))
-            try:
-                schema = judged_schema(store, completed, node.uid, state.uid, want)
-            except (BatchpointError, pa.ArrowException):
-                # files missing or unreadable are damage, the restore's and integrity's
-                # finding (invariant 11), not a deploy's: judged as recorded
-                schema = None
+            schema = from_files(node.uid, state.uid, want)
+            if schema is None and (recorded := state.arrow_schema()) is not None:
+                judged = judged_recorded(recorded, want)
+                schema = None if judged.equals(recorded) else judged  # as recorded: as is
             if schema is not None:
                 state = StateTopology.declared(state.uid, state.name, schema)
             states.append(state)
@@ -297,13 +325,15 @@ class BaseCheck:
             return [f"the record of base checkpoint {cid} is unreadable ({base.unreadable})"]
         allow = self.allow.get(cid, False) if isinstance(self.allow, Mapping) else self.allow
         if cid is not None and base.completed is None:
-            # a base still pending (concurrent checkpoints): what its trigger recorded
+            # a base still pending (concurrent checkpoints): what its trigger recorded,
+            # each state judged as its files will be, so completing changes no verdict
             if base.pending_topology is None:
                 return []  # its own trigger judged the code then; nothing recorded to judge
             read = barrier_partitions(base.pending_barrier or {})
+            code = code_topology(self.pipeline, self.spec)
             self.plan = plan_against(
                 self.pipeline,
-                with_reads(base.pending_topology, read),
+                with_reads(pending_judged_topology(base.pending_topology, code), read),
                 cid,
                 self.spec,
                 allow_non_restored_state=allow,

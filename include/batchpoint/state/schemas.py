@@ -68,6 +68,14 @@ def _canonical(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def same_canonical_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether `a` and `b` differ at most as Spark's files make types differ: offset
+    widths and time zones, and the name of a list's item field (pyarrow's `item`,
+    Spark's `element`: no reader sees it, so pyarrow's equality ignores it where the
+    canonical text keeps it). A struct field's name and any nullability still count."""
+    return _canonical(a).equals(_canonical(b))
+
+
 def _canonical_type(arrow_type: pa.DataType) -> str:
     return str(_canonical(arrow_type))
 
