@@ -37,9 +37,8 @@ BATCHPOINT_* environment), read per request, so a changed connection needs no re
 # definition time, and the Annotated user alias made inside create_app is only there.
 
 import asyncio
-import dataclasses
 import mimetypes
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -50,21 +49,13 @@ from fastapi.staticfiles import StaticFiles
 
 from batchpoint.airflow.dag_names import dag_ids
 from batchpoint.airflow.data_docs_assets import local_assets
-from batchpoint.airflow.ui_lineage import checkpoint_lineage, histories
 from batchpoint.airflow.ui_models import CheckpointDetailModel, CheckpointsPage, PipelineEntry
 from batchpoint.airflow.ui_pages import render_checkpoint, render_index, render_pipeline
-from batchpoint.airflow.ui_schedule import paused_dags, pending_deadlines
+from batchpoint.airflow.ui_reader import CheckpointPages, PipelineNames, SettingsSource
 from batchpoint.airflow.ui_sinks import sink_routes
 from batchpoint.errors import BatchpointError, CheckpointNotFound
-from batchpoint.ops.overview import checkpoint_page, control_of, page_summary, pipeline_overview
-from batchpoint.ops.restore_history import recent_restores
-from batchpoint.ops.runs import checkpoint_of_run
 from batchpoint.protocol.checkpoint import CheckpointType
-from batchpoint.protocol.coordinator import CheckpointCoordinator
-from batchpoint.protocol.pipeline_ports import PipelineHistory
-from batchpoint.runtime.cascade_plan import downstream_order
 from batchpoint.settings import Settings
-from batchpoint.storage.base import ObjectStore
 
 URL_PREFIX = "/batchpoint"
 #: The OpenAPI schema of the JSON routes, under the prefix.
@@ -77,8 +68,6 @@ DATA_DOCS_ASSETS = "/static/data-docs/"
 #: How many checkpoints a page shows by default, and at most.
 HISTORY_LIMIT = 50
 MAX_PAGE = 500
-#: The history read for a pipeline's status on the index (its newest checkpoints).
-OVERVIEW_PAGE = 20
 
 #: The checkpoints each of a pipeline's DAGs triggers (dag_names.dag_ids' keys).
 _RUN_KINDS = {"checkpoint": CheckpointType.CHECKPOINT, "savepoint": CheckpointType.SAVEPOINT}
@@ -87,12 +76,8 @@ _NONE_YET = (
     "checkpoint is older than the history kept."
 )
 
-SettingsSource = Callable[[], Settings]
-PipelineNames = Callable[[], list[str]]
 #: Whether the request's user may read a pipeline (its checkpoint DAG).
 ReadCheck = Callable[[Any, str], bool]
-#: Which of these DAGs are paused (Airflow's database, in the api-server).
-PausedDags = Callable[[list[str]], set[str]]
 
 
 def _deployment_settings() -> Settings:
@@ -110,34 +95,6 @@ def _deployment_pipelines() -> list[str]:
     return [cached_pipeline(ref).name for ref in AirflowDeployment.from_env().pipeline_refs]
 
 
-def _deployment_code(name: str) -> Any:
-    """The pipeline's code, loaded by its ref as the DAGs load it (airflow/links.py)."""
-    from batchpoint.airflow.config import AirflowDeployment
-    from batchpoint.airflow.hooks import cached_pipeline
-
-    for ref in AirflowDeployment.from_env().pipeline_refs:
-        pipeline = cached_pipeline(ref)
-        if pipeline.name == name:
-            return pipeline
-    raise BatchpointError(f"no pipeline ref of this deployment names '{name}'")
-
-
-def deploy_plan_of(settings: Settings, code: Callable[[str], Any], name: str) -> dict[str, Any]:
-    """The deploy plan of the code on the head, for the pipeline's page: its text, or
-    why there is none (the code cannot be loaded here, a record cannot be read)."""
-    from batchpoint.ops.deploy import deploy_plan
-
-    try:
-        pipeline = code(name)
-    except Exception as exc:  # a user's module: whatever it raises, the page still shows
-        return {"error": f"the pipeline's code could not be loaded here: {exc}"}
-    try:
-        plan = deploy_plan(pipeline, settings)
-    except BatchpointError as exc:
-        return {"error": f"no deploy plan: {exc}"}
-    return {"text": plan.render(), "deployable": plan.deployable}
-
-
 def _may_read_dags(user: Any, pipeline: str) -> bool:
     """The auth manager's answer for reading the pipeline's checkpoint DAG: whoever may
     see the DAG's runs may see its checkpoints."""
@@ -153,109 +110,6 @@ def _airflow_user_dependency() -> Callable[..., Any]:
     from airflow.api_fastapi.core_api.security import get_user
 
     return get_user
-
-
-class CheckpointPages:
-    """The records behind the pages, read off the event loop (storage calls block)."""
-
-    def __init__(
-        self,
-        settings: SettingsSource,
-        pipelines: PipelineNames,
-        code: Callable[[str], Any] = _deployment_code,
-        paused: PausedDags = paused_dags,
-    ) -> None:
-        self._settings = settings
-        self._pipelines = pipelines
-        self._code = code
-        self._paused = paused
-
-    def names(self) -> list[str]:
-        return self._pipelines()
-
-    def open(self, name: str) -> tuple[Settings, ObjectStore, PipelineHistory]:
-        settings = self._settings()
-        store = settings.store_ref.open()
-        return settings, store, CheckpointCoordinator(store, name, settings.checkpoint)
-
-    def pipelines(self, names: list[str]) -> list[dict[str, Any]]:
-        return [self.pipeline(name, OVERVIEW_PAGE)[0] for name in names]
-
-    def pipeline(
-        self, name: str, limit: int, before: int | None = None, with_plan: bool = False
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The pipeline with its status, and a page of its history (the newest page
-        also tells the status, so it is read once for both); `with_plan`: the deploy
-        plan of the code on the head too (the pipeline's own page)."""
-        settings, store, c = self.open(name)
-        newest = c.stats.page(None, limit)
-        page = newest if before is None else c.stats.page(before, limit)
-        overview = pipeline_overview(c, store, newest)
-        about = {
-            "pipeline": name,
-            "root": settings.root,
-            "head": overview.head,
-            "overview": overview.to_json(),
-            "config": dataclasses.asdict(settings.checkpoint),
-            "dags": dag_ids(name),
-        }
-        if with_plan:
-            about["deploy_plan"] = deploy_plan_of(settings, self._code, name)
-        held = set(c.quarantine.ids())
-        restored: dict[int, list[dict[str, Any]]] = {}
-        for event in recent_restores(c, control_of(c)):
-            restored.setdefault(event.checkpoint_id, []).append(event.to_json())
-        rows = [
-            {
-                **s.to_json(),
-                "quarantined": s.checkpoint_id in held,
-                "restores": restored.get(s.checkpoint_id, []),
-            }
-            for s in page.checkpoints
-        ]
-        return about, {
-            "pipeline": name,
-            "checkpoints": rows,
-            "older": page.older,
-            "summary": page_summary(page.checkpoints),
-        }
-
-    def downstream(self, name: str) -> list[str]:
-        """The deployed pipelines downstream of this one, which a cascade would consider;
-        none when a pipeline's code cannot be loaded here (the form still shows)."""
-        try:
-            return downstream_order(name, {n: self._code(n) for n in self.names()})
-        except Exception:  # a user's module: whatever it raises, the page still shows
-            return []
-
-    def paused(self, name: str) -> set[str]:
-        """The pipeline's DAGs that are paused: a form says so, or unpauses on trigger."""
-        return self._paused(list(dag_ids(name).values()))
-
-    def pending_deadlines(self, name: str) -> dict[int, float]:
-        """Each pending checkpoint's deadline: what a paused checkpoint DAG lets run out."""
-        _, _, c = self.open(name)
-        return pending_deadlines(c)
-
-    def checkpoint(
-        self, name: str, checkpoint_id: int, readable: Collection[str] | None = None
-    ) -> dict[str, Any]:
-        """One checkpoint, with its lineage across the pipelines on the same storage
-        (only about the `readable` ones, when given: ui_lineage.py)."""
-        settings, store, c = self.open(name)
-        detail = checkpoint_page(c, checkpoint_id).to_json()
-        history_of = histories(store, settings.checkpoint)
-        lineage = checkpoint_lineage(store, history_of, name, checkpoint_id, readable)
-        return {**detail, "lineage": lineage}
-
-    def checkpoint_of_run(self, name: str, run_id: str, kind: CheckpointType) -> int | None:
-        _, _, c = self.open(name)
-        return checkpoint_of_run(c, run_id, kind)
-
-    def data_docs(self, name: str, checkpoint_id: int, path: str) -> bytes | None:
-        """A file of a Data Docs site the gate stored beside the checkpoint, or None."""
-        _, _, c = self.open(name)
-        return c.reports.data_docs_file(checkpoint_id, path)
 
 
 Before = Annotated[int | None, Query(ge=1)]
@@ -315,6 +169,11 @@ def create_app(
     # Mounted last, so a pipeline's own routes win; a mount skips the app's user check.
     app.mount("/static", _PublicFiles(directory=STATIC_DIR), name="static")
     return app
+
+
+def error_page(exc: HTTPException) -> HTMLResponse:
+    """A read that failed, said inside a page with its status (not as raw JSON)."""
+    return HTMLResponse(render_index([], error=str(exc.detail)), status_code=exc.status_code)
 
 
 def _data_docs_file(path: str, data: bytes, root_path: str) -> Response:
@@ -391,16 +250,26 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
     @app.get(
         "/{pipeline}/checkpoints/{checkpoint_id}",
         response_class=HTMLResponse,
+        response_model=None,
         include_in_schema=False,
     )
-    async def checkpoint_page_html(pipeline: str, checkpoint_id: int, user: User) -> str:
+    async def checkpoint_page_html(
+        pipeline: str, checkpoint_id: int, user: User
+    ) -> str | HTMLResponse:
         await access.check_pipeline(user, pipeline)
         readable = await access.readable(user)
-        detail = await call(reader.checkpoint, pipeline, checkpoint_id, readable)
+        try:
+            detail = await call(reader.checkpoint, pipeline, checkpoint_id, readable)
+        except HTTPException as exc:  # said in the page, as the pipeline's page does
+            return error_page(exc)
         paused = await asyncio.to_thread(reader.paused, pipeline)
         downstream = await asyncio.to_thread(reader.downstream, pipeline)
         return render_checkpoint(pipeline, detail, dag_ids(pipeline), paused, downstream)
 
+    _data_docs_route(app, access, User)
+
+
+def _data_docs_route(app: FastAPI, access: _Access, User: Any) -> None:
     @app.get(
         "/{pipeline}/checkpoints/{checkpoint_id}/data-docs/{path:path}",
         response_class=Response,
@@ -414,7 +283,7 @@ def _html_routes(app: FastAPI, access: _Access, User: Any) -> None:
         parts = path.split("/")
         if "" in parts or "." in parts or ".." in parts or "\\" in path:
             raise HTTPException(status_code=404, detail=f"no Data Docs file {path!r}")
-        data = await call(reader.data_docs, pipeline, checkpoint_id, path)
+        data = await access.call(access.reader.data_docs, pipeline, checkpoint_id, path)
         if data is None:
             raise HTTPException(status_code=404, detail=f"no Data Docs file {path!r}")
         return _data_docs_file(path, data, request.scope.get("root_path", ""))

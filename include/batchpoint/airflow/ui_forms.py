@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from batchpoint.protocol.history_status import HistoryStatus
+from batchpoint.runtime.restore_options import ungated_phrase
 
 
 def trigger_form(
@@ -19,21 +20,33 @@ def trigger_form(
     title: str,
     fields: Sequence[tuple[str, str, Any]],
     paused: bool = False,
+    unless: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A form that triggers `dag_id` through Airflow's REST API with the UI's session:
     `fields` are (conf key, label, default); a bool default is a checkbox, a dict or list
-    default (or None) a JSON text field. A `paused` DAG's form offers to unpause it on
-    trigger (ticked, as Airflow's own form does); either way the script says whether
-    the DAG is paused once the run is created, so a queued run never reads "triggered"."""
+    default (or None) a JSON text field. `unless` maps a text field to a checkbox: the
+    field is shown, and required, only while that box is unticked (trigger.js). A
+    `paused` DAG's form offers to unpause it on trigger (ticked, as Airflow's own form
+    does); either way the script says whether the DAG is paused once the run is
+    created, so a queued run never reads "triggered"."""
     inputs = []
     for key, label, default in fields:
         if isinstance(default, bool):
-            inputs.append({"name": key, "label": label, "kind": "checkbox", "value": default})
+            field = {"name": key, "label": label, "kind": "checkbox", "value": default}
+            inputs.append({**field, "unless": ""})
             continue
         kind = "json" if isinstance(default, dict | list) or default is None else "text"
         # None: an empty field, which the form sends as null (unchanged), never "null"
         value = "" if default is None else json.dumps(default) if kind == "json" else str(default)
-        inputs.append({"name": key, "label": label, "kind": kind, "value": value})
+        inputs.append(
+            {
+                "name": key,
+                "label": label,
+                "kind": kind,
+                "value": value,
+                "unless": (unless or {}).get(key, ""),
+            }
+        )
     return {
         "id": form_id,
         "dag_id": dag_id,
@@ -47,6 +60,7 @@ def trigger_form(
 
 
 def restore_form(
+    pipeline: str,
     detail: Mapping[str, Any],
     dags: Mapping[str, str],
     paused: bool = False,
@@ -72,6 +86,14 @@ def restore_form(
             ("claim_mode", "claim mode (claim: retention may then drop it)", "no_claim"),
             ("cascade", f"cascade: the pipelines downstream follow ({scope})", False),
             ("quality_gate", "quality gate", True),
+            # The DAG's check refuses a restore with the gate off unless this is typed:
+            # without it here, unticking the gate could only fail (restore_form.py).
+            (
+                "confirm_ungated",
+                f'without the gate, type "{ungated_phrase(pipeline)}"',
+                "",
+            ),
         ],
         paused,
+        unless={"confirm_ungated": "quality_gate"},
     )

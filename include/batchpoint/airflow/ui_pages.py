@@ -338,7 +338,7 @@ def render_checkpoint(
         file_header=FILE_COLUMNS,
         files=files,
         lineage=lineage_tables(detail.get("lineage"), "../../"),
-        restore_form=restore_form(detail, dags, dags["restore"] in paused, downstream),
+        restore_form=restore_form(name, detail, dags, dags["restore"] in paused, downstream),
     )
 
 

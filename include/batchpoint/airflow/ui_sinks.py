@@ -5,10 +5,10 @@ Time travel by checkpoint is `batchpoint sink show --checkpoint N` on the same d
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 
-from batchpoint.airflow.ui_pages import render_sinks, when
+from batchpoint.airflow.ui_pages import render_index, render_sinks, when
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.sinks import sink_directory, sink_history
 from batchpoint.protocol.pipeline_ports import PipelineHistory
@@ -55,12 +55,20 @@ def table_sinks(settings: Settings, history: PipelineHistory) -> list[dict[str, 
 def sink_routes(app: FastAPI, access: Any, User: Any) -> None:
     reader, call = access.reader, access.call
 
-    @app.get("/{pipeline}/sinks", response_class=HTMLResponse, include_in_schema=False)
-    async def sinks_page(pipeline: str, user: User) -> str:
+    @app.get(
+        "/{pipeline}/sinks",
+        response_class=HTMLResponse,
+        response_model=None,
+        include_in_schema=False,
+    )
+    async def sinks_page(pipeline: str, user: User) -> str | HTMLResponse:
         await access.check_pipeline(user, pipeline)
 
         def read() -> list[dict[str, Any]]:
             settings, _, history = reader.open(pipeline)
             return table_sinks(settings, history)
 
-        return render_sinks(pipeline, await call(read))
+        try:
+            return render_sinks(pipeline, await call(read))
+        except HTTPException as exc:  # said in the page, as the pipeline's page does
+            return HTMLResponse(render_index([], error=str(exc.detail)), exc.status_code)

@@ -141,7 +141,7 @@ def pipeline_stats(coordinator: PipelineHistory) -> PipelineStats:
     failures = coordinator.failures.state()
     status, reason = failures.status.value, failures.reason
     if failures.status is not PipelineStatus.FAILED:
-        if repair := _needs_repair(coordinator):
+        if repair := needs_repair(coordinator):
             status, reason = "NEEDS_REPAIR", repair
         elif stop := stop_status(coordinator):
             status, reason = stop[0].upper(), stop[1]
@@ -154,7 +154,7 @@ def pipeline_stats(coordinator: PipelineHistory) -> PipelineStats:
     )
 
 
-def _needs_repair(c: PipelineHistory) -> str | None:
+def needs_repair(c: PipelineHistory) -> str | None:
     try:
         c.control_record()
     except ControlUnreadable as exc:

@@ -6,11 +6,13 @@ requests in proportion to what it shows, not to the history's length."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
-from batchpoint.errors import RecordError
-from batchpoint.ops.inspect import CheckpointDetail, show_checkpoint, stop_status
+from batchpoint.errors import CheckpointNotFound, RecordError
+from batchpoint.ops.inspect import CheckpointDetail, needs_repair, show_checkpoint, stop_status
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.ops.restore_history import RestoreEvent, latest_restore
 from batchpoint.protocol.checkpoint import (
@@ -21,18 +23,28 @@ from batchpoint.protocol.checkpoint import (
     FileHandle,
 )
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable
-from batchpoint.protocol.failures import PipelineStatus
+from batchpoint.protocol.failures import FailureState, PipelineStatus
 from batchpoint.protocol.pipeline_ports import PipelineHistory
-from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, HistoryPage
+from batchpoint.protocol.stats import (
+    CheckpointStats,
+    CheckpointStatsTracker,
+    HistoryPage,
+    held_but_missing,
+)
 from batchpoint.quality.report import CandidateReport
 from batchpoint.storage.base import ObjectStore
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class PipelineOverview:
     pipeline: str
-    #: "running", "failing" (consecutive failures past the tolerable bound), "stopping"
-    #: or "stopped" (a stop-with-savepoint, read from the control record).
+    #: "running", "failing" (consecutive failures past the tolerable bound),
+    #: "needs_repair" (the control record lost or unreadable: `pipeline_stats`' NEEDS_REPAIR,
+    #: every trigger refused until `batchpoint repair`), "stopping" or "stopped" (a
+    #: stop-with-savepoint, read from the control record), or "unreadable" (a record this
+    #: overview needs cannot be read: the finding says which).
     status: str
     status_detail: str
     head: int | None
@@ -40,9 +52,10 @@ class PipelineOverview:
     latest_savepoint: int | None
     pending: list[int]
     consecutive_failures: int
-    triggered: int  # checkpoints and savepoints ever triggered (the id counter)
-    #: What needs an operator's eye without stopping the pipeline: a table sink whose
-    #: table lags its manifest, or cannot be read.
+    #: Checkpoints and savepoints ever triggered (the id counter); None: it cannot be read.
+    triggered: int | None
+    #: What needs an operator's eye: a table sink whose table lags its manifest, or
+    #: cannot be read; a record that cannot be read (invariant 11: damage is a finding).
     findings: list[str] = field(default_factory=list)
     #: The restore that last moved the head (Flink's "Latest Restore"); None: none yet.
     latest_restore: RestoreEvent | None = None
@@ -50,15 +63,41 @@ class PipelineOverview:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def unreadable(cls, pipeline: str, problem: str) -> PipelineOverview:
+        """A pipeline whose status cannot be read at all: its row says why, beside the
+        other pipelines' rows (damage is a finding, never a blocker)."""
+        return cls(pipeline, "unreadable", problem, None, None, None, [], 0, None, [problem])
+
+
+#: The damage a read of one pipeline's records can meet: said, never raised past it.
+DAMAGE = (RecordError, ControlUnreadable)
+
+
+def history_page(
+    c: PipelineHistory, before: int | None, limit: int
+) -> tuple[HistoryPage, list[str]]:
+    """A page of the history; empty with why when it cannot be paged (the id counter
+    it counts down from is unreadable), so the rest of the pipeline's page still shows."""
+    try:
+        return c.stats.page(before, limit), []
+    except DAMAGE as exc:
+        return HistoryPage([], None), [f"the history cannot be paged: {exc}"]
+
 
 def pipeline_overview(
-    coordinator: PipelineHistory, store: ObjectStore, first_page: HistoryPage
+    coordinator: PipelineHistory,
+    store: ObjectStore,
+    first_page: HistoryPage,
+    damage: Sequence[str] = (),
 ) -> PipelineOverview:
     """The pipeline's status (`store`: the storage root, where its table sinks are);
     `first_page` is its newest history page (already read for the page that shows it,
-    so it is not read twice)."""
+    so it is not read twice); `damage`: what could not be read for it (findings).
+    Each record is read on its own: one that cannot be read is a finding, and the rest
+    still shows."""
     c = coordinator
-    head = c.head.get()
+    findings = list(damage)
     failures = c.failures.state()
     rows = first_page.checkpoints
     completed = [s for s in rows if s.status is CheckpointStatus.COMPLETED]
@@ -70,15 +109,17 @@ def pipeline_overview(
     )
     if latest_savepoint is None:
         latest_savepoint = _newest_retained_savepoint(c)
-    status, detail = "running", ""
-    if failures.status is PipelineStatus.FAILED:
-        status = "failing"
-        detail = (
-            f"{failures.consecutive_failures} consecutive failures, past the tolerable "
-            f"{c.config.tolerable_failed_checkpoints}: {failures.reason}"
-        )
-    elif (stop := stop_status(c)) is not None:
-        status, detail = stop
+    status, detail = _status(c, failures, findings)
+    if status == "needs_repair":
+        findings.append(detail)
+    head = _read(c.head.get, findings)
+    triggered = _read(c.ids.peek, findings)
+    findings += [
+        f"checkpoint {s.checkpoint_id} is unreadable: {s.failure_message}"
+        for s in rows
+        if s.status is CheckpointStatus.UNREADABLE
+    ]
+    findings += [str(f) for f in table_findings(c, store)]
     return PipelineOverview(
         c.pipeline,
         status,
@@ -88,10 +129,33 @@ def pipeline_overview(
         latest_savepoint,
         [s.checkpoint_id for s in rows if s.status is CheckpointStatus.PENDING],
         failures.consecutive_failures,
-        c.ids.peek() - 1,
-        [str(f) for f in table_findings(c, store)],
+        None if triggered is None else triggered - 1,
+        list(dict.fromkeys(findings)),  # one damaged record read twice is one finding
         latest_restore(control_of(c)),
     )
+
+
+def _status(c: PipelineHistory, failures: FailureState, findings: list[str]) -> tuple[str, str]:
+    """The status and why, decided as `pipeline_stats` decides it (the CLI's status):
+    failing, else needs repair, else stopped or stopping, else running. Whether the
+    control record is lost is told by the id counter: an unreadable one is a finding."""
+    if failures.status is PipelineStatus.FAILED:
+        return "failing", (
+            f"{failures.consecutive_failures} consecutive failures, past the tolerable "
+            f"{c.config.tolerable_failed_checkpoints}: {failures.reason}"
+        )
+    if repair := _read(partial(needs_repair, c), findings):
+        return "needs_repair", repair
+    return stop_status(c) or ("running", "")
+
+
+def _read(read: Callable[[], _T], findings: list[str]) -> _T | None:
+    """What `read` returns, or None with the damage it met added to `findings`."""
+    try:
+        return read()
+    except DAMAGE as exc:
+        findings.append(str(exc))
+        return None
 
 
 def control_of(c: PipelineHistory) -> ControlRecord | None:
@@ -105,7 +169,11 @@ def control_of(c: PipelineHistory) -> ControlRecord | None:
 
 def _newest_retained_savepoint(c: PipelineHistory) -> int | None:
     """Savepoints stay retained until disposed, so an old one is among the few retained."""
-    for cid in sorted(c.completed.retained_ids(), reverse=True):
+    try:
+        retained = c.completed.retained_ids()
+    except DAMAGE:
+        return None  # the control record's damage is a finding of its own
+    for cid in sorted(retained, reverse=True):
         try:
             if c.get_checkpoint(cid).type is CheckpointType.SAVEPOINT:
                 return cid
@@ -138,9 +206,17 @@ class CheckpointPage:
 
 
 def checkpoint_page(coordinator: PipelineHistory, checkpoint_id: int) -> CheckpointPage:
-    """CheckpointNotFound for an id with no records."""
+    """CheckpointNotFound for an id with no records (but one the control record holds,
+    whose records are gone, is shown as unreadable: the history's row says so too)."""
     c = coordinator
-    detail = show_checkpoint(c, checkpoint_id)
+    try:
+        detail = show_checkpoint(c, checkpoint_id)
+    except CheckpointNotFound:
+        missing = held_but_missing(checkpoint_id, c.stats.standing())
+        if missing is None:
+            raise
+        held = c.quarantine.held(checkpoint_id)
+        return CheckpointPage(CheckpointDetail(missing, [], None, 0, {}, held), None, None, [])
     stored = c.reports.quality_report(checkpoint_id)
     report = CandidateReport.decode(stored.key, stored.data) if stored else None
     held = detail.quarantine

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from batchpoint.errors import CheckpointNotFound, RecordError
+from batchpoint.errors import CheckpointNotFound, CorruptRecord, RecordError
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointStatus,
@@ -83,7 +83,7 @@ class CheckpointStats:
     history_status: HistoryStatus | None = None
 
     @classmethod
-    def unreadable(cls, checkpoint_id: int, problem: RecordError) -> CheckpointStats:
+    def unreadable(cls, checkpoint_id: int, problem: RecordError | str) -> CheckpointStats:
         """The row of a checkpoint whose records cannot be read: damage is a finding in
         the history, named, never an error that hides every other checkpoint."""
         return cls(
@@ -230,7 +230,11 @@ class CheckpointStatsTracker:
         """
         if limit < 1:
             raise ValueError(f"a page holds at least one checkpoint, not {limit}")
-        top = self._ids.peek() if before is None else min(before, self._ids.peek())
+        try:
+            next_id = self._ids.peek()
+        except CorruptRecord:  # a finding of its own, which hides no history
+            next_id = max(self._reads.checkpoint_ids(), default=0) + 1
+        top = next_id if before is None else min(before, next_id)
         found: list[CheckpointStats] = []
         below = top
         standing = self.standing()
@@ -266,7 +270,9 @@ class CheckpointStatsTracker:
         try:
             return self.checkpoint(checkpoint_id, standing)[0]
         except CheckpointNotFound:
-            return None  # pruned, or an id whose trigger never wrote its record
+            # pruned, or an id whose trigger never wrote its record; unless the control
+            # record still holds it (read once for the page: no request more)
+            return held_but_missing(checkpoint_id, standing)
         except RecordError as exc:
             return CheckpointStats.unreadable(checkpoint_id, exc)
 
@@ -283,6 +289,25 @@ class CheckpointStatsTracker:
             duration_s=_min_avg_max(durations),
             state_size=_min_avg_max(sizes),
         )
+
+
+def held_but_missing(checkpoint_id: int, standing: Standing | None) -> CheckpointStats | None:
+    """The row of a checkpoint that the control record holds (the head or a retained
+    one) but whose records are gone: damage to show (invariant 11), where the row of a
+    pruned checkpoint is rightly left out. None when the control record does not hold it."""
+    if standing is None or not standing.known:
+        return None
+    if checkpoint_id == standing.head:
+        role = "the head"
+    elif checkpoint_id in standing.retained:
+        role = "retained"
+    else:
+        return None
+    return CheckpointStats.unreadable(
+        checkpoint_id,
+        f"checkpoint {checkpoint_id} is {role} in the control record, but its outcome "
+        "record is missing: no restore can go back to it",
+    )
 
 
 def _min_avg_max(values: list[float]) -> tuple[float, float, float] | None:

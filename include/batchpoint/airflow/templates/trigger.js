@@ -13,7 +13,23 @@ async function callApi(url, method, body) {
   return {ok: answer.ok, body: json, detail: JSON.stringify(json.detail || json)};
 }
 
+// A field that only an unticked box needs (the typed confirmation of a restore without
+// the quality gate) is shown, and required, only while that box is unticked.
+function showWhenUnticked(form) {
+  form.querySelectorAll('label[data-unless]').forEach(function (label) {
+    var box = form.querySelector('input[type=checkbox][name="' + label.dataset.unless + '"]');
+    if (!box) { return; }
+    var sync = function () {
+      label.hidden = box.checked;
+      label.querySelector('input').required = !box.checked;
+    };
+    box.addEventListener('change', sync);
+    sync();
+  });
+}
+
 document.querySelectorAll('form.trigger').forEach(function (form) {
+  showWhenUnticked(form);
   form.addEventListener('submit', async function (event) {
     event.preventDefault();
     var out = form.querySelector('output');
