@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from batchpoint.errors import RestoreRefused, TriggerRefused
+from batchpoint.ops import cascade as cascade_module
 from batchpoint.ops.cascade import CascadeContext, apply_planned, cascade_restore
 from batchpoint.ops.epoch import finalize
 from batchpoint.protocol.cascade import CascadeBusy, CascadeStatus, CascadeStore, history_key
@@ -255,3 +256,65 @@ def test_a_plain_restore_of_a_pipeline_a_cascade_holds_is_refused(chain: FakeCha
     run = cascade_restore(_context(chain), "ledger", None)
     assert run.resumed and run.record is not None and run.record.status is CascadeStatus.DONE
     assert _heads(chain) == (1, 1, 1)
+
+
+def test_an_upstreams_damage_does_not_block_a_readers_finalize(tmp_path: Path) -> None:
+    """Reports 2 acked; then ledger's control record is damaged. The finalize's check of
+    what it read raised out of finalize and settle, blocking reports' GC and cleanup
+    (found by the reviewer of the diff): the epoch's read was checked, so it completes."""
+    chain = FakeChain.on((tmp_path / "store").as_uri())
+    chain.epoch(chain.ledger)
+    chain.epoch(chain.reports)
+    chain.epoch(chain.ledger)
+    in_flight = chain.reports.trigger()
+    ack_all(chain.reports, in_flight)
+    chain.ledger.store.put(chain.ledger.coordinator.control.key, b"{not json")
+
+    settled = chain.reports.coordinator.settle()
+    assert [o.status for o in settled] == [CheckpointStatus.COMPLETED]
+    assert chain.reports.coordinator.control_record().head == in_flight.checkpoint_id
+
+
+def test_a_cascade_is_not_failed_by_a_pipeline_it_does_not_concern(chain: FakeChain) -> None:
+    """Reports was left behind by an earlier plain restore of ledger; a cascade of trends
+    alone ended FAILED naming reports (found by the reviewer of the diff): only readers
+    of what the cascade restored, and only what completed since it started, count."""
+    chain.restore(chain.ledger, 1)
+    run = cascade_restore(_context(chain), "trends", 1)
+    assert run.record is not None and run.record.status is CascadeStatus.DONE, run.record
+    assert _heads(chain) == (1, 2, 1)
+
+
+def test_a_resume_that_lost_the_race_leaves_no_fence_and_old_fences_are_lifted(
+    chain: FakeChain,
+) -> None:
+    """Two resumers of one cascade cut short: the first finishes it; the second, going on
+    with the record it read, fenced every member again and died on the record being
+    gone, and nothing could lift those fences (found by the reviewer of the diff). It
+    now lifts what it set; and a fence whose cascade is over (its process died holding
+    it) is lifted by the next plain restore or cascade."""
+
+    def crash(point: str, pipeline: str) -> None:
+        if (point, pipeline) == ("after-restore", "ledger"):
+            raise Crash("killed after the ledger's restore")
+
+    with pytest.raises(Crash):
+        cascade_restore(_context(chain), "ledger", 1, hook=crash)
+    cascades = CascadeStore(chain.ledger.store)
+    found = cascades.active()
+    assert found is not None
+    read_before = found[0]
+    assert cascade_restore(_context(chain), "ledger", None).resumed
+    with pytest.raises(CascadeBusy):
+        cascade_module._drive(_context(chain), cascades, read_before, {}, None)
+    drivers = (chain.ledger, chain.reports, chain.trends)
+    assert [d.coordinator.control_record().cascade for d in drivers] == [None] * 3
+    assert chain.epoch(chain.reports) == 3
+
+    # a process that died holding the fence of a cascade that is over
+    chain.reports.coordinator.hold_for_cascade(read_before.fence())
+    with pytest.raises(TriggerRefused):
+        chain.reports.trigger()
+    chain.restore(chain.reports, 1)
+    assert chain.reports.coordinator.control_record().cascade is None
+    assert chain.epoch(chain.reports) == 4

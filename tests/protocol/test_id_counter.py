@@ -94,3 +94,30 @@ def test_an_import_past_a_counter_that_is_behind_takes_a_new_id(tmp_path: Path) 
     entry = c.checkpoint_trigger.admit_import(now=1.0)
     assert entry.checkpoint_id == last + 1 and entry.imported
     assert sorted(p.checkpoint_id for p in c.control.load().pending) == [last + 1]
+
+
+def test_racing_triggers_admit_their_ids_out_of_order(tmp_path: Path) -> None:
+    """A trigger that took its id first may admit it after another took and admitted a
+    newer one (catch-up runs, a savepoint beside a scheduled run): that id is not used,
+    and is admitted as it is (a reviewer saw the first rule, "no id below the newest",
+    fail it as a counter behind and end in NEEDS_REPAIR)."""
+    store = LocalObjectStore(tmp_path)
+    first = coordinator(store, max_concurrent=10)
+    other = coordinator(store, max_concurrent=10)  # another process, the same pipeline
+    complete(first)
+    counter = first.checkpoint_trigger._ids
+    take = counter.get_and_increment
+    admitted_meanwhile = []
+
+    def taken_then_overtaken() -> int:
+        taken = take()
+        admitted_meanwhile.append(other.trigger({"src": {"p0": 9}}).checkpoint_id)
+        return taken
+
+    counter.get_and_increment = taken_then_overtaken  # type: ignore[method-assign]
+    pending = first.trigger({"src": {"p0": 5}})
+    assert admitted_meanwhile == [pending.checkpoint_id + 1]
+    assert sorted(p.checkpoint_id for p in first.control.load().pending) == [
+        pending.checkpoint_id,
+        pending.checkpoint_id + 1,
+    ]

@@ -28,6 +28,7 @@ from batchpoint.protocol.cascade import (
     mark_done,
     new_cascade_id,
     restored_by_cascade,
+    retired_fence,
 )
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.coordinator import CheckpointCoordinator
@@ -277,32 +278,54 @@ def _drive(
     finished record still active (its process died retiring it) is only retired: its
     outcome stands, and its steps are not run again, nor its fences set."""
     if record.finished:
-        for pipeline in record.pipelines:
-            context.driver(pipeline).coordinator.release_cascade(record.cascade_id)
+        _release(context, record)
         cascades.retire(record)
         context.progress(describe(record))
         return record
-    fence = record.fence()
-    for pipeline in record.pipelines:
-        context.driver(pipeline).coordinator.hold_for_cascade(fence)
+    _fence(context, cascades, record)
     failure = None
-    for step in record.steps:
-        if step.done:
-            continue
-        try:
-            _restore_step(context, record.cascade_id, step, planned.get(step.pipeline), hook)
-        except (RestoreRefused, DeployRefused) as exc:  # it can never finish: say why
-            failure = f"pipeline '{step.pipeline}': {exc}"
-            break
-        record = cascades.update(record.cascade_id, lambda r, p=step.pipeline: mark_done(r, p))
+    try:
+        for step in record.steps:
+            if step.done:
+                continue
+            try:
+                _restore_step(context, record.cascade_id, step, planned.get(step.pipeline), hook)
+            except (RestoreRefused, DeployRefused) as exc:  # it can never finish: say why
+                failure = f"pipeline '{step.pipeline}': {exc}"
+                break
+            record = cascades.update(record.cascade_id, lambda r, p=step.pipeline: mark_done(r, p))
+    except CascadeBusy:  # another process finished it meanwhile: lift what this one set
+        _release(context, record)
+        raise
     if failure is None:
         failure = _left_behind(context, record)
-    for pipeline in record.pipelines:
-        context.driver(pipeline).coordinator.release_cascade(record.cascade_id)
+    _release(context, record)
     record = cascades.update(record.cascade_id, lambda r: finished(r, context.clock(), failure))
     cascades.retire(record)
     context.progress(describe(record))
     return record
+
+
+def _fence(context: CascadeContext, cascades: CascadeStore, record: CascadeRecord) -> None:
+    """Hold every pipeline of the record, over the fences of cascades that are over;
+    then make sure the record is still the active one (a resume racing another may
+    have lost: it lifts what it set, CascadeBusy)."""
+    store = context.store_ref.open()
+    for pipeline in record.pipelines:
+        coordinator = context.driver(pipeline).coordinator
+        if stale := retired_fence(coordinator.control_record(), CascadeStore(store)):
+            coordinator.release_cascade(stale)
+        coordinator.hold_for_cascade(record.fence())
+    try:
+        cascades.update(record.cascade_id, lambda _r: None)
+    except CascadeBusy:
+        _release(context, record)
+        raise
+
+
+def _release(context: CascadeContext, record: CascadeRecord) -> None:
+    for pipeline in record.pipelines:
+        context.driver(pipeline).coordinator.release_cascade(record.cascade_id)
 
 
 def _left_behind(context: CascadeContext, record: CascadeRecord) -> str | None:
@@ -311,15 +334,18 @@ def _left_behind(context: CascadeContext, record: CascadeRecord) -> str | None:
     the restored pipelines are fenced; a completion after that restore is refused by
     its finalize). Named, never left in silence."""
     store = context.store_ref.open()
+    restored = set(record.pipelines)
     behind = []
     for name, pipeline in sorted(context.code.items()):
-        if name in record.pipelines:
+        reads = {s.upstream.pipeline for s in pipeline.sources.values() if s.upstream}
+        if name in restored or not reads & restored:
             continue
         coordinator = context.driver(pipeline).coordinator
         try:
             control = coordinator.control_record()
             head = coordinator.get_outcome(control.head) if control and control.head else None
-            problems = taken_back(pipeline, store, head.pending) if head is not None else []
+            since = head is not None and head.decided_at >= record.started_at  # else planned
+            problems = taken_back(pipeline, store, head.pending) if head and since else []
         except BatchpointError as exc:
             problems = [f"cannot be told ({exc})"]
         if problems:

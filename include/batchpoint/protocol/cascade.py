@@ -183,6 +183,19 @@ def fenced(control: ControlRecord | None, fence: CascadeFence, pipeline: str) ->
     return control if held == fence else replace(control, cascade=fence)
 
 
+def retired_fence(control: ControlRecord | None, cascades: CascadeStore) -> str | None:
+    """The id of the cascade fencing the pipeline when that cascade is over (retired to
+    the history, not active): a fence a process that lost the race to finish it set
+    again, or died before lifting. Nothing holds it any more, so it may be lifted."""
+    fence = control.cascade if control is not None else None
+    if fence is None:
+        return None
+    active = cascades.active()
+    if active is not None and active[0].cascade_id == fence.cascade:
+        return None
+    return fence.cascade if cascades.history(fence.cascade) is not None else None
+
+
 def unfenced(control: ControlRecord | None, cascade_id: str) -> ControlRecord | None:
     """The record without this cascade's fence (None: nothing to change)."""
     if control is None or control.cascade is None or control.cascade.cascade != cascade_id:

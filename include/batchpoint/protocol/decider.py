@@ -90,8 +90,9 @@ class CheckpointRequestDecider:
         control = self.check(
             control, checkpoint_type, now, has_history=has_history, self_contained=self_contained
         )
-        if checkpoint_id <= (newest := max(control.known_ids(), default=0)):
-            raise IdAlreadyUsed(checkpoint_id, newest)
+        # Named, not merely lower: racing triggers admit their ids out of order.
+        if checkpoint_id in (known := control.known_ids()):
+            raise IdAlreadyUsed(checkpoint_id, max(known))
         if stop and checkpoint_type is CheckpointType.SAVEPOINT:
             control = stopping.admit_stop(control, checkpoint_id, now)
         base = None if self_contained else base_of(control)

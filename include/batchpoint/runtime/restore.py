@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
+from batchpoint.protocol.cascade import CascadeStore, retired_fence
 from batchpoint.protocol.claim_mode import ClaimMode
 from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.ports import ProgressFn
@@ -320,6 +321,11 @@ class RestorePlanner:
         self.progress(f"moving the head of '{self.pipeline}' to checkpoint {checkpoint_id}")
         if mode is ClaimMode.CLAIM:
             self.progress(f"claiming checkpoint {checkpoint_id}: retention may now drop it")
+        coordinator = self.driver.coordinator
+        if cascade is None and (
+            stale := retired_fence(coordinator.control_record(), CascadeStore(self.driver.store))
+        ):
+            coordinator.release_cascade(stale)  # a fence of a cascade that is over
         head = self.driver.coordinator.restorer.restore(
             examined,
             mode=mode,
