@@ -7,6 +7,7 @@ by delta-rs, on a folder and on SeaweedFS)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import sys
 from collections import Counter
@@ -20,7 +21,7 @@ from batchpoint.errors import ConfigError
 from batchpoint.protocol.sink_manifest import SinkMode
 from batchpoint.sources.barrier import SourceBarrier
 from batchpoint.sources.delta_table import DeltaTableSource
-from batchpoint.sources.errors import SourceOffsetError
+from batchpoint.sources.errors import SourceDataError, SourceOffsetError
 from batchpoint.sources.files import SourceSplit
 from batchpoint.storage import StoreRef
 from batchpoint.tables.binding import TableBinding
@@ -224,6 +225,141 @@ def test_partition_values_come_from_the_log(table_store: StoreRef) -> None:
         ("o2", datetime.date(2024, 1, 2)),
     ]
     assert rows(first, second) == [("o3", datetime.date(2024, 1, 3))]
+
+
+def test_a_column_the_table_gained_reads_as_nulls_in_its_older_files(
+    table_store: StoreRef,
+) -> None:
+    """A nullable column added by a schema merge is absent from the files written before
+    it: read as nulls there (as a file source reads an absent column), every epoch, while
+    an absent required column is still refused."""
+    declared = SCHEMA.append(pa.field("note", pa.string()))
+    binding = TableBinding("shop.evolving", format="delta")
+    source = DeltaTableSource(table_store.open(), binding, schema=declared)
+    _write(source, "a")
+    base = source.capture_barrier()
+    rows = pa.table({"order_id": ["b"], "amount": [1], "note": ["gift"]})
+    write_deltalake(
+        source.uri, rows, mode="append", schema_mode="merge", storage_options=_options(source)
+    )
+    end = source.capture_barrier()
+    content = [r for s in source.files_between(None, end) for r in source.read_split(s).to_pylist()]
+    assert sorted(content, key=str) == [
+        {"order_id": "a", "amount": 1, "note": None},
+        {"order_id": "b", "amount": 1, "note": "gift"},
+    ]
+    old = source.files_between(None, base)
+    assert source.read_split(old[0]).to_pylist() == [{"order_id": "a", "amount": 1, "note": None}]
+    source.schema = declared.append(pa.field("region", pa.string(), nullable=False))
+    with pytest.raises(SourceDataError, match=r"required columns \['region'\]"):
+        source.read_split(old[0])
+
+
+def test_a_damaged_data_file_or_a_value_out_of_range_is_a_data_error(
+    source: DeltaTableSource,
+) -> None:
+    _write(source, "a")
+    [split] = source.files_between(None, source.capture_barrier())
+    source.schema = pa.schema([("order_id", pa.string()), ("amount", pa.int32())])
+    rows = pa.table({"order_id": ["big"], "amount": [2**40]})
+    write_deltalake(source.uri, rows, mode="overwrite", storage_options=_options(source))
+    [big] = source.files_between(None, source.capture_barrier())
+    with pytest.raises(SourceDataError, match="cannot read as int32") as out_of_range:
+        source.read_split(big)
+    assert out_of_range.value.column == "amount" and big.key in out_of_range.value.uri
+    source.store.put(split.key, b"\0" * split.size)  # torn: same size, no Parquet left
+    with pytest.raises(SourceDataError, match="not a readable Parquet file") as damaged:
+        source.read_split(split)
+    assert damaged.value.uri == source.store.child(split.key)
+
+
+@pytest.mark.parametrize(
+    ("damage", "found"),
+    [
+        (lambda data: data + b"\n{garbage", "at line 3: Expecting property name"),
+        (lambda data: b"\xff\xfe" + data, "is damaged: 'utf-8' codec can't decode"),
+        (lambda data: data + b"\n[1]", "at line 3: a list, not a JSON object"),
+    ],
+    ids=["not-json", "not-utf-8", "not-an-object"],
+)
+def test_a_damaged_commit_stops_the_epoch_naming_its_version(
+    source: DeltaTableSource, damage: Any, found: str
+) -> None:
+    _write(source, "a")
+    base = source.capture_barrier()
+    _write(source, "b")
+    end = source.capture_barrier()
+    commit = "delta/shop/orders/_delta_log/00000000000000000001.json"
+    data = source.store.get(commit).data
+    assert len(data.splitlines()) == 2  # commitInfo and add: the damage is line 3
+    source.store.put(commit, damage(data))
+    with pytest.raises(SourceOffsetError, match="the commit of version 1") as refused:
+        source.files_between(base, end)
+    assert commit in str(refused.value) and found in str(refused.value)
+
+
+def _epochs(source: DeltaTableSource, rows: pa.Table) -> tuple[list[Any], list[Any]]:
+    """What a first epoch and an incremental one read of `rows`, appended partitioned by
+    `part`: the same rows, read from the table's content and from its log."""
+
+    def write(table: pa.Table) -> None:
+        write_deltalake(
+            source.uri,
+            table,
+            mode="append",
+            partition_by=["part"],
+            storage_options=_options(source),
+        )
+
+    def read(start: object, end: object) -> list[Any]:
+        splits = source.files_between(start, end)  # type: ignore[arg-type]
+        found = [r for s in splits for r in source.read_split(s).to_pylist()]
+        return sorted(
+            ((r["order_id"], r["part"]) for r in found if r["order_id"] != "seed"), key=str
+        )
+
+    write(rows.slice(0, 1).set_column(0, "order_id", pa.array(["seed"])))
+    base = source.capture_barrier()
+    write(rows)
+    end = source.capture_barrier()
+    return read(None, end), read(base, end)
+
+
+def test_a_null_partition_value_reads_as_null_in_every_epoch(table_store: StoreRef) -> None:
+    """The log writes a null partition value as "": a first epoch (delta-rs) and an
+    incremental one (the log) both read it as null, and an empty string too (the
+    protocol cannot tell them apart)."""
+    schema = pa.schema([pa.field("order_id", pa.string(), nullable=False), ("part", pa.string())])
+    binding = TableBinding("shop.by_part", format="delta")
+    source = DeltaTableSource(table_store.open(), binding, schema=schema)
+    rows = pa.table({"order_id": ["a", "b", "c"], "part": ["x", "", None]})
+    first, incremental = _epochs(source, rows)
+    assert first == incremental == [("a", "x"), ("b", None), ("c", None)]
+
+
+def test_a_zoned_timestamp_partition_reads_the_same_in_every_epoch(
+    table_store: StoreRef,
+) -> None:
+    """The log writes a zoned timestamp's partition value in UTC without an offset (newer
+    writers with one): every form reads as the same instant, first epoch or incremental."""
+    zoned = pa.timestamp("us", "UTC")
+    schema = pa.schema([pa.field("order_id", pa.string(), nullable=False), ("part", zoned)])
+    binding = TableBinding("shop.by_time", format="delta")
+    source = DeltaTableSource(table_store.open(), binding, schema=schema)
+    at = datetime.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
+    first, incremental = _epochs(
+        source, pa.table({"order_id": ["a"], "part": pa.array([at], zoned)})
+    )
+    assert first == incremental == [("a", at)]
+    [split] = source.files_between(None, source.capture_barrier())[-1:]
+    source.schema = schema.set(1, pa.field("part", pa.timestamp("us", "Europe/Paris")))
+    for text in (
+        "2024-01-02 03:04:05.678901",
+        "2024-01-02T03:04:05.678901Z",
+        "2024-01-02T04:04:05.678901+01:00",
+    ):
+        moved = dataclasses.replace(split, values={"part": text})
+        assert source.read_split(moved).column("part").to_pylist() == [at], text
 
 
 def test_without_deltalake_the_source_says_what_to_install(

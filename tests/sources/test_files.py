@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from batchpoint.codec import envelope
 from batchpoint.errors import ConfigError
 from batchpoint.sources import (
     PartitionedFileSource,
@@ -19,6 +22,8 @@ from batchpoint.sources import (
     SourceOffsetError,
     SourceSplit,
 )
+from batchpoint.sources.barrier import FileEntry, prefix_digest
+from batchpoint.sources.readers import select_declared
 from batchpoint.storage.local import LocalObjectStore
 from demo.payments_data import write_epoch_files
 
@@ -422,3 +427,55 @@ def test_parquet_missing_column_null_key_and_garbage(store: LocalObjectStore) ->
     store.delete("in/src/p0/f.parquet")
     error = bad(store, "parquet", parquet_bytes(pa.table({"account_id": ["a"], "amount": ["x"]})))
     assert error.column == "amount" and "cannot read as int64" in error.problem
+
+
+# -- names that are not UTF-8 -------------------------------------------------------------
+
+
+def test_a_file_name_that_is_not_utf8_is_read_and_its_barrier_round_trips(
+    store: LocalObjectStore, tmp_path: Path
+) -> None:
+    """A local folder may hold a name that is not UTF-8 (a Latin-1 producer's): Python
+    lists it with surrogate escapes, its digest covers its bytes, and the barrier survives
+    the record codec's JSON, so the trigger neither crashes nor loses the file."""
+    put_files(store, "p0", "0001.jsonl")
+    folder = os.fsencode(tmp_path / "store" / "in" / "src" / "p0")
+    with open(folder + b"/0002-\xe9t\xe9.jsonl", "wb") as handle:
+        handle.write(jsonl({"account_id": "b", "amount": 2}))
+    src = source(store)
+    barrier = src.capture_barrier()
+    assert barrier["p0"].last == "0002-\udce9t\udce9.jsonl"
+    stored = envelope.encode("test", 1, {"barrier": barrier.to_json()})
+    _, body = envelope.decode("test", stored, "test", (1,))
+    recorded = SourceBarrier.from_json(body["barrier"])
+    assert recorded == barrier
+    src.verify_barrier(recorded)
+    rows = src.read_splits(src.files_between(None, recorded)).column("account_id").to_pylist()
+    assert rows == ["a", "b"]
+
+
+def test_digests_of_utf8_names_are_unchanged() -> None:
+    """Barriers recorded by earlier releases must still verify: a UTF-8 name's digest is
+    the hash of its UTF-8 bytes, as it always was."""
+    files = [FileEntry("0001.jsonl", 12), FileEntry("été/0002.jsonl", 3)]
+    expected = hashlib.sha256("0001.jsonl\x0012\nété/0002.jsonl\x003\n".encode()).hexdigest()
+    assert prefix_digest(files) == f"sha256:{expected}"
+
+
+# -- a table file's rows as declared (Delta, Iceberg, a pipeline's output) ---------------
+
+
+def test_select_declared_fills_absent_nullable_columns_and_refuses_the_rest() -> None:
+    table = pa.table({"amount": pa.array([1, 2**40]), "account_id": ["a", "b"], "x": [0, 0]})
+    declared = pa.schema([pa.field("account_id", pa.string(), nullable=False), ("note", pa.int8())])
+    out = select_declared(table, declared, "s3://b/f.parquet")
+    assert out.schema == pa.schema([("account_id", pa.string()), ("note", pa.int8())])
+    assert out.to_pylist() == [{"account_id": "a", "note": None}, {"account_id": "b", "note": None}]
+    required = declared.append(pa.field("region", pa.string(), nullable=False))
+    with pytest.raises(SourceDataError, match=r"required columns \['region'\]") as missing:
+        select_declared(table, required, "s3://b/f.parquet")
+    assert missing.value.uri == "s3://b/f.parquet"
+    narrow = pa.schema([("amount", pa.int32())])
+    with pytest.raises(SourceDataError, match="cannot read as int32") as out_of_range:
+        select_declared(table, narrow, "s3://b/f.parquet")
+    assert out_of_range.value.column == "amount"

@@ -41,8 +41,10 @@ class FileEntry:
 def prefix_digest(files: Sequence[FileEntry]) -> str:
     digest = hashlib.sha256()
     for entry in files:
-        # NUL cannot occur in an object key, so the encoding is unambiguous.
-        digest.update(f"{entry.name}\0{entry.size}\n".encode())
+        # NUL cannot occur in an object key, so the encoding is unambiguous. A local
+        # folder may hold a name that is not UTF-8 (Python lists it with surrogate
+        # escapes): surrogateescape gives back its bytes, and leaves UTF-8 names' as before.
+        digest.update(f"{entry.name}\0{entry.size}\n".encode("utf-8", "surrogateescape"))
     return f"sha256:{digest.hexdigest()}"
 
 

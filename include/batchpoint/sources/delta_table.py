@@ -61,6 +61,7 @@ CHANGE_TYPES = {"removed": ("delete", "update_preimage"), "added": ("insert", "u
 CHANGE_TYPE_COLUMN = "_change_type"
 
 Action = Mapping[str, Any]
+Barrier = SourceBarrier | Mapping[str, object]  # a barrier, or its JSON as recorded
 
 
 class NotAppended(SourceOffsetError):
@@ -139,8 +140,7 @@ class DeltaTableSource:
             return None
         operation = "unknown"
         added, removed, changes = [], [], []
-        for line in data.decode().splitlines():
-            action = json.loads(line) if line.strip() else {}
+        for action in self._actions(version, data):
             if "commitInfo" in action:
                 operation = str(action["commitInfo"].get("operation") or operation)
             elif "metaData" in action:
@@ -157,6 +157,24 @@ class DeltaTableSource:
             elif "cdc" in action:
                 changes.append(action["cdc"])
         return Commit(version, operation, tuple(added), tuple(removed), tuple(changes))
+
+    def _actions(self, version: int, data: bytes) -> list[Action]:
+        # A damaged commit stops the epoch naming its version, not with a parser's traceback.
+        actions: list[Action] = []
+        try:
+            for line in data.decode("utf-8").splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if not isinstance(action, dict):
+                    raise ValueError(f"a {type(action).__name__}, not a JSON object")
+                actions.append(action)
+        except ValueError as exc:  # also UnicodeDecodeError, JSONDecodeError
+            at = "" if isinstance(exc, UnicodeDecodeError) else f" at line {len(actions) + 1}"
+            why = f"{exc.msg}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else exc
+            raise self._error(
+                f"the commit of version {version} ({self._root}_delta_log/{version:020d}.json) "
+                f"is damaged{at}: {why}; the table's log cannot be read past it"
+            ) from None
+        return actions
 
     def _commits(self, base: int, target: int) -> list[Commit]:
         """The commits after version `base` up to `target`, oldest first."""
@@ -201,7 +219,7 @@ class DeltaTableSource:
         return SourceBarrier({PARTITION: PartitionOffset(version + 1, str(version), identity)})
 
     @staticmethod
-    def _identity_of(barrier: SourceBarrier | Mapping[str, object] | None) -> str | None:
+    def _identity_of(barrier: Barrier | None) -> str | None:
         offset = SourceBarrier.coerce(barrier).get(PARTITION)
         return offset.digest if offset is not None else None  # None: captured before ids
 
@@ -214,11 +232,11 @@ class DeltaTableSource:
         )
 
     @staticmethod
-    def _version_of(barrier: SourceBarrier | Mapping[str, object] | None) -> int | None:
+    def _version_of(barrier: Barrier | None) -> int | None:
         offset = SourceBarrier.coerce(barrier).get(PARTITION)
         return int(offset.last) if offset is not None and offset.last else None
 
-    def verify_barrier(self, barrier: SourceBarrier | Mapping[str, object]) -> None:
+    def verify_barrier(self, barrier: Barrier) -> None:
         wanted = self._version_of(barrier)
         if wanted is None:
             return
@@ -239,11 +257,7 @@ class DeltaTableSource:
         if recorded is not None and (found := str(at_barrier.metadata().id)) != recorded:
             raise self._recreated(recorded, found)
 
-    def _versions(
-        self,
-        start: SourceBarrier | Mapping[str, object] | None,
-        end: SourceBarrier | Mapping[str, object],
-    ) -> tuple[int | None, int | None]:
+    def _versions(self, start: Barrier | None, end: Barrier) -> tuple[int | None, int | None]:
         base, target = self._version_of(start), self._version_of(end)
         if base is not None and (target is None or target < base):
             found = "no table" if target is None else f"version {target}"
@@ -259,11 +273,7 @@ class DeltaTableSource:
 
     # -- what an epoch reads ------------------------------------------------------------
 
-    def files_between(
-        self,
-        start: SourceBarrier | Mapping[str, object] | None,
-        end: SourceBarrier | Mapping[str, object],
-    ) -> list[SourceSplit]:
+    def files_between(self, start: Barrier | None, end: Barrier) -> list[SourceSplit]:
         """The data files the commits after `start`'s version (exclusive) up to `end`'s
         added; from no base, the content of `end`'s version."""
         base, target = self._versions(start, end)
@@ -287,11 +297,7 @@ class DeltaTableSource:
             splits.extend(self._split(a, len(splits)) for a in commit.added)
         return splits
 
-    def read_between(
-        self,
-        start: SourceBarrier | Mapping[str, object] | None,
-        end: SourceBarrier | Mapping[str, object],
-    ) -> UpstreamRead:
+    def read_between(self, start: Barrier | None, end: Barrier) -> UpstreamRead:
         """The changes between the base's version and the barrier's: the appended files
         when only appends happened since, else the rows removed and the rows added."""
         keys = self.key or ()
@@ -353,18 +359,12 @@ class DeltaTableSource:
             for name in actions.column_names
             if name.startswith("partition.")
         }
-        paths = actions.column("path").to_pylist()
-        sizes = actions.column("size_bytes").to_pylist()
+        files = zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), strict=True)
         return tuple(
             self._split(
-                {
-                    "path": path,
-                    "size": size,
-                    "partitionValues": {n: t[i] for n, t in texts.items()},
-                },
-                i,
+                {"path": p, "size": n, "partitionValues": {c: t[i] for c, t in texts.items()}}, i
             )
-            for i, (path, size) in enumerate(zip(paths, sizes, strict=True))
+            for i, (p, n) in enumerate(files)
         )
 
     def _split(self, action: Action, index: int, rows: str = "") -> SourceSplit:
@@ -377,7 +377,8 @@ class DeltaTableSource:
             key = path[len(root) :].lstrip("/")
         else:
             key = self._root + path
-        values = dict(action.get("partitionValues") or {}) or None
+        # the log writes a null partition value as "": None, as delta-rs (and so `_content`)
+        values = {n: v or None for n, v in (action.get("partitionValues") or {}).items()} or None
         return SourceSplit(PARTITION, index, key, int(action.get("size") or 0), values, rows)
 
     # -- reading (on executors: no log, only the files) ---------------------------------
@@ -396,11 +397,11 @@ class DeltaTableSource:
     def _parquet(self, split: SourceSplit, uri: str) -> pa.Table:
         try:
             if split.size <= DEFAULT_DOWNLOAD_THRESHOLD:
-                return pq.read_table(io.BytesIO(self.store.get(split.key).data))
+                return _read_parquet(io.BytesIO(self.store.get(split.key).data), uri)
             with tempfile.TemporaryDirectory(prefix="bp-split-") as tmp:
                 path = Path(tmp) / "split.parquet"
                 self.store.download_file(split.key, path)
-                return pq.read_table(path)
+                return _read_parquet(path, uri)
         except ObjectNotFound:
             raise self._error(
                 f"data file {uri} is gone (VACUUM removed it after the table was rewritten "
@@ -414,11 +415,30 @@ class DeltaTableSource:
         )
         column = pa.array([text] * table.num_rows, pa.string())
         try:
-            return column.cast(declared) if declared is not None else column
+            return _cast_partition_text(column, declared) if declared is not None else column
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise SourceDataError(
                 uri, f"partition value {text!r} is not a {declared}", column=name
             ) from None
+
+
+def _read_parquet(source: io.BytesIO | Path, uri: str) -> pa.Table:
+    # A damaged file (torn, truncated, overwritten) is a finding naming it, not a traceback.
+    try:
+        return pq.read_table(source)
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceDataError(uri, f"not a readable Parquet file: {exc}") from None
+
+
+def _cast_partition_text(column: pa.Array, declared: pa.DataType) -> pa.Array:
+    # A zoned timestamp's text is in UTC with no offset ('2024-01-02 03:04:05.678901'), or
+    # from newer writers with one ('...Z', '...+01:00'): both read as the same instant.
+    if pa.types.is_timestamp(declared) and declared.tz is not None:
+        try:
+            return column.cast(declared)
+        except pa.ArrowInvalid:  # no offset: a naive time, cast to the zone as UTC
+            return column.cast(pa.timestamp(declared.unit)).cast(declared)
+    return column.cast(declared)
 
 
 def _without_views(table: pa.Table) -> pa.Table:

@@ -270,15 +270,34 @@ _FORMATS: dict[str, tuple[Callable[[BinaryIO, pa.Schema], pa.Table], _Diagnose |
 
 def select_declared(table: pa.Table, schema: pa.Schema | None, uri: str) -> pa.Table:
     """A table file's rows as a table source declares them (a pipeline's or Iceberg's):
-    the declared columns, required ones never null, every column nullable in the result
-    (Spark's reading side). SourceDataError naming `uri` otherwise."""
+    the declared columns, required ones present and never null, absent nullable ones as
+    nulls, every column nullable in the result (Spark's reading side). SourceDataError
+    naming `uri` otherwise."""
     if schema is None:
         return table
-    missing = [n for n in schema.names if n not in table.column_names]
+    missing = [f.name for f in schema if not f.nullable and f.name not in table.column_names]
     if missing:
-        raise SourceDataError(uri, f"columns {missing} of the source's schema missing")
-    out = table.select(schema.names)
+        raise SourceDataError(uri, f"required columns {missing} of the source's schema missing")
+    columns = []
     for field in schema:
-        if not field.nullable and out.column(field.name).null_count:
+        if field.name not in table.column_names:
+            # A table whose schema gained a column keeps its older files as they were:
+            # there the column reads as nulls, as a file source's absent column does.
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(field.name)
+        if not field.nullable and column.null_count:
             raise SourceDataError(uri, "a null in a required column", column=field.name)
-    return out.cast(pa.schema([f.with_nullable(True) for f in schema]))
+        columns.append(_cast_declared(column, field, uri))
+    return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in schema]))
+
+
+def _cast_declared(column: pa.ChunkedArray, field: pa.Field, uri: str) -> pa.ChunkedArray:
+    # Safe casts only: a value that does not fit the declared type (an int64 of 2**40
+    # declared int32) is a finding about the file, never a value silently wrapped.
+    try:
+        return column.cast(field.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SourceDataError(
+            uri, f"cannot read as {field.type}: {exc}", column=field.name
+        ) from None
