@@ -49,9 +49,14 @@ class SourceSplit(codec.Value):
     key: str
     size: int
     # A Delta table's file (sources/delta_table.py): the values of the table's partition
-    # columns, which the log holds and the file does not (as the log writes them), ...
+    # columns, which the log holds and the file does not (as the log writes them); an
+    # Iceberg table's (sources/iceberg_table.py): the field id of each column read, by
+    # name, which the file's own column names may not match; ...
     values: Mapping[str, str | None] | None = codec.field(
-        default=None, omit=None, doc="a Delta table's partition values the file does not hold"
+        default=None,
+        omit=None,
+        doc="a Delta table's partition values the file does not hold, or an Iceberg "
+        "table's field ids by column name",
     )
     # ... and of a change data file, which of its changes to read ("removed": deletes and
     # pre-images, "added": inserts and post-images; "": every row of a data file).
