@@ -146,6 +146,8 @@ class CheckpointRestorer:
             raise RestoreRefused(
                 f"pipeline '{self._pipeline}': nothing was restored: its sinks could not be "
                 f"rewound with the head, as their manifests cannot be read: {'; '.join(damaged)}"
+                " (`batchpoint repair` reports a damaged manifest but cannot rebuild it: put "
+                "back a good copy)"
             )
         moved = self._move(cid, mode, allow_non_restored_state, choice or TargetChoice(), cascade)
         if moved is None:
