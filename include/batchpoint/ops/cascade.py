@@ -310,10 +310,9 @@ def _fence(context: CascadeContext, cascades: CascadeStore, record: CascadeRecor
     """Hold every pipeline of the record, over the fences of cascades that are over;
     then make sure the record is still the active one (a resume racing another may
     have lost: it lifts what it set, CascadeBusy)."""
-    store = context.store_ref.open()
     for pipeline in record.pipelines:
         coordinator = context.driver(pipeline).coordinator
-        if stale := retired_fence(coordinator.control_record(), CascadeStore(store)):
+        if stale := retired_fence(coordinator.control_record(), cascades):
             coordinator.release_cascade(stale)
         coordinator.hold_for_cascade(record.fence())
     try:

@@ -169,17 +169,22 @@ def finished(record: CascadeRecord, now: float, failure: str | None = None) -> C
 # -- the fence in each pipeline's control record -----------------------------------------
 
 
+def held_by(pipeline: str, held: CascadeFence) -> str:
+    """Why a pipeline a cascade holds refuses another cascade or a restore of its own."""
+    return (
+        f"pipeline '{pipeline}' is held by cascade {held.cascade} (following "
+        f"'{held.root}'): finish that one first "
+        f"(`batchpoint restore --pipeline {held.root} --cascade`)"
+    )
+
+
 def fenced(control: ControlRecord | None, fence: CascadeFence, pipeline: str) -> ControlRecord:
     """The control record held by `fence` (a restore still rolling forward may finish:
     the cascade's own restore of this pipeline finishes it first)."""
     control = control or ControlRecord()
     held = control.cascade
     if held is not None and held.cascade != fence.cascade:
-        raise CascadeBusy(
-            f"pipeline '{pipeline}' is held by cascade {held.cascade} (following "
-            f"'{held.root}'): finish that one first "
-            f"(`batchpoint restore --pipeline {held.root} --cascade`)"
-        )
+        raise CascadeBusy(held_by(pipeline, held))
     return control if held == fence else replace(control, cascade=fence)
 
 

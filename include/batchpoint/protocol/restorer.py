@@ -37,6 +37,7 @@ from batchpoint.errors import (
     StorageError,
 )
 from batchpoint.protocol import stopping
+from batchpoint.protocol.cascade import held_by
 from batchpoint.protocol.checkpoint import CheckpointFailureReason
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.claim_mode import ClaimMode
@@ -225,7 +226,7 @@ class CheckpointRestorer:
                 raise RestoreRefused(str(exc)) from None
             except _HeldByCascade as exc:
                 self._withdraw(generation, token)
-                raise RestoreRefused(held_by_cascade(self._pipeline, exc.fence)) from None
+                raise RestoreRefused(held_by(self._pipeline, exc.fence)) from None
             if not written:
                 self._withdraw(generation, token)
                 return None
@@ -345,11 +346,3 @@ class CheckpointRestorer:
         if not props.is_imported or original is None:
             return None
         return original if props.savepoint_taken_from == self._records.storage_uri else None
-
-
-def held_by_cascade(pipeline: str, fence: CascadeFence) -> str:
-    return (
-        f"pipeline '{pipeline}' is held by cascade {fence.cascade}, which follows the "
-        f"restore of '{fence.root}'; nothing was restored: finish the cascade first "
-        f"(`batchpoint restore --pipeline {fence.root} --cascade`)"
-    )

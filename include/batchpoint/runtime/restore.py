@@ -326,7 +326,7 @@ class RestorePlanner:
             stale := retired_fence(coordinator.control_record(), CascadeStore(self.driver.store))
         ):
             coordinator.release_cascade(stale)  # a fence of a cascade that is over
-        head = self.driver.coordinator.restorer.restore(
+        head = coordinator.restorer.restore(
             examined,
             mode=mode,
             allow_non_restored_state=allow_non_restored_state,
