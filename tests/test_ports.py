@@ -32,7 +32,7 @@ COMPOSITION_ROOTS = {
     "airflow/triggers.py": {"_coordinator"},
     "cli/context.py": {"coordinator", "coordinator_of"},
     "ops/dataframes.py": {"_open"},
-    "ops/pipelines.py": {"open_pipeline"},
+    "ops/pipelines.py": {"open_pipeline", "stored_coordinator"},
 }
 
 

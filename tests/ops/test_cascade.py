@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from batchpoint.cli.main import main
 from batchpoint.errors import RestoreRefused, TriggerRefused
 from batchpoint.ops import cascade as cascade_module
 from batchpoint.ops.cascade import CascadeContext, apply_planned, cascade_restore
@@ -200,6 +201,31 @@ def test_a_downstream_checkpoint_in_flight_never_completes_with_what_a_restore_t
     read = chain.trends.coordinator.get_outcome(2)
     assert read is not None
     assert {str(UpstreamPosition.of(b)) for b in read.pending.barrier.values()} == {"checkpoint 1"}
+
+
+def test_gc_never_completes_a_downstream_checkpoint_with_what_a_restore_took_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The driver died after reports' acks; ledger was then restored. `batchpoint gc`
+    settles without the code, and used to complete the checkpoint (found left alone
+    in an earlier session): its recorded topology names what it read."""
+    root = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("BATCHPOINT_ROOT", root)
+    monkeypatch.delenv("BATCHPOINT_PIPELINE_REF", raising=False)
+    chain = FakeChain.on(root)
+    for driver in (chain.ledger, chain.reports):
+        chain.epoch(driver)
+    chain.epoch(chain.ledger)
+    in_flight = chain.reports.trigger()
+    ack_all(chain.reports, in_flight)
+    chain.restore(chain.ledger, 1)
+
+    assert main(["gc", "--pipeline", "reports"]) == 0, capsys.readouterr()
+    outcome = chain.reports.coordinator.get_outcome(in_flight.checkpoint_id)
+    assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
+    assert outcome.reason is CheckpointFailureReason.RESTORED
+    assert "upstream pipeline 'ledger' was restored to checkpoint 1" in outcome.message
+    assert chain.reports.coordinator.control_record().head == 1
 
 
 def test_a_downstream_checkpoint_reading_what_stands_completes(tmp_path: Path) -> None:

@@ -104,9 +104,9 @@ class BatchpointHook(BaseHook):
 
     @staticmethod
     def coordinator(pipeline: str, settings: Settings) -> CheckpointCoordinator:
-        from batchpoint.protocol.coordinator import CheckpointCoordinator
+        from batchpoint.ops.pipelines import stored_coordinator
 
-        return CheckpointCoordinator(settings.store_ref.open(), pipeline, settings.checkpoint)
+        return stored_coordinator(settings.store_ref.open(), pipeline, settings)
 
 
 # -- Spark -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.runtime.api import Pipeline
 from batchpoint.runtime.loader import load_pipeline
+from batchpoint.runtime.upstream_reads import recorded_reads_check
 from batchpoint.settings import Settings
 from batchpoint.storage.base import ObjectStore
 
@@ -52,7 +53,16 @@ def open_pipeline(
             )
         name = names[0]
     require_pipeline(store, name, settings.root)
-    return CheckpointCoordinator(store, name, settings.checkpoint)
+    return stored_coordinator(store, name, settings)
+
+
+def stored_coordinator(store: ObjectStore, name: str, settings: Settings) -> CheckpointCoordinator:
+    """The coordinator of a pipeline whose code is not at hand. Its settle may complete
+    a checkpoint whose driver died after the acks: the checkpoint's recorded reads of
+    other pipelines are checked as the driver would (runtime/upstream_reads.py)."""
+    return CheckpointCoordinator(
+        store, name, settings.checkpoint, check_reads=recorded_reads_check(store, name)
+    )
 
 
 def split_refs(refs: str | Sequence[str] | None) -> list[str]:

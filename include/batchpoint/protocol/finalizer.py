@@ -57,8 +57,8 @@ from batchpoint.protocol.timeline import on_timeline
 AuditJudge = Callable[[CompletedCheckpoint], str | None]
 
 #: Why what the checkpoint read of other pipelines is no longer their history (a restore
-#: of one took it back since the epoch read it), or None. The runtime's: only the code
-#: knows which sources read a pipeline.
+#: of one took it back since the epoch read it), or None. The runtime's
+#: (runtime/upstream_reads.py): reading another pipeline's records is not the protocol's.
 ReadsCheck = Callable[[PendingCheckpoint], str | None]
 
 

@@ -47,6 +47,7 @@ from batchpoint.runtime.task_process import process
 from batchpoint.runtime.task_restore import restore, upstream_channels
 from batchpoint.runtime.task_snapshot import adopted_sink, snapshot
 from batchpoint.runtime.task_writes import PROGRESS_EVERY, Handles
+from batchpoint.runtime.upstream_reads import reads_check
 from batchpoint.storage import StoreRef
 
 if TYPE_CHECKING:
@@ -88,7 +89,9 @@ class OperatorRunner:
             # settings and credentials, and check its workers' version once.
             store_ref = prepare_remote(spark, store_ref)
         self.store_ref = store_ref
-        self.coordinator = CheckpointCoordinator(self.store, pipeline.name, config)
+        self.coordinator = CheckpointCoordinator(
+            self.store, pipeline.name, config, check_reads=reads_check(pipeline, self.store)
+        )
         self.attempt = attempt or f"a{uuid.uuid4().hex[:12]}"
         self.log = log
         self.env = TaskEnvironment(

@@ -12,8 +12,10 @@ from collections.abc import Callable, Mapping
 
 from batchpoint.errors import BatchpointError
 from batchpoint.protocol.checkpoint import PendingCheckpoint
+from batchpoint.protocol.finalizer import ReadsCheck
+from batchpoint.protocol.pipeline import OperatorKind
 from batchpoint.runtime.api import Pipeline
-from batchpoint.sources.upstream import PipelineSinkSource, UpstreamRestored
+from batchpoint.sources.upstream import PipelineSinkSource, UpstreamBinding, UpstreamRestored
 from batchpoint.storage import ObjectStore
 
 
@@ -40,19 +42,48 @@ def taken_back(
     return problems
 
 
-def reads_check(
-    pipeline: Pipeline, store: ObjectStore
-) -> Callable[[PendingCheckpoint], str | None] | None:
+def recorded_taken_back(store: ObjectStore, reader: str, pending: PendingCheckpoint) -> list[str]:
+    """`taken_back` without the code: the sources the checkpoint's recorded topology
+    says read a pipeline (runtime/deploy.py records the upstream and its sink)."""
+    problems = []
+    nodes = pending.topology.nodes if pending.topology is not None else ()
+    for node in sorted(nodes, key=lambda n: n.name):
+        upstream, sink = node.properties.get("upstream"), node.properties.get("sink")
+        if node.kind is not OperatorKind.SOURCE or not upstream or not sink:
+            continue
+        if node.uid not in pending.barrier:
+            continue
+        files = PipelineSinkSource(store, UpstreamBinding(str(upstream), str(sink), reader))
+        try:
+            files.verify_barrier(pending.barrier[node.uid])
+        except UpstreamRestored as exc:
+            problems.append(f"source {node.name}: {exc}")
+    return problems
+
+
+def reads_check(pipeline: Pipeline, store: ObjectStore) -> ReadsCheck | None:
     """The finalizer's check that a checkpoint still reads only its upstreams' history
-    (none for a pipeline that reads no other). An upstream whose records cannot be read
-    now is not a reason: the epoch's read was checked, and one pipeline's damage must
-    not block another's finalize, settle and GC (invariant 11)."""
+    (none for a pipeline that reads no other)."""
     if all(source.upstream is None for source in pipeline.sources.values()):
         return None
+    return _as_check(lambda pending: taken_back(pipeline, store, pending))
+
+
+def recorded_reads_check(store: ObjectStore, reader: str) -> ReadsCheck:
+    """The same check for a coordinator built without the code (`batchpoint gc`'s
+    settle, Airflow's hooks), which finalizes checkpoints whose driver died after
+    their acks: it must not complete what an upstream restore took back either."""
+    return _as_check(lambda pending: recorded_taken_back(store, reader, pending))
+
+
+def _as_check(problems_of: Callable[[PendingCheckpoint], list[str]]) -> ReadsCheck:
+    """An upstream whose records cannot be read now is not a reason: the epoch's read
+    was checked, and one pipeline's damage must not block another's finalize, settle
+    and GC (invariant 11)."""
 
     def check(pending: PendingCheckpoint) -> str | None:
         try:
-            problems = taken_back(pipeline, store, pending)
+            problems = problems_of(pending)
         except BatchpointError:
             return None
         return (
