@@ -38,6 +38,22 @@ def test_a_lost_counter_continues_past_every_checkpoint_stored(
     assert c.control.load().retained_ids() == [pending.checkpoint_id]
 
 
+def test_history_pruned_to_nothing_still_remembers_the_newest_id(tmp_path: Path) -> None:
+    """`gc --history-limit 0` pruned every collected id; when the newest ones were
+    aborted, nothing stored named them, and a lost counter handed the newest out again
+    (found by a reviewer)."""
+    store = LocalObjectStore(tmp_path)
+    c = coordinator(store, num_retained=1, gc_grace=0)
+    complete(c)
+    used = c.trigger({"src": {"p0": 2}}).checkpoint_id
+    c.abort(used, CheckpointFailureReason.DECLINED, "task failed")
+    report = c.garbage_collector(grace=0).collect(history_limit=0)
+    assert report.pruned_checkpoints == [used]  # its records and folder are gone
+    store.delete(c.layout.id_counter)
+
+    assert c.trigger({"src": {"p0": 3}}).checkpoint_id == used + 1
+
+
 def test_with_the_control_record_lost_too_the_trigger_still_refuses(tmp_path: Path) -> None:
     store = LocalObjectStore(tmp_path)
     c = coordinator(store)

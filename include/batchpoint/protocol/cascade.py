@@ -33,6 +33,7 @@ from batchpoint.errors import (
     ObjectAlreadyExists,
     ObjectNotFound,
     PreconditionFailed,
+    RecordError,
 )
 from batchpoint.protocol.control import CascadeFence, ControlRecord
 from batchpoint.storage.base import ObjectStore
@@ -167,6 +168,18 @@ def finished(record: CascadeRecord, now: float, failure: str | None = None) -> C
 
 
 # -- the fence in each pipeline's control record -----------------------------------------
+
+
+def active_fence(cascades: CascadeStore, pipeline: str) -> CascadeFence | None:
+    """The fence of the cascade under way that names `pipeline` among its steps (None
+    when none does, or its record cannot be read: repair then names no fence)."""
+    try:
+        found = cascades.active()
+    except RecordError:
+        return None
+    if found is None or found[0].finished or pipeline not in found[0].pipelines:
+        return None
+    return found[0].fence()
 
 
 def held_by(pipeline: str, held: CascadeFence) -> str:

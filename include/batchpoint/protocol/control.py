@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from batchpoint import codec
-from batchpoint.errors import CheckpointError, CorruptRecord, RecordError
+from batchpoint.errors import CheckpointError, CorruptRecord, RecordError, UnsupportedRecordVersion
 from batchpoint.protocol.checkpoint import CheckpointType, PendingCheckpoint
 from batchpoint.protocol.head import HeadMoveCause
 from batchpoint.protocol.timeline import on_timeline
@@ -332,7 +332,9 @@ class ControlUnreadable(CheckpointError):
         self.key = key
         self.cause = cause
         problem = cause.summary if isinstance(cause, CorruptRecord) else str(cause)
-        super().__init__(
-            f"the pipeline's control record {key} is unreadable ({problem}); "
-            "run `batchpoint repair` to rebuild it from the checkpoint records"
+        way_out = (
+            ""  # the cause says to upgrade: a repair would lose what that release recorded
+            if isinstance(cause, UnsupportedRecordVersion)
+            else "; run `batchpoint repair` to rebuild it from the checkpoint records"
         )
+        super().__init__(f"the pipeline's control record {key} is unreadable ({problem}){way_out}")

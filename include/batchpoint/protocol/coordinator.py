@@ -422,6 +422,9 @@ class CheckpointCoordinator:
             clock=self.clock,
             num_retained=self.config.num_retained,
             roll_forward=self.restorer.finish,
+            active_fence=lambda: cascade.active_fence(
+                cascade.CascadeStore(self.store), self.pipeline
+            ),
         )
         return repairer.repair(dry_run=dry_run, force=force, head=head)
 

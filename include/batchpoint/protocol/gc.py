@@ -411,7 +411,10 @@ class GarbageCollector:
             def drop(current: ControlRecord | None) -> ControlRecord | None:
                 if current is None:
                     return None
-                left = tuple(cid for cid in current.collected if cid not in gone)
+                # The newest id ever used stays named with its folder gone: with none
+                # left, a counter put back or lost would hand it out again (invariant 5).
+                newest = max(current.known_ids())
+                left = tuple(c for c in current.collected if c not in gone or c == newest)
                 return replace(current, collected=left) if left != current.collected else None
 
             self._control.update(drop)

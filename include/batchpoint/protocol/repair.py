@@ -13,14 +13,15 @@ makes it lose, change nothing and say so. A readable record is replaced only wit
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from attrs import define
 
-from batchpoint.errors import RESET_HINT, CorruptRecord, RecordError
+from batchpoint.errors import RESET_HINT, CorruptRecord, RecordError, UnsupportedRecordVersion
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.checkpoint_files import CheckpointFiles
-from batchpoint.protocol.control import ControlRecord
+from batchpoint.protocol.control import CascadeFence, ControlRecord
 from batchpoint.protocol.control_store import ControlSnapshot, ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.findings import Finding
@@ -90,6 +91,9 @@ class Repairer:
     _clock: Clock
     _num_retained: int
     _roll_forward: RollForward
+    # The fence of a cascade under way that names the pipeline: a rebuilt record keeps
+    # the pipeline held (protocol/cascade.py), as the lost one did.
+    _active_fence: Callable[[], CascadeFence | None] = lambda: None
 
     def repair(
         self, *, dry_run: bool = False, force: bool = False, head: int | None = None
@@ -107,6 +111,9 @@ class Repairer:
             return RepairReport(plan, read, RepairStatus.REFUSED, diff, plan.refusal)
         if dry_run:
             return RepairReport(plan, read, RepairStatus.DRY_RUN, diff)
+        newer = read.damage is not None and isinstance(read.damage.cause, UnsupportedRecordVersion)
+        if newer and not force:  # what the newer release recorded would be lost unread
+            return RepairReport(plan, read, RepairStatus.REFUSED, diff, self._newer(read))
         if before is not None:
             if same_substance(before, plan.control):  # also run on a healthy pipeline
                 return RepairReport(plan, read, RepairStatus.UNCHANGED, ())
@@ -132,9 +139,18 @@ class Repairer:
             "replaces it anyway, and would change: " + "; ".join(diff)
         )
 
+    def _newer(self, read: ControlSnapshot) -> str:
+        assert read.damage is not None
+        return (
+            f"the control record {self._control.key} of pipeline '{self._reads.pipeline}' "
+            f"was written by a newer batchpoint ({read.damage.cause}): repair would "
+            "replace it without reading what that release recorded; `--force` rebuilds it "
+            "anyway"
+        )
+
     def gather(self, read: ControlSnapshot) -> RepairEvidence:
         """Every record repair judges by, read after the control record."""
-        ev = RepairEvidence(current=read.record)
+        ev = RepairEvidence(current=read.record, fence=self._active_fence())
         if read.damage is not None:
             ev.findings.append(Finding(self._control.key, _why(read.damage.cause)))
         self._read_outcomes(read, ev)

@@ -35,7 +35,14 @@ def changes(before: ControlRecord, after: ControlRecord) -> list[str]:
         [e.checkpoint_id for e in after.discarded],
     )
     lines += _set_change("held", before.held_ids(), after.held_ids())
+    if before.cascade != after.cascade:
+        lines.append(f"cascade fence: {_fence(before)} -> {_fence(after)}")
     return lines
+
+
+def _fence(record: ControlRecord) -> str:
+    fence = record.cascade
+    return "none" if fence is None else f"cascade {fence.cascade} (following '{fence.root}')"
 
 
 def _set_change(name: str, before: Iterable[int], after: Iterable[int]) -> list[str]:

@@ -29,6 +29,7 @@ from batchpoint.protocol.checkpoint import (
 )
 from batchpoint.protocol.control import (
     MIGRATED_FROM,
+    CascadeFence,
     ControlFinding,
     ControlRecord,
     DiscardedEntry,
@@ -58,6 +59,7 @@ class RepairEvidence:
     sinks: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # generation, current
     quarantined: set[int] = field(default_factory=set)
     findings: list[Finding] = field(default_factory=list)  # damage met while reading
+    fence: CascadeFence | None = None  # of the cascade under way that names the pipeline
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ def plan_repair(
         extra={**extra, "repaired_at": to_iso(now)},
         stopped=_stopped(current, intact, head, target, findings),
         quarantine_marks=0 if current is None else current.quarantine_marks,
+        cascade=ev.fence if current is None else current.cascade or ev.fence,
     )
     return RepairPlan(
         control, tuple(findings), tuple(abandoned), tuple(queued), refusal, tuple(doubt)
