@@ -183,11 +183,25 @@ def _savepoint(
     cid = result.checkpoint_id
     if isinstance(result.error, OperatorFailed):
         raise BatchpointError(f"savepoint {cid} declined: {result.error}") from None
+    completed = result.outcome is not None and result.outcome.completed is not None
+    if export is not None and completed and result.error is not None:  # the export's
+        raise BatchpointError(_export_failed(cid, result.error, properties)) from None
     result.raise_error()
     if result.outcome is None or result.outcome.completed is None:
         message = result.outcome.message if result.outcome else "not every task acknowledged"
         raise BatchpointError(f"savepoint {cid} did not complete: {message}")
     return result
+
+
+def _export_failed(cid: int, error: Exception, properties: CheckpointProperties) -> str:
+    # The savepoint is retained (and the pipeline stopped, when asked): only the copy
+    # to its folder is left to do, and it needs no epoch.
+    stop = properties.stop_pipeline
+    stopped = "; the pipeline is stopped (`batchpoint resume` starts it)" if stop else ""
+    return (
+        f"savepoint {cid} completed but its export failed: {error}{stopped}; "
+        f"`batchpoint savepoint --checkpoint-id {cid} --target <folder>` exports it"
+    )
 
 
 def run_savepoint_epoch(

@@ -16,7 +16,7 @@ from batchpoint.errors import BatchpointError, RecordError
 from batchpoint.protocol.checkpoint import CheckpointStatus, CheckpointType, CompletedCheckpoint
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.pipeline_ports import PipelineHistory
-from batchpoint.protocol.savepoints import SavepointLocation, confined
+from batchpoint.protocol.savepoints import SavepointLocation, confined, refuse_occupied
 
 Progress = Callable[[str], None]
 
@@ -64,12 +64,15 @@ def check_target(
     roots: Sequence[str] | None = None,
 ) -> None:
     """Refuse a savepoint target the export would refuse (outside `roots`, keys in it, a
-    path that is no folder name), before the savepoint's epoch runs: a run refused only
-    at its export has taken the savepoint (and, asked to, stopped the pipeline) for
-    nothing. No target: the default folder, under the root's savepoints/."""
+    path that is no folder name, a savepoint there already), before the savepoint's
+    epoch runs: a run refused only at its export has taken the savepoint (and, asked
+    to, stopped the pipeline) for nothing. The export checks again (another export may
+    write the folder meanwhile). No target: the default folder, a new one under the
+    root's savepoints/."""
     if (target or "").strip():
         location = coordinator.savepoints.locate(target.strip(), store_options)
-        confined(location, coordinator.savepoints.default_roots() if roots is None else roots)
+        roots = coordinator.savepoints.default_roots() if roots is None else roots
+        refuse_occupied(location, confined(location, roots))
 
 
 def discarded(coordinator: PipelineHistory, checkpoint_id: int) -> str | None:

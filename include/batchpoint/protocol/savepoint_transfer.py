@@ -47,6 +47,7 @@ from batchpoint.protocol.savepoints import (
     imported_path,
     no_links,
     read_savepoint,
+    refuse_occupied,
     relative_path,
 )
 from batchpoint.protocol.verify import FileProblem, check_handles
@@ -133,9 +134,8 @@ class Savepoints:
         finishes. A local target is written by its real path and through no link."""
         given = target
         target = confined(target, default_savepoint_roots(self._store) if roots is None else roots)
-        with no_links(given):
-            if target.store.exists(target.metadata_key):
-                raise CheckpointError(f"{given.uri} already holds a savepoint ({METADATA} exists)")
+        # check_target asked before the epoch; another export may have written it since
+        refuse_occupied(given, target)
         completed = self._completed.get(checkpoint_id)
         problems = check_handles(self._store, completed.durable_handles, checksums=False)
         if problems:

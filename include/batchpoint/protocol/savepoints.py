@@ -36,6 +36,7 @@ pipeline's savepoints are protocol/savepoint_transfer.py's.
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -44,6 +45,7 @@ from typing import Any
 
 from batchpoint import codec
 from batchpoint.errors import (
+    CheckpointError,
     CorruptRecord,
     ObjectNotFound,
     RestoreRefused,
@@ -219,13 +221,29 @@ def check_savepoint(
     checksums: bool = False,
     progress: ProgressFn | None = None,
 ) -> list[FileProblem]:
-    """Every file the savepoint references exists in its folder with the recorded size
-    (and checksum, when asked); problems name paths relative to the folder."""
+    """Its `_metadata` holds one ack per expected task, and every file the savepoint
+    references exists in its folder with the recorded size (and checksum, when asked);
+    problems name paths relative to the folder."""
     metadata = metadata or read_savepoint(location)
+    if wrong := ack_problems(metadata):
+        return wrong  # a damaged _metadata: its files are not worth reading
     located = [replace(h, path=location.key(h.path)) for h in metadata.handles]
     with no_links(location):
         problems = check_handles(location.store, located, checksums=checksums, progress=progress)
     return [FileProblem(p.path[len(location.prefix) :], p.problem) for p in problems]
+
+
+def ack_problems(metadata: SavepointMetadata) -> list[FileProblem]:
+    """Where the acks of `_metadata` are not one per expected task. Checked before an
+    import writes anything: its finalize would refuse a missing ack only once the id,
+    the pending record and the files are written, and the ack accounting keeps one of
+    two acks of a task, dropping the other's files unseen."""
+    expected = metadata.pending.expected_tasks
+    acks = Counter(ack.task for ack in metadata.acks)
+    found = [f"has no ack for task {task}" for task in expected if task not in acks]
+    found += [f"has {n} acks for task {task}" for task, n in acks.items() if n > 1]
+    found += [f"has an ack for task {t} it does not expect" for t in acks if t not in expected]
+    return [FileProblem(METADATA, problem) for problem in found]
 
 
 def located_checkpoint(
@@ -238,6 +256,14 @@ def located_checkpoint(
         for a in metadata.acks
     )
     return CompletedCheckpoint(metadata.pending, acks, metadata.completed_at)
+
+
+def refuse_occupied(given: SavepointLocation, target: SavepointLocation) -> None:
+    """CheckpointError when the folder already holds a savepoint: an export never
+    overwrites one. `target` is `given` confined (a local folder by its real path)."""
+    with no_links(given):
+        if target.store.exists(target.metadata_key):
+            raise CheckpointError(f"{given.uri} already holds a savepoint ({METADATA} exists)")
 
 
 # -- helpers ----------------------------------------------------------------------------
