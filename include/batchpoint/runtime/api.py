@@ -78,6 +78,37 @@ def _check_changes(
         )
 
 
+def _table_binding(
+    what: str, table: str | TableBinding | None, catalog: str, table_format: str
+) -> TableBinding | None:
+    """A sink's or source's table (`what`: "sink 'name'"). A catalog or format other
+    than the default given with no table name (or beside a `TableBinding`, which names
+    its own) would be dropped silently: a plain sink or a files source, or an Iceberg
+    table where Delta was meant. Said as a mistake instead (the defaults passed through
+    by a builder whose table is optional change nothing)."""
+    given = [
+        f"{k}={v!r}"
+        for k, v, default in (
+            ("catalog", catalog, DEFAULT_CATALOG),
+            ("table_format", table_format, "iceberg"),
+        )
+        if v != default
+    ]
+    if table is None and given:
+        raise PipelineSpecError(
+            f"{what}: {' and '.join(given)} given without table=: name the table "
+            "(table='namespace.table'), or leave them out"
+        )
+    if isinstance(table, TableBinding) and given:
+        raise PipelineSpecError(
+            f"{what}: {' and '.join(given)} given beside a TableBinding, which "
+            "names its own: set them in the TableBinding"
+        )
+    if isinstance(table, str):
+        return TableBinding(table, catalog, table_format)
+    return table
+
+
 __all__ = [
     "OperatorContext",
     "OperatorDef",
@@ -156,7 +187,7 @@ class Pipeline:
         location = _location(name, root, storage_options)
         if location is not None:
             root = ""
-        binding = TableBinding(table, catalog, table_format) if table else None
+        binding = _table_binding(f"source '{name}'", table or None, catalog, table_format)
         if binding is not None:
             format = binding.format
         if changes:
@@ -257,7 +288,7 @@ class Pipeline:
             raise PipelineSpecError(
                 f"sink '{name}': mode {mode!r} is not one of {[m.value for m in SinkMode]}"
             ) from None
-        binding = TableBinding(table, catalog, table_format) if isinstance(table, str) else table
+        binding = _table_binding(f"sink '{name}'", table, catalog, table_format)
         taken = [s.name for s in self.sinks.values() if binding and s.table == binding]
         if taken:
             raise PipelineSpecError(

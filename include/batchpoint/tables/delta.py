@@ -44,7 +44,7 @@ from batchpoint.tables.binding import TableBinding
 from batchpoint.tables.delta_location import storage_options, table_key, table_uri
 from batchpoint.tables.iceberg import CHECKPOINT, GENERATION, OPERATION, PIPELINE, ROOT, SINK
 from batchpoint.tables.plan import SyncStep, TablePosition
-from batchpoint.tables.sync import TableCommit, TableError, commit_of, error_detail
+from batchpoint.tables.sync import TableCommit, TableError, commit_of, error_detail, missing_said
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -117,6 +117,10 @@ class DeltaSinkTable:
         return dl.DeltaTable(self.uri, storage_options=self.options, version=version)
 
     def load(self, *, claim: bool = False) -> DeltaTable | None:
+        """The table (None: it does not exist), checked to be this sink's. `claim`: a
+        sync's load, which adopts an empty table made for the sink; any other load
+        writes nothing (an empty table not adopted yet reads as one with no batchpoint
+        commit)."""
         dl = _deltalake()
         try:
             if not dl.DeltaTable.is_deltatable(self.uri, storage_options=self.options):
@@ -127,16 +131,13 @@ class DeltaSinkTable:
                 f"sink '{self.ref.label}': {self.binding} at {self.uri} cannot be read "
                 f"({error_detail(exc, self.store)})"
             ) from None
-        self._check_owner(table)
+        self._check_owner(table, claim)
         return table
 
     def require(self) -> DeltaTable:
         table = self.load()
         if table is None:
-            raise CheckpointError(
-                f"{self.binding} of sink '{self.ref.label}' does not exist yet at {self.uri}: "
-                "nothing was published to it"
-            )
+            raise CheckpointError(missing_said(self, f" at {self.uri}"))
         return table
 
     def _mine(self) -> dict[str, str]:
@@ -145,7 +146,7 @@ class DeltaSinkTable:
     def ensure(self, manifest: SinkManifest) -> DeltaTable | None:
         """The table, created on the first sync from the staged files' schema (every
         column nullable, as in the sinks' files). None while no file gives a schema."""
-        table = self.load()
+        table = self.load(claim=True)
         if table is not None:
             return table
         sample = next((f for e in manifest.epochs.values() for f in e.files), None)
@@ -166,7 +167,7 @@ class DeltaSinkTable:
                 raise
             # another sync created it meanwhile
         log.info("created %s for sink %s.%s", self.binding, self.pipeline, self.ref.label)
-        return self.load()
+        return self.load(claim=True)
 
     def _file_schema(self, key: str) -> pa.Schema:
         with tempfile.TemporaryDirectory(prefix="batchpoint-delta-") as folder:
@@ -174,13 +175,15 @@ class DeltaSinkTable:
             self.store.download_file(key, local)
             return _nullable_schema(local)
 
-    def _check_owner(self, table: DeltaTable) -> None:
+    def _check_owner(self, table: DeltaTable, claim: bool) -> None:
         config = table.metadata().configuration
         mine = self._mine()
         theirs = {k: config.get(k) for k in mine}
         if theirs == mine:
             return
         if not any(theirs.values()) and not table.file_uris():
+            if not claim:  # a reader's load writes nothing: the sync adopts it
+                return
             # An empty table made for us: adopt it (the claim is a commit of its own).
             table.alter.set_table_properties(mine, raise_if_not_exists=False)
             return
@@ -278,9 +281,12 @@ class DeltaSinkTable:
 
     def read(self, checkpoint_id: int | None = None) -> pa.Table:
         """The table's rows, now or as of a checkpoint."""
+        missing = _deltalake().exceptions.TableNotFoundError
         version = None if checkpoint_id is None else self.snapshot_of(checkpoint_id)
         try:
             return pa.table(self._open(version).to_pyarrow_table())
+        except missing:  # no log (any more) at its path
+            raise CheckpointError(missing_said(self, f" at {self.uri}")) from None
         except FileNotFoundError:
             at = "now" if version is None else f"at version {version}"
             raise CheckpointError(

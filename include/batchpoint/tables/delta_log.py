@@ -28,6 +28,7 @@ from batchpoint.errors import ObjectNotFound
 from batchpoint.protocol.sinks import SinkManifest
 from batchpoint.tables.delta_location import table_key
 from batchpoint.tables.iceberg import GENERATION, PIPELINE
+from batchpoint.tables.sync import foreign_said
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -55,12 +56,7 @@ class Foreign:
         )
         since = "its creation" if self.since is None else f"batchpoint's version {self.since}"
         undo = "" if self.since is None else f" (DeltaTable.restore({self.since}))"
-        return (
-            f"{sink.binding} at {sink.uri} has commits not made by batchpoint since {since}: "
-            f"{listed}; batchpoint commits nothing over them (it would lose or claim their "
-            f"rows): undo them{undo} or move their rows to a table of their own, and the next "
-            "sync goes on"
-        )
+        return foreign_said(f"{sink.binding} at {sink.uri}", since, listed, undo)
 
 
 def entry(sink: DeltaSinkTable, version: int) -> LogEntry | None:

@@ -41,6 +41,8 @@ from batchpoint.tables.sync import (
     TableSync,
     commit_of,
     error_detail,
+    foreign_said,
+    missing_said,
 )
 
 if TYPE_CHECKING:
@@ -89,6 +91,21 @@ def snapshot_keys(table: Table, store: ObjectStore) -> set[str]:
     return keys
 
 
+def _data_files(table: Table, snapshot: Snapshot | None) -> set[str]:
+    if snapshot is None:
+        return set()
+    return {
+        entry.data_file.file_path
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    }
+
+
+def _order(props: dict[str, str]) -> tuple[int, int]:
+    """A batchpoint commit's place in what its sink publishes (Delta's txn_version)."""
+    return int(props[GENERATION]), _checkpoint_of(props) or 0
+
+
 def _checkpoint_of(props: dict[str, str]) -> int | None:
     text = props.get(CHECKPOINT, "")
     return int(text) if text else None
@@ -116,7 +133,8 @@ class IcebergSinkTable:
 
     def load(self, *, claim: bool = False) -> Table | None:
         """The table (None: it does not exist), checked to be this sink's. `claim`: a
-        sync's load, which writes the uid over an older release's name."""
+        sync's load, which adopts an empty table made for the sink and writes the uid
+        over an older release's name; a reader's writes nothing (see _check_owner)."""
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
@@ -129,10 +147,7 @@ class IcebergSinkTable:
     def require(self) -> Table:
         table = self.load()
         if table is None:
-            raise CheckpointError(
-                f"{self.binding} of sink '{self.ref.label}' does not exist yet: nothing was "
-                "published to it"
-            )
+            raise CheckpointError(missing_said(self))
         return table
 
     def ensure(self, manifest: SinkManifest) -> Table | None:
@@ -163,7 +178,7 @@ class IcebergSinkTable:
                 },
             )
         except TableAlreadyExistsError:
-            return self.load()  # another sync created it meanwhile
+            return self.load(claim=True)  # another sync created it meanwhile
         with table.transaction() as txn:
             txn.set_properties(**_name_mapping(table))
         log.info("created %s for sink %s.%s", self.binding, self.pipeline, self.ref.label)
@@ -189,6 +204,8 @@ class IcebergSinkTable:
                 self._claim(table)
             return
         if not any(theirs.values()) and table.current_snapshot() is None:
+            if not claim:  # a reader's load writes nothing: the sync adopts it
+                return
             from pyiceberg.table import TableProperties
 
             with table.transaction() as txn:  # an empty table made for us: adopt it
@@ -238,7 +255,36 @@ class IcebergSinkTable:
         return snapshot_keys(table, self.store)
 
     def problems(self, table: Table, manifest: SinkManifest) -> list[str]:
-        return []  # its lag says it all (references.py)
+        """Another writer's data commits on top of batchpoint's (beside the lag)."""
+        return [] if (found := self._foreign(table)) is None else [self._foreign_said(*found)]
+
+    def _foreign(self, table: Table) -> tuple[int | None, list[Snapshot]] | None:
+        """Another writer's data commits (not a compaction's `replace`) on top of
+        batchpoint's newest commit (its id; None: since the first snapshot), which a
+        commit would lose (a snapshot sink overwrites) or claim; none if the table reads
+        that commit's files (undone). A history expired below them (its oldest snapshot
+        not the first: an expiry clears the parent) is UNKNOWN_POSITION, not this."""
+        since, found, snapshot = None, [], table.current_snapshot()
+        while snapshot is not None and since is None:
+            if self._mine(snapshot):
+                since = snapshot
+            elif snapshot.summary is None or snapshot.summary.operation.value != "replace":
+                found.append(snapshot)
+            parent, oldest = snapshot.parent_snapshot_id, snapshot
+            snapshot = None if parent is None else table.snapshot_by_id(parent)
+            if since is None and snapshot is None and (parent or oldest.sequence_number != 1):
+                return None  # expired by another engine: UNKNOWN_POSITION
+        if not found or _data_files(table, since) == _data_files(table, table.current_snapshot()):
+            return None
+        return (None if since is None else since.snapshot_id), found
+
+    def _foreign_said(self, since: int | None, found: list[Snapshot]) -> str:
+        ops = {s.snapshot_id: s.summary.operation.value if s.summary else "?" for s in found}
+        listed = ", ".join(f"snapshot {i} ({op})" for i, op in ops.items())
+        if since is None:
+            return foreign_said(str(self.binding), "its creation", listed)
+        undo = f" (manage_snapshots().rollback_to_snapshot({since}))"
+        return foreign_said(str(self.binding), f"batchpoint's snapshot {since}", listed, undo)
 
     # -- position and history -----------------------------------------------------------
 
@@ -247,12 +293,15 @@ class IcebergSinkTable:
         on top keeps the content, so it does not hide it)."""
         snapshot = table.current_snapshot()
         while snapshot is not None:
-            props = _props(snapshot)
-            if GENERATION in props and props.get(PIPELINE) == self.pipeline:
+            if self._mine(snapshot):
                 return snapshot
             parent = snapshot.parent_snapshot_id
             snapshot = table.snapshot_by_id(parent) if parent is not None else None
         return None
+
+    def _mine(self, snapshot: Snapshot) -> bool:
+        props = _props(snapshot)
+        return GENERATION in props and props.get(PIPELINE) == self.pipeline
 
     def position(self, table: Table) -> TablePosition | None:
         """Where the table stands: its newest batchpoint commit. A table of the sink's
@@ -332,6 +381,12 @@ class IcebergSinkTable:
             GENERATION: str(generation),
             OPERATION: step.operation.value,
         }
+        at = self._newest_commit(table)
+        if at is not None and _order(_props(at)) >= (generation, step.checkpoint_id or 0):
+            # Committed since this sync planned: a restore's rewind, say (invariant 10).
+            raise self.conflicts()[0](f"{self.binding} is at snapshot {at.snapshot_id} already")
+        if (foreign := self._foreign(table)) is not None:
+            raise TableError(f"sink '{self.ref.label}': {self._foreign_said(*foreign)}")
         try:
             data_files = [
                 parquet_file_to_data_file(table.io, table.metadata, self.store.child(f.path))

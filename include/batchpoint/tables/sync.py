@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from batchpoint.errors import BatchpointError, CheckpointError
-from batchpoint.protocol.sinks import SinkManifest, SinkPins
+from batchpoint.protocol.layout import PipelineLayout
+from batchpoint.protocol.sinks import SinkManifest, SinkPins, SinkPublisher
 from batchpoint.protocol.table_pins import TablePin
 from batchpoint.storage.redaction import scrub
 from batchpoint.tables.binding import TableBinding
@@ -93,6 +94,32 @@ def commit_of(
             f"{', '.join(map(str, have)) or 'none'}{note})"
         )
     return found[-1].snapshot_id
+
+
+def missing_said(table: Any, at: str = "") -> str:
+    """Why a read found no table (`at`: where it was looked for): nothing published yet,
+    or gone though the sink published to it (dropped, deleted, or a sync that has not
+    run). Reads the sink's manifest: only on this error's way."""
+    layout = PipelineLayout(table.pipeline)
+    manifest = SinkPublisher(table.store, layout).manifest(table.ref)
+    said = f"{table.binding} of sink '{table.ref.label}' does not exist"
+    if manifest is None or manifest.current is None:
+        return f"{said} yet{at}: nothing was published to it"
+    return (
+        f"{said}{at}, though the sink published up to checkpoint {manifest.current}: it "
+        "was dropped or deleted (or never synced); the pipeline's next publish or restore "
+        "creates it again from the sink's manifest"
+    )
+
+
+def foreign_said(table: str, since: str, listed: str, undo: str = "") -> str:
+    """Another writer's data commits on top of batchpoint's, as each format says them
+    (`undo`: how to take them back, in the format's words)."""
+    return (
+        f"{table} has commits not made by batchpoint since {since}: {listed}; batchpoint "
+        "commits nothing over them (it would lose or claim their rows): undo them"
+        f"{undo} or move their rows to a table of their own, and the next sync goes on"
+    )
 
 
 class SinkTableAdapter(Protocol):
@@ -207,4 +234,6 @@ __all__ = [
     "TableError",
     "TableSync",
     "error_detail",
+    "foreign_said",
+    "missing_said",
 ]
