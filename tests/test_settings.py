@@ -584,3 +584,49 @@ def test_an_at_sign_is_refused_only_where_keys_can_be():
         "savepoints/x@y",
     ):
         assert not holds_credentials(key), key
+
+
+@pytest.mark.parametrize(
+    ("master", "reason"),
+    [
+        ("spark://h:99999", "between 1 and 65535"),
+        ("spark://h:0", "between 1 and 65535"),
+        ("spark://h", "spark://host:port"),
+        ("spark://h1:7077,h2", "spark://host:port"),
+        ("spark://h:7077/", "spark://host:port"),
+        ("local[0]", "at least 1 thread"),
+        ("local[0,3]", "at least 1 thread"),
+    ],
+)
+def test_a_master_spark_refuses_is_refused(master, reason, root):
+    message = refused({"BATCHPOINT_ROOT": root, "BATCHPOINT_SPARK_MASTER": master})
+    assert message.startswith("BATCHPOINT_SPARK_MASTER") and reason in message, message
+
+
+@pytest.mark.parametrize(
+    "master",
+    [
+        "local",
+        "local[*]",
+        "local[1]",
+        "local[4,2]",
+        "local[*,3]",
+        "local-cluster[2,1,1024]",
+        "yarn",
+        "k8s://https://k8s.example:6443",
+        "spark://master:7077",
+        "spark://m1:7077,m2:7077",
+        "spark://[::1]:7077",
+    ],
+)
+def test_every_master_spark_accepts_is_taken(master, root):
+    env = {"BATCHPOINT_ROOT": root, "BATCHPOINT_SPARK_MASTER": master}
+    assert Settings.from_env(env).spark_master == master
+
+
+def test_the_repr_shows_no_password_of_a_root_or_master():
+    # Built directly, as a connection's root and master reach Settings (not through
+    # BATCHPOINT_ROOT, which refuses credentials).
+    settings = Settings("s3://AKIAX:pw-7f3e/sec@bucket/p", {}, "k8s://https://admin:pw-7f3e@k8s")
+    assert "pw-7f3e" not in repr(settings)
+    assert "bucket/p" in repr(settings) and "k8s" in repr(settings)

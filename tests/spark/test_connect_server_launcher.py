@@ -19,7 +19,7 @@ from subprocess import Popen
 
 import pytest
 
-from batchpoint.jobs.connect_server import warm_up_command
+from batchpoint.jobs.connect_server import warm_up_command, warm_up_environment
 from batchpoint.jobs.warm_up import WARM_UP_TAG
 from batchpoint.settings.submit_options import submit_conf
 from batchpoint.spark.connect import pipeline_session_id
@@ -111,12 +111,17 @@ def test_the_options_reach_the_server_and_the_clients_address_the_warm_up() -> N
     env = {"BATCHPOINT_SPARK_REMOTE": "sc://spark-connect:15002", "BATCHPOINT_PIPELINE_REF": "m:p"}
     command = warm_up_command(env, 15002)
     assert command[command.index("batchpoint.jobs.warm_up") + 1 :] == [
-        "sc://spark-connect:15002",
+        "--remote-from-env",
         "m:p",
         "--sessions-only",
     ]
+    # the address (which may carry a token) travels in the environment, never argv
+    assert (
+        warm_up_environment(env, 15002)["BATCHPOINT_SPARK_REMOTE"] == env["BATCHPOINT_SPARK_REMOTE"]
+    )
     # without the clients' address: this host's port, and no pipeline, no sessions
-    assert warm_up_command({}, 15002)[-2:] == ["sc://127.0.0.1:15002", "--sessions-only"]
+    assert warm_up_command({}, 15002)[-2:] == ["--remote-from-env", "--sessions-only"]
+    assert warm_up_environment({}, 15002)["BATCHPOINT_SPARK_REMOTE"] == "sc://127.0.0.1:15002"
 
 
 def test_no_spark_submit_is_one_line_not_a_traceback(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ class AirflowDeployment:
     def spark_description(self) -> str:
         if self.spark_mode is SparkMode.CONNECT:
             return f"Spark Connect server `{redact_uri(self.spark_remote)}` (connect mode)"
-        return f"master `{self.settings.spark_master}` ({self.spark_mode} mode)"
+        return f"master `{redact_uri(self.settings.spark_master)}` ({self.spark_mode} mode)"
 
     @property
     def spark_conf(self) -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import ClassVar
 from batchpoint.airflow.config import AirflowDeployment, package_root
 from batchpoint.runtime.job_status import STATUS_PREFIX, JobReport, JobStatus
 from batchpoint.settings import Settings, SparkMode
+from batchpoint.storage.redaction import masked_argv
 
 JOB_MODULE = "batchpoint.jobs.run_operator"
 
@@ -78,7 +79,9 @@ class OperatorJobLauncher:
     ) -> SparkJobResult:
         """Run the attempt to its end: the child process of `command`."""
         argv = self.command(settings, checkpoint_id, operator, attempt)
-        log(f"checkpoint {checkpoint_id}, attempt {attempt} ({self.mode} mode): {' '.join(argv)}")
+        # Shown masked: BATCHPOINT_SPARK_SUBMIT_ARGS may set credentials with --conf.
+        shown = " ".join(masked_argv(argv))
+        log(f"checkpoint {checkpoint_id}, attempt {attempt} ({self.mode} mode): {shown}")
         return self.run(argv, self.environment(settings), log)
 
     def _job_args(self, checkpoint_id: int, operator: str, attempt: str) -> list[str]:

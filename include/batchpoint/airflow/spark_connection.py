@@ -25,6 +25,7 @@ from urllib.parse import quote, urlparse, urlunparse
 
 from batchpoint.airflow.compat import AirflowNotFoundException, BaseHook
 from batchpoint.airflow.config import DEFAULT_SPARK_MODE
+from batchpoint.airflow.storage_connection import connection_extra
 from batchpoint.errors import ConfigError
 from batchpoint.settings import Settings, SparkMode, read_environment
 from batchpoint.settings.values import check_spark_master, check_spark_remote
@@ -42,11 +43,19 @@ DEFAULT_CONN_IDS: dict[SparkMode, str] = {
 GetConnection = Callable[[str], Any]
 
 
-def connect_url(conn: Any) -> str:
+def connect_url(conn: Any, extra: Mapping[str, Any] | None = None) -> str:
     """`sc://host:port/;user_id=...;token=...;use_ssl=...` of a `spark_connect`
-    connection, as the provider's SparkConnectHook.get_connection_url builds it."""
+    connection, as the provider's SparkConnectHook.get_connection_url builds it (`extra`:
+    the connection's, parsed; None: its extra_dejson)."""
     host = str(conn.host or "")
-    if "://" not in host:
+    scheme, sep, _ = host.partition("://")
+    if sep and scheme.lower() != "sc":
+        # Rewritten to sc:// it would be a plaintext channel, its token sent in the clear.
+        raise ValueError(
+            f"host {redact_uri(repr(host))} is not a Spark Connect address: give the host "
+            "name (or sc://host), and extra use_ssl=true for TLS"
+        )
+    if not sep:
         host = f"sc://{host}"
     if conn.port:
         host = f"{host}:{conn.port}"
@@ -58,7 +67,7 @@ def connect_url(conn: Any) -> str:
         params.append(f"user_id={quote(conn.login)}")
     if conn.password:
         params.append(f"token={quote(conn.password)}")
-    use_ssl = conn.extra_dejson.get("use_ssl")
+    use_ssl = (conn.extra_dejson if extra is None else extra).get("use_ssl")
     if use_ssl is not None:
         params.append(f"use_ssl={quote(str(use_ssl).lower())}")
     return urlunparse(("sc", url.netloc, "/", ";".join(params), "", ""))
@@ -91,11 +100,12 @@ def spark_settings(
             f"needs a '{CONN_TYPES[mode]}' connection (the apache-spark provider's)"
         )
     if mode is SparkMode.CONNECT:
-        remote = _checked(conn_id, lambda: check_spark_remote(connect_url(conn)))
+        extra = connection_extra(conn, conn_id)
+        remote = _checked(conn_id, lambda: check_spark_remote(connect_url(conn, extra)))
         log.info("Spark Connect server from connection '%s': %s", conn_id, redact_uri(remote))
         return dataclasses.replace(settings, spark_remote=remote)
     master = _checked(conn_id, lambda: check_spark_master(submit_master(conn)))
-    log.info("Spark master from connection '%s': %s", conn_id, master)
+    log.info("Spark master from connection '%s': %s", conn_id, redact_uri(master))
     return dataclasses.replace(settings, spark_master=master)
 
 

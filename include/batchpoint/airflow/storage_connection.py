@@ -25,7 +25,8 @@ from urllib.parse import urlparse
 
 from batchpoint.errors import ConfigError
 from batchpoint.settings import Settings
-from batchpoint.storage.redaction import redact_uri, scrub
+from batchpoint.settings.values import check_root
+from batchpoint.storage.redaction import holds_credentials, redact_uri, scrub
 
 # batchpoint's own extras.
 _OWN_EXTRAS = {"root", "region"}
@@ -78,7 +79,7 @@ def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Setting
     and credentials; whatever the connection leaves out comes from `base` (the
     environment). Credentials are resolved here, through AwsBaseHook, to the keys (and
     session token) the store and the Spark jobs sign with."""
-    extra = dict(conn.extra_dejson or {})
+    extra = connection_extra(conn, conn_id)
     unknown = sorted(set(extra) - _KNOWN_EXTRAS)
     if unknown:
         raise ConfigError(
@@ -91,12 +92,7 @@ def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Setting
             f"Airflow connection '{conn_id}': login (access key id) and password "
             "(secret access key) must be given together"
         )
-    root = str(extra.get("root") or base.root)
-    if not root.startswith(("s3://", "file://")):
-        raise ConfigError(
-            f"Airflow connection '{conn_id}': extra root={redact_uri(repr(root))} must be "
-            "s3://bucket/prefix or file:///absolute/path"
-        )
+    root = _extra_root(extra, conn_id) or base.root
     options = dict(base.store_options)
     region = extra.get("region") or extra.get("region_name")
     if region:
@@ -104,7 +100,7 @@ def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Setting
     aws = _aws_hook(conn, conn_id, extra, options.get("region"))
     cache_key = json.dumps([conn_id, conn.login, conn.password, extra], sort_keys=True, default=str)
     if conn.host:
-        options["endpoint_url"] = connection_url(conn)
+        options["endpoint_url"] = connection_url(conn, conn_id)
     elif endpoint := aws.conn_config.get_service_endpoint_url("s3"):
         options["endpoint_url"] = str(endpoint)
     names_credentials = bool(conn.login) or bool(_CREDENTIAL_EXTRAS & set(extra))
@@ -126,6 +122,53 @@ def settings_from_connection(conn: Any, base: Settings, conn_id: str) -> Setting
     except ConfigError as exc:
         raise ConfigError(f"Airflow connection '{conn_id}': {exc}") from None
     return base.with_storage(root, options)
+
+
+def connection_extra(conn: Any, conn_id: str) -> dict[str, Any]:
+    """A connection's extra as a dict. Read here, not only through `extra_dejson`:
+    Airflow's logs an extra that is not JSON and returns {}, and a connection then
+    quietly loses its root, endpoint or use_ssl."""
+    raw = getattr(conn, "extra", None)
+    if isinstance(raw, str) and raw.strip():
+        try:
+            parsed: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise _not_an_object(conn_id)
+    # extra_dejson as well: Airflow masks the values in task logs when it parses them.
+    extra = conn.extra_dejson if raw is None or isinstance(raw, str) else raw
+    if extra is None:
+        return {}
+    if not isinstance(extra, dict):
+        raise _not_an_object(conn_id)
+    return dict(extra)
+
+
+def _not_an_object(conn_id: str) -> ConfigError:
+    # The extra is not quoted: it may hold keys.
+    return ConfigError(
+        f"Airflow connection '{conn_id}': extra is not a JSON object: write it as "
+        '{"field": "value", ...}'
+    )
+
+
+def _extra_root(extra: dict[str, Any], conn_id: str) -> str | None:
+    """The connection's extra root, checked as BATCHPOINT_ROOT is (None: not given)."""
+    root = extra.get("root")
+    if not root:
+        return None
+    if holds_credentials(str(root)):
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': extra root holds credentials before '@' "
+            "(refused, not shown): give the keys as the connection's login and password"
+        )
+    try:
+        return check_root(root)
+    except ValueError as exc:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': extra root={redact_uri(repr(str(root)))}: {exc}"
+        ) from None
 
 
 def _aws_hook(conn: Any, conn_id: str, extra: dict[str, Any], region: str | None) -> Any:
@@ -217,12 +260,33 @@ def _mask(*secrets: str | None) -> None:
             mask_secret(secret)
 
 
-def connection_url(conn: Any) -> str:
+def connection_url(conn: Any, conn_id: str | None = None) -> str:
     """The base URL a connection's host, port and schema make (http by default)."""
     host = str(conn.host)
     if "://" not in host:
         host = f"{conn.schema or 'http'}://{host}"
     parsed = urlparse(host)
-    if conn.port and parsed.port is None:
-        host = f"{parsed.scheme}://{parsed.hostname}:{conn.port}{parsed.path}"
+    name = conn_id or getattr(conn, "conn_id", None) or "?"
+    try:
+        port = parsed.port
+    except ValueError:  # not a number, or out of 0-65535
+        port = -1
+    if port is not None:
+        _check_port(port, name, f"host {redact_uri(repr(str(conn.host)))}")
+    elif conn.port:
+        port = _check_port(conn.port, name, f"port {conn.port!r}")
+        host = f"{parsed.scheme}://{parsed.hostname}:{port}{parsed.path}"
     return host.rstrip("/")
+
+
+def _check_port(port: Any, conn_id: str, where: str) -> int:
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        number = -1
+    if not 0 < number < 65536:
+        raise ConfigError(
+            f"Airflow connection '{conn_id}': {where} has no valid port: "
+            "use a number from 1 to 65535"
+        )
+    return number

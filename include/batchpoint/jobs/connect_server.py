@@ -32,11 +32,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
+from batchpoint.errors import ConfigError
 from batchpoint.settings.submit_options import spark_submit_program, submit_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
 PORT_SETTING = "spark.connect.grpc.binding.port"
+#: Where the warm-up child reads the address it joins (never its command line).
+REMOTE_VARIABLE = "BATCHPOINT_SPARK_REMOTE"
 #: How long the server may take to listen before the warm-up gives up waiting (the
 #: server goes on: it is the restart policy's to judge, not this process's).
 LISTEN_TIMEOUT = 300.0
@@ -57,16 +60,18 @@ def server_command(options: Sequence[str]) -> list[str]:
 def warm_up_remote(env: Mapping[str, str], port: int) -> str:
     """The address the warm-up joins: the clients' own (BATCHPOINT_SPARK_REMOTE), since a
     pipeline's session id is derived from it, else this host's port."""
-    return env.get("BATCHPOINT_SPARK_REMOTE") or f"sc://127.0.0.1:{port}"
+    return env.get(REMOTE_VARIABLE) or f"sc://127.0.0.1:{port}"
 
 
 def warm_up_command(env: Mapping[str, str], port: int) -> list[str]:
+    """The warm-up's command line. The address stays in its environment
+    (`warm_up_environment`): it may carry `;token=`, and a command line shows in `ps`."""
     pipelines = [ref for ref in env.get("BATCHPOINT_PIPELINE_REF", "").split(",") if ref.strip()]
     return [
         sys.executable,
         "-m",
         "batchpoint.jobs.warm_up",
-        warm_up_remote(env, port),
+        "--remote-from-env",
         *(ref.strip() for ref in pipelines),
         # Only the pipelines' sessions: a restart's warm-up runs beside the epoch that the
         # restart interrupted, whose retry is often the server's first client, and on a
@@ -74,6 +79,28 @@ def warm_up_command(env: Mapping[str, str], port: int) -> list[str]:
         # operator.
         "--sessions-only",
     ]
+
+
+def warm_up_environment(env: Mapping[str, str], port: int) -> dict[str, str]:
+    """The warm-up's environment: the address it joins in BATCHPOINT_SPARK_REMOTE, and
+    not the server's own switch (the warm-up is a Connect client)."""
+    client_env = {k: v for k, v in env.items() if k != "SPARK_CONNECT_MODE"}
+    client_env[REMOTE_VARIABLE] = warm_up_remote(env, port)
+    return client_env
+
+
+def server_port(options: Sequence[str]) -> int:
+    """The port the server binds (spark.connect.grpc.binding.port among `options`)."""
+    value = submit_conf(options).get(PORT_SETTING, str(DEFAULT_PORT))
+    try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise ConfigError(
+            f"--conf {PORT_SETTING}={value!r}: not a port: use a number from 1 to 65535"
+        )
+    return port
 
 
 def wait_until_listening(
@@ -93,7 +120,7 @@ def wait_until_listening(
 
 def run(options: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if env is None else env)
-    port = int(submit_conf(options).get(PORT_SETTING, DEFAULT_PORT))
+    port = server_port(options)
     started = time.monotonic()
     command = server_command(options)
     try:
@@ -112,9 +139,7 @@ def run(options: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     signal.signal(signal.SIGINT, forward)
     if wait_until_listening(server, port):
         _say(f"the server listens on port {port} after {time.monotonic() - started:.1f}s")
-        # The warm-up is a Connect client: the server's own switch must not reach it.
-        client_env = {k: v for k, v in env.items() if k != "SPARK_CONNECT_MODE"}
-        warm_up = subprocess.Popen(warm_up_command(env, port), env=client_env)
+        warm_up = subprocess.Popen(warm_up_command(env, port), env=warm_up_environment(env, port))
         try:
             code = warm_up.wait(WARM_UP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -128,7 +153,11 @@ def run(options: Sequence[str], env: Mapping[str, str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        _say(str(exc))
+        return 2
 
 
 if __name__ == "__main__":

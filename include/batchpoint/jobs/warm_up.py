@@ -18,6 +18,9 @@ operators use, with the pool its jobs use, and runs Python tasks there: the firs
 finds the daemon of every executor running, and Python workers forked.
 
     python -m batchpoint.jobs.warm_up REMOTE [PIPELINE_REF ...] [--scratch DIR]
+    python -m batchpoint.jobs.warm_up --remote-from-env [PIPELINE_REF ...] [--scratch DIR]
+
+(the second reads REMOTE from BATCHPOINT_SPARK_REMOTE: a `;token=` in it stays out of `ps`)
 
 It runs as a Connect client in a process of its own: a process that holds a classic
 Spark session cannot open a Connect one (batchpoint.spark.connect). Its callers are the
@@ -28,9 +31,10 @@ compose file's spark-connect service, after every restart) and devstack.spark_co
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -131,14 +135,26 @@ def warm_sessions(remote: str, pipeline_refs: Sequence[str]) -> list[str]:
     return names
 
 
-def main(argv: list[str] | None = None) -> int:
+#: Where `--remote-from-env` reads the server's address: its `;token=` stays off the
+#: command line, which any user of the machine sees in `ps`.
+REMOTE_VARIABLE = "BATCHPOINT_SPARK_REMOTE"
+
+
+def arguments(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.Namespace:
+    """The command line read, `remote` taken from `env` given --remote-from-env (then
+    every positional argument is a pipeline)."""
     parser = argparse.ArgumentParser(
         prog="python -m batchpoint.jobs.warm_up",
         description="Warm a freshly started Spark Connect server for batchpoint's jobs.",
     )
-    parser.add_argument("remote", help="the server, sc://HOST:PORT")
+    parser.add_argument("remote", nargs="?", help="the server, sc://HOST:PORT")
     parser.add_argument(
         "pipelines", nargs="*", metavar="PIPELINE_REF", help="module:attribute of a pipeline"
+    )
+    parser.add_argument(
+        "--remote-from-env",
+        action="store_true",
+        help=f"read the server's address from {REMOTE_VARIABLE}, not the command line",
     )
     parser.add_argument(
         "--scratch",
@@ -152,6 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         help="only open and warm the pipelines' sessions (no warm-up jobs)",
     )
     args = parser.parse_args(argv)
+    if args.remote_from_env:
+        args.pipelines = [args.remote, *args.pipelines] if args.remote else args.pipelines
+        args.remote = env.get(REMOTE_VARIABLE, "").strip()
+        if not args.remote:
+            parser.error(f"--remote-from-env: {REMOTE_VARIABLE} is not set")
+    elif not args.remote:
+        parser.error("name the server, sc://HOST:PORT, or give --remote-from-env")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv, os.environ)
     from batchpoint.spark.connect import connect_session
 
     if not args.sessions_only:

@@ -86,8 +86,8 @@ SETTINGS: dict[str, str] = {
 S3_OPTIONS: dict[str, str] = {
     "retry_mode": "botocore's retry mode: standard or adaptive.",
     "max_attempts": "Attempts per S3 request, the first try included.",
-    "connect_timeout": "Seconds to wait for an S3 connection.",
-    "read_timeout": "Seconds to wait for an S3 response.",
+    "connect_timeout": "Seconds to wait for an S3 connection (more than 0, at most 3600).",
+    "read_timeout": "Seconds to wait for an S3 response (more than 0, at most 3600).",
     "multipart_threshold": "Size from which uploads are multipart (bytes, or 64MiB).",
     "multipart_chunksize": "Size of each multipart part (bytes, or 16MiB).",
     "addressing_style": "path, virtual or auto. Default: path for a custom endpoint, auto for AWS.",

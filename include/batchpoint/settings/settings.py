@@ -44,10 +44,13 @@ class Settings:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        # Every field as the generated repr shows it, the Connect address without its token.
+        # Every field as the generated repr shows it, URIs without a password or token:
+        # a root or master given through a connection may carry one.
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.repr}
-        if shown.get("spark_remote"):
-            shown["spark_remote"] = redaction.redact_uri(shown["spark_remote"])
+        for name in ("root", "spark_master", "spark_remote"):
+            if shown.get(name):
+                shown[name] = redaction.redact_uri(shown[name])
+        shown["savepoint_roots"] = tuple(map(redaction.redact_uri, self.savepoint_roots))
         shown["spark_conf"] = redaction.masked_conf(self.spark_conf)
         return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 

@@ -62,6 +62,11 @@ _SPARK_MASTER = re.compile(
     r"^(local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn"
     r"|(spark|k8s|mesos)://\S+)$"
 )
+# local[N] and local[N,F]: N threads (Spark refuses 0).
+_LOCAL_THREADS = re.compile(r"^local\[(\d+)(,\d+)?\]$")
+# One master of spark://host:port[,host:port...] (a standalone HA list), as Spark's
+# Utils.extractHostPortFromSparkUrl reads each: a port is required.
+_STANDALONE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[\w.-]+):(\d+)$")
 _CONN_ID = re.compile(r"^[\w.-]+$")
 # sc://host[:port][/;param=value;...], as pyspark's ChannelBuilder reads it.
 _SPARK_REMOTE = re.compile(
@@ -181,12 +186,32 @@ def check_conn_id(value: Any) -> str:
 
 
 def check_spark_master(value: Any) -> str:
+    """A master Spark accepts: local, local[N], local[*], local[N,F], local-cluster[...],
+    yarn, k8s://..., mesos://... or spark://host:port (a comma-separated list for a
+    standalone cluster with standby masters)."""
     text = str(value).strip()
     if not _SPARK_MASTER.match(text):
         raise ValueError(
             "not a Spark master (local, local[N], local[*], spark://host:port, yarn, k8s://...)"
         )
+    threads = _LOCAL_THREADS.match(text)
+    if threads and int(threads.group(1)) < 1:
+        raise ValueError("local[N] needs at least 1 thread: use local[1] or more, or local[*]")
+    if text.startswith("spark://"):
+        for master in text.removeprefix("spark://").split(","):
+            _check_standalone(master)
     return text
+
+
+def _check_standalone(master: str) -> None:
+    match = _STANDALONE.match(master)
+    if not match:
+        raise ValueError(
+            f"{redaction.redact_uri('spark://' + master)} is not host:port: a standalone "
+            "master is spark://host:port (7077 by default)"
+        )
+    if not 0 < int(match.group(2)) < 65536:
+        raise ValueError(f"spark://{master}: the port must be between 1 and 65535")
 
 
 def check_spark_remote(value: Any) -> str:

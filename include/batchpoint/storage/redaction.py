@@ -106,6 +106,29 @@ def masked_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
     return {k: REDACTED if _SECRET_CONF_KEY.search(k) else v for k, v in conf.items()}
 
 
+def masked_argv(argv: Iterable[str]) -> list[str]:
+    """A command line (spark-submit's) as a log may show it: the value of every
+    `--conf KEY=VALUE` (`--conf=`, `-c`) whose key masked_conf masks, URIs redacted."""
+    shown: list[str] = []
+    conf_next = False
+    for arg in argv:
+        if conf_next:
+            shown.append(_masked_setting(arg))
+        elif arg.startswith("--conf="):
+            shown.append("--conf=" + _masked_setting(arg.removeprefix("--conf=")))
+        else:
+            shown.append(redact_uri(arg))
+        conf_next = not conf_next and arg in ("--conf", "-c")
+    return shown
+
+
+def _masked_setting(setting: str) -> str:
+    key, sep, _ = setting.partition("=")
+    if sep and _SECRET_CONF_KEY.search(key):
+        return f"{key}={REDACTED}"
+    return redact_uri(setting)
+
+
 #: Why an s3 URI with '@' before its query is refused, never shown: the part before it
 #: reads as `access-key:secret@bucket` (a secret holding '/' splits the bucket off)
 CREDENTIALS_REFUSED = (

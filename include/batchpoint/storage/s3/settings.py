@@ -24,6 +24,9 @@ MAX_PART = 5 * 1024 * MiB
 # plus client-side rate limiting once throttled). 'legacy' retries a different, older set
 # of errors and is not offered.
 RETRY_MODES = ("standard", "adaptive")
+#: The longest connect or read timeout: an S3 request silent for an hour is hung, and a
+#: larger value (a unit slip: milliseconds for seconds) overflows the socket's clock.
+MAX_TIMEOUT = 3600.0
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)(?:i?b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1024, "m": MiB, "g": 1024 * MiB}
@@ -93,8 +96,7 @@ class S3Settings:
                 f"S3 option max_attempts={self.shown('max_attempts')} must be at least 1"
             )
         for name in ("connect_timeout", "read_timeout"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"S3 option {name}={self.shown(name)} must be positive")
+            self._check_timeout(name)
         if self.multipart_threshold < 1:
             raise ConfigError(
                 f"S3 option multipart_threshold={self.shown('multipart_threshold')} "
@@ -109,6 +111,17 @@ class S3Settings:
             raise ConfigError(
                 f"S3 option addressing_style='{self.shown('addressing_style')}' must be one "
                 "of path, virtual, auto"
+            )
+
+    def _check_timeout(self, name: str) -> None:
+        seconds = getattr(self, name)
+        if seconds <= 0:
+            raise ConfigError(f"S3 option {name}={self.shown(name)} must be positive")
+        # nan passes `<= 0`, and nan, inf or 1e12 fail only in the first socket.
+        if not seconds <= MAX_TIMEOUT:
+            raise ConfigError(
+                f"S3 option {name}={self.shown(name)} is not a finite number of seconds up "
+                f"to {MAX_TIMEOUT:.0f} (an hour)"
             )
 
     def shown(self, name: str) -> str:
