@@ -83,6 +83,19 @@ def test_a_storage_port_out_of_range_is_named(base: Settings, host: str, port) -
 
 
 @pytest.mark.parametrize(
+    ("host", "endpoint"),
+    [("[fd00::5]", "http://[fd00::5]:8333"), ("http://[fd00::5]", "http://[fd00::5]:8333")],
+)
+def test_an_ipv6_storage_host_with_a_port_field_gives_an_endpoint_that_parses(
+    base: Settings, host: str, endpoint: str
+) -> None:
+    """The port was joined to the address without its brackets (a reviewer)."""
+    conn = storage(host=host, port=8333, login="AKIAEXAMPLE1", password=SECRET)
+    settings = settings_from_connection(conn, base, "bp_storage")
+    assert settings.store_options["endpoint_url"] == endpoint
+
+
+@pytest.mark.parametrize(
     ("root", "problem"),
     [
         (f"s3://AKIAX:{SECRET}/abc@bucket/p", "holds credentials"),

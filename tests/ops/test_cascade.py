@@ -228,6 +228,36 @@ def test_gc_never_completes_a_downstream_checkpoint_with_what_a_restore_took_bac
     assert chain.reports.coordinator.control_record().head == 1
 
 
+def test_a_repair_as_the_cascade_finishes_leaves_no_fence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reports' control record is lost after its step; repair rebuilds it, with the
+    fence of the cascade still applying, just after the cascade lifted its fences and
+    before it says it is over: the cascade lifts them again once it is."""
+    chain = FakeChain.on((tmp_path / "store").as_uri())
+    for driver in (chain.ledger, chain.reports, chain.trends):
+        chain.epoch(driver)
+    chain.epoch(chain.ledger)
+    chain.epoch(chain.reports)
+    reports = chain.reports.coordinator
+    real = cascade_module.finished
+    repaired = []
+
+    def repair_first(record: Any, now: float, failure: str | None = None) -> Any:
+        if not repaired:
+            reports.store.delete(reports.control.key)
+            repaired.append(reports.repair())
+            assert reports.control.load().cascade is not None  # the cascade still applies
+        return real(record, now, failure)
+
+    monkeypatch.setattr(cascade_module, "finished", repair_first)
+    run = cascade_restore(_context(chain), "ledger", 1)
+    assert run.record is not None and run.record.status is CascadeStatus.DONE
+    assert repaired and repaired[0].written
+    assert reports.control.load().cascade is None
+    assert chain.epoch(chain.reports) > 0  # its triggers run
+
+
 def test_a_downstream_checkpoint_reading_what_stands_completes(tmp_path: Path) -> None:
     chain = FakeChain.on((tmp_path / "store").as_uri())
     chain.epoch(chain.ledger)

@@ -49,6 +49,8 @@ def test_history_pruned_to_nothing_still_remembers_the_newest_id(tmp_path: Path)
     c.abort(used, CheckpointFailureReason.DECLINED, "task failed")
     report = c.garbage_collector(grace=0).collect(history_limit=0)
     assert report.pruned_checkpoints == [used]  # its records and folder are gone
+    again = c.garbage_collector(grace=0).collect(history_limit=0)
+    assert again.pruned_checkpoints == []  # kept named, not pruned again by every pass
     store.delete(c.layout.id_counter)
 
     assert c.trigger({"src": {"p0": 3}}).checkpoint_id == used + 1

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from batchpoint.errors import TriggerRefused
+from batchpoint.protocol import cascade as cascade_module
 from batchpoint.protocol.cascade import CascadeRecord, CascadeStep, CascadeStore, finished
+from batchpoint.protocol.control import CascadeFence
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.storage.local import LocalObjectStore
@@ -81,3 +83,30 @@ def test_a_control_record_of_a_newer_release_is_replaced_only_when_forced(
 
     assert c.repair(force=True).status is RepairStatus.WRITTEN
     assert c.control.load().head == 2
+
+
+def test_a_fence_rebuilt_while_its_cascade_finished_is_lifted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repair read the cascade applying; the cascade then lifted its fences (none: the
+    record was lost), finished and retired; repair wrote the fence it read, and nothing
+    lifted it again (found by the reviewer of this change)."""
+    store, c, record = _held(tmp_path)
+    store.delete(c.control.key)
+    cascades = CascadeStore(store)
+    real = cascade_module.active_fence
+    calls = []
+
+    def finishing_meanwhile(given: CascadeStore, pipeline: str) -> CascadeFence | None:
+        fence = real(given, pipeline)
+        if not calls:  # the cascade's process, as ops/cascade._drive ends it
+            c.release_cascade(record.cascade_id)
+            cascades.retire(cascades.update(record.cascade_id, lambda r: finished(r, 1.0)))
+        calls.append(fence)
+        return fence
+
+    monkeypatch.setattr(cascade_module, "active_fence", finishing_meanwhile)
+    assert c.repair().status is RepairStatus.WRITTEN
+    assert calls[0] == record.fence()  # the fence was read while the cascade applied
+    assert c.control.load().cascade is None
+    assert c.trigger({"src": {"p0": 9}}).checkpoint_id == 3

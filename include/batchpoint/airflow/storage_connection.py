@@ -275,7 +275,9 @@ def connection_url(conn: Any, conn_id: str | None = None) -> str:
         _check_port(port, name, f"host {redact_uri(repr(str(conn.host)))}")
     elif conn.port:
         port = _check_port(conn.port, name, f"port {conn.port!r}")
-        host = f"{parsed.scheme}://{parsed.hostname}:{port}{parsed.path}"
+        name_only = str(parsed.hostname or "")
+        bracketed = f"[{name_only}]" if ":" in name_only else name_only  # an IPv6 address
+        host = f"{parsed.scheme}://{bracketed}:{port}{parsed.path}"
     return host.rstrip("/")
 
 

@@ -301,6 +301,10 @@ def _drive(
         failure = _left_behind(context, record)
     _release(context, record)
     record = cascades.update(record.cascade_id, lambda r: finished(r, context.clock(), failure))
+    # Again, now that the record says it is over: a repair that rebuilt a lost control
+    # record from the record while it was applying wrote the fence after the first lift
+    # (it lifts the fence itself only once the record says so: protocol/repair.py).
+    _release(context, record)
     cascades.retire(record)
     context.progress(describe(record))
     return record

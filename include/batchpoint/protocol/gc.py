@@ -388,12 +388,15 @@ class GarbageCollector:
         prunable = [i for i in collected[: max(0, len(collected) - history_limit)] if i in known]
         pruned = []
         ordered = sorted(referenced)
+        newest = max(control.known_ids(), default=0)
         for cid in prunable:
             # Judged without listing: an append sink's manifest holds every epoch's files,
             # and listing each such folder on every pass would grow with the history.
             if _holds_a_key_under(ordered, self._files.data_prefix(cid)):
                 continue  # a sink, a table or a newer checkpoint still reads its data
             found, data = self._files.folder(cid)
+            if cid == newest and not found and not data:
+                continue  # pruned by an earlier pass, and kept named (see `drop`)
             # What is left is a late writer's: an id that was collected (or queued) when
             # the references were read never returns into retained or pending, so no
             # reference made since can point into its folder.

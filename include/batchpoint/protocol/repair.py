@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from attrs import define
 
 from batchpoint.errors import RESET_HINT, CorruptRecord, RecordError, UnsupportedRecordVersion
+from batchpoint.protocol.cascade import unfenced
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.control import CascadeFence, ControlRecord
@@ -129,8 +130,19 @@ class Repairer:
                 "records (a checkpoint settled, a restore or another repair ran): nothing was "
                 "written; run `batchpoint repair --dry-run` again to see the new plan",
             )
+        self._lift_if_over(plan.control.cascade, before)
         self._roll_forward()  # rewind the sinks to the head, abort the abandoned checkpoints
         return RepairReport(plan, read, RepairStatus.WRITTEN, diff)
+
+    def _lift_if_over(self, fence: CascadeFence | None, before: ControlRecord | None) -> None:
+        """A fence rebuilt from the active cascade record whose cascade finished while
+        repair wrote: its lift found no record to lift it from, and nothing else would.
+        Asked after the write: a cascade that finishes later lifts it itself (ops/cascade
+        lifts the fences again once the record says it is finished)."""
+        if fence is None or (before is not None and before.cascade == fence):
+            return
+        if self._active_fence() != fence:
+            self._control.update(lambda c: unfenced(c, fence.cascade))
 
     def _readable(self, diff: tuple[str, ...]) -> str:
         return (
