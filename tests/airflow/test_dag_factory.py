@@ -66,6 +66,18 @@ def test_operator_tasks_get_retries_and_the_checkpoint_timeout():
     assert job.retries == 2 and job.execution_timeout.total_seconds() == 120
 
 
+def test_each_cleanup_looks_for_a_checkpoint_of_its_own_dags_type():
+    """A run whose trigger returned nothing finds its checkpoint by run id: the savepoint
+    DAG's cleanup took (and aborted) the checkpoint DAG's of the same run id."""
+    dags = build_pipeline_dags(build_pipeline(), REF, deployment())
+    kinds = {
+        name: dag.get_task("cleanup").checkpoint_type
+        for name, dag in dags.items()
+        if "cleanup" in dag.task_ids
+    }
+    assert kinds == {"payments_checkpoint": "checkpoint", "payments_savepoint": "savepoint"}
+
+
 def test_the_restore_gate_is_plumbed_to_the_check_task():
     def gate(candidate):
         return GateResult(True)

@@ -217,3 +217,91 @@ def test_a_failed_operator_that_had_acked_does_not_block_finalizing(driver):
     ack(driver, pending.checkpoint_id, pending.expected_tasks)
     settled = settle_run(driver, pending.checkpoint_id, {"alerts": "Airflow task failed"})
     assert (settled.status, settled.action) == (CheckpointStatus.COMPLETED, "finalized")
+
+
+def test_the_savepoint_and_checkpoint_dags_keep_their_own_checkpoints_under_one_run_id(driver):
+    """`airflow dags test` and API triggers name both DAGs' runs after their date: the
+    savepoint DAG's trigger returned the checkpoint DAG's checkpoint, and no savepoint
+    was ever taken (found by a reviewer)."""
+    run = "manual__2025-01-01T00:00:00+00:00"
+    checkpoint = trigger_for_run(driver, run)  # still pending
+    savepoint = trigger_for_run(driver, run, CheckpointType.SAVEPOINT)
+    assert savepoint.checkpoint_id != checkpoint.checkpoint_id
+    assert savepoint.type is CheckpointType.SAVEPOINT
+    # each run's retry finds its own
+    assert trigger_for_run(driver, run, CheckpointType.SAVEPOINT) == savepoint
+    assert trigger_for_run(driver, run) == checkpoint
+    for kind, ours in (
+        (CheckpointType.CHECKPOINT, checkpoint),
+        (CheckpointType.SAVEPOINT, savepoint),
+    ):
+        assert checkpoint_of_run(driver.coordinator, run, kind) == ours.checkpoint_id
+
+
+def test_a_savepoint_run_never_aborts_the_checkpoint_runs_admission(driver, monkeypatch):
+    """The checkpoint DAG's trigger is between its admission and its record; the
+    savepoint DAG's run of the same id took that for its own dead first try and aborted
+    a live checkpoint."""
+    run = "manual__2025-01-01T00:00:00+00:00"
+    c = driver.coordinator
+    with monkeypatch.context() as m:
+        _die_before_the_pending_record(driver, m)
+        with pytest.raises(Killed) as held:
+            trigger_for_run(driver, run)  # as far as the savepoint run can tell: alive
+    admitted = held.value.args[0]
+    with pytest.raises(TriggerRefused):
+        trigger_for_run(driver, run, CheckpointType.SAVEPOINT)
+    assert c.get_outcome(admitted) is None
+    assert [e.checkpoint_id for e in c.control.load().pending] == [admitted]
+
+
+@pytest.mark.parametrize("winner", ["finalize", "expiry"])
+def test_settle_reports_what_another_settler_decided_meanwhile(driver, clock, winner):
+    """Between the cleanup's two reads another actor settled the checkpoint; the cleanup
+    said it waited for its base, skipped, and left the staged files or the asset event."""
+    pending = trigger_for_run(driver, "r")
+    c = driver.coordinator
+    if winner == "finalize":
+        ack(driver, pending.checkpoint_id, pending.expected_tasks)
+    else:
+        ack(driver, pending.checkpoint_id, pending.expected_tasks[:1])
+        clock.advance(61)
+    real = c.get_outcome
+    reads = []
+
+    def then_the_other_settles(checkpoint_id):
+        found = real(checkpoint_id)
+        if not reads:
+            finalize(driver, checkpoint_id) if winner == "finalize" else c.settle()
+        reads.append(found)
+        return found
+
+    monkeypatch = pytest.MonkeyPatch()
+    with monkeypatch.context() as patch:
+        patch.setattr(c, "get_outcome", then_the_other_settles)
+        settled = settle_run(driver, pending.checkpoint_id)
+    assert reads[0] is None  # the cleanup read it undecided
+    held = c.get_outcome(pending.checkpoint_id)
+    assert held is not None and settled.status is held.status
+    if winner == "expiry":
+        assert settled.discarded_files  # what it staged is gone
+    else:
+        assert driver.sinks.manifest("alerts").current == pending.checkpoint_id
+
+
+def test_settling_a_base_publishes_the_checkpoint_that_waited_for_it(tmp_path, clock):
+    """Two runs at once: B's finalize waited for its base A; A's cleanup completed B
+    (its GC settles) without publishing it, and B's output waited for a third run."""
+    ref = StoreRef.of((tmp_path / "store").as_uri())
+    config = CheckpointConfig(timeout=60, max_concurrent=2)
+    driver = PipelineDriver(build_pipeline(), ref, config, clock=clock)
+    a = trigger_for_run(driver, "scheduled__A")
+    b = trigger_for_run(driver, "manual__B")
+    ack(driver, b.checkpoint_id, b.expected_tasks)
+    assert finalize(driver, b.checkpoint_id).outcome is None  # waits for its base
+    ack(driver, a.checkpoint_id, a.expected_tasks)
+    finalize(driver, a.checkpoint_id)
+
+    settle_run(driver, a.checkpoint_id)
+    assert driver.coordinator.control_record().head == b.checkpoint_id
+    assert driver.sinks.manifest("alerts").current == b.checkpoint_id

@@ -39,6 +39,7 @@ from batchpoint.ops.epoch_plan import (
     RunsWhen,
     TaskKind,
 )
+from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.protocol.pipeline import PipelineSpec
 from batchpoint.settings.sensor_mode import SensorMode
 
@@ -187,6 +188,11 @@ def _cleanup(task: PlannedTask, r: _Render) -> dict[str, Any]:
         "outlets": [cleanup_alias(r.plan.pipeline)],
         "operator_tasks": {str(t.id): t.operator for t in operators},
         "finalize_task_id": r.task_id(TaskKind.FINALIZE),
+        "checkpoint_type": (
+            CheckpointType.SAVEPOINT
+            if r.plan.of_kind(TaskKind.TRIGGER_SAVEPOINT)
+            else CheckpointType.CHECKPOINT
+        ).value,
     }
 
 

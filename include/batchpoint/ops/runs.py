@@ -99,7 +99,7 @@ def trigger_for_run(
     trigger task must not start a second epoch (nor be refused by max-concurrent because
     of its own first try). With `audit`, only its audit may complete it. Raises
     TriggerRefused like `PipelineDriver.trigger`."""
-    ours = _checkpoint_of_earlier_try(driver.coordinator, run_id)
+    ours = _checkpoint_of_earlier_try(driver.coordinator, run_id, checkpoint_type)
     if ours is not None:
         return ours
     properties = replace(properties or CheckpointProperties(), scheduler_run_id=run_id)
@@ -109,19 +109,22 @@ def trigger_for_run(
 
 
 def _checkpoint_of_earlier_try(
-    coordinator: CheckpointDecisions, run_id: str
+    coordinator: CheckpointDecisions, run_id: str, checkpoint_type: CheckpointType
 ) -> PendingCheckpoint | None:
-    """The pending checkpoint an earlier try of the run triggered. A try that died
-    between its admission and its pending record left only an entry naming the run:
-    it is aborted now, not at its deadline, where it held the retry back (refused by
-    max-concurrent, so the run skipped). A try still alive that writes its record after
-    this abort runs an epoch whose acks are discarded."""
+    """The pending checkpoint an earlier try of the run triggered, of its type: the
+    pipeline's savepoint DAG and checkpoint DAG can have runs of one id (`dags test`
+    and the API name them after their date), and neither may take, nor abort, the
+    other's. A try that died between its admission and its pending record left only an
+    entry naming the run: it is aborted now, not at its deadline, where it held the
+    retry back (refused by max-concurrent, so the run skipped). A try still alive that
+    writes its record after this abort runs an epoch whose acks are discarded."""
     for pending in coordinator.pending_checkpoints():
-        if pending.properties.scheduler_run_id == run_id:
+        if pending.properties.scheduler_run_id == run_id and pending.type is checkpoint_type:
             return pending
+    ours = (run_id, checkpoint_type)
     try:
         control = coordinator.control_record()
-        entries = [e for e in control.pending if e.run_id == run_id] if control else []
+        entries = [e for e in (control.pending if control else ()) if (e.run_id, e.type) == ours]
     except ControlUnreadable:
         return None  # the trigger refuses, saying so
     for entry in entries:
@@ -208,8 +211,9 @@ def settle_run(
     action = SettlementAction.NONE
     if outcome is None:
         pending = c.get_pending(checkpoint_id)
-        if pending is None:
-            return RunSettlement(checkpoint_id, None, SettlementAction.NONE)
+        if pending is None:  # settled meanwhile (its record moved): finish what holds
+            outcome = c.get_outcome(checkpoint_id)
+            return _finish(driver, checkpoint_id, outcome, SettlementAction.NONE)
         failed = dict(failed_operators or {})
         decision = decide_settlement(pending, c.progress(checkpoint_id), failed, now)
         action, outcome = decision.action, _carry_out(c, checkpoint_id, decision, attempt)
@@ -217,14 +221,31 @@ def settle_run(
             # The failed operators' subtasks acked meanwhile: settle it as if none failed.
             decision = decide_settlement(pending, c.progress(checkpoint_id), {}, now)
             action, outcome = decision.action, _carry_out(c, checkpoint_id, decision, attempt)
+    return _finish(driver, checkpoint_id, outcome, action)
+
+
+def _finish(
+    driver: PipelineDriver,
+    checkpoint_id: int,
+    outcome: CheckpointOutcome | None,
+    action: SettlementAction,
+) -> RunSettlement:
+    """Delete what an aborted checkpoint staged, or publish a completed one and collect
+    garbage, publishing too what that collection's settle completed: a later run's
+    checkpoint that waited for this one as its base (its own finalize had said so)."""
+    c = driver.coordinator
     settlement = RunSettlement(checkpoint_id, outcome, action)
     if outcome is None:
         return settlement
     if outcome.status is CheckpointStatus.ABORTED:
         settlement.discarded_files = discard_checkpoint_data(c, checkpoint_id)
-    else:
-        settlement.published = finalize(driver, checkpoint_id).published
-        settlement.gc_deleted = len(gc(c, driver.store).deleted_files)
+        return settlement
+    settlement.published = finalize(driver, checkpoint_id).published
+    report = gc(c, driver.store)
+    settlement.gc_deleted = len(report.deleted_files)
+    for done in sorted(report.settled, key=lambda o: o.checkpoint_id):
+        if done.completed is not None:
+            settlement.published += driver.notify_complete(done.checkpoint_id)
     return settlement
 
 

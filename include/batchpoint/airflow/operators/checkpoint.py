@@ -291,11 +291,16 @@ class CheckpointCleanupOperator(BatchpointOperator):
         operator_tasks: Mapping[str, str] | None = None,
         operator_group: str = "operators",
         finalize_task_id: str = "finalize",
+        checkpoint_type: str = CheckpointType.CHECKPOINT.value,
         **kwargs: Any,
     ) -> None:
         """`operator_tasks`: Airflow task id -> the pipeline operator it runs, as the
-        epoch's plan names them (render_epoch); without, `operator_group`'s tasks."""
+        epoch's plan names them (render_epoch); without, `operator_group`'s tasks.
+        `checkpoint_type`: what the run's trigger triggers, by which a run whose trigger
+        returned nothing finds its checkpoint (the savepoint DAG's run may share its id
+        with a run of the checkpoint DAG)."""
         super().__init__(**kwargs)
+        self.checkpoint_type = checkpoint_type
         self.operator_tasks = dict(operator_tasks) if operator_tasks is not None else None
         self.operator_group = operator_group
         self.finalize_task_id = finalize_task_id
@@ -311,7 +316,9 @@ class CheckpointCleanupOperator(BatchpointOperator):
         failed = sorted(t for t, s in states.items() if s in FAILED_STATES and t != self.task_id)
         checkpoint_id = self.checkpoint_id(context)
         if checkpoint_id is None:  # a trigger that wrote its checkpoint, then died
-            checkpoint_id = checkpoint_of_run(self.driver().coordinator, context["run_id"])
+            checkpoint_id = checkpoint_of_run(
+                self.driver().coordinator, context["run_id"], CheckpointType(self.checkpoint_type)
+            )
         if checkpoint_id is None:
             if failed:
                 raise AirflowFailException(f"no checkpoint: task(s) {failed} failed")
