@@ -19,6 +19,7 @@ from batchpoint.protocol.pipeline_ports import (
 )
 from batchpoint.protocol.repair import RepairStatus
 from batchpoint.protocol.sink_tables import SinkTables, TableReferences
+from batchpoint.protocol.stopping import NotStopped
 from batchpoint.quality.quarantine import QuarantineRecord, first_finding
 from batchpoint.storage.base import ObjectStore
 from batchpoint.tables.binding import TableBinding
@@ -195,8 +196,14 @@ class ResumeResult:
 def resume(coordinator: PipelineMaintenance) -> ResumeResult:
     """Start a pipeline a stop-with-savepoint stopped: clear `stopped` in the control
     record (one CAS), so triggers run again from its head. NotStopped when it is not
-    stopped (protocol/stopping.py)."""
-    cleared = coordinator.resume()
+    stopped (protocol/stopping.py), or when its control record is lost: whether it is
+    stopped cannot be told then, and repair rebuilds the stop."""
+    try:
+        cleared = coordinator.resume()
+    except NotStopped:
+        if (lost := coordinator.lost_control()) is not None:
+            raise NotStopped(lost) from None
+        raise
     return ResumeResult(coordinator.pipeline, cleared.savepoint, cleared.at)
 
 

@@ -36,6 +36,7 @@ from batchpoint.protocol.control import (
     PendingEntry,
     RestoreInFlight,
     RetainedEntry,
+    StopInFlight,
     Stopped,
 )
 from batchpoint.protocol.findings import Finding
@@ -130,6 +131,7 @@ def plan_repair(
         findings=(*kept_notes, *held.values()),
         extra={**extra, "repaired_at": to_iso(now)},
         stopped=_stopped(current, intact, head, target, findings),
+        stopping=_stopping(ev, pending),
         quarantine_marks=0 if current is None else current.quarantine_marks,
         cascade=ev.fence if current is None else current.cascade or ev.fence,
     )
@@ -179,6 +181,19 @@ def _stopped(
         why = "the pipeline stays stopped; run `batchpoint resume` to start it again"
         findings.append(Finding(f"stop-with-savepoint {stopped.savepoint}", why))
     return stopped
+
+
+def _stopping(ev: RepairEvidence, pending: tuple[PendingEntry, ...]) -> StopInFlight | None:
+    """A stop-with-savepoint in flight stays in flight while its savepoint stays pending
+    (a repair with no head abandons nothing): dropped, the savepoint completed without
+    stopping the pipeline. A damaged record's is read from the savepoint's own record."""
+    waiting = {p.checkpoint_id for p in pending}
+    current = ev.current
+    if current is not None:
+        stop = current.stopping
+        return stop if stop is not None and stop.savepoint in waiting else None
+    stops = [p for p in ev.open if p.properties.stop_pipeline and p.checkpoint_id in waiting]
+    return StopInFlight(stops[-1].checkpoint_id, stops[-1].trigger_time) if stops else None
 
 
 def _intact(

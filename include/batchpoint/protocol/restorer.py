@@ -268,7 +268,10 @@ class CheckpointRestorer:
             )
             current = replace(current, retained=retained)
         now = self._clock()
-        abandoned = sorted(p.checkpoint_id for p in current.pending)
+        # With those a stop in flight abandoned: clearing the stop here takes away the
+        # finalize that would abort them, and each would expire, counted as a failure.
+        stopped = current.stopping.abandoned if current.stopping is not None else ()
+        abandoned = sorted({*(p.checkpoint_id for p in current.pending), *stopped})
         moved = replace(
             stopping.cleared(current),  # a restore starts a stopped pipeline again
             head=target,
