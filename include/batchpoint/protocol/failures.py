@@ -33,6 +33,9 @@ class FailureState(codec.Record):
     last_completed_id: int = codec.field(default=0, required=True)
     reason: str = ""
     updated_at: float = codec.time(default=0.0, required=True)
+    # The newest failure a reset cleared: a settle that finishes such a checkpoint again
+    # (a second settler, a retry after a crash) must not count it a second time.
+    reset_through: int = codec.field(default=0, omit=0)
 
     @property
     def consecutive_failures(self) -> int:
@@ -67,7 +70,9 @@ class CheckpointFailureManager:
             state = current or FailureState()
             if not reason.counts_as_failure:
                 return None
-            if checkpoint_id <= state.last_completed_id or checkpoint_id in state.failed_ids:
+            if checkpoint_id <= max(state.last_completed_id, state.reset_through):
+                return None
+            if checkpoint_id in state.failed_ids:
                 return None
             failed = tuple(sorted((*state.failed_ids, checkpoint_id)))
             new = replace(state, failed_ids=failed, updated_at=now)
@@ -105,7 +110,12 @@ class CheckpointFailureManager:
         def clear(current: FailureState | None) -> FailureState:
             state = current or FailureState()
             return replace(
-                state, status=PipelineStatus.RUNNING, failed_ids=(), reason=reason, updated_at=now
+                state,
+                status=PipelineStatus.RUNNING,
+                failed_ids=(),
+                reason=reason,
+                updated_at=now,
+                reset_through=max((state.reset_through, *state.failed_ids)),
             )
 
         while True:
