@@ -19,7 +19,7 @@ from batchpoint.runtime.driver import PipelineDriver
 from batchpoint.storage import StoreRef
 from demo.payments import build_pipeline
 from support import fake_epochs
-from support.cli import said_error
+from support.cli import fresh_root, payments_driver, said_error
 
 
 @pytest.fixture
@@ -116,3 +116,31 @@ def test_a_record_the_previous_release_wrote_still_lists_and_releases(quarantine
         "quality gate: [sample:balance-recompute] pipelines/payments/chk-4: balance 328788"
     ) in out
     assert not quarantine.is_quarantined(4)
+
+
+def test_releasing_a_checkpoint_gc_took_does_not_say_a_restore_may_offer_it(
+    tmp_path, monkeypatch, capsys
+):
+    """It said "restores may offer it again" of a checkpoint no longer retained (found
+    by a reviewer)."""
+    root = fresh_root(tmp_path, monkeypatch)
+    driver = payments_driver(root, epochs=1)
+    QuarantineStore(driver.coordinator.store, PipelineLayout("payments")).add(
+        _report(1, "bad"), time.time()
+    )
+    for _ in range(driver.coordinator.config.num_retained + 1):
+        fake_epochs.epoch(driver)
+    assert main(["quarantine", "release", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "was discarded" in out and "no restore can offer it" in out
+    assert "may offer it again" not in out
+    assert main(["--json", "quarantine", "release", "1"]) == 2  # released already
+
+
+def test_pruning_a_checkpoint_takes_its_quarantine_mark(quarantine, tmp_path):
+    """Marks of checkpoints GC pruned piled up under quarantine/ for good."""
+    driver = PipelineDriver(build_pipeline(), StoreRef.of((tmp_path / "store").as_uri()))
+    first = fake_epochs.epoch(driver)
+    quarantine.add(_report(first, "bad"), time.time())
+    driver.coordinator.files.prune(first, [])
+    assert not quarantine.is_quarantined(first)

@@ -16,6 +16,7 @@ from batchpoint.ops.maintenance import (
     quarantined,
     release_quarantine,
 )
+from batchpoint.ops.savepoints import discarded
 
 
 def cmd_list(cmd: Command) -> ExitCode:
@@ -54,10 +55,20 @@ def cmd_release(cmd: Command) -> ExitCode:
     c = cmd.coordinator()
     cid = cmd.args.checkpoint_id
     held = release_quarantine(c, cid)
+    gone = discarded(c, cid)  # no restore can offer what GC took: not said it may
+    after = (
+        f"{gone}: no restore can offer it"
+        if gone
+        else "restores may offer it again, checking its records, files and quality afresh"
+    )
     cmd.out.emit(
-        {"pipeline": c.pipeline, "released": cid, "was": quarantine_json(held)},
-        f"checkpoint {cid} released (it was {held.describe(quarantine_reason(c, held))}): "
-        "restores may offer it again, checking its records, files and quality afresh",
+        {
+            "pipeline": c.pipeline,
+            "released": cid,
+            "was": quarantine_json(held),
+            "retained": gone is None,
+        },
+        f"checkpoint {cid} released (it was {held.describe(quarantine_reason(c, held))}): " + after,
     )
     return ExitCode.OK
 

@@ -66,11 +66,13 @@ class CheckpointFiles:
         return found, [i for i in found if i.key.startswith(data_prefix)]
 
     def prune(self, checkpoint_id: int, keys: Iterable[str]) -> None:
-        """Delete these keys of the checkpoint's folder, its outcome record last: while
-        the outcome stands, the checkpoint is still in the history and a later pass
-        prunes what is left."""
+        """Delete these keys of the checkpoint's folder and its quarantine mark (nothing
+        can restore it any more: kept, marks would pile up), its outcome record last:
+        while the outcome stands, the checkpoint is still in the history and a later
+        pass prunes what is left."""
         outcome_key = self._layout.outcome(checkpoint_id)
-        self._store.delete_many(k for k in keys if k != outcome_key)
+        mark = self._layout.quarantine(checkpoint_id)
+        self._store.delete_many([*(k for k in keys if k != outcome_key), mark])
         self._store.delete(outcome_key)
 
 
