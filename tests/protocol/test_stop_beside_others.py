@@ -80,3 +80,27 @@ def test_resume_with_the_control_record_lost_names_repair(tmp_path: Path) -> Non
         resume(c)
     c.repair()
     assert c.control.load().stopped is not None  # it was stopped all along
+
+
+def test_a_repair_rebuilds_what_a_stop_in_flight_abandoned(tmp_path: Path) -> None:
+    """The rebuilt stop abandoned nothing: the periodic checkpoint the stop had abandoned
+    went back to pending and completed, its input then published twice (the reviewer of
+    the first fix)."""
+    store = LocalObjectStore(tmp_path)
+    c = coordinator(store, FakeClock())
+    periodic = c.trigger({"src": {"p0": 1}}).checkpoint_id
+    stop = c.trigger(
+        {"src": {"p0": 2}}, checkpoint_type=CheckpointType.SAVEPOINT, properties=STOP
+    ).checkpoint_id
+    store.delete(c.control.key)
+
+    assert c.repair().written
+    rebuilt = c.control.load()
+    assert rebuilt.stopping is not None and rebuilt.stopping.abandoned == (periodic,)
+    assert [p.checkpoint_id for p in rebuilt.pending] == [stop]
+    ack_all(c, periodic)
+    ack_all(c, stop)
+    c.try_finalize(stop)
+    outcome = c.try_finalize(periodic)
+    assert outcome is not None and outcome.status is CheckpointStatus.ABORTED
+    assert outcome.reason is CheckpointFailureReason.STOPPED

@@ -33,9 +33,11 @@ class FailureState(codec.Record):
     last_completed_id: int = codec.field(default=0, required=True)
     reason: str = ""
     updated_at: float = codec.time(default=0.0, required=True)
-    # The newest failure a reset cleared: a settle that finishes such a checkpoint again
-    # (a second settler, a retry after a crash) must not count it a second time.
-    reset_through: int = codec.field(default=0, omit=0)
+    # The failures a reset cleared: a settle that finishes such a checkpoint again (a
+    # second settler, a retry after a crash) must not count it a second time; an older
+    # checkpoint still running then (max-concurrent) counts when it fails. Dropped
+    # once a newer checkpoint completes, as `failed_ids` are.
+    reset_ids: tuple[int, ...] = codec.field(default=(), omit=())
 
     @property
     def consecutive_failures(self) -> int:
@@ -70,9 +72,9 @@ class CheckpointFailureManager:
             state = current or FailureState()
             if not reason.counts_as_failure:
                 return None
-            if checkpoint_id <= max(state.last_completed_id, state.reset_through):
+            if checkpoint_id <= state.last_completed_id:
                 return None
-            if checkpoint_id in state.failed_ids:
+            if checkpoint_id in state.failed_ids or checkpoint_id in state.reset_ids:
                 return None
             failed = tuple(sorted((*state.failed_ids, checkpoint_id)))
             new = replace(state, failed_ids=failed, updated_at=now)
@@ -97,7 +99,14 @@ class CheckpointFailureManager:
                 return None
             # failures of newer checkpoints (concurrent ones) still count
             newer = tuple(i for i in state.failed_ids if i > checkpoint_id)
-            return replace(state, failed_ids=newer, last_completed_id=checkpoint_id, updated_at=now)
+            cleared = tuple(i for i in state.reset_ids if i > checkpoint_id)
+            return replace(
+                state,
+                failed_ids=newer,
+                reset_ids=cleared,
+                last_completed_id=checkpoint_id,
+                updated_at=now,
+            )
 
         return self._update(reset)
 
@@ -115,7 +124,7 @@ class CheckpointFailureManager:
                 failed_ids=(),
                 reason=reason,
                 updated_at=now,
-                reset_through=max((state.reset_through, *state.failed_ids)),
+                reset_ids=tuple(sorted({*state.reset_ids, *state.failed_ids})),
             )
 
         while True:

@@ -43,6 +43,7 @@ from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause
 from batchpoint.protocol.records import to_iso
 from batchpoint.protocol.restore_intents import RestoreInDoubt, doubt_refusal, in_doubt
+from batchpoint.protocol.stopping import rebuilt_stop
 from batchpoint.protocol.timeline import is_stale, on_timeline
 
 
@@ -105,6 +106,8 @@ def plan_repair(
             why = "an imported savepoint no restore chose: retained, never the head"
             findings.append(Finding(f"checkpoint {cid}", why, cid))
     pending, abandoned = _open_checkpoints(ev, gone, held, head)
+    stop, pending = _stopping(ev, pending)
+    abandoned = [*abandoned, *(stop.abandoned if stop is not None else ())]
     kept = {e.checkpoint_id for e in retained} | {p.checkpoint_id for p in pending} | set(held)
     settled = [cid for cid in ev.outcomes if cid not in gone]
     queued = sorted(cid for cid in {*settled, *abandoned} if cid not in kept)
@@ -131,7 +134,7 @@ def plan_repair(
         findings=(*kept_notes, *held.values()),
         extra={**extra, "repaired_at": to_iso(now)},
         stopped=_stopped(current, intact, head, target, findings),
-        stopping=_stopping(ev, pending),
+        stopping=stop,
         quarantine_marks=0 if current is None else current.quarantine_marks,
         cascade=ev.fence if current is None else current.cascade or ev.fence,
     )
@@ -183,17 +186,18 @@ def _stopped(
     return stopped
 
 
-def _stopping(ev: RepairEvidence, pending: tuple[PendingEntry, ...]) -> StopInFlight | None:
-    """A stop-with-savepoint in flight stays in flight while its savepoint stays pending
-    (a repair with no head abandons nothing): dropped, the savepoint completed without
-    stopping the pipeline. A damaged record's is read from the savepoint's own record."""
+def _stopping(
+    ev: RepairEvidence, pending: tuple[PendingEntry, ...]
+) -> tuple[StopInFlight | None, tuple[PendingEntry, ...]]:
+    """A stop in flight stays so while its savepoint stays pending (a repair with no head
+    abandons nothing), or the savepoint completes without stopping the pipeline. A lost
+    record's is read from the savepoint's, with what it abandoned by the stop's rule."""
     waiting = {p.checkpoint_id for p in pending}
-    current = ev.current
-    if current is not None:
-        stop = current.stopping
-        return stop if stop is not None and stop.savepoint in waiting else None
+    if ev.current is not None:
+        stop = ev.current.stopping
+        return (stop if stop is not None and stop.savepoint in waiting else None), pending
     stops = [p for p in ev.open if p.properties.stop_pipeline and p.checkpoint_id in waiting]
-    return StopInFlight(stops[-1].checkpoint_id, stops[-1].trigger_time) if stops else None
+    return rebuilt_stop(stops[-1], pending) if stops else (None, pending)
 
 
 def _intact(

@@ -29,7 +29,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from batchpoint.errors import CheckpointError, TriggerRefused
-from batchpoint.protocol.checkpoint import CheckpointFailureReason, CheckpointType
+from batchpoint.protocol.checkpoint import (
+    CheckpointFailureReason,
+    CheckpointType,
+    PendingCheckpoint,
+)
 from batchpoint.protocol.control import ControlRecord, PendingEntry, StopInFlight, Stopped
 from batchpoint.protocol.records import to_iso
 
@@ -66,6 +70,18 @@ def to_abandon(control: ControlRecord) -> list[PendingEntry]:
             abandoned.append(p)
             ids.add(p.checkpoint_id)
     return abandoned
+
+
+def rebuilt_stop(
+    savepoint: PendingCheckpoint, pending: tuple[PendingEntry, ...]
+) -> tuple[StopInFlight, tuple[PendingEntry, ...]]:
+    """The stop in flight a lost control record held, from its savepoint's record (a
+    repair's): what it abandoned by `to_abandon`'s rule, and `pending` without those."""
+    earlier = tuple(p for p in pending if p.checkpoint_id < savepoint.checkpoint_id)
+    at_stop = ControlRecord(restore_generation=savepoint.restore_generation, pending=earlier)
+    gone = [p.checkpoint_id for p in to_abandon(at_stop)]
+    stop = StopInFlight(savepoint.checkpoint_id, savepoint.trigger_time, tuple(gone))
+    return stop, tuple(p for p in pending if p.checkpoint_id not in gone)
 
 
 def admit_stop(control: ControlRecord, savepoint: int, now: float) -> ControlRecord:
