@@ -36,14 +36,13 @@ from batchpoint.protocol.control import (
     PendingEntry,
     RestoreInFlight,
     RetainedEntry,
-    StopInFlight,
     Stopped,
 )
 from batchpoint.protocol.findings import Finding
 from batchpoint.protocol.head import HeadMoveCause
 from batchpoint.protocol.records import to_iso
 from batchpoint.protocol.restore_intents import RestoreInDoubt, doubt_refusal, in_doubt
-from batchpoint.protocol.stopping import rebuilt_stop
+from batchpoint.protocol.stopping import kept_stop
 from batchpoint.protocol.timeline import is_stale, on_timeline
 
 
@@ -101,12 +100,9 @@ def plan_repair(
     entries = {cid: _entry(o, current) for cid, o in intact.items() if cid not in held}
     keep = _keep(entries, head, current, num_retained)
     retained = tuple(entries[cid] for cid in sorted(keep))
-    for cid in sorted(entries):
-        if intact[cid].pending.properties.is_imported and cid != target:
-            why = "an imported savepoint no restore chose: retained, never the head"
-            findings.append(Finding(f"checkpoint {cid}", why, cid))
+    findings += _imported_not_chosen(entries, intact, target)
     pending, abandoned = _open_checkpoints(ev, gone, held, head)
-    stop, pending = _stopping(ev, pending)
+    stop, pending = kept_stop(ev.current, ev.open, pending)
     abandoned = [*abandoned, *(stop.abandoned if stop is not None else ())]
     kept = {e.checkpoint_id for e in retained} | {p.checkpoint_id for p in pending} | set(held)
     settled = [cid for cid in ev.outcomes if cid not in gone]
@@ -186,18 +182,15 @@ def _stopped(
     return stopped
 
 
-def _stopping(
-    ev: RepairEvidence, pending: tuple[PendingEntry, ...]
-) -> tuple[StopInFlight | None, tuple[PendingEntry, ...]]:
-    """A stop in flight stays so while its savepoint stays pending (a repair with no head
-    abandons nothing), or the savepoint completes without stopping the pipeline. A lost
-    record's is read from the savepoint's, with what it abandoned by the stop's rule."""
-    waiting = {p.checkpoint_id for p in pending}
-    if ev.current is not None:
-        stop = ev.current.stopping
-        return (stop if stop is not None and stop.savepoint in waiting else None), pending
-    stops = [p for p in ev.open if p.properties.stop_pipeline and p.checkpoint_id in waiting]
-    return rebuilt_stop(stops[-1], pending) if stops else (None, pending)
+def _imported_not_chosen(
+    entries: dict[int, RetainedEntry], intact: dict[int, CheckpointOutcome], target: int | None
+) -> list[Finding]:
+    why = "an imported savepoint no restore chose: retained, never the head"
+    return [
+        Finding(f"checkpoint {cid}", why, cid)
+        for cid in sorted(entries)
+        if intact[cid].pending.properties.is_imported and cid != target
+    ]
 
 
 def _intact(

@@ -72,15 +72,29 @@ def to_abandon(control: ControlRecord) -> list[PendingEntry]:
     return abandoned
 
 
-def rebuilt_stop(
-    savepoint: PendingCheckpoint, pending: tuple[PendingEntry, ...]
-) -> tuple[StopInFlight, tuple[PendingEntry, ...]]:
-    """The stop in flight a lost control record held, from its savepoint's record (a
-    repair's): what it abandoned by `to_abandon`'s rule, and `pending` without those."""
-    earlier = tuple(p for p in pending if p.checkpoint_id < savepoint.checkpoint_id)
-    at_stop = ControlRecord(restore_generation=savepoint.restore_generation, pending=earlier)
+def kept_stop(
+    current: ControlRecord | None,
+    open_checkpoints: list[PendingCheckpoint],
+    pending: tuple[PendingEntry, ...],
+) -> tuple[StopInFlight | None, tuple[PendingEntry, ...]]:
+    """A repair's: a stop in flight stays so while its savepoint stays pending (a repair
+    with no head abandons nothing), or the savepoint completes without stopping the
+    pipeline. A lost or damaged record's is read from the savepoint's record, with what
+    it abandoned by `to_abandon`'s rule, taken out of `pending`."""
+    waiting = {p.checkpoint_id for p in pending}
+    if current is not None:
+        stop = current.stopping
+        return (stop if stop is not None and stop.savepoint in waiting else None), pending
+    stops = [
+        p for p in open_checkpoints if p.properties.stop_pipeline and p.checkpoint_id in waiting
+    ]
+    if not stops:
+        return None, pending
+    ours = stops[-1]
+    earlier = tuple(p for p in pending if p.checkpoint_id < ours.checkpoint_id)
+    at_stop = ControlRecord(restore_generation=ours.restore_generation, pending=earlier)
     gone = [p.checkpoint_id for p in to_abandon(at_stop)]
-    stop = StopInFlight(savepoint.checkpoint_id, savepoint.trigger_time, tuple(gone))
+    stop = StopInFlight(ours.checkpoint_id, ours.trigger_time, tuple(gone))
     return stop, tuple(p for p in pending if p.checkpoint_id not in gone)
 
 
