@@ -18,6 +18,10 @@ from batchpoint.runtime.api import Pipeline
 from batchpoint.sources.upstream import PipelineSinkSource, UpstreamBinding, UpstreamRestored
 from batchpoint.storage import ObjectStore
 
+#: One read of another pipeline: the source's name, its uid, its files and the
+#: upstream checkpoint whose timeline counts (None: today's).
+_Read = tuple[str, str, PipelineSinkSource, int | None]
+
 
 def taken_back(
     pipeline: Pipeline,
@@ -28,36 +32,38 @@ def taken_back(
     """Why the checkpoint's reads of its upstreams are not on their timelines (empty:
     they all are, or it has no pipeline source). `as_of`: upstream pipeline -> the
     checkpoint a cascade restores it to, whose timeline counts instead of today's."""
-    problems = []
+    reads = []
     for name, source in sorted(pipeline.sources.items()):
-        if source.upstream is None or source.uid not in pending.barrier:
+        if source.upstream is None:
             continue
-        target = (as_of or {}).get(source.upstream.pipeline)
-        try:
-            files = source.files(store)
-            assert isinstance(files, PipelineSinkSource)
-            files.verify_barrier(pending.barrier[source.uid], as_of=target)
-        except UpstreamRestored as exc:
-            problems.append(f"source {name}: {exc}")
-    return problems
+        files = source.files(store)
+        assert isinstance(files, PipelineSinkSource)
+        reads.append((name, source.uid, files, (as_of or {}).get(source.upstream.pipeline)))
+    return _off_timeline(pending, reads)
 
 
 def recorded_taken_back(store: ObjectStore, reader: str, pending: PendingCheckpoint) -> list[str]:
     """`taken_back` without the code: the sources the checkpoint's recorded topology
     says read a pipeline (runtime/deploy.py records the upstream and its sink)."""
-    problems = []
+    reads: list[_Read] = []
     nodes = pending.topology.nodes if pending.topology is not None else ()
     for node in sorted(nodes, key=lambda n: n.name):
         upstream, sink = node.properties.get("upstream"), node.properties.get("sink")
-        if node.kind is not OperatorKind.SOURCE or not upstream or not sink:
+        if node.kind is OperatorKind.SOURCE and upstream and sink:
+            binding = UpstreamBinding(str(upstream), str(sink), reader)
+            reads.append((node.name, node.uid, PipelineSinkSource(store, binding), None))
+    return _off_timeline(pending, reads)
+
+
+def _off_timeline(pending: PendingCheckpoint, reads: list[_Read]) -> list[str]:
+    problems = []
+    for name, uid, files, as_of in reads:
+        if uid not in pending.barrier:
             continue
-        if node.uid not in pending.barrier:
-            continue
-        files = PipelineSinkSource(store, UpstreamBinding(str(upstream), str(sink), reader))
         try:
-            files.verify_barrier(pending.barrier[node.uid])
+            files.verify_barrier(pending.barrier[uid], as_of=as_of)
         except UpstreamRestored as exc:
-            problems.append(f"source {node.name}: {exc}")
+            problems.append(f"source {name}: {exc}")
     return problems
 
 
