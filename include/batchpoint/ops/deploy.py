@@ -1,6 +1,7 @@
-"""`batchpoint plan`: the deploy plan of the code on the head, a named checkpoint or a
-savepoint folder (protocol/deploy_plan.py), as the trigger and the restore would judge
-it. Reads only: nothing is written, no Spark job runs."""
+"""`batchpoint plan`: the deploy plan of the code on the base the next trigger builds on
+(the newest checkpoint still pending, else the head), a named checkpoint or a savepoint
+folder (protocol/deploy_plan.py), as the trigger and the restore would judge it. Reads
+only: nothing is written, no Spark job runs."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def deploy_plan(
     allow_non_restored_state: bool = False,
 ) -> DeployPlan:
     """The plan of deploying `pipeline` on checkpoint `checkpoint_id` (default: the
-    head) or on the savepoint folder `savepoint` (confined to the savepoint roots)."""
+    next trigger's base; a named one the restore refuses: RestoreRefused) or on the
+    savepoint folder `savepoint` (confined to the savepoint roots)."""
     if checkpoint_id is not None and savepoint is not None:
         raise ConfigError("give either a checkpoint or a savepoint, not both")
     driver = PipelineDriver(pipeline, settings.store_ref, settings.checkpoint)

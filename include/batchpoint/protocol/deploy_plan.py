@@ -11,8 +11,9 @@ Nothing is dropped in silence: state of the checkpoint that the code would leave
 unrestored (an operator, a state or a sink gone, or renamed without its uid) is refused
 unless allowed (`allow_non_restored_state`, Flink's allowNonRestoredState, or the
 pipeline's `drop_state` / `drop_operator` / `drop_sink` declarations). A name gone
-beside a new one that holds state of the same schemas is named as what it most likely
-is, a rename, with the fix: declare `uid=` with the old uid.
+beside a new one with the same evidence (state schemas, files or table) is named as
+what it most likely is, a rename, with the fix (declare `uid=` with the old uid) beside
+the allowance: a guess, so the drop stays on offer.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class DeployPlan:
     entries: tuple[PlanEntry, ...]
     base: int | None = None  # the checkpoint compared with, None: nothing stored
     recorded: bool = True  # False: a checkpoint before version 2 (no schemas recorded)
+    pending: bool = False  # the base is still pending (concurrent checkpoints)
 
     @property
     def deployable(self) -> bool:
@@ -121,6 +123,7 @@ class DeployPlan:
     def to_json(self) -> dict[str, Any]:
         return {
             "base_checkpoint": self.base,
+            "base_pending": self.pending,
             "deployable": self.deployable,
             "schemas_recorded": self.recorded,
             "problems": self.problems,
@@ -131,6 +134,8 @@ class DeployPlan:
         """The plan as text: one line per entry (`compact`: one line in all when every
         entry is kept)."""
         against = "nothing stored" if self.base is None else f"checkpoint {self.base}"
+        if self.pending:  # what the next trigger builds on, not yet completed
+            against = f"pending {against}"
         head = f"deploy plan against {against}: " + (
             "deployable" if self.deployable else f"REFUSED ({len(self.problems)} problem(s))"
         )
@@ -247,8 +252,9 @@ class _Planner:
                     f"; it looks like '{twin.name}' renamed: declare "
                     f"State(..., uid='{uid}') on it to keep the state"
                 )
-            elif not allowed:
-                detail += ": allow it (--allow-non-restored-state, or "
+            if not allowed:  # a twin is a guess: the drop may be what is meant
+                allow = ", or allow the drop" if twin is not None else ": allow it"
+                detail += f"{allow} (--allow-non-restored-state, or "
                 detail += f"pipeline.drop_state('{new.uid}', '{uid}'))"
             self.add("state", uid, state.name, Verdict.DROPPED, detail, new.uid, not allowed)
 
@@ -309,15 +315,16 @@ class _Planner:
             detail += (
                 f"; '{twin.name}' reads the same files: declare uid='{node.uid}' on "
                 f"'{twin.name}' to go on from its offsets (under a new uid it reads every "
-                "file again; --allow-non-restored-state if that is meant)"
+                "file again)"
             )
         elif twin is not None:
             detail += (
                 f"; '{twin.name}' looks like '{node.name}' renamed: declare uid='{node.uid}' "
                 f"on '{twin.name}' to keep it"
             )
-        elif not allowed:
-            detail += f": allow it (--allow-non-restored-state, or {hint})"
+        if not allowed:  # a twin is a guess: the drop may be what is meant
+            allow = ", or allow the drop" if twin is not None else ": allow it"
+            detail += f"{allow} (--allow-non-restored-state, or {hint})"
         self.add(kind, node.uid, node.name, Verdict.DROPPED, detail, refused=not allowed)
         for state in node.states:
             verdict_detail = f"dropped with {kind} '{node.name}'"
@@ -409,8 +416,9 @@ def _same_schema(a: StateTopology, b: StateTopology) -> bool:
 
 def _looks_renamed(gone: NodeTopology, new: NodeTopology) -> bool:
     """A node gone and a new one of the same kind that most likely are one, renamed:
-    the same state schemas (operators), the same mode and table (sinks), the same
-    files or table (sources)."""
+    the same state schemas (operators), the same files or table (sources), the same
+    table (sinks). Evidence only: a sink without a table records its mode alone, which
+    every other sink of that mode shares, and a stateless operator nothing."""
     if gone.kind is OperatorKind.OPERATOR:
         if not gone.states or len(gone.states) != len(new.states):
             return False
@@ -419,4 +427,7 @@ def _looks_renamed(gone: NodeTopology, new: NodeTopology) -> bool:
         return sorted(str(s.schema) for s in gone.states) == sorted(
             str(s.schema) for s in new.states
         )
+    if gone.kind is OperatorKind.SINK:
+        both = "table" in gone.properties and "table" in new.properties
+        return both and table_key(gone.properties) == table_key(new.properties)
     return bool(gone.properties) and dict(gone.properties) == dict(new.properties)

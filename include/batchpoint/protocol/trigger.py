@@ -203,7 +203,7 @@ class CheckpointTrigger:
         assert entry is not None
         return entry
 
-    def _deploy_base(self, base: int | None) -> DeployBase:
+    def deploy_base(self, base: int | None) -> DeployBase:
         if not base:
             return DeployBase(None)
         try:
@@ -221,7 +221,7 @@ class CheckpointTrigger:
         self, checkpoint_id: int, base: int | None, check: CheckBase, now: float
     ) -> None:
         try:
-            problems = check(self._deploy_base(base))
+            problems = check(self.deploy_base(base))
         except Exception:
             why = "deploy check failed"
             self._abort(checkpoint_id, CheckpointFailureReason.NEEDS_REPAIR, why, now)
@@ -299,8 +299,9 @@ class CheckpointTrigger:
         self, admit: Callable[[ControlRecord | None, int], ControlRecord]
     ) -> tuple[int, ControlRecord]:
         """Take an id and admit it in one CAS. A counter that is behind (restored from an
-        older copy of the store) hands out an id the record names: the CAS refuses it,
-        the counter moves past every id used, and the next one is taken."""
+        older copy of the store) hands out an id the record names, or one a settled id
+        passed (`decider.admissible`): the CAS refuses it, the counter moves past every
+        id used, and the next one is taken."""
         for _ in range(_BEHIND_ROUNDS):
             checkpoint_id = self._ids.get_and_increment()
             try:

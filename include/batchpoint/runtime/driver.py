@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from batchpoint.errors import (
@@ -16,6 +17,7 @@ from batchpoint.errors import (
     CheckpointNotFound,
     CorruptRecord,
     DeployRefused,
+    RestoreRefused,
 )
 from batchpoint.protocol.checkpoint import (
     CheckpointType,
@@ -25,10 +27,12 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.config import CheckpointConfig
 from batchpoint.protocol.control import ControlUnreadable
 from batchpoint.protocol.coordinator import CheckpointCoordinator, Clock
+from batchpoint.protocol.decider import base_of
 from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.pipeline import OperatorKind, OperatorSpec, PipelineSpec
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.publish import SinkTarget
+from batchpoint.protocol.restore_candidates import cannot_restore
 from batchpoint.runtime.api import OperatorDef, Pipeline, SinkDef
 from batchpoint.runtime.deploy import BaseCheck, code_topology, completed_checkpoint, plan_on
 from batchpoint.runtime.upstream_reads import reads_check
@@ -141,10 +145,7 @@ class PipelineDriver:
         aborts the admitted checkpoint, registers nothing and runs no Spark job
         (TriggerRefused INCOMPATIBLE_DEPLOY). The plan made is `last_plan`."""
         spec = self.current_spec()
-        allow: dict[int, bool] | bool = allow_non_restored_state
-        if not allow_non_restored_state and (target := self._restored_allowing()) is not None:
-            allow = {target: True}  # the restore allowed it: its first trigger honours it
-        check = BaseCheck(self.store, self.pipeline, spec, allow_non_restored_state=allow)
+        check = self._base_check(spec, allow_non_restored_state)
         try:
             return self.coordinator.trigger(
                 self.capture_barrier,
@@ -157,6 +158,14 @@ class PipelineDriver:
             )
         finally:
             self.last_plan = check.plan
+
+    def _base_check(self, spec: PipelineSpec, allow_non_restored_state: bool) -> BaseCheck:
+        """The trigger's deploy check, allowing what it allows: a restore that allowed
+        non-restored state allows it on its target, the base of its first trigger."""
+        allow: dict[int, bool] | bool = allow_non_restored_state
+        if not allow_non_restored_state and (target := self._restored_allowing()) is not None:
+            allow = {target: True}
+        return BaseCheck(self.store, self.pipeline, spec, allow_non_restored_state=allow)
 
     def _restored_allowing(self) -> int | None:
         """The target of the last restore when it allowed non-restored state."""
@@ -172,32 +181,60 @@ class PipelineDriver:
     def plan(
         self, checkpoint_id: int | None = None, *, allow_non_restored_state: bool = False
     ) -> DeployPlan:
-        """The deploy plan of the code on checkpoint `checkpoint_id` (default: the head;
-        nothing stored: every node new). On the head, a restore that allowed
-        non-restored state allows it here too while the head is its target: the plan
-        says what the next trigger does. A named checkpoint is a restore's plan: only
-        `allow_non_restored_state` allows."""
+        """The deploy plan of the code on checkpoint `checkpoint_id`, default the base
+        the next trigger builds on (`_next_plan`: the trigger's own decision). A named
+        checkpoint is a restore's plan: read as the restore reads its candidates (a
+        quarantined or unrestorable one is refused with the restore's reason,
+        RestoreRefused), and only `allow_non_restored_state` allows."""
         if checkpoint_id is None:
-            checkpoint_id = self.coordinator.head.get().checkpoint_id
-            lost = self.coordinator.lost_control() if checkpoint_id is None else None
-            if lost:  # not "nothing stored": every state would be planned to start empty
-                raise CheckpointError(lost)
-            if not allow_non_restored_state and checkpoint_id is not None:
-                allow_non_restored_state = self._restored_allowing() == checkpoint_id
-        completed = None
-        if checkpoint_id is not None:
-            completed = completed_checkpoint(self.coordinator, checkpoint_id)
-            if completed is None:
-                raise CheckpointNotFound(
-                    f"pipeline '{self.pipeline.name}' has no completed checkpoint {checkpoint_id}"
-                )
+            return self._next_plan(allow_non_restored_state)
         return plan_on(
             self.pipeline,
             self.store,
-            completed,
+            self._restorable(checkpoint_id),
             self.current_spec(),
             allow_non_restored_state=allow_non_restored_state,
         )
+
+    def _next_plan(self, allow_non_restored_state: bool) -> DeployPlan:
+        """The plan the next trigger makes: on the base its admission would choose
+        (`base_of`: the newest checkpoint still pending, else the head), read and judged
+        by the trigger's own functions, so that the plan and the trigger never disagree
+        (invariant 18). Nothing is settled first, as the trigger does: a plan only reads."""
+        control = self.coordinator.control_record()
+        if control is None and (lost := self.coordinator.lost_control()):
+            raise CheckpointError(lost)  # not "nothing stored": every state would start empty
+        check = self._base_check(self.current_spec(), allow_non_restored_state)
+        # the trigger's reading of its base (completed, pending or unreadable)
+        base = self.coordinator.checkpoint_trigger.deploy_base(
+            base_of(control) if control is not None else None
+        )
+        problems = check(base)
+        if check.plan is None and problems:  # its record cannot be read: damage, not a plan
+            raise CheckpointError(f"pipeline '{self.pipeline.name}': {'; '.join(problems)}")
+        pending = base.checkpoint_id is not None and base.completed is None
+        # None: a pending base that recorded no topology (an older release's), which
+        # the trigger lets through as its own trigger judged the code
+        plan = check.plan or DeployPlan((), base.checkpoint_id, recorded=False)
+        return replace(plan, pending=pending)
+
+    def _restorable(self, checkpoint_id: int) -> CompletedCheckpoint:
+        """A named checkpoint as a restore reads it (protocol/restore_candidates.py):
+        retained, not quarantined, its outcome readable; else the restore's refusal.
+        One never completed is a mistake in the name (CheckpointNotFound)."""
+        candidates = self.coordinator.restorer.candidates
+        try:
+            candidates.ids(checkpoint_id)
+        except RestoreRefused:
+            if completed_checkpoint(self.coordinator, checkpoint_id) is None:
+                raise CheckpointNotFound(
+                    f"pipeline '{self.pipeline.name}' has no completed checkpoint {checkpoint_id}"
+                ) from None
+            raise
+        examined = candidates.read(checkpoint_id)
+        if examined.completed is None or not examined.restorable:
+            raise cannot_restore(self.pipeline.name, checkpoint_id, examined.problem)
+        return examined.completed
 
     # -- publish ---------------------------------------------------------------
 
