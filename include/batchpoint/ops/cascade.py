@@ -37,6 +37,7 @@ from batchpoint.runtime.cascade_plan import (
     CascadeMember,
     CascadePlan,
     MemberAction,
+    deploy_refused,
     plan_cascade,
     planned_member,
 )
@@ -214,8 +215,10 @@ def plan_cascade_of(
     driver = context.driver(root)
     context.progress(f"planning the restore of '{root}'")
     planner = context.planner(driver, {}, record=record, gated=True)
-    plan = planner.plan(source, parallelism)
-    member = planned_member(root, plan, planner)
+    try:
+        member = planned_member(root, planner.plan(source, parallelism), planner)
+    except DeployRefused as exc:  # judged on a candidate before its gate ran
+        member = deploy_refused(root, planner, exc)
     if member.action is MemberAction.REFUSED:
         return CascadePlan(root, (member,))
 

@@ -51,7 +51,9 @@ def restore(
     """Find and check the candidates, then restore to the chosen one. A dry run writes
     nothing; `check_only` stops before the restore too, having written only the
     quarantine of the candidates found damaged and what the gate records (the reports,
-    the quarantine of those it fails). `mode`: ClaimMode (RestorePlanner.apply)."""
+    the quarantine of those it fails). `mode`: ClaimMode (RestorePlanner.apply).
+    DeployRefused when the code cannot take a candidate's state (unless
+    `allow_non_restored_state`), found before the gate runs on it."""
     planner = RestorePlanner(
         driver,
         gate=gate.gate,
@@ -61,6 +63,7 @@ def restore(
         max_candidates=options.max_candidates,
         savepoint_roots=savepoint_roots,
         record=not dry_run,
+        allow_non_restored_state=allow_non_restored_state,  # judged before the gate runs
     )
     setup = GateSetup(
         options.enabled,
@@ -72,7 +75,7 @@ def restore(
     run = RestoreRun(plan, setup, dry_run)
     if not (run.refused or dry_run or check_only):
         # the gate is not asked again
-        applied = planner.apply(plan, mode=mode, allow_non_restored_state=allow_non_restored_state)
+        applied = planner.apply(plan, mode=mode)
         run = replace(applied, gate=setup)
     return run
 
@@ -93,9 +96,13 @@ def apply_restore(
     checkpoint meanwhile. The restore is recorded as passed by the gate that passed it
     in that check."""
     planner = RestorePlanner(
-        driver, store_options=store_options, progress=progress, savepoint_roots=savepoint_roots
+        driver,
+        store_options=store_options,
+        progress=progress,
+        savepoint_roots=savepoint_roots,
+        allow_non_restored_state=allow_non_restored_state,
     )
-    return planner.apply(plan, mode=mode, allow_non_restored_state=allow_non_restored_state)
+    return planner.apply(plan, mode=mode)
 
 
 def check_restore_deploy(
@@ -108,5 +115,10 @@ def check_restore_deploy(
 ) -> DeployPlan | None:
     """The deploy plan of the code on what `plan` chose (None: nothing to check), or
     DeployRefused: what the restore would refuse, found by the check already."""
-    planner = RestorePlanner(driver, store_options=store_options, savepoint_roots=savepoint_roots)
-    return planner.check_deploy(plan, allow_non_restored_state)
+    planner = RestorePlanner(
+        driver,
+        store_options=store_options,
+        savepoint_roots=savepoint_roots,
+        allow_non_restored_state=allow_non_restored_state,
+    )
+    return planner.check_deploy(plan)

@@ -34,6 +34,8 @@ from batchpoint.protocol.control import ControlUnreadable, PendingEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.layout import PipelineLayout
 from batchpoint.protocol.ports import Clock, ProgressFn, RollForward
+from batchpoint.protocol.quarantine import QuarantineRecord, QuarantineStore
+from batchpoint.protocol.restore_candidates import release_hint
 from batchpoint.protocol.savepoint_paths import savepoint_location
 from batchpoint.protocol.savepoints import (
     METADATA,
@@ -216,6 +218,8 @@ class Savepoints:
                 f"{given.uri} is a savepoint of pipeline '{metadata.pipeline}', "
                 f"not of '{self._pipeline}'"
             )
+        if (held := held_at_home(self._store, self._pipeline, metadata)) is not None:
+            raise RestoreRefused(copy_of_quarantined(given.uri, metadata.checkpoint_id, held))
         problems = check_savepoint(location, metadata, checksums=checksums, progress=progress)
         if problems:
             raise RestoreRefused(f"savepoint {given.uri} is damaged: {_problems(problems)}")
@@ -339,3 +343,24 @@ def _problems(problems: list[FileProblem]) -> str:
 def _say(progress: ProgressFn | None, line: str) -> None:
     if progress is not None:
         progress(line)
+
+
+def held_at_home(
+    store: ObjectStore, pipeline: str, metadata: SavepointMetadata | SavepointLocation
+) -> QuarantineRecord | None:
+    """The quarantine of the checkpoint a savepoint folder was exported from, when that
+    was this pipeline in this storage: a copy of a quarantined checkpoint holds the same
+    state, and is not restored either (invariant 11). A folder from other storage names
+    ids of another history, whose marks are not here."""
+    if isinstance(metadata, SavepointLocation):
+        metadata = read_savepoint(metadata)
+    if metadata.taken_from != store.uri or metadata.pipeline != pipeline:
+        return None
+    return QuarantineStore(store, PipelineLayout(pipeline)).held(metadata.checkpoint_id)
+
+
+def copy_of_quarantined(uri: str, checkpoint_id: int, held: QuarantineRecord) -> str:
+    return (
+        f"savepoint {uri} is a copy of checkpoint {checkpoint_id}, {held.describe()}; "
+        f"{release_hint(checkpoint_id)} to restore from it"
+    )

@@ -37,16 +37,26 @@ def gated_restore(
     *,
     parallelism: Mapping[str, int] | None = None,
     dry_run: bool = False,
+    allow_non_restored_state: bool = False,
 ) -> RestoreRun:
     """Run the gate, then restore every job to the checkpoint it chose (unless a dry
     run). Raises QualityGateRefused, restoring nothing, when no candidate passes. The
     run's plan holds each candidate the gate judged, its report as the gate's verdict,
-    and those quarantine held."""
+    and those quarantine held. DeployRefused, before the gate runs, when the code cannot
+    take the state of the first candidate it would judge (unless
+    `allow_non_restored_state`)."""
     if driver.pipeline.name != gate.pipeline.name:
         raise ConfigError(
             f"gated restore: the driver runs '{driver.pipeline.name}' but the gate judges "
             f"'{gate.pipeline.name}'"
         )
+    # The gate's suites are Spark jobs and its verdicts quarantine: a deploy the code
+    # cannot make is refused first (invariant 15), by the planner's walk, which judges
+    # the deploy on the first candidate whose records and files hold (sizes only: the
+    # gate reads the sha256 itself) and writes nothing.
+    RestorePlanner(
+        driver, checksums=False, record=False, allow_non_restored_state=allow_non_restored_state
+    ).plan(checkpoint_id, parallelism)
     report = gate.run(checkpoint_id, dry_run=dry_run)
     plan = _judged_plan(report, checkpoint_id)
     name = GateResult(True).name
@@ -58,7 +68,11 @@ def gated_restore(
     # (the gate read every sha256 already, when it checks them, so sizes only), then the
     # gate's plan applied, so that the restore records what the gate did (gated, what
     # it passed over and quarantined), as the restore DAG's restore task does.
-    planner = RestorePlanner(driver, checksums=False if gate.checksums else None)
+    planner = RestorePlanner(
+        driver,
+        checksums=False if gate.checksums else None,
+        allow_non_restored_state=allow_non_restored_state,
+    )
     target = planner.plan(report.chosen, parallelism)
     if target.chosen is None:
         raise RestoreRefused(target.refusal())

@@ -73,6 +73,11 @@ class QualityRestoreGate:
             self._gate = gate.skipping(self.skip_suites) if self.skip_suites else gate
         return self._gate
 
+    @property
+    def verifies_checksums(self) -> bool:
+        """Whether the gate reads every file's sha256 (the restore then leaves them to it)."""
+        return self.gate.checksums
+
     def prepare(self) -> None:
         """Build the gate and its suites before the first candidate: an unknown suite
         name or a broken suite fails the restore as a ConfigError, instead of failing

@@ -186,7 +186,10 @@ def _member(
             pipeline.name, MemberAction.KEEP, head, reads, reason="its head read nothing taken back"
         )
     planner = planner_for(driver, restored)
-    plan = planner.plan(None)
+    try:
+        plan = planner.plan(None)
+    except DeployRefused as exc:  # judged on a candidate before its gate ran
+        return deploy_refused(pipeline.name, planner, exc, reads)
     if plan.chosen is None:
         why = f"no retained checkpoint read only what the restores keep: {plan.refusal()}"
         return CascadeMember(pipeline.name, MemberAction.REFUSED, None, reads, plan, planner, why)
@@ -209,3 +212,11 @@ def planned_member(
     return CascadeMember(
         pipeline, MemberAction.RESTORE, plan.chosen.checkpoint_id, reads, plan, planner
     )
+
+
+def deploy_refused(
+    pipeline: str, planner: RestorePlanner, exc: DeployRefused, reads: tuple[str, ...] = ()
+) -> CascadeMember:
+    """Refused: the code cannot take the state of a candidate its planner walked to (the
+    walk stops there, before the gate runs on it: no plan to show)."""
+    return CascadeMember(pipeline, MemberAction.REFUSED, None, reads, None, planner, str(exc))

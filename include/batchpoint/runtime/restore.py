@@ -7,22 +7,24 @@ apply here.
     plan = planner.plan("latest", parallelism={"balances": 4})   # a RestorePlan; reads only
     run = planner.apply(plan, mode=ClaimMode.NO_CLAIM)          # head, sinks, parallelism
 
-A source is `latest` (the newest retained checkpoint or savepoint that passes the checks,
-falling back to older ones when it does not), a checkpoint id, or a savepoint folder (a
-URI, or a path under the storage root). Every candidate is checked once, for integrity
-(the protocol's candidate walk, protocol/restore_candidates.py: not quarantined, its
-outcome record readable, each referenced file present with its recorded size, and
-checksum when asked; a savepoint folder: its files), then by the optional quality gate:
-any callable that takes the candidate and returns a GateResult (restore_gate.py). The
-plan is a value (restore_plan.py) that can cross a process boundary; `apply` moves the
-head on its verdict (the compare-and-swap only requires the target still retained; a
-plan made elsewhere has its target checked again, without the gate, never chosen
-again), then publishes and syncs the table sinks once. Every restore returns a
-RestoreRun (restore_run.py). A retained checkpoint whose records or files prove it
-damaged is quarantined with that finding (protocol/restorer.py), unless the planner is
-told to record nothing (a dry run). Nothing here imports Airflow. What a restore is
-asked (source, parallelism, the gate's options) is parsed in restore_options.py; its
-names, and restore_gate.py's, are importable from here too.
+A source is `latest` (the newest retained checkpoint or savepoint that passes the
+checks, falling back to older ones when it does not), a checkpoint id, or a savepoint
+folder (a URI, or a path under the storage root). Every candidate is checked once, for
+integrity (the protocol's candidate walk, protocol/restore_candidates.py: not
+quarantined, its outcome record readable, each referenced file present with its recorded
+size, and checksum when asked; a savepoint folder: its files), then for the code's
+deploy on it (DeployRefused, before any gate: invariant 15; `allow_non_restored_state`
+allows it), then by the optional quality gate: any callable that takes the candidate and
+returns a GateResult (restore_gate.py). The plan is a value (restore_plan.py) that can
+cross a process boundary; `apply` moves the head on its verdict (the compare-and-swap
+only requires the target still retained; a plan made elsewhere has its target checked
+again, without the gate, never chosen again), then publishes and syncs the table sinks
+once. Every restore returns a RestoreRun (restore_run.py). A retained checkpoint whose
+records or files prove it damaged is quarantined with that finding
+(protocol/restorer.py), unless the planner is told to record nothing (a dry run).
+Nothing here imports Airflow. What a restore is asked (source, parallelism, the gate's
+options) is parsed in restore_options.py; its names, and restore_gate.py's, are
+importable from here too.
 
 What the restore form asks of the gate is a `GateOptions`: the gate on (default) or off,
 which needs a typed confirmation (`ungated_phrase`); how far back `latest` may look
@@ -33,7 +35,7 @@ run, which a configurable gate (`ConfigurableGate`) is told so that it records n
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from batchpoint.errors import BatchpointError, ConfigError, RestoreRefused
@@ -43,6 +45,7 @@ from batchpoint.protocol.deploy_plan import DeployPlan
 from batchpoint.protocol.ports import ProgressFn
 from batchpoint.protocol.restore_candidates import Examination
 from batchpoint.protocol.savepoint_paths import SavepointPathRefused, savepoint_location
+from batchpoint.protocol.savepoint_transfer import held_at_home
 from batchpoint.protocol.savepoints import (
     check_savepoint,
     confined,
@@ -58,6 +61,7 @@ from batchpoint.runtime.restore_gate import (
     RestoreCandidate,
     RestoreGate,
     configure_gate,
+    verifies_checksums,
 )
 from batchpoint.runtime.restore_options import (
     GateOptions,
@@ -69,7 +73,13 @@ from batchpoint.runtime.restore_options import (
     parse_skip_suites,
     ungated_phrase,
 )
-from batchpoint.runtime.restore_plan import CandidateCheck, RestorePlan
+from batchpoint.runtime.restore_plan import (
+    CandidateCheck,
+    CheckedCandidate,
+    RestorePlan,
+    check_key,
+    summarize,
+)
 from batchpoint.runtime.restore_run import GateSetup, RestoreRun
 from batchpoint.runtime.upstream_reads import taken_back
 
@@ -100,15 +110,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class _Checked:
-    """A candidate as this planner checked it (in-process only): what `apply` moves the
-    head to without a second look."""
-
-    candidate: RestoreCandidate
-    examination: Examination | None  # a retained candidate's, by the protocol's walk
-
-
 class RestorePlanner:
     def __init__(
         self,
@@ -122,8 +123,11 @@ class RestorePlanner:
         savepoint_roots: Sequence[str] | None = None,
         record: bool = True,
         upstream_targets: Mapping[str, int] | None = None,
+        allow_non_restored_state: bool = False,
     ) -> None:
         self.driver = driver
+        # What the deploy of each candidate is judged with, before the gate reads it.
+        self.allow_non_restored_state = allow_non_restored_state
         # A cascade's plan: upstream pipeline -> the checkpoint it is about to be restored
         # to; a candidate's reads of it are judged against that timeline, not today's.
         self.upstream_targets = dict(upstream_targets or {})
@@ -133,21 +137,25 @@ class RestorePlanner:
         self.savepoint_roots = savepoint_roots
         self.gate = gate
         self.max_candidates = parse_max_candidates(max_candidates)
-        # On by default (BATCHPOINT_RESTORE_VERIFY_CHECKSUMS): a flipped byte is a finding
-        # that makes `latest` fall back, not a restore that fails afterwards. A quality
-        # gate checks every sha256 itself (and quarantines), so with one the files are
-        # read once, by the gate.
-        config = driver.coordinator.config
-        if checksums is None:
-            checksums = config.restore_verify_checksums and gate is None
-        self.checksums = checksums
+        self._checksums = checksums
         self.store_options = dict(store_options or {})
         self.progress = progress or (lambda _line: None)
-        self._checked: dict[tuple[int, str | None], _Checked] = {}
+        self._checked: dict[tuple[int, str | None], CheckedCandidate] = {}
 
     @property
     def pipeline(self) -> str:
         return self.driver.pipeline.name
+
+    @property
+    def checksums(self) -> bool:
+        """On by default (BATCHPOINT_RESTORE_VERIFY_CHECKSUMS): a flipped byte is a finding
+        that makes `latest` fall back, not a restore that fails afterwards. A gate that
+        checks every sha256 itself (and quarantines) reads the files once, alone; any
+        other gate reads what the planner checked. Asked once the gate is in use."""
+        if self._checksums is None:
+            verify = self.driver.coordinator.config.restore_verify_checksums
+            self._checksums = verify and not verifies_checksums(self.gate)
+        return self._checksums
 
     def plan(
         self, source: RestoreSource | str | int | None, parallelism: Any = None
@@ -166,7 +174,7 @@ class RestorePlanner:
         checks: list[CandidateCheck] = []
         not_examined: list[int] = []
         for candidate in self._candidates(source, not_examined):
-            check = self.check(candidate)
+            check = self.check(candidate, wanted)
             checks.append(check)
             verdict = "passed" if check.passed else "failed"
             self.progress(f"{candidate.description}: {verdict}")
@@ -224,14 +232,20 @@ class RestorePlanner:
             location,
         )
 
-    def check(self, candidate: RestoreCandidate) -> CandidateCheck:
-        """The candidate's files and records, then (when they hold) the gate's verdict."""
+    def check(
+        self, candidate: RestoreCandidate, parallelism: Mapping[str, int] | None = None
+    ) -> CandidateCheck:
+        """The candidate's files and records, then (when they hold) the code's deploy on
+        it, then the gate's verdict. A deploy the code cannot make raises DeployRefused
+        before the gate (a Spark job) reads anything or quarantines (invariant 15)."""
         check = self._check_integrity(candidate)
         if check.passed:
             check = self._check_upstreams(check)
+        if check.passed:
+            checked = self._checked[check_key(check)].candidate  # its outcome read by now
+            self._deploy_on(checked, parallelism or {}, self.allow_non_restored_state)
         if self.gate is not None and check.passed:
             self.progress(f"running the quality gate on {candidate.description}")
-            checked = self._checked[_key(check)].candidate  # its outcome read by now
             try:
                 verdict = self.gate(checked)
             except ConfigError:
@@ -244,7 +258,7 @@ class RestorePlanner:
     def _check_upstreams(self, check: CandidateCheck) -> CandidateCheck:
         """Passed over (not quarantined) when an upstream's restore took back what it
         read (runtime/upstream_reads.py)."""
-        completed = self._checked[_key(check)].candidate.completed
+        completed = self._checked[check_key(check)].candidate.completed
         if completed is None:
             return check
         problems = taken_back(
@@ -255,14 +269,17 @@ class RestorePlanner:
     def _check_integrity(self, candidate: RestoreCandidate) -> CandidateCheck:
         if candidate.savepoint is None:
             return self._check_retained(candidate)
+        held = held_at_home(self.driver.store, self.pipeline, candidate.savepoint)
+        if held is not None:
+            return summarize(candidate, quarantine=held.describe())
         self._checking(candidate)
         problems = check_savepoint(
             candidate.savepoint, checksums=self.checksums, progress=self.progress
         )
-        self._checked[(candidate.checkpoint_id, candidate.savepoint.uri)] = _Checked(
+        self._checked[(candidate.checkpoint_id, candidate.savepoint.uri)] = CheckedCandidate(
             candidate, None
         )
-        return _summary(candidate, [str(p) for p in problems])
+        return summarize(candidate, [str(p) for p in problems])
 
     def _checking(self, candidate: RestoreCandidate) -> None:
         files = 0 if candidate.completed is None else len(candidate.completed.durable_handles)
@@ -277,7 +294,7 @@ class RestorePlanner:
         examined = restorer.candidates.read(candidate.checkpoint_id)
         candidate = replace(candidate, completed=examined.completed)
         if examined.held is not None:
-            return _summary(candidate, quarantine=examined.held.describe())
+            return summarize(candidate, quarantine=examined.held.describe())
         if examined.restorable:
             self._checking(candidate)
             examined = restorer.candidates.check_files(examined, self.checksums, self.progress)
@@ -285,15 +302,15 @@ class RestorePlanner:
         quarantined = self.record and restorer.condemn(examined)
         if quarantined:
             self.progress(f"{candidate.description} quarantined: {examined.problem}")
-        self._checked[(candidate.checkpoint_id, None)] = _Checked(candidate, examined)
-        return _summary(candidate, problems, quarantined=quarantined)
+        self._checked[(candidate.checkpoint_id, None)] = CheckedCandidate(candidate, examined)
+        return summarize(candidate, problems, quarantined=quarantined)
 
     def apply(
         self,
         plan: RestorePlan,
         *,
         mode: ClaimMode = ClaimMode.NO_CLAIM,
-        allow_non_restored_state: bool = False,
+        allow_non_restored_state: bool | None = None,
         cascade: str | None = None,
     ) -> RestoreRun:
         """Restore to the plan's chosen candidate: check the code's deploy plan on it,
@@ -307,14 +324,17 @@ class RestorePlanner:
         the pipeline owns the restored checkpoint from now on, so retention may drop it;
         a savepoint folder is copied in either mode and never deleted.
         `allow_non_restored_state`: the code may leave state of the target unrestored
-        (recorded with the restore, so the first trigger after it honours it).
+        (recorded with the restore, so the first trigger after it honours it; None:
+        the planner's).
         `cascade`: the id of the cascade this restore is a step of (a cascade's
         pipelines refuse any other restore while it holds them)."""
         check = plan.chosen
         if check is None:
             raise RestoreRefused(plan.refusal())
-        checked = self._checked.get(_key(check)) or self._check_again(plan, check)
-        # Before any import: a refusal copies nothing.
+        if allow_non_restored_state is None:
+            allow_non_restored_state = self.allow_non_restored_state
+        checked = self._checked.get(check_key(check)) or self._check_again(plan, check)
+        # Before any import: a refusal copies nothing. Again: the plan may be another's.
         self.check_deploy(plan, allow_non_restored_state)
         examined, imported_from = self._target(checked)
         checkpoint_id = examined.checkpoint_id
@@ -345,26 +365,33 @@ class RestorePlanner:
         )
 
     def check_deploy(
-        self, plan: RestorePlan, allow_non_restored_state: bool = False
+        self, plan: RestorePlan, allow_non_restored_state: bool | None = None
     ) -> DeployPlan | None:
         """The code's deploy plan on the plan's choice (None: nothing chosen, or its
-        outcome unreadable), or DeployRefused naming each problem and how to allow it."""
+        outcome unreadable), or DeployRefused naming each problem and how to allow it.
+        `allow_non_restored_state` None: the planner's."""
         check = plan.chosen
         if check is None:
             return None
+        if allow_non_restored_state is None:
+            allow_non_restored_state = self.allow_non_restored_state
         candidate = self._candidate_of(check)
+        return self._deploy_on(candidate, plan.parallelism, allow_non_restored_state)
+
+    def _deploy_on(
+        self, candidate: RestoreCandidate, parallelism: Mapping[str, int], allow: bool
+    ) -> DeployPlan | None:
+        """The one deploy decision (PipelineDriver.check_deploy) on a candidate; None
+        when its outcome is unreadable (its check says so)."""
         if candidate.completed is None:
             return None
         return self.driver.check_deploy(
-            candidate.completed,
-            dict(plan.parallelism) or None,
-            allow_non_restored_state,
-            store=candidate.store,
+            candidate.completed, dict(parallelism) or None, allow, store=candidate.store
         )
 
     def _candidate_of(self, check: CandidateCheck) -> RestoreCandidate:
         """The live candidate of a check: as this planner checked it, or read again."""
-        checked = self._checked.get(_key(check))
+        checked = self._checked.get(check_key(check))
         if checked is not None:
             return checked.candidate
         if check.location is not None:
@@ -374,7 +401,7 @@ class RestorePlanner:
             self.pipeline, SourceKind.CHECKPOINT, check.checkpoint_id, completed, self.driver.store
         )
 
-    def _check_again(self, plan: RestorePlan, chosen: CandidateCheck) -> _Checked:
+    def _check_again(self, plan: RestorePlan, chosen: CandidateCheck) -> CheckedCandidate:
         """The target of a plan made elsewhere, checked again without the gate (it passed
         already). Refused, changing nothing but the quarantine of what it finds damaged,
         when it no longer passes."""
@@ -384,9 +411,9 @@ class RestorePlanner:
         if not again.passed:
             refused = replace(plan, source=source, checks=(again,), max_candidates=None)
             raise RestoreRefused(refused.refusal())
-        return self._checked[_key(again)]
+        return self._checked[check_key(again)]
 
-    def _target(self, checked: _Checked) -> tuple[Examination, str | None]:
+    def _target(self, checked: CheckedCandidate) -> tuple[Examination, str | None]:
         """What the head moves to, with its verdict: a retained candidate's examination
         by the plan, or a savepoint folder imported now (the import completes only once
         every file it copied checks out: that is its verdict); and the folder, if any."""
@@ -403,31 +430,6 @@ class RestorePlanner:
         return Examination(completed.checkpoint_id, completed), savepoint.uri
 
 
-def _key(check: CandidateCheck) -> tuple[int, str | None]:
-    return check.checkpoint_id, check.location
-
-
-def _summary(
-    candidate: RestoreCandidate,
-    problems: Sequence[str] = (),
-    *,
-    quarantine: str | None = None,
-    quarantined: bool = False,
-) -> CandidateCheck:
-    completed = candidate.completed
-    return CandidateCheck(
-        candidate.description,
-        candidate.checkpoint_id,
-        candidate.kind,
-        None if candidate.savepoint is None else candidate.savepoint.uri,
-        None if completed is None else len(completed.durable_handles),
-        None if completed is None else completed.full_state_size,
-        tuple(problems),
-        quarantine,
-        quarantined,
-    )
-
-
 def restore_checkpoint(
     driver: PipelineDriver,
     checkpoint_id: int | None = None,
@@ -441,6 +443,8 @@ def restore_checkpoint(
     RestorePlan, applied. Refused (RestoreRefused, nothing changed) when no candidate
     passes its checks; DeployRefused when the code would leave state of it unrestored,
     unless `allow_non_restored_state`."""
-    planner = RestorePlanner(driver, checksums=checksums)
+    planner = RestorePlanner(
+        driver, checksums=checksums, allow_non_restored_state=allow_non_restored_state
+    )
     plan = planner.plan(checkpoint_id, parallelism)
-    return planner.apply(plan, mode=mode, allow_non_restored_state=allow_non_restored_state)
+    return planner.apply(plan, mode=mode)

@@ -86,6 +86,12 @@ class ConcludingGate(Protocol):
     def conclude(self) -> None: ...
 
 
+def verifies_checksums(gate: RestoreGate | None) -> bool:
+    """Whether `gate` reads every file's sha256 itself (batchpoint's QualityRestoreGate
+    with checksums on says so): only then may a restore leave the checksums to it."""
+    return bool(getattr(gate, "verifies_checksums", False))
+
+
 def configure_gate(
     gate: RestoreGate, *, record: bool, skip_suites: Collection[str] = ()
 ) -> RestoreGate:

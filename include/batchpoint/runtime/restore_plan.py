@@ -12,12 +12,13 @@ newer checkpoint between the two tasks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from batchpoint import codec
 from batchpoint.protocol.control import TargetChoice
-from batchpoint.runtime.restore_gate import GateResult
+from batchpoint.protocol.restore_candidates import Examination
+from batchpoint.runtime.restore_gate import GateResult, RestoreCandidate
 from batchpoint.runtime.restore_options import RestoreSource, SourceKind
 
 #: A source is stored as the text it parses from: `latest`, an id, a savepoint location.
@@ -75,6 +76,28 @@ class CandidateCheck(codec.Value):
         if self.gate is not None and not self.gate.passed:
             why = (why + "; " if why else "") + f"{self.gate.name} failed: {self.gate.report}"
         return why
+
+
+def summarize(
+    candidate: RestoreCandidate,
+    problems: Sequence[str] = (),
+    *,
+    quarantine: str | None = None,
+    quarantined: bool = False,
+) -> CandidateCheck:
+    """A candidate's check by the planner (before any gate): its files and records."""
+    completed = candidate.completed
+    return CandidateCheck(
+        candidate.description,
+        candidate.checkpoint_id,
+        candidate.kind,
+        None if candidate.savepoint is None else candidate.savepoint.uri,
+        None if completed is None else len(completed.durable_handles),
+        None if completed is None else completed.full_state_size,
+        tuple(problems),
+        quarantine,
+        quarantined,
+    )
 
 
 @dataclass(frozen=True)
@@ -144,3 +167,17 @@ class RestorePlan(codec.Value):
         if self.parallelism:
             lines.append(f"  new parallelism: {dict(self.parallelism)}")
         return lines
+
+
+def check_key(check: CandidateCheck) -> tuple[int, str | None]:
+    """What a planner keys the candidates it checked by: the id, and a folder's URI."""
+    return check.checkpoint_id, check.location
+
+
+@dataclass(frozen=True)
+class CheckedCandidate:
+    """A candidate as a planner checked it (in-process only): what its `apply` moves the
+    head to without a second look."""
+
+    candidate: RestoreCandidate
+    examination: Examination | None  # a retained candidate's, by the protocol's walk

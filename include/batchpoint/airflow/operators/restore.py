@@ -135,7 +135,10 @@ class RestoreCheckOperator(BatchpointOperator):
                     store_options=settings.store_options,
                     savepoint_roots=settings.savepoint_roots,
                     progress=self.log.info,
+                    allow_non_restored_state=allow,  # a refusal comes before the gate
                 )
+        except DeployRefused as exc:
+            raise self._deploy_refused(exc) from None
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
         if not dry_run:
@@ -222,16 +225,18 @@ class RestoreCheckOperator(BatchpointOperator):
                 savepoint_roots=settings.savepoint_roots,
             )
         except DeployRefused as exc:
-            for line in exc.plan.render().splitlines():  # type: ignore[attr-defined]
-                self.log.error("%s", line)
-            raise AirflowFailException(
-                f"{exc} (the form's 'Allow non-restored state' allows it)"
-            ) from None
+            raise self._deploy_refused(exc) from None
         except BatchpointError as exc:
             raise AirflowFailException(str(exc)) from None
         if deploy is not None:
             for line in deploy.render(compact=True).splitlines():
                 self.log.info("%s", line)
+
+    def _deploy_refused(self, exc: DeployRefused) -> AirflowFailException:
+        """The refused deploy plan, logged, and the task's failure naming the allowance."""
+        for line in exc.plan.render().splitlines():  # type: ignore[attr-defined]
+            self.log.error("%s", line)
+        return AirflowFailException(f"{exc} (the form's 'Allow non-restored state' allows it)")
 
 
 class RestoreOperator(BatchpointOperator):
