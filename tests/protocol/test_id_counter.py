@@ -4,7 +4,8 @@ again, admitted beside the retained 1, finalized into 1's old outcome (its barri
 the one captured) and left the control record retaining 1 twice. With the control
 record lost too, the pipeline restarted from empty, the head going back from 2 to 1.
 A counter put back from an older copy of the store did the same: the admission now
-refuses any id the control record names, and the counter moves past them."""
+refuses any id the control record names, or one below the newest settled id it names
+(GC prunes collected ids from the record), and the counter moves past them."""
 
 from __future__ import annotations
 

@@ -28,13 +28,14 @@ from batchpoint.protocol.checkpoint import (
     DeclineResult,
     PendingCheckpoint,
 )
-from batchpoint.protocol.control import ControlUnreadable
+from batchpoint.protocol.control import ControlRecord, ControlUnreadable
 from batchpoint.protocol.pipeline_ports import CheckpointDecisions, PipelineHistory
 from batchpoint.protocol.properties import CheckpointProperties
 from batchpoint.protocol.settlement import (
     RunSettlementDecision,
     SettlementAction,
     decide_settlement,
+    settled_action,
 )
 from batchpoint.runtime.driver import PipelineDriver
 
@@ -160,7 +161,7 @@ class RunSettlement:
 
     checkpoint_id: int
     outcome: CheckpointOutcome | None
-    action: SettlementAction  # what settle_run did
+    action: SettlementAction  # what settle_run did, by the outcome that holds
     discarded_files: list[str] = field(default_factory=list)
     published: list[str] = field(default_factory=list)
     gc_deleted: int = 0
@@ -200,11 +201,13 @@ def settle_run(
     now: float | None = None,
 ) -> RunSettlement:
     """Called once the run is over, whatever happened. Leaves the checkpoint settled as
-    the protocol decides (`protocol.settlement.decide_settlement`: declined, expired,
-    finalized, or aborted when the run ended early or an audit gave no verdict); then, if
-    ABORTED, deletes what it staged; if COMPLETED, publishes its sinks (idempotent) and
-    collects garbage (files of checkpoints it subsumed). Failures are counted by the
-    coordinator when it writes the ABORTED outcome, once per checkpoint."""
+    the protocol decides (`protocol.settlement.decide_settlement`: aborted when a restore
+    or a stop superseded it, declined, expired, finalized, or aborted when the run ended
+    early or an audit gave no verdict); then, if ABORTED, deletes what it staged; if
+    COMPLETED, publishes its sinks (idempotent) and collects garbage (files of
+    checkpoints it subsumed). Failures are counted by the coordinator when it writes the
+    ABORTED outcome, once per checkpoint. The action reported is what happened
+    (`settled_action`): NONE when another actor's outcome holds."""
     c = driver.coordinator
     now = c.clock() if now is None else now
     outcome = c.get_outcome(checkpoint_id)
@@ -215,13 +218,28 @@ def settle_run(
             outcome = c.get_outcome(checkpoint_id)
             return _finish(driver, checkpoint_id, outcome, SettlementAction.NONE)
         failed = dict(failed_operators or {})
-        decision = decide_settlement(pending, c.progress(checkpoint_id), failed, now)
-        action, outcome = decision.action, _carry_out(c, checkpoint_id, decision, attempt)
+        control = _control(c)
+        decision = decide_settlement(
+            pending, c.progress(checkpoint_id), failed, now, control=control
+        )
+        outcome = _carry_out(c, checkpoint_id, decision, attempt)
         if outcome is None and decision.decline:
             # The failed operators' subtasks acked meanwhile: settle it as if none failed.
-            decision = decide_settlement(pending, c.progress(checkpoint_id), {}, now)
-            action, outcome = decision.action, _carry_out(c, checkpoint_id, decision, attempt)
+            decision = decide_settlement(
+                pending, c.progress(checkpoint_id), {}, now, control=control
+            )
+            outcome = _carry_out(c, checkpoint_id, decision, attempt)
+        action = settled_action(decision, outcome)
     return _finish(driver, checkpoint_id, outcome, action)
+
+
+def _control(c: CheckpointDecisions) -> ControlRecord | None:
+    """The control record, for judging a restore or a stop before the deadlines; None
+    when it is missing or unreadable (the deadlines decide, as the finalizer does)."""
+    try:
+        return c.control_record()
+    except ControlUnreadable:
+        return None
 
 
 def _finish(

@@ -85,14 +85,14 @@ class CheckpointRequestDecider:
         savepoint import brings all of its state, and its entry is marked `imported`:
         never a base). A savepoint with `stop` records the stop and abandons the
         periodic checkpoints pending (protocol/stopping.py). The entry names the
-        scheduler run that asked for it (`run_id`). An id the record already
-        names is never admitted (IdAlreadyUsed: the counter is behind)."""
+        scheduler run that asked for it (`run_id`). An id the record already names,
+        or one below the newest settled id it names, is never admitted (IdAlreadyUsed:
+        the counter is behind; `admissible`)."""
         control = self.check(
             control, checkpoint_type, now, has_history=has_history, self_contained=self_contained
         )
-        # Named, not merely lower: racing triggers admit their ids out of order.
-        if checkpoint_id in (known := control.known_ids()):
-            raise IdAlreadyUsed(checkpoint_id, max(known))
+        if not admissible(control, checkpoint_id):
+            raise IdAlreadyUsed(checkpoint_id, max(control.known_ids()))
         if stop and checkpoint_type is CheckpointType.SAVEPOINT:
             control = stopping.admit_stop(control, checkpoint_id, now)
         base = None if self_contained else base_of(control)
@@ -157,6 +157,23 @@ class CheckpointRequestDecider:
                         f"{waited:.1f}s ago; min_pause is {self._config.min_pause:g}s "
                         f"(retry in {self._config.min_pause - waited:.1f}s)",
                     )
+
+
+def admissible(control: ControlRecord, checkpoint_id: int) -> bool:
+    """Whether `checkpoint_id` may be admitted (invariant 5: ids are never reused). Not
+    if the record names it. Nor if it is lower than the newest settled id the record
+    names (retained, the head, collected): GC prunes collected ids out of the record but
+    keeps the newest one ever used, so without this a counter put back from an older
+    copy of the store would hand out an id pruned from it. Pending ids do not count:
+    racing triggers admit theirs out of order (the lower id may come second). Once a
+    higher id settled, a trigger still holding a lower one is refused as a stale counter
+    is, and takes a higher id (`trigger._admit_new_id` moves the counter past the
+    newest): it loses only the id it allocated."""
+    if checkpoint_id in control.known_ids():
+        return False
+    settled = [*control.retained_ids(), *control.collected]
+    settled += [control.head] if control.head is not None else []
+    return checkpoint_id > max(settled, default=0)
 
 
 def base_of(control: ControlRecord) -> int | None:

@@ -7,7 +7,9 @@ decide  The outcome is one write-once record (invariant 1: no race between a fin
         time, the audit (if the checkpoint has one) passed, the checkpoint is on the
         current timeline and not abandoned by a stop-with-savepoint (protocol/stopping.py),
         its base completed, and every file it references is intact
-        (invariant 2); else ABORTED with the reason. The deadlines are
+        (invariant 2); else ABORTED with the reason. A restore or a stop is judged
+        before the deadlines (`settlement.superseded`): it aborts the checkpoint RESTORED
+        or STOPPED, never counted, even past its deadline. The deadlines are
         protocol/settlement.py's, the restore generation protocol/timeline.py's.
 settle  After the outcome: one CAS on the control record (retain or queue for GC, subsume,
         move the head: `settle_outcome`), count a success or a failure, abort what the
@@ -24,7 +26,6 @@ from collections.abc import Callable, Iterable, Mapping
 from attrs import define
 
 from batchpoint.errors import CheckpointNotFound, RecordError
-from batchpoint.protocol import stopping
 from batchpoint.protocol.checkpoint import (
     AckRecord,
     CheckpointFailureReason,
@@ -38,7 +39,7 @@ from batchpoint.protocol.checkpoint_files import CheckpointFiles
 from batchpoint.protocol.checkpoint_records import CheckpointRecords
 from batchpoint.protocol.completed_store import settle_outcome
 from batchpoint.protocol.config import CheckpointConfig
-from batchpoint.protocol.control import ControlUnreadable, PendingEntry
+from batchpoint.protocol.control import ControlRecord, ControlUnreadable, PendingEntry
 from batchpoint.protocol.control_store import ControlStore
 from batchpoint.protocol.failures import CheckpointFailureManager
 from batchpoint.protocol.layout import TaskId
@@ -48,9 +49,9 @@ from batchpoint.protocol.settlement import (
     FinalizeWait,
     deadline_verdict,
     expired_message,
+    superseded,
     unrestored_import,
 )
-from batchpoint.protocol.timeline import on_timeline
 
 #: An audit's verdict on the checkpoint as it would complete: None when it passes, else
 #: why it failed (the message of the QUALITY_GATE outcome).
@@ -113,9 +114,14 @@ class CheckpointFinalizer:
             return self._without_record(checkpoint_id)
         now = self._clock()
         acks = self._records.acks(checkpoint_id)
-        verdict = deadline_verdict(pending, acks, now, audited=audited)
+        control = self._readable_control()
+        # A restore or a stop first: judged EXPIRED instead, the abort of a checkpoint
+        # they took out would count as its failure (docs/design/concurrency.md).
+        verdict = superseded(pending, control) if control is not None else None
         if verdict is None:
-            verdict = self._finalize_blocker(pending)
+            verdict = deadline_verdict(pending, acks, now, audited=audited)
+        if verdict is None:
+            verdict = self._finalize_blocker(pending, control)
         if verdict is None and self._check_reads is not None:
             # Checked when the epoch read, and again here: an upstream restore between
             # that read and this completion must not publish what it took back.
@@ -148,6 +154,8 @@ class CheckpointFinalizer:
             self._settle_outcome(outcome, won=False)
             return outcome
         pending = self._records.get_checkpoint(checkpoint_id)
+        if (gone := self._superseded(pending)) is not None:
+            return self.abort(checkpoint_id, gone.reason, gone.message)
         acks = self._records.acks(checkpoint_id)
         missing = [t for t in pending.expected_tasks if t not in acks]
         now = self._clock()
@@ -187,18 +195,31 @@ class CheckpointFinalizer:
         self._settle_outcome(outcome, won=False)
         return outcome
 
-    def _finalize_blocker(self, pending: PendingCheckpoint) -> FinalizeWait | Abort | None:
-        """What keeps a checkpoint with every ack in from completing: a restore since its
-        trigger, a stop-with-savepoint that abandoned it, or its base (still pending:
-        wait; aborted or gone: abort; an import no restore made the head: abort, as an
-        older release built checkpoints on an import being imported)."""
-        control = self._control.load()
-        if not on_timeline(pending.restore_generation, control.restore_generation):
-            return Abort(
-                CheckpointFailureReason.RESTORED, "a restore happened after it was triggered"
-            )
-        if (why := stopping.abandoned(control, pending.checkpoint_id)) is not None:
-            return Abort(CheckpointFailureReason.STOPPED, why)
+    def _readable_control(self) -> ControlRecord | None:
+        """The control record, or None when it cannot be read: then a restore or a stop
+        is not judged before the deadlines, and completing reads it again
+        (`_finalize_blocker`), which raises."""
+        try:
+            return self._control.load()
+        except ControlUnreadable:
+            return None
+
+    def _superseded(self, pending: PendingCheckpoint) -> Abort | None:
+        """`settlement.superseded` on the control record as it stands, if readable."""
+        control = self._readable_control()
+        return superseded(pending, control) if control is not None else None
+
+    def _finalize_blocker(
+        self, pending: PendingCheckpoint, control: ControlRecord | None
+    ) -> FinalizeWait | Abort | None:
+        """What keeps a checkpoint with every ack in from completing, judged on `control`
+        (read now when None): a restore since its trigger or a stop-with-savepoint that
+        abandoned it (`superseded`), or its base (still pending: wait; aborted or gone:
+        abort; an import no restore made the head: abort, as an older release built
+        checkpoints on an import being imported)."""
+        control = self._control.load() if control is None else control
+        if (gone := superseded(pending, control)) is not None:
+            return gone
         if control.pending_entry(pending.checkpoint_id) is None:
             # Admitted under a control record that a repair rebuilt before this trigger
             # wrote its record, so the repair could not know it. Completed, it would be in
@@ -305,6 +326,8 @@ class CheckpointFinalizer:
         if outcome is not None:
             return outcome
         pending = self._records.get_checkpoint(checkpoint_id)
+        if (gone := self._superseded(pending)) is not None:
+            return self.abort(checkpoint_id, gone.reason, gone.message)
         tasks = list(self._records.progress(checkpoint_id).missing if missing is None else missing)
         return self.abort(
             checkpoint_id,

@@ -22,10 +22,11 @@ COUNTER_HINT = "delete it: the next trigger continues past every checkpoint stor
 
 
 class IdAlreadyUsed(Exception):
-    """The counter handed out an id the control record already names: it is behind
-    (restored from an older copy of the store, or written by hand). Raised inside the
-    admission CAS, so the id is never admitted; the trigger moves the counter past
-    `newest` (`skip_past`) and takes another."""
+    """The counter handed out an id the control record already names, or one below the
+    newest settled id it names (`decider.admissible`): it is behind (restored from an
+    older copy of the store, or written by hand), or a newer checkpoint settled first.
+    Raised inside the admission CAS, so the id is never admitted; the trigger moves the
+    counter past `newest` (`skip_past`) and takes another."""
 
     def __init__(self, checkpoint_id: int, newest: int) -> None:
         super().__init__(f"checkpoint id {checkpoint_id} is taken (ids up to {newest} are used)")

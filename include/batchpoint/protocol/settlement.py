@@ -10,6 +10,11 @@ The deadlines (both fixed at trigger, `PendingCheckpoint.deadline`):
 - audit: an audited checkpoint (`PendingCheckpoint.requires_audit`) is completed only by
   its audit's verdict; with every ack in it waits for that verdict until its deadline,
   and expires after it (`audit_wait`).
+
+Before both: a checkpoint a restore or a stop-with-savepoint took out of `pending` never
+completes, and its abort is not its failure (`superseded`). Settled after its deadline it
+still aborts so (RESTORED or STOPPED, never counted), not EXPIRED (counted): the finalizer
+and a scheduler run's settlement both ask `superseded` first.
 """
 
 from __future__ import annotations
@@ -19,8 +24,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from batchpoint.protocol.checkpoint import AckRecord, CheckpointFailureReason, PendingCheckpoint
+from batchpoint.protocol import stopping
+from batchpoint.protocol.checkpoint import (
+    AckRecord,
+    CheckpointFailureReason,
+    CheckpointOutcome,
+    CheckpointStatus,
+    PendingCheckpoint,
+)
+from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.layout import TaskId
+from batchpoint.protocol.timeline import on_timeline
 
 if TYPE_CHECKING:
     # Only its shape: the rules read nothing themselves.
@@ -41,6 +55,21 @@ class FinalizeWait(enum.StrEnum):
     ACKS = "acks"  # some expected task has not acknowledged (or the trigger is still writing)
     AUDIT = "audit"  # audited: only its audit's verdict completes it
     BASE = "base"  # its base checkpoint (a concurrent one) is still pending
+
+
+# -- before the deadlines ---------------------------------------------------------------
+
+
+def superseded(pending: PendingCheckpoint, control: ControlRecord) -> Abort | None:
+    """Why the checkpoint must never complete, whatever its acks and deadlines say: a
+    restore since its trigger (RESTORED), or a stop-with-savepoint that abandoned it
+    (STOPPED); else None. Asked before the deadlines: neither is the checkpoint's
+    failure, so neither counts against the tolerable failures, however late it settles."""
+    if not on_timeline(pending.restore_generation, control.restore_generation):
+        return Abort(CheckpointFailureReason.RESTORED, "a restore happened after it was triggered")
+    if (why := stopping.abandoned(control, pending.checkpoint_id)) is not None:
+        return Abort(CheckpointFailureReason.STOPPED, why)
+    return None
 
 
 # -- the ack deadline -------------------------------------------------------------------
@@ -132,11 +161,12 @@ def unrestored_import(base: PendingCheckpoint, head: int | None) -> Abort | None
 class SettlementAction(enum.StrEnum):
     """What settling a run did with its checkpoint (its value is what reports show)."""
 
-    NONE = "none"  # settled already, or no such checkpoint
+    NONE = "none"  # settled by another actor, or nothing to settle (waits for its base)
     FINALIZED = "finalized"  # every ack was in: finalized (the finalize task failed)
     DECLINED = "declined"  # a task declined, or an operator failed for good
-    EXPIRED = "expired"  # past its deadline with acks missing
-    ABORTED = "aborted"  # the run ended early, or an audit gave no verdict
+    EXPIRED = "expired"  # past its deadline (acks missing or late, or no audit verdict)
+    ABORTED = "aborted"  # the run ended early, an audit gave no verdict, a restore or
+    # a stop superseded it, or its finalize found it could not complete
 
 
 @dataclass(frozen=True)
@@ -154,9 +184,13 @@ def decide_settlement(
     progress: AckProgress,
     failed_operators: Mapping[str, str],
     now: float,
+    *,
+    control: ControlRecord | None = None,
 ) -> RunSettlementDecision:
     """How a run that is over leaves its undecided checkpoint, whatever happened:
 
+    * a restore or a stop-with-savepoint took it out of `pending` (`superseded`, judged
+      on `control` when the caller could read it): abort it so, whatever else holds;
     * a decline exists: abort it as DECLINED;
     * an operator failed for good with subtasks missing: decline them on its behalf
       (the checkpoint then aborts at once, not at its deadline);
@@ -166,6 +200,8 @@ def decide_settlement(
     * past its deadline: it expired;
     * otherwise the run was stopped early: abort it, as nothing else would finish it
       before its deadline."""
+    if control is not None and (gone := superseded(pending, control)) is not None:
+        return RunSettlementDecision(SettlementAction.ABORTED, gone)
     if progress.declines:
         d = progress.declines[0]
         declined = Abort(CheckpointFailureReason.DECLINED, f"task {d.task} declined: {d.reason}")
@@ -198,3 +234,43 @@ def decide_settlement(
     )
     stopped = Abort(CheckpointFailureReason.EXPIRED, message)
     return RunSettlementDecision(SettlementAction.ABORTED, stopped)
+
+
+#: The reasons a finalize itself aborts with; any other reason is another actor's.
+_FINALIZE_ABORTS = frozenset(
+    {
+        CheckpointFailureReason.EXPIRED,
+        CheckpointFailureReason.RESTORED,
+        CheckpointFailureReason.STOPPED,
+        CheckpointFailureReason.NEEDS_REPAIR,
+        CheckpointFailureReason.BASE_ABORTED,
+        CheckpointFailureReason.FINALIZE_FAILED,
+    }
+)
+
+
+def settled_action(
+    decision: RunSettlementDecision, outcome: CheckpointOutcome | None
+) -> SettlementAction:
+    """What carrying out `decision` did, judged by the outcome that holds afterwards, not
+    by the plan: another actor may have decided between the run's reads and its write
+    (the outcome is write-once), and a finalize may end in an abort. NONE when the
+    outcome is not one the decision writes (another actor's) or there is none."""
+    if outcome is None:
+        return SettlementAction.NONE  # a finalize that waits for its base decided nothing
+    if decision.abort is not None:
+        ours = (outcome.reason, outcome.message) == (decision.abort.reason, decision.abort.message)
+        is_ours = outcome.status is CheckpointStatus.ABORTED and ours
+        return decision.action if is_ours else SettlementAction.NONE
+    if decision.decline:
+        declined = outcome.reason is CheckpointFailureReason.DECLINED
+        return SettlementAction.DECLINED if declined else SettlementAction.NONE
+    if decision.action is not SettlementAction.FINALIZED:
+        return SettlementAction.NONE
+    if outcome.status is CheckpointStatus.COMPLETED:
+        return SettlementAction.FINALIZED
+    if outcome.reason is CheckpointFailureReason.EXPIRED:
+        return SettlementAction.EXPIRED
+    if outcome.reason in _FINALIZE_ABORTS:
+        return SettlementAction.ABORTED
+    return SettlementAction.NONE
