@@ -9,6 +9,14 @@ generation and a manifest already rewound into a newer one refuses it (STALE). I
 restore lands between our control read and our manifest write, we roll its rewind
 forward for the sinks we touched, so the late publish never stays visible.
 
+Two rules keep that true when the publisher dies before that roll-forward (invariant
+10): it decides only on a control record whose restore, if any, has rewound the sinks
+(it rolls one forward and reads again), so it never stamps a manifest with a restore's
+generation before that restore rewound it; and a sink's first publish creates its
+manifest empty, then reads the control record again before it publishes into it
+(`SinkPublisher.publish`'s `confirm`), so a restore that listed the manifests before
+the creation refuses the publish, and one after lists the new manifest.
+
 Sinks are published by uid (invariant 17): each target names its uid and its name (a
 label); the names the checkpoint and its base recorded for that uid tell where a
 release before issue 36 may have kept its manifest (protocol/sink_keys.py).
@@ -22,7 +30,7 @@ from dataclasses import dataclass, field
 
 from attrs import define
 
-from batchpoint.errors import RecordError
+from batchpoint.errors import CheckpointError, RecordError
 from batchpoint.protocol.checkpoint import CompletedCheckpoint
 from batchpoint.protocol.control import ControlRecord
 from batchpoint.protocol.control_store import ControlStore
@@ -35,6 +43,10 @@ from batchpoint.protocol.sinks import PublishResult, SinkPublisher
 from batchpoint.protocol.timeline import is_stale, on_timeline
 
 log = logging.getLogger(__name__)
+
+#: Restores rolled forward before a publish decides: each round finishes the restore it
+#: read, so only restores committing as fast as they are rolled forward exhaust it.
+_ROLL_FORWARDS = 8
 
 
 @dataclass(frozen=True)
@@ -113,8 +125,7 @@ class CompletionNotifier:
         unpublished completed checkpoint it builds on. Idempotent."""
         targets = [t if isinstance(t, SinkTarget) else SinkTarget(*t) for t in sinks]
         report = PublishReport()
-        self._roll_forward()
-        control = self._control.load()
+        control = self._settled_control()
         if not self.on_timeline(control, checkpoint_id):
             report.stale = (
                 f"checkpoint {checkpoint_id} is not on the current timeline (restore "
@@ -124,6 +135,10 @@ class CompletionNotifier:
             return report
         generation = control.restore_generation
         refs, chain = self._chain(checkpoint_id, targets)
+
+        def confirm(decided: int = generation) -> bool:  # no restore since the decision
+            return not is_stale(decided, self._control.load().restore_generation)
+
         for at, completed in reversed(list(enumerate(chain))):
             # Oldest first; what the chain says builds on it lets a sink that has a
             # descendant already (GC dropped this one) refuse it.
@@ -131,7 +146,7 @@ class CompletionNotifier:
             for ref, target in zip(refs, targets, strict=True):
                 result = self._sinks.publish(
                     completed, ref, target.mode, target.key_columns,
-                    generation=generation, descendants=newer,
+                    generation=generation, descendants=newer, confirm=confirm,
                 )  # fmt: skip
                 if result is PublishResult.PUBLISHED:
                     report.published.append(f"{ref.label}@{completed.checkpoint_id}")
@@ -146,6 +161,21 @@ class CompletionNotifier:
                 self._sinks.rewind(ref, target, generation, alias, self._base_of)
             report.stale = report.stale or "a restore happened while publishing"
         return report
+
+    def _settled_control(self) -> ControlRecord:
+        """The control record to decide on: one whose restore, if any, has rewound the
+        sinks. Decided in a restore's generation before its rewind, a publish would stamp
+        a manifest with that generation and the rewind would skip it as rewound already,
+        leaving the epoch it took back visible (invariant 10): rolled forward first."""
+        for _ in range(_ROLL_FORWARDS):
+            self._roll_forward()
+            control = self._control.load()
+            if control.restore is None or control.restore.sinks_rewound:
+                return control
+        raise CheckpointError(
+            f"pipeline '{self._reads.pipeline}': restores kept landing while a publish "
+            f"rolled them forward ({_ROLL_FORWARDS} times): publish again once they settle"
+        )
 
     def _chain(
         self, checkpoint_id: int, targets: list[SinkTarget]

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 from batchpoint import codec
 from batchpoint.errors import CheckpointError
-from batchpoint.protocol.checkpoint import FileHandle
-from batchpoint.protocol.sink_timeline import Timeline
+from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
+from batchpoint.protocol.sink_timeline import Timeline, reaches
 from batchpoint.protocol.table_pins import TablePin
 
 
@@ -137,6 +137,33 @@ def visible_files(manifest: SinkManifest, as_of: int | None = None) -> list[File
     if manifest.mode is SinkMode.SNAPSHOT:
         return list(chain[-1].files)
     return [f for epoch in chain for f in epoch.files]
+
+
+def descends(manifest: SinkManifest, lineage: set[int], generation: int) -> bool:
+    """Whether an epoch of the manifest descends from the first of `lineage` (an epoch's
+    id, named in `generation` on timelines, and the ids the caller knows build on it): a
+    known descendant is published, a published epoch is built on one of them, or a
+    published epoch's timeline reaches it (through epochs GC dropped since: seed 7738)."""
+    first = min(lineage)
+    return any(
+        e.checkpoint_id in lineage
+        or e.base_checkpoint_id in lineage
+        or (e.checkpoint_id != first and reaches(e.timeline, generation, first))
+        for e in manifest.epochs.values()
+    )
+
+
+def supersedes(manifest: SinkManifest, completed: CompletedCheckpoint) -> bool:
+    """Whether the sink has published the checkpoint, or an epoch that descends from it
+    (a publish of it is then refused): GC need not keep its staged files for it."""
+    cid = completed.checkpoint_id
+    if cid in manifest.epochs:
+        return True
+    # an import's timeline step is named in the generation of the restore to it, which
+    # only its publish knows: judged by the base links alone
+    imported = completed.pending.properties.is_imported
+    generation = -1 if imported else completed.pending.restore_generation
+    return descends(manifest, {cid}, generation)
 
 
 def encode(manifest: SinkManifest) -> bytes:

@@ -46,10 +46,12 @@ from batchpoint.protocol.sink_manifest import (
     PublishedEpoch,
     SinkManifest,
     SinkMode,
+    descends,
     nearest_published,
+    supersedes,
     visible_files,
 )
-from batchpoint.protocol.sink_timeline import extend, reaches
+from batchpoint.protocol.sink_timeline import extend
 from batchpoint.protocol.table_pins import TablePin, live_pins
 from batchpoint.protocol.timeline import is_stale
 from batchpoint.protocol.topology import SINK_STREAM_NAME
@@ -150,45 +152,54 @@ class SinkPublisher:
         *,
         generation: int | None = None,
         descendants: Iterable[int] = (),
+        confirm: Callable[[], bool] | None = None,
     ) -> PublishResult:
         """Commit a completed checkpoint's staged output of `sink`. `generation` is the
         restore generation the caller decided in (it checked that the checkpoint is on
         that generation's timeline); a manifest already in a newer one refuses (STALE).
         Without it, the checkpoint's own generation is used. `descendants`: checkpoints
-        the caller knows build on this one (the newer part of the chain it publishes)."""
+        the caller knows build on this one (the newer part of the chain it publishes).
+
+        `confirm` says whether `generation` still holds (the control record read again).
+        With it, a manifest that holds no epoch yet is first created empty (or found so:
+        another publisher's, maybe not confirmed yet) and `confirm` asked before an epoch
+        goes into it: a restore listed the manifests to rewind before it existed only if
+        that restore committed before the answer, which then says STALE (invariant 10)."""
         uid = SinkRef.of(sink).uid
-        files = staged_output(completed, uid)
-        epoch = PublishedEpoch(completed.checkpoint_id, self._published_base(completed), files)
-        keys = tuple(key_columns)
-        mode = SinkMode(mode)
+        epoch = PublishedEpoch(
+            completed.checkpoint_id, self._published_base(completed), staged_output(completed, uid)
+        )
         decided = completed.pending.restore_generation if generation is None else generation
+        empty = SinkManifest(uid, SinkMode(mode), tuple(key_columns), None, {}, decided)
         result = [PublishResult.ALREADY_PUBLISHED]
+        unconfirmed, confirmed = [False], [confirm is None]
         lineage = {epoch.checkpoint_id, *descendants}
         step = _timeline_generation(completed, decided)
 
         def add(current: SinkManifest | None) -> SinkManifest | None:
-            manifest = current or SinkManifest(uid, mode, keys, None, {}, decided)
+            manifest = empty if current is None else current
+            unconfirmed[0] = False
             if is_stale(decided, manifest.generation):
                 result[0] = PublishResult.STALE
                 return None
-            if epoch.checkpoint_id in manifest.epochs or _descends(manifest, lineage, step):
+            if epoch.checkpoint_id in manifest.epochs or descends(manifest, lineage, step):
                 # An epoch that descends from this one is published only after it (a
                 # notify publishes the chain oldest first), so it was here and GC
                 # dropped it: its files may be gone, it never comes back.
                 result[0] = PublishResult.ALREADY_PUBLISHED
                 return None
+            if not manifest.epochs and not confirmed[0]:
+                unconfirmed[0] = True  # created (or found) empty: confirm, then publish
+                return empty if current is None else None
             result[0] = PublishResult.PUBLISHED
-            published = _with_timeline(manifest, epoch, _timeline_generation(completed, decided))
-            newest = manifest.current
-            if newest is None or epoch.checkpoint_id > newest:
-                newest = epoch.checkpoint_id
-            epochs = {**manifest.epochs, epoch.checkpoint_id: published}
-            return replace(
-                manifest, sink=uid, mode=mode, key_columns=keys, current=newest,
-                epochs=epochs, generation=decided,
-            )  # fmt: skip
+            return _with_epoch(manifest, empty, epoch, step)
 
         self._keys.update(sink, add)
+        if unconfirmed[0] and confirm is not None:
+            if not confirm():
+                return PublishResult.STALE
+            confirmed[0] = True
+            self._keys.update(sink, add)
         return result[0]
 
     def _published_base(self, completed: CompletedCheckpoint) -> int | None:
@@ -334,33 +345,6 @@ class SinkPublisher:
         return {f.path for m in manifests for e in m.epochs.values() for f in e.files}
 
 
-def _descends(manifest: SinkManifest, lineage: set[int], generation: int) -> bool:
-    """Whether an epoch of the manifest descends from the first of `lineage` (an epoch's
-    id, named in `generation` on timelines, and the ids the caller knows build on it): a
-    known descendant is published, a published epoch is built on one of them, or a
-    published epoch's timeline reaches it (through epochs GC dropped since: seed 7738)."""
-    first = min(lineage)
-    return any(
-        e.checkpoint_id in lineage
-        or e.base_checkpoint_id in lineage
-        or (e.checkpoint_id != first and reaches(e.timeline, generation, first))
-        for e in manifest.epochs.values()
-    )
-
-
-def supersedes(manifest: SinkManifest, completed: CompletedCheckpoint) -> bool:
-    """Whether the sink has published the checkpoint, or an epoch that descends from it
-    (a publish of it is then refused): GC need not keep its staged files for it."""
-    cid = completed.checkpoint_id
-    if cid in manifest.epochs:
-        return True
-    # an import's timeline step is named in the generation of the restore to it, which
-    # only its publish knows: judged by the base links alone
-    imported = completed.pending.properties.is_imported
-    generation = -1 if imported else completed.pending.restore_generation
-    return _descends(manifest, {cid}, generation)
-
-
 @dataclass(frozen=True)
 class SinkPins:
     """One sink's pins, as its table sync uses them."""
@@ -381,7 +365,7 @@ def read_sink_table(
     """A sink's published content as one Arrow table (for checks and small sinks; Spark
     readers use the same `visible_files`)."""
     manifest = SinkPublisher(store, PipelineLayout(pipeline)).manifest(sink)
-    if manifest is None:
+    if manifest is None or not manifest.epochs:  # a first publish creates it empty
         label = SinkRef.of(sink).label
         raise CheckpointError(f"sink '{label}' of pipeline '{pipeline}' has published nothing")
     tables = []
@@ -418,6 +402,22 @@ def _with_timeline(
     if found is None or not found.timeline:
         return epoch
     return replace(epoch, timeline=extend(found.timeline, generation, cid))
+
+
+def _with_epoch(
+    manifest: SinkManifest, declared: SinkManifest, epoch: PublishedEpoch, step: int
+) -> SinkManifest:
+    """The manifest with the epoch published (its timeline step named in `step`), in
+    the declared sink's mode, key columns and decided generation. `current` only moves
+    forward: a restore's rewind moves it back."""
+    newest = manifest.current
+    if newest is None or epoch.checkpoint_id > newest:
+        newest = epoch.checkpoint_id
+    epochs = {**manifest.epochs, epoch.checkpoint_id: _with_timeline(manifest, epoch, step)}
+    return replace(
+        manifest, sink=declared.sink, mode=declared.mode, key_columns=declared.key_columns,
+        current=newest, epochs=epochs, generation=declared.generation,
+    )  # fmt: skip
 
 
 def _timeline_generation(completed: CompletedCheckpoint, decided: int) -> int:
