@@ -121,9 +121,10 @@ class ConnectLauncher(OperatorJobLauncher):
         the deployment's BATCHPOINT_SPARK_REMOTE."""
         remote = settings.spark_remote or self.deployment.spark_remote
         if not remote:
+            conn_id = self.deployment.spark_conn_id or "spark_connect_default"
             raise ConfigError(
                 "no Spark Connect server: BATCHPOINT_SPARK_REMOTE is not set and there is no "
-                "spark_connect connection (BATCHPOINT_SPARK_CONN_ID)"
+                f"spark_connect connection '{conn_id}' (BATCHPOINT_SPARK_CONN_ID)"
             )
         return remote
 

@@ -93,6 +93,7 @@ def spark_settings(
     try:
         conn = get_connection(conn_id)
     except AirflowNotFoundException:
+        log.info("no Airflow connection '%s': the BATCHPOINT_SPARK_* variables apply", conn_id)
         return settings  # the BATCHPOINT_SPARK_* variables
     if conn.conn_type != CONN_TYPES[mode]:
         raise ConfigError(
@@ -116,8 +117,17 @@ def task_spark_settings(
     conf: Mapping[str, str] | None = None,
 ) -> Settings:
     """What an operator task's Spark job runs with: the endpoint of `conn_id` (see
-    spark_settings) and the operator's `conf` over BATCHPOINT_SPARK_CONF."""
+    spark_settings) and the operator's `conf` over BATCHPOINT_SPARK_CONF. In connect mode
+    a connection that does not exist, with no BATCHPOINT_SPARK_REMOTE to fall back on, is
+    a ConfigError naming it (a typo in the id), not a task that fails later."""
     settings = spark_settings(settings, mode, conn_id)
+    if mode is SparkMode.CONNECT and not settings.spark_remote:
+        conn_id = conn_id or DEFAULT_CONN_IDS[mode]
+        raise ConfigError(
+            f"no Spark Connect server: Airflow connection '{conn_id}' not found and "
+            f"BATCHPOINT_SPARK_REMOTE is not set: create a spark_connect connection "
+            f"'{conn_id}', or fix the id (BATCHPOINT_SPARK_CONN_ID, the task's spark_conn_id)"
+        )
     if conf:
         settings = dataclasses.replace(settings, spark_conf={**settings.spark_conf, **conf})
     return settings

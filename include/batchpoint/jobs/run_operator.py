@@ -21,7 +21,8 @@ Storage and checkpoint settings come from BATCHPOINT_* environment variables
 (batchpoint.settings). The job ends with one status line and its exit code (a
 batchpoint.runtime.job_status.JobStatus): 0 acknowledged (or nothing to do), 2 bad usage
 or configuration (and a Spark Connect server that cannot be reached), 3 the operator
-failed and declined the checkpoint (or the storage did not answer, declining nothing);
+failed and declined the checkpoint, or the checkpoint was aborted before or while the
+attempt ran (its acks DISCARDED), or the storage did not answer, declining nothing;
 143 after SIGTERM.
 """
 
@@ -35,11 +36,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from batchpoint.errors import BatchpointError, ConfigError, StorageUnavailable
+from batchpoint.protocol.checkpoint import CheckpointStatus, TaskAcknowledgeResult
 from batchpoint.runtime.job_status import JobReport, JobStatus
 from batchpoint.runtime.loader import load_pipeline
 from batchpoint.runtime.runner import AttemptInterrupted, OperatorRunner
+from batchpoint.runtime.task_attempt import OperatorRunReport
 from batchpoint.runtime.task_hooks import AttemptHooks
 from batchpoint.settings import Settings
+from batchpoint.settings.values import check_spark_remote
+from batchpoint.storage.redaction import redact_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env(spark_master=args.master or "")
-        remote = args.remote or (_remote_of(settings) if args.connect else None)
+        remote = _checked_remote(args.remote) if args.remote else None
+        remote = remote or (_remote_of(settings) if args.connect else None)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         report = JobReport(JobStatus.BAD_CONFIG, args.checkpoint_id, args.operator, str(exc))
@@ -102,6 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.flush()
     print(report.line(), flush=True)  # last: what the launcher reads
     return report.exit_code
+
+
+def _checked_remote(remote: str) -> str:
+    """--remote checked as BATCHPOINT_SPARK_REMOTE is: a malformed address (a port that
+    is no number, an unclosed IPv6 bracket) is a setting to fix (exit 2), not a crash
+    that a retry might get past. The reason never repeats a token."""
+    try:
+        return check_spark_remote(remote)
+    except ValueError as exc:
+        raise ConfigError(f"--remote: {redact_uri(str(exc))}") from None
 
 
 def _remote_of(settings: Settings) -> str:
@@ -138,7 +154,36 @@ def run_job(
         log(f"nothing to do: {report.skipped}")
         return JobReport(JobStatus.NOTHING_TO_DO, checkpoint_id, operator, report.skipped)
     acks = ", ".join(f"{t}={r.value}" for t, r in report.results.items())
+    refused = _acks_refused(runner, report)
+    if refused:
+        error(f"error: {refused}")
+        return JobReport(JobStatus.OPERATOR_FAILED, checkpoint_id, operator, refused)
     return JobReport(JobStatus.ACKNOWLEDGED, checkpoint_id, operator, f"acks {acks}")
+
+
+#: Ack results that count no ack (ack_accounting): the attempt's files were deleted.
+_NOT_ACKNOWLEDGED = (TaskAcknowledgeResult.DISCARDED, TaskAcknowledgeResult.UNKNOWN)
+
+
+def _acks_refused(runner: OperatorRunner, report: OperatorRunReport) -> str:
+    """Why the checkpoint took none of the attempt's acks, in one line ("" if it took
+    them): an ack the checkpoint DISCARDED (it was aborted while the attempt ran) or did
+    not know (UNKNOWN) ends the job as an abort seen before the attempt started does
+    (CheckpointAlreadySettled: operator-failed), never as acknowledged."""
+    refused = sorted(t for t, r in report.results.items() if r in _NOT_ACKNOWLEDGED)
+    if not refused:
+        return ""
+    cid, name = report.checkpoint_id, report.operator
+    try:
+        outcome = runner.coordinator.get_outcome(cid)
+    except BatchpointError:  # storage gone again: the acks' results still say enough
+        outcome = None
+    results = ", ".join(f"{t}={report.results[t].value}" for t in refused)
+    if outcome is not None and outcome.status is CheckpointStatus.ABORTED:
+        return f"checkpoint {cid} was aborted while {name} ran ({outcome.message})"
+    if TaskAcknowledgeResult.DISCARDED in (report.results[t] for t in refused):
+        return f"checkpoint {cid} was aborted while {name} ran (acks {results})"
+    return f"checkpoint {cid} no longer expects these subtasks of {name} (acks {results})"
 
 
 def job_status_of(exc: BatchpointError) -> JobStatus:

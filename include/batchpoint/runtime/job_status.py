@@ -34,7 +34,9 @@ class JobStatus(StrEnum):
     NOTHING_TO_DO = "nothing-to-do"  # the checkpoint completed, or the acks were in
     BAD_CONFIG = "bad-config"  # a setting, the pipeline or the operator is wrong
     SPARK_UNREACHABLE = "spark-unreachable"  # the Spark Connect server is not there
-    OPERATOR_FAILED = "operator-failed"  # the operator raised and declined the checkpoint
+    # the operator raised and declined the checkpoint, or the checkpoint was aborted
+    # before the attempt started or while it ran (its acks DISCARDED or UNKNOWN)
+    OPERATOR_FAILED = "operator-failed"
     STORAGE_UNAVAILABLE = "storage-unavailable"  # S3 did not answer: nothing declined
     INTERRUPTED = "interrupted"  # SIGTERM or a kill: nothing declined
     DIED = "died"  # the job ended without saying how (killed, a crash): launcher side only

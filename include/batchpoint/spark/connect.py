@@ -15,6 +15,7 @@ import uuid
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.storage.redaction import redact_uri
@@ -62,11 +63,25 @@ def _split_remote(remote: str) -> tuple[str, dict[str, str]]:
             f"Spark Connect address '{redact_uri(remote)}' must start with sc:// (e.g. sc://127.0.0.1:15002)"
         )
     base, _, rest = remote.partition(";")
+    _check_address(base, remote)
     params = {}
     for item in filter(None, rest.split(";")):
         key, _, value = item.partition("=")
         params[key] = value
     return base.rstrip("/"), params
+
+
+def _check_address(base: str, remote: str) -> None:
+    """A ConfigError (never a ValueError traceback, which reads as a crash a retry may
+    get past) for an address pyspark's client could not parse: a port that is no
+    number, an unclosed IPv6 bracket. The message shows the address without its token."""
+    try:
+        _ = urlparse(base).port  # what pyspark's client parses, and fails on
+    except ValueError as exc:
+        raise ConfigError(
+            f"Spark Connect address '{redact_uri(remote)}' is malformed "
+            f"({redact_uri(str(exc))}): use sc://host:port"
+        ) from None
 
 
 def pipeline_session_id(pipeline: str, remote: str) -> str:
@@ -137,21 +152,66 @@ def _closed_session(exc: BaseException) -> bool:
     return "SESSION_CLOSED" in text or "INVALID_HANDLE" in text
 
 
+#: gRPC statuses of an RPC that never reached the server or lost it (what pyspark raises
+#: once its retries of a dead server are spent); else what an RPC error says in text.
+_UNREACHABLE_STATUSES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+_UNREACHABLE_TEXT = ("UNAVAILABLE", "Connection refused", "failed to connect", "RetriesExceeded")
+_UNREACHABLE_TEXT += ("Socket closed", "connection reset")
+#: What an error a Spark task raised carries (a Python worker's traceback, the JVM's name
+#: for it, the scheduler's wrapper of a failed task): the server ran the task, so a
+#: "Connection refused" in it is the task's own (a UDF's HTTP call), never the server's.
+_RAISED_IN_TASK = ("Traceback (most recent call last)", "PythonException", "PYTHON_EXCEPTION")
+_RAISED_IN_TASK += ("Job aborted due to stage failure",)
+_STATUS_IN_TEXT = re.compile(r"StatusCode\.([A-Z_]+)")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def raised_in_spark_task(exc: BaseException) -> bool:
+    """Whether a Spark task on the server raised `exc` (see _RAISED_IN_TASK)."""
+    texts = (f"{type(e).__name__} {e}" for e in _chain(exc))
+    return any(marker in text for text in texts for marker in _RAISED_IN_TASK)
+
+
+def _rpc_status(exc: BaseException) -> str | None:
+    """The gRPC status name of the failed RPC; None if nothing in the chain carries one
+    (UNKNOWN, pyspark's default, says nothing)."""
+    for seen in _chain(exc):
+        for getter in (getattr(seen, "getGrpcStatusCode", None), getattr(seen, "code", None)):
+            with contextlib.suppress(Exception):
+                name = getattr(getter(), "name", None) if callable(getter) else None
+                if isinstance(name, str) and name != "UNKNOWN":
+                    return name
+        found = _STATUS_IN_TEXT.search(str(seen))
+        if found and found.group(1) != "UNKNOWN":
+            return found.group(1)
+    return None
+
+
+def _from_rpc(exc: BaseException) -> bool:
+    names = [type(e).__name__ for e in _chain(exc)]
+    return any("Grpc" in n or "Rpc" in n or n == "RetriesExceeded" for n in names)
+
+
 def is_unreachable(exc: BaseException) -> bool:
-    """Whether `exc` says the Connect server could not be reached (or went away)."""
+    """Whether `exc` says the Connect server could not be reached (or went away): by the
+    failed RPC's gRPC status, else by what an RPC error without one says. Never an error
+    a Spark task raised (the server ran it), nor one no RPC raised (the operator's own
+    code, refused by another service)."""
+    if raised_in_spark_task(exc):
+        return False
+    status = _rpc_status(exc)
+    if status is not None:
+        return status in _UNREACHABLE_STATUSES
     text = f"{type(exc).__name__} {exc}"
-    return any(
-        marker in text
-        for marker in (
-            "UNAVAILABLE",
-            "Connection refused",
-            "failed to connect",
-            "RetriesExceeded",
-            "DEADLINE_EXCEEDED",
-            "Socket closed",
-            "connection reset",
-        )
-    )
+    return _from_rpc(exc) and any(marker in text for marker in _UNREACHABLE_TEXT)
 
 
 def server_answers(remote: str, timeout: float = 3.0) -> bool:
@@ -187,17 +247,13 @@ def server_went_away(remote: str, exc: BaseException, settle: float = 5.0) -> bo
     calls with errors of a stopped SparkContext, so the status alone cannot tell. An error
     that names no known marker counts if the server stops answering within `settle`
     seconds (a stopping JVM closes its port when it exits); one that keeps answering had
-    a real error."""
+    a real error. An error a Spark task raised is the operator's, whatever it says."""
+    if raised_in_spark_task(exc):
+        return False
     text = f"{type(exc).__name__} {exc}"
     if is_unreachable(exc) or any(marker in text for marker in _SHUTTING_DOWN):
         return True
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(chain) < 10:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    from_rpc = any("Grpc" in type(e).__name__ or "Rpc" in type(e).__name__ for e in chain)
-    if not from_rpc:
+    if not _from_rpc(exc):
         return False
     deadline = time.monotonic() + settle
     while server_answers(remote):
@@ -331,7 +387,12 @@ def _open_connect(base: str, params: Mapping[str, str], session_id: str) -> Spar
         return active  # type: ignore[return-value]
     # pyspark warns once its retries are spent; the caller gets SparkUnreachable instead.
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
-    session = SparkSession.builder.remote(url).create()
+    try:
+        session = SparkSession.builder.remote(url).create()
+    except ValueError as exc:  # pyspark's parsing of what _check_address let through
+        raise ConfigError(
+            f"Spark Connect address '{redact_uri(url)}' is malformed: {redact_uri(str(exc))}"
+        ) from None
     session.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY_POLICY)])  # type: ignore[attr-defined]
     if not _clients:
         atexit.register(_close_clients)
