@@ -91,9 +91,7 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
             return self.execute_complete(context, event)
         if not self.deferrable:
             return super().execute(context)
-        # With no answer, the sensor's timeout: later than the checkpoint's own deadline
-        # (it was triggered before this task began); the trigger fires once acks are in.
-        deadline = read[1] if read is not None else time.time() + float(self.timeout)
+        deadline = read[1] if read is not None else self._unread_deadline(context)
         self.log.info(
             "checkpoint %s: waiting for acks until %s",
             checkpoint_id,
@@ -110,6 +108,19 @@ class CheckpointAckSensor(BatchpointTaskMixin, BaseSensorOperator):
             method_name="execute_complete",
             timeout=timedelta(seconds=max(1.0, deadline - time.time()) + DEFERRAL_GRACE),
         )
+
+    def _unread_deadline(self, context: Context) -> float:
+        """The trigger's deadline when storage did not answer: the checkpoint's own, as
+        the run's trigger task returned it, else now + the checkpoint timeout (the
+        trigger moves it to the checkpoint's once storage answers). Never the sensor's
+        own timeout: that is the checkpoint timeout plus the cleanup grace, and counted
+        from now it would outlast the run's dagrun_timeout (the same sum counted from
+        the run's start), so Airflow would time the run out before its cleanup ran."""
+        now = time.time()
+        found = context["ti"].xcom_pull(task_ids=self.trigger_task_id)
+        if isinstance(found, dict) and found.get("deadline") is not None:
+            return min(float(found["deadline"]), now + float(self.timeout))
+        return now + min(self.settings().checkpoint.timeout, float(self.timeout))
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
         event = self._look(context)

@@ -39,9 +39,17 @@ def progress_line(progress: AckProgress) -> str:
     return line
 
 
+def earliest(deadline: float, progress: AckProgress) -> float:
+    """`deadline`, or the checkpoint's own if that comes first."""
+    return deadline if progress.deadline is None else min(deadline, progress.deadline)
+
+
 def ack_event(progress: AckProgress, deadline: float, now: float) -> dict[str, Any] | None:
     """What one look at the storage says, as a trigger event payload; None: keep waiting.
-    Shared by the trigger and the sensor's non-deferrable modes."""
+    Shared by the trigger and the sensor's non-deferrable modes. The wait ends by the
+    earlier of `deadline` and the checkpoint's own: a sensor that deferred while storage
+    did not answer guessed its deadline, and the run must not time out before it."""
+    deadline = earliest(deadline, progress)
     base: dict[str, Any] = {
         "checkpoint_id": progress.checkpoint_id,
         "acknowledged": len(progress.acknowledged),
@@ -114,6 +122,7 @@ class CheckpointAckTrigger(BatchpointHookMixin, BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         coordinator: CheckpointCoordinator | None = None
         logged = ""
+        deadline = self.deadline  # the checkpoint's own once a look has read it
         while True:
             try:
                 if coordinator is None:
@@ -122,7 +131,7 @@ class CheckpointAckTrigger(BatchpointHookMixin, BaseTrigger):
             except StorageUnavailable as exc:
                 # An S3 restart outlasts the store's own retries; the operator tasks retry
                 # through it and ack, so the wait goes on until the checkpoint's deadline.
-                if time.time() >= self.deadline:
+                if time.time() >= deadline:
                     yield self._error(exc)
                     return
                 self.log.warning(
@@ -138,7 +147,8 @@ class CheckpointAckTrigger(BatchpointHookMixin, BaseTrigger):
             if (line := progress_line(progress)) != logged:
                 self.log.info("checkpoint %s: %s", self.checkpoint_id, line)
                 logged = line
-            event = ack_event(progress, self.deadline, time.time())
+            deadline = earliest(deadline, progress)
+            event = ack_event(progress, deadline, time.time())
             if event is not None:
                 self.log.info("checkpoint %s: %s", self.checkpoint_id, event["message"])
                 yield TriggerEvent(event)

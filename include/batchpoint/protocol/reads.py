@@ -37,6 +37,9 @@ class AckProgress:
     missing: tuple[TaskId, ...]
     declines: tuple[DeclineRecord, ...]
     outcome: CheckpointOutcome | None
+    #: The checkpoint's own deadline (its trigger record's), so a waiter that began
+    #: without it (storage did not answer) can still end by it. Not a stored record.
+    deadline: float | None = None
 
     @property
     def all_acknowledged(self) -> bool:
@@ -173,7 +176,12 @@ class CheckpointReads:
         outcome = self.get_outcome(checkpoint_id)
         pending = outcome.pending if outcome else self.get_pending(checkpoint_id)
         if pending is None:
-            return AckProgress(checkpoint_id, None, (), (), (), None)
+            # Settled between the two reads (as in get_checkpoint): the outcome is written
+            # before the record goes, so a second look finds it; only then is it missing.
+            outcome = self.get_outcome(checkpoint_id)
+            if outcome is None:
+                return AckProgress(checkpoint_id, None, (), (), (), None)
+            pending = outcome.pending
         acked = self.acks(checkpoint_id)
         return AckProgress(
             checkpoint_id,
@@ -182,6 +190,7 @@ class CheckpointReads:
             tuple(t for t in pending.expected_tasks if t not in acked),
             tuple(self.declines(checkpoint_id)),
             outcome,
+            pending.deadline,
         )
 
     def checkpoint_ids(self) -> list[int]:

@@ -8,7 +8,7 @@ Airflow "operators" here run batchpoint *operators* (pipeline nodes) among other
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from airflow.sdk import Context
@@ -26,7 +26,9 @@ from batchpoint.airflow.spark_connection import task_spark_settings
 from batchpoint.errors import BatchpointError, ConfigError, TriggerRefused
 from batchpoint.ops.barrier_log import barrier_lines
 from batchpoint.ops.epoch import finalize, published_sinks
+from batchpoint.ops.epoch_plan import AUDIT, WAIT_FOR_ACKS
 from batchpoint.ops.runs import (
+    RunSettlement,
     attempt_id,
     checkpoint_of_run,
     decline_operator,
@@ -184,9 +186,13 @@ class SparkOperatorJob(LineageMixin, BatchpointOperator):
         ti = context["ti"]
         attempt = attempt_id(context["run_id"], ti.try_number, ti.map_index)
         self._attempt = (checkpoint_id, attempt)
-        settings = self.spark_settings()
-        launcher = self._launcher = launcher_for(self.deployment, self.pipeline_ref)
-        result = launcher.launch(settings, checkpoint_id, self.operator, attempt, self.log.info)
+        try:
+            settings = self.spark_settings()
+            launcher = self._launcher = launcher_for(self.deployment, self.pipeline_ref)
+            result = launcher.launch(settings, checkpoint_id, self.operator, attempt, self.log.info)
+        except (ConfigError, AirflowFailException) as exc:
+            # A wrong setting, or no server and no job to submit: a retry cannot help.
+            self._fail_for_good(checkpoint_id, attempt, str(exc))
         status = result.status
         if status.succeeded:
             self.log.info("%s done in %.1fs (%s)", self.operator, result.seconds, status.value)
@@ -199,9 +205,14 @@ class SparkOperatorJob(LineageMixin, BatchpointOperator):
             self._give_up_or_retry(ti, checkpoint_id, attempt, result.message, "", back)
         if not status.retry_may_help:
             # A bad configuration, or the operator failed and its runner declined (or the
-            # checkpoint was already settled): retrying cannot help.
-            raise AirflowFailException(
-                f"operator '{self.operator}' failed (exit {result.returncode}):\n{tail}"
+            # checkpoint was already settled): retrying cannot help. A bad configuration
+            # declined nothing, so the checkpoint would wait out its timeout: decline.
+            said = f": {result.message}" if result.message else ""
+            self._fail_for_good(
+                checkpoint_id,
+                attempt,
+                f"operator '{self.operator}' failed for good ({status.value}){said}",
+                f"operator '{self.operator}' failed (exit {result.returncode}):\n{tail}",
             )
         reason = f"Spark job of '{self.operator}' died (exit {result.returncode})"
         self._give_up_or_retry(ti, checkpoint_id, attempt, reason, tail=f":\n{tail}")
@@ -211,15 +222,23 @@ class SparkOperatorJob(LineageMixin, BatchpointOperator):
     ) -> NoReturn:
         if ti.try_number > self.retries:
             self.log.error("%s and no retry is left: declining for it", reason)
-            try:
-                decline_operator(
-                    self.driver().coordinator, checkpoint_id, self.operator, attempt, reason
-                )
-            except BatchpointError as exc:
-                self.log.error("could not decline checkpoint %s: %s", checkpoint_id, exc)
-            raise AirflowFailException(f"{reason}{tail}")
+            self._fail_for_good(checkpoint_id, attempt, reason, f"{reason}{tail}")
         retry = OutageEnded if now else AirflowException
         raise retry(f"{reason}; a retry will run a new attempt{tail}")
+
+    def _fail_for_good(
+        self, checkpoint_id: int, attempt: str, reason: str, failure: str | None = None
+    ) -> NoReturn:
+        """End the task with no retry, first declining (best effort) every subtask of
+        the operator that has not acked: else the checkpoint waits out its timeout and
+        is recorded as expired, not as `reason`, the mistake that doomed it."""
+        try:
+            decline_operator(
+                self.driver().coordinator, checkpoint_id, self.operator, attempt, reason
+            )
+        except (BatchpointError, AirflowFailException) as exc:  # storage unusable too
+            self.log.error("could not decline checkpoint %s: %s", checkpoint_id, exc)
+        raise AirflowFailException(failure or reason) from None
 
     def on_kill(self) -> None:
         launcher = self._launcher
@@ -278,8 +297,11 @@ class CheckpointCleanupOperator(BatchpointOperator):
     happened (abort it as declined or expired if nobody did, or as failed if it is
     audited and its audit gave no verdict; remove what it staged; publish and collect
     garbage if it completed), then fail the run if the checkpoint aborted or any task
-    failed, so the run's colour tells the truth. A failed finalize whose checkpoint this
-    task completed is not held against the run: its work is done."""
+    failed, so the run's colour tells the truth. A completed checkpoint forgives the
+    tasks whose only job was to bring it there (the ack sensor, the audit, finalize):
+    their work is done. When this task completed it (finalize did not succeed), the
+    asset events are its own to send, and Airflow sends them only with a success: it
+    never fails then."""
 
     operator_extra_links = CHECKPOINT_LINKS
 
@@ -291,11 +313,14 @@ class CheckpointCleanupOperator(BatchpointOperator):
         operator_tasks: Mapping[str, str] | None = None,
         operator_group: str = "operators",
         finalize_task_id: str = "finalize",
+        completing_task_ids: Sequence[str] = (str(WAIT_FOR_ACKS), str(AUDIT)),
         checkpoint_type: str = CheckpointType.CHECKPOINT.value,
         **kwargs: Any,
     ) -> None:
         """`operator_tasks`: Airflow task id -> the pipeline operator it runs, as the
         epoch's plan names them (render_epoch); without, `operator_group`'s tasks.
+        `completing_task_ids`: beside finalize, the tasks whose failure a completed
+        checkpoint makes moot (the ack sensor, the audit).
         `checkpoint_type`: what the run's trigger triggers, by which a run whose trigger
         returned nothing finds its checkpoint (the savepoint DAG's run may share its id
         with a run of the checkpoint DAG)."""
@@ -304,6 +329,7 @@ class CheckpointCleanupOperator(BatchpointOperator):
         self.operator_tasks = dict(operator_tasks) if operator_tasks is not None else None
         self.operator_group = operator_group
         self.finalize_task_id = finalize_task_id
+        self.completing_task_ids = (*completing_task_ids, finalize_task_id)
 
     def operator_of(self, task_id: str) -> str | None:
         if self.operator_tasks is not None:
@@ -352,15 +378,32 @@ class CheckpointCleanupOperator(BatchpointOperator):
         if settlement.status is not CheckpointStatus.COMPLETED:
             metrics.checkpoint_failed(settlement.outcome)
             raise AirflowFailException(settlement.message)
+        # Completed: the sensor, the audit or finalize may have failed on the way (an S3
+        # outage at the deadline, a crash after the outcome), but their work is done.
+        failed = [t for t in failed if t not in self.completing_task_ids]
         if states.get(self.finalize_task_id) != "success":
-            metrics.checkpoint_completed(settlement.outcome)
-            # This task did finalize's work (finalize failed or never ran), so the asset
-            # event is this task's to emit, and finalize's failure is not the run's.
-            sinks = published_sinks(self.driver(), checkpoint_id)
-            emit_completed_by_cleanup(context, settlement.outcome.pending, sinks)
-            failed = [t for t in failed if t != self.finalize_task_id]
-        if failed:
+            self._emit_completed(context, settlement, failed)
+        elif failed:
             raise AirflowFailException(
                 f"{settlement.message}, but task(s) {failed} of this run failed"
             )
         return settlement.to_json()
+
+    def _emit_completed(
+        self, context: Context, settlement: RunSettlement, failed: list[str]
+    ) -> None:
+        """This task did finalize's work (finalize failed or never ran), so the asset
+        events are its to emit; Airflow sends them only if it succeeds, so nothing else
+        fails it now: a completed, published checkpoint whose downstream pipelines never
+        heard of it would be worse than a green run beside a failed task."""
+        assert settlement.outcome is not None
+        metrics.checkpoint_completed(settlement.outcome)
+        sinks = published_sinks(self.driver(), settlement.checkpoint_id)
+        emit_completed_by_cleanup(context, settlement.outcome.pending, sinks)
+        if failed:
+            self.log.error(
+                "task(s) %s of this run failed, but checkpoint %s completed and its asset "
+                "events go out only with this task's success: see those tasks' logs",
+                failed,
+                settlement.checkpoint_id,
+            )
