@@ -56,6 +56,7 @@ from batchpoint.airflow.ui_sinks import sink_routes
 from batchpoint.errors import BatchpointError, CheckpointNotFound
 from batchpoint.protocol.checkpoint import CheckpointType
 from batchpoint.settings import Settings
+from batchpoint.storage.redaction import redact_uri
 
 URL_PREFIX = "/batchpoint"
 #: The OpenAPI schema of the JSON routes, under the prefix.
@@ -131,7 +132,8 @@ class _Access:
             raise HTTPException(status_code=404, detail=str(exc)) from exc
         except BatchpointError as exc:
             # A configuration or storage problem: say which, not a 500 with a traceback.
-            raise HTTPException(status_code=503, detail=str(exc)) from exc
+            # Redacted again: a message built from a URI must not show its secrets here.
+            raise HTTPException(status_code=503, detail=redact_uri(str(exc))) from exc
 
     async def readable(self, user: Any) -> list[str]:
         names = await self.call(self.reader.names)

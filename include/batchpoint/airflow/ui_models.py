@@ -189,3 +189,6 @@ class CheckpointDetailModel(CheckpointRow):
     quarantine: str | None
     files: list[FileRow]
     lineage: LineageModel | None = None  # the UI route adds it; absent from ops alone
+    #: What could not be read for the page (a damaged or newer-release quality report):
+    #: a finding each, beside the rest (invariant 11).
+    findings: list[str] = []

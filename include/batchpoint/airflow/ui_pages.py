@@ -335,6 +335,7 @@ def render_checkpoint(
         barrier_header=BARRIER_COLUMNS,
         barrier=barrier_rows(detail.get("barrier") or {}),
         report=None if report is None else report_shown(report, name),
+        unread=bool(detail.get("findings")),  # damage read for the page: the report's
         file_header=FILE_COLUMNS,
         files=files,
         lineage=lineage_tables(detail.get("lineage"), "../../"),
@@ -379,4 +380,5 @@ def _checkpoint_facts(detail: Mapping[str, Any]) -> list[tuple[str, str]]:
         items.append(("quarantined", detail["quarantine"]))
     elif detail.get("quarantined_at") is not None:
         items.append(("quarantined", when(detail["quarantined_at"])))
+    items += [("finding", f) for f in detail.get("findings") or []]
     return items

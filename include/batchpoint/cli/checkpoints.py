@@ -21,6 +21,7 @@ def cmd_list(cmd: Command) -> ExitCode:
     """The checkpoints, oldest first, with their status, duration and size.
 
     The head is the checkpoint the next run builds on; retained ones can be restored.
+    A record that cannot be read is listed as a finding after the rest.
 
     $ batchpoint checkpoints list --limit 5
     $ batchpoint --json checkpoints list
@@ -32,6 +33,7 @@ def cmd_list(cmd: Command) -> ExitCode:
             f"pipeline {history.pipeline}: head = {render.checkpoint_or_none(history.head)}, "
             f"retained = {history.retained}",
             render.history_table(history.checkpoints),
+            *render.findings(history.findings),
         ],
     )
     return ExitCode.OK
@@ -139,7 +141,7 @@ def cmd_stats(cmd: Command) -> ExitCode:
                 lines.append(
                     f"{label}: min {fmt(triple[0])}  avg {fmt(triple[1])}  max {fmt(triple[2])}"
                 )
-        return "\n".join(lines)
+        return "\n".join(lines + render.findings(stats.findings))
 
     cmd.out.emit(lambda: stats_json(stats), text)
     return ExitCode.OK

@@ -89,6 +89,14 @@ def or_none(value: object | None) -> str:
     return "none" if value is None else str(value)
 
 
+def findings(found: Sequence[str]) -> list[str]:
+    """The records a read-only view could not read, after what it could show (damage
+    is a finding, never a blocker: invariant 11); nothing when every record read."""
+    if not found:
+        return []
+    return ["", "findings (records that could not be read):", *(f"  {f}" for f in found)]
+
+
 def checkpoint_or_none(checkpoint_id: int | None) -> str:
     return "none" if checkpoint_id is None else f"checkpoint {checkpoint_id}"
 

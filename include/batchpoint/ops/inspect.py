@@ -1,19 +1,37 @@
 """Read-only views of a pipeline's checkpoints: the history, one checkpoint with its
-tasks, and summary statistics with the failure counter. They write nothing."""
+tasks, and summary statistics with the failure counter. They write nothing, and each
+record they read is read on its own: one that cannot be read is a finding beside what
+could be (invariant 11: damage is a finding, never a blocker)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
 
-from batchpoint.errors import ConfigError, RecordError
+from batchpoint.errors import CheckpointNotFound, ConfigError, RecordError
 from batchpoint.protocol.control import ControlUnreadable
-from batchpoint.protocol.failures import PipelineStatus
+from batchpoint.protocol.failures import FailureState, PipelineStatus
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.quarantine import QuarantineRecord
 from batchpoint.protocol.records import to_iso
-from batchpoint.protocol.stats import CheckpointStats, Summary, TaskStats
+from batchpoint.protocol.stats import CheckpointStats, Summary, TaskStats, held_but_missing
+
+_T = TypeVar("_T")
+
+#: The damage a read of one pipeline's records can meet: said, never raised past it.
+DAMAGE = (RecordError, ControlUnreadable)
+
+
+def read_or_finding(read: Callable[[], _T], findings: list[str]) -> _T | None:
+    """What `read` returns, or None with the damage it met added to `findings`."""
+    try:
+        return read()
+    except DAMAGE as exc:
+        findings.append(str(exc))
+        return None
 
 
 @dataclass
@@ -22,6 +40,8 @@ class CheckpointHistory:
     head: int | None
     retained: list[int]
     checkpoints: list[CheckpointStats]
+    #: The records that could not be read (the rest is shown): a finding each.
+    findings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -29,19 +49,28 @@ class CheckpointHistory:
             "head": self.head,
             "retained": self.retained,
             "checkpoints": [s.to_json() for s in self.checkpoints],
+            "findings": self.findings,
         }
 
 
 def list_checkpoints(coordinator: PipelineHistory, limit: int | None = None) -> CheckpointHistory:
+    """The history (the newest `limit`), the head and the retained checkpoints; a record
+    that cannot be read (the control record, an outcome) is a finding or an UNREADABLE
+    row, and the rest still lists."""
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be >= 0, got {limit}")
+    c = coordinator
+    findings: list[str] = []
     # history(0) would be every checkpoint (ids[-0:]): the newest none is none.
-    history = [] if limit == 0 else coordinator.stats.history(limit)
+    history = [] if limit == 0 else read_or_finding(partial(c.stats.history, limit), findings)
+    head = read_or_finding(c.head.get, findings)
+    retained = read_or_finding(c.completed.retained_ids, findings)
     return CheckpointHistory(
-        coordinator.pipeline,
-        coordinator.head.get().checkpoint_id,
-        list(coordinator.completed.retained_ids()),
-        history,
+        c.pipeline,
+        None if head is None else head.checkpoint_id,
+        list(retained or []),
+        history or [],
+        list(dict.fromkeys(findings)),  # one damaged record read twice is one finding
     )
 
 
@@ -103,6 +132,11 @@ def show_checkpoint(coordinator: PipelineHistory, checkpoint_id: int) -> Checkpo
     except RecordError as exc:
         unreadable = CheckpointStats.unreadable(checkpoint_id, exc)
         return CheckpointDetail(unreadable, [], None, 0, {}, held)
+    except CheckpointNotFound:
+        missing = missing_but_held(coordinator, checkpoint_id)
+        if missing is None:
+            raise
+        return CheckpointDetail(missing, [], None, 0, {}, held)
     return CheckpointDetail(
         stats,
         tasks,
@@ -114,6 +148,16 @@ def show_checkpoint(coordinator: PipelineHistory, checkpoint_id: int) -> Checkpo
     )
 
 
+def missing_but_held(c: PipelineHistory, checkpoint_id: int) -> CheckpointStats | None:
+    """The UNREADABLE row of a checkpoint the control record holds (the head or a
+    retained one) whose records are gone: damage to show, not an id never taken. None
+    when the control record does not hold it, or cannot be read (a finding of its own)."""
+    try:
+        return held_but_missing(checkpoint_id, c.stats.standing())
+    except DAMAGE:
+        return None
+
+
 @dataclass
 class PipelineStats:
     pipeline: str
@@ -121,6 +165,8 @@ class PipelineStats:
     status: str
     consecutive_failures: int
     reason: str
+    #: The records that could not be read (the rest is shown): a finding each.
+    findings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,6 +175,7 @@ class PipelineStats:
             "pipeline_status": self.status,
             "consecutive_failures": self.consecutive_failures,
             "reason": self.reason,
+            "findings": self.findings,
         }
 
 
@@ -136,21 +183,26 @@ def pipeline_stats(coordinator: PipelineHistory) -> PipelineStats:
     """The summary and the pipeline's status: FAILED (the failure counter), else
     NEEDS_REPAIR (the control record lost with checkpoints taken, or unreadable: every
     trigger is refused until `batchpoint repair`), else STOPPED or STOPPING (a
-    stop-with-savepoint, from the control record), else RUNNING."""
-    tracker = coordinator.stats
-    failures = coordinator.failures.state()
+    stop-with-savepoint, from the control record), else RUNNING. A record that cannot
+    be read (the failure or id counter) is a finding, decided without it as the
+    Checkpoints pages decide (ops/overview.py)."""
+    c = coordinator
+    findings: list[str] = []
+    failures = read_or_finding(c.failures.state, findings) or FailureState()
     status, reason = failures.status.value, failures.reason
     if failures.status is not PipelineStatus.FAILED:
-        if repair := needs_repair(coordinator):
+        if repair := read_or_finding(partial(needs_repair, c), findings):
             status, reason = "NEEDS_REPAIR", repair
-        elif stop := stop_status(coordinator):
+        elif stop := stop_status(c):
             status, reason = stop[0].upper(), stop[1]
+    history = read_or_finding(c.stats.history, findings) or []
     return PipelineStats(
-        coordinator.pipeline,
-        tracker.summary(tracker.history()),
+        c.pipeline,
+        c.stats.summary(history),
         status,
         failures.consecutive_failures,
         reason,
+        list(dict.fromkeys(findings)),
     )
 
 

@@ -6,18 +6,26 @@ requests in proportion to what it shows, not to the history's length."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-from batchpoint.errors import CheckpointNotFound, RecordError
-from batchpoint.ops.inspect import CheckpointDetail, needs_repair, show_checkpoint, stop_status
+from batchpoint.errors import RecordError
+from batchpoint.ops.inspect import (
+    DAMAGE,
+    CheckpointDetail,
+    needs_repair,
+    read_or_finding,
+    show_checkpoint,
+    stop_status,
+)
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.ops.restore_history import RestoreEvent, latest_restore
 from batchpoint.protocol.checkpoint import (
     ADOPTED_FROM_META,
     SHARED_FROM_META,
+    AckRecord,
     CheckpointStatus,
     CheckpointType,
     FileHandle,
@@ -25,16 +33,9 @@ from batchpoint.protocol.checkpoint import (
 from batchpoint.protocol.control import ControlRecord, ControlUnreadable
 from batchpoint.protocol.failures import FailureState, PipelineStatus
 from batchpoint.protocol.pipeline_ports import PipelineHistory
-from batchpoint.protocol.stats import (
-    CheckpointStats,
-    CheckpointStatsTracker,
-    HistoryPage,
-    held_but_missing,
-)
+from batchpoint.protocol.stats import CheckpointStats, CheckpointStatsTracker, HistoryPage
 from batchpoint.quality.report import CandidateReport
 from batchpoint.storage.base import ObjectStore
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,6 @@ class PipelineOverview:
         return cls(pipeline, "unreadable", problem, None, None, None, [], 0, None, [problem])
 
 
-#: The damage a read of one pipeline's records can meet: said, never raised past it.
-DAMAGE = (RecordError, ControlUnreadable)
-
-
 def history_page(
     c: PipelineHistory, before: int | None, limit: int
 ) -> tuple[HistoryPage, list[str]]:
@@ -98,7 +95,8 @@ def pipeline_overview(
     still shows."""
     c = coordinator
     findings = list(damage)
-    failures = c.failures.state()
+    # The failure counter only tells "failing": without it the rest still shows.
+    failures = read_or_finding(c.failures.state, findings) or FailureState()
     rows = first_page.checkpoints
     completed = [s for s in rows if s.status is CheckpointStatus.COMPLETED]
     latest_checkpoint = next(
@@ -112,8 +110,8 @@ def pipeline_overview(
     status, detail = _status(c, failures, findings)
     if status == "needs_repair":
         findings.append(detail)
-    head = _read(c.head.get, findings)
-    triggered = _read(c.ids.peek, findings)
+    head = read_or_finding(c.head.get, findings)
+    triggered = read_or_finding(c.ids.peek, findings)
     findings += [
         f"checkpoint {s.checkpoint_id} is unreadable: {s.failure_message}"
         for s in rows
@@ -144,18 +142,9 @@ def _status(c: PipelineHistory, failures: FailureState, findings: list[str]) -> 
             f"{failures.consecutive_failures} consecutive failures, past the tolerable "
             f"{c.config.tolerable_failed_checkpoints}: {failures.reason}"
         )
-    if repair := _read(partial(needs_repair, c), findings):
+    if repair := read_or_finding(partial(needs_repair, c), findings):
         return "needs_repair", repair
     return stop_status(c) or ("running", "")
-
-
-def _read(read: Callable[[], _T], findings: list[str]) -> _T | None:
-    """What `read` returns, or None with the damage it met added to `findings`."""
-    try:
-        return read()
-    except DAMAGE as exc:
-        findings.append(str(exc))
-        return None
 
 
 def control_of(c: PipelineHistory) -> ControlRecord | None:
@@ -191,6 +180,8 @@ class CheckpointPage:
     quarantined_at: float | None
     files: list[dict[str, Any]]
     quarantine: str | None = None  # why it is held: who found what, and when
+    #: What could not be read for the page (the quality report): a finding each.
+    findings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = self.detail.to_json()
@@ -202,32 +193,20 @@ class CheckpointPage:
         out["quarantined_at"] = self.quarantined_at
         out["quarantine"] = self.quarantine
         out["files"] = self.files
+        out["findings"] = self.findings
         return out
 
 
 def checkpoint_page(coordinator: PipelineHistory, checkpoint_id: int) -> CheckpointPage:
     """CheckpointNotFound for an id with no records (but one the control record holds,
-    whose records are gone, is shown as unreadable: the history's row says so too)."""
+    whose records are gone, is shown as unreadable: the history's row says so too).
+    A quality report that cannot be read is a finding; the rest of the page shows."""
     c = coordinator
-    try:
-        detail = show_checkpoint(c, checkpoint_id)
-    except CheckpointNotFound:
-        missing = held_but_missing(checkpoint_id, c.stats.standing())
-        if missing is None:
-            raise
-        held = c.quarantine.held(checkpoint_id)
-        return CheckpointPage(CheckpointDetail(missing, [], None, 0, {}, held), None, None, [])
-    stored = c.reports.quality_report(checkpoint_id)
-    report = CandidateReport.decode(stored.key, stored.data) if stored else None
+    detail = show_checkpoint(c, checkpoint_id)
+    findings: list[str] = []
+    report = read_or_finding(partial(_quality_report, c, checkpoint_id), findings)
+    findings = [f"the quality-gate report cannot be read: {f}" for f in findings]
     held = detail.quarantine
-    try:
-        outcome = c.get_outcome(checkpoint_id)
-        if outcome is not None and outcome.completed is not None:
-            acks = list(outcome.completed.acks)
-        else:
-            acks = list(c.acks(checkpoint_id).values())
-    except RecordError:
-        acks = []  # the detail says why: its status is UNREADABLE, with the problem
     files = [
         {
             "task": str(ack.task),
@@ -238,12 +217,30 @@ def checkpoint_page(coordinator: PipelineHistory, checkpoint_id: int) -> Checkpo
             "key_groups": None if h.key_group_range is None else list(h.key_group_range),
             "origin": file_origin(h),
         }
-        for ack in sorted(acks, key=lambda a: str(a.task))
+        for ack in sorted(_acks(c, checkpoint_id), key=lambda a: str(a.task))
         for h in ack.handles
     ]
     if held is None:
-        return CheckpointPage(detail, report, None, files)
-    return CheckpointPage(detail, report, held.quarantined_at or None, files, held.describe())
+        return CheckpointPage(detail, report, None, files, findings=findings)
+    when = held.quarantined_at or None
+    return CheckpointPage(detail, report, when, files, held.describe(), findings)
+
+
+def _quality_report(c: PipelineHistory, checkpoint_id: int) -> CandidateReport | None:
+    """The gate's report stored beside the checkpoint; None: none was stored."""
+    stored = c.reports.quality_report(checkpoint_id)
+    return CandidateReport.decode(stored.key, stored.data) if stored else None
+
+
+def _acks(c: PipelineHistory, checkpoint_id: int) -> list[AckRecord]:
+    """The checkpoint's acks: the outcome's once settled, else those stored so far."""
+    try:
+        outcome = c.get_outcome(checkpoint_id)
+        if outcome is not None and outcome.completed is not None:
+            return list(outcome.completed.acks)
+        return list(c.acks(checkpoint_id).values())
+    except RecordError:
+        return []  # the detail says why: its status is UNREADABLE, with the problem
 
 
 def file_origin(handle: FileHandle) -> str:

@@ -220,9 +220,10 @@ def check_spark_remote(value: Any) -> str:
     text = str(value).strip()
     match = _SPARK_REMOTE.match(text)
     if not match:
-        # The hint repeats the address: without a token it may carry.
-        hint = f" (did you mean sc://{text.split('://', 1)[-1]}?)" if "://" in text else ""
-        hint = redaction.redact_uri(hint)
+        # The hint repeats the address, without a token it may carry (masked before the
+        # closing words, which a token's mask would swallow); not for one already sc://.
+        rest = redaction.redact_uri(text.split("://", 1)[-1])
+        hint = f" (did you mean sc://{rest}?)" if "://" in text and "sc://" not in text else ""
         raise ValueError(f"not a Spark Connect address: use sc://host:port{hint}")
     if match.group(3) is not None and not 0 < int(match.group(3)) < 65536:
         raise ValueError("the port must be between 1 and 65535")
@@ -270,7 +271,7 @@ def check_root(value: Any) -> str:
     if parsed.scheme == "s3a":
         raise ValueError("use s3:// (batchpoint moves bytes with boto3, not Hadoop's s3a)")
     if not parsed.scheme and text.startswith("/"):
-        raise ValueError(f"has no scheme: did you mean file://{text}?")
+        raise ValueError(f"has no scheme: did you mean file://{redaction.redact_uri(text)}?")
     raise ValueError("use s3://bucket/prefix or file:///absolute/path")
 
 

@@ -72,24 +72,25 @@ def open_store(uri: str, options: Mapping[str, str | Secret] | None = None) -> O
     if redaction.holds_credentials(uri):
         raise ConfigError(f"storage URI {redaction.CREDENTIALS_REFUSED}")
     parsed = urlparse(uri)
+    shown = redact_uri(uri)  # a token or signature in a query is no credential, still secret
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise ConfigError(f"storage URI '{uri}': file URIs must be file:///absolute/path")
+            raise ConfigError(f"storage URI '{shown}': file URIs must be file:///absolute/path")
         from batchpoint.storage.local import LocalObjectStore
 
         return LocalObjectStore(parsed.path)
     if parsed.scheme == "s3":
         if not parsed.netloc:
-            raise ConfigError(f"storage URI '{uri}' names no bucket: use s3://bucket/prefix")
+            raise ConfigError(f"storage URI '{shown}' names no bucket: use s3://bucket/prefix")
         from batchpoint.storage.s3 import S3ObjectStore, S3Settings
 
         settings = S3Settings.from_options(options or {})
         return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), settings)
     if parsed.scheme == "s3a":
         raise ConfigError(
-            f"storage URI '{uri}': use s3:// (batchpoint moves bytes with boto3/pyarrow, "
+            f"storage URI '{shown}': use s3:// (batchpoint moves bytes with boto3/pyarrow, "
             "not Hadoop's s3a)"
         )
     if not parsed.scheme and uri.startswith("/"):
-        raise ConfigError(f"storage URI '{uri}' has no scheme: did you mean file://{uri}?")
-    raise ConfigError(f"storage URI '{uri}': unsupported scheme (use s3:// or file://)")
+        raise ConfigError(f"storage URI '{shown}' has no scheme: did you mean file://{shown}?")
+    raise ConfigError(f"storage URI '{shown}': unsupported scheme (use s3:// or file://)")
