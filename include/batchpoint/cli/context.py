@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from batchpoint.cli.output import Output
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.ops.gates import gate_reference
-from batchpoint.ops.pipelines import open_pipeline, pipeline_code
+from batchpoint.ops.pipelines import open_pipeline, pipeline_code, pipeline_names
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.runtime.api import Pipeline
 from batchpoint.settings import Settings, read_environment
@@ -185,6 +185,11 @@ class Command:
         return open_pipeline(self.settings, self.args.pipeline, self.store)
 
     def coordinator_of(self, name: str) -> CheckpointCoordinator:
+        """The pipeline a PIPELINE operand names (it must exist). An empty one is a
+        mistake, not "the only one": that default is --pipeline's, never an operand's."""
+        if not name.strip():
+            stored = ", ".join(pipeline_names(self.store)) or f"none in {self.settings.root}"
+            raise UsageError(f"PIPELINE is empty: name the pipeline (pipelines: {stored})")
         return open_pipeline(self.settings, name, self.store)
 
     def pipeline(self) -> Pipeline:

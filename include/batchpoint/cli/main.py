@@ -30,6 +30,7 @@ from batchpoint.cli.context import Command, Parser, finish, global_options
 from batchpoint.cli.exit_codes import ExitCode
 from batchpoint.cli.json_body import json_body
 from batchpoint.errors import BatchpointError, ConfigError
+from batchpoint.runtime.loader import missing_extra
 from batchpoint.settings.spark_endpoint import spark_endpoint
 
 #: The command groups, in the order `--help` lists them.
@@ -100,17 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: The optional packages commands import as they need them, and the extra that has each.
-_EXTRAS = {
-    "pyspark": "spark",
-    "pandas": "spark",
-    "airflow": "airflow",
-    "great_expectations": "quality",
-    "pyiceberg": "tables",
-    "deltalake": "tables",
-}
-
-
 def asks_for_json(argv: Sequence[str]) -> bool:
     """Whether --json is on the line (an option, not an operand after `--`): known
     before argparse has parsed it, for the errors argparse itself finds."""
@@ -173,9 +163,11 @@ def main(argv: Sequence[str] | None = None) -> ExitCode | int:
         report_error(exc, args.json)
         return ExitCode.ERROR
     except ModuleNotFoundError as exc:
-        package = (exc.name or "").split(".")[0]
-        if (extra := _EXTRAS.get(package)) is None:
+        # An optional package a command imports as it needs it (the pipeline's own
+        # missing modules are ConfigErrors already: runtime/loader.py).
+        if (extra := missing_extra(exc)) is None:
             raise
+        package = (exc.name or "").split(".")[0]
         cmd.out.close()
         report_error(
             ConfigError(

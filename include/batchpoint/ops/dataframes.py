@@ -22,6 +22,7 @@ import pyarrow as pa
 from batchpoint.errors import BatchpointError
 from batchpoint.ops.pipelines import open_pipeline
 from batchpoint.ops.sinks import find_sink, recorded_topologies
+from batchpoint.ops.verify import nothing_to
 from batchpoint.protocol.checkpoint import CompletedCheckpoint, FileHandle
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline_ports import PipelineHistory
@@ -71,6 +72,10 @@ def find_state_at(
     """The checkpoint, and the state `operator`/`state` names in it: by uid, by name
     now, or by any name a kept checkpoint recorded (protocol/state_names.py)."""
     cid = resolve_checkpoint(coordinator, checkpoint)
+    # Pending, aborted or discarded: refused here, in verify's words, before a reader
+    # starts Spark on files that are not there (yet, ever, or any more).
+    if (why := nothing_to(coordinator, cid, "read")) is not None:
+        raise BatchpointError(why)
     completed = _completed(coordinator, cid)
     found = find_state(
         operator,

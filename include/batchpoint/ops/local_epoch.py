@@ -241,10 +241,10 @@ def take_savepoint(
     completed checkpoint instead of running an epoch. `stop`: a stop-with-savepoint (the
     protocol's: this process has no scheduler to pause)."""
     where = SavepointExport(target, description, settings.store_options, settings.savepoint_roots)
+    coordinator = CheckpointCoordinator(
+        settings.store_ref.open(), pipeline.name, settings.checkpoint
+    )
     if checkpoint_id is not None:
-        coordinator = CheckpointCoordinator(
-            settings.store_ref.open(), pipeline.name, settings.checkpoint
-        )
         return export(
             coordinator,
             checkpoint_id,
@@ -254,8 +254,9 @@ def take_savepoint(
             roots=where.roots,
             progress=progress,
         )
+    # The target needs only the store: refused before Spark starts, not after seconds.
+    check_target(coordinator, target, where.store_options, where.roots)
     runner = _local_runner(pipeline, settings, progress)
-    check_target(runner.driver.coordinator, target, where.store_options, where.roots)
     plan = runner.plan(CheckpointType.SAVEPOINT, export=True)
     properties = CheckpointProperties(description=description, via="cli", stop_pipeline=stop)
     result = _savepoint(runner, plan, properties, where, progress, allow_non_restored_state)

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchpoint.errors import BatchpointError, CheckpointNotFound, ConfigError, RecordError
+from batchpoint.ops.inspect import missing_but_held
 from batchpoint.ops.maintenance import table_findings
 from batchpoint.ops.savepoints import discarded
+from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.pipeline_ports import PipelineHistory
 from batchpoint.protocol.savepoints import (
     SavepointLocation,
@@ -51,20 +53,16 @@ def verify_target(
         checkpoint_id = int(text)
         if checkpoint_id < 1:
             raise ConfigError(f"checkpoint {text}: checkpoint ids start at 1")
-        # The outcome record may be unreadable (that is a finding); it must exist.
-        if not c.has_outcome(checkpoint_id):
-            if c.get_pending(checkpoint_id) is not None:
-                raise BatchpointError(
-                    f"checkpoint {checkpoint_id} of pipeline '{c.pipeline}' is still pending: "
-                    "verify it once it has completed"
-                )
+        if (why := nothing_to(c, checkpoint_id, "verify")) is not None:
+            raise BatchpointError(why)
+        # The outcome record may be unreadable or, for one the control record holds,
+        # missing (damage verify_files reports); else it must exist.
+        if not c.has_outcome(checkpoint_id) and missing_but_held(c, checkpoint_id) is None:
             known = c.checkpoint_ids()
             shown = ", ".join(map(str, known[-10:])) if known else "none"
             raise CheckpointNotFound(
                 f"pipeline '{c.pipeline}' has no checkpoint {checkpoint_id} (checkpoints: {shown})"
             )
-        if (gone := discarded(c, checkpoint_id)) is not None:
-            raise BatchpointError(f"{gone}: nothing to verify")
         return checkpoint_id
     location = c.savepoints.locate(text, store_options)
     roots = c.savepoints.default_roots() if savepoint_roots is None else savepoint_roots
@@ -77,6 +75,41 @@ def verify_target(
             f"'{text}' is not a checkpoint (an id, head or latest), and as a savepoint "
             f"folder: {exc}"
         ) from None
+
+
+def nothing_to(c: PipelineHistory, checkpoint_id: int, verb: str) -> str | None:
+    """Why checkpoint `checkpoint_id` has nothing to `verb` (verify, read): still pending,
+    aborted, or discarded, as one line that says what to do; None for any other (an id
+    never taken, damaged records: the caller's to say). `verify` and `state show` both
+    ask it before any work, so that they refuse a checkpoint in the same words."""
+    what = f"checkpoint {checkpoint_id} of pipeline '{c.pipeline}'"
+    if not c.has_outcome(checkpoint_id):
+        # A completed one whose outcome record is gone is damage, not a pending one.
+        if c.get_pending(checkpoint_id) is None or missing_but_held(c, checkpoint_id) is not None:
+            return None
+        return f"{what} is still pending: {verb} it once it has completed"
+    if (why := _aborted(c, checkpoint_id)) is not None:
+        return (
+            f"{what} was aborted ({why}): it never completed, so it has no files or state "
+            f"to {verb}; name a completed checkpoint (batchpoint checkpoints list)"
+        )
+    if (gone := discarded(c, checkpoint_id)) is not None:
+        return f"{gone}: nothing to {verb}"
+    return None
+
+
+def _aborted(c: PipelineHistory, checkpoint_id: int) -> str | None:
+    """The reason an aborted checkpoint gives, or None: not aborted, or its outcome
+    record cannot be read (a finding verify reports, not a mistake in the command)."""
+    try:
+        outcome = c.get_outcome(checkpoint_id)
+    except RecordError:
+        return None
+    if outcome is None or outcome.status is not CheckpointStatus.ABORTED:
+        return None
+    code = outcome.reason.code if outcome.reason else "aborted"
+    message = outcome.message or (outcome.reason.message if outcome.reason else "")
+    return f"{code}: {message}" if message else code
 
 
 @dataclass
@@ -112,7 +145,21 @@ def verify_files(
         files, problems = _checked_files(coordinator, target, checksums)
     except RecordError as exc:  # corrupt, or of a version this release cannot read
         files, problems = 0, [exc]
+    except CheckpointNotFound:
+        lost = _lost_outcome(coordinator, checkpoint_id)
+        if lost is None:
+            raise
+        files, problems = 0, [lost]
     return FileCheck(name, files, [str(p) for p in problems], checkpoint_id)
+
+
+def _lost_outcome(c: PipelineHistory, checkpoint_id: int | None) -> str | None:
+    """Why a checkpoint the control record holds has no outcome record (damage: its
+    files cannot be named), or None when it is not that."""
+    if checkpoint_id is None or c.has_outcome(checkpoint_id):
+        return None
+    missing = missing_but_held(c, checkpoint_id)
+    return None if missing is None else missing.failure_message
 
 
 def _checked_files(

@@ -122,11 +122,20 @@ def _root_of(location_uri: str, roots: Iterable[str]) -> str:
             return base
     listed = ", ".join(roots) or "none configured"
     really = where.rstrip("/")
-    link = f" (a link: its real path is {really})" if really != location_uri.rstrip("/") else ""
+    link = f" (a link: its real path is {really})" if _moved(location_uri, really) else ""
     raise SavepointPathRefused(
         f"savepoint path {location_uri}{link} is outside the savepoint roots ({listed}); "
         "use a folder under one of them or add a root (BATCHPOINT_SAVEPOINT_ROOTS)"
     )
+
+
+def _moved(typed: str, real: str) -> bool:
+    """Whether resolving `typed` led elsewhere (a link). A real path's URI is
+    percent-encoded (a space, a non-ASCII letter) where the typed one need not be: the
+    paths are compared decoded."""
+    if not typed.startswith("file:"):
+        return real != typed.rstrip("/")
+    return _local_path(real).rstrip("/") != _local_path(typed).rstrip("/")
 
 
 def _local_path(uri: str) -> str:

@@ -14,6 +14,22 @@ from typing import Any
 from batchpoint.errors import BatchpointError, ConfigError
 from batchpoint.runtime.api import Pipeline
 
+#: The optional packages batchpoint imports as it needs them, and the extra that has
+#: each: a missing one is an install hint (cli/main.py), not the pipeline's mistake.
+EXTRAS = {
+    "pyspark": "spark",
+    "pandas": "spark",
+    "airflow": "airflow",
+    "great_expectations": "quality",
+    "pyiceberg": "tables",
+    "deltalake": "tables",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The extra that has the optional package `exc` misses, or None for any other."""
+    return EXTRAS.get((exc.name or "").split(".")[0])
+
 
 def load_object(reference: str, what: str = "reference", attr: str = "attr") -> Any:
     """The attribute `reference` (`package.module:attr`) names. Every mistake is one
@@ -43,9 +59,11 @@ def load_pipeline(reference: str) -> Pipeline:
     if callable(value) and not isinstance(value, Pipeline):
         try:
             value = value()
-        except (BatchpointError, ModuleNotFoundError):
-            raise  # batchpoint's own message; a missing extra's install hint (cli/main)
+        except BatchpointError:
+            raise  # batchpoint's own message
         except Exception as exc:
+            if isinstance(exc, ModuleNotFoundError) and missing_extra(exc) is not None:
+                raise  # a missing extra: its install hint (cli/main); any other is theirs
             raise ConfigError(
                 f"pipeline reference {reference!r}: calling it failed: {raised(exc)}"
             ) from None
