@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import stat
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,7 +32,13 @@ from batchpoint.errors import (
     StorageError,
 )
 from batchpoint.storage.base import ListedSize, ObjectInfo, StoredObject
-from batchpoint.storage.local import _LOCK_DIR, _TMP_PREFIX, LocalObjectStore, _access_checked
+from batchpoint.storage.local import (
+    _LOCK_DIR,
+    _STALE_TEMP_SECONDS,
+    _TMP_PREFIX,
+    LocalObjectStore,
+    _access_checked,
+)
 
 # O_PATH (Linux): a folder is walked through, not read, so a parent that grants only
 # search permission (a home folder of mode 0711) is passed as the kernel would pass it.
@@ -53,10 +59,8 @@ class ConfinedLocalStore(LocalObjectStore):
     # -- walking ------------------------------------------------------------------------
 
     def _parts(self, key: str) -> tuple[list[str], str]:
-        self._path(key)  # the plain store's checks: no '..', no absolute key
-        parts = [p for p in key.split("/") if p not in ("", ".")]
-        if not parts:
-            raise StorageError(f"invalid object key '{key}'")
+        self._path(key)  # the plain store's checks: no empty, '.' or '..' part, no NUL
+        parts = key.split("/")
         return parts[:-1], parts[-1]
 
     def _refused(self, path: str) -> PathRefused:
@@ -225,33 +229,62 @@ class ConfinedLocalStore(LocalObjectStore):
 
     # -- writes -------------------------------------------------------------------------
 
-    def _temp_in(self, parent: int, source: BinaryIO | bytes) -> tuple[str, str]:
-        """A fully written temp file in `parent`: its name and md5."""
-        name = f"{_TMP_PREFIX}{uuid.uuid4().hex}"
-        fd = os.open(name, _NEW, 0o666, dir_fd=parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                if isinstance(source, bytes):
-                    handle.write(source)
-                    etag = hashlib.md5(source, usedforsecurity=False).hexdigest()
-                else:
-                    etag = _digest(source, into=handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=parent)
-            raise
-        return name, etag
-
-    def _install(self, key: str, source: BinaryIO | bytes) -> str:
-        """Write a temp file beside the object, then rename it onto the object's name (a
-        rename replaces a link found there; it never writes through it)."""
-        parents, leaf = self._parts(key)
-        with self._dir(parents, create=True) as parent:
+    def _new_temp(self, parents: list[str]) -> tuple[int, str, int]:
+        """The folder `parents` (made if missing) held open, and a new temp file in it:
+        (folder, temp name, temp descriptor)."""
+        for _ in range(100):
+            # A concurrent delete may prune a folder on the way, or the folder itself
+            # before the temp is in it (the descriptor then names a removed folder): the
+            # walk then meets FileNotFoundError, and goes again.
+            try:
+                parent = self._open_dir(parents, create=True)
+            except FileNotFoundError:
+                continue
             assert parent is not None
-            tmp, etag = self._temp_in(parent, source)
-            os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
+            name = f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+            try:
+                return parent, name, os.open(name, _NEW, 0o666, dir_fd=parent)
+            except BaseException as exc:
+                os.close(parent)
+                if not isinstance(exc, FileNotFoundError):
+                    raise
+        raise StorageError(f"could not create a file in '{os.path.join(self.root, *parents)}'")
+
+    def _temp_in(self, fd: int, source: BinaryIO | bytes) -> str:
+        """Write `source` into the temp file `fd` (closed after) and sync it: its md5."""
+        with os.fdopen(fd, "wb") as handle:
+            if isinstance(source, bytes):
+                handle.write(source)
+                etag = hashlib.md5(source, usedforsecurity=False).hexdigest()
+            else:
+                etag = _digest(source, into=handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return etag
+
+    @contextlib.contextmanager
+    def _temp_beside(
+        self, key: str, source: BinaryIO | bytes
+    ) -> Iterator[tuple[int, str, str, str]]:
+        """A fully written temp file in the key's folder: (folder, temp name, object
+        name, md5). The temp's name is gone on leaving, whether it was used or not."""
+        parents, leaf = self._parts(key)
+        parent, tmp, fd = self._new_temp(parents)
+        try:
+            etag = self._temp_in(fd, source)
+            yield parent, tmp, leaf, etag
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=parent)
+            os.close(parent)
+
+    def _install(self, key: str, source: BinaryIO | bytes, *, locked: bool = False) -> str:
+        """Write a temp file beside the object, then rename it onto the object's name (a
+        rename replaces a link found there; it never writes through it) under the key's
+        lock (`locked`: the caller holds it)."""
+        with self._temp_beside(key, source) as (parent, tmp, leaf, etag):
+            with contextlib.nullcontext() if locked else self._key_lock(key):
+                os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
             _sync(parent)
         return etag
 
@@ -267,41 +300,30 @@ class ConfinedLocalStore(LocalObjectStore):
 
     @_access_checked
     def create(self, key: str, data: bytes) -> str:
-        parents, leaf = self._parts(key)
-        with self._dir(parents, create=True) as parent:
-            assert parent is not None
-            tmp, etag = self._temp_in(parent, data)
+        with self._temp_beside(key, data) as (parent, tmp, leaf, etag):
             try:
                 # link() never follows a link at the new name: one there is EEXIST.
-                os.link(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
+                with self._key_lock(key):
+                    os.link(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
             except FileExistsError:
                 raise ObjectAlreadyExists(key) from None
-            finally:
-                os.unlink(tmp, dir_fd=parent)
             _sync(parent)
         return etag
 
     @_access_checked
     def replace(self, key: str, data: bytes, etag: str) -> str:
-        with self._key_lock(key):
+        with self._key_lock(key, legacy=True):
             try:
                 current = self.get(key).etag
             except ObjectNotFound:
                 raise PreconditionFailed(key) from None
             if current != etag:
                 raise PreconditionFailed(key)
-            return self._install(key, data)
+            return self._install(key, data, locked=True)
 
-    @contextlib.contextmanager
-    def _key_lock(self, key: str) -> Iterator[None]:
-        name = hashlib.sha256(key.encode()).hexdigest()[:32]
-        with self._thread_lock, self._dir([_LOCK_DIR], create=True) as locks:
-            fd = os.open(name, _LOCK, 0o666, dir_fd=locks)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)  # releases the flock
+    def _open_lock(self, name: str) -> int:
+        with self._dir([_LOCK_DIR], create=True) as locks:
+            return os.open(name, _LOCK, 0o666, dir_fd=locks)
 
     @_access_checked
     def delete(self, key: str) -> None:
@@ -312,7 +334,8 @@ class ConfinedLocalStore(LocalObjectStore):
             try:
                 if stat.S_ISDIR(os.stat(leaf, dir_fd=parent, follow_symlinks=False).st_mode):
                     return  # a prefix of other keys is no object
-                os.unlink(leaf, dir_fd=parent)  # a link is removed itself, never its target
+                with self._key_lock(key):
+                    os.unlink(leaf, dir_fd=parent)  # a link is removed itself, not its target
             except FileNotFoundError:
                 return
         self._prune(parents)
@@ -321,12 +344,48 @@ class ConfinedLocalStore(LocalObjectStore):
         # S3 has no folders; removing empty ones keeps list_dirs() answering alike.
         for depth in range(len(parents), 0, -1):
             with self._dir(parents[: depth - 1]) as fd:
-                if fd is None:
+                if fd is None or not _rmdir(parents[depth - 1], fd):
                     return
-                try:
-                    os.rmdir(parents[depth - 1], dir_fd=fd)  # a link is ENOTDIR: kept
-                except OSError:
-                    return
+
+
+def _rmdir(name: str, parent: int) -> bool:
+    """Remove the folder `name` in `parent` if it is empty but for dead writers' temp
+    files (see _STALE_TEMP_SECONDS), which go with it: whether it went."""
+    try:
+        os.rmdir(name, dir_fd=parent)  # a link is ENOTDIR: kept
+        return True
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not _only_dead_temps(name, parent):
+            return False
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=parent)
+        return True
+    return False
+
+
+def _only_dead_temps(name: str, parent: int) -> bool:
+    """Whether the folder `name` holds nothing but dead writers' temp files (removed
+    here); it stops at the first other entry, so a delete in a big folder stays cheap."""
+    try:
+        fd = os.open(name, _LISTABLE | os.O_NOFOLLOW, dir_fd=parent)
+    except OSError:
+        return False  # gone, or a link: nothing to sweep
+    try:
+        with os.scandir(fd) as entries:
+            temps = []
+            for entry in entries:
+                if not entry.name.startswith(_TMP_PREFIX):
+                    return False
+                temps.append(entry.name)
+        for temp in temps:
+            with contextlib.suppress(FileNotFoundError):  # renamed or removed meanwhile
+                info = os.stat(temp, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISREG(info.st_mode) or not _stale(info.st_mtime):
+                    return False  # perhaps a live writer's: it keeps its folder
+                os.unlink(temp, dir_fd=fd)
+        return True
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -337,6 +396,10 @@ def _opened(parent: int) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+def _stale(mtime: float) -> bool:
+    return time.time() - mtime > _STALE_TEMP_SECONDS
 
 
 def _sync(parent: int) -> None:

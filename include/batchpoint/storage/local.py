@@ -1,8 +1,10 @@
 """The embedded default backend: a directory on a local (or shared POSIX) filesystem.
 
 Create-once is a hard link of a fully written temp file onto the final name (link fails
-if the name exists, and readers never see a half-written object); compare-and-swap
-holds an exclusive flock on a per-directory lock file while it compares and renames.
+if the name exists, and readers never see a half-written object). Every change of a key
+(put, create, replace, delete) holds an exclusive flock on the key's lock file while it
+renames, links or unlinks, and compare-and-swap holds it across its compare too, so a
+replace whose etag check passed cannot land after another process's delete or create.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import hashlib
 import inspect
 import os
 import shutil
+import stat
 import tempfile
 import threading
-import uuid
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -35,6 +38,16 @@ from batchpoint.storage.base import ListedSize, ObjectInfo, ObjectStore, StoredO
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 _TMP_PREFIX = ".bp-tmp-"
 _LOCK_DIR = ".bp-locks"
+#: Keys hash onto this many lock files: a fixed set, so the lock folder stays small however
+#: many keys a store ever sees (a file per key would never be freed: invariant 12). Two
+#: keys on one stripe only wait for each other's rename.
+_LOCK_STRIPES = 1024
+_THREAD_STRIPES = 64
+#: A temp file older than this is a dead writer's, removed when a delete prunes its folder.
+#: A live writer renames its temp a write and an fsync after making it, and every block
+#: written moves its mtime, so even a long upload keeps it fresh; an hour is far beyond
+#: that and beyond the clock skew between the hosts of a shared filesystem.
+_STALE_TEMP_SECONDS = 3600.0
 
 
 def _etag(data: bytes) -> str:
@@ -47,6 +60,47 @@ def _file_etag(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _check_key(key: str) -> None:
+    """Refuse a key that cannot name an object of its own here: a part the filesystem
+    drops or resolves ('', '.', '..') makes two keys one file, or a file outside the
+    root, where S3 keeps them apart; the store's own files are never objects."""
+    parts = key.split("/")
+    if "\x00" in key or any(part in ("", ".", "..") for part in parts):
+        problem = "it is empty, holds a NUL byte, or a '/'-separated part is empty, '.' or '..'"
+    elif any(part == _LOCK_DIR or part.startswith(_TMP_PREFIX) for part in parts):
+        problem = f"names '{_LOCK_DIR}' and '{_TMP_PREFIX}*' are the local store's own files"
+    else:
+        return
+    raise StorageError(f"invalid object key {key!r}: {problem}; use another key")
+
+
+def _stripe(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") % _LOCK_STRIPES
+
+
+def _discard(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _only_dead_temps(directory: Path) -> bool:
+    """Whether `directory` holds nothing but dead writers' temp files (removed here).
+    It stops at the first other entry, so a delete in a big folder stays cheap."""
+    temps = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if not entry.name.startswith(_TMP_PREFIX):
+                return False
+            temps.append(entry.path)
+    for path in temps:
+        with contextlib.suppress(FileNotFoundError):  # renamed or removed meanwhile
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode) or time.time() - info.st_mtime < _STALE_TEMP_SECONDS:
+                return False  # perhaps a live writer's: it keeps its folder
+            os.unlink(path)
+    return True
 
 
 def _check_creatable(root: Path) -> None:
@@ -63,14 +117,8 @@ def _check_creatable(root: Path) -> None:
 def _access_checked(method: _Method) -> _Method:
     """`method` raising StorageAccessDenied, naming the path and the store, where the
     filesystem refused this user (a folder or record another user owns, mode 000): as
-    the S3 store reports a refused credential, not as a traceback."""
-
-    def denied(store: LocalObjectStore, exc: PermissionError) -> StorageAccessDenied:
-        where = exc.filename or store.root
-        return StorageAccessDenied(
-            f"permission denied on '{where}': the store {store.uri} must be readable and "
-            "writable by this user"
-        )
+    the S3 store reports a refused credential, not as a traceback. A key too long for
+    the filesystem is a StorageError naming it, too."""
 
     if inspect.isgeneratorfunction(method):
 
@@ -78,8 +126,10 @@ def _access_checked(method: _Method) -> _Method:
         def listing(self: LocalObjectStore, *args: Any, **kwargs: Any) -> Any:
             try:
                 yield from method(self, *args, **kwargs)
-            except PermissionError as exc:
-                raise denied(self, exc) from None
+            except OSError as exc:
+                if (error := _storage_error(self, exc, args)) is None:
+                    raise
+                raise error from None
 
         return cast("_Method", listing)
 
@@ -87,10 +137,35 @@ def _access_checked(method: _Method) -> _Method:
     def call(self: LocalObjectStore, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except PermissionError as exc:
-            raise denied(self, exc) from None
+        except OSError as exc:
+            if (error := _storage_error(self, exc, args)) is None:
+                raise
+            raise error from None
 
     return cast("_Method", call)
+
+
+def _storage_error(
+    store: LocalObjectStore, exc: OSError, args: tuple[Any, ...]
+) -> StorageError | None:
+    """The StorageError for a refusal that is the user's to fix, else None."""
+    if isinstance(exc, PermissionError):
+        where = exc.filename or store.root
+        return StorageAccessDenied(
+            f"permission denied on '{where}': the store {store.uri} must be readable and "
+            "writable by this user"
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        key = args[0] if args else ""
+        return StorageError(
+            f"object key {key!r} is too long for the filesystem of {store.uri}: use a key "
+            "with shorter parts (at most 255 bytes each) and fewer of them"
+        )
+    return None
+
+
+def _thread_locks() -> tuple[threading.Lock, ...]:
+    return tuple(threading.Lock() for _ in range(_THREAD_STRIPES))
 
 
 class LocalObjectStore(ObjectStore):
@@ -105,46 +180,57 @@ class LocalObjectStore(ObjectStore):
             _check_creatable(self.root)
         elif not self.root.is_dir():
             raise ConfigError(f"storage root '{self.root}' is not a directory")
-        self._thread_lock = threading.Lock()
+        self._thread_locks = _thread_locks()
 
     # The store is shipped to Spark executors and worker processes: locks do not pickle.
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
-        del state["_thread_lock"]
+        del state["_thread_locks"]
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
-        self._thread_lock = threading.Lock()
+        self._thread_locks = _thread_locks()
 
     # -- paths --------------------------------------------------------------------------
 
     def _path(self, key: str) -> Path:
-        if not key or key.startswith("/") or ".." in key.split("/"):
-            raise StorageError(f"invalid object key '{key}'")
+        _check_key(key)
         return self.root / key
 
-    def _write_temp(self, directory: Path, data: bytes) -> Path:
-        for _ in range(100):
-            # A concurrent delete may prune the directory between mkdir and mkstemp.
-            directory.mkdir(parents=True, exist_ok=True)
-            try:
-                fd, name = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=directory)
-                break
-            except FileNotFoundError:
-                continue
-        else:
-            raise StorageError(f"could not create a file in '{directory}'")
+    def _write_temp(self, directory: Path, source: bytes | Path) -> Path:
+        """A fully written, fsynced temp file in `directory` holding `source` (bytes, or
+        the content of a local file)."""
+        fd, name = self._make_temp(directory)
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                if isinstance(source, bytes):
+                    handle.write(source)
+                else:
+                    shutil.copyfile(source, name)  # the kernel's copy, into this same file
                 handle.flush()
                 os.fsync(handle.fileno())
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
+            _discard(Path(name))
             raise
         return Path(name)
+
+    def _make_temp(self, directory: Path) -> tuple[int, str]:
+        for _ in range(100):
+            # A concurrent delete may prune the folder, or a parent of it, between the
+            # mkdir and the mkstemp or inside mkdir's own walk (it then raises
+            # FileNotFoundError or FileExistsError): make it again.
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                return tempfile.mkstemp(prefix=_TMP_PREFIX, dir=directory)
+            except (FileNotFoundError, FileExistsError):
+                continue
+            except NotADirectoryError:
+                raise StorageError(
+                    f"cannot write under '{directory}': an object of the store is where one "
+                    "of its folders would be; use a key that is not under another object"
+                ) from None
+        raise StorageError(f"could not create a file in '{directory}'")
 
     @staticmethod
     def _fsync_dir(directory: Path) -> None:
@@ -155,18 +241,30 @@ class LocalObjectStore(ObjectStore):
             os.close(fd)
 
     @contextlib.contextmanager
-    def _key_lock(self, key: str) -> Iterator[None]:
+    def _key_lock(self, key: str, *, legacy: bool = False) -> Iterator[None]:
         # Lock files live apart from the data and are never deleted, so two processes
-        # can never hold locks on different inodes for the same key.
-        lock_dir = self.root / _LOCK_DIR
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        name = hashlib.sha256(key.encode()).hexdigest()[:32]
-        with self._thread_lock, open(lock_dir / name, "a+b") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        # never lock different inodes for one key. The thread lock is for shared
+        # filesystems that emulate flock with process-wide fcntl locks.
+        stripe = _stripe(key)
+        with self._thread_locks[stripe % _THREAD_STRIPES]:
+            fds = [self._open_lock(f"stripe-{stripe:04d}")]
             try:
+                fcntl.flock(fds[0], fcntl.LOCK_EX)
+                if legacy:  # older releases lock a replace by a file per key: wait for them
+                    fds.append(self._open_lock(hashlib.sha256(key.encode()).hexdigest()[:32]))
+                    fcntl.flock(fds[1], fcntl.LOCK_EX)
                 yield
             finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                for fd in fds:
+                    os.close(fd)  # closing the file releases its flock
+
+    def _open_lock(self, name: str) -> int:
+        path = f"{self.root}/{_LOCK_DIR}/{name}"  # no Path: this runs for every write
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except FileNotFoundError:
+            (self.root / _LOCK_DIR).mkdir(parents=True, exist_ok=True)
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -249,28 +347,37 @@ class LocalObjectStore(ObjectStore):
     @_access_checked
     def put(self, key: str, data: bytes) -> str:
         path = self._path(key)
-        tmp = self._write_temp(path.parent, data)
-        os.replace(tmp, path)
-        self._fsync_dir(path.parent)
+        self._install(key, path, self._write_temp(path.parent, data))
         return _etag(data)
+
+    def _install(self, key: str, path: Path, tmp: Path) -> None:
+        """Rename the written temp file `tmp` onto `key` at `path`, under the key's lock."""
+        try:
+            with self._key_lock(key):
+                os.replace(tmp, path)
+        except BaseException:
+            _discard(tmp)
+            raise
+        self._fsync_dir(path.parent)
 
     @_access_checked
     def create(self, key: str, data: bytes) -> str:
         path = self._path(key)
         tmp = self._write_temp(path.parent, data)
         try:
-            os.link(tmp, path)
+            with self._key_lock(key):
+                os.link(tmp, path)
         except FileExistsError:
             raise ObjectAlreadyExists(key) from None
         finally:
-            os.unlink(tmp)
+            _discard(tmp)
         self._fsync_dir(path.parent)
         return _etag(data)
 
     @_access_checked
     def replace(self, key: str, data: bytes, etag: str) -> str:
         path = self._path(key)
-        with self._key_lock(key):
+        with self._key_lock(key, legacy=True):
             try:
                 current = _etag(path.read_bytes())
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -279,29 +386,37 @@ class LocalObjectStore(ObjectStore):
             if current != etag:
                 raise PreconditionFailed(key)
             tmp = self._write_temp(path.parent, data)
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                _discard(tmp)
+                raise
             self._fsync_dir(path.parent)
         return _etag(data)
 
     @_access_checked
     def delete(self, key: str) -> None:
         path = self._path(key)
-        try:
-            os.unlink(path)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return
+        if not os.path.lexists(path):
+            return  # nothing to lock for: and no lock folder made in a store never written
+        with self._key_lock(key):
+            try:
+                os.unlink(path)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                return
         self._prune_empty_dirs(path.parent)
 
     def _prune_empty_dirs(self, directory: Path) -> None:
         # S3 has no directories; removing empty ones keeps list_dirs() answering alike.
+        # Dead writers' temp files go too, in the folders met here only, so a collected
+        # checkpoint's folder does not stay for them and GC's work stays its deletes.
         while directory != self.root and directory.is_relative_to(self.root):
             try:
-                entries = os.listdir(directory)
+                if not _only_dead_temps(directory):
+                    return
             except FileNotFoundError:
                 directory = directory.parent
                 continue
-            if entries:
-                return
             try:
                 os.rmdir(directory)
             except OSError as exc:
@@ -321,12 +436,7 @@ class LocalObjectStore(ObjectStore):
     @_access_checked
     def upload_file(self, key: str, path: Path) -> ObjectInfo:
         target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
-        shutil.copyfile(path, tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        self._install(key, target, self._write_temp(target.parent, Path(path)))
         return ObjectInfo(key, target.stat().st_size, _file_etag(target))
 
     @_access_checked
