@@ -252,10 +252,8 @@ class _Planner:
                     f"; it looks like '{twin.name}' renamed: declare "
                     f"State(..., uid='{uid}') on it to keep the state"
                 )
-            if not allowed:  # a twin is a guess: the drop may be what is meant
-                allow = ", or allow the drop" if twin is not None else ": allow it"
-                detail += f"{allow} (--allow-non-restored-state, or "
-                detail += f"pipeline.drop_state('{new.uid}', '{uid}'))"
+            if not allowed:
+                detail += allow_drop(twin is not None, f"pipeline.drop_state('{new.uid}', '{uid}')")
             self.add("state", uid, state.name, Verdict.DROPPED, detail, new.uid, not allowed)
 
     def state(self, node: NodeTopology, old: StateTopology, new: StateTopology) -> None:
@@ -322,13 +320,19 @@ class _Planner:
                 f"; '{twin.name}' looks like '{node.name}' renamed: declare uid='{node.uid}' "
                 f"on '{twin.name}' to keep it"
             )
-        if not allowed:  # a twin is a guess: the drop may be what is meant
-            allow = ", or allow the drop" if twin is not None else ": allow it"
-            detail += f"{allow} (--allow-non-restored-state, or {hint})"
+        if not allowed:
+            detail += allow_drop(twin is not None, hint)
         self.add(kind, node.uid, node.name, Verdict.DROPPED, detail, refused=not allowed)
         for state in node.states:
             verdict_detail = f"dropped with {kind} '{node.name}'"
             self.add("state", state.uid, state.name, Verdict.DROPPED, verdict_detail, node.uid)
+
+
+def allow_drop(guessed_twin: bool, drop_call: str) -> str:
+    """How a refused drop is allowed, said even beside a guessed rename: a twin is a
+    guess, and the drop may be what is meant."""
+    allow = ", or allow the drop" if guessed_twin else ": allow it"
+    return f"{allow} (--allow-non-restored-state, or {drop_call})"
 
 
 def _placement_problems(old: NodeTopology, new: NodeTopology) -> list[str]:
