@@ -94,6 +94,25 @@ def test_an_error_raised_in_a_spark_task_is_never_the_server_gone(error: BaseExc
     assert not server_went_away(_gone(), error, settle=0.2)
 
 
+def test_an_outage_met_while_handling_a_task_error_is_an_outage() -> None:
+    """User code that retries Spark in an `except` around a task's error: the outage it
+    then meets carries that error as its context only, and is still the server gone."""
+    try:
+        try:
+            raise PythonException(UDF_REFUSED)
+        except PythonException:
+            raise SparkConnectGrpcException(
+                DEAD_SERVER, grpc_status_code=grpc.StatusCode.UNAVAILABLE
+            ) from None
+    except SparkConnectGrpcException as outage:
+        assert isinstance(outage.__context__, PythonException)
+        assert is_unreachable(outage)
+    # raised *from* a task's error, it is that error
+    wrapped = SparkConnectGrpcException(DEAD_SERVER)
+    wrapped.__cause__ = PythonException(UDF_REFUSED)
+    assert not is_unreachable(wrapped)
+
+
 def test_the_operators_own_refused_call_is_no_rpc_and_not_the_server() -> None:
     """Code of the operator in the client process, refused by another service."""
     refused = ConnectionRefusedError(111, "Connection refused")

@@ -175,9 +175,16 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def raised_in_spark_task(exc: BaseException) -> bool:
-    """Whether a Spark task on the server raised `exc` (see _RAISED_IN_TASK)."""
-    texts = (f"{type(e).__name__} {e}" for e in _chain(exc))
-    return any(marker in text for text in texts for marker in _RAISED_IN_TASK)
+    """Whether a Spark task on the server raised `exc` (_RAISED_IN_TASK), or what it was
+    raised from; not an error it met while handling one (that outage is an outage)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if any(marker in f"{type(seen).__name__} {seen}" for marker in _RAISED_IN_TASK):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _rpc_status(exc: BaseException) -> str | None:
