@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from batchpoint.errors import CheckpointError
+from batchpoint.errors import BatchpointError, CheckpointError
+from batchpoint.ops.dataframes import sink_files
 from batchpoint.protocol.checkpoint import CheckpointStatus
 from batchpoint.protocol.coordinator import CheckpointCoordinator
 from batchpoint.protocol.pipeline import OperatorKind, simple_pipeline
@@ -180,6 +181,9 @@ def test_a_first_publish_that_sees_the_restore_is_refused(local_store: ObjectSto
     late = _manifest(local_store, c, "late")
     assert late is not None and late.current is None and not late.epochs
     assert sink_epochs(c) == [1, two]
+    # a reader of the sink hears what holds: nothing published (not "no schema")
+    with pytest.raises(BatchpointError, match=r"sink 'late' of '\w+' has published nothing"):
+        sink_files(c, "late", "latest")
 
 
 def test_a_restore_after_the_first_publish_confirmed_rewinds_the_new_manifest(

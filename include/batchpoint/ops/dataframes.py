@@ -145,7 +145,7 @@ def sink_files(
     `sink` a uid, a name or an earlier name (ops/sinks.py::find_sink)."""
     ref = find_sink(coordinator, sink).ref
     manifest = coordinator.sinks.manifest(ref)
-    if manifest is None:
+    if manifest is None or not manifest.epochs:  # a first publish creates it empty
         raise BatchpointError(
             f"sink '{ref.label}' of '{coordinator.pipeline}' has published nothing"
         )
