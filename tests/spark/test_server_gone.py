@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import socket
-from collections.abc import Iterator
-
 from batchpoint.spark.session import server_answers, server_went_away
+from support.connect_ports import answering, gone
 
 
 class SparkConnectGrpcException(Exception):
@@ -14,36 +11,21 @@ class SparkConnectGrpcException(Exception):
     status (INTERNAL, UNKNOWN, CANCELLED...) that names nothing about reachability."""
 
 
-@contextlib.contextmanager
-def _answering() -> Iterator[str]:
-    """The address of a port that accepts connections (all server_answers looks for)."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        yield f"sc://127.0.0.1:{listener.getsockname()[1]}"
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_an_rpc_failure_counts_as_gone_only_if_the_server_no_longer_answers() -> None:
     failure = SparkConnectGrpcException(
         "<_InactiveRpcError of RPC that terminated with:\n"
         '\tstatus = StatusCode.INTERNAL\n\tdetails = "Received RST_STREAM with error code 2"'
     )
-    with _answering() as up:
+    with answering() as up:
         assert server_answers(up)
         assert not server_went_away(up, failure, settle=0.5)
-    down = f"sc://127.0.0.1:{_closed_port()}"
+    down = gone()
     assert not server_answers(down)
     assert server_went_away(down, failure)
 
 
 def test_a_python_error_is_never_the_server_going_away() -> None:
-    down = f"sc://127.0.0.1:{_closed_port()}"
+    down = gone()
     assert not server_went_away(down, ValueError("bad row"))
     assert server_went_away(down, RuntimeError("StatusCode.UNAVAILABLE: Connection refused"))
 
@@ -52,7 +34,7 @@ def test_a_stopping_servers_last_answers_count_as_gone_even_while_it_still_answe
     stopping = SparkConnectGrpcException(
         "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext."
     )
-    with _answering() as up:
+    with answering() as up:
         assert server_went_away(up, stopping)
 
 
@@ -67,6 +49,6 @@ def test_a_restarted_server_in_the_sessions_place_counts_as_gone_while_it_answer
         "[INVALID_HANDLE.SESSION_CHANGED] The handle 1f0e is invalid. The existing Spark "
         "server driver instance has restarted. Please reconnect."
     )
-    with _answering() as up:
+    with answering() as up:
         assert server_went_away(up, closed_client, settle=0.5)
         assert server_went_away(up, changed, settle=0.5)

@@ -7,12 +7,9 @@ port in a child process (a Connect client switches its whole process to Connect)
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -39,6 +36,7 @@ from batchpoint.runtime.task_attempt import (
 from batchpoint.spark.connect import connect_session, is_unreachable, server_went_away
 from batchpoint.storage import StoreRef
 from batchpoint.storage.local import LocalObjectStore
+from support.connect_ports import answering, gone
 
 #: A UDF's HTTP call, refused by the service it called: raised in a Spark task.
 UDF_REFUSED = (
@@ -60,20 +58,6 @@ DEAD_SERVER = (
 )
 
 
-@contextlib.contextmanager
-def _answering() -> Iterator[str]:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        yield f"sc://127.0.0.1:{listener.getsockname()[1]}"
-
-
-def _gone() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"sc://127.0.0.1:{probe.getsockname()[1]}"
-
-
 def _task_errors() -> list[BaseException]:
     return [
         PythonException(UDF_REFUSED),
@@ -88,10 +72,10 @@ def _task_errors() -> list[BaseException]:
 @pytest.mark.parametrize("error", _task_errors(), ids=lambda e: type(e).__name__)
 def test_an_error_raised_in_a_spark_task_is_never_the_server_gone(error: BaseException) -> None:
     assert not is_unreachable(error)
-    with _answering() as up:
+    with answering() as up:
         assert not server_went_away(up, error, settle=0.2)
     # not even with the server gone too: the server ran the task, the task failed
-    assert not server_went_away(_gone(), error, settle=0.2)
+    assert not server_went_away(gone(), error, settle=0.2)
 
 
 def test_an_outage_met_while_handling_a_task_error_is_an_outage() -> None:
@@ -117,7 +101,7 @@ def test_the_operators_own_refused_call_is_no_rpc_and_not_the_server() -> None:
     """Code of the operator in the client process, refused by another service."""
     refused = ConnectionRefusedError(111, "Connection refused")
     assert not is_unreachable(refused)
-    assert not server_went_away(_gone(), refused, settle=0.2)
+    assert not server_went_away(gone(), refused, settle=0.2)
 
 
 def test_the_rpcs_own_status_decides() -> None:
@@ -132,10 +116,10 @@ def test_the_rpcs_own_status_decides() -> None:
         "could not set: Connection refused", grpc_status_code=grpc.StatusCode.INTERNAL
     )
     assert not is_unreachable(answered)
-    with _answering() as up:
+    with answering() as up:
         assert server_went_away(up, dead, settle=0.2)
         assert not server_went_away(up, answered, settle=0.2)
-    assert server_went_away(_gone(), answered, settle=0.2)  # and then it stopped answering
+    assert server_went_away(gone(), answered, settle=0.2)  # and then it stopped answering
 
 
 def _world(tmp_path: Path) -> tuple[CheckpointCoordinator, int, Pipeline]:
@@ -161,7 +145,7 @@ def test_a_udfs_refused_call_over_connect_fails_the_operator_and_declines(
     pending = coordinator.get_pending(cid)
     assert pending is not None
     tasks = tuple(t for t in pending.expected_tasks if t.operator == "up")
-    with _answering() as up:
+    with answering() as up:
         env = TaskEnvironment(
             pipeline, coordinator, coordinator.store, _Session(up), StoreRef.of(tmp_path.as_uri()),  # type: ignore[arg-type]
             log=lambda line: None, remote=True,
@@ -178,7 +162,7 @@ def test_a_udfs_refused_call_over_connect_fails_the_operator_and_declines(
 
 def test_a_real_client_of_a_closed_port_is_still_unreachable() -> None:
     """pyspark's own client and gRPC, a few quick retries: SparkUnreachable in one line."""
-    remote = _gone()
+    remote = gone()
     code = (
         "import sys\n"
         "from batchpoint.spark import connect\n"
